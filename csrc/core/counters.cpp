@@ -1,0 +1,23 @@
+#include "core/counters.h"
+
+namespace tl {
+
+Counters& counters() {
+  static Counters c;
+  return c;
+}
+
+std::vector<std::pair<std::string, int64_t>> Counters::snapshot() const {
+  return {{"frames", frames.load()},         {"graphs", graphs.load()},
+          {"graph_breaks", graph_breaks.load()}, {"recompiles", recompiles.load()},
+          {"cache_hits", cache_hits.load()}, {"kernels", kernels.load()},
+          {"eager_fallbacks", eager_fallbacks.load()}, {"capture_ns", capture_ns.load()}};
+}
+
+void Counters::reset() {
+  for (auto* c : {&frames, &graphs, &graph_breaks, &recompiles, &cache_hits, &kernels,
+                  &eager_fallbacks, &capture_ns})
+    c->store(0);
+}
+
+}  // namespace tl

@@ -1,0 +1,36 @@
+#include "core/errors.h"
+
+namespace tl {
+namespace {
+// Written once at module init under the GIL, read-only afterwards.
+PyObject* g_internal_error_type = nullptr;
+}  // namespace
+
+void set_internal_error_type(PyObject* type) {
+  Py_XINCREF(type);
+  g_internal_error_type = type;
+}
+
+void set_python_error(const std::exception& e) {
+  if (dynamic_cast<const PythonError*>(&e)) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "lost Python error");
+    return;
+  }
+  PyObject* type = PyExc_RuntimeError;
+  if (auto* err = dynamic_cast<const Error*>(&e)) {
+    switch (err->kind()) {
+      case ErrorKind::Internal:
+        type = g_internal_error_type ? g_internal_error_type : PyExc_RuntimeError;
+        break;
+      case ErrorKind::Type: type = PyExc_TypeError; break;
+      case ErrorKind::Value: type = PyExc_ValueError; break;
+      case ErrorKind::Runtime: type = PyExc_RuntimeError; break;
+      case ErrorKind::NotImplemented: type = PyExc_NotImplementedError; break;
+      case ErrorKind::Index: type = PyExc_IndexError; break;
+      case ErrorKind::Key: type = PyExc_KeyError; break;
+    }
+  }
+  PyErr_SetString(type, e.what());
+}
+
+}  // namespace tl

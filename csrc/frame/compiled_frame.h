@@ -1,0 +1,38 @@
+#pragma once
+// What the frame hook stores per code object and runs on a cache hit.
+#include <memory>
+#include <string>
+
+#include "core/py_ref.h"
+#include "guards/guard_set.h"
+#include "ir/frame_view.h"
+
+namespace tl::frame {
+
+// The options of one torchlite.compile() call. Immutable once built; shared
+// by every cache entry it produced.
+struct CompileConfig {
+  int id = 0;                 // distinguishes entries of different compile() calls
+  PyRef backend;              // None for the builtin runner, else backend(gm, example_inputs)
+  std::string backend_name;   // "torchlite", "inductor", "<callable>"
+  bool fullgraph = false;     // raise instead of falling back to eager on a graph break
+  int cache_size_limit = 8;   // entries per code object before running eagerly
+  PyRef recorder;             // explain(): a list that receives one dict per capture, or None
+};
+
+// A captured frame, compiled: reads its inputs from the frame by source, runs
+// the graph, rebuilds the return value and replays side effects.
+class CompiledFrame {
+ public:
+  virtual ~CompiledFrame() = default;
+  // Returns a new reference, or nullptr with a Python exception set.
+  virtual PyObject* run(const ir::FrameView& frame) = 0;
+};
+
+struct CacheEntry {
+  guards::GuardSet guards;
+  std::shared_ptr<CompiledFrame> compiled;  // null: a graph break, run the frame eagerly
+  std::shared_ptr<const CompileConfig> config;
+};
+
+}  // namespace tl::frame

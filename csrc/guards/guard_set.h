@@ -1,0 +1,50 @@
+#pragma once
+// The guards of one cache entry: built by capture while tracing, evaluated in
+// C++ on every call before the compiled entry may run.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/py_ref.h"
+#include "ir/frame_view.h"
+#include "ir/source.h"
+
+namespace tl::guards {
+
+class GuardSet {
+ public:
+  GuardSet();
+  ~GuardSet();
+  GuardSet(GuardSet&&) noexcept;
+  GuardSet& operator=(GuardSet&&) noexcept;
+
+  // Builders. Each borrows its PyObject* argument (keeping a reference where
+  // it must). Adding the same guard on the same source twice is a no-op.
+  void add_type_match(ir::SourcePtr s, PyObject* type);   // type(v) is type
+  void add_id_match(ir::SourcePtr s, PyObject* obj);      // v is obj
+  void add_equals_match(ir::SourcePtr s, PyObject* value);  // type(v) is type(value) and v == value
+  // type, dtype, device, sizes, strides and requires_grad of a real tensor.
+  void add_tensor_match(ir::SourcePtr s, PyObject* tensor);
+  // The dict (e.g. a module's __dict__) has not been written since now.
+  void add_dict_version(ir::SourcePtr s, PyObject* dict);
+  // len(v) == n for a list/tuple/dict the trace iterated over.
+  void add_length_match(ir::SourcePtr s, Py_ssize_t n);
+  // Grad mode, default dtype and other global torch state as they are now.
+  void add_global_state();
+
+  // True when every guard passes. Throws PythonError only if evaluating a
+  // guard raised unexpectedly.
+  bool check(const ir::FrameView& frame) const;
+  // After a failed check(): the first failing guard, readable, e.g.
+  // "tensor L['x'] size mismatch at index 0: expected 8, got 16".
+  std::string failure_reason() const;
+  // One guard a line, for guards.txt and explain().
+  std::string str() const;
+  size_t size() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tl::guards

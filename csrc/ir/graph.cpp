@@ -1,0 +1,271 @@
+#include "ir/graph.h"
+
+#include <algorithm>
+#include <sstream>
+#include <unordered_set>
+
+#include "core/errors.h"
+
+namespace tl::ir {
+
+Arg Arg::of_node(Node* n) {
+  Arg a;
+  a.kind = Kind::Node;
+  a.node = n;
+  return a;
+}
+Arg Arg::constant(PyRef v) {
+  Arg a;
+  a.kind = Kind::Const;
+  a.value = std::move(v);
+  return a;
+}
+Arg Arg::tuple(std::vector<Arg> items) {
+  Arg a;
+  a.kind = Kind::Tuple;
+  a.items = std::move(items);
+  return a;
+}
+Arg Arg::list(std::vector<Arg> items) {
+  Arg a;
+  a.kind = Kind::List;
+  a.items = std::move(items);
+  return a;
+}
+Arg Arg::dict(std::vector<PyRef> keys, std::vector<Arg> values) {
+  Arg a;
+  a.kind = Kind::Dict;
+  a.keys = std::move(keys);
+  a.items = std::move(values);
+  return a;
+}
+
+namespace {
+std::string utf8(PyObject* s) {
+  if (!s || !PyUnicode_Check(s)) return "";
+  const char* c = PyUnicode_AsUTF8(s);
+  if (!c) {
+    PyErr_Clear();
+    return "";
+  }
+  return c;
+}
+
+std::string dtype_short(PyObject* dtype) {
+  PyRef r = PyRef::steal(PyObject_Str(dtype));
+  if (!r) {
+    PyErr_Clear();
+    return "?";
+  }
+  std::string s = utf8(r.get());  // "torch.float32"
+  if (s.rfind("torch.", 0) == 0) s = s.substr(6);
+  static const std::pair<const char*, const char*> kShort[] = {
+      {"float32", "f32"}, {"float64", "f64"}, {"float16", "f16"}, {"bfloat16", "bf16"},
+      {"int64", "i64"},   {"int32", "i32"},   {"int16", "i16"},   {"int8", "i8"},
+      {"uint8", "u8"},    {"bool", "b8"},     {"complex64", "c64"}};
+  for (auto& [l, sh] : kShort)
+    if (s == l) return sh;
+  return s;
+}
+
+void print_arg(std::ostream& os, const Arg& a) {
+  switch (a.kind) {
+    case Arg::Kind::Node: os << "%" << a.node->name; break;
+    case Arg::Kind::Const: os << const_repr(a.value.get()); break;
+    case Arg::Kind::Tuple:
+    case Arg::Kind::List: {
+      bool tuple = a.kind == Arg::Kind::Tuple;
+      os << (tuple ? "(" : "[");
+      for (size_t i = 0; i < a.items.size(); ++i) {
+        if (i) os << ", ";
+        print_arg(os, a.items[i]);
+      }
+      if (tuple && a.items.size() == 1) os << ",";
+      os << (tuple ? ")" : "]");
+      break;
+    }
+    case Arg::Kind::Dict: {
+      os << "{";
+      for (size_t i = 0; i < a.items.size(); ++i) {
+        if (i) os << ", ";
+        os << const_repr(a.keys[i].get()) << ": ";
+        print_arg(os, a.items[i]);
+      }
+      os << "}";
+      break;
+    }
+  }
+}
+
+void check_arg(const Arg& a, const std::unordered_set<const Node*>& seen, const Node& user,
+               const Graph& g) {
+  if (a.kind == Arg::Kind::Node) {
+    TL_CHECK(a.node && seen.count(a.node))
+        << "graph lint: node %" << user.name << " uses a value that is not defined before it"
+        << " (rule: arguments refer to earlier nodes)\n"
+        << g.str();
+  }
+  for (auto& item : a.items) check_arg(item, seen, user, g);
+}
+}  // namespace
+
+std::string TensorMeta::str() const {
+  std::ostringstream os;
+  os << dtype_short(dtype.get()) << "[";
+  for (size_t i = 0; i < sizes.size(); ++i) os << (i ? "," : "") << sizes[i];
+  os << "]";
+  return os.str();
+}
+
+std::string callable_name(PyObject* fn) {
+  PyRef mod = PyRef::steal(PyObject_GetAttrString(fn, "__module__"));
+  if (!mod) PyErr_Clear();
+  PyRef name = PyRef::steal(PyObject_GetAttrString(fn, "__qualname__"));
+  if (!name) {
+    PyErr_Clear();
+    name = PyRef::steal(PyObject_GetAttrString(fn, "__name__"));
+    if (!name) PyErr_Clear();
+  }
+  std::string m = utf8(mod.get());
+  std::string n = name ? utf8(name.get()) : "<callable>";
+  // Builtins of torch's C module print under their public namespace.
+  if (m == "torch._C._VariableFunctions" || m == "torch._C" || m.empty()) m = "torch";
+  if (m == "torch._C._nn") m = "torch._C._nn";
+  if (m == "_operator") m = "operator";
+  return m.empty() ? n : m + "." + n;
+}
+
+std::string const_repr(PyObject* v) {
+  PyRef r = PyRef::steal(PyObject_Repr(v));
+  if (!r) {
+    PyErr_Clear();
+    return "<?>";
+  }
+  std::string s = utf8(r.get());
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+Node* Graph::append(OpKind op, std::string base_name) {
+  for (char& c : base_name)
+    if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+  if (base_name.empty() || isdigit(static_cast<unsigned char>(base_name[0])))
+    base_name = "v" + base_name;
+  auto node = std::make_unique<Node>();
+  node->id = static_cast<int>(nodes_.size());
+  node->op = op;
+  auto it = std::find_if(name_counts_.begin(), name_counts_.end(),
+                         [&](auto& p) { return p.first == base_name; });
+  if (it == name_counts_.end()) {
+    name_counts_.emplace_back(base_name, 1);
+    node->name = base_name;
+  } else {
+    node->name = base_name + "_" + std::to_string(it->second++);
+  }
+  nodes_.push_back(std::move(node));
+  return nodes_.back().get();
+}
+
+Node* Graph::add_placeholder(const std::string& name, SourcePtr source) {
+  Node* n = append(OpKind::Placeholder, name);
+  n->source = std::move(source);
+  n->target_name = "placeholder";
+  return n;
+}
+
+Node* Graph::add_call_function(PyRef target, std::vector<Arg> args,
+                               std::vector<std::pair<std::string, Arg>> kwargs) {
+  std::string full = callable_name(target.get());
+  std::string base = full.substr(full.rfind('.') + 1);
+  Node* n = append(OpKind::CallFunction, base);
+  n->target = std::move(target);
+  n->target_name = std::move(full);
+  n->args = std::move(args);
+  n->kwargs = std::move(kwargs);
+  return n;
+}
+
+Node* Graph::add_call_method(const std::string& method, std::vector<Arg> args,
+                             std::vector<std::pair<std::string, Arg>> kwargs) {
+  Node* n = append(OpKind::CallMethod, method);
+  n->target_name = method;
+  n->args = std::move(args);
+  n->kwargs = std::move(kwargs);
+  return n;
+}
+
+Node* Graph::set_output(std::vector<Arg> outputs) {
+  TL_CHECK(output_ == nullptr) << "graph already has an output";
+  output_ = append(OpKind::Output, "output");
+  output_->target_name = "output";
+  output_->args = std::move(outputs);
+  return output_;
+}
+
+std::vector<Node*> Graph::placeholders() const {
+  std::vector<Node*> out;
+  for (auto& n : nodes_)
+    if (n->op == OpKind::Placeholder) out.push_back(n.get());
+  return out;
+}
+
+size_t Graph::num_ops() const {
+  size_t k = 0;
+  for (auto& n : nodes_) k += n->op == OpKind::CallFunction || n->op == OpKind::CallMethod;
+  return k;
+}
+
+std::string Graph::str() const {
+  std::ostringstream os;
+  os << "graph(";
+  bool first = true;
+  for (auto& n : nodes_) {
+    if (n->op != OpKind::Placeholder) continue;
+    os << (first ? "" : ", ") << "%" << n->name;
+    first = false;
+  }
+  os << "):\n";
+  for (auto& n : nodes_) {
+    os << "  ";
+    if (n->op == OpKind::Output) {
+      os << "return ";
+      print_arg(os, Arg::tuple(n->args));
+      os << "\n";
+      continue;
+    }
+    os << "%" << n->name;
+    if (n->meta) os << " : " << n->meta->str();
+    os << " = ";
+    if (n->op == OpKind::Placeholder) {
+      os << "placeholder[" << (n->source ? n->source->str() : "?") << "]\n";
+      continue;
+    }
+    if (n->op == OpKind::CallMethod) os << "." ;
+    os << n->target_name << "(";
+    for (size_t i = 0; i < n->args.size(); ++i) {
+      if (i) os << ", ";
+      print_arg(os, n->args[i]);
+    }
+    for (size_t i = 0; i < n->kwargs.size(); ++i) {
+      if (i || !n->args.empty()) os << ", ";
+      os << n->kwargs[i].first << "=";
+      print_arg(os, n->kwargs[i].second);
+    }
+    os << ")";
+    if (!n->location.empty()) os << "  # " << n->location;
+    os << "\n";
+  }
+  return os.str();
+}
+
+void Graph::lint() const {
+  std::unordered_set<const Node*> seen;
+  for (auto& n : nodes_) {
+    for (auto& a : n->args) check_arg(a, seen, *n, *this);
+    for (auto& kw : n->kwargs) check_arg(kw.second, seen, *n, *this);
+    seen.insert(n.get());
+  }
+}
+
+}  // namespace tl::ir

@@ -1,0 +1,42 @@
+#pragma once
+// Where a value of the traced frame came from: L['x'], G['SCALE'],
+// L['self'].layer1[0].conv1.weight. Guards and compiled entries re-read values
+// through sources on every call, so a source must be cheap to evaluate.
+#include <memory>
+#include <string>
+
+#include "core/py_ref.h"
+
+namespace tl::ir {
+
+enum class SourceKind {
+  Local,    // frame slot `index` named `name` (arguments and locals)
+  Closure,  // free variable: cell `index` of the function's __closure__, named `name`
+  Global,   // f_globals[name]
+  Builtin,  // f_builtins[name]
+  Attr,     // getattr(base, name)
+  Item,     // base[key]; key is an int or str constant
+};
+
+struct Source;
+using SourcePtr = std::shared_ptr<const Source>;
+
+struct Source {
+  SourceKind kind;
+  SourcePtr base;    // Attr, Item
+  std::string name;  // Local, Closure, Global, Builtin, Attr
+  int index = -1;    // Local slot, Closure cell
+  PyRef key;         // Item
+
+  static SourcePtr local(int slot, std::string name);
+  static SourcePtr closure(int cell, std::string name);
+  static SourcePtr global(std::string name);
+  static SourcePtr builtin(std::string name);
+  static SourcePtr attr(SourcePtr base, std::string name);
+  static SourcePtr item(SourcePtr base, PyRef key);  // key: int or str
+
+  // The readable form used in guards.txt and error messages.
+  std::string str() const;
+};
+
+}  // namespace tl::ir

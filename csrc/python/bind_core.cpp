@@ -1,0 +1,23 @@
+#include <pybind11/stl.h>
+
+#include "core/counters.h"
+#include "core/log.h"
+#include "python/bindings.h"
+
+namespace py = pybind11;
+
+namespace tl::python {
+
+void bind_core(py::module_& m) {
+  m.def("counters", [] {
+    py::dict d;
+    for (auto& [k, v] : counters().snapshot()) d[py::str(k)] = v;
+    return d;
+  }, "A snapshot of torchlite's event counters.");
+  m.def("reset_counters", [] { counters().reset(); });
+  m.def("set_log_sink", [](py::object fn) { set_log_sink(fn.is_none() ? nullptr : fn.ptr()); });
+  m.def("set_log_channels", [](const std::string& csv) { set_log_channels(csv); });
+  m.def("log_enabled", [](const std::string& ch) { return log_enabled(ch.c_str()); });
+}
+
+}  // namespace tl::python

@@ -1,0 +1,13 @@
+#pragma once
+// The only folder that includes pybind11. One bind_* function per area; each
+// lives in its own file and is called from module.cpp.
+#include <pybind11/pybind11.h>
+
+namespace tl::python {
+
+void bind_core(pybind11::module_& m);     // counters, logging, errors
+void bind_ir(pybind11::module_& m);       // Graph
+void bind_capture(pybind11::module_& m);  // bytecode disassembly
+void bind_frame(pybind11::module_& m);    // CompiledFunction, disable, reset, configs
+
+}  // namespace tl::python

@@ -1,0 +1,3 @@
+"""torchlite: torch.compile rebuilt around a C++ core."""
+
+from torchlite import _C  # noqa: F401
