@@ -1,3 +1,31 @@
-"""torchlite: torch.compile rebuilt around a C++ core."""
+"""torchlite: torch.compile rebuilt around a C++ core.
 
-from torchlite import _C  # noqa: F401
+model = torchlite.compile(model)       # or @torchlite.compile on a function
+"""
+
+from torchlite import (
+    _C,  # noqa: F401
+    config,
+)
+from torchlite.backends import list_backends, register_backend
+from torchlite.compiler import compile, disable
+from torchlite.errors import InternalError
+from torchlite.explain import BreakReason, ExplainOutput, explain
+from torchlite.optimized_module import OptimizedModule
+from torchlite.state import counters, reset, reset_counters
+
+__all__ = [
+    "BreakReason",
+    "ExplainOutput",
+    "InternalError",
+    "OptimizedModule",
+    "compile",
+    "config",
+    "counters",
+    "disable",
+    "explain",
+    "list_backends",
+    "register_backend",
+    "reset",
+    "reset_counters",
+]

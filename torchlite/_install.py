@@ -1,0 +1,42 @@
+"""Hands the Python side of torchlite's process-wide hooks to the C++ core.
+
+NOTE: done on every compile()/explain() instead of at import, so `import torchlite` stays
+cheap and later changes to torchlite.config (trace, debug_dir, logs) take effect.
+"""
+
+import logging
+import os
+import sys
+
+from torchlite import _C, config, fx_interop
+
+logger = logging.getLogger("torchlite")
+_handler: logging.Handler | None = None
+
+
+def log_sink(channel: str, message: str) -> None:
+    """Receives the C++ log events (TORCHLITE_LOGS channels)."""
+    logger.info("[%s] %s", channel, message, extra={"channel": channel})
+
+
+def _show_logs() -> None:
+    # NOTE: like TORCH_LOGS, asking for a channel prints it even when the program never
+    # configured logging; a handler the user attached takes precedence.
+    global _handler
+    if _handler is not None or logger.handlers:
+        return
+    _handler = logging.StreamHandler(sys.stderr)
+    _handler.setFormatter(logging.Formatter("torchlite: %(message)s"))
+    logger.addHandler(_handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+
+
+def sync() -> None:
+    """Applies torchlite.config to the C++ core."""
+    _C.set_log_sink(log_sink)
+    _C.set_log_channels(config.logs)
+    if config.logs:
+        _show_logs()
+    _C.set_trace_dir(os.path.abspath(config.debug_dir) if config.trace else None)
+    _C.set_backend_bridge(fx_interop.backend_bridge)

@@ -1,0 +1,110 @@
+"""torchlite.compile and torchlite.disable: wrapping user code so the C++ frame hook sees it."""
+
+import functools
+import inspect
+import reprlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from torchlite import _C, _install, backends, config
+from torchlite.optimized_module import OptimizedModule
+
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _check_options(fullgraph, dynamic, mode, options) -> None:
+    if not isinstance(fullgraph, bool):
+        raise TypeError(f"torchlite.compile: fullgraph must be a bool, got {fullgraph!r}")
+    if dynamic is not None and not isinstance(dynamic, bool):
+        raise TypeError(f"torchlite.compile: dynamic must be None or a bool, got {dynamic!r}")
+    if mode not in MODES:
+        raise ValueError(
+            f"torchlite.compile: unknown mode {mode!r}; valid modes: {', '.join(map(repr, MODES))}"
+        )
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(
+            f"torchlite.compile: options must be a dict or None, got {type(options).__name__}"
+        )
+    if mode is not None and options:
+        raise ValueError("torchlite.compile: give either mode or options, not both")
+
+
+def _check_callable(obj: Any, api: str) -> None:
+    if not callable(obj):
+        raise TypeError(
+            f"{api} expects a function or an nn.Module, got {type(obj).__name__} "
+            f"object {reprlib.repr(obj)}, which is not callable"
+        )
+
+
+def _check_not_generator(obj: Any, api: str) -> None:
+    # NOTE: the frame hook never enters generator or coroutine frames (DESIGN.md, Capture).
+    for kind, test in (
+        ("generator function", inspect.isgeneratorfunction),
+        ("coroutine function", inspect.iscoroutinefunction),
+        ("async generator function", inspect.isasyncgenfunction),
+    ):
+        if test(obj):
+            name = getattr(obj, "__qualname__", repr(obj))
+            raise TypeError(
+                f"{api}: {name} is a {kind} and cannot be compiled; "
+                "compile the code that consumes it instead"
+            )
+
+
+def _copy_metadata(wrapper: Any, fn: Callable) -> Any:
+    # NOTE: not functools.update_wrapper: the C++ wrapper sets __wrapped__ itself.
+    for attr in functools.WRAPPER_ASSIGNMENTS:
+        if hasattr(fn, attr):
+            setattr(wrapper, attr, getattr(fn, attr))
+    for k, v in getattr(fn, "__dict__", {}).items():
+        if k != "__wrapped__":
+            wrapper.__dict__.setdefault(k, v)
+    return wrapper
+
+
+def _wrap(obj: Any, wrap_call: Callable[[Callable], Callable]) -> Any:
+    if isinstance(obj, torch.nn.Module):
+        return OptimizedModule(obj, wrap_call)
+    return _copy_metadata(wrap_call(obj), obj)
+
+
+def compile(
+    model_or_fn: Any = None,
+    *,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    backend: str | Callable = "torchlite",
+    mode: str | None = None,
+    options: dict | None = None,
+    disable: bool = False,
+) -> Any:
+    """Compiles a function or nn.Module; same signature and forms as torch.compile.
+
+    `@torchlite.compile`, `@torchlite.compile(fullgraph=True)`, `torchlite.compile(fn)` and
+    `torchlite.compile(module)` (an nn.Module sharing the original's state). `dynamic` is
+    accepted for compatibility; shapes are specialised and a new shape recompiles.
+    """
+    _check_options(fullgraph, dynamic, mode, options)
+    backend_fn, backend_name = backends.resolve(backend, mode, options)
+
+    def wrap(obj: Any) -> Any:
+        _check_callable(obj, "torchlite.compile")
+        _check_not_generator(obj, "torchlite.compile")
+        if disable or config.disable:
+            return obj
+        _install.sync()
+        cfg = _C.make_config(backend_fn, backend_name, fullgraph, config.cache_size_limit, None)
+        return _wrap(obj, lambda f: _C.CompiledFunction(f, cfg))
+
+    return wrap if model_or_fn is None else wrap(model_or_fn)
+
+
+def disable(fn: Any = None) -> Any:
+    """Runs fn (a function or nn.Module) eagerly even when called from compiled code."""
+    if fn is None:
+        return disable
+    _check_callable(fn, "torchlite.disable")
+    return _wrap(fn, _C.DisabledFunction)

@@ -1,0 +1,92 @@
+"""torchlite.explain(fn)(*args): what torchlite captured, where it broke the graph and why."""
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from torchlite import _C, _install, config
+from torchlite.optimized_module import OptimizedModule
+
+
+@dataclasses.dataclass(frozen=True)
+class BreakReason:
+    kind: str  # a stable snake_case kind, listed in docs/graph_breaks.md
+    reason: str
+    filename: str
+    lineno: int
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno}: {self.kind}: {self.reason}"
+
+
+@dataclasses.dataclass
+class ExplainOutput:
+    graphs: list  # _C.Graph, in capture order
+    graph_count: int
+    graph_break_count: int
+    break_reasons: list[BreakReason]
+    guards: list[str]  # one guard set per captured frame
+    ops_per_graph: list[int]
+    frames: list[dict]  # the raw records from the C++ core
+
+    @classmethod
+    def from_records(cls, records: list[dict]) -> "ExplainOutput":
+        with_graph = [r for r in records if r["graph"] is not None]
+        breaks = [BreakReason(**r["break"]) for r in records if r["break"] is not None]
+        return cls(
+            graphs=[r["graph"] for r in with_graph],
+            graph_count=len(with_graph),
+            graph_break_count=len(breaks),
+            break_reasons=breaks,
+            guards=[r["guards"] for r in records],
+            ops_per_graph=[r["ops"] for r in with_graph],
+            frames=list(records),
+        )
+
+    def __str__(self) -> str:
+        lines = [
+            f"Graph count: {self.graph_count}",
+            f"Graph break count: {self.graph_break_count}",
+            f"Op count: {sum(self.ops_per_graph)}",
+        ]
+        if self.break_reasons:
+            lines.append("Break reasons:")
+            lines += [f"  {i}. {b}" for i, b in enumerate(self.break_reasons, 1)]
+        for i, r in enumerate(self.frames, 1):
+            where = f"{r['code_name']} ({r['filename']}:{r['firstlineno']})"
+            lines.append(f"Frame {i}: {where}, {r['ops']} ops, {r['capture_ms']:.2f} ms to capture")
+            if r["graph"] is not None:
+                lines += ["  " + line for line in str(r["graph"]).splitlines()]
+            if r["guards"]:
+                lines.append("  Guards:")
+                lines += ["    " + line for line in r["guards"].splitlines()]
+        return "\n".join(lines)
+
+
+def _unwrap(fn: Any) -> Any:
+    if isinstance(fn, OptimizedModule):
+        return fn._orig_mod
+    if isinstance(fn, _C.CompiledFunction):
+        return fn.__wrapped__
+    return fn
+
+
+def explain(fn: Callable) -> Callable[..., ExplainOutput]:
+    """Returns a function that runs fn(*args, **kwargs) under torchlite and reports the capture.
+
+    NOTE: a fresh config (its own cache) and recorder, so every frame is traced again even if
+    fn was compiled and called before.
+    """
+    target = _unwrap(fn)
+
+    def run(*args: Any, **kwargs: Any) -> ExplainOutput:
+        _install.sync()
+        records: list[dict] = []
+        cfg = _C.make_config(None, "torchlite", False, config.cache_size_limit, records)
+        call = target.__call__ if isinstance(target, torch.nn.Module) else target
+        _C.CompiledFunction(call, cfg)(*args, **kwargs)
+        return ExplainOutput.from_records(records)
+
+    return run

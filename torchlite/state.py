@@ -1,0 +1,18 @@
+"""Process-wide state of the C++ core: its caches and its event counters."""
+
+from torchlite import _C
+
+
+def reset() -> None:
+    """Forgets every compiled entry (all code objects), so the next calls capture again."""
+    _C.reset()
+
+
+def counters() -> dict[str, int]:
+    """A snapshot: frames, graphs, graph_breaks, recompiles, cache_hits, kernels,
+    eager_fallbacks, capture_ns."""
+    return dict(_C.counters())
+
+
+def reset_counters() -> None:
+    _C.reset_counters()
