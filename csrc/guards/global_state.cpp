@@ -1,0 +1,111 @@
+#include "guards/global_state.h"
+
+#include "core/errors.h"
+
+namespace tl::guards {
+
+namespace {
+// torch's query functions, looked up once on first use; owned by a table that
+// is never freed (it must outlive every GuardSet; Py_Finalize is not run).
+struct Queries {
+  PyObject* grad = nullptr;           // torch.is_grad_enabled()
+  PyObject* inference = nullptr;      // torch.is_inference_mode_enabled()
+  PyObject* default_dtype = nullptr;  // torch.get_default_dtype()
+  PyObject* any_autocast = nullptr;   // torch._C._is_any_autocast_enabled(), may be null
+  PyObject* autocast = nullptr;       // torch.is_autocast_enabled(device_type)
+  PyObject* cpu = nullptr;            // "cpu"
+  PyObject* cuda = nullptr;           // "cuda"
+};
+
+PyObject* must_get(PyObject* obj, const char* name) {
+  PyObject* r = PyObject_GetAttrString(obj, name);  // new reference, kept forever
+  if (!r) throw PythonError();
+  return r;
+}
+
+const Queries& queries() {
+  static Queries* q = nullptr;  // the GIL serialises initialisation
+  if (q) return *q;
+  PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
+  if (!torch) throw PythonError();
+  PyRef c = PyRef::steal(PyImport_ImportModule("torch._C"));
+  if (!c) throw PythonError();
+  auto* n = new Queries();
+  n->grad = must_get(torch.get(), "is_grad_enabled");
+  n->inference = must_get(torch.get(), "is_inference_mode_enabled");
+  n->default_dtype = must_get(torch.get(), "get_default_dtype");
+  n->autocast = must_get(torch.get(), "is_autocast_enabled");
+  n->any_autocast = PyObject_GetAttrString(c.get(), "_is_any_autocast_enabled");
+  if (!n->any_autocast) PyErr_Clear();  // older torch: query cpu and cuda instead
+  n->cpu = PyUnicode_InternFromString("cpu");
+  n->cuda = PyUnicode_InternFromString("cuda");
+  q = n;
+  return *q;
+}
+
+// Calls fn(arg?) and returns its result as a new reference; throws on error.
+PyRef call(PyObject* fn, PyObject* arg = nullptr) {
+  PyObject* r = arg ? PyObject_CallOneArg(fn, arg) : PyObject_CallNoArgs(fn);
+  if (!r) throw PythonError();
+  return PyRef::steal(r);
+}
+
+bool call_bool(PyObject* fn, PyObject* arg = nullptr) { return call(fn, arg).get() == Py_True; }
+
+bool any_autocast(const Queries& q) {
+  if (q.any_autocast) return call_bool(q.any_autocast);
+  return call_bool(q.autocast, q.cpu) || call_bool(q.autocast, q.cuda);
+}
+
+const char* py_bool(bool b) { return b ? "True" : "False"; }
+
+std::string str_of(PyObject* v) {
+  PyRef s = PyRef::steal(PyObject_Str(v));
+  const char* c = s ? PyUnicode_AsUTF8(s.get()) : nullptr;
+  if (!c) PyErr_Clear();
+  return c ? c : "?";
+}
+}  // namespace
+
+GlobalState::GlobalState() {
+  const Queries& q = queries();
+  grad_ = call_bool(q.grad);
+  inference_ = call_bool(q.inference);
+  default_dtype_ = call(q.default_dtype);
+  any_autocast_ = any_autocast(q);
+  if (any_autocast_) {
+    autocast_cpu_ = call_bool(q.autocast, q.cpu);
+    autocast_cuda_ = call_bool(q.autocast, q.cuda);
+  }
+}
+
+bool GlobalState::check() const {
+  const Queries& q = queries();
+  if (call_bool(q.grad) != grad_) return false;
+  if (call_bool(q.inference) != inference_) return false;
+  if (call(q.default_dtype).get() != default_dtype_.get()) return false;  // dtypes are singletons
+  if (!any_autocast_) return !any_autocast(q);
+  return call_bool(q.autocast, q.cpu) == autocast_cpu_ && call_bool(q.autocast, q.cuda) == autocast_cuda_;
+}
+
+std::string GlobalState::mismatch() const {
+  const Queries& q = queries();
+  if (call_bool(q.grad) != grad_) return std::string("grad mode changed (was ") + py_bool(grad_) + ")";
+  if (call_bool(q.inference) != inference_)
+    return std::string("inference mode changed (was ") + py_bool(inference_) + ")";
+  PyRef dtype = call(q.default_dtype);
+  if (dtype.get() != default_dtype_.get())
+    return "default dtype changed (was " + str_of(default_dtype_.get()) + ", now " + str_of(dtype.get()) + ")";
+  return std::string("autocast state changed (was cpu=") + py_bool(autocast_cpu_) +
+         " cuda=" + py_bool(autocast_cuda_) + ")";
+}
+
+std::string GlobalState::str() const {
+  std::string s = std::string("GLOBAL_STATE grad_mode=") + py_bool(grad_) +
+                  " inference_mode=" + py_bool(inference_) +
+                  " default_dtype=" + str_of(default_dtype_.get());
+  if (!any_autocast_) return s + " autocast=False";
+  return s + " autocast_cpu=" + py_bool(autocast_cpu_) + " autocast_cuda=" + py_bool(autocast_cuda_);
+}
+
+}  // namespace tl::guards

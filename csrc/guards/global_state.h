@@ -1,0 +1,28 @@
+#pragma once
+// GLOBAL_STATE: torch's thread-global modes that change what a traced graph
+// computes. Grad mode comes first: it flips most often (eval loops under
+// torch.no_grad()) and changes whether autograd must be recorded.
+#include <string>
+
+#include "core/py_ref.h"
+
+namespace tl::guards {
+
+class GlobalState {
+ public:
+  GlobalState();  // records the state now; imports torch; throws PythonError on failure
+
+  bool check() const;        // throws PythonError if a torch query raised
+  std::string mismatch() const;  // after check() failed: "grad mode changed (was True)"
+  std::string str() const;   // "GLOBAL_STATE grad_mode=True inference_mode=False ..."
+
+ private:
+  bool grad_ = false;
+  bool inference_ = false;
+  PyRef default_dtype_;
+  bool any_autocast_ = false;
+  bool autocast_cpu_ = false;
+  bool autocast_cuda_ = false;
+};
+
+}  // namespace tl::guards

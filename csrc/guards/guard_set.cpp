@@ -1,0 +1,134 @@
+#include "guards/guard_set.h"
+
+#include <optional>
+#include <sstream>
+
+#include "core/errors.h"
+#include "guards/fetch.h"
+#include "guards/global_state.h"
+#include "guards/leaf_guard.h"
+
+namespace tl::guards {
+
+namespace {
+// One source in the guard tree: fetched once per check from its parent's
+// value (or the frame, for roots), then its guards, then its children.
+struct Node {
+  ir::SourcePtr source;
+  std::string label;  // source->str(), computed once
+  FetchStep step;
+  std::vector<LeafGuard> guards;
+  std::vector<std::unique_ptr<Node>> children;
+
+  explicit Node(ir::SourcePtr s) : source(s), label(s->str()), step(*s) {}
+};
+using Nodes = std::vector<std::unique_ptr<Node>>;
+}  // namespace
+
+struct GuardSet::Impl {
+  std::optional<GlobalState> global_state;
+  Nodes roots;  // in insertion order; children likewise
+  size_t count = 0;
+  // Written by the const check(): the GIL serialises every call on a GuardSet.
+  mutable std::string failure;
+
+  Node& node_for(const ir::SourcePtr& s);
+  void add(const ir::SourcePtr& s, LeafGuard g);
+  bool check_node(const Node& n, PyObject* parent, const ir::FrameView& frame) const;
+  void print(const Node& n, std::ostringstream& os) const;
+};
+
+Node& GuardSet::Impl::node_for(const ir::SourcePtr& s) {
+  TL_CHECK(s != nullptr) << "guard without a source";
+  Nodes& siblings = s->base ? node_for(s->base).children : roots;
+  FetchStep step(*s);
+  for (auto& n : siblings)
+    if (n->source == s || n->step.same_as(step)) return *n;
+  siblings.push_back(std::make_unique<Node>(s));
+  return *siblings.back();
+}
+
+void GuardSet::Impl::add(const ir::SourcePtr& s, LeafGuard g) {
+  Node& n = node_for(s);
+  for (const LeafGuard& have : n.guards)
+    if (have.same_as(g)) return;
+  n.guards.push_back(std::move(g));
+  ++count;
+}
+
+bool GuardSet::Impl::check_node(const Node& n, PyObject* parent,
+                                const ir::FrameView& frame) const {
+  PyRef v = n.step.apply(parent, frame);
+  if (!v) {
+    failure = n.label + " does not exist";
+    return false;
+  }
+  for (const LeafGuard& g : n.guards) {
+    if (!g.check(v.get())) {
+      failure = g.failure(v.get(), n.label);
+      return false;
+    }
+  }
+  for (const auto& child : n.children)
+    if (!check_node(*child, v.get(), frame)) return false;
+  return true;
+}
+
+void GuardSet::Impl::print(const Node& n, std::ostringstream& os) const {
+  for (const LeafGuard& g : n.guards) os << g.str(n.label) << "\n";
+  for (const auto& child : n.children) print(*child, os);
+}
+
+GuardSet::GuardSet() : impl_(std::make_unique<Impl>()) {}
+GuardSet::~GuardSet() = default;
+GuardSet::GuardSet(GuardSet&&) noexcept = default;
+GuardSet& GuardSet::operator=(GuardSet&&) noexcept = default;
+
+void GuardSet::add_type_match(ir::SourcePtr s, PyObject* type) {
+  impl_->add(s, LeafGuard::type_match(type));
+}
+void GuardSet::add_id_match(ir::SourcePtr s, PyObject* obj) {
+  impl_->add(s, LeafGuard::id_match(obj));
+}
+void GuardSet::add_equals_match(ir::SourcePtr s, PyObject* value) {
+  impl_->add(s, LeafGuard::equals_match(value));
+}
+void GuardSet::add_tensor_match(ir::SourcePtr s, PyObject* tensor) {
+  impl_->add(s, LeafGuard::tensor_match(tensor));
+}
+void GuardSet::add_dict_version(ir::SourcePtr s, PyObject* dict) {
+  impl_->add(s, LeafGuard::dict_version(dict));
+}
+void GuardSet::add_length_match(ir::SourcePtr s, Py_ssize_t n) {
+  impl_->add(s, LeafGuard::length_match(n));
+}
+void GuardSet::add_global_state() {
+  if (impl_->global_state) return;  // the first snapshot is the one the trace saw
+  impl_->global_state.emplace();
+  ++impl_->count;
+}
+
+bool GuardSet::check(const ir::FrameView& frame) const {
+  const Impl& im = *impl_;
+  if (im.global_state && !im.global_state->check()) {
+    im.failure = im.global_state->mismatch();
+    return false;
+  }
+  for (const auto& root : im.roots)
+    if (!im.check_node(*root, nullptr, frame)) return false;
+  im.failure.clear();
+  return true;
+}
+
+std::string GuardSet::failure_reason() const { return impl_->failure; }
+
+std::string GuardSet::str() const {
+  std::ostringstream os;
+  if (impl_->global_state) os << impl_->global_state->str() << "\n";
+  for (const auto& root : impl_->roots) impl_->print(*root, os);
+  return os.str();
+}
+
+size_t GuardSet::size() const { return impl_->count; }
+
+}  // namespace tl::guards

@@ -1,0 +1,197 @@
+#include "guards/leaf_guard.h"
+
+#include <cmath>
+
+#include "core/errors.h"
+#include "guards/torch_refs.h"
+
+namespace tl::guards {
+
+namespace {
+std::string repr(PyObject* v) {
+  PyRef r = PyRef::steal(PyObject_Repr(v));
+  const char* s = r ? PyUnicode_AsUTF8(r.get()) : nullptr;
+  if (!s) PyErr_Clear();
+  return s ? s : "?";
+}
+
+const char* type_name(PyObject* v) { return Py_TYPE(v)->tp_name; }
+
+// ma_version_tag is deprecated on 3.12 but still bumped on every store (see
+// reference/frame-layer.md), so it works on both versions without a watcher.
+uint64_t dict_version_of(PyObject* dict) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  return reinterpret_cast<PyDictObject*>(dict)->ma_version_tag;
+#pragma GCC diagnostic pop
+}
+
+// Values whose == is a total, side-effect free comparison of immutable data.
+bool is_constant(PyObject* v) {
+  if (v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v) ||
+      PyComplex_CheckExact(v) || PyUnicode_CheckExact(v) || PyBytes_CheckExact(v))
+    return true;
+  const TorchRefs& t = torch_refs();
+  PyObject* type = (PyObject*)Py_TYPE(v);
+  if (type == t.dtype_type || type == t.device_type || type == t.layout_type ||
+      type == t.memory_format_type)
+    return true;
+  if (PyTuple_CheckExact(v) || (t.size_type && type == t.size_type)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v); ++i)
+      if (!is_constant(PyTuple_GET_ITEM(v, i))) return false;
+    return true;
+  }
+  return false;
+}
+
+Py_ssize_t length_of(PyObject* v) {
+  if (PyList_CheckExact(v)) return PyList_GET_SIZE(v);
+  if (PyTuple_CheckExact(v)) return PyTuple_GET_SIZE(v);
+  if (PyDict_CheckExact(v)) return PyDict_GET_SIZE(v);
+  Py_ssize_t n = PyObject_Length(v);
+  if (n < 0) PyErr_Clear();  // no len(): the guard fails, it does not raise
+  return n;
+}
+}  // namespace
+
+bool equals_exact(PyObject* a, PyObject* b) {
+  if (Py_TYPE(a) != Py_TYPE(b)) return false;
+  if (a == b) return true;
+  if (PyFloat_CheckExact(a)) {
+    double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(b);
+    if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y);
+    return x == y && std::signbit(x) == std::signbit(y);
+  }
+  if (PyTuple_Check(a)) {
+    Py_ssize_t n = PyTuple_GET_SIZE(a);
+    if (PyTuple_GET_SIZE(b) != n) return false;
+    for (Py_ssize_t i = 0; i < n; ++i)
+      if (!equals_exact(PyTuple_GET_ITEM(a, i), PyTuple_GET_ITEM(b, i))) return false;
+    return true;
+  }
+  int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+  if (eq < 0) throw PythonError();
+  return eq == 1;
+}
+
+LeafGuard LeafGuard::type_match(PyObject* type) {
+  TL_CHECK(PyType_Check(type)) << "TYPE_MATCH needs a type, got " << type_name(type);
+  return LeafGuard{GuardKind::TypeMatch, PyRef::borrow(type)};
+}
+
+LeafGuard LeafGuard::id_match(PyObject* obj) {
+  // NOTE: a weakref, not a strong reference: cache entries live on the code
+  // object, so a strong one would keep e.g. a dropped model and its weights
+  // alive for the life of the process. The weakref still rules out id reuse:
+  // it is cleared before the object is freed, so a new object at the same
+  // address never matches. Objects without weakref support (None, ints,
+  // tuples) are small or immortal, so those are held strongly.
+  LeafGuard g{GuardKind::IdMatch};
+  g.id = obj;
+  if (PyType_SUPPORTS_WEAKREFS(Py_TYPE(obj))) {
+    g.ref = PyRef::steal(PyWeakref_NewRef(obj, nullptr));
+    if (!g.ref) throw PythonError();
+    g.weak = true;
+  } else {
+    g.ref = PyRef::borrow(obj);
+  }
+  return g;
+}
+
+LeafGuard LeafGuard::equals_match(PyObject* value) {
+  TL_CHECK(is_constant(value)) << "EQUALS_MATCH on a " << type_name(value)
+                               << ": only None/bool/int/float/complex/str/bytes, tuples of "
+                                  "those and torch.dtype/device/layout/memory_format are "
+                                  "compared by value; use ID_MATCH";
+  return LeafGuard{GuardKind::EqualsMatch, PyRef::borrow(value)};
+}
+
+LeafGuard LeafGuard::tensor_match(PyObject* tensor) {
+  LeafGuard g{GuardKind::TensorMatch};
+  g.tensor = std::make_shared<const guards::TensorMatch>(tensor);
+  return g;
+}
+
+LeafGuard LeafGuard::dict_version(PyObject* dict) {
+  TL_CHECK(PyDict_Check(dict)) << "DICT_VERSION needs a dict, got " << type_name(dict);
+  // Version tags come from one interpreter-wide counter, so no other dict can
+  // carry this one: no reference to the dict is needed.
+  LeafGuard g{GuardKind::DictVersion};
+  g.version = dict_version_of(dict);
+  return g;
+}
+
+LeafGuard LeafGuard::length_match(Py_ssize_t n) {
+  LeafGuard g{GuardKind::LengthMatch};
+  g.length = n;
+  return g;
+}
+
+bool LeafGuard::check(PyObject* v) const {
+  switch (kind) {
+    case GuardKind::TypeMatch: return (PyObject*)Py_TYPE(v) == ref.get();
+    case GuardKind::IdMatch: return v == id && (!weak || PyWeakref_GET_OBJECT(ref.get()) == v);
+    case GuardKind::EqualsMatch: return equals_exact(v, ref.get());
+    case GuardKind::TensorMatch: return tensor->check(v);
+    case GuardKind::DictVersion: return PyDict_Check(v) && dict_version_of(v) == version;
+    case GuardKind::LengthMatch: return length_of(v) == length;
+  }
+  return false;
+}
+
+std::string LeafGuard::failure(PyObject* v, const std::string& src) const {
+  switch (kind) {
+    case GuardKind::TypeMatch:
+      return src + ": type mismatch: expected " + ((PyTypeObject*)ref.get())->tp_name + ", got " +
+             type_name(v);
+    case GuardKind::IdMatch: {
+      PyObject* target = weak ? PyWeakref_GET_OBJECT(ref.get()) : ref.get();
+      if (target == Py_None && weak) return src + ": the guarded object was freed";
+      return src + ": not the same " + type_name(target) + " object as at trace time (got a " +
+             type_name(v) + ")";
+    }
+    case GuardKind::EqualsMatch: {
+      std::string got = repr(v);
+      if (Py_TYPE(v) != Py_TYPE(ref.get())) got += std::string(" of type ") + type_name(v);
+      return src + " == " + repr(ref.get()) + " failed (got " + got + ")";
+    }
+    case GuardKind::TensorMatch: return src + ": " + tensor->mismatch(v);
+    case GuardKind::DictVersion: return src + " was modified since tracing";
+    case GuardKind::LengthMatch:
+      return "len(" + src + ") == " + std::to_string(length) + " failed (got " +
+             std::to_string(length_of(v)) + ")";
+  }
+  return src + ": guard failed";
+}
+
+std::string LeafGuard::str(const std::string& src) const {
+  switch (kind) {
+    case GuardKind::TypeMatch:
+      return "TYPE_MATCH " + src + " (" + ((PyTypeObject*)ref.get())->tp_name + ")";
+    case GuardKind::IdMatch: {
+      PyObject* target = weak ? PyWeakref_GET_OBJECT(ref.get()) : ref.get();
+      if (weak && target == Py_None) return "ID_MATCH " + src + " (freed)";
+      return "ID_MATCH " + src + " (" + (target == Py_None ? "None" : type_name(target)) + ")";
+    }
+    case GuardKind::EqualsMatch: return "EQUALS_MATCH " + src + " == " + repr(ref.get());
+    case GuardKind::TensorMatch: return "TENSOR_MATCH " + src + " " + tensor->str();
+    case GuardKind::DictVersion: return "DICT_VERSION " + src;
+    case GuardKind::LengthMatch: return "LENGTH_MATCH len(" + src + ") == " + std::to_string(length);
+  }
+  return "?";
+}
+
+bool LeafGuard::same_as(const LeafGuard& o) const {
+  if (kind != o.kind) return false;
+  switch (kind) {
+    case GuardKind::TypeMatch: return ref.get() == o.ref.get();
+    case GuardKind::IdMatch: return id == o.id && check(o.id);  // and ours is still alive
+    case GuardKind::EqualsMatch: return equals_exact(ref.get(), o.ref.get());
+    case GuardKind::TensorMatch: return tensor->same_as(*o.tensor);
+    case GuardKind::DictVersion: return version == o.version;
+    case GuardKind::LengthMatch: return length == o.length;
+  }
+  return false;
+}
+
+}  // namespace tl::guards

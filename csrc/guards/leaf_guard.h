@@ -1,0 +1,46 @@
+#pragma once
+// One guard on one value (the value its node in the guard tree fetched).
+#include <Python.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/py_ref.h"
+#include "guards/tensor_match.h"
+
+namespace tl::guards {
+
+enum class GuardKind { TypeMatch, IdMatch, EqualsMatch, TensorMatch, DictVersion, LengthMatch };
+
+struct LeafGuard {
+  GuardKind kind;
+  // TypeMatch: the type. IdMatch: a weakref to the object, or the object when
+  // its type has no weakrefs. EqualsMatch: the constant.
+  PyRef ref;
+  PyObject* id = nullptr;  // IdMatch: the object's address (compare only, never dereferenced)
+  bool weak = false;       // IdMatch: `ref` is a weakref
+  uint64_t version = 0;    // DictVersion
+  Py_ssize_t length = 0;   // LengthMatch
+  std::shared_ptr<const guards::TensorMatch> tensor;  // TensorMatch (shared: LeafGuard copies)
+
+  static LeafGuard type_match(PyObject* type);    // borrows
+  static LeafGuard id_match(PyObject* obj);       // borrows
+  static LeafGuard equals_match(PyObject* value);  // borrows; throws Error for unsupported types
+  static LeafGuard tensor_match(PyObject* tensor);  // borrows
+  static LeafGuard dict_version(PyObject* dict);  // borrows; keeps no reference
+  static LeafGuard length_match(Py_ssize_t n);
+
+  // Borrows v (non-null). Throws PythonError only for unexpected failures.
+  bool check(PyObject* v) const;
+  // After check(v) failed: readable reason naming `src`.
+  std::string failure(PyObject* v, const std::string& src) const;
+  std::string str(const std::string& src) const;  // one line for guards.txt
+  bool same_as(const LeafGuard& o) const;         // dedup
+};
+
+// type(a) is type(b) and a == b, recursively for tuples; floats also by sign
+// (0.0 vs -0.0) and NaN equals NaN. Throws PythonError if == raised.
+bool equals_exact(PyObject* a, PyObject* b);
+
+}  // namespace tl::guards

@@ -1,0 +1,177 @@
+#include "guards/tensor_match.h"
+
+#include <sstream>
+
+#include "core/errors.h"
+#include "ir/graph.h"
+
+namespace tl::guards {
+
+namespace {
+// Interned attribute names, created once and never freed.
+PyObject* field_name(int f) {
+  static PyObject* names[] = {
+      PyUnicode_InternFromString("dtype"), PyUnicode_InternFromString("device"),
+      PyUnicode_InternFromString("requires_grad"), PyUnicode_InternFromString("shape"),
+      PyUnicode_InternFromString("is_cpu")};
+  return names[f];
+}
+PyObject* stride_name() {
+  static PyObject* name = PyUnicode_InternFromString("stride");
+  return name;
+}
+
+std::string repr(PyObject* v) {
+  PyRef r = PyRef::steal(PyObject_Str(v));
+  const char* s = r ? PyUnicode_AsUTF8(r.get()) : nullptr;
+  if (!s) {
+    PyErr_Clear();
+    return "?";
+  }
+  return s;
+}
+
+// Sizes or strides as integers; throws on a non-int entry (e.g. a SymInt).
+std::vector<Py_ssize_t> to_ints(PyObject* tuple) {
+  TL_CHECK(PyTuple_Check(tuple)) << "expected a tuple of ints, got " << Py_TYPE(tuple)->tp_name;
+  std::vector<Py_ssize_t> out(PyTuple_GET_SIZE(tuple));
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(tuple, i));
+    if (out[i] == -1 && PyErr_Occurred()) throw PythonError();
+  }
+  return out;
+}
+
+// True when the tuple of ints equals `expected`; stops at the first difference.
+bool ints_equal(PyObject* tuple, const std::vector<Py_ssize_t>& expected) {
+  if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != (Py_ssize_t)expected.size()) return false;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    PyObject* item = PyTuple_GET_ITEM(tuple, i);
+    // NOTE: small ints are cached, so this is usually one compare.
+    Py_ssize_t got = PyLong_AsSsize_t(item);
+    if (got == -1 && PyErr_Occurred()) throw PythonError();
+    if (got != expected[i]) return false;
+  }
+  return true;
+}
+
+std::string join(const std::vector<Py_ssize_t>& v) {
+  std::ostringstream os;
+  os << "(";
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+  if (v.size() == 1) os << ",";
+  os << ")";
+  return os.str();
+}
+
+std::string mismatch_at(const char* what, const std::vector<Py_ssize_t>& want,
+                        const std::vector<Py_ssize_t>& got) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i] != got[i]) {
+      std::ostringstream os;
+      os << what << " mismatch at dim " << i << ": expected " << want[i] << ", got " << got[i];
+      return os.str();
+    }
+  }
+  return std::string(what) + " mismatch";
+}
+}  // namespace
+
+TensorMatch::TensorMatch(PyObject* tensor) : type_(PyRef::borrow((PyObject*)Py_TYPE(tensor))) {
+  PyTypeObject* type = Py_TYPE(tensor);
+  for (int f = 0; f < kNumFields; ++f) {
+    PyObject* d = _PyType_Lookup(type, field_name(f));  // borrowed
+    getters_[f] = d && Py_IS_TYPE(d, &PyGetSetDescr_Type)
+                      ? reinterpret_cast<PyGetSetDescrObject*>(d)->d_getset
+                      : nullptr;
+  }
+  PyObject* stride = _PyType_Lookup(type, stride_name());  // borrowed
+  if (stride && Py_IS_TYPE(stride, &PyMethodDescr_Type)) stride_method_ = PyRef::borrow(stride);
+  bool all = static_cast<bool>(stride_method_);
+  for (auto* g : getters_) all = all && g && g->get;
+  fast_tag_ = all ? type->tp_version_tag : 0;
+
+  dtype_ = read(tensor, kDtype);
+  device_ = read(tensor, kDevice);
+  cpu_ = read(tensor, kIsCpu).get() == Py_True;
+  requires_grad_ = read(tensor, kRequiresGrad).get() == Py_True;
+  sizes_ = to_ints(read(tensor, kShape).get());
+  strides_ = to_ints(read_strides(tensor).get());
+}
+
+PyRef TensorMatch::read(PyObject* v, Field f) const {
+  PyObject* r = fast_valid() && Py_TYPE(v) == (PyTypeObject*)type_.get()
+                    ? getters_[f]->get(v, getters_[f]->closure)
+                    : PyObject_GetAttr(v, field_name(f));
+  if (!r) throw PythonError();
+  return PyRef::steal(r);
+}
+
+PyRef TensorMatch::read_strides(PyObject* v) const {
+  PyObject* r = fast_valid() && Py_TYPE(v) == (PyTypeObject*)type_.get()
+                    ? PyObject_Vectorcall(stride_method_.get(), &v, 1, nullptr)
+                    : PyObject_CallMethodNoArgs(v, stride_name());
+  if (!r) throw PythonError();
+  return PyRef::steal(r);
+}
+
+bool TensorMatch::check(PyObject* v) const {
+  if ((PyObject*)Py_TYPE(v) != type_.get()) return false;
+  if (read(v, kDtype).get() != dtype_.get()) return false;  // dtypes are singletons
+  if (cpu_) {
+    if (read(v, kIsCpu).get() != Py_True) return false;
+  } else {
+    int eq = PyObject_RichCompareBool(read(v, kDevice).get(), device_.get(), Py_EQ);
+    if (eq != 1) {
+      if (eq < 0) throw PythonError();
+      return false;
+    }
+  }
+  if ((read(v, kRequiresGrad).get() == Py_True) != requires_grad_) return false;
+  return ints_equal(read(v, kShape).get(), sizes_) && ints_equal(read_strides(v).get(), strides_);
+}
+
+std::string TensorMatch::mismatch(PyObject* v) const {
+  auto expected = [](const char* what, const std::string& want, const std::string& got) {
+    return std::string(what) + " mismatch: expected " + want + ", got " + got;
+  };
+  PyTypeObject* want_type = reinterpret_cast<PyTypeObject*>(type_.get());
+  if (Py_TYPE(v) != want_type) return expected("type", want_type->tp_name, Py_TYPE(v)->tp_name);
+  PyRef dtype = read(v, kDtype);
+  if (dtype.get() != dtype_.get()) return expected("dtype", repr(dtype_.get()), repr(dtype.get()));
+  PyRef device = read(v, kDevice);
+  if (PyObject_RichCompareBool(device.get(), device_.get(), Py_EQ) != 1) {
+    PyErr_Clear();
+    return expected("device", repr(device_.get()), repr(device.get()));
+  }
+  bool rg = read(v, kRequiresGrad).get() == Py_True;
+  if (rg != requires_grad_) return expected("requires_grad", requires_grad_ ? "True" : "False", rg ? "True" : "False");
+  std::vector<Py_ssize_t> sizes = to_ints(read(v, kShape).get());
+  if (sizes.size() != sizes_.size())
+    return expected("rank", std::to_string(sizes_.size()), std::to_string(sizes.size()));
+  if (sizes != sizes_) return mismatch_at("size", sizes_, sizes);
+  std::vector<Py_ssize_t> strides = to_ints(read_strides(v).get());
+  return mismatch_at("stride", strides_, strides);
+}
+
+std::string TensorMatch::str() const {
+  ir::TensorMeta meta;
+  meta.dtype = dtype_;
+  meta.sizes.assign(sizes_.begin(), sizes_.end());
+  std::string s = meta.str() + " stride=" + join(strides_) + " " + repr(device_.get());
+  s += requires_grad_ ? " requires_grad=True" : " requires_grad=False";
+  if (std::string(reinterpret_cast<PyTypeObject*>(type_.get())->tp_name) != "Tensor")
+    s += std::string(" type=") + reinterpret_cast<PyTypeObject*>(type_.get())->tp_name;
+  return s;
+}
+
+bool TensorMatch::same_as(const TensorMatch& o) const {
+  if (type_.get() != o.type_.get() || dtype_.get() != o.dtype_.get() || cpu_ != o.cpu_ ||
+      requires_grad_ != o.requires_grad_ || sizes_ != o.sizes_ || strides_ != o.strides_)
+    return false;
+  int eq = PyObject_RichCompareBool(device_.get(), o.device_.get(), Py_EQ);
+  if (eq < 0) throw PythonError();
+  return eq == 1;
+}
+
+}  // namespace tl::guards

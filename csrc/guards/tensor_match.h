@@ -1,0 +1,45 @@
+#pragma once
+// TENSOR_MATCH: exact Python type, dtype, device, requires_grad, rank, sizes
+// and strides of a real tensor, read through the C-API (no libtorch).
+#include <Python.h>
+
+#include <string>
+#include <vector>
+
+#include "core/py_ref.h"
+
+namespace tl::guards {
+
+class TensorMatch {
+ public:
+  explicit TensorMatch(PyObject* tensor);  // borrows; records its properties now
+
+  // Borrows v. Throws PythonError if reading an attribute raised.
+  bool check(PyObject* v) const;
+  // After check(v) failed: "size mismatch at dim 0: expected 8, got 16".
+  std::string mismatch(PyObject* v) const;
+  // "f32[8,4] stride=(4,1) cpu requires_grad=False"
+  std::string str() const;
+  bool same_as(const TensorMatch& o) const;
+
+ private:
+  enum Field { kDtype, kDevice, kRequiresGrad, kShape, kIsCpu, kNumFields };
+  PyRef read(PyObject* v, Field f) const;  // new reference; throws on error
+  PyRef read_strides(PyObject* v) const;   // new reference (a tuple); throws on error
+  bool fast_valid() const {
+    return fast_tag_ != 0 && reinterpret_cast<PyTypeObject*>(type_.get())->tp_version_tag == fast_tag_;
+  }
+
+  PyRef type_, dtype_, device_;
+  bool cpu_ = false;
+  bool requires_grad_ = false;
+  std::vector<Py_ssize_t> sizes_, strides_;
+  // The C getters and stride method `type_` resolves to at add time: calling
+  // them directly skips attribute lookup (~2x faster). Valid while the type's
+  // version tag is unchanged, i.e. nobody patched torch.Tensor since.
+  unsigned int fast_tag_ = 0;
+  PyGetSetDef* getters_[kNumFields] = {};
+  PyRef stride_method_;
+};
+
+}  // namespace tl::guards
