@@ -1,0 +1,228 @@
+"""Shared test helpers: parity with eager through one `check`, counter deltas, line lookups.
+
+Every capture test goes through `check`, so "compiled equals eager" is defined in one place:
+same container types, same Python values, tensors equal within dtype tolerance with the same
+dtype, device, shape and requires_grad.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+
+import torch
+
+import torchlite
+
+COUNTER_KEYS = ("frames", "graphs", "graph_breaks", "recompiles", "cache_hits", "kernels")
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------------
+
+
+def _fresh_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A random tensor with the same shape, dtype, device and requires_grad as `t`.
+
+    NOTE: value ranges follow the original so domain-restricted functions stay valid: integer
+    tensors (often indices) stay inside [min, max], non-negative floats stay non-negative and
+    strictly positive floats stay strictly positive (sqrt, log, division).
+    """
+    with torch.no_grad():
+        if t.dtype == torch.bool:
+            out = torch.rand(t.shape, device=t.device) > 0.5
+        elif t.is_floating_point() or t.is_complex():
+            out = torch.randn(t.shape, dtype=t.dtype, device=t.device)
+            if t.numel() and bool((t >= 0).all()):
+                out = out.abs()
+                if bool((t > 0).all()):
+                    out = out + 0.1
+        else:
+            lo, hi = (int(t.min()), int(t.max())) if t.numel() else (0, 0)
+            out = torch.randint(lo, hi + 1, t.shape, dtype=t.dtype, device=t.device)
+    return out.requires_grad_(t.requires_grad)
+
+
+def fresh_like(value):
+    """Recursively replaces every tensor in `value` with fresh random values of the same kind.
+
+    Non-tensor leaves (ints, floats, strings, modules, None) are returned unchanged, so guards
+    that depend on them still pass and the third `check` call must hit the cache.
+    """
+    if isinstance(value, torch.Tensor):
+        return _fresh_tensor(value)
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(fresh_like(v) for v in value)
+    if isinstance(value, list):
+        return [fresh_like(v) for v in value]
+    if isinstance(value, dict):
+        return {k: fresh_like(v) for k, v in value.items()}
+    return value
+
+
+def clone_args(value):
+    """Deep-copies tensors (keeping requires_grad, leaf-ness) so eager and compiled runs each
+    get their own inputs: in-place ops in the function under test must not leak across runs."""
+    if isinstance(value, torch.Tensor):
+        out = value.detach().clone()
+        return out.requires_grad_(value.requires_grad)
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(clone_args(v) for v in value)
+    if isinstance(value, list):
+        return [clone_args(v) for v in value]
+    if isinstance(value, dict):
+        return {k: clone_args(v) for k, v in value.items()}
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparison
+# ---------------------------------------------------------------------------------------------
+
+
+def assert_same(actual, expected, *, atol=None, rtol=None, check_requires_grad=True, path="out"):
+    """Deep equality between a compiled result and the eager one; `path` names the failing leaf."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor), f"{path}: expected a Tensor, got {type(actual)}"
+        torch.testing.assert_close(
+            actual.detach(), expected.detach(), atol=atol, rtol=rtol, equal_nan=True,
+            msg=lambda m: f"{path}: {m}",
+        )
+        if check_requires_grad:
+            assert actual.requires_grad == expected.requires_grad, (
+                f"{path}: requires_grad {actual.requires_grad} != eager {expected.requires_grad}"
+            )
+        return
+    assert type(actual) is type(expected), (
+        f"{path}: type {type(actual).__name__} != eager {type(expected).__name__}"
+    )
+    if isinstance(expected, dict):
+        assert list(actual.keys()) == list(expected.keys()), f"{path}: keys differ"
+        for k in expected:
+            assert_same(actual[k], expected[k], atol=atol, rtol=rtol,
+                        check_requires_grad=check_requires_grad, path=f"{path}[{k!r}]")
+    elif isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected), f"{path}: length {len(actual)} != {len(expected)}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_same(a, e, atol=atol, rtol=rtol, check_requires_grad=check_requires_grad,
+                        path=f"{path}[{i}]")
+    elif isinstance(expected, float) and math.isnan(expected):
+        assert math.isnan(actual), f"{path}: {actual} != nan"
+    else:
+        assert actual == expected, f"{path}: {actual!r} != eager {expected!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Counters
+# ---------------------------------------------------------------------------------------------
+
+
+class at_least:
+    """A lower bound for `assert_counters_delta`."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def ok(self, delta: int) -> bool:
+        return delta >= self.n
+
+    def __repr__(self) -> str:
+        return f">= {self.n}"
+
+
+def counters() -> dict:
+    """A snapshot (copy) of torchlite's cumulative counters."""
+    return dict(torchlite.counters())
+
+
+def assert_counters_delta(before: dict, after: dict, **expected):
+    """Asserts after[k] - before[k] for each keyword: an int is exact, `at_least(n)` a bound."""
+    for key, want in expected.items():
+        delta = after[key] - before[key]
+        ok = want.ok(delta) if isinstance(want, at_least) else delta == want
+        assert ok, f"counter {key!r} grew by {delta}, expected {want!r} (before={before}, " \
+                   f"after={after})"
+
+
+# ---------------------------------------------------------------------------------------------
+# The parity check
+# ---------------------------------------------------------------------------------------------
+
+
+def _call(fn, args, kwargs):
+    args, kwargs = clone_args(args), clone_args(kwargs)
+    return fn(*args, **kwargs), args, kwargs
+
+
+def check(fn, *args, fullgraph=True, atol=None, rtol=None, fresh=True, cache_hit=True,
+          check_requires_grad=True, **kwargs):
+    """Compiles `fn` and checks it against eager: twice with `args`, once with `fresh_like(args)`.
+
+    Each run gets its own clone of the inputs, and the inputs after the call are compared too
+    (in-place updates must match). `kwargs` go to `fn`. With `cache_hit` the 2nd and 3rd calls
+    must not capture again (same guards). Returns the compiled callable.
+    """
+    torchlite.reset()
+    compiled = torchlite.compile(fn, fullgraph=fullgraph)
+    tol = {"atol": atol, "rtol": rtol, "check_requires_grad": check_requires_grad}
+    inputs = [(args, kwargs), (args, kwargs), (fresh_like(args), fresh_like(kwargs))]
+    if not fresh:
+        inputs.pop()
+    after_first = None
+    for i, (a, kw) in enumerate(inputs):
+        expected, eager_args, eager_kwargs = _call(fn, a, kw)
+        actual, comp_args, comp_kwargs = _call(compiled, a, kw)
+        assert_same(actual, expected, path=f"call {i} out", **tol)
+        assert_same(comp_args, eager_args, path=f"call {i} args after call", **tol)
+        assert_same(comp_kwargs, eager_kwargs, path=f"call {i} kwargs after call", **tol)
+        if i == 0:
+            after_first = counters()
+    if cache_hit:
+        assert_counters_delta(after_first, counters(), graphs=0, frames=0, recompiles=0)
+    return compiled
+
+
+def check_module(module: torch.nn.Module, *args, fullgraph=True, atol=None, rtol=None, **kwargs):
+    """`check` for a module whose forward has no side effects on its own state: compiled and
+    eager run on separate deep copies, and the parameters/buffers are compared afterwards."""
+    eager = copy.deepcopy(module)
+    torchlite.reset()
+    compiled = torchlite.compile(module, fullgraph=fullgraph)
+    for i, a in enumerate([args, args, fresh_like(args)]):
+        expected = eager(*clone_args(a), **kwargs)
+        actual = compiled(*clone_args(a), **kwargs)
+        assert_same(actual, expected, atol=atol, rtol=rtol, path=f"call {i} out")
+    assert_state_equal(module, eager)
+    return compiled
+
+
+def assert_state_equal(actual: torch.nn.Module, expected: torch.nn.Module):
+    """Parameters and buffers (running stats, counters) equal by name."""
+    a, e = actual.state_dict(), expected.state_dict()
+    assert list(a) == list(e)
+    for k in e:
+        assert_same(a[k], e[k], path=f"state[{k}]", check_requires_grad=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Source locations (break reports must point at the user's exact line)
+# ---------------------------------------------------------------------------------------------
+
+
+def lineno_of(fn, marker: str) -> int:
+    """The absolute line number of the first source line of `fn` containing `marker`.
+
+    Tests tag the line that should be reported with a comment (`# BREAK`) instead of
+    hard-coding numbers, so editing the file never silently breaks them.
+    """
+    lines, start = inspect.getsourcelines(inspect.unwrap(fn))
+    for offset, line in enumerate(lines):
+        if marker in line:
+            return start + offset
+    raise AssertionError(f"marker {marker!r} not found in {fn.__qualname__}")
+
+
+def filename_of(fn) -> str:
+    return inspect.unwrap(fn).__code__.co_filename
