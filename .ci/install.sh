@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs what torchlite needs on a fresh Debian 12 machine with Python 3.11 or 3.12, then
+# builds and installs torchlite in editable mode. Prints the Python to use on its last line.
+#   bash .ci/install.sh           # for the demo: torch, pytest
+#   bash .ci/install.sh --tests   # also Catch2 and the model-test packages (timm, transformers)
+# TORCHLITE_SKIP_INSTALL=1 skips everything but the build (for a machine already set up).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tests=0; [[ "${1:-}" == "--tests" ]] && tests=1
+log() { echo "[install] $*" >&2; }
+
+sudo_cmd=""; [[ "$(id -u)" -ne 0 ]] && sudo_cmd="sudo"
+apt_missing=()
+command -v ninja >/dev/null || apt_missing+=(ninja-build)
+command -v g++ >/dev/null || apt_missing+=(g++)
+[[ $tests == 1 && ! -f /usr/include/catch2/catch.hpp ]] && apt_missing+=(catch2)
+
+py="${PYTHON:-$(command -v python3 || command -v python)}"
+# NOTE: Debian's own Python refuses pip installs (PEP 668): use a virtual environment there.
+if "$py" -c 'import sys, sysconfig, os; sys.exit(not (sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))))'; then
+  "$py" -c 'import venv, ensurepip' 2>/dev/null || apt_missing+=(python3-venv)
+  use_venv=1
+else
+  use_venv=0
+fi
+"$py" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  || apt_missing+=(python3-dev)
+
+if [[ "${TORCHLITE_SKIP_INSTALL:-0}" != 1 && ${#apt_missing[@]} -gt 0 ]]; then
+  log "apt-get install ${apt_missing[*]}"
+  $sudo_cmd apt-get update -qq && $sudo_cmd apt-get install -y -qq "${apt_missing[@]}" >&2
+fi
+if [[ $use_venv == 1 ]]; then
+  [[ -x .venv/bin/python ]] || "$py" -m venv .venv >&2
+  py="$PWD/.venv/bin/python"
+fi
+
+if [[ "${TORCHLITE_SKIP_INSTALL:-0}" != 1 ]]; then
+  pip=("$py" -m pip install -q --disable-pip-version-check)
+  log "pip install build tools, torch, pytest"
+  "${pip[@]}" setuptools wheel "pybind11>=2.11" "cmake>=3.24" ninja >&2
+  "${pip[@]}" torch==2.13.0 pytest >&2
+  if [[ $tests == 1 ]]; then
+    log "pip install timm transformers"
+    "${pip[@]}" timm transformers >&2
+    # NOTE: timm pulls torchvision from PyPI (a CUDA build); next to a CPU-only torch its
+    # extension cannot load, so take the CPU build of the matching version instead.
+    if ! "$py" -c 'import torchvision' >/dev/null 2>&1 && "$py" -c 'import torch, sys; sys.exit("+cpu" not in torch.__version__)'; then
+      tv="$("$py" -c 'import torch; v = torch.__version__.split("+")[0].split("."); print(f"0.{int(v[1]) + 15}.*")')"
+      log "reinstalling torchvision==$tv (CPU build) to match torch"
+      "${pip[@]}" --force-reinstall --no-deps "torchvision==$tv" \
+        --index-url https://download.pytorch.org/whl/cpu >&2 || log "could not reinstall torchvision"
+    fi
+  fi
+fi
+
+log "building torchlite (pip install --no-build-isolation -e .)"
+"$py" -m pip install -q --disable-pip-version-check --no-build-isolation -e . >&2
+echo "$py"

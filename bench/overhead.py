@@ -1,0 +1,162 @@
+"""Per-call overhead and capture time: eager vs torchlite vs torch.compile(backend="eager").
+
+One process, CPU, under two minutes:
+  (a) a two-op function on an 8-element tensor and (b) a four-input function: the median
+      per-call time of many timed batches after warmup, i.e. the cost of the compiled-call path;
+  (c) the first call of resnet18 (timm; a local ResNet-18 when timm cannot be imported):
+      capture (+ one forward) from a cold cache, torchlite.reset() / torch._dynamo.reset() before.
+
+    python bench/overhead.py [--samples 200] [--inner 50]
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch import nn
+
+import torchlite
+
+
+def two_ops(x):
+    return (x * 2 + 1).relu()
+
+
+def four_inputs(a, b, c, d):
+    return (a + b) * c - d
+
+
+def per_call_us(fn, args, samples: int, inner: int, budget_s: float = 2.0) -> float:
+    """Median over timed batches of `inner` calls, in microseconds per call.
+
+    NOTE: batches, not single calls, so the timer's own cost is negligible; fewer batches
+    when the call is slow, so the whole run stays within its time budget.
+    """
+    start = time.perf_counter_ns()
+    for _ in range(100):
+        fn(*args)
+    est_s = (time.perf_counter_ns() - start) / 1e9 / 100
+    inner = max(1, min(inner, int(budget_s / 5 / est_s)))
+    samples = max(5, min(samples, int(budget_s / (est_s * inner))))
+    times = []
+    for _ in range(samples):
+        start = time.perf_counter_ns()
+        for _ in range(inner):
+            fn(*args)
+        times.append((time.perf_counter_ns() - start) / inner)
+    return statistics.median(times) / 1e3
+
+
+def basic_block(c_in, c_out, stride):
+    body = nn.Sequential(
+        nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False),
+        nn.BatchNorm2d(c_out),
+        nn.ReLU(),
+        nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False),
+        nn.BatchNorm2d(c_out),
+    )
+    down = None
+    if stride != 1 or c_in != c_out:
+        down = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+    return body, down
+
+
+class Block(nn.Module):
+    def __init__(self, c_in, c_out, stride):
+        super().__init__()
+        self.body, self.down = basic_block(c_in, c_out, stride)
+
+    def forward(self, x):
+        skip = x if self.down is None else self.down(x)
+        return torch.relu(self.body(x) + skip)
+
+
+class LocalResNet18(nn.Module):
+    """torchvision/timm ResNet-18 layout, for machines where timm does not import."""
+
+    def __init__(self, classes=1000):
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 64, 7, 2, 3, bias=False),
+            nn.BatchNorm2d(64),
+            nn.ReLU(),
+            nn.MaxPool2d(3, 2, 1),
+        )
+        widths, layers, c_in = (64, 128, 256, 512), [], 64
+        for i, w in enumerate(widths):
+            layers += [Block(c_in, w, 1 if i == 0 else 2), Block(w, w, 1)]
+            c_in = w
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        x = self.layers(self.stem(x))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def resnet18() -> tuple[nn.Module, str]:
+    try:
+        import timm
+
+        return timm.create_model("resnet18", pretrained=False), "timm resnet18"
+    except (ImportError, RuntimeError) as e:  # NOTE: a broken torchvision raises RuntimeError
+        return LocalResNet18(), f"local ResNet-18 (timm failed: {type(e).__name__})"
+
+
+def first_call_s(fn, args) -> float:
+    start = time.perf_counter_ns()
+    with torch.no_grad():
+        fn(*args)
+    return (time.perf_counter_ns() - start) / 1e9
+
+
+def row(name, unit, eager, tl, tc):
+    ratio = (lambda v: f"{v / eager:8.2f}x") if eager else (lambda v: "       -")
+    e = f"{eager:12.2f}" if eager else f"{'-':>12}"
+    print(f"{name:34} {unit:8} {e} {tl:12.2f} {tc:14.2f} {ratio(tl)} {ratio(tc)}  {tc / tl:8.2f}x")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--samples", type=int, default=200)
+    p.add_argument("--inner", type=int, default=50)
+    p.add_argument("--skip-model", action="store_true")
+    a = p.parse_args()
+    torch.manual_seed(0)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
+    print(
+        f"{'case':34} {'unit':8} {'eager':>12} {'torchlite':>12} {'torch.compile':>14} "
+        f"{'tl/eager':>9} {'tc/eager':>9}  {'tc/tl':>9}"
+    )
+    cases = [
+        ("(a) (x * 2 + 1).relu(), 8 elems", two_ops, (torch.randn(8),)),
+        ("(b) (a + b) * c - d, 4 inputs", four_inputs, tuple(torch.randn(8) for _ in range(4))),
+    ]
+    for name, fn, args in cases:
+        eager = per_call_us(fn, args, a.samples, a.inner)
+        tl = per_call_us(torchlite.compile(fn), args, a.samples, a.inner)
+        torch._dynamo.reset()
+        tc = per_call_us(torch.compile(fn, backend="eager"), args, a.samples, a.inner)
+        row(name, "us/call", eager, tl, tc)
+    if a.skip_model:
+        return
+    model, label = resnet18()
+    model.eval()
+    x = (torch.randn(1, 3, 224, 224),)
+    torchlite.reset()
+    torchlite.reset_counters()
+    tl = first_call_s(torchlite.compile(model), x)
+    c = torchlite.counters()
+    torch._dynamo.reset()
+    tc = first_call_s(torch.compile(model, backend="eager"), x)
+    eager = first_call_s(model, x)
+    row("(c) resnet18, first call", "s", eager, tl, tc)
+    print(
+        f"    {label}; torchlite: {c['graphs']} graph(s), {c['graph_breaks']} break(s), "
+        f"capture {c['capture_ns'] / 1e9:.2f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()
