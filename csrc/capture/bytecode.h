@@ -9,14 +9,17 @@
 namespace tl::capture {
 
 struct Instruction {
-  int opcode = 0;         // base opcode as in <opcode.h> of the building Python
-  int arg = 0;            // full argument, EXTENDED_ARG folded in
-  int offset = 0;         // byte offset of the instruction in co_code
-  int next_offset = 0;    // byte offset of the next instruction (after caches)
-  int jump_target = -1;   // index into Bytecode::insts of the jump target, or -1
-  int line = -1;          // source line (or -1 if none)
+  int opcode = 0;  // base opcode as in <opcode.h> of the building Python
+  int arg = 0;     // full argument, EXTENDED_ARG folded in
+  // Byte offset in co_code of the instruction's first EXTENDED_ARG prefix (of
+  // the opcode itself when it has none): that is where CPython's jumps and
+  // exception handlers land, so jump targets resolve by exact offset.
+  int offset = 0;
+  int next_offset = 0;   // byte offset of the next instruction (after caches)
+  int jump_target = -1;  // index into Bytecode::insts of the jump target, or -1
+  int line = -1;         // source line (or -1 if none)
   bool starts_line = false;
-  std::string opname;     // "LOAD_FAST"
+  std::string opname;  // "LOAD_FAST"
 };
 
 struct ExceptionTableEntry {

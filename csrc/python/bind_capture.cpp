@@ -1,9 +1,44 @@
+#include "capture/bytecode.h"
 #include "python/bindings.h"
 
 namespace py = pybind11;
 
 namespace tl::python {
 
-void bind_capture(py::module_& m) {}
+namespace {
+
+PyCodeObject* as_code(const py::object& obj) {  // borrows obj
+  if (!PyCode_Check(obj.ptr())) {
+    throw py::type_error("expected a code object, got " + std::string(Py_TYPE(obj.ptr())->tp_name));
+  }
+  return reinterpret_cast<PyCodeObject*>(obj.ptr());
+}
+
+}  // namespace
+
+void bind_capture(py::module_& m) {
+  m.def(
+      "disassemble",
+      [](const py::object& code) {
+        PyCodeObject* co = as_code(code);
+        return capture::disassemble(capture::decode(co), co);
+      },
+      py::arg("code"), "dis-like listing of a code object, as torchlite decodes it.");
+  m.def(
+      "decode",
+      [](const py::object& code) {
+        capture::Bytecode bc = capture::decode(as_code(code));
+        py::list out;
+        for (const capture::Instruction& inst : bc.insts) {
+          out.append(
+              py::make_tuple(inst.opname, inst.arg, inst.offset, inst.jump_target, inst.line));
+        }
+        return out;
+      },
+      py::arg("code"),
+      "[(opname, arg, offset, jump_target_index, line)] per instruction; EXTENDED_ARG is "
+      "folded into the instruction it extends, whose offset is that of its first prefix; "
+      "jump_target_index and line are -1 when absent.");
+}
 
 }  // namespace tl::python
