@@ -4,11 +4,17 @@ namespace tl {
 namespace {
 // Written once at module init under the GIL, read-only afterwards.
 PyObject* g_internal_error_type = nullptr;
+PyObject* g_unsupported_type = nullptr;
 }  // namespace
 
 void set_internal_error_type(PyObject* type) {
   Py_XINCREF(type);
   g_internal_error_type = type;
+}
+
+void set_unsupported_error_type(PyObject* type) {
+  Py_XINCREF(type);
+  g_unsupported_type = type;
 }
 
 void set_python_error(const std::exception& e) {
@@ -28,6 +34,9 @@ void set_python_error(const std::exception& e) {
       case ErrorKind::NotImplemented: type = PyExc_NotImplementedError; break;
       case ErrorKind::Index: type = PyExc_IndexError; break;
       case ErrorKind::Key: type = PyExc_KeyError; break;
+      case ErrorKind::Unsupported:
+        type = g_unsupported_type ? g_unsupported_type : PyExc_RuntimeError;
+        break;
     }
   }
   PyErr_SetString(type, e.what());

@@ -10,7 +10,8 @@
 
 namespace tl {
 
-enum class ErrorKind { Internal, Type, Value, Runtime, NotImplemented, Index, Key };
+// Unsupported: a graph break under fullgraph=True (torchlite.Unsupported).
+enum class ErrorKind { Internal, Type, Value, Runtime, NotImplemented, Index, Key, Unsupported };
 
 class Error : public std::exception {
  public:
@@ -61,7 +62,8 @@ class ErrorBuilder {
 // a catch block at a boundary into CPython.
 void set_python_error(const std::exception& e);
 // The Python class for InternalError; registered once at module init.
-void set_internal_error_type(PyObject* type);  // borrows, keeps a reference
+void set_internal_error_type(PyObject* type);     // borrows, keeps a reference
+void set_unsupported_error_type(PyObject* type);  // borrows, keeps a reference
 
 }  // namespace tl
 

@@ -1,15 +1,183 @@
-// TEMPORARY STUB (lead replaces with the real capture): every frame is a
-// graph break run eagerly, guarded by global state only.
 #include "frame/compile_frame.h"
 
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "capture/bytecode.h"
+#include "capture/capture.h"
+#include "core/counters.h"
+#include "core/errors.h"
+#include "core/log.h"
+#include "frame/captured_frame.h"
+
 namespace tl::frame {
+namespace {
+
+std::mutex g_mu;  // guards the settings below (set from Python, read while compiling)
+GraphWrapper g_wrap_graph = nullptr;
+PyObject* g_backend_bridge = nullptr;  // owned
+std::string g_trace_dir;
+int g_dump_counter = 0;
+
+std::string utf8(PyObject* s) {
+  const char* c = s && PyUnicode_Check(s) ? PyUnicode_AsUTF8(s) : nullptr;
+  if (!c) {
+    PyErr_Clear();
+    return "?";
+  }
+  return c;
+}
+
+std::string trace_dir() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_trace_dir;
+}
+
+void dump(PyCodeObject* code, const capture::CaptureResult& res, const std::string& dir) {
+  int n;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    n = g_dump_counter++;
+  }
+  std::ostringstream name;
+  std::string fn = utf8(code->co_name);
+  for (char& c : fn)
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
+  name << dir << "/" << n << "_" << fn << "_line" << code->co_firstlineno;
+  std::error_code ec;
+  std::filesystem::create_directories(name.str(), ec);
+  if (ec) return;  // NOTE: debug output never fails a compile
+  std::string base = name.str() + "/";
+  try {
+    std::ofstream(base + "bytecode.txt") << capture::disassemble(capture::decode(code), code);
+  } catch (const std::exception&) {
+    PyErr_Clear();
+  }
+  if (!res.graph_break) std::ofstream(base + "graph_0.txt") << res.graph->str();
+  std::ofstream(base + "guards.txt") << res.guards.str();
+  std::ofstream timings(base + "capture.txt");
+  timings << "function: " << utf8(code->co_qualname) << "\nfile: " << utf8(code->co_filename) << ":"
+          << code->co_firstlineno << "\ncapture_ms: " << res.capture_ms << "\n";
+  if (res.graph_break)
+    timings << "graph_break: " << res.graph_break->kind << " at " << res.graph_break->filename << ":"
+            << res.graph_break->lineno << ": " << res.graph_break->reason << "\n";
+  else
+    timings << "ops: " << res.graph->num_ops() << "\n";
+}
+
+void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult& res) {
+  PyRef d = PyRef::steal(PyDict_New());
+  if (!d) throw PythonError();
+  auto set = [&](const char* k, PyObject* v) {
+    PyRef owned = PyRef::steal(v);
+    if (!owned || PyDict_SetItemString(d.get(), k, owned.get()) < 0) throw PythonError();
+  };
+  set("code_name", PyUnicode_FromString(utf8(code->co_qualname).c_str()));
+  set("filename", PyUnicode_FromString(utf8(code->co_filename).c_str()));
+  set("firstlineno", PyLong_FromLong(code->co_firstlineno));
+  set("guards", PyUnicode_FromString(res.guards.str().c_str()));
+  set("capture_ms", PyFloat_FromDouble(res.capture_ms));
+  if (res.graph_break) {
+    set("graph", Py_NewRef(Py_None));
+    set("ops", PyLong_FromLong(0));
+    set("break", Py_BuildValue("{s:s,s:s,s:s,s:i}", "kind", res.graph_break->kind.c_str(), "reason",
+                               res.graph_break->reason.c_str(), "filename",
+                               res.graph_break->filename.c_str(), "lineno", res.graph_break->lineno));
+  } else {
+    GraphWrapper wrap;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      wrap = g_wrap_graph;
+    }
+    set("graph", wrap ? wrap(res.graph) : Py_NewRef(Py_None));
+    set("ops", PyLong_FromSize_t(res.graph->num_ops()));
+    set("break", Py_NewRef(Py_None));
+  }
+  if (PyList_Append(recorder, d.get()) < 0) throw PythonError();
+}
+
+PyRef compile_with_backend(const capture::CaptureResult& res, const CompileConfig& config) {
+  PyRef bridge;
+  GraphWrapper wrap;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    bridge = PyRef::borrow(g_backend_bridge);
+    wrap = g_wrap_graph;
+  }
+  TL_CHECK(bridge && wrap) << "torchlite's Python package did not register its backend bridge";
+  PyRef graph = PyRef::steal(wrap(res.graph));
+  if (!graph) throw PythonError();
+  PyRef inputs = PyRef::steal(PyList_New(res.example_inputs.size()));
+  for (size_t i = 0; i < res.example_inputs.size(); ++i)
+    PyList_SET_ITEM(inputs.get(), i, PyRef(res.example_inputs[i]).release());
+  PyRef fn = PyRef::steal(PyObject_CallFunctionObjArgs(bridge.get(), graph.get(), config.backend.get(),
+                                                       inputs.get(), nullptr));
+  if (!fn) throw PythonError();
+  if (!PyCallable_Check(fn.get()))
+    TL_THROW(Type) << "backend '" << config.backend_name << "' returned a non-callable "
+                   << Py_TYPE(fn.get())->tp_name;
+  return fn;
+}
+
+}  // namespace
+
+void set_graph_wrapper(GraphWrapper wrapper) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_wrap_graph = wrapper;
+}
+
+void set_backend_bridge(PyObject* bridge) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  Py_XINCREF(bridge);
+  Py_XDECREF(g_backend_bridge);
+  g_backend_bridge = bridge;
+}
+
+void set_trace_dir(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_trace_dir = dir;
+}
 
 CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView& frame,
                          const std::shared_ptr<const CompileConfig>& config) {
-  CacheEntry e;
-  e.guards.add_global_state();
-  e.config = config;
-  return e;
+  counters().frames++;
+  capture::CaptureResult res = capture::capture_frame(code, func, frame);
+  counters().capture_ns += static_cast<int64_t>(res.capture_ms * 1e6);
+  std::string dir = trace_dir();
+  if (!dir.empty()) dump(code, res, dir);
+  if (config->recorder && config->recorder.get() != Py_None) record(config->recorder.get(), code, res);
+  if (log_enabled("guards")) log_event("guards", utf8(code->co_qualname) + ":\n" + res.guards.str());
+
+  CacheEntry entry;
+  entry.config = config;
+  if (res.graph_break) {
+    const auto& b = *res.graph_break;
+    counters().graph_breaks++;
+    std::string where = b.filename + ":" + std::to_string(b.lineno);
+    if (log_enabled("graph_breaks"))
+      log_event("graph_breaks", "graph break in " + utf8(code->co_qualname) + " at " + where + ": " +
+                                    b.reason + " [" + b.kind + "]; the frame runs eagerly");
+    if (config->fullgraph) {
+      TL_THROW(Unsupported) << "torchlite: graph break in " << utf8(code->co_qualname) << " at "
+                            << where << " (fullgraph=True): " << b.reason << " [" << b.kind
+                            << "]\nHint: move this out of the compiled function, or compile with "
+                               "fullgraph=False to run it eagerly.";
+    }
+    entry.guards = std::move(res.guards);
+    return entry;
+  }
+  if (log_enabled("graph"))
+    log_event("graph", utf8(code->co_qualname) + ":\n" + res.graph->str());
+  PyRef backend_fn;
+  if (config->backend && config->backend.get() != Py_None) backend_fn = compile_with_backend(res, *config);
+  counters().graphs++;
+  entry.compiled = std::make_shared<CapturedFrame>(res.graph, std::move(res.result),
+                                                   std::move(res.side_effects), std::move(backend_fn),
+                                                   utf8(code->co_name), utf8(code->co_filename));
+  entry.guards = std::move(res.guards);
+  return entry;
 }
 
 }  // namespace tl::frame

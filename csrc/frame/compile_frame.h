@@ -13,3 +13,21 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
                          const std::shared_ptr<const CompileConfig>& config);
 
 }  // namespace tl::frame
+
+namespace tl::ir {
+class Graph;
+}
+
+namespace tl::frame {
+
+// Registered by csrc/python at import: wraps a graph as a `_C.Graph` Python
+// object (new reference), so frame/ never includes pybind11.
+using GraphWrapper = PyObject* (*)(std::shared_ptr<const ir::Graph> graph);
+void set_graph_wrapper(GraphWrapper wrapper);
+// The Python function that turns a graph into a backend's callable:
+// bridge(graph, backend, example_inputs) -> callable. Borrowed, kept.
+void set_backend_bridge(PyObject* bridge);
+// TORCHLITE_TRACE: dump every capture under this folder ("" turns it off).
+void set_trace_dir(const std::string& dir);
+
+}  // namespace tl::frame

@@ -47,6 +47,11 @@ SourcePtr Source::item(SourcePtr base, PyRef key) {
   return make(SourceKind::Item, std::move(base), "", -1, std::move(key));
 }
 
+SourcePtr Source::held(PyRef obj, std::string what) {
+  TL_CHECK(obj);
+  return make(SourceKind::Held, nullptr, std::move(what), -1, std::move(obj));
+}
+
 std::string Source::str() const {
   switch (kind) {
     case SourceKind::Local: return "L['" + name + "']";
@@ -55,6 +60,7 @@ std::string Source::str() const {
     case SourceKind::Builtin: return "G['__builtins__']['" + name + "']";
     case SourceKind::Attr: return base->str() + "." + name;
     case SourceKind::Item: return base->str() + "[" + key_repr(key.get()) + "]";
+    case SourceKind::Held: return "<" + name + ">";
   }
   return "?";
 }

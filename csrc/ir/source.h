@@ -16,6 +16,8 @@ enum class SourceKind {
   Builtin,  // f_builtins[name]
   Attr,     // getattr(base, name)
   Item,     // base[key]; key is an int or str constant
+  Held,     // `key` itself: an object the guard keeps alive (another module's
+            // globals dict, a closure cell); `name` says what it is
 };
 
 struct Source;
@@ -34,6 +36,7 @@ struct Source {
   static SourcePtr builtin(std::string name);
   static SourcePtr attr(SourcePtr base, std::string name);
   static SourcePtr item(SourcePtr base, PyRef key);  // key: int or str
+  static SourcePtr held(PyRef obj, std::string what);
 
   // The readable form used in guards.txt and error messages.
   std::string str() const;

@@ -1,9 +1,106 @@
+#include <pybind11/stl.h>
+
+#include "frame/compile_frame.h"
+#include "ir/graph.h"
 #include "python/bindings.h"
 
 namespace py = pybind11;
 
 namespace tl::python {
+namespace {
 
-void bind_ir(py::module_& m) {}
+using GraphHandle = std::shared_ptr<const ir::Graph>;
+
+struct NodeRef {
+  std::string name;
+};
+
+py::object arg_to_py(const ir::Arg& a) {
+  switch (a.kind) {
+    case ir::Arg::Kind::Node: return py::cast(NodeRef{a.node->name});
+    case ir::Arg::Kind::Const: return py::reinterpret_borrow<py::object>(a.value.get());
+    case ir::Arg::Kind::Tuple: {
+      py::tuple t(a.items.size());
+      for (size_t i = 0; i < a.items.size(); ++i) t[i] = arg_to_py(a.items[i]);
+      return std::move(t);
+    }
+    case ir::Arg::Kind::List: {
+      py::list l;
+      for (auto& it : a.items) l.append(arg_to_py(it));
+      return std::move(l);
+    }
+    case ir::Arg::Kind::Dict: {
+      py::dict d;
+      for (size_t i = 0; i < a.items.size(); ++i)
+        d[py::reinterpret_borrow<py::object>(a.keys[i].get())] = arg_to_py(a.items[i]);
+      return std::move(d);
+    }
+  }
+  return py::none();
+}
+
+py::list graph_nodes(const GraphHandle& g) {
+  static const char* kOps[] = {"placeholder", "call_function", "call_method", "output"};
+  py::list out;
+  for (auto& n : g->nodes()) {
+    py::dict d;
+    d["op"] = kOps[static_cast<int>(n->op)];
+    d["name"] = n->name;
+    if (n->op == ir::OpKind::CallFunction) d["target"] = py::reinterpret_borrow<py::object>(n->target.get());
+    else if (n->op == ir::OpKind::CallMethod) d["target"] = n->target_name;
+    else d["target"] = py::none();
+    py::tuple args(n->args.size());
+    for (size_t i = 0; i < n->args.size(); ++i) args[i] = arg_to_py(n->args[i]);
+    d["args"] = args;
+    py::dict kwargs;
+    for (auto& [k, v] : n->kwargs) kwargs[py::str(k)] = arg_to_py(v);
+    d["kwargs"] = kwargs;
+    if (n->meta) {
+      py::dict m;
+      m["shape"] = py::tuple(py::cast(n->meta->sizes));
+      m["stride"] = py::tuple(py::cast(n->meta->strides));
+      m["dtype"] = py::reinterpret_borrow<py::object>(n->meta->dtype.get());
+      m["device"] = py::reinterpret_borrow<py::object>(n->meta->device.get());
+      m["requires_grad"] = n->meta->requires_grad;
+      d["meta"] = m;
+    } else {
+      d["meta"] = py::none();
+    }
+    d["source"] = n->source ? py::cast(n->source->str()) : py::none();
+    d["location"] = n->location;
+    out.append(d);
+  }
+  return out;
+}
+
+PyObject* wrap_graph(std::shared_ptr<const ir::Graph> g) {
+  try {
+    return py::cast(std::move(g)).release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+void bind_ir(py::module_& m) {
+  py::class_<NodeRef>(m, "NodeRef")
+      .def_readonly("name", &NodeRef::name)
+      .def("__repr__", [](const NodeRef& r) { return "%" + r.name; });
+  py::class_<ir::Graph, GraphHandle>(m, "Graph")
+      .def("__str__", [](const GraphHandle& g) { return g->str(); })
+      .def("__repr__", [](const GraphHandle& g) { return "<torchlite Graph with " + std::to_string(g->num_ops()) + " ops>"; })
+      .def("nodes", &graph_nodes, "Nodes as dicts (op, name, target, args, kwargs, meta, source).")
+      .def_property_readonly("num_ops", [](const GraphHandle& g) { return g->num_ops(); });
+  frame::set_graph_wrapper(&wrap_graph);
+}
+
+void bind_compile(py::module_& m) {
+  m.def("set_backend_bridge", [](py::object fn) { frame::set_backend_bridge(fn.is_none() ? nullptr : fn.ptr()); });
+  m.def("set_trace_dir", [](py::object dir) {
+    frame::set_trace_dir(dir.is_none() ? std::string() : dir.cast<std::string>());
+  });
+}
 
 }  // namespace tl::python

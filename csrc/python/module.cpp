@@ -7,6 +7,8 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torchlite's C++ core";
   static py::exception<tl::Error> internal_error(m, "InternalError", PyExc_RuntimeError);
   tl::set_internal_error_type(internal_error.ptr());
+  static py::exception<tl::Error> unsupported(m, "Unsupported", PyExc_RuntimeError);
+  tl::set_unsupported_error_type(unsupported.ptr());
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -20,4 +22,5 @@ PYBIND11_MODULE(_C, m) {
   tl::python::bind_ir(m);
   tl::python::bind_capture(m);
   tl::python::bind_frame(m);
+  tl::python::bind_compile(m);
 }

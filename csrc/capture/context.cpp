@@ -1,0 +1,552 @@
+#include "capture/context.h"
+
+#include <unordered_set>
+
+#include "capture/graph_break.h"
+#include "capture/torch_api.h"
+#include "core/errors.h"
+
+namespace tl::capture {
+namespace {
+
+PyRef call_method0(PyObject* obj, const char* name) {
+  PyRef r = PyRef::steal(PyObject_CallMethod(obj, name, nullptr));
+  if (!r) throw PythonError();
+  return r;
+}
+
+std::vector<int64_t> int_tuple(PyObject* seq) {
+  std::vector<int64_t> out;
+  Py_ssize_t n = PySequence_Size(seq);
+  if (n < 0) throw PythonError();
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyRef item = PyRef::steal(PySequence_GetItem(seq, i));
+    if (!item) throw PythonError();
+    out.push_back(PyLong_AsLongLong(item.get()));
+  }
+  throw_if_python_error();
+  return out;
+}
+
+ir::TensorMeta tensor_meta(PyObject* meta, const PyRef& device) {
+  ir::TensorMeta m;
+  PyRef shape = PyRef::steal(PyObject_GetAttrString(meta, "shape"));
+  if (!shape) throw PythonError();
+  m.sizes = int_tuple(shape.get());
+  m.strides = int_tuple(call_method0(meta, "stride").get());
+  m.dtype = PyRef::steal(PyObject_GetAttrString(meta, "dtype"));
+  if (!m.dtype) throw PythonError();
+  PyRef rg = PyRef::steal(PyObject_GetAttrString(meta, "requires_grad"));
+  if (!rg) throw PythonError();
+  m.requires_grad = rg.get() == Py_True;
+  m.device = device;
+  return m;
+}
+
+bool is_tensor(PyObject* o) {
+  return PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(torch_api().tensor_type.get()));
+}
+
+bool contains_tensor(PyObject* o) {
+  if (is_tensor(o)) return true;
+  if (PyTuple_Check(o) || PyList_Check(o)) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+    PyObject** items = PySequence_Fast_ITEMS(o);
+    for (Py_ssize_t i = 0; i < n; ++i)
+      if (contains_tensor(items[i])) return true;
+  }
+  return false;
+}
+
+std::string placeholder_name(const ir::Source& s) {
+  std::string raw = s.str(), out;
+  // L['self'].layer1[0].conv1.weight -> self_layer1_0_conv1_weight
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (i == 0 && (raw[0] == 'L' || raw[0] == 'G') && raw.size() > 1 && raw[1] == '[') continue;
+    char c = raw[i];
+    if (isalnum(static_cast<unsigned char>(c)) || c == '_') {
+      out += c;
+    } else if (!out.empty() && out.back() != '_') {
+      out += '_';
+    }
+  }
+  while (!out.empty() && out.back() == '_') out.pop_back();
+  return out.empty() ? "input" : out;
+}
+
+std::string exception_text() {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  PyRef t = PyRef::steal(type), v = PyRef::steal(value), b = PyRef::steal(tb);
+  std::string out = t ? reinterpret_cast<PyTypeObject*>(t.get())->tp_name : "error";
+  if (v) {
+    PyRef s = PyRef::steal(PyObject_Str(v.get()));
+    const char* c = s ? PyUnicode_AsUTF8(s.get()) : nullptr;
+    if (c && *c) out += std::string(": ") + c;
+  }
+  PyErr_Clear();
+  std::string first_line = out.substr(0, out.find('\n'));
+  return first_line.size() > 300 ? first_line.substr(0, 300) + "..." : first_line;
+}
+
+const std::unordered_set<std::string>& factory_functions() {
+  static const std::unordered_set<std::string> names = {
+      "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange",
+      "linspace", "logspace", "tensor", "as_tensor", "eye", "scalar_tensor", "empty_strided",
+      "normal", "tril_indices", "triu_indices", "zeros_like", "ones_like", "empty_like",
+      "full_like", "rand_like", "randn_like", "randint_like"};
+  return names;
+}
+
+const std::unordered_set<std::string>& data_dependent_methods() {
+  static const std::unordered_set<std::string> names = {
+      "item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero",
+      "unique", "masked_select", "data_ptr", "storage", "untyped_storage", "bincount",
+      "unique_consecutive", "argwhere", "__array__", "__len__"};
+  return names;
+}
+
+std::string fn_short_name(PyObject* fn) {
+  PyRef n = PyRef::steal(PyObject_GetAttrString(fn, "__name__"));
+  if (!n) {
+    PyErr_Clear();
+    return "?";
+  }
+  const char* c = PyUnicode_Check(n.get()) ? PyUnicode_AsUTF8(n.get()) : nullptr;
+  if (!c) PyErr_Clear();
+  return c ? c : "?";
+}
+
+}  // namespace
+
+bool is_immutable_constant(PyObject* o) {
+  if (o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented || PyBool_Check(o) ||
+      PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyComplex_CheckExact(o) ||
+      PyUnicode_CheckExact(o) || PyBytes_CheckExact(o) || PySlice_Check(o) || PyRange_Check(o) ||
+      PyCode_Check(o))
+    return true;
+  const TorchApi& api = torch_api();
+  PyTypeObject* t = Py_TYPE(o);
+  if (t == reinterpret_cast<PyTypeObject*>(api.dtype_type.get()) ||
+      t == reinterpret_cast<PyTypeObject*>(api.device_type.get()))
+    return true;
+  if (PyTuple_Check(o) && (PyTuple_CheckExact(o) || t == reinterpret_cast<PyTypeObject*>(api.size_type.get()))) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
+      if (!is_immutable_constant(PyTuple_GET_ITEM(o, i))) return false;
+    return true;
+  }
+  if (PyFrozenSet_CheckExact(o)) return true;
+  // torch.memory_format / torch.layout / torch.qscheme singletons.
+  const char* name = t->tp_name;
+  return name && (std::string(name) == "torch.memory_format" || std::string(name) == "torch.layout");
+}
+
+PyRef to_meta_arg(const ValuePtr& v, bool for_device_kwarg) {
+  switch (v->kind) {
+    case VKind::Tensor: return v->meta;
+    case VKind::Const:
+      if (for_device_kwarg && v->obj.get() != Py_None) return torch_api().meta_device;
+      return v->obj;
+    case VKind::Tuple:
+    case VKind::List: {
+      bool tuple = v->kind == VKind::Tuple;
+      PyRef out = PyRef::steal(tuple ? PyTuple_New(v->items.size()) : PyList_New(v->items.size()));
+      if (!out) throw PythonError();
+      for (size_t i = 0; i < v->items.size(); ++i) {
+        PyObject* item = to_meta_arg(v->items[i]).release();
+        if (tuple) PyTuple_SET_ITEM(out.get(), i, item);
+        else PyList_SET_ITEM(out.get(), i, item);
+      }
+      if (tuple && v->named_type) {
+        // torch.Size and namedtuples: rebuild the real type so ops see it.
+        if (v->named_type.get() == torch_api().size_type.get()) {
+          PyRef sized = PyRef::steal(PyObject_CallOneArg(v->named_type.get(), out.get()));
+          if (!sized) throw PythonError();
+          return sized;
+        }
+      }
+      return out;
+    }
+    case VKind::Dict: {
+      PyRef d = PyRef::steal(PyDict_New());
+      for (size_t i = 0; i < v->items.size(); ++i)
+        if (PyDict_SetItem(d.get(), v->keys[i].get(), to_meta_arg(v->items[i]).get()) < 0)
+          throw PythonError();
+      return d;
+    }
+    default:
+      graph_break("unsupported_value",
+                  "a " + v->type_name() + " value cannot be passed to a torch operation");
+  }
+}
+
+ir::Arg value_to_arg(const ValuePtr& v) {
+  switch (v->kind) {
+    case VKind::Tensor: return ir::Arg::of_node(v->node);
+    case VKind::Const: return ir::Arg::constant(v->obj);
+    case VKind::Tuple:
+    case VKind::List: {
+      std::vector<ir::Arg> items;
+      for (auto& it : v->items) items.push_back(value_to_arg(it));
+      if (v->kind == VKind::Tuple && v->named_type &&
+          v->named_type.get() == torch_api().size_type.get()) {
+        return ir::Arg::constant(to_meta_arg(v));
+      }
+      return v->kind == VKind::Tuple ? ir::Arg::tuple(std::move(items))
+                                     : ir::Arg::list(std::move(items));
+    }
+    case VKind::Dict: {
+      std::vector<ir::Arg> items;
+      for (auto& it : v->items) items.push_back(value_to_arg(it));
+      return ir::Arg::dict(v->keys, std::move(items));
+    }
+    default:
+      graph_break("unsupported_value",
+                  "a " + v->type_name() + " value cannot be passed to a torch operation");
+  }
+}
+
+CaptureContext::CaptureContext(const ir::FrameView& frame)
+    : frame_(frame), graph_(std::make_shared<ir::Graph>()) {
+  guards_.add_global_state();
+  PyRef g = PyRef::steal(PyObject_CallNoArgs(torch_api().is_grad_enabled_fn.get()));
+  if (!g) throw PythonError();
+  grad_enabled_ = initial_grad_ = g.get() == Py_True;
+}
+
+CaptureContext::~CaptureContext() {
+  if (grad_enabled_ != initial_grad_) {
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyRef r = PyRef::steal(PyObject_CallOneArg(torch_api().set_grad_enabled_fn.get(),
+                                               initial_grad_ ? Py_True : Py_False));
+    if (!r) PyErr_Clear();
+    PyErr_Restore(t, v, tb);
+  }
+}
+
+void CaptureContext::set_grad_mode(bool enabled) {
+  if (enabled == grad_enabled_) return;
+  PyObject* flag = enabled ? Py_True : Py_False;
+  PyRef r = PyRef::steal(PyObject_CallOneArg(torch_api().set_grad_enabled_fn.get(), flag));
+  if (!r) throw PythonError();
+  ir::Node* n = graph_->add_call_function(torch_api().set_grad_enabled_fn,
+                                          {ir::Arg::constant(PyRef::borrow(flag))}, {});
+  n->location = location;
+  grad_enabled_ = enabled;
+}
+
+PyRef CaptureContext::to_meta(PyObject* t) {
+  const TorchApi& api = torch_api();
+  PyRef size = call_method0(t, "size");
+  PyRef stride = call_method0(t, "stride");
+  PyRef dtype = PyRef::steal(PyObject_GetAttrString(t, "dtype"));
+  if (!dtype) throw PythonError();
+  PyRef args = PyRef::steal(PyTuple_Pack(2, size.get(), stride.get()));
+  PyRef kwargs = PyRef::steal(Py_BuildValue("{s:O,s:O}", "dtype", dtype.get(), "device",
+                                            api.meta_device.get()));
+  PyRef meta = PyRef::steal(PyObject_Call(api.empty_strided.get(), args.get(), kwargs.get()));
+  if (!meta) throw PythonError();
+  PyRef rg = PyRef::steal(PyObject_GetAttrString(t, "requires_grad"));
+  if (!rg) throw PythonError();
+  if (rg.get() == Py_True) {
+    PyRef r = PyRef::steal(PyObject_CallMethod(meta.get(), "requires_grad_", nullptr));
+    if (!r) throw PythonError();
+  }
+  return meta;
+}
+
+ValuePtr CaptureContext::wrap_tensor(PyObject* t, const ir::SourcePtr& src) {
+  const TorchApi& api = torch_api();
+  PyTypeObject* type = Py_TYPE(t);
+  if (type != reinterpret_cast<PyTypeObject*>(api.tensor_type.get()) &&
+      type != reinterpret_cast<PyTypeObject*>(api.parameter_type.get())) {
+    graph_break("unsupported_value", std::string("tensor subclass ") + type->tp_name +
+                                         " is not supported; it runs eagerly");
+  }
+  if (!src) {
+    graph_break("unsupported_value",
+                "a tensor that is not reachable from the function's arguments, globals or "
+                "module attributes (e.g. created at import time in a closure) cannot be captured");
+  }
+  std::string key = src->str();
+  auto it = inputs_by_source_.find(key);
+  if (it != inputs_by_source_.end()) return it->second;
+  guards_.add_tensor_match(src, t);
+  ir::Node* node = graph_->add_placeholder(placeholder_name(*src), src);
+  PyRef device = PyRef::steal(PyObject_GetAttrString(t, "device"));
+  if (!device) throw PythonError();
+  PyRef meta = to_meta(t);
+  node->meta = tensor_meta(meta.get(), device);
+  node->example = meta;
+  example_inputs_.push_back(PyRef::borrow(t));
+  ValuePtr v = Value::tensor(node, meta, device);
+  v->obj = PyRef::borrow(reinterpret_cast<PyObject*>(type));
+  v->source = src;
+  inputs_by_source_[key] = v;
+  return v;
+}
+
+ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
+  const TorchApi& api = torch_api();
+  if (is_tensor(obj)) return wrap_tensor(obj, src);
+  std::string key = src ? src->str() : "";
+  if (src) {
+    auto it = inputs_by_source_.find(key);
+    if (it != inputs_by_source_.end()) return it->second;
+  }
+  ValuePtr v;
+  if (PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(api.module_type.get()))) {
+    v = Value::of_kind(VKind::Module);
+    v->obj = PyRef::borrow(obj);
+    v->source = src;
+    if (src) {
+      guards_.add_id_match(src, obj);
+      PyObject* dict = PyObject_GenericGetDict(obj, nullptr);
+      if (!dict) throw PythonError();
+      guards_.add_dict_version(ir::Source::attr(src, "__dict__"), dict);
+      Py_DECREF(dict);
+    }
+  } else if (is_immutable_constant(obj)) {
+    v = Value::constant(PyRef::borrow(obj), src);
+    if (src && guard) guards_.add_equals_match(src, obj);
+    if (PyTuple_Check(obj) && Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(api.size_type.get())) {
+      v->named_type = api.size_type;
+    }
+  } else if (PyTuple_Check(obj) || PyList_CheckExact(obj)) {
+    bool tuple = PyTuple_Check(obj);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+    if (src) {
+      guards_.add_type_match(src, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+      guards_.add_length_match(src, n);
+    }
+    std::vector<ValuePtr> items;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* item = PySequence_Fast_GET_ITEM(obj, i);
+      items.push_back(wrap(item, src ? ir::Source::item(src, PyRef::steal(PyLong_FromSsize_t(i)))
+                                     : nullptr));
+    }
+    v = tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+    v->source = src;
+    if (tuple && !PyTuple_CheckExact(obj))
+      v->named_type = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    if (!tuple && src) sourced_containers.push_back(v);
+  } else if (PyDict_Check(obj) && src) {
+    guards_.add_type_match(src, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    guards_.add_length_match(src, PyDict_Size(obj));
+    v = Value::of_kind(VKind::Dict);
+    v->source = src;
+    PyObject *k, *val;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(obj, &pos, &k, &val)) {
+      if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k)) {
+        graph_break("unsupported_value", "dict with keys other than str/int");
+      }
+      v->keys.push_back(PyRef::borrow(k));
+      v->items.push_back(wrap(val, ir::Source::item(src, PyRef::borrow(k))));
+    }
+    sourced_containers.push_back(v);
+  } else if (PyFunction_Check(obj) || PyCFunction_Check(obj) || PyType_Check(obj) ||
+             PyModule_Check(obj) || PyMethod_Check(obj) || PyCallable_Check(obj)) {
+    v = Value::constant(PyRef::borrow(obj), src);
+    if (src && guard) guards_.add_id_match(src, obj);
+  } else if (src) {
+    v = Value::of_kind(VKind::Object);
+    v->obj = PyRef::borrow(obj);
+    v->source = src;
+    guards_.add_type_match(src, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+  } else {
+    v = from_result(obj);
+  }
+  if (src) inputs_by_source_[key] = v;
+  return v;
+}
+
+ValuePtr CaptureContext::from_result(PyObject* obj) {
+  if (PyList_CheckExact(obj) || (PyTuple_CheckExact(obj) && !is_immutable_constant(obj))) {
+    std::vector<ValuePtr> items;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(obj); ++i)
+      items.push_back(from_result(PySequence_Fast_GET_ITEM(obj, i)));
+    return PyList_CheckExact(obj) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+  }
+  if (PyDict_CheckExact(obj)) {
+    ValuePtr v = Value::of_kind(VKind::Dict);
+    PyObject *k, *val;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(obj, &pos, &k, &val)) {
+      v->keys.push_back(PyRef::borrow(k));
+      v->items.push_back(from_result(val));
+    }
+    return v;
+  }
+  if (is_tensor(obj)) {
+    graph_break("unsupported_value", "a real tensor was produced at trace time");
+  }
+  ValuePtr v = Value::constant(PyRef::borrow(obj));
+  if (PyTuple_Check(obj) && !PyTuple_CheckExact(obj))
+    v->named_type = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+  return v;
+}
+
+ValuePtr CaptureContext::result_value(PyObject* meta_result, ir::Node* node, const PyRef& device) {
+  if (is_tensor(meta_result)) {
+    if (node->meta) {  // a second view of the same node (a getitem)
+      TL_CHECK(false) << "result_value on a node that already has metadata";
+    }
+    node->meta = tensor_meta(meta_result, device);
+    node->example = PyRef::borrow(meta_result);
+    ValuePtr v = Value::tensor(node, PyRef::borrow(meta_result), device);
+    v->obj = torch_api().tensor_type;
+    return v;
+  }
+  node->example = PyRef::borrow(meta_result);
+  if (PyTuple_Check(meta_result) || PyList_Check(meta_result)) {
+    std::vector<ValuePtr> items;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(meta_result);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* item = PySequence_Fast_GET_ITEM(meta_result, i);
+      if (!contains_tensor(item)) {
+        items.push_back(from_result(item));
+        continue;
+      }
+      PyRef idx = PyRef::steal(PyLong_FromSsize_t(i));
+      ir::Node* g = graph_->add_call_function(
+          torch_api().operator_getitem, {ir::Arg::of_node(node), ir::Arg::constant(idx)}, {});
+      g->location = location;
+      items.push_back(result_value(item, g, device));
+    }
+    ValuePtr v = PyList_Check(meta_result) ? Value::list(std::move(items))
+                                           : Value::tuple(std::move(items));
+    if (PyTuple_Check(meta_result) && !PyTuple_CheckExact(meta_result))
+      v->named_type = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(meta_result)));
+    return v;
+  }
+  return from_result(meta_result);
+}
+
+ValuePtr CaptureContext::call_op(PyObject* target, const std::string& method,
+                                 const std::vector<ValuePtr>& args,
+                                 const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  const TorchApi& api = torch_api();
+  std::string op_name = method.empty() ? fn_short_name(target) : method;
+  if (!method.empty() && data_dependent_methods().count(method)) {
+    graph_break("data_dependent_op", "Tensor." + method +
+                                         "() needs the tensor's values, which are not known "
+                                         "while tracing");
+  }
+  // Device: the real device of the result. Meta execution swaps devices for "meta".
+  PyRef device;
+  bool has_tensor = false;
+  for (auto& a : args)
+    if (a->is_tensor()) {
+      if (!device) device = a->device;
+      has_tensor = true;
+    }
+  std::vector<ValuePtr> meta_pos = args;
+  PyRef meta_kwargs = PyRef::steal(PyDict_New());
+  bool is_to = method == "to" || method == "cuda" || method == "cpu";
+  for (auto& [k, v] : kwargs) {
+    if (v->is_tensor()) has_tensor = true;
+    bool dev = k == "device";
+    if (dev && v->is_const() && v->obj.get() != Py_None) {
+      device = PyRef::steal(PyObject_CallOneArg(api.device_type.get(), v->obj.get()));
+      if (!device) throw PythonError();
+      if (is_to) continue;  // meta .to() keeps only the dtype change
+    }
+    if (PyDict_SetItemString(meta_kwargs.get(), k.c_str(), to_meta_arg(v, dev).get()) < 0)
+      throw PythonError();
+  }
+  if (method.empty() && factory_functions().count(op_name) && !PyDict_GetItemString(meta_kwargs.get(), "device") &&
+      op_name.find("_like") == std::string::npos) {
+    if (PyDict_SetItemString(meta_kwargs.get(), "device", api.meta_device.get()) < 0)
+      throw PythonError();
+    if (!device || !has_tensor) device = PyRef::steal(PyObject_CallFunction(api.device_type.get(), "s", "cpu"));
+  }
+  std::string call_method = method;
+  if (is_to) {
+    // x.to(device/dtype/other), x.cuda(), x.cpu(): compute the meta result
+    // without moving data; the graph keeps the real call.
+    std::vector<ValuePtr> kept{args[0]};
+    for (size_t i = 1; i < args.size(); ++i) {
+      const ValuePtr& a = args[i];
+      if (a->is_tensor()) {
+        device = a->device;
+        kept.push_back(a);
+        continue;
+      }
+      if (a->is_const() && (PyUnicode_Check(a->obj.get()) ||
+                            PyObject_TypeCheck(a->obj.get(), reinterpret_cast<PyTypeObject*>(
+                                                                 api.device_type.get())) ||
+                            (method != "to" && PyLong_Check(a->obj.get())))) {
+        PyObject* spec = a->obj.get();
+        if (method == "cuda" && PyLong_Check(spec)) {
+          device = PyRef::steal(PyObject_CallFunction(api.device_type.get(), "sO", "cuda", spec));
+        } else {
+          device = PyRef::steal(PyObject_CallOneArg(api.device_type.get(), spec));
+        }
+        if (!device) throw PythonError();
+        continue;
+      }
+      kept.push_back(a);
+    }
+    if (method == "cuda" && (args.size() == 1))
+      device = PyRef::steal(PyObject_CallFunction(api.device_type.get(), "s", "cuda"));
+    if (method == "cpu") device = PyRef::steal(PyObject_CallFunction(api.device_type.get(), "s", "cpu"));
+    if (!device) throw PythonError();
+    meta_pos = kept;
+    if (method != "to") call_method = "";
+  }
+  if (!device) device = PyRef::steal(PyObject_CallFunction(api.device_type.get(), "s", "cpu"));
+
+  // Run on meta tensors.
+  PyRef result;
+  if (is_to && call_method.empty()) {
+    result = meta_pos[0]->meta;  // .cpu()/.cuda(): same metadata on another device
+  } else {
+    size_t first = method.empty() ? 0 : 1;
+    PyRef pos = PyRef::steal(PyTuple_New(meta_pos.size() - first));
+    for (size_t i = first; i < meta_pos.size(); ++i)
+      PyTuple_SET_ITEM(pos.get(), i - first, to_meta_arg(meta_pos[i]).release());
+    PyRef fn;
+    if (method.empty()) {
+      fn = PyRef::borrow(target);
+    } else {
+      PyRef self = to_meta_arg(args[0]);
+      fn = PyRef::steal(PyObject_GetAttrString(self.get(), method.c_str()));
+    }
+    if (fn) {
+      result = PyRef::steal(PyObject_Call(fn.get(), pos.get(),
+                                          PyDict_Size(meta_kwargs.get()) ? meta_kwargs.get() : nullptr));
+    }
+    if (!result) {
+      std::string err = exception_text();
+      bool data_dep = err.find("data-dependent") != std::string::npos ||
+                      err.find("data dependent") != std::string::npos ||
+                      data_dependent_methods().count(op_name) ||
+                      err.find("item()") != std::string::npos;
+      graph_break(data_dep ? "data_dependent_op" : "op_error",
+                  (method.empty() ? op_name : "Tensor." + method) +
+                      " raised while tracing (it runs eagerly so the real error, if any, "
+                      "surfaces): " + err);
+    }
+  }
+
+  if (!contains_tensor(result.get()) && !(result.get() == Py_None && has_tensor)) {
+    return from_result(result.get());
+  }
+  std::vector<ir::Arg> node_args;
+  for (auto& a : args) node_args.push_back(value_to_arg(a));
+  std::vector<std::pair<std::string, ir::Arg>> node_kwargs;
+  for (auto& [k, v] : kwargs) node_kwargs.emplace_back(k, value_to_arg(v));
+  ir::Node* node = method.empty()
+                       ? graph_->add_call_function(PyRef::borrow(target), std::move(node_args),
+                                                   std::move(node_kwargs))
+                       : graph_->add_call_method(method, std::move(node_args),
+                                                 std::move(node_kwargs));
+  node->location = location;
+  if (result.get() == Py_None) return Value::constant(PyRef::borrow(Py_None));
+  return result_value(result.get(), node, device);
+}
+
+}  // namespace tl::capture

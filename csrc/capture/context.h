@@ -1,0 +1,88 @@
+#pragma once
+// State shared by every (inlined) frame of one capture: the graph being
+// built, its guards, the inputs read from the frame, and the side effects the
+// traced code made. The interpreter (tracer.cpp) reads and writes it.
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "capture/value.h"
+#include "guards/guard_set.h"
+#include "ir/frame_view.h"
+#include "ir/graph.h"
+#include "ir/residual.h"
+
+namespace tl::capture {
+
+struct PendingEffect {
+  ir::SideEffect::Kind kind;
+  ir::SourcePtr target;
+  std::string name;
+  ValuePtr value;
+};
+
+class CaptureContext {
+ public:
+  explicit CaptureContext(const ir::FrameView& frame);
+  ~CaptureContext();  // restores the grad mode traced code changed
+
+  // Wraps a real object read from the frame (or from a traced object) into a
+  // symbolic value, installing the guards its use needs. `obj` is borrowed.
+  // `guard` false: the parent's guards already pin it (e.g. a module's
+  // __dict__ entry under DICT_VERSION), so constants get no guard of their own.
+  ValuePtr wrap(PyObject* obj, ir::SourcePtr src, bool guard = true);
+  // Converts a trace-time result (no tensors inside) into a value: lists and
+  // dicts become mutable List/Dict values, everything else a constant.
+  ValuePtr from_result(PyObject* obj);
+
+  // Records a torch op in the graph and runs it on meta tensors. `target` is
+  // a callable (call_function) or, when `method` is non-empty, the method of
+  // args[0] (call_method). Throws GraphBreak if the op cannot be traced.
+  ValuePtr call_op(PyObject* target, const std::string& method, const std::vector<ValuePtr>& args,
+                   const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+
+  // Switches grad mode both now (so meta ops see it) and in the graph.
+  void set_grad_mode(bool enabled);
+  bool grad_enabled() const { return grad_enabled_; }
+
+  ir::Graph& graph() { return *graph_; }
+  std::shared_ptr<ir::Graph> graph_ptr() { return graph_; }
+  guards::GuardSet& guards() { return guards_; }
+  const std::vector<PyRef>& example_inputs() const { return example_inputs_; }
+  const ir::FrameView& frame() const { return frame_; }
+
+  // Side effects and the overlays that make traced reads see traced writes.
+  std::map<std::pair<PyObject*, std::string>, ValuePtr> attr_overlay;
+  std::map<std::string, ValuePtr> global_overlay;
+  std::vector<PendingEffect> effects;
+  std::vector<ValuePtr> sourced_containers;  // List/Dict values read from the frame
+  std::vector<PyRef> keep_alive;             // objects whose address keys attr_overlay
+
+  std::string location;  // "file.py:42" of the instruction being traced
+  std::string filename;
+  int lineno = -1;
+  int64_t instructions = 0;
+
+ private:
+  ValuePtr wrap_tensor(PyObject* t, const ir::SourcePtr& src);
+  PyRef to_meta(PyObject* real_tensor);
+  ValuePtr result_value(PyObject* meta_result, ir::Node* node, const PyRef& device);
+
+  ir::FrameView frame_;
+  std::shared_ptr<ir::Graph> graph_;
+  guards::GuardSet guards_;
+  std::unordered_map<std::string, ValuePtr> inputs_by_source_;
+  std::vector<PyRef> example_inputs_;
+  bool grad_enabled_ = true;
+  bool initial_grad_ = true;
+};
+
+// Python object for a value, for meta execution (tensors -> meta tensors);
+// throws GraphBreak for values that cannot be passed to a torch op.
+PyRef to_meta_arg(const ValuePtr& v, bool for_device_kwarg = false);
+// True for immutable types whose values may be folded at trace time.
+bool is_immutable_constant(PyObject* obj);
+
+}  // namespace tl::capture

@@ -1,0 +1,27 @@
+#pragma once
+// A graph break: thrown by the interpreter at the first thing it cannot
+// capture, caught once in capture_frame. Kinds are stable snake_case names
+// listed in docs/graph_breaks.md.
+#include <exception>
+#include <string>
+
+namespace tl::capture {
+
+class GraphBreak : public std::exception {
+ public:
+  GraphBreak(std::string kind, std::string reason)
+      : kind_(std::move(kind)), reason_(std::move(reason)) {}
+  const char* what() const noexcept override { return reason_.c_str(); }
+  const std::string& kind() const { return kind_; }
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string kind_;
+  std::string reason_;
+};
+
+[[noreturn]] inline void graph_break(const std::string& kind, const std::string& reason) {
+  throw GraphBreak(kind, reason);
+}
+
+}  // namespace tl::capture

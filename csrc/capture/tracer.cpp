@@ -1,0 +1,710 @@
+// Opcode semantics of the capture interpreter (CPython 3.11 and 3.12).
+#include "capture/tracer.h"
+
+#include <opcode.h>
+
+#include "capture/graph_break.h"
+#include "capture/torch_api.h"
+#include "core/errors.h"
+
+namespace tl::capture {
+namespace {
+
+constexpr int kMaxInlineDepth = 48;
+constexpr int64_t kMaxInstructions = 2'000'000;
+
+const char* kBinaryOps[] = {"add",      "and_",    "floordiv", "lshift",  "matmul",
+                            "mul",      "mod",     "or_",      "pow",     "rshift",
+                            "sub",      "truediv", "xor",      "iadd",    "iand",
+                            "ifloordiv", "ilshift", "imatmul", "imul",    "imod",
+                            "ior",      "ipow",    "irshift",  "isub",    "itruediv",
+                            "ixor"};
+
+PyObject* operator_fn(const char* name) {
+  // Borrowed from the operator module, which lives forever.
+  PyObject* fn = PyObject_GetAttrString(torch_api().operator_module.get(), name);
+  if (!fn) throw PythonError();
+  Py_DECREF(fn);
+  return fn;
+}
+
+std::string utf8(PyObject* s) {
+  const char* c = PyUnicode_AsUTF8(s);
+  if (!c) throw PythonError();
+  return c;
+}
+
+}  // namespace
+
+Tracer::Tracer(CaptureContext& ctx, PyCodeObject* code, PyObject* globals, PyObject* builtins,
+               int depth)
+    : ctx_(ctx), code_(code), globals_(globals), builtins_(builtins), depth_(depth) {
+  if (depth > kMaxInlineDepth)
+    graph_break("unsupported_bytecode", "call stack deeper than " +
+                                            std::to_string(kMaxInlineDepth) + " inlined frames");
+  if (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
+    graph_break("unsupported_bytecode",
+                "call to generator or coroutine function " + utf8(code->co_name));
+  bc_ = decode(code);
+  in_try_.assign(bc_.insts.size(), false);
+  for (auto& e : bc_.exception_table) {
+    int h = bc_.index_at_offset(e.target);
+    if (h < 0 || h + 1 >= static_cast<int>(bc_.insts.size())) continue;
+    if (bc_.insts[h].opcode != PUSH_EXC_INFO || bc_.insts[h + 1].opcode == WITH_EXCEPT_START)
+      continue;
+    for (size_t i = 0; i < bc_.insts.size(); ++i)
+      if (bc_.insts[i].offset >= e.start && bc_.insts[i].offset < e.end) in_try_[i] = true;
+  }
+}
+
+ValuePtr Tracer::pop() {
+  TL_CHECK(!stack_.empty()) << "capture stack underflow in " << utf8(code_->co_name);
+  ValuePtr v = std::move(stack_.back());
+  stack_.pop_back();
+  return v;
+}
+
+ValuePtr& Tracer::top(int depth) {
+  TL_CHECK(static_cast<int>(stack_.size()) >= depth) << "capture stack underflow";
+  return stack_[stack_.size() - depth];
+}
+
+std::string Tracer::name_at(int index) const {
+  return utf8(PyTuple_GET_ITEM(code_->co_names, index));
+}
+
+PyObject* Tracer::const_at(int index) const { return PyTuple_GET_ITEM(code_->co_consts, index); }
+
+ValuePtr Tracer::run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> free_cells) {
+  locals_ = std::move(localsplus);
+  locals_.resize(code_->co_nlocalsplus);
+  free_cells_ = std::move(free_cells);
+  std::string filename = utf8(code_->co_filename);
+  while (!returned_) {
+    TL_CHECK(pc_ < bc_.insts.size()) << "capture ran past the end of " << utf8(code_->co_name);
+    const Instruction& inst = bc_.insts[pc_];
+    if (inst.line >= 0) {
+      ctx_.filename = filename;
+      ctx_.lineno = inst.line;
+      ctx_.location = filename + ":" + std::to_string(inst.line);
+    }
+    if (in_try_[pc_])
+      graph_break("unsupported_bytecode", "try/except or try/finally block in traced code");
+    if (++ctx_.instructions > kMaxInstructions)
+      graph_break("unsupported_bytecode", "trace too long (loop over many iterations?)");
+    ++pc_;
+    step(inst);
+  }
+  return return_value_;
+}
+
+void Tracer::jump_if(const Instruction& inst, bool jump) {
+  if (jump) pc_ = inst.jump_target;
+}
+
+void Tracer::mark_mutated(const ValuePtr& c) { c->mutated = true; }
+
+void Tracer::step(const Instruction& inst) {
+  const int arg = inst.arg;
+  switch (inst.opcode) {
+    case NOP:
+    case RESUME:
+#ifdef PRECALL
+    case PRECALL:
+#endif
+      return;
+    case COPY_FREE_VARS: {
+      int n = arg;
+      int first = code_->co_nlocalsplus - n;
+      TL_CHECK(static_cast<int>(free_cells_.size()) == n) << "closure size mismatch";
+      for (int i = 0; i < n; ++i) locals_[first + i] = free_cells_[i];
+      return;
+    }
+    case MAKE_CELL: {
+      ValuePtr cur = locals_[arg];
+      locals_[arg] = Value::cell(cur);
+      return;
+    }
+    case PUSH_NULL: push(nullptr); return;
+    case POP_TOP: pop(); return;
+    case COPY: push(top(arg)); return;
+    case SWAP: std::swap(top(1), top(arg)); return;
+    case LOAD_CONST: push(Value::constant(PyRef::borrow(const_at(arg)))); return;
+#ifdef RETURN_CONST
+    case RETURN_CONST:
+      return_value_ = Value::constant(PyRef::borrow(const_at(arg)));
+      returned_ = true;
+      return;
+#endif
+    case RETURN_VALUE:
+      return_value_ = pop();
+      returned_ = true;
+      return;
+    case LOAD_FAST:
+#ifdef LOAD_FAST_CHECK
+    case LOAD_FAST_CHECK:
+#endif
+    {
+      ValuePtr v = locals_[arg];
+      if (!v)
+        graph_break("user_exception", "local variable '" +
+                                          utf8(PyTuple_GET_ITEM(code_->co_localsplusnames, arg)) +
+                                          "' referenced before assignment");
+      push(v);
+      return;
+    }
+#ifdef LOAD_FAST_AND_CLEAR
+    case LOAD_FAST_AND_CLEAR:
+      push(locals_[arg]);
+      locals_[arg] = nullptr;
+      return;
+#endif
+    case STORE_FAST: locals_[arg] = pop(); return;
+    case DELETE_FAST: locals_[arg] = nullptr; return;
+    case LOAD_DEREF: {
+      ValuePtr cell = locals_[arg];
+      TL_CHECK(cell && cell->kind == VKind::Cell) << "LOAD_DEREF on a non-cell slot";
+      if (!cell->cell_contents) graph_break("user_exception", "free variable referenced before assignment");
+      push(cell->cell_contents);
+      return;
+    }
+    case STORE_DEREF: {
+      ValuePtr cell = locals_[arg];
+      TL_CHECK(cell && cell->kind == VKind::Cell) << "STORE_DEREF on a non-cell slot";
+      if (cell->source)
+        graph_break("unsupported_side_effect", "assignment to a closure variable of the compiled function");
+      cell->cell_contents = pop();
+      return;
+    }
+    case LOAD_CLOSURE: push(locals_[arg]); return;
+    case LOAD_GLOBAL: {
+      if (arg & 1) push(nullptr);
+      push(load_global(name_at(arg >> 1)));
+      return;
+    }
+    case STORE_GLOBAL: {
+      std::string name = name_at(arg);
+      ValuePtr v = pop();
+      if (globals_ != ctx_.frame().globals)
+        graph_break("unsupported_side_effect", "global write in another module");
+      ctx_.global_overlay[name] = v;
+      ctx_.effects.push_back({ir::SideEffect::Kind::SetGlobal, nullptr, name, v});
+      return;
+    }
+#ifdef LOAD_METHOD
+    case LOAD_METHOD: {
+      ValuePtr obj = pop();
+      push(nullptr);
+      push(get_attr(obj, name_at(arg)));
+      return;
+    }
+#endif
+    case LOAD_ATTR: {
+      ValuePtr obj = pop();
+#if PY_VERSION_HEX >= 0x030C0000
+      if (arg & 1) push(nullptr);
+      push(get_attr(obj, name_at(arg >> 1)));
+#else
+      push(get_attr(obj, name_at(arg)));
+#endif
+      return;
+    }
+    case STORE_ATTR: {
+      ValuePtr obj = pop();
+      ValuePtr v = pop();
+      store_attr(obj, name_at(arg), v);
+      return;
+    }
+    case BINARY_OP: {
+      ValuePtr b = pop();
+      ValuePtr a = pop();
+      TL_CHECK(arg >= 0 && arg < 26) << "unknown BINARY_OP " << arg;
+      push(binary_op(operator_fn(kBinaryOps[arg]), a, b));
+      return;
+    }
+    case UNARY_NEGATIVE: push(unary_op(operator_fn("neg"), pop())); return;
+    case UNARY_INVERT: push(unary_op(operator_fn("invert"), pop())); return;
+#ifdef UNARY_POSITIVE
+    case UNARY_POSITIVE: push(unary_op(operator_fn("pos"), pop())); return;
+#endif
+    case UNARY_NOT: push(Value::constant(PyRef::borrow(truth(pop()) ? Py_False : Py_True))); return;
+    case COMPARE_OP: {
+      ValuePtr b = pop();
+      ValuePtr a = pop();
+#if PY_VERSION_HEX >= 0x030C0000
+      push(compare(arg >> 4, a, b));
+#else
+      push(compare(arg, a, b));
+#endif
+      return;
+    }
+    case IS_OP: {
+      ValuePtr b = pop();
+      ValuePtr a = pop();
+      bool same;
+      if (a == b) {
+        same = true;
+      } else if (a && b && (a->is_const() || a->kind == VKind::Module || a->kind == VKind::Object) &&
+                 (b->is_const() || b->kind == VKind::Module || b->kind == VKind::Object)) {
+        same = a->obj.get() == b->obj.get();
+      } else if (a && b && (a->is_const() || b->is_const())) {
+        // A traced container or tensor is never a pre-existing constant.
+        const ValuePtr& c = a->is_const() ? a : b;
+        const ValuePtr& o = a->is_const() ? b : a;
+        same = false;
+        if (o->is_tensor() || o->kind == VKind::Tuple || o->kind == VKind::List ||
+            o->kind == VKind::Dict || o->kind == VKind::Function)
+          same = false;
+        else
+          graph_break("unsupported_value", "identity test between " + c->type_name() + " and " +
+                                               o->type_name());
+      } else if (a && b && a->is_tensor() && b->is_tensor()) {
+        same = a->node == b->node;
+      } else {
+        graph_break("unsupported_value", "identity test ('is') on traced values");
+      }
+      push(Value::constant(PyRef::borrow((same != (arg == 1)) ? Py_True : Py_False)));
+      return;
+    }
+    case CONTAINS_OP: {
+      ValuePtr container = pop();
+      ValuePtr item = pop();
+      bool found = false;
+      if (container->kind == VKind::Dict && item->is_const()) {
+        for (auto& k : container->keys) {
+          int eq = PyObject_RichCompareBool(k.get(), item->obj.get(), Py_EQ);
+          if (eq < 0) throw PythonError();
+          if (eq) found = true;
+        }
+      } else if (container->is_const() && item->is_const()) {
+        int r = PySequence_Contains(container->obj.get(), item->obj.get());
+        if (r < 0) {
+          PyErr_Clear();
+          graph_break("user_exception", "'in' raised at trace time");
+        }
+        found = r;
+      } else if (container->is_sequence() && item->is_const()) {
+        for (auto& v : container->items) {
+          if (v->is_const()) {
+            int eq = PyObject_RichCompareBool(v->obj.get(), item->obj.get(), Py_EQ);
+            if (eq < 0) throw PythonError();
+            if (eq) found = true;
+          }
+        }
+      } else if (container->kind == VKind::Module && item->is_const()) {
+        int r = PySequence_Contains(container->obj.get(), item->obj.get());
+        if (r < 0) {
+          PyErr_Clear();
+          graph_break("unsupported_value", "'in' on a module");
+        }
+        found = r;
+      } else {
+        graph_break("unsupported_value", "'in' test on " + container->type_name());
+      }
+      push(Value::constant(PyRef::borrow((found != (arg == 1)) ? Py_True : Py_False)));
+      return;
+    }
+    case BINARY_SUBSCR: {
+      ValuePtr idx = pop();
+      ValuePtr c = pop();
+      push(subscript(c, idx));
+      return;
+    }
+    case STORE_SUBSCR: {
+      ValuePtr idx = pop();
+      ValuePtr c = pop();
+      ValuePtr v = pop();
+      store_subscript(c, idx, v);
+      return;
+    }
+    case DELETE_SUBSCR: {
+      ValuePtr idx = pop();
+      ValuePtr c = pop();
+      if (c->kind == VKind::Dict && idx->is_const()) {
+        for (size_t i = 0; i < c->keys.size(); ++i) {
+          int eq = PyObject_RichCompareBool(c->keys[i].get(), idx->obj.get(), Py_EQ);
+          if (eq < 0) throw PythonError();
+          if (eq) {
+            c->keys.erase(c->keys.begin() + i);
+            c->items.erase(c->items.begin() + i);
+            mark_mutated(c);
+            return;
+          }
+        }
+        graph_break("user_exception", "KeyError in del d[key]");
+      }
+      graph_break("unsupported_side_effect", "del on " + c->type_name());
+    }
+#ifdef BINARY_SLICE
+    case BINARY_SLICE: {
+      ValuePtr end = pop();
+      ValuePtr start = pop();
+      ValuePtr c = pop();
+      if (!start->is_const() || !end->is_const())
+        graph_break("unsupported_value", "slice bounds must be known while tracing");
+      PyRef sl = PyRef::steal(PySlice_New(start->obj.get(), end->obj.get(), nullptr));
+      push(subscript(c, Value::constant(sl)));
+      return;
+    }
+    case STORE_SLICE: {
+      ValuePtr end = pop();
+      ValuePtr start = pop();
+      ValuePtr c = pop();
+      ValuePtr v = pop();
+      if (!start->is_const() || !end->is_const())
+        graph_break("unsupported_value", "slice bounds must be known while tracing");
+      PyRef sl = PyRef::steal(PySlice_New(start->obj.get(), end->obj.get(), nullptr));
+      store_subscript(c, Value::constant(sl), v);
+      return;
+    }
+#endif
+    case BUILD_SLICE: {
+      ValuePtr step = arg == 3 ? pop() : Value::constant(PyRef::borrow(Py_None));
+      ValuePtr end = pop();
+      ValuePtr start = pop();
+      if (!start->is_const() || !end->is_const() || !step->is_const())
+        graph_break("unsupported_value", "slice bounds must be known while tracing");
+      push(Value::constant(
+          PyRef::steal(PySlice_New(start->obj.get(), end->obj.get(), step->obj.get()))));
+      return;
+    }
+    case BUILD_TUPLE:
+    case BUILD_LIST: {
+      std::vector<ValuePtr> items(stack_.end() - arg, stack_.end());
+      stack_.resize(stack_.size() - arg);
+      push(inst.opcode == BUILD_TUPLE ? Value::tuple(std::move(items))
+                                      : Value::list(std::move(items)));
+      return;
+    }
+    case BUILD_SET:
+      graph_break("unsupported_value", "set displays are not supported yet");
+    case BUILD_MAP: {
+      ValuePtr d = Value::of_kind(VKind::Dict);
+      size_t base = stack_.size() - 2 * arg;
+      for (int i = 0; i < arg; ++i) {
+        ValuePtr k = stack_[base + 2 * i];
+        if (!k->is_const()) graph_break("unsupported_value", "dict key must be a constant");
+        d->keys.push_back(k->obj);
+        d->items.push_back(stack_[base + 2 * i + 1]);
+      }
+      stack_.resize(base);
+      push(d);
+      return;
+    }
+    case BUILD_CONST_KEY_MAP: {
+      ValuePtr keys = pop();
+      TL_CHECK(keys->is_const() && PyTuple_Check(keys->obj.get()));
+      ValuePtr d = Value::of_kind(VKind::Dict);
+      size_t base = stack_.size() - arg;
+      for (int i = 0; i < arg; ++i) {
+        d->keys.push_back(PyRef::borrow(PyTuple_GET_ITEM(keys->obj.get(), i)));
+        d->items.push_back(stack_[base + i]);
+      }
+      stack_.resize(base);
+      push(d);
+      return;
+    }
+    case LIST_APPEND: {
+      ValuePtr v = pop();
+      top(arg)->items.push_back(v);
+      return;
+    }
+    case LIST_EXTEND: {
+      ValuePtr v = pop();
+      auto items = iterate(v);
+      auto& l = top(arg);
+      l->items.insert(l->items.end(), items.begin(), items.end());
+      return;
+    }
+#ifdef LIST_TO_TUPLE
+    case LIST_TO_TUPLE: push(Value::tuple(pop()->items)); return;
+#endif
+#ifdef CALL_INTRINSIC_1
+    case CALL_INTRINSIC_1: {
+      if (arg == 6) {  // INTRINSIC_LIST_TO_TUPLE
+        push(Value::tuple(pop()->items));
+        return;
+      }
+      if (arg == 5) {  // INTRINSIC_UNARY_POSITIVE
+        push(unary_op(operator_fn("pos"), pop()));
+        return;
+      }
+      graph_break("unsupported_bytecode", "CALL_INTRINSIC_1 " + std::to_string(arg));
+    }
+#endif
+    case DICT_UPDATE:
+    case DICT_MERGE: {
+      ValuePtr src = pop();
+      ValuePtr& d = top(arg);
+      if (src->kind != VKind::Dict) graph_break("unsupported_value", "** on a non-dict value");
+      for (size_t i = 0; i < src->keys.size(); ++i) {
+        bool replaced = false;
+        for (size_t j = 0; j < d->keys.size(); ++j) {
+          if (PyObject_RichCompareBool(d->keys[j].get(), src->keys[i].get(), Py_EQ) == 1) {
+            if (inst.opcode == DICT_MERGE)
+              graph_break("user_exception", "duplicate keyword argument");
+            d->items[j] = src->items[i];
+            replaced = true;
+          }
+        }
+        if (!replaced) {
+          d->keys.push_back(src->keys[i]);
+          d->items.push_back(src->items[i]);
+        }
+      }
+      return;
+    }
+    case MAP_ADD: {
+      ValuePtr v = pop();
+      ValuePtr k = pop();
+      if (!k->is_const()) graph_break("unsupported_value", "dict key must be a constant");
+      ValuePtr& d = top(arg);
+      for (size_t j = 0; j < d->keys.size(); ++j) {
+        if (PyObject_RichCompareBool(d->keys[j].get(), k->obj.get(), Py_EQ) == 1) {
+          d->items[j] = v;
+          return;
+        }
+      }
+      d->keys.push_back(k->obj);
+      d->items.push_back(v);
+      return;
+    }
+    case UNPACK_SEQUENCE: {
+      ValuePtr seq = pop();
+      std::vector<ValuePtr> items = iterate(seq);
+      if (static_cast<int>(items.size()) != arg)
+        graph_break("user_exception", "unpacking " + std::to_string(items.size()) +
+                                          " values into " + std::to_string(arg) + " names");
+      for (auto it = items.rbegin(); it != items.rend(); ++it) push(*it);
+      return;
+    }
+    case UNPACK_EX: {
+      int before = arg & 0xFF, after = arg >> 8;
+      std::vector<ValuePtr> items = iterate(pop());
+      if (static_cast<int>(items.size()) < before + after)
+        graph_break("user_exception", "not enough values to unpack");
+      std::vector<ValuePtr> middle(items.begin() + before, items.end() - after);
+      for (int i = 0; i < after; ++i) push(items[items.size() - 1 - i]);
+      push(Value::list(std::move(middle)));
+      for (int i = before - 1; i >= 0; --i) push(items[i]);
+      return;
+    }
+    case FORMAT_VALUE: {
+      ValuePtr spec = (arg & 0x04) ? pop() : nullptr;
+      ValuePtr v = pop();
+      if (!v->is_const() || (spec && !spec->is_const()))
+        graph_break("unsupported_value", "f-string of a " + v->type_name() + " value");
+      PyRef obj = v->obj;
+      int conv = arg & 0x03;
+      if (conv == 1) obj = PyRef::steal(PyObject_Str(obj.get()));
+      if (conv == 2) obj = PyRef::steal(PyObject_Repr(obj.get()));
+      if (conv == 3) obj = PyRef::steal(PyObject_ASCII(obj.get()));
+      if (!obj) throw PythonError();
+      PyRef out = PyRef::steal(PyObject_Format(obj.get(), spec ? spec->obj.get() : nullptr));
+      if (!out) throw PythonError();
+      push(Value::constant(out));
+      return;
+    }
+    case BUILD_STRING: {
+      PyRef parts = PyRef::steal(PyTuple_New(arg));
+      for (int i = 0; i < arg; ++i) {
+        ValuePtr v = stack_[stack_.size() - arg + i];
+        if (!v->is_const()) graph_break("unsupported_value", "string building on traced values");
+        PyTuple_SET_ITEM(parts.get(), i, PyRef(v->obj).release());
+      }
+      stack_.resize(stack_.size() - arg);
+      PyRef empty = PyRef::steal(PyUnicode_FromString(""));
+      PyRef s = PyRef::steal(PyUnicode_Join(empty.get(), parts.get()));
+      if (!s) throw PythonError();
+      push(Value::constant(s));
+      return;
+    }
+    case KW_NAMES: kw_names_ = const_at(arg); return;
+    case CALL: do_call(arg, kw_names_); kw_names_ = nullptr; return;
+    case CALL_FUNCTION_EX: do_call_ex(arg); return;
+    case MAKE_FUNCTION: do_make_function(arg); return;
+    case JUMP_FORWARD:
+    case JUMP_BACKWARD:
+    case JUMP_BACKWARD_NO_INTERRUPT: pc_ = inst.jump_target; return;
+#ifdef POP_JUMP_FORWARD_IF_TRUE
+    case POP_JUMP_FORWARD_IF_TRUE:
+    case POP_JUMP_BACKWARD_IF_TRUE: jump_if(inst, truth(pop())); return;
+    case POP_JUMP_FORWARD_IF_FALSE:
+    case POP_JUMP_BACKWARD_IF_FALSE: jump_if(inst, !truth(pop())); return;
+    case POP_JUMP_FORWARD_IF_NONE:
+    case POP_JUMP_BACKWARD_IF_NONE: {
+      ValuePtr v = pop();
+      jump_if(inst, v->is_const() && v->obj.get() == Py_None);
+      return;
+    }
+    case POP_JUMP_FORWARD_IF_NOT_NONE:
+    case POP_JUMP_BACKWARD_IF_NOT_NONE: {
+      ValuePtr v = pop();
+      jump_if(inst, !(v->is_const() && v->obj.get() == Py_None));
+      return;
+    }
+    case JUMP_IF_TRUE_OR_POP:
+      if (truth(top())) pc_ = inst.jump_target;
+      else pop();
+      return;
+    case JUMP_IF_FALSE_OR_POP:
+      if (!truth(top())) pc_ = inst.jump_target;
+      else pop();
+      return;
+#else
+    case POP_JUMP_IF_TRUE: jump_if(inst, truth(pop())); return;
+    case POP_JUMP_IF_FALSE: jump_if(inst, !truth(pop())); return;
+    case POP_JUMP_IF_NONE: {
+      ValuePtr v = pop();
+      jump_if(inst, v->is_const() && v->obj.get() == Py_None);
+      return;
+    }
+    case POP_JUMP_IF_NOT_NONE: {
+      ValuePtr v = pop();
+      jump_if(inst, !(v->is_const() && v->obj.get() == Py_None));
+      return;
+    }
+#endif
+    case GET_ITER: {
+      ValuePtr v = pop();
+      if (v->kind == VKind::Iterator) {
+        push(v);
+        return;
+      }
+      ValuePtr it = Value::of_kind(VKind::Iterator);
+      it->items = iterate(v);
+      push(it);
+      return;
+    }
+    case FOR_ITER: {
+      ValuePtr it = top();
+      TL_CHECK(it->kind == VKind::Iterator) << "FOR_ITER on a non-iterator";
+      if (it->pos < it->items.size()) {
+        push(it->items[it->pos++]);
+        return;
+      }
+      pop();
+      pc_ = inst.jump_target;
+#ifdef END_FOR
+      if (pc_ < bc_.insts.size() && bc_.insts[pc_].opcode == END_FOR) ++pc_;
+#endif
+      return;
+    }
+#ifdef END_FOR
+    case END_FOR: pop(); pop(); return;
+#endif
+    case BEFORE_WITH: {
+      ValuePtr mgr = pop();
+      if (mgr->kind != VKind::GradMode)
+        graph_break("unsupported_bytecode",
+                    "with-block on a " + mgr->type_name() +
+                        " (only torch.no_grad/enable_grad/set_grad_enabled are captured)");
+      ValuePtr exit = Value::of_kind(VKind::GradModeExit);
+      exit->flag = mgr->restore >= 0 ? mgr->restore == 1 : ctx_.grad_enabled();
+      ctx_.set_grad_mode(mgr->flag);
+      push(exit);
+      push(Value::constant(PyRef::borrow(Py_None)));
+      return;
+    }
+    case RAISE_VARARGS:
+      graph_break("user_exception", "raise statement in traced code");
+    case LOAD_ASSERTION_ERROR:
+      graph_break("user_exception", "assertion failed in traced code");
+    case IMPORT_NAME:
+    case IMPORT_FROM:
+      graph_break("unsupported_bytecode", "import statement inside traced code");
+    case GET_LEN: {
+      ValuePtr v = top();
+      push(Value::constant(PyRef::steal(PyLong_FromSize_t(iterate(v).size()))));
+      return;
+    }
+    default:
+      graph_break("unsupported_bytecode", std::string("bytecode ") + opcode_name(inst.opcode) +
+                                              " is not supported by the capture interpreter");
+  }
+}
+
+ValuePtr Tracer::load_global(const std::string& name) {
+  auto ov = ctx_.global_overlay.find(name);
+  if (globals_ == ctx_.frame().globals && ov != ctx_.global_overlay.end()) return ov->second;
+  PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
+  PyObject* v = PyDict_GetItemWithError(globals_, key.get());
+  if (v) {
+    ir::SourcePtr src =
+        globals_ == ctx_.frame().globals
+            ? ir::Source::global(name)
+            : ir::Source::item(ir::Source::held(PyRef::borrow(globals_), "globals"), key);
+    return ctx_.wrap(v, src);
+  }
+  if (PyErr_Occurred()) throw PythonError();
+  v = PyDict_GetItemWithError(builtins_, key.get());
+  if (v) return ctx_.wrap(v, ir::Source::builtin(name));
+  if (PyErr_Occurred()) throw PythonError();
+  graph_break("user_exception", "name '" + name + "' is not defined");
+}
+
+void Tracer::do_call(int argc, PyObject* kw_names) {
+  std::vector<ValuePtr> args(stack_.end() - argc, stack_.end());
+  stack_.resize(stack_.size() - argc);
+  ValuePtr a = pop();
+  ValuePtr b = pop();
+  ValuePtr fn;
+  if (b) {
+    fn = b;
+    args.insert(args.begin(), a);
+  } else {
+    fn = a;
+  }
+  KwArgs kwargs;
+  if (kw_names) {
+    Py_ssize_t nk = PyTuple_GET_SIZE(kw_names);
+    size_t first = args.size() - nk;
+    for (Py_ssize_t i = 0; i < nk; ++i)
+      kwargs.emplace_back(utf8(PyTuple_GET_ITEM(kw_names, i)), args[first + i]);
+    args.resize(first);
+  }
+  push(call(fn, std::move(args), std::move(kwargs)));
+}
+
+void Tracer::do_call_ex(int flags) {
+  ValuePtr kw = (flags & 1) ? pop() : nullptr;
+  ValuePtr pos = pop();
+  ValuePtr fn = pop();
+  ValuePtr below = pop();
+  if (below) {  // 3.11 method form: (fn, self) below the args tuple
+    ValuePtr self = fn;
+    fn = below;
+    std::vector<ValuePtr> items = iterate(pos);
+    items.insert(items.begin(), self);
+    pos = Value::tuple(std::move(items));
+  }
+  KwArgs kwargs;
+  if (kw) {
+    if (kw->kind != VKind::Dict) graph_break("unsupported_value", "** of a non-dict value");
+    for (size_t i = 0; i < kw->keys.size(); ++i) {
+      if (!PyUnicode_Check(kw->keys[i].get()))
+        graph_break("user_exception", "keywords must be strings");
+      kwargs.emplace_back(utf8(kw->keys[i].get()), kw->items[i]);
+    }
+  }
+  push(call(fn, iterate(pos), std::move(kwargs)));
+}
+
+void Tracer::do_make_function(int flags) {
+  ValuePtr code = pop();
+  ValuePtr fn = Value::of_kind(VKind::Function);
+  fn->obj = code->obj;
+  TL_CHECK(code->is_const() && PyCode_Check(code->obj.get())) << "MAKE_FUNCTION without code";
+  if (flags & 0x08) fn->cells = pop()->items;
+  if (flags & 0x04) pop();  // annotations
+  if (flags & 0x02) {
+    ValuePtr kwd = pop();
+    if (kwd->kind != VKind::Dict) graph_break("unsupported_value", "keyword defaults");
+    fn->keys = kwd->keys;
+    fn->kwdefaults = kwd->items;
+  }
+  if (flags & 0x01) fn->items = iterate(pop());
+  push(fn);
+}
+
+}  // namespace tl::capture

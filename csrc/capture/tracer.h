@@ -1,0 +1,80 @@
+#pragma once
+// The symbolic bytecode interpreter: runs one code object over symbolic
+// values, recording torch ops into the context's graph. Inlined calls run a
+// nested Tracer on the same context.
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "capture/bytecode.h"
+#include "capture/context.h"
+
+namespace tl::capture {
+
+using KwArgs = std::vector<std::pair<std::string, ValuePtr>>;
+
+class Tracer {
+ public:
+  // `code`, `globals` and `builtins` are borrowed and must outlive the tracer.
+  Tracer(CaptureContext& ctx, PyCodeObject* code, PyObject* globals, PyObject* builtins,
+         int depth);
+
+  // Runs the code with its localsplus slots (arguments filled, the rest null)
+  // and free-variable cells; returns the returned value.
+  ValuePtr run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> free_cells);
+
+  // Calls any value with arguments (torch op, builtin, inlined function,
+  // module, method...). Public for the builtins table.
+  ValuePtr call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwargs);
+  ValuePtr get_attr(const ValuePtr& obj, const std::string& name);
+  // getattr with a default: returns nullopt when the attribute does not exist.
+  std::optional<ValuePtr> try_get_attr(const ValuePtr& obj, const std::string& name);
+  ValuePtr binary_op(PyObject* op_fn, const ValuePtr& a, const ValuePtr& b);
+  ValuePtr unary_op(PyObject* op_fn, const ValuePtr& a);
+  ValuePtr compare(int op, const ValuePtr& a, const ValuePtr& b);
+  bool truth(const ValuePtr& v);
+  std::vector<ValuePtr> iterate(const ValuePtr& v);  // materialise an iterable
+  ValuePtr subscript(const ValuePtr& container, const ValuePtr& index);
+  CaptureContext& ctx() { return ctx_; }
+
+ private:
+  void step(const Instruction& inst);
+  void do_call(int argc, PyObject* kw_names);
+  void do_call_ex(int flags);
+  void do_make_function(int flags);
+  void store_subscript(const ValuePtr& container, const ValuePtr& index, const ValuePtr& value);
+  void store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
+  ValuePtr load_global(const std::string& name);
+  ValuePtr inline_function(PyObject* func, ir::SourcePtr func_src, const ValuePtr& made,
+                           std::vector<ValuePtr> args, const KwArgs& kwargs);
+  ValuePtr call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs, bool& handled);
+  ValuePtr call_method_on(const ValuePtr& self, const std::string& name,
+                          std::vector<ValuePtr>& args, KwArgs& kwargs);
+  ValuePtr call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs);
+  void jump_if(const Instruction& inst, bool jump);
+  void mark_mutated(const ValuePtr& container);
+
+  ValuePtr pop();
+  ValuePtr& top(int depth = 1);
+  void push(ValuePtr v) { stack_.push_back(std::move(v)); }
+  std::string name_at(int index) const;  // co_names[index]
+  PyObject* const_at(int index) const;   // co_consts[index], borrowed
+
+  CaptureContext& ctx_;
+  PyCodeObject* code_;
+  PyObject* globals_;
+  PyObject* builtins_;
+  int depth_;
+  Bytecode bc_;
+  std::vector<bool> in_try_;  // instruction covered by a try/except handler
+  std::vector<ValuePtr> stack_;
+  std::vector<ValuePtr> locals_;
+  std::vector<ValuePtr> free_cells_;
+  PyObject* kw_names_ = nullptr;  // borrowed from co_consts
+  size_t pc_ = 0;
+  bool returned_ = false;
+  ValuePtr return_value_;
+};
+
+}  // namespace tl::capture

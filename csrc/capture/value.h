@@ -1,0 +1,72 @@
+#pragma once
+// Symbolic values of the capture interpreter. One tagged struct rather than a
+// class hierarchy: the interpreter switches on `kind` everywhere, and the few
+// fields each kind uses are documented next to it.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/py_ref.h"
+#include "ir/graph.h"
+#include "ir/source.h"
+
+namespace tl::capture {
+
+enum class VKind {
+  Const,      // obj: a Python object known at trace time (numbers, str, functions, classes...)
+  Tensor,     // node + meta (trace-time meta tensor) + device (real torch.device)
+  Tuple,      // items
+  List,       // items; source set when it came from the frame (mutations are replayed)
+  Dict,       // keys (constants) + items
+  Module,     // obj: an nn.Module instance
+  Object,     // obj: another Python object read from the frame (attributes traced)
+  Method,     // self + obj (a Python function to inline with self) or method_name (tensor/list/dict/str)
+  Function,   // obj: a code object made by MAKE_FUNCTION in traced code; items: defaults; cells
+  Cell,       // cell_contents
+  Iterator,   // items + pos: materialised at GET_ITER
+  GradMode,   // flag: torch.no_grad()/enable_grad()/set_grad_enabled(flag) context manager
+  GradModeExit,  // flag: the previous grad mode restored by __exit__
+};
+
+struct Value;
+using ValuePtr = std::shared_ptr<Value>;
+
+struct Value {
+  VKind kind = VKind::Const;
+  PyRef obj;
+  ir::SourcePtr source;
+  // Tensor
+  ir::Node* node = nullptr;
+  PyRef meta;
+  PyRef device;
+  // Tuple, List, Dict values, Iterator, Function defaults
+  std::vector<ValuePtr> items;
+  std::vector<PyRef> keys;  // Dict keys; Function: kwdefault names
+  std::vector<ValuePtr> kwdefaults;  // Function
+  std::vector<ValuePtr> cells;       // Function closure cells
+  size_t pos = 0;                    // Iterator
+  // Method
+  ValuePtr self;
+  std::string method_name;
+  // Cell
+  ValuePtr cell_contents;
+  bool flag = false;     // GradMode / GradModeExit: grad enabled
+  int restore = -1;      // GradMode from set_grad_enabled(): the mode before the call
+  bool mutated = false;  // List/Dict from the frame was changed by traced code
+  PyRef named_type;      // Tuple: namedtuple / torch.Size type to rebuild, or null
+
+  static ValuePtr constant(PyRef obj, ir::SourcePtr src = nullptr);
+  static ValuePtr tensor(ir::Node* node, PyRef meta, PyRef device);
+  static ValuePtr tuple(std::vector<ValuePtr> items);
+  static ValuePtr list(std::vector<ValuePtr> items);
+  static ValuePtr of_kind(VKind kind);
+  static ValuePtr cell(ValuePtr contents);
+
+  bool is_const() const { return kind == VKind::Const; }
+  bool is_tensor() const { return kind == VKind::Tensor; }
+  bool is_sequence() const { return kind == VKind::Tuple || kind == VKind::List; }
+  // "Tensor", "list", "int", ... for messages.
+  std::string type_name() const;
+};
+
+}  // namespace tl::capture

@@ -1,0 +1,147 @@
+#include "frame/captured_frame.h"
+
+#include "core/errors.h"
+#include "guards/fetch.h"
+
+namespace tl::frame {
+namespace {
+int line_of(const std::string& location) {
+  auto colon = location.rfind(':');
+  return colon == std::string::npos ? -1 : std::atoi(location.c_str() + colon + 1);
+}
+}  // namespace
+
+CapturedFrame::CapturedFrame(std::shared_ptr<const ir::Graph> graph, ir::Residual result,
+                             std::vector<ir::SideEffect> side_effects, PyRef backend_fn,
+                             std::string func_name, std::string filename)
+    : graph_(std::move(graph)),
+      result_(std::move(result)),
+      side_effects_(std::move(side_effects)),
+      backend_fn_(std::move(backend_fn)),
+      func_name_(std::move(func_name)),
+      filename_(std::move(filename)) {
+  for (ir::Node* p : graph_->placeholders()) input_sources_.push_back(p->source);
+  if (!backend_fn_) runner_ = std::make_unique<runtime::GraphRunner>(graph_);
+}
+
+PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& outputs,
+                             const ir::FrameView& frame) {
+  using K = ir::Residual::Kind;
+  switch (r.kind) {
+    case K::GraphOutput: return outputs.at(r.index);
+    case K::Const: return r.value;
+    case K::Source: {
+      PyRef v = guards::fetch(*r.source, frame);
+      if (!v) TL_THROW(Runtime) << "torchlite: " << r.source->str() << " vanished while running";
+      return v;
+    }
+    case K::Tuple:
+    case K::NamedTuple:
+    case K::List: {
+      bool list = r.kind == K::List;
+      PyRef out = PyRef::steal(list ? PyList_New(r.items.size()) : PyTuple_New(r.items.size()));
+      if (!out) throw PythonError();
+      for (size_t i = 0; i < r.items.size(); ++i) {
+        PyObject* item = rebuild(r.items[i], outputs, frame).release();
+        if (list) PyList_SET_ITEM(out.get(), i, item);
+        else PyTuple_SET_ITEM(out.get(), i, item);
+      }
+      if (r.kind == K::NamedTuple) {
+        // namedtuples take fields positionally; structseqs and torch.Size a sequence.
+        PyRef fields = PyRef::steal(PyObject_GetAttrString(r.value.get(), "_make"));
+        PyRef made = fields ? PyRef::steal(PyObject_CallOneArg(fields.get(), out.get()))
+                            : (PyErr_Clear(), PyRef::steal(PyObject_CallOneArg(r.value.get(), out.get())));
+        if (!made) throw PythonError();
+        return made;
+      }
+      return out;
+    }
+    case K::Dict: {
+      PyRef d = PyRef::steal(PyDict_New());
+      for (size_t i = 0; i < r.items.size(); ++i)
+        if (PyDict_SetItem(d.get(), r.keys[i].get(), rebuild(r.items[i], outputs, frame).get()) < 0)
+          throw PythonError();
+      return d;
+    }
+    case K::Slice: {
+      PyRef s = PyRef::steal(PySlice_New(rebuild(r.items[0], outputs, frame).get(),
+                                         rebuild(r.items[1], outputs, frame).get(),
+                                         rebuild(r.items[2], outputs, frame).get()));
+      if (!s) throw PythonError();
+      return s;
+    }
+  }
+  TL_CHECK(false) << "unknown residual kind";
+}
+
+void CapturedFrame::apply(const ir::SideEffect& e, const std::vector<PyRef>& outputs,
+                          const ir::FrameView& frame) {
+  using K = ir::SideEffect::Kind;
+  PyRef value = e.kind == K::DelAttr ? PyRef() : rebuild(e.value, outputs, frame);
+  if (e.kind == K::SetGlobal) {
+    if (PyDict_SetItemString(frame.globals, e.name.c_str(), value.get()) < 0) throw PythonError();
+    return;
+  }
+  PyRef target = guards::fetch(*e.target, frame);
+  if (!target) TL_THROW(Runtime) << "torchlite: " << e.target->str() << " vanished while running";
+  switch (e.kind) {
+    case K::SetAttr:
+      if (PyObject_SetAttrString(target.get(), e.name.c_str(), value.get()) < 0) throw PythonError();
+      return;
+    case K::DelAttr:
+      if (PyObject_DelAttrString(target.get(), e.name.c_str()) < 0) throw PythonError();
+      return;
+    case K::ReplaceList:
+      if (PyList_SetSlice(target.get(), 0, PY_SSIZE_T_MAX, value.get()) < 0) throw PythonError();
+      return;
+    case K::ReplaceDict:
+      PyDict_Clear(target.get());
+      if (PyDict_Update(target.get(), value.get()) < 0) throw PythonError();
+      return;
+    default: return;
+  }
+}
+
+PyObject* CapturedFrame::run(const ir::FrameView& frame) {
+  try {
+    std::vector<PyRef> inputs;
+    inputs.reserve(input_sources_.size());
+    for (auto& s : input_sources_) {
+      PyRef v = guards::fetch(*s, frame);
+      if (!v) TL_THROW(Runtime) << "torchlite: input " << s->str() << " vanished while running";
+      inputs.push_back(std::move(v));
+    }
+    std::vector<PyRef> outputs;
+    if (runner_) {
+      static_assert(sizeof(PyRef) == sizeof(PyObject*), "PyRef must be a bare pointer");
+      try {
+        outputs = runner_->run(reinterpret_cast<PyObject* const*>(inputs.data()), inputs.size());
+      } catch (const PythonError&) {
+        // Point the traceback at the user's line that created the failing op.
+        const ir::Node* n = runner_->failed_node();
+        if (n) {
+          int line = line_of(n->location);
+          std::string file = n->location.substr(0, n->location.rfind(':'));
+          _PyTraceback_Add(func_name_.c_str(), file.empty() ? filename_.c_str() : file.c_str(), line);
+        }
+        throw;
+      }
+    } else {
+      PyRef args = PyRef::steal(PyTuple_New(inputs.size()));
+      for (size_t i = 0; i < inputs.size(); ++i) PyTuple_SET_ITEM(args.get(), i, PyRef(inputs[i]).release());
+      PyRef res = PyRef::steal(PyObject_Call(backend_fn_.get(), args.get(), nullptr));
+      if (!res) throw PythonError();
+      PyRef seq = PyRef::steal(PySequence_Fast(res.get(), "backend must return a tuple or list"));
+      if (!seq) throw PythonError();
+      for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq.get()); ++i)
+        outputs.push_back(PyRef::borrow(PySequence_Fast_GET_ITEM(seq.get(), i)));
+    }
+    for (auto& e : side_effects_) apply(e, outputs, frame);
+    return rebuild(result_, outputs, frame).release();
+  } catch (const std::exception& e) {
+    set_python_error(e);
+    return nullptr;
+  }
+}
+
+}  // namespace tl::frame

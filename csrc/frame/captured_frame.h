@@ -1,0 +1,38 @@
+#pragma once
+// A fully captured frame: inputs read by source, graph run by the builtin
+// runner or a backend's compiled callable, return value rebuilt, side effects
+// replayed. No bytecode runs.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "frame/compiled_frame.h"
+#include "ir/graph.h"
+#include "ir/residual.h"
+#include "runtime/graph_runner.h"
+
+namespace tl::frame {
+
+class CapturedFrame : public CompiledFrame {
+ public:
+  // `backend_fn` null: run with the builtin GraphRunner.
+  CapturedFrame(std::shared_ptr<const ir::Graph> graph, ir::Residual result,
+                std::vector<ir::SideEffect> side_effects, PyRef backend_fn, std::string func_name,
+                std::string filename);
+  PyObject* run(const ir::FrameView& frame) override;
+
+ private:
+  PyRef rebuild(const ir::Residual& r, const std::vector<PyRef>& outputs, const ir::FrameView& frame);
+  void apply(const ir::SideEffect& e, const std::vector<PyRef>& outputs, const ir::FrameView& frame);
+
+  std::shared_ptr<const ir::Graph> graph_;
+  std::vector<ir::SourcePtr> input_sources_;
+  ir::Residual result_;
+  std::vector<ir::SideEffect> side_effects_;
+  PyRef backend_fn_;
+  std::unique_ptr<runtime::GraphRunner> runner_;
+  std::string func_name_;
+  std::string filename_;
+};
+
+}  // namespace tl::frame

@@ -1,0 +1,39 @@
+#pragma once
+// The builtin backend until code generators exist: runs a graph op by op by
+// calling each node's torch callable with vectorcall. Values are released
+// after their last use so peak memory matches eager.
+#include <memory>
+#include <vector>
+
+#include "core/py_ref.h"
+#include "ir/graph.h"
+
+namespace tl::runtime {
+
+class GraphRunner {
+ public:
+  explicit GraphRunner(std::shared_ptr<const ir::Graph> graph);
+  ~GraphRunner();
+  GraphRunner(const GraphRunner&) = delete;
+  GraphRunner& operator=(const GraphRunner&) = delete;
+
+  // `inputs` are borrowed, one per placeholder in graph order. Returns the
+  // graph outputs (new references). Throws PythonError with the op's error
+  // set, and `failed_node` names the node that raised.
+  std::vector<PyRef> run(PyObject* const* inputs, size_t n_inputs);
+  const ir::Node* failed_node() const { return failed_node_; }
+  const ir::Graph& graph() const { return *graph_; }
+
+ private:
+  struct Step;
+  std::shared_ptr<const ir::Graph> graph_;
+  std::vector<Step> steps_;
+  std::vector<int> output_slots_;
+  std::vector<PyRef> output_consts_;  // outputs that are constants (slot -1)
+  size_t n_values_ = 0;
+  size_t n_inputs_ = 0;
+  bool changes_grad_mode_ = false;
+  const ir::Node* failed_node_ = nullptr;
+};
+
+}  // namespace tl::runtime
