@@ -132,6 +132,7 @@ std::string callable_name(PyObject* fn) {
   if (m == "torch._C._VariableFunctions" || m == "torch._C" || m.empty()) m = "torch";
   if (m == "torch._C._nn") m = "torch._C._nn";
   if (m == "_operator") m = "operator";
+  if (n.rfind("_VariableFunctionsClass.", 0) == 0) n = n.substr(24);
   return m.empty() ? n : m + "." + n;
 }
 

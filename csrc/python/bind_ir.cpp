@@ -9,7 +9,9 @@ namespace py = pybind11;
 namespace tl::python {
 namespace {
 
-using GraphHandle = std::shared_ptr<const ir::Graph>;
+// NOTE: pybind11 holders cannot be shared_ptr<const T>; graphs are never
+// mutated once wrapped.
+using GraphHandle = std::shared_ptr<ir::Graph>;
 
 struct NodeRef {
   std::string name;
@@ -75,7 +77,7 @@ py::list graph_nodes(const GraphHandle& g) {
 
 PyObject* wrap_graph(std::shared_ptr<const ir::Graph> g) {
   try {
-    return py::cast(std::move(g)).release().ptr();
+    return py::cast(std::const_pointer_cast<ir::Graph>(std::move(g))).release().ptr();
   } catch (py::error_already_set& e) {
     e.restore();
     return nullptr;
