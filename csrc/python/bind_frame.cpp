@@ -1,9 +1,103 @@
+// torchlite._C frame layer: configs, CompiledFunction/DisabledFunction (plain
+// CPython types from frame/callables.h, so calls stay vectorcalls), reset and
+// test hooks.
+#include "frame/callables.h"
+#include "frame/code_cache.h"
+#include "frame/eval_hook.h"
+#include "frame/frame_access.h"
 #include "python/bindings.h"
 
 namespace py = pybind11;
 
 namespace tl::python {
+namespace {
 
-void bind_frame(py::module_& m) {}
+// A test entry: returns a fixed object without running the frame.
+class ConstantFrame : public frame::CompiledFrame {
+ public:
+  explicit ConstantFrame(PyObject* value) : value_(PyRef::borrow(value)) {}
+  PyObject* run(const ir::FrameView&) override { return Py_NewRef(value_.get()); }
+
+ private:
+  PyRef value_;
+};
+
+// The code object behind a code object, function, method or torchlite
+// wrapper; the result keeps it alive.
+py::object code_of(py::handle obj) {
+  PyObject* o = obj.ptr();
+  if (PyObject* fn = frame::wrapped_function(o)) return code_of(fn);
+  if (PyCode_Check(o)) return py::reinterpret_borrow<py::object>(o);
+  if (PyMethod_Check(o)) return code_of(PyMethod_GET_FUNCTION(o));
+  if (PyFunction_Check(o)) return py::reinterpret_borrow<py::object>(PyFunction_GET_CODE(o));
+  py::object code = py::getattr(obj, "__code__", py::none());
+  if (!PyCode_Check(code.ptr())) {
+    throw py::type_error("expected a function or code object, got " +
+                         py::repr(obj).cast<std::string>());
+  }
+  return code;
+}
+
+PyCodeObject* as_code(const py::object& code) {
+  return reinterpret_cast<PyCodeObject*>(code.ptr());
+}
+
+const frame::ConfigPtr& config_arg(py::handle config) {
+  const frame::ConfigPtr* c = frame::config_of(config.ptr());
+  if (!c) throw py::type_error("expected a torchlite._C.Config");
+  return *c;
+}
+
+}  // namespace
+
+void bind_frame(py::module_& m) {
+  if (frame::init_callable_types() < 0) throw py::error_already_set();
+  m.add_object("Config", py::reinterpret_borrow<py::object>(
+                             reinterpret_cast<PyObject*>(frame::config_type())));
+  m.add_object("CompiledFunction", py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(
+                                       frame::compiled_function_type())));
+  m.add_object("DisabledFunction", py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(
+                                       frame::disabled_function_type())));
+
+  m.def(
+      "make_config",
+      [](py::object backend, const std::string& backend_name, bool fullgraph, int cache_size_limit,
+         py::object recorder) {
+        PyObject* c = frame::new_config(backend.ptr(), backend_name, fullgraph, cache_size_limit,
+                                        recorder.ptr());
+        if (!c) throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(c);
+      },
+      py::arg("backend"), py::arg("backend_name"), py::arg("fullgraph"),
+      py::arg("cache_size_limit"), py::arg("recorder"),
+      "The options of one torchlite.compile() call; backend None is the builtin runner.");
+  m.def("reset", &frame::reset_caches,
+        "Drops every cache entry and skip decision (lazily, on the next call of each code).");
+  m.def(
+      "cache_entry_count",
+      [](py::object obj) { return frame::cache_entry_count(as_code(code_of(obj))); },
+      py::arg("code_or_function"));
+  m.def("is_hook_installed", &frame::hook_installed);
+
+  // Test support.
+  m.def(
+      "_test_insert_constant_entry",
+      [](py::object fn, py::object config, py::object value) {
+        py::object code = code_of(fn);
+        frame::ExtraState* st = frame::get_extra(as_code(code));
+        auto e = std::make_shared<frame::CacheEntry>();
+        e->compiled = std::make_shared<ConstantFrame>(value.ptr());
+        e->config = config_arg(config);
+        frame::insert_entry(*st, std::move(e));
+      },
+      py::arg("fn"), py::arg("config"), py::arg("value"),
+      "Caches an entry with no guards that returns `value` without running fn's body.");
+  m.def(
+      "_test_set_tensor_types",
+      [](py::tuple types) { frame::set_tensor_types_for_testing(types.ptr()); },
+      py::arg("types"), "Instances of these types count as tensors; () restores torch's.");
+  m.def("_test_datastack_top", [] { return tl_datastack_top(PyThreadState_Get()); });
+  m.def("_test_c_recursion_limit", &tl_c_recursion_limit);
+}
 
 }  // namespace tl::python

@@ -1,0 +1,103 @@
+#include "frame/code_cache.h"
+
+#include <algorithm>
+
+#include "core/errors.h"
+
+namespace tl::frame {
+namespace {
+
+uint64_t g_epoch = 1;
+Py_ssize_t g_extra_index = -1;
+
+// Called by CPython when the code object dies (with the GIL held).
+void free_extra(void* p) { delete static_cast<ExtraState*>(p); }
+
+Py_ssize_t extra_index() {
+  if (g_extra_index < 0) {
+#if PY_VERSION_HEX >= 0x030C0000
+    g_extra_index = PyUnstable_Eval_RequestCodeExtraIndex(free_extra);
+#else
+    g_extra_index = _PyEval_RequestCodeExtraIndex(free_extra);
+#endif
+    TL_CHECK(g_extra_index >= 0) << "no co_extra slot left";
+  }
+  return g_extra_index;
+}
+
+int get_code_extra(PyCodeObject* code, void** out) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyUnstable_Code_GetExtra(reinterpret_cast<PyObject*>(code), extra_index(), out);
+#else
+  return _PyCode_GetExtra(reinterpret_cast<PyObject*>(code), extra_index(), out);
+#endif
+}
+
+int set_code_extra(PyCodeObject* code, void* value) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyUnstable_Code_SetExtra(reinterpret_cast<PyObject*>(code), extra_index(), value);
+#else
+  return _PyCode_SetExtra(reinterpret_cast<PyObject*>(code), extra_index(), value);
+#endif
+}
+
+void refresh(ExtraState& st) {
+  if (st.epoch == g_epoch) return;
+  // NOTE: swap out first: destroying entries can run Python code.
+  std::vector<std::shared_ptr<CacheEntry>> old;
+  old.swap(st.entries);
+  st.skip = st.skip_known = st.warned_limit = false;
+  st.epoch = g_epoch;
+  st.version++;
+}
+
+}  // namespace
+
+ExtraState* find_extra(PyCodeObject* code) {
+  void* p = nullptr;
+  if (get_code_extra(code, &p) < 0) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  return static_cast<ExtraState*>(p);
+}
+
+ExtraState* get_extra(PyCodeObject* code) {
+  ExtraState* st = find_extra(code);
+  if (!st) {
+    auto fresh = std::make_unique<ExtraState>();
+    fresh->epoch = g_epoch;
+    if (set_code_extra(code, fresh.get()) < 0) throw PythonError();
+    st = fresh.release();
+  }
+  refresh(*st);
+  return st;
+}
+
+void bump_epoch() { g_epoch++; }
+uint64_t current_epoch() { return g_epoch; }
+
+int cache_entry_count(PyCodeObject* code) {
+  ExtraState* st = find_extra(code);
+  return st && st->epoch == g_epoch ? static_cast<int>(st->entries.size()) : 0;
+}
+
+void insert_entry(ExtraState& st, std::shared_ptr<CacheEntry> entry) {
+  st.entries.insert(st.entries.begin(), std::move(entry));
+  st.version++;
+}
+
+void move_to_front(ExtraState& st, const CacheEntry* entry) {
+  auto it = std::find_if(st.entries.begin(), st.entries.end(),
+                         [&](const auto& e) { return e.get() == entry; });
+  if (it == st.entries.end() || it == st.entries.begin()) return;
+  std::rotate(st.entries.begin(), it, it + 1);
+  st.version++;
+}
+
+int count_entries(const ExtraState& st, int config_id) {
+  return static_cast<int>(std::count_if(st.entries.begin(), st.entries.end(),
+                                        [&](const auto& e) { return e->config->id == config_id; }));
+}
+
+}  // namespace tl::frame

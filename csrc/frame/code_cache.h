@@ -1,0 +1,41 @@
+#pragma once
+// Per-code-object cache of compiled entries, stored in one co_extra slot
+// (freed with the code object). Entries are kept most-recently-used first.
+// Everything here runs with the GIL held; the GIL is the only lock.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "frame/compiled_frame.h"
+
+namespace tl::frame {
+
+struct ExtraState {
+  // shared_ptr: a guard check may run Python code that lets another thread
+  // change this list; the entry being checked must outlive that.
+  std::vector<std::shared_ptr<CacheEntry>> entries;
+  bool skip = false;           // torch's or torchlite's own code: never intercepted
+  bool skip_known = false;     // `skip` has been decided
+  bool warned_limit = false;   // the cache_size_limit warning was emitted
+  uint64_t epoch = 0;          // entries of an older epoch are dropped on next use
+  uint64_t version = 0;        // bumped on every change to `entries`
+};
+
+// The code object's state, or nullptr if it has none (borrows `code`).
+ExtraState* find_extra(PyCodeObject* code);
+// The code object's state, created empty if needed and refreshed to the
+// current epoch. Throws PythonError if co_extra cannot be set.
+ExtraState* get_extra(PyCodeObject* code);
+// Drops all entries and skip decisions lazily (torchlite.reset()).
+void bump_epoch();
+uint64_t current_epoch();
+
+// Number of entries of the current epoch (borrows `code`).
+int cache_entry_count(PyCodeObject* code);
+// Inserts at the front.
+void insert_entry(ExtraState& st, std::shared_ptr<CacheEntry> entry);
+// Moves `entry` to the front if it is still in the list.
+void move_to_front(ExtraState& st, const CacheEntry* entry);
+int count_entries(const ExtraState& st, int config_id);
+
+}  // namespace tl::frame

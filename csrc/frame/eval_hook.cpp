@@ -1,0 +1,316 @@
+// The frame hook: decides per frame whether to run it as is, run a cached
+// compiled entry, or capture it. Decision path and ownership rules are in
+// reference/frame-layer.md §1-3.
+//
+// 3.12 C recursion: while the hook is installed CPython can no longer inline
+// Python-to-Python calls, and each call re-enters _PyEval_EvalFrameDefault,
+// which charges two C-recursion units; with C_RECURSION_LIMIT=1500 (3.12.1)
+// recursion would stop near depth 750, below sys.getrecursionlimit(). The
+// outermost compiled call on a thread therefore adds headroom (twice the
+// Python limit, capped so the C stack stays safe) and removes it on exit.
+// Threads that run plain code while another thread holds the hook installed
+// get no headroom.
+#include "frame/eval_hook.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/counters.h"
+#include "core/errors.h"
+#include "core/log.h"
+#include "frame/code_cache.h"
+#include "frame/compile_frame.h"
+#include "frame/frame_access.h"
+
+namespace tl::frame {
+namespace {
+
+struct ThreadState {
+  const ConfigPtr* active = nullptr;
+  int depth = 0;     // nesting of compiled calls on this thread
+  int headroom = 0;  // C recursion units added by the outermost one
+};
+thread_local ThreadState t_state;
+
+int g_calls_inside = 0;  // compiled calls in progress, all threads (GIL)
+
+// Types whose instances make a frame worth capturing. Resolved from torch
+// once torch is imported; before that no tensor can exist.
+std::vector<PyRef> g_tensor_types;
+bool g_tensor_types_fixed = false;  // resolved, or set for testing
+
+// Directory prefixes of code never intercepted (torch's and torchlite's).
+std::vector<std::string> g_skip_prefixes;
+bool g_skip_prefixes_final = false;  // torch was found
+
+constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR;
+constexpr int kMaxCRecursionHeadroom = 8000;
+
+// Returns a new reference to sys.modules[name] or nullptr; never imports.
+PyRef loaded_module(const char* name) {
+  PyRef key = PyRef::steal(PyUnicode_InternFromString(name));
+  PyRef mod = PyRef::steal(key ? PyImport_GetModule(key.get()) : nullptr);
+  if (!mod) PyErr_Clear();
+  return mod;
+}
+
+// Returns a new reference to obj.a.b... or nullptr (error cleared).
+PyRef get_attr_path(PyRef obj, std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (!obj) break;
+    obj = PyRef::steal(PyObject_GetAttrString(obj.get(), n));
+  }
+  if (!obj) PyErr_Clear();
+  return obj;
+}
+
+void resolve_tensor_types() {
+  if (g_tensor_types_fixed) return;
+  PyRef torch = loaded_module("torch");
+  if (!torch) return;
+  PyRef tensor = get_attr_path(torch, {"Tensor"});
+  PyRef module = get_attr_path(torch, {"nn", "Module"});
+  if (!tensor || !module) return;  // torch is still importing
+  g_tensor_types = {tensor, module};
+  g_tensor_types_fixed = true;
+}
+
+bool is_tensor_like(PyObject* v) {
+  for (const PyRef& t : g_tensor_types) {
+    if (PyObject_TypeCheck(v, reinterpret_cast<PyTypeObject*>(t.get()))) return true;
+  }
+  return false;
+}
+
+// Top-level arguments, and one level into list/tuple/dict arguments. Runs no
+// Python code.
+bool holds_tensor(PyObject* v) {
+  if (is_tensor_like(v)) return true;
+  if (PyTuple_Check(v) || PyList_Check(v)) {
+    PyObject** items = PySequence_Fast_ITEMS(v);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+    for (Py_ssize_t i = 0; i < n; i++) {
+      if (is_tensor_like(items[i])) return true;
+    }
+  } else if (PyDict_Check(v)) {
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(v, &pos, &key, &value)) {
+      if (is_tensor_like(value)) return true;
+    }
+  }
+  return false;
+}
+
+bool has_tensor_args(const TlFrameInfo& fi) {
+  resolve_tensor_types();
+  if (g_tensor_types.empty()) return false;
+  const PyCodeObject* code = fi.code;
+  int nargs = code->co_argcount + code->co_kwonlyargcount +
+              ((code->co_flags & CO_VARARGS) ? 1 : 0) +
+              ((code->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+  nargs = std::min(nargs, fi.nlocalsplus);
+  for (int i = 0; i < nargs; i++) {
+    PyObject* v = fi.localsplus[i];
+    if (v && holds_tensor(v)) return true;
+  }
+  return false;
+}
+
+// Adds `name`'s package directory (with a trailing slash) to the prefixes.
+bool add_package_prefix(const char* name) {
+  PyRef file = get_attr_path(loaded_module(name), {"__file__"});
+  const char* path = file && PyUnicode_Check(file.get()) ? PyUnicode_AsUTF8(file.get()) : nullptr;
+  if (!path) {
+    PyErr_Clear();
+    return false;
+  }
+  std::string s(path);
+  size_t slash = s.rfind('/');
+  if (slash == std::string::npos) return false;
+  g_skip_prefixes.push_back(s.substr(0, slash + 1));
+  return true;
+}
+
+bool is_internal_code(PyCodeObject* code) {
+  if (!g_skip_prefixes_final) {
+    g_skip_prefixes.clear();
+    add_package_prefix("torchlite");
+    g_skip_prefixes_final = add_package_prefix("torch");
+  }
+  const char* file = PyUnicode_AsUTF8(code->co_filename);
+  if (!file) throw PythonError();
+  return std::any_of(g_skip_prefixes.begin(), g_skip_prefixes.end(),
+                     [&](const std::string& p) { return std::string_view(file).starts_with(p); });
+}
+
+std::string utf8(PyObject* s) {
+  const char* c = s ? PyUnicode_AsUTF8(s) : nullptr;
+  if (!c) PyErr_Clear();
+  return c ? c : "?";
+}
+
+std::string basename(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+void warn_cache_limit(PyCodeObject* code, int limit, const std::string& reason) {
+  std::string msg = "torchlite: " + utf8(code->co_name) + " (" + basename(utf8(code->co_filename)) +
+                    ":" + std::to_string(code->co_firstlineno) + ") hit cache_size_limit (" +
+                    std::to_string(limit) + "); last guard failure: " + reason +
+                    "; running eagerly from now on. Raise torchlite.config.cache_size_limit or "
+                    "mark the input dynamic.";
+  if (PyErr_WarnEx(PyExc_RuntimeWarning, msg.c_str(), 1) < 0) throw PythonError();
+}
+
+// The entry to run for this frame, or nullptr to run it eagerly (cache size
+// limit). Captures on a miss. Throws PythonError/Error.
+std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo& fi,
+                                              const ir::FrameView& view, const ConfigPtr& config) {
+  std::string reason;
+  // NOTE: index loop over copies: a guard may run Python code that lets
+  // another thread change the list.
+  for (size_t i = 0; i < st.entries.size(); i++) {
+    std::shared_ptr<CacheEntry> e = st.entries[i];
+    if (e->config->id != config->id) continue;
+    if (e->guards.check(view)) {
+      counters().cache_hits++;
+      move_to_front(st, e.get());
+      return e;
+    }
+    if (reason.empty()) reason = e->guards.failure_reason();
+  }
+  int n = count_entries(st, config->id);
+  if (n >= config->cache_size_limit) {
+    counters().eager_fallbacks++;
+    if (!st.warned_limit) {
+      st.warned_limit = true;
+      warn_cache_limit(fi.code, config->cache_size_limit, reason);
+    }
+    return nullptr;
+  }
+  if (n > 0) {
+    counters().recompiles++;
+    if (log_enabled("recompiles")) {
+      log_event("recompiles", utf8(fi.code->co_name) + " " + utf8(fi.code->co_filename) + ":" +
+                                  std::to_string(fi.code->co_firstlineno) + ": " + reason);
+    }
+  }
+  auto e = std::make_shared<CacheEntry>(compile_frame(fi.code, fi.func, view, config));
+  if (!e->config) e->config = config;
+  insert_entry(st, e);
+  return e;
+}
+
+// Releases a frame the hook did not evaluate and returns `result` (stolen),
+// or nullptr with InternalError set if the frame could not be released.
+PyObject* finish_unevaluated(PyThreadState* ts, TlFrame* frame, PyObject* result) {
+  if (tl_frame_release_unevaluated(ts, frame) == 0) return result;
+  Py_XDECREF(result);
+  try {
+    TL_CHECK(false) << "could not release a frame the hook did not evaluate";
+  } catch (const Error& e) {
+    set_python_error(e);
+  }
+  return nullptr;
+}
+
+PyObject* intercept(PyThreadState* ts, TlFrame* frame, const TlFrameInfo& fi,
+                    const ConfigPtr* config) {
+  ir::FrameView view{fi.localsplus, fi.nlocalsplus, fi.closure, fi.globals, fi.builtins};
+  std::shared_ptr<CacheEntry> entry;
+  {
+    // Nothing that guards, capture or warnings run is intercepted.
+    ActiveConfigScope none(nullptr);
+    try {
+      ExtraState* st = get_extra(fi.code);
+      if (!st->skip_known) {
+        st->skip = is_internal_code(fi.code);
+        st->skip_known = true;
+      }
+      if (!st->skip) entry = lookup_or_compile(*st, fi, view, *config);
+    } catch (const std::exception& e) {
+      set_python_error(e);
+      return finish_unevaluated(ts, frame, nullptr);
+    }
+  }
+  // A graph break (or no entry) runs the frame as is, still intercepting the
+  // frames it calls.
+  if (!entry || !entry->compiled) return tl_eval_default(ts, frame, 0);
+  std::shared_ptr<CompiledFrame> compiled = entry->compiled;
+  PyObject* result = nullptr;
+  {
+    ActiveConfigScope none(nullptr);
+    try {
+      result = compiled->run(view);
+    } catch (const std::exception& e) {
+      set_python_error(e);
+    }
+  }
+  return finish_unevaluated(ts, frame, result);
+}
+
+// The installed _PyFrameEvalFunction. Returns a new reference or NULL.
+PyObject* eval_hook(PyThreadState* ts, TlFrame* frame, int throwflag) {
+  const ConfigPtr* config = t_state.active;
+  if (!config || throwflag) return tl_eval_default(ts, frame, throwflag);
+  TlFrameInfo fi;
+  tl_frame_read(frame, &fi);
+  if ((fi.code->co_flags & kGeneratorFlags) || tl_frame_started(frame) ||
+      tl_tstate_tracing(ts) || !tl_frame_can_skip_eval(ts, frame)) {
+    return tl_eval_default(ts, frame, throwflag);
+  }
+  ExtraState* st = find_extra(fi.code);
+  if (st && st->skip && st->epoch == current_epoch()) return tl_eval_default(ts, frame, 0);
+  if (!has_tensor_args(fi)) return tl_eval_default(ts, frame, 0);
+  return intercept(ts, frame, fi, config);
+}
+
+}  // namespace
+
+const ConfigPtr* active_config() { return t_state.active; }
+
+ActiveConfigScope::ActiveConfigScope(const ConfigPtr* config) : previous_(t_state.active) {
+  t_state.active = config;
+}
+ActiveConfigScope::~ActiveConfigScope() { t_state.active = previous_; }
+
+void enter_compiled_region() {
+  if (g_calls_inside++ == 0) tl_install_eval_hook(eval_hook);
+  ThreadState& t = t_state;
+  if (t.depth++ == 0 && tl_c_recursion_limit() > 0) {
+    t.headroom = std::min(2 * Py_GetRecursionLimit(), kMaxCRecursionHeadroom);
+    tl_add_c_recursion_headroom(PyThreadState_Get(), t.headroom);
+  }
+}
+
+void leave_compiled_region() {
+  ThreadState& t = t_state;
+  if (--t.depth == 0 && t.headroom) {
+    tl_add_c_recursion_headroom(PyThreadState_Get(), -t.headroom);
+    t.headroom = 0;
+  }
+  if (--g_calls_inside == 0) tl_uninstall_eval_hook(eval_hook);
+}
+
+bool hook_installed() { return tl_eval_hook_installed(eval_hook); }
+
+void reset_caches() {
+  bump_epoch();
+  g_skip_prefixes_final = false;
+}
+
+void set_tensor_types_for_testing(PyObject* types) {
+  g_tensor_types.clear();
+  g_tensor_types_fixed = false;
+  Py_ssize_t n = PyTuple_Size(types);
+  if (n < 0) throw PythonError();
+  for (Py_ssize_t i = 0; i < n; i++) {
+    g_tensor_types.push_back(PyRef::borrow(PyTuple_GET_ITEM(types, i)));
+  }
+  if (n > 0) g_tensor_types_fixed = true;
+}
+
+}  // namespace tl::frame

@@ -1,0 +1,139 @@
+// The only translation unit that includes CPython's internal headers: the
+// frame struct lives in pycore_frame.h, and pycore_pystate.h only compiles as
+// C (C11 atomics). See docs in frame_access.h and reference/frame-layer.md §1-2.
+#include <Python.h>
+
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030D0000
+#error "torchlite's frame layer supports CPython 3.11 and 3.12 only"
+#endif
+
+#define Py_BUILD_CORE 1
+#if PY_VERSION_HEX >= 0x030C0000
+// NOTE: objimpl.h defines _PyGC_FINALIZED as a macro that pycore_gc.h redefines
+// as a function (cpython#105268).
+#undef _PyGC_FINALIZED
+#endif
+#include <internal/pycore_pystate.h>
+#include <internal/pycore_frame.h>
+
+#include "frame/frame_access.h"
+
+#define TL_PY312 (PY_VERSION_HEX >= 0x030C0000)
+
+// Written with the GIL held, when the hook is installed.
+static _PyFrameEvalFunction g_previous_eval = NULL;
+
+void tl_frame_read(TlFrame* frame, TlFrameInfo* out) {
+  PyCodeObject* code = frame->f_code;
+#if TL_PY312
+  PyObject* func = frame->f_funcobj;
+#else
+  PyObject* func = (PyObject*)frame->f_func;
+#endif
+  out->code = code;
+  out->func = func;
+  out->localsplus = frame->localsplus;
+  out->nlocalsplus = code->co_nlocalsplus;
+  out->globals = frame->f_globals;
+  out->builtins = frame->f_builtins;
+  out->closure = (func && PyFunction_Check(func)) ? ((PyFunctionObject*)func)->func_closure : NULL;
+}
+
+int tl_frame_started(TlFrame* frame) { return _PyInterpreterFrame_LASTI(frame) >= 0; }
+
+int tl_frame_has_frame_object(TlFrame* frame) { return frame->frame_obj != NULL; }
+
+int tl_tstate_tracing(PyThreadState* tstate) {
+  return tstate->tracing > 0 || tstate->c_tracefunc != NULL;
+}
+
+void tl_install_eval_hook(_PyFrameEvalFunction hook) {
+  PyInterpreterState* interp = PyInterpreterState_Get();
+  _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+  if (current == hook) return;
+  g_previous_eval = current;
+  _PyInterpreterState_SetEvalFrameFunc(interp, hook);
+}
+
+void tl_uninstall_eval_hook(_PyFrameEvalFunction hook) {
+  PyInterpreterState* interp = PyInterpreterState_Get();
+  // NOTE: someone who installed a hook after ours keeps it.
+  if (_PyInterpreterState_GetEvalFrameFunc(interp) != hook) return;
+  _PyInterpreterState_SetEvalFrameFunc(
+      interp, g_previous_eval ? g_previous_eval : _PyEval_EvalFrameDefault);
+}
+
+int tl_eval_hook_installed(_PyFrameEvalFunction hook) {
+  return _PyInterpreterState_GetEvalFrameFunc(PyInterpreterState_Get()) == hook;
+}
+
+PyObject* tl_eval_default(PyThreadState* tstate, TlFrame* frame, int throwflag) {
+  _PyFrameEvalFunction prev = g_previous_eval;
+  if (prev == NULL || prev == _PyEval_EvalFrameDefault) {
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  }
+  return prev(tstate, frame, throwflag);
+}
+
+#if TL_PY312
+static int frame_opens_chunk(PyThreadState* tstate, TlFrame* frame) {
+  _PyStackChunk* chunk = tstate->datastack_chunk;
+  return chunk == NULL || (PyObject**)frame == &chunk->data[0];
+}
+#endif
+
+int tl_frame_can_skip_eval(PyThreadState* tstate, TlFrame* frame) {
+#if TL_PY312
+  return frame->owner == FRAME_OWNED_BY_THREAD && frame->frame_obj == NULL &&
+         !frame_opens_chunk(tstate, frame);
+#else
+  return 1;
+#endif
+}
+
+int tl_frame_release_unevaluated(PyThreadState* tstate, TlFrame* frame) {
+#if TL_PY312
+  // Re-implements ceval.c's clear_thread_frame for a frame that never ran:
+  // _PyFrame_ClearExceptCode + Py_DECREF(f_code) + _PyThreadState_PopFrame,
+  // none of which libpython exports.
+  PyCodeObject* code = frame->f_code;
+  PyObject** base = (PyObject**)frame;
+  if (frame->owner != FRAME_OWNED_BY_THREAD || frame->frame_obj != NULL ||
+      frame_opens_chunk(tstate, frame) || base + code->co_framesize != tstate->datastack_top ||
+      frame->stacktop < 0) {
+    return -1;
+  }
+  // NOTE: like clear_thread_frame, keep a unit of C recursion in hand while
+  // finalizers run.
+  tstate->c_recursion_remaining--;
+  for (int i = 0; i < frame->stacktop; i++) {
+    Py_XDECREF(frame->localsplus[i]);
+  }
+  Py_XDECREF(frame->f_locals);
+  Py_DECREF(frame->f_funcobj);
+  Py_DECREF(code);
+  tstate->c_recursion_remaining++;
+  // Finalizers run above may have pushed and popped frames; the top is back
+  // at our frame's end.
+  tstate->datastack_top = base;
+  return 0;
+#else
+  return 0;
+#endif
+}
+
+void tl_add_c_recursion_headroom(PyThreadState* tstate, int delta) {
+#if TL_PY312
+  tstate->c_recursion_remaining += delta;
+#endif
+}
+
+int tl_c_recursion_limit(void) {
+#if TL_PY312
+  return C_RECURSION_LIMIT;
+#else
+  return 0;
+#endif
+}
+
+Py_ssize_t tl_datastack_top(PyThreadState* tstate) { return (Py_ssize_t)tstate->datastack_top; }
