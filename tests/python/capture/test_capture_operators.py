@@ -20,7 +20,7 @@ BINARY = {
     "neg_pos": lambda x, y: -x + (+y),
     "lt_gt": lambda x, y: (x < y, x > y),
     "le_ge": lambda x, y: (x <= y, x >= y),
-    "eq_ne": lambda x, y: (x == y, x != x),  # noqa: PLR0124 - self compare  # noqa: PLR0124 - NaN-style self compare
+    "eq_ne": lambda x, y: (x == y, x != x),  # noqa: PLR0124
     "chained": lambda x, y: (x * 2 - y) / 3 + x * y - 1,
     "operator_module": lambda x, y: operator.add(operator.mul(x, y), x),
 }
