@@ -1,5 +1,6 @@
 #include "guards/tensor_match.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/errors.h"
@@ -13,7 +14,7 @@ PyObject* field_name(int f) {
   static PyObject* names[] = {
       PyUnicode_InternFromString("dtype"), PyUnicode_InternFromString("device"),
       PyUnicode_InternFromString("requires_grad"), PyUnicode_InternFromString("shape"),
-      PyUnicode_InternFromString("is_cpu")};
+      PyUnicode_InternFromString("is_cpu"), PyUnicode_InternFromString("layout")};
   return names[f];
 }
 PyObject* stride_name() {
@@ -97,6 +98,11 @@ TensorMatch::TensorMatch(PyObject* tensor) : type_(PyRef::borrow((PyObject*)Py_T
   requires_grad_ = read(tensor, kRequiresGrad).get() == Py_True;
   sizes_ = to_ints(read(tensor, kShape).get());
   strides_ = to_ints(read_strides(tensor).get());
+  layout_ = read(tensor, kLayout);
+  // NOTE: other layouts either raise on stride()/shape (caught in check) or,
+  // for sparse COO, report all-zero strides: only a guard expecting a zero
+  // stride (or a 0-d tensor) can confuse them, so only those pay for the read.
+  check_layout_ = sizes_.empty() || std::count(strides_.begin(), strides_.end(), 0) > 0;
 }
 
 PyRef TensorMatch::read(PyObject* v, Field f) const {
@@ -117,21 +123,37 @@ PyRef TensorMatch::read_strides(PyObject* v) const {
 
 bool TensorMatch::check(PyObject* v) const {
   if ((PyObject*)Py_TYPE(v) != type_.get()) return false;
-  if (read(v, kDtype).get() != dtype_.get()) return false;  // dtypes are singletons
-  if (cpu_) {
-    if (read(v, kIsCpu).get() != Py_True) return false;
-  } else {
-    int eq = PyObject_RichCompareBool(read(v, kDevice).get(), device_.get(), Py_EQ);
-    if (eq != 1) {
+  try {
+    if (read(v, kDtype).get() != dtype_.get()) return false;  // dtypes are singletons
+    if (cpu_) {
+      if (read(v, kIsCpu).get() != Py_True) return false;
+    } else {
+      int eq = PyObject_RichCompareBool(read(v, kDevice).get(), device_.get(), Py_EQ);
       if (eq < 0) throw PythonError();
-      return false;
+      if (eq == 0) return false;
     }
+    if ((read(v, kRequiresGrad).get() == Py_True) != requires_grad_) return false;
+    if (!ints_equal(read(v, kShape).get(), sizes_) || !ints_equal(read_strides(v).get(), strides_))
+      return false;
+    return !check_layout_ || read(v, kLayout).get() == layout_.get();
+  } catch (const PythonError&) {
+    // A tensor of the right type whose metadata cannot be read (a sparse or
+    // nested tensor has no strides): not the tensor traced, so the guard fails.
+    PyErr_Clear();
+    return false;
   }
-  if ((read(v, kRequiresGrad).get() == Py_True) != requires_grad_) return false;
-  return ints_equal(read(v, kShape).get(), sizes_) && ints_equal(read_strides(v).get(), strides_);
 }
 
 std::string TensorMatch::mismatch(PyObject* v) const {
+  try {
+    return first_difference(v);
+  } catch (const PythonError&) {
+    PyErr_Clear();
+    return "metadata could not be read (not a strided tensor?)";
+  }
+}
+
+std::string TensorMatch::first_difference(PyObject* v) const {
   auto expected = [](const char* what, const std::string& want, const std::string& got) {
     return std::string(what) + " mismatch: expected " + want + ", got " + got;
   };
@@ -151,7 +173,8 @@ std::string TensorMatch::mismatch(PyObject* v) const {
     return expected("rank", std::to_string(sizes_.size()), std::to_string(sizes.size()));
   if (sizes != sizes_) return mismatch_at("size", sizes_, sizes);
   std::vector<Py_ssize_t> strides = to_ints(read_strides(v).get());
-  return mismatch_at("stride", strides_, strides);
+  if (strides != strides_) return mismatch_at("stride", strides_, strides);
+  return expected("layout", repr(layout_.get()), repr(read(v, kLayout).get()));
 }
 
 std::string TensorMatch::str() const {
@@ -167,6 +190,7 @@ std::string TensorMatch::str() const {
 
 bool TensorMatch::same_as(const TensorMatch& o) const {
   if (type_.get() != o.type_.get() || dtype_.get() != o.dtype_.get() || cpu_ != o.cpu_ ||
+      layout_.get() != o.layout_.get() ||
       requires_grad_ != o.requires_grad_ || sizes_ != o.sizes_ || strides_ != o.strides_)
     return false;
   int eq = PyObject_RichCompareBool(device_.get(), o.device_.get(), Py_EQ);

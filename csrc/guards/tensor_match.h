@@ -14,7 +14,7 @@ class TensorMatch {
  public:
   explicit TensorMatch(PyObject* tensor);  // borrows; records its properties now
 
-  // Borrows v. Throws PythonError if reading an attribute raised.
+  // Borrows v. A tensor whose metadata cannot be read fails (error cleared).
   bool check(PyObject* v) const;
   // After check(v) failed: "size mismatch at dim 0: expected 8, got 16".
   std::string mismatch(PyObject* v) const;
@@ -23,7 +23,8 @@ class TensorMatch {
   bool same_as(const TensorMatch& o) const;
 
  private:
-  enum Field { kDtype, kDevice, kRequiresGrad, kShape, kIsCpu, kNumFields };
+  enum Field { kDtype, kDevice, kRequiresGrad, kShape, kIsCpu, kLayout, kNumFields };
+  std::string first_difference(PyObject* v) const;  // throws PythonError
   PyRef read(PyObject* v, Field f) const;  // new reference; throws on error
   PyRef read_strides(PyObject* v) const;   // new reference (a tuple); throws on error
   bool fast_valid() const {
@@ -33,6 +34,8 @@ class TensorMatch {
   PyRef type_, dtype_, device_;
   bool cpu_ = false;
   bool requires_grad_ = false;
+  PyRef layout_;               // torch.strided, ...
+  bool check_layout_ = false;  // see the constructor
   std::vector<Py_ssize_t> sizes_, strides_;
   // The C getters and stride method `type_` resolves to at add time: calling
   // them directly skips attribute lookup (~2x faster). Valid while the type's
