@@ -6,6 +6,13 @@ cd "$(dirname "$0")/.."
 py="$(bash .ci/install.sh --tests | tail -n 1)" || { echo "install/build failed" >&2; exit 1; }
 export PATH="$(dirname "$py"):$PATH"  # cmake, ctest and ninja from pip when in a venv
 
+echo "lines of code per folder:"
+for d in csrc/* torchlite tests/cpp tests/python bench examples; do
+  n=$(find "$d" -type f \( -name '*.py' -o -name '*.cpp' -o -name '*.h' -o -name '*.c' \) -print0 \
+      | xargs -0 -r cat | wc -l)
+  printf "%7d  %s\n" "$n" "$d"
+done
+
 # NOTE: the C++ tests reuse the folder the extension was built in (build/<SOABI>), so the
 # core library compiles once; a fresh folder is configured only when that one is missing.
 soabi="$("$py" -c 'import sysconfig; print(sysconfig.get_config_var("SOABI"))')"
