@@ -44,6 +44,8 @@ bool g_tensor_types_fixed = false;  // resolved, or set for testing
 std::vector<std::string> g_skip_prefixes;
 bool g_skip_prefixes_final = false;  // torch was found
 
+int g_stub_compiler = 0;  // test support, see use_stub_compiler_for_testing
+
 constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR;
 constexpr int kMaxCRecursionHeadroom = 8000;
 
@@ -165,6 +167,22 @@ void warn_cache_limit(PyCodeObject* code, int limit, const std::string& reason) 
   if (PyErr_WarnEx(PyExc_RuntimeWarning, msg.c_str(), 1) < 0) throw PythonError();
 }
 
+// Test support: a graph-break entry guarded by the type of each argument.
+CacheEntry stub_compile(const TlFrameInfo& fi, const ConfigPtr& config) {
+  if (g_stub_compiler == 2) TL_THROW(Value) << "stub compiler failed on " << utf8(fi.code->co_name);
+  CacheEntry e;
+  const PyCodeObject* code = fi.code;
+  int nargs = std::min(code->co_argcount + code->co_kwonlyargcount, fi.nlocalsplus);
+  for (int i = 0; i < nargs; i++) {
+    PyObject* v = fi.localsplus[i];
+    if (!v) continue;
+    std::string name = utf8(PyTuple_GetItem(code->co_localsplusnames, i));
+    e.guards.add_type_match(ir::Source::local(i, name), reinterpret_cast<PyObject*>(Py_TYPE(v)));
+  }
+  e.config = config;
+  return e;
+}
+
 // The entry to run for this frame, or nullptr to run it eagerly (cache size
 // limit). Captures on a miss. Throws PythonError/Error.
 std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo& fi,
@@ -198,7 +216,8 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
                                   std::to_string(fi.code->co_firstlineno) + ": " + reason);
     }
   }
-  auto e = std::make_shared<CacheEntry>(compile_frame(fi.code, fi.func, view, config));
+  auto e = std::make_shared<CacheEntry>(g_stub_compiler ? stub_compile(fi, config)
+                                                        : compile_frame(fi.code, fi.func, view, config));
   if (!e->config) e->config = config;
   insert_entry(st, e);
   return e;
@@ -301,6 +320,8 @@ void reset_caches() {
   bump_epoch();
   g_skip_prefixes_final = false;
 }
+
+void use_stub_compiler_for_testing(int mode) { g_stub_compiler = mode; }
 
 void set_tensor_types_for_testing(PyObject* types) {
   g_tensor_types.clear();

@@ -43,4 +43,10 @@ void reset_caches();
 // default (torch.Tensor and torch.nn.Module). Borrows `types`.
 void set_tensor_types_for_testing(PyObject* types);
 
+// Test support: mode 1 builds, on a miss, a graph-break entry guarded only by
+// the type of each argument instead of capturing, so hook tests do not depend
+// on what capture supports; mode 2 makes every capture throw ValueError;
+// mode 0 captures normally.
+void use_stub_compiler_for_testing(int mode);
+
 }  // namespace tl::frame

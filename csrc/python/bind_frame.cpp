@@ -96,6 +96,9 @@ void bind_frame(py::module_& m) {
       "_test_set_tensor_types",
       [](py::tuple types) { frame::set_tensor_types_for_testing(types.ptr()); },
       py::arg("types"), "Instances of these types count as tensors; () restores torch's.");
+  m.def("_test_use_stub_compiler", &frame::use_stub_compiler_for_testing, py::arg("mode"),
+        "1: on a miss, cache a graph break guarded by argument types instead of capturing; "
+        "2: every capture raises ValueError; 0: capture normally.");
   m.def("_test_datastack_top", [] { return tl_datastack_top(PyThreadState_Get()); });
   m.def("_test_c_recursion_limit", &tl_c_recursion_limit);
 }

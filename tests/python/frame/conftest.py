@@ -46,12 +46,15 @@ def C():
     yield _C
     _C.reset()
     _C._test_set_tensor_types(())
+    _C._test_use_stub_compiler(0)
 
 
 @pytest.fixture
 def marker_C(C):
-    """_C with Marker instances treated like tensors, so no torch is needed."""
+    """_C with Marker instances treated like tensors, so no torch is needed, and
+    misses cached as graph breaks guarded by argument types (no capture)."""
     C._test_set_tensor_types((Marker,))
+    C._test_use_stub_compiler(1)
     return C
 
 

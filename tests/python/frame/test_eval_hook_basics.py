@@ -304,21 +304,45 @@ def test_nested_compiled_calls_use_the_innermost_config(marker_C, Marker):
 
 
 def test_cache_size_limit_runs_eagerly_and_warns_once(marker_C, Marker):
-    def f(x):
-        return x.v
+    def f(x, y):
+        return y
 
-    cf = compiled(marker_C, f, limit=0)
+    cf = compiled(marker_C, f, limit=2)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        assert cf(Marker(4)) == 4
-        assert cf(Marker(5)) == 5
+        assert cf(Marker(), 1) == 1
+        assert cf(Marker(), "s") == "s"
+        assert marker_C.counters()["recompiles"] == 1
+        assert cf(Marker(), 1.5) == 1.5
+        assert cf(Marker(), None) is None
+        assert cf(Marker(), 2) == 2  # still served by the first entry
     msgs = [str(x.message) for x in w if issubclass(x.category, RuntimeWarning)]
-    assert len(msgs) == 1
-    assert "f (test_eval_hook_basics.py:" in msgs[0]
-    assert "hit cache_size_limit (0)" in msgs[0]
-    assert "torchlite.config.cache_size_limit" in msgs[0]
+    assert len(msgs) == 1, msgs
+    assert msgs[0].startswith("torchlite: f (test_eval_hook_basics.py:")
+    assert "hit cache_size_limit (2); last guard failure: " in msgs[0]
+    assert "L['y']" in msgs[0]
+    assert "Raise torchlite.config.cache_size_limit" in msgs[0]
     assert marker_C.counters()["eager_fallbacks"] == 2
-    assert marker_C.cache_entry_count(f) == 0
+    assert marker_C.cache_entry_count(f) == 2
+
+
+def test_recompiles_are_logged(marker_C, Marker):
+    events = []
+    marker_C.set_log_sink(lambda ch, msg: events.append((ch, msg)))
+    marker_C.set_log_channels("recompiles")
+    try:
+
+        def f(x, y):
+            return y
+
+        cf = compiled(marker_C, f)
+        cf(Marker(), 1)
+        cf(Marker(), "s")
+    finally:
+        marker_C.set_log_channels("")
+        marker_C.set_log_sink(None)
+    assert len(events) == 1 and events[0][0] == "recompiles"
+    assert events[0][1].startswith("f ") and "L['y']" in events[0][1]
 
 
 def test_cache_size_limit_warning_as_error_propagates(marker_C, Marker):

@@ -117,3 +117,22 @@ def test_entries_of_another_config_are_ignored(marker_C, Marker):
     assert marker_C.CompiledFunction(f, cfg_b)(Marker()) == "body"
     assert marker_C.CompiledFunction(f, cfg_a)(Marker()) == "a"
     assert marker_C.cache_entry_count(f) == 2
+
+
+def test_failed_capture_raises_and_releases_the_frame(marker_C, Marker):
+    marker_C._test_use_stub_compiler(2)
+
+    def f(x, y):
+        return "body"
+
+    cf = marker_C.CompiledFunction(f, marker_C.make_config(None, "torchlite", False, 8, None))
+    x, y = Marker(), object()
+    refs = sys.getrefcount(x), sys.getrefcount(y)
+    top = marker_C._test_datastack_top()
+    for _ in range(200):
+        with pytest.raises(ValueError, match="stub compiler failed on f"):
+            cf(x, y)
+    assert marker_C._test_datastack_top() == top
+    assert (sys.getrefcount(x), sys.getrefcount(y)) == refs
+    assert not marker_C.is_hook_installed()
+    assert marker_C.cache_entry_count(f) == 0
