@@ -37,7 +37,8 @@ int g_calls_inside = 0;  // compiled calls in progress, all threads (GIL)
 
 // Types whose instances make a frame worth capturing. Resolved from torch
 // once torch is imported; before that no tensor can exist.
-std::vector<PyRef> g_tensor_types;
+// NOTE: never destroyed: a static destructor would decref after Py_Finalize.
+std::vector<PyRef>& g_tensor_types = *new std::vector<PyRef>();
 bool g_tensor_types_fixed = false;  // resolved, or set for testing
 
 // Directory prefixes of code never intercepted (torch's and torchlite's).
