@@ -9,7 +9,7 @@ from torchlite import (
 )
 from torchlite.backends import list_backends, register_backend
 from torchlite.compiler import compile, disable
-from torchlite.errors import InternalError
+from torchlite.errors import InternalError, Unsupported
 from torchlite.explain import BreakReason, ExplainOutput, explain
 from torchlite.optimized_module import OptimizedModule
 from torchlite.state import counters, reset, reset_counters
@@ -18,6 +18,7 @@ __all__ = [
     "BreakReason",
     "ExplainOutput",
     "InternalError",
+    "Unsupported",
     "OptimizedModule",
     "compile",
     "config",

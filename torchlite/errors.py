@@ -7,5 +7,7 @@ message). User mistakes are raised as the standard TypeError/ValueError.
 from torchlite import _C
 
 InternalError = _C.InternalError
+# Raised by compile(..., fullgraph=True) at a graph break; a RuntimeError subclass.
+Unsupported = _C.Unsupported
 
-__all__ = ["InternalError"]
+__all__ = ["InternalError", "Unsupported"]

@@ -146,6 +146,14 @@ bool as_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
 // A constant tuple for an all-constant symbolic tuple (e.g. to compare shapes).
 PyRef const_tuple(const ValuePtr& v) {
   if (v->is_const()) return v->obj;
+  if (v->kind == VKind::Dict) {
+    PyRef d = PyRef::steal(PyDict_New());
+    for (size_t i = 0; i < v->items.size(); ++i) {
+      PyRef item = const_tuple(v->items[i]);
+      if (!item || PyDict_SetItem(d.get(), v->keys[i].get(), item.get()) < 0) return {};
+    }
+    return d;
+  }
   if (!v->is_sequence()) return {};
   PyRef t = PyRef::steal(PyTuple_New(v->items.size()));
   for (size_t i = 0; i < v->items.size(); ++i) {
@@ -176,6 +184,27 @@ int dict_find(const ValuePtr& d, PyObject* key) {
     if (eq) return static_cast<int>(i);
   }
   return -1;
+}
+
+bool is_partial_type(PyObject* t) {
+  static PyObject* partial = [] {
+    PyRef ft = PyRef::steal(PyImport_ImportModule("functools"));
+    PyObject* p = ft ? PyObject_GetAttrString(ft.get(), "partial") : nullptr;
+    if (!p) PyErr_Clear();
+    return p;  // NOTE: kept for the process lifetime, like the functools module
+  }();
+  return partial && t == partial;
+}
+
+// A class whose instances torchlite can model: created by object.__new__ with
+// the default metaclass, defined outside torch.
+bool is_plain_user_class(PyObject* f) {
+  if (!PyType_Check(f) || Py_TYPE(f) != &PyType_Type) return false;
+  auto* t = reinterpret_cast<PyTypeObject*>(f);
+  if (t->tp_new != PyBaseObject_Type.tp_new || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
+  if (PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(torch_api().module_type.get()))) return false;
+  if (PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(PyExc_BaseException))) return false;
+  return t->tp_dictoffset != 0;
 }
 
 PyObject* operator_fn(const char* name) {
@@ -433,6 +462,10 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
     ctx_.effects.push_back({ir::SideEffect::Kind::SetAttr, obj->source, name, v});
     return;
   }
+  if (obj->kind == VKind::Object && obj->flag) {
+    ctx_.attr_overlay[{obj->obj.get(), name}] = v;
+    return;
+  }
   graph_break("unsupported_side_effect", "attribute assignment on a " + obj->type_name());
 }
 
@@ -467,6 +500,13 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         return ctx_.call_op(api.builtin_getattr.get(), "",
                             {obj, Value::constant(PyRef::steal(PyUnicode_FromString(name.c_str())))},
                             {});
+      }
+      {
+        PyRef probe = PyRef::steal(PyObject_GetAttrString(meta, name.c_str()));
+        if (!probe) {
+          PyErr_Clear();
+          return std::nullopt;
+        }
       }
       if (name == "grad" || name == "grad_fn" || name == "is_leaf" || name == "_version" ||
           name == "names" || name == "_base" || name == "itemsize" || name == "nbytes") {
@@ -557,7 +597,13 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         return std::nullopt;
       }
       bool guard = !(PyModule_Check(o) || PyType_Check(o));
-      if (obj->source) return ctx_.wrap(r.get(), ir::Source::attr(obj->source, name), guard);
+      // A bound method is made anew on every read: derived from its guarded
+      // owner, it needs no source (an ID_MATCH on it would always fail).
+      PyObject* ro = r.get();
+      bool bound = PyMethod_Check(ro) ||
+                   (PyCFunction_Check(ro) && PyCFunction_GET_SELF(ro) && !PyModule_Check(PyCFunction_GET_SELF(ro)));
+      if (obj->source && !bound && !is_immutable_constant(o))
+        return ctx_.wrap(ro, ir::Source::attr(obj->source, name), guard);
       if (is_type(r.get(), api.tensor_type))
         graph_break("unsupported_value", "tensor attribute of an untracked object");
       if (is_type(r.get(), api.module_type)) {
@@ -611,9 +657,33 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
     case VKind::Function:
       return inline_function(nullptr, nullptr, fn, std::move(args), kwargs);
     case VKind::Module: return call_module(fn, std::move(args), std::move(kwargs));
+    case VKind::Object: {
+      PyRef call_name = PyRef::steal(PyUnicode_FromString("__call__"));
+      PyObject* impl = _PyType_Lookup(Py_TYPE(fn->obj.get()), call_name.get());
+      if (!impl || !PyFunction_Check(impl))
+        graph_break("unsupported_callable", "calling a " + fn->type_name());
+      args.insert(args.begin(), fn);
+      return inline_function(impl, nullptr, nullptr, std::move(args), kwargs);
+    }
     case VKind::GradModeExit:
       ctx_.set_grad_mode(fn->flag);
       return none();
+    case VKind::Partial: {
+      std::vector<ValuePtr> all = fn->items;
+      all.insert(all.end(), args.begin(), args.end());
+      KwArgs kw;
+      for (size_t i = 0; i < fn->keys.size(); ++i) kw.emplace_back(utf8(fn->keys[i].get()), fn->kwdefaults[i]);
+      for (auto& [k, v] : kwargs) {
+        bool replaced = false;
+        for (auto& [k2, v2] : kw)
+          if (k2 == k) {
+            v2 = v;
+            replaced = true;
+          }
+        if (!replaced) kw.emplace_back(k, v);
+      }
+      return call(fn->self, std::move(all), std::move(kw));
+    }
     case VKind::Const: break;
     default:
       graph_break("unsupported_callable", "calling a " + fn->type_name());
@@ -640,6 +710,18 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   if (qual == "torch.compiler.is_compiling" || qual == "torch._dynamo.external_utils.is_compiling" ||
       qual == "torch._utils.is_compiling" || qual == "torch._dynamo.is_compiling")
     return const_bool(true);
+  if (is_partial_type(reinterpret_cast<PyObject*>(Py_TYPE(f)))) return call(wrap_partial(fn), std::move(args), std::move(kwargs));
+  if (is_partial_type(f)) {
+    if (args.empty()) graph_break("user_exception", "partial() needs a callable");
+    ValuePtr p = Value::of_kind(VKind::Partial);
+    p->self = args[0];
+    p->items.assign(args.begin() + 1, args.end());
+    for (auto& [k, v] : kwargs) {
+      p->keys.push_back(PyRef::steal(PyUnicode_FromString(k.c_str())));
+      p->kwdefaults.push_back(v);
+    }
+    return p;
+  }
   if (PyType_Check(f)) {
     if (is_module_type(f))
       graph_break("unsupported_callable", "constructing an nn.Module (" + qual + ") in traced code");
@@ -653,6 +735,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
       }
     }
   }
+  if (PyType_Check(f) && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(f), &PyTuple_Type) &&
+      PyObject_HasAttrString(f, "_fields") && PyObject_HasAttrString(f, "_make"))
+    return make_namedtuple(f, args, kwargs);
+  if (is_plain_user_class(f)) return construct_object(f, std::move(args), std::move(kwargs));
   if (is_torch_function(f)) {
     if (is_side_effecting_torch_fn(f))
       graph_break("unsupported_callable", "call to " + qual + ", which has effects torchlite does not capture");
@@ -672,6 +758,78 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   graph_break("unsupported_callable",
               "call to " + qual + " (" + Py_TYPE(f)->tp_name +
                   "), which torchlite cannot trace; it runs eagerly");
+}
+
+ValuePtr Tracer::wrap_partial(const ValuePtr& fn) {
+  PyObject* p = fn->obj.get();
+  auto part = [&](const char* name) {
+    PyRef v = PyRef::steal(PyObject_GetAttrString(p, name));
+    if (!v) throw PythonError();
+    return ctx_.wrap(v.get(), fn->source ? ir::Source::attr(fn->source, name) : nullptr);
+  };
+  ValuePtr out = Value::of_kind(VKind::Partial);
+  out->self = part("func");
+  ValuePtr args = part("args");
+  out->items = iterate(args);
+  ValuePtr kw = part("keywords");
+  if (kw->kind == VKind::Dict) {
+    out->keys = kw->keys;
+    out->kwdefaults = kw->items;
+  } else if (kw->is_const() && PyDict_Check(kw->obj.get()) && PyDict_Size(kw->obj.get()) == 0) {
+  } else {
+    graph_break("unsupported_value", "functools.partial keywords");
+  }
+  return out;
+}
+
+ValuePtr Tracer::make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
+  PyRef fields = PyRef::steal(PyObject_GetAttrString(cls, "_fields"));
+  if (!fields || !PyTuple_Check(fields.get())) throw PythonError();
+  PyRef defaults = PyRef::steal(PyObject_GetAttrString(cls, "_field_defaults"));
+  if (!defaults) PyErr_Clear();
+  Py_ssize_t n = PyTuple_GET_SIZE(fields.get());
+  std::vector<ValuePtr> items(n);
+  if (static_cast<Py_ssize_t>(args.size()) > n) graph_break("user_exception", "too many fields for namedtuple");
+  for (size_t i = 0; i < args.size(); ++i) items[i] = args[i];
+  for (auto& [k, v] : kwargs) {
+    bool found = false;
+    for (Py_ssize_t i = 0; i < n; ++i)
+      if (utf8(PyTuple_GET_ITEM(fields.get(), i)) == k) {
+        items[i] = v;
+        found = true;
+      }
+    if (!found) graph_break("user_exception", "namedtuple got an unexpected field '" + k + "'");
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (items[i]) continue;
+    PyObject* d = defaults ? PyDict_GetItem(defaults.get(), PyTuple_GET_ITEM(fields.get(), i)) : nullptr;
+    if (!d) graph_break("user_exception", "namedtuple missing field " + utf8(PyTuple_GET_ITEM(fields.get(), i)));
+    items[i] = ctx_.from_result(d);
+  }
+  ValuePtr t = Value::tuple(std::move(items));
+  t->named_type = PyRef::borrow(cls);
+  return t;
+}
+
+ValuePtr Tracer::construct_object(PyObject* cls, std::vector<ValuePtr> args, KwArgs kwargs) {
+  PyRef empty = PyRef::steal(PyTuple_New(0));
+  PyRef inst = PyRef::steal(PyBaseObject_Type.tp_new(reinterpret_cast<PyTypeObject*>(cls), empty.get(), nullptr));
+  if (!inst) throw PythonError();
+  ValuePtr obj = Value::of_kind(VKind::Object);
+  obj->obj = inst;
+  obj->flag = true;  // created by traced code: attribute writes stay symbolic
+  ctx_.keep_alive.push_back(inst);
+  PyRef init_name = PyRef::steal(PyUnicode_FromString("__init__"));
+  PyObject* init = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), init_name.get());
+  if (init && PyFunction_Check(init)) {
+    args.insert(args.begin(), obj);
+    inline_function(init, nullptr, nullptr, std::move(args), kwargs);
+  } else if (init != PyBaseObject_Type.tp_dict ? init && init != PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__init__") : false) {
+    graph_break("unsupported_callable", std::string("constructing ") + reinterpret_cast<PyTypeObject*>(cls)->tp_name);
+  } else if (!args.empty() || !kwargs.empty()) {
+    graph_break("user_exception", "object() takes no arguments");
+  }
+  return obj;
 }
 
 ValuePtr Tracer::call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs) {
@@ -811,7 +969,7 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
     cells = made->cells;
   }
   (void)func_src;
-  Tracer sub(ctx_, code, globals, builtins_, depth_ + 1);
+  Tracer sub(ctx_, code, globals, builtins_, depth_ + 1, (code->co_flags & CO_GENERATOR) != 0);
   return sub.run(std::move(locals), std::move(cells));
 }
 
@@ -984,9 +1142,10 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         return const_int(n);
       }
     }
-    if (name == "isinstance" && args.size() == 2 && args[1]->is_const()) {
+    PyRef cls_ref = args.size() == 2 ? const_tuple(args[1]) : PyRef();
+    if (name == "isinstance" && cls_ref) {
       const ValuePtr& v = args[0];
-      PyObject* cls = args[1]->obj.get();
+      PyObject* cls = cls_ref.get();
       PyObject* type = nullptr;
       switch (v->kind) {
         case VKind::Tensor: type = v->obj.get(); break;
@@ -1128,6 +1287,12 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     if ((name == "int" || name == "float" || name == "bool" || name == "complex") && args.size() == 1 &&
         args[0]->is_tensor())
       graph_break("data_dependent_op", name + "() of a tensor needs its value");
+    if (name == "sorted" && args.size() == 1 && !args[0]->is_const()) {
+      std::vector<ValuePtr> items = iterate(args[0]);
+      PyRef t = const_tuple(Value::tuple(items));
+      if (!t) graph_break("unsupported_value", "sorted() of traced values");
+      return call_pure(ctx_, fn, {Value::constant(t)}, kwargs);
+    }
     if ((name == "min" || name == "max") && !all_const(args, kwargs)) {
       std::vector<ValuePtr> items = args.size() == 1 ? iterate(args[0]) : args;
       if (all_const(items, {})) {
@@ -1180,7 +1345,13 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
   }
   // Bound methods of immutable constants: "abc".upper(), (1, 2).index(2), dtype.is_floating_point.
   if (self && (PyCFunction_Check(fn) || Py_TYPE(fn) == &PyMethodDescr_Type) && is_immutable_constant(self)) {
-    if (all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
+    std::vector<ValuePtr> consts;
+    for (auto& a : args) {
+      PyRef c = const_tuple(a);
+      if (!c) graph_break("unsupported_value", name + "() of a " + a->type_name());
+      consts.push_back(Value::constant(c));
+    }
+    if (all_const(consts, kwargs)) return call_pure(ctx_, fn, consts, kwargs);
   }
   handled = false;
   return nullptr;

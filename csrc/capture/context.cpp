@@ -308,6 +308,9 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
       guards_.add_dict_version(ir::Source::attr(src, "__dict__"), dict);
       Py_DECREF(dict);
     }
+  } else if (PyCode_Check(obj)) {
+    v = Value::constant(PyRef::borrow(obj), src);
+    if (src && guard) guards_.add_id_match(src, obj);
   } else if (is_immutable_constant(obj)) {
     v = Value::constant(PyRef::borrow(obj), src);
     if (src && guard) guards_.add_equals_match(src, obj);
@@ -348,7 +351,11 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
     }
     sourced_containers.push_back(v);
   } else if (PyFunction_Check(obj) || PyCFunction_Check(obj) || PyType_Check(obj) ||
-             PyModule_Check(obj) || PyMethod_Check(obj) || PyCallable_Check(obj)) {
+             PyModule_Check(obj) || PyMethod_Check(obj) ||
+             Py_TYPE(obj) == &PyMethodDescr_Type || Py_TYPE(obj) == &PyWrapperDescr_Type ||
+             Py_TYPE(obj) == &PyClassMethodDescr_Type || Py_TYPE(obj)->tp_call == PyCFunction_Type.tp_call ||
+             (Py_TYPE(obj)->tp_flags & Py_TPFLAGS_HEAPTYPE) == 0 ||
+             std::string(Py_TYPE(obj)->tp_name) == "functools.partial") {
     v = Value::constant(PyRef::borrow(obj), src);
     if (src && guard) guards_.add_id_match(src, obj);
   } else if (src) {

@@ -34,15 +34,20 @@ std::string utf8(PyObject* s) {
   return c;
 }
 
+ValuePtr none_value() { return Value::constant(PyRef::borrow(Py_None)); }
+
 }  // namespace
 
 Tracer::Tracer(CaptureContext& ctx, PyCodeObject* code, PyObject* globals, PyObject* builtins,
-               int depth)
-    : ctx_(ctx), code_(code), globals_(globals), builtins_(builtins), depth_(depth) {
+               int depth, bool generator)
+    : ctx_(ctx), code_(code), globals_(globals), builtins_(builtins), depth_(depth),
+      generator_(generator) {
   if (depth > kMaxInlineDepth)
     graph_break("unsupported_bytecode", "call stack deeper than " +
                                             std::to_string(kMaxInlineDepth) + " inlined frames");
-  if (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
+  int unsupported = CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE;
+  if (!generator) unsupported |= CO_GENERATOR;
+  if (code->co_flags & unsupported)
     graph_break("unsupported_bytecode",
                 "call to generator or coroutine function " + utf8(code->co_name));
   bc_ = decode(code);
@@ -134,11 +139,28 @@ void Tracer::step(const Instruction& inst) {
     case RETURN_CONST:
       return_value_ = Value::constant(PyRef::borrow(const_at(arg)));
       returned_ = true;
+      if (generator_) {
+        return_value_ = Value::of_kind(VKind::Iterator);
+        return_value_->items = std::move(yielded_);
+      }
       return;
 #endif
     case RETURN_VALUE:
       return_value_ = pop();
       returned_ = true;
+      if (generator_) {
+        return_value_ = Value::of_kind(VKind::Iterator);
+        return_value_->items = std::move(yielded_);
+      }
+      return;
+    case RETURN_GENERATOR:
+      if (!generator_) graph_break("unsupported_bytecode", "generator body");
+      push(none_value());
+      return;
+    case YIELD_VALUE:
+      if (!generator_) graph_break("unsupported_bytecode", "yield");
+      yielded_.push_back(pop());
+      push(none_value());  // the value sent in by next()
       return;
     case LOAD_FAST:
 #ifdef LOAD_FAST_CHECK

@@ -17,8 +17,10 @@ using KwArgs = std::vector<std::pair<std::string, ValuePtr>>;
 class Tracer {
  public:
   // `code`, `globals` and `builtins` are borrowed and must outlive the tracer.
+  // `generator`: run a generator function's body to completion, collecting
+  // what it yields (run() then returns an Iterator over them).
   Tracer(CaptureContext& ctx, PyCodeObject* code, PyObject* globals, PyObject* builtins,
-         int depth);
+         int depth, bool generator = false);
 
   // Runs the code with its localsplus slots (arguments filled, the rest null)
   // and free-variable cells; returns the returned value.
@@ -52,6 +54,9 @@ class Tracer {
   ValuePtr call_method_on(const ValuePtr& self, const std::string& name,
                           std::vector<ValuePtr>& args, KwArgs& kwargs);
   ValuePtr call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs);
+  ValuePtr wrap_partial(const ValuePtr& partial_const);
+  ValuePtr make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
+  ValuePtr construct_object(PyObject* cls, std::vector<ValuePtr> args, KwArgs kwargs);
   void jump_if(const Instruction& inst, bool jump);
   void mark_mutated(const ValuePtr& container);
 
@@ -74,6 +79,8 @@ class Tracer {
   PyObject* kw_names_ = nullptr;  // borrowed from co_consts
   size_t pc_ = 0;
   bool returned_ = false;
+  bool generator_ = false;
+  std::vector<ValuePtr> yielded_;
   ValuePtr return_value_;
 };
 

@@ -26,6 +26,7 @@ enum class VKind {
   Iterator,   // items + pos: materialised at GET_ITER
   GradMode,   // flag: torch.no_grad()/enable_grad()/set_grad_enabled(flag) context manager
   GradModeExit,  // flag: the previous grad mode restored by __exit__
+  Partial,    // functools.partial: self (the callable), items (args), keys+kwdefaults (keywords)
 };
 
 struct Value;
