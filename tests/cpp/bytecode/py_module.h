@@ -2,6 +2,7 @@
 // A Python module namespace for bytecode tests: source runs in a fresh dict,
 // then its functions are called by name. Failures print the Python error.
 #include <Python.h>
+#include <opcode.h>
 
 #include <catch2/catch.hpp>
 #include <string>
@@ -49,6 +50,21 @@ class PyModule {
  private:
   PyRef ns_;
 };
+
+// One instruction on line 1; `target` names a label for jumps.
+inline bytecode::Instr ins(int opcode, int arg = 0, int label = bytecode::kNoLabel,
+                           int target = bytecode::kNoLabel) {
+  return {opcode, arg, label, target, 1};
+}
+
+// A function over `code` (borrowed) with builtins as its globals; new reference.
+inline PyRef make_function(PyObject* code) {
+  PyRef globals = PyRef::steal(PyDict_New());
+  PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
+  PyRef fn = PyRef::steal(PyFunction_New(code, globals.get()));
+  PyModule::check(fn);
+  return fn;
+}
 
 inline PyObject* obj(PyCodeObject* code) { return reinterpret_cast<PyObject*>(code); }
 inline PyCodeObject* code_of(PyObject* fn) {  // borrows fn, returns borrowed
