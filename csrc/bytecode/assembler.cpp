@@ -1,9 +1,10 @@
 // Labels to indices, the four encoding steps, then CPython's own code-object
 // constructor (which validates what it can and computes the fast-locals
 // layout, arguments that are also cells included).
+#include "bytecode/assembler.h"
+
 #include <unordered_map>
 
-#include "bytecode/assembler.h"
 #include "core/errors.h"
 
 namespace tl::bytecode {
@@ -22,7 +23,8 @@ class Labels {
   }
   int index(int label, const char* what) const {
     auto it = index_.find(label);
-    TL_CHECK(it != index_.end()) << what << " names label " << label << ", which no instruction has";
+    TL_CHECK(it != index_.end()) << what << " names label " << label
+                                 << ", which no instruction has";
     return it->second;
   }
 
@@ -65,10 +67,10 @@ PyRef new_code(const CodeSpec& spec, int stacksize, PyObject* code, PyObject* li
   auto* make = &PyCode_NewWithPosOnlyArgs;
 #endif
   PyCodeObject* co =
-      make(spec.argcount, spec.posonlyargcount, spec.kwonlyargcount, nlocals, stacksize,
-           spec.flags, code, spec.consts.get(), spec.names.get(), spec.varnames.get(),
-           spec.freevars.get(), spec.cellvars.get(), spec.filename.get(), spec.name.get(),
-           spec.qualname.get(), spec.firstlineno, linetable, exceptiontable);
+      make(spec.argcount, spec.posonlyargcount, spec.kwonlyargcount, nlocals, stacksize, spec.flags,
+           code, spec.consts.get(), spec.names.get(), spec.varnames.get(), spec.freevars.get(),
+           spec.cellvars.get(), spec.filename.get(), spec.name.get(), spec.qualname.get(),
+           spec.firstlineno, linetable, exceptiontable);
   if (!co) throw PythonError();
   return PyRef::steal(reinterpret_cast<PyObject*>(co));
 }

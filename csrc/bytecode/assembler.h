@@ -24,11 +24,11 @@ constexpr int kNoLine = -1;
 // assembler writes both). Jumps name their target by label, so inserting or
 // removing instructions never invalidates them.
 struct Instr {
-  int opcode = 0;          // base opcode from <opcode.h>; never EXTENDED_ARG or CACHE
-  int arg = 0;             // the full argument; ignored (recomputed) for jumps
-  int label = kNoLabel;    // this instruction's label, if anything refers to it
-  int target = kNoLabel;   // label of the jump target: required for jumps, else none
-  int line = kNoLine;      // source line, or kNoLine for "no location"
+  int opcode = 0;         // base opcode from <opcode.h>; never EXTENDED_ARG or CACHE
+  int arg = 0;            // the full argument; ignored (recomputed) for jumps
+  int label = kNoLabel;   // this instruction's label, if anything refers to it
+  int target = kNoLabel;  // label of the jump target: required for jumps, else none
+  int line = kNoLine;     // source line, or kNoLine for "no location"
 };
 
 // A protected range of instructions, by label, inclusive at both ends. Blocks

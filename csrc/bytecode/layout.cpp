@@ -18,8 +18,7 @@ using capture::opcode_flags;
 bool is_jump(int opcode) { return opcode_flags(opcode) & capture::kJump; }
 bool is_backward(int opcode) { return opcode_flags(opcode) & capture::kBackward; }
 
-void check_instruction(const std::vector<Instr>& insts, const std::vector<int>& targets,
-                       size_t i) {
+void check_instruction(const std::vector<Instr>& insts, const std::vector<int>& targets, size_t i) {
   const Instr& in = insts[i];
   TL_CHECK(capture::is_known_opcode(in.opcode) && in.opcode != EXTENDED_ARG && in.opcode != CACHE)
       << "instruction " << i << ": opcode " << in.opcode << " cannot be assembled";
@@ -31,8 +30,8 @@ void check_instruction(const std::vector<Instr>& insts, const std::vector<int>& 
                              << " is not a jump but has a target";
     return;
   }
-  TL_CHECK(targets[i] >= 0) << "instruction " << i << ": jump "
-                            << capture::opcode_name(in.opcode) << " has no target";
+  TL_CHECK(targets[i] >= 0) << "instruction " << i << ": jump " << capture::opcode_name(in.opcode)
+                            << " has no target";
   // NOTE: 3.11/3.12 jumps are relative and each opcode encodes one direction
   // (3.12's POP_JUMP_IF_* have no backward form), so the caller must pick it.
   bool backward_target = targets[i] <= static_cast<int>(i);

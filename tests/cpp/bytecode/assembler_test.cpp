@@ -1,9 +1,10 @@
 // Functions assembled from scratch run, long jumps get EXTENDED_ARG prefixes,
 // and malformed input is rejected with a message naming the instruction.
+#include "bytecode/assembler.h"
+
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "bytecode/assembler.h"
 #include "capture/bytecode.h"
 #include "core/errors.h"
 #include "py_module.h"
@@ -80,8 +81,8 @@ TEST_CASE("a function assembled from scratch adds its arguments", "[bytecode]") 
              ins(RETURN_VALUE)};
   PyRef code = bc::assemble(a, function_spec(2, {"a", "b"}, values("(None,)")));
   // BINARY_OP carries one CACHE unit, written as zeros.
-  CHECK(co_code(code) == bytes({RESUME, 0, LOAD_FAST, 0, LOAD_FAST, 1, BINARY_OP, NB_ADD, 0, 0,
-                                 RETURN_VALUE, 0}));
+  CHECK(co_code(code) ==
+        bytes({RESUME, 0, LOAD_FAST, 0, LOAD_FAST, 1, BINARY_OP, NB_ADD, 0, 0, RETURN_VALUE, 0}));
   CHECK(stacksize(code) == 2);
   PyRef fn = make_function(code.get());
   CHECK(call_repr(fn.get(), "(2, 3)") == "5");
@@ -92,11 +93,19 @@ TEST_CASE("a function assembled from scratch adds its arguments", "[bytecode]") 
 TEST_CASE("a handler assembled from scratch catches the exception", "[bytecode]") {
   // try: return 10 // x   except: return -1   (CPython's own handler shape)
   bc::Assembly a;
-  a.insts = {ins(RESUME),          ins(LOAD_CONST, 1, 1),    ins(LOAD_FAST, 0),
-             ins(BINARY_OP, NB_FLOOR_DIVIDE), ins(RETURN_VALUE, 0, 4),
-             ins(PUSH_EXC_INFO, 0, 5), ins(POP_TOP, 0, 6),   ins(POP_EXCEPT),
-             ins(LOAD_CONST, 2),   ins(RETURN_VALUE),        ins(COPY, 3, 10),
-             ins(POP_EXCEPT),      ins(RERAISE, 1)};
+  a.insts = {ins(RESUME),
+             ins(LOAD_CONST, 1, 1),
+             ins(LOAD_FAST, 0),
+             ins(BINARY_OP, NB_FLOOR_DIVIDE),
+             ins(RETURN_VALUE, 0, 4),
+             ins(PUSH_EXC_INFO, 0, 5),
+             ins(POP_TOP, 0, 6),
+             ins(POP_EXCEPT),
+             ins(LOAD_CONST, 2),
+             ins(RETURN_VALUE),
+             ins(COPY, 3, 10),
+             ins(POP_EXCEPT),
+             ins(RERAISE, 1)};
   a.blocks = {{1, 4, 5, 0, false}, {5, 6, 10, 1, true}};
   PyRef code = bc::assemble(a, function_spec(1, {"x"}, values("(None, 10, -1)")));
   // The cleanup handler runs at depth 1 + lasti + exception, then COPY 3.
@@ -165,8 +174,8 @@ TEST_CASE("a constant index above 65535 gets two EXTENDED_ARG prefixes", "[bytec
   a.insts = {ins(RESUME), ins(LOAD_CONST, 70000), ins(RETURN_VALUE)};
   PyRef consts = values("tuple(range(70001))");
   PyRef code = bc::assemble(a, function_spec(0, {}, consts));
-  CHECK(co_code(code) == bytes({RESUME, 0, EXTENDED_ARG, 1, EXTENDED_ARG, 0x11, LOAD_CONST, 0x70,
-                                 RETURN_VALUE, 0}));
+  CHECK(co_code(code) ==
+        bytes({RESUME, 0, EXTENDED_ARG, 1, EXTENDED_ARG, 0x11, LOAD_CONST, 0x70, RETURN_VALUE, 0}));
   CHECK(call_repr(make_function(code.get()).get(), "()") == "70000");
 }
 

@@ -76,8 +76,7 @@ TEST_CASE("offsets past 63 and 4095 code units take two and three varint groups"
 
 TEST_CASE("ranges cover EXTENDED_ARG prefixes and CACHE units", "[bytecode]") {
   // LOAD_CONST 300 takes a prefix; BINARY_OP one CACHE unit.
-  std::vector<bc::Instr> insts = {ins(NOP), ins(LOAD_CONST, 300), ins(BINARY_OP, NB_ADD),
-                                  ins(NOP)};
+  std::vector<bc::Instr> insts = {ins(NOP), ins(LOAD_CONST, 300), ins(BINARY_OP, NB_ADD), ins(NOP)};
   bc::Layout lay = bc::layout(insts, std::vector<int>(4, -1));
   CHECK(parse(bc::encode_exception_table({{1, 2, 3, 0, false}}, lay)) == "1+4->5 0;");
 }

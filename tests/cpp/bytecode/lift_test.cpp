@@ -230,8 +230,9 @@ PyRef round_trip(PyCodeObject* code, int& checked) {
   INFO("code object " << qualname(code));
   PyRef want = PyRef::steal(PyCode_GetCode(code)), got = PyRef::steal(PyCode_GetCode(copy));
   if (!equal(want.get(), got.get())) {
-    FAIL_CHECK("co_code differs\n" << helpers().call_str("dis_text", obj(code)) << "---\n"
-                                   << helpers().call_str("dis_text", obj(copy)));
+    FAIL_CHECK("co_code differs\n"
+               << helpers().call_str("dis_text", obj(code)) << "---\n"
+               << helpers().call_str("dis_text", obj(copy)));
   }
   CHECK(equal(code->co_exceptiontable, copy->co_exceptiontable));
   CHECK(code->co_stacksize == copy->co_stacksize);
@@ -264,11 +265,11 @@ TEST_CASE("round-tripped corpus functions keep their bytes, tables and behaviour
   }
 }
 
-TEST_CASE("every code object of large standard-library modules round-trips exactly",
-          "[bytecode]") {
+TEST_CASE("every code object of large standard-library modules round-trips exactly", "[bytecode]") {
   // Generators, coroutines, async comprehensions, classes and match statements
   // that the corpus does not spell out, as the compiler really emits them.
-  for (const char* module : {"inspect", "typing", "argparse", "asyncio.base_events", "dataclasses"}) {
+  for (const char* module :
+       {"inspect", "typing", "argparse", "asyncio.base_events", "dataclasses"}) {
     INFO("module " << module);
     PyRef name = PyRef::steal(PyUnicode_FromString(module));
     PyRef code = helpers().call("module_code", name.get());

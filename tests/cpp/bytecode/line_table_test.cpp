@@ -44,15 +44,14 @@ TEST_CASE("a run longer than 8 code units is split with zero deltas", "[bytecode
 }
 
 TEST_CASE("negative deltas set the low bit and large ones take more groups", "[bytecode]") {
-  std::string t = encode({at_line(ins(NOP), 5), at_line(ins(NOP), 3), at_line(ins(NOP), 3 + 200)},
-                         5);
+  std::string t =
+      encode({at_line(ins(NOP), 5), at_line(ins(NOP), 3), at_line(ins(NOP), 3 + 200)}, 5);
   // -2 -> (2<<1)|1 = 5; +200 -> 400 = 6*64 + 16: low group first, 0x40 = more.
   const unsigned char want[] = {0x80 | 13 << 3, 0, 0x80 | 13 << 3, 5, 0x80 | 13 << 3, 0x40 | 16, 6};
   CHECK(t == std::string(reinterpret_cast<const char*>(want), sizeof want));
 }
 
-TEST_CASE("CPython reads back the line of every code unit of an assembled function",
-          "[bytecode]") {
+TEST_CASE("CPython reads back the line of every code unit of an assembled function", "[bytecode]") {
   std::vector<bc::Instr> insts = {at_line(ins(RESUME), 1), at_line(ins(LOAD_FAST, 0), 200)};
   for (int i = 0; i < 12; ++i) insts.push_back(at_line(ins(NOP), 200));
   insts.push_back(at_line(ins(NOP), bc::kNoLine));

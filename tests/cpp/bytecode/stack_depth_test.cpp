@@ -29,14 +29,14 @@ int depth(const std::vector<bc::Instr>& insts, const std::vector<bc::IndexBlock>
 
 TEST_CASE("the deepest path sets the stack depth, not the last one", "[bytecode]") {
   // (x, x, x) if x else x: the jump skips the deep branch.
-  CHECK(depth({ins(RESUME), ins(LOAD_FAST, 0), ins(kPopJumpIfFalse, 0, -1, 8),
-               ins(LOAD_FAST, 0), ins(LOAD_FAST, 0), ins(LOAD_FAST, 0), ins(BUILD_TUPLE, 3),
-               ins(RETURN_VALUE), ins(LOAD_FAST, 0), ins(RETURN_VALUE)}) == 3);
+  CHECK(depth({ins(RESUME), ins(LOAD_FAST, 0), ins(kPopJumpIfFalse, 0, -1, 8), ins(LOAD_FAST, 0),
+               ins(LOAD_FAST, 0), ins(LOAD_FAST, 0), ins(BUILD_TUPLE, 3), ins(RETURN_VALUE),
+               ins(LOAD_FAST, 0), ins(RETURN_VALUE)}) == 3);
 }
 
 TEST_CASE("a handler's depth includes lasti and the exception", "[bytecode]") {
-  std::vector<bc::Instr> insts = {ins(RESUME), ins(LOAD_FAST, 0), ins(LOAD_FAST, 0),
-                                  ins(RETURN_VALUE), ins(POP_TOP), ins(POP_TOP),
+  std::vector<bc::Instr> insts = {ins(RESUME),       ins(LOAD_FAST, 0), ins(LOAD_FAST, 0),
+                                  ins(RETURN_VALUE), ins(POP_TOP),      ins(POP_TOP),
                                   ins(RERAISE, 0)};
   // Entered with depth 2 kept, lasti and the exception: 4 > 2 on the normal path.
   CHECK(depth(insts, {{1, 3, 4, 2, true}}) == 4);
@@ -51,8 +51,9 @@ TEST_CASE("the sent value of a generator's prologue is counted", "[bytecode]") {
 }
 
 TEST_CASE("code reaching one instruction with two depths is rejected", "[bytecode]") {
-  std::vector<bc::Instr> insts = {ins(RESUME), ins(LOAD_FAST, 0), ins(kPopJumpIfFalse, 0, -1, 4),
-                                  ins(LOAD_CONST, 0), ins(LOAD_CONST, 0), ins(RETURN_VALUE)};
+  std::vector<bc::Instr> insts = {
+      ins(RESUME),        ins(LOAD_FAST, 0),  ins(kPopJumpIfFalse, 0, -1, 4),
+      ins(LOAD_CONST, 0), ins(LOAD_CONST, 0), ins(RETURN_VALUE)};
   REQUIRE_THROWS_WITH(depth(insts), Catch::Contains("reached with stack depths"));
 }
 
