@@ -1,0 +1,309 @@
+#include "codegen/cpu/kernel_emitter.h"
+
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include "codegen/cpu/loop_space.h"
+#include "core/errors.h"
+
+namespace tl::codegen::cpu {
+
+namespace {
+using ir::ExprOp;
+using ST = ir::ScalarType;
+
+bool is_reduce(ExprOp op) { return op >= ExprOp::ReduceSum; }
+bool is_arg_reduce(ExprOp op) { return op == ExprOp::ReduceArgMax || op == ExprOp::ReduceArgMin; }
+bool is_unary(ExprOp op) { return op >= ExprOp::Neg && op <= ExprOp::Cast; }
+// Ops whose operand type, not the result type, decides how they compute.
+bool by_operand_type(ExprOp op) {
+  return op == ExprOp::IsNan || op == ExprOp::IsInf || op == ExprOp::IsFinite ||
+         op == ExprOp::Not || (op >= ExprOp::Eq && op <= ExprOp::Xor);
+}
+size_t arity(ExprOp op) {
+  if (op == ExprOp::Load || op == ExprOp::Constant) return 0;
+  if (is_unary(op) || is_reduce(op)) return 1;
+  return op == ExprOp::Where ? 3 : 2;
+}
+
+class Emitter {
+ public:
+  Emitter(const ir::Kernel& k, llvm::Function* f)
+      : k_(k), s_(coalesce(k)), b_(f->getContext()), f_(f), n_in_(k.inputs.size()) {}
+
+  void run() {
+    analyse();
+    auto* entry = llvm::BasicBlock::Create(b_.getContext(), "entry", f_);
+    b_.SetInsertPoint(entry);
+    llvm::Value* bufs = f_->getArg(2);
+    for (size_t i = 0; i < s_.strides.size(); ++i)
+      ptrs_.push_back(b_.CreateLoad(b_.getPtrTy(), b_.CreateConstGEP1_64(b_.getPtrTy(), bufs, i)));
+    make_accumulators();
+    rows(f_->getArg(0), f_->getArg(1));
+    b_.CreateRetVoid();
+  }
+
+ private:
+  [[noreturn]] void fail(size_t i, const std::string& why) {
+    { ErrorBuilder(ErrorKind::Internal, __FILE__, __LINE__, "kernel IR") << "kernel " << k_.name << ": expr %" << i << ": " << why; }
+    __builtin_unreachable();  // the builder throws
+  }
+
+  ST type(int i) const { return k_.exprs[i].type; }
+
+  // pass_[i]: for a reduction, the pass (1-based loop over the reduction axes)
+  // that computes it; for anything else, the last pass whose result it needs.
+  void analyse() {
+    size_t n = k_.exprs.size(), n_outer = k_.shape.size() - k_.reduction_axes;
+    pass_.assign(n, 0);
+    varies_.assign(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const ir::Expr& e = k_.exprs[i];
+      if (e.operands.size() != arity(e.op)) fail(i, "wrong operand count");
+      for (int o : e.operands) {
+        if (o < 0 || static_cast<size_t>(o) >= i) fail(i, "operand is not an earlier expr");
+        pass_[i] = std::max(pass_[i], pass_[o]);
+        varies_[i] |= varies_[o];
+      }
+      if (e.op == ExprOp::Load) {
+        if (e.buffer < 0 || e.buffer >= n_in_) fail(i, "load of a missing input");
+        const auto& st = k_.inputs[e.buffer].strides;
+        for (size_t d = n_outer; d < st.size(); ++d) varies_[i] |= st[d] != 0;
+      } else if (is_reduce(e.op)) {
+        if (k_.reduction_axes == 0) fail(i, "reduction in a kernel without reduction axes");
+        pass_[i] += 1;
+        varies_[i] = 0;
+        n_passes_ = std::max(n_passes_, pass_[i]);
+      }
+    }
+    for (size_t o = 0; o < k_.outputs.size(); ++o) {
+      int e = k_.outputs[o].expr;
+      if (e < 0 || static_cast<size_t>(e) >= n) fail(o, "output of a missing expr");
+      bool in_loop = false;
+      if (k_.reduction_axes > 0) {
+        const auto& st = k_.outputs[o].view.strides;
+        in_loop = varies_[e];
+        for (size_t d = n_outer; d < st.size(); ++d) in_loop |= st[d] != 0;
+      }
+      out_pass_.push_back(in_loop ? pass_[e] + 1 : 0);
+      n_passes_ = std::max(n_passes_, out_pass_.back());
+    }
+  }
+
+  llvm::Value* operand(int i, ST t) { return convert(b_, value(i), type(i), t); }
+
+  llvm::Value* value(int i) {
+    if (cache_[i]) return cache_[i];
+    const ir::Expr& e = k_.exprs[i];
+    const auto& ops = e.operands;
+    llvm::Value* v = nullptr;
+    if (e.op == ExprOp::Load) {
+      ST t = k_.inputs[e.buffer].type;
+      v = convert(b_, load_elem(b_, ptrs_[e.buffer], off_[e.buffer], t), t, e.type);
+    } else if (e.op == ExprOp::Constant) {
+      v = make_constant(b_, e);
+    } else if (e.op == ExprOp::Cast) {
+      v = operand(ops[0], e.type);
+    } else if (e.op == ExprOp::Where) {
+      v = b_.CreateSelect(operand(ops[0], ST::Bool), operand(ops[1], e.type),
+                          operand(ops[2], e.type));
+    } else if (is_reduce(e.op)) {
+      if (!reduced_[i]) fail(i, "reduction read before its pass");
+      v = reduced_[i];
+    } else if (by_operand_type(e.op)) {
+      ST t = is_unary(e.op) ? type(ops[0]) : promote_types(type(ops[0]), type(ops[1]));
+      v = is_unary(e.op) ? emit_unary(b_, e.op, t, operand(ops[0], t))
+                         : emit_binary(b_, e.op, t, operand(ops[0], t), operand(ops[1], t));
+      v = convert(b_, v, ST::Bool, e.type);
+    } else if (is_unary(e.op)) {
+      v = emit_unary(b_, e.op, e.type, operand(ops[0], e.type));
+    } else {
+      v = emit_binary(b_, e.op, e.type, operand(ops[0], e.type), operand(ops[1], e.type));
+    }
+    return cache_[i] = v;
+  }
+
+  void new_scope(const std::vector<llvm::Value*>& off) {
+    off_ = off;
+    cache_.assign(k_.exprs.size(), nullptr);
+  }
+
+  struct Acc {
+    llvm::AllocaInst* val = nullptr;
+    llvm::AllocaInst* idx = nullptr;
+  };
+
+  void make_accumulators() {
+    acc_.resize(k_.exprs.size());
+    for (size_t i = 0; i < k_.exprs.size(); ++i) {
+      const ir::Expr& e = k_.exprs[i];
+      if (!is_reduce(e.op)) continue;
+      ST t = is_arg_reduce(e.op) ? type(e.operands[0]) : e.type;
+      acc_[i].val = b_.CreateAlloca(reg_type(b_.getContext(), t));
+      if (is_arg_reduce(e.op)) acc_[i].idx = b_.CreateAlloca(b_.getInt64Ty());
+    }
+  }
+
+  void init_acc(int i) {
+    const ir::Expr& e = k_.exprs[i];
+    ST t = is_arg_reduce(e.op) ? type(e.operands[0]) : e.type;
+    llvm::Type* rt = reg_type(b_.getContext(), t);
+    llvm::Value* v = nullptr;
+    switch (e.op) {
+      case ExprOp::ReduceSum: v = llvm::Constant::getNullValue(rt); break;
+      case ExprOp::ReduceProd:
+        v = is_float_type(t) ? llvm::ConstantFP::get(rt, 1.0) : llvm::ConstantInt::get(rt, 1);
+        break;
+      case ExprOp::ReduceMax: case ExprOp::ReduceArgMax: v = lowest(b_, t); break;
+      default: v = highest(b_, t); break;
+    }
+    b_.CreateStore(v, acc_[i].val);
+    if (acc_[i].idx) b_.CreateStore(b_.getInt64(0), acc_[i].idx);
+  }
+
+  void accumulate(int i) {
+    const ir::Expr& e = k_.exprs[i];
+    llvm::Value* cur = b_.CreateLoad(acc_[i].val->getAllocatedType(), acc_[i].val);
+    if (is_arg_reduce(e.op)) {
+      ST t = type(e.operands[0]);
+      llvm::Value* v = value(e.operands[0]);
+      bool mx = e.op == ExprOp::ReduceArgMax;
+      llvm::Value* better = emit_binary(b_, mx ? ExprOp::Gt : ExprOp::Lt, t, v, cur);
+      if (is_float_type(t))  // the first NaN wins, as in torch
+        better = b_.CreateOr(better, b_.CreateAnd(b_.CreateFCmpUNO(v, v), b_.CreateFCmpORD(cur, cur)));
+      b_.CreateStore(b_.CreateSelect(better, v, cur), acc_[i].val);
+      llvm::Value* idx = b_.CreateLoad(b_.getInt64Ty(), acc_[i].idx);
+      b_.CreateStore(b_.CreateSelect(better, rlin_, idx), acc_[i].idx);
+      return;
+    }
+    static const ExprOp combine[] = {ExprOp::Add, ExprOp::Mul, ExprOp::Maximum, ExprOp::Minimum};
+    ExprOp op = combine[static_cast<int>(e.op) - static_cast<int>(ExprOp::ReduceSum)];
+    // NOTE: reassociation lets LLVM vectorise float sums (torch's own sums are
+    // blocked too, so the results differ from eager only by rounding).
+    llvm::IRBuilderBase::FastMathFlagGuard guard(b_);
+    llvm::FastMathFlags fmf;
+    fmf.setAllowReassoc();
+    b_.setFastMathFlags(fmf);
+    b_.CreateStore(emit_binary(b_, op, e.type, cur, operand(e.operands[0], e.type)), acc_[i].val);
+  }
+
+  void finish_acc(int i) {
+    const ir::Expr& e = k_.exprs[i];
+    if (is_arg_reduce(e.op))
+      reduced_[i] = convert(b_, b_.CreateLoad(b_.getInt64Ty(), acc_[i].idx), ST::I64, e.type);
+    else
+      reduced_[i] = b_.CreateLoad(acc_[i].val->getAllocatedType(), acc_[i].val);
+  }
+
+  void store_outputs(int pass) {
+    for (size_t o = 0; o < k_.outputs.size(); ++o) {
+      if (out_pass_[o] != pass) continue;
+      const auto& out = k_.outputs[o];
+      llvm::Value* v = operand(out.expr, out.view.type);
+      store_elem(b_, v, ptrs_[n_in_ + o], off_[n_in_ + o], out.view.type);
+    }
+  }
+
+  // Outer rows: split [begin, end) at the last outer axis so the innermost
+  // loop has constant strides for every buffer.
+  void rows(llvm::Value* begin, llvm::Value* end) {
+    llvm::LLVMContext& c = b_.getContext();
+    size_t last = s_.outer.size() - 1;
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* cond = llvm::BasicBlock::Create(c, "row.cond", f_);
+    auto* body = llvm::BasicBlock::Create(c, "row.body", f_);
+    auto* exit = llvm::BasicBlock::Create(c, "row.end", f_);
+    b_.CreateBr(cond);
+    b_.SetInsertPoint(cond);
+    llvm::PHINode* idx = b_.CreatePHI(b_.getInt64Ty(), 2, "row");
+    idx->addIncoming(begin, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(idx, end), body, exit);
+    b_.SetInsertPoint(body);
+    llvm::Value* c_last = b_.CreateURem(idx, b_.getInt64(s_.outer[last]));
+    llvm::Value* rest = b_.CreateUDiv(idx, b_.getInt64(s_.outer[last]));
+    std::vector<llvm::Value*> base;
+    for (int64_t off : s_.offsets) base.push_back(b_.getInt64(off));
+    for (size_t d = last; d-- > 0;) {
+      llvm::Value* cd = b_.CreateURem(rest, b_.getInt64(s_.outer[d]));
+      rest = b_.CreateUDiv(rest, b_.getInt64(s_.outer[d]));
+      for (size_t bi = 0; bi < base.size(); ++bi)
+        base[bi] = b_.CreateNSWAdd(base[bi], b_.CreateNSWMul(cd, b_.getInt64(s_.strides[bi][d])));
+    }
+    llvm::Value* row_end = b_.CreateBinaryIntrinsic(
+        llvm::Intrinsic::smin, b_.getInt64(s_.outer[last]),
+        b_.CreateNSWAdd(c_last, b_.CreateNSWSub(end, idx)));
+    emit_for(b_, c_last, row_end, [&](llvm::Value* j) {
+      std::vector<llvm::Value*> off(base.size());
+      for (size_t bi = 0; bi < base.size(); ++bi)
+        off[bi] = b_.CreateNSWAdd(base[bi], b_.CreateNSWMul(j, b_.getInt64(s_.strides[bi][last])));
+      point(off);
+    });
+    idx->addIncoming(b_.CreateNSWAdd(idx, b_.CreateNSWSub(row_end, c_last)), b_.GetInsertBlock());
+    b_.CreateBr(cond);
+    b_.SetInsertPoint(exit);
+  }
+
+  void point(const std::vector<llvm::Value*>& outer_off) {
+    reduced_.assign(k_.exprs.size(), nullptr);
+    for (int p = 1; p <= n_passes_; ++p) {
+      for (size_t i = 0; i < k_.exprs.size(); ++i)
+        if (is_reduce(k_.exprs[i].op) && pass_[i] == p) init_acc(i);
+      reduction_loops(0, outer_off, b_.getInt64(0), p);
+      for (size_t i = 0; i < k_.exprs.size(); ++i)
+        if (is_reduce(k_.exprs[i].op) && pass_[i] == p) finish_acc(i);
+    }
+    new_scope(outer_off);
+    store_outputs(0);
+  }
+
+  void reduction_loops(size_t d, const std::vector<llvm::Value*>& off, llvm::Value* rlin, int p) {
+    if (d == s_.red.size()) {
+      new_scope(off);
+      rlin_ = rlin;
+      for (size_t i = 0; i < k_.exprs.size(); ++i)
+        if (is_reduce(k_.exprs[i].op) && pass_[i] == p) accumulate(i);
+      store_outputs(p);
+      return;
+    }
+    size_t axis = s_.outer.size() + d;
+    emit_for(b_, b_.getInt64(0), b_.getInt64(s_.red[d]), [&](llvm::Value* c) {
+      std::vector<llvm::Value*> inner(off.size());
+      for (size_t bi = 0; bi < off.size(); ++bi)
+        inner[bi] = b_.CreateNSWAdd(off[bi], b_.CreateNSWMul(c, b_.getInt64(s_.strides[bi][axis])));
+      llvm::Value* r = b_.CreateNSWAdd(b_.CreateNSWMul(rlin, b_.getInt64(s_.red[d])), c);
+      reduction_loops(d + 1, inner, r, p);
+    });
+  }
+
+  const ir::Kernel& k_;
+  LoopSpace s_;
+  Builder b_;
+  llvm::Function* f_;
+  int n_in_;
+  std::vector<llvm::Value*> ptrs_, off_, cache_, reduced_;
+  llvm::Value* rlin_ = nullptr;
+  std::vector<int> pass_, out_pass_;
+  std::vector<char> varies_;
+  int n_passes_ = 0;
+  std::vector<Acc> acc_;
+};
+}  // namespace
+
+std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string& fn_name,
+                                          llvm::LLVMContext& ctx) {
+  auto m = std::make_unique<llvm::Module>("torchlite", ctx);
+  auto* i64 = llvm::Type::getInt64Ty(ctx);
+  auto* ptr = llvm::PointerType::get(ctx, 0);
+  auto* fty = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {i64, i64, ptr}, false);
+  auto* f = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, fn_name, *m);
+  f->setDoesNotThrow();
+  f->addParamAttr(2, llvm::Attribute::NoCapture);
+  f->addParamAttr(2, llvm::Attribute::ReadOnly);
+  Emitter(k, f).run();
+  std::string err;
+  llvm::raw_string_ostream os(err);
+  TL_CHECK(!llvm::verifyFunction(*f, &os)) << "kernel " << k.name << ": invalid LLVM IR: " << os.str();
+  return m;
+}
+
+}  // namespace tl::codegen::cpu

@@ -1,0 +1,23 @@
+#pragma once
+// Loop-IR Kernel -> one LLVM function
+//   void fn(int64_t begin, int64_t end, char* const* bufs)
+// bufs holds the data pointers of kernel.inputs then kernel.outputs; the
+// function is a serial loop over the outer (pointwise) linear index range
+// [begin, end) in row-major order, so the runtime can split any range across
+// threads. Reductions run an inner loop per outer point (several passes when
+// a reduced value feeds another reduction or a per-element output, as in
+// softmax); f16/bf16 accumulate in f32.
+#include <memory>
+#include <string>
+
+#include <llvm/IR/Module.h>
+
+#include "ir/loop_ir.h"
+
+namespace tl::codegen::cpu {
+
+// Throws tl::Error (Internal) naming the kernel for IR it cannot lower.
+std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string& fn_name,
+                                          llvm::LLVMContext& ctx);
+
+}  // namespace tl::codegen::cpu

@@ -1,0 +1,102 @@
+#include "codegen/cpu/target.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include <llvm/Analysis/TargetLibraryInfo.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/TargetParser/Host.h>
+#include <llvm/TargetParser/SubtargetFeature.h>
+
+#include "core/errors.h"
+
+namespace tl::codegen::cpu {
+
+namespace {
+struct Host {
+  std::string triple, cpu, features, id;
+  // glibc's libmvec (vector expf/logf/sinf...) when it can be loaded into the
+  // process: the vectoriser then keeps loops with transcendentals vectorised.
+  bool libmvec = false;
+};
+
+const Host& host() {
+  static const Host h = [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    Host h;
+    h.triple = llvm::sys::getProcessTriple();
+    h.cpu = llvm::sys::getHostCPUName().str();
+    std::vector<std::string> feats;
+    for (auto& kv : llvm::sys::getHostCPUFeatures())
+      feats.push_back((kv.second ? "+" : "-") + kv.first().str());
+    std::sort(feats.begin(), feats.end());  // StringMap order is unspecified; keys must be stable
+    llvm::SubtargetFeatures sf;
+    for (auto& f : feats) sf.AddFeature(f);
+    h.features = sf.getString();
+    h.libmvec = llvm::Triple(h.triple).getArch() == llvm::Triple::x86_64 &&
+                dlopen("libmvec.so.1", RTLD_NOW | RTLD_GLOBAL) != nullptr;
+    h.id = h.triple + "/" + h.cpu + "/" + h.features + (h.libmvec ? "/libmvec" : "");
+    return h;
+  }();
+  return h;
+}
+}  // namespace
+
+const std::string& host_target_id() { return host().id; }
+
+std::unique_ptr<llvm::TargetMachine> host_target_machine() {
+  const Host& h = host();
+  std::string err;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(h.triple, err);
+  if (!target) TL_THROW(Runtime) << "LLVM has no code generator for " << h.triple << ": " << err;
+  llvm::TargetOptions opts;
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      h.triple, h.cpu, h.features, opts, llvm::Reloc::PIC_, llvm::CodeModel::Small,
+      llvm::CodeGenOptLevel::Default));
+  if (!tm) TL_THROW(Runtime) << "LLVM cannot create a target machine for " << h.id;
+  return tm;
+}
+
+void optimize_module(llvm::Module& m, llvm::TargetMachine& tm) {
+  m.setTargetTriple(tm.getTargetTriple().str());
+  m.setDataLayout(tm.createDataLayout());
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions pto;
+  pto.LoopVectorization = true;
+  pto.SLPVectorization = true;
+  llvm::PassBuilder pb(&tm, pto);
+  llvm::TargetLibraryInfoImpl tlii(tm.getTargetTriple());
+  if (host().libmvec)
+    tlii.addVectorizableFunctionsFromVecLib(llvm::TargetLibraryInfoImpl::LIBMVEC_X86,
+                                            tm.getTargetTriple());
+  fam.registerPass([&] { return llvm::TargetLibraryAnalysis(tlii); });
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
+  mpm.run(m, mam);
+}
+
+llvm::SmallVector<char, 0> emit_object(llvm::Module& m, llvm::TargetMachine& tm) {
+  llvm::SmallVector<char, 0> buf;
+  llvm::raw_svector_ostream os(buf);
+  llvm::legacy::PassManager pm;
+  if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
+    TL_THROW(Runtime) << "LLVM cannot emit object code for " << host().id;
+  pm.run(m);
+  return buf;
+}
+
+}  // namespace tl::codegen::cpu
