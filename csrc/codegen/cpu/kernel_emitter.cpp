@@ -147,44 +147,23 @@ class Emitter {
   void init_acc(int i) {
     const ir::Expr& e = k_.exprs[i];
     ST t = is_arg_reduce(e.op) ? type(e.operands[0]) : e.type;
-    llvm::Type* rt = reg_type(b_.getContext(), t);
-    llvm::Value* v = nullptr;
-    switch (e.op) {
-      case ExprOp::ReduceSum: v = llvm::Constant::getNullValue(rt); break;
-      case ExprOp::ReduceProd:
-        v = is_float_type(t) ? llvm::ConstantFP::get(rt, 1.0) : llvm::ConstantInt::get(rt, 1);
-        break;
-      case ExprOp::ReduceMax: case ExprOp::ReduceArgMax: v = lowest(b_, t); break;
-      default: v = highest(b_, t); break;
-    }
-    b_.CreateStore(v, acc_[i].val);
+    b_.CreateStore(reduce_identity(b_, e.op, t), acc_[i].val);
     if (acc_[i].idx) b_.CreateStore(b_.getInt64(0), acc_[i].idx);
   }
 
   void accumulate(int i) {
     const ir::Expr& e = k_.exprs[i];
     llvm::Value* cur = b_.CreateLoad(acc_[i].val->getAllocatedType(), acc_[i].val);
-    if (is_arg_reduce(e.op)) {
-      ST t = type(e.operands[0]);
-      llvm::Value* v = value(e.operands[0]);
-      bool mx = e.op == ExprOp::ReduceArgMax;
-      llvm::Value* better = emit_binary(b_, mx ? ExprOp::Gt : ExprOp::Lt, t, v, cur);
-      if (is_float_type(t))  // the first NaN wins, as in torch
-        better = b_.CreateOr(better, b_.CreateAnd(b_.CreateFCmpUNO(v, v), b_.CreateFCmpORD(cur, cur)));
-      b_.CreateStore(b_.CreateSelect(better, v, cur), acc_[i].val);
-      llvm::Value* idx = b_.CreateLoad(b_.getInt64Ty(), acc_[i].idx);
-      b_.CreateStore(b_.CreateSelect(better, rlin_, idx), acc_[i].idx);
+    if (!is_arg_reduce(e.op)) {
+      llvm::Value* v = operand(e.operands[0], e.type);
+      b_.CreateStore(reduce_combine(b_, e.op, e.type, cur, v), acc_[i].val);
       return;
     }
-    static const ExprOp combine[] = {ExprOp::Add, ExprOp::Mul, ExprOp::Maximum, ExprOp::Minimum};
-    ExprOp op = combine[static_cast<int>(e.op) - static_cast<int>(ExprOp::ReduceSum)];
-    // NOTE: reassociation lets LLVM vectorise float sums (torch's own sums are
-    // blocked too, so the results differ from eager only by rounding).
-    llvm::IRBuilderBase::FastMathFlagGuard guard(b_);
-    llvm::FastMathFlags fmf;
-    fmf.setAllowReassoc();
-    b_.setFastMathFlags(fmf);
-    b_.CreateStore(emit_binary(b_, op, e.type, cur, operand(e.operands[0], e.type)), acc_[i].val);
+    llvm::Value* v = value(e.operands[0]);
+    llvm::Value* better = arg_reduce_better(b_, e.op, type(e.operands[0]), cur, v);
+    b_.CreateStore(b_.CreateSelect(better, v, cur), acc_[i].val);
+    llvm::Value* idx = b_.CreateLoad(b_.getInt64Ty(), acc_[i].idx);
+    b_.CreateStore(b_.CreateSelect(better, rlin_, idx), acc_[i].idx);
   }
 
   void finish_acc(int i) {

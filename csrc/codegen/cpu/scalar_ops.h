@@ -38,6 +38,13 @@ llvm::Value* emit_unary(Builder& b, ir::ExprOp op, ir::ScalarType t, llvm::Value
 // Binary op with both operands in `t`; comparisons and logical ops return i1.
 llvm::Value* emit_binary(Builder& b, ir::ExprOp op, ir::ScalarType t, llvm::Value* x,
                          llvm::Value* y);
+// Reductions: the accumulator's start value, one combine step (sum, prod,
+// max, min), and for argmax/argmin whether `v` replaces the current best.
+llvm::Value* reduce_identity(Builder& b, ir::ExprOp op, ir::ScalarType t);
+llvm::Value* reduce_combine(Builder& b, ir::ExprOp op, ir::ScalarType t, llvm::Value* acc,
+                            llvm::Value* v);
+llvm::Value* arg_reduce_better(Builder& b, ir::ExprOp op, ir::ScalarType t, llvm::Value* acc,
+                               llvm::Value* v);
 // Calls a libm-style function: `name` + "f" for f32-computed types, as is for f64.
 // Declared memory(none) so loops calling it stay vectorisable (-fno-math-errno).
 llvm::Value* call_math(Builder& b, const char* name, ir::ScalarType t,
