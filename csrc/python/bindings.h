@@ -10,5 +10,6 @@ void bind_ir(pybind11::module_& m);       // Graph
 void bind_capture(pybind11::module_& m);  // bytecode disassembly
 void bind_frame(pybind11::module_& m);    // CompiledFunction, disable, reset, configs
 void bind_compile(pybind11::module_& m);  // backend bridge, trace dir, explain graphs
+void bind_passes(pybind11::module_& m);   // partition_summary
 
 }  // namespace tl::python

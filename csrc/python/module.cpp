@@ -23,4 +23,5 @@ PYBIND11_MODULE(_C, m) {
   tl::python::bind_capture(m);
   tl::python::bind_frame(m);
   tl::python::bind_compile(m);
+  tl::python::bind_passes(m);
 }

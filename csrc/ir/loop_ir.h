@@ -1,0 +1,93 @@
+#pragma once
+// The primitive loop IR (PrimTorch + Inductor's loop level, device-independent):
+// a Kernel computes one or more outputs over an iteration space from strided
+// input buffers, as an SSA expression DAG evaluated per point. Lowering
+// (csrc/passes/) produces it from the graph; codegen (csrc/codegen/cpu, cuda)
+// turns it into a function. Nothing here knows about Python, CUDA or LLVM.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tl::ir {
+
+enum class ScalarType : uint8_t { F32, F64, F16, BF16, I8, I16, I32, I64, U8, Bool };
+const char* scalar_type_name(ScalarType t);  // "f32", ...
+int scalar_type_size(ScalarType t);          // bytes
+bool is_floating(ScalarType t);
+
+enum class ExprOp : uint8_t {
+  // leaves
+  Load,      // input[`buffer`] at the point (through its strides)
+  Constant,  // `value` (as double; integers exact up to 2^53) or `ivalue` for int types
+  // unary (same type in/out unless Cast)
+  Neg, Abs, Sign, Reciprocal, Sqrt, Rsqrt, Exp, Exp2, Expm1, Log, Log2, Log10, Log1p, Sin, Cos, Tan,
+  Asin, Acos, Atan, Sinh, Cosh, Tanh, Sigmoid, Erf, Erfc, Erfinv, Floor, Ceil, Round, Trunc, Frac,
+  Relu, Not, BitNot, IsNan, IsInf, IsFinite, Cast,
+  // binary
+  Add, Sub, Mul, Div, FloorDiv, TruncDiv, Remainder, Fmod, Pow, Atan2, Maximum, Minimum,
+  Eq, Ne, Lt, Le, Gt, Ge, And, Or, Xor, BitAnd, BitOr, BitXor, Copysign,
+  // ternary
+  Where,  // operands: cond, a, b
+  // reductions over the kernel's reduction axes (operand: the value per point)
+  ReduceSum, ReduceProd, ReduceMax, ReduceMin, ReduceArgMax, ReduceArgMin,
+};
+
+struct Expr {
+  ExprOp op = ExprOp::Constant;
+  ScalarType type = ScalarType::F32;  // result type; math on f16/bf16 is done in f32
+  std::vector<int> operands;          // indices of earlier exprs
+  int buffer = -1;                    // Load
+  double value = 0;                   // Constant (floating)
+  int64_t ivalue = 0;                 // Constant (integer/bool)
+};
+
+// A buffer seen through the kernel's iteration space: element strides per
+// iteration axis (0 = broadcast), plus an element offset.
+struct BufferView {
+  ScalarType type = ScalarType::F32;
+  std::vector<int64_t> strides;  // one per axis of Kernel::shape (pointwise + reduction axes)
+  int64_t offset = 0;
+};
+
+// Iteration space: `shape` = outer (pointwise) axes followed by `reduction_axes`
+// trailing axes that ReduceX exprs fold. Outputs written by non-reduction exprs
+// are indexed by all axes; outputs of reductions by the outer axes only (their
+// strides over reduction axes must be 0).
+struct Kernel {
+  std::string name;
+  std::vector<int64_t> shape;
+  int reduction_axes = 0;
+  std::vector<BufferView> inputs;
+  std::vector<Expr> exprs;  // SSA in topological order
+  struct Output {
+    int expr = -1;
+    BufferView view;
+  };
+  std::vector<Output> outputs;
+
+  int64_t outer_numel() const;      // product of the pointwise axes
+  int64_t reduction_numel() const;  // product of the reduction axes (1 if none)
+  // One line per expr under a signature line; stable text for tests and dumps.
+  std::string str() const;
+  // Throws tl::Error (InternalError) naming the expr and the broken rule.
+  void verify() const;
+};
+
+// ---- Added by the lowering pass (helper "hlower"); nothing above changed. ----
+// Execution model that lowering relies on (csrc/passes/): for each outer point,
+// every ReduceX expr (in expr order) folds its operand over all reduction axes;
+// an operand may use earlier reductions' results (softmax: max, then the sum of
+// exp(x - max)). Outputs whose expr varies over the reduction axes (see
+// inner_exprs) are then stored at every point; the others once per outer point.
+// Maximum/Minimum/ReduceMax/ReduceMin propagate NaN (torch.maximum, amax);
+// Round is round-half-to-even; FloorDiv on floats is torch's floor division;
+// Cast to/from b8 is `!= 0` / 0-or-1.
+const char* expr_op_name(ExprOp op);  // "add", "reduce_sum", ...
+int expr_op_arity(ExprOp op);         // operand count; -1 for Load/Constant
+bool is_reduction(ExprOp op);
+bool is_comparison(ExprOp op);  // Eq..Ge
+// Per expr: true when its value can differ along the reduction axes (it reads
+// an input with a non-zero reduction-axis stride, not through a ReduceX).
+std::vector<bool> inner_exprs(const Kernel& k);
+
+}  // namespace tl::ir

@@ -1,0 +1,167 @@
+// Instantiates a group's lowerings into one loop-IR kernel: each member's body
+// is emitted at the axis map it is read through (memoised, so a value shared
+// by several consumers is computed once), loads compose views and broadcasts
+// into per-kernel-axis strides, and identical exprs are shared.
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "core/errors.h"
+#include "passes/dtype.h"
+#include "passes/fuse.h"
+
+namespace tl::passes {
+namespace {
+
+using ir::Expr;
+using ir::ExprOp;
+using ir::Node;
+using ir::ScalarType;
+
+ScalarType dtype(const Node* n) { return *scalar_type_of(n->meta->dtype.get()); }
+
+class Emitter {
+ public:
+  Emitter(const Group& g, const Fusion& f, FusedKernel& out) : g_(g), f_(f), out_(out) {
+    out_.kernel.shape = g.shape;
+    out_.kernel.reduction_axes = g.nred;
+  }
+
+  int value(const Node* n, const AxisMap& map) {
+    auto key = std::make_pair(n, map);
+    auto it = memo_.find(key);
+    if (it != memo_.end()) return it->second;
+    int v = compute(n, map);
+    memo_[key] = v;
+    return v;
+  }
+
+  int cast(int v, ScalarType t) {
+    return expr(v).type == t ? v : push(Expr{ExprOp::Cast, t, {v}});
+  }
+
+  ir::BufferView view(const Node* n, const std::vector<int64_t>& strides, const AxisMap& map) {
+    ir::BufferView v{dtype(n), std::vector<int64_t>(g_.shape.size(), 0), 0};
+    for (size_t j = 0; j < map.size(); ++j)
+      if (map[j] >= 0) v.strides[map[j]] += strides[j];
+    return v;
+  }
+
+ private:
+  const Expr& expr(int i) const { return out_.kernel.exprs[i]; }
+
+  int compute(const Node* n, const AxisMap& map) {
+    auto git = f_.group_of.find(n);
+    auto lit = f_.lowerings.find(n);
+    bool inside = git != f_.group_of.end() && &f_.groups[git->second] == &g_;
+    if (!inside || lit == f_.lowerings.end()) return load(n, n, map);
+    const OpLowering& l = lit->second;
+    std::vector<int> ids;
+    switch (l.kind) {
+      case OpLowering::Kind::StridedView: return load(l.inputs[0], n, map);
+      case OpLowering::Kind::View: {
+        AxisMap bm;
+        const auto& bs = l.inputs[0]->meta->sizes;
+        for (size_t j = 0; j < l.base_axes.size(); ++j)
+          bm.push_back(l.base_axes[j] < 0 || bs[j] == 1 ? -1 : map[l.base_axes[j]]);
+        return value(l.inputs[0], bm);
+      }
+      case OpLowering::Kind::Pointwise:
+        for (const Node* in : l.inputs)
+          ids.push_back(value(in, *broadcast_map(in->meta->sizes, n->meta->sizes, map)));
+        return instantiate(l, ids, false);
+      case OpLowering::Kind::Reduction: {
+        const AxisMap& sm = g_.space_maps.at(n);
+        bool trivial = true;
+        for (int d : l.reduce_dims) trivial = trivial && l.space[d] == 1;
+        for (const Node* in : l.inputs)
+          ids.push_back(value(in, *broadcast_map(in->meta->sizes, l.space, sm)));
+        return instantiate(l, ids, trivial);
+      }
+    }
+    TL_CHECK(false) << "unknown lowering kind";
+  }
+
+  // Reads `buffer`'s memory as laid out by `layout`'s TensorMeta (the buffer
+  // itself, or a strided view of it), in the compute type.
+  int load(const Node* buffer, const Node* layout, const AxisMap& map) {
+    ir::BufferView v = view(layout, layout->meta->strides, map);
+    auto key = std::make_pair(buffer, v.strides);
+    auto it = inputs_.find(key);
+    int idx;
+    if (it != inputs_.end()) {
+      idx = it->second;
+    } else {
+      idx = static_cast<int>(out_.inputs.size());
+      inputs_[key] = idx;
+      out_.inputs.push_back(buffer);
+      out_.kernel.inputs.push_back(v);
+    }
+    Expr e{ExprOp::Load, v.type};
+    e.buffer = idx;
+    return cast(push(e), compute_type(v.type));
+  }
+
+  int instantiate(const OpLowering& l, const std::vector<int>& ids, bool trivial_reduce) {
+    std::vector<int> local(l.body.size(), -1);
+    for (size_t i = 0; i < l.body.size(); ++i) {
+      Expr e = l.body[i];
+      if (e.op == ExprOp::Load) {
+        local[i] = ids[e.buffer];
+        continue;
+      }
+      for (int& o : e.operands) o = local[o];
+      local[i] = trivial_reduce && ir::is_reduction(e.op) ? e.operands[0] : push(std::move(e));
+    }
+    return local[l.result];
+  }
+
+  // Appends an expr, or returns an identical earlier one.
+  int push(Expr e) {
+    uint64_t bits;
+    std::memcpy(&bits, &e.value, sizeof bits);
+    auto key = std::make_tuple(int(e.op), int(e.type), e.operands, e.buffer, bits, e.ivalue);
+    auto it = cse_.find(key);
+    if (it != cse_.end()) return it->second;
+    out_.kernel.exprs.push_back(std::move(e));
+    int id = static_cast<int>(out_.kernel.exprs.size()) - 1;
+    cse_[key] = id;
+    return id;
+  }
+
+  const Group& g_;
+  const Fusion& f_;
+  FusedKernel& out_;
+  std::map<std::pair<const Node*, AxisMap>, int> memo_;
+  std::map<std::pair<const Node*, std::vector<int64_t>>, int> inputs_;
+  std::map<std::tuple<int, int, std::vector<int>, int, uint64_t, int64_t>, int> cse_;
+};
+
+bool used_outside(const Node* n, const Group& g, const Fusion& f, const GraphInfo& info) {
+  for (const Node* u : info.users_of(n)) {
+    auto it = f.group_of.find(u);
+    if (it == f.group_of.end() || &f.groups[it->second] != &g) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+FusedKernel build_kernel(const Group& g, const Fusion& f, const GraphInfo& info, int index) {
+  FusedKernel out;
+  out.members = g.members;
+  Emitter em(g, f, out);
+  for (const Node* m : g.members) {
+    if (!f.lowerings.count(m) || !used_outside(m, g, f, info)) continue;
+    const AxisMap& map = g.maps.at(m);
+    int v = em.cast(em.value(m, map), dtype(m));
+    out.kernel.outputs.push_back({v, em.view(m, m->meta->strides, map)});
+    out.outputs.push_back(m);
+  }
+  std::string first = out.outputs.empty() ? "empty" : out.outputs[0]->name;
+  out.kernel.name = "k";
+  out.kernel.name.append(std::to_string(index)).append("_").append(first);
+  return out;
+}
+
+}  // namespace tl::passes

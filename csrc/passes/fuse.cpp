@@ -1,0 +1,382 @@
+#include "passes/fuse.h"
+
+#include <algorithm>
+#include <set>
+
+namespace tl::passes {
+namespace {
+
+using Node = ir::Node;
+using Kind = OpLowering::Kind;
+
+const std::vector<int64_t>& sizes(const Node* n) { return n->meta->sizes; }
+
+// Where a node lands in a group: its result map, its space map (reductions),
+// and the group's new layout (`perm`: old kernel axis -> new one).
+struct Plan {
+  AxisMap map, space_map;
+  std::vector<int64_t> shape;
+  int nred = 0;
+  std::vector<int> perm;
+};
+
+class Fuser {
+ public:
+  Fuser(const ir::Graph& g, const GraphInfo& info) : graph_(g), info_(info) {}
+
+  Fusion run() {
+    for (const auto& n : graph_.nodes())
+      if (auto l = lower_node(*n, info_)) {
+        if (l->absorbed) absorbed_by_[l->absorbed] = n.get();
+        f_.lowerings.emplace(n.get(), std::move(*l));
+      }
+    for (auto it = graph_.nodes().rbegin(); it != graph_.nodes().rend(); ++it) place(it->get());
+    return finish();
+  }
+
+ private:
+  int group(const Node* n) const {
+    auto it = f_.group_of.find(n);
+    return it == f_.group_of.end() ? -1 : it->second;
+  }
+
+  // The map `u` (in group gi) needs for operand `n`: nullopt = cannot index
+  // it; an empty optional-of-nothing is reported through `reads`.
+  std::optional<AxisMap> map_from_user(const Node* n, const Node* u, const Group& g, bool* reads) {
+    auto ab = absorbed_by_.find(u);
+    if (ab != absorbed_by_.end()) u = ab->second;
+    const OpLowering& l = f_.lowerings.at(u);
+    *reads = std::find(l.inputs.begin(), l.inputs.end(), n) != l.inputs.end();
+    if (!*reads) return AxisMap{};
+    switch (l.kind) {
+      case Kind::Pointwise: return broadcast_map(sizes(n), sizes(u), g.maps.at(u));
+      case Kind::Reduction: return broadcast_map(sizes(n), l.space, g.space_maps.at(u));
+      case Kind::StridedView: return std::nullopt;
+      case Kind::View: {
+        AxisMap m;
+        const AxisMap& um = g.maps.at(u);
+        for (size_t j = 0; j < l.base_axes.size(); ++j)
+          m.push_back(l.base_axes[j] < 0 || sizes(n)[j] == 1 ? -1 : um[l.base_axes[j]]);
+        return m;
+      }
+    }
+    return std::nullopt;
+  }
+
+  // n's map in group gi, agreed on by every user there that reads it.
+  std::optional<AxisMap> derived_map(const Node* n, int gi) {
+    std::optional<AxisMap> m;
+    for (const Node* u : info_.users_of(n)) {
+      if (group(u) != gi) continue;
+      bool reads = false;
+      auto mu = map_from_user(n, u, f_.groups[gi], &reads);
+      if (!mu) return std::nullopt;
+      if (!reads) continue;
+      if (m && *m != *mu) return std::nullopt;
+      m = mu;
+    }
+    return m;
+  }
+
+  // True if a path from `starts` reaches group `target` through other units.
+  bool reaches(std::vector<const Node*> starts, int target) {
+    std::set<const Node*> seen;
+    std::set<int> seen_groups;
+    while (!starts.empty()) {
+      const Node* v = starts.back();
+      starts.pop_back();
+      if (!seen.insert(v).second) continue;
+      int gv = group(v);
+      if (gv == target) return true;
+      if (gv >= 0 && seen_groups.insert(gv).second) {
+        for (const Node* m : f_.groups[gv].members)
+          for (const Node* u : info_.users_of(m)) starts.push_back(u);
+      }
+      for (const Node* u : info_.users_of(v)) starts.push_back(u);
+    }
+    return false;
+  }
+
+  std::vector<const Node*> outside_users(const std::vector<const Node*>& nodes, int gi, int gj) {
+    std::vector<const Node*> out;
+    for (const Node* n : nodes)
+      for (const Node* u : info_.users_of(n))
+        if (group(u) != gi && group(u) != gj) out.push_back(u);
+    return out;
+  }
+
+  bool stored(const Node* n, int gi) {
+    for (const Node* u : info_.users_of(n))
+      if (group(u) != gi) return true;
+    return false;
+  }
+
+  std::optional<Plan> plan_join(const Node* n, const AxisMap& m, const Group& g, bool store);
+
+  void commit(const Node* n, int gi, Plan p) {
+    Group& g = f_.groups[gi];
+    auto relabel = [&](AxisMap& m) {
+      for (int& a : m)
+        if (a >= 0 && a < static_cast<int>(p.perm.size())) a = p.perm[a];
+    };
+    if (!p.perm.empty()) {
+      for (auto& [_, m] : g.maps) relabel(m);
+      for (auto& [_, m] : g.space_maps) relabel(m);
+    }
+    g.shape = p.shape, g.nred = p.nred;
+    add(n, gi, std::move(p.map), std::move(p.space_map));
+  }
+
+  void add(const Node* n, int gi, AxisMap map, AxisMap space_map) {
+    Group& g = f_.groups[gi];
+    g.members.push_back(n);
+    g.maps[n] = std::move(map);
+    if (f_.lowerings.at(n).kind == Kind::Reduction) g.space_maps[n] = std::move(space_map);
+    f_.group_of[n] = gi;
+    if (const Node* a = f_.lowerings.at(n).absorbed) {
+      g.members.push_back(a);
+      f_.group_of[a] = gi;
+    }
+  }
+
+  bool try_join(const Node* n, int gi) {
+    auto m = derived_map(n, gi);
+    if (!m) return false;
+    auto plan = plan_join(n, *m, f_.groups[gi], stored(n, gi));
+    if (!plan || reaches(outside_users({n}, gi, gi), gi)) return false;
+    commit(n, gi, std::move(*plan));
+    return true;
+  }
+
+  // Horizontal fusion of two consumer groups of n (now in gi) with one layout.
+  void try_merge(const Node* n, int gi, int hj) {
+    Group &g = f_.groups[gi], &h = f_.groups[hj];
+    if (!h.alive || g.shape != h.shape || (g.nred && h.nred && g.nred != h.nred)) return;
+    auto mh = derived_map(n, hj);
+    if (!mh || *mh != g.maps.at(n)) return;
+    if (reaches(outside_users(g.members, gi, hj), hj)) return;
+    if (reaches(outside_users(h.members, gi, hj), gi)) return;
+    for (const Node* m : h.members) {
+      g.members.push_back(m);
+      f_.group_of[m] = gi;
+      if (h.maps.count(m)) g.maps[m] = h.maps.at(m);
+      if (h.space_maps.count(m)) g.space_maps[m] = h.space_maps.at(m);
+    }
+    g.nred = std::max(g.nred, h.nred);
+    h.alive = false;
+  }
+
+  void new_group(const Node* n);
+
+  void place(const Node* n) {
+    auto lit = f_.lowerings.find(n);
+    if (lit == f_.lowerings.end() || group(n) >= 0) return;
+    std::vector<int> cands;
+    bool all_in_one = true;
+    for (const Node* u : info_.users_of(n)) {
+      int gu = group(u);
+      if (gu < 0 || f_.groups[gu].segment != info_.segment.at(n)) {
+        all_in_one = false;
+        continue;
+      }
+      if (std::find(cands.begin(), cands.end(), gu) == cands.end()) cands.push_back(gu);
+    }
+    if (lit->second.kind == Kind::View || lit->second.kind == Kind::StridedView) {
+      // Views are only ever inlined: stored, they would copy what torch aliases.
+      if (!(all_in_one && cands.size() == 1 && try_join(n, cands[0]))) f_.lowerings.erase(lit);
+      return;
+    }
+    for (int gi : cands) {
+      if (!try_join(n, gi)) continue;
+      for (int hj : cands)
+        if (hj != gi) try_merge(n, gi, hj);
+      return;
+    }
+    new_group(n);
+  }
+
+  Fusion finish();
+
+  const ir::Graph& graph_;
+  const GraphInfo& info_;
+  Fusion f_;
+  std::unordered_map<const Node*, const Node*> absorbed_by_;
+};
+
+// For a reduction, the result map follows from the space map.
+AxisMap result_map(const OpLowering& l, const Node* n, const AxisMap& sm) {
+  if (l.full_result) return sm;
+  bool keepdim = sizes(n).size() == l.space.size();
+  AxisMap m;
+  for (size_t s = 0; s < l.space.size(); ++s) {
+    bool reduced = std::count(l.reduce_dims.begin(), l.reduce_dims.end(), int(s)) > 0;
+    if (!reduced || keepdim) m.push_back(reduced ? -1 : sm[s]);
+  }
+  return m;
+}
+
+bool distinct(const AxisMap& m) {
+  std::set<int> s;
+  for (int a : m)
+    if (a >= 0 && !s.insert(a).second) return false;
+  return true;
+}
+
+bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+std::optional<Plan> Fuser::plan_join(const Node* n, const AxisMap& m, const Group& g, bool store) {
+  const OpLowering& l = f_.lowerings.at(n);
+  Plan p{m, {}, g.shape, g.nred, {}};
+  int rank = static_cast<int>(g.shape.size());
+  if (!distinct(m)) return std::nullopt;
+  std::vector<int> red_axes, cur_red;  // kernel axes (old layout) to be reduced
+  std::vector<int64_t> appended;       // or new reduction axes
+  for (int a = rank - g.nred; a < rank; ++a) cur_red.push_back(a);
+  if (l.kind == Kind::Reduction) {
+    AxisMap& sm = p.space_map;
+    sm.assign(l.space.size(), -1);
+    std::vector<int> nonred, rd;
+    for (size_t s = 0; s < l.space.size(); ++s)
+      if (contains(l.reduce_dims, int(s))) {
+        if (l.space[s] != 1) rd.push_back(int(s));
+      } else {
+        nonred.push_back(int(s));
+      }
+    bool keepdim = sizes(n).size() == l.space.size();
+    if (l.full_result) sm = m;
+    for (size_t i = 0; !l.full_result && i < nonred.size(); ++i) sm[nonred[i]] = m[keepdim ? nonred[i] : i];
+    std::set<int> used;
+    for (int s : nonred)
+      if (sm[s] >= 0) used.insert(sm[s]);
+    if (rd.empty()) {
+      // sums over size-1 axes only: the reductions become the identity
+    } else if (l.full_result) {
+      for (int d : rd) {
+        if (sm[d] < 0) return std::nullopt;
+        red_axes.push_back(sm[d]);
+      }
+      std::sort(red_axes.begin(), red_axes.end());
+      if (g.nred > 0 && red_axes != cur_red) return std::nullopt;
+    } else {
+      red_axes = cur_red;
+      for (int a = 0; g.nred == 0 && a < rank; ++a)
+        if (!used.count(a)) red_axes.push_back(a);
+      if (red_axes.empty()) {
+        for (int d : rd) {
+          sm[d] = rank + static_cast<int>(appended.size());
+          appended.push_back(l.space[d]);
+        }
+      } else {
+        if (red_axes.size() != rd.size()) return std::nullopt;
+        for (size_t i = 0; i < rd.size(); ++i) {
+          if (g.shape[red_axes[i]] != l.space[rd[i]]) return std::nullopt;
+          sm[rd[i]] = red_axes[i];
+        }
+      }
+    }
+    for (int s : nonred)
+      if (sm[s] >= 0 && contains(red_axes, sm[s])) return std::nullopt;
+    if (!distinct(sm)) return std::nullopt;
+  }
+  if (!appended.empty()) {
+    p.shape.insert(p.shape.end(), appended.begin(), appended.end());
+    p.nred = static_cast<int>(appended.size());
+  } else if (!red_axes.empty() && g.nred == 0) {
+    std::vector<int> order;  // new layout: kept axes, then the reduced ones
+    for (int a = 0; a < rank; ++a)
+      if (!contains(red_axes, a)) order.push_back(a);
+    order.insert(order.end(), red_axes.begin(), red_axes.end());
+    p.perm.assign(rank, 0);
+    p.shape.clear();
+    for (int i = 0; i < rank; ++i) p.perm[order[i]] = i, p.shape.push_back(g.shape[order[i]]);
+    p.nred = static_cast<int>(red_axes.size());
+    for (AxisMap* mp : {&p.map, &p.space_map})
+      for (int& a : *mp)
+        if (a >= 0) a = p.perm[a];
+  }
+  if (store) {  // a stored value must cover the outer axes (or all axes) exactly once
+    int prank = static_cast<int>(p.shape.size()), outer = prank - p.nred;
+    std::set<int> cover;
+    for (int a : p.map)
+      if (a >= 0) cover.insert(a);
+    bool inner = !cover.empty() && *cover.rbegin() >= outer;
+    if (static_cast<int>(cover.size()) != (inner ? prank : outer)) return std::nullopt;
+  }
+  return p;
+}
+
+void Fuser::new_group(const Node* n) {
+  const OpLowering& l = f_.lowerings.at(n);
+  Group g;
+  g.segment = info_.segment.at(n);
+  AxisMap map, sm;
+  if (l.kind == Kind::Reduction) {
+    sm.assign(l.space.size(), -1);
+    std::vector<int> red;
+    for (size_t s = 0; s < l.space.size(); ++s) {
+      if (l.space[s] == 1) continue;
+      if (contains(l.reduce_dims, int(s))) {
+        red.push_back(int(s));
+      } else {
+        sm[s] = static_cast<int>(g.shape.size());
+        g.shape.push_back(l.space[s]);
+      }
+    }
+    for (int s : red) sm[s] = static_cast<int>(g.shape.size()), g.shape.push_back(l.space[s]);
+    g.nred = static_cast<int>(red.size());
+    map = result_map(l, n, sm);
+  } else {
+    for (int64_t s : sizes(n)) {
+      map.push_back(s == 1 ? -1 : static_cast<int>(g.shape.size()));
+      if (s != 1) g.shape.push_back(s);
+    }
+  }
+  f_.groups.push_back(std::move(g));
+  add(n, static_cast<int>(f_.groups.size()) - 1, std::move(map), std::move(sm));
+}
+
+Fusion Fuser::finish() {
+  Fusion out;
+  std::vector<int> renumber(f_.groups.size(), -1);
+  for (size_t i = 0; i < f_.groups.size(); ++i) {
+    if (!f_.groups[i].alive) continue;
+    renumber[i] = static_cast<int>(out.groups.size());
+    out.groups.push_back(std::move(f_.groups[i]));
+    auto& mem = out.groups.back().members;
+    std::sort(mem.begin(), mem.end(),
+              [&](const Node* a, const Node* b) { return info_.position.at(a) < info_.position.at(b); });
+  }
+  // Groups run in the order of their first member.
+  std::vector<int> order(out.groups.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return info_.position.at(out.groups[a].members[0]) < info_.position.at(out.groups[b].members[0]);
+  });
+  std::vector<Group> sorted;
+  std::vector<int> final_index(order.size());
+  for (size_t i = 0; i < order.size(); ++i) final_index[order[i]] = static_cast<int>(i);
+  for (int i : order) sorted.push_back(std::move(out.groups[i]));
+  out.groups = std::move(sorted);
+  for (auto& [n, gi] : f_.group_of) out.group_of[n] = final_index[renumber[gi]];
+  for (auto& [n, l] : f_.lowerings)
+    if (out.group_of.count(n)) out.lowerings.emplace(n, std::move(l));
+  return out;
+}
+
+}  // namespace
+
+std::optional<AxisMap> broadcast_map(const std::vector<int64_t>& from,
+                                     const std::vector<int64_t>& to, const AxisMap& to_map) {
+  if (from.size() > to.size()) return std::nullopt;
+  size_t off = to.size() - from.size();
+  AxisMap m;
+  for (size_t j = 0; j < from.size(); ++j) {
+    if (from[j] != 1 && from[j] != to[j + off]) return std::nullopt;
+    m.push_back(from[j] == 1 ? -1 : to_map[j + off]);
+  }
+  return m;
+}
+
+Fusion fuse(const ir::Graph& graph, const GraphInfo& info) { return Fuser(graph, info).run(); }
+
+}  // namespace tl::passes

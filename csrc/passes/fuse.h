@@ -1,0 +1,48 @@
+#pragma once
+// Fusion: groups lowered nodes into kernels. Nodes are visited consumers
+// first; a producer joins its consumers' group when its value can be indexed
+// from the group's iteration space (broadcasts and views compose), the group's
+// reduction axes allow it, and no path leaves the group and comes back (which
+// would need the group to run twice). Barriers split segments no group spans.
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "passes/graph_info.h"
+#include "passes/lowering.h"
+#include "passes/partition.h"
+
+namespace tl::passes {
+
+// A node axis -> kernel axis map; -1 where the node's index is always 0.
+using AxisMap = std::vector<int>;
+
+struct Group {
+  std::vector<int64_t> shape;  // kernel axes (no size-1 axes); the last `nred` are reduced
+  int nred = 0;
+  int segment = 0;
+  std::vector<const ir::Node*> members;  // graph order once fuse() returns
+  std::unordered_map<const ir::Node*, AxisMap> maps;        // members' result axes
+  std::unordered_map<const ir::Node*, AxisMap> space_maps;  // reductions' space axes
+  bool alive = true;
+};
+
+struct Fusion {
+  std::unordered_map<const ir::Node*, OpLowering> lowerings;  // only nodes placed in groups
+  std::vector<Group> groups;
+  std::unordered_map<const ir::Node*, int> group_of;
+};
+
+Fusion fuse(const ir::Graph& graph, const GraphInfo& info);
+
+// How an operand of sizes `from`, broadcast to `to` (axes mapped by `to_map`),
+// is indexed; nullopt if `from` does not broadcast to `to`.
+std::optional<AxisMap> broadcast_map(const std::vector<int64_t>& from,
+                                     const std::vector<int64_t>& to, const AxisMap& to_map);
+
+// Loop IR for one group; `index` names it. Members whose value is used
+// outside the group become outputs.
+FusedKernel build_kernel(const Group& group, const Fusion& fusion, const GraphInfo& info,
+                         int index);
+
+}  // namespace tl::passes

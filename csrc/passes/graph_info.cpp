@@ -1,0 +1,83 @@
+#include "passes/graph_info.h"
+
+#include <algorithm>
+#include <string>
+
+namespace tl::passes {
+namespace {
+
+void collect(const ir::Arg& a, std::vector<const ir::Node*>& out) {
+  if (a.kind == ir::Arg::Kind::Node) {
+    if (std::find(out.begin(), out.end(), a.node) == out.end()) out.push_back(a.node);
+    return;
+  }
+  for (const auto& it : a.items) collect(it, out);
+}
+
+bool truthy_kwarg(const ir::Node& n, const char* name) {
+  for (const auto& [k, v] : n.kwargs)
+    if (k == name) return v.kind != ir::Arg::Kind::Const || PyObject_IsTrue(v.value.get()) != 0;
+  return false;
+}
+
+bool has_kwarg(const ir::Node& n, const char* name) {
+  for (const auto& kv : n.kwargs)
+    if (kv.first == name) return true;
+  return false;
+}
+
+}  // namespace
+
+const std::vector<const ir::Node*>& GraphInfo::users_of(const ir::Node* n) const {
+  static const std::vector<const ir::Node*> none;
+  auto it = users.find(n);
+  return it == users.end() ? none : it->second;
+}
+
+std::vector<const ir::Node*> node_inputs(const ir::Node& n) {
+  std::vector<const ir::Node*> out;
+  for (const auto& a : n.args) collect(a, out);
+  for (const auto& kv : n.kwargs) collect(kv.second, out);
+  return out;
+}
+
+bool is_barrier(const ir::Node& n) {
+  if (n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) return false;
+  const std::string& full = n.target_name;
+  std::string base = full.substr(full.rfind('.') + 1);
+  bool dunder = base.size() > 4 && base.rfind("__", 0) == 0;
+  if (dunder) base = base.substr(2, base.size() - 4);
+  if (!base.empty() && base.back() == '_' && base.front() != '_') return true;  // add_, copy_
+  static const char* kInplaceOperators[] = {
+      "iadd", "isub",  "imul", "itruediv", "ifloordiv", "imod",    "ipow",   "iand",
+      "ior",  "ixor",  "ilshift", "irshift", "imatmul", "setitem", "delitem"};
+  for (const char* op : kInplaceOperators)
+    if (base == op) return true;
+  if (base.find("dropout") != std::string::npos) {  // eval-mode dropout is the identity
+    const ir::Arg* training = n.args.size() > 2 ? &n.args[2] : nullptr;
+    for (const auto& [k, v] : n.kwargs)
+      if (k == "training") training = &v;
+    if (training && training->kind == ir::Arg::Kind::Const && training->value.get() == Py_False)
+      return has_kwarg(n, "out") || truthy_kwarg(n, "inplace");
+  }
+  static const char* kStateful[] = {"grad_enabled", "rand", "bernoulli", "normal", "multinomial",
+                                    "dropout", "seed", "autocast", "poisson", "uniform"};
+  for (const char* s : kStateful)
+    if (full.find(s) != std::string::npos) return true;
+  return has_kwarg(n, "out") || truthy_kwarg(n, "inplace");
+}
+
+GraphInfo analyze_graph(const ir::Graph& graph) {
+  GraphInfo info;
+  int seg = 0;
+  for (const auto& up : graph.nodes()) {
+    const ir::Node* n = up.get();
+    info.position[n] = static_cast<int>(info.position.size());
+    for (const ir::Node* in : node_inputs(*n)) info.users[in].push_back(n);
+    if (is_barrier(*n)) ++seg;
+    info.segment[n] = seg;
+  }
+  return info;
+}
+
+}  // namespace tl::passes

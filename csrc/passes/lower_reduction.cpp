@@ -1,0 +1,203 @@
+// Reduction rules. A reduction's body runs over its operand's shape (`space`)
+// and folds `reduce_dims`; fuse.cpp makes those the kernel's trailing axes.
+// softmax, log_softmax, logsumexp, layer_norm and rms_norm are one kernel each:
+// two chained reductions (the second reads the first's result) plus a
+// pointwise tail over the full row (see the execution model in loop_ir.h).
+#include <algorithm>
+
+#include "passes/dtype.h"
+#include "passes/lowering.h"
+
+namespace tl::passes {
+namespace {
+
+using ir::ExprOp;
+using ir::ScalarType;
+
+// Sets up a reduction of `x` over `dims` (nullopt or empty: every dim).
+bool setup(RuleCtx& c, const ir::Arg* x, std::optional<std::vector<int64_t>> dims) {
+  if (!c.is_tensor(x)) return false;
+  const auto& sizes = x->node->meta->sizes;
+  int64_t rank = static_cast<int64_t>(sizes.size());
+  OpLowering& o = c.out;
+  o.kind = OpLowering::Kind::Reduction;
+  o.space = sizes;
+  if (!dims || dims->empty()) {
+    for (int64_t d = 0; d < rank; ++d) o.reduce_dims.push_back(static_cast<int>(d));
+    return true;
+  }
+  for (int64_t d : *dims) {
+    int64_t nd = d < 0 ? d + std::max<int64_t>(rank, 1) : d;
+    if (nd < 0 || nd >= std::max<int64_t>(rank, 1)) return false;
+    if (rank > 0) o.reduce_dims.push_back(static_cast<int>(nd));
+  }
+  std::sort(o.reduce_dims.begin(), o.reduce_dims.end());
+  return std::adjacent_find(o.reduce_dims.begin(), o.reduce_dims.end()) == o.reduce_dims.end();
+}
+
+const ir::Arg* none_to_null(const ir::Arg* a) {
+  return a && a->kind == ir::Arg::Kind::Const && a->value.get() == Py_None ? nullptr : a;
+}
+
+std::optional<std::vector<int64_t>> dims_arg(RuleCtx& c, size_t pos, const char* name, bool* ok) {
+  const ir::Arg* a = none_to_null(c.arg(pos, name));
+  if (!a) return std::nullopt;
+  auto d = c.ints(a);
+  *ok = *ok && d.has_value();
+  return d;
+}
+
+int64_t reduced_numel(const OpLowering& o) {
+  int64_t n = 1;
+  for (int d : o.reduce_dims) n *= o.space[d];
+  return n;
+}
+
+// sum, mean, prod, amax, amin; max/min without dim.
+template <ExprOp Op, bool Mean = false>
+bool reduce(RuleCtx& c) {
+  bool ok = true;
+  const ir::Arg* x = c.arg(0, "input");
+  if (c.node.args.size() > 1 && c.is_tensor(&c.node.args[1])) return false;  // max(a, b)
+  auto dims = dims_arg(c, 1, "dim", &ok);
+  c.arg(2, "keepdim"), c.arg(3, "dtype");
+  ScalarType t = compute_type(c.out_type());
+  if (!ok || !setup(c, x, dims) || t == ScalarType::Bool) return false;
+  if (Mean && !ir::is_floating(t)) return false;
+  int r = c.reduce(Op, c.value(x, t));
+  if (Mean) r = c.binary(ExprOp::Div, r, c.constant(double(reduced_numel(c.out)), t));
+  return c.finish(r);
+}
+
+// getitem(x.max(dim), 0): the values of a max/min whose indices are unused.
+bool getitem_values(RuleCtx& c) {
+  const ir::Arg* tup = c.arg(0);
+  auto idx = c.number(c.arg(1));
+  if (!tup || tup->kind != ir::Arg::Kind::Node || !idx || *idx != 0) return false;
+  const ir::Node& m = *tup->node;
+  std::string name = op_base_name(m);
+  if (m.meta || (name != "max" && name != "min") || c.info.users_of(&m).size() != 1) return false;
+  if (m.args.empty() || !c.is_tensor(&m.args[0])) return false;
+  const ir::Arg* dim = m.args.size() > 1 ? &m.args[1] : nullptr;
+  for (const auto& [k, v] : m.kwargs) {
+    if (k == "dim") dim = &v;
+    else if (k != "keepdim") return false;
+  }
+  auto d = dim ? c.ints(dim) : std::nullopt;
+  if (!d || d->size() != 1 || !setup(c, &m.args[0], d)) return false;
+  ScalarType t = compute_type(c.out_type());
+  if (t == ScalarType::Bool) return false;
+  c.out.absorbed = &m;
+  ExprOp op = name == "max" ? ExprOp::ReduceMax : ExprOp::ReduceMin;
+  return c.finish(c.reduce(op, c.value(&m.args[0], t)));
+}
+
+// softmax / log_softmax over one dim, and logsumexp over dims.
+template <bool Log>
+bool softmax(RuleCtx& c) {
+  const ir::Arg* x = c.arg(0, "input");
+  auto dim = c.ints(none_to_null(c.arg(1, "dim")));
+  c.arg(2, "_stacklevel"), c.arg(3, "dtype");
+  ScalarType t = compute_type(c.out_type());
+  if (!dim || dim->size() != 1 || !ir::is_floating(t) || !setup(c, x, dim)) return false;
+  c.out.full_result = true;
+  int v = c.value(x, t);
+  int shifted = c.binary(ExprOp::Sub, v, c.reduce(ExprOp::ReduceMax, v));
+  int e = c.unary(ExprOp::Exp, shifted);
+  int sum = c.reduce(ExprOp::ReduceSum, e);
+  if (Log) return c.finish(c.binary(ExprOp::Sub, shifted, c.unary(ExprOp::Log, sum)));
+  return c.finish(c.binary(ExprOp::Div, e, sum));
+}
+
+bool logsumexp(RuleCtx& c) {
+  bool ok = true;
+  const ir::Arg* x = c.arg(0, "input");
+  auto dims = dims_arg(c, 1, "dim", &ok);
+  c.arg(2, "keepdim");
+  ScalarType t = compute_type(c.out_type());
+  if (!ok || !dims || !ir::is_floating(t) || !setup(c, x, dims)) return false;
+  int v = c.value(x, t);
+  int m = c.reduce(ExprOp::ReduceMax, v);
+  // torch shifts by 0 where the max is infinite, so -inf rows give -inf, not NaN.
+  int inf = c.unary(ExprOp::IsInf, m);
+  m = c.where(inf, c.constant(0, t), m);
+  int s = c.reduce(ExprOp::ReduceSum, c.unary(ExprOp::Exp, c.binary(ExprOp::Sub, v, m)));
+  return c.finish(c.binary(ExprOp::Add, c.unary(ExprOp::Log, s), m));
+}
+
+// The trailing dims named by normalized_shape, or nullopt if they do not match.
+std::optional<std::vector<int64_t>> trailing_dims(RuleCtx& c, const ir::Arg* x,
+                                                  const ir::Arg* shape) {
+  auto ns = c.ints(shape);
+  if (!ns || !c.is_tensor(x) || ns->empty()) return std::nullopt;
+  const auto& sizes = x->node->meta->sizes;
+  if (ns->size() > sizes.size()) return std::nullopt;
+  std::vector<int64_t> dims;
+  size_t off = sizes.size() - ns->size();
+  for (size_t i = 0; i < ns->size(); ++i) {
+    if ((*ns)[i] != sizes[off + i]) return std::nullopt;
+    dims.push_back(static_cast<int64_t>(off + i));
+  }
+  return dims;
+}
+
+// Multiplies by weight and adds bias when present (None or absent: skipped).
+bool affine(RuleCtx& c, int* v, const ir::Arg* w, const ir::Arg* b, ScalarType t) {
+  w = none_to_null(w), b = none_to_null(b);
+  if ((w && !c.is_tensor(w)) || (b && !c.is_tensor(b))) return false;
+  if (w) *v = c.binary(ExprOp::Mul, *v, c.value(w, t));
+  if (b) *v = c.binary(ExprOp::Add, *v, c.value(b, t));
+  return true;
+}
+
+bool layer_norm(RuleCtx& c) {
+  const ir::Arg* x = c.arg(0, "input");
+  auto dims = trailing_dims(c, x, c.arg(1, "normalized_shape"));
+  auto eps = c.number(c.arg(4, "eps")).value_or(1e-5);
+  c.arg(5, "cudnn_enable");
+  ScalarType t = compute_type(c.out_type());
+  if (!dims || !ir::is_floating(t) || !setup(c, x, dims)) return false;
+  c.out.full_result = true;
+  int v = c.value(x, t);
+  int n = c.constant(double(reduced_numel(c.out)), t);
+  int centered = c.binary(ExprOp::Sub, v, c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, v), n));
+  int var = c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Mul, centered, centered)), n);
+  int rstd = c.unary(ExprOp::Rsqrt, c.binary(ExprOp::Add, var, c.constant(eps, t)));
+  int r = c.binary(ExprOp::Mul, centered, rstd);
+  return affine(c, &r, c.arg(2, "weight"), c.arg(3, "bias"), t) && c.finish(r);
+}
+
+bool rms_norm(RuleCtx& c) {
+  const ir::Arg* x = c.arg(0, "input");
+  auto dims = trailing_dims(c, x, c.arg(1, "normalized_shape"));
+  ScalarType t = compute_type(c.out_type());
+  if (!dims || !ir::is_floating(t)) return false;
+  // eps=None means torch.finfo(input.dtype).eps.
+  ScalarType in = c.type_of(x);
+  double dflt = in == ScalarType::F64 ? 2.220446049250313e-16
+                : in == ScalarType::F16 ? 0.0009765625
+                : in == ScalarType::BF16 ? 0.0078125 : 1.1920928955078125e-07;
+  const ir::Arg* eps_arg = none_to_null(c.arg(3, "eps"));
+  auto eps = eps_arg ? c.number(eps_arg) : std::optional<double>(dflt);
+  if (!eps || !setup(c, x, dims)) return false;
+  c.out.full_result = true;
+  int v = c.value(x, t);
+  int n = c.constant(double(reduced_numel(c.out)), t);
+  int ms = c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Mul, v, v)), n);
+  int r = c.binary(ExprOp::Mul, v, c.unary(ExprOp::Rsqrt, c.binary(ExprOp::Add, ms, c.constant(*eps, t))));
+  return affine(c, &r, c.arg(2, "weight"), nullptr, t) && c.finish(r);
+}
+
+}  // namespace
+
+void add_reduction_rules(RuleTable& t) {
+  t["sum"] = reduce<ExprOp::ReduceSum>, t["mean"] = reduce<ExprOp::ReduceSum, true>;
+  t["prod"] = reduce<ExprOp::ReduceProd>;
+  for (const char* n : {"amax", "max"}) t[n] = reduce<ExprOp::ReduceMax>;
+  for (const char* n : {"amin", "min"}) t[n] = reduce<ExprOp::ReduceMin>;
+  t["getitem"] = getitem_values;
+  t["softmax"] = softmax<false>, t["log_softmax"] = softmax<true>, t["logsumexp"] = logsumexp;
+  t["layer_norm"] = layer_norm, t["rms_norm"] = rms_norm;
+}
+
+}  // namespace tl::passes

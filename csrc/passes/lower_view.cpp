@@ -1,0 +1,133 @@
+// View rules: index remaps that cost nothing inside a kernel. Each records,
+// per axis of the base, which axis of the view indexes it (-1: always 0).
+// Views are never stored (fuse.cpp keeps them extern when their value is
+// needed outside one kernel), so aliasing stays torch's.
+#include "passes/lowering.h"
+
+namespace tl::passes {
+namespace {
+
+const ir::Node* base_of(RuleCtx& c) {
+  const ir::Arg* x = c.arg(0, "input");
+  if (!c.is_tensor(x) || c.type_of(x) != c.out_type()) return nullptr;
+  c.out.kind = OpLowering::Kind::View;
+  c.out.inputs = {x->node};
+  return x->node;
+}
+
+// Dims given as varargs (x.permute(1, 0)) or one sequence (x.permute([1, 0])).
+std::optional<std::vector<int64_t>> dims_from(RuleCtx& c, size_t first, const char* kw) {
+  if (c.node.args.size() == first + 1 || c.node.args.size() <= first) return c.ints(c.arg(first, kw));
+  std::vector<int64_t> out;
+  for (size_t i = first; i < c.node.args.size(); ++i) {
+    auto v = c.ints(&c.node.args[i]);
+    if (!v || v->size() != 1) return std::nullopt;
+    out.push_back((*v)[0]);
+  }
+  return out;
+}
+
+bool permute(RuleCtx& c) {
+  const ir::Node* b = base_of(c);
+  auto dims = dims_from(c, 1, "dims");
+  size_t rank = c.node.meta->sizes.size();
+  if (!b || !dims || dims->size() != rank) return false;
+  c.out.base_axes.assign(rank, -2);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t d = (*dims)[i] < 0 ? (*dims)[i] + int64_t(rank) : (*dims)[i];
+    if (d < 0 || d >= int64_t(rank) || c.out.base_axes[d] != -2) return false;
+    c.out.base_axes[d] = static_cast<int>(i);
+  }
+  return c.all_kwargs_read();
+}
+
+bool transpose(RuleCtx& c) {
+  const ir::Node* b = base_of(c);
+  int64_t rank = static_cast<int64_t>(c.node.meta->sizes.size());
+  if (!b) return false;
+  int64_t d0 = 0, d1 = 1;
+  if (op_base_name(c.node) != "t") {
+    auto a0 = c.ints(c.arg(1, "dim0")), a1 = c.ints(c.arg(2, "dim1"));
+    if (!a0 || !a1 || a0->size() != 1 || a1->size() != 1) return false;
+    d0 = (*a0)[0] < 0 ? (*a0)[0] + rank : (*a0)[0];
+    d1 = (*a1)[0] < 0 ? (*a1)[0] + rank : (*a1)[0];
+  } else if (rank < 2) {
+    d1 = 0;
+  }
+  if (rank == 0) d0 = d1 = 0;
+  else if (d0 < 0 || d1 < 0 || d0 >= rank || d1 >= rank) return false;
+  for (int64_t i = 0; i < rank; ++i) c.out.base_axes.push_back(static_cast<int>(i));
+  if (rank > 0) std::swap(c.out.base_axes[d0], c.out.base_axes[d1]);
+  return c.all_kwargs_read();
+}
+
+bool expand(RuleCtx& c) {
+  const ir::Node* b = base_of(c);
+  if (!b) return false;
+  for (const char* kw : {"size", "other", "implicit"}) c.arg(99, kw);
+  const auto& bs = b->meta->sizes;
+  const auto& ns = c.node.meta->sizes;
+  if (bs.size() > ns.size()) return false;
+  size_t off = ns.size() - bs.size();
+  for (size_t j = 0; j < bs.size(); ++j) {
+    if (bs[j] != 1 && bs[j] != ns[j + off]) return false;
+    c.out.base_axes.push_back(bs[j] == 1 ? -1 : static_cast<int>(j + off));
+  }
+  return c.all_kwargs_read();
+}
+
+bool is_contiguous(const ir::TensorMeta& m) {
+  int64_t expected = 1;
+  for (size_t i = m.sizes.size(); i-- > 0;) {
+    if (m.sizes[i] != 1 && m.strides[i] != expected) return false;
+    expected *= m.sizes[i];
+  }
+  return true;
+}
+
+// squeeze/unsqueeze/view/reshape/flatten/unflatten: the result's sizes say it
+// all. Inserting or dropping size-1 axes is a remap; other reshapes of a
+// contiguous base read the base through the view's own strides.
+bool reshape(RuleCtx& c) {
+  const ir::Node* b = base_of(c);
+  if (!b) return false;
+  for (const char* kw : {"dim", "shape", "size", "start_dim", "end_dim", "sizes", "other"})
+    c.arg(99, kw);
+  const auto& bs = b->meta->sizes;
+  const auto& ns = c.node.meta->sizes;
+  std::vector<int> node_axes;
+  for (size_t i = 0; i < ns.size(); ++i)
+    if (ns[i] != 1) node_axes.push_back(static_cast<int>(i));
+  size_t k = 0;
+  bool remap = true;
+  for (size_t j = 0; j < bs.size(); ++j) {
+    if (bs[j] == 1) {
+      c.out.base_axes.push_back(-1);
+    } else if (k < node_axes.size() && ns[node_axes[k]] == bs[j]) {
+      c.out.base_axes.push_back(node_axes[k++]);
+    } else {
+      remap = false;
+      break;
+    }
+  }
+  if (remap && k == node_axes.size()) return c.all_kwargs_read();
+  std::string name = op_base_name(c.node);
+  if (name == "squeeze" || name == "unsqueeze") return false;
+  if (!is_contiguous(*b->meta) || !is_contiguous(*c.node.meta)) return false;
+  c.out.kind = OpLowering::Kind::StridedView;
+  c.out.base_axes.clear();
+  return c.all_kwargs_read();
+}
+
+}  // namespace
+
+void add_view_rules(RuleTable& t) {
+  t["permute"] = permute;
+  for (const char* n : {"transpose", "swapaxes", "swapdims", "t"}) t[n] = transpose;
+  for (const char* n : {"expand", "expand_as", "broadcast_to"}) t[n] = expand;
+  for (const char* n : {"squeeze", "unsqueeze", "view", "reshape", "flatten", "unflatten",
+                        "view_as", "reshape_as"})
+    t[n] = reshape;
+}
+
+}  // namespace tl::passes

@@ -1,0 +1,88 @@
+#pragma once
+// Lowering: how one graph node computes its value, as a small loop-IR body
+// independent of the kernel it ends up in (fuse.cpp places it, build_kernel.cpp
+// instantiates it). One rule per op family, looked up by the op's base name so
+// torch.X, Tensor.X and operator.X share a rule. No rule: the node is extern.
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ir/loop_ir.h"
+#include "passes/graph_info.h"
+
+namespace tl::passes {
+
+struct OpLowering {
+  enum class Kind {
+    Pointwise,    // body over the node's shape; inputs broadcast to it
+    View,         // index remap of inputs[0]: no compute, never stored
+    StridedView,  // inputs[0] read through this node's own strides (reshape of contiguous)
+    Reduction,    // body over `space`; ReduceX folds `reduce_dims`
+  };
+  Kind kind = Kind::Pointwise;
+  std::vector<const ir::Node*> inputs;  // tensor operands
+  // Load{buffer = i} is inputs[i]'s value (broadcast to the body's space) in
+  // compute_type of its dtype; `result` is the node's value in its compute type.
+  std::vector<ir::Expr> body;
+  int result = -1;
+  std::vector<int> base_axes;     // View: per inputs[0] axis, the node axis indexing it, or -1
+  std::vector<int64_t> space;     // Reduction: the iteration space (operand shape)
+  std::vector<int> reduce_dims;   // Reduction: reduced space axes, sorted
+  bool full_result = false;       // Reduction: result has `space`'s shape (softmax)
+  const ir::Node* absorbed = nullptr;  // tuple node (x.max(dim)) whose only use this is
+};
+
+// nullopt: no rule, or the rule does not cover these arguments (extern).
+std::optional<OpLowering> lower_node(const ir::Node& n, const GraphInfo& info);
+
+// What rules see: the node, argument access, and a body builder.
+class RuleCtx {
+ public:
+  RuleCtx(const ir::Node& n, const GraphInfo& info, OpLowering& out);
+  const ir::Node& node;
+  const GraphInfo& info;
+  OpLowering& out;
+
+  // Argument `pos` or keyword `name` (nullptr if absent). Marks the keyword
+  // as understood: a rule fails if the node has a keyword no rule read.
+  const ir::Arg* arg(size_t pos, const char* name = nullptr);
+  bool is_tensor(const ir::Arg* a) const;  // a node with supported TensorMeta
+  std::optional<double> number(const ir::Arg* a) const;  // Python bool/int/float
+  std::optional<std::vector<int64_t>> ints(const ir::Arg* a) const;  // int or list of ints
+  std::optional<std::string> str(const ir::Arg* a) const;
+  bool all_kwargs_read() const;
+
+  ir::ScalarType out_type() const;      // the node's dtype
+  ir::ScalarType type_of(const ir::Arg* a) const;  // tensor dtype, or Python number's kind
+  ir::ScalarType type(int e) const { return out.body[e].type; }
+  bool is_operand(const ir::Arg* a) const { return is_tensor(a) || number(a).has_value(); }
+  // A tensor or number operand as a body value of type `t` (cast if needed);
+  // anything else makes finish() fail.
+  int value(const ir::Arg* a, ir::ScalarType t);
+  int constant(double v, ir::ScalarType t);
+  int unary(ir::ExprOp op, int a);             // same type; b8 for predicates
+  int binary(ir::ExprOp op, int a, int b);     // type of a; b8 for comparisons
+  int where(int c, int a, int b);
+  int cast(int a, ir::ScalarType t);
+  int reduce(ir::ExprOp op, int a);
+  bool finish(int result);  // sets out.result; fails if a keyword was not read
+
+ private:
+  int push(ir::Expr e);
+  std::vector<bool> kw_read_;
+  bool failed_ = false;
+};
+
+using Rule = bool (*)(RuleCtx&);
+using RuleTable = std::unordered_map<std::string, Rule>;
+void add_pointwise_rules(RuleTable& t);
+void add_activation_rules(RuleTable& t);
+void add_reduction_rules(RuleTable& t);
+void add_view_rules(RuleTable& t);
+
+// Base name a rule is registered under: "torch.nn.functional.relu" -> "relu".
+std::string op_base_name(const ir::Node& n);
+
+}  // namespace tl::passes
