@@ -34,8 +34,11 @@ const Host& host() {
     h.triple = llvm::sys::getProcessTriple();
     h.cpu = llvm::sys::getHostCPUName().str();
     std::vector<std::string> feats;
-    for (auto& kv : llvm::sys::getHostCPUFeatures())
-      feats.push_back((kv.second ? "+" : "-") + kv.first().str());
+    for (auto& kv : llvm::sys::getHostCPUFeatures()) {
+      std::string f(kv.second ? "+" : "-");  // NOTE: not "+" + str: GCC 12 -Wrestrict false positive
+      f += kv.first().str();
+      feats.push_back(std::move(f));
+    }
     std::sort(feats.begin(), feats.end());  // StringMap order is unspecified; keys must be stable
     llvm::SubtargetFeatures sf;
     for (auto& f : feats) sf.AddFeature(f);
