@@ -476,9 +476,11 @@ ValuePtr Tracer::get_attr(const ValuePtr& obj, const std::string& name) {
   return *r;
 }
 
-std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::string& name) {
+std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::string& name,
+                                             bool generic) {
   const TorchApi& api = torch_api();
   switch (obj->kind) {
+    case VKind::Super: return super_attr(obj, name);
     case VKind::Tensor: {
       PyObject* meta = obj->meta.get();
       if (name == "device") return Value::constant(obj->device);
@@ -533,7 +535,11 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
             return inline_function(fget.get(), nullptr, nullptr, {obj}, {});
           graph_break("unsupported_value", "property " + name + " with a C getter");
         }
-        if (name == "__dict__") graph_break("unsupported_value", "reading __dict__");
+        if (name == "__dict__") {
+          PyObject** dp = _PyObject_GetDictPtr(o);
+          if (!obj->source || !dp || !*dp) graph_break("unsupported_value", "reading __dict__");
+          return ctx_.wrap(*dp, src());
+        }
         PyRef r = PyRef::steal(PyObject_GetAttr(o, pyname.get()));
         if (!r) {
           PyErr_Clear();
@@ -541,9 +547,8 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         }
         return ctx_.wrap(r.get(), src());
       }
-      if (!is_module && type->tp_getattro != PyObject_GenericGetAttr)
-        graph_break("unsupported_value", std::string("attribute read on ") + type->tp_name +
-                                             ", which customises attribute access");
+      if (!is_module && !generic && type->tp_getattro != PyObject_GenericGetAttr)
+        return custom_getattr(obj, name);
       PyObject** dictptr = _PyObject_GetDictPtr(o);
       if (dictptr && *dictptr) {
         PyObject* v = PyDict_GetItemWithError(*dictptr, pyname.get());
@@ -649,6 +654,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   const TorchApi& api = torch_api();
   switch (fn->kind) {
     case VKind::Method:
+      if (fn->flag) return call_base_slot(fn->self, fn->method_name, args);
       if (!fn->method_name.empty()) return call_method_on(fn->self, fn->method_name, args, kwargs);
       args.insert(args.begin(), fn->self);
       if (PyFunction_Check(fn->obj.get()))
@@ -1125,7 +1131,21 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
   if (is_builtin_fn || is_builtin_type) {
     if (forbidden_builtins().count(name))
       graph_break("unsupported_builtin", "call to builtin " + name + "()");
-    if (name == "super") graph_break("unsupported_callable", "super() is not supported yet");
+    if (name == "super") {
+      if (args.size() == 2) return make_super(args[0], args[1]);
+      if (!args.empty()) graph_break("unsupported_callable", "super() with one argument");
+      // Zero-argument form: the method's first argument and its __class__ cell.
+      int cls_slot = -1;
+      for (int i = 0; i < code_->co_nlocalsplus; ++i)
+        if (utf8(PyTuple_GET_ITEM(code_->co_localsplusnames, i)) == "__class__") cls_slot = i;
+      if (cls_slot < 0 || !locals_[cls_slot] || code_->co_argcount < 1 || !locals_[0])
+        graph_break("unsupported_callable", "super() outside a method");
+      ValuePtr self = locals_[0];
+      if (self->kind == VKind::Cell) self = self->cell_contents;
+      ValuePtr cls = locals_[cls_slot];
+      if (cls->kind == VKind::Cell) cls = cls->cell_contents;
+      return make_super(cls, self);
+    }
     if (name == "len" && args.size() == 1) {
       const ValuePtr& v = args[0];
       if (v->is_sequence() || v->kind == VKind::Dict) return const_int(v->items.size());

@@ -231,6 +231,19 @@ void Tracer::step(const Instruction& inst) {
 #endif
       return;
     }
+#ifdef LOAD_SUPER_ATTR
+    case LOAD_SUPER_ATTR: {
+      ValuePtr self = pop();
+      ValuePtr cls = pop();
+      ValuePtr fn = pop();
+      if (!fn->is_const() || fn->obj.get() != reinterpret_cast<PyObject*>(&PySuper_Type))
+        graph_break("unsupported_callable", "super is shadowed by another object");
+      ValuePtr sup = make_super(cls, self);
+      if (arg & 1) push(nullptr);
+      push(get_attr(sup, name_at(arg >> 2)));
+      return;
+    }
+#endif
     case STORE_ATTR: {
       ValuePtr obj = pop();
       ValuePtr v = pop();

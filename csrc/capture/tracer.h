@@ -31,7 +31,11 @@ class Tracer {
   ValuePtr call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr get_attr(const ValuePtr& obj, const std::string& name);
   // getattr with a default: returns nullopt when the attribute does not exist.
-  std::optional<ValuePtr> try_get_attr(const ValuePtr& obj, const std::string& name);
+  // `generic`: object.__getattribute__ semantics, ignoring a type's override
+  // (what super().__getattribute__ runs).
+  std::optional<ValuePtr> try_get_attr(const ValuePtr& obj, const std::string& name,
+                                       bool generic = false);
+  ValuePtr make_super(const ValuePtr& cls, const ValuePtr& self);  // super_attr.cpp
   ValuePtr binary_op(PyObject* op_fn, const ValuePtr& a, const ValuePtr& b);
   ValuePtr unary_op(PyObject* op_fn, const ValuePtr& a);
   ValuePtr compare(int op, const ValuePtr& a, const ValuePtr& b);
@@ -55,6 +59,9 @@ class Tracer {
                           std::vector<ValuePtr>& args, KwArgs& kwargs);
   ValuePtr call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr wrap_partial(const ValuePtr& partial_const);
+  std::optional<ValuePtr> super_attr(const ValuePtr& sup, const std::string& name);
+  ValuePtr call_base_slot(const ValuePtr& self, const std::string& name, std::vector<ValuePtr>& args);
+  std::optional<ValuePtr> custom_getattr(const ValuePtr& obj, const std::string& name);
   ValuePtr make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   ValuePtr construct_object(PyObject* cls, std::vector<ValuePtr> args, KwArgs kwargs);
   void jump_if(const Instruction& inst, bool jump);

@@ -26,6 +26,7 @@ enum class VKind {
   Iterator,   // items + pos: materialised at GET_ITER
   GradMode,   // flag: torch.no_grad()/enable_grad()/set_grad_enabled(flag) context manager
   GradModeExit,  // flag: the previous grad mode restored by __exit__
+  Super,      // super(): self (the instance value) + obj (the class to search after)
   Partial,    // functools.partial: self (the callable), items (args), keys+kwdefaults (keywords)
 };
 
@@ -51,7 +52,7 @@ struct Value {
   std::string method_name;
   // Cell
   ValuePtr cell_contents;
-  bool flag = false;     // GradMode / GradModeExit: grad enabled
+  bool flag = false;     // GradMode / GradModeExit: grad enabled; Method: a C slot of a base class
   int restore = -1;      // GradMode from set_grad_enabled(): the mode before the call
   bool mutated = false;  // List/Dict from the frame was changed by traced code
   PyRef named_type;      // Tuple: namedtuple / torch.Size type to rebuild, or null

@@ -1,5 +1,7 @@
 #include "ir/source.h"
 
+#include <cstdio>
+
 #include "core/errors.h"
 
 namespace tl::ir {
@@ -60,7 +62,12 @@ std::string Source::str() const {
     case SourceKind::Builtin: return "G['__builtins__']['" + name + "']";
     case SourceKind::Attr: return base->str() + "." + name;
     case SourceKind::Item: return base->str() + "[" + key_repr(key.get()) + "]";
-    case SourceKind::Held: return "<" + name + ">";
+    case SourceKind::Held: {
+      // NOTE: the address makes the text unique: sources are deduplicated by it.
+      char addr[32];
+      snprintf(addr, sizeof(addr), " at %p", static_cast<void*>(key.get()));
+      return "<" + name + addr + ">";
+    }
   }
   return "?";
 }
