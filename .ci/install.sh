@@ -14,6 +14,8 @@ apt_missing=()
 command -v ninja >/dev/null || apt_missing+=(ninja-build)
 command -v g++ >/dev/null || apt_missing+=(g++)
 [[ $tests == 1 && ! -f /usr/include/catch2/catch.hpp ]] && apt_missing+=(catch2)
+# LLVM 19 builds the CPU compiler (csrc/codegen/cpu); without it torchlite still works op by op.
+[[ -d /usr/lib/llvm-19/lib/cmake/llvm ]] || apt_missing+=(llvm-19-dev)
 
 py="${PYTHON:-$(command -v python3 || command -v python)}"
 # NOTE: Debian's own Python refuses pip installs (PEP 668): use a virtual environment there.
@@ -43,14 +45,8 @@ if [[ "${TORCHLITE_SKIP_INSTALL:-0}" != 1 ]]; then
   if [[ $tests == 1 ]]; then
     log "pip install timm transformers"
     "${pip[@]}" timm transformers >&2
-    # NOTE: timm pulls torchvision from PyPI (a CUDA build); next to a CPU-only torch its
-    # extension cannot load, so take the CPU build of the matching version instead.
-    if ! "$py" -c 'import torchvision' >/dev/null 2>&1 && "$py" -c 'import torch, sys; sys.exit("+cpu" not in torch.__version__)'; then
-      tv="$("$py" -c 'import torch; v = torch.__version__.split("+")[0].split("."); print(f"0.{int(v[1]) + 15}.*")')"
-      log "reinstalling torchvision==$tv (CPU build) to match torch"
-      "${pip[@]}" --force-reinstall --no-deps "torchvision==$tv" \
-        --index-url https://download.pytorch.org/whl/cpu >&2 || log "could not reinstall torchvision"
-    fi
+    # NOTE: PyPI's torchvision is a CUDA build; next to the CPU-only torch its C ops do not
+    # load. tests/python/conftest.py lets timm import anyway (see _work_around_mismatched_torchvision).
   fi
 fi
 
