@@ -20,7 +20,10 @@ CapturedFrame::CapturedFrame(std::shared_ptr<const ir::Graph> graph, ir::Residua
       backend_fn_(std::move(backend_fn)),
       func_name_(std::move(func_name)),
       filename_(std::move(filename)) {
-  for (ir::Node* p : graph_->placeholders()) input_sources_.push_back(p->source);
+  for (ir::Node* p : graph_->placeholders()) {
+    input_sources_.push_back(p->source);
+    input_fetchers_.emplace_back(*p->source);
+  }
   if (!backend_fn_) runner_ = std::make_unique<runtime::GraphRunner>(graph_);
 }
 
@@ -106,9 +109,10 @@ PyObject* CapturedFrame::run(const ir::FrameView& frame) {
   try {
     std::vector<PyRef> inputs;
     inputs.reserve(input_sources_.size());
-    for (auto& s : input_sources_) {
-      PyRef v = guards::fetch(*s, frame);
-      if (!v) TL_THROW(Runtime) << "torchlite: input " << s->str() << " vanished while running";
+    for (size_t i = 0; i < input_fetchers_.size(); ++i) {
+      PyRef v = input_fetchers_[i](frame);
+      if (!v)
+        TL_THROW(Runtime) << "torchlite: input " << input_sources_[i]->str() << " vanished while running";
       inputs.push_back(std::move(v));
     }
     std::vector<PyRef> outputs;

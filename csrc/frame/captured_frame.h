@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "frame/compiled_frame.h"
+#include "guards/fetch.h"
 #include "ir/graph.h"
 #include "ir/residual.h"
 #include "runtime/graph_runner.h"
@@ -27,6 +28,7 @@ class CapturedFrame : public CompiledFrame {
 
   std::shared_ptr<const ir::Graph> graph_;
   std::vector<ir::SourcePtr> input_sources_;
+  std::vector<guards::SourceFetcher> input_fetchers_;  // names interned once
   ir::Residual result_;
   std::vector<ir::SideEffect> side_effects_;
   PyRef backend_fn_;
