@@ -4,6 +4,7 @@
 // into per-kernel-axis strides, and identical exprs are shared.
 #include <cstring>
 #include <map>
+#include <sstream>
 #include <tuple>
 
 #include "core/errors.h"
@@ -67,15 +68,15 @@ class Emitter {
         return value(l.inputs[0], bm);
       }
       case OpLowering::Kind::Pointwise:
-        for (const Node* in : l.inputs)
-          ids.push_back(value(in, *broadcast_map(in->meta->sizes, n->meta->sizes, map)));
+        for (size_t i = 0; i < l.inputs.size(); ++i)
+          ids.push_back(value(l.inputs[i], *operand_map(l, i, n->meta->sizes, map)));
         return instantiate(l, ids, false);
       case OpLowering::Kind::Reduction: {
         const AxisMap& sm = g_.space_maps.at(n);
         bool trivial = true;
         for (int d : l.reduce_dims) trivial = trivial && l.space[d] == 1;
-        for (const Node* in : l.inputs)
-          ids.push_back(value(in, *broadcast_map(in->meta->sizes, l.space, sm)));
+        for (size_t i = 0; i < l.inputs.size(); ++i)
+          ids.push_back(value(l.inputs[i], *operand_map(l, i, l.space, sm)));
         return instantiate(l, ids, trivial);
       }
     }
@@ -158,9 +159,9 @@ FusedKernel build_kernel(const Group& g, const Fusion& f, const GraphInfo& info,
     out.kernel.outputs.push_back({v, em.view(m, m->meta->strides, map)});
     out.outputs.push_back(m);
   }
-  std::string first = out.outputs.empty() ? "empty" : out.outputs[0]->name;
-  out.kernel.name = "k";
-  out.kernel.name.append(std::to_string(index)).append("_").append(first);
+  std::ostringstream name;  // NOTE: not string operator+, which trips GCC 12's -Wrestrict
+  name << "k" << index << "_" << (out.outputs.empty() ? "empty" : out.outputs[0]->name);
+  out.kernel.name = name.str();
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "passes/fuse.h"
 
+#include "passes/fuse_plan.h"
+
 #include <algorithm>
 #include <set>
 
@@ -10,15 +12,6 @@ using Node = ir::Node;
 using Kind = OpLowering::Kind;
 
 const std::vector<int64_t>& sizes(const Node* n) { return n->meta->sizes; }
-
-// Where a node lands in a group: its result map, its space map (reductions),
-// and the group's new layout (`perm`: old kernel axis -> new one).
-struct Plan {
-  AxisMap map, space_map;
-  std::vector<int64_t> shape;
-  int nred = 0;
-  std::vector<int> perm;
-};
 
 class Fuser {
  public:
@@ -46,11 +39,12 @@ class Fuser {
     auto ab = absorbed_by_.find(u);
     if (ab != absorbed_by_.end()) u = ab->second;
     const OpLowering& l = f_.lowerings.at(u);
-    *reads = std::find(l.inputs.begin(), l.inputs.end(), n) != l.inputs.end();
+    size_t i = std::find(l.inputs.begin(), l.inputs.end(), n) - l.inputs.begin();
+    *reads = i < l.inputs.size();
     if (!*reads) return AxisMap{};
     switch (l.kind) {
-      case Kind::Pointwise: return broadcast_map(sizes(n), sizes(u), g.maps.at(u));
-      case Kind::Reduction: return broadcast_map(sizes(n), l.space, g.space_maps.at(u));
+      case Kind::Pointwise: return operand_map(l, i, sizes(u), g.maps.at(u));
+      case Kind::Reduction: return operand_map(l, i, l.space, g.space_maps.at(u));
       case Kind::StridedView: return std::nullopt;
       case Kind::View: {
         AxisMap m;
@@ -111,7 +105,6 @@ class Fuser {
     return false;
   }
 
-  std::optional<Plan> plan_join(const Node* n, const AxisMap& m, const Group& g, bool store);
 
   void commit(const Node* n, int gi, Plan p) {
     Group& g = f_.groups[gi];
@@ -142,7 +135,7 @@ class Fuser {
   bool try_join(const Node* n, int gi) {
     auto m = derived_map(n, gi);
     if (!m) return false;
-    auto plan = plan_join(n, *m, f_.groups[gi], stored(n, gi));
+    auto plan = plan_join(f_.lowerings.at(n), sizes(n), *m, f_.groups[gi], stored(n, gi));
     if (!plan || reaches(outside_users({n}, gi, gi), gi)) return false;
     commit(n, gi, std::move(*plan));
     return true;
@@ -203,108 +196,6 @@ class Fuser {
   std::unordered_map<const Node*, const Node*> absorbed_by_;
 };
 
-// For a reduction, the result map follows from the space map.
-AxisMap result_map(const OpLowering& l, const Node* n, const AxisMap& sm) {
-  if (l.full_result) return sm;
-  bool keepdim = sizes(n).size() == l.space.size();
-  AxisMap m;
-  for (size_t s = 0; s < l.space.size(); ++s) {
-    bool reduced = std::count(l.reduce_dims.begin(), l.reduce_dims.end(), int(s)) > 0;
-    if (!reduced || keepdim) m.push_back(reduced ? -1 : sm[s]);
-  }
-  return m;
-}
-
-bool distinct(const AxisMap& m) {
-  std::set<int> s;
-  for (int a : m)
-    if (a >= 0 && !s.insert(a).second) return false;
-  return true;
-}
-
-bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
-
-std::optional<Plan> Fuser::plan_join(const Node* n, const AxisMap& m, const Group& g, bool store) {
-  const OpLowering& l = f_.lowerings.at(n);
-  Plan p{m, {}, g.shape, g.nred, {}};
-  int rank = static_cast<int>(g.shape.size());
-  if (!distinct(m)) return std::nullopt;
-  std::vector<int> red_axes, cur_red;  // kernel axes (old layout) to be reduced
-  std::vector<int64_t> appended;       // or new reduction axes
-  for (int a = rank - g.nred; a < rank; ++a) cur_red.push_back(a);
-  if (l.kind == Kind::Reduction) {
-    AxisMap& sm = p.space_map;
-    sm.assign(l.space.size(), -1);
-    std::vector<int> nonred, rd;
-    for (size_t s = 0; s < l.space.size(); ++s)
-      if (contains(l.reduce_dims, int(s))) {
-        if (l.space[s] != 1) rd.push_back(int(s));
-      } else {
-        nonred.push_back(int(s));
-      }
-    bool keepdim = sizes(n).size() == l.space.size();
-    if (l.full_result) sm = m;
-    for (size_t i = 0; !l.full_result && i < nonred.size(); ++i) sm[nonred[i]] = m[keepdim ? nonred[i] : i];
-    std::set<int> used;
-    for (int s : nonred)
-      if (sm[s] >= 0) used.insert(sm[s]);
-    if (rd.empty()) {
-      // sums over size-1 axes only: the reductions become the identity
-    } else if (l.full_result) {
-      for (int d : rd) {
-        if (sm[d] < 0) return std::nullopt;
-        red_axes.push_back(sm[d]);
-      }
-      std::sort(red_axes.begin(), red_axes.end());
-      if (g.nred > 0 && red_axes != cur_red) return std::nullopt;
-    } else {
-      red_axes = cur_red;
-      for (int a = 0; g.nred == 0 && a < rank; ++a)
-        if (!used.count(a)) red_axes.push_back(a);
-      if (red_axes.empty()) {
-        for (int d : rd) {
-          sm[d] = rank + static_cast<int>(appended.size());
-          appended.push_back(l.space[d]);
-        }
-      } else {
-        if (red_axes.size() != rd.size()) return std::nullopt;
-        for (size_t i = 0; i < rd.size(); ++i) {
-          if (g.shape[red_axes[i]] != l.space[rd[i]]) return std::nullopt;
-          sm[rd[i]] = red_axes[i];
-        }
-      }
-    }
-    for (int s : nonred)
-      if (sm[s] >= 0 && contains(red_axes, sm[s])) return std::nullopt;
-    if (!distinct(sm)) return std::nullopt;
-  }
-  if (!appended.empty()) {
-    p.shape.insert(p.shape.end(), appended.begin(), appended.end());
-    p.nred = static_cast<int>(appended.size());
-  } else if (!red_axes.empty() && g.nred == 0) {
-    std::vector<int> order;  // new layout: kept axes, then the reduced ones
-    for (int a = 0; a < rank; ++a)
-      if (!contains(red_axes, a)) order.push_back(a);
-    order.insert(order.end(), red_axes.begin(), red_axes.end());
-    p.perm.assign(rank, 0);
-    p.shape.clear();
-    for (int i = 0; i < rank; ++i) p.perm[order[i]] = i, p.shape.push_back(g.shape[order[i]]);
-    p.nred = static_cast<int>(red_axes.size());
-    for (AxisMap* mp : {&p.map, &p.space_map})
-      for (int& a : *mp)
-        if (a >= 0) a = p.perm[a];
-  }
-  if (store) {  // a stored value must cover the outer axes (or all axes) exactly once
-    int prank = static_cast<int>(p.shape.size()), outer = prank - p.nred;
-    std::set<int> cover;
-    for (int a : p.map)
-      if (a >= 0) cover.insert(a);
-    bool inner = !cover.empty() && *cover.rbegin() >= outer;
-    if (static_cast<int>(cover.size()) != (inner ? prank : outer)) return std::nullopt;
-  }
-  return p;
-}
-
 void Fuser::new_group(const Node* n) {
   const OpLowering& l = f_.lowerings.at(n);
   Group g;
@@ -315,7 +206,7 @@ void Fuser::new_group(const Node* n) {
     std::vector<int> red;
     for (size_t s = 0; s < l.space.size(); ++s) {
       if (l.space[s] == 1) continue;
-      if (contains(l.reduce_dims, int(s))) {
+      if (std::count(l.reduce_dims.begin(), l.reduce_dims.end(), int(s))) {
         red.push_back(int(s));
       } else {
         sm[s] = static_cast<int>(g.shape.size());
@@ -324,7 +215,7 @@ void Fuser::new_group(const Node* n) {
     }
     for (int s : red) sm[s] = static_cast<int>(g.shape.size()), g.shape.push_back(l.space[s]);
     g.nred = static_cast<int>(red.size());
-    map = result_map(l, n, sm);
+    map = result_map(l, sizes(n), sm);
   } else {
     for (int64_t s : sizes(n)) {
       map.push_back(s == 1 ? -1 : static_cast<int>(g.shape.size()));
@@ -336,6 +227,7 @@ void Fuser::new_group(const Node* n) {
 }
 
 Fusion Fuser::finish() {
+  auto pos = [&](const Node* n) { return info_.position.at(n); };
   Fusion out;
   std::vector<int> renumber(f_.groups.size(), -1);
   for (size_t i = 0; i < f_.groups.size(); ++i) {
@@ -344,13 +236,13 @@ Fusion Fuser::finish() {
     out.groups.push_back(std::move(f_.groups[i]));
     auto& mem = out.groups.back().members;
     std::sort(mem.begin(), mem.end(),
-              [&](const Node* a, const Node* b) { return info_.position.at(a) < info_.position.at(b); });
+              [&](const Node* a, const Node* b) { return pos(a) < pos(b); });
   }
   // Groups run in the order of their first member.
   std::vector<int> order(out.groups.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
   std::sort(order.begin(), order.end(), [&](int a, int b) {
-    return info_.position.at(out.groups[a].members[0]) < info_.position.at(out.groups[b].members[0]);
+    return pos(out.groups[a].members[0]) < pos(out.groups[b].members[0]);
   });
   std::vector<Group> sorted;
   std::vector<int> final_index(order.size());
@@ -373,6 +265,19 @@ std::optional<AxisMap> broadcast_map(const std::vector<int64_t>& from,
   for (size_t j = 0; j < from.size(); ++j) {
     if (from[j] != 1 && from[j] != to[j + off]) return std::nullopt;
     m.push_back(from[j] == 1 ? -1 : to_map[j + off]);
+  }
+  return m;
+}
+
+std::optional<AxisMap> operand_map(const OpLowering& l, size_t i,
+                                   const std::vector<int64_t>& target, const AxisMap& target_map) {
+  const std::vector<int64_t>& from = l.inputs[i]->meta->sizes;
+  if (i >= l.input_axes.size() || l.input_axes[i].empty())
+    return broadcast_map(from, target, target_map);
+  AxisMap m;
+  for (size_t j = 0; j < from.size(); ++j) {
+    int a = l.input_axes[i][j];
+    m.push_back(a < 0 || from[j] == 1 ? -1 : target_map[a]);
   }
   return m;
 }

@@ -40,6 +40,11 @@ Fusion fuse(const ir::Graph& graph, const GraphInfo& info);
 std::optional<AxisMap> broadcast_map(const std::vector<int64_t>& from,
                                      const std::vector<int64_t>& to, const AxisMap& to_map);
 
+// How `l` reads its input `i` when its own axes (of sizes `target`: the node's
+// shape, or a reduction's space) are mapped by `target_map`.
+std::optional<AxisMap> operand_map(const OpLowering& l, size_t i,
+                                   const std::vector<int64_t>& target, const AxisMap& target_map);
+
 // Loop IR for one group; `index` names it. Members whose value is used
 // outside the group become outputs.
 FusedKernel build_kernel(const Group& group, const Fusion& fusion, const GraphInfo& info,

@@ -60,8 +60,16 @@ bool is_barrier(const ir::Node& n) {
     if (training && training->kind == ir::Arg::Kind::Const && training->value.get() == Py_False)
       return has_kwarg(n, "out") || truthy_kwarg(n, "inplace");
   }
+  if (base == "batch_norm") {  // training mode updates the running stats in place
+    const ir::Arg* training = n.args.size() > 5 ? &n.args[5] : nullptr;
+    for (const auto& [k, v] : n.kwargs)
+      if (k == "training") training = &v;
+    if (!training || training->kind != ir::Arg::Kind::Const || training->value.get() != Py_False)
+      return true;
+  }
   static const char* kStateful[] = {"grad_enabled", "rand", "bernoulli", "normal", "multinomial",
-                                    "dropout", "seed", "autocast", "poisson", "uniform"};
+                                    "dropout", "seed", "autocast", "poisson", "uniform",
+                                    "instance_norm"};
   for (const char* s : kStateful)
     if (full.find(s) != std::string::npos) return true;
   return has_kwarg(n, "out") || truthy_kwarg(n, "inplace");

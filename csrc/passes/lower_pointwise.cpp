@@ -54,7 +54,8 @@ bool arith(RuleCtx& c) {
   if (!c.is_operand(a) || !c.is_operand(b) || c.out_type() == ScalarType::Bool) return false;
   if (Reversed) std::swap(a, b);
   int va = c.value(a, ct(c)), vb = c.value(b, ct(c));
-  if (const ir::Arg* alpha = c.arg(2, "alpha")) vb = c.binary(ExprOp::Mul, vb, c.value(alpha, ct(c)));
+  if (const ir::Arg* alpha = c.arg(2, "alpha"))
+    vb = c.binary(ExprOp::Mul, vb, c.value(alpha, ct(c)));
   return c.finish(c.binary(Op, va, vb));
 }
 

@@ -161,7 +161,8 @@ bool layer_norm(RuleCtx& c) {
   int v = c.value(x, t);
   int n = c.constant(double(reduced_numel(c.out)), t);
   int centered = c.binary(ExprOp::Sub, v, c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, v), n));
-  int var = c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Mul, centered, centered)), n);
+  int sq = c.binary(ExprOp::Mul, centered, centered);
+  int var = c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, sq), n);
   int rstd = c.unary(ExprOp::Rsqrt, c.binary(ExprOp::Add, var, c.constant(eps, t)));
   int r = c.binary(ExprOp::Mul, centered, rstd);
   return affine(c, &r, c.arg(2, "weight"), c.arg(3, "bias"), t) && c.finish(r);
@@ -184,8 +185,35 @@ bool rms_norm(RuleCtx& c) {
   int v = c.value(x, t);
   int n = c.constant(double(reduced_numel(c.out)), t);
   int ms = c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Mul, v, v)), n);
-  int r = c.binary(ExprOp::Mul, v, c.unary(ExprOp::Rsqrt, c.binary(ExprOp::Add, ms, c.constant(*eps, t))));
+  int rstd = c.unary(ExprOp::Rsqrt, c.binary(ExprOp::Add, ms, c.constant(*eps, t)));
+  int r = c.binary(ExprOp::Mul, v, rstd);
   return affine(c, &r, c.arg(2, "weight"), nullptr, t) && c.finish(r);
+}
+
+// F.batch_norm in inference: per-channel (axis 1) statistics, pointwise.
+bool batch_norm(RuleCtx& c) {
+  // NOTE: torch.batch_norm orders its arguments differently.
+  if (c.node.target_name != "torch.nn.functional.batch_norm") return false;
+  const ir::Arg* x = c.arg(0, "input");
+  const ir::Arg *mean = c.arg(1, "running_mean"), *var = c.arg(2, "running_var");
+  auto training = c.number(c.arg(5, "training"));
+  c.arg(6, "momentum");
+  double eps = c.number(c.arg(7, "eps")).value_or(1e-5);
+  ScalarType t = compute_type(c.out_type());
+  if (!c.is_tensor(x) || !c.is_tensor(mean) || !c.is_tensor(var) || !training || *training != 0)
+    return false;
+  if (!ir::is_floating(t) || x->node->meta->sizes.size() < 2) return false;
+  int v = c.value(x, t);
+  int r = c.binary(ExprOp::Sub, v, c.value(mean, t));
+  int rstd = c.unary(ExprOp::Rsqrt, c.binary(ExprOp::Add, c.value(var, t), c.constant(eps, t)));
+  r = c.binary(ExprOp::Mul, r, rstd);
+  if (!affine(c, &r, c.arg(3, "weight"), c.arg(4, "bias"), t)) return false;
+  c.out.input_axes.assign(c.out.inputs.size(), {});
+  for (size_t i = 1; i < c.out.inputs.size(); ++i) {
+    if (c.out.inputs[i]->meta->sizes.size() != 1) return false;
+    c.out.input_axes[i] = {1};  // the channel axis
+  }
+  return c.finish(r);
 }
 
 }  // namespace
@@ -197,7 +225,7 @@ void add_reduction_rules(RuleTable& t) {
   for (const char* n : {"amin", "min"}) t[n] = reduce<ExprOp::ReduceMin>;
   t["getitem"] = getitem_values;
   t["softmax"] = softmax<false>, t["log_softmax"] = softmax<true>, t["logsumexp"] = logsumexp;
-  t["layer_norm"] = layer_norm, t["rms_norm"] = rms_norm;
+  t["layer_norm"] = layer_norm, t["rms_norm"] = rms_norm, t["batch_norm"] = batch_norm;
 }
 
 }  // namespace tl::passes

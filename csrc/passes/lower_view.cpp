@@ -17,7 +17,7 @@ const ir::Node* base_of(RuleCtx& c) {
 
 // Dims given as varargs (x.permute(1, 0)) or one sequence (x.permute([1, 0])).
 std::optional<std::vector<int64_t>> dims_from(RuleCtx& c, size_t first, const char* kw) {
-  if (c.node.args.size() == first + 1 || c.node.args.size() <= first) return c.ints(c.arg(first, kw));
+  if (c.node.args.size() <= first + 1) return c.ints(c.arg(first, kw));
   std::vector<int64_t> out;
   for (size_t i = first; i < c.node.args.size(); ++i) {
     auto v = c.ints(&c.node.args[i]);

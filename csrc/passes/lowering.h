@@ -27,6 +27,9 @@ struct OpLowering {
   // compute_type of its dtype; `result` is the node's value in its compute type.
   std::vector<ir::Expr> body;
   int result = -1;
+  // Pointwise, optional: per input (empty: broadcast right-aligned), per input
+  // axis, the node axis indexing it or -1 (batch_norm's per-channel stats).
+  std::vector<std::vector<int>> input_axes;
   std::vector<int> base_axes;     // View: per inputs[0] axis, the node axis indexing it, or -1
   std::vector<int64_t> space;     // Reduction: the iteration space (operand shape)
   std::vector<int> reduce_dims;   // Reduction: reduced space axes, sorted

@@ -11,7 +11,7 @@ namespace {
 // out = load(in0) * 2 over [4, 8]
 Kernel small_kernel() {
   Kernel k;
-  k.name = "k";
+  k.name = "small";
   k.shape = {4, 8};
   k.inputs = {BufferView{ScalarType::F32, {8, 1}, 0}};
   Expr load{ExprOp::Load, ScalarType::F32};
@@ -37,7 +37,7 @@ std::string verify_error(const Kernel& k) {
 TEST_CASE("kernel prints inputs, one expr a line and outputs", "[ir]") {
   Kernel k = small_kernel();
   CHECK(k.str() ==
-        "kernel k[4,8] reduce=0:\n"
+        "kernel small[4,8] reduce=0:\n"
         "  in0 : f32 strides=[8,1]\n"
         "  %0 : f32 = load(in0)\n"
         "  %1 : f32 = constant(2)\n"
@@ -52,7 +52,7 @@ TEST_CASE("verify names the expr whose operand types differ", "[ir]") {
   Kernel k = small_kernel();
   k.exprs[1].type = ScalarType::I64;
   std::string err = verify_error(k);
-  CHECK(err.find("kernel k: %2 (mul): operand types differ") != std::string::npos);
+  CHECK(err.find("kernel small: %2 (mul): operand types differ") != std::string::npos);
   CHECK(err.find("%1 : i64 = constant(0)") != std::string::npos);  // the kernel is appended
 }
 
@@ -71,7 +71,8 @@ TEST_CASE("reduction outputs must not stride over reduction axes", "[ir]") {
   Kernel k = small_kernel();
   k.reduction_axes = 1;
   k.exprs.push_back(Expr{ExprOp::ReduceSum, ScalarType::F32, {2}});
-  k.outputs = {{3, BufferView{ScalarType::F32, {1, 0}, 0}}, {2, BufferView{ScalarType::F32, {8, 1}, 0}}};
+  k.outputs = {{3, BufferView{ScalarType::F32, {1, 0}, 0}},
+               {2, BufferView{ScalarType::F32, {8, 1}, 0}}};
   CHECK_NOTHROW(k.verify());
   CHECK(inner_exprs(k) == std::vector<bool>{true, false, true, false});
   CHECK(k.reduction_numel() == 8);

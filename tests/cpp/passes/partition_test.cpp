@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "passes/graph_info.h"
 #include "test_graphs.h"
 
 using namespace tl::ir;
@@ -15,7 +16,7 @@ std::string plan(const tl::passes::Partition& p) {
   std::string s;
   for (const auto& it : p.order) {
     if (!s.empty()) s += ' ';
-    s += it.extern_node ? it.extern_node->name : "k" + std::to_string(it.kernel);
+    s += it.extern_node ? it.extern_node->name : std::string("k").append(std::to_string(it.kernel));
   }
   return s;
 }
@@ -110,7 +111,8 @@ TEST_CASE("softmax is one kernel with two chained reductions", "[passes]") {
 TEST_CASE("softmax over a middle dim makes it the trailing kernel axis", "[passes]") {
   TestGraph t;
   Node* x = t.input("x", {2, 8, 4});
-  Node* s = t.op("torch.nn.functional.softmax", {of(x)}, {2, 8, 4}, "float32", {{"dim", integer(1)}});
+  Node* s = t.op("torch.nn.functional.softmax", {of(x)}, {2, 8, 4}, "float32",
+                 {{"dim", integer(1)}});
   t.output({s});
   auto p = partition_graph(t.g);
   REQUIRE(p.kernels.size() == 1);
@@ -251,4 +253,35 @@ TEST_CASE("max with dim lowers when only its values are used", "[passes]") {
   REQUIRE(p.kernels.size() == 1);
   CHECK(p.kernels[0].members.size() == 3);
   CHECK(plan(p) == "k0");
+}
+
+TEST_CASE("inference batch_norm reads its statistics along the channel axis", "[passes]") {
+  TestGraph t;
+  Node* x = t.input("x", {2, 3, 4, 5});
+  std::vector<Arg> args = {of(x)};
+  for (const char* name : {"mean", "var", "w", "b"}) args.push_back(of(t.input(name, {3})));
+  args.push_back(pybool(false));
+  args.push_back(num(0.1));
+  args.push_back(num(1e-5));
+  Node* bn = t.op("torch.nn.functional.batch_norm", std::move(args), {2, 3, 4, 5});
+  Node* r = t.op("torch.relu", {of(bn)}, {2, 3, 4, 5});
+  t.output({r});
+  auto p = partition_graph(t.g);
+  REQUIRE(p.kernels.size() == 1);
+  const Kernel& k = p.kernels[0].kernel;
+  REQUIRE(k.inputs.size() == 5);
+  CHECK(k.inputs[1].strides == std::vector<int64_t>{0, 1, 0, 0});
+}
+
+TEST_CASE("training-mode batch_norm is an extern barrier", "[passes]") {
+  TestGraph t;
+  Node* x = t.input("x", {2, 3});
+  Node* m = t.input("m", {3});
+  Node* v = t.input("v", {3});
+  Node* bn = t.op("torch.nn.functional.batch_norm", {of(x), of(m), of(v)}, {2, 3}, "float32",
+                  {{"training", pybool(true)}});
+  t.output({bn});
+  auto p = partition_graph(t.g);
+  CHECK(p.kernels.empty());
+  CHECK(tl::passes::is_barrier(*bn));
 }

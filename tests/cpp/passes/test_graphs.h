@@ -29,7 +29,9 @@ inline PyRef resolve(const std::string& dotted) {
 
 inline ir::Arg num(double v) { return ir::Arg::constant(PyRef::steal(PyFloat_FromDouble(v))); }
 inline ir::Arg integer(long v) { return ir::Arg::constant(PyRef::steal(PyLong_FromLong(v))); }
-inline ir::Arg str(const char* s) { return ir::Arg::constant(PyRef::steal(PyUnicode_FromString(s))); }
+inline ir::Arg str(const char* s) {
+  return ir::Arg::constant(PyRef::steal(PyUnicode_FromString(s)));
+}
 inline ir::Arg pybool(bool b) { return ir::Arg::constant(PyRef::borrow(b ? Py_True : Py_False)); }
 inline ir::Arg ints(std::vector<long> v) {
   std::vector<ir::Arg> items;
@@ -70,8 +72,9 @@ struct TestGraph {
                const char* dtype = "float32",
                std::vector<std::pair<std::string, ir::Arg>> kwargs = {},
                std::vector<int64_t> strides = {}, bool no_meta = false) {
-    ir::Node* n = fn[0] == '.' ? g.add_call_method(fn.substr(1), std::move(args), std::move(kwargs))
-                               : g.add_call_function(resolve(fn), std::move(args), std::move(kwargs));
+    ir::Node* n = fn[0] == '.'
+                      ? g.add_call_method(fn.substr(1), std::move(args), std::move(kwargs))
+                      : g.add_call_function(resolve(fn), std::move(args), std::move(kwargs));
     if (!no_meta) n->meta = meta(std::move(sizes), dtype, std::move(strides));
     return n;
   }
