@@ -3,7 +3,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
-#include "codegen/cpu/loop_space.h"
+#include "codegen/cpu/emitter.h"
 #include "core/errors.h"
 
 namespace tl::codegen::cpu {
@@ -12,8 +12,6 @@ namespace {
 using ir::ExprOp;
 using ST = ir::ScalarType;
 
-bool is_reduce(ExprOp op) { return op >= ExprOp::ReduceSum; }
-bool is_arg_reduce(ExprOp op) { return op == ExprOp::ReduceArgMax || op == ExprOp::ReduceArgMin; }
 bool is_unary(ExprOp op) { return op >= ExprOp::Neg && op <= ExprOp::Cast; }
 // Ops whose operand type, not the result type, decides how they compute.
 bool by_operand_type(ExprOp op) {
@@ -25,248 +23,170 @@ size_t arity(ExprOp op) {
   if (is_unary(op) || is_reduce(op)) return 1;
   return op == ExprOp::Where ? 3 : 2;
 }
-
-class Emitter {
- public:
-  Emitter(const ir::Kernel& k, llvm::Function* f)
-      : k_(k), s_(coalesce(k)), b_(f->getContext()), f_(f), n_in_(k.inputs.size()) {}
-
-  void run() {
-    analyse();
-    auto* entry = llvm::BasicBlock::Create(b_.getContext(), "entry", f_);
-    b_.SetInsertPoint(entry);
-    llvm::Value* bufs = f_->getArg(2);
-    for (size_t i = 0; i < s_.strides.size(); ++i)
-      ptrs_.push_back(b_.CreateLoad(b_.getPtrTy(), b_.CreateConstGEP1_64(b_.getPtrTy(), bufs, i)));
-    make_accumulators();
-    rows(f_->getArg(0), f_->getArg(1));
-    b_.CreateRetVoid();
-  }
-
- private:
-  [[noreturn]] void fail(size_t i, const std::string& why) {
-    { ErrorBuilder(ErrorKind::Internal, __FILE__, __LINE__, "kernel IR") << "kernel " << k_.name << ": expr %" << i << ": " << why; }
-    __builtin_unreachable();  // the builder throws
-  }
-
-  ST type(int i) const { return k_.exprs[i].type; }
-
-  // pass_[i]: for a reduction, the pass (1-based loop over the reduction axes)
-  // that computes it; for anything else, the last pass whose result it needs.
-  void analyse() {
-    size_t n = k_.exprs.size(), n_outer = k_.shape.size() - k_.reduction_axes;
-    pass_.assign(n, 0);
-    varies_.assign(n, 0);
-    for (size_t i = 0; i < n; ++i) {
-      const ir::Expr& e = k_.exprs[i];
-      if (e.operands.size() != arity(e.op)) fail(i, "wrong operand count");
-      for (int o : e.operands) {
-        if (o < 0 || static_cast<size_t>(o) >= i) fail(i, "operand is not an earlier expr");
-        pass_[i] = std::max(pass_[i], pass_[o]);
-        varies_[i] |= varies_[o];
-      }
-      if (e.op == ExprOp::Load) {
-        if (e.buffer < 0 || e.buffer >= n_in_) fail(i, "load of a missing input");
-        const auto& st = k_.inputs[e.buffer].strides;
-        for (size_t d = n_outer; d < st.size(); ++d) varies_[i] |= st[d] != 0;
-      } else if (is_reduce(e.op)) {
-        if (k_.reduction_axes == 0) fail(i, "reduction in a kernel without reduction axes");
-        pass_[i] += 1;
-        varies_[i] = 0;
-        n_passes_ = std::max(n_passes_, pass_[i]);
-      }
-    }
-    for (size_t o = 0; o < k_.outputs.size(); ++o) {
-      int e = k_.outputs[o].expr;
-      if (e < 0 || static_cast<size_t>(e) >= n) fail(o, "output of a missing expr");
-      bool in_loop = false;
-      if (k_.reduction_axes > 0) {
-        const auto& st = k_.outputs[o].view.strides;
-        in_loop = varies_[e];
-        for (size_t d = n_outer; d < st.size(); ++d) in_loop |= st[d] != 0;
-      }
-      out_pass_.push_back(in_loop ? pass_[e] + 1 : 0);
-      n_passes_ = std::max(n_passes_, out_pass_.back());
-    }
-  }
-
-  llvm::Value* operand(int i, ST t) { return convert(b_, value(i), type(i), t); }
-
-  llvm::Value* value(int i) {
-    if (cache_[i]) return cache_[i];
-    const ir::Expr& e = k_.exprs[i];
-    const auto& ops = e.operands;
-    llvm::Value* v = nullptr;
-    if (e.op == ExprOp::Load) {
-      ST t = k_.inputs[e.buffer].type;
-      v = convert(b_, load_elem(b_, ptrs_[e.buffer], off_[e.buffer], t), t, e.type);
-    } else if (e.op == ExprOp::Constant) {
-      v = make_constant(b_, e);
-    } else if (e.op == ExprOp::Cast) {
-      v = operand(ops[0], e.type);
-    } else if (e.op == ExprOp::Where) {
-      v = b_.CreateSelect(operand(ops[0], ST::Bool), operand(ops[1], e.type),
-                          operand(ops[2], e.type));
-    } else if (is_reduce(e.op)) {
-      if (!reduced_[i]) fail(i, "reduction read before its pass");
-      v = reduced_[i];
-    } else if (by_operand_type(e.op)) {
-      ST t = is_unary(e.op) ? type(ops[0]) : promote_types(type(ops[0]), type(ops[1]));
-      v = is_unary(e.op) ? emit_unary(b_, e.op, t, operand(ops[0], t))
-                         : emit_binary(b_, e.op, t, operand(ops[0], t), operand(ops[1], t));
-      v = convert(b_, v, ST::Bool, e.type);
-    } else if (is_unary(e.op)) {
-      v = emit_unary(b_, e.op, e.type, operand(ops[0], e.type));
-    } else {
-      v = emit_binary(b_, e.op, e.type, operand(ops[0], e.type), operand(ops[1], e.type));
-    }
-    return cache_[i] = v;
-  }
-
-  void new_scope(const std::vector<llvm::Value*>& off) {
-    off_ = off;
-    cache_.assign(k_.exprs.size(), nullptr);
-  }
-
-  struct Acc {
-    llvm::AllocaInst* val = nullptr;
-    llvm::AllocaInst* idx = nullptr;
-  };
-
-  void make_accumulators() {
-    acc_.resize(k_.exprs.size());
-    for (size_t i = 0; i < k_.exprs.size(); ++i) {
-      const ir::Expr& e = k_.exprs[i];
-      if (!is_reduce(e.op)) continue;
-      ST t = is_arg_reduce(e.op) ? type(e.operands[0]) : e.type;
-      acc_[i].val = b_.CreateAlloca(reg_type(b_.getContext(), t));
-      if (is_arg_reduce(e.op)) acc_[i].idx = b_.CreateAlloca(b_.getInt64Ty());
-    }
-  }
-
-  void init_acc(int i) {
-    const ir::Expr& e = k_.exprs[i];
-    ST t = is_arg_reduce(e.op) ? type(e.operands[0]) : e.type;
-    b_.CreateStore(reduce_identity(b_, e.op, t), acc_[i].val);
-    if (acc_[i].idx) b_.CreateStore(b_.getInt64(0), acc_[i].idx);
-  }
-
-  void accumulate(int i) {
-    const ir::Expr& e = k_.exprs[i];
-    llvm::Value* cur = b_.CreateLoad(acc_[i].val->getAllocatedType(), acc_[i].val);
-    if (!is_arg_reduce(e.op)) {
-      llvm::Value* v = operand(e.operands[0], e.type);
-      b_.CreateStore(reduce_combine(b_, e.op, e.type, cur, v), acc_[i].val);
-      return;
-    }
-    llvm::Value* v = value(e.operands[0]);
-    llvm::Value* better = arg_reduce_better(b_, e.op, type(e.operands[0]), cur, v);
-    b_.CreateStore(b_.CreateSelect(better, v, cur), acc_[i].val);
-    llvm::Value* idx = b_.CreateLoad(b_.getInt64Ty(), acc_[i].idx);
-    b_.CreateStore(b_.CreateSelect(better, rlin_, idx), acc_[i].idx);
-  }
-
-  void finish_acc(int i) {
-    const ir::Expr& e = k_.exprs[i];
-    if (is_arg_reduce(e.op))
-      reduced_[i] = convert(b_, b_.CreateLoad(b_.getInt64Ty(), acc_[i].idx), ST::I64, e.type);
-    else
-      reduced_[i] = b_.CreateLoad(acc_[i].val->getAllocatedType(), acc_[i].val);
-  }
-
-  void store_outputs(int pass) {
-    for (size_t o = 0; o < k_.outputs.size(); ++o) {
-      if (out_pass_[o] != pass) continue;
-      const auto& out = k_.outputs[o];
-      llvm::Value* v = operand(out.expr, out.view.type);
-      store_elem(b_, v, ptrs_[n_in_ + o], off_[n_in_ + o], out.view.type);
-    }
-  }
-
-  // Outer rows: split [begin, end) at the last outer axis so the innermost
-  // loop has constant strides for every buffer.
-  void rows(llvm::Value* begin, llvm::Value* end) {
-    llvm::LLVMContext& c = b_.getContext();
-    size_t last = s_.outer.size() - 1;
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* cond = llvm::BasicBlock::Create(c, "row.cond", f_);
-    auto* body = llvm::BasicBlock::Create(c, "row.body", f_);
-    auto* exit = llvm::BasicBlock::Create(c, "row.end", f_);
-    b_.CreateBr(cond);
-    b_.SetInsertPoint(cond);
-    llvm::PHINode* idx = b_.CreatePHI(b_.getInt64Ty(), 2, "row");
-    idx->addIncoming(begin, pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(idx, end), body, exit);
-    b_.SetInsertPoint(body);
-    llvm::Value* c_last = b_.CreateURem(idx, b_.getInt64(s_.outer[last]));
-    llvm::Value* rest = b_.CreateUDiv(idx, b_.getInt64(s_.outer[last]));
-    std::vector<llvm::Value*> base;
-    for (int64_t off : s_.offsets) base.push_back(b_.getInt64(off));
-    for (size_t d = last; d-- > 0;) {
-      llvm::Value* cd = b_.CreateURem(rest, b_.getInt64(s_.outer[d]));
-      rest = b_.CreateUDiv(rest, b_.getInt64(s_.outer[d]));
-      for (size_t bi = 0; bi < base.size(); ++bi)
-        base[bi] = b_.CreateNSWAdd(base[bi], b_.CreateNSWMul(cd, b_.getInt64(s_.strides[bi][d])));
-    }
-    llvm::Value* row_end = b_.CreateBinaryIntrinsic(
-        llvm::Intrinsic::smin, b_.getInt64(s_.outer[last]),
-        b_.CreateNSWAdd(c_last, b_.CreateNSWSub(end, idx)));
-    emit_for(b_, c_last, row_end, [&](llvm::Value* j) {
-      std::vector<llvm::Value*> off(base.size());
-      for (size_t bi = 0; bi < base.size(); ++bi)
-        off[bi] = b_.CreateNSWAdd(base[bi], b_.CreateNSWMul(j, b_.getInt64(s_.strides[bi][last])));
-      point(off);
-    });
-    idx->addIncoming(b_.CreateNSWAdd(idx, b_.CreateNSWSub(row_end, c_last)), b_.GetInsertBlock());
-    b_.CreateBr(cond);
-    b_.SetInsertPoint(exit);
-  }
-
-  void point(const std::vector<llvm::Value*>& outer_off) {
-    reduced_.assign(k_.exprs.size(), nullptr);
-    for (int p = 1; p <= n_passes_; ++p) {
-      for (size_t i = 0; i < k_.exprs.size(); ++i)
-        if (is_reduce(k_.exprs[i].op) && pass_[i] == p) init_acc(i);
-      reduction_loops(0, outer_off, b_.getInt64(0), p);
-      for (size_t i = 0; i < k_.exprs.size(); ++i)
-        if (is_reduce(k_.exprs[i].op) && pass_[i] == p) finish_acc(i);
-    }
-    new_scope(outer_off);
-    store_outputs(0);
-  }
-
-  void reduction_loops(size_t d, const std::vector<llvm::Value*>& off, llvm::Value* rlin, int p) {
-    if (d == s_.red.size()) {
-      new_scope(off);
-      rlin_ = rlin;
-      for (size_t i = 0; i < k_.exprs.size(); ++i)
-        if (is_reduce(k_.exprs[i].op) && pass_[i] == p) accumulate(i);
-      store_outputs(p);
-      return;
-    }
-    size_t axis = s_.outer.size() + d;
-    emit_for(b_, b_.getInt64(0), b_.getInt64(s_.red[d]), [&](llvm::Value* c) {
-      std::vector<llvm::Value*> inner(off.size());
-      for (size_t bi = 0; bi < off.size(); ++bi)
-        inner[bi] = b_.CreateNSWAdd(off[bi], b_.CreateNSWMul(c, b_.getInt64(s_.strides[bi][axis])));
-      llvm::Value* r = b_.CreateNSWAdd(b_.CreateNSWMul(rlin, b_.getInt64(s_.red[d])), c);
-      reduction_loops(d + 1, inner, r, p);
-    });
-  }
-
-  const ir::Kernel& k_;
-  LoopSpace s_;
-  Builder b_;
-  llvm::Function* f_;
-  int n_in_;
-  std::vector<llvm::Value*> ptrs_, off_, cache_, reduced_;
-  llvm::Value* rlin_ = nullptr;
-  std::vector<int> pass_, out_pass_;
-  std::vector<char> varies_;
-  int n_passes_ = 0;
-  std::vector<Acc> acc_;
-};
 }  // namespace
+
+void Emitter::run() {
+  analyse();
+  tile_ = choose_tile();
+  auto* entry = llvm::BasicBlock::Create(b_.getContext(), "entry", f_);
+  b_.SetInsertPoint(entry);
+  llvm::Value* bufs = f_->getArg(2);
+  for (size_t i = 0; i < s_.strides.size(); ++i)
+    ptrs_.push_back(b_.CreateLoad(b_.getPtrTy(), b_.CreateConstGEP1_64(b_.getPtrTy(), bufs, i)));
+  make_accumulators();
+  rows(f_->getArg(0), f_->getArg(1));
+  b_.CreateRetVoid();
+}
+
+void Emitter::fail(size_t i, const std::string& why) {
+  {
+    ErrorBuilder(ErrorKind::Internal, __FILE__, __LINE__, "kernel IR")
+        << "kernel " << k_.name << ": expr %" << i << ": " << why;
+  }
+  __builtin_unreachable();  // the builder throws
+}
+
+void Emitter::analyse() {
+  size_t n = k_.exprs.size(), n_outer = k_.shape.size() - k_.reduction_axes;
+  pass_.assign(n, 0);
+  varies_.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const ir::Expr& e = k_.exprs[i];
+    if (e.operands.size() != arity(e.op)) fail(i, "wrong operand count");
+    for (int o : e.operands) {
+      if (o < 0 || static_cast<size_t>(o) >= i) fail(i, "operand is not an earlier expr");
+      pass_[i] = std::max(pass_[i], pass_[o]);
+      varies_[i] |= varies_[o];
+    }
+    if (e.op == ExprOp::Load) {
+      if (e.buffer < 0 || e.buffer >= n_in_) fail(i, "load of a missing input");
+      const auto& st = k_.inputs[e.buffer].strides;
+      for (size_t d = n_outer; d < st.size(); ++d) varies_[i] |= st[d] != 0;
+    } else if (is_reduce(e.op)) {
+      if (k_.reduction_axes == 0) fail(i, "reduction in a kernel without reduction axes");
+      pass_[i] += 1;
+      varies_[i] = 0;
+      n_passes_ = std::max(n_passes_, pass_[i]);
+    }
+  }
+  for (size_t o = 0; o < k_.outputs.size(); ++o) {
+    int e = k_.outputs[o].expr;
+    if (e < 0 || static_cast<size_t>(e) >= n) fail(o, "output of a missing expr");
+    bool in_loop = false;
+    if (k_.reduction_axes > 0) {
+      const auto& st = k_.outputs[o].view.strides;
+      in_loop = varies_[e];
+      for (size_t d = n_outer; d < st.size(); ++d) in_loop |= st[d] != 0;
+    }
+    out_pass_.push_back(in_loop ? pass_[e] + 1 : 0);
+    n_passes_ = std::max(n_passes_, out_pass_.back());
+  }
+}
+
+llvm::Value* Emitter::value(int i) {
+  if (cache_[i]) return cache_[i];
+  const ir::Expr& e = k_.exprs[i];
+  const auto& ops = e.operands;
+  llvm::Value* v = nullptr;
+  if (e.op == ExprOp::Load) {
+    ST t = k_.inputs[e.buffer].type;
+    v = convert(b_, load_elem(b_, ptrs_[e.buffer], off_[e.buffer], t), t, e.type);
+  } else if (e.op == ExprOp::Constant) {
+    v = make_constant(b_, e);
+  } else if (e.op == ExprOp::Cast) {
+    v = operand(ops[0], e.type);
+  } else if (e.op == ExprOp::Where) {
+    v = b_.CreateSelect(operand(ops[0], ST::Bool), operand(ops[1], e.type),
+                        operand(ops[2], e.type));
+  } else if (is_reduce(e.op)) {
+    v = reduced(i);
+  } else if (by_operand_type(e.op)) {
+    ST t = is_unary(e.op) ? type(ops[0]) : promote_types(type(ops[0]), type(ops[1]));
+    v = is_unary(e.op) ? emit_unary(b_, e.op, t, operand(ops[0], t))
+                       : emit_binary(b_, e.op, t, operand(ops[0], t), operand(ops[1], t));
+    v = convert(b_, v, ST::Bool, e.type);
+  } else if (is_unary(e.op)) {
+    v = emit_unary(b_, e.op, e.type, operand(ops[0], e.type));
+  } else {
+    v = emit_binary(b_, e.op, e.type, operand(ops[0], e.type), operand(ops[1], e.type));
+  }
+  return cache_[i] = v;
+}
+
+void Emitter::store_outputs(int pass) {
+  for (size_t o = 0; o < k_.outputs.size(); ++o) {
+    if (out_pass_[o] != pass) continue;
+    const auto& out = k_.outputs[o];
+    llvm::Value* v = operand(out.expr, out.view.type);
+    store_elem(b_, v, ptrs_[n_in_ + o], off_[n_in_ + o], out.view.type);
+  }
+}
+
+// Outer rows: split [begin, end) at the last outer axis so the innermost
+// loop has constant strides for every buffer.
+void Emitter::rows(llvm::Value* begin, llvm::Value* end) {
+  llvm::LLVMContext& c = b_.getContext();
+  size_t last = s_.outer.size() - 1;
+  llvm::BasicBlock* pre = b_.GetInsertBlock();
+  auto* cond = llvm::BasicBlock::Create(c, "row.cond", f_);
+  auto* body = llvm::BasicBlock::Create(c, "row.body", f_);
+  auto* exit = llvm::BasicBlock::Create(c, "row.end", f_);
+  b_.CreateBr(cond);
+  b_.SetInsertPoint(cond);
+  llvm::PHINode* idx = b_.CreatePHI(b_.getInt64Ty(), 2, "row");
+  idx->addIncoming(begin, pre);
+  b_.CreateCondBr(b_.CreateICmpSLT(idx, end), body, exit);
+  b_.SetInsertPoint(body);
+  llvm::Value* c_last = b_.CreateURem(idx, b_.getInt64(s_.outer[last]));
+  llvm::Value* rest = b_.CreateUDiv(idx, b_.getInt64(s_.outer[last]));
+  std::vector<llvm::Value*> base;
+  for (int64_t off : s_.offsets) base.push_back(b_.getInt64(off));
+  for (size_t d = last; d-- > 0;) {
+    llvm::Value* cd = b_.CreateURem(rest, b_.getInt64(s_.outer[d]));
+    rest = b_.CreateUDiv(rest, b_.getInt64(s_.outer[d]));
+    for (size_t bi = 0; bi < base.size(); ++bi)
+      base[bi] = b_.CreateNSWAdd(base[bi], b_.CreateNSWMul(cd, b_.getInt64(s_.strides[bi][d])));
+  }
+  llvm::Value* row_end = b_.CreateBinaryIntrinsic(
+      llvm::Intrinsic::smin, b_.getInt64(s_.outer[last]),
+      b_.CreateNSWAdd(c_last, b_.CreateNSWSub(end, idx)));
+  Shift at = [&](const Offsets& off, llvm::Value* j) {
+    std::vector<llvm::Value*> out(off.size());
+    for (size_t bi = 0; bi < off.size(); ++bi)
+      out[bi] = b_.CreateNSWAdd(off[bi], b_.CreateNSWMul(j, b_.getInt64(s_.strides[bi][last])));
+    return out;
+  };
+  if (s_.red.empty()) {
+    emit_for(b_, c_last, row_end, [&](llvm::Value* j) {
+      new_scope(at(base, j));
+      store_outputs(0);
+    });
+  } else {
+    emit_for(
+        b_, c_last, row_end,
+        [&](llvm::Value* j0) {
+          if (tile_ == 1) return reduce_tile(at(base, j0), b_.getInt64(1), at);
+          // Full tiles get a constant trip count (straight-line vector code).
+          llvm::Value* n = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.getInt64(tile_),
+                                                    b_.CreateNSWSub(row_end, j0));
+          auto* full = llvm::BasicBlock::Create(b_.getContext(), "tile.full", f_);
+          auto* part = llvm::BasicBlock::Create(b_.getContext(), "tile.part", f_);
+          auto* done = llvm::BasicBlock::Create(b_.getContext(), "tile.end", f_);
+          b_.CreateCondBr(b_.CreateICmpEQ(n, b_.getInt64(tile_)), full, part);
+          using Case = std::pair<llvm::BasicBlock*, llvm::Value*>;
+          for (auto [bb, count] : {Case{full, b_.getInt64(tile_)}, Case{part, n}}) {
+            b_.SetInsertPoint(bb);
+            reduce_tile(at(base, j0), count, at);
+            b_.CreateBr(done);
+          }
+          b_.SetInsertPoint(done);
+        },
+        tile_);
+  }
+  idx->addIncoming(b_.CreateNSWAdd(idx, b_.CreateNSWSub(row_end, c_last)), b_.GetInsertBlock());
+  b_.CreateBr(cond);
+  b_.SetInsertPoint(exit);
+}
 
 std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string& fn_name,
                                           llvm::LLVMContext& ctx) {
@@ -281,7 +201,8 @@ std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string
   Emitter(k, f).run();
   std::string err;
   llvm::raw_string_ostream os(err);
-  TL_CHECK(!llvm::verifyFunction(*f, &os)) << "kernel " << k.name << ": invalid LLVM IR: " << os.str();
+  TL_CHECK(!llvm::verifyFunction(*f, &os))
+      << "kernel " << k.name << ": invalid LLVM IR: " << os.str();
   return m;
 }
 

@@ -74,7 +74,7 @@ LoopSpace coalesce(const ir::Kernel& k) {
 }
 
 void emit_for(Builder& b, llvm::Value* lo, llvm::Value* hi,
-              const std::function<void(llvm::Value*)>& body) {
+              const std::function<void(llvm::Value*)>& body, int64_t step) {
   llvm::LLVMContext& c = b.getContext();
   llvm::Function* f = b.GetInsertBlock()->getParent();
   llvm::BasicBlock* pre = b.GetInsertBlock();
@@ -88,7 +88,7 @@ void emit_for(Builder& b, llvm::Value* lo, llvm::Value* hi,
   b.CreateCondBr(b.CreateICmpSLT(i, hi), loop, exit);
   b.SetInsertPoint(loop);
   body(i);
-  llvm::Value* next = b.CreateNSWAdd(i, b.getInt64(1));
+  llvm::Value* next = b.CreateNSWAdd(i, b.getInt64(step));
   i->addIncoming(next, b.GetInsertBlock());
   b.CreateBr(cond);
   b.SetInsertPoint(exit);

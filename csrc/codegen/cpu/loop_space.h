@@ -21,8 +21,8 @@ struct LoopSpace {
 
 LoopSpace coalesce(const ir::Kernel& k);
 
-// for (i = lo; i < hi; ++i) body(i); leaves the builder in the exit block.
+// for (i = lo; i < hi; i += step) body(i); leaves the builder in the exit block.
 void emit_for(Builder& b, llvm::Value* lo, llvm::Value* hi,
-              const std::function<void(llvm::Value*)>& body);
+              const std::function<void(llvm::Value*)>& body, int64_t step = 1);
 
 }  // namespace tl::codegen::cpu

@@ -33,7 +33,8 @@ llvm::Value* reduce_combine(Builder& b, ExprOp op, ScalarType t, llvm::Value* ac
 
 llvm::Value* arg_reduce_better(Builder& b, ExprOp op, ScalarType t, llvm::Value* acc,
                                llvm::Value* v) {
-  llvm::Value* better = emit_binary(b, op == ExprOp::ReduceArgMax ? ExprOp::Gt : ExprOp::Lt, t, v, acc);
+  ExprOp cmp = op == ExprOp::ReduceArgMax ? ExprOp::Gt : ExprOp::Lt;
+  llvm::Value* better = emit_binary(b, cmp, t, v, acc);
   if (is_float_type(t))
     better = b.CreateOr(better, b.CreateAnd(b.CreateFCmpUNO(v, v), b.CreateFCmpORD(acc, acc)));
   return better;

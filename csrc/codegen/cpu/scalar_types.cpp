@@ -24,7 +24,8 @@ int elem_bytes(ScalarType t) {
 }
 
 const char* type_name(ScalarType t) {
-  static const char* names[] = {"f32", "f64", "f16", "bf16", "i8", "i16", "i32", "i64", "u8", "bool"};
+  static const char* names[] = {"f32", "f64", "f16", "bf16", "i8",
+                                 "i16", "i32", "i64", "u8",   "bool"};
   return names[static_cast<int>(t)];
 }
 
@@ -165,7 +166,8 @@ llvm::Value* call_math(Builder& b, const char* name, ScalarType t,
   std::string fname = std::string(name) + (t == ST::F64 ? "" : "f");
   std::vector<llvm::Type*> params(args.size(), ft);
   llvm::Module* m = b.GetInsertBlock()->getModule();
-  llvm::FunctionCallee callee = m->getOrInsertFunction(fname, llvm::FunctionType::get(ft, params, false));
+  llvm::FunctionCallee callee =
+      m->getOrInsertFunction(fname, llvm::FunctionType::get(ft, params, false));
   if (auto* f = llvm::dyn_cast<llvm::Function>(callee.getCallee())) {
     f->setDoesNotAccessMemory();
     f->setDoesNotThrow();

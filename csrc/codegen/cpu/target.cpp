@@ -35,7 +35,8 @@ const Host& host() {
     h.cpu = llvm::sys::getHostCPUName().str();
     std::vector<std::string> feats;
     for (auto& kv : llvm::sys::getHostCPUFeatures()) {
-      std::string f(kv.second ? "+" : "-");  // NOTE: not "+" + str: GCC 12 -Wrestrict false positive
+      // NOTE: not "+" + str, which trips a GCC 12 -Wrestrict false positive.
+      std::string f(kv.second ? "+" : "-");
       f += kv.first().str();
       feats.push_back(std::move(f));
     }

@@ -77,7 +77,8 @@ llvm::Value* int_unary(Builder& b, ExprOp op, ScalarType t, llvm::Value* x) {
     case ExprOp::Abs: return is_unsigned ? x : b.CreateBinaryIntrinsic(In::abs, x, b.getFalse());
     case ExprOp::Sign: {
       if (is_unsigned) return b.CreateZExt(b.CreateICmpNE(x, iconst(x, 0)), x->getType());
-      llvm::Value* s = b.CreateSelect(b.CreateICmpSLT(x, iconst(x, 0)), iconst(x, -1), iconst(x, 0));
+      llvm::Value* s =
+          b.CreateSelect(b.CreateICmpSLT(x, iconst(x, 0)), iconst(x, -1), iconst(x, 0));
       return b.CreateSelect(b.CreateICmpSGT(x, iconst(x, 0)), iconst(x, 1), s);
     }
     case ExprOp::Floor: case ExprOp::Ceil: case ExprOp::Round: case ExprOp::Trunc: return x;

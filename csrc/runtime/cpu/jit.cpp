@@ -229,7 +229,8 @@ std::vector<KernelFn> compile_kernels(const std::vector<const ir::Kernel*>& kern
       }
     }
   };
-  size_t n_threads = std::min<size_t>(jobs.size(), std::max(1u, std::thread::hardware_concurrency()));
+  size_t n_threads =
+      std::min<size_t>(jobs.size(), std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> threads;
   for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(work);
   work();

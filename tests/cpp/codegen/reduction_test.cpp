@@ -45,7 +45,8 @@ TEST_CASE("argmax and argmin take the first extreme and the first NaN", "[codege
   b.output(b.expr(ExprOp::ReduceArgMax, ST::I64, {x}), ST::I64, {1, 0});
   b.output(b.expr(ExprOp::ReduceArgMin, ST::I64, {x}), ST::I64, {1, 0});
   float nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> xs{1, 5, 5, -2, -2, 0, nan, 3, nan, 9, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  float inf = INFINITY;
+  std::vector<float> xs{1, 5, 5, -2, -2, 0, nan, 3, nan, 9, -inf, -inf, -inf, -inf, -inf};
   std::vector<int64_t> amax(3), amin(3);
   run_kernel(b.k, {xs.data(), amax.data(), amin.data()});
   CHECK(amax == std::vector<int64_t>{1, 1, 0});
@@ -55,7 +56,8 @@ TEST_CASE("argmax and argmin take the first extreme and the first NaN", "[codege
 TEST_CASE("an integer sum reduces over two axes into int64", "[codegen]") {
   KernelBuilder b("isum", {2, 3, 4}, 2);
   int x = b.load(b.input(ST::I32, b.contiguous()), ST::I32);
-  b.output(b.expr(ExprOp::ReduceSum, ST::I64, {b.expr(ExprOp::Cast, ST::I64, {x})}), ST::I64, {1, 0, 0});
+  int wide = b.expr(ExprOp::Cast, ST::I64, {x});
+  b.output(b.expr(ExprOp::ReduceSum, ST::I64, {wide}), ST::I64, {1, 0, 0});
   std::vector<int32_t> xs(24);
   for (int i = 0; i < 24; ++i) xs[i] = i * 1000000;
   std::vector<int64_t> out(2);
@@ -80,6 +82,31 @@ TEST_CASE("softmax runs as one kernel with two reduction passes and an output pa
     for (int c = 0; c < 1000; ++c) z += std::exp(xs[r * 1000 + c] - m);
     for (int c = 0; c < 1000; c += 37)
       REQUIRE(out[r * 1000 + c] == Approx(std::exp(xs[r * 1000 + c] - m) / z).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("softmax and argmax over dim 0 (tiled outer points) match scalar C++", "[codegen]") {
+  // x: [50, 37] contiguous; iterate [37 columns] x [50 rows reduced].
+  KernelBuilder b("colsoftmax", {37, 50}, 1);
+  int x = b.load(b.input(ST::F32, {1, 37}), ST::F32);
+  int mx = b.expr(ExprOp::ReduceMax, ST::F32, {x});
+  int e = b.expr(ExprOp::Exp, ST::F32, {b.expr(ExprOp::Sub, ST::F32, {x, mx})});
+  int s = b.expr(ExprOp::ReduceSum, ST::F32, {e});
+  b.output(b.expr(ExprOp::Div, ST::F32, {e, s}), ST::F32, {1, 37});
+  b.output(b.expr(ExprOp::ReduceArgMax, ST::I64, {x}), ST::I64, {1, 0});
+  std::vector<float> xs(50 * 37), out(50 * 37);
+  std::vector<int64_t> am(37);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(i * 0.77f) * 5;
+  run_kernel(b.k, {xs.data(), out.data(), am.data()});
+  for (int c = 0; c < 37; ++c) {
+    int best = 0;
+    double z = 0;
+    for (int r = 0; r < 50; ++r) best = xs[r * 37 + c] > xs[best * 37 + c] ? r : best;
+    for (int r = 0; r < 50; ++r) z += std::exp(xs[r * 37 + c] - xs[best * 37 + c]);
+    REQUIRE(am[c] == best);
+    for (int r = 0; r < 50; ++r)
+      REQUIRE(out[r * 37 + c] ==
+              Approx(std::exp(xs[r * 37 + c] - xs[best * 37 + c]) / z).epsilon(1e-4));
   }
 }
 #endif

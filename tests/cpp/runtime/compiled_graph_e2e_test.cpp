@@ -26,7 +26,8 @@ PyRef py(const char* code, const char* result) {
         "def same(a, b):\n"
         "    if not isinstance(a, torch.Tensor): return a == b\n"
         "    return (a.shape == b.shape and a.dtype == b.dtype and a.stride() == b.stride()\n"
-        "            and torch.allclose(a.double(), b.double(), rtol=1e-3, atol=1e-4, equal_nan=True))\n",
+        "            and torch.allclose(a.double(), b.double(), rtol=1e-3, atol=1e-4,\n"
+        "                               equal_nan=True))\n",
         Py_file_input, ns.get(), ns.get()));
     REQUIRE(r);
   }
@@ -95,7 +96,8 @@ TEST_CASE("compiled softmax, sum and layer_norm equal eager", "[runtime][e2e]") 
   check_graph(t);
 }
 
-TEST_CASE("compiled graph around an extern matmul and a transposed view equals eager", "[runtime][e2e]") {
+TEST_CASE("compiled graph around an extern matmul and a transposed view equals eager",
+          "[runtime][e2e]") {
   TestGraph t;
   Node* x = t.input("x", {16, 8});
   Node* w = t.input("w", {8, 16});

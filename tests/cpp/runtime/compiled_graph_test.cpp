@@ -26,7 +26,8 @@ PyRef eval(PyObject* ns, const char* expr) {
 PyRef namespace_with_torch() {
   PyRef ns = PyRef::steal(PyDict_New());
   PyDict_SetItemString(ns.get(), "__builtins__", PyEval_GetBuiltins());
-  PyRef r = PyRef::steal(PyRun_String("import torch\nx = torch.randn(4, 300)\ny = torch.randn(300)\n",
+  const char* setup = "import torch\nx = torch.randn(4, 300)\ny = torch.randn(300)\n";
+  PyRef r = PyRef::steal(PyRun_String(setup,
                                       Py_file_input, ns.get(), ns.get()));
   if (!r) PyErr_Print();
   REQUIRE(r);
@@ -51,10 +52,12 @@ TEST_CASE("a fused kernel feeding an extern sum matches eager torch", "[runtime]
   Node* y = g->add_placeholder("y", Source::local(1, "y"));
   x->meta = meta(ns.get(), {4, 300}, {300, 1});
   y->meta = meta(ns.get(), {300}, {1});
-  Node* add = g->add_call_function(eval(ns.get(), "torch.add"), {Arg::of_node(x), Arg::of_node(y)}, {});
+  Node* add =
+      g->add_call_function(eval(ns.get(), "torch.add"), {Arg::of_node(x), Arg::of_node(y)}, {});
   Node* tanh = g->add_call_function(eval(ns.get(), "torch.tanh"), {Arg::of_node(add)}, {});
   tanh->meta = meta(ns.get(), {4, 300}, {300, 1});
-  Node* sum = g->add_call_method("sum", {Arg::of_node(tanh)}, {{"dim", Arg::constant(eval(ns.get(), "1"))}});
+  Node* sum = g->add_call_method("sum", {Arg::of_node(tanh)},
+                                 {{"dim", Arg::constant(eval(ns.get(), "1"))}});
   g->set_output({Arg::of_node(sum), Arg::of_node(tanh)});
 
   KernelBuilder b("add_tanh", {4, 300});
@@ -76,8 +79,9 @@ TEST_CASE("a fused kernel feeding an extern sum matches eager torch", "[runtime]
     PyDict_SetItemString(ns.get(), "s", out[0].get());
     PyDict_SetItemString(ns.get(), "t", out[1].get());
     CHECK(PyObject_IsTrue(eval(ns.get(), "torch.allclose(t, torch.tanh(x + y), atol=1e-6)").get()));
-    CHECK(PyObject_IsTrue(eval(ns.get(), "torch.allclose(s, torch.tanh(x + y).sum(1), atol=1e-4)").get()));
-    CHECK(PyObject_IsTrue(eval(ns.get(), "t.stride() == (300, 1) and t.dtype == torch.float32").get()));
+    auto ok = [&](const char* expr) { return PyObject_IsTrue(eval(ns.get(), expr).get()) == 1; };
+    CHECK(ok("torch.allclose(s, torch.tanh(x + y).sum(1), atol=1e-4)"));
+    CHECK(ok("t.stride() == (300, 1) and t.dtype == torch.float32"));
   }
 }
 

@@ -1,0 +1,78 @@
+#pragma once
+// The per-kernel LLVM IR emitter behind emit_kernel (kernel_emitter.cpp:
+// analysis, expressions, outer rows; reduce_emitter.cpp: accumulators and
+// reduction passes). Internal to codegen/cpu.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "codegen/cpu/loop_space.h"
+
+namespace tl::codegen::cpu {
+
+inline bool is_reduce(ir::ExprOp op) { return op >= ir::ExprOp::ReduceSum; }
+inline bool is_arg_reduce(ir::ExprOp op) {
+  return op == ir::ExprOp::ReduceArgMax || op == ir::ExprOp::ReduceArgMin;
+}
+
+class Emitter {
+ public:
+  using ST = ir::ScalarType;
+  using Offsets = std::vector<llvm::Value*>;  // element offset per buffer
+  // Offsets moved `j` steps along the last outer axis.
+  using Shift = std::function<Offsets(const Offsets&, llvm::Value*)>;
+
+  Emitter(const ir::Kernel& k, llvm::Function* f)
+      : k_(k), s_(coalesce(k)), b_(f->getContext()), f_(f), n_in_(k.inputs.size()) {}
+  void run();
+
+ private:
+  [[noreturn]] void fail(size_t i, const std::string& why);
+  ST type(int i) const { return k_.exprs[i].type; }
+  void analyse();
+  llvm::Value* operand(int i, ST t) { return convert(b_, value(i), type(i), t); }
+  llvm::Value* value(int i);
+  void new_scope(const Offsets& off) {
+    off_ = off;
+    cache_.assign(k_.exprs.size(), nullptr);
+  }
+  void store_outputs(int pass);
+  void rows(llvm::Value* begin, llvm::Value* end);
+
+  // reduce_emitter.cpp
+  int choose_tile() const;
+  void make_accumulators();
+  // The accumulator slot of the current tile point t_, and its element type.
+  llvm::Value* slot(llvm::AllocaInst* a);
+  llvm::Type* elem(llvm::AllocaInst* a);
+  void init_acc(int i);
+  void accumulate(int i);
+  llvm::Value* reduced(int i);
+  void reduce_tile(const Offsets& off0, llvm::Value* n, const Shift& at);
+  void reduction_loops(size_t d, const Offsets& off, llvm::Value* rlin,
+                       const std::function<void(const Offsets&)>& body);
+
+  struct Acc {
+    llvm::AllocaInst* val = nullptr;
+    llvm::AllocaInst* idx = nullptr;  // argmax/argmin
+  };
+  const ir::Kernel& k_;
+  LoopSpace s_;
+  Builder b_;
+  llvm::Function* f_;
+  int n_in_;
+  Offsets ptrs_, off_;
+  std::vector<llvm::Value*> cache_;  // expr values of the current scope
+  std::vector<char> done_;           // reductions whose pass has finished
+  llvm::Value* rlin_ = nullptr;      // linear index over the reduction axes
+  llvm::Value* t_ = nullptr;         // point within the current tile
+  int tile_ = 1;
+  // pass_[i]: for a reduction, the pass (1-based loop over the reduction
+  // axes) that computes it; for anything else, the last pass whose result it needs.
+  std::vector<int> pass_, out_pass_;
+  std::vector<char> varies_;  // depends on the reduction axes
+  int n_passes_ = 0;
+  std::vector<Acc> acc_;
+};
+
+}  // namespace tl::codegen::cpu

@@ -1,0 +1,118 @@
+// Reductions: per-point accumulators (one slot per point of a tile of outer
+// points) and the passes over the reduction axes.
+#include "codegen/cpu/emitter.h"
+
+namespace tl::codegen::cpu {
+
+using ir::ExprOp;
+using ST = ir::ScalarType;
+
+void Emitter::make_accumulators() {
+  acc_.resize(k_.exprs.size());
+  for (size_t i = 0; i < k_.exprs.size(); ++i) {
+    const ir::Expr& e = k_.exprs[i];
+    if (!is_reduce(e.op)) continue;
+    ST t = is_arg_reduce(e.op) ? type(e.operands[0]) : e.type;
+    acc_[i].val = b_.CreateAlloca(llvm::ArrayType::get(reg_type(b_.getContext(), t), tile_));
+    if (is_arg_reduce(e.op))
+      acc_[i].idx = b_.CreateAlloca(llvm::ArrayType::get(b_.getInt64Ty(), tile_));
+  }
+}
+
+llvm::Value* Emitter::slot(llvm::AllocaInst* a) {
+  return b_.CreateInBoundsGEP(a->getAllocatedType(), a, {b_.getInt64(0), t_});
+}
+llvm::Type* Emitter::elem(llvm::AllocaInst* a) {
+  return a->getAllocatedType()->getArrayElementType();
+}
+
+void Emitter::init_acc(int i) {
+  const ir::Expr& e = k_.exprs[i];
+  ST t = is_arg_reduce(e.op) ? type(e.operands[0]) : e.type;
+  b_.CreateStore(reduce_identity(b_, e.op, t), slot(acc_[i].val));
+  if (acc_[i].idx) b_.CreateStore(b_.getInt64(0), slot(acc_[i].idx));
+}
+
+void Emitter::accumulate(int i) {
+  const ir::Expr& e = k_.exprs[i];
+  llvm::Value* cur = b_.CreateLoad(elem(acc_[i].val), slot(acc_[i].val));
+  if (!is_arg_reduce(e.op)) {
+    llvm::Value* v = operand(e.operands[0], e.type);
+    b_.CreateStore(reduce_combine(b_, e.op, e.type, cur, v), slot(acc_[i].val));
+    return;
+  }
+  llvm::Value* v = value(e.operands[0]);
+  llvm::Value* better = arg_reduce_better(b_, e.op, type(e.operands[0]), cur, v);
+  b_.CreateStore(b_.CreateSelect(better, v, cur), slot(acc_[i].val));
+  llvm::Value* idx = b_.CreateLoad(b_.getInt64Ty(), slot(acc_[i].idx));
+  b_.CreateStore(b_.CreateSelect(better, rlin_, idx), slot(acc_[i].idx));
+}
+
+llvm::Value* Emitter::reduced(int i) {
+  const ir::Expr& e = k_.exprs[i];
+  if (!done_[i]) fail(i, "reduction read before its pass");
+  if (is_arg_reduce(e.op))
+    return convert(b_, b_.CreateLoad(b_.getInt64Ty(), slot(acc_[i].idx)), ST::I64, e.type);
+  return b_.CreateLoad(elem(acc_[i].val), slot(acc_[i].val));
+}
+
+// Reduces `n` (<= tile_) neighbouring outer points whose offsets start at
+// `off0`. With tile_ > 1 the innermost loop runs over those points, so a
+// reduction along a strided axis (a column sum) still vectorises.
+void Emitter::reduce_tile(const Offsets& off0, llvm::Value* n, const Shift& at) {
+  done_.assign(k_.exprs.size(), 0);
+  auto for_points = [&](const Offsets& off, auto&& body) {
+    emit_for(b_, b_.getInt64(0), n, [&](llvm::Value* t) {
+      t_ = t;
+      new_scope(at(off, t));
+      body();
+    });
+  };
+  auto each_reduce = [&](int p, auto&& fn) {
+    for (size_t i = 0; i < k_.exprs.size(); ++i)
+      if (is_reduce(k_.exprs[i].op) && pass_[i] == p) fn(static_cast<int>(i));
+  };
+  for (int p = 1; p <= n_passes_; ++p) {
+    for_points(off0, [&] { each_reduce(p, [&](int i) { init_acc(i); }); });
+    reduction_loops(0, off0, b_.getInt64(0), [&](const Offsets& off) {
+      for_points(off, [&] {
+        each_reduce(p, [&](int i) { accumulate(i); });
+        store_outputs(p);
+      });
+    });
+    each_reduce(p, [&](int i) { done_[i] = 1; });
+  }
+  for_points(off0, [&] { store_outputs(0); });
+}
+
+void Emitter::reduction_loops(size_t d, const Offsets& off, llvm::Value* rlin,
+                     const std::function<void(const Offsets&)>& body) {
+  if (d == s_.red.size()) {
+    rlin_ = rlin;
+    body(off);
+    return;
+  }
+  size_t axis = s_.outer.size() + d;
+  emit_for(b_, b_.getInt64(0), b_.getInt64(s_.red[d]), [&](llvm::Value* c) {
+    std::vector<llvm::Value*> inner(off.size());
+    for (size_t bi = 0; bi < off.size(); ++bi)
+      inner[bi] = b_.CreateNSWAdd(off[bi], b_.CreateNSWMul(c, b_.getInt64(s_.strides[bi][axis])));
+    llvm::Value* r = b_.CreateNSWAdd(b_.CreateNSWMul(rlin, b_.getInt64(s_.red[d])), c);
+    reduction_loops(d + 1, inner, r, body);
+  });
+}
+
+// Tiles outer points when an input is contiguous along the last outer axis
+// but no input is contiguous along the reduction (e.g. a sum over dim 0).
+int Emitter::choose_tile() const {
+  if (s_.red.empty()) return 1;
+  size_t last = s_.outer.size() - 1, red_last = s_.outer.size() + s_.red.size() - 1;
+  bool contiguous_outer = false;
+  for (int bi = 0; bi < n_in_; ++bi) {
+    if (s_.strides[bi][red_last] == 1) return 1;
+    contiguous_outer |= s_.strides[bi][last] == 1;
+  }
+  return contiguous_outer && s_.outer[last] > 1 ? 1024 : 1;
+}
+
+}  // namespace tl::codegen::cpu
