@@ -1,6 +1,10 @@
 #include "codegen/cpu/kernel_emitter.h"
 
+#include <filesystem>
+#include <fstream>
+
 #include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_os_ostream.h>
 #include <llvm/Support/raw_ostream.h>
 
 #include "codegen/cpu/emitter.h"
@@ -201,8 +205,19 @@ std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string
   Emitter(k, f).run();
   std::string err;
   llvm::raw_string_ostream os(err);
-  TL_CHECK(!llvm::verifyFunction(*f, &os))
-      << "kernel " << k.name << ": invalid LLVM IR: " << os.str();
+  if (llvm::verifyFunction(*f, &os)) {
+    // The evidence goes to a file the message names (STYLE: compile errors carry it).
+    auto dir = std::filesystem::temp_directory_path() / "torchlite_kernels";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    auto path = dir / (fn_name + "_invalid.ll");
+    std::ofstream out(path);
+    out << "; torchlite kernel " << k.name << "\n";
+    llvm::raw_os_ostream ll(out);
+    m->print(ll, nullptr);
+    TL_CHECK(false) << "kernel " << k.name << ": invalid LLVM IR: " << os.str()
+                    << " (IR: " << path.string() << ")";
+  }
   return m;
 }
 
