@@ -13,18 +13,20 @@ int line_of(const std::string& location) {
 
 CapturedFrame::CapturedFrame(std::shared_ptr<const ir::Graph> graph, ir::Residual result,
                              std::vector<ir::SideEffect> side_effects, PyRef backend_fn,
+                             std::unique_ptr<runtime::CompiledGraph> compiled,
                              std::string func_name, std::string filename)
     : graph_(std::move(graph)),
       result_(std::move(result)),
       side_effects_(std::move(side_effects)),
       backend_fn_(std::move(backend_fn)),
+      compiled_(std::move(compiled)),
       func_name_(std::move(func_name)),
       filename_(std::move(filename)) {
   for (ir::Node* p : graph_->placeholders()) {
     input_sources_.push_back(p->source);
     input_fetchers_.emplace_back(*p->source);
   }
-  if (!backend_fn_) runner_ = std::make_unique<runtime::GraphRunner>(graph_);
+  if (!backend_fn_ && !compiled_) runner_ = std::make_unique<runtime::GraphRunner>(graph_);
 }
 
 PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& outputs,
@@ -116,13 +118,14 @@ PyObject* CapturedFrame::run(const ir::FrameView& frame) {
       inputs.push_back(std::move(v));
     }
     std::vector<PyRef> outputs;
-    if (runner_) {
-      static_assert(sizeof(PyRef) == sizeof(PyObject*), "PyRef must be a bare pointer");
+    static_assert(sizeof(PyRef) == sizeof(PyObject*), "PyRef must be a bare pointer");
+    auto* raw = reinterpret_cast<PyObject* const*>(inputs.data());
+    if (runner_ || compiled_) {
       try {
-        outputs = runner_->run(reinterpret_cast<PyObject* const*>(inputs.data()), inputs.size());
+        outputs = compiled_ ? compiled_->run(raw, inputs.size()) : runner_->run(raw, inputs.size());
       } catch (const PythonError&) {
         // Point the traceback at the user's line that created the failing op.
-        const ir::Node* n = runner_->failed_node();
+        const ir::Node* n = compiled_ ? compiled_->failed_node() : runner_->failed_node();
         if (n) {
           int line = line_of(n->location);
           std::string file = n->location.substr(0, n->location.rfind(':'));

@@ -11,6 +11,10 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "frame/captured_frame.h"
+#include "passes/partition.h"
+#ifdef TORCHLITE_HAVE_LLVM
+#include "runtime/cpu/jit.h"
+#endif
 
 namespace tl::frame {
 namespace {
@@ -35,7 +39,8 @@ std::string trace_dir() {
   return g_trace_dir;
 }
 
-void dump(PyCodeObject* code, const capture::CaptureResult& res, const std::string& dir) {
+// Writes one folder for the capture; returns it ("" when it could not be made).
+std::string dump(PyCodeObject* code, const capture::CaptureResult& res, const std::string& dir) {
   int n;
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -48,7 +53,7 @@ void dump(PyCodeObject* code, const capture::CaptureResult& res, const std::stri
   name << dir << "/" << n << "_" << fn << "_line" << code->co_firstlineno;
   std::error_code ec;
   std::filesystem::create_directories(name.str(), ec);
-  if (ec) return;  // NOTE: debug output never fails a compile
+  if (ec) return "";  // NOTE: debug output never fails a compile
   std::string base = name.str() + "/";
   try {
     std::ofstream(base + "bytecode.txt") << capture::disassemble(capture::decode(code), code);
@@ -65,6 +70,13 @@ void dump(PyCodeObject* code, const capture::CaptureResult& res, const std::stri
             << res.graph_break->lineno << ": " << res.graph_break->reason << "\n";
   else
     timings << "ops: " << res.graph->num_ops() << "\n";
+  return base;
+}
+
+void dump_kernels(const std::string& folder, const runtime::CompiledGraph* kernels) {
+  if (folder.empty() || !kernels) return;
+  std::ofstream out(folder + "lowered.txt");
+  for (auto& k : kernels->partition().kernels) out << k.kernel.str() << "\n";
 }
 
 void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult& res) {
@@ -96,6 +108,28 @@ void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult
     set("break", Py_NewRef(Py_None));
   }
   if (PyList_Append(recorder, d.get()) < 0) throw PythonError();
+}
+
+// The fused-kernel executor for a graph, or null when the graph runs op by op
+// (no LLVM in this build, tensors off the CPU, or nothing to fuse).
+std::unique_ptr<runtime::CompiledGraph> compile_kernels(const std::shared_ptr<ir::Graph>& graph) {
+#ifdef TORCHLITE_HAVE_LLVM
+  for (auto& n : graph->nodes()) {
+    if (!n->meta) continue;
+    // Kernels write plain tensors: values autograd must track stay torch ops
+    // until backward graphs are derived (the training issue).
+    if (n->meta->requires_grad) return nullptr;
+    PyRef type = PyRef::steal(PyObject_GetAttrString(n->meta->device.get(), "type"));
+    if (!type) throw PythonError();
+    if (utf8(type.get()) != "cpu") return nullptr;  // CUDA code generation: a later issue
+  }
+  passes::Partition part = passes::partition_graph(*graph);
+  if (part.kernels.empty()) return nullptr;
+  return std::make_unique<runtime::CompiledGraph>(graph, std::move(part));
+#else
+  (void)graph;
+  return nullptr;
+#endif
 }
 
 PyRef compile_with_backend(const capture::CaptureResult& res, const CompileConfig& config) {
@@ -136,8 +170,14 @@ void set_backend_bridge(PyObject* bridge) {
 }
 
 void set_trace_dir(const std::string& dir) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_trace_dir = dir;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_trace_dir = dir;
+  }
+#ifdef TORCHLITE_HAVE_LLVM
+  // Kernels' .ll files go beside the graphs they came from.
+  if (!dir.empty()) runtime::cpu::set_dump_dir(dir + "/kernels");
+#endif
 }
 
 CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView& frame,
@@ -146,7 +186,7 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
   capture::CaptureResult res = capture::capture_frame(code, func, frame);
   counters().capture_ns += static_cast<int64_t>(res.capture_ms * 1e6);
   std::string dir = trace_dir();
-  if (!dir.empty()) dump(code, res, dir);
+  std::string dump_folder = dir.empty() ? "" : dump(code, res, dir);
   if (config->recorder && config->recorder.get() != Py_None) record(config->recorder.get(), code, res);
   if (log_enabled("guards")) log_event("guards", utf8(code->co_qualname) + ":\n" + res.guards.str());
 
@@ -171,11 +211,14 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
   if (log_enabled("graph"))
     log_event("graph", utf8(code->co_qualname) + ":\n" + res.graph->str());
   PyRef backend_fn;
+  std::unique_ptr<runtime::CompiledGraph> kernels;
   if (config->backend && config->backend.get() != Py_None) backend_fn = compile_with_backend(res, *config);
+  else kernels = compile_kernels(res.graph);
+  dump_kernels(dump_folder, kernels.get());
   counters().graphs++;
-  entry.compiled = std::make_shared<CapturedFrame>(res.graph, std::move(res.result),
-                                                   std::move(res.side_effects), std::move(backend_fn),
-                                                   utf8(code->co_name), utf8(code->co_filename));
+  entry.compiled = std::make_shared<CapturedFrame>(
+      res.graph, std::move(res.result), std::move(res.side_effects), std::move(backend_fn),
+      std::move(kernels), utf8(code->co_name), utf8(code->co_filename));
   entry.guards = std::move(res.guards);
   return entry;
 }

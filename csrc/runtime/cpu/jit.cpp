@@ -89,6 +89,9 @@ orc::LLJIT& jit() {
   add("tl_erfinv", &tl_erfinv);
   add("tl_erfinvf", &tl_erfinvf);
   add("tl_ipow", &tl_ipow);
+  add("__truncdfhf2", &tl_truncdfhf2);
+  add("__truncsfhf2", &tl_truncsfhf2);
+  add("__extendhfsf2", &tl_extendhfsf2);
   if (auto e = (*built)->getMainJITDylib().define(orc::absoluteSymbols(std::move(helpers))))
     fail(std::move(e));
   j = std::move(*built);

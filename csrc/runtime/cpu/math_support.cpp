@@ -49,3 +49,7 @@ int64_t tl_ipow(int64_t base, int64_t exp) {
 }
 
 }  // extern "C"
+
+extern "C" _Float16 tl_truncdfhf2(double x) { return static_cast<_Float16>(static_cast<float>(x)); }
+extern "C" _Float16 tl_truncsfhf2(float x) { return static_cast<_Float16>(x); }
+extern "C" float tl_extendhfsf2(_Float16 x) { return static_cast<float>(x); }
