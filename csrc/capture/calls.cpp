@@ -830,7 +830,7 @@ ValuePtr Tracer::construct_object(PyObject* cls, std::vector<ValuePtr> args, KwA
   if (init && PyFunction_Check(init)) {
     args.insert(args.begin(), obj);
     inline_function(init, nullptr, nullptr, std::move(args), kwargs);
-  } else if (init != PyBaseObject_Type.tp_dict ? init && init != PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__init__") : false) {
+  } else if (init && init != _PyType_Lookup(&PyBaseObject_Type, init_name.get())) {
     graph_break("unsupported_callable", std::string("constructing ") + reinterpret_cast<PyTypeObject*>(cls)->tp_name);
   } else if (!args.empty() || !kwargs.empty()) {
     graph_break("user_exception", "object() takes no arguments");

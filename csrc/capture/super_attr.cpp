@@ -17,6 +17,21 @@ std::string utf8(PyObject* s) {
   return c;
 }
 
+// A type's own attribute dict (new reference). NOTE: on 3.12 static builtin
+// types such as `object` keep tp_dict NULL; PyType_GetDict finds theirs.
+PyRef type_dict(PyTypeObject* t) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyRef::steal(PyType_GetDict(t));
+#else
+  return PyRef::borrow(t->tp_dict);
+#endif
+}
+
+PyObject* object_attr(const char* name) {  // borrowed, from `object` itself
+  PyRef key = PyRef::steal(PyUnicode_FromString(name));
+  return _PyType_Lookup(&PyBaseObject_Type, key.get());
+}
+
 ValuePtr method(const ValuePtr& self, PyObject* fn) {
   ValuePtr m = Value::of_kind(VKind::Method);
   m->self = self;
@@ -43,8 +58,8 @@ std::optional<ValuePtr> Tracer::super_attr(const ValuePtr& sup, const std::strin
   Py_ssize_t n = PyTuple_GET_SIZE(mro), i = 0;
   while (i < n && PyTuple_GET_ITEM(mro, i) != sup->obj.get()) ++i;
   for (++i; i < n; ++i) {
-    PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
-    PyObject* v = PyDict_GetItemString(dict, name.c_str());  // borrowed
+    PyRef dict = type_dict(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i)));
+    PyObject* v = dict ? PyDict_GetItemString(dict.get(), name.c_str()) : nullptr;  // borrowed
     if (!v) continue;
     if (PyFunction_Check(v)) return method(sup->self, v);
     if (PyObject_TypeCheck(v, &PyProperty_Type)) {
@@ -104,7 +119,7 @@ std::optional<ValuePtr> Tracer::custom_getattr(const ValuePtr& obj, const std::s
   }
   PyRef gn = PyRef::steal(PyUnicode_FromString("__getattr__"));
   PyObject* getattr = _PyType_Lookup(type, gn.get());
-  bool generic_base = getattribute == PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__getattribute__");
+  bool generic_base = getattribute == object_attr("__getattribute__");
   if (generic_base && getattr && PyFunction_Check(getattr)) {
     auto r = try_get_attr(obj, name, /*generic=*/true);
     if (r) return r;
