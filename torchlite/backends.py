@@ -7,11 +7,15 @@ graph outputs as a tuple. "torchlite" maps to None: the C++ core runs the graph 
 
 import functools
 import importlib.util
+import logging
 from collections.abc import Callable
 from typing import Any
 
+from torchlite import _C
+
 BUILTIN = "torchlite"
 _registry: dict[str, Callable | None] = {BUILTIN: None}
+_log = logging.getLogger("torchlite")
 
 
 def register_backend(name: str, fn: Callable | None = None):
@@ -88,9 +92,29 @@ def inductor(gm, example_inputs, mode=None, options=None, **kwargs):
     return compile_fx(gm, example_inputs, config_patches=patches)
 
 
-def dynamo_backend(gm, example_inputs):
-    """torchlite as a torch.compile backend (entry point torch_dynamo_backends: torchlite)."""
-    return gm.forward
+def dynamo_backend(gm, example_inputs, **kwargs):
+    """torchlite as a torch.compile backend (entry point torch_dynamo_backends: torchlite).
+
+    Dynamo's graph runs through torchlite's compiler: fused CPU kernels where the graph allows,
+    torch ops otherwise. Graphs it cannot represent (symbolic shapes, dict outputs, ...) run as
+    gm.forward: never wrong, only slower. The callable takes the inputs positionally or as one
+    list (the boxed convention), as gm.forward and torch's own backends are called.
+    """
+    output = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    flat = type(output) is tuple and not any(isinstance(o, (tuple, list, dict)) for o in output)
+    single = not isinstance(output, (tuple, list, dict))
+    if not (flat or single):
+        _log.debug("torchlite backend: nested graph output %r; running gm.forward", output)
+        return gm.forward
+    try:
+        graph, extra_inputs = _C.graph_from_fx(gm)
+    except _C.Unsupported as e:
+        _log.debug("torchlite backend: %s; running gm.forward", e)
+        return gm.forward
+    compiled = _C.FxCompiled(graph, True, extra_inputs)
+    if flat:
+        return compiled
+    return lambda *args: compiled(*args)[0]
 
 
 _REQUIRES = {"aot_eager": "torch._dynamo", "inductor": "torch._inductor"}

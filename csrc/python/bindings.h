@@ -11,5 +11,6 @@ void bind_capture(pybind11::module_& m);  // bytecode disassembly
 void bind_frame(pybind11::module_& m);    // CompiledFunction, disable, reset, configs
 void bind_compile(pybind11::module_& m);  // backend bridge, trace dir, explain graphs
 void bind_passes(pybind11::module_& m);   // partition_summary
+void bind_fx(pybind11::module_& m);       // torch.fx GraphModule -> Graph, FxCompiled
 
 }  // namespace tl::python

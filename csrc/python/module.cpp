@@ -24,4 +24,5 @@ PYBIND11_MODULE(_C, m) {
   tl::python::bind_frame(m);
   tl::python::bind_compile(m);
   tl::python::bind_passes(m);
+  tl::python::bind_fx(m);
 }

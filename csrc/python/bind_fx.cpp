@@ -1,0 +1,291 @@
+// torchlite as a torch.compile backend: a torch.fx.GraphModule (Dynamo's
+// graph) becomes an ir::Graph, and FxCompiled runs it with the same runtime
+// torchlite's own front end uses (fused CPU kernels, or op by op).
+#include <pybind11/stl.h>
+
+#include <unordered_map>
+
+#include "core/errors.h"
+#include "ir/graph.h"
+#include "passes/partition.h"
+#include "python/bindings.h"
+#include "runtime/compiled_graph.h"
+#include "runtime/graph_runner.h"
+
+namespace py = pybind11;
+
+namespace tl::python {
+namespace {
+
+using GraphHandle = std::shared_ptr<ir::Graph>;
+
+// One GraphModule being read. fx nodes stay alive with `gm`, so their
+// addresses key the map; a get_attr of a non-tensor maps to a constant Arg.
+struct FxReader {
+  py::object gm, torch, node_type;
+  GraphHandle graph = std::make_shared<ir::Graph>();
+  std::unordered_map<PyObject*, ir::Arg> values;
+  py::list extra_inputs;  // get_attr tensors, appended to the inputs on every call
+};
+
+std::vector<int64_t> static_ints(py::handle seq, const std::string& what) {
+  std::vector<int64_t> out;
+  for (py::handle item : seq) {
+    // NOTE: a SymInt is no PyLong: symbolic shapes are left to gm.forward.
+    if (!PyLong_Check(item.ptr()))
+      TL_THROW(Unsupported) << "fx graph: " << what << " has a symbolic or non-int size";
+    out.push_back(item.cast<int64_t>());
+  }
+  return out;
+}
+
+// TensorMeta of a FakeTensor (or a real get_attr tensor); nullopt for other
+// values. Symbolic values and non-strided layouts are Unsupported.
+std::optional<ir::TensorMeta> meta_of(const FxReader& r, py::handle v, const std::string& what) {
+  for (const char* sym : {"SymInt", "SymFloat", "SymBool"})
+    if (py::isinstance(v, r.torch.attr(sym)))
+      TL_THROW(Unsupported) << "fx graph: " << what << " is a " << sym;
+  if (!py::isinstance(v, r.torch.attr("Tensor"))) return std::nullopt;
+  if (!v.attr("layout").is(r.torch.attr("strided")))
+    TL_THROW(Unsupported) << "fx graph: " << what << " is not a strided tensor";
+  ir::TensorMeta m;
+  m.sizes = static_ints(v.attr("shape"), what);
+  m.strides = static_ints(v.attr("stride")(), what);
+  m.dtype = PyRef::borrow(v.attr("dtype").ptr());
+  m.device = PyRef::borrow(v.attr("device").ptr());
+  m.requires_grad = v.attr("requires_grad").cast<bool>();
+  return m;
+}
+
+bool holds_node(const FxReader& r, py::handle v) {
+  if (py::isinstance(v, r.node_type)) return true;
+  if (PySlice_Check(v.ptr()))
+    return holds_node(r, v.attr("start")) || holds_node(r, v.attr("stop")) ||
+           holds_node(r, v.attr("step"));
+  if (PyTuple_Check(v.ptr()) || PyList_Check(v.ptr())) {
+    for (py::handle item : v)
+      if (holds_node(r, item)) return true;
+  }
+  if (PyDict_Check(v.ptr())) {
+    for (auto [k, item] : py::reinterpret_borrow<py::dict>(v))
+      if (holds_node(r, k) || holds_node(r, item)) return true;
+  }
+  return false;
+}
+
+ir::Arg to_arg(const FxReader& r, py::handle v) {
+  if (py::isinstance(v, r.node_type)) {
+    auto it = r.values.find(v.ptr());
+    if (it == r.values.end())
+      TL_THROW(Unsupported) << "fx graph: node " << py::str(v).cast<std::string>()
+                            << " is used before it is defined";
+    return it->second;
+  }
+  // NOTE: exact tuples only: a namedtuple or torch.Size rebuilt as a plain
+  // tuple would change the type the op sees.
+  if (PyTuple_CheckExact(v.ptr()) || PyList_Check(v.ptr())) {
+    std::vector<ir::Arg> items;
+    for (py::handle item : v) items.push_back(to_arg(r, item));
+    return PyTuple_Check(v.ptr()) ? ir::Arg::tuple(std::move(items))
+                                  : ir::Arg::list(std::move(items));
+  }
+  if (PyDict_Check(v.ptr())) {
+    std::vector<PyRef> keys;
+    std::vector<ir::Arg> items;
+    for (auto [k, item] : py::reinterpret_borrow<py::dict>(v)) {
+      if (holds_node(r, k)) TL_THROW(Unsupported) << "fx graph: a dict key is a graph value";
+      keys.push_back(PyRef::borrow(k.ptr()));
+      items.push_back(to_arg(r, item));
+    }
+    return ir::Arg::dict(std::move(keys), std::move(items));
+  }
+  if (holds_node(r, v))
+    TL_THROW(Unsupported) << "fx graph: a " << Py_TYPE(v.ptr())->tp_name
+                          << " argument holds graph values";
+  return ir::Arg::constant(PyRef::borrow(v.ptr()));
+}
+
+std::pair<std::vector<ir::Arg>, std::vector<std::pair<std::string, ir::Arg>>> call_args(
+    const FxReader& r, py::handle fx_node) {
+  std::vector<ir::Arg> args;
+  for (py::handle a : fx_node.attr("args")) args.push_back(to_arg(r, a));
+  std::vector<std::pair<std::string, ir::Arg>> kwargs;
+  for (auto [k, v] : fx_node.attr("kwargs").cast<py::dict>())
+    kwargs.emplace_back(k.cast<std::string>(), to_arg(r, v));
+  return {std::move(args), std::move(kwargs)};
+}
+
+py::object example_of(py::handle fx_node) {
+  py::dict meta = fx_node.attr("meta");
+  // Dynamo writes "example_value"; AOT/export graphs write "val".
+  for (const char* key : {"example_value", "val"})
+    if (meta.contains(key)) return meta[key];
+  return py::none();
+}
+
+void flatten_output(const FxReader& r, py::handle v, std::vector<ir::Arg>& out) {
+  if (PyTuple_CheckExact(v.ptr()) || PyList_Check(v.ptr())) {
+    for (py::handle item : v) flatten_output(r, item, out);
+    return;
+  }
+  if (PyDict_Check(v.ptr())) TL_THROW(Unsupported) << "fx graph: the output holds a dict";
+  out.push_back(to_arg(r, v));
+}
+
+py::object get_attr(const FxReader& r, const std::string& target) {
+  py::object v = r.gm;
+  size_t start = 0;
+  while (true) {
+    size_t dot = target.find('.', start);
+    v = v.attr(py::str(target.substr(start, dot - start)));
+    if (dot == std::string::npos) return v;
+    start = dot + 1;
+  }
+}
+
+// Every node but the placeholders, which are read first.
+void read_node(FxReader& r, py::handle n, const std::string& op, const std::string& name) {
+  py::object target = n.attr("target");
+  py::object example = example_of(n);
+  ir::Node* node = nullptr;
+  if (op == "get_attr") {
+    py::object v = get_attr(r, target.cast<std::string>());
+    if (!py::isinstance(v, r.torch.attr("Tensor"))) {
+      r.values[n.ptr()] = ir::Arg::constant(PyRef::borrow(v.ptr()));
+      return;
+    }
+    // A tensor attribute is one more graph input, so kernels can read it.
+    node = r.graph->add_placeholder(
+        name, ir::Source::held(PyRef::borrow(v.ptr()), "get_attr " + target.cast<std::string>()));
+    r.extra_inputs.append(v);
+    example = v;
+  } else if (op == "output") {
+    std::vector<ir::Arg> outs;
+    py::tuple args = n.attr("args");
+    if (!args.empty()) flatten_output(r, args[0], outs);
+    r.graph->set_output(std::move(outs));
+    return;
+  } else {
+    auto [args, kwargs] = call_args(r, n);
+    if (op == "call_method") {
+      node = r.graph->add_call_method(target.cast<std::string>(), std::move(args),
+                                      std::move(kwargs));
+    } else if (op == "call_module") {
+      py::object mod = r.gm.attr("get_submodule")(target);
+      node = r.graph->add_call_function(PyRef::borrow(mod.ptr()), std::move(args),
+                                        std::move(kwargs));
+      node->target_name = "self." + target.cast<std::string>();  // extern: no rule has this name
+    } else if (op == "call_function") {
+      node = r.graph->add_call_function(PyRef::borrow(target.ptr()), std::move(args),
+                                        std::move(kwargs));
+    } else {
+      TL_THROW(Unsupported) << "fx graph: node " << name << " has op " << op;
+    }
+  }
+  node->meta = meta_of(r, example, "node " + name);
+  node->example = PyRef::borrow(example.ptr());
+  r.values[n.ptr()] = ir::Arg::of_node(node);
+}
+
+// (graph, extra inputs): the graph takes the GraphModule's inputs, then the
+// extra inputs (get_attr tensors), and returns its outputs flattened.
+py::tuple graph_from_fx(py::object gm) {
+  FxReader r;
+  r.gm = gm;
+  r.torch = py::module_::import("torch");
+  r.node_type = py::module_::import("torch.fx").attr("Node");
+  py::list fx_nodes(gm.attr("graph").attr("nodes"));
+  int index = 0;
+  for (py::handle n : fx_nodes) {
+    if (n.attr("op").cast<std::string>() != "placeholder") continue;
+    std::string name = n.attr("name").cast<std::string>();
+    ir::Node* node = r.graph->add_placeholder(name, ir::Source::local(index++, name));
+    py::object example = example_of(n);
+    node->meta = meta_of(r, example, "input " + name);
+    node->example = PyRef::borrow(example.ptr());
+    r.values[n.ptr()] = ir::Arg::of_node(node);
+  }
+  for (py::handle n : fx_nodes) {
+    std::string op = n.attr("op").cast<std::string>();
+    if (op != "placeholder") read_node(r, n, op, n.attr("name").cast<std::string>());
+  }
+  if (!r.graph->output()) TL_THROW(Unsupported) << "fx graph: no output node";
+  r.graph->lint();
+  return py::make_tuple(r.graph, r.extra_inputs);
+}
+
+// Fused kernels need every tensor on the CPU and no value autograd tracks.
+// NOTE: inputs may require grad (parameters under no_grad): kernels only read them.
+bool kernels_allowed(const ir::Graph& g) {
+  for (auto& n : g.nodes()) {
+    if (!n->meta) continue;
+    if (n->op != ir::OpKind::Placeholder && n->meta->requires_grad) return false;
+    py::handle device(n->meta->device.get());
+    if (device.attr("type").cast<std::string>() != "cpu") return false;
+  }
+  return true;
+}
+
+class FxCompiled {
+ public:
+  FxCompiled(GraphHandle graph, bool use_kernels, py::list extra_inputs) : graph_(graph) {
+    for (py::handle v : extra_inputs) extras_.push_back(PyRef::borrow(v.ptr()));
+    n_inputs_ = graph->placeholders().size() - extras_.size();
+#ifdef TORCHLITE_HAVE_LLVM
+    if (use_kernels && kernels_allowed(*graph)) {
+      passes::Partition part = passes::partition_graph(*graph);
+      if (!part.kernels.empty())
+        compiled_ = std::make_unique<runtime::CompiledGraph>(graph, std::move(part));
+    }
+#else
+    (void)use_kernels;
+#endif
+    if (!compiled_) runner_ = std::make_unique<runtime::GraphRunner>(graph);
+  }
+
+  // Positional inputs, or one list of them (the "boxed" calling convention).
+  py::tuple call(py::args args) const {
+    py::sequence flat = args;
+    if (args.size() == 1 && PyList_Check(args[0].ptr()))
+      flat = py::reinterpret_borrow<py::sequence>(args[0]);
+    if (flat.size() != n_inputs_)
+      TL_THROW(Type) << "torchlite FxCompiled: expected " << n_inputs_ << " inputs, got "
+                     << flat.size();
+    std::vector<PyObject*> inputs;
+    for (py::handle v : flat) inputs.push_back(v.ptr());
+    for (const PyRef& v : extras_) inputs.push_back(v.get());
+    std::vector<PyRef> outs = compiled_ ? compiled_->run(inputs.data(), inputs.size())
+                                        : runner_->run(inputs.data(), inputs.size());
+    py::tuple result(outs.size());
+    for (size_t i = 0; i < outs.size(); ++i)
+      result[i] = py::reinterpret_steal<py::object>(outs[i].release());
+    return result;
+  }
+
+  size_t kernel_count() const { return compiled_ ? compiled_->partition().kernels.size() : 0; }
+  const GraphHandle& graph() const { return graph_; }
+
+ private:
+  GraphHandle graph_;
+  std::vector<PyRef> extras_;
+  size_t n_inputs_ = 0;
+  std::unique_ptr<runtime::CompiledGraph> compiled_;
+  std::unique_ptr<runtime::GraphRunner> runner_;
+};
+
+}  // namespace
+
+void bind_fx(py::module_& m) {
+  m.def("graph_from_fx", &graph_from_fx, py::arg("gm"),
+        "A torch.fx.GraphModule as a torchlite Graph: (graph, extra_inputs). The graph takes\n"
+        "the module's inputs then extra_inputs (its get_attr tensors) and returns a flat tuple.\n"
+        "Raises Unsupported for symbolic shapes and values it cannot represent.");
+  py::class_<FxCompiled>(m, "FxCompiled")
+      .def(py::init<GraphHandle, bool, py::list>(), py::arg("graph"), py::arg("use_kernels"),
+           py::arg("extra_inputs") = py::list())
+      .def("__call__", &FxCompiled::call)
+      .def_property_readonly("kernel_count", &FxCompiled::kernel_count)
+      .def_property_readonly("graph", &FxCompiled::graph);
+}
+
+}  // namespace tl::python
