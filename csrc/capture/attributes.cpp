@@ -1,0 +1,208 @@
+// Attribute reads and writes on symbolic values.
+#include "capture/graph_break.h"
+#include "capture/py_helpers.h"
+#include "capture/torch_api.h"
+#include "capture/tracer.h"
+#include "core/errors.h"
+
+namespace tl::capture {
+using namespace detail;  // NOTE: helpers of this file family only
+
+// ---------------------------------------------------------------- attributes
+
+void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& v) {
+  if ((obj->kind == VKind::Module || obj->kind == VKind::Object) && obj->source) {
+    if (obj->kind == VKind::Module && (v->is_tensor() || v->kind == VKind::Module))
+      graph_break("unsupported_side_effect",
+                  "assigning a tensor or module attribute (self." + name + " = ...) in traced code");
+    ctx_.attr_overlay[{obj->obj.get(), name}] = v;
+    ctx_.keep_alive.push_back(obj->obj);
+    ctx_.effects.push_back({ir::SideEffect::Kind::SetAttr, obj->source, name, v});
+    return;
+  }
+  if (obj->kind == VKind::Object && obj->flag) {
+    ctx_.attr_overlay[{obj->obj.get(), name}] = v;
+    return;
+  }
+  graph_break("unsupported_side_effect", "attribute assignment on a " + obj->type_name());
+}
+
+ValuePtr Tracer::get_attr(const ValuePtr& obj, const std::string& name) {
+  auto r = try_get_attr(obj, name);
+  if (!r)
+    graph_break("user_exception", "'" + obj->type_name() + "' object has no attribute '" + name + "'");
+  return *r;
+}
+
+std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::string& name,
+                                             bool generic) {
+  const TorchApi& api = torch_api();
+  switch (obj->kind) {
+    case VKind::Super: return super_attr(obj, name);
+    case VKind::Tensor: {
+      PyObject* meta = obj->meta.get();
+      if (name == "device") return Value::constant(obj->device);
+      if (name == "shape" || name == "dtype" || name == "ndim" || name == "requires_grad" ||
+          name == "layout" || name == "is_sparse" || name == "is_quantized" ||
+          name == "is_nested" || name == "is_mkldnn" || name == "is_complex") {
+        PyRef r = PyRef::steal(PyObject_GetAttrString(meta, name.c_str()));
+        if (!r) throw PythonError();
+        if (PyCallable_Check(r.get())) break;  // is_complex() is a method
+        return ctx_.from_result(r.get());
+      }
+      if (name == "is_cuda" || name == "is_cpu" || name == "is_meta") {
+        std::string type = attr_str(obj->device.get(), "type");
+        return const_bool((name == "is_cuda" && type == "cuda") ||
+                          (name == "is_cpu" && type == "cpu"));
+      }
+      if (name == "T" || name == "mT" || name == "H" || name == "mH" || name == "real" ||
+          name == "imag" || name == "data") {
+        return ctx_.call_op(api.builtin_getattr.get(), "",
+                            {obj, Value::constant(PyRef::steal(PyUnicode_FromString(name.c_str())))},
+                            {});
+      }
+      {
+        PyRef probe = PyRef::steal(PyObject_GetAttrString(meta, name.c_str()));
+        if (!probe) {
+          PyErr_Clear();
+          return std::nullopt;
+        }
+      }
+      if (name == "grad" || name == "grad_fn" || name == "is_leaf" || name == "_version" ||
+          name == "names" || name == "_base" || name == "itemsize" || name == "nbytes") {
+        if (name == "itemsize" || name == "nbytes") break;
+        graph_break("unsupported_value", "Tensor." + name + " is not captured");
+      }
+      break;
+    }
+    case VKind::Module:
+    case VKind::Object: {
+      auto ov = ctx_.attr_overlay.find({obj->obj.get(), name});
+      if (ov != ctx_.attr_overlay.end()) return ov->second;
+      PyObject* o = obj->obj.get();
+      PyTypeObject* type = Py_TYPE(o);
+      PyRef pyname = PyRef::steal(PyUnicode_FromString(name.c_str()));
+      PyObject* descr = _PyType_Lookup(type, pyname.get());  // borrowed
+      bool is_module = obj->kind == VKind::Module;
+      auto src = [&]() { return obj->source ? ir::Source::attr(obj->source, name) : nullptr; };
+      if (descr && Py_TYPE(descr)->tp_descr_set) {
+        if (PyObject_TypeCheck(descr, &PyProperty_Type)) {
+          PyRef fget = PyRef::steal(PyObject_GetAttrString(descr, "fget"));
+          if (!fget) throw PythonError();
+          if (PyFunction_Check(fget.get()))
+            return inline_function(fget.get(), nullptr, nullptr, {obj}, {});
+          graph_break("unsupported_value", "property " + name + " with a C getter");
+        }
+        if (name == "__dict__") {
+          PyObject** dp = _PyObject_GetDictPtr(o);
+          if (!obj->source || !dp || !*dp) graph_break("unsupported_value", "reading __dict__");
+          return ctx_.wrap(*dp, src());
+        }
+        PyRef r = PyRef::steal(PyObject_GetAttr(o, pyname.get()));
+        if (!r) {
+          PyErr_Clear();
+          return std::nullopt;
+        }
+        return ctx_.wrap(r.get(), src());
+      }
+      if (!is_module && !generic && type->tp_getattro != PyObject_GenericGetAttr)
+        return custom_getattr(obj, name);
+      PyObject** dictptr = _PyObject_GetDictPtr(o);
+      if (dictptr && *dictptr) {
+        PyObject* v = PyDict_GetItemWithError(*dictptr, pyname.get());
+        if (v) return ctx_.wrap(v, src(), !is_module);
+        if (PyErr_Occurred()) throw PythonError();
+      }
+      if (descr) {
+        if (PyFunction_Check(descr)) {
+          ValuePtr m = Value::of_kind(VKind::Method);
+          m->self = obj;
+          m->obj = PyRef::borrow(descr);
+          return m;
+        }
+        if (Py_TYPE(descr) == &PyStaticMethod_Type || Py_TYPE(descr) == &PyClassMethod_Type) {
+          PyRef f = PyRef::steal(PyObject_GetAttrString(descr, "__func__"));
+          if (!f) throw PythonError();
+          if (Py_TYPE(descr) == &PyStaticMethod_Type) return Value::constant(f);
+          ValuePtr m = Value::of_kind(VKind::Method);
+          m->self = Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(type)));
+          m->obj = f;
+          return m;
+        }
+        if (Py_TYPE(descr) == &PyMethodDescr_Type || PyCFunction_Check(descr)) {
+          ValuePtr m = Value::of_kind(VKind::Method);
+          m->self = obj;
+          m->method_name = name;
+          return m;
+        }
+        PyRef r = PyRef::steal(PyObject_GetAttr(o, pyname.get()));
+        if (!r) throw PythonError();
+        return ctx_.wrap(r.get(), src(), false);
+      }
+      if (is_module) {
+        for (const char* dict_name : {"_parameters", "_buffers", "_modules"}) {
+          PyObject* d = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, dict_name) : nullptr;
+          if (!d || !PyDict_Check(d)) continue;
+          PyObject* v = PyDict_GetItemWithError(d, pyname.get());
+          if (v) return ctx_.wrap(v, src());
+          if (PyErr_Occurred()) throw PythonError();
+        }
+      }
+      return std::nullopt;
+    }
+    case VKind::Const: {
+      PyObject* o = obj->obj.get();
+      PyRef r = PyRef::steal(PyObject_GetAttrString(o, name.c_str()));
+      if (!r) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+          graph_break("user_exception", "attribute read raised: " + error_text());
+        PyErr_Clear();
+        return std::nullopt;
+      }
+      bool guard = !(PyModule_Check(o) || PyType_Check(o));
+      // A bound method is made anew on every read: derived from its guarded
+      // owner, it needs no source (an ID_MATCH on it would always fail).
+      PyObject* ro = r.get();
+      bool bound = PyMethod_Check(ro) ||
+                   (PyCFunction_Check(ro) && PyCFunction_GET_SELF(ro) && !PyModule_Check(PyCFunction_GET_SELF(ro)));
+      if (obj->source && !bound && !is_immutable_constant(o))
+        return ctx_.wrap(ro, ir::Source::attr(obj->source, name), guard);
+      if (is_type(r.get(), api.tensor_type))
+        graph_break("unsupported_value", "tensor attribute of an untracked object");
+      if (is_type(r.get(), api.module_type)) {
+        ValuePtr m = Value::of_kind(VKind::Module);
+        m->obj = r;
+        return m;
+      }
+      return ctx_.from_result(r.get());
+    }
+    case VKind::Tuple: {
+      if (obj->named_type) {
+        PyRef fields = PyRef::steal(PyObject_GetAttrString(obj->named_type.get(), "_fields"));
+        if (!fields) {
+          PyErr_Clear();
+          fields = PyRef::steal(PyObject_GetAttrString(obj->named_type.get(), "__match_args__"));
+          if (!fields) PyErr_Clear();
+        }
+        if (fields && PyTuple_Check(fields.get())) {
+          for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i) {
+            if (utf8(PyTuple_GET_ITEM(fields.get(), i)) == name &&
+                i < static_cast<Py_ssize_t>(obj->items.size()))
+              return obj->items[i];
+          }
+        }
+      }
+      break;
+    }
+    default: break;
+  }
+  if (obj->kind == VKind::Tensor || obj->is_sequence() || obj->kind == VKind::Dict) {
+    ValuePtr m = Value::of_kind(VKind::Method);
+    m->self = obj;
+    m->method_name = name;
+    return m;
+  }
+  graph_break("unsupported_value", "attribute '" + name + "' of a " + obj->type_name());
+}
+
+}  // namespace tl::capture

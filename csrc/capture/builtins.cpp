@@ -1,0 +1,269 @@
+// Python builtins, operator.* and math.* over symbolic values.
+#include <algorithm>
+
+#include "capture/graph_break.h"
+#include "capture/py_helpers.h"
+#include "capture/torch_api.h"
+#include "capture/tracer.h"
+#include "core/errors.h"
+
+namespace tl::capture {
+using namespace detail;  // NOTE: helpers of this file family only
+
+ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs,
+                              bool& handled) {
+  handled = true;
+  const TorchApi& api = torch_api();
+  bool is_builtin_fn = PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == api.builtins.get();
+  bool is_builtin_type = PyType_Check(fn) && attr_str(fn, "__module__") == "builtins";
+  std::string name = attr_str(fn, "__name__");
+  if (is_builtin_fn || is_builtin_type) {
+    if (forbidden_builtins().count(name))
+      graph_break("unsupported_builtin", "call to builtin " + name + "()");
+    if (name == "super") {
+      if (args.size() == 2) return make_super(args[0], args[1]);
+      if (!args.empty()) graph_break("unsupported_callable", "super() with one argument");
+      // Zero-argument form: the method's first argument and its __class__ cell.
+      int cls_slot = -1;
+      for (int i = 0; i < code_->co_nlocalsplus; ++i)
+        if (utf8(PyTuple_GET_ITEM(code_->co_localsplusnames, i)) == "__class__") cls_slot = i;
+      if (cls_slot < 0 || !locals_[cls_slot] || code_->co_argcount < 1 || !locals_[0])
+        graph_break("unsupported_callable", "super() outside a method");
+      ValuePtr self = locals_[0];
+      if (self->kind == VKind::Cell) self = self->cell_contents;
+      ValuePtr cls = locals_[cls_slot];
+      if (cls->kind == VKind::Cell) cls = cls->cell_contents;
+      return make_super(cls, self);
+    }
+    if (name == "len" && args.size() == 1) {
+      const ValuePtr& v = args[0];
+      if (v->is_sequence() || v->kind == VKind::Dict) return const_int(v->items.size());
+      if (v->kind == VKind::Iterator) return const_int(v->items.size() - v->pos);
+      if (v->is_tensor()) {
+        PyRef shape = PyRef::steal(PyObject_GetAttrString(v->meta.get(), "shape"));
+        if (!shape || PyTuple_GET_SIZE(shape.get()) == 0)
+          graph_break("user_exception", "len() of a 0-d tensor");
+        return Value::constant(PyRef::borrow(PyTuple_GET_ITEM(shape.get(), 0)));
+      }
+      if (v->is_const() || v->kind == VKind::Module) {
+        Py_ssize_t n = PyObject_Length(v->obj.get());
+        if (n < 0) graph_break("user_exception", "len() raised: " + error_text());
+        return const_int(n);
+      }
+    }
+    PyRef cls_ref = args.size() == 2 ? const_tuple(args[1]) : PyRef();
+    if (name == "isinstance" && cls_ref) {
+      const ValuePtr& v = args[0];
+      PyObject* cls = cls_ref.get();
+      PyObject* type = nullptr;
+      switch (v->kind) {
+        case VKind::Tensor: type = v->obj.get(); break;
+        case VKind::Tuple: type = v->named_type ? v->named_type.get() : reinterpret_cast<PyObject*>(&PyTuple_Type); break;
+        case VKind::List: type = reinterpret_cast<PyObject*>(&PyList_Type); break;
+        case VKind::Dict: type = reinterpret_cast<PyObject*>(&PyDict_Type); break;
+        case VKind::Function: type = reinterpret_cast<PyObject*>(&PyFunction_Type); break;
+        case VKind::Const:
+        case VKind::Module:
+        case VKind::Object: type = reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())); break;
+        default: graph_break("unsupported_value", "isinstance() of a " + v->type_name());
+      }
+      int r = PyObject_IsSubclass(type, cls);
+      if (r < 0) graph_break("user_exception", "isinstance() raised: " + error_text());
+      return const_bool(r);
+    }
+    if (name == "type" && args.size() == 1) {
+      const ValuePtr& v = args[0];
+      if (v->is_tensor()) return Value::constant(v->obj);
+      if (v->kind == VKind::List) return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PyList_Type)));
+      if (v->kind == VKind::Dict) return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PyDict_Type)));
+      if (v->kind == VKind::Tuple)
+        return Value::constant(v->named_type ? v->named_type : PyRef::borrow(reinterpret_cast<PyObject*>(&PyTuple_Type)));
+      if (v->obj) return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()))));
+    }
+    if ((name == "getattr" || name == "hasattr") && args.size() >= 2 && args[1]->is_const() &&
+        PyUnicode_Check(args[1]->obj.get())) {
+      auto r = try_get_attr(args[0], utf8(args[1]->obj.get()));
+      if (name == "hasattr") return const_bool(r.has_value());
+      if (r) return *r;
+      if (args.size() == 3) return args[2];
+      graph_break("user_exception", "getattr(): no attribute " + utf8(args[1]->obj.get()));
+    }
+    if (name == "setattr" && args.size() == 3 && args[1]->is_const()) {
+      store_attr(args[0], utf8(args[1]->obj.get()), args[2]);
+      return none();
+    }
+    if (name == "enumerate" && !args.empty()) {
+      long long start = 0;
+      ValuePtr s = args.size() > 1 ? args[1] : (!kwargs.empty() ? kwargs[0].second : nullptr);
+      if (s) {
+        if (!s->is_const()) graph_break("unsupported_value", "enumerate start");
+        start = PyLong_AsLongLong(s->obj.get());
+      }
+      ValuePtr it = Value::of_kind(VKind::Iterator);
+      for (auto& item : iterate(args[0])) it->items.push_back(Value::tuple({const_int(start++), item}));
+      return it;
+    }
+    if (name == "zip") {
+      std::vector<std::vector<ValuePtr>> seqs;
+      size_t n = SIZE_MAX;
+      for (auto& a : args) {
+        seqs.push_back(iterate(a));
+        n = std::min(n, seqs.back().size());
+      }
+      ValuePtr it = Value::of_kind(VKind::Iterator);
+      if (seqs.empty()) n = 0;
+      for (size_t i = 0; i < n; ++i) {
+        std::vector<ValuePtr> t;
+        for (auto& s : seqs) t.push_back(s[i]);
+        it->items.push_back(Value::tuple(std::move(t)));
+      }
+      return it;
+    }
+    if (name == "reversed" && args.size() == 1) {
+      ValuePtr it = Value::of_kind(VKind::Iterator);
+      it->items = iterate(args[0]);
+      std::reverse(it->items.begin(), it->items.end());
+      return it;
+    }
+    if (name == "iter" && args.size() == 1) {
+      if (args[0]->kind == VKind::Iterator) return args[0];
+      ValuePtr it = Value::of_kind(VKind::Iterator);
+      it->items = iterate(args[0]);
+      return it;
+    }
+    if (name == "next" && !args.empty() && args[0]->kind == VKind::Iterator) {
+      ValuePtr it = args[0];
+      if (it->pos < it->items.size()) return it->items[it->pos++];
+      if (args.size() > 1) return args[1];
+      graph_break("user_exception", "StopIteration from next()");
+    }
+    if ((name == "list" || name == "tuple") && args.size() <= 1 && kwargs.empty()) {
+      std::vector<ValuePtr> items = args.empty() ? std::vector<ValuePtr>{} : iterate(args[0]);
+      return name == "list" ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+    }
+    if (name == "dict") {
+      ValuePtr d = Value::of_kind(VKind::Dict);
+      if (args.size() == 1) {
+        if (args[0]->kind == VKind::Dict) {
+          d->keys = args[0]->keys;
+          d->items = args[0]->items;
+        } else {
+          for (auto& pair : iterate(args[0])) {
+            auto kv = iterate(pair);
+            if (kv.size() != 2 || !kv[0]->is_const()) graph_break("unsupported_value", "dict() from pairs");
+            d->keys.push_back(kv[0]->obj);
+            d->items.push_back(kv[1]);
+          }
+        }
+      }
+      for (auto& [k, v] : kwargs) {
+        d->keys.push_back(PyRef::steal(PyUnicode_FromString(k.c_str())));
+        d->items.push_back(v);
+      }
+      return d;
+    }
+    if (name == "map" && args.size() >= 2) {
+      std::vector<std::vector<ValuePtr>> seqs;
+      size_t n = SIZE_MAX;
+      for (size_t i = 1; i < args.size(); ++i) {
+        seqs.push_back(iterate(args[i]));
+        n = std::min(n, seqs.back().size());
+      }
+      ValuePtr it = Value::of_kind(VKind::Iterator);
+      for (size_t i = 0; i < n; ++i) {
+        std::vector<ValuePtr> a;
+        for (auto& s : seqs) a.push_back(s[i]);
+        it->items.push_back(call(args[0], std::move(a), {}));
+      }
+      return it;
+    }
+    if (name == "sum" && !args.empty()) {
+      ValuePtr acc = args.size() > 1 ? args[1] : const_int(0);
+      for (auto& item : iterate(args[0])) acc = binary_op(operator_fn("add"), acc, item);
+      return acc;
+    }
+    if ((name == "all" || name == "any") && args.size() == 1) {
+      bool all = name == "all";
+      for (auto& item : iterate(args[0])) {
+        bool t = truth(item);
+        if (all && !t) return const_bool(false);
+        if (!all && t) return const_bool(true);
+      }
+      return const_bool(all);
+    }
+    if (name == "abs" && args.size() == 1 && args[0]->is_tensor())
+      return unary_op(operator_fn("abs"), args[0]);
+    if ((name == "int" || name == "float" || name == "bool" || name == "complex") && args.size() == 1 &&
+        args[0]->is_tensor())
+      graph_break("data_dependent_op", name + "() of a tensor needs its value");
+    if (name == "sorted" && args.size() == 1 && !args[0]->is_const()) {
+      std::vector<ValuePtr> items = iterate(args[0]);
+      PyRef t = const_tuple(Value::tuple(items));
+      if (!t) graph_break("unsupported_value", "sorted() of traced values");
+      return call_pure(ctx_, fn, {Value::constant(t)}, kwargs);
+    }
+    if ((name == "min" || name == "max") && !all_const(args, kwargs)) {
+      std::vector<ValuePtr> items = args.size() == 1 ? iterate(args[0]) : args;
+      if (all_const(items, {})) {
+        PyRef t = const_tuple(Value::tuple(items));
+        return call_pure(ctx_, fn, {Value::constant(t)}, kwargs);
+      }
+      graph_break("unsupported_value", name + "() over tensors (use torch.minimum/maximum)");
+    }
+    if (pure_builtins().count(name) || is_builtin_type) {
+      if (all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
+      if (name == "str" || name == "repr")
+        graph_break("unsupported_value", name + "() of a " + (args.empty() ? "?" : args[0]->type_name()));
+      std::vector<ValuePtr> consts;
+      for (auto& a : args) {
+        PyRef t = const_tuple(a);
+        if (!t) graph_break("unsupported_value", name + "() of a " + a->type_name());
+        consts.push_back(Value::constant(t));
+      }
+      return call_pure(ctx_, fn, consts, kwargs);
+    }
+    handled = false;
+    return nullptr;
+  }
+  // operator.* and math.*: the same rules as the bytecode operators.
+  PyObject* self = PyCFunction_Check(fn) ? PyCFunction_GET_SELF(fn) : nullptr;
+  if (self == api.operator_module.get() || (self && PyModule_Check(self) &&
+                                            std::string(PyModule_GetName(self)) == "_operator")) {
+    static const std::unordered_set<std::string> binary = {
+        "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_",
+        "xor", "lshift", "rshift", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod",
+        "ipow", "imatmul", "iand", "ior", "ixor", "lt", "le", "eq", "ne", "gt", "ge"};
+    if (binary.count(name) && args.size() == 2) return binary_op(fn, args[0], args[1]);
+    if ((name == "neg" || name == "pos" || name == "abs" || name == "invert" || name == "inv") &&
+        args.size() == 1)
+      return unary_op(fn, args[0]);
+    if (name == "not_" && args.size() == 1) return const_bool(!truth(args[0]));
+    if (name == "truth" && args.size() == 1) return const_bool(truth(args[0]));
+    if (name == "getitem" && args.size() == 2) return subscript(args[0], args[1]);
+    if (name == "setitem" && args.size() == 3) {
+      store_subscript(args[0], args[1], args[2]);
+      return none();
+    }
+    if (name == "contains" && args.size() == 2 && all_const(args, kwargs))
+      return call_pure(ctx_, fn, args, kwargs);
+    if (all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
+  }
+  if (self == api.math_module.get()) {
+    if (all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
+    graph_break("unsupported_value", "math." + name + "() of a traced value (use torch." + name + ")");
+  }
+  // Bound methods of immutable constants: "abc".upper(), (1, 2).index(2), dtype.is_floating_point.
+  if (self && (PyCFunction_Check(fn) || Py_TYPE(fn) == &PyMethodDescr_Type) && is_immutable_constant(self)) {
+    std::vector<ValuePtr> consts;
+    for (auto& a : args) {
+      PyRef c = const_tuple(a);
+      if (!c) graph_break("unsupported_value", name + "() of a " + a->type_name());
+      consts.push_back(Value::constant(c));
+    }
+    if (all_const(consts, kwargs)) return call_pure(ctx_, fn, consts, kwargs);
+  }
+  handled = false;
+  return nullptr;
+}
+
+}  // namespace tl::capture

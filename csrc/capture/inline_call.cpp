@@ -1,0 +1,115 @@
+// Inlining a Python function: argument binding, defaults, closures.
+#include "capture/graph_break.h"
+#include "capture/py_helpers.h"
+#include "capture/torch_api.h"
+#include "capture/tracer.h"
+#include "core/errors.h"
+
+namespace tl::capture {
+using namespace detail;  // NOTE: helpers of this file family only
+
+ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const ValuePtr& made,
+                                 std::vector<ValuePtr> args, const KwArgs& kwargs) {
+  PyCodeObject* code = reinterpret_cast<PyCodeObject*>(func ? PyFunction_GET_CODE(func) : made->obj.get());
+  PyObject* globals = func ? PyFunction_GET_GLOBALS(func) : globals_;
+  int argcount = code->co_argcount, posonly = code->co_posonlyargcount,
+      kwonly = code->co_kwonlyargcount;
+  bool varargs = code->co_flags & CO_VARARGS, varkw = code->co_flags & CO_VARKEYWORDS;
+  std::string fname = utf8(code->co_name);
+  std::vector<ValuePtr> locals(code->co_nlocalsplus);
+  auto param_name = [&](int i) { return utf8(PyTuple_GET_ITEM(code->co_localsplusnames, i)); };
+
+  std::vector<ValuePtr> extra;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (static_cast<int>(i) < argcount) locals[i] = args[i];
+    else extra.push_back(args[i]);
+  }
+  if (!extra.empty() && !varargs)
+    graph_break("user_exception", fname + "() got too many positional arguments");
+  ValuePtr kwdict = Value::of_kind(VKind::Dict);
+  for (auto& [k, v] : kwargs) {
+    int found = -1;
+    for (int i = posonly; i < argcount + kwonly; ++i)
+      if (param_name(i) == k) found = i;
+    if (found >= 0) {
+      if (locals[found]) graph_break("user_exception", fname + "() got multiple values for '" + k + "'");
+      locals[found] = v;
+    } else if (varkw) {
+      kwdict->keys.push_back(PyRef::steal(PyUnicode_FromString(k.c_str())));
+      kwdict->items.push_back(v);
+    } else {
+      graph_break("user_exception", fname + "() got an unexpected keyword argument '" + k + "'");
+    }
+  }
+  // Defaults.
+  std::vector<ValuePtr> defaults;
+  if (func) {
+    PyObject* d = PyFunction_GET_DEFAULTS(func);
+    if (d) {
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(d); ++i)
+        defaults.push_back(ctx_.wrap(PyTuple_GET_ITEM(d, i),
+                                     ir::Source::item(ir::Source::held(PyRef::borrow(d), "defaults of " + fname),
+                                                      PyRef::steal(PyLong_FromSsize_t(i))),
+                                     false));
+    }
+  } else {
+    defaults = made->items;
+  }
+  int first_default = argcount - static_cast<int>(defaults.size());
+  for (int i = 0; i < argcount; ++i) {
+    if (locals[i]) continue;
+    if (i >= first_default) locals[i] = defaults[i - first_default];
+    else graph_break("user_exception", fname + "() missing required argument '" + param_name(i) + "'");
+  }
+  for (int i = argcount; i < argcount + kwonly; ++i) {
+    if (locals[i]) continue;
+    std::string n = param_name(i);
+    bool filled = false;
+    if (func) {
+      PyObject* kwd = PyFunction_GET_KW_DEFAULTS(func);
+      PyObject* v = kwd ? PyDict_GetItemString(kwd, n.c_str()) : nullptr;
+      if (v) {
+        locals[i] = ctx_.wrap(v, ir::Source::item(ir::Source::held(PyRef::borrow(kwd), "kwdefaults of " + fname),
+                                                  PyRef::steal(PyUnicode_FromString(n.c_str()))),
+                              false);
+        filled = true;
+      }
+    } else {
+      for (size_t j = 0; j < made->keys.size(); ++j)
+        if (utf8(made->keys[j].get()) == n) {
+          locals[i] = made->kwdefaults[j];
+          filled = true;
+        }
+    }
+    if (!filled) graph_break("user_exception", fname + "() missing keyword-only argument '" + n + "'");
+  }
+  int slot = argcount + kwonly;
+  if (varargs) locals[slot++] = Value::tuple(std::move(extra));
+  if (varkw) locals[slot++] = kwdict;
+
+  std::vector<ValuePtr> cells;
+  if (func) {
+    PyObject* closure = PyFunction_GET_CLOSURE(func);
+    if (closure) {
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(closure); ++i) {
+        PyObject* cell = PyTuple_GET_ITEM(closure, i);
+        PyObject* contents = PyCell_GET(cell);
+        if (!contents) {
+          cells.push_back(Value::cell(nullptr));
+          continue;
+        }
+        ValuePtr cv = ctx_.wrap(contents, ir::Source::attr(ir::Source::held(PyRef::borrow(cell), "cell"), "cell_contents"));
+        ValuePtr c = Value::cell(cv);
+        c->source = cv->source;
+        cells.push_back(c);
+      }
+    }
+  } else {
+    cells = made->cells;
+  }
+  (void)func_src;
+  Tracer sub(ctx_, code, globals, builtins_, depth_ + 1, (code->co_flags & CO_GENERATOR) != 0);
+  return sub.run(std::move(locals), std::move(cells));
+}
+
+}  // namespace tl::capture

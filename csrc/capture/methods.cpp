@@ -1,0 +1,155 @@
+// Methods of tensors, lists, dicts and tuples.
+#include <algorithm>
+
+#include "capture/graph_break.h"
+#include "capture/py_helpers.h"
+#include "capture/torch_api.h"
+#include "capture/tracer.h"
+#include "core/errors.h"
+
+namespace tl::capture {
+using namespace detail;  // NOTE: helpers of this file family only
+
+ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
+                                std::vector<ValuePtr>& args, KwArgs& kwargs) {
+  if (self->is_tensor()) {
+    if (name == "get_device") {
+      PyRef idx = PyRef::steal(PyObject_GetAttrString(self->device.get(), "index"));
+      if (!idx) throw PythonError();
+      return idx.get() == Py_None ? const_int(-1) : Value::constant(idx);
+    }
+    if (name == "type" && args.empty() && kwargs.empty())
+      graph_break("unsupported_value", "Tensor.type() without arguments");
+    if (name == "__len__" || name == "__bool__")
+      graph_break("data_dependent_op", "Tensor." + name);
+    std::vector<ValuePtr> all{self};
+    all.insert(all.end(), args.begin(), args.end());
+    return ctx_.call_op(nullptr, name, all, kwargs);
+  }
+  if (self->kind == VKind::List) {
+    if (name == "append" && args.size() == 1) {
+      self->items.push_back(args[0]);
+      mark_mutated(self);
+      return none();
+    }
+    if (name == "extend" && args.size() == 1) {
+      auto items = iterate(args[0]);
+      self->items.insert(self->items.end(), items.begin(), items.end());
+      mark_mutated(self);
+      return none();
+    }
+    if (name == "insert" && args.size() == 2 && args[0]->is_const()) {
+      Py_ssize_t i = PyLong_AsSsize_t(args[0]->obj.get());
+      Py_ssize_t n = self->items.size();
+      if (i < 0) i = std::max<Py_ssize_t>(0, i + n);
+      i = std::min(i, n);
+      self->items.insert(self->items.begin() + i, args[1]);
+      mark_mutated(self);
+      return none();
+    }
+    if (name == "pop" && args.size() <= 1) {
+      if (self->items.empty()) graph_break("user_exception", "pop from empty list");
+      Py_ssize_t i = args.empty() ? -1 : PyLong_AsSsize_t(args[0]->obj.get());
+      i = normalize_index(PyRef::steal(PyLong_FromSsize_t(i)).get(), self->items.size());
+      ValuePtr v = self->items[i];
+      self->items.erase(self->items.begin() + i);
+      mark_mutated(self);
+      return v;
+    }
+    if (name == "clear") {
+      self->items.clear();
+      mark_mutated(self);
+      return none();
+    }
+    if (name == "copy") return Value::list(self->items);
+    if (name == "reverse") {
+      std::reverse(self->items.begin(), self->items.end());
+      mark_mutated(self);
+      return none();
+    }
+  }
+  if (self->kind == VKind::Dict) {
+    auto key_of = [&](size_t i) {
+      if (args.size() <= i || !args[i]->is_const()) graph_break("unsupported_value", "dict key must be a constant");
+      return args[i]->obj.get();
+    };
+    if (name == "get") {
+      int i = dict_find(self, key_of(0));
+      if (i >= 0) return self->items[i];
+      return args.size() > 1 ? args[1] : none();
+    }
+    if (name == "keys") {
+      std::vector<ValuePtr> ks;
+      for (auto& k : self->keys) ks.push_back(Value::constant(k));
+      return Value::list(std::move(ks));
+    }
+    if (name == "values") return Value::list(self->items);
+    if (name == "items") {
+      std::vector<ValuePtr> out;
+      for (size_t i = 0; i < self->keys.size(); ++i)
+        out.push_back(Value::tuple({Value::constant(self->keys[i]), self->items[i]}));
+      return Value::list(std::move(out));
+    }
+    if (name == "__contains__") return const_bool(dict_find(self, key_of(0)) >= 0);
+    if (name == "__getitem__") return subscript(self, args.at(0));
+    if (name == "pop") {
+      int i = dict_find(self, key_of(0));
+      if (i < 0) {
+        if (args.size() > 1) return args[1];
+        graph_break("user_exception", "KeyError in dict.pop");
+      }
+      ValuePtr v = self->items[i];
+      self->keys.erase(self->keys.begin() + i);
+      self->items.erase(self->items.begin() + i);
+      mark_mutated(self);
+      return v;
+    }
+    if (name == "setdefault") {
+      int i = dict_find(self, key_of(0));
+      if (i >= 0) return self->items[i];
+      ValuePtr v = args.size() > 1 ? args[1] : none();
+      self->keys.push_back(args[0]->obj);
+      self->items.push_back(v);
+      mark_mutated(self);
+      return v;
+    }
+    if (name == "update") {
+      std::vector<std::pair<PyRef, ValuePtr>> pairs;
+      if (!args.empty()) {
+        if (args[0]->kind != VKind::Dict) graph_break("unsupported_value", "dict.update with a non-dict");
+        for (size_t i = 0; i < args[0]->keys.size(); ++i) pairs.emplace_back(args[0]->keys[i], args[0]->items[i]);
+      }
+      for (auto& [k, v] : kwargs) pairs.emplace_back(PyRef::steal(PyUnicode_FromString(k.c_str())), v);
+      for (auto& [k, v] : pairs) {
+        int i = dict_find(self, k.get());
+        if (i >= 0) self->items[i] = v;
+        else {
+          self->keys.push_back(k);
+          self->items.push_back(v);
+        }
+      }
+      mark_mutated(self);
+      return none();
+    }
+    if (name == "copy") {
+      ValuePtr d = Value::of_kind(VKind::Dict);
+      d->keys = self->keys;
+      d->items = self->items;
+      return d;
+    }
+  }
+  if (self->is_sequence() && (name == "count" || name == "index")) {
+    PyRef t = const_tuple(self);
+    if (t && all_const(args, kwargs)) {
+      PyRef m = PyRef::steal(PyObject_GetAttrString(t.get(), name.c_str()));
+      return call_pure(ctx_, m.get(), args, kwargs);
+    }
+  }
+  if (self->kind == VKind::Module || self->kind == VKind::Object) {
+    // A C-level method of a traced object (e.g. dict methods of a subclass).
+    graph_break("unsupported_callable", "method " + name + " of " + self->type_name());
+  }
+  graph_break("unsupported_callable", self->type_name() + "." + name + "()");
+}
+
+}  // namespace tl::capture

@@ -1,0 +1,247 @@
+// Truth, iteration, operators and indexing over symbolic values.
+#include <algorithm>
+
+#include "capture/graph_break.h"
+#include "capture/py_helpers.h"
+#include "capture/torch_api.h"
+#include "capture/tracer.h"
+#include "core/errors.h"
+
+namespace tl::capture {
+using namespace detail;  // NOTE: helpers of this file family only
+
+// ---------------------------------------------------------------- truth, iteration
+
+bool Tracer::truth(const ValuePtr& v) {
+  switch (v->kind) {
+    case VKind::Const: {
+      int r = PyObject_IsTrue(v->obj.get());
+      if (r < 0) graph_break("user_exception", "truth test raised: " + error_text());
+      return r;
+    }
+    case VKind::Tensor:
+      graph_break("data_dependent_branch",
+                  "branching on a tensor's value (if/while/and/or/not on a Tensor) depends on "
+                  "data that is unknown while tracing");
+    case VKind::Tuple:
+    case VKind::List:
+    case VKind::Dict: return !v->items.empty();
+    case VKind::Module: {
+      int r = PyObject_IsTrue(v->obj.get());
+      if (r < 0) throw PythonError();
+      return r;
+    }
+    case VKind::Object: {
+      PyTypeObject* t = Py_TYPE(v->obj.get());
+      if ((t->tp_as_number && t->tp_as_number->nb_bool) ||
+          (t->tp_as_mapping && t->tp_as_mapping->mp_length) ||
+          (t->tp_as_sequence && t->tp_as_sequence->sq_length))
+        graph_break("unsupported_value", std::string("truth value of a ") + t->tp_name);
+      return true;
+    }
+    default: return true;
+  }
+}
+
+std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
+  switch (v->kind) {
+    case VKind::Tuple:
+    case VKind::List: return v->items;
+    case VKind::Dict: {
+      std::vector<ValuePtr> keys;
+      for (auto& k : v->keys) keys.push_back(Value::constant(k));
+      return keys;
+    }
+    case VKind::Iterator: {
+      std::vector<ValuePtr> rest(v->items.begin() + v->pos, v->items.end());
+      v->pos = v->items.size();
+      return rest;
+    }
+    case VKind::Tensor: {
+      ValuePtr parts = ctx_.call_op(nullptr, "unbind", {v}, {});
+      return parts->items;
+    }
+    case VKind::Const: {
+      PyObject* o = v->obj.get();
+      if (!(PyTuple_Check(o) || PyList_Check(o) || PyRange_Check(o) || PyUnicode_Check(o) ||
+            PyDict_Check(o) || PyFrozenSet_Check(o) || PyAnySet_Check(o) ||
+            Py_TYPE(o) == &PyDictKeys_Type || Py_TYPE(o) == &PyDictValues_Type ||
+            Py_TYPE(o) == &PyDictItems_Type))
+        graph_break("unsupported_value", std::string("iteration over ") + Py_TYPE(o)->tp_name);
+      PyRef list = PyRef::steal(PySequence_List(o));
+      if (!list) throw PythonError();
+      std::vector<ValuePtr> out;
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list.get()); ++i)
+        out.push_back(ctx_.from_result(PyList_GET_ITEM(list.get(), i)));
+      return out;
+    }
+    case VKind::Module: {
+      PyObject* m = v->obj.get();
+      PyRef modules = PyRef::steal(PyObject_GetAttrString(m, "_modules"));
+      if (!modules) throw PythonError();
+      if (v->source) ctx_.guards().add_dict_version(ir::Source::attr(v->source, "_modules"), modules.get());
+      PyRef list = PyRef::steal(PySequence_List(m));
+      if (!list) graph_break("unsupported_value", "iteration over module raised: " + error_text());
+      std::vector<ValuePtr> out;
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list.get()); ++i) {
+        PyObject* item = PyList_GET_ITEM(list.get(), i);
+        ir::SourcePtr src;
+        PyObject *k, *val;
+        Py_ssize_t pos = 0;
+        while (v->source && PyDict_Next(modules.get(), &pos, &k, &val)) {
+          if (val == item) {
+            src = ir::Source::item(ir::Source::attr(v->source, "_modules"), PyRef::borrow(k));
+            break;
+          }
+        }
+        out.push_back(ctx_.wrap(item, src, src != nullptr));
+      }
+      return out;
+    }
+    default:
+      graph_break("unsupported_value", "iteration over a " + v->type_name());
+  }
+}
+
+// ---------------------------------------------------------------- operators
+
+ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
+  if (a->is_tensor() || b->is_tensor()) {
+    if (!(a->is_tensor() || a->is_const() || a->is_sequence()) ||
+        !(b->is_tensor() || b->is_const() || b->is_sequence()))
+      graph_break("unsupported_value", "operator on a tensor and a " +
+                                           (a->is_tensor() ? b : a)->type_name());
+    return ctx_.call_op(op, "", {a, b}, {});
+  }
+  if (a->is_const() && b->is_const()) return call_pure(ctx_, op, {a, b}, {});
+  std::string name = attr_str(op, "__name__");
+  std::vector<ValuePtr> ia, ib;
+  if ((name == "add" || name == "iadd") && as_items(a, ia) && as_items(b, ib)) {
+    if (name == "iadd" && a->kind == VKind::List) {
+      a->items.insert(a->items.end(), ib.begin(), ib.end());
+      mark_mutated(a);
+      return a;
+    }
+    ia.insert(ia.end(), ib.begin(), ib.end());
+    bool list = a->kind == VKind::List || (a->is_const() && PyList_Check(a->obj.get()));
+    return list ? Value::list(std::move(ia)) : Value::tuple(std::move(ia));
+  }
+  if ((name == "mul" || name == "imul") && b->is_const() && PyLong_Check(b->obj.get()) &&
+      as_items(a, ia)) {
+    long n = PyLong_AsLong(b->obj.get());
+    std::vector<ValuePtr> out;
+    for (long i = 0; i < n; ++i) out.insert(out.end(), ia.begin(), ia.end());
+    return a->kind == VKind::List ? Value::list(std::move(out)) : Value::tuple(std::move(out));
+  }
+  PyRef ca = const_tuple(a), cb = const_tuple(b);
+  if (ca && cb) return call_pure(ctx_, op, {Value::constant(ca), Value::constant(cb)}, {});
+  graph_break("unsupported_value", "operator " + name + " on " + a->type_name() + " and " +
+                                       b->type_name());
+}
+
+ValuePtr Tracer::unary_op(PyObject* op, const ValuePtr& a) {
+  if (a->is_tensor()) return ctx_.call_op(op, "", {a}, {});
+  if (a->is_const()) return call_pure(ctx_, op, {a}, {});
+  graph_break("unsupported_value", "unary operator on a " + a->type_name());
+}
+
+ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
+  static const char* names[] = {"lt", "le", "eq", "ne", "gt", "ge"};
+  TL_CHECK(op >= 0 && op < 6) << "bad comparison " << op;
+  PyObject* fn = operator_fn(names[op]);
+  if (a->is_tensor() || b->is_tensor()) {
+    bool a_plain = a->is_tensor() || a->is_const(), b_plain = b->is_tensor() || b->is_const();
+    if ((op == 2 || op == 3) && (!a_plain || !b_plain)) {
+      // Tensor == module/object: Python falls back to identity.
+      return const_bool(op == 3);
+    }
+    return ctx_.call_op(fn, "", {a, b}, {});
+  }
+  PyRef ca = const_tuple(a), cb = const_tuple(b);
+  if (ca && cb) return call_pure(ctx_, fn, {Value::constant(ca), Value::constant(cb)}, {});
+  if ((op == 2 || op == 3) && (a->kind == VKind::Module || a->kind == VKind::Object) &&
+      (b->kind == VKind::Module || b->kind == VKind::Object || b->is_const())) {
+    bool same = a->obj.get() == b->obj.get();
+    if (a->kind == VKind::Object && Py_TYPE(a->obj.get())->tp_richcompare != PyBaseObject_Type.tp_richcompare)
+      graph_break("unsupported_value", "== on objects with a custom __eq__");
+    return const_bool(op == 2 ? same : !same);
+  }
+  graph_break("unsupported_value", std::string("comparison ") + names[op] + " of " +
+                                       a->type_name() + " and " + b->type_name());
+}
+
+ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
+  switch (c->kind) {
+    case VKind::Tensor: return ctx_.call_op(torch_api().operator_getitem.get(), "", {c, idx}, {});
+    case VKind::Tuple:
+    case VKind::List: {
+      if (!idx->is_const()) graph_break("unsupported_value", "index of a sequence must be a constant");
+      if (PySlice_Check(idx->obj.get())) {
+        Py_ssize_t start, stop, step, len;
+        if (PySlice_GetIndicesEx(idx->obj.get(), c->items.size(), &start, &stop, &step, &len) < 0)
+          throw PythonError();
+        std::vector<ValuePtr> out;
+        for (Py_ssize_t i = 0, j = start; i < len; ++i, j += step) out.push_back(c->items[j]);
+        return c->kind == VKind::List ? Value::list(std::move(out)) : Value::tuple(std::move(out));
+      }
+      return c->items[normalize_index(idx->obj.get(), c->items.size())];
+    }
+    case VKind::Dict: {
+      if (!idx->is_const()) graph_break("unsupported_value", "dict key must be a constant");
+      int i = dict_find(c, idx->obj.get());
+      if (i < 0) graph_break("user_exception", "KeyError: " + ir::const_repr(idx->obj.get()));
+      return c->items[i];
+    }
+    case VKind::Const: {
+      PyRef key = idx->is_const() ? idx->obj : const_tuple(idx);
+      if (!key) graph_break("unsupported_value", "indexing a constant with a traced value");
+      PyRef r = PyRef::steal(PyObject_GetItem(c->obj.get(), key.get()));
+      if (!r) graph_break("user_exception", "indexing raised: " + error_text());
+      if (c->source && (PyLong_Check(key.get()) || PyUnicode_Check(key.get())))
+        return ctx_.wrap(r.get(), ir::Source::item(c->source, key), false);
+      return ctx_.from_result(r.get());
+    }
+    case VKind::Module: {
+      if (!idx->is_const()) graph_break("unsupported_value", "module index must be a constant");
+      PyRef r = PyRef::steal(PyObject_GetItem(c->obj.get(), idx->obj.get()));
+      if (!r) graph_break("user_exception", "module indexing raised: " + error_text());
+      ir::SourcePtr src;
+      if (c->source && (PyLong_Check(idx->obj.get()) || PyUnicode_Check(idx->obj.get())))
+        src = ir::Source::item(c->source, idx->obj);
+      if (c->source && !src)
+        graph_break("unsupported_value", "slicing a module container (nn.Sequential[a:b])");
+      return ctx_.wrap(r.get(), src);
+    }
+    default:
+      graph_break("unsupported_value", "indexing a " + c->type_name());
+  }
+}
+
+void Tracer::store_subscript(const ValuePtr& c, const ValuePtr& idx, const ValuePtr& v) {
+  if (c->is_tensor()) {
+    ctx_.call_op(operator_fn("setitem"), "", {c, idx, v}, {});
+    return;
+  }
+  if (!idx->is_const()) graph_break("unsupported_value", "index must be a constant");
+  if (c->kind == VKind::List) {
+    if (PySlice_Check(idx->obj.get()))
+      graph_break("unsupported_side_effect", "slice assignment to a list");
+    c->items[normalize_index(idx->obj.get(), c->items.size())] = v;
+    mark_mutated(c);
+    return;
+  }
+  if (c->kind == VKind::Dict) {
+    int i = dict_find(c, idx->obj.get());
+    if (i >= 0) {
+      c->items[i] = v;
+    } else {
+      c->keys.push_back(idx->obj);
+      c->items.push_back(v);
+    }
+    mark_mutated(c);
+    return;
+  }
+  graph_break("unsupported_side_effect", "item assignment on a " + c->type_name());
+}
+
+}  // namespace tl::capture

@@ -1,0 +1,214 @@
+#include "capture/py_helpers.h"
+
+#include "capture/graph_break.h"
+#include "capture/torch_api.h"
+#include "core/errors.h"
+
+namespace tl::capture::detail {
+
+std::string utf8(PyObject* s) {
+  const char* c = s && PyUnicode_Check(s) ? PyUnicode_AsUTF8(s) : nullptr;
+  if (!c) {
+    PyErr_Clear();
+    return "";
+  }
+  return c;
+}
+
+std::string attr_str(PyObject* o, const char* name) {
+  PyRef v = PyRef::steal(PyObject_GetAttrString(o, name));
+  if (!v) {
+    PyErr_Clear();
+    return "";
+  }
+  return utf8(v.get());
+}
+
+std::string callable_desc(PyObject* fn) {
+  std::string mod = attr_str(fn, "__module__");
+  std::string name = attr_str(fn, "__qualname__");
+  if (name.empty()) name = attr_str(fn, "__name__");
+  if (name.empty()) name = Py_TYPE(fn)->tp_name;
+  return mod.empty() ? name : mod + "." + name;
+}
+
+std::string error_text() {
+  PyObject *t, *v, *tb;
+  PyErr_Fetch(&t, &v, &tb);
+  PyErr_NormalizeException(&t, &v, &tb);
+  PyRef type = PyRef::steal(t), value = PyRef::steal(v), trace = PyRef::steal(tb);
+  std::string out = type ? reinterpret_cast<PyTypeObject*>(type.get())->tp_name : "error";
+  if (value) {
+    PyRef s = PyRef::steal(PyObject_Str(value.get()));
+    if (s) out += ": " + utf8(s.get());
+  }
+  PyErr_Clear();
+  return out;
+}
+
+PyObject* C(bool b) { return b ? Py_True : Py_False; }
+ValuePtr const_bool(bool b) { return Value::constant(PyRef::borrow(C(b))); }
+ValuePtr none() { return Value::constant(PyRef::borrow(Py_None)); }
+ValuePtr const_int(long long i) { return Value::constant(PyRef::steal(PyLong_FromLongLong(i))); }
+
+bool all_const(const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
+  for (auto& a : args)
+    if (!a || !a->is_const()) return false;
+  for (auto& [k, v] : kwargs)
+    if (!v->is_const()) return false;
+  return true;
+}
+
+// Runs a pure Python callable on constants at trace time.
+ValuePtr call_pure(CaptureContext& ctx, PyObject* fn, const std::vector<ValuePtr>& args,
+                   const KwArgs& kwargs) {
+  PyRef pos = PyRef::steal(PyTuple_New(args.size()));
+  for (size_t i = 0; i < args.size(); ++i)
+    PyTuple_SET_ITEM(pos.get(), i, PyRef(args[i]->obj).release());
+  PyRef kw;
+  if (!kwargs.empty()) {
+    kw = PyRef::steal(PyDict_New());
+    for (auto& [k, v] : kwargs) PyDict_SetItemString(kw.get(), k.c_str(), v->obj.get());
+  }
+  PyRef r = PyRef::steal(PyObject_Call(fn, pos.get(), kw.get()));
+  if (!r) graph_break("user_exception", callable_desc(fn) + " raised while tracing: " + error_text());
+  return ctx.from_result(r.get());
+}
+
+bool is_type(PyObject* o, const PyRef& t) {
+  return PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(t.get()));
+}
+
+const std::unordered_set<std::string>& pure_builtins() {
+  static const std::unordered_set<std::string> s = {
+      "abs",   "all",  "any",   "bool",  "chr",   "divmod", "float", "format", "hash",
+      "int",   "max",  "min",   "ord",   "pow",   "repr",   "round", "sorted", "str",
+      "slice", "bin",  "hex",   "oct",   "complex", "frozenset", "callable", "issubclass",
+      "range", "bytes", "ascii"};
+  return s;
+}
+
+const std::unordered_set<std::string>& forbidden_builtins() {
+  static const std::unordered_set<std::string> s = {
+      "print", "input", "open", "exec", "eval", "breakpoint", "vars", "globals", "locals",
+      "id", "compile", "__import__", "delattr", "dir", "help", "memoryview", "object", "set"};
+  return s;
+}
+
+const std::unordered_set<std::string>& torch_side_effect_fns() {
+  static const std::unordered_set<std::string> s = {
+      "manual_seed", "seed", "initial_seed", "set_default_dtype", "set_default_tensor_type",
+      "set_num_threads", "set_num_interop_threads", "set_printoptions", "save", "load",
+      "use_deterministic_algorithms", "set_rng_state", "get_rng_state", "set_default_device",
+      "set_float32_matmul_precision", "set_anomaly_enabled", "synchronize", "empty_cache",
+      "set_flush_denormal", "compile", "_set_grad_enabled", "set_autocast_enabled",
+      "autocast_increment_nesting", "autocast_decrement_nesting", "grad", "backward"};
+  return s;
+}
+
+bool is_side_effecting_torch_fn(PyObject* fn) {
+  std::string mod = attr_str(fn, "__module__");
+  std::string name = attr_str(fn, "__name__");
+  if (torch_side_effect_fns().count(name)) return true;
+  for (const char* prefix : {"torch.cuda", "torch.distributed", "torch.random", "torch.backends",
+                             "torch.autograd", "torch.profiler", "torch.utils.data", "torch.hub",
+                             "torch.serialization", "torch.testing", "torch.multiprocessing"}) {
+    if (mod.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+bool is_module_type(PyObject* t) {
+  return PyType_Check(t) &&
+         PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(t),
+                          reinterpret_cast<PyTypeObject*>(torch_api().module_type.get()));
+}
+
+// Items of a constant sequence or a symbolic tuple/list; false if neither.
+bool as_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
+  if (v->is_sequence()) {
+    out = v->items;
+    return true;
+  }
+  if (v->is_const() && (PyTuple_Check(v->obj.get()) || PyList_Check(v->obj.get()))) {
+    out.clear();
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(v->obj.get()); ++i)
+      out.push_back(Value::constant(PyRef::borrow(PySequence_Fast_GET_ITEM(v->obj.get(), i))));
+    return true;
+  }
+  return false;
+}
+
+// A constant tuple for an all-constant symbolic tuple (e.g. to compare shapes).
+PyRef const_tuple(const ValuePtr& v) {
+  if (v->is_const()) return v->obj;
+  if (v->kind == VKind::Dict) {
+    PyRef d = PyRef::steal(PyDict_New());
+    for (size_t i = 0; i < v->items.size(); ++i) {
+      PyRef item = const_tuple(v->items[i]);
+      if (!item || PyDict_SetItem(d.get(), v->keys[i].get(), item.get()) < 0) return {};
+    }
+    return d;
+  }
+  if (!v->is_sequence()) return {};
+  PyRef t = PyRef::steal(PyTuple_New(v->items.size()));
+  for (size_t i = 0; i < v->items.size(); ++i) {
+    PyRef item = const_tuple(v->items[i]);
+    if (!item) return {};
+    PyTuple_SET_ITEM(t.get(), i, item.release());
+  }
+  if (v->kind == VKind::List) return PyRef::steal(PySequence_List(t.get()));
+  return t;
+}
+
+Py_ssize_t normalize_index(PyObject* idx, size_t size) {
+  Py_ssize_t i = PyNumber_AsSsize_t(idx, PyExc_IndexError);
+  if (i == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    graph_break("unsupported_value", "non-integer index into a sequence");
+  }
+  if (i < 0) i += static_cast<Py_ssize_t>(size);
+  if (i < 0 || i >= static_cast<Py_ssize_t>(size))
+    graph_break("user_exception", "sequence index out of range");
+  return i;
+}
+
+int dict_find(const ValuePtr& d, PyObject* key) {
+  for (size_t i = 0; i < d->keys.size(); ++i) {
+    int eq = PyObject_RichCompareBool(d->keys[i].get(), key, Py_EQ);
+    if (eq < 0) throw PythonError();
+    if (eq) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool is_partial_type(PyObject* t) {
+  static PyObject* partial = [] {
+    PyRef ft = PyRef::steal(PyImport_ImportModule("functools"));
+    PyObject* p = ft ? PyObject_GetAttrString(ft.get(), "partial") : nullptr;
+    if (!p) PyErr_Clear();
+    return p;  // NOTE: kept for the process lifetime, like the functools module
+  }();
+  return partial && t == partial;
+}
+
+// A class whose instances torchlite can model: created by object.__new__ with
+// the default metaclass, defined outside torch.
+bool is_plain_user_class(PyObject* f) {
+  if (!PyType_Check(f) || Py_TYPE(f) != &PyType_Type) return false;
+  auto* t = reinterpret_cast<PyTypeObject*>(f);
+  if (t->tp_new != PyBaseObject_Type.tp_new || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
+  if (PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(torch_api().module_type.get()))) return false;
+  if (PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(PyExc_BaseException))) return false;
+  return t->tp_dictoffset != 0;
+}
+
+PyObject* operator_fn(const char* name) {
+  PyObject* fn = PyObject_GetAttrString(torch_api().operator_module.get(), name);
+  if (!fn) throw PythonError();
+  Py_DECREF(fn);  // NOTE: the operator module keeps it alive
+  return fn;
+}
+
+
+}  // namespace tl::capture::detail
