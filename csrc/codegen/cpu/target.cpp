@@ -3,6 +3,9 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <deque>
+#include <string>
+#include <vector>
 #include <mutex>
 
 #include <llvm/Analysis/TargetLibraryInfo.h>
@@ -51,6 +54,38 @@ const Host& host() {
   }();
   return h;
 }
+// LLVM 19's LIBMVEC_X86 table maps only sin/cos/exp/log/pow; glibc >= 2.35
+// also has vector tanh, erf, expm1, log1p... A scalar call without a vector
+// variant keeps the whole loop scalar (a 6-op chain with tanh ran ~10x slower).
+const std::vector<llvm::VecDesc>& extra_libmvec_functions() {
+  static const auto* table = [] {
+    static const char* names[] = {"tanh", "sinh", "cosh", "tan", "asin", "acos", "atan",
+                                  "asinh", "acosh", "atanh", "expm1", "log1p", "log2",
+                                  "log10", "exp2", "erf", "erfc", "cbrt"};
+    bool avx2 = host().features.find("+avx2") != std::string::npos;
+    // NOTE: VecDesc keeps StringRefs: the strings live as long as the process.
+    auto* strings = new std::deque<std::string>();  // deque: push_back keeps references valid
+    auto* out = new std::vector<llvm::VecDesc>();
+    auto add = [&](const std::string& scalar, const std::string& isa, unsigned lanes) {
+      strings->push_back(scalar);
+      const std::string& sc = strings->back();
+      strings->push_back("_ZGV" + isa + "N" + std::to_string(lanes) + "v_" + scalar);
+      const std::string& vec = strings->back();
+      strings->push_back("_ZGV_LLVM_N" + std::to_string(lanes) + "v");
+      out->emplace_back(sc, vec, llvm::ElementCount::getFixed(lanes), false, strings->back());
+    };
+    for (const char* n : names) {
+      add(std::string(n) + "f", "b", 4);
+      add(n, "b", 2);
+      if (avx2) {
+        add(std::string(n) + "f", "d", 8);
+        add(n, "d", 4);
+      }
+    }
+    return out;
+  }();
+  return *table;
+}
 }  // namespace
 
 const std::string& host_target_id() { return host().id; }
@@ -80,9 +115,11 @@ void optimize_module(llvm::Module& m, llvm::TargetMachine& tm) {
   pto.SLPVectorization = true;
   llvm::PassBuilder pb(&tm, pto);
   llvm::TargetLibraryInfoImpl tlii(tm.getTargetTriple());
-  if (host().libmvec)
+  if (host().libmvec) {
     tlii.addVectorizableFunctionsFromVecLib(llvm::TargetLibraryInfoImpl::LIBMVEC_X86,
                                             tm.getTargetTriple());
+    tlii.addVectorizableFunctions(extra_libmvec_functions());
+  }
   fam.registerPass([&] { return llvm::TargetLibraryAnalysis(tlii); });
   pb.registerModuleAnalyses(mam);
   pb.registerCGSCCAnalyses(cgam);
