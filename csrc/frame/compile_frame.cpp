@@ -118,7 +118,8 @@ std::unique_ptr<runtime::CompiledGraph> compile_kernels(const std::shared_ptr<ir
     if (!n->meta) continue;
     // Kernels write plain tensors: values autograd must track stay torch ops
     // until backward graphs are derived (the training issue).
-    if (n->meta->requires_grad) return nullptr;
+    // (Inputs that require grad are fine: kernels only read them.)
+    if (n->meta->requires_grad && n->op != ir::OpKind::Placeholder) return nullptr;
     PyRef type = PyRef::steal(PyObject_GetAttrString(n->meta->device.get(), "type"));
     if (!type) throw PythonError();
     if (utf8(type.get()) != "cpu") return nullptr;  // CUDA code generation: a later issue
