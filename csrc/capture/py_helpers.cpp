@@ -110,6 +110,9 @@ bool is_side_effecting_torch_fn(PyObject* fn) {
   std::string mod = attr_str(fn, "__module__");
   std::string name = attr_str(fn, "__name__");
   if (torch_side_effect_fns().count(name)) return true;
+  // Queries such as torch.backends.mha.get_fastpath_enabled() or
+  // torch.cuda.is_available() only read global state: they run at trace time.
+  if (name.rfind("get_", 0) == 0 || name.rfind("is_", 0) == 0) return false;
   for (const char* prefix : {"torch.cuda", "torch.distributed", "torch.random", "torch.backends",
                              "torch.autograd", "torch.profiler", "torch.utils.data", "torch.hub",
                              "torch.serialization", "torch.testing", "torch.multiprocessing"}) {

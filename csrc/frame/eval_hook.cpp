@@ -144,6 +144,11 @@ bool is_internal_code(PyCodeObject* code) {
   }
   const char* file = PyUnicode_AsUTF8(code->co_filename);
   if (!file) throw PythonError();
+  // NOTE: forward() of torch's own layers (nn.TransformerEncoderLayer, ...) is model
+  // code a user compiles; module.py (Module.__call__ and its hook machinery) is not.
+  std::string_view f(file);
+  if (f.find("/torch/nn/modules/") != std::string_view::npos && !f.ends_with("/module.py"))
+    return false;
   return std::any_of(g_skip_prefixes.begin(), g_skip_prefixes.end(),
                      [&](const std::string& p) { return std::string_view(file).starts_with(p); });
 }
