@@ -15,6 +15,11 @@ void bind_core(py::module_& m) {
     return d;
   }, "A snapshot of torchlite's event counters.");
   m.def("reset_counters", [] { counters().reset(); });
+#ifdef TORCHLITE_HAVE_LLVM
+  m.attr("has_llvm") = true;  // the CPU code generator was built
+#else
+  m.attr("has_llvm") = false;
+#endif
   m.def("set_log_sink", [](py::object fn) { set_log_sink(fn.is_none() ? nullptr : fn.ptr()); });
   m.def("set_log_channels", [](const std::string& csv) { set_log_channels(csv); });
   m.def("log_enabled", [](const std::string& ch) { return log_enabled(ch.c_str()); });
