@@ -1,21 +1,15 @@
 // super() and classes that customise attribute access (__getattribute__ /
 // __getattr__ written in Python, e.g. transformers' PretrainedConfig).
 #include "capture/graph_break.h"
+#include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
 #include "core/errors.h"
 
 namespace tl::capture {
-namespace {
+using detail::utf8;
 
-std::string utf8(PyObject* s) {
-  const char* c = s && PyUnicode_Check(s) ? PyUnicode_AsUTF8(s) : nullptr;
-  if (!c) {
-    PyErr_Clear();
-    return "";
-  }
-  return c;
-}
+namespace {
 
 // A type's own attribute dict (new reference). NOTE: on 3.12 static builtin
 // types such as `object` keep tp_dict NULL; PyType_GetDict finds theirs.
