@@ -21,10 +21,10 @@ os.environ["TORCHLITE_CACHE_DIR"] = os.path.join(_tmp, "torchlite")
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_tmp, "inductor")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-import torchlite  # noqa: E402
+import torchlite
 
 
 def chain6(x):
@@ -71,11 +71,16 @@ def models(quick):
     try:
         import transformers
 
-        cfg = transformers.BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                                      intermediate_size=1024, vocab_size=30522)
+        cfg = transformers.BertConfig(
+            hidden_size=256,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            intermediate_size=1024,
+            vocab_size=30522,
+        )
         m = transformers.BertModel(cfg).eval()
         seq = 32 if quick else 128
-        cases.append(("BERT-small b8x%d" % seq, m, (torch.randint(0, 30522, (8, seq)),)))
+        cases.append((f"BERT-small b8x{seq}", m, (torch.randint(0, 30522, (8, seq)),)))
     except Exception as e:  # noqa: BLE001
         print(f"# BERT skipped: {e}")
     return cases
@@ -92,13 +97,15 @@ def main():
     m = torch.randn(rows, 4096)
     w, b = torch.randn(4096), torch.randn(4096)
     cases = [
-        ("6-op pointwise, %dM f32" % (n >> 20), chain6, (x,)),
-        ("softmax %dx4096" % rows, softmax_last, (m,)),
-        ("layer_norm %dx4096" % rows, layer_norm, (m, w, b)),
+        (f"6-op pointwise, {n >> 20}M f32", chain6, (x,)),
+        (f"softmax {rows}x4096", softmax_last, (m,)),
+        (f"layer_norm {rows}x4096", layer_norm, (m, w, b)),
     ] + models(a.quick)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
-    head = f"{'case':28} {'eager ms':>9} {'torchlite':>10} {'inductor':>9} {'tl/eager':>9} {'tl/ind':>7}" \
-           f" {'tl cold s':>9} {'ind cold s':>10}"
+    head = (
+        f"{'case':28} {'eager ms':>9} {'torchlite':>10} {'inductor':>9} {'tl/eager':>9} {'tl/ind':>7}"
+        f" {'tl cold s':>9} {'ind cold s':>10}"
+    )
     print(head)
     with torch.no_grad():
         for name, fn, args in cases:
@@ -112,8 +119,11 @@ def main():
                 ind = torch.compile(fn)
                 ind_cold = first_call_s(ind, args)
                 ind_ms = timed(ind, args)
-            print(f"{name:28} {eager:9.2f} {tl_ms:10.2f} {ind_ms:9.2f} {eager / tl_ms:8.2f}x"
-                  f" {ind_ms / tl_ms:6.2f}x {tl_cold:9.2f} {ind_cold:10.2f}", flush=True)
+            print(
+                f"{name:28} {eager:9.2f} {tl_ms:10.2f} {ind_ms:9.2f} {eager / tl_ms:8.2f}x"
+                f" {ind_ms / tl_ms:6.2f}x {tl_cold:9.2f} {ind_cold:10.2f}",
+                flush=True,
+            )
     print("kernels compiled by torchlite:", torchlite.counters()["kernels"])
 
 
