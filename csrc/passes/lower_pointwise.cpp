@@ -85,7 +85,10 @@ bool div(RuleCtx& c) {
   if (*mode == "floor") return c.finish(c.binary(ExprOp::FloorDiv, va, vb));
   if (*mode != "trunc") return false;
   if (!fp) return c.finish(c.binary(ExprOp::TruncDiv, va, vb));
-  return c.finish(c.unary(ExprOp::Trunc, c.binary(ExprOp::Div, va, vb)));
+  // torch truncates an f16/bf16 quotient after rounding it to that type (its scalar
+  // operator/ does), so 7.98 -> 8.0 -> 8, not 7.
+  int q = c.cast(c.cast(c.binary(ExprOp::Div, va, vb), c.out_type()), ct(c));
+  return c.finish(c.unary(ExprOp::Trunc, q));
 }
 
 bool pow(RuleCtx& c) {
@@ -185,7 +188,8 @@ bool cast(RuleCtx& c) {
   if (!c.is_tensor(x)) return false;
   for (size_t i = 1; i < c.node.args.size(); ++i)
     if (c.node.args[i].kind != ir::Arg::Kind::Const) return false;
-  for (const char* kw : {"dtype", "device", "non_blocking", "copy"}) c.arg(99, kw);
+  // memory_format only changes the output strides, which kernels take from the node's meta.
+  for (const char* kw : {"dtype", "device", "non_blocking", "copy", "memory_format"}) c.arg(99, kw);
   int v = c.value(x, compute_type(c.type_of(x)));
   return c.finish(c.cast(c.cast(v, c.out_type()), ct(c)));
 }
