@@ -53,12 +53,25 @@ int64_t reduced_numel(const OpLowering& o) {
   return n;
 }
 
+// max(a, b) / min(a, b): torch.maximum / torch.minimum (NaN-propagating), pointwise.
+bool elementwise_extreme(RuleCtx& c, ExprOp op) {
+  const ir::Arg* a = c.arg(0, "input");
+  const ir::Arg* b = c.arg(1, "other");
+  ScalarType t = compute_type(c.out_type());
+  if (!c.is_tensor(a) || !c.is_tensor(b) || t == ScalarType::Bool) return false;
+  return c.finish(c.binary(op, c.value(a, t), c.value(b, t)));
+}
+
 // sum, mean, prod, amax, amin; max/min without dim.
 template <ExprOp Op, bool Mean = false>
 bool reduce(RuleCtx& c) {
   bool ok = true;
   const ir::Arg* x = c.arg(0, "input");
-  if (c.node.args.size() > 1 && c.is_tensor(&c.node.args[1])) return false;  // max(a, b)
+  if (c.node.args.size() > 1 && c.is_tensor(&c.node.args[1])) {
+    if (Op == ExprOp::ReduceMax) return elementwise_extreme(c, ExprOp::Maximum);
+    if (Op == ExprOp::ReduceMin) return elementwise_extreme(c, ExprOp::Minimum);
+    return false;
+  }
   auto dims = dims_arg(c, 1, "dim", &ok);
   c.arg(2, "keepdim"), c.arg(3, "dtype");
   ScalarType t = compute_type(c.out_type());
@@ -100,6 +113,11 @@ bool softmax(RuleCtx& c) {
   c.arg(2, "_stacklevel"), c.arg(3, "dtype");
   ScalarType t = compute_type(c.out_type());
   if (!dim || dim->size() != 1 || !ir::is_floating(t) || !setup(c, x, dim)) return false;
+  // NOTE: torch's f16/bf16 log_softmax rounds its intermediates to the storage type in a
+  // kernel-specific order (x - max and log(sum) differ by up to one bf16 ulp of the row
+  // max, so a result near 0 comes out as exactly 0); computed once in f32 it does not match
+  // eager within bf16 tolerance, so it stays extern.
+  if (Log && c.out_type() != t) return false;
   c.out.full_result = true;
   int v = c.value(x, t);
   int shifted = c.binary(ExprOp::Sub, v, c.reduce(ExprOp::ReduceMax, v));
