@@ -174,7 +174,9 @@ void add_activation_rules(RuleTable& t) {
   t["relu6"] = relu6, t["leaky_relu"] = leaky_relu, t["elu"] = elu, t["selu"] = selu;
   t["celu"] = celu, t["gelu"] = gelu, t["silu"] = silu, t["softplus"] = softplus;
   t["mish"] = mish, t["hardtanh"] = hardtanh, t["hardsigmoid"] = hardsigmoid;
-  t["hardswish"] = hardswish, t["threshold"] = threshold;
+  // F.threshold is the Python function _threshold, captured under that name.
+  for (const char* n : {"threshold", "_threshold"}) t[n] = threshold;
+  t["hardswish"] = hardswish;
   for (const char* n : {"dropout", "detach", "contiguous"}) t[n] = identity_view;
 }
 
