@@ -1,5 +1,6 @@
 #include "frame/compile_frame.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -126,6 +127,16 @@ std::unique_ptr<runtime::CompiledGraph> compile_kernels(const std::shared_ptr<ir
   }
   passes::Partition part = passes::partition_graph(*graph);
   if (part.kernels.empty()) return nullptr;
+  const char* verify = std::getenv("TORCHLITE_VERIFY");
+  if (verify && std::string(verify) == "1") {
+    graph->lint();
+    for (auto& k : part.kernels) k.kernel.verify();
+  }
+  if (log_enabled("kernels")) {
+    std::string names;
+    for (auto& k : part.kernels) names += (names.empty() ? "" : ", ") + k.kernel.name;
+    log_event("kernels", std::to_string(part.kernels.size()) + " fused kernel(s): " + names);
+  }
   return std::make_unique<runtime::CompiledGraph>(graph, std::move(part));
 #else
   (void)graph;
