@@ -74,17 +74,14 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
                                 << " before any step produces it";
     return it->second;
   };
-  std::unordered_map<int, int> last_use;  // slot -> step index
-  std::vector<int> produced;              // per step: first produced slot
   for (auto& item : partition_.order) {
     Step s;
     int idx = static_cast<int>(steps_.size());
-    produced.push_back(static_cast<int>(n_values_));
     if (item.extern_node) {
       s.call.emplace(*item.extern_node, slots);
       s.node = item.extern_node;
       changes_grad_mode_ |= s.call->changes_grad_mode();
-      for (int slot : s.call->used_slots()) last_use[slot] = idx;
+      for (int slot : s.call->used_slots()) values_.use(slot, idx);
       s.out_slots.push_back(static_cast<int>(n_values_++));
       slots[item.extern_node] = s.out_slots.back();
     } else {
@@ -98,7 +95,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
       for (auto* in : fk.inputs) {
         cpu_meta(in, k.name);
         s.in_slots.push_back(slot_of(in, k.name));
-        last_use[s.in_slots.back()] = idx;
+        values_.use(s.in_slots.back(), idx);
       }
       for (auto* out : fk.outputs) {
         const ir::TensorMeta& m = cpu_meta(out, k.name);
@@ -112,23 +109,12 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
     }
     steps_.push_back(std::move(s));
   }
-  TL_CHECK(graph_->output()) << "graph without output";
-  for (auto& a : graph_->output()->args) {
-    if (a.kind == ir::Arg::Kind::Node) {
-      output_slots_.push_back(slot_of(a.node, "output"));
-      last_use[output_slots_.back()] = static_cast<int>(steps_.size());  // kept to the end
-    } else {
-      output_slots_.push_back(-1);
-      output_consts_.push_back(a.value);
-    }
-  }
-  for (auto& [slot, step] : last_use)
-    if (step < static_cast<int>(steps_.size()) && slot >= static_cast<int>(n_inputs_))
-      steps_[step].release_after.push_back(slot);
-  // Values never used are released right after they are produced.
-  for (auto& s : steps_)
-    for (int slot : s.out_slots)
-      if (!last_use.count(slot)) s.release_after.push_back(slot);
+  values_.set_outputs(*graph_, [&](const ir::Node* n) { return slot_of(n, "output"); },
+                      static_cast<int>(steps_.size()));
+  std::vector<std::vector<int>> produced;
+  for (auto& s : steps_) produced.push_back(s.out_slots);
+  auto release = values_.release_lists(produced, static_cast<int>(n_inputs_));
+  for (size_t i = 0; i < steps_.size(); ++i) steps_[i].release_after = std::move(release[i]);
 
   if (partition_.kernels.empty()) return;
 #ifdef TORCHLITE_HAVE_LLVM
@@ -213,11 +199,7 @@ std::vector<PyRef> CompiledGraph::run(PyObject* const* inputs, size_t n_inputs) 
     }
     for (int slot : s.release_after) values[slot] = PyRef();
   }
-  std::vector<PyRef> out;
-  out.reserve(output_slots_.size());
-  size_t c = 0;
-  for (int slot : output_slots_) out.push_back(slot >= 0 ? values[slot] : output_consts_[c++]);
-  return out;
+  return values_.outputs(values);
 }
 
 }  // namespace tl::runtime

@@ -9,6 +9,7 @@
 #include "core/py_ref.h"
 #include "ir/graph.h"
 #include "passes/partition.h"
+#include "runtime/value_plan.h"
 
 namespace tl::runtime {
 
@@ -37,8 +38,7 @@ class CompiledGraph {
   std::shared_ptr<const ir::Graph> graph_;
   passes::Partition partition_;
   std::vector<Step> steps_;
-  std::vector<int> output_slots_;
-  std::vector<PyRef> output_consts_;  // outputs that are constants (slot -1)
+  ValuePlan values_;
   size_t n_values_ = 0;
   size_t n_inputs_ = 0;
   bool changes_grad_mode_ = false;

@@ -19,7 +19,6 @@ GraphRunner::GraphRunner(std::shared_ptr<const ir::Graph> graph) : graph_(std::m
     if (n->op == ir::OpKind::Placeholder) slots[n.get()] = static_cast<int>(n_inputs_++);
   }
   n_values_ = n_inputs_;
-  std::unordered_map<int, int> last_use;  // slot -> step index
   for (auto& n : graph_->nodes()) {
     if (n->op != ir::OpKind::CallFunction && n->op != ir::OpKind::CallMethod) continue;
     Step s{NodeCall(*n, slots)};
@@ -27,26 +26,15 @@ GraphRunner::GraphRunner(std::shared_ptr<const ir::Graph> graph) : graph_(std::m
     s.out_slot = static_cast<int>(n_values_++);
     slots[n.get()] = s.out_slot;
     int idx = static_cast<int>(steps_.size());
-    for (int slot : s.call.used_slots()) last_use[slot] = idx;
+    for (int slot : s.call.used_slots()) values_.use(slot, idx);
     steps_.push_back(std::move(s));
   }
-  TL_CHECK(graph_->output()) << "graph without output";
-  for (auto& a : graph_->output()->args) {
-    if (a.kind == ir::Arg::Kind::Node) {
-      int slot = slots.at(a.node);
-      output_slots_.push_back(slot);
-      last_use[slot] = static_cast<int>(steps_.size());  // kept to the end
-    } else {
-      output_slots_.push_back(-1);
-      output_consts_.push_back(a.value);
-    }
-  }
-  for (auto& [slot, step] : last_use)
-    if (step < static_cast<int>(steps_.size()) && slot >= static_cast<int>(n_inputs_))
-      steps_[step].release_after.push_back(slot);
-  // Values never used are released right after they are produced.
-  for (auto& s : steps_)
-    if (!last_use.count(s.out_slot)) s.release_after.push_back(s.out_slot);
+  values_.set_outputs(*graph_, [&](const ir::Node* n) { return slots.at(n); },
+                      static_cast<int>(steps_.size()));
+  std::vector<std::vector<int>> produced;
+  for (auto& s : steps_) produced.push_back({s.out_slot});
+  auto release = values_.release_lists(produced, static_cast<int>(n_inputs_));
+  for (size_t i = 0; i < steps_.size(); ++i) steps_[i].release_after = std::move(release[i]);
 }
 
 GraphRunner::~GraphRunner() = default;
@@ -67,11 +55,7 @@ std::vector<PyRef> GraphRunner::run(PyObject* const* inputs, size_t n_inputs) {
     values[s.out_slot] = PyRef::steal(result);
     for (int slot : s.release_after) values[slot] = PyRef();
   }
-  std::vector<PyRef> out;
-  out.reserve(output_slots_.size());
-  size_t c = 0;
-  for (int slot : output_slots_) out.push_back(slot >= 0 ? values[slot] : output_consts_[c++]);
-  return out;
+  return values_.outputs(values);
 }
 
 }  // namespace tl::runtime

@@ -7,6 +7,7 @@
 
 #include "core/py_ref.h"
 #include "ir/graph.h"
+#include "runtime/value_plan.h"
 
 namespace tl::runtime {
 
@@ -28,8 +29,7 @@ class GraphRunner {
   struct Step;
   std::shared_ptr<const ir::Graph> graph_;
   std::vector<Step> steps_;
-  std::vector<int> output_slots_;
-  std::vector<PyRef> output_consts_;  // outputs that are constants (slot -1)
+  ValuePlan values_;
   size_t n_values_ = 0;
   size_t n_inputs_ = 0;
   bool changes_grad_mode_ = false;
