@@ -1,0 +1,41 @@
+#pragma once
+// Loop-IR Kernel -> one self-contained CUDA C translation unit plus its launch
+// shape. Only text is produced here: compiling (NVRTC) and launching (driver
+// API) live in runtime/cuda, so this folder builds and is tested on machines
+// without a GPU or CUDA toolkit.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/loop_ir.h"
+
+namespace tl::codegen::cuda {
+
+// What the emitter needs to know about the device it targets.
+struct Target {
+  int sm_major = 9, sm_minor = 0;  // compute capability
+  int multiprocessors = 132;       // bounds grid sizes of grid-stride loops
+};
+
+struct CudaKernel {
+  std::string name;    // the scalar entry point: extern "C" __global__
+  std::string source;  // whole translation unit; no #include (NVRTC gets no system headers)
+  // Entry parameters, for both entries: one pointer per kernel input, then one
+  // per output, in Kernel::inputs / Kernel::outputs order. Shapes and strides
+  // are compile-time constants (graphs are specialised on them by guards).
+  //
+  // The vectorised entry (16-byte loads/stores) exists when `vector_name` is
+  // not empty; the runtime may launch it only when every pointer listed in
+  // `aligned_params` is 16-byte aligned, and must launch `name` otherwise.
+  std::string vector_name;
+  std::vector<int> aligned_params;  // parameter indices
+  // Launch shape (1-D grid and block), same for both entries.
+  int64_t grid = 1;
+  int block = 256;
+  int shared_bytes = 0;  // dynamic shared memory
+};
+
+// Throws tl::Error (Internal) naming the kernel and the expr it cannot emit.
+CudaKernel emit_cuda_kernel(const ir::Kernel& k, const std::string& fn_name, const Target& target);
+
+}  // namespace tl::codegen::cuda
