@@ -5,16 +5,13 @@
 // pointwise tail over the full row (see the execution model in loop_ir.h).
 #include <algorithm>
 
+#include "passes/lower_reduction.h"
+
 #include "passes/dtype.h"
-#include "passes/lowering.h"
 
 namespace tl::passes {
-namespace {
+namespace reduction {
 
-using ir::ExprOp;
-using ir::ScalarType;
-
-// Sets up a reduction of `x` over `dims` (nullopt or empty: every dim).
 bool setup(RuleCtx& c, const ir::Arg* x, std::optional<std::vector<int64_t>> dims) {
   if (!c.is_tensor(x)) return false;
   const auto& sizes = x->node->meta->sizes;
@@ -53,6 +50,26 @@ int64_t reduced_numel(const OpLowering& o) {
   return n;
 }
 
+bool affine(RuleCtx& c, int* v, const ir::Arg* w, const ir::Arg* b, ir::ScalarType t) {
+  w = none_to_null(w), b = none_to_null(b);
+  if ((w && !c.is_tensor(w)) || (b && !c.is_tensor(b))) return false;
+  if (w) *v = c.binary(ir::ExprOp::Mul, *v, c.value(w, t));
+  if (b) *v = c.binary(ir::ExprOp::Add, *v, c.value(b, t));
+  return true;
+}
+
+bool is_bool_const(const ir::Arg* a) {
+  return a && a->kind == ir::Arg::Kind::Const && PyBool_Check(a->value.get());
+}
+
+}  // namespace reduction
+
+namespace {
+
+using ir::ExprOp;
+using ir::ScalarType;
+using namespace reduction;
+
 // max(a, b) / min(a, b): torch.maximum / torch.minimum (NaN-propagating), pointwise.
 bool elementwise_extreme(RuleCtx& c, ExprOp op) {
   const ir::Arg* a = c.arg(0, "input");
@@ -82,11 +99,12 @@ bool reduce(RuleCtx& c) {
   return c.finish(r);
 }
 
-// getitem(x.max(dim), 0): the values of a max/min whose indices are unused.
+// getitem(x.max(dim), 0 or 1): the values or the indices of a max/min whose
+// other half is unused (a node computes one value).
 bool getitem_values(RuleCtx& c) {
   const ir::Arg* tup = c.arg(0);
   auto idx = c.number(c.arg(1));
-  if (!tup || tup->kind != ir::Arg::Kind::Node || !idx || *idx != 0) return false;
+  if (!tup || tup->kind != ir::Arg::Kind::Node || !idx || (*idx != 0 && *idx != 1)) return false;
   const ir::Node& m = *tup->node;
   std::string name = op_base_name(m);
   if (m.meta || (name != "max" && name != "min") || c.info.users_of(&m).size() != 1) return false;
@@ -99,10 +117,17 @@ bool getitem_values(RuleCtx& c) {
   auto d = dim ? c.ints(dim) : std::nullopt;
   if (!d || d->size() != 1 || !setup(c, &m.args[0], d)) return false;
   ScalarType t = compute_type(c.out_type());
-  if (t == ScalarType::Bool) return false;
+  if (t == ScalarType::Bool && *idx == 0) return false;
   c.out.absorbed = &m;
-  ExprOp op = name == "max" ? ExprOp::ReduceMax : ExprOp::ReduceMin;
-  return c.finish(c.reduce(op, c.value(&m.args[0], t)));
+  bool is_max = name == "max";
+  if (*idx == 0) return c.finish(c.reduce(is_max ? ExprOp::ReduceMax : ExprOp::ReduceMin,
+                                          c.value(&m.args[0], t)));
+  if (reduced_numel(c.out) == 1) return c.finish(c.constant(0, ScalarType::I64));
+  ScalarType in = compute_type(c.type_of(&m.args[0]));
+  int r = c.reduce(is_max ? ExprOp::ReduceArgMax : ExprOp::ReduceArgMin,
+                   c.value(&m.args[0], in == ScalarType::Bool ? ScalarType::U8 : in));
+  c.out.body[r].type = ScalarType::I64;
+  return c.finish(r);
 }
 
 // softmax / log_softmax over one dim, and logsumexp over dims.
@@ -157,15 +182,6 @@ std::optional<std::vector<int64_t>> trailing_dims(RuleCtx& c, const ir::Arg* x,
     dims.push_back(static_cast<int64_t>(off + i));
   }
   return dims;
-}
-
-// Multiplies by weight and adds bias when present (None or absent: skipped).
-bool affine(RuleCtx& c, int* v, const ir::Arg* w, const ir::Arg* b, ScalarType t) {
-  w = none_to_null(w), b = none_to_null(b);
-  if ((w && !c.is_tensor(w)) || (b && !c.is_tensor(b))) return false;
-  if (w) *v = c.binary(ExprOp::Mul, *v, c.value(w, t));
-  if (b) *v = c.binary(ExprOp::Add, *v, c.value(b, t));
-  return true;
 }
 
 bool layer_norm(RuleCtx& c) {
@@ -244,6 +260,7 @@ void add_reduction_rules(RuleTable& t) {
   t["getitem"] = getitem_values;
   t["softmax"] = softmax<false>, t["log_softmax"] = softmax<true>, t["logsumexp"] = logsumexp;
   t["layer_norm"] = layer_norm, t["rms_norm"] = rms_norm, t["batch_norm"] = batch_norm;
+  add_statistics_rules(t);
 }
 
 }  // namespace tl::passes

@@ -42,7 +42,7 @@ std::string op_base_name(const ir::Node& n) {
   if (n.op == ir::OpKind::CallMethod) return n.target_name;
   static const char* kPrefixes[] = {"torch.nn.functional.", "torch._C._nn.", "torch.special.",
                                     "torch._C._special.",   "torch.Tensor.", "operator.",
-                                    "torch."};
+                                    "torch.functional.",    "torch."};
   for (const char* p : kPrefixes) {
     std::string prefix = p;
     if (n.target_name.rfind(prefix, 0) != 0) continue;

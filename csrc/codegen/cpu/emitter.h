@@ -37,6 +37,8 @@ class Emitter {
     cache_.assign(k_.exprs.size(), nullptr);
   }
   void store_outputs(int pass);
+  void plan_stash();
+  llvm::Value* div_by_reduction(int i);
   void rows(llvm::Value* begin, llvm::Value* end);
 
   // reduce_emitter.cpp
@@ -72,6 +74,11 @@ class Emitter {
   std::vector<int> pass_, out_pass_;
   std::vector<char> varies_;  // depends on the reduction axes
   int n_passes_ = 0;
+  int cur_pass_ = 0;  // the pass being emitted (n_passes_ + 1 after the last)
+  // stash_[i] = o: expr i (a reduction's operand in pass stash_pass_[i]) is also
+  // stored to output o then, and later passes read it back instead of computing
+  // it again (softmax's exp); -1 otherwise.
+  std::vector<int> stash_, stash_pass_;
   std::vector<Acc> acc_;
 };
 

@@ -85,6 +85,7 @@ void Emitter::analyse() {
     out_pass_.push_back(in_loop ? pass_[e] + 1 : 0);
     n_passes_ = std::max(n_passes_, out_pass_.back());
   }
+  plan_stash();
 }
 
 llvm::Value* Emitter::value(int i) {
@@ -92,7 +93,11 @@ llvm::Value* Emitter::value(int i) {
   const ir::Expr& e = k_.exprs[i];
   const auto& ops = e.operands;
   llvm::Value* v = nullptr;
-  if (e.op == ExprOp::Load) {
+  if (int o = stash_[i]; o >= 0 && cur_pass_ > stash_pass_[i]) {
+    v = load_elem(b_, ptrs_[n_in_ + o], off_[n_in_ + o], e.type);
+  } else if (llvm::Value* q = div_by_reduction(i)) {
+    v = q;
+  } else if (e.op == ExprOp::Load) {
     ST t = k_.inputs[e.buffer].type;
     v = convert(b_, load_elem(b_, ptrs_[e.buffer], off_[e.buffer], t), t, e.type);
   } else if (e.op == ExprOp::Constant) {
@@ -118,6 +123,11 @@ llvm::Value* Emitter::value(int i) {
 }
 
 void Emitter::store_outputs(int pass) {
+  for (size_t i = 0; i < stash_.size(); ++i)
+    if (stash_[i] >= 0 && stash_pass_[i] == pass) {
+      int o = stash_[i];
+      store_elem(b_, value(i), ptrs_[n_in_ + o], off_[n_in_ + o], k_.outputs[o].view.type);
+    }
   for (size_t o = 0; o < k_.outputs.size(); ++o) {
     if (out_pass_[o] != pass) continue;
     const auto& out = k_.outputs[o];

@@ -73,6 +73,7 @@ void Emitter::reduce_tile(const Offsets& off0, llvm::Value* n, const Shift& at) 
       if (is_reduce(k_.exprs[i].op) && pass_[i] == p) fn(static_cast<int>(i));
   };
   for (int p = 1; p <= n_passes_; ++p) {
+    cur_pass_ = p;
     for_points(off0, [&] { each_reduce(p, [&](int i) { init_acc(i); }); });
     reduction_loops(0, off0, b_.getInt64(0), [&](const Offsets& off) {
       for_points(off, [&] {
@@ -82,7 +83,49 @@ void Emitter::reduce_tile(const Offsets& off0, llvm::Value* n, const Shift& at) 
     });
     each_reduce(p, [&](int i) { done_[i] = 1; });
   }
+  cur_pass_ = n_passes_ + 1;
   for_points(off0, [&] { store_outputs(0); });
+}
+
+// Softmax-shaped outputs, out = a / s (or a * s) with `a` a row value that pass
+// q - 1 already computed for a reduction and `s` per row: pass q - 1 stores `a`
+// into the output and pass q scales it in place, so exp runs once per element,
+// as in eager, instead of twice.
+void Emitter::plan_stash() {
+  stash_.assign(k_.exprs.size(), -1);
+  stash_pass_.assign(k_.exprs.size(), 0);
+  size_t n_outer = k_.shape.size() - k_.reduction_axes;
+  for (size_t o = 0; o < k_.outputs.size(); ++o) {
+    const auto& out = k_.outputs[o];
+    const ir::Expr& e = k_.exprs[out.expr];
+    int q = out_pass_[o];
+    if (q < 2 || (e.op != ExprOp::Div && e.op != ExprOp::Mul)) continue;
+    int a = e.operands[0], s = e.operands[1];
+    const ir::Expr& ea = k_.exprs[a];
+    if (!varies_[a] || varies_[s] || ea.op == ExprOp::Load || ea.op == ExprOp::Cast) continue;
+    if (out.view.type != ea.type || stash_[a] >= 0) continue;
+    bool distinct = true;  // every point of the row has its own element
+    for (size_t d = n_outer; d < out.view.strides.size(); ++d)
+      distinct = distinct && (out.view.strides[d] != 0 || k_.shape[d] == 1);
+    bool reduced_then = false;
+    for (size_t r = 0; r < k_.exprs.size(); ++r)
+      reduced_then |= is_reduce(k_.exprs[r].op) && k_.exprs[r].operands[0] == a &&
+                      pass_[r] == q - 1;
+    if (!distinct || !reduced_then) continue;
+    stash_[a] = static_cast<int>(o);
+    stash_pass_[a] = q - 1;
+  }
+}
+
+// a / r with r a reduction result: a * (1 / r), the reciprocal hoisted out of
+// the row loop (as eager's softmax scales by 1 / sum).
+llvm::Value* Emitter::div_by_reduction(int i) {
+  const ir::Expr& e = k_.exprs[i];
+  if (e.op != ExprOp::Div || !is_float_type(e.type) || !varies_[e.operands[0]]) return nullptr;
+  if (!is_reduce(k_.exprs[e.operands[1]].op)) return nullptr;
+  llvm::Value* r = operand(e.operands[1], e.type);
+  llvm::Value* recip = b_.CreateFDiv(llvm::ConstantFP::get(r->getType(), 1.0), r);
+  return b_.CreateFMul(operand(e.operands[0], e.type), recip);
 }
 
 void Emitter::reduction_loops(size_t d, const Offsets& off, llvm::Value* rlin,

@@ -1,0 +1,176 @@
+// Statistics and tests over reduced dims: var, std, argmax/argmin, all/any, norm,
+// group_norm. Variances are two-pass (mean, then the sum of squared deviations):
+// both passes read a row that is still in cache, and unlike a one-pass sum of
+// squares they do not cancel catastrophically when |mean| >> std.
+#include <cmath>
+
+#include "passes/dtype.h"
+#include "passes/lower_reduction.h"
+
+namespace tl::passes {
+namespace {
+
+using ir::ExprOp;
+using ir::ScalarType;
+using namespace reduction;
+
+constexpr size_t kKeywordOnly = 64;  // a position no call reaches: c.arg reads the keyword
+
+// Sum of squared deviations from the mean over the set-up reduction, divided
+// by max(0, n - correction) as torch does (0 gives inf or NaN, like eager).
+int variance(RuleCtx& c, int v, double correction, ScalarType t) {
+  double n = double(reduced_numel(c.out));
+  int mean = c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, v), c.constant(n, t));
+  int d = c.binary(ExprOp::Sub, v, mean);
+  int ss = c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Mul, d, d));
+  return c.binary(ExprOp::Div, ss, c.constant(std::max(0.0, n - correction), t));
+}
+
+// var/std(input, dim=None, *, correction=1, keepdim=False), the older
+// (input, dim, unbiased, keepdim) and (input, unbiased) forms.
+template <bool Std>
+bool var(RuleCtx& c) {
+  bool ok = true;
+  const ir::Arg* x = c.arg(0, "input");
+  const ir::Arg* a1 = c.arg(1, "dim");
+  double correction = 1;
+  std::optional<std::vector<int64_t>> dims;
+  if (is_bool_const(a1)) {
+    correction = *c.number(a1);
+  } else {
+    dims = dims_arg(c, 1, "dim", &ok);
+  }
+  if (const ir::Arg* u = c.arg(2, "unbiased")) {
+    ok = ok && is_bool_const(u);
+    correction = c.number(u).value_or(1);
+  }
+  c.arg(3, "keepdim");
+  if (const ir::Arg* corr = none_to_null(c.arg(kKeywordOnly, "correction"))) {
+    auto v = c.number(corr);
+    ok = ok && v.has_value();
+    correction = v.value_or(1);
+  }
+  ScalarType t = compute_type(c.out_type());
+  if (!ok || !ir::is_floating(t) || !setup(c, x, dims)) return false;
+  int r = variance(c, c.value(x, t), correction, t);
+  return c.finish(Std ? c.unary(ExprOp::Sqrt, r) : r);
+}
+
+// argmax/argmin(input, dim=None, keepdim=False): the first index of the extreme
+// (or of the first NaN), row-major over the input when dim is None.
+template <ExprOp Op>
+bool argextreme(RuleCtx& c) {
+  bool ok = true;
+  const ir::Arg* x = c.arg(0, "input");
+  auto dims = dims_arg(c, 1, "dim", &ok);
+  c.arg(2, "keepdim");
+  if (!ok || (dims && dims->size() != 1) || !c.is_tensor(x) || !setup(c, x, dims)) return false;
+  if (reduced_numel(c.out) == 1) return c.finish(c.constant(0, ScalarType::I64));
+  ScalarType in = compute_type(c.type_of(x));
+  int v = c.value(x, in == ScalarType::Bool ? ScalarType::U8 : in);
+  int r = c.reduce(Op, v);
+  c.out.body[r].type = ScalarType::I64;  // the index; the accumulator keeps the operand type
+  return c.finish(r);
+}
+
+// all/any(input, dim=None, keepdim=False): min/max of the truth values as u8
+// (bool's identity for an empty row: all -> true, any -> false).
+template <ExprOp Op>
+bool all_any(RuleCtx& c) {
+  bool ok = true;
+  const ir::Arg* x = c.arg(0, "input");
+  auto dims = dims_arg(c, 1, "dim", &ok);
+  c.arg(2, "keepdim");
+  ScalarType out = c.out_type();
+  if (!ok || (out != ScalarType::Bool && out != ScalarType::U8) || !setup(c, x, dims))
+    return false;
+  int truth = c.cast(c.value(x, ScalarType::Bool), ScalarType::U8);
+  return c.finish(c.cast(c.reduce(Op, truth), out));
+}
+
+// norm(input, p='fro', dim=None, keepdim=False, dtype=None) for vector norms:
+// p = 'fro'/2, 1, inf, -inf, 0 and any other number.
+bool norm(RuleCtx& c) {
+  bool ok = true;
+  const ir::Arg* x = c.arg(0, "input");
+  const ir::Arg* pa = none_to_null(c.arg(1, "p"));
+  auto dims = dims_arg(c, 2, "dim", &ok);
+  c.arg(3, "keepdim"), c.arg(kKeywordOnly, "dtype");
+  // NOTE: torch.norm (torch/functional.py) has `out` at position 4; Tensor.norm has no `out`.
+  if (none_to_null(c.arg(4, "out"))) return false;
+  std::optional<double> p = 2.0;
+  if (pa) {
+    auto s = c.str(pa);
+    p = s ? (*s == "fro" ? std::optional<double>(2.0) : std::nullopt) : c.number(pa);
+  }
+  ScalarType t = compute_type(c.out_type());
+  if (!ok || !p || !ir::is_floating(t) || !setup(c, x, dims)) return false;
+  int v = c.value(x, t), a = c.unary(ExprOp::Abs, v);
+  int r;
+  if (*p == 2) {
+    r = c.unary(ExprOp::Sqrt, c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Mul, v, v)));
+  } else if (*p == 1) {
+    r = c.reduce(ExprOp::ReduceSum, a);
+  } else if (std::isinf(*p)) {
+    r = c.reduce(*p > 0 ? ExprOp::ReduceMax : ExprOp::ReduceMin, a);
+  } else if (*p == 0) {
+    int nz = c.cast(c.binary(ExprOp::Ne, v, c.constant(0, t)), t);
+    r = c.reduce(ExprOp::ReduceSum, nz);
+  } else {
+    int s = c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Pow, a, c.constant(*p, t)));
+    r = c.binary(ExprOp::Pow, s, c.constant(1.0 / *p, t));
+  }
+  return c.finish(r);
+}
+
+// group_norm(input, num_groups, weight, bias, eps) when a group is all channels
+// (num_groups 1) or one channel (num_groups C): a reduction over whole axes.
+// Other group counts need a channel split the iteration space cannot express: extern.
+bool group_norm(RuleCtx& c) {
+  const ir::Arg* x = c.arg(0, "input");
+  auto groups = c.number(c.arg(1, "num_groups"));
+  const ir::Arg *w = c.arg(2, "weight"), *b = c.arg(3, "bias");
+  double eps = c.number(c.arg(4, "eps")).value_or(1e-5);
+  c.arg(5, "cudnn_enabled");
+  ScalarType t = compute_type(c.out_type());
+  if (!groups || !c.is_tensor(x) || !ir::is_floating(t)) return false;
+  const auto& sizes = x->node->meta->sizes;
+  int64_t rank = static_cast<int64_t>(sizes.size());
+  if (rank < 2) return false;
+  int64_t channels = sizes[1];
+  std::vector<int64_t> dims;
+  if (*groups == 1) {
+    for (int64_t d = 1; d < rank; ++d) dims.push_back(d);
+  } else if (*groups == double(channels) && rank > 2) {
+    for (int64_t d = 2; d < rank; ++d) dims.push_back(d);
+  } else {
+    return false;
+  }
+  if (!setup(c, x, dims)) return false;
+  c.out.full_result = true;
+  int v = c.value(x, t);
+  int n = c.constant(double(reduced_numel(c.out)), t);
+  int centered = c.binary(ExprOp::Sub, v, c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, v), n));
+  int sq = c.binary(ExprOp::Mul, centered, centered);
+  int var = c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, sq), n);
+  int rstd = c.unary(ExprOp::Rsqrt, c.binary(ExprOp::Add, var, c.constant(eps, t)));
+  int r = c.binary(ExprOp::Mul, centered, rstd);
+  if (!affine(c, &r, w, b, t)) return false;
+  c.out.input_axes.assign(c.out.inputs.size(), {});
+  for (size_t i = 1; i < c.out.inputs.size(); ++i) {
+    if (c.out.inputs[i]->meta->sizes.size() != 1) return false;
+    c.out.input_axes[i] = {1};  // weight and bias are per channel
+  }
+  return c.finish(r);
+}
+
+}  // namespace
+
+void add_statistics_rules(RuleTable& t) {
+  t["var"] = var<false>, t["std"] = var<true>;
+  t["argmax"] = argextreme<ExprOp::ReduceArgMax>, t["argmin"] = argextreme<ExprOp::ReduceArgMin>;
+  t["all"] = all_any<ExprOp::ReduceMin>, t["any"] = all_any<ExprOp::ReduceMax>;
+  t["norm"] = norm, t["group_norm"] = group_norm;
+}
+
+}  // namespace tl::passes
