@@ -45,6 +45,8 @@ if [[ "${TORCHLITE_SKIP_INSTALL:-0}" != 1 ]]; then
   if [[ $tests == 1 ]]; then
     log "pip install timm transformers"
     "${pip[@]}" timm transformers >&2
+    # NVRTC compiles the CUDA kernels to PTX in CI (no GPU needed); optional: a failed install only skips those tests.
+    "${pip[@]}" nvidia-cuda-nvrtc >&2 || log "nvidia-cuda-nvrtc not installed: CUDA code generation tests will skip"
     # NOTE: PyPI's torchvision is a CUDA build; next to the CPU-only torch its C ops do not
     # load. tests/python/conftest.py lets timm import anyway (see _work_around_mismatched_torchvision).
   fi

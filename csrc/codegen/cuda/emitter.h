@@ -1,0 +1,106 @@
+#pragma once
+// The CUDA C writer behind emit_cuda_kernel (kernel_text.cpp: analysis,
+// expressions, pointwise entries; reduce_text.cpp: row strategies and
+// reduction passes). Internal to codegen/cuda.
+#include <cstdint>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "codegen/cuda/cuda_kernel.h"
+#include "codegen/cuda/scalar_text.h"
+
+namespace tl::codegen::cuda {
+
+// The iteration space the loops run: size-1 axes dropped, neighbours merged
+// where every buffer walks them contiguously (row-major order is kept, which
+// argmax indices rely on). As codegen/cpu/loop_space.h.
+struct Space {
+  std::vector<int64_t> outer;  // at least one axis
+  std::vector<int64_t> red;    // empty iff the kernel has no reduction axes
+  std::vector<std::vector<int64_t>> strides;  // [buffer][outer..., red...]
+  std::vector<int64_t> offsets;
+};
+Space coalesce(const ir::Kernel& k);
+
+inline bool is_reduce(ir::ExprOp op) { return ir::is_reduction(op); }
+inline bool is_arg_reduce(ir::ExprOp op) {
+  return op == ir::ExprOp::ReduceArgMax || op == ir::ExprOp::ReduceArgMin;
+}
+
+class Writer {
+ public:
+  Writer(const ir::Kernel& k, const std::string& name, const Target& t);
+  CudaKernel run();
+
+ private:
+  // Where the current scope reads buffer `b`'s element (an lvalue text).
+  using ElemRef = std::function<std::string(int b)>;
+
+  [[noreturn]] void fail(size_t i, const std::string& why) const;
+  ST type(int i) const { return k_.exprs[i].type; }
+  void analyse();
+  void choose_index_type();
+  std::string params() const;
+  std::string signature(const std::string& name, int block) const;
+  // Expressions: one `const T vN = ...;` line per expr on first use in a scope.
+  void new_scope(ElemRef ref) {
+    ref_ = std::move(ref);
+    cache_.assign(k_.exprs.size(), std::string());
+  }
+  std::string value(int i);
+  std::string operand(int i, ST t) { return convert(value(i), type(i), t); }
+  // Writes each output of `pass` through `store(o, memory_value)`.
+  void store_outputs(int pass, const std::function<void(size_t, const std::string&)>& store);
+  void line(const std::string& s) { os_ << indent_ << s << "\n"; }
+  void open(const std::string& s) {
+    line(s + " {");
+    indent_ += "  ";
+  }
+  void close() {
+    indent_.resize(indent_.size() - 2);
+    line("}");
+  }
+  // `prefix`k = offset of buffer k at the coordinates `coords` of the given axes.
+  void offsets(const std::string& prefix, const std::string& lin, const std::vector<int64_t>& sizes,
+               size_t first_axis, const std::string& base_prefix);
+  std::string fresh(const std::string& stem) { return stem + std::to_string(tmp_++); }
+
+  // kernel_text.cpp: pointwise
+  void pointwise_scalar();
+  bool vector_width(int* width) const;
+  void pointwise_vector(int width);
+  int64_t grid_for(int64_t threads, int block) const;
+
+  // reduce_text.cpp
+  enum class Rows { Thread, Warp, Block };
+  Rows choose_rows() const;
+  void reduction_kernel();
+  void reduce_pass(int p, Rows rows);
+  void combine(int i, Rows rows);
+
+  const ir::Kernel& k_;
+  std::string name_;
+  Target target_;
+  Space s_;
+  int n_in_;
+  std::string idx_ = "unsigned";  // index type: 32-bit unless sizes need 64
+  std::ostringstream os_;
+  std::string indent_;
+  ElemRef ref_;
+  std::vector<std::string> cache_;  // expr values of the current scope
+  std::vector<std::string> acc_;    // reduction accumulators (row scope)
+  std::vector<char> done_;          // reductions whose pass has finished
+  std::string rlin_;                // linear index over the reduction axes
+  int tmp_ = 0;
+  int block_ = 256;
+  // As the CPU emitter: pass_[i] is the pass over the reduction axes that
+  // computes reduction i, or the last pass whose result expr i needs.
+  std::vector<int> pass_, out_pass_;
+  std::vector<char> varies_;
+  int n_passes_ = 0;
+  CudaKernel out_;
+};
+
+}  // namespace tl::codegen::cuda

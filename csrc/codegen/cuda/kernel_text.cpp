@@ -1,0 +1,369 @@
+// Loop-IR Kernel -> CUDA C: analysis, expressions and the pointwise entries
+// (a grid-stride loop over the outer linear index, plus a 16-byte vectorised
+// variant when every buffer is contiguous or a broadcast scalar).
+#include <algorithm>
+
+#include "codegen/cuda/emitter.h"
+#include "core/errors.h"
+
+namespace tl::codegen::cuda {
+
+using ir::ExprOp;
+
+namespace {
+struct Axes {
+  std::vector<int64_t> sizes;
+  std::vector<std::vector<int64_t>> strides;  // [buffer][axis]
+};
+
+// Drops size-1 axes, then merges axis d into the previous one when every
+// buffer has stride[prev] == stride[d] * size[d].
+Axes merge(const Axes& a) {
+  Axes out;
+  out.strides.resize(a.strides.size());
+  for (size_t d = 0; d < a.sizes.size(); ++d) {
+    if (a.sizes[d] == 1) continue;
+    bool mergeable = !out.sizes.empty();
+    for (size_t b = 0; mergeable && b < a.strides.size(); ++b)
+      mergeable = out.strides[b].back() == a.strides[b][d] * a.sizes[d];
+    if (mergeable) {
+      out.sizes.back() *= a.sizes[d];
+      for (size_t b = 0; b < a.strides.size(); ++b) out.strides[b].back() = a.strides[b][d];
+      continue;
+    }
+    out.sizes.push_back(a.sizes[d]);
+    for (size_t b = 0; b < a.strides.size(); ++b) out.strides[b].push_back(a.strides[b][d]);
+  }
+  return out;
+}
+
+bool is_unary(ExprOp op) { return op >= ExprOp::Neg && op <= ExprOp::Cast; }
+// Ops whose operand type, not the result type, decides how they compute.
+bool by_operand_type(ExprOp op) {
+  return op == ExprOp::IsNan || op == ExprOp::IsInf || op == ExprOp::IsFinite ||
+         op == ExprOp::Not || (op >= ExprOp::Eq && op <= ExprOp::Xor);
+}
+size_t arity(ExprOp op) {
+  if (op == ExprOp::Load || op == ExprOp::Constant) return 0;
+  if (is_unary(op) || is_reduce(op)) return 1;
+  return op == ExprOp::Where ? 3 : 2;
+}
+}  // namespace
+
+Space coalesce(const ir::Kernel& k) {
+  size_t n = k.shape.size();
+  TL_CHECK(k.reduction_axes >= 0 && static_cast<size_t>(k.reduction_axes) <= n)
+      << "kernel " << k.name << ": " << k.reduction_axes << " reduction axes of " << n;
+  size_t n_outer = n - k.reduction_axes;
+  std::vector<const ir::BufferView*> views;
+  for (auto& v : k.inputs) views.push_back(&v);
+  for (auto& o : k.outputs) views.push_back(&o.view);
+  Axes outer, red;
+  outer.strides.resize(views.size());
+  red.strides.resize(views.size());
+  for (size_t d = 0; d < n; ++d) (d < n_outer ? outer : red).sizes.push_back(k.shape[d]);
+  for (size_t b = 0; b < views.size(); ++b) {
+    TL_CHECK(views[b]->strides.size() == n)
+        << "kernel " << k.name << ": buffer " << b << " has " << views[b]->strides.size()
+        << " strides for " << n << " axes";
+    for (size_t d = 0; d < n; ++d)
+      (d < n_outer ? outer : red).strides[b].push_back(views[b]->strides[d]);
+  }
+  outer = merge(outer);
+  red = merge(red);
+  auto ensure_axis = [&](Axes& a) {
+    if (!a.sizes.empty()) return;
+    a.sizes.push_back(1);
+    for (auto& s : a.strides) s.push_back(0);
+  };
+  ensure_axis(outer);
+  if (k.reduction_axes > 0) ensure_axis(red);
+  Space s;
+  s.outer = outer.sizes;
+  s.red = red.sizes;
+  for (size_t b = 0; b < views.size(); ++b) {
+    auto st = outer.strides[b];
+    st.insert(st.end(), red.strides[b].begin(), red.strides[b].end());
+    s.strides.push_back(std::move(st));
+    s.offsets.push_back(views[b]->offset);
+  }
+  return s;
+}
+
+Writer::Writer(const ir::Kernel& k, const std::string& name, const Target& t)
+    : k_(k), name_(name), target_(t), s_(coalesce(k)), n_in_(static_cast<int>(k.inputs.size())) {}
+
+void Writer::fail(size_t i, const std::string& why) const {
+  {
+    ErrorBuilder(ErrorKind::Internal, __FILE__, __LINE__, "kernel IR")
+        << "CUDA kernel " << k_.name << ": expr %" << i << ": " << why;
+  }
+  __builtin_unreachable();  // the builder throws
+}
+
+void Writer::analyse() {
+  size_t n = k_.exprs.size(), n_outer = k_.shape.size() - k_.reduction_axes;
+  pass_.assign(n, 0);
+  varies_.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const ir::Expr& e = k_.exprs[i];
+    if (ir::expr_op_arity(e.op) != (e.op == ExprOp::Load || e.op == ExprOp::Constant
+                                        ? -1
+                                        : static_cast<int>(arity(e.op))))
+      fail(i, std::string("op ") + ir::expr_op_name(e.op) + " is not known to the CUDA emitter");
+    if (e.operands.size() != arity(e.op)) fail(i, "wrong operand count");
+    for (int o : e.operands) {
+      if (o < 0 || static_cast<size_t>(o) >= i) fail(i, "operand is not an earlier expr");
+      pass_[i] = std::max(pass_[i], pass_[o]);
+      varies_[i] |= varies_[o];
+    }
+    if (e.op == ExprOp::Load) {
+      if (e.buffer < 0 || e.buffer >= n_in_) fail(i, "load of a missing input");
+      const auto& st = k_.inputs[e.buffer].strides;
+      for (size_t d = n_outer; d < st.size(); ++d) varies_[i] |= st[d] != 0;
+    } else if (is_reduce(e.op)) {
+      if (k_.reduction_axes == 0) fail(i, "reduction in a kernel without reduction axes");
+      pass_[i] += 1;
+      varies_[i] = 0;
+      n_passes_ = std::max(n_passes_, pass_[i]);
+    }
+  }
+  for (size_t o = 0; o < k_.outputs.size(); ++o) {
+    int e = k_.outputs[o].expr;
+    if (e < 0 || static_cast<size_t>(e) >= n) fail(o, "output of a missing expr");
+    bool in_loop = false;
+    if (k_.reduction_axes > 0) {
+      const auto& st = k_.outputs[o].view.strides;
+      in_loop = varies_[e];
+      for (size_t d = n_outer; d < st.size(); ++d) in_loop |= st[d] != 0;
+    }
+    out_pass_.push_back(in_loop ? pass_[e] + 1 : 0);
+    n_passes_ = std::max(n_passes_, out_pass_.back());
+  }
+}
+
+// 32-bit indices unless a linear index or an element offset can reach 2^31.
+void Writer::choose_index_type() {
+  const int64_t limit = int64_t{1} << 31;
+  int64_t total = 1;
+  for (int64_t n : s_.outer) total *= n;
+  for (int64_t n : s_.red) total *= n;
+  bool wide = total >= limit;
+  std::vector<int64_t> sizes = s_.outer;
+  sizes.insert(sizes.end(), s_.red.begin(), s_.red.end());
+  for (size_t b = 0; b < s_.strides.size(); ++b) {
+    int64_t last = s_.offsets[b];
+    for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * s_.strides[b][d];
+    wide |= last >= limit || s_.offsets[b] < 0;
+  }
+  idx_ = wide ? "unsigned long long" : "unsigned";
+}
+
+std::string Writer::params() const {
+  std::string p;
+  for (int b = 0; b < n_in_; ++b)
+    p += std::string(b ? ", " : "") + "const " + mem_type(k_.inputs[b].type) + "* __restrict__ in" +
+         std::to_string(b);
+  for (size_t o = 0; o < k_.outputs.size(); ++o)
+    p += std::string(p.empty() ? "" : ", ") + mem_type(k_.outputs[o].view.type) +
+         "* __restrict__ out" + std::to_string(o);
+  return p;
+}
+
+std::string Writer::signature(const std::string& name, int block) const {
+  return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(block) + ") " + name +
+         "(" + params() + ")";
+}
+
+void Writer::offsets(const std::string& prefix, const std::string& lin,
+                     const std::vector<int64_t>& sizes, size_t first_axis,
+                     const std::string& base_prefix) {
+  std::vector<std::string> coord(sizes.size());
+  std::string rest = lin;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (d == 0) {
+      coord[0] = rest;
+      break;
+    }
+    std::string c = fresh("c"), q = fresh("q"), n = std::to_string(sizes[d]);
+    line("const " + idx_ + " " + c + " = " + rest + " % " + n + ";");
+    line("const " + idx_ + " " + q + " = " + rest + " / " + n + ";");
+    coord[d] = c;
+    rest = q;
+  }
+  for (size_t b = 0; b < s_.strides.size(); ++b) {
+    std::string bs = std::to_string(b);
+    std::string v = base_prefix.empty() ? std::to_string(s_.offsets[b]) : base_prefix + bs;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      int64_t st = s_.strides[b][first_axis + d];
+      if (st != 0) v += " + " + coord[d] + (st == 1 ? "" : " * " + std::to_string(st));
+    }
+    line("const " + idx_ + " " + prefix + bs + " = " + v + ";");
+  }
+}
+
+std::string Writer::value(int i) {
+  if (!cache_[i].empty()) return cache_[i];
+  const ir::Expr& e = k_.exprs[i];
+  const auto& ops = e.operands;
+  std::string v;
+  if (e.op == ExprOp::Load) {
+    ST t = k_.inputs[e.buffer].type;
+    v = convert(from_memory(ref_(e.buffer), t), t, e.type);
+  } else if (e.op == ExprOp::Constant) {
+    v = constant(e);
+  } else if (e.op == ExprOp::Cast) {
+    v = operand(ops[0], e.type);
+  } else if (e.op == ExprOp::Where) {
+    v = "(" + operand(ops[0], ST::Bool) + " ? " + operand(ops[1], e.type) + " : " +
+        operand(ops[2], e.type) + ")";
+  } else if (is_reduce(e.op)) {
+    if (!done_.size() || !done_[i]) fail(i, "reduction read before its pass");
+    v = is_arg_reduce(e.op) ? convert(acc_[i] + "i", ST::I64, e.type) : acc_[i];
+  } else if (by_operand_type(e.op)) {
+    ST t = is_unary(e.op) ? type(ops[0]) : promote_types(type(ops[0]), type(ops[1]));
+    v = is_unary(e.op) ? unary(e.op, t, operand(ops[0], t))
+                       : binary(e.op, t, operand(ops[0], t), operand(ops[1], t));
+    v = convert(v, ST::Bool, e.type);
+  } else if (is_unary(e.op)) {
+    v = unary(e.op, e.type, operand(ops[0], e.type));
+  } else {
+    v = binary(e.op, e.type, operand(ops[0], e.type), operand(ops[1], e.type));
+  }
+  std::string name = fresh("v");
+  line("const " + std::string(reg_type(e.type)) + " " + name + " = " + v + ";");
+  return cache_[i] = name;
+}
+
+void Writer::store_outputs(int pass,
+                           const std::function<void(size_t, const std::string&)>& store) {
+  for (size_t o = 0; o < k_.outputs.size(); ++o) {
+    if (out_pass_[o] != pass) continue;
+    const auto& out = k_.outputs[o];
+    store(o, to_memory(operand(out.expr, out.view.type), out.view.type));
+  }
+}
+
+int64_t Writer::grid_for(int64_t threads, int block) const {
+  // NOTE: one wave at full occupancy (2048 threads per SM); grid-stride loops cover the rest.
+  int64_t cap = int64_t{target_.multiprocessors} * (2048 / block);
+  return std::clamp<int64_t>((threads + block - 1) / block, 1, std::max<int64_t>(cap, 1));
+}
+
+void Writer::pointwise_scalar() {
+  std::string b = std::to_string(block_), n = std::to_string(k_.outer_numel());
+  open(signature(name_, block_));
+  open("for (" + idx_ + " i = (" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x; i < " + n +
+       "; i += (" + idx_ + ")gridDim.x * " + b + ")");
+  offsets("o", "i", s_.outer, 0, "");
+  new_scope([](int buf) { return "in" + std::to_string(buf) + "[o" + std::to_string(buf) + "]"; });
+  store_outputs(0, [&](size_t o, const std::string& v) {
+    line("out" + std::to_string(o) + "[o" + std::to_string(n_in_ + o) + "] = " + v + ";");
+  });
+  close();
+  close();
+}
+
+// Elements per thread of the vectorised entry: 16 bytes of the widest
+// contiguous buffer. Every buffer must be contiguous (stride 1) over the one
+// coalesced axis or an input broadcast (stride 0), with offsets that keep
+// the packs aligned.
+bool Writer::vector_width(int* width) const {
+  if (k_.reduction_axes != 0 || s_.outer.size() != 1) return false;
+  int widest = 0;
+  for (size_t b = 0; b < s_.strides.size(); ++b) {
+    int64_t st = s_.strides[b][0];
+    bool is_out = static_cast<int>(b) >= n_in_;
+    if (st != 1 && (st != 0 || is_out)) return false;
+    ST t = is_out ? k_.outputs[b - n_in_].view.type : k_.inputs[b].type;
+    if (st == 1) widest = std::max(widest, elem_bytes(t));
+  }
+  if (widest == 0) return false;
+  int v = 16 / widest;
+  for (size_t b = 0; b < s_.strides.size(); ++b)
+    if (s_.strides[b][0] == 1 && s_.offsets[b] % v != 0) return false;
+  if (s_.outer[0] < 2 * v) return false;
+  *width = v;
+  return true;
+}
+
+void Writer::pointwise_vector(int width) {
+  std::string b = std::to_string(block_), n = std::to_string(s_.outer[0]);
+  std::string w = std::to_string(width), nv = std::to_string(s_.outer[0] / width);
+  std::string tid = "(" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x";
+  std::string step = "(" + idx_ + ")gridDim.x * " + b;
+  auto pack = [&](size_t buf) {
+    ST t = static_cast<int>(buf) < n_in_ ? k_.inputs[buf].type : k_.outputs[buf - n_in_].view.type;
+    return std::string("tl_pack<") + mem_type(t) + ", " + w + ">";
+  };
+  auto ptr = [&](size_t buf) {
+    bool in = static_cast<int>(buf) < n_in_;
+    return (in ? "in" + std::to_string(buf) : "out" + std::to_string(buf - n_in_)) + " + (" +
+           std::to_string(s_.offsets[buf]) + " + i0)";
+  };
+  open(signature(name_ + "_v", block_));
+  open("for (" + idx_ + " q = " + tid + "; q < " + nv + "; q += " + step + ")");
+  line("const " + idx_ + " i0 = q * " + w + ";");
+  for (int in = 0; in < n_in_; ++in)
+    if (s_.strides[in][0] == 1)
+      line("const " + pack(in) + " p" + std::to_string(in) + " = *reinterpret_cast<const " +
+           pack(in) + "*>(" + ptr(in) + ");");
+  for (size_t o = 0; o < k_.outputs.size(); ++o)
+    line(pack(n_in_ + o) + " p" + std::to_string(n_in_ + o) + ";");
+  line("#pragma unroll");
+  open("for (int j = 0; j < " + w + "; ++j)");
+  new_scope([&](int buf) {
+    std::string bs = std::to_string(buf);
+    return s_.strides[buf][0] == 1 ? "p" + bs + ".e[j]"
+                                   : "in" + bs + "[" + std::to_string(s_.offsets[buf]) + "]";
+  });
+  store_outputs(0, [&](size_t o, const std::string& v) {
+    line("p" + std::to_string(n_in_ + o) + ".e[j] = " + v + ";");
+  });
+  close();
+  for (size_t o = 0; o < k_.outputs.size(); ++o)
+    line("*reinterpret_cast<" + pack(n_in_ + o) + "*>(" + ptr(n_in_ + o) + ") = p" +
+         std::to_string(n_in_ + o) + ";");
+  close();
+  // The scalar tail: the last numel % width elements.
+  open("for (" + idx_ + " i = " + nv + " * " + w + " + " + tid + "; i < " + n + "; i += " + step +
+       ")");
+  offsets("o", "i", s_.outer, 0, "");
+  new_scope([](int buf) { return "in" + std::to_string(buf) + "[o" + std::to_string(buf) + "]"; });
+  store_outputs(0, [&](size_t o, const std::string& v) {
+    line("out" + std::to_string(o) + "[o" + std::to_string(n_in_ + o) + "] = " + v + ";");
+  });
+  close();
+  close();
+  for (size_t buf = 0; buf < s_.strides.size(); ++buf)
+    if (s_.strides[buf][0] == 1) out_.aligned_params.push_back(static_cast<int>(buf));
+}
+
+CudaKernel Writer::run() {
+  analyse();
+  choose_index_type();
+  os_ << prelude() << "\n";
+  if (k_.reduction_axes == 0) {
+    block_ = 256;
+    pointwise_scalar();
+    int width = 1;
+    if (vector_width(&width)) {
+      os_ << "\n";
+      pointwise_vector(width);
+      out_.vector_name = name_ + "_v";
+    }
+    out_.grid = grid_for(k_.outer_numel() / width, block_);
+  } else {
+    reduction_kernel();
+  }
+  out_.name = name_;
+  out_.block = block_;
+  out_.source = os_.str();
+  return out_;
+}
+
+CudaKernel emit_cuda_kernel(const ir::Kernel& k, const std::string& fn_name, const Target& target) {
+  return Writer(k, fn_name, target).run();
+}
+
+}  // namespace tl::codegen::cuda

@@ -1,0 +1,224 @@
+// Types, conversions, constants and the per-kernel prelude of the CUDA C text.
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "codegen/cuda/scalar_text.h"
+#include "core/errors.h"
+
+namespace tl::codegen::cuda {
+
+bool is_float_type(ST t) { return t == ST::F32 || t == ST::F64 || t == ST::F16 || t == ST::BF16; }
+bool is_unsigned_type(ST t) { return t == ST::U8 || t == ST::Bool; }
+
+int elem_bytes(ST t) {
+  switch (t) {
+    case ST::F64: case ST::I64: return 8;
+    case ST::F32: case ST::I32: return 4;
+    case ST::F16: case ST::BF16: case ST::I16: return 2;
+    default: return 1;
+  }
+}
+
+const char* reg_type(ST t) {
+  switch (t) {
+    case ST::F32: case ST::F16: case ST::BF16: return "float";
+    case ST::F64: return "double";
+    case ST::I8: return "signed char";
+    case ST::I16: return "short";
+    case ST::I32: return "int";
+    case ST::I64: return "long long";
+    case ST::U8: return "unsigned char";
+    case ST::Bool: return "bool";
+  }
+  return "?";
+}
+
+const char* mem_type(ST t) {
+  if (t == ST::F16 || t == ST::BF16) return "unsigned short";
+  return t == ST::Bool ? "unsigned char" : reg_type(t);
+}
+
+ST promote_types(ST a, ST b) {
+  if (a == b) return a;
+  bool fa = is_float_type(a), fb = is_float_type(b);
+  if (fa || fb) {
+    if (a == ST::F64 || b == ST::F64) return ST::F64;
+    if (fa && fb) return ST::F32;  // f16 with bf16 (or f32): computed in f32 anyway
+    return fa ? a : b;
+  }
+  if (a == ST::Bool) return b;
+  if (b == ST::Bool) return a;
+  if ((a == ST::U8 && b == ST::I8) || (a == ST::I8 && b == ST::U8)) return ST::I16;
+  if (a == ST::U8) return b;
+  if (b == ST::U8) return a;
+  return elem_bytes(a) >= elem_bytes(b) ? a : b;
+}
+
+// NOTE: f16 conversions use PTX cvt (exact IEEE rounding, one instruction);
+// bf16 rounds to nearest even with NaN kept quiet, as c10::BFloat16 does.
+// Double -> half goes through float, as c10::Half(double) does.
+const std::string& prelude() {
+  static const std::string text = R"(// torchlite generated kernel
+#define TL_D static __device__ __forceinline__
+TL_D float tl_h2f(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+TL_D unsigned short tl_f2h(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+TL_D float tl_bf2f(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }
+TL_D unsigned short tl_f2bf(float f) {
+  unsigned u = __float_as_uint(f);
+  if (f != f) return 0x7FC0;
+  return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+TL_D float tl_rh(float f) { return tl_h2f(tl_f2h(f)); }
+TL_D float tl_rbf(float f) { return tl_bf2f(tl_f2bf(f)); }
+TL_D float tl_max(float a, float b) { return a != a ? a : (b != b ? b : fmaxf(a, b)); }
+TL_D float tl_min(float a, float b) { return a != a ? a : (b != b ? b : fminf(a, b)); }
+TL_D double tl_max(double a, double b) { return a != a ? a : (b != b ? b : fmax(a, b)); }
+TL_D double tl_min(double a, double b) { return a != a ? a : (b != b ? b : fmin(a, b)); }
+// c10's div_floor_floating
+template <class T> TL_D T tl_floordiv(T a, T b) {
+  if (b == T(0)) return a / b;
+  T mod = fmod(a, b), div = (a - mod) / b;
+  if (mod != T(0) && ((b < T(0)) != (mod < T(0)))) div -= T(1);
+  if (div == T(0)) return copysign(T(0), a / b);
+  T fl = floor(div);
+  return div - fl > T(0.5) ? fl + T(1) : fl;
+}
+template <class T> TL_D T tl_remainder(T a, T b) {
+  T m = fmod(a, b);
+  return (m != T(0) && ((b < T(0)) != (m < T(0)))) ? m + b : m;
+}
+// Integer division that never traps (x / 0 is 0); mode 0 trunc, 1 floor, 2 fmod, 3 remainder.
+template <class T> TL_D T tl_idiv(T x, T y, int mode) {
+  const bool s = (T)(-1) < (T)0;
+  bool zero = y == (T)0, m1 = s && y == (T)(-1);
+  T d = (zero || m1) ? (T)1 : y;
+  if (mode >= 2) {
+    T r = (zero || m1) ? (T)0 : (T)(x % d);
+    if (mode == 2 || !s) return r;
+    return (r != (T)0 && ((r < (T)0) != (y < (T)0))) ? (T)(r + y) : r;
+  }
+  T q = m1 ? (T)(0ull - (unsigned long long)x) : (T)(x / d);
+  if (mode == 1 && s && !m1) {
+    T r = (T)(x % d);
+    if (r != (T)0 && ((x < (T)0) != (y < (T)0))) q = (T)(q - (T)1);
+  }
+  return zero ? (T)0 : q;
+}
+TL_D long long tl_ipow(long long base, long long e) {
+  if (e < 0) return base == 1 ? 1 : base == -1 ? ((e & 1) ? -1 : 1) : 0;
+  unsigned long long r = 1, b = (unsigned long long)base;
+  for (unsigned long long k = (unsigned long long)e; k; k >>= 1, b *= b)
+    if (k & 1) r *= b;
+  return (long long)r;
+}
+template <class T, int V> struct alignas(sizeof(T) * V) tl_pack { T e[V]; };
+)";
+  return text;
+}
+
+std::string convert(const std::string& v, ST from, ST to) {
+  if (from == to) return v;
+  bool ff = is_float_type(from), ft = is_float_type(to);
+  if (to == ST::Bool) return "(" + v + " != 0)";
+  if (ff && ft) {
+    if (to == ST::F16) return "tl_rh((float)" + v + ")";
+    if (to == ST::BF16) return "tl_rbf((float)" + v + ")";
+    return std::string("(") + reg_type(to) + ")" + v;
+  }
+  // float -> int goes through i64 so u8 wraps like torch's CPU casts.
+  if (ff) return std::string("(") + reg_type(to) + ")(long long)" + v;
+  std::string r = std::string("(") + reg_type(to) + ")" + v;
+  if (to == ST::F16) return "tl_rh(" + r + ")";
+  if (to == ST::BF16) return "tl_rbf(" + r + ")";
+  return r;
+}
+
+std::string from_memory(const std::string& ref, ST t) {
+  switch (t) {
+    case ST::F16: return "tl_h2f(" + ref + ")";
+    case ST::BF16: return "tl_bf2f(" + ref + ")";
+    case ST::Bool: return "(" + ref + " != 0)";
+    default: return ref;
+  }
+}
+
+std::string to_memory(const std::string& v, ST t) {
+  switch (t) {
+    case ST::F16: return "tl_f2h(" + v + ")";
+    case ST::BF16: return "tl_f2bf(" + v + ")";
+    case ST::Bool: return "(unsigned char)(" + v + ")";
+    default: return v;
+  }
+}
+
+namespace {
+std::string float_literal(double v, bool f32) {
+  if (std::isnan(v))
+    return f32 ? "__int_as_float(0x7fc00000)" : "__longlong_as_double(0x7ff8000000000000LL)";
+  if (std::isinf(v)) {
+    std::string inf =
+        f32 ? "__int_as_float(0x7f800000)" : "__longlong_as_double(0x7ff0000000000000LL)";
+    return v < 0 ? "(-" + inf + ")" : inf;
+  }
+  char buf[64];
+  // Hex float literals are exact.
+  if (f32) std::snprintf(buf, sizeof buf, "%af", static_cast<double>(static_cast<float>(v)));
+  else std::snprintf(buf, sizeof buf, "%a", v);
+  return buf;
+}
+
+std::string int_literal(int64_t v, ST t) {
+  std::string n = v == std::numeric_limits<int64_t>::min() ? "(-9223372036854775807LL - 1)"
+                                                            : std::to_string(v) + "LL";
+  return std::string("((") + reg_type(t) + ")" + n + ")";
+}
+}  // namespace
+
+std::string constant(const ir::Expr& e) {
+  if (is_float_type(e.type)) {
+    std::string lit = float_literal(e.value, e.type != ST::F64);
+    if (e.type == ST::F16) return "tl_rh(" + lit + ")";
+    if (e.type == ST::BF16) return "tl_rbf(" + lit + ")";
+    return lit;
+  }
+  // Integers come in `ivalue`; a constant lowered from a Python float to an
+  // int type still arrives in `value`.
+  int64_t v = e.ivalue != 0 || e.value == 0 ? e.ivalue : static_cast<int64_t>(e.value);
+  if (e.type == ST::Bool) return v != 0 ? "true" : "false";
+  return int_literal(v, e.type);
+}
+
+std::string lowest(ST t) {
+  if (is_float_type(t)) return "(-" + float_literal(INFINITY, t != ST::F64) + ")";
+  switch (t) {
+    case ST::Bool: return "false";
+    case ST::U8: return "((unsigned char)0)";
+    case ST::I8: return int_literal(-128, t);
+    case ST::I16: return int_literal(-32768, t);
+    case ST::I32: return int_literal(std::numeric_limits<int32_t>::min(), t);
+    default: return int_literal(std::numeric_limits<int64_t>::min(), t);
+  }
+}
+
+std::string highest(ST t) {
+  if (is_float_type(t)) return float_literal(INFINITY, t != ST::F64);
+  switch (t) {
+    case ST::Bool: return "true";
+    case ST::U8: return "((unsigned char)255)";
+    case ST::I8: return int_literal(127, t);
+    case ST::I16: return int_literal(32767, t);
+    case ST::I32: return int_literal(std::numeric_limits<int32_t>::max(), t);
+    default: return int_literal(std::numeric_limits<int64_t>::max(), t);
+  }
+}
+
+}  // namespace tl::codegen::cuda

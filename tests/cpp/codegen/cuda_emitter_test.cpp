@@ -1,0 +1,207 @@
+// The CUDA C emitter, checked without a GPU: each kernel is compiled by NVRTC
+// to PTX for compute_90 and the PTX must hold its entry points. Skips (with a
+// warning) only when NVRTC cannot be loaded.
+#include <catch2/catch.hpp>
+
+#include "codegen/cuda/cuda_kernel.h"
+#include "core/errors.h"
+#include "kernel_builder.h"
+#include "runtime/cuda/nvrtc.h"
+
+using namespace tl::test;
+namespace ir = tl::ir;
+using tl::codegen::cuda::CudaKernel;
+using tl::codegen::cuda::emit_cuda_kernel;
+using tl::runtime::cuda::nvrtc_available;
+using tl::runtime::cuda::nvrtc_compile;
+
+namespace {
+
+#define REQUIRE_NVRTC_OR_SKIP()                    \
+  do {                                             \
+    std::string why;                               \
+    if (!nvrtc_available(&why)) {                  \
+      WARN("NVRTC not loadable, skipped: " << why); \
+      SUCCEED();                                   \
+      return;                                      \
+    }                                              \
+  } while (0)
+
+// Compiles both entries to PTX; returns the PTX.
+std::string compile(const CudaKernel& ck) {
+  INFO(ck.source);
+  std::string ptx = nvrtc_compile(ck.source, ck.name, "compute_90");
+  CHECK(ptx.find(".entry " + ck.name + "(") != std::string::npos);
+  if (!ck.vector_name.empty())
+    CHECK(ptx.find(".entry " + ck.vector_name + "(") != std::string::npos);
+  return ptx;
+}
+
+CudaKernel emit(const ir::Kernel& k) { return emit_cuda_kernel(k, "tl_" + k.name, {}); }
+
+}  // namespace
+
+TEST_CASE("a contiguous pointwise chain has a 16-byte vector entry and compiles",
+          "[codegen][cuda]") {
+  REQUIRE_NVRTC_OR_SKIP();
+  KernelBuilder b("chain", {64, 1000});
+  int x = b.load(b.input(ST::F32, b.contiguous()), ST::F32);
+  int y = b.expr(ExprOp::Add, ST::F32, {b.expr(ExprOp::Mul, ST::F32, {x, b.constant(2, ST::F32)}),
+                                        b.constant(1, ST::F32)});
+  int z = b.expr(ExprOp::Sub, ST::F32,
+                 {b.expr(ExprOp::Sigmoid, ST::F32, {y}), b.expr(ExprOp::Tanh, ST::F32, {x})});
+  b.output(z, ST::F32, b.contiguous());
+  CudaKernel ck = emit(b.k);
+  CHECK(ck.vector_name == "tl_chain_v");
+  CHECK(ck.aligned_params == std::vector<int>{0, 1});
+  CHECK(ck.source.find("tl_pack<float, 4>") != std::string::npos);
+  CHECK(ck.source.find("unsigned long long i") == std::string::npos);  // 32-bit indices
+  CHECK(ck.grid >= 1);
+  std::string ptx = compile(ck);
+  CHECK(ptx.find("ld.global.nc.v4.f32") != std::string::npos);
+}
+
+TEST_CASE("a broadcast operand keeps the scalar entry only", "[codegen][cuda]") {
+  REQUIRE_NVRTC_OR_SKIP();
+  KernelBuilder b("bcast", {8, 16});
+  int x = b.load(b.input(ST::F32, b.contiguous()), ST::F32);
+  int y = b.load(b.input(ST::F32, {0, 1}), ST::F32);
+  b.output(b.expr(ExprOp::Add, ST::F32, {x, y}), ST::F32, b.contiguous());
+  CudaKernel ck = emit(b.k);
+  CHECK(ck.vector_name.empty());
+  compile(ck);
+}
+
+TEST_CASE("a broadcast scalar still allows the vector entry", "[codegen][cuda]") {
+  REQUIRE_NVRTC_OR_SKIP();
+  KernelBuilder b("scalar_bcast", {4096});
+  int x = b.load(b.input(ST::BF16, {1}), ST::BF16);
+  int s = b.load(b.input(ST::F32, {0}), ST::F32);
+  int m = b.expr(ExprOp::Mul, ST::F32, {b.expr(ExprOp::Cast, ST::F32, {x}), s});
+  b.output(b.expr(ExprOp::Cast, ST::BF16, {m}), ST::BF16, {1});
+  CudaKernel ck = emit(b.k);
+  CHECK(ck.vector_name == "tl_scalar_bcast_v");
+  CHECK(ck.aligned_params == std::vector<int>{0, 2});
+  compile(ck);
+}
+
+TEST_CASE("f16 and bf16 casts convert through f32 and compile", "[codegen][cuda]") {
+  REQUIRE_NVRTC_OR_SKIP();
+  KernelBuilder b("casts", {3, 1001});
+  int h = b.load(b.input(ST::F16, b.contiguous()), ST::F16);
+  int f = b.expr(ExprOp::Cast, ST::F32, {h});
+  b.output(f, ST::F32, b.contiguous());
+  b.output(b.expr(ExprOp::Cast, ST::BF16, {f}), ST::BF16, b.contiguous());
+  b.output(b.expr(ExprOp::Cast, ST::F16, {b.expr(ExprOp::Cast, ST::F64, {h})}), ST::F16,
+           b.contiguous());
+  b.output(b.expr(ExprOp::Cast, ST::Bool, {h}), ST::Bool, b.contiguous());
+  CudaKernel ck = emit(b.k);
+  CHECK(ck.source.find("cvt.rn.f16.f32") != std::string::npos);
+  std::string ptx = compile(ck);
+  CHECK(ptx.find("cvt.f32.f16") != std::string::npos);
+}
+
+TEST_CASE("softmax-like multi-pass reductions compile for every row strategy", "[codegen][cuda]") {
+  REQUIRE_NVRTC_OR_SKIP();
+  // {rows, row length}: warp per row, block per row, thread per row (short rows).
+  for (auto [rows, len] : {std::pair<int64_t, int64_t>{512, 128}, {16, 5000}, {4096, 7}}) {
+    KernelBuilder b("softmax_" + std::to_string(len), {rows, len}, 1);
+    int x = b.load(b.input(ST::BF16, b.contiguous()), ST::F32);
+    int mx = b.expr(ExprOp::ReduceMax, ST::F32, {x});
+    int e = b.expr(ExprOp::Exp, ST::F32, {b.expr(ExprOp::Sub, ST::F32, {x, mx})});
+    int sum = b.expr(ExprOp::ReduceSum, ST::F32, {e});
+    b.output(b.expr(ExprOp::Div, ST::F32, {e, sum}), ST::BF16, b.contiguous());
+    b.output(sum, ST::F32, {1, 0});
+    CudaKernel ck = emit(b.k);
+    std::string ptx = compile(ck);
+    if (len > 16) CHECK(ptx.find("shfl.sync.bfly") != std::string::npos);
+    if (len > 1024) CHECK(ck.block >= 256);
+  }
+}
+
+TEST_CASE("a column reduction over a strided axis compiles", "[codegen][cuda]") {
+  REQUIRE_NVRTC_OR_SKIP();
+  KernelBuilder b("colsum", {3, 300}, 1);
+  int x = b.load(b.input(ST::F64, {1, 3}), ST::F64);
+  b.output(b.expr(ExprOp::ReduceProd, ST::F64, {x}), ST::F64, {1, 0});
+  compile(emit(b.k));
+}
+
+TEST_CASE("argmax and argmin kernels compile for float and integer rows", "[codegen][cuda]") {
+  REQUIRE_NVRTC_OR_SKIP();
+  for (ST t : {ST::F32, ST::I8, ST::Bool, ST::F16}) {
+    for (int64_t len : {5, 100, 3000}) {
+      KernelBuilder b("argx_" + std::to_string(len), {6, len}, 1);
+      int x = b.load(b.input(t, b.contiguous()), t);
+      b.output(b.expr(ExprOp::ReduceArgMax, ST::I64, {x}), ST::I64, {1, 0});
+      b.output(b.expr(ExprOp::ReduceArgMin, ST::I64, {x}), ST::I64, {1, 0});
+      b.output(b.expr(ExprOp::ReduceMin, t, {x}), t, {1, 0});
+      compile(emit(b.k));
+    }
+  }
+}
+
+TEST_CASE("every unary and binary op compiles for every dtype it supports", "[codegen][cuda]") {
+  REQUIRE_NVRTC_OR_SKIP();
+  // NOTE: f32 and f16 math is the text of bf16's (all compute in float); each float
+  // kernel costs NVRTC seconds (libdevice's transcendentals are inlined).
+  for (ST t : {ST::F64, ST::BF16, ST::I8, ST::I16, ST::I32, ST::I64, ST::U8, ST::Bool}) {
+    bool fl = t == ST::F32 || t == ST::F64 || t == ST::F16 || t == ST::BF16;
+    KernelBuilder b(std::string("ops_") + ir::scalar_type_name(t), {257});
+    int x = b.load(b.input(t, {1}), t);
+    int y = b.load(b.input(t, {1}), t);
+    for (int op = static_cast<int>(ExprOp::Neg); op <= static_cast<int>(ExprOp::Copysign); ++op) {
+      auto o = static_cast<ExprOp>(op);
+      if (o == ExprOp::Cast || (fl && (o == ExprOp::BitNot || o == ExprOp::BitAnd ||
+                                       o == ExprOp::BitOr || o == ExprOp::BitXor)))
+        continue;
+      bool float_only = (o >= ExprOp::Reciprocal && o <= ExprOp::Erfinv) ||
+                        o == ExprOp::Atan2 || o == ExprOp::Copysign;
+      if (!fl && float_only) continue;
+      bool unary = o <= ExprOp::Cast;
+      bool pred = ir::is_comparison(o) || o == ExprOp::IsNan || o == ExprOp::IsInf ||
+                  o == ExprOp::IsFinite || o == ExprOp::Not || o == ExprOp::And ||
+                  o == ExprOp::Or || o == ExprOp::Xor;
+      ST rt = pred ? ST::Bool : t;
+      int e = b.expr(o, rt, unary ? std::vector<int>{x} : std::vector<int>{x, y});
+      b.output(e, rt, {1});
+    }
+    int w = b.expr(ExprOp::Where, t, {b.expr(ExprOp::Lt, ST::Bool, {x, y}), x, y});
+    b.output(w, t, {1});
+    compile(emit(b.k));
+  }
+}
+
+TEST_CASE("sizes past 2^31 elements switch to 64-bit indices", "[codegen][cuda]") {
+  REQUIRE_NVRTC_OR_SKIP();
+  KernelBuilder b("big", {int64_t{3} << 30});
+  int x = b.load(b.input(ST::U8, {1}), ST::U8);
+  b.output(x, ST::U8, {1});
+  CudaKernel ck = emit(b.k);
+  CHECK(ck.source.find("unsigned long long i") != std::string::npos);
+  compile(ck);
+}
+
+TEST_CASE("a broken source is a Value error carrying NVRTC's log", "[codegen][cuda]") {
+  REQUIRE_NVRTC_OR_SKIP();
+  try {
+    nvrtc_compile("extern \"C\" __global__ void broken() { undeclared_thing(); }", "broken",
+                  "compute_90");
+    FAIL("no error");
+  } catch (const tl::Error& e) {
+    std::string msg = e.what();
+    CHECK(e.kind() == tl::ErrorKind::Value);
+    CHECK(msg.find("kernel broken") != std::string::npos);
+    CHECK(msg.find("undeclared_thing") != std::string::npos);  // NVRTC's log
+    CHECK(msg.find("   1  extern") != std::string::npos);      // the numbered source
+  }
+}
+
+TEST_CASE("NVRTC reports its version and builds a cubin for sm_90", "[codegen][cuda]") {
+  REQUIRE_NVRTC_OR_SKIP();
+  CHECK(tl::runtime::cuda::nvrtc_version().major >= 11);
+  std::string cubin = nvrtc_compile("extern \"C\" __global__ void k(float* p) { p[0] = 1; }", "k",
+                                    "sm_90");
+  REQUIRE(cubin.size() > 4);
+  CHECK(cubin.substr(0, 4) == "\x7f" "ELF");
+}
