@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernel_builder.h"
@@ -107,6 +108,33 @@ TEST_CASE("softmax and argmax over dim 0 (tiled outer points) match scalar C++",
     for (int r = 0; r < 50; ++r)
       REQUIRE(out[r * 37 + c] ==
               Approx(std::exp(xs[r * 37 + c] - xs[best * 37 + c]) / z).epsilon(1e-4));
+  }
+}
+TEST_CASE("softmax stored as f32 and bf16 reads its exp back once (stash) and matches", "[codegen]") {
+  KernelBuilder b("softmax2", {5, 300}, 1);
+  int x = b.load(b.input(ST::F32, b.contiguous()), ST::F32);
+  int mx = b.expr(ExprOp::ReduceMax, ST::F32, {x});
+  int e = b.expr(ExprOp::Exp, ST::F32, {b.expr(ExprOp::Sub, ST::F32, {x, mx})});
+  int q = b.expr(ExprOp::Div, ST::F32, {e, b.expr(ExprOp::ReduceSum, ST::F32, {e})});
+  b.output(q, ST::BF16, b.contiguous());  // no stash: its type differs from exp's
+  b.output(q, ST::F32, b.contiguous());   // exp is stashed here in pass 2
+  std::vector<float> xs(1500), out(1500);
+  std::vector<uint16_t> half(1500);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(i * 0.05f) * 8;
+  run_kernel(b.k, {xs.data(), half.data(), out.data()});
+  for (int r = 0; r < 5; ++r) {
+    float m = -INFINITY;
+    double z = 0;
+    for (int c = 0; c < 300; ++c) m = std::max(m, xs[r * 300 + c]);
+    for (int c = 0; c < 300; ++c) z += std::exp(xs[r * 300 + c] - m);
+    for (int c = 0; c < 300; ++c) {
+      double want = std::exp(xs[r * 300 + c] - m) / z;
+      REQUIRE(out[r * 300 + c] == Approx(want).epsilon(1e-5));
+      uint32_t bits = uint32_t(half[r * 300 + c]) << 16;
+      float h;
+      std::memcpy(&h, &bits, 4);
+      REQUIRE(h == Approx(want).epsilon(1e-2));
+    }
   }
 }
 #endif
