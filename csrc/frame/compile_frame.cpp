@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "frame/captured_frame.h"
 #include "passes/partition.h"
+#include "runtime/cuda/compile.h"
 #ifdef TORCHLITE_HAVE_LLVM
 #include "runtime/cpu/jit.h"
 #endif
@@ -114,17 +115,15 @@ void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult
 // The fused-kernel executor for a graph, or null when the graph runs op by op
 // (no LLVM in this build, tensors off the CPU, or nothing to fuse).
 std::unique_ptr<runtime::CompiledGraph> compile_kernels(const std::shared_ptr<ir::Graph>& graph) {
-#ifdef TORCHLITE_HAVE_LLVM
   for (auto& n : graph->nodes()) {
     if (!n->meta) continue;
     // Kernels write plain tensors: values autograd must track stay torch ops
     // until backward graphs are derived (the training issue).
     // (Inputs that require grad are fine: kernels only read them.)
     if (n->meta->requires_grad && n->op != ir::OpKind::Placeholder) return nullptr;
-    PyRef type = PyRef::steal(PyObject_GetAttrString(n->meta->device.get(), "type"));
-    if (!type) throw PythonError();
-    if (utf8(type.get()) != "cpu") return nullptr;  // CUDA code generation: a later issue
   }
+  // All on the CPU (LLVM build) or on one CUDA device (driver loaded); else op by op.
+  if (!runtime::kernel_device(*graph)) return nullptr;
   passes::Partition part = passes::partition_graph(*graph);
   if (part.kernels.empty()) return nullptr;
   const char* verify = std::getenv("TORCHLITE_VERIFY");
@@ -138,10 +137,6 @@ std::unique_ptr<runtime::CompiledGraph> compile_kernels(const std::shared_ptr<ir
     log_event("kernels", std::to_string(part.kernels.size()) + " fused kernel(s): " + names);
   }
   return std::make_unique<runtime::CompiledGraph>(graph, std::move(part));
-#else
-  (void)graph;
-  return nullptr;
-#endif
 }
 
 PyRef compile_with_backend(const capture::CaptureResult& res, const CompileConfig& config) {
@@ -186,8 +181,9 @@ void set_trace_dir(const std::string& dir) {
     std::lock_guard<std::mutex> lock(g_mu);
     g_trace_dir = dir;
   }
+  // Kernels' .ll and .cu files go beside the graphs they came from.
+  if (!dir.empty()) runtime::cuda::set_dump_dir(dir + "/kernels");
 #ifdef TORCHLITE_HAVE_LLVM
-  // Kernels' .ll files go beside the graphs they came from.
   if (!dir.empty()) runtime::cpu::set_dump_dir(dir + "/kernels");
 #endif
 }

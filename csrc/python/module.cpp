@@ -25,4 +25,5 @@ PYBIND11_MODULE(_C, m) {
   tl::python::bind_compile(m);
   tl::python::bind_passes(m);
   tl::python::bind_fx(m);
+  tl::python::bind_cuda_runtime(m);
 }

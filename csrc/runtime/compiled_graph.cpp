@@ -3,6 +3,8 @@
 #include <optional>
 
 #include "core/errors.h"
+#include "runtime/cuda/compile.h"
+#include "runtime/cuda/driver.h"
 #include "runtime/node_call.h"
 #ifdef TORCHLITE_HAVE_LLVM
 #include "runtime/cpu/jit.h"
@@ -37,24 +39,75 @@ PyRef torch_attr(const char* name) {
   return attr;
 }
 
-const ir::TensorMeta& cpu_meta(const ir::Node* n, const std::string& kernel) {
+// "cpu"/"cuda"/... and the index (-1 for none) of a torch.device. Borrows `dev`.
+std::pair<std::string, int> parse_device(PyObject* dev) {
+  PyRef type = dev ? PyRef::steal(PyObject_GetAttrString(dev, "type")) : PyRef();
+  PyRef index = type ? PyRef::steal(PyObject_GetAttrString(dev, "index")) : PyRef();
+  const char* s = type ? PyUnicode_AsUTF8(type.get()) : nullptr;
+  if (!s || !index) throw PythonError();
+  int i = index.get() == Py_None ? -1 : static_cast<int>(PyLong_AsLong(index.get()));
+  if (PyErr_Occurred()) throw PythonError();
+  return {s, i};
+}
+
+// torch.cuda.current_device(): what an index-less "cuda" device means.
+int current_cuda_device() {
+  PyRef cuda = torch_attr("cuda");
+  PyRef n = PyRef::steal(PyObject_CallMethod(cuda.get(), "current_device", nullptr));
+  if (!n) throw PythonError();
+  int i = static_cast<int>(PyLong_AsLong(n.get()));
+  if (PyErr_Occurred()) throw PythonError();
+  return i;
+}
+
+// The device of a tensor-valued node; nullopt for devices without kernels.
+std::optional<KernelDevice> device_of(const ir::TensorMeta& m) {
+  auto [type, index] = parse_device(m.device.get());
+  if (type == "cpu") return KernelDevice{};
+  if (type == "cuda") return KernelDevice{true, index < 0 ? current_cuda_device() : index};
+  return std::nullopt;
+}
+
+bool same(const KernelDevice& a, const KernelDevice& b) {
+  return a.cuda == b.cuda && a.index == b.index;
+}
+
+const ir::TensorMeta& kernel_meta(const ir::Node* n, const std::string& kernel,
+                                  std::optional<KernelDevice>& device) {
   TL_CHECK(n && n->meta) << "kernel " << kernel << " reads or writes "
                          << (n ? n->name : "a null node") << ", which has no tensor metadata";
-  PyObject* dev = n->meta->device.get();
-  PyRef type = dev ? PyRef::steal(PyObject_GetAttrString(dev, "type")) : PyRef();
-  const char* s = type ? PyUnicode_AsUTF8(type.get()) : nullptr;
-  PyErr_Clear();
-  if (!s || std::string(s) != "cpu")
-    TL_THROW(Value) << "the CPU kernel " << kernel << " got " << n->name
-                    << " on a device other than the CPU";
+  std::optional<KernelDevice> d = device_of(*n->meta);
+  if (!d || (device && !same(*d, *device)))
+    TL_THROW(Value) << "kernel " << kernel << " got " << n->name << " on "
+                    << n->meta->str() << " on a device other than its other tensors' (or one "
+                    << "without a kernel back end)";
+  device = d;
   return *n->meta;
 }
 }  // namespace
 
+std::optional<KernelDevice> kernel_device(const ir::Graph& graph) {
+  std::optional<KernelDevice> device;
+  for (auto& n : graph.nodes()) {
+    if (!n->meta) continue;
+    std::optional<KernelDevice> d = device_of(*n->meta);
+    if (!d || (device && !same(*d, *device))) return std::nullopt;
+    device = d;
+  }
+  if (!device) device = KernelDevice{};
+  if (device->cuda) return cuda::driver_available() ? device : std::nullopt;
+#ifdef TORCHLITE_HAVE_LLVM
+  return device;
+#else
+  return std::nullopt;
+#endif
+}
+
 struct CompiledGraph::Step {
   std::optional<NodeCall> call;  // an extern node, or a kernel:
   int kernel = -1;
-  KernelPtr fn = nullptr;
+  KernelPtr fn = nullptr;     // on the CPU
+  cuda::LoadedKernel cu;      // on CUDA
   std::vector<int> in_slots, out_slots;
   std::vector<Alloc> allocs;
   int64_t outer = 1, red = 1;
@@ -74,6 +127,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
                                 << " before any step produces it";
     return it->second;
   };
+  bool steps_with_kernels = false;
   for (auto& item : partition_.order) {
     Step s;
     int idx = static_cast<int>(steps_.size());
@@ -88,22 +142,25 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
       TL_CHECK(item.kernel >= 0 && item.kernel < static_cast<int>(partition_.kernels.size()))
           << "plan item names kernel " << item.kernel;
       const passes::FusedKernel& fk = partition_.kernels[item.kernel];
+      std::optional<KernelDevice> dev = steps_with_kernels ? std::optional(device_) : std::nullopt;
       const ir::Kernel& k = fk.kernel;
       TL_CHECK(fk.inputs.size() == k.inputs.size() && fk.outputs.size() == k.outputs.size())
           << "kernel " << k.name << ": graph values do not match its buffers";
       s.kernel = item.kernel;
       for (auto* in : fk.inputs) {
-        cpu_meta(in, k.name);
+        kernel_meta(in, k.name, dev);
         s.in_slots.push_back(slot_of(in, k.name));
         values_.use(s.in_slots.back(), idx);
       }
       for (auto* out : fk.outputs) {
-        const ir::TensorMeta& m = cpu_meta(out, k.name);
+        const ir::TensorMeta& m = kernel_meta(out, k.name, dev);
         s.allocs.push_back({int_tuple(m.sizes), int_tuple(m.strides), m.dtype, m.device});
         s.out_slots.push_back(static_cast<int>(n_values_++));
         slots[out] = s.out_slots.back();
       }
       s.node = fk.outputs.empty() ? nullptr : fk.outputs[0];
+      if (dev) device_ = *dev;
+      steps_with_kernels = true;
       for (size_t d = 0; d < k.shape.size(); ++d)
         (d + k.reduction_axes < k.shape.size() ? s.outer : s.red) *= k.shape[d];
     }
@@ -117,6 +174,15 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
   for (size_t i = 0; i < steps_.size(); ++i) steps_[i].release_after = std::move(release[i]);
 
   if (partition_.kernels.empty()) return;
+  device_.cuda ? compile_cuda() : compile_cpu();
+  empty_strided_ = torch_attr("empty_strided");
+  get_num_threads_ = torch_attr("get_num_threads");
+  data_ptr_name_ = PyRef::steal(PyUnicode_InternFromString("data_ptr"));
+  alloc_kwnames_ = PyRef::steal(Py_BuildValue("(ss)", "dtype", "device"));
+  if (!data_ptr_name_ || !alloc_kwnames_) throw PythonError();
+}
+
+void CompiledGraph::compile_cpu() {
 #ifdef TORCHLITE_HAVE_LLVM
   std::vector<const ir::Kernel*> kernels;
   for (auto& fk : partition_.kernels) kernels.push_back(&fk.kernel);
@@ -126,18 +192,33 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
 #else
   TL_THROW(NotImplemented) << "this torchlite build has no LLVM, so it cannot compile CPU kernels";
 #endif
-  empty_strided_ = torch_attr("empty_strided");
-  get_num_threads_ = torch_attr("get_num_threads");
-  data_ptr_name_ = PyRef::steal(PyUnicode_InternFromString("data_ptr"));
-  alloc_kwnames_ = PyRef::steal(Py_BuildValue("(ss)", "dtype", "device"));
-  if (!data_ptr_name_ || !alloc_kwnames_) throw PythonError();
+}
+
+void CompiledGraph::compile_cuda() {
+  std::vector<const ir::Kernel*> kernels;
+  for (auto& fk : partition_.kernels) kernels.push_back(&fk.kernel);
+  std::vector<cuda::LoadedKernel> loaded = cuda::compile_kernels(kernels, device_.index);
+  for (auto& s : steps_)
+    if (s.kernel >= 0) s.cu = loaded[s.kernel];
+  // NOTE: the raw stream, not torch.cuda.current_stream(): no Stream object per call.
+  PyRef c = torch_attr("_C");
+  get_stream_ = PyRef::steal(PyObject_GetAttrString(c.get(), "_cuda_getCurrentRawStream"));
+  if (!get_stream_) throw PythonError();
 }
 
 CompiledGraph::~CompiledGraph() = default;
 
+// Per run: values read lazily, only when a kernel needs them.
+struct CompiledGraph::RunState {
+  int num_threads = -1;
+  void* stream = nullptr;
+  std::optional<cuda::ContextScope> context;  // the graph's device, for the whole run
+  std::vector<void*> args;
+};
+
 // Allocates the outputs, reads every data pointer once, runs the kernel.
 // Returns false with the Python error set.
-bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, int& num_threads) {
+bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, RunState& rs) {
   std::vector<char*> bufs;
   bufs.reserve(s.in_slots.size() + s.out_slots.size());
   auto data_ptr = [&](PyObject* t) {
@@ -158,21 +239,51 @@ bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, int& n
     values[s.out_slots[i]] = std::move(out);
   }
   if (s.outer == 0) return true;
+  if (device_.cuda) return launch_cuda(s, bufs, rs);
 #ifdef TORCHLITE_HAVE_LLVM
   if (s.outer * s.red < cpu::kSerialElements) {
     s.fn(0, s.outer, bufs.data());
     return true;
   }
-  if (num_threads < 0) {  // read once per run, and only when some kernel is big
+  if (rs.num_threads < 0) {  // read once per run, and only when some kernel is big
     PyRef n = PyRef::steal(PyObject_CallNoArgs(get_num_threads_.get()));
-    num_threads = n ? static_cast<int>(PyLong_AsLong(n.get())) : 1;
-    if (PyErr_Occurred()) PyErr_Clear(), num_threads = 1;
+    rs.num_threads = n ? static_cast<int>(PyLong_AsLong(n.get())) : 1;
+    if (PyErr_Occurred()) PyErr_Clear(), rs.num_threads = 1;
   }
   // NOTE: the GIL is released while a large kernel runs, as torch's ops do.
   Py_BEGIN_ALLOW_THREADS
-  cpu::parallel_run(s.fn, s.outer, s.red, bufs.data(), num_threads);
+  cpu::parallel_run(s.fn, s.outer, s.red, bufs.data(), rs.num_threads);
   Py_END_ALLOW_THREADS
 #endif
+  return true;
+}
+
+// Launches on torch's current stream of the graph's device (asynchronous, as
+// torch's own ops). Returns false with the Python error set.
+bool CompiledGraph::launch_cuda(const Step& s, const std::vector<char*>& bufs, RunState& rs) {
+  const cuda::LoadedKernel& k = s.cu;
+  if (k.grid == 0) return true;
+  try {
+    if (!rs.context) {
+      PyRef index = PyRef::steal(PyLong_FromLong(device_.index));
+      PyRef stream =
+          index ? PyRef::steal(PyObject_CallOneArg(get_stream_.get(), index.get())) : PyRef();
+      if (!stream) return false;
+      rs.stream = PyLong_AsVoidPtr(stream.get());
+      if (PyErr_Occurred()) return false;
+      rs.context.emplace(device_.index);
+    }
+    void* fn = k.vector_fn;
+    for (int p : k.aligned_params)
+      if (reinterpret_cast<uintptr_t>(bufs[p]) % 16 != 0) fn = nullptr;
+    rs.args.resize(bufs.size());
+    for (size_t i = 0; i < bufs.size(); ++i) rs.args[i] = const_cast<char**>(&bufs[i]);
+    cuda::launch(fn ? fn : k.fn, k.grid, k.block, k.shared_bytes, rs.stream, rs.args.data(),
+                 k.name);
+  } catch (const Error& e) {
+    set_python_error(e);  // reported like a failing torch op, naming the kernel's node
+    return false;
+  }
   return true;
 }
 
@@ -182,7 +293,7 @@ std::vector<PyRef> CompiledGraph::run(PyObject* const* inputs, size_t n_inputs) 
   std::vector<PyRef> values(n_values_);
   for (size_t i = 0; i < n_inputs; ++i) values[i] = PyRef::borrow(inputs[i]);
   int grad_before = changes_grad_mode_ ? grad_enabled() : -1;
-  int num_threads = -1;
+  RunState rs;
   for (auto& s : steps_) {
     bool ok = true;
     if (s.call) {
@@ -190,7 +301,7 @@ std::vector<PyRef> CompiledGraph::run(PyObject* const* inputs, size_t n_inputs) 
       if (result) values[s.out_slots[0]] = PyRef::steal(result);
       ok = result != nullptr;
     } else {
-      ok = run_kernel(s, values, num_threads);
+      ok = run_kernel(s, values, rs);
     }
     if (!ok) {
       failed_node_ = s.node;

@@ -1,9 +1,11 @@
 #pragma once
 // Runs a partitioned graph: fused kernels through the CPU JIT on OpenMP
-// threads, extern nodes through torch by vectorcall (as GraphRunner does).
-// Kernel outputs are allocated with torch.empty_strided from their node's
+// threads or as CUDA kernels on torch's current stream, extern nodes through
+// torch by vectorcall (as GraphRunner does). Kernel outputs are allocated with
+// torch.empty_strided (torch's caching allocator on CUDA) from their node's
 // TensorMeta; values are released after their last use.
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/py_ref.h"
@@ -13,11 +15,22 @@
 
 namespace tl::runtime {
 
+// Where a graph's fused kernels run: the CPU, or CUDA device `index`.
+struct KernelDevice {
+  bool cuda = false;
+  int index = -1;
+};
+
+// The one device every tensor of `graph` lives on, when kernels can be built
+// for it in this process (CPU: a build with LLVM; CUDA: the driver loads).
+// nullopt for graphs mixing devices or on other devices: they run op by op.
+std::optional<KernelDevice> kernel_device(const ir::Graph& graph);
+
 class CompiledGraph {
  public:
   // Compiles every kernel of the partition (in parallel). Throws tl::Error on
-  // an LLVM failure, a kernel tensor not on the CPU, or kernels in a build
-  // without LLVM.
+  // an LLVM or NVRTC failure, kernel tensors on several devices, CPU kernels
+  // in a build without LLVM, or CUDA kernels without the driver or NVRTC.
   CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Partition partition);
   ~CompiledGraph();
   CompiledGraph(const CompiledGraph&) = delete;
@@ -31,10 +44,15 @@ class CompiledGraph {
   const ir::Node* failed_node() const { return failed_node_; }
   const ir::Graph& graph() const { return *graph_; }
   const passes::Partition& partition() const { return partition_; }
+  const KernelDevice& device() const { return device_; }
 
  private:
   struct Step;
-  bool run_kernel(const Step& s, std::vector<PyRef>& values, int& num_threads);
+  struct RunState;
+  void compile_cpu();
+  void compile_cuda();
+  bool run_kernel(const Step& s, std::vector<PyRef>& values, RunState& rs);
+  bool launch_cuda(const Step& s, const std::vector<char*>& bufs, RunState& rs);
   std::shared_ptr<const ir::Graph> graph_;
   passes::Partition partition_;
   std::vector<Step> steps_;
@@ -42,8 +60,9 @@ class CompiledGraph {
   size_t n_values_ = 0;
   size_t n_inputs_ = 0;
   bool changes_grad_mode_ = false;
+  KernelDevice device_;
   const ir::Node* failed_node_ = nullptr;
-  PyRef empty_strided_, get_num_threads_, data_ptr_name_, alloc_kwnames_;
+  PyRef empty_strided_, get_num_threads_, get_stream_, data_ptr_name_, alloc_kwnames_;
 };
 
 }  // namespace tl::runtime

@@ -1,0 +1,172 @@
+"""CUDA compiler benchmark: eager vs torchlite vs torch.compile (inductor), one process.
+
+For each case: the median GPU time per call (CUDA events around back-to-back calls, after
+warmup), the ratios, and the cold compile time (first call, from empty in-memory and on-disk
+caches) of torchlite and inductor. The pointwise case also prints its achieved bandwidth next
+to a device-to-device copy of the same size.
+
+    python bench/cuda.py [--quick] [--skip-inductor] [--only NAME]
+
+--quick uses smaller sizes (a smoke run); the numbers in the README come from the full run.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+# NOTE: cold compiles need empty caches for both compilers, chosen before torch is imported.
+_tmp = tempfile.mkdtemp(prefix="tl_bench_")
+os.environ["TORCHLITE_CACHE_DIR"] = os.path.join(_tmp, "torchlite")
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_tmp, "inductor")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+import torch.nn.functional as F
+
+import torchlite
+
+BF16 = torch.bfloat16
+
+
+def pointwise(x):
+    return torch.sigmoid(x * 2 + 1).relu() * x - torch.tanh(x)
+
+
+def softmax_ln(x, w, b):
+    return F.layer_norm(torch.softmax(x * 0.125, -1) + x, x.shape[-1:], w, b)
+
+
+def gpu_ms(fn, args, iters=20, repeats=5):
+    """Median over `repeats` of the mean time of `iters` back-to-back calls."""
+    for _ in range(3):
+        fn(*args)
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn(*args)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / iters)
+    return statistics.median(times)
+
+
+def first_call_s(fn, args):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn(*args)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def copy_gbps(n):
+    src, dst = torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
+    ms = gpu_ms(lambda: dst.copy_(src), (), iters=50)
+    return 2 * n * 4 / ms / 1e6
+
+
+def model_cases(quick):
+    cases = []
+    batch = 8 if quick else 64
+    try:
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
+        import timm
+
+        for name in ("resnet50", "vit_base_patch16_224"):
+            torch.manual_seed(0)
+            m = timm.create_model(name, pretrained=False).eval().to("cuda", BF16)
+            x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=BF16)
+            cases.append((f"{name} b{batch} bf16", m, (x,)))
+    except Exception as e:  # noqa: BLE001
+        print(f"# timm models skipped: {e}")
+    try:
+        import transformers
+
+        torch.manual_seed(0)
+        m = transformers.BertModel(transformers.BertConfig()).eval().to("cuda", BF16)
+        b, s = (2, 128) if quick else (16, 512)
+        cases.append(
+            (f"BERT-base {b}x{s} bf16", m, (torch.randint(0, 30522, (b, s), device="cuda"),))
+        )
+        m = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval().to("cuda", BF16)
+        b, s = (2, 128) if quick else (8, 512)
+        cases.append((f"GPT-2 {b}x{s} bf16", m, (torch.randint(0, 50257, (b, s), device="cuda"),)))
+    except Exception as e:  # noqa: BLE001
+        print(f"# transformers models skipped: {e}")
+    return cases
+
+
+def first_tensor(out):
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)):
+        return first_tensor(out[0])
+    if hasattr(out, "last_hidden_state"):
+        return out.last_hidden_state
+    if hasattr(out, "logits"):
+        return out.logits
+    return first_tensor(out[0])
+
+
+def rel_err(a, e):
+    a, e = first_tensor(a).float(), first_tensor(e).float()
+    return ((a - e).norm() / e.norm().clamp_min(1e-6)).item()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-inductor", action="store_true")
+    ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    a = ap.parse_args()
+    n = 1 << (22 if a.quick else 26)
+    rows = 1024 if a.quick else 8192
+    x = torch.randn(n, device="cuda")
+    m = torch.randn(rows, 4096, device="cuda", dtype=BF16)
+    w = torch.randn(4096, device="cuda", dtype=BF16)
+    b = torch.randn(4096, device="cuda", dtype=BF16)
+    cases = [
+        (f"pointwise {n >> 20}M f32", pointwise, (x,)),
+        (f"softmax+LN {rows}x4096 bf16", softmax_ln, (m, w, b)),
+    ] + model_cases(a.quick)
+    cases = [c for c in cases if a.only in c[0]]
+    props = torch.cuda.get_device_properties(0)
+    print(f"torch {torch.__version__}, {props.name}, {props.multi_processor_count} SMs")
+    copy = copy_gbps(n)
+    print(f"device-to-device copy of {n >> 20}M f32: {copy:.0f} GB/s (read + write)")
+    head = (
+        f"{'case':28} {'eager ms':>9} {'torchlite':>10} {'inductor':>9} {'eager/tl':>9}"
+        f" {'ind/tl':>7} {'tl cold s':>9} {'ind cold s':>10} {'tl err':>8}"
+    )
+    print(head, flush=True)
+    with torch.no_grad():
+        for name, fn, args in cases:
+            eager = gpu_ms(fn, args)
+            torchlite.reset()
+            tl = torchlite.compile(fn)
+            tl_cold = first_call_s(tl, args)
+            tl_ms = gpu_ms(tl, args)
+            err = rel_err(tl(*args), fn(*args))
+            ind_ms = ind_cold = float("nan")
+            if not a.skip_inductor:
+                ind = torch.compile(fn)
+                ind_cold = first_call_s(ind, args)
+                ind_ms = gpu_ms(ind, args)
+                torch._dynamo.reset()
+            print(
+                f"{name:28} {eager:9.3f} {tl_ms:10.3f} {ind_ms:9.3f} {eager / tl_ms:8.2f}x"
+                f" {ind_ms / tl_ms:6.2f}x {tl_cold:9.2f} {ind_cold:10.2f} {err:8.1e}",
+                flush=True,
+            )
+            if name.startswith("pointwise"):
+                gbps = 2 * n * 4 / tl_ms / 1e6
+                print(f"  torchlite pointwise: {gbps:.0f} GB/s = {100 * gbps / copy:.0f}% of copy")
+    print("kernels compiled by torchlite:", torchlite.counters()["kernels"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+// The CUDA runtime's Python surface: whether the driver loads, the CUBIN cache
+// folder, and a launcher for hand-written CUDA C (tests and benchmarks check
+// the runtime apart from the code generator with it).
+#include <pybind11/stl.h>
+
+#include "core/errors.h"
+#include "python/bindings.h"
+#include "runtime/cuda/compile.h"
+#include "runtime/cuda/cubin_cache.h"
+#include "runtime/cuda/driver.h"
+
+namespace py = pybind11;
+
+namespace tl::python {
+
+namespace {
+// Compiles `source` (cached like generated kernels) and launches `entry` with
+// one pointer per tensor on torch's current stream of the first tensor's device.
+void launch_source(const std::string& source, const std::string& entry, py::list tensors,
+                   int64_t grid, int block, int shared_bytes) {
+  if (tensors.empty()) TL_THROW(Value) << "_cuda_launch_source needs at least one tensor";
+  int device = tensors[0].attr("device").attr("index").cast<int>();
+  codegen::cuda::CudaKernel spec;
+  spec.name = entry;
+  spec.source = source;
+  spec.grid = grid;
+  spec.block = block;
+  spec.shared_bytes = shared_bytes;
+  runtime::cuda::LoadedKernel k = runtime::cuda::load_kernels({spec}, device)[0];
+  std::vector<void*> ptrs;
+  for (py::handle t : tensors)
+    ptrs.push_back(reinterpret_cast<void*>(t.attr("data_ptr")().cast<uintptr_t>()));
+  std::vector<void*> args;
+  for (auto& p : ptrs) args.push_back(&p);
+  py::object torch_c = py::module_::import("torch").attr("_C");
+  auto stream = torch_c.attr("_cuda_getCurrentRawStream")(device).cast<uintptr_t>();
+  runtime::cuda::ContextScope ctx(device);
+  runtime::cuda::launch(k.fn, k.grid, k.block, k.shared_bytes, reinterpret_cast<void*>(stream),
+                        args.data(), entry);
+}
+}  // namespace
+
+void bind_cuda_runtime(py::module_& m) {
+  m.def(
+      "cuda_driver_available",
+      [] {
+        std::string why;
+        bool ok = runtime::cuda::driver_available(&why);
+        return py::make_tuple(ok, why);
+      },
+      "(True, '') when libcuda.so.1 loads and cuInit succeeds, else (False, why).");
+  m.def(
+      "set_cuda_cache_dir", [](const std::string& dir) { runtime::cuda::set_cache_dir(dir); },
+      py::arg("dir"), "Folder of the on-disk CUBIN cache ('' turns it off).");
+  m.def("cuda_cache_dir", &runtime::cuda::cache_dir);
+  m.def("_cuda_launch_source", &launch_source, py::arg("source"), py::arg("entry"),
+        py::arg("tensors"), py::arg("grid"), py::arg("block"), py::arg("shared_bytes") = 0,
+        "Tests: compiles CUDA C with NVRTC and launches `entry(tensor pointers...)`.");
+}
+
+}  // namespace tl::python

@@ -1,0 +1,192 @@
+#include "runtime/cuda/compile.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "core/counters.h"
+#include "core/errors.h"
+#include "runtime/cuda/cubin_cache.h"
+#include "runtime/cuda/driver.h"
+#include "runtime/cuda/nvrtc.h"
+#include "runtime/cuda/sha256.h"
+
+namespace tl::runtime::cuda {
+
+namespace {
+// Bump when the runtime's contract with the generated code changes for the same source.
+constexpr const char* kCacheFormat = "torchlite-cuda-1";
+constexpr unsigned kDefaultSharedLimit = 48 * 1024;  // above it a kernel must opt in
+
+std::mutex g_mu;  // the settings and the module table
+std::optional<std::string> g_dump_dir;
+std::map<std::pair<int, std::string>, void*> g_modules;  // (device, key) -> CUmodule
+
+std::string dump_dir() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_dump_dir) {
+    const char* t = std::getenv("TORCHLITE_TRACE");
+    const char* d = std::getenv("TORCHLITE_DEBUG_DIR");
+    std::filesystem::path debug = d && *d ? d : "./torchlite_debug";
+    g_dump_dir = !t || !*t || std::string(t) == "0" ? "" : (debug / "kernels").string();
+  }
+  return *g_dump_dir;
+}
+
+struct Job {
+  const ir::Kernel* kernel = nullptr;  // null: `spec` was given
+  codegen::cuda::CudaKernel spec;
+  std::string key, image;
+  bool loaded = false, disk_hit = false;
+  std::exception_ptr error;
+};
+
+std::string safe_name(const std::string& name) {
+  std::string s = name.empty() ? "kernel" : name;
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
+  return s;
+}
+
+void write_source(const std::string& dir, const Job& job) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const auto& s = job.spec;
+  std::string file = safe_name(s.name) + "_" + job.key.substr(0, 8) + ".cu";
+  std::ofstream out(std::filesystem::path(dir) / file);
+  out << "// torchlite CUDA kernel " << (job.kernel ? job.kernel->name : s.name)
+      << "\n// launch: grid=" << s.grid << " block=" << s.block
+      << " shared_bytes=" << s.shared_bytes << " entry=" << s.name;
+  if (!s.vector_name.empty()) {
+    out << " vector_entry=" << s.vector_name << " (when params";
+    for (int p : s.aligned_params) out << " " << p;
+    out << " are 16-byte aligned)";
+  }
+  out << "\n" << s.source;
+}
+
+void build(Job& job, const codegen::cuda::Target& t, int device, const std::string& arch,
+           const std::string& version, const std::string& cache, const std::string& dump) {
+  if (job.kernel)
+    job.spec = codegen::cuda::emit_cuda_kernel(*job.kernel, "tl_" + safe_name(job.kernel->name), t);
+  job.key = sha256_hex(job.spec.source + "\n" + version + "\n" + arch + "\n" + kCacheFormat);
+  if (!dump.empty()) write_source(dump, job);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_modules.count({device, job.key})) {
+      job.loaded = true;
+      return;
+    }
+  }
+  if (auto img = cubin_load(cache, job.key)) {
+    job.image = std::move(*img);
+    job.disk_hit = true;
+    return;
+  }
+  job.image = nvrtc_compile(job.spec.source, job.spec.name, arch);
+  cubin_store(cache, job.key, job.image);
+}
+
+LoadedKernel link(Job& job, int device) {
+  void* module = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_modules.find({device, job.key});
+    if (it != g_modules.end()) module = it->second;
+  }
+  const auto& s = job.spec;
+  std::string what = "kernel " + (job.kernel ? job.kernel->name : s.name);
+  if (!module) {
+    module = load_module(job.image, what);
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_modules[{device, job.key}] = module;
+  }
+  LoadedKernel k;
+  k.name = job.kernel ? job.kernel->name : s.name;
+  k.fn = module_function(module, s.name);
+  if (!s.vector_name.empty()) k.vector_fn = module_function(module, s.vector_name);
+  k.aligned_params = s.aligned_params;
+  TL_CHECK(s.grid >= 0 && s.grid <= 0x7fffffff && s.block > 0 && s.shared_bytes >= 0)
+      << what << ": bad launch shape grid=" << s.grid << " block=" << s.block;
+  k.grid = static_cast<unsigned>(s.grid);
+  k.block = static_cast<unsigned>(s.block);
+  k.shared_bytes = static_cast<unsigned>(s.shared_bytes);
+  if (k.shared_bytes > kDefaultSharedLimit) {
+    set_max_dynamic_shared(k.fn, s.shared_bytes, what);
+    if (k.vector_fn) set_max_dynamic_shared(k.vector_fn, s.shared_bytes, what);
+  }
+  return k;
+}
+
+std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device) {
+  std::string why;
+  if (!driver_available(&why)) TL_THROW(Unsupported) << why;
+  codegen::cuda::Target t = target_for(device);
+  std::string arch = "sm_" + std::to_string(t.sm_major) + std::to_string(t.sm_minor);
+  NvrtcVersion v = nvrtc_version();  // throws the "NVRTC was not found" message
+  std::string version = "nvrtc " + std::to_string(v.major) + "." + std::to_string(v.minor);
+  std::string cache = cache_dir(), dump = dump_dir();
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < jobs.size();) {
+      try {
+        build(jobs[i], t, device, arch, version, cache, dump);
+      } catch (...) {
+        jobs[i].error = std::current_exception();
+      }
+    }
+  };
+  size_t n_threads =
+      std::min<size_t>(jobs.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < n_threads; ++i) threads.emplace_back(work);
+  work();
+  for (auto& th : threads) th.join();
+  for (auto& job : jobs)
+    if (job.error) std::rethrow_exception(job.error);
+  ContextScope ctx(device);
+  std::vector<LoadedKernel> out;
+  for (auto& job : jobs) {
+    out.push_back(link(job, device));
+    if (job.disk_hit) counters().cache_hits++;
+  }
+  counters().kernels += static_cast<int64_t>(jobs.size());
+  return out;
+}
+}  // namespace
+
+codegen::cuda::Target target_for(int device) {
+  DeviceInfo d = device_info(device);
+  codegen::cuda::Target t;
+  t.sm_major = d.sm_major;
+  t.sm_minor = d.sm_minor;
+  t.multiprocessors = d.multiprocessors;
+  return t;
+}
+
+std::vector<LoadedKernel> compile_kernels(const std::vector<const ir::Kernel*>& kernels,
+                                          int device) {
+  std::vector<Job> jobs(kernels.size());
+  for (size_t i = 0; i < kernels.size(); ++i) jobs[i].kernel = kernels[i];
+  return run_jobs(jobs, device);
+}
+
+std::vector<LoadedKernel> load_kernels(const std::vector<codegen::cuda::CudaKernel>& specs,
+                                       int device) {
+  std::vector<Job> jobs(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) jobs[i].spec = specs[i];
+  return run_jobs(jobs, device);
+}
+
+void set_dump_dir(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_dump_dir = dir;
+}
+
+}  // namespace tl::runtime::cuda

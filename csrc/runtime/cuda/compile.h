@@ -1,0 +1,39 @@
+#pragma once
+// Loop-IR kernels -> CUDA functions loaded on one device: CUDA C from
+// codegen/cuda, one NVRTC program per kernel compiled on parallel threads,
+// CUBINs cached on disk and modules shared process-wide by cache key.
+#include <string>
+#include <vector>
+
+#include "codegen/cuda/cuda_kernel.h"
+#include "ir/loop_ir.h"
+
+namespace tl::runtime::cuda {
+
+struct LoadedKernel {
+  std::string name;             // the loop-IR kernel's name, for errors
+  void* fn = nullptr;           // CUfunction of the scalar entry
+  void* vector_fn = nullptr;    // the 16-byte vector entry, or null
+  std::vector<int> aligned_params;  // vector_fn only when these pointers are 16-byte aligned
+  unsigned grid = 1, block = 256, shared_bytes = 0;
+};
+
+// The code generator's target for `device`: its exact compute capability and SM count.
+codegen::cuda::Target target_for(int device);
+
+// Emits, compiles (disk cache first) and loads every kernel for `device`.
+// Bumps counters().kernels per kernel and counters().cache_hits per CUBIN read
+// from disk. Throws tl::Error: Unsupported when NVRTC or the driver is
+// missing, Value with NVRTC's log and the numbered source on a compile error.
+std::vector<LoadedKernel> compile_kernels(const std::vector<const ir::Kernel*>& kernels,
+                                          int device);
+
+// The same from CUDA C already written (tests, hand-written kernels).
+std::vector<LoadedKernel> load_kernels(const std::vector<codegen::cuda::CudaKernel>& specs,
+                                       int device);
+
+// Folder for `.cu` dumps, "" for none (default: TORCHLITE_TRACE=1 ->
+// $TORCHLITE_DEBUG_DIR/kernels, TORCHLITE_DEBUG_DIR defaulting to ./torchlite_debug).
+void set_dump_dir(const std::string& dir);
+
+}  // namespace tl::runtime::cuda

@@ -1,0 +1,191 @@
+"""Fused CUDA kernels against eager: pointwise, broadcast, half types, reductions, strided and
+misaligned inputs, side streams and device indices other than 0."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from helpers import assert_same, counters
+
+import torchlite
+
+pytestmark = pytest.mark.cuda
+
+
+def _check(fn, *args, atol=None, rtol=None, kernels=True):
+    """Compiled equals eager on two calls; with `kernels`, at least one CUDA kernel ran."""
+    torchlite.reset()
+    before = counters()["kernels"]
+    compiled = torchlite.compile(fn, fullgraph=True)
+    with torch.no_grad():
+        expected = fn(*args)
+        for _ in range(2):
+            actual = compiled(*args)
+            torch.cuda.synchronize()
+            assert_same(actual, expected, atol=atol, rtol=rtol, check_requires_grad=False)
+    if kernels:
+        assert counters()["kernels"] > before, "no fused kernel was compiled"
+    return compiled
+
+
+def chain(x):
+    return torch.sigmoid(x * 2 + 1).relu() * x - torch.tanh(x)
+
+
+@pytest.mark.parametrize("n", [1, 7, 1000, 1 << 20, (1 << 20) + 3])
+def test_pointwise_chain_matches_eager(n):
+    _check(chain, torch.randn(n, device="cuda"))
+
+
+def test_broadcast_matches_eager():
+    fn = lambda a, b, c: (a + b) * c - a.exp()
+    a = torch.randn(64, 1, 32, device="cuda")
+    b = torch.randn(1, 48, 32, device="cuda")
+    c = torch.randn(32, device="cuda")
+    _check(fn, a, b, c)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_types_match_eager(dtype):
+    x = torch.randn(4097, 33, device="cuda", dtype=dtype)
+    y = torch.randn(33, device="cuda", dtype=dtype)
+    tol = {"atol": 1e-2, "rtol": 1e-2} if dtype == torch.bfloat16 else {"atol": 1e-3, "rtol": 1e-3}
+    _check(lambda x, y: torch.nn.functional.gelu(x * y + 1), x, y, **tol)
+
+
+def test_int_and_bool_match_eager():
+    a = torch.randint(-50, 50, (1000,), device="cuda")
+    b = torch.randint(1, 7, (1000,), device="cuda")
+    _check(lambda a, b: ((a * 3 + b) // b, (a > b) & (a % 2 == 0)), a, b)
+
+
+@pytest.mark.parametrize("shape", [(8, 100), (64, 4096), (3, 70000)])
+def test_softmax_matches_eager(shape):
+    _check(
+        lambda x: torch.softmax(x * 0.125, -1),
+        torch.randn(shape, device="cuda"),
+        atol=1e-5,
+        rtol=1e-4,
+    )
+
+
+def test_layer_norm_of_softmax_matches_eager_in_bf16():
+    x = torch.randn(256, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    fn = lambda x, w, b: torch.nn.functional.layer_norm(
+        torch.softmax(x * 0.125, -1) + x, (4096,), w, b
+    )
+    _check(fn, x, w, b, atol=5e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_sum_and_argmax_match_eager(dim):
+    x = torch.randn(300, 517, device="cuda")
+    _check(
+        lambda x: (x.sum(dim), (x * 2).argmax(dim), x.amax(dim, keepdim=True)),
+        x,
+        atol=1e-4,
+        rtol=1e-4,
+    )
+
+
+def test_full_reduction_matches_eager():
+    _check(lambda x: (x * x).sum(), torch.randn(1 << 20, device="cuda"), atol=1e-2, rtol=1e-4)
+
+
+def test_non_contiguous_inputs_match_eager():
+    x = torch.randn(256, 512, device="cuda")
+    _check(chain, x.t())
+    _check(chain, x[:, ::3])
+    _check(lambda x: torch.softmax(x, -1), x.t(), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("offset", [1, 2, 3])
+def test_misaligned_inputs_take_the_scalar_entry(offset):
+    base = torch.randn(4096 + offset, device="cuda")
+    _check(chain, base[offset:])
+    _check(lambda a, b: a * b + 1, base[offset:], torch.randn(4096, device="cuda"))
+
+
+def test_runs_on_a_side_stream():
+    x = torch.randn(1 << 22, device="cuda")
+    compiled = torchlite.compile(chain)
+    with torch.no_grad():
+        expected = chain(x)
+        compiled(x)  # compiles outside the timed region below
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s), torch.no_grad():
+        y = torch.empty_like(x)
+        torch.cuda._sleep(50_000_000)  # a kernel on another stream would read y before the copy
+        y.copy_(x)
+        out = compiled(y)
+    s.synchronize()
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_runs_on_device_one():
+    x = torch.randn(10000, device="cuda:1")
+    compiled = _check(chain, x)
+    assert compiled(x).device == torch.device("cuda:1")
+    assert torch.cuda.current_device() == 0
+
+
+def test_mixed_devices_run_op_by_op():
+    x = torch.randn(100, device="cuda")
+    y = torch.randn(100)
+    _check(lambda x, y: (x * 2 + 1, y * 2 + 1), x, y, kernels=False)
+
+
+def test_trace_writes_cu_files_with_launch_config(tmp_path):
+    script = (
+        "import torch, torchlite\n"
+        "f = torchlite.compile(lambda x: torch.sigmoid(x * 2 + 1))\n"
+        "with torch.no_grad(): f(torch.randn(1000, device='cuda'))\n"
+        "torch.cuda.synchronize()\n"
+    )
+    env = dict(
+        os.environ,
+        TORCHLITE_TRACE="1",
+        TORCHLITE_DEBUG_DIR=str(tmp_path / "dbg"),
+        TORCHLITE_CACHE_DIR=str(tmp_path / "cache"),
+    )
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=300)
+    cu = list((tmp_path / "dbg").rglob("*.cu"))
+    assert cu, "no .cu file written"
+    text = cu[0].read_text()
+    assert "// launch: grid=" in text and "__global__" in text
+
+
+def test_second_process_reads_cubins_from_the_disk_cache(tmp_path):
+    script = (
+        "import torch, torchlite\n"
+        "f = torchlite.compile(lambda x: torch.softmax(x * 2, -1) + 1)\n"
+        "with torch.no_grad(): y = f(torch.randn(64, 100, device='cuda'))\n"
+        "torch.cuda.synchronize()\n"
+        "c = torchlite.counters(); print(c['kernels'], c['cache_hits'])\n"
+    )
+    env = dict(os.environ, TORCHLITE_CACHE_DIR=str(tmp_path / "cache"))
+    run = lambda: subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout.split()
+    kernels, hits = map(int, run()[-2:])
+    assert kernels >= 1 and hits == 0
+    cubins = list((tmp_path / "cache" / "cuda").glob("*.cubin"))
+    assert len(cubins) >= 1
+    kernels, hits = map(int, run()[-2:])
+    assert hits >= 1
+    # A corrupt file is a miss: compiled again, not loaded.
+    for c in cubins:
+        c.write_bytes(b"garbage")
+    kernels, hits = map(int, run()[-2:])
+    assert hits == 0
