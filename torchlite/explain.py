@@ -1,10 +1,13 @@
 """torchlite.explain(fn)(*args): what torchlite captured, where it broke the graph and why."""
 
+import collections
 import dataclasses
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from torchlite import _C, _install, config
 from torchlite.optimized_module import OptimizedModule
@@ -16,9 +19,47 @@ class BreakReason:
     reason: str
     filename: str
     lineno: int
+    eager_ops: int = 0  # torch ops CPython ran at the breaking line (measured, see _EagerOps)
 
     def __str__(self) -> str:
-        return f"{self.filename}:{self.lineno}: {self.kind}: {self.reason}"
+        ops = f" ({self.eager_ops} torch ops ran eagerly there)" if self.eager_ops else ""
+        return f"{self.filename}:{self.lineno}: {self.kind}: {self.reason}{ops}"
+
+
+# Tensor metadata reads and allocations that guards and the runtime make: not ops.
+_NOT_OPS = frozenset({"__get__", "size", "stride", "dim", "data_ptr", "empty_strided", "numel",
+                      "storage_offset", "is_contiguous", "element_size", "untyped_storage"})
+
+
+def _is_meta(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.device.type == "meta"
+    if isinstance(value, (list, tuple)):
+        return any(_is_meta(v) for v in value)
+    return False
+
+
+class _EagerOps(TorchFunctionMode):
+    """Counts torch calls on real tensors made by user frames CPython runs, by (file, line).
+
+    NOTE: meta-tensor calls are capture's own; calls from a resume function's frame are its
+    graph running (the frame never executes bytecode before its break), so both are skipped.
+    Ops fused into torchlite kernels make no torch call at all.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at: collections.Counter = collections.Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        frame = sys._getframe(1)
+        code = frame.f_code
+        name = getattr(func, "__name__", "")
+        if (name not in _NOT_OPS and not _is_meta(args)
+                and "resumed at line" not in getattr(code, "co_qualname", "")):
+            self.at[(code.co_filename, frame.f_lineno)] += 1
+        return func(*args, **kwargs)
 
 
 @dataclasses.dataclass
@@ -32,9 +73,12 @@ class ExplainOutput:
     frames: list[dict]  # the raw records from the C++ core
 
     @classmethod
-    def from_records(cls, records: list[dict]) -> "ExplainOutput":
+    def from_records(cls, records: list[dict], eager_at=None) -> "ExplainOutput":
         with_graph = [r for r in records if r["graph"] is not None]
+        eager_at = eager_at or {}
         breaks = [BreakReason(**r["break"]) for r in records if r["break"] is not None]
+        breaks = [dataclasses.replace(b, eager_ops=eager_at.get((b.filename, b.lineno), 0))
+                  for b in breaks]
         return cls(
             graphs=[r["graph"] for r in with_graph],
             graph_count=len(with_graph),
@@ -86,7 +130,9 @@ def explain(fn: Callable) -> Callable[..., ExplainOutput]:
         records: list[dict] = []
         cfg = _C.make_config(None, "torchlite", False, config.cache_size_limit, records)
         call = target.__call__ if isinstance(target, torch.nn.Module) else target
-        _C.CompiledFunction(call, cfg)(*args, **kwargs)
-        return ExplainOutput.from_records(records)
+        counter = _EagerOps()
+        with counter:
+            _C.CompiledFunction(call, cfg)(*args, **kwargs)
+        return ExplainOutput.from_records(records, counter.at)
 
     return run

@@ -21,7 +21,30 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
     return;
   }
   if (obj->kind == VKind::Object && obj->flag) {
-    ctx_.attr_overlay[{obj->obj.get(), name}] = v;
+    PyTypeObject* type = Py_TYPE(obj->obj.get());
+    PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
+    PyRef setattr_name = PyRef::steal(PyUnicode_FromString("__setattr__"));
+    PyObject* setattr = _PyType_Lookup(type, setattr_name.get());  // borrowed
+    if (setattr && PyFunction_Check(setattr)) {
+      inline_function(setattr, nullptr, nullptr, {obj, Value::constant(key), v}, {});
+      return;
+    }
+    if (setattr != _PyType_Lookup(&PyBaseObject_Type, setattr_name.get()))
+      graph_break("unsupported_side_effect", std::string("attribute assignment on a ") +
+                                                 type->tp_name + ", whose __setattr__ is C code");
+    PyObject* descr = _PyType_Lookup(type, key.get());
+    if (descr && Py_TYPE(descr)->tp_descr_set) {
+      PyRef fset = PyObject_TypeCheck(descr, &PyProperty_Type)
+                       ? PyRef::steal(PyObject_GetAttrString(descr, "fset"))
+                       : PyRef();
+      if (!fset) PyErr_Clear();
+      if (fset && PyFunction_Check(fset.get())) {
+        inline_function(fset.get(), nullptr, nullptr, {obj, v}, {});
+        return;
+      }
+      graph_break("unsupported_side_effect", "assignment to descriptor " + name);
+    }
+    dict_set(obj->attrs, key.get(), v);
     return;
   }
   graph_break("unsupported_side_effect", "attribute assignment on a " + obj->type_name());
@@ -42,6 +65,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
     case VKind::Tensor: {
       PyObject* meta = obj->meta.get();
       if (name == "device") return Value::constant(obj->device);
+      if (name == "__class__") return Value::constant(obj->obj);
       if (name == "shape" || name == "dtype" || name == "ndim" || name == "requires_grad" ||
           name == "layout" || name == "is_sparse" || name == "is_quantized" ||
           name == "is_nested" || name == "is_mkldnn" || name == "is_complex") {
@@ -93,6 +117,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
             return inline_function(fget.get(), nullptr, nullptr, {obj}, {});
           graph_break("unsupported_value", "property " + name + " with a C getter");
         }
+        if (name == "__dict__" && obj->attrs) return obj->attrs;
         if (name == "__dict__") {
           PyObject** dp = _PyObject_GetDictPtr(o);
           if (!obj->source || !dp || !*dp) graph_break("unsupported_value", "reading __dict__");
@@ -107,8 +132,12 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
       }
       if (!is_module && !generic && type->tp_getattro != PyObject_GenericGetAttr)
         return custom_getattr(obj, name);
+      if (obj->attrs) {
+        int i = dict_find(obj->attrs, pyname.get());
+        if (i >= 0) return obj->attrs->items[i];
+      }
       PyObject** dictptr = _PyObject_GetDictPtr(o);
-      if (dictptr && *dictptr) {
+      if (!obj->attrs && dictptr && *dictptr) {
         PyObject* v = PyDict_GetItemWithError(*dictptr, pyname.get());
         if (v) return ctx_.wrap(v, src(), !is_module);
         if (PyErr_Occurred()) throw PythonError();
@@ -196,7 +225,8 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
     }
     default: break;
   }
-  if (obj->kind == VKind::Tensor || obj->is_sequence() || obj->kind == VKind::Dict) {
+  if (obj->kind == VKind::Tensor || obj->is_sequence() || obj->kind == VKind::Dict ||
+      obj->kind == VKind::Set) {
     ValuePtr m = Value::of_kind(VKind::Method);
     m->self = obj;
     m->method_name = name;

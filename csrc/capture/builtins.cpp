@@ -38,6 +38,11 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     if (name == "len" && args.size() == 1) {
       const ValuePtr& v = args[0];
       if (v->is_sequence() || v->kind == VKind::Dict) return const_int(v->items.size());
+      if (v->kind == VKind::Set) return const_int(PySet_GET_SIZE(v->obj.get()));
+      if (v->kind == VKind::Object) {
+        if (auto r = call_dunder(v, "__len__", {})) return *r;
+        if (v->mapping) return const_int(v->mapping->items.size());
+      }
       if (v->kind == VKind::Iterator) return const_int(v->items.size() - v->pos);
       if (v->is_tensor()) {
         PyRef shape = PyRef::steal(PyObject_GetAttrString(v->meta.get(), "shape"));
@@ -62,6 +67,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         case VKind::List: type = reinterpret_cast<PyObject*>(&PyList_Type); break;
         case VKind::Dict: type = reinterpret_cast<PyObject*>(&PyDict_Type); break;
         case VKind::Function: type = reinterpret_cast<PyObject*>(&PyFunction_Type); break;
+        case VKind::Set: type = reinterpret_cast<PyObject*>(&PySet_Type); break;
         case VKind::Const:
         case VKind::Module:
         case VKind::Object: type = reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())); break;
@@ -76,6 +82,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       if (v->is_tensor()) return Value::constant(v->obj);
       if (v->kind == VKind::List) return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PyList_Type)));
       if (v->kind == VKind::Dict) return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PyDict_Type)));
+      if (v->kind == VKind::Set) return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PySet_Type)));
       if (v->kind == VKind::Tuple)
         return Value::constant(v->named_type ? v->named_type : PyRef::borrow(reinterpret_cast<PyObject*>(&PyTuple_Type)));
       if (v->obj) return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()))));
@@ -137,6 +144,8 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       if (args.size() > 1) return args[1];
       graph_break("user_exception", "StopIteration from next()");
     }
+    if (name == "set" && args.size() <= 1 && kwargs.empty())
+      return make_set(args.empty() ? std::vector<ValuePtr>{} : iterate(args[0]));
     if ((name == "list" || name == "tuple") && args.size() <= 1 && kwargs.empty()) {
       std::vector<ValuePtr> items = args.empty() ? std::vector<ValuePtr>{} : iterate(args[0]);
       return name == "list" ? Value::list(std::move(items)) : Value::tuple(std::move(items));

@@ -17,6 +17,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
     case VKind::Method:
       if (fn->flag) return call_base_slot(fn->self, fn->method_name, args);
       if (!fn->method_name.empty()) return call_method_on(fn->self, fn->method_name, args, kwargs);
+      if (auto r = call_library(fn->obj.get(), fn->self, args, kwargs)) return *r;
       args.insert(args.begin(), fn->self);
       if (PyFunction_Check(fn->obj.get()))
         return inline_function(fn->obj.get(), nullptr, nullptr, std::move(args), kwargs);
@@ -77,6 +78,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   if (qual == "torch.compiler.is_compiling" || qual == "torch._dynamo.external_utils.is_compiling" ||
       qual == "torch._utils.is_compiling" || qual == "torch._dynamo.is_compiling")
     return const_bool(true);
+  if (auto r = call_library(f, nullptr, args, kwargs)) return *r;
   if (is_partial_type(reinterpret_cast<PyObject*>(Py_TYPE(f)))) return call(wrap_partial(fn), std::move(args), std::move(kwargs));
   if (is_partial_type(f)) {
     if (args.empty()) graph_break("user_exception", "partial() needs a callable");
@@ -115,7 +117,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   if (PyMethod_Check(f)) {
     PyObject* self = PyMethod_GET_SELF(f);
     ir::SourcePtr self_src = fn->source ? ir::Source::attr(fn->source, "__self__") : nullptr;
-    args.insert(args.begin(), ctx_.wrap(self, self_src));
+    ValuePtr self_value = ctx_.wrap(self, self_src);
+    if (auto r = call_library(PyMethod_GET_FUNCTION(f), self_value, args, kwargs)) return *r;
+    args.insert(args.begin(), self_value);
     return call(Value::constant(PyRef::borrow(PyMethod_GET_FUNCTION(f))), std::move(args),
                 std::move(kwargs));
   }
@@ -179,20 +183,28 @@ ValuePtr Tracer::make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& arg
 }
 
 ValuePtr Tracer::construct_object(PyObject* cls, std::vector<ValuePtr> args, KwArgs kwargs) {
+  if (model_output_base(cls)) return construct_model_output(cls, args, kwargs);
+  auto* type = reinterpret_cast<PyTypeObject*>(cls);
   PyRef empty = PyRef::steal(PyTuple_New(0));
-  PyRef inst = PyRef::steal(PyBaseObject_Type.tp_new(reinterpret_cast<PyTypeObject*>(cls), empty.get(), nullptr));
+  PyRef inst = PyRef::steal(type->tp_new(type, empty.get(), nullptr));
   if (!inst) throw PythonError();
   ValuePtr obj = Value::of_kind(VKind::Object);
   obj->obj = inst;
   obj->flag = true;  // created by traced code: attribute writes stay symbolic
+  obj->attrs = Value::of_kind(VKind::Dict);
+  if (PyDict_Check(inst.get())) obj->mapping = Value::of_kind(VKind::Dict);
   ctx_.keep_alive.push_back(inst);
   PyRef init_name = PyRef::steal(PyUnicode_FromString("__init__"));
-  PyObject* init = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), init_name.get());
+  PyObject* init = _PyType_Lookup(type, init_name.get());
   if (init && PyFunction_Check(init)) {
     args.insert(args.begin(), obj);
-    inline_function(init, nullptr, nullptr, std::move(args), kwargs);
+    ValuePtr r = inline_function(init, nullptr, nullptr, std::move(args), kwargs);
+    if (!(r->is_const() && r->obj.get() == Py_None))
+      graph_break("user_exception", "__init__() should return None");
+  } else if (obj->mapping && init && Py_TYPE(init) == &PyWrapperDescr_Type) {
+    created_object_method(obj, "__init__", args, kwargs);  // dict(*args, **kwargs)
   } else if (init && init != _PyType_Lookup(&PyBaseObject_Type, init_name.get())) {
-    graph_break("unsupported_callable", std::string("constructing ") + reinterpret_cast<PyTypeObject*>(cls)->tp_name);
+    graph_break("unsupported_callable", std::string("constructing ") + type->tp_name);
   } else if (!args.empty() || !kwargs.empty()) {
     graph_break("user_exception", "object() takes no arguments");
   }

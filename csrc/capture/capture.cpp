@@ -73,7 +73,7 @@ class ResidualBuilder {
           r.source = v->source;
           return r;
         }
-        graph_break("unsupported_value", "returning a " + v->type_name() + " created in traced code");
+        return build(lower_created_object(v));  // made by traced code (or a clean break)
       default:
         graph_break("unsupported_value", "returning a " + v->type_name() + " from traced code");
     }

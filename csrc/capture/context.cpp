@@ -118,7 +118,74 @@ std::string fn_short_name(PyObject* fn) {
   return c ? c : "?";
 }
 
+// Remakes an object made by traced code. spec (borrowed): (type, attribute names, item keys);
+// values (borrowed): the attribute values then the item values. Returns a new reference.
+PyObject* rebuild_created_object(PyObject* spec, PyObject* values) {
+  auto* type = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(spec, 0));
+  PyObject* names = PyTuple_GET_ITEM(spec, 1);
+  PyObject* keys = PyTuple_GET_ITEM(spec, 2);
+  PyRef empty = PyRef::steal(PyTuple_New(0));
+  PyRef inst = PyRef::steal(type->tp_new(type, empty.get(), nullptr));
+  if (!inst) return nullptr;
+  Py_ssize_t na = PyTuple_GET_SIZE(names);
+  // NOTE: the instance dict and the dict items are written directly, as the traced
+  // __init__/__setattr__/__setitem__ left them; running those again could have effects.
+  for (Py_ssize_t i = 0; i < na; ++i)
+    if (PyObject_GenericSetAttr(inst.get(), PyTuple_GET_ITEM(names, i),
+                                PyTuple_GET_ITEM(values, i)) < 0)
+      return nullptr;
+  if (PyTuple_GET_SIZE(keys) > 0) {
+    PyTypeObject* base = type;
+    while (base && (base->tp_flags & Py_TPFLAGS_HEAPTYPE)) base = base->tp_base;
+    if (!base || !base->tp_as_mapping || !base->tp_as_mapping->mp_ass_subscript) {
+      PyErr_SetString(PyExc_TypeError, "torchlite: cannot rebuild the items of a dict subclass");
+      return nullptr;
+    }
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(keys); ++j)
+      if (base->tp_as_mapping->mp_ass_subscript(inst.get(), PyTuple_GET_ITEM(keys, j),
+                                                PyTuple_GET_ITEM(values, na + j)) < 0)
+        return nullptr;
+  }
+  return inst.release();
+}
+
+PyTypeObject* ordered_dict_type() {
+  static PyObject* od = [] {
+    PyRef m = PyRef::steal(PyImport_ImportModule("collections"));
+    PyObject* t = m ? PyObject_GetAttrString(m.get(), "OrderedDict") : nullptr;
+    if (!t) PyErr_Clear();
+    return t;  // NOTE: kept for the process lifetime, like the collections module
+  }();
+  return reinterpret_cast<PyTypeObject*>(od);
+}
+
+PyMethodDef rebuild_def = {"torchlite_rebuild_object", rebuild_created_object, METH_O,
+                           "Remakes an object created by code torchlite captured."};
+
 }  // namespace
+
+ValuePtr lower_created_object(const ValuePtr& v) {
+  if (v->kind != VKind::Object || !v->flag || !v->attrs)
+    graph_break("unsupported_value", "returning a " + v->type_name() + " created in traced code");
+  std::vector<ValuePtr> items = v->attrs->items;
+  PyRef names = PyRef::steal(PyTuple_New(v->attrs->keys.size()));
+  for (size_t i = 0; i < v->attrs->keys.size(); ++i)
+    PyTuple_SET_ITEM(names.get(), i, PyRef(v->attrs->keys[i]).release());
+  size_t nk = v->mapping ? v->mapping->keys.size() : 0;
+  PyRef keys = PyRef::steal(PyTuple_New(nk));
+  for (size_t j = 0; j < nk; ++j) {
+    PyTuple_SET_ITEM(keys.get(), j, PyRef(v->mapping->keys[j]).release());
+    items.push_back(v->mapping->items[j]);
+  }
+  PyRef spec = PyRef::steal(PyTuple_Pack(3, reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())),
+                                         names.get(), keys.get()));
+  if (!spec) throw PythonError();
+  PyRef builder = PyRef::steal(PyCFunction_New(&rebuild_def, spec.get()));
+  if (!builder) throw PythonError();
+  ValuePtr t = Value::tuple(std::move(items));
+  t->named_type = builder;
+  return t;
+}
 
 bool is_immutable_constant(PyObject* o) {
   if (o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented || PyBool_Check(o) ||
@@ -335,7 +402,8 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
     if (tuple && !PyTuple_CheckExact(obj))
       v->named_type = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
     if (!tuple && src) sourced_containers.push_back(v);
-  } else if (PyDict_Check(obj) && src) {
+  } else if (src && (PyDict_CheckExact(obj) || Py_TYPE(obj) == ordered_dict_type())) {
+    // NOTE: other dict subclasses stay Objects: their Python methods must run, not dict's.
     guards_.add_type_match(src, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
     guards_.add_length_match(src, PyDict_Size(obj));
     v = Value::of_kind(VKind::Dict);
@@ -371,6 +439,12 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
 }
 
 ValuePtr CaptureContext::from_result(PyObject* obj) {
+  if (PySet_CheckExact(obj)) {  // a fresh set made at trace time: a symbolic set of its own
+    ValuePtr v = Value::of_kind(VKind::Set);
+    v->obj = PyRef::steal(PySet_New(obj));
+    if (!v->obj) throw PythonError();
+    return v;
+  }
   if (PyList_CheckExact(obj) || (PyTuple_CheckExact(obj) && !is_immutable_constant(obj))) {
     std::vector<ValuePtr> items;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(obj); ++i)

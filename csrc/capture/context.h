@@ -82,6 +82,10 @@ class CaptureContext {
 // Python object for a value, for meta execution (tensors -> meta tensors);
 // throws GraphBreak for values that cannot be passed to a torch op.
 PyRef to_meta_arg(const ValuePtr& v, bool for_device_kwarg = false);
+// An object made by traced code (Object with flag) as a tuple of its attribute and item
+// values whose named_type is a builder that remakes the object from them, so return values
+// and side effects can carry it out of the graph. Throws GraphBreak for other values.
+ValuePtr lower_created_object(const ValuePtr& v);
 // True for immutable types whose values may be folded at trace time.
 bool is_immutable_constant(PyObject* obj);
 

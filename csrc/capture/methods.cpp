@@ -145,6 +145,8 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
       return call_pure(ctx_, m.get(), args, kwargs);
     }
   }
+  if (self->kind == VKind::Set) return call_set_method(self, name, args);
+  if (auto r = created_object_method(self, name, args, kwargs)) return *r;
   if (self->kind == VKind::Module || self->kind == VKind::Object) {
     // A C-level method of a traced object (e.g. dict methods of a subclass).
     graph_break("unsupported_callable", "method " + name + " of " + self->type_name());

@@ -31,7 +31,11 @@ bool Tracer::truth(const ValuePtr& v) {
       if (r < 0) throw PythonError();
       return r;
     }
+    case VKind::Set: return PySet_GET_SIZE(v->obj.get()) > 0;
     case VKind::Object: {
+      if (auto r = call_dunder(v, "__bool__", {})) return truth(*r);
+      if (auto r = call_dunder(v, "__len__", {})) return truth(*r);
+      if (v->mapping) return !v->mapping->items.empty();
       PyTypeObject* t = Py_TYPE(v->obj.get());
       if ((t->tp_as_number && t->tp_as_number->nb_bool) ||
           (t->tp_as_mapping && t->tp_as_mapping->mp_length) ||
@@ -75,6 +79,19 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
         out.push_back(ctx_.from_result(PyList_GET_ITEM(list.get(), i)));
       return out;
     }
+    case VKind::Set: {
+      PyRef list = PyRef::steal(PySequence_List(v->obj.get()));
+      if (!list) throw PythonError();
+      std::vector<ValuePtr> out;
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list.get()); ++i)
+        out.push_back(ctx_.from_result(PyList_GET_ITEM(list.get(), i)));
+      return out;
+    }
+    case VKind::Object: {
+      if (auto r = call_dunder(v, "__iter__", {})) return iterate(*r);
+      if (v->mapping) return iterate(v->mapping);
+      graph_break("unsupported_value", "iteration over a " + v->type_name());
+    }
     case VKind::Module: {
       PyObject* m = v->obj.get();
       PyRef modules = PyRef::steal(PyObject_GetAttrString(m, "_modules"));
@@ -115,6 +132,12 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
   }
   if (a->is_const() && b->is_const()) return call_pure(ctx_, op, {a, b}, {});
   std::string name = attr_str(op, "__name__");
+  if (a->kind == VKind::Set && name.size() > 1 && name[0] == 'i') {  // s |= t mutates s
+    PyRef cb = const_tuple(b);
+    if (!cb) graph_break("unsupported_value", "operator " + name + " on a set and a " + b->type_name());
+    call_pure(ctx_, op, {Value::constant(a->obj), Value::constant(cb)}, {});
+    return a;
+  }
   std::vector<ValuePtr> ia, ib;
   if ((name == "add" || name == "iadd") && as_items(a, ia) && as_items(b, ib)) {
     if (name == "iadd" && a->kind == VKind::List) {
@@ -201,6 +224,14 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
         return ctx_.wrap(r.get(), ir::Source::item(c->source, key), false);
       return ctx_.from_result(r.get());
     }
+    case VKind::Object: {
+      if (auto r = call_dunder(c, "__getitem__", {idx})) return *r;
+      if (c->mapping) return subscript(c->mapping, idx);
+      std::vector<ValuePtr> args{idx};
+      KwArgs kw;
+      if (auto r = created_object_method(c, "__getitem__", args, kw)) return *r;
+      graph_break("unsupported_value", "indexing a " + c->type_name());
+    }
     case VKind::Module: {
       if (!idx->is_const()) graph_break("unsupported_value", "module index must be a constant");
       PyRef r = PyRef::steal(PyObject_GetItem(c->obj.get(), idx->obj.get()));
@@ -222,6 +253,10 @@ void Tracer::store_subscript(const ValuePtr& c, const ValuePtr& idx, const Value
     ctx_.call_op(operator_fn("setitem"), "", {c, idx, v}, {});
     return;
   }
+  if (c->kind == VKind::Object && c->flag) {
+    if (call_dunder(c, "__setitem__", {idx, v})) return;
+    if (c->mapping) return store_subscript(c->mapping, idx, v);
+  }
   if (!idx->is_const()) graph_break("unsupported_value", "index must be a constant");
   if (c->kind == VKind::List) {
     if (PySlice_Check(idx->obj.get()))
@@ -242,6 +277,29 @@ void Tracer::store_subscript(const ValuePtr& c, const ValuePtr& idx, const Value
     return;
   }
   graph_break("unsupported_side_effect", "item assignment on a " + c->type_name());
+}
+
+}  // namespace tl::capture
+
+namespace tl::capture {
+using namespace detail;  // NOTE: helpers of this file family only
+
+bool Tracer::contains(const ValuePtr& container, const ValuePtr& item) {
+  if (container->kind == VKind::Set) {
+    PyRef key = const_tuple(item);
+    if (!key) graph_break("unsupported_value", "'in' test of a " + item->type_name() + " on a set");
+    int r = PySet_Contains(container->obj.get(), key.get());
+    if (r < 0) graph_break("user_exception", "'in' raised: " + error_text());
+    return r;
+  }
+  if (container->kind == VKind::Object) {
+    if (auto r = call_dunder(container, "__contains__", {item})) return truth(*r);
+    if (container->mapping && item->is_const()) return dict_find(container->mapping, item->obj.get()) >= 0;
+    std::vector<ValuePtr> args{item};
+    KwArgs kw;
+    if (auto r = created_object_method(container, "__contains__", args, kw)) return truth(*r);
+  }
+  graph_break("unsupported_value", "'in' test on " + container->type_name());
 }
 
 }  // namespace tl::capture

@@ -91,7 +91,7 @@ const std::unordered_set<std::string>& pure_builtins() {
 const std::unordered_set<std::string>& forbidden_builtins() {
   static const std::unordered_set<std::string> s = {
       "print", "input", "open", "exec", "eval", "breakpoint", "vars", "globals", "locals",
-      "id", "compile", "__import__", "delattr", "dir", "help", "memoryview", "object", "set"};
+      "id", "compile", "__import__", "delattr", "dir", "help", "memoryview", "object"};
   return s;
 }
 
@@ -145,6 +145,7 @@ bool as_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
 // A constant tuple for an all-constant symbolic tuple (e.g. to compare shapes).
 PyRef const_tuple(const ValuePtr& v) {
   if (v->is_const()) return v->obj;
+  if (v->kind == VKind::Set) return PyRef::steal(PySet_New(v->obj.get()));
   if (v->kind == VKind::Dict) {
     PyRef d = PyRef::steal(PyDict_New());
     for (size_t i = 0; i < v->items.size(); ++i) {
@@ -185,6 +186,69 @@ int dict_find(const ValuePtr& d, PyObject* key) {
   return -1;
 }
 
+void dict_set(const ValuePtr& d, PyObject* key, const ValuePtr& v) {
+  int i = dict_find(d, key);
+  if (i >= 0) {
+    d->items[i] = v;
+    return;
+  }
+  d->keys.push_back(PyRef::borrow(key));
+  d->items.push_back(v);
+}
+
+ValuePtr make_set(const std::vector<ValuePtr>& items) {
+  ValuePtr s = Value::of_kind(VKind::Set);
+  s->obj = PyRef::steal(PySet_New(nullptr));
+  if (!s->obj) throw PythonError();
+  for (auto& item : items) set_add(s, item);
+  return s;
+}
+
+void set_add(const ValuePtr& set, const ValuePtr& item) {
+  PyRef c = const_tuple(item);
+  if (!c) graph_break("unsupported_value", "a set of " + item->type_name() + " values");
+  if (PySet_Add(set->obj.get(), c.get()) < 0)
+    graph_break("user_exception", "set.add raised: " + error_text());
+}
+
+ValuePtr import_loaded(const std::string& name, const ValuePtr& fromlist, const ValuePtr& level,
+                       PyObject* globals, CaptureContext& ctx) {
+  if (!fromlist->is_const() || !level->is_const() || !PyLong_Check(level->obj.get()))
+    graph_break("unsupported_bytecode", "import statement with traced arguments");
+  long lvl = PyLong_AsLong(level->obj.get());
+  std::string full = name;
+  if (lvl > 0) {
+    PyRef util = PyRef::steal(PyImport_ImportModule("importlib.util"));
+    PyObject* package = PyDict_GetItemString(globals, "__package__");  // borrowed
+    if (!util || !package || !PyUnicode_Check(package)) {
+      PyErr_Clear();
+      graph_break("unsupported_bytecode", "relative import without a package");
+    }
+    PyRef rel = PyRef::steal(PyUnicode_FromString((std::string(lvl, '.') + name).c_str()));
+    PyRef r = PyRef::steal(PyObject_CallMethod(util.get(), "resolve_name", "OO", rel.get(), package));
+    if (!r) graph_break("user_exception", "relative import failed: " + error_text());
+    full = utf8(r.get());
+  }
+  PyObject* modules = PyImport_GetModuleDict();  // borrowed
+  auto loaded = [&](const std::string& n) { return PyDict_GetItemString(modules, n.c_str()); };
+  PyObject* mod = loaded(full);
+  if (!mod || mod == Py_None)
+    graph_break("unsupported_bytecode", "import of " + full + ", which is not loaded yet");
+  PyObject* fl = fromlist->obj.get();
+  if (fl != Py_None && PyTuple_Check(fl)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fl); ++i) {
+      std::string item = utf8(PyTuple_GET_ITEM(fl, i));
+      if (item != "*" && !PyObject_HasAttrString(mod, item.c_str()) && !loaded(full + "." + item))
+        graph_break("unsupported_bytecode", "import of " + full + "." + item + ", not loaded yet");
+    }
+  }
+  PyRef n = PyRef::steal(PyUnicode_FromString(name.c_str()));
+  PyRef m = PyRef::steal(PyImport_ImportModuleLevelObject(n.get(), globals, nullptr, fl, lvl));
+  if (!m) graph_break("user_exception", "import failed: " + error_text());
+  std::string bound = attr_str(m.get(), "__name__");
+  return ctx.wrap(m.get(), ir::Source::held(m, "module " + bound));
+}
+
 bool is_partial_type(PyObject* t) {
   static PyObject* partial = [] {
     PyRef ft = PyRef::steal(PyImport_ImportModule("functools"));
@@ -200,7 +264,10 @@ bool is_partial_type(PyObject* t) {
 bool is_plain_user_class(PyObject* f) {
   if (!PyType_Check(f) || Py_TYPE(f) != &PyType_Type) return false;
   auto* t = reinterpret_cast<PyTypeObject*>(f);
-  if (t->tp_new != PyBaseObject_Type.tp_new || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
+  // dict subclasses (OrderedDict included) are modelled with symbolic items.
+  bool dict_like = PyType_IsSubtype(t, &PyDict_Type) && t->tp_new == PyDict_Type.tp_new;
+  if ((t->tp_new != PyBaseObject_Type.tp_new && !dict_like) || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE))
+    return false;
   if (PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(torch_api().module_type.get()))) return false;
   if (PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(PyExc_BaseException))) return false;
   return t->tp_dictoffset != 0;

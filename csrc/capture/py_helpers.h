@@ -32,8 +32,20 @@ bool as_items(const ValuePtr& v, std::vector<ValuePtr>& out);
 PyRef const_tuple(const ValuePtr& v);
 Py_ssize_t normalize_index(PyObject* idx, size_t size);
 int dict_find(const ValuePtr& d, PyObject* key);
+void dict_set(const ValuePtr& d, PyObject* key, const ValuePtr& v);  // borrows key
 bool is_partial_type(PyObject* t);
 bool is_plain_user_class(PyObject* f);
 PyObject* operator_fn(const char* name);
+// objects.cpp: the transformers ModelOutput base of cls when its construction can be
+// modelled natively, else null (borrowed).
+PyObject* model_output_base(PyObject* cls);
+// A fresh `set` value of constants (tensors and other traced values are refused).
+ValuePtr make_set(const std::vector<ValuePtr>& items);
+void set_add(const ValuePtr& set, const ValuePtr& item);
+// IMPORT_NAME of a module that is already loaded (an import statement inside a function):
+// the module, with a held source so attribute reads are guarded. Anything that would run
+// import machinery (a module not loaded yet) is a graph break. `globals` is borrowed.
+ValuePtr import_loaded(const std::string& name, const ValuePtr& fromlist, const ValuePtr& level,
+                       PyObject* globals, CaptureContext& ctx);
 
 }  // namespace tl::capture::detail

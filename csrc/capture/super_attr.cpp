@@ -8,6 +8,7 @@
 
 namespace tl::capture {
 using detail::utf8;
+using detail::dict_set;
 
 namespace {
 
@@ -90,6 +91,12 @@ ValuePtr Tracer::call_base_slot(const ValuePtr& self, const std::string& name,
     return *r;
   }
   if (name == "__init__" && args.empty()) return Value::constant(PyRef::borrow(Py_None));
+  if (name == "__setattr__" && args.size() == 2 && args[0]->is_const() && self->attrs) {
+    dict_set(self->attrs, args[0]->obj.get(), args[1]);
+    return Value::constant(PyRef::borrow(Py_None));
+  }
+  KwArgs no_kwargs;
+  if (auto r = created_object_method(self, name, args, no_kwargs)) return *r;
   if (name == "__setattr__" && args.size() == 2 && args[0]->is_const()) {
     ctx_.attr_overlay[{self->obj.get(), utf8(args[0]->obj.get())}] = args[1];
     if (self->source) {

@@ -4,6 +4,7 @@
 #include <opcode.h>
 
 #include "capture/graph_break.h"
+#include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "core/errors.h"
 
@@ -93,7 +94,9 @@ ValuePtr Tracer::run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> fre
       ctx_.lineno = inst.line;
       ctx_.location = filename + ":" + std::to_string(inst.line);
     }
-    if (in_try_[pc_])
+    // Inlined callees may trace a try body: anything that would raise there breaks the
+    // graph, and the caller then breaks at its CALL, so the handler runs in CPython.
+    if (in_try_[pc_] && depth_ == 0)
       graph_break("unsupported_bytecode", "try/except or try/finally block in traced code");
     if (++ctx_.instructions > kMaxInstructions)
       graph_break("unsupported_bytecode", "trace too long (loop over many iterations?)");
@@ -334,7 +337,7 @@ void Tracer::step(const Instruction& inst) {
         }
         found = r;
       } else {
-        graph_break("unsupported_value", "'in' test on " + container->type_name());
+        found = contains(container, item);
       }
       push(Value::constant(PyRef::borrow((found != (arg == 1)) ? Py_True : Py_False)));
       return;
@@ -411,8 +414,22 @@ void Tracer::step(const Instruction& inst) {
                                       : Value::list(std::move(items)));
       return;
     }
-    case BUILD_SET:
-      graph_break("unsupported_value", "set displays are not supported yet");
+    case BUILD_SET: {
+      std::vector<ValuePtr> items(stack_.end() - arg, stack_.end());
+      stack_.resize(stack_.size() - arg);
+      push(detail::make_set(items));
+      return;
+    }
+    case SET_ADD: {
+      ValuePtr v = pop();
+      detail::set_add(top(arg), v);
+      return;
+    }
+    case SET_UPDATE: {
+      ValuePtr v = pop();
+      for (auto& item : iterate(v)) detail::set_add(top(arg), item);
+      return;
+    }
     case BUILD_MAP: {
       ValuePtr d = Value::of_kind(VKind::Dict);
       size_t base = stack_.size() - 2 * arg;
@@ -645,9 +662,13 @@ void Tracer::step(const Instruction& inst) {
       graph_break("user_exception", "raise statement in traced code");
     case LOAD_ASSERTION_ERROR:
       graph_break("user_exception", "assertion failed in traced code");
-    case IMPORT_NAME:
-    case IMPORT_FROM:
-      graph_break("unsupported_bytecode", "import statement inside traced code");
+    case IMPORT_NAME: {
+      ValuePtr fromlist = pop();
+      ValuePtr level = pop();
+      push(detail::import_loaded(name_at(arg), fromlist, level, globals_, ctx_));
+      return;
+    }
+    case IMPORT_FROM: push(get_attr(top(), name_at(arg))); return;
     case GET_LEN: {
       ValuePtr v = top();
       push(Value::constant(PyRef::steal(PyLong_FromSize_t(iterate(v).size()))));

@@ -42,7 +42,10 @@ class Tracer {
   bool truth(const ValuePtr& v);
   std::vector<ValuePtr> iterate(const ValuePtr& v);  // materialise an iterable
   ValuePtr subscript(const ValuePtr& container, const ValuePtr& index);
+  bool contains(const ValuePtr& container, const ValuePtr& item);  // `item in container`
   CaptureContext& ctx() { return ctx_; }
+  // True while the instruction being traced lies inside a try block.
+  bool in_try_block() const { return pc_ > 0 && pc_ - 1 < in_try_.size() && in_try_[pc_ - 1]; }
 
  private:
   void step(const Instruction& inst);
@@ -64,6 +67,18 @@ class Tracer {
   std::optional<ValuePtr> custom_getattr(const ValuePtr& obj, const std::string& name);
   ValuePtr make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   ValuePtr construct_object(PyObject* cls, std::vector<ValuePtr> args, KwArgs kwargs);
+  // objects.cpp: objects made by traced code (dataclasses, ModelOutput) and dunder dispatch.
+  ValuePtr construct_model_output(PyObject* cls, std::vector<ValuePtr>& args, KwArgs& kwargs);
+  std::optional<ValuePtr> call_dunder(const ValuePtr& obj, const char* name,
+                                      std::vector<ValuePtr> args);
+  std::optional<ValuePtr> created_object_method(const ValuePtr& self, const std::string& name,
+                                                std::vector<ValuePtr>& args, KwArgs& kwargs);
+  ValuePtr call_set_method(const ValuePtr& self, const std::string& name,
+                           std::vector<ValuePtr>& args);
+  // library_calls.cpp: library functions given their effect directly (dataclasses.fields,
+  // torch.finfo, logging calls, object.__setattr__...); nullopt when `fn` is none of them.
+  std::optional<ValuePtr> call_library(PyObject* fn, const ValuePtr& self,
+                                       std::vector<ValuePtr>& args, KwArgs& kwargs);
   void jump_if(const Instruction& inst, bool jump);
   void mark_mutated(const ValuePtr& container);
 

@@ -53,6 +53,7 @@ std::string Value::type_name() const {
     case VKind::Iterator: return "iterator";
     case VKind::GradMode: return "grad-mode context";
     case VKind::GradModeExit: return "grad-mode exit";
+    case VKind::Set: return "set";
     default: break;
   }
   if (!obj) return "?";

@@ -19,7 +19,9 @@ enum class VKind {
   List,       // items; source set when it came from the frame (mutations are replayed)
   Dict,       // keys (constants) + items
   Module,     // obj: an nn.Module instance
-  Object,     // obj: another Python object read from the frame (attributes traced)
+  Object,     // obj: another Python object read from the frame (attributes traced); flag: made
+              // by traced code (attrs holds its instance dict, mapping its dict items if the
+              // class subclasses dict)
   Method,     // self + obj (a Python function to inline with self) or method_name (tensor/list/dict/str)
   Function,   // obj: a code object made by MAKE_FUNCTION in traced code; items: defaults; cells
   Cell,       // cell_contents
@@ -28,6 +30,7 @@ enum class VKind {
   GradModeExit,  // flag: the previous grad mode restored by __exit__
   Super,      // super(): self (the instance value) + obj (the class to search after)
   Partial,    // functools.partial: self (the callable), items (args), keys+kwdefaults (keywords)
+  Set,        // obj: a fresh `set` of constants owned by this value (mutated in place)
 };
 
 struct Value;
@@ -56,6 +59,8 @@ struct Value {
   int restore = -1;      // GradMode from set_grad_enabled(): the mode before the call
   bool mutated = false;  // List/Dict from the frame was changed by traced code
   PyRef named_type;      // Tuple: namedtuple / torch.Size type to rebuild, or null
+  ValuePtr attrs;        // Object made by traced code: its __dict__ (a Dict value)
+  ValuePtr mapping;      // Object made by traced code from a dict subclass: its items (a Dict)
 
   static ValuePtr constant(PyRef obj, ir::SourcePtr src = nullptr);
   static ValuePtr tensor(ir::Node* node, PyRef meta, PyRef device);

@@ -362,3 +362,16 @@ def test_torchlite_serves_as_a_torch_compile_backend():
     )
     names = [e.name for e in importlib.metadata.entry_points(group="torch_dynamo_backends")]
     assert "torchlite" in names
+
+
+def test_explain_counts_the_torch_ops_that_ran_eagerly_at_a_break():
+    def fn(x):
+        y = x.sin() + 1
+        v = int(y.sum().item() > 0)
+        return y.cos() * 2 + v
+
+    report = torchlite.explain(fn)(torch.randn(3))
+    assert report.graph_break_count >= 1
+    first = report.break_reasons[0]
+    assert first.kind == "data_dependent_op" and first.eager_ops >= 1
+    assert "ran eagerly there" in str(first)

@@ -1,0 +1,98 @@
+// Library functions that real model code calls and that capture gives their effect directly
+// instead of inlining them (their bodies use try/except, locks or C state):
+// dataclasses.fields/is_dataclass, torch.finfo/iinfo, object.__setattr__/__getattribute__,
+// and logging.Logger calls, skipped when the level is disabled.
+#include "capture/graph_break.h"
+#include "capture/py_helpers.h"
+#include "capture/torch_api.h"
+#include "capture/tracer.h"
+#include "core/errors.h"
+
+namespace tl::capture {
+using namespace detail;  // NOTE: helpers of this file family only
+
+namespace {
+
+PyObject* module_attr(const char* module, const char* name) {  // borrowed, lives forever
+  PyRef m = PyRef::steal(PyImport_ImportModule(module));
+  PyObject* a = m ? PyObject_GetAttrString(m.get(), name) : nullptr;
+  if (!a) PyErr_Clear();
+  return a;  // NOTE: a reference kept for the process lifetime, like the module
+}
+
+// Level of a Logger method call, or -1 when `name` is not a logging call.
+int log_level(const std::string& name, const std::vector<ValuePtr>& args) {
+  if (name == "debug") return 10;
+  if (name == "info" || name == "info_once") return 20;
+  if (name == "warning" || name == "warn" || name == "warning_once") return 30;
+  if (name == "error" || name == "exception") return 40;
+  if (name == "critical" || name == "fatal") return 50;
+  if (name == "log" && !args.empty() && args[0]->is_const() && PyLong_Check(args[0]->obj.get()))
+    return static_cast<int>(PyLong_AsLong(args[0]->obj.get()));
+  return -1;
+}
+
+// The type of a value for dataclasses.fields: the class itself or the object's class.
+PyObject* class_of(const ValuePtr& v) {  // borrowed
+  if (v->is_const())
+    return PyType_Check(v->obj.get()) ? v->obj.get()
+                                      : reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
+  if (v->kind == VKind::Object || v->kind == VKind::Module)
+    return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
+                                             std::vector<ValuePtr>& args, KwArgs& kwargs) {
+  static PyObject* fields = module_attr("dataclasses", "fields");
+  static PyObject* is_dataclass = module_attr("dataclasses", "is_dataclass");
+  static PyObject* finfo = module_attr("torch", "finfo");
+  static PyObject* iinfo = module_attr("torch", "iinfo");
+  static PyObject* logger_type = module_attr("logging", "Logger");
+
+  // Logger.<level>(...): a no-op when the level is disabled. The guards: the logger's level
+  // cache (cleared by setLevel/logging.disable) and its `disabled` flag.
+  if (self && self->kind == VKind::Object && logger_type &&
+      PyObject_TypeCheck(self->obj.get(), reinterpret_cast<PyTypeObject*>(logger_type))) {
+    std::string name = attr_str(fn, "__name__");
+    int level = log_level(name, args);
+    if (level < 0) return std::nullopt;
+    PyRef enabled = PyRef::steal(PyObject_CallMethod(self->obj.get(), "isEnabledFor", "i", level));
+    if (!enabled) throw PythonError();
+    if (enabled.get() == Py_True || !self->source)
+      graph_break("logging_call", "logger." + name + "() at an enabled level writes output; it runs eagerly");
+    PyRef cache = PyRef::steal(PyObject_GetAttrString(self->obj.get(), "_cache"));
+    if (!cache || !PyDict_Check(cache.get()))
+      graph_break("logging_call", "logger without a level cache");
+    ctx_.guards().add_dict_version(ir::Source::attr(self->source, "_cache"), cache.get());
+    PyRef disabled = PyRef::steal(PyObject_GetAttrString(self->obj.get(), "disabled"));
+    if (!disabled) throw PythonError();
+    ctx_.guards().add_equals_match(ir::Source::attr(self->source, "disabled"), disabled.get());
+    return none();
+  }
+  if (self) return std::nullopt;
+
+  if ((fn == fields || fn == is_dataclass) && args.size() == 1 && kwargs.empty()) {
+    PyObject* cls = class_of(args[0]);
+    if (!cls) {
+      if (fn == is_dataclass) return const_bool(false);
+      graph_break("user_exception", "dataclasses.fields() of a " + args[0]->type_name());
+    }
+    return call_pure(ctx_, fn, {Value::constant(PyRef::borrow(cls))}, {});
+  }
+  if ((fn == finfo || fn == iinfo) && all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
+  // object.__setattr__(obj, name, value) and friends, as dataclasses' __init__ calls them.
+  if (Py_TYPE(fn) == &PyWrapperDescr_Type &&
+      reinterpret_cast<PyDescrObject*>(fn)->d_type == &PyBaseObject_Type && !args.empty() &&
+      (args[0]->kind == VKind::Object || args[0]->kind == VKind::Module)) {
+    std::string name = attr_str(fn, "__name__");
+    std::vector<ValuePtr> rest(args.begin() + 1, args.end());
+    if (name == "__setattr__" || name == "__getattribute__" || name == "__init__")
+      return call_base_slot(args[0], name, rest);
+  }
+  return std::nullopt;
+}
+
+}  // namespace tl::capture

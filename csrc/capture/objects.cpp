@@ -1,0 +1,216 @@
+// Objects made by traced code (plain classes, dataclasses, dict subclasses such as
+// transformers' ModelOutput) and the Python-level dunder methods of objects in general.
+//
+// A made object is a VKind::Object with flag set: `attrs` is its instance dict and, for dict
+// subclasses, `mapping` its items, both symbolic Dict values. The real instance (from tp_new,
+// never initialised) only gives the type and an address; after the graph runs, the object is
+// rebuilt from attrs/mapping by rebuild_created_object (context.cpp).
+#include "capture/graph_break.h"
+#include "capture/py_helpers.h"
+#include "capture/torch_api.h"
+#include "capture/tracer.h"
+#include "core/errors.h"
+
+namespace tl::capture {
+using namespace detail;  // NOTE: helpers of this file family only
+
+namespace {
+
+// dataclasses.fields(cls) as a tuple of Field objects (new reference), or null.
+PyRef dataclass_fields(PyObject* cls) {
+  static PyObject* fields_fn = [] {
+    PyRef m = PyRef::steal(PyImport_ImportModule("dataclasses"));
+    PyObject* f = m ? PyObject_GetAttrString(m.get(), "fields") : nullptr;
+    if (!f) PyErr_Clear();
+    return f;  // NOTE: kept for the process lifetime, like the dataclasses module
+  }();
+  if (!fields_fn) return {};
+  PyRef r = PyRef::steal(PyObject_CallOneArg(fields_fn, cls));
+  if (!r) PyErr_Clear();
+  return r;
+}
+
+PyRef field_attr(PyObject* field, const char* name) {
+  PyRef r = PyRef::steal(PyObject_GetAttrString(field, name));
+  if (!r) throw PythonError();
+  return r;
+}
+
+bool is_none(const ValuePtr& v) { return v && v->is_const() && v->obj.get() == Py_None; }
+
+}  // namespace
+
+// The class named transformers.utils.generic.ModelOutput in cls's MRO whose
+// __init__ (dataclass-made), __post_init__ and __setattr__ cls does not override; borrowed or
+// null. Its construction is modelled natively below (what its __post_init__ computes).
+PyObject* detail::model_output_base(PyObject* cls) {
+  if (!PyType_Check(cls)) return nullptr;
+  PyObject* mro = reinterpret_cast<PyTypeObject*>(cls)->tp_mro;
+  PyObject* base = nullptr;
+  for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
+    PyObject* t = PyTuple_GET_ITEM(mro, i);
+    if (attr_str(t, "__qualname__") == "ModelOutput" &&
+        attr_str(t, "__module__") == "transformers.utils.generic")
+      base = t;
+  }
+  if (!base || base == cls) return nullptr;
+  for (const char* name : {"__post_init__", "__setattr__", "__setitem__", "__getitem__"}) {
+    PyRef key = PyRef::steal(PyUnicode_FromString(name));
+    if (_PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), key.get()) !=
+        _PyType_Lookup(reinterpret_cast<PyTypeObject*>(base), key.get()))
+      return nullptr;
+  }
+  PyRef init_name = PyRef::steal(PyUnicode_FromString("__init__"));
+  PyObject* init = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), init_name.get());
+  if (!init || !PyFunction_Check(init)) return nullptr;
+  auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(init));
+  if (utf8(code->co_filename) != "<string>") return nullptr;  // not made by @dataclass
+  return base;
+}
+
+// What `cls(*args, **kwargs)` builds for a @dataclass subclass of ModelOutput: every field
+// an attribute; the items are the fields that are not None, in field order (what its
+// __setattr__ and __post_init__ leave behind in the ordinary case).
+ValuePtr Tracer::construct_model_output(PyObject* cls, std::vector<ValuePtr>& args,
+                                        KwArgs& kwargs) {
+  PyRef fields = dataclass_fields(cls);
+  if (!fields || PyTuple_GET_SIZE(fields.get()) == 0)
+    graph_break("unsupported_value", std::string("ModelOutput without fields: ") +
+                                         reinterpret_cast<PyTypeObject*>(cls)->tp_name);
+  PyRef dc = PyRef::steal(PyImport_ImportModule("dataclasses"));
+  if (!dc) throw PythonError();
+  PyRef missing = PyRef::steal(PyObject_GetAttrString(dc.get(), "MISSING"));
+  if (!missing) throw PythonError();
+
+  PyRef empty = PyRef::steal(PyTuple_New(0));
+  auto* type = reinterpret_cast<PyTypeObject*>(cls);
+  PyRef inst = PyRef::steal(type->tp_new(type, empty.get(), nullptr));
+  if (!inst) throw PythonError();
+  ctx_.keep_alive.push_back(inst);
+  ValuePtr obj = Value::of_kind(VKind::Object);
+  obj->obj = inst;
+  obj->flag = true;
+  obj->attrs = Value::of_kind(VKind::Dict);
+  obj->mapping = Value::of_kind(VKind::Dict);
+
+  size_t next_pos = 0;
+  std::vector<std::pair<PyRef, ValuePtr>> values;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i) {
+    PyObject* f = PyTuple_GET_ITEM(fields.get(), i);
+    PyRef name = field_attr(f, "name");
+    std::string n = utf8(name.get());
+    ValuePtr v;
+    if (PyObject_IsTrue(field_attr(f, "init").get())) {
+      if (next_pos < args.size()) v = args[next_pos++];
+      for (auto it = kwargs.begin(); it != kwargs.end(); ++it)
+        if (it->first == n) {
+          if (v) graph_break("user_exception", "got multiple values for argument '" + n + "'");
+          v = it->second;
+          kwargs.erase(it);
+          break;
+        }
+    }
+    if (!v) {
+      PyRef def = field_attr(f, "default");
+      PyRef factory = field_attr(f, "default_factory");
+      if (def.get() != missing.get()) {
+        v = ctx_.from_result(def.get());
+      } else if (factory.get() == reinterpret_cast<PyObject*>(&PyList_Type)) {
+        v = Value::list({});
+      } else if (factory.get() == reinterpret_cast<PyObject*>(&PyDict_Type)) {
+        v = Value::of_kind(VKind::Dict);
+      } else {
+        graph_break("user_exception", "missing required argument '" + n + "'");
+      }
+    }
+    values.emplace_back(name, v);
+  }
+  if (next_pos < args.size() || !kwargs.empty())
+    graph_break("user_exception", std::string(type->tp_name) + "() got unexpected arguments");
+
+  // __post_init__ rebuilds the items from a dict or (key, value) iterator given as the
+  // only field; that rare form is left to CPython.
+  bool others_none = true;
+  for (size_t i = 1; i < values.size(); ++i) others_none = others_none && is_none(values[i].second);
+  const ValuePtr& first = values[0].second;
+  if (others_none && !first->is_tensor() && !is_none(first) &&
+      (!first->is_const() || PyTuple_Check(first->obj.get()) || PyList_Check(first->obj.get()) ||
+       PyDict_Check(first->obj.get())))
+    graph_break("unsupported_value", std::string(type->tp_name) +
+                                         " built from a container as its only field");
+  for (auto& [name, v] : values) {
+    dict_set(obj->attrs, name.get(), v);
+    if (!is_none(v)) dict_set(obj->mapping, name.get(), v);
+  }
+  return obj;
+}
+
+std::optional<ValuePtr> Tracer::call_dunder(const ValuePtr& obj, const char* name,
+                                            std::vector<ValuePtr> args) {
+  if (obj->kind != VKind::Object && obj->kind != VKind::Module) return std::nullopt;
+  PyRef key = PyRef::steal(PyUnicode_FromString(name));
+  PyObject* fn = _PyType_Lookup(Py_TYPE(obj->obj.get()), key.get());  // borrowed
+  if (!fn || !PyFunction_Check(fn)) return std::nullopt;
+  args.insert(args.begin(), obj);
+  return inline_function(fn, nullptr, nullptr, std::move(args), {});
+}
+
+// C-level methods of a dict subclass instance: on a made object they act on its symbolic
+// items; on one read from the frame, read-only ones run now under a dict-version guard.
+std::optional<ValuePtr> Tracer::created_object_method(const ValuePtr& self,
+                                                      const std::string& name,
+                                                      std::vector<ValuePtr>& args,
+                                                      KwArgs& kwargs) {
+  if (self->kind != VKind::Object) return std::nullopt;
+  if (self->mapping) {
+    if (name == "__setitem__" && args.size() == 2) {
+      store_subscript(self->mapping, args[0], args[1]);
+      return none();
+    }
+    if (name == "__len__") return const_int(self->mapping->items.size());
+    if (name == "__iter__") {
+      ValuePtr it = Value::of_kind(VKind::Iterator);
+      it->items = iterate(self->mapping);
+      return it;
+    }
+    if (name == "__init__" || name == "update") {
+      std::vector<ValuePtr> a = args;
+      call_method_on(self->mapping, "update", a, kwargs);
+      return none();
+    }
+    return call_method_on(self->mapping, name, args, kwargs);
+  }
+  if (!self->source || !PyDict_Check(self->obj.get())) return std::nullopt;
+  static const std::unordered_set<std::string> readers = {
+      "get", "__getitem__", "__contains__", "keys", "values", "items", "__len__", "copy"};
+  if (!readers.count(name) || !all_const(args, kwargs)) return std::nullopt;
+  ctx_.guards().add_dict_version(self->source, self->obj.get());
+  PyRef d = PyRef::steal(PyDict_Copy(self->obj.get()));  // a plain dict with the same items
+  if (!d) throw PythonError();
+  PyRef m = PyRef::steal(PyObject_GetAttrString(d.get(), name.c_str()));
+  if (!m) throw PythonError();
+  return call_pure(ctx_, m.get(), args, kwargs);
+}
+
+// Methods of a set of constants: run on the real set (mutators in place, so every alias of
+// the value sees them); arguments must be constants.
+ValuePtr Tracer::call_set_method(const ValuePtr& self, const std::string& name,
+                                 std::vector<ValuePtr>& args) {
+  static const std::unordered_set<std::string> known = {
+      "add", "discard", "remove", "update", "clear", "copy", "union", "intersection",
+      "difference", "symmetric_difference", "issubset", "issuperset", "isdisjoint",
+      "intersection_update", "difference_update", "symmetric_difference_update", "__contains__",
+      "__len__"};
+  if (!known.count(name)) graph_break("unsupported_callable", "set." + name + "()");
+  std::vector<ValuePtr> consts;
+  for (auto& a : args) {
+    PyRef c = const_tuple(a);
+    if (!c) graph_break("unsupported_value", "set." + name + "() of a " + a->type_name());
+    consts.push_back(Value::constant(c));
+  }
+  PyRef m = PyRef::steal(PyObject_GetAttrString(self->obj.get(), name.c_str()));
+  if (!m) throw PythonError();
+  return call_pure(ctx_, m.get(), consts, {});
+}
+
+}  // namespace tl::capture

@@ -1,0 +1,316 @@
+"""Python that real model code (transformers, timm) runs inside forward: dataclasses and
+ModelOutput returns, sets, imports and try bodies in helpers, registries, config lookups,
+logging, torch.finfo. Each case is compared with eager and captured in one graph."""
+
+import dataclasses
+import logging
+import operator
+from collections import OrderedDict
+
+import pytest
+import torch
+from helpers import assert_same, check, counters
+
+import torchlite
+
+LOG = logging.getLogger("torchlite.tests.realcode")
+LOG.setLevel(logging.WARNING)
+
+
+@dataclasses.dataclass
+class Pair:
+    first: torch.Tensor
+    second: torch.Tensor | None = None
+    tags: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    value: torch.Tensor
+    scale: float = 2.0
+
+
+class Registry(OrderedDict):
+    """A dict subclass made in traced code (OrderedDict like ModelOutput)."""
+
+
+class Interface:
+    """A mapping with Python dunders, like transformers' AttentionInterface."""
+
+    _global = {"double": lambda x: x * 2, "neg": operator.neg}
+
+    def __init__(self):
+        self._local = {}
+
+    def __getitem__(self, key):
+        if key in self._local:
+            return self._local[key]
+        return self._global[key]
+
+    def __contains__(self, key):
+        try:
+            self[key]
+        except KeyError:
+            return False
+        return True
+
+    def __len__(self):
+        return len(self._global) + len(self._local)
+
+
+INTERFACE = Interface()
+
+
+def _graphs_and_breaks(fn, *args, **kwargs):
+    report = torchlite.explain(fn)(*args, **kwargs)
+    return report.graph_count, report.graph_break_count
+
+
+def _vars(obj):
+    return {k: v for k, v in vars(obj).items()}
+
+
+# --- dataclasses and dict subclasses as return values ------------------------------------------
+
+
+def test_dataclass_built_and_returned_matches_eager():
+    def fn(x):
+        p = Pair(x.sin(), second=x + 1)
+        p.tags.append(3)
+        return Pair(p.first * 2, p.second), p
+
+    torchlite.reset()
+    compiled = torchlite.compile(fn, fullgraph=True)
+    x = torch.randn(4)
+    for inp in (x, x, torch.randn(4)):
+        out, exp = compiled(inp), fn(inp)
+        for a, e in zip(out, exp):
+            assert type(a) is Pair
+            assert_same(_vars(a), _vars(e))
+
+
+def test_frozen_dataclass_uses_object_setattr_and_matches_eager():
+    def fn(x):
+        f = Frozen(x.cos())
+        return f.value * f.scale, f
+
+    out, f = torchlite.compile(fn, fullgraph=True)(x := torch.randn(3))
+    exp, g = fn(x)
+    assert_same(out, exp)
+    assert type(f) is Frozen and _vars(f).keys() == _vars(g).keys()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        f.scale = 1.0
+
+
+def test_dict_subclass_built_in_traced_code_keeps_items_and_order():
+    def fn(x):
+        r = Registry()
+        r["b"] = x + 1
+        r["a"] = x * 2
+        r.attr = 5
+        return r, len(r), "a" in r, list(r.keys())
+
+    torchlite.reset()
+    compiled = torchlite.compile(fn, fullgraph=True)
+    x = torch.randn(3)
+    out, exp = compiled(x), fn(x)
+    assert type(out[0]) is Registry and out[0].attr == 5
+    assert_same(dict(out[0]), dict(exp[0]))
+    assert out[1:] == exp[1:]
+
+
+# --- sets -----------------------------------------------------------------------------------------
+
+
+def test_set_literal_comprehension_and_methods_match_eager():
+    def fn(x, names):
+        s = {n.upper() for n in names}
+        s |= {"EXTRA"}
+        s.add("B")
+        t = set(names) | {"z"}
+        hit = "A" in s and "q" not in t and len(s) == 3
+        return x * len(s) if hit else x, sorted(s), sorted(t)
+
+    check(fn, torch.randn(3), ("a", "b"))
+
+
+def test_set_of_tensors_is_a_clean_break():
+    def fn(x):
+        s = {x}
+        return x * len(s)
+
+    x = torch.randn(3)
+    assert_same(torchlite.compile(fn)(x), fn(x))
+    graphs, breaks = _graphs_and_breaks(fn, x)
+    assert breaks == 1
+
+
+# --- imports, try bodies, registries ---------------------------------------------------------------
+
+
+def _helper_with_import(x):
+    import math
+
+    import torch.nn.functional as F  # noqa: N812
+
+    return F.relu(x) * math.pi
+
+
+def _helper_with_try(d, key):
+    try:
+        v = d[key]
+    except KeyError:
+        v = None
+    return v
+
+
+def test_import_of_loaded_module_inside_function_is_traced():
+    def fn(x):
+        return _helper_with_import(x) + 1
+
+    check(fn, torch.randn(5))
+
+
+def test_try_body_in_inlined_helper_is_traced_when_it_does_not_raise():
+    def fn(x):
+        return x * _helper_with_try({"a": 3.0}, "a")
+
+    check(fn, torch.randn(4))
+
+
+def test_try_body_that_raises_breaks_and_matches_eager():
+    def fn(x):
+        v = _helper_with_try({"a": 3.0}, "b")
+        return x if v is None else x * v
+
+    x = torch.randn(4)
+    assert_same(torchlite.compile(fn)(x), fn(x))
+
+
+def test_mapping_registry_with_python_dunders_matches_eager():
+    def fn(x, name):
+        if name in INTERFACE and len(INTERFACE) == 2:
+            return INTERFACE[name](x)
+        return x
+
+    check(fn, torch.randn(3), "double")
+    check(fn, torch.randn(3), "neg")
+
+
+# --- library calls ---------------------------------------------------------------------------------
+
+
+def test_finfo_iinfo_and_compiler_queries_match_eager():
+    def fn(x):
+        lo = torch.finfo(x.dtype).min
+        hi = torch.iinfo(torch.int8).max
+        flags = (torch.compiler.is_compiling(), torch.jit.is_scripting(), torch.jit.is_tracing())
+        return x.clamp(min=lo / 2) + hi, flags[1:], torch.is_grad_enabled()
+
+    torchlite.reset()
+    compiled = torchlite.compile(fn, fullgraph=True)
+    x = torch.randn(3)
+    out, exp = compiled(x), fn(x)
+    assert_same(out, exp)
+
+
+def test_compiler_is_compiling_is_true_inside_torchlite():
+    def fn(x):
+        return x + 1 if torch.compiler.is_compiling() else x - 1
+
+    x = torch.randn(3)
+    torch.testing.assert_close(torchlite.compile(fn, fullgraph=True)(x), x + 1)
+
+
+def test_disabled_logging_call_is_skipped_and_enabled_one_breaks():
+    def quiet(x):
+        LOG.debug("value %s", 3)
+        LOG.info("info")
+        return x * 2
+
+    def loud(x):
+        LOG.warning("careful")
+        return x * 2
+
+    check(quiet, torch.randn(3))
+    x = torch.randn(3)
+    assert _graphs_and_breaks(quiet, x)[1] == 0
+    assert _graphs_and_breaks(loud, x)[1] >= 1
+    assert_same(torchlite.compile(loud)(x), loud(x))
+
+
+def test_logging_level_change_recompiles():
+    def fn(x):
+        LOG.info("now visible")
+        return x + 1
+
+    torchlite.reset()
+    compiled = torchlite.compile(fn)
+    x = torch.randn(3)
+    assert_same(compiled(x), x + 1)
+    before = counters()
+    LOG.setLevel(logging.INFO)
+    try:
+        assert_same(compiled(x), x + 1)  # the logger now prints: no stale skipped call
+        assert counters()["frames"] > before["frames"] or counters()["graph_breaks"] > before["graph_breaks"]
+    finally:
+        LOG.setLevel(logging.WARNING)
+
+
+def test_dataclasses_fields_and_is_dataclass_match_eager():
+    def fn(x):
+        names = [f.name for f in dataclasses.fields(Pair)]
+        return x * len(names), names, dataclasses.is_dataclass(Pair)
+
+    check(fn, torch.randn(2))
+
+
+# --- keyword calls, config lookups, strings --------------------------------------------------------
+
+
+class Config:
+    hidden = 4
+    act = "gelu"
+
+
+CONFIG = Config()
+
+
+def _inner(x, *, scale=1.0, shift=0.0, **extra):
+    return x * scale + shift + extra.get("bias", 0.0)
+
+
+def _outer(x, **kwargs):
+    return _inner(x, **kwargs)
+
+
+def test_kwargs_forwarding_and_config_getattr_defaults_match_eager():
+    def fn(x):
+        scale = getattr(CONFIG, "scale", 2.0)
+        act = getattr(CONFIG, "act", "relu")
+        has = hasattr(CONFIG, "hidden"), hasattr(CONFIG, "nope")
+        y = _outer(x, scale=scale, bias=0.5, shift=float(CONFIG.hidden))
+        return getattr(torch.nn.functional, act)(y), has
+
+    check(fn, torch.randn(3))
+
+
+def test_strings_formatting_assert_and_isinstance_tuple_match_eager():
+    def fn(x, mode):
+        assert x.dim() == 1, f"bad rank {x.dim()}"
+        name = "layer_%d" % x.shape[0] + "_{}".format(mode.strip().lower())
+        ok = isinstance(mode, (int, str)) and name.startswith("layer") and name.endswith("sum")
+        b, = x.shape
+        return (x.sum() if ok else x) * b, name, x.shape == torch.Size([b]), x.shape[-1:] == (b,)
+
+    check(fn, torch.randn(4), " SUM ")
+
+
+def test_dict_views_and_get_match_eager():
+    def fn(x, d):
+        total = x
+        for k, v in d.items():
+            total = total + v * len(k)
+        return total, list(d.keys()), d.get("missing", 1.5), [v.sum() for v in d.values()]
+
+    check(fn, torch.randn(2), {"a": torch.randn(2), "bb": torch.randn(2)})
