@@ -41,6 +41,21 @@ bool is_constant(PyObject* v) {
       if (!is_constant(PyTuple_GET_ITEM(v, i))) return false;
     return true;
   }
+  // NOTE: capture treats these as immutable constants too (capture/context.cpp
+  // is_immutable_constant), e.g. a slice argument `x[s]` or `module_list[:n]` in a resume frame.
+  if (v == Py_Ellipsis || v == Py_NotImplemented || PyRange_Check(v)) return true;
+  if (PySlice_Check(v)) {
+    auto* s = reinterpret_cast<PySliceObject*>(v);
+    return is_constant(s->start) && is_constant(s->stop) && is_constant(s->step);
+  }
+  if (PyFrozenSet_CheckExact(v)) {
+    PyRef it = PyRef::steal(PyObject_GetIter(v));
+    if (!it) throw PythonError();
+    while (PyRef item = PyRef::steal(PyIter_Next(it.get())))
+      if (!is_constant(item.get())) return false;
+    if (PyErr_Occurred()) throw PythonError();
+    return true;
+  }
   return false;
 }
 
@@ -61,6 +76,13 @@ bool equals_exact(PyObject* a, PyObject* b) {
     double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(b);
     if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y);
     return x == y && std::signbit(x) == std::signbit(y);
+  }
+  if (PySlice_Check(a)) {
+    // NOTE: by part, so slice(1, 2) and slice(1.0, 2) (equal under ==) stay apart.
+    auto* x = reinterpret_cast<PySliceObject*>(a);
+    auto* y = reinterpret_cast<PySliceObject*>(b);
+    return equals_exact(x->start, y->start) && equals_exact(x->stop, y->stop) &&
+           equals_exact(x->step, y->step);
   }
   if (PyTuple_Check(a)) {
     Py_ssize_t n = PyTuple_GET_SIZE(a);

@@ -1,0 +1,59 @@
+"""The bench/models.py corpus at CI size: every timm and transformers model (random weights,
+eval, no_grad) compiled whole-model gives the eager result, on the first and the cached call.
+
+Correctness only; graphs, breaks and timings are bench/models.py's job.
+"""
+
+import importlib.util
+import os
+import sys
+
+import pytest
+import torch
+from helpers import assert_same
+
+import torchlite
+
+
+def _load_corpus():
+    # NOTE: by file path, not bench/ on sys.path: bench/ scripts would shadow real packages.
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "bench", "model_corpus.py")
+    spec = importlib.util.spec_from_file_location("model_corpus", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["model_corpus"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_CORPUS = _load_corpus()
+CORPUS = _CORPUS.CORPUS
+_TIMM, _TRANSFORMERS = _CORPUS.load_model_libs()
+_AVAILABLE = {"timm": _TIMM is not None, "transformers": _TRANSFORMERS is not None}
+
+TOL = {"atol": 1e-4, "rtol": 1e-4}
+
+# NOTE: known bugs, each with a minimal repro in /work/notes (non-strict: a fix makes them pass).
+_RESUME_IADD = "second break in a resume function runs `self += x` with self=None (ModuleList[:n])"
+_CONV_LAYOUT = "CPU conv returns channels_last where meta says contiguous; kernels read meta strides"
+KNOWN = {
+    "llama": _RESUME_IADD, "mistral": _RESUME_IADD, "qwen2": _RESUME_IADD,
+    "gemma": _RESUME_IADD, "phi": _RESUME_IADD, "pvt_v2_b0": _CONV_LAYOUT,
+    "edgenext_xx_small": _CONV_LAYOUT,
+}
+
+
+def _param(spec):
+    marks = [pytest.mark.xfail(reason=KNOWN[spec.name], strict=False)] if spec.name in KNOWN else []
+    return pytest.param(spec, id=spec.name, marks=marks)
+
+
+@pytest.mark.parametrize("spec", [_param(s) for s in CORPUS])
+def test_corpus_model_matches_eager(spec):
+    if not _AVAILABLE[spec.family]:
+        pytest.skip(f"{spec.family} unavailable")
+    model, args, kwargs = spec.build(full=False)
+    compiled = torchlite.compile(model)
+    with torch.no_grad():
+        expected = model(*args, **kwargs)
+        for _ in range(2):
+            assert_same(compiled(*args, **kwargs), expected, **TOL)
