@@ -29,9 +29,9 @@ constexpr OpInfo kOps[] = {
     {"le", 2},          {"gt", 2},         {"ge", 2},         {"and", 2},       {"or", 2},
     {"xor", 2},         {"bitand", 2},     {"bitor", 2},      {"bitxor", 2},    {"copysign", 2},
     {"where", 3},       {"reduce_sum", 1}, {"reduce_prod", 1}, {"reduce_max", 1}, {"reduce_min", 1},
-    {"reduce_argmax", 1}, {"reduce_argmin", 1},
+    {"reduce_argmax", 1}, {"reduce_argmin", 1}, {"index", -1}, {"gather", 1},
 };
-static_assert(sizeof(kOps) / sizeof(kOps[0]) == static_cast<size_t>(ExprOp::ReduceArgMin) + 1);
+static_assert(sizeof(kOps) / sizeof(kOps[0]) == static_cast<size_t>(ExprOp::Gather) + 1);
 
 bool is_between(ExprOp op, ExprOp lo, ExprOp hi) { return op >= lo && op <= hi; }
 bool is_half(ScalarType t) { return t == ScalarType::F16 || t == ScalarType::BF16; }
@@ -92,9 +92,12 @@ std::vector<bool> inner_exprs(const Kernel& k) {
   size_t first_red = k.shape.size() - k.reduction_axes;
   for (size_t i = 0; i < k.exprs.size(); ++i) {
     const Expr& e = k.exprs[i];
-    if (e.op == ExprOp::Load) {
+    if (e.op == ExprOp::Index) {
+      inner[i] = e.ivalue >= static_cast<int64_t>(first_red);
+    } else if (e.op == ExprOp::Load || e.op == ExprOp::Gather) {
       const auto& st = k.inputs[e.buffer].strides;
       for (size_t a = first_red; a < st.size(); ++a) inner[i] = inner[i] || st[a] != 0;
+      for (int o : e.operands) inner[i] = inner[i] || inner[o];
     } else if (!is_reduction(e.op)) {
       for (int o : e.operands) inner[i] = inner[i] || inner[o];
     }
@@ -111,6 +114,8 @@ std::string Kernel::str() const {
     const Expr& e = exprs[i];
     os << "  %" << i << " : " << scalar_type_name(e.type) << " = " << expr_op_name(e.op) << "(";
     if (e.op == ExprOp::Load) os << "in" << e.buffer;
+    if (e.op == ExprOp::Gather) os << "in" << e.buffer << ", ";
+    if (e.op == ExprOp::Index) os << "axis" << e.ivalue;
     if (e.op == ExprOp::Constant)
       os << (is_floating(e.type) ? fmt_double(e.value) : std::to_string(e.ivalue));
     for (size_t j = 0; j < e.operands.size(); ++j) os << (j ? ", %" : "%") << e.operands[j];
@@ -131,9 +136,14 @@ std::string expr_error(const Kernel& k, int i) {
   for (int o : e.operands)
     if (o < 0 || o >= i) return "operand %" + std::to_string(o) + " is not an earlier expr";
   auto ty = [&](int j) { return k.exprs[e.operands[j]].type; };
-  if (e.op == ExprOp::Load) {
+  if (e.op == ExprOp::Load || e.op == ExprOp::Gather) {
     if (e.buffer < 0 || e.buffer >= static_cast<int>(k.inputs.size())) return "no such input";
+    if (e.op == ExprOp::Gather && ty(0) != ScalarType::I64) return "gather offset is not i64";
     return e.type == k.inputs[e.buffer].type ? "" : "load type differs from its input's";
+  }
+  if (e.op == ExprOp::Index) {
+    if (e.ivalue < 0 || e.ivalue >= static_cast<int64_t>(k.shape.size())) return "no such axis";
+    return e.type == ScalarType::I64 ? "" : "index is not i64";
   }
   if (e.op == ExprOp::Cast || e.op == ExprOp::Constant) return "";
   if (is_half(e.type)) return "math on f16/bf16 (must be done in f32)";

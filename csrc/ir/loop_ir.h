@@ -30,15 +30,18 @@ enum class ExprOp : uint8_t {
   Where,  // operands: cond, a, b
   // reductions over the kernel's reduction axes (operand: the value per point)
   ReduceSum, ReduceProd, ReduceMax, ReduceMin, ReduceArgMax, ReduceArgMin,
+  // index leaves and indirect loads (data movement: cat, pad, flip, gather, ...)
+  Index,   // i64: the point's index along kernel axis `ivalue` (0 <= index < shape[ivalue])
+  Gather,  // input[`buffer`] at the point's offset (its view) plus operand %0 (i64) elements
 };
 
 struct Expr {
   ExprOp op = ExprOp::Constant;
   ScalarType type = ScalarType::F32;  // result type; math on f16/bf16 is done in f32
   std::vector<int> operands;          // indices of earlier exprs
-  int buffer = -1;                    // Load
+  int buffer = -1;                    // Load, Gather
   double value = 0;                   // Constant (floating)
-  int64_t ivalue = 0;                 // Constant (integer/bool)
+  int64_t ivalue = 0;                 // Constant (integer/bool); Index: the axis
 };
 
 // A buffer seen through the kernel's iteration space: element strides per
@@ -82,8 +85,16 @@ struct Kernel {
 // Maximum/Minimum/ReduceMax/ReduceMin propagate NaN (torch.maximum, amax);
 // Round is round-half-to-even; FloorDiv on floats is torch's floor division;
 // Cast to/from b8 is `!= 0` / 0-or-1.
+// Added for data movement (helper "hviews"): Index is a leaf (no operands)
+// whose value is the current point's coordinate along kernel axis `ivalue`
+// (axes as in Kernel::shape, reduction axes included; it varies along them).
+// Gather reads input `buffer` at element offset view.offset + sum(view.strides
+// * point) + operand, operand an i64 expr: the lowering computes the extra
+// offset from Index exprs (and loaded indices) and guarantees it stays inside
+// the buffer (indices are clamped), so a Gather is safe to evaluate even when
+// a Where discards it. Its type is the input's storage type, as for Load.
 const char* expr_op_name(ExprOp op);  // "add", "reduce_sum", ...
-int expr_op_arity(ExprOp op);         // operand count; -1 for Load/Constant
+int expr_op_arity(ExprOp op);         // operand count; -1 for leaves (Load/Constant/Index)
 bool is_reduction(ExprOp op);
 bool is_comparison(ExprOp op);  // Eq..Ge
 // Per expr: true when its value can differ along the reduction axes (it reads

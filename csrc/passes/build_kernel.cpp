@@ -59,7 +59,7 @@ class Emitter {
     const OpLowering& l = lit->second;
     std::vector<int> ids;
     switch (l.kind) {
-      case OpLowering::Kind::StridedView: return load(l.inputs[0], n, map);
+      case OpLowering::Kind::StridedView: return load(l.inputs[0], n, map, l.view_offset);
       case OpLowering::Kind::View: {
         AxisMap bm;
         const auto& bs = l.inputs[0]->meta->sizes;
@@ -67,10 +67,15 @@ class Emitter {
           bm.push_back(l.base_axes[j] < 0 || bs[j] == 1 ? -1 : map[l.base_axes[j]]);
         return value(l.inputs[0], bm);
       }
-      case OpLowering::Kind::Pointwise:
+      case OpLowering::Kind::Pointwise: {
+        std::vector<bool> loaded(l.inputs.size(), false);
+        for (const Expr& e : l.body)
+          if (e.op == ExprOp::Load) loaded[e.buffer] = true;
         for (size_t i = 0; i < l.inputs.size(); ++i)
-          ids.push_back(value(l.inputs[i], *operand_map(l, i, n->meta->sizes, map)));
-        return instantiate(l, ids, false);
+          ids.push_back(loaded[i] ? value(l.inputs[i], *operand_map(l, i, n->meta->sizes, map))
+                                  : -1);
+        return instantiate(l, ids, false, n, map);
+      }
       case OpLowering::Kind::Reduction: {
         const AxisMap& sm = g_.space_maps.at(n);
         bool trivial = true;
@@ -85,9 +90,18 @@ class Emitter {
 
   // Reads `buffer`'s memory as laid out by `layout`'s TensorMeta (the buffer
   // itself, or a strided view of it), in the compute type.
-  int load(const Node* buffer, const Node* layout, const AxisMap& map) {
+  int load(const Node* buffer, const Node* layout, const AxisMap& map, int64_t offset = 0) {
+    int idx = input(buffer, layout, map, offset);
+    Expr e{ExprOp::Load, out_.kernel.inputs[idx].type};
+    e.buffer = idx;
+    return cast(push(e), compute_type(e.type));
+  }
+
+  // The kernel input reading `buffer` through `layout`'s strides (+ `offset`).
+  int input(const Node* buffer, const Node* layout, const AxisMap& map, int64_t offset) {
     ir::BufferView v = view(layout, layout->meta->strides, map);
-    auto key = std::make_pair(buffer, v.strides);
+    v.offset = offset;
+    auto key = std::make_tuple(buffer, v.strides, offset);
     auto it = inputs_.find(key);
     int idx;
     if (it != inputs_.end()) {
@@ -98,17 +112,34 @@ class Emitter {
       out_.inputs.push_back(buffer);
       out_.kernel.inputs.push_back(v);
     }
-    Expr e{ExprOp::Load, v.type};
-    e.buffer = idx;
-    return cast(push(e), compute_type(v.type));
+    return idx;
   }
 
-  int instantiate(const OpLowering& l, const std::vector<int>& ids, bool trivial_reduce) {
+  // `n`/`map`: the Pointwise node and its result map (for Index and Gather).
+  int instantiate(const OpLowering& l, const std::vector<int>& ids, bool trivial_reduce,
+                  const Node* n = nullptr, const AxisMap& map = {}) {
     std::vector<int> local(l.body.size(), -1);
     for (size_t i = 0; i < l.body.size(); ++i) {
       Expr e = l.body[i];
       if (e.op == ExprOp::Load) {
         local[i] = ids[e.buffer];
+        continue;
+      }
+      TL_CHECK(n || (e.op != ExprOp::Index && e.op != ExprOp::Gather))
+          << "index/gather outside a pointwise lowering";
+      if (e.op == ExprOp::Index) {
+        int a = map[e.ivalue];
+        e.ivalue = a < 0 ? 0 : a;
+        local[i] = push(a < 0 ? Expr{ExprOp::Constant, ScalarType::I64} : e);
+        continue;
+      }
+      if (e.op == ExprOp::Gather) {
+        const Node* src = l.inputs[e.buffer];
+        auto m = operand_map(l, e.buffer, n->meta->sizes, map);
+        TL_CHECK(m) << "gather of " << src->name << " has no axis map";
+        Expr g{ExprOp::Gather, dtype(src), {local[e.operands[0]]}};
+        g.buffer = input(src, src, *m, 0);
+        local[i] = cast(push(g), e.type);
         continue;
       }
       for (int& o : e.operands) o = local[o];
@@ -134,7 +165,7 @@ class Emitter {
   const Fusion& f_;
   FusedKernel& out_;
   std::map<std::pair<const Node*, AxisMap>, int> memo_;
-  std::map<std::pair<const Node*, std::vector<int64_t>>, int> inputs_;
+  std::map<std::tuple<const Node*, std::vector<int64_t>, int64_t>, int> inputs_;
   std::map<std::tuple<int, int, std::vector<int>, int, uint64_t, int64_t>, int> cse_;
 };
 

@@ -43,7 +43,9 @@ class Fuser {
     *reads = i < l.inputs.size();
     if (!*reads) return AxisMap{};
     switch (l.kind) {
-      case Kind::Pointwise: return operand_map(l, i, sizes(u), g.maps.at(u));
+      case Kind::Pointwise:
+        if (gathers(l, n)) return std::nullopt;  // read from memory at computed offsets
+        return operand_map(l, i, sizes(u), g.maps.at(u));
       case Kind::Reduction: return operand_map(l, i, l.space, g.space_maps.at(u));
       case Kind::StridedView: return std::nullopt;
       case Kind::View: {

@@ -2,10 +2,68 @@
 // per axis of the base, which axis of the view indexes it (-1: always 0).
 // Views are never stored (fuse.cpp keeps them extern when their value is
 // needed outside one kernel), so aliasing stays torch's.
-#include "passes/lowering.h"
+#include "passes/lower_data.h"
 
 namespace tl::passes {
 namespace {
+
+// Element offset of n's trace-time (meta) value from base's when n's value is
+// a torch view of the same storage (slicing, select, split pieces, reshape
+// that did not copy); nullopt when torch copied. The meta op decided, so this
+// is exactly eager's aliasing, and n's meta strides address base's memory.
+std::optional<int64_t> alias_offset(const ir::Node& n, const ir::Node& base) {
+  PyObject* ex = n.example.get();
+  PyObject* bex = base.example.get();
+  if (!ex || !bex) return std::nullopt;
+  PyRef eb = PyRef::steal(PyObject_GetAttrString(ex, "_base"));
+  PyRef bb = PyRef::steal(PyObject_GetAttrString(bex, "_base"));
+  if (!eb || !bb) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  PyObject* root = bb.get() == Py_None ? bex : bb.get();
+  if (eb.get() != root) return std::nullopt;
+  PyRef eo = PyRef::steal(PyObject_CallMethod(ex, "storage_offset", nullptr));
+  PyRef bo = PyRef::steal(PyObject_CallMethod(bex, "storage_offset", nullptr));
+  if (!eo || !bo || !PyLong_Check(eo.get()) || !PyLong_Check(bo.get())) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  return PyLong_AsLongLong(eo.get()) - PyLong_AsLongLong(bo.get());
+}
+
+// Reads the base through the view's own strides and offset (the base must be
+// in memory; fuse.cpp never fuses it into the view's kernel).
+bool strided_view(RuleCtx& c, const ir::Node* base) {
+  auto off = alias_offset(c.node, *base);
+  if (!off) return false;
+  c.out.kind = OpLowering::Kind::StridedView;
+  c.out.inputs = {base};
+  c.out.base_axes.clear();
+  c.out.view_offset = *off;
+  return true;
+}
+
+// narrow, select, x[...] with ints/slices/None/Ellipsis, diagonal, and the
+// pieces of split/chunk/unbind (getitem of the tuple node): whatever the
+// arguments, torch's meta op said the result is a view of the base.
+Rule prev_getitem = nullptr;  // getitem's earlier rule (max/min values or indices)
+
+bool alias_view(RuleCtx& c) {
+  const ir::Arg* x = c.node.args.empty() ? c.arg(0, "input") : &c.node.args[0];
+  const ir::Node* base = nullptr;
+  if (x && x->kind == ir::Arg::Kind::Node && !x->node->meta && !x->node->args.empty()) {
+    const ir::Arg& inner = x->node->args[0];  // a tuple of views (split) of its first input
+    if (inner.kind == ir::Arg::Kind::Node) base = inner.node;
+  } else if (x && x->kind == ir::Arg::Kind::Node) {
+    base = x->node;
+  }
+  ir::Arg base_arg = ir::Arg::of_node(const_cast<ir::Node*>(base));
+  bool ok = base && c.is_tensor(&base_arg) && c.type_of(&base_arg) == c.out_type() &&
+            strided_view(c, base);
+  if (!ok && prev_getitem && op_base_name(c.node) == "getitem") return prev_getitem(c);
+  return ok;
+}
 
 const ir::Node* base_of(RuleCtx& c) {
   const ir::Arg* x = c.arg(0, "input");
@@ -113,10 +171,15 @@ bool reshape(RuleCtx& c) {
   if (remap && k == node_axes.size()) return c.all_kwargs_read();
   std::string name = op_base_name(c.node);
   if (name == "squeeze" || name == "unsqueeze") return false;
-  if (!is_contiguous(*b->meta) || !is_contiguous(*c.node.meta)) return false;
-  c.out.kind = OpLowering::Kind::StridedView;
-  c.out.base_axes.clear();
-  return c.all_kwargs_read();
+  if (!c.all_kwargs_read()) return false;
+  if (is_contiguous(*b->meta) && is_contiguous(*c.node.meta)) {
+    c.out.kind = OpLowering::Kind::StridedView;
+    c.out.base_axes.clear();
+    return true;
+  }
+  if (strided_view(c, b)) return true;  // a view of a non-contiguous base
+  // torch copied (reshape/flatten of a layout no view can express): so do we.
+  return name != "view" && name != "view_as" && copy_by_linear_index(c, b);
 }
 
 }  // namespace
@@ -128,6 +191,14 @@ void add_view_rules(RuleTable& t) {
   for (const char* n : {"squeeze", "unsqueeze", "view", "reshape", "flatten", "unflatten",
                         "view_as", "reshape_as"})
     t[n] = reshape;
+  auto it = t.find("getitem");
+  if (it != t.end() && it->second != alias_view) prev_getitem = it->second;
+  for (const char* n : {"getitem", "narrow", "select", "diagonal"})
+    t[n] = alias_view;
+  // Tuple-valued (their nodes are never lowered): the pieces are getitem nodes,
+  // lowered above; registered so the OpInfo parity suite covers them.
+  for (const char* n : {"split", "split_with_sizes", "chunk", "unbind", "tensor_split"})
+    t[n] = alias_view;
 }
 
 }  // namespace tl::passes

@@ -18,6 +18,7 @@ const RuleTable& rules() {
     add_activation_rules(t);
     add_reduction_rules(t);
     add_view_rules(t);
+    add_data_movement_rules(t);
     return t;
   }();
   return table;
@@ -189,6 +190,28 @@ int RuleCtx::cast(int a, ScalarType t) {
 }
 
 int RuleCtx::reduce(ExprOp op, int a) { return push(Expr{op, type(a), {a}}); }
+
+int RuleCtx::index(int axis) {
+  Expr e{ExprOp::Index, ScalarType::I64};
+  e.ivalue = axis;
+  return push(e);
+}
+
+int RuleCtx::gather(const ir::Node* n, std::vector<int> axes, int extra) {
+  // NOTE: always a new input slot, so its axes never apply to a Load of n.
+  out.inputs.push_back(n);
+  out.input_axes.resize(out.inputs.size());
+  out.input_axes.back() = std::move(axes);
+  Expr e{ExprOp::Gather, compute_type(*scalar_type_of(n->meta->dtype.get())), {extra}};
+  e.buffer = static_cast<int>(out.inputs.size()) - 1;
+  return push(e);
+}
+
+bool gathers(const OpLowering& l, const ir::Node* n) {
+  for (const Expr& e : l.body)
+    if (e.op == ExprOp::Gather && l.inputs[e.buffer] == n) return true;
+  return false;
+}
 
 bool RuleCtx::finish(int result) {
   out.result = result;

@@ -34,6 +34,7 @@ struct OpLowering {
   std::vector<int64_t> space;     // Reduction: the iteration space (operand shape)
   std::vector<int> reduce_dims;   // Reduction: reduced space axes, sorted
   bool full_result = false;       // Reduction: result has `space`'s shape (softmax)
+  int64_t view_offset = 0;        // StridedView: element offset from inputs[0]'s data
   const ir::Node* absorbed = nullptr;  // tuple node (x.max(dim)) whose only use this is
 };
 
@@ -70,6 +71,13 @@ class RuleCtx {
   int where(int c, int a, int b);
   int cast(int a, ir::ScalarType t);
   int reduce(ir::ExprOp op, int a);
+  // Data movement (Pointwise bodies): the coordinate along node axis `axis`
+  // (i64), and tensor `n` read from memory at the point's offset (per input axis
+  // `axes[j]`: the node axis indexing it, or -1) plus `extra` (i64 expr)
+  // elements, in the compute type of n's dtype. A gathered input is never fused
+  // into the consumer's kernel (it must be in memory).
+  int index(int axis);
+  int gather(const ir::Node* n, std::vector<int> axes, int extra);
   bool finish(int result);  // sets out.result; fails if a keyword was not read
 
  private:
@@ -84,6 +92,10 @@ void add_pointwise_rules(RuleTable& t);
 void add_activation_rules(RuleTable& t);
 void add_reduction_rules(RuleTable& t);
 void add_view_rules(RuleTable& t);
+void add_data_movement_rules(RuleTable& t);
+
+// True when `l` reads `n` through a Gather (so `n` must be in memory).
+bool gathers(const OpLowering& l, const ir::Node* n);
 
 // Base name a rule is registered under: "torch.nn.functional.relu" -> "relu".
 std::string op_base_name(const ir::Node& n);

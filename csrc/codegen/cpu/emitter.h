@@ -10,7 +10,7 @@
 
 namespace tl::codegen::cpu {
 
-inline bool is_reduce(ir::ExprOp op) { return op >= ir::ExprOp::ReduceSum; }
+inline bool is_reduce(ir::ExprOp op) { return ir::is_reduction(op); }
 inline bool is_arg_reduce(ir::ExprOp op) {
   return op == ir::ExprOp::ReduceArgMax || op == ir::ExprOp::ReduceArgMin;
 }

@@ -23,8 +23,8 @@ bool by_operand_type(ExprOp op) {
          op == ExprOp::Not || (op >= ExprOp::Eq && op <= ExprOp::Xor);
 }
 size_t arity(ExprOp op) {
-  if (op == ExprOp::Load || op == ExprOp::Constant) return 0;
-  if (is_unary(op) || is_reduce(op)) return 1;
+  if (op == ExprOp::Load || op == ExprOp::Constant || op == ExprOp::Index) return 0;
+  if (is_unary(op) || is_reduce(op) || op == ExprOp::Gather) return 1;
   return op == ExprOp::Where ? 3 : 2;
 }
 }  // namespace
@@ -35,7 +35,7 @@ void Emitter::run() {
   auto* entry = llvm::BasicBlock::Create(b_.getContext(), "entry", f_);
   b_.SetInsertPoint(entry);
   llvm::Value* bufs = f_->getArg(2);
-  for (size_t i = 0; i < s_.strides.size(); ++i)
+  for (size_t i = 0; i < k_.inputs.size() + k_.outputs.size(); ++i)
     ptrs_.push_back(b_.CreateLoad(b_.getPtrTy(), b_.CreateConstGEP1_64(b_.getPtrTy(), bufs, i)));
   make_accumulators();
   rows(f_->getArg(0), f_->getArg(1));
@@ -62,10 +62,13 @@ void Emitter::analyse() {
       pass_[i] = std::max(pass_[i], pass_[o]);
       varies_[i] |= varies_[o];
     }
-    if (e.op == ExprOp::Load) {
+    if (e.op == ExprOp::Load || e.op == ExprOp::Gather) {
       if (e.buffer < 0 || e.buffer >= n_in_) fail(i, "load of a missing input");
       const auto& st = k_.inputs[e.buffer].strides;
       for (size_t d = n_outer; d < st.size(); ++d) varies_[i] |= st[d] != 0;
+    } else if (e.op == ExprOp::Index) {
+      if (s_.index_buffer.count(e.ivalue) == 0) fail(i, "index of a missing axis");
+      varies_[i] = static_cast<size_t>(e.ivalue) >= n_outer;
     } else if (is_reduce(e.op)) {
       if (k_.reduction_axes == 0) fail(i, "reduction in a kernel without reduction axes");
       pass_[i] += 1;
@@ -100,6 +103,12 @@ llvm::Value* Emitter::value(int i) {
   } else if (e.op == ExprOp::Load) {
     ST t = k_.inputs[e.buffer].type;
     v = convert(b_, load_elem(b_, ptrs_[e.buffer], off_[e.buffer], t), t, e.type);
+  } else if (e.op == ExprOp::Gather) {
+    ST t = k_.inputs[e.buffer].type;
+    llvm::Value* off = b_.CreateNSWAdd(off_[e.buffer], operand(ops[0], ST::I64));
+    v = convert(b_, load_elem(b_, ptrs_[e.buffer], off, t), t, e.type);
+  } else if (e.op == ExprOp::Index) {
+    v = off_[s_.index_buffer.at(e.ivalue)];  // its pseudo-buffer's offset is the coordinate
   } else if (e.op == ExprOp::Constant) {
     v = make_constant(b_, e);
   } else if (e.op == ExprOp::Cast) {

@@ -41,6 +41,17 @@ LoopSpace coalesce(const ir::Kernel& k) {
   std::vector<const ir::BufferView*> views;
   for (auto& v : k.inputs) views.push_back(&v);
   for (auto& o : k.outputs) views.push_back(&o.view);
+  std::vector<ir::BufferView> index_views;
+  std::map<int64_t, size_t> index_buffer;
+  for (const ir::Expr& e : k.exprs)
+    if (e.op == ir::ExprOp::Index && e.ivalue >= 0 && static_cast<size_t>(e.ivalue) < n &&
+        !index_buffer.count(e.ivalue)) {
+      index_buffer[e.ivalue] = views.size() + index_views.size();
+      ir::BufferView v{ir::ScalarType::I64, std::vector<int64_t>(n, 0), 0};
+      v.strides[e.ivalue] = 1;
+      index_views.push_back(std::move(v));
+    }
+  for (auto& v : index_views) views.push_back(&v);
   Axes outer, red;
   outer.strides.resize(views.size());
   red.strides.resize(views.size());
@@ -64,6 +75,7 @@ LoopSpace coalesce(const ir::Kernel& k) {
   LoopSpace s;
   s.outer = outer.sizes;
   s.red = red.sizes;
+  s.index_buffer = std::move(index_buffer);
   for (size_t bi = 0; bi < views.size(); ++bi) {
     auto st = outer.strides[bi];
     st.insert(st.end(), red.strides[bi].begin(), red.strides[bi].end());

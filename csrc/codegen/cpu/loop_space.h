@@ -5,6 +5,7 @@
 // and the innermost loop of any kernel keeps constant strides.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "codegen/cpu/scalar_ops.h"
@@ -17,6 +18,10 @@ struct LoopSpace {
   // Per buffer (kernel.inputs then kernel.outputs): strides over outer then red.
   std::vector<std::vector<int64_t>> strides;
   std::vector<int64_t> offsets;
+  // Index exprs: kernel axis -> a pseudo-buffer (after the outputs) with stride
+  // 1 along that axis and 0 elsewhere, so its offset is the axis coordinate and
+  // merging axes stays exact.
+  std::map<int64_t, size_t> index_buffer;
 };
 
 LoopSpace coalesce(const ir::Kernel& k);

@@ -165,7 +165,15 @@ def _as_user_function(fn):
 # with a pointwise consumer (`* 2`), so the view folds into that kernel's index map.
 VIEW_OPS = {"view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "squeeze"}
 VIEW_OPS |= {"unsqueeze", "permute", "transpose", "t", "expand", "expand_as", "broadcast_to"}
-VIEW_OPS |= {"contiguous"}
+VIEW_OPS |= {"contiguous", "narrow", "select", "diagonal", "split"}
+VIEW_OPS |= {"split_with_sizes", "chunk", "unbind", "tensor_split"}
+
+
+def _times_two(r):
+    """The consumer: `* 2` on the view, or on each piece of a split."""
+    if isinstance(r, (tuple, list)):
+        return [t * 2 for t in r]
+    return r * 2
 
 
 def run_case(op, dtype, sample, consumer=False) -> tuple[str, str]:
@@ -174,7 +182,7 @@ def run_case(op, dtype, sample, consumer=False) -> tuple[str, str]:
     fn = _as_user_function(op.op)
     if consumer:
         view = fn
-        fn = lambda *a, **k: view(*a, **k) * 2
+        fn = lambda *a, **k: _times_two(view(*a, **k))
     args, kwargs = (sample.input, *sample.args), dict(sample.kwargs)
     with torch.no_grad():
         torch.manual_seed(0)

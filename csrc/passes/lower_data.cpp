@@ -1,0 +1,393 @@
+// Data movement that copies (torch returns a new tensor): each rule is a
+// Pointwise body over the result's shape that reads its inputs at remapped
+// coordinates. Shifted or permuted coordinates go through Gather (offsets built
+// from Index exprs and clamped into the input, so an operand a Where discards
+// is still a safe read); stack uses plain loads, so its producers fuse.
+// Output strides are the node's (meta) strides, as for every stored value.
+#include "core/errors.h"
+#include "passes/dtype.h"
+#include "passes/lower_data.h"
+
+namespace tl::passes {
+namespace {
+
+using ir::ExprOp;
+using ir::Node;
+using ir::ScalarType;
+constexpr ScalarType kI64 = ScalarType::I64;
+constexpr size_t kMaxParts = 64;  // cat/stack: longer Where chains stay extern
+
+int64_t numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (int64_t v : s) n *= v;
+  return n;
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> st(sizes.size(), 1);
+  for (size_t i = sizes.size(); i-- > 1;) st[i - 1] = st[i] * sizes[i];
+  return st;
+}
+
+// Index arithmetic on i64 body values.
+struct Body {
+  RuleCtx& c;
+  int k(int64_t v) { return c.constant(static_cast<double>(v), kI64); }
+  int add(int a, int b) { return c.binary(ExprOp::Add, a, b); }
+  int sub(int a, int b) { return c.binary(ExprOp::Sub, a, b); }
+  int mul(int a, int b) { return c.binary(ExprOp::Mul, a, b); }
+  int mod(int a, int64_t n) { return c.binary(ExprOp::Remainder, a, k(n)); }
+  int div(int a, int64_t n) { return c.binary(ExprOp::FloorDiv, a, k(n)); }
+  int clamp(int a, int64_t lo, int64_t hi) {
+    return c.binary(ExprOp::Minimum, c.binary(ExprOp::Maximum, a, k(lo)), k(hi));
+  }
+  ScalarType out() const { return compute_type(c.out_type()); }
+
+  // x at coordinates `coord` (per x axis: an i64 expr, or -1 for the node axis
+  // `direct[j]`), in the node's compute type. Coordinates must be in bounds.
+  int read(const Node* x, const std::vector<int>& coord, const std::vector<int>& direct) {
+    const ir::TensorMeta& m = *x->meta;
+    int off = -1;
+    std::vector<int> axes(m.sizes.size(), -1);
+    for (size_t j = 0; j < m.sizes.size(); ++j) {
+      if (coord[j] < 0) {
+        axes[j] = direct[j];
+      } else if (m.sizes[j] != 1) {
+        int term = mul(coord[j], k(m.strides[j]));
+        off = off < 0 ? term : add(off, term);
+      }
+    }
+    return c.cast(c.gather(x, std::move(axes), off < 0 ? k(0) : off), out());
+  }
+
+  // A tensor operand loaded with explicit axes (per operand axis, the node
+  // axis indexing it), so it fuses with its producer; -1 if not a tensor.
+  int load(const ir::Arg* a, std::vector<int> axes, ScalarType t) {
+    if (!c.is_tensor(a)) return -1;
+    int v = c.value(a, t);
+    size_t i = 0;
+    while (c.out.inputs[i] != a->node) ++i;
+    c.out.input_axes.resize(c.out.inputs.size());
+    auto& slot = c.out.input_axes[i];
+    if (!slot.empty() && slot != axes) return -1;
+    slot = std::move(axes);
+    return v;
+  }
+
+  // Row-major linear index of the point in the node's shape.
+  int linear() {
+    const auto& s = c.node.meta->sizes;
+    std::vector<int64_t> st = contiguous_strides(s);
+    int l = -1;
+    for (size_t a = 0; a < s.size(); ++a) {
+      if (s[a] == 1) continue;
+      int t = mul(c.index(static_cast<int>(a)), k(st[a]));
+      l = l < 0 ? t : add(l, t);
+    }
+    return l < 0 ? k(0) : l;
+  }
+
+  // Reads x at row-major linear index `l` of x's own shape.
+  int read_linear(const Node* x, int l) {
+    const auto& s = x->meta->sizes;
+    std::vector<int64_t> st = contiguous_strides(s);
+    std::vector<int> coord(s.size(), -1);
+    for (size_t j = 0; j < s.size(); ++j)
+      coord[j] = s[j] == 1 ? k(0) : mod(div(l, st[j]), s[j]);
+    return read(x, coord, std::vector<int>(s.size(), -1));
+  }
+};
+
+std::optional<int64_t> norm_dim(std::optional<std::vector<int64_t>> d, size_t rank) {
+  if (!d || d->size() != 1) return std::nullopt;
+  int64_t v = (*d)[0] < 0 ? (*d)[0] + static_cast<int64_t>(rank) : (*d)[0];
+  if (v < 0 || v >= static_cast<int64_t>(std::max<size_t>(rank, 1))) return std::nullopt;
+  return v;
+}
+
+// A "dim" argument (default 0), normalised; nullopt if it is not an int.
+std::optional<int64_t> dim_arg(RuleCtx& c, size_t pos, size_t rank) {
+  const ir::Arg* a = c.arg(pos, "dim");
+  return norm_dim(a ? c.ints(a) : std::vector<int64_t>{0}, rank);
+}
+
+std::vector<int> identity_axes(size_t n) {
+  std::vector<int> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<int>(i);
+  return v;
+}
+
+const Node* same_type_input(RuleCtx& c) {
+  const ir::Arg* x = c.arg(0, "input");
+  if (!c.is_tensor(x) || c.type_of(x) != c.out_type()) return nullptr;
+  return x->node;
+}
+
+// Strides equal where the size is not 1 (those strides are arbitrary).
+bool same_layout(const ir::TensorMeta& a, const ir::TensorMeta& b) {
+  if (a.sizes != b.sizes) return false;
+  for (size_t i = 0; i < a.sizes.size(); ++i)
+    if (a.sizes[i] != 1 && a.strides[i] != b.strides[i]) return false;
+  return true;
+}
+
+// clone: always a copy. contiguous: torch returns x itself when it already has
+// the layout asked for (an alias: an inlined identity view), else a copy.
+bool copy(RuleCtx& c) {
+  const Node* x = same_type_input(c);
+  if (!x || x->meta->sizes != c.node.meta->sizes) return false;
+  c.arg(1, "memory_format");  // the meta strides already follow it
+  if (op_base_name(c.node) == "contiguous" && same_layout(*x->meta, *c.node.meta)) {
+    c.out.kind = OpLowering::Kind::View;
+    c.out.inputs = {x};
+    c.out.base_axes = identity_axes(x->meta->sizes.size());
+    return c.all_kwargs_read();
+  }
+  Body b{c};
+  return c.finish(c.value(c.arg(0, "input"), b.out()));
+}
+
+// Dims as varargs (x.repeat(2, 3)) or one sequence (x.repeat([2, 3])).
+std::optional<std::vector<int64_t>> int_list(RuleCtx& c, size_t first, const char* kw) {
+  if (c.node.args.size() <= first + 1) return c.ints(c.arg(first, kw));
+  std::vector<int64_t> out;
+  for (size_t i = first; i < c.node.args.size(); ++i) {
+    auto v = c.ints(&c.node.args[i]);
+    if (!v || v->size() != 1) return std::nullopt;
+    out.push_back((*v)[0]);
+  }
+  return out;
+}
+
+bool flip(RuleCtx& c) {
+  const Node* x = same_type_input(c);
+  auto dims = int_list(c, 1, "dims");
+  if (!x || !dims) return false;
+  const auto& s = x->meta->sizes;
+  Body b{c};
+  std::vector<int> coord(s.size(), -1);
+  for (int64_t d : *dims) {
+    auto nd = norm_dim(std::vector<int64_t>{d}, s.size());
+    if (!nd || s.empty()) return false;
+    if (s[*nd] > 1) coord[*nd] = b.sub(b.k(s[*nd] - 1), c.index(static_cast<int>(*nd)));
+  }
+  return c.finish(b.read(x, coord, identity_axes(s.size())));
+}
+
+bool repeat(RuleCtx& c) {
+  const Node* x = same_type_input(c);
+  auto reps = int_list(c, 1, "repeats");
+  const auto& s = x ? x->meta->sizes : c.node.meta->sizes;
+  if (!x || !reps || reps->size() < s.size()) return false;
+  size_t off = reps->size() - s.size();
+  Body b{c};
+  std::vector<int> coord(s.size(), -1), direct(s.size());
+  for (size_t j = 0; j < s.size(); ++j) {
+    direct[j] = static_cast<int>(j + off);
+    if ((*reps)[j + off] != 1 && s[j] != 1)
+      coord[j] = b.mod(c.index(static_cast<int>(j + off)), s[j]);
+  }
+  return c.finish(b.read(x, coord, direct));
+}
+
+bool roll(RuleCtx& c) {
+  const Node* x = same_type_input(c);
+  auto shifts = c.ints(c.arg(1, "shifts"));
+  const ir::Arg* dims_arg = c.arg(2, "dims");
+  bool no_dims = !dims_arg || (dims_arg->kind == ir::Arg::Kind::Const &&
+                               dims_arg->value.get() == Py_None);
+  auto dims = no_dims ? std::optional<std::vector<int64_t>>() : c.ints(dims_arg);
+  if (!x || !shifts || (!no_dims && (!dims || dims->size() != shifts->size()))) return false;
+  const auto& s = x->meta->sizes;
+  Body b{c};
+  auto rotate = [&](int i, int64_t n, int64_t shift) {  // (i - shift) mod n, i in [0, n)
+    int64_t back = ((shift % n) + n) % n;
+    return back == 0 ? i : b.mod(b.add(i, b.k(n - back)), n);
+  };
+  if (no_dims) {
+    if (shifts->size() != 1) return false;
+    return c.finish(b.read_linear(x, rotate(b.linear(), numel(s), (*shifts)[0])));
+  }
+  std::vector<int64_t> total(s.size(), 0);
+  for (size_t i = 0; i < dims->size(); ++i) {
+    auto nd = norm_dim(std::vector<int64_t>{(*dims)[i]}, s.size());
+    if (!nd || s.empty()) return false;
+    total[*nd] += (*shifts)[i];
+  }
+  std::vector<int> coord(s.size(), -1);
+  for (size_t j = 0; j < s.size(); ++j)
+    if (s[j] > 1 && total[j] % s[j] != 0)
+      coord[j] = rotate(c.index(static_cast<int>(j)), s[j], total[j]);
+  return c.finish(b.read(x, coord, identity_axes(s.size())));
+}
+
+// F.pad(x, pad, mode="constant", value=None) and torch.constant_pad_nd(x, pad, value=0).
+bool pad(RuleCtx& c) {
+  const Node* x = same_type_input(c);
+  auto p = c.ints(c.arg(1, "pad"));
+  bool nd = op_base_name(c.node) == "constant_pad_nd";
+  if (!nd) {
+    const ir::Arg* mode = c.arg(2, "mode");
+    if (mode && c.str(mode).value_or("") != "constant") return false;
+  }
+  const ir::Arg* value = c.arg(nd ? 2 : 3, "value");
+  bool none = !value || (value->kind == ir::Arg::Kind::Const && value->value.get() == Py_None);
+  std::optional<double> fill = none ? std::optional<double>(0.0) : c.number(value);
+  if (!x || !p || !fill || p->size() % 2 != 0) return false;
+  const auto& s = x->meta->sizes;
+  if (p->size() / 2 > s.size()) return false;
+  Body b{c};
+  std::vector<int> coord(s.size(), -1);
+  int mask = -1;
+  for (size_t i = 0; i < p->size() / 2; ++i) {
+    size_t d = s.size() - 1 - i;
+    int64_t lo = (*p)[2 * i], hi = (*p)[2 * i + 1];
+    if (lo == 0 && hi == 0) continue;
+    int t = b.sub(c.index(static_cast<int>(d)), b.k(lo));
+    int ok = c.binary(ExprOp::And, c.binary(ExprOp::Ge, t, b.k(0)),
+                      c.binary(ExprOp::Lt, t, b.k(s[d])));
+    mask = mask < 0 ? ok : c.binary(ExprOp::And, mask, ok);
+    coord[d] = b.clamp(t, 0, s[d] - 1);
+  }
+  int v = b.read(x, coord, identity_axes(s.size()));
+  return c.finish(mask < 0 ? v : c.where(mask, v, c.constant(*fill, b.out())));
+}
+
+const ir::Arg* tensor_list(RuleCtx& c) {
+  const ir::Arg* a = c.arg(0, "tensors");
+  bool seq = a && (a->kind == ir::Arg::Kind::List || a->kind == ir::Arg::Kind::Tuple);
+  return seq && !a->items.empty() && a->items.size() <= kMaxParts ? a : nullptr;
+}
+
+bool cat(RuleCtx& c) {
+  const ir::Arg* list = tensor_list(c);
+  size_t rank = c.node.meta->sizes.size();
+  auto d = dim_arg(c, 1, rank);
+  if (!list || !d || rank == 0) return false;
+  std::vector<const ir::Arg*> parts;
+  for (const ir::Arg& it : list->items) {
+    if (it.kind != ir::Arg::Kind::Node || !it.node->meta) return false;
+    if (numel(it.node->meta->sizes) == 0) continue;  // torch skips empty parts
+    if (!c.is_tensor(&it) || it.node->meta->sizes.size() != rank) return false;
+    parts.push_back(&it);
+  }
+  if (parts.empty()) return false;
+  Body b{c};
+  int i = c.index(static_cast<int>(*d));
+  int64_t total = c.node.meta->sizes[*d], off = 0;
+  std::vector<int> vals;
+  std::vector<int64_t> ends;
+  for (const ir::Arg* p : parts) {
+    int64_t n = p->node->meta->sizes[*d];
+    std::vector<int> coord(rank, -1);
+    if (n != total) coord[*d] = b.clamp(b.sub(i, b.k(off)), 0, n - 1);
+    vals.push_back(b.read(p->node, coord, identity_axes(rank)));
+    off += n;
+    ends.push_back(off);
+  }
+  int r = vals.back();
+  for (size_t k = vals.size() - 1; k-- > 0;)
+    r = c.where(c.binary(ExprOp::Lt, i, b.k(ends[k])), vals[k], r);
+  return c.finish(r);
+}
+
+bool stack(RuleCtx& c) {
+  const ir::Arg* list = tensor_list(c);
+  size_t rank = c.node.meta->sizes.size();
+  auto d = dim_arg(c, 1, rank);
+  if (!list || !d) return false;
+  Body b{c};
+  std::vector<int> axes;
+  for (size_t j = 0; j + 1 < rank; ++j) axes.push_back(static_cast<int>(static_cast<int64_t>(j) < *d ? j : j + 1));
+  std::vector<int> vals;
+  for (const ir::Arg& it : list->items) {
+    if (!c.is_tensor(&it) || it.node->meta->sizes.size() + 1 != rank) return false;
+    vals.push_back(b.load(&it, axes, b.out()));
+    if (vals.back() < 0) return false;
+  }
+  int i = c.index(static_cast<int>(*d));
+  int r = vals.back();
+  for (size_t k = vals.size() - 1; k-- > 0;)
+    r = c.where(c.binary(ExprOp::Eq, i, b.k(static_cast<int64_t>(k))), vals[k], r);
+  return c.finish(r);
+}
+
+bool is_index_type(ScalarType t) { return t == ScalarType::I64 || t == ScalarType::I32; }
+
+// x read with its axis `dim` taken from `idx` (an i64 expr), clamped into x:
+// torch raises for an out-of-range index; a kernel cannot, so it must not crash.
+int read_indexed(Body& b, const Node* x, size_t dim, int idx, const std::vector<int>& direct) {
+  const auto& s = x->meta->sizes;
+  std::vector<int> coord(s.size(), -1);
+  coord[dim] = b.clamp(idx, 0, s[dim] - 1);
+  return b.read(x, coord, direct);
+}
+
+bool index_select(RuleCtx& c) {
+  const Node* x = same_type_input(c);
+  const ir::Arg* index = c.arg(2, "index");
+  size_t rank = c.node.meta->sizes.size();
+  auto d = c.arg(1, "dim") ? dim_arg(c, 1, rank) : std::nullopt;
+  if (!x || !d || rank == 0 || x->meta->sizes.size() != rank || !c.is_tensor(index)) return false;
+  if (!is_index_type(c.type_of(index)) || index->node->meta->sizes.size() > 1) return false;
+  Body b{c};
+  std::vector<int> idx_axes;
+  if (index->node->meta->sizes.size() == 1) idx_axes = {static_cast<int>(*d)};
+  int idx = b.load(index, idx_axes, kI64);
+  return idx >= 0 && c.finish(read_indexed(b, x, *d, idx, identity_axes(rank)));
+}
+
+bool gather(RuleCtx& c) {
+  const Node* x = same_type_input(c);
+  const ir::Arg* index = c.arg(2, "index");
+  auto sparse = c.number(c.arg(3, "sparse_grad"));
+  size_t rank = c.node.meta->sizes.size();
+  auto d = c.arg(1, "dim") ? dim_arg(c, 1, rank) : std::nullopt;
+  if (!x || !d || rank == 0 || x->meta->sizes.size() != rank || !c.is_tensor(index)) return false;
+  if (!is_index_type(c.type_of(index)) || sparse.value_or(0) != 0) return false;
+  Body b{c};
+  int idx = c.value(index, kI64);
+  return c.finish(read_indexed(b, x, *d, idx, identity_axes(rank)));
+}
+
+// F.embedding(input, weight, padding_idx, max_norm, ...) and
+// torch.embedding(weight, indices, ...): a row gather of a 2-D weight.
+bool embedding(RuleCtx& c) {
+  bool functional = c.node.target_name.find("functional") != std::string::npos;
+  const ir::Arg* index = functional ? c.arg(0, "input") : c.arg(1, "indices");
+  const ir::Arg* weight = functional ? c.arg(1, "weight") : c.arg(0, "weight");
+  c.arg(2, "padding_idx");  // forward values do not depend on these
+  for (const char* kw : {"norm_type", "scale_grad_by_freq", "sparse"}) c.arg(99, kw);
+  const ir::Arg* max_norm = functional ? c.arg(3, "max_norm") : nullptr;
+  if (max_norm && !(max_norm->kind == ir::Arg::Kind::Const && max_norm->value.get() == Py_None))
+    return false;  // renormalises the weight in place
+  if (!c.is_tensor(weight) || !c.is_tensor(index) || c.type_of(weight) != c.out_type())
+    return false;
+  if (weight->node->meta->sizes.size() != 2 || !is_index_type(c.type_of(index))) return false;
+  size_t q = index->node->meta->sizes.size();
+  if (c.node.meta->sizes.size() != q + 1) return false;
+  Body b{c};
+  int idx = b.load(index, identity_axes(q), kI64);
+  return idx >= 0 && c.finish(read_indexed(b, weight->node, 0, idx, {-1, static_cast<int>(q)}));
+}
+
+}  // namespace
+
+bool copy_by_linear_index(RuleCtx& c, const Node* x) {
+  Body b{c};
+  c.out.kind = OpLowering::Kind::Pointwise;
+  c.out.inputs.clear();
+  c.out.base_axes.clear();
+  return c.finish(b.read_linear(x, b.linear()));
+}
+
+void add_data_movement_rules(RuleTable& t) {
+  for (const char* n : {"contiguous", "clone"}) t[n] = copy;
+  t["flip"] = flip, t["repeat"] = repeat, t["roll"] = roll;
+  for (const char* n : {"pad", "constant_pad_nd"}) t[n] = pad;
+  for (const char* n : {"cat", "concat", "concatenate"}) t[n] = cat;
+  t["stack"] = stack;
+  t["index_select"] = index_select, t["gather"] = gather, t["embedding"] = embedding;
+}
+
+}  // namespace tl::passes

@@ -1,0 +1,12 @@
+#pragma once
+// Shared by the view and data-movement rules (lower_view.cpp, lower_data.cpp).
+#include "passes/lowering.h"
+
+namespace tl::passes {
+
+// A Pointwise copy of `x` into the node's shape in row-major order (a reshape
+// that torch could not do as a view): the node's linear index, unravelled over
+// x's sizes, addresses x through a Gather.
+bool copy_by_linear_index(RuleCtx& c, const ir::Node* x);
+
+}  // namespace tl::passes

@@ -1,0 +1,96 @@
+"""Data movement that copies (csrc/passes/lower_data.cpp): contiguous/clone, flip, repeat,
+roll, constant pad, cat/stack and index_select/gather/embedding are kernels whose values and
+output strides equal eager's, and fuse with their neighbours where the IR allows."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchlite
+from torchlite import _C
+
+
+def summary(fn, *args):
+    graph = torchlite.explain(fn)(*args).graphs[0]
+    return _C.partition_summary(graph)
+
+
+def check(fn, *args, kernels=None):
+    torchlite.reset()
+    torchlite.reset_counters()
+    expected = fn(*args)
+    out = torchlite.compile(fn)(*args)
+    assert torch.equal(out, expected)
+    assert out.stride() == expected.stride() or out.numel() <= 1
+    if kernels is not None:
+        assert torchlite.counters()["kernels"] == kernels
+    assert torchlite.counters()["graph_breaks"] == 0
+
+
+X = torch.randn(6, 8)
+IDX = torch.tensor([3, 0, 5, 1])
+
+CASES = {
+    "contiguous_of_transpose": (lambda x: x.t().contiguous(), (X,)),
+    "clone_keeps_transposed_strides": (lambda x: x.t().clone(), (X,)),
+    "clone_channels_last": (
+        lambda x: x.clone(memory_format=torch.channels_last),
+        (torch.randn(2, 3, 4, 5),),
+    ),
+    "flip": (lambda x: x.flip(0, -1), (X,)),
+    "repeat": (lambda x: x.repeat(2, 1, 3), (X,)),
+    "roll_dims": (lambda x: torch.roll(x, (1, -3), (0, 1)), (X,)),
+    "roll_flat": (lambda x: x.roll(5), (X,)),
+    "pad_constant": (lambda x: F.pad(x, (1, 2, 0, 3), value=1.5), (X,)),
+    "pad_negative": (lambda x: F.pad(x, (-1, 2)), (X,)),
+    "cat_rows": (lambda x: torch.cat([x, x[:2] * 3]), (X,)),
+    "cat_ints_promote": (lambda a: torch.cat([a, a.int()], 0), (IDX,)),
+    "cat_skips_empty": (lambda x: torch.cat([x, torch.zeros(0)], 0), (X,)),
+    "stack": (lambda x: torch.stack([x + 1, x * 2], 1), (X,)),
+    "index_select": (lambda x, i: x.index_select(1, i), (X, IDX)),
+    "gather": (lambda x, i: torch.gather(x, 1, i.expand(6, 4)), (X, IDX)),
+    "embedding": (lambda i, w: F.embedding(i, w), (IDX.view(2, 2), X)),
+    "bool_cat": (lambda x: torch.cat([x > 0, x < 0], 1), (X,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_data_movement_matches_eager(name):
+    fn, args = CASES[name]
+    check(fn, *args)
+    assert summary(fn, *args)["kernel_count"] >= 1
+
+
+def test_zero_size_input_runs_in_torch():
+    check(lambda x: torch.cat([x, x]).flip(0), torch.randn(0, 3))
+
+
+def test_slice_plus_pointwise_is_one_kernel():
+    s = summary(lambda x: x[:, 1:].exp() + 1, X)
+    assert s["kernel_count"] == 1 and s["externs"] == []
+
+
+def test_stack_of_two_pointwise_results_is_one_kernel():
+    s = summary(lambda x, y: torch.stack([x.sin(), y * 2]) + 1, X, X)
+    assert s["kernel_count"] == 1 and s["externs"] == []
+
+
+def test_cat_of_two_pointwise_results_reads_them_from_memory():
+    # cat's parts are read at shifted rows (Gather), so each producer is stored first;
+    # the consumer of the cat fuses into the cat kernel.
+    s = summary(lambda x, y: torch.cat([x.sin(), y * 2], 1) + 1, X, X)
+    assert s["kernel_count"] <= 3 and s["externs"] == []
+    assert sum("gather(" in k for k in s["kernels"]) == 1
+
+
+def test_contiguous_of_contiguous_input_is_an_alias():
+    x = torch.randn(4, 4)
+    torchlite.reset()
+    out = torchlite.compile(lambda x: x.contiguous())(x)
+    assert out.data_ptr() == x.data_ptr()
+
+
+def test_embedding_with_max_norm_stays_in_torch():
+    w = torch.randn(5, 3)
+    i = torch.tensor([0, 4, 4])
+    check(lambda i, w: F.embedding(i, w, max_norm=1.0), i, w.clone())
