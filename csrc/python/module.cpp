@@ -25,5 +25,6 @@ PYBIND11_MODULE(_C, m) {
   tl::python::bind_compile(m);
   tl::python::bind_passes(m);
   tl::python::bind_fx(m);
+  tl::python::bind_cuda(m);
   tl::python::bind_cuda_runtime(m);
 }

@@ -44,11 +44,17 @@ class Writer {
   void choose_index_type();
   std::string params() const;
   std::string signature(const std::string& name, int block) const;
-  // Expressions: one `const T vN = ...;` line per expr on first use in a scope.
-  void new_scope(ElemRef ref) {
+  // Expressions: one `const T vN = ...;` line per expr on first use in a scope,
+  // which reads buffer b through ref(b) (Load) or at element offset `off`b
+  // (Gather), at outer linear index `outer` and reduction linear index `red`.
+  void new_scope(ElemRef ref, std::string outer, std::string red = "0", std::string off = "o") {
     ref_ = std::move(ref);
+    lin_outer_ = std::move(outer);
+    lin_red_ = std::move(red);
+    off_ = std::move(off);
     cache_.assign(k_.exprs.size(), std::string());
   }
+  std::string index_value(int64_t axis) const;
   std::string value(int i);
   std::string operand(int i, ST t) { return convert(value(i), type(i), t); }
   // Writes each output of `pass` through `store(o, memory_value)`.
@@ -89,6 +95,8 @@ class Writer {
   std::ostringstream os_;
   std::string indent_;
   ElemRef ref_;
+  std::string lin_outer_, lin_red_, off_;
+  bool has_gather_ = false;
   std::vector<std::string> cache_;  // expr values of the current scope
   std::vector<std::string> acc_;    // reduction accumulators (row scope)
   std::vector<char> done_;          // reductions whose pass has finished

@@ -2,6 +2,7 @@
 // (a grid-stride loop over the outer linear index, plus a 16-byte vectorised
 // variant when every buffer is contiguous or a broadcast scalar).
 #include <algorithm>
+#include <string_view>
 
 #include "codegen/cuda/emitter.h"
 #include "core/errors.h"
@@ -43,9 +44,16 @@ bool by_operand_type(ExprOp op) {
   return op == ExprOp::IsNan || op == ExprOp::IsInf || op == ExprOp::IsFinite ||
          op == ExprOp::Not || (op >= ExprOp::Eq && op <= ExprOp::Xor);
 }
+// NOTE: Index and Gather are matched by name until loop_ir.h's data-movement
+// ops (helper "hviews") are committed; then these become enum comparisons.
+bool is_index(ExprOp op) { return std::string_view(ir::expr_op_name(op)) == "index"; }
+bool is_gather(ExprOp op) { return std::string_view(ir::expr_op_name(op)) == "gather"; }
+bool is_leaf(ExprOp op) {
+  return op == ExprOp::Load || op == ExprOp::Constant || is_index(op);
+}
 size_t arity(ExprOp op) {
-  if (op == ExprOp::Load || op == ExprOp::Constant) return 0;
-  if (is_unary(op) || is_reduce(op)) return 1;
+  if (is_leaf(op)) return 0;
+  if (is_unary(op) || is_reduce(op) || is_gather(op)) return 1;
   return op == ExprOp::Where ? 3 : 2;
 }
 }  // namespace
@@ -107,9 +115,7 @@ void Writer::analyse() {
   varies_.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
     const ir::Expr& e = k_.exprs[i];
-    if (ir::expr_op_arity(e.op) != (e.op == ExprOp::Load || e.op == ExprOp::Constant
-                                        ? -1
-                                        : static_cast<int>(arity(e.op))))
+    if (ir::expr_op_arity(e.op) != (is_leaf(e.op) ? -1 : static_cast<int>(arity(e.op))))
       fail(i, std::string("op ") + ir::expr_op_name(e.op) + " is not known to the CUDA emitter");
     if (e.operands.size() != arity(e.op)) fail(i, "wrong operand count");
     for (int o : e.operands) {
@@ -117,10 +123,15 @@ void Writer::analyse() {
       pass_[i] = std::max(pass_[i], pass_[o]);
       varies_[i] |= varies_[o];
     }
-    if (e.op == ExprOp::Load) {
+    if (e.op == ExprOp::Load || is_gather(e.op)) {
       if (e.buffer < 0 || e.buffer >= n_in_) fail(i, "load of a missing input");
       const auto& st = k_.inputs[e.buffer].strides;
       for (size_t d = n_outer; d < st.size(); ++d) varies_[i] |= st[d] != 0;
+      has_gather_ |= is_gather(e.op);
+    } else if (is_index(e.op)) {
+      if (e.ivalue < 0 || static_cast<size_t>(e.ivalue) >= k_.shape.size())
+        fail(i, "index of a missing axis");
+      varies_[i] = static_cast<size_t>(e.ivalue) >= n_outer;
     } else if (is_reduce(e.op)) {
       if (k_.reduction_axes == 0) fail(i, "reduction in a kernel without reduction axes");
       pass_[i] += 1;
@@ -148,7 +159,8 @@ void Writer::choose_index_type() {
   int64_t total = 1;
   for (int64_t n : s_.outer) total *= n;
   for (int64_t n : s_.red) total *= n;
-  bool wide = total >= limit;
+  // A Gather's offsets are not bounded by its view: always 64-bit.
+  bool wide = total >= limit || has_gather_;
   std::vector<int64_t> sizes = s_.outer;
   sizes.insert(sizes.end(), s_.red.begin(), s_.red.end());
   for (size_t b = 0; b < s_.strides.size(); ++b) {
@@ -210,10 +222,21 @@ std::string Writer::value(int i) {
   if (e.op == ExprOp::Load) {
     ST t = k_.inputs[e.buffer].type;
     v = convert(from_memory(ref_(e.buffer), t), t, e.type);
+  } else if (is_gather(e.op)) {
+    ST t = k_.inputs[e.buffer].type;
+    std::string b = std::to_string(e.buffer);
+    std::string at = off_ + b + " + (" + idx_ + ")" + operand(ops[0], ST::I64);
+    v = convert(from_memory("in" + b + "[" + at + "]", t), t, e.type);
+  } else if (is_index(e.op)) {
+    v = index_value(e.ivalue);
   } else if (e.op == ExprOp::Constant) {
     v = constant(e);
   } else if (e.op == ExprOp::Cast) {
     v = operand(ops[0], e.type);
+  } else if (e.op == ExprOp::Div && is_float_type(e.type) && varies_[ops[0]] &&
+             is_reduce(k_.exprs[ops[1]].op)) {
+    // As eager's softmax and the CPU emitter: scale by the reciprocal of a row value.
+    v = "(" + operand(ops[0], e.type) + " * (1 / " + operand(ops[1], e.type) + "))";
   } else if (e.op == ExprOp::Where) {
     v = "(" + operand(ops[0], ST::Bool) + " ? " + operand(ops[1], e.type) + " : " +
         operand(ops[2], e.type) + ")";
@@ -233,6 +256,19 @@ std::string Writer::value(int i) {
   std::string name = fresh("v");
   line("const " + std::string(reg_type(e.type)) + " " + name + " = " + v + ";");
   return cache_[i] = name;
+}
+
+// The point's coordinate along original kernel axis `axis`, from the linear
+// index over the outer or the reduction axes (coalescing keeps row-major order).
+std::string Writer::index_value(int64_t axis) const {
+  size_t n_outer = k_.shape.size() - k_.reduction_axes, a = static_cast<size_t>(axis);
+  bool outer = a < n_outer;
+  size_t end = outer ? n_outer : k_.shape.size();
+  int64_t inner = 1;
+  for (size_t d = a + 1; d < end; ++d) inner *= k_.shape[d];
+  std::string v = "(" + (outer ? lin_outer_ : lin_red_) + ")";
+  if (inner != 1) v = "(" + v + " / " + std::to_string(inner) + ")";
+  return "(long long)(" + v + " % " + std::to_string(k_.shape[a]) + ")";
 }
 
 void Writer::store_outputs(int pass,
@@ -256,7 +292,8 @@ void Writer::pointwise_scalar() {
   open("for (" + idx_ + " i = (" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x; i < " + n +
        "; i += (" + idx_ + ")gridDim.x * " + b + ")");
   offsets("o", "i", s_.outer, 0, "");
-  new_scope([](int buf) { return "in" + std::to_string(buf) + "[o" + std::to_string(buf) + "]"; });
+  new_scope([](int buf) { return "in" + std::to_string(buf) + "[o" + std::to_string(buf) + "]"; },
+            "i");
   store_outputs(0, [&](size_t o, const std::string& v) {
     line("out" + std::to_string(o) + "[o" + std::to_string(n_in_ + o) + "] = " + v + ";");
   });
@@ -269,7 +306,7 @@ void Writer::pointwise_scalar() {
 // coalesced axis or an input broadcast (stride 0), with offsets that keep
 // the packs aligned.
 bool Writer::vector_width(int* width) const {
-  if (k_.reduction_axes != 0 || s_.outer.size() != 1) return false;
+  if (k_.reduction_axes != 0 || s_.outer.size() != 1 || has_gather_) return false;
   int widest = 0;
   for (size_t b = 0; b < s_.strides.size(); ++b) {
     int64_t st = s_.strides[b][0];
@@ -316,7 +353,7 @@ void Writer::pointwise_vector(int width) {
     std::string bs = std::to_string(buf);
     return s_.strides[buf][0] == 1 ? "p" + bs + ".e[j]"
                                    : "in" + bs + "[" + std::to_string(s_.offsets[buf]) + "]";
-  });
+  }, "i0 + j");
   store_outputs(0, [&](size_t o, const std::string& v) {
     line("p" + std::to_string(n_in_ + o) + ".e[j] = " + v + ";");
   });
@@ -329,7 +366,8 @@ void Writer::pointwise_vector(int width) {
   open("for (" + idx_ + " i = " + nv + " * " + w + " + " + tid + "; i < " + n + "; i += " + step +
        ")");
   offsets("o", "i", s_.outer, 0, "");
-  new_scope([](int buf) { return "in" + std::to_string(buf) + "[o" + std::to_string(buf) + "]"; });
+  new_scope([](int buf) { return "in" + std::to_string(buf) + "[o" + std::to_string(buf) + "]"; },
+            "i");
   store_outputs(0, [&](size_t o, const std::string& v) {
     line("out" + std::to_string(o) + "[o" + std::to_string(n_in_ + o) + "] = " + v + ";");
   });

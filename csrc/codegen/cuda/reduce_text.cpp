@@ -86,7 +86,8 @@ void Writer::reduction_kernel() {
   acc_.assign(k_.exprs.size(), std::string());
   for (int p = 1; p <= n_passes_; ++p) reduce_pass(p, rows);
   // Values per row: written once, at the row's first reduction point.
-  new_scope([](int buf) { return "in" + std::to_string(buf) + "[b" + std::to_string(buf) + "]"; });
+  new_scope([](int buf) { return "in" + std::to_string(buf) + "[b" + std::to_string(buf) + "]"; },
+            "row", "0", "b");
   bool any = false;
   for (int p : out_pass_) any |= p == 0;
   if (any) {
@@ -122,7 +123,8 @@ void Writer::reduce_pass(int p, Rows rows) {
       break;
   }
   offsets("o", "r", s_.red, s_.outer.size(), "b");
-  new_scope([](int buf) { return "in" + std::to_string(buf) + "[o" + std::to_string(buf) + "]"; });
+  new_scope([](int buf) { return "in" + std::to_string(buf) + "[o" + std::to_string(buf) + "]"; },
+            "row", "r");
   for (int i : mine) {
     const ir::Expr& e = k_.exprs[i];
     const std::string& a = acc_[i];

@@ -60,7 +60,7 @@ ST promote_types(ST a, ST b) {
 // Double -> half goes through float, as c10::Half(double) does.
 const std::string& prelude() {
   static const std::string text = R"(// torchlite generated kernel
-#define TL_D static __device__ __forceinline__
+#define TL_D __device__ __forceinline__
 TL_D float tl_h2f(unsigned short h) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));

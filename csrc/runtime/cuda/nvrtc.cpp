@@ -206,6 +206,11 @@ NvrtcVersion nvrtc_version() {
 
 std::string nvrtc_compile(const std::string& source, const std::string& kernel_name,
                           const std::string& arch) {
+  return nvrtc_compile(source, kernel_name, arch, {});
+}
+
+std::string nvrtc_compile(const std::string& source, const std::string& kernel_name,
+                          const std::string& arch, const std::vector<std::string>& extra_options) {
   const Api& a = api();
   bool ptx = arch.rfind("compute_", 0) == 0;
   TL_CHECK(ptx || arch.rfind("sm_", 0) == 0) << "nvrtc_compile: bad architecture '" << arch << "'";
@@ -217,8 +222,9 @@ std::string nvrtc_compile(const std::string& source, const std::string& kernel_n
   std::string arch_opt = "--gpu-architecture=" + arch;
   // NOTE: no --use_fast_math: it flushes denormals and approximates division and
   // transcendentals, and results must match eager torch.
-  const char* opts[] = {arch_opt.c_str(), "--std=c++17", "-default-device"};
-  rc = a.CompileProgram(g.p, 3, opts);
+  std::vector<const char*> opts = {arch_opt.c_str(), "--std=c++17", "-default-device"};
+  for (const auto& o : extra_options) opts.push_back(o.c_str());
+  rc = a.CompileProgram(g.p, static_cast<int>(opts.size()), opts.data());
   if (rc != 0) {
     TL_THROW(Value) << "NVRTC failed to compile kernel " << kernel_name << " for " << arch << " ("
                     << a.GetErrorString(rc) << "):\n"

@@ -5,6 +5,7 @@
 // $CUDA_HOME/lib64, /usr/local/cuda/lib64, then the loader path.
 // NVRTC is thread-safe; these functions may be called from any thread.
 #include <string>
+#include <vector>
 
 namespace tl::runtime::cuda {
 
@@ -24,5 +25,9 @@ NvrtcVersion nvrtc_version();
 // compile error.
 std::string nvrtc_compile(const std::string& source, const std::string& kernel_name,
                           const std::string& arch);
+// The same with extra NVRTC options appended (e.g. "--Ofast-compile=max", which
+// CI uses to check many kernels quickly).
+std::string nvrtc_compile(const std::string& source, const std::string& kernel_name,
+                          const std::string& arch, const std::vector<std::string>& extra_options);
 
 }  // namespace tl::runtime::cuda

@@ -1,0 +1,88 @@
+// CUDA code generation without a GPU: the CUDA C of a captured graph's fused
+// kernels, and NVRTC itself, for tests and for looking at generated code.
+#include <pybind11/stl.h>
+
+#include "codegen/cuda/cuda_kernel.h"
+#include "core/errors.h"
+#include "passes/partition.h"
+#include "python/bindings.h"
+#include "runtime/cuda/nvrtc.h"
+
+namespace py = pybind11;
+
+namespace tl::python {
+
+namespace {
+// "sm_90" / "compute_90" -> compute capability 9.0.
+codegen::cuda::Target target_of(const std::string& arch) {
+  size_t us = arch.find('_');
+  if (us == std::string::npos || arch.size() < us + 3)
+    TL_THROW(Value) << "architecture must look like 'sm_90' or 'compute_90', got '" << arch << "'";
+  int cc = std::stoi(arch.substr(us + 1));
+  codegen::cuda::Target t;
+  t.sm_major = cc / 10;
+  t.sm_minor = cc % 10;
+  return t;
+}
+}  // namespace
+
+void bind_cuda(py::module_& m) {
+  m.def(
+      "nvrtc_available", [] { return runtime::cuda::nvrtc_available(); },
+      "Whether NVRTC could be loaded (see nvrtc_version for why not).");
+  m.def(
+      "nvrtc_version",
+      [] {
+        auto v = runtime::cuda::nvrtc_version();
+        return py::make_tuple(v.major, v.minor);
+      },
+      "(major, minor) of the loaded NVRTC; raises torchlite Unsupported naming the places\n"
+      "searched when it cannot be loaded.");
+  m.def(
+      "nvrtc_compile",
+      [](const std::string& source, const std::string& name, const std::string& arch,
+         const std::vector<std::string>& options) {
+        std::string image;
+        {
+          py::gil_scoped_release nogil;  // NVRTC is thread-safe: callers may compile in threads
+          image = runtime::cuda::nvrtc_compile(source, name, arch, options);
+        }
+        return py::bytes(image);
+      },
+      py::arg("source"), py::arg("name"), py::arg("arch") = "compute_90",
+      py::arg("options") = std::vector<std::string>{},
+      "Compiles CUDA C to PTX (arch 'compute_XY') or a cubin ('sm_XY'), with extra NVRTC\n"
+      "`options`; raises ValueError with NVRTC's log and the numbered source on an error.");
+  m.def(
+      "cuda_kernel_sources",
+      [](const std::shared_ptr<ir::Graph>& g, const std::string& arch, bool compile) {
+        codegen::cuda::Target target = target_of(arch);
+        passes::Partition p = passes::partition_graph(*g);
+        std::vector<codegen::cuda::CudaKernel> kernels;
+        for (const auto& k : p.kernels)
+          kernels.push_back(codegen::cuda::emit_cuda_kernel(k.kernel, k.kernel.name, target));
+        py::list out;
+        for (const auto& ck : kernels) {
+          py::object ptx = py::none();
+          if (compile) {
+            py::gil_scoped_release nogil;
+            std::string image = runtime::cuda::nvrtc_compile(ck.source, ck.name, arch);
+            py::gil_scoped_acquire gil;
+            ptx = py::bytes(image);
+          }
+          py::dict launch;
+          launch["vector_name"] = ck.vector_name;
+          launch["aligned_params"] = ck.aligned_params;
+          launch["grid"] = ck.grid;
+          launch["block"] = ck.block;
+          launch["shared_bytes"] = ck.shared_bytes;
+          out.append(py::make_tuple(ck.name, ck.source, ptx, launch));
+        }
+        return out;
+      },
+      py::arg("graph"), py::arg("arch") = "compute_90", py::arg("compile") = true,
+      "Lowers and fuses a captured graph and emits CUDA C for each kernel: a list of\n"
+      "(name, source, ptx or None, launch dict), NVRTC-compiled for `arch` when `compile`.");
+}
+
+}  // namespace tl::python
