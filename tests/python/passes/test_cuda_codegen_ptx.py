@@ -40,7 +40,7 @@ def _kernel_sources(op, sample, consumer):
     fn = _as_user_function(op.op)
     if consumer:
         view = fn
-        fn = lambda *a, **k: view(*a, **k) * 2  # noqa: E731
+        fn = lambda *a, **k: view(*a, **k) * 2
     args, kwargs = (sample.input, *sample.args), dict(sample.kwargs)
     torchlite.reset()
     with torch.no_grad():
@@ -117,7 +117,7 @@ def _cases(op):
             continue
         try:
             samples = list(op.sample_inputs("cpu", dtype))[:MAX_SAMPLES]
-        except Exception:  # noqa: BLE001 - some OpInfos have no CPU float16 samples
+        except Exception:  # noqa: BLE001, S112 - some OpInfos have no CPU float16 samples
             continue
         variants = (False, True) if op.name in VIEW_OPS else (False,)
         for i, sample in enumerate(samples):
