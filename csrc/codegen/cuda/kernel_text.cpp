@@ -2,7 +2,6 @@
 // (a grid-stride loop over the outer linear index, plus a 16-byte vectorised
 // variant when every buffer is contiguous or a broadcast scalar).
 #include <algorithm>
-#include <string_view>
 
 #include "codegen/cuda/emitter.h"
 #include "core/errors.h"
@@ -44,10 +43,8 @@ bool by_operand_type(ExprOp op) {
   return op == ExprOp::IsNan || op == ExprOp::IsInf || op == ExprOp::IsFinite ||
          op == ExprOp::Not || (op >= ExprOp::Eq && op <= ExprOp::Xor);
 }
-// NOTE: Index and Gather are matched by name until loop_ir.h's data-movement
-// ops (helper "hviews") are committed; then these become enum comparisons.
-bool is_index(ExprOp op) { return std::string_view(ir::expr_op_name(op)) == "index"; }
-bool is_gather(ExprOp op) { return std::string_view(ir::expr_op_name(op)) == "gather"; }
+bool is_index(ExprOp op) { return op == ExprOp::Index; }
+bool is_gather(ExprOp op) { return op == ExprOp::Gather; }
 bool is_leaf(ExprOp op) {
   return op == ExprOp::Load || op == ExprOp::Constant || is_index(op);
 }
