@@ -1,11 +1,16 @@
 #include "capture/capture.h"
 
+#include <algorithm>
 #include <chrono>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "bytecode/resume.h"
+#include "capture/bytecode.h"
 #include "capture/context.h"
 #include "capture/graph_break.h"
 #include "capture/torch_api.h"
+#include "capture/resume_point.h"
 #include "capture/tracer.h"
 #include "core/errors.h"
 
@@ -22,10 +27,23 @@ std::string utf8(PyObject* s) {
 // collecting the tensors the graph must return.
 class ResidualBuilder {
  public:
-  explicit ResidualBuilder(CaptureContext& ctx) : ctx_(ctx) {}
+  // `at_break`: values handed to CPython mid-frame, which must keep their
+  // identity (inputs stay the caller's objects; a container built by the
+  // trace may be rebuilt only once).
+  explicit ResidualBuilder(CaptureContext& ctx, bool at_break = false)
+      : ctx_(ctx), at_break_(at_break) {}
 
   ir::Residual build(const ValuePtr& v) {
     ir::Residual r;
+    if (at_break_ && v->is_tensor() && v->node->op == ir::OpKind::Placeholder && v->node->source) {
+      r.kind = ir::Residual::Kind::Source;
+      r.source = v->node->source;
+      return r;
+    }
+    if (at_break_ && !v->source && (v->kind == VKind::List || v->kind == VKind::Dict) &&
+        !rebuilt_.insert(v.get()).second)
+      graph_break("unsupported_value", "a " + v->type_name() +
+                                           " built in traced code is referenced twice at a graph break");
     switch (v->kind) {
       case VKind::Tensor: {
         r.kind = ir::Residual::Kind::GraphOutput;
@@ -38,6 +56,12 @@ class ResidualBuilder {
         return r;
       }
       case VKind::Const:
+        // NOTE: an object made while tracing would be shared by every call
+        // (an exception raised again would grow one traceback forever).
+        if (at_break_ && !v->source && !is_immutable_constant(v->obj.get()) &&
+            !PyCallable_Check(v->obj.get()) && !PyModule_Check(v->obj.get()))
+          graph_break("unsupported_value",
+                      "a " + v->type_name() + " object created in traced code is live at a graph break");
         if (v->source && !is_immutable_constant(v->obj.get())) {
           r.kind = ir::Residual::Kind::Source;
           r.source = v->source;
@@ -83,73 +107,148 @@ class ResidualBuilder {
 
  private:
   CaptureContext& ctx_;
+  bool at_break_;
+  std::unordered_set<const Value*> rebuilt_;
   std::unordered_map<const ir::Node*, int> output_index_;
   std::vector<ir::Arg> outputs_;
 };
 
-}  // namespace
 
-CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameView& frame) {
-  auto t0 = std::chrono::steady_clock::now();
-  CaptureResult out;
-  torch_api();  // import torch before anything is traced
+// The frame's entry state: argument slots hold raw values; free variables
+// come from the function's closure. A resume function's grad-mode __exit__
+// parameters become the with-blocks they close.
+void entry_state(CaptureContext& ctx, PyCodeObject* code, const ir::FrameView& frame,
+                 std::vector<ValuePtr>& locals, std::vector<ValuePtr>& cells) {
+  int n = code->co_nlocalsplus;
+  locals.assign(n, nullptr);
+  int nfree = 0;
+  for (int i = 0; i < n; ++i)
+    if (code->co_localspluskinds && (PyBytes_AS_STRING(code->co_localspluskinds)[i] & 0x80)) ++nfree;
+  const auto* exits = bytecode::resume_grad_exits(code);
+  for (int i = 0; i < n && i < frame.nlocals; ++i) {
+    unsigned char kind = PyBytes_AS_STRING(code->co_localspluskinds)[i];
+    if (kind & 0x80) continue;  // CO_FAST_FREE: from the closure below
+    PyObject* v = frame.locals[i];
+    if (!v) continue;
+    if (exits) {
+      auto it = std::find_if(exits->begin(), exits->end(), [&](auto& e) { return e.first == i; });
+      if (it != exits->end()) {
+        locals[i] = Value::of_kind(VKind::GradModeExit);
+        locals[i]->flag = it->second;
+        continue;
+      }
+    }
+    std::string name = utf8(PyTuple_GET_ITEM(code->co_localsplusnames, i));
+    locals[i] = ctx.wrap(v, ir::Source::local(i, name));
+  }
+  for (int j = 0; j < nfree; ++j) {
+    int slot = n - nfree + j;
+    std::string name = utf8(PyTuple_GET_ITEM(code->co_localsplusnames, slot));
+    PyObject* cell = frame.closure ? PyTuple_GET_ITEM(frame.closure, j) : nullptr;
+    PyObject* contents = cell ? PyCell_GET(cell) : nullptr;
+    ValuePtr c = Value::cell(contents ? ctx.wrap(contents, ir::Source::closure(j, name)) : nullptr);
+    c->source = ir::Source::closure(j, name);
+    cells.push_back(c);
+  }
+}
+
+std::vector<ir::SideEffect> side_effects(CaptureContext& ctx, ResidualBuilder& rb) {
+  std::vector<ir::SideEffect> out;
+  for (auto& e : ctx.effects) {
+    ir::SideEffect s;
+    s.kind = e.kind;
+    s.target = e.target;
+    s.name = e.name;
+    s.value = rb.build(e.value);
+    out.push_back(std::move(s));
+  }
+  for (auto& c : ctx.sourced_containers) {
+    if (!c->mutated) continue;
+    ir::SideEffect s;
+    s.kind = c->kind == VKind::List ? ir::SideEffect::Kind::ReplaceList
+                                    : ir::SideEffect::Kind::ReplaceDict;
+    s.target = c->source;
+    ir::Residual r;
+    r.kind = c->kind == VKind::List ? ir::Residual::Kind::List : ir::Residual::Kind::Dict;
+    r.keys = c->keys;
+    for (auto& item : c->items) r.items.push_back(rb.build(item));
+    s.value = std::move(r);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+ResumeValue resume_value(ResidualBuilder& rb, const ValuePtr& v) {
+  ResumeValue out;
+  if (v->kind == VKind::Method && v->self && !v->flag) {
+    out.value = rb.build(v->self);
+    if (v->obj) out.func = v->obj;
+    else out.attr = v->method_name;
+    if (out.func || !out.attr.empty()) return out;
+  }
+  out.value = rb.build(v);
+  return out;
+}
+
+// The state CPython needs at the instruction the tracer stopped at.
+ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& tracer,
+                       PyCodeObject* code, int index, bool region) {
+  ResumePlan plan;
+  plan.index = index;
+  plan.region = region;
+  plan.grad_mode = ctx.grad_enabled();
+  for (const ValuePtr& v : tracer.stack()) {
+    if (!v) {
+      plan.stack += static_cast<char>(bytecode::Slot::Null);
+    } else if (v->kind == VKind::GradModeExit) {
+      plan.stack += static_cast<char>(v->flag ? bytecode::Slot::ExitTrue : bytecode::Slot::ExitFalse);
+      plan.stack_values.emplace_back();
+    } else if (v->kind == VKind::Iterator) {
+      if (!region) graph_break("unsupported_value", "iterator on the stack at a graph break");
+      ValuePtr rest = Value::tuple({v->items.begin() + static_cast<long>(v->pos), v->items.end()});
+      plan.stack += static_cast<char>(bytecode::Slot::Iter);
+      plan.stack_values.push_back(resume_value(rb, rest));
+    } else {
+      plan.stack += static_cast<char>(bytecode::Slot::Value);
+      plan.stack_values.push_back(resume_value(rb, v));
+    }
+  }
+  const auto& locals = tracer.locals();
+  for (int i = 0; i < code->co_nlocals && i < static_cast<int>(locals.size()); ++i) {
+    if (!locals[i]) continue;
+    if (locals[i]->kind == VKind::Cell) graph_break("unsupported_value", "cell variable at a graph break");
+    plan.local_slots.push_back(i);
+    plan.locals.push_back(resume_value(rb, locals[i]));
+  }
+  return plan;
+}
+
+// One trace of the frame into `out`. `stop_at` >= 0: stop before that
+// top-level instruction and record the plan for CPython to go on from there.
+// Returns the top-level instruction a graph break happened at, or -1.
+int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, int stop_at,
+          bool region) {
   CaptureContext ctx(frame);
+  int top_index = -1;
   try {
-    // Entry state: argument slots hold raw values; free variables come from
-    // the function's closure.
-    int n = code->co_nlocalsplus;
-    std::vector<ValuePtr> locals(n);
-    std::vector<ValuePtr> cells;
-    int nfree = 0;
-    for (int i = 0; i < n; ++i)
-      if (code->co_localspluskinds && (PyBytes_AS_STRING(code->co_localspluskinds)[i] & 0x80)) ++nfree;
-    for (int i = 0; i < n && i < frame.nlocals; ++i) {
-      unsigned char kind = PyBytes_AS_STRING(code->co_localspluskinds)[i];
-      if (kind & 0x80) continue;  // CO_FAST_FREE: from the closure below
-      PyObject* v = frame.locals[i];
-      if (!v) continue;
-      std::string name = utf8(PyTuple_GET_ITEM(code->co_localsplusnames, i));
-      locals[i] = ctx.wrap(v, ir::Source::local(i, name));
-    }
-    for (int j = 0; j < nfree; ++j) {
-      int slot = n - nfree + j;
-      std::string name = utf8(PyTuple_GET_ITEM(code->co_localsplusnames, slot));
-      PyObject* cell = frame.closure ? PyTuple_GET_ITEM(frame.closure, j) : nullptr;
-      PyObject* contents = cell ? PyCell_GET(cell) : nullptr;
-      ValuePtr c = Value::cell(contents ? ctx.wrap(contents, ir::Source::closure(j, name)) : nullptr);
-      c->source = ir::Source::closure(j, name);
-      cells.push_back(c);
-    }
+    std::vector<ValuePtr> locals, cells;
+    entry_state(ctx, code, frame, locals, cells);
     Tracer tracer(ctx, code, frame.globals, frame.builtins, 0);
+    tracer.stop_at(stop_at);
     ValuePtr ret = tracer.run(std::move(locals), std::move(cells));
-
-    ResidualBuilder rb(ctx);
-    out.result = rb.build(ret);
-    for (auto& e : ctx.effects) {
-      ir::SideEffect s;
-      s.kind = e.kind;
-      s.target = e.target;
-      s.name = e.name;
-      s.value = rb.build(e.value);
-      out.side_effects.push_back(std::move(s));
-    }
-    for (auto& c : ctx.sourced_containers) {
-      if (!c->mutated) continue;
-      ir::SideEffect s;
-      s.kind = c->kind == VKind::List ? ir::SideEffect::Kind::ReplaceList
-                                      : ir::SideEffect::Kind::ReplaceDict;
-      s.target = c->source;
-      ir::Residual r;
-      r.kind = c->kind == VKind::List ? ir::Residual::Kind::List : ir::Residual::Kind::Dict;
-      r.keys = c->keys;
-      for (auto& item : c->items) r.items.push_back(rb.build(item));
-      s.value = std::move(r);
-      out.side_effects.push_back(std::move(s));
+    ResidualBuilder rb(ctx, tracer.stopped());
+    if (tracer.stopped()) {
+      out.side_effects = side_effects(ctx, rb);
+      out.resume = resume_plan(ctx, rb, tracer, code, stop_at, region);
+    } else {
+      out.result = rb.build(ret);
+      out.side_effects = side_effects(ctx, rb);
     }
     ctx.graph().set_output(rb.take_outputs());
     ctx.graph().lint();
   } catch (const GraphBreak& b) {
     out.graph_break = BreakInfo{b.kind(), b.reason(), ctx.filename, ctx.lineno};
+    top_index = b.top_index;
     if (PyErr_Occurred()) PyErr_Clear();
   } catch (const PythonError&) {
     // An unexpected Python error while tracing: never wrong, so run eagerly.
@@ -166,9 +265,44 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
   out.graph = ctx.graph_ptr();
   out.guards = std::move(ctx.guards());
   out.example_inputs = ctx.example_inputs();
-  out.capture_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return top_index;
+}
+
+}  // namespace
+
+CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameView& frame) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
   (void)func;
+  CaptureResult out;
+  torch_api();  // import torch before anything is traced
+  int top_index = trace(out, code, frame, -1, false);
+  if (!out.graph_break) {
+    out.capture_ms = elapsed();
+    return out;
+  }
+  // Trace again, up to where CPython takes over (the restart keeps every
+  // op of the instruction that broke, an inlined call's included, out of
+  // the graph).
+  std::string why;
+  BreakPoint at{-1, false};
+  if (top_index < 0) why = "the break is not at an instruction of the frame (" + out.graph_break->kind + ")";
+  else at = break_point(decode(code), top_index, why);
+  if (at.index >= 0) {
+    CaptureResult again;
+    trace(again, code, frame, at.index, at.region);
+    if (again.resume) {
+      again.graph_break = out.graph_break;
+      again.capture_ms = elapsed();
+      return again;
+    }
+    why = again.graph_break ? "tracing up to the break failed: " + again.graph_break->reason
+                            : "the trace did not reach the resume point";
+  }
+  out.no_resume = why;
+  out.capture_ms = elapsed();
   return out;
 }
 

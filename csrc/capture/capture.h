@@ -21,13 +21,38 @@ struct BreakInfo {
   int lineno = -1;
 };
 
+// One value handed to CPython at a graph break.
+struct ResumeValue {
+  ir::Residual value;
+  std::string attr;  // non-empty: getattr(value, attr) (a method looked up for a call)
+  PyRef func;        // set: func bound to value (a Python method looked up for a call)
+};
+
+// How CPython takes over a frame after its partial graph (see
+// bytecode/resume.h for the code that runs it).
+struct ResumePlan {
+  int index = -1;       // decoded instruction where CPython takes over
+  bool region = false;  // `index` heads a loop/try block: CPython runs the rest of the frame
+  std::string stack;    // bytecode::Slot chars, bottom first
+  std::vector<ResumeValue> stack_values;  // one per slot that is not Null (Iter: a tuple)
+  std::vector<int> local_slots;           // bound plain locals, ascending
+  std::vector<ResumeValue> locals;        // one per local_slots entry
+  bool grad_mode = true;  // grad mode at the break, inside every with-block
+};
+
 struct CaptureResult {
   std::shared_ptr<ir::Graph> graph;
   guards::GuardSet guards;
-  ir::Residual result;                    // the frame's return value
+  ir::Residual result;                    // the frame's return value (no graph break)
   std::vector<ir::SideEffect> side_effects;  // replayed after the graph, in order
   std::vector<PyRef> example_inputs;      // real tensors, one per placeholder
-  std::optional<BreakInfo> graph_break;   // set: nothing captured, run eagerly
+  // Set: the trace stopped at a graph break. With `resume` also set, `graph`
+  // and `side_effects` are what ran before it and `resume` says how CPython
+  // goes on; without it nothing was captured and the frame runs eagerly
+  // (`no_resume` says why).
+  std::optional<BreakInfo> graph_break;
+  std::optional<ResumePlan> resume;
+  std::string no_resume;
   double capture_ms = 0;
 };
 

@@ -14,6 +14,9 @@ class GraphBreak : public std::exception {
   const char* what() const noexcept override { return reason_.c_str(); }
   const std::string& kind() const { return kind_; }
   const std::string& reason() const { return reason_; }
+  // Index of the top-level frame's instruction that was executing (an inlined
+  // call breaks its caller at the CALL); set once by the depth-0 tracer.
+  int top_index = -1;
 
  private:
   std::string kind_;

@@ -88,20 +88,30 @@ ValuePtr Tracer::run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> fre
   std::string filename = utf8(code_->co_filename);
   while (!returned_) {
     TL_CHECK(pc_ < bc_.insts.size()) << "capture ran past the end of " << utf8(code_->co_name);
+    if (depth_ == 0 && static_cast<int>(pc_) == stop_at_) {
+      stopped_ = true;
+      return nullptr;
+    }
+    const size_t index = pc_;
     const Instruction& inst = bc_.insts[pc_];
     if (inst.line >= 0) {
       ctx_.filename = filename;
       ctx_.lineno = inst.line;
       ctx_.location = filename + ":" + std::to_string(inst.line);
     }
-    // Inlined callees may trace a try body: anything that would raise there breaks the
-    // graph, and the caller then breaks at its CALL, so the handler runs in CPython.
-    if (in_try_[pc_] && depth_ == 0)
-      graph_break("unsupported_bytecode", "try/except or try/finally block in traced code");
-    if (++ctx_.instructions > kMaxInstructions)
-      graph_break("unsupported_bytecode", "trace too long (loop over many iterations?)");
-    ++pc_;
-    step(inst);
+    try {
+      // Inlined callees may trace a try body: anything that would raise there breaks the
+      // graph, and the caller then breaks at its CALL, so the handler runs in CPython.
+      if (in_try_[pc_] && depth_ == 0)
+        graph_break("unsupported_bytecode", "try/except or try/finally block in traced code");
+      if (++ctx_.instructions > kMaxInstructions)
+        graph_break("unsupported_bytecode", "trace too long (loop over many iterations?)");
+      ++pc_;
+      step(inst);
+    } catch (GraphBreak& b) {
+      if (depth_ == 0 && b.top_index < 0) b.top_index = static_cast<int>(index);
+      throw;
+    }
   }
   return return_value_;
 }

@@ -25,6 +25,13 @@ class Tracer {
   // Runs the code with its localsplus slots (arguments filled, the rest null)
   // and free-variable cells; returns the returned value.
   ValuePtr run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> free_cells);
+  // Top-level tracer only: run() returns nullptr, with stopped() true, when it
+  // first reaches instruction `index`, before executing it. The state at that
+  // point (stack(), locals()) is what a graph break hands to CPython.
+  void stop_at(int index) { stop_at_ = index; }
+  bool stopped() const { return stopped_; }
+  const std::vector<ValuePtr>& stack() const { return stack_; }
+  const std::vector<ValuePtr>& locals() const { return locals_; }
 
   // Calls any value with arguments (torch op, builtin, inlined function,
   // module, method...). Public for the builtins table.
@@ -100,6 +107,8 @@ class Tracer {
   std::vector<ValuePtr> free_cells_;
   PyObject* kw_names_ = nullptr;  // borrowed from co_consts
   size_t pc_ = 0;
+  int stop_at_ = -1;
+  bool stopped_ = false;
   bool returned_ = false;
   bool generator_ = false;
   std::vector<ValuePtr> yielded_;

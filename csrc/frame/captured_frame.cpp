@@ -109,6 +109,16 @@ void CapturedFrame::apply(const ir::SideEffect& e, const std::vector<PyRef>& out
 
 PyObject* CapturedFrame::run(const ir::FrameView& frame) {
   try {
+    std::vector<PyRef> outputs = run_graph(frame);
+    return rebuild(result_, outputs, frame).release();
+  } catch (const std::exception& e) {
+    set_python_error(e);
+    return nullptr;
+  }
+}
+
+std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame) {
+  {
     std::vector<PyRef> inputs;
     inputs.reserve(input_sources_.size());
     for (size_t i = 0; i < input_fetchers_.size(); ++i) {
@@ -144,10 +154,7 @@ PyObject* CapturedFrame::run(const ir::FrameView& frame) {
         outputs.push_back(PyRef::borrow(PySequence_Fast_GET_ITEM(seq.get(), i)));
     }
     for (auto& e : side_effects_) apply(e, outputs, frame);
-    return rebuild(result_, outputs, frame).release();
-  } catch (const std::exception& e) {
-    set_python_error(e);
-    return nullptr;
+    return outputs;
   }
 }
 

@@ -6,12 +6,14 @@
 #include <mutex>
 #include <sstream>
 
+#include "bytecode/resume.h"
 #include "capture/bytecode.h"
 #include "capture/capture.h"
 #include "core/counters.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "frame/captured_frame.h"
+#include "frame/resume_frame.h"
 #include "passes/partition.h"
 #include "runtime/cuda/compile.h"
 #ifdef TORCHLITE_HAVE_LLVM
@@ -62,7 +64,7 @@ std::string dump(PyCodeObject* code, const capture::CaptureResult& res, const st
   } catch (const std::exception&) {
     PyErr_Clear();
   }
-  if (!res.graph_break) std::ofstream(base + "graph_0.txt") << res.graph->str();
+  if (!res.graph_break || res.resume) std::ofstream(base + "graph_0.txt") << res.graph->str();
   std::ofstream(base + "guards.txt") << res.guards.str();
   std::ofstream timings(base + "capture.txt");
   timings << "function: " << utf8(code->co_qualname) << "\nfile: " << utf8(code->co_filename) << ":"
@@ -81,7 +83,8 @@ void dump_kernels(const std::string& folder, const runtime::CompiledGraph* kerne
   for (auto& k : kernels->partition().kernels) out << k.kernel.str() << "\n";
 }
 
-void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult& res) {
+// `resumed`: a graph break after which the frame goes on in a resume function.
+void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult& res, bool resumed) {
   PyRef d = PyRef::steal(PyDict_New());
   if (!d) throw PythonError();
   auto set = [&](const char* k, PyObject* v) {
@@ -93,12 +96,18 @@ void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult
   set("firstlineno", PyLong_FromLong(code->co_firstlineno));
   set("guards", PyUnicode_FromString(res.guards.str().c_str()));
   set("capture_ms", PyFloat_FromDouble(res.capture_ms));
+  set("resumed", PyBool_FromLong(resumed));
+  set("no_resume", PyUnicode_FromString(res.no_resume.c_str()));
   if (res.graph_break) {
-    set("graph", Py_NewRef(Py_None));
-    set("ops", PyLong_FromLong(0));
     set("break", Py_BuildValue("{s:s,s:s,s:s,s:i}", "kind", res.graph_break->kind.c_str(), "reason",
                                res.graph_break->reason.c_str(), "filename",
                                res.graph_break->filename.c_str(), "lineno", res.graph_break->lineno));
+  } else {
+    set("break", Py_NewRef(Py_None));
+  }
+  if (res.graph_break && !(resumed && res.graph->num_ops() > 0)) {
+    set("graph", Py_NewRef(Py_None));
+    set("ops", PyLong_FromLong(0));
   } else {
     GraphWrapper wrap;
     {
@@ -107,7 +116,6 @@ void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult
     }
     set("graph", wrap ? wrap(res.graph) : Py_NewRef(Py_None));
     set("ops", PyLong_FromSize_t(res.graph->num_ops()));
-    set("break", Py_NewRef(Py_None));
   }
   if (PyList_Append(recorder, d.get()) < 0) throw PythonError();
 }
@@ -190,43 +198,75 @@ void set_trace_dir(const std::string& dir) {
 
 CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView& frame,
                          const std::shared_ptr<const CompileConfig>& config) {
+  CacheEntry entry;
+  entry.config = config;
+  // A bridge runs natively (it holds the breaking instruction); no guards.
+  if (bytecode::is_bridge(code)) return entry;
   counters().frames++;
   capture::CaptureResult res = capture::capture_frame(code, func, frame);
   counters().capture_ns += static_cast<int64_t>(res.capture_ms * 1e6);
   std::string dir = trace_dir();
   std::string dump_folder = dir.empty() ? "" : dump(code, res, dir);
-  if (config->recorder && config->recorder.get() != Py_None) record(config->recorder.get(), code, res);
   if (log_enabled("guards")) log_event("guards", utf8(code->co_qualname) + ":\n" + res.guards.str());
 
-  CacheEntry entry;
-  entry.config = config;
+  const bytecode::BridgeCode* codes = nullptr;
   if (res.graph_break) {
     const auto& b = *res.graph_break;
     counters().graph_breaks++;
     std::string where = b.filename + ":" + std::to_string(b.lineno);
-    if (log_enabled("graph_breaks"))
-      log_event("graph_breaks", "graph break in " + utf8(code->co_qualname) + " at " + where + ": " +
-                                    b.reason + " [" + b.kind + "]; the frame runs eagerly");
     if (config->fullgraph) {
+      if (config->recorder && config->recorder.get() != Py_None)
+        record(config->recorder.get(), code, res, false);
       TL_THROW(Unsupported) << "torchlite: graph break in " << utf8(code->co_qualname) << " at "
                             << where << " (fullgraph=True): " << b.reason << " [" << b.kind
                             << "]\nHint: move this out of the compiled function, or compile with "
                                "fullgraph=False to run it eagerly.";
     }
+    if (res.resume) {
+      try {
+        codes = &bytecode::bridge_for({code, res.resume->index, res.resume->region,
+                                       res.resume->stack, res.resume->local_slots});
+      } catch (const bytecode::CannotResume& e) {
+        res.no_resume = e.what();
+      }
+    }
+    if (log_enabled("graph_breaks"))
+      log_event("graph_breaks", "graph break in " + utf8(code->co_qualname) + " at " + where + ": " +
+                                    b.reason + " [" + b.kind + "]; " +
+                                    (codes ? (res.resume->region
+                                                  ? "the graph before it runs compiled, the rest "
+                                                    "of the frame eagerly (break inside a loop or "
+                                                    "try block)"
+                                                  : "the frame goes on in a resume function")
+                                           : "the frame runs eagerly (" + res.no_resume + ")"));
+  }
+  if (config->recorder && config->recorder.get() != Py_None)
+    record(config->recorder.get(), code, res, codes != nullptr);
+  if (res.graph_break && !codes) {
     entry.guards = std::move(res.guards);
     return entry;
   }
-  if (log_enabled("graph"))
+  // NOTE: an empty graph before a break is not a graph (nothing to compile or count).
+  const bool has_ops = !res.graph_break || res.graph->num_ops() > 0;
+  if (log_enabled("graph") && has_ops)
     log_event("graph", utf8(code->co_qualname) + ":\n" + res.graph->str());
   PyRef backend_fn;
   std::unique_ptr<runtime::CompiledGraph> kernels;
-  if (config->backend && config->backend.get() != Py_None) backend_fn = compile_with_backend(res, *config);
-  else kernels = compile_kernels(res.graph);
-  dump_kernels(dump_folder, kernels.get());
-  counters().graphs++;
-  entry.compiled = std::make_shared<CapturedFrame>(
-      res.graph, std::move(res.result), std::move(res.side_effects), std::move(backend_fn),
-      std::move(kernels), utf8(code->co_name), utf8(code->co_filename));
+  if (has_ops) {
+    if (config->backend && config->backend.get() != Py_None) backend_fn = compile_with_backend(res, *config);
+    else kernels = compile_kernels(res.graph);
+    dump_kernels(dump_folder, kernels.get());
+    counters().graphs++;
+  }
+  if (codes) {
+    entry.compiled = std::make_shared<ResumeFrame>(
+        res.graph, std::move(res.side_effects), std::move(backend_fn), std::move(kernels),
+        utf8(code->co_name), utf8(code->co_filename), std::move(*res.resume), *codes, config);
+  } else {
+    entry.compiled = std::make_shared<CapturedFrame>(
+        res.graph, std::move(res.result), std::move(res.side_effects), std::move(backend_fn),
+        std::move(kernels), utf8(code->co_name), utf8(code->co_filename));
+  }
   entry.guards = std::move(res.guards);
   return entry;
 }

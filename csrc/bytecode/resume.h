@@ -1,0 +1,72 @@
+#pragma once
+// Code objects that let CPython take over a frame at a graph break
+// (docs/graph_breaks.md, "How a frame continues after a break"):
+//
+//  - the *bridge* runs in place of the original frame once the partial graph
+//    ran: it pushes the value stack the graph left, runs the breaking
+//    instruction natively, then calls a resume function with the new stack
+//    and the bound locals and returns its result. The hook never captures it.
+//  - a *resume function* is the original code entered at an instruction after
+//    the break, taking that stack and the locals as positional arguments; the
+//    hook captures it like any other frame.
+//
+// Both are the original instruction list with a prologue (and, for the
+// bridge, call stubs at the end), so exception tables, line numbers, the file
+// name and the function name stay the user's. They are built once per break
+// site and kept for the life of the process.
+#include <Python.h>
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/py_ref.h"
+
+namespace tl::bytecode {
+
+// One value-stack slot at the break, bottom first (chars of BreakSite::stack).
+enum class Slot : char {
+  Null = 'N',       // a NULL below a callable: recreated with PUSH_NULL
+  Value = 'V',      // any object, passed as an argument
+  Iter = 'I',       // an iterator: the caller passes a tuple of the items left
+  ExitTrue = 'T',   // __exit__ of a grad-mode with-block that restores grad mode True
+  ExitFalse = 'F',  // ... that restores False
+};
+
+struct BreakSite {
+  PyCodeObject* code = nullptr;  // the original code (borrowed)
+  int index = -1;                // decoded instruction where CPython takes over
+  // `index` heads a loop or try block the trace could not get through: the
+  // bridge runs the rest of the frame natively and calls no resume function.
+  bool region = false;
+  std::string stack;        // Slot chars, bottom first
+  std::vector<int> locals;  // localsplus slots of the bound locals passed on, ascending
+};
+
+struct BridgeCode {
+  // Arguments: the passed locals, the non-Null stack slots (bottom first),
+  // then one function object per entry of `resumes`.
+  PyRef bridge;
+  std::vector<PyRef> resumes;
+  std::vector<int> resume_lines;  // line each resume function starts at
+};
+
+// A break site the bridge cannot continue from (the frame then runs eagerly).
+class CannotResume : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The (cached) bridge for a break site. Throws CannotResume, tl::Error or
+// PythonError. The reference stays valid for the life of the process.
+const BridgeCode& bridge_for(const BreakSite& site);
+
+// True for a bridge code object (borrowed).
+bool is_bridge(PyCodeObject* code);
+// For a resume function's code (borrowed): its parameters that are grad-mode
+// __exit__ callables, as (localsplus slot, grad mode they restore); nullptr
+// for any other code.
+const std::vector<std::pair<int, bool>>* resume_grad_exits(PyCodeObject* code);
+
+}  // namespace tl::bytecode

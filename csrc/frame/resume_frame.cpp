@@ -1,0 +1,101 @@
+#include "frame/resume_frame.h"
+
+#include "capture/torch_api.h"
+#include "core/errors.h"
+#include "frame/eval_hook.h"
+
+namespace tl::frame {
+namespace {
+
+PyRef checked(PyObject* p) {  // steals p
+  if (!p) throw PythonError();
+  return PyRef::steal(p);
+}
+
+// A function running `code` (borrowed) with the frame's globals and closure;
+// new reference.
+PyRef function_of(PyObject* code, const ir::FrameView& frame) {
+  PyRef fn = checked(PyFunction_New(code, frame.globals));
+  if (frame.closure && PyFunction_SetClosure(fn.get(), frame.closure) < 0) throw PythonError();
+  return fn;
+}
+
+void set_grad_mode(bool enabled) {
+  checked(PyObject_CallOneArg(capture::torch_api().set_grad_enabled_fn.get(),
+                              enabled ? Py_True : Py_False));
+}
+
+bool is_exit(char c) {
+  return c == static_cast<char>(bytecode::Slot::ExitTrue) ||
+         c == static_cast<char>(bytecode::Slot::ExitFalse);
+}
+
+}  // namespace
+
+ResumeFrame::ResumeFrame(std::shared_ptr<const ir::Graph> graph,
+                         std::vector<ir::SideEffect> side_effects, PyRef backend_fn,
+                         std::unique_ptr<runtime::CompiledGraph> compiled, std::string func_name,
+                         std::string filename, capture::ResumePlan plan,
+                         const bytecode::BridgeCode& codes,
+                         std::shared_ptr<const CompileConfig> config)
+    : CapturedFrame(std::move(graph), ir::Residual{}, std::move(side_effects), std::move(backend_fn),
+                    std::move(compiled), std::move(func_name), std::move(filename)),
+      plan_(std::move(plan)),
+      codes_(codes),
+      config_(std::move(config)) {}
+
+PyRef ResumeFrame::value(const capture::ResumeValue& v, const std::vector<PyRef>& outputs,
+                         const ir::FrameView& frame) {
+  PyRef base = rebuild(v.value, outputs, frame);
+  if (v.func) return checked(PyMethod_New(v.func.get(), base.get()));
+  if (!v.attr.empty()) return checked(PyObject_GetAttrString(base.get(), v.attr.c_str()));
+  return base;
+}
+
+// Grad-mode with-blocks open at the break are entered again, innermost
+// last, each with a torch.set_grad_enabled whose __exit__ restores the mode
+// outside it; the bridge's (and the resume function's) own exception table
+// calls that __exit__ as the original with-block would.
+void ResumeFrame::push_stack(std::vector<PyRef>& args, const std::vector<PyRef>& outputs,
+                             const ir::FrameView& frame) {
+  const std::string& s = plan_.stack;
+  std::vector<bool> restores;
+  for (char c : s)
+    if (is_exit(c)) restores.push_back(c == static_cast<char>(bytecode::Slot::ExitTrue));
+  set_grad_mode(restores.empty() ? plan_.grad_mode : restores[0]);
+  size_t j = 0, k = 0;
+  for (char c : s) {
+    if (c == static_cast<char>(bytecode::Slot::Null)) continue;
+    if (is_exit(c)) {
+      ++k;
+      bool inner = k < restores.size() ? restores[k] : plan_.grad_mode;
+      PyRef mgr = checked(PyObject_CallOneArg(capture::torch_api().set_grad_enabled_cls.get(),
+                                              inner ? Py_True : Py_False));
+      args.push_back(checked(PyObject_GetAttrString(mgr.get(), "__exit__")));
+    } else {
+      args.push_back(value(plan_.stack_values[j], outputs, frame));
+    }
+    ++j;
+  }
+}
+
+PyObject* ResumeFrame::run(const ir::FrameView& frame) {
+  try {
+    std::vector<PyRef> outputs = run_graph(frame);
+    std::vector<PyRef> args;
+    for (const auto& v : plan_.locals) args.push_back(value(v, outputs, frame));
+    push_stack(args, outputs, frame);
+    for (const PyRef& code : codes_.resumes) args.push_back(function_of(code.get(), frame));
+    outputs.clear();  // NOTE: the graph's outputs live on only where CPython holds them
+    PyRef bridge = function_of(codes_.bridge.get(), frame);
+    static_assert(sizeof(PyRef) == sizeof(PyObject*), "PyRef must be a bare pointer");
+    ActiveConfigScope scope(&config_);
+    return PyObject_Vectorcall(bridge.get(), reinterpret_cast<PyObject* const*>(args.data()),
+                               args.size(), nullptr);
+  } catch (const std::exception& e) {
+    set_python_error(e);
+    return nullptr;
+  }
+}
+
+}  // namespace tl::frame

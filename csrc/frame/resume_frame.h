@@ -1,0 +1,39 @@
+#pragma once
+// A frame captured up to a graph break: runs the partial graph and the side
+// effects recorded before the break, rebuilds the value stack and the bound
+// locals, then hands over to CPython in a bridge (bytecode/resume.h) that
+// runs the breaking instruction and calls the resume function, which the
+// hook captures as a frame of its own.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bytecode/resume.h"
+#include "capture/capture.h"
+#include "frame/captured_frame.h"
+
+namespace tl::frame {
+
+class ResumeFrame : public CapturedFrame {
+ public:
+  // `codes` is owned by the bridge cache and lives for the process.
+  ResumeFrame(std::shared_ptr<const ir::Graph> graph, std::vector<ir::SideEffect> side_effects,
+              PyRef backend_fn, std::unique_ptr<runtime::CompiledGraph> compiled,
+              std::string func_name, std::string filename, capture::ResumePlan plan,
+              const bytecode::BridgeCode& codes, std::shared_ptr<const CompileConfig> config);
+  PyObject* run(const ir::FrameView& frame) override;
+
+ private:
+  PyRef value(const capture::ResumeValue& v, const std::vector<PyRef>& outputs,
+              const ir::FrameView& frame);
+  void push_stack(std::vector<PyRef>& args, const std::vector<PyRef>& outputs,
+                  const ir::FrameView& frame);
+
+  capture::ResumePlan plan_;
+  const bytecode::BridgeCode& codes_;
+  // The hook's config while CPython runs on: what the bridge calls is
+  // captured under the same compile() call as this frame.
+  std::shared_ptr<const CompileConfig> config_;
+};
+
+}  // namespace tl::frame
