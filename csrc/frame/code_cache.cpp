@@ -100,4 +100,15 @@ int count_entries(const ExtraState& st, int config_id) {
                                         [&](const auto& e) { return e->config->id == config_id; }));
 }
 
+int count_entries_for_objects(const ExtraState& st, int config_id, const ir::FrameView& frame) {
+  auto same_objects = [&](const CacheEntry& e) {
+    for (const auto& [slot, obj] : e.guards.id_matched_locals())
+      if (slot < 0 || slot >= frame.nlocals || frame.locals[slot] != obj) return false;
+    return true;
+  };
+  return static_cast<int>(std::count_if(st.entries.begin(), st.entries.end(), [&](const auto& e) {
+    return e->config->id == config_id && same_objects(*e);
+  }));
+}
+
 }  // namespace tl::frame

@@ -37,5 +37,9 @@ void insert_entry(ExtraState& st, std::shared_ptr<CacheEntry> entry);
 // Moves `entry` to the front if it is still in the list.
 void move_to_front(ExtraState& st, const CacheEntry* entry);
 int count_entries(const ExtraState& st, int config_id);
+// Entries of `config_id` whose ID-matched locals (guards::GuardSet::
+// id_matched_locals) are the objects in `frame`: the ones that count toward
+// cache_size_limit (as Dynamo counts per ID-matched object set).
+int count_entries_for_objects(const ExtraState& st, int config_id, const ir::FrameView& frame);
 
 }  // namespace tl::frame

@@ -207,7 +207,12 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
     if (reason.empty()) reason = e->guards.failure_reason();
   }
   int n = count_entries(st, config->id);
-  if (n >= config->cache_size_limit) {
+  // NOTE: the limit counts entries for this frame's ID-matched objects only
+  // (one module class's forward, shared by many layer instances, gets an entry
+  // per instance); kMaxEntriesPerCode bounds the total.
+  constexpr int kMaxEntriesPerCode = 256;
+  if (count_entries_for_objects(st, config->id, view) >= config->cache_size_limit ||
+      n >= kMaxEntriesPerCode) {
     counters().eager_fallbacks++;
     if (!st.warned_limit) {
       st.warned_limit = true;

@@ -387,7 +387,11 @@ void add_data_movement_rules(RuleTable& t) {
   for (const char* n : {"pad", "constant_pad_nd"}) t[n] = pad;
   for (const char* n : {"cat", "concat", "concatenate"}) t[n] = cat;
   t["stack"] = stack;
-  t["index_select"] = index_select, t["gather"] = gather, t["embedding"] = embedding;
+  // NOTE: index_select/gather/embedding have rules but are not registered: a
+  // kernel cannot raise torch's IndexError for an out-of-range index (it would
+  // clamp and return a wrong answer), so they stay extern until the runtime
+  // checks index bounds before such a kernel runs.
+  (void)index_select, (void)gather, (void)embedding;
 }
 
 }  // namespace tl::passes

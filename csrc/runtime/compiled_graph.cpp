@@ -1,6 +1,7 @@
 #include "runtime/compiled_graph.h"
 
 #include <optional>
+#include <unordered_map>
 
 #include "core/errors.h"
 #include "runtime/cuda/compile.h"
@@ -113,6 +114,9 @@ struct CompiledGraph::Step {
   int64_t outer = 1, red = 1;
   const ir::Node* node = nullptr;  // reported when the step fails
   std::vector<int> release_after;  // slots whose last use is this step
+  // An extern whose result a kernel reads: the layout the kernel was built for.
+  std::optional<Alloc> kernel_layout;
+  std::vector<int64_t> layout_sizes, layout_strides;
 };
 
 CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Partition partition)
@@ -128,6 +132,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
     return it->second;
   };
   bool steps_with_kernels = false;
+  std::unordered_map<const ir::Node*, int> extern_step_of;
   for (auto& item : partition_.order) {
     Step s;
     int idx = static_cast<int>(steps_.size());
@@ -138,6 +143,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
       for (int slot : s.call->used_slots()) values_.use(slot, idx);
       s.out_slots.push_back(static_cast<int>(n_values_++));
       slots[item.extern_node] = s.out_slots.back();
+      extern_step_of[item.extern_node] = idx;
     } else {
       TL_CHECK(item.kernel >= 0 && item.kernel < static_cast<int>(partition_.kernels.size()))
           << "plan item names kernel " << item.kernel;
@@ -148,9 +154,15 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
           << "kernel " << k.name << ": graph values do not match its buffers";
       s.kernel = item.kernel;
       for (auto* in : fk.inputs) {
-        kernel_meta(in, k.name, dev);
+        const ir::TensorMeta& m = kernel_meta(in, k.name, dev);
         s.in_slots.push_back(slot_of(in, k.name));
         values_.use(s.in_slots.back(), idx);
+        auto producer = extern_step_of.find(in);
+        if (producer != extern_step_of.end() && !steps_[producer->second].kernel_layout) {
+          Step& p = steps_[producer->second];
+          p.kernel_layout = Alloc{int_tuple(m.sizes), int_tuple(m.strides), m.dtype, m.device};
+          p.layout_sizes = m.sizes, p.layout_strides = m.strides;
+        }
       }
       for (auto* out : fk.outputs) {
         const ir::TensorMeta& m = kernel_meta(out, k.name, dev);
@@ -215,6 +227,33 @@ struct CompiledGraph::RunState {
   std::optional<cuda::ContextScope> context;  // the graph's device, for the whole run
   std::vector<void*> args;
 };
+
+// Kernels bake in the strides the meta tensors predicted; a few torch ops
+// choose another layout on real data (CPU convolutions on channels-last-strided
+// inputs return channels-last while their meta says contiguous). Such a result
+// is copied into the predicted layout. Returns false with the Python error set.
+bool CompiledGraph::match_kernel_layout(const Step& s, PyRef& value) {
+  PyRef stride = PyRef::steal(PyObject_CallMethod(value.get(), "stride", nullptr));
+  if (!stride || !PyTuple_Check(stride.get())) return stride ? true : false;
+  Py_ssize_t n = PyTuple_GET_SIZE(stride.get());
+  if (n != static_cast<Py_ssize_t>(s.layout_strides.size())) return true;  // not a kernel layout
+  bool same = true;
+  for (Py_ssize_t d = 0; d < n && same; ++d) {
+    if (s.layout_sizes[d] <= 1) continue;  // a size-1 axis is never stepped over
+    same = PyLong_AsLongLong(PyTuple_GET_ITEM(stride.get(), d)) == s.layout_strides[d];
+  }
+  if (PyErr_Occurred()) return false;
+  if (same) return true;
+  const Alloc& a = *s.kernel_layout;
+  PyObject* argv[5] = {nullptr, a.sizes.get(), a.strides.get(), a.dtype.get(), a.device.get()};
+  PyRef copy = PyRef::steal(PyObject_Vectorcall(
+      empty_strided_.get(), argv + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, alloc_kwnames_.get()));
+  if (!copy) return false;
+  PyRef done = PyRef::steal(PyObject_CallMethod(copy.get(), "copy_", "O", value.get()));
+  if (!done) return false;
+  value = std::move(copy);
+  return true;
+}
 
 // Allocates the outputs, reads every data pointer once, runs the kernel.
 // Returns false with the Python error set.
@@ -300,6 +339,7 @@ std::vector<PyRef> CompiledGraph::run(PyObject* const* inputs, size_t n_inputs) 
       PyObject* result = s.call->call(values);
       if (result) values[s.out_slots[0]] = PyRef::steal(result);
       ok = result != nullptr;
+      if (ok && s.kernel_layout) ok = match_kernel_layout(s, values[s.out_slots[0]]);
     } else {
       ok = run_kernel(s, values, rs);
     }

@@ -51,6 +51,7 @@ class CompiledGraph {
   struct RunState;
   void compile_cpu();
   void compile_cuda();
+  bool match_kernel_layout(const Step& s, PyRef& value);
   bool run_kernel(const Step& s, std::vector<PyRef>& values, RunState& rs);
   bool launch_cuda(const Step& s, const std::vector<char*>& bufs, RunState& rs);
   std::shared_ptr<const ir::Graph> graph_;

@@ -297,3 +297,31 @@ def test_reset_forgets_cached_entries():
     before = counters()
     fn(x)
     assert_counters_delta(before, counters(), graphs=1)
+
+
+def test_one_forward_shared_by_many_instances_is_not_a_recompile_loop():
+    # Each layer instance is ID-matched, so it gets its own entry; the cache-size limit
+    # counts entries per ID-matched object set (as Dynamo does), so none falls back to eager.
+    import warnings
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return torch.relu(self.lin(x)) * 2
+
+    layers = [Layer() for _ in range(12)]
+    compiled = [torchlite.compile(layer) for layer in layers]
+    torchlite.reset()
+    torchlite.reset_counters()
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the cache_size_limit warning would fail the test
+        for _ in range(2):
+            for layer, c in zip(layers, compiled):
+                torch.testing.assert_close(c(x), layer(x))
+    counters = torchlite.counters()
+    assert counters["eager_fallbacks"] == 0
+    assert counters["graphs"] == 12

@@ -1,5 +1,5 @@
 """Data movement that copies (csrc/passes/lower_data.cpp): contiguous/clone, flip, repeat,
-roll, constant pad, cat/stack and index_select/gather/embedding are kernels whose values and
+roll, constant pad and cat/stack are kernels whose values and
 output strides equal eager's, and fuse with their neighbours where the IR allows."""
 
 import pytest
@@ -47,9 +47,6 @@ CASES = {
     "cat_ints_promote": (lambda a: torch.cat([a, a.int()], 0), (IDX,)),
     "cat_skips_empty": (lambda x: torch.cat([x, torch.zeros(0)], 0), (X,)),
     "stack": (lambda x: torch.stack([x + 1, x * 2], 1), (X,)),
-    "index_select": (lambda x, i: x.index_select(1, i), (X, IDX)),
-    "gather": (lambda x, i: torch.gather(x, 1, i.expand(6, 4)), (X, IDX)),
-    "embedding": (lambda i, w: F.embedding(i, w), (IDX.view(2, 2), X)),
     "bool_cat": (lambda x: torch.cat([x > 0, x < 0], 1), (X,)),
 }
 
@@ -94,3 +91,24 @@ def test_embedding_with_max_norm_stays_in_torch():
     w = torch.randn(5, 3)
     i = torch.tensor([0, 4, 4])
     check(lambda i, w: F.embedding(i, w, max_norm=1.0), i, w.clone())
+
+
+INDEXING = {
+    "index_select": lambda x, i: x.index_select(1, i) * 2,
+    "gather": lambda x, i: torch.gather(x, 1, i.expand(6, 4)) * 2,
+    "embedding": lambda x, i: F.embedding(i.view(2, 2), x) * 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDEXING))
+def test_indexing_ops_stay_in_torch_and_raise_like_eager(name):
+    # A kernel cannot raise for an out-of-range index, so these stay extern.
+    fn = INDEXING[name]
+    check(fn, X, IDX)
+    assert any(name in e for e in summary(fn, X, IDX)["externs"])
+    bad = torch.tensor([3, 0, 50, 1])
+    with pytest.raises((IndexError, RuntimeError)) as eager_err:
+        fn(X, bad)
+    torchlite.reset()
+    with pytest.raises(type(eager_err.value)):
+        torchlite.compile(fn)(X, bad)
