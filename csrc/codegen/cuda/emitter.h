@@ -84,6 +84,7 @@ class Writer {
   Rows choose_rows() const;
   void reduction_kernel();
   void reduce_pass(int p, Rows rows);
+  void plan_row_cache(Rows rows);
   void combine(int i, Rows rows);
 
   const ir::Kernel& k_;
@@ -108,6 +109,11 @@ class Writer {
   std::vector<int> pass_, out_pass_;
   std::vector<char> varies_;
   int n_passes_ = 0;
+  // Row cache (warp/block rows that fit in registers): each thread keeps the
+  // values of the Loads that several passes read in `rc<expr>[cache_n_]`,
+  // loaded by the first pass that reads them (cache_first_[i]; 0 = not cached).
+  int cache_n_ = 0;
+  std::vector<int> cache_first_;
   CudaKernel out_;
 };
 

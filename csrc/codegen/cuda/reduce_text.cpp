@@ -1,7 +1,10 @@
 // Reduction kernels: each outer point (a row) is reduced by one thread, one
 // warp or one block, chosen by row length and memory layout; reductions run in
 // passes over the row as the CPU emitter's (softmax: max, then the sum of
-// exp(x - max), then the per-element outputs), each pass re-reading its inputs.
+// exp(x - max), then the per-element outputs). When a warp's or block's row
+// fits in registers, the inputs that several passes read are loaded once into
+// a per-thread array (fully unrolled loops, compile-time bound) and the later
+// passes read them from there; longer rows re-read their inputs every pass.
 #include <algorithm>
 
 #include "codegen/cuda/emitter.h"
@@ -84,6 +87,11 @@ void Writer::reduction_kernel() {
   offsets("b", "row", s_.outer, 0, "");
   done_.assign(k_.exprs.size(), 0);
   acc_.assign(k_.exprs.size(), std::string());
+  plan_row_cache(rows);
+  for (size_t i = 0; i < k_.exprs.size(); ++i)
+    if (cache_first_[i])
+      line(std::string(reg_type(type(static_cast<int>(i)))) + " rc" + std::to_string(i) + "[" +
+           std::to_string(cache_n_) + "];");
   for (int p = 1; p <= n_passes_; ++p) reduce_pass(p, rows);
   // Values per row: written once, at the row's first reduction point.
   new_scope([](int buf) { return "in" + std::to_string(buf) + "[b" + std::to_string(buf) + "]"; },
@@ -114,17 +122,37 @@ void Writer::reduce_pass(int p, Rows rows) {
     if (arg) line("long long " + acc_[i] + "i = 0;");
   }
   std::string len = std::to_string(product(s_.red));
-  switch (rows) {
-    case Rows::Thread: open("for (" + idx_ + " r = 0; r < " + len + "; ++r)"); break;
-    case Rows::Warp: open("for (" + idx_ + " r = lane; r < " + len + "; r += 32)"); break;
-    case Rows::Block:
-      open("for (" + idx_ + " r = threadIdx.x; r < " + len + "; r += " + std::to_string(block_) +
-           ")");
-      break;
+  bool guard = false;  // the unrolled loop's last step may pass the row's end
+  if (cache_n_ > 0) {
+    int64_t threads = rows == Rows::Warp ? 32 : block_;
+    std::string first = rows == Rows::Warp ? "lane" : "threadIdx.x";
+    line("#pragma unroll");
+    open("for (int j = 0; j < " + std::to_string(cache_n_) + "; ++j)");
+    line("const " + idx_ + " r = " + first + " + (" + idx_ + ")j * " + std::to_string(threads) +
+         ";");
+    guard = product(s_.red) % threads != 0;
+    if (guard) open("if (r < " + len + ")");
+  } else {
+    switch (rows) {
+      case Rows::Thread: open("for (" + idx_ + " r = 0; r < " + len + "; ++r)"); break;
+      case Rows::Warp: open("for (" + idx_ + " r = lane; r < " + len + "; r += 32)"); break;
+      case Rows::Block:
+        open("for (" + idx_ + " r = threadIdx.x; r < " + len + "; r += " +
+             std::to_string(block_) + ")");
+        break;
+    }
   }
   offsets("o", "r", s_.red, s_.outer.size(), "b");
   new_scope([](int buf) { return "in" + std::to_string(buf) + "[o" + std::to_string(buf) + "]"; },
             "row", "r");
+  // Cached values of earlier passes are read back; those this pass is the
+  // first to need are computed here (lowest expr first: one may use another).
+  for (size_t i = 0; i < k_.exprs.size(); ++i) {
+    if (!cache_first_[i] || cache_first_[i] > p) continue;
+    std::string rc = "rc" + std::to_string(i) + "[j]";
+    if (cache_first_[i] == p) line(rc + " = " + value(static_cast<int>(i)) + ";");
+    cache_[i] = rc;
+  }
   for (int i : mine) {
     const ir::Expr& e = k_.exprs[i];
     const std::string& a = acc_[i];
@@ -139,11 +167,92 @@ void Writer::reduce_pass(int p, Rows rows) {
   store_outputs(p, [&](size_t o, const std::string& v) {
     line("out" + std::to_string(o) + "[o" + std::to_string(n_in_ + o) + "] = " + v + ";");
   });
+  if (guard) close();
   close();
   for (int i : mine) {
     combine(i, rows);
     done_[i] = 1;
   }
+}
+
+// Per-thread register budget of the row cache: values per cached input, and
+// bytes over all cached inputs (past it, spills to local memory would cost
+// more than re-reading the row through L2).
+constexpr int64_t kCacheValues = 32, kCacheBytes = 128;
+
+namespace {
+// Ops cheap enough to recompute in every pass from cached operands.
+bool cheap(const ir::Kernel& k, int i) {
+  const ir::Expr& e = k.exprs[i];
+  switch (e.op) {
+    case ExprOp::Constant: case ExprOp::Index: case ExprOp::Cast: case ExprOp::Neg:
+    case ExprOp::Abs: case ExprOp::Sign: case ExprOp::Relu: case ExprOp::Not:
+    case ExprOp::BitNot: case ExprOp::IsNan: case ExprOp::IsInf: case ExprOp::IsFinite:
+    case ExprOp::Floor: case ExprOp::Ceil: case ExprOp::Round: case ExprOp::Trunc:
+    case ExprOp::Add: case ExprOp::Sub: case ExprOp::Mul: case ExprOp::Maximum:
+    case ExprOp::Minimum: case ExprOp::Where: case ExprOp::Copysign:
+      return true;
+    case ExprOp::Div:  // by a row value: a multiply by its hoisted reciprocal (see value())
+      return is_reduce(k.exprs[e.operands[1]].op);
+    default:
+      return (e.op >= ExprOp::Eq && e.op <= ExprOp::BitXor);
+  }
+}
+}  // namespace
+
+// Caches, per thread, the per-point values that two or more passes would
+// evaluate: the varying Loads (each input element is then read once) and the
+// costly per-point exprs (softmax's exp). Exprs are taken from the last one
+// down, since caching an expr spares its operands in the passes after it.
+// Nothing is cached when the row exceeds the budget.
+void Writer::plan_row_cache(Rows rows) {
+  size_t n = k_.exprs.size();
+  cache_first_.assign(n, 0);
+  cache_n_ = 0;
+  if (rows == Rows::Thread || n_passes_ < 2) return;
+  int64_t threads = rows == Rows::Warp ? 32 : block_;
+  int64_t per_thread = (product(s_.red) + threads - 1) / threads;
+  if (per_thread > kCacheValues) return;
+  // seen[i] after need(p): pass p evaluates expr i under the current cache.
+  std::vector<char> seen(n);
+  auto need = [&](int p) {
+    seen.assign(n, 0);
+    std::vector<int> todo;
+    for (size_t i = 0; i < n; ++i)
+      if (is_reduce(k_.exprs[i].op) && pass_[i] == p) todo.push_back(k_.exprs[i].operands[0]);
+    for (size_t o = 0; o < k_.outputs.size(); ++o)
+      if (out_pass_[o] == p) todo.push_back(k_.outputs[o].expr);
+    while (!todo.empty()) {
+      int i = todo.back();
+      todo.pop_back();
+      if (seen[i]) continue;
+      seen[i] = 1;
+      if (is_reduce(k_.exprs[i].op)) continue;  // its value is the pass's accumulator
+      if (cache_first_[i] && cache_first_[i] < p) continue;  // read from the cache
+      for (int o : k_.exprs[i].operands) todo.push_back(o);
+    }
+  };
+  int64_t bytes = 0;
+  for (size_t i = n; i-- > 0;) {
+    const ir::Expr& e = k_.exprs[i];
+    int ii = static_cast<int>(i);
+    if (!varies_[i] || is_reduce(e.op) || e.op == ExprOp::Gather ||
+        (e.op != ExprOp::Load && cheap(k_, ii)))
+      continue;
+    int64_t size = per_thread * (elem_bytes(type(ii)) > 4 ? 8 : 4);
+    if (bytes + size > kCacheBytes) continue;
+    int first = 0, passes = 0;
+    for (int p = 1; p <= n_passes_; ++p) {
+      need(p);
+      if (!seen[i]) continue;
+      if (!first) first = p;
+      ++passes;
+    }
+    if (passes < 2) continue;
+    cache_first_[i] = first;
+    bytes += size;
+  }
+  if (bytes > 0) cache_n_ = static_cast<int>(per_thread);
 }
 
 // Folds the per-thread accumulators of reduction `i` so that every thread of

@@ -119,6 +119,61 @@ TEST_CASE("softmax-like multi-pass reductions compile for every row strategy", "
   }
 }
 
+namespace {
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = 0; (at = s.find(what, at)) != std::string::npos; ++at) ++n;
+  return n;
+}
+
+// softmax(x) over rows of `len` bf16 values, then a layer norm of it: five
+// passes over the row, each reading x.
+ir::Kernel softmax_ln(int64_t rows, int64_t len) {
+  KernelBuilder b("softmax_ln_" + std::to_string(len), {rows, len}, 1);
+  int x = b.load(b.input(ST::BF16, b.contiguous()), ST::F32);
+  int mx = b.expr(ExprOp::ReduceMax, ST::F32, {x});
+  int e = b.expr(ExprOp::Exp, ST::F32, {b.expr(ExprOp::Sub, ST::F32, {x, mx})});
+  int sum = b.expr(ExprOp::ReduceSum, ST::F32, {e});
+  int y = b.expr(ExprOp::Add, ST::F32, {b.expr(ExprOp::Div, ST::F32, {e, sum}), x});
+  int n = b.constant(static_cast<double>(len), ST::F32);
+  int mean = b.expr(ExprOp::Div, ST::F32, {b.expr(ExprOp::ReduceSum, ST::F32, {y}), n});
+  int d = b.expr(ExprOp::Sub, ST::F32, {y, mean});
+  int var = b.expr(ExprOp::Div, ST::F32,
+                   {b.expr(ExprOp::ReduceSum, ST::F32, {b.expr(ExprOp::Mul, ST::F32, {d, d})}), n});
+  int w = b.load(b.input(ST::BF16, {0, 1}), ST::F32);
+  int inv = b.expr(ExprOp::Rsqrt, ST::F32, {var});
+  int out = b.expr(ExprOp::Mul, ST::F32, {b.expr(ExprOp::Mul, ST::F32, {d, inv}), w});
+  b.output(out, ST::BF16, b.contiguous());
+  return b.k;
+}
+}  // namespace
+
+TEST_CASE("a softmax + layer norm row that fits in registers is read from memory once",
+          "[codegen][cuda]") {
+  REQUIRE_NVRTC_OR_SKIP();
+  // Warp per row (128 = 4 per lane) and block per row (4096 = 8 per thread of 512).
+  for (auto [rows, len] : {std::pair<int64_t, int64_t>{4096, 128}, {8192, 4096}, {16, 1000}}) {
+    CudaKernel ck = emit(softmax_ln(rows, len));
+    INFO(ck.source);
+    // x and exp(x - max) are cached; the weight (read by the last pass only) is not.
+    CHECK(ck.source.find(" rc0[") != std::string::npos);
+    CHECK(count(ck.source, "in0[") == 1);
+    CHECK(count(ck.source, "in1[") == 1);
+    CHECK(count(ck.source, "expf(") == 1);
+    std::string ptx = compile(ck);
+    CHECK(ptx.find(".local") == std::string::npos);  // the cache stays in registers
+  }
+}
+
+TEST_CASE("a row too long for the register cache keeps re-reading it every pass",
+          "[codegen][cuda]") {
+  REQUIRE_NVRTC_OR_SKIP();
+  CudaKernel ck = emit(softmax_ln(4, 1 << 16));
+  CHECK(ck.source.find(" rc") == std::string::npos);
+  CHECK(count(ck.source, "in0[") == 5);
+  compile(ck);
+}
+
 TEST_CASE("a column reduction over a strided axis compiles", "[codegen][cuda]") {
   REQUIRE_NVRTC_OR_SKIP();
   KernelBuilder b("colsum", {3, 300}, 1);
