@@ -22,6 +22,10 @@ _tmp = tempfile.mkdtemp(prefix="tl_bench_")
 os.environ["TORCHLITE_CACHE_DIR"] = os.path.join(_tmp, "torchlite")
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_tmp, "inductor")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# NOTE: `python bench/cuda.py` puts bench/ first on sys.path, where this file would shadow the
+# `cuda` package (cuda-python) that torch.cuda imports.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
 
 import torch
 import torch.nn.functional as F
