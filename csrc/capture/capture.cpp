@@ -92,11 +92,14 @@ class ResidualBuilder {
         return r;
       case VKind::Module:
       case VKind::Object:
+      case VKind::Method:  // one read from the frame (CaptureContext::wrap_bound_method)
         if (v->source) {
           r.kind = ir::Residual::Kind::Source;
           r.source = v->source;
           return r;
         }
+        if (v->kind == VKind::Method)
+          graph_break("unsupported_value", "returning a method from traced code");
         return build(lower_created_object(v));  // made by traced code (or a clean break)
       default:
         graph_break("unsupported_value", "returning a " + v->type_name() + " from traced code");

@@ -355,6 +355,42 @@ ValuePtr CaptureContext::wrap_tensor(PyObject* t, const ir::SourcePtr& src) {
   return v;
 }
 
+// A bound method is a fresh object on every attribute read (e.g. `x.add`
+// left on the stack at a graph break and passed to the resume function): an
+// ID_MATCH on it would fail on every call. It is guarded by what it is made
+// of instead: its __self__ (wrapped and guarded as any value) and its
+// __func__ by identity, or for a C method of a tensor/list/dict/tuple, its name.
+ValuePtr CaptureContext::wrap_bound_method(PyObject* obj, const ir::SourcePtr& src) {
+  PyObject* self = nullptr;
+  if (PyMethod_Check(obj)) {
+    self = PyMethod_GET_SELF(obj);
+  } else if (PyCFunction_Check(obj)) {
+    self = PyCFunction_GET_SELF(obj);
+    if (!self || !(is_tensor(self) || PyList_CheckExact(self) || PyDict_CheckExact(self) ||
+                   PyTuple_CheckExact(self)))
+      return nullptr;
+  } else {
+    return nullptr;
+  }
+  if (!self || PyModule_Check(self)) return nullptr;
+  guards_.add_type_match(src, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+  ValuePtr m = Value::of_kind(VKind::Method);
+  m->source = src;
+  m->self = wrap(self, ir::Source::attr(src, "__self__"));
+  if (PyMethod_Check(obj)) {
+    PyObject* func = PyMethod_GET_FUNCTION(obj);
+    guards_.add_id_match(ir::Source::attr(src, "__func__"), func);
+    m->obj = PyRef::borrow(func);
+  } else {
+    const char* name = reinterpret_cast<PyCFunctionObject*>(obj)->m_ml->ml_name;
+    PyRef pyname = PyRef::steal(PyUnicode_FromString(name));
+    if (!pyname) throw PythonError();
+    guards_.add_equals_match(ir::Source::attr(src, "__name__"), pyname.get());
+    m->method_name = name;
+  }
+  return m;
+}
+
 ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
   const TorchApi& api = torch_api();
   if (is_tensor(obj)) return wrap_tensor(obj, src);
@@ -418,6 +454,8 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
       v->items.push_back(wrap(val, ir::Source::item(src, PyRef::borrow(k))));
     }
     sourced_containers.push_back(v);
+  } else if (src && guard && (v = wrap_bound_method(obj, src))) {
+    // NOTE: v is set by the condition.
   } else if (PyFunction_Check(obj) || PyCFunction_Check(obj) || PyType_Check(obj) ||
              PyModule_Check(obj) || PyMethod_Check(obj) ||
              Py_TYPE(obj) == &PyMethodDescr_Type || Py_TYPE(obj) == &PyWrapperDescr_Type ||

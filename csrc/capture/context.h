@@ -67,6 +67,9 @@ class CaptureContext {
 
  private:
   ValuePtr wrap_tensor(PyObject* t, const ir::SourcePtr& src);
+  // A bound method (borrowed) read from `src`, as a Method value of its
+  // guarded __self__; null for other objects.
+  ValuePtr wrap_bound_method(PyObject* obj, const ir::SourcePtr& src);
   PyRef to_meta(PyObject* real_tensor);
   ValuePtr result_value(PyObject* meta_result, ir::Node* node, const PyRef& device);
 

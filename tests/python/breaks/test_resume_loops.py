@@ -2,10 +2,7 @@
 rest of the frame (a loop would otherwise break once per iteration), and functions the loop calls
 are still captured as frames of their own."""
 
-import torch
 from resume_check import check_resume, inputs
-
-import torchlite
 
 
 def _range_loop(x):

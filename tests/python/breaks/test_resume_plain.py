@@ -23,7 +23,7 @@ def _crc_break(x):
 
 def _keyword_call_break(x):
     y = x.exp()
-    print("value", end="\n", sep=" ")
+    print("value", end="\n")
     return y - x
 
 

@@ -33,11 +33,11 @@ _AVAILABLE = {"timm": _TIMM is not None, "transformers": _TRANSFORMERS is not No
 TOL = {"atol": 1e-4, "rtol": 1e-4}
 
 # NOTE: known bugs, each with a minimal repro in /work/notes (non-strict: a fix makes them pass).
-_RESUME_IADD = "second break in a resume function runs `self += x` with self=None (ModuleList[:n])"
-_CONV_LAYOUT = "CPU conv returns channels_last where meta says contiguous; kernels read meta strides"
+_CONV_LAYOUT = (
+    "CPU conv returns channels_last where meta says contiguous; kernels read meta strides"
+)
 KNOWN = {
-    "llama": _RESUME_IADD, "mistral": _RESUME_IADD, "qwen2": _RESUME_IADD,
-    "gemma": _RESUME_IADD, "phi": _RESUME_IADD, "pvt_v2_b0": _CONV_LAYOUT,
+    "pvt_v2_b0": _CONV_LAYOUT,
     "edgenext_xx_small": _CONV_LAYOUT,
 }
 
