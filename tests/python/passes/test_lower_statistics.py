@@ -17,7 +17,8 @@ def check_kernel(fn, *args, kernels=1, rtol=1.3e-6, atol=1e-5):
         torchlite.reset_counters()
         actual = torchlite.compile(fn)(*args)
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
-    assert torchlite.counters()["kernels"] >= 1
+    if _C.has_llvm:  # builds without LLVM plan kernels but run the ops through torch
+        assert torchlite.counters()["kernels"] >= 1
     graph = torchlite.explain(fn)(*args).graphs[0]
     s = _C.partition_summary(graph)
     assert s["externs"] == [] and s["kernel_count"] == kernels, s
