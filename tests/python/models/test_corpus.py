@@ -32,22 +32,8 @@ _AVAILABLE = {"timm": _TIMM is not None, "transformers": _TRANSFORMERS is not No
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}
 
-# NOTE: known bugs, each with a minimal repro in /work/notes (non-strict: a fix makes them pass).
-_CONV_LAYOUT = (
-    "CPU conv returns channels_last where meta says contiguous; kernels read meta strides"
-)
-KNOWN = {
-    "pvt_v2_b0": _CONV_LAYOUT,
-    "edgenext_xx_small": _CONV_LAYOUT,
-}
 
-
-def _param(spec):
-    marks = [pytest.mark.xfail(reason=KNOWN[spec.name], strict=False)] if spec.name in KNOWN else []
-    return pytest.param(spec, id=spec.name, marks=marks)
-
-
-@pytest.mark.parametrize("spec", [_param(s) for s in CORPUS])
+@pytest.mark.parametrize("spec", [pytest.param(s, id=s.name) for s in CORPUS])
 def test_corpus_model_matches_eager(spec):
     if not _AVAILABLE[spec.family]:
         pytest.skip(f"{spec.family} unavailable")
