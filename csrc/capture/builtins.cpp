@@ -68,6 +68,13 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         case VKind::Dict: type = reinterpret_cast<PyObject*>(&PyDict_Type); break;
         case VKind::Function: type = reinterpret_cast<PyObject*>(&PyFunction_Type); break;
         case VKind::Set: type = reinterpret_cast<PyObject*>(&PySet_Type); break;
+        case VKind::Method:
+          // A Python function bound to self is a types.MethodType; a named method of a
+          // tensor/list/dict/str is a builtin method.
+          type = reinterpret_cast<PyObject*>(v->obj && PyFunction_Check(v->obj.get())
+                                                 ? &PyMethod_Type
+                                                 : &PyCFunction_Type);
+          break;
         case VKind::Const:
         case VKind::Module:
         case VKind::Object: type = reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())); break;

@@ -447,8 +447,9 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
     PyObject *k, *val;
     Py_ssize_t pos = 0;
     while (PyDict_Next(obj, &pos, &k, &val)) {
-      if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k)) {
-        graph_break("unsupported_value", "dict with keys other than str/int");
+      // NOTE: bytes keys too: os.environ keeps its variables in a dict of bytes.
+      if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k) && !PyBytes_CheckExact(k)) {
+        graph_break("unsupported_value", "dict with keys other than str/int/bytes");
       }
       v->keys.push_back(PyRef::borrow(k));
       v->items.push_back(wrap(val, ir::Source::item(src, PyRef::borrow(k))));

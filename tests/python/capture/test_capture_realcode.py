@@ -314,3 +314,26 @@ def test_dict_views_and_get_match_eager():
         return total, list(d.keys()), d.get("missing", 1.5), [v.sum() for v in d.values()]
 
     check(fn, torch.randn(2), {"a": torch.randn(2), "bb": torch.randn(2)})
+
+
+def test_environment_lookup_and_isinstance_of_methods_capture_in_one_graph():
+    # transformers reads flags with os.environ.get (a dict with bytes keys inside) and asks
+    # inspect-style isinstance(obj.method, types.MethodType) questions in forward.
+    import os
+    import types
+
+    os.environ["TORCHLITE_TEST_FLAG"] = "1"
+
+    class Net(torch.nn.Module):
+        def helper(self):
+            return 1
+
+        def forward(self, x):
+            if os.environ.get("TORCHLITE_TEST_FLAG", "0") == "1":
+                x = x + 1
+            if isinstance(self.helper, types.MethodType) and not isinstance(x.add, types.MethodType):
+                x = x * 2
+            return x
+
+    net = Net()
+    check(net.forward, torch.randn(3))
