@@ -32,7 +32,9 @@ sys.path.insert(0, os.path.join(_HERE, "..", "tests", "python"))
 
 import torch
 
-_spec = importlib.util.spec_from_file_location("model_corpus", os.path.join(_HERE, "model_corpus.py"))
+_spec = importlib.util.spec_from_file_location(
+    "model_corpus", os.path.join(_HERE, "model_corpus.py")
+)
 model_corpus = importlib.util.module_from_spec(_spec)
 sys.modules["model_corpus"] = model_corpus
 _spec.loader.exec_module(model_corpus)
@@ -89,9 +91,18 @@ def _short_error(exc: BaseException) -> str:
 
 
 def run_one(spec, full, device, runs):
-    row = {"name": spec.name, "family": spec.family, "correct": "-", "graphs": "-",
-           "breaks": "-", "reason": "", "eager_ms": float("nan"), "tl_ms": float("nan"),
-           "one_graph": False, "error": ""}
+    row = {
+        "name": spec.name,
+        "family": spec.family,
+        "correct": "-",
+        "graphs": "-",
+        "breaks": "-",
+        "reason": "",
+        "eager_ms": float("nan"),
+        "tl_ms": float("nan"),
+        "one_graph": False,
+        "error": "",
+    }
     try:
         model, args, kwargs = spec.build(full)
         model = model.to(device)
@@ -131,13 +142,17 @@ def run_one(spec, full, device, runs):
 def _format_row(r) -> str:
     speed = r["eager_ms"] / r["tl_ms"] if r["tl_ms"] == r["tl_ms"] and r["tl_ms"] else 0
     speed_s = f"{speed:5.2f}x" if speed else "    -"
-    return (f"{r['name']:34s} {r['family']:12s} {r['correct']:11s} {r['graphs']!s:>6s} "
-            f"{r['breaks']!s:>6s} {r['eager_ms']:9.2f} {r['tl_ms']:9.2f} {speed_s}  "
-            f"{r['reason']}")
+    return (
+        f"{r['name']:34s} {r['family']:12s} {r['correct']:11s} {r['graphs']!s:>6s} "
+        f"{r['breaks']!s:>6s} {r['eager_ms']:9.2f} {r['tl_ms']:9.2f} {speed_s}  "
+        f"{r['reason']}"
+    )
 
 
-HEADER = (f"{'model':34s} {'family':12s} {'correct':11s} {'graphs':>6s} {'breaks':>6s} "
-          f"{'eager ms':>9s} {'tl ms':>9s} {'speed':>6s}  top break reason")
+HEADER = (
+    f"{'model':34s} {'family':12s} {'correct':11s} {'graphs':>6s} {'breaks':>6s} "
+    f"{'eager ms':>9s} {'tl ms':>9s} {'speed':>6s}  top break reason"
+)
 
 
 def summary(rows) -> list[str]:
@@ -148,8 +163,10 @@ def summary(rows) -> list[str]:
             continue
         ok = sum(r["correct"] == "ok" for r in fam)
         one = sum(r["one_graph"] for r in fam)
-        lines.append(f"{family:12s}: {ok}/{len(fam)} correct, {one}/{len(fam)} "
-                     f"({100 * one / len(fam):.0f}%) captured in one graph per forward")
+        lines.append(
+            f"{family:12s}: {ok}/{len(fam)} correct, {one}/{len(fam)} "
+            f"({100 * one / len(fam):.0f}%) captured in one graph per forward"
+        )
     reasons = collections.Counter()
     for r in rows:
         if r["reason"] and not r["reason"].startswith("explain failed"):
@@ -180,9 +197,14 @@ def main(argv=None) -> int:
         parser.error(f"unknown model(s): {', '.join(sorted(unknown))}")
 
     size = "full" if opts.full else "CI-size"
-    head = [(f"# bench/models.py: {len(specs)} models, {size} configs, device={opts.device}, "
+    head = [
+        (
+            f"# bench/models.py: {len(specs)} models, {size} configs, device={opts.device}, "
             f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-            f"median of {opts.runs} runs"), HEADER]
+            f"median of {opts.runs} runs"
+        ),
+        HEADER,
+    ]
     print("\n".join(head), flush=True)
     rows, lines = [], list(head)
     for spec in specs:

@@ -27,8 +27,21 @@ class BreakReason:
 
 
 # Tensor metadata reads and allocations that guards and the runtime make: not ops.
-_NOT_OPS = frozenset({"__get__", "size", "stride", "dim", "data_ptr", "empty_strided", "numel",
-                      "storage_offset", "is_contiguous", "element_size", "untyped_storage"})
+_NOT_OPS = frozenset(
+    {
+        "__get__",
+        "size",
+        "stride",
+        "dim",
+        "data_ptr",
+        "empty_strided",
+        "numel",
+        "storage_offset",
+        "is_contiguous",
+        "element_size",
+        "untyped_storage",
+    }
+)
 
 
 def _is_meta(value: Any) -> bool:
@@ -56,8 +69,11 @@ class _EagerOps(TorchFunctionMode):
         frame = sys._getframe(1)
         code = frame.f_code
         name = getattr(func, "__name__", "")
-        if (name not in _NOT_OPS and not _is_meta(args)
-                and "resumed at line" not in getattr(code, "co_qualname", "")):
+        if (
+            name not in _NOT_OPS
+            and not _is_meta(args)
+            and "resumed at line" not in getattr(code, "co_qualname", "")
+        ):
             self.at[(code.co_filename, frame.f_lineno)] += 1
         return func(*args, **kwargs)
 
@@ -77,8 +93,10 @@ class ExplainOutput:
         with_graph = [r for r in records if r["graph"] is not None]
         eager_at = eager_at or {}
         breaks = [BreakReason(**r["break"]) for r in records if r["break"] is not None]
-        breaks = [dataclasses.replace(b, eager_ops=eager_at.get((b.filename, b.lineno), 0))
-                  for b in breaks]
+        breaks = [
+            dataclasses.replace(b, eager_ops=eager_at.get((b.filename, b.lineno), 0))
+            for b in breaks
+        ]
         return cls(
             graphs=[r["graph"] for r in with_graph],
             graph_count=len(with_graph),

@@ -87,7 +87,11 @@ def assert_same(actual, expected, *, atol=None, rtol=None, check_requires_grad=T
     if isinstance(expected, torch.Tensor):
         assert isinstance(actual, torch.Tensor), f"{path}: expected a Tensor, got {type(actual)}"
         torch.testing.assert_close(
-            actual.detach(), expected.detach(), atol=atol, rtol=rtol, equal_nan=True,
+            actual.detach(),
+            expected.detach(),
+            atol=atol,
+            rtol=rtol,
+            equal_nan=True,
             msg=lambda m: f"{path}: {m}",
         )
         if check_requires_grad:
@@ -101,13 +105,25 @@ def assert_same(actual, expected, *, atol=None, rtol=None, check_requires_grad=T
     if isinstance(expected, dict):
         assert list(actual.keys()) == list(expected.keys()), f"{path}: keys differ"
         for k in expected:
-            assert_same(actual[k], expected[k], atol=atol, rtol=rtol,
-                        check_requires_grad=check_requires_grad, path=f"{path}[{k!r}]")
+            assert_same(
+                actual[k],
+                expected[k],
+                atol=atol,
+                rtol=rtol,
+                check_requires_grad=check_requires_grad,
+                path=f"{path}[{k!r}]",
+            )
     elif isinstance(expected, (tuple, list)):
         assert len(actual) == len(expected), f"{path}: length {len(actual)} != {len(expected)}"
         for i, (a, e) in enumerate(zip(actual, expected)):
-            assert_same(a, e, atol=atol, rtol=rtol, check_requires_grad=check_requires_grad,
-                        path=f"{path}[{i}]")
+            assert_same(
+                a,
+                e,
+                atol=atol,
+                rtol=rtol,
+                check_requires_grad=check_requires_grad,
+                path=f"{path}[{i}]",
+            )
     elif isinstance(expected, float) and math.isnan(expected):
         assert math.isnan(actual), f"{path}: {actual} != nan"
     else:
@@ -142,8 +158,9 @@ def assert_counters_delta(before: dict, after: dict, **expected):
     for key, want in expected.items():
         delta = after[key] - before[key]
         ok = want.ok(delta) if isinstance(want, at_least) else delta == want
-        assert ok, f"counter {key!r} grew by {delta}, expected {want!r} (before={before}, " \
-                   f"after={after})"
+        assert ok, (
+            f"counter {key!r} grew by {delta}, expected {want!r} (before={before}, after={after})"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,8 +173,17 @@ def _call(fn, args, kwargs):
     return fn(*args, **kwargs), args, kwargs
 
 
-def check(fn, *args, fullgraph=True, atol=None, rtol=None, fresh=True, cache_hit=True,
-          check_requires_grad=True, **kwargs):
+def check(
+    fn,
+    *args,
+    fullgraph=True,
+    atol=None,
+    rtol=None,
+    fresh=True,
+    cache_hit=True,
+    check_requires_grad=True,
+    **kwargs,
+):
     """Compiles `fn` and checks it against eager: twice with `args`, once with `fresh_like(args)`.
 
     Each run gets its own clone of the inputs, and the inputs after the call are compared too

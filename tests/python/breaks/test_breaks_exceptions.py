@@ -63,8 +63,9 @@ def test_torch_op_error_has_eager_type_and_message():
 def test_torch_op_error_in_inlined_callee_names_both_functions():
     compiled = torchlite.compile(_calls_bad_matmul)
     a, b = torch.randn(2, 3), torch.randn(4, 5)
-    _assert_same_error(compiled, _calls_bad_matmul, a, b,
-                       user_frames=["_calls_bad_matmul", "_bad_matmul"])
+    _assert_same_error(
+        compiled, _calls_bad_matmul, a, b, user_frames=["_calls_bad_matmul", "_bad_matmul"]
+    )
 
 
 def test_compiled_function_works_after_op_error():

@@ -83,8 +83,9 @@ CASES = {
     "branch": Case(_branch_break, "data_dependent_branch", ("tensor", "branch", "bool")),
     "getpid": Case(_getpid_break, "unsupported_callable", ("getpid",)),
     "crc32": Case(_crc_break, "unsupported_callable", ("crc32",)),
-    "try_except": Case(_try_break, "unsupported_bytecode", ("try", "except", "exception"),
-                       ("# TRY", "# BREAK")),
+    "try_except": Case(
+        _try_break, "unsupported_bytecode", ("try", "except", "exception"), ("# TRY", "# BREAK")
+    ),
 }
 
 INPUTS = [torch.tensor([0.5, -1.0, 2.0]), torch.tensor([-3.0, 0.0, 0.0])]

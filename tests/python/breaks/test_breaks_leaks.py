@@ -56,8 +56,9 @@ def _measure(fn, *args):
     return [now - then for now, then in zip(_refcounts(args), refs)], objects
 
 
-@pytest.mark.parametrize("fn", [_pointwise, _with_break, _returns_container],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "fn", [_pointwise, _with_break, _returns_container], ids=lambda f: f.__name__
+)
 def test_repeated_calls_leak_no_references(fn):
     compiled = torchlite.compile(fn)
     x = torch.randn(16)

@@ -34,14 +34,18 @@ def _try_after_break(x):
 
 def _line_of(fn, marker):
     import inspect
+
     lines, start = inspect.getsourcelines(fn)
     return start + next(i for i, line in enumerate(lines) if marker in line)
 
 
-@pytest.mark.parametrize("fn, marker, exc", [
-    (_fails_after_break, "# FAIL", RuntimeError),
-    (_raises_after_break, "# RAISE", ValueError),
-])
+@pytest.mark.parametrize(
+    "fn, marker, exc",
+    [
+        (_fails_after_break, "# FAIL", RuntimeError),
+        (_raises_after_break, "# RAISE", ValueError),
+    ],
+)
 def test_error_after_break_points_at_the_users_line(fn, marker, exc):
     torchlite.reset()
     compiled = torchlite.compile(fn)
@@ -50,8 +54,9 @@ def test_error_after_break_points_at_the_users_line(fn, marker, exc):
             compiled(torch.randn(3))
         last = traceback.extract_tb(info.value.__traceback__)[-1]
         if exc is RuntimeError:  # torch's own frames may follow: find the user's
-            users = [f for f in traceback.extract_tb(info.value.__traceback__)
-                     if f.filename == __file__]
+            users = [
+                f for f in traceback.extract_tb(info.value.__traceback__) if f.filename == __file__
+            ]
             last = users[-1]
         assert last.filename == __file__
         assert last.lineno == _line_of(fn, marker)

@@ -46,6 +46,7 @@ def test_attribute_and_list_writes_are_visible_at_the_break(capsys):
     for box in (Box(), Box()):
         eager_box, comp_box = Box(), box
         import torchlite
+
         torchlite.reset()
         compiled = torchlite.compile(_attr_then_break)
         x = inputs(3)
@@ -60,6 +61,7 @@ def test_attribute_and_list_writes_are_visible_at_the_break(capsys):
 def test_global_write_is_visible_at_the_break(capsys):
     global COUNTER
     import torchlite
+
     torchlite.reset()
     compiled = torchlite.compile(_global_then_break)
     x = inputs(3)
@@ -75,6 +77,7 @@ def test_global_write_is_visible_at_the_break(capsys):
 
 def test_dict_writes_are_visible_at_the_break(capsys):
     import torchlite
+
     torchlite.reset()
     compiled = torchlite.compile(_dict_then_break)
     x = inputs(3)

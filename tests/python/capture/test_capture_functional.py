@@ -39,8 +39,9 @@ def test_layer_norm_with_affine_matches_eager(dtype):
     def fn(x, w, b):
         return F.layer_norm(x, (8,), w, b, eps=1e-6)
 
-    check(fn, torch.randn(3, 8, dtype=dtype), torch.randn(8, dtype=dtype),
-          torch.randn(8, dtype=dtype))
+    check(
+        fn, torch.randn(3, 8, dtype=dtype), torch.randn(8, dtype=dtype), torch.randn(8, dtype=dtype)
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -48,8 +49,12 @@ def test_linear_matches_eager(dtype):
     def fn(x, w, b):
         return F.linear(x, w, b), F.linear(x, w)
 
-    check(fn, torch.randn(2, 3, 8, dtype=dtype), torch.randn(5, 8, dtype=dtype),
-          torch.randn(5, dtype=dtype))
+    check(
+        fn,
+        torch.randn(2, 3, 8, dtype=dtype),
+        torch.randn(5, 8, dtype=dtype),
+        torch.randn(5, dtype=dtype),
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -58,8 +63,12 @@ def test_conv2d_matches_eager(dtype, stride, padding):
     def fn(x, w, b):
         return F.relu(F.conv2d(x, w, b, stride=stride, padding=padding))
 
-    check(fn, torch.randn(2, 3, 8, 8, dtype=dtype), torch.randn(4, 3, 3, 3, dtype=dtype),
-          torch.randn(4, dtype=dtype))
+    check(
+        fn,
+        torch.randn(2, 3, 8, 8, dtype=dtype),
+        torch.randn(4, 3, 3, 3, dtype=dtype),
+        torch.randn(4, dtype=dtype),
+    )
 
 
 def test_pooling_matches_eager():
@@ -93,16 +102,24 @@ def test_embedding_and_one_hot_match_eager():
 def test_scaled_dot_product_attention_matches_eager():
     def fn(q, k, v):
         return F.scaled_dot_product_attention(q, k, v), F.scaled_dot_product_attention(
-            q, k, v, is_causal=True)
+            q, k, v, is_causal=True
+        )
 
-    check(fn, torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8),
-          atol=1e-5, rtol=1e-4)
+    check(
+        fn,
+        torch.randn(1, 2, 5, 8),
+        torch.randn(1, 2, 5, 8),
+        torch.randn(1, 2, 5, 8),
+        atol=1e-5,
+        rtol=1e-4,
+    )
 
 
 def test_interpolate_matches_eager():
     def fn(x):
         return F.interpolate(x, scale_factor=2, mode="nearest"), F.interpolate(
-            x, size=(3, 3), mode="bilinear", align_corners=False)
+            x, size=(3, 3), mode="bilinear", align_corners=False
+        )
 
     check(fn, torch.randn(1, 2, 4, 4))
 

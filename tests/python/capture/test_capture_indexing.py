@@ -52,8 +52,19 @@ def test_index_with_trace_time_int_arg_matches_eager():
 def test_tensor_attributes_are_trace_time_values():
     def fn(x):
         return (
-            x.shape, x.dtype, x.device, x.ndim, x.size(), x.size(-1), x.size(0), x.dim(),
-            x.numel(), x.is_floating_point(), x.requires_grad, x.is_contiguous(), len(x),
+            x.shape,
+            x.dtype,
+            x.device,
+            x.ndim,
+            x.size(),
+            x.size(-1),
+            x.size(0),
+            x.dim(),
+            x.numel(),
+            x.is_floating_point(),
+            x.requires_grad,
+            x.is_contiguous(),
+            len(x),
         )
 
     check(fn, torch.randn(2, 3, 4))

@@ -30,7 +30,7 @@ REFLECTED = {
     "rsub": lambda x, y: 1.5 - x,
     "rmul": lambda x, y: 2 * x,
     "rtruediv": lambda x, y: 1.0 / (x.abs() + 1),
-    "rpow": lambda x, y: 2 ** x,
+    "rpow": lambda x, y: 2**x,
     "scalar_cmp": lambda x, y: (0 < x, 0.5 >= x),
 }
 
@@ -122,7 +122,8 @@ def test_inplace_on_view_updates_base_like_eager():
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(
-    "shapes", [((3, 4), (4, 5)), ((2, 3, 4), (4, 2)), ((2, 3, 4), (2, 4, 5)), ((4,), (4,))],
+    "shapes",
+    [((3, 4), (4, 5)), ((2, 3, 4), (4, 2)), ((2, 3, 4), (2, 4, 5)), ((4,), (4,))],
     ids=str,
 )
 def test_matmul_operator_matches_eager(shapes, dtype):

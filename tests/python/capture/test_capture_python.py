@@ -365,8 +365,14 @@ def test_container_inputs_are_flattened_like_eager():
         a, b = inputs["pair"]
         return inputs["x"] + a * b, [t * 2 for t in inputs["list"]]
 
-    check(fn, {"x": torch.randn(2), "pair": (torch.randn(2), torch.randn(2)),
-               "list": [torch.randn(1), torch.randn(3)]})
+    check(
+        fn,
+        {
+            "x": torch.randn(2),
+            "pair": (torch.randn(2), torch.randn(2)),
+            "list": [torch.randn(1), torch.randn(3)],
+        },
+    )
 
 
 def test_return_none_is_none():
@@ -378,8 +384,16 @@ def test_return_none_is_none():
 
 def test_return_constants_and_nested_structures_match_eager():
     def fn(x):
-        return {"const": 1, "f": 2.5, "s": "text", "none": None, "nested": [(x, [x * 2, {"k": x}])],
-                "dtype": x.dtype, "shape": x.shape, "bool": True}
+        return {
+            "const": 1,
+            "f": 2.5,
+            "s": "text",
+            "none": None,
+            "nested": [(x, [x * 2, {"k": x}])],
+            "dtype": x.dtype,
+            "shape": x.shape,
+            "bool": True,
+        }
 
     check(fn, torch.randn(3))
 

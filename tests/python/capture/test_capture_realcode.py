@@ -37,7 +37,7 @@ class Registry(OrderedDict):
 class Interface:
     """A mapping with Python dunders, like transformers' AttentionInterface."""
 
-    _global = {"double": lambda x: x * 2, "neg": operator.neg}
+    _global = {"double": lambda x: x * 2, "neg": operator.neg}  # noqa: RUF012
 
     def __init__(self):
         self._local = {}
@@ -141,7 +141,7 @@ def test_set_of_tensors_is_a_clean_break():
 
     x = torch.randn(3)
     assert_same(torchlite.compile(fn)(x), fn(x))
-    graphs, breaks = _graphs_and_breaks(fn, x)
+    _graphs, breaks = _graphs_and_breaks(fn, x)
     assert breaks == 1
 
 
@@ -151,7 +151,7 @@ def test_set_of_tensors_is_a_clean_break():
 def _helper_with_import(x):
     import math
 
-    import torch.nn.functional as F  # noqa: N812
+    import torch.nn.functional as F
 
     return F.relu(x) * math.pi
 
@@ -252,7 +252,10 @@ def test_logging_level_change_recompiles():
     LOG.setLevel(logging.INFO)
     try:
         assert_same(compiled(x), x + 1)  # the logger now prints: no stale skipped call
-        assert counters()["frames"] > before["frames"] or counters()["graph_breaks"] > before["graph_breaks"]
+        assert (
+            counters()["frames"] > before["frames"]
+            or counters()["graph_breaks"] > before["graph_breaks"]
+        )
     finally:
         LOG.setLevel(logging.WARNING)
 
@@ -298,9 +301,9 @@ def test_kwargs_forwarding_and_config_getattr_defaults_match_eager():
 def test_strings_formatting_assert_and_isinstance_tuple_match_eager():
     def fn(x, mode):
         assert x.dim() == 1, f"bad rank {x.dim()}"
-        name = "layer_%d" % x.shape[0] + "_{}".format(mode.strip().lower())
+        name = "layer_%d" % x.shape[0] + "_{}".format(mode.strip().lower())  # noqa: UP031, UP032
         ok = isinstance(mode, (int, str)) and name.startswith("layer") and name.endswith("sum")
-        b, = x.shape
+        (b,) = x.shape
         return (x.sum() if ok else x) * b, name, x.shape == torch.Size([b]), x.shape[-1:] == (b,)
 
     check(fn, torch.randn(4), " SUM ")
@@ -331,7 +334,9 @@ def test_environment_lookup_and_isinstance_of_methods_capture_in_one_graph():
         def forward(self, x):
             if os.environ.get("TORCHLITE_TEST_FLAG", "0") == "1":
                 x = x + 1
-            if isinstance(self.helper, types.MethodType) and not isinstance(x.add, types.MethodType):
+            if isinstance(self.helper, types.MethodType) and not isinstance(
+                x.add, types.MethodType
+            ):
                 x = x * 2
             return x
 

@@ -36,8 +36,9 @@ def test_same_inputs_hit_cache_without_capturing_again():
     for _ in range(2):
         y = torch.randn(4)
         assert_same(fn(y), y.cos() * 3)
-    assert_counters_delta(after_first, counters(), frames=0, graphs=0, recompiles=0,
-                          cache_hits=at_least(2))
+    assert_counters_delta(
+        after_first, counters(), frames=0, graphs=0, recompiles=0, cache_hits=at_least(2)
+    )
 
 
 def test_shape_change_recompiles_and_is_correct():

@@ -17,15 +17,28 @@ TOL = {"atol": 1e-4, "rtol": 1e-4}
 
 def _bert():
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=128, max_position_embeddings=64)
+    cfg = BertConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=64,
+    )
     return BertModel(cfg).eval()
 
 
 def _gpt2():
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=2, n_positions=64,
-                     bos_token_id=0, eos_token_id=0)
+    cfg = GPT2Config(
+        vocab_size=1000,
+        n_embd=64,
+        n_layer=2,
+        n_head=2,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     return GPT2LMHeadModel(cfg).eval()
 
 
@@ -44,8 +57,11 @@ def test_bert_matches_eager():
         for _ in range(2):
             assert_same(compiled(input_ids=ids, attention_mask=mask), expected, **TOL)
         ids2 = _ids()
-        assert_same(compiled(input_ids=ids2, attention_mask=mask),
-                    model(input_ids=ids2, attention_mask=mask), **TOL)
+        assert_same(
+            compiled(input_ids=ids2, attention_mask=mask),
+            model(input_ids=ids2, attention_mask=mask),
+            **TOL,
+        )
 
 
 def test_bert_batch_one_without_mask_matches_eager():
@@ -74,8 +90,9 @@ def test_gpt2_with_labels_returns_same_loss():
     assert_same(actual, expected, **TOL)
 
 
-@pytest.mark.parametrize(("make", "kwargs"), [(_bert, {}), (_gpt2, {"use_cache": False})],
-                         ids=["bert", "gpt2"])
+@pytest.mark.parametrize(
+    ("make", "kwargs"), [(_bert, {}), (_gpt2, {"use_cache": False})], ids=["bert", "gpt2"]
+)
 def test_transformers_explain_finds_graphs(make, kwargs):
     model = make()
     with torch.no_grad():

@@ -44,7 +44,9 @@ def test_sum_with_pointwise_epilogue_fuses():
 
 
 def test_matmul_is_extern_and_splits_groups():
-    s = summary(lambda x, w: torch.relu(torch.sin(x) @ w) + 1, torch.randn(8, 16), torch.randn(16, 4))
+    s = summary(
+        lambda x, w: torch.relu(torch.sin(x) @ w) + 1, torch.randn(8, 16), torch.randn(16, 4)
+    )
     assert s["kernel_count"] == 2
     assert s["extern_ops"] == ["operator.matmul"]
     assert s["order"] == ["kernel 0", "matmul", "kernel 1"]
