@@ -51,14 +51,17 @@ Effect effect_of(const capture::Instruction& in) {
   const int a = in.arg;
   auto v = [](int n) { return std::string(n, 'V'); };
   switch (in.opcode) {
-    case CALL: return {a + 2, v(1)};
-    case CALL_FUNCTION_EX: return {3 + (a & 1), v(1)};
+    case CALL:
+      return {a + 2, v(1)};
+    case CALL_FUNCTION_EX:
+      return {3 + (a & 1), v(1)};
     case BINARY_OP:
     case COMPARE_OP:
     case BINARY_SUBSCR:
     case CONTAINS_OP:
     case IS_OP:
-    case IMPORT_NAME: return {2, v(1)};
+    case IMPORT_NAME:
+      return {2, v(1)};
     case UNARY_NEGATIVE:
     case UNARY_INVERT:
     case UNARY_NOT:
@@ -76,59 +79,82 @@ Effect effect_of(const capture::Instruction& in) {
       if (a & 1) throw CannotResume("break at a method lookup");
 #endif
       return {1, v(1)};
-    case LOAD_GLOBAL: return {0, (a & 1) ? "NV" : "V"};
+    case LOAD_GLOBAL:
+      return {0, (a & 1) ? "NV" : "V"};
     case LOAD_FAST:
 #ifdef LOAD_FAST_CHECK
     case LOAD_FAST_CHECK:
 #endif
     case LOAD_DEREF:
     case LOAD_ASSERTION_ERROR:
-    case IMPORT_FROM: return {0, v(1)};
-    case GET_LEN: return {0, v(1)};
+    case IMPORT_FROM:
+      return {0, v(1)};
+    case GET_LEN:
+      return {0, v(1)};
     case STORE_ATTR:
-    case DELETE_SUBSCR: return {2, ""};
-    case STORE_SUBSCR: return {3, ""};
+    case DELETE_SUBSCR:
+      return {2, ""};
+    case STORE_SUBSCR:
+      return {3, ""};
     case STORE_GLOBAL:
-    case DELETE_ATTR: return {1, ""};
+    case DELETE_ATTR:
+      return {1, ""};
     case BUILD_TUPLE:
     case BUILD_LIST:
     case BUILD_SET:
     case BUILD_STRING:
-    case BUILD_SLICE: return {a, v(1)};
-    case BUILD_MAP: return {2 * a, v(1)};
-    case BUILD_CONST_KEY_MAP: return {a + 1, v(1)};
+    case BUILD_SLICE:
+      return {a, v(1)};
+    case BUILD_MAP:
+      return {2 * a, v(1)};
+    case BUILD_CONST_KEY_MAP:
+      return {a + 1, v(1)};
     case LIST_APPEND:
     case SET_ADD:
     case LIST_EXTEND:
     case SET_UPDATE:
     case DICT_UPDATE:
-    case DICT_MERGE: return {1, ""};
-    case MAP_ADD: return {2, ""};
-    case UNPACK_SEQUENCE: return {1, v(a)};
-    case UNPACK_EX: return {1, v((a & 0xFF) + (a >> 8) + 1)};
-    case FORMAT_VALUE: return {(a & 0x04) ? 2 : 1, v(1)};
-    case BEFORE_WITH: return {1, v(2)};
+    case DICT_MERGE:
+      return {1, ""};
+    case MAP_ADD:
+      return {2, ""};
+    case UNPACK_SEQUENCE:
+      return {1, v(a)};
+    case UNPACK_EX:
+      return {1, v((a & 0xFF) + (a >> 8) + 1)};
+    case FORMAT_VALUE:
+      return {(a & 0x04) ? 2 : 1, v(1)};
+    case BEFORE_WITH:
+      return {1, v(2)};
 #ifdef BINARY_SLICE
-    case BINARY_SLICE: return {3, v(1)};
-    case STORE_SLICE: return {4, ""};
+    case BINARY_SLICE:
+      return {3, v(1)};
+    case STORE_SLICE:
+      return {4, ""};
 #endif
-    case RETURN_VALUE: return {1, "", false};
-    case RAISE_VARARGS: return {a, "", false};
+    case RETURN_VALUE:
+      return {1, "", false};
+    case RAISE_VARARGS:
+      return {a, "", false};
 #ifdef RETURN_CONST
-    case RETURN_CONST: return {0, "", false};
+    case RETURN_CONST:
+      return {0, "", false};
 #endif
 #ifdef POP_JUMP_FORWARD_IF_TRUE
     case POP_JUMP_FORWARD_IF_TRUE:
     case POP_JUMP_FORWARD_IF_FALSE:
     case POP_JUMP_FORWARD_IF_NONE:
-    case POP_JUMP_FORWARD_IF_NOT_NONE: return {1, "", true, true, 1};
+    case POP_JUMP_FORWARD_IF_NOT_NONE:
+      return {1, "", true, true, 1};
     case JUMP_IF_TRUE_OR_POP:
-    case JUMP_IF_FALSE_OR_POP: return {1, "", true, true, 0};
+    case JUMP_IF_FALSE_OR_POP:
+      return {1, "", true, true, 0};
 #else
     case POP_JUMP_IF_TRUE:
     case POP_JUMP_IF_FALSE:
     case POP_JUMP_IF_NONE:
-    case POP_JUMP_IF_NOT_NONE: return {1, "", true, true, 1};
+    case POP_JUMP_IF_NOT_NONE:
+      return {1, "", true, true, 1};
 #endif
     default:
       throw CannotResume(std::string("no resume function after ") +
@@ -158,8 +184,8 @@ Registry& registry() {
 
 std::string key_of(PyCodeObject* code, int index, const std::string& stack,
                    const std::vector<int>& locals, bool region) {
-  std::string k = std::to_string(reinterpret_cast<uintptr_t>(code)) + ":" +
-                  std::to_string(index) + ":" + stack + ":" + (region ? "r" : "") + ":";
+  std::string k = std::to_string(reinterpret_cast<uintptr_t>(code)) + ":" + std::to_string(index) +
+                  ":" + stack + ":" + (region ? "r" : "") + ":";
   for (int l : locals) k += std::to_string(l) + ",";
   return k;
 }
@@ -336,9 +362,8 @@ PyRef resume_code(PyCodeObject* code, int entry, const std::string& stack,
   Assembly a;
   a.insts = rw.body(stack, entry, line, false);
   a.blocks = rw.blocks();
-  PyRef made = rw.assemble_with(std::move(a),
-                                rw.qualname() + " (resumed at line " + std::to_string(line) + ")",
-                                nullptr);
+  PyRef made = rw.assemble_with(
+      std::move(a), rw.qualname() + " (resumed at line " + std::to_string(line) + ")", nullptr);
   auto* co = reinterpret_cast<PyCodeObject*>(made.get());
   std::vector<std::pair<int, bool>> exits;
   int j = 0;
@@ -378,7 +403,8 @@ void append_stub(std::vector<Instr>& out, int label, const std::string& post, in
   int n = 0;
   for (int s : local_slots) add(LOAD_FAST, s), ++n;
   for (size_t i = 0; i < post.size(); ++i)
-    if (post[i] != static_cast<char>(Slot::Null)) add(LOAD_FAST, rw.slot(rw.fresh("tmp" + std::to_string(i)))), ++n;
+    if (post[i] != static_cast<char>(Slot::Null))
+      add(LOAD_FAST, rw.slot(rw.fresh("tmp" + std::to_string(i)))), ++n;
 #ifdef PRECALL
   add(PRECALL, n);
 #endif
@@ -406,12 +432,11 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
   if (!site.region) {
     if (site.stack.find(static_cast<char>(Slot::Iter)) != std::string::npos)
       throw CannotResume("break with a loop iterator on the stack");
-    while (last + 1 < static_cast<int>(bc.insts.size()) &&
-           (bc.insts[last].opcode == KW_NAMES
+    while (last + 1 < static_cast<int>(bc.insts.size()) && (bc.insts[last].opcode == KW_NAMES
 #ifdef PRECALL
-            || bc.insts[last].opcode == PRECALL
+                                                            || bc.insts[last].opcode == PRECALL
 #endif
-            ))
+                                                            ))
       ++last;
     Effect e = effect_of(bc.insts[last]);
     if (e.pops > static_cast<int>(site.stack.size()))
@@ -429,11 +454,14 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
     out->resume_lines.push_back(rw.line_near(s.entry));
   }
 
-  rw.renumber(site.locals, [&] {
-    auto p = numbered(rw, "stack", count_values(site.stack));
-    for (auto& r : numbered(rw, "resume", succ.size())) p.push_back(r);
-    return p;
-  }(), numbered(rw, "tmp", tmps));
+  rw.renumber(
+      site.locals,
+      [&] {
+        auto p = numbered(rw, "stack", count_values(site.stack));
+        for (auto& r : numbered(rw, "resume", succ.size())) p.push_back(r);
+        return p;
+      }(),
+      numbered(rw, "tmp", tmps));
   Assembly a;
   a.insts = rw.body(site.stack, site.index, line, true);
   a.blocks = rw.blocks();
@@ -456,9 +484,9 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
     }
     append_stub(a.insts, label, succ[k].stack, resume_slot, local_slots, rw, int_const, line);
   }
-  out->bridge = rw.assemble_with(std::move(a),
-                                 rw.qualname() + " (graph break at line " + std::to_string(line) + ")",
-                                 reinterpret_cast<PyObject*>(&PyLong_Type));
+  out->bridge = rw.assemble_with(
+      std::move(a), rw.qualname() + " (graph break at line " + std::to_string(line) + ")",
+      reinterpret_cast<PyObject*>(&PyLong_Type));
   return out;
 }
 

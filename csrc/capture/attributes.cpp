@@ -13,8 +13,8 @@ using namespace detail;  // NOTE: helpers of this file family only
 void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& v) {
   if ((obj->kind == VKind::Module || obj->kind == VKind::Object) && obj->source) {
     if (obj->kind == VKind::Module && (v->is_tensor() || v->kind == VKind::Module))
-      graph_break("unsupported_side_effect",
-                  "assigning a tensor or module attribute (self." + name + " = ...) in traced code");
+      graph_break("unsupported_side_effect", "assigning a tensor or module attribute (self." +
+                                                 name + " = ...) in traced code");
     ctx_.attr_overlay[{obj->obj.get(), name}] = v;
     ctx_.keep_alive.push_back(obj->obj);
     ctx_.effects.push_back({ir::SideEffect::Kind::SetAttr, obj->source, name, v});
@@ -53,7 +53,8 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
 ValuePtr Tracer::get_attr(const ValuePtr& obj, const std::string& name) {
   auto r = try_get_attr(obj, name);
   if (!r)
-    graph_break("user_exception", "'" + obj->type_name() + "' object has no attribute '" + name + "'");
+    graph_break("user_exception",
+                "'" + obj->type_name() + "' object has no attribute '" + name + "'");
   return *r;
 }
 
@@ -61,7 +62,8 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
                                              bool generic) {
   const TorchApi& api = torch_api();
   switch (obj->kind) {
-    case VKind::Super: return super_attr(obj, name);
+    case VKind::Super:
+      return super_attr(obj, name);
     case VKind::Tensor: {
       PyObject* meta = obj->meta.get();
       if (name == "device") return Value::constant(obj->device);
@@ -81,9 +83,9 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
       }
       if (name == "T" || name == "mT" || name == "H" || name == "mH" || name == "real" ||
           name == "imag" || name == "data") {
-        return ctx_.call_op(api.builtin_getattr.get(), "",
-                            {obj, Value::constant(PyRef::steal(PyUnicode_FromString(name.c_str())))},
-                            {});
+        return ctx_.call_op(
+            api.builtin_getattr.get(), "",
+            {obj, Value::constant(PyRef::steal(PyUnicode_FromString(name.c_str())))}, {});
       }
       {
         PyRef probe = PyRef::steal(PyObject_GetAttrString(meta, name.c_str()));
@@ -192,8 +194,8 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
       // A bound method is made anew on every read: derived from its guarded
       // owner, it needs no source (an ID_MATCH on it would always fail).
       PyObject* ro = r.get();
-      bool bound = PyMethod_Check(ro) ||
-                   (PyCFunction_Check(ro) && PyCFunction_GET_SELF(ro) && !PyModule_Check(PyCFunction_GET_SELF(ro)));
+      bool bound = PyMethod_Check(ro) || (PyCFunction_Check(ro) && PyCFunction_GET_SELF(ro) &&
+                                          !PyModule_Check(PyCFunction_GET_SELF(ro)));
       if (obj->source && !bound && !is_immutable_constant(o))
         return ctx_.wrap(ro, ir::Source::attr(obj->source, name), guard);
       if (is_type(r.get(), api.tensor_type))
@@ -223,7 +225,8 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
       }
       break;
     }
-    default: break;
+    default:
+      break;
   }
   if (obj->kind == VKind::Tensor || obj->is_sequence() || obj->kind == VKind::Dict ||
       obj->kind == VKind::Set) {

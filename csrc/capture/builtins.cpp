@@ -62,23 +62,37 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       PyObject* cls = cls_ref.get();
       PyObject* type = nullptr;
       switch (v->kind) {
-        case VKind::Tensor: type = v->obj.get(); break;
-        case VKind::Tuple: type = v->named_type ? v->named_type.get() : reinterpret_cast<PyObject*>(&PyTuple_Type); break;
-        case VKind::List: type = reinterpret_cast<PyObject*>(&PyList_Type); break;
-        case VKind::Dict: type = reinterpret_cast<PyObject*>(&PyDict_Type); break;
-        case VKind::Function: type = reinterpret_cast<PyObject*>(&PyFunction_Type); break;
-        case VKind::Set: type = reinterpret_cast<PyObject*>(&PySet_Type); break;
+        case VKind::Tensor:
+          type = v->obj.get();
+          break;
+        case VKind::Tuple:
+          type = v->named_type ? v->named_type.get() : reinterpret_cast<PyObject*>(&PyTuple_Type);
+          break;
+        case VKind::List:
+          type = reinterpret_cast<PyObject*>(&PyList_Type);
+          break;
+        case VKind::Dict:
+          type = reinterpret_cast<PyObject*>(&PyDict_Type);
+          break;
+        case VKind::Function:
+          type = reinterpret_cast<PyObject*>(&PyFunction_Type);
+          break;
+        case VKind::Set:
+          type = reinterpret_cast<PyObject*>(&PySet_Type);
+          break;
         case VKind::Method:
           // A Python function bound to self is a types.MethodType; a named method of a
           // tensor/list/dict/str is a builtin method.
-          type = reinterpret_cast<PyObject*>(v->obj && PyFunction_Check(v->obj.get())
-                                                 ? &PyMethod_Type
-                                                 : &PyCFunction_Type);
+          type = reinterpret_cast<PyObject*>(
+              v->obj && PyFunction_Check(v->obj.get()) ? &PyMethod_Type : &PyCFunction_Type);
           break;
         case VKind::Const:
         case VKind::Module:
-        case VKind::Object: type = reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())); break;
-        default: graph_break("unsupported_value", "isinstance() of a " + v->type_name());
+        case VKind::Object:
+          type = reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
+          break;
+        default:
+          graph_break("unsupported_value", "isinstance() of a " + v->type_name());
       }
       int r = PyObject_IsSubclass(type, cls);
       if (r < 0) graph_break("user_exception", "isinstance() raised: " + error_text());
@@ -87,12 +101,18 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     if (name == "type" && args.size() == 1) {
       const ValuePtr& v = args[0];
       if (v->is_tensor()) return Value::constant(v->obj);
-      if (v->kind == VKind::List) return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PyList_Type)));
-      if (v->kind == VKind::Dict) return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PyDict_Type)));
-      if (v->kind == VKind::Set) return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PySet_Type)));
+      if (v->kind == VKind::List)
+        return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PyList_Type)));
+      if (v->kind == VKind::Dict)
+        return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PyDict_Type)));
+      if (v->kind == VKind::Set)
+        return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PySet_Type)));
       if (v->kind == VKind::Tuple)
-        return Value::constant(v->named_type ? v->named_type : PyRef::borrow(reinterpret_cast<PyObject*>(&PyTuple_Type)));
-      if (v->obj) return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()))));
+        return Value::constant(v->named_type
+                                   ? v->named_type
+                                   : PyRef::borrow(reinterpret_cast<PyObject*>(&PyTuple_Type)));
+      if (v->obj)
+        return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()))));
     }
     if ((name == "getattr" || name == "hasattr") && args.size() >= 2 && args[1]->is_const() &&
         PyUnicode_Check(args[1]->obj.get())) {
@@ -114,7 +134,8 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         start = PyLong_AsLongLong(s->obj.get());
       }
       ValuePtr it = Value::of_kind(VKind::Iterator);
-      for (auto& item : iterate(args[0])) it->items.push_back(Value::tuple({const_int(start++), item}));
+      for (auto& item : iterate(args[0]))
+        it->items.push_back(Value::tuple({const_int(start++), item}));
       return it;
     }
     if (name == "zip") {
@@ -166,7 +187,8 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         } else {
           for (auto& pair : iterate(args[0])) {
             auto kv = iterate(pair);
-            if (kv.size() != 2 || !kv[0]->is_const()) graph_break("unsupported_value", "dict() from pairs");
+            if (kv.size() != 2 || !kv[0]->is_const())
+              graph_break("unsupported_value", "dict() from pairs");
             d->keys.push_back(kv[0]->obj);
             d->items.push_back(kv[1]);
           }
@@ -209,8 +231,8 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     }
     if (name == "abs" && args.size() == 1 && args[0]->is_tensor())
       return unary_op(operator_fn("abs"), args[0]);
-    if ((name == "int" || name == "float" || name == "bool" || name == "complex") && args.size() == 1 &&
-        args[0]->is_tensor())
+    if ((name == "int" || name == "float" || name == "bool" || name == "complex") &&
+        args.size() == 1 && args[0]->is_tensor())
       graph_break("data_dependent_op", name + "() of a tensor needs its value");
     if (name == "sorted" && args.size() == 1 && !args[0]->is_const()) {
       std::vector<ValuePtr> items = iterate(args[0]);
@@ -229,7 +251,8 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     if (pure_builtins().count(name) || is_builtin_type) {
       if (all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
       if (name == "str" || name == "repr")
-        graph_break("unsupported_value", name + "() of a " + (args.empty() ? "?" : args[0]->type_name()));
+        graph_break("unsupported_value",
+                    name + "() of a " + (args.empty() ? "?" : args[0]->type_name()));
       std::vector<ValuePtr> consts;
       for (auto& a : args) {
         PyRef t = const_tuple(a);
@@ -243,12 +266,13 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
   }
   // operator.* and math.*: the same rules as the bytecode operators.
   PyObject* self = PyCFunction_Check(fn) ? PyCFunction_GET_SELF(fn) : nullptr;
-  if (self == api.operator_module.get() || (self && PyModule_Check(self) &&
-                                            std::string(PyModule_GetName(self)) == "_operator")) {
+  if (self == api.operator_module.get() ||
+      (self && PyModule_Check(self) && std::string(PyModule_GetName(self)) == "_operator")) {
     static const std::unordered_set<std::string> binary = {
-        "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_",
-        "xor", "lshift", "rshift", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod",
-        "ipow", "imatmul", "iand", "ior", "ixor", "lt", "le", "eq", "ne", "gt", "ge"};
+        "add",      "sub",       "mul",  "truediv", "floordiv", "mod",  "pow",  "matmul",
+        "and_",     "or_",       "xor",  "lshift",  "rshift",   "iadd", "isub", "imul",
+        "itruediv", "ifloordiv", "imod", "ipow",    "imatmul",  "iand", "ior",  "ixor",
+        "lt",       "le",        "eq",   "ne",      "gt",       "ge"};
     if (binary.count(name) && args.size() == 2) return binary_op(fn, args[0], args[1]);
     if ((name == "neg" || name == "pos" || name == "abs" || name == "invert" || name == "inv") &&
         args.size() == 1)
@@ -266,10 +290,12 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
   }
   if (self == api.math_module.get()) {
     if (all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
-    graph_break("unsupported_value", "math." + name + "() of a traced value (use torch." + name + ")");
+    graph_break("unsupported_value",
+                "math." + name + "() of a traced value (use torch." + name + ")");
   }
   // Bound methods of immutable constants: "abc".upper(), (1, 2).index(2), dtype.is_floating_point.
-  if (self && (PyCFunction_Check(fn) || Py_TYPE(fn) == &PyMethodDescr_Type) && is_immutable_constant(self)) {
+  if (self && (PyCFunction_Check(fn) || Py_TYPE(fn) == &PyMethodDescr_Type) &&
+      is_immutable_constant(self)) {
     std::vector<ValuePtr> consts;
     for (auto& a : args) {
       PyRef c = const_tuple(a);

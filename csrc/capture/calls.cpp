@@ -24,7 +24,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
       return call(Value::constant(fn->obj), std::move(args), std::move(kwargs));
     case VKind::Function:
       return inline_function(nullptr, nullptr, fn, std::move(args), kwargs);
-    case VKind::Module: return call_module(fn, std::move(args), std::move(kwargs));
+    case VKind::Module:
+      return call_module(fn, std::move(args), std::move(kwargs));
     case VKind::Object: {
       PyRef call_name = PyRef::steal(PyUnicode_FromString("__call__"));
       PyObject* impl = _PyType_Lookup(Py_TYPE(fn->obj.get()), call_name.get());
@@ -40,7 +41,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
       std::vector<ValuePtr> all = fn->items;
       all.insert(all.end(), args.begin(), args.end());
       KwArgs kw;
-      for (size_t i = 0; i < fn->keys.size(); ++i) kw.emplace_back(utf8(fn->keys[i].get()), fn->kwdefaults[i]);
+      for (size_t i = 0; i < fn->keys.size(); ++i)
+        kw.emplace_back(utf8(fn->keys[i].get()), fn->kwdefaults[i]);
       for (auto& [k, v] : kwargs) {
         bool replaced = false;
         for (auto& [k2, v2] : kw)
@@ -52,7 +54,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
       }
       return call(fn->self, std::move(all), std::move(kw));
     }
-    case VKind::Const: break;
+    case VKind::Const:
+      break;
     default:
       graph_break("unsupported_callable", "calling a " + fn->type_name());
   }
@@ -67,7 +70,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   }
   if (f == api.set_grad_enabled_cls.get()) {
     ValuePtr mode = !args.empty() ? args[0] : (!kwargs.empty() ? kwargs[0].second : nullptr);
-    if (!mode || !mode->is_const()) graph_break("unsupported_value", "set_grad_enabled(<traced value>)");
+    if (!mode || !mode->is_const())
+      graph_break("unsupported_value", "set_grad_enabled(<traced value>)");
     ValuePtr g = Value::of_kind(VKind::GradMode);
     g->flag = PyObject_IsTrue(mode->obj.get());
     g->restore = ctx_.grad_enabled() ? 1 : 0;
@@ -75,11 +79,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
     return g;
   }
   std::string qual = callable_desc(f);
-  if (qual == "torch.compiler.is_compiling" || qual == "torch._dynamo.external_utils.is_compiling" ||
-      qual == "torch._utils.is_compiling" || qual == "torch._dynamo.is_compiling")
+  if (qual == "torch.compiler.is_compiling" ||
+      qual == "torch._dynamo.external_utils.is_compiling" || qual == "torch._utils.is_compiling" ||
+      qual == "torch._dynamo.is_compiling")
     return const_bool(true);
   if (auto r = call_library(f, nullptr, args, kwargs)) return *r;
-  if (is_partial_type(reinterpret_cast<PyObject*>(Py_TYPE(f)))) return call(wrap_partial(fn), std::move(args), std::move(kwargs));
+  if (is_partial_type(reinterpret_cast<PyObject*>(Py_TYPE(f))))
+    return call(wrap_partial(fn), std::move(args), std::move(kwargs));
   if (is_partial_type(f)) {
     if (args.empty()) graph_break("user_exception", "partial() needs a callable");
     ValuePtr p = Value::of_kind(VKind::Partial);
@@ -93,7 +99,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   }
   if (PyType_Check(f)) {
     if (is_module_type(f))
-      graph_break("unsupported_callable", "constructing an nn.Module (" + qual + ") in traced code");
+      graph_break("unsupported_callable",
+                  "constructing an nn.Module (" + qual + ") in traced code");
     if (f == api.size_type.get() || f == api.device_type.get() ||
         f == reinterpret_cast<PyObject*>(&PyRange_Type) ||
         f == reinterpret_cast<PyObject*>(&PySlice_Type)) {
@@ -110,7 +117,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   if (is_plain_user_class(f)) return construct_object(f, std::move(args), std::move(kwargs));
   if (is_torch_function(f)) {
     if (is_side_effecting_torch_fn(f))
-      graph_break("unsupported_callable", "call to " + qual + ", which has effects torchlite does not capture");
+      graph_break("unsupported_callable",
+                  "call to " + qual + ", which has effects torchlite does not capture");
     return ctx_.call_op(f, "", args, kwargs);
   }
   if (PyFunction_Check(f)) return inline_function(f, fn->source, nullptr, std::move(args), kwargs);
@@ -126,9 +134,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   bool handled = false;
   ValuePtr r = call_builtin(f, args, kwargs, handled);
   if (handled) return r;
-  graph_break("unsupported_callable",
-              "call to " + qual + " (" + Py_TYPE(f)->tp_name +
-                  "), which torchlite cannot trace; it runs eagerly");
+  graph_break("unsupported_callable", "call to " + qual + " (" + Py_TYPE(f)->tp_name +
+                                          "), which torchlite cannot trace; it runs eagerly");
 }
 
 ValuePtr Tracer::wrap_partial(const ValuePtr& fn) {
@@ -153,14 +160,16 @@ ValuePtr Tracer::wrap_partial(const ValuePtr& fn) {
   return out;
 }
 
-ValuePtr Tracer::make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
+ValuePtr Tracer::make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& args,
+                                 const KwArgs& kwargs) {
   PyRef fields = PyRef::steal(PyObject_GetAttrString(cls, "_fields"));
   if (!fields || !PyTuple_Check(fields.get())) throw PythonError();
   PyRef defaults = PyRef::steal(PyObject_GetAttrString(cls, "_field_defaults"));
   if (!defaults) PyErr_Clear();
   Py_ssize_t n = PyTuple_GET_SIZE(fields.get());
   std::vector<ValuePtr> items(n);
-  if (static_cast<Py_ssize_t>(args.size()) > n) graph_break("user_exception", "too many fields for namedtuple");
+  if (static_cast<Py_ssize_t>(args.size()) > n)
+    graph_break("user_exception", "too many fields for namedtuple");
   for (size_t i = 0; i < args.size(); ++i) items[i] = args[i];
   for (auto& [k, v] : kwargs) {
     bool found = false;
@@ -173,8 +182,11 @@ ValuePtr Tracer::make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& arg
   }
   for (Py_ssize_t i = 0; i < n; ++i) {
     if (items[i]) continue;
-    PyObject* d = defaults ? PyDict_GetItem(defaults.get(), PyTuple_GET_ITEM(fields.get(), i)) : nullptr;
-    if (!d) graph_break("user_exception", "namedtuple missing field " + utf8(PyTuple_GET_ITEM(fields.get(), i)));
+    PyObject* d =
+        defaults ? PyDict_GetItem(defaults.get(), PyTuple_GET_ITEM(fields.get(), i)) : nullptr;
+    if (!d)
+      graph_break("user_exception",
+                  "namedtuple missing field " + utf8(PyTuple_GET_ITEM(fields.get(), i)));
     items[i] = ctx_.from_result(d);
   }
   ValuePtr t = Value::tuple(std::move(items));
@@ -214,8 +226,8 @@ ValuePtr Tracer::construct_object(PyObject* cls, std::vector<ValuePtr> args, KwA
 ValuePtr Tracer::call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs) {
   PyObject* m = module->obj.get();
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(m));
-  for (const char* hooks : {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
-                            "_backward_pre_hooks"}) {
+  for (const char* hooks :
+       {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"}) {
     PyRef d = PyRef::steal(PyObject_GetAttrString(m, hooks));
     if (!d) {
       PyErr_Clear();
@@ -223,7 +235,8 @@ ValuePtr Tracer::call_module(const ValuePtr& module, std::vector<ValuePtr> args,
     }
     Py_ssize_t n = PyObject_Length(d.get());
     if (n < 0) throw PythonError();
-    if (n > 0) graph_break("unsupported_callable", std::string("module with ") + hooks + " registered");
+    if (n > 0)
+      graph_break("unsupported_callable", std::string("module with ") + hooks + " registered");
     if (module->source && (hooks[1] == 'f'))
       ctx_.guards().add_length_match(ir::Source::attr(module->source, hooks), 0);
   }
@@ -232,7 +245,8 @@ ValuePtr Tracer::call_module(const ValuePtr& module, std::vector<ValuePtr> args,
   for (const char* g : {"_global_forward_hooks", "_global_forward_pre_hooks",
                         "_global_backward_hooks", "_global_backward_pre_hooks"}) {
     PyRef d = PyRef::steal(PyObject_GetAttrString(mod_module.get(), g));
-    if (d && PyObject_Length(d.get()) > 0) graph_break("unsupported_callable", "global module hooks registered");
+    if (d && PyObject_Length(d.get()) > 0)
+      graph_break("unsupported_callable", "global module hooks registered");
     PyErr_Clear();
   }
   PyRef call_name = PyRef::steal(PyUnicode_FromString("__call__"));

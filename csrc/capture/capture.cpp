@@ -9,8 +9,8 @@
 #include "capture/bytecode.h"
 #include "capture/context.h"
 #include "capture/graph_break.h"
-#include "capture/torch_api.h"
 #include "capture/resume_point.h"
+#include "capture/torch_api.h"
 #include "capture/tracer.h"
 #include "core/errors.h"
 
@@ -42,8 +42,9 @@ class ResidualBuilder {
     }
     if (at_break_ && !v->source && (v->kind == VKind::List || v->kind == VKind::Dict) &&
         !rebuilt_.insert(v.get()).second)
-      graph_break("unsupported_value", "a " + v->type_name() +
-                                           " built in traced code is referenced twice at a graph break");
+      graph_break(
+          "unsupported_value",
+          "a " + v->type_name() + " built in traced code is referenced twice at a graph break");
     switch (v->kind) {
       case VKind::Tensor: {
         r.kind = ir::Residual::Kind::GraphOutput;
@@ -60,8 +61,9 @@ class ResidualBuilder {
         // (an exception raised again would grow one traceback forever).
         if (at_break_ && !v->source && !is_immutable_constant(v->obj.get()) &&
             !PyCallable_Check(v->obj.get()) && !PyModule_Check(v->obj.get()))
-          graph_break("unsupported_value",
-                      "a " + v->type_name() + " object created in traced code is live at a graph break");
+          graph_break(
+              "unsupported_value",
+              "a " + v->type_name() + " object created in traced code is live at a graph break");
         if (v->source && !is_immutable_constant(v->obj.get())) {
           r.kind = ir::Residual::Kind::Source;
           r.source = v->source;
@@ -116,7 +118,6 @@ class ResidualBuilder {
   std::vector<ir::Arg> outputs_;
 };
 
-
 // The frame's entry state: argument slots hold raw values; free variables
 // come from the function's closure. A resume function's grad-mode __exit__
 // parameters become the with-blocks they close.
@@ -126,7 +127,8 @@ void entry_state(CaptureContext& ctx, PyCodeObject* code, const ir::FrameView& f
   locals.assign(n, nullptr);
   int nfree = 0;
   for (int i = 0; i < n; ++i)
-    if (code->co_localspluskinds && (PyBytes_AS_STRING(code->co_localspluskinds)[i] & 0x80)) ++nfree;
+    if (code->co_localspluskinds && (PyBytes_AS_STRING(code->co_localspluskinds)[i] & 0x80))
+      ++nfree;
   const auto* exits = bytecode::resume_grad_exits(code);
   for (int i = 0; i < n && i < frame.nlocals; ++i) {
     unsigned char kind = PyBytes_AS_STRING(code->co_localspluskinds)[i];
@@ -185,8 +187,10 @@ ResumeValue resume_value(ResidualBuilder& rb, const ValuePtr& v) {
   ResumeValue out;
   if (v->kind == VKind::Method && v->self && !v->flag) {
     out.value = rb.build(v->self);
-    if (v->obj) out.func = v->obj;
-    else out.attr = v->method_name;
+    if (v->obj)
+      out.func = v->obj;
+    else
+      out.attr = v->method_name;
     if (out.func || !out.attr.empty()) return out;
   }
   out.value = rb.build(v);
@@ -204,7 +208,8 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
     if (!v) {
       plan.stack += static_cast<char>(bytecode::Slot::Null);
     } else if (v->kind == VKind::GradModeExit) {
-      plan.stack += static_cast<char>(v->flag ? bytecode::Slot::ExitTrue : bytecode::Slot::ExitFalse);
+      plan.stack +=
+          static_cast<char>(v->flag ? bytecode::Slot::ExitTrue : bytecode::Slot::ExitFalse);
       plan.stack_values.emplace_back();
     } else if (v->kind == VKind::Iterator) {
       if (!region) graph_break("unsupported_value", "iterator on the stack at a graph break");
@@ -219,7 +224,8 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
   const auto& locals = tracer.locals();
   for (int i = 0; i < code->co_nlocals && i < static_cast<int>(locals.size()); ++i) {
     if (!locals[i]) continue;
-    if (locals[i]->kind == VKind::Cell) graph_break("unsupported_value", "cell variable at a graph break");
+    if (locals[i]->kind == VKind::Cell)
+      graph_break("unsupported_value", "cell variable at a graph break");
     plan.local_slots.push_back(i);
     plan.locals.push_back(resume_value(rb, locals[i]));
   }
@@ -263,7 +269,8 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
     PyRef s = value ? PyRef::steal(PyObject_Str(value.get())) : PyRef();
     if (s && PyUnicode_Check(s.get())) msg += std::string(": ") + PyUnicode_AsUTF8(s.get());
     PyErr_Clear();
-    out.graph_break = BreakInfo{"op_error", "error while tracing: " + msg, ctx.filename, ctx.lineno};
+    out.graph_break =
+        BreakInfo{"op_error", "error while tracing: " + msg, ctx.filename, ctx.lineno};
   }
   out.graph = ctx.graph_ptr();
   out.guards = std::move(ctx.guards());
@@ -291,8 +298,10 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
   // the graph).
   std::string why;
   BreakPoint at{-1, false};
-  if (top_index < 0) why = "the break is not at an instruction of the frame (" + out.graph_break->kind + ")";
-  else at = break_point(decode(code), top_index, why);
+  if (top_index < 0)
+    why = "the break is not at an instruction of the frame (" + out.graph_break->kind + ")";
+  else
+    at = break_point(decode(code), top_index, why);
   if (at.index >= 0) {
     CaptureResult again;
     trace(again, code, frame, at.index, at.region);

@@ -37,15 +37,15 @@ struct ResumePlan {
   std::vector<ResumeValue> stack_values;  // one per slot that is not Null (Iter: a tuple)
   std::vector<int> local_slots;           // bound plain locals, ascending
   std::vector<ResumeValue> locals;        // one per local_slots entry
-  bool grad_mode = true;  // grad mode at the break, inside every with-block
+  bool grad_mode = true;                  // grad mode at the break, inside every with-block
 };
 
 struct CaptureResult {
   std::shared_ptr<ir::Graph> graph;
   guards::GuardSet guards;
-  ir::Residual result;                    // the frame's return value (no graph break)
+  ir::Residual result;                       // the frame's return value (no graph break)
   std::vector<ir::SideEffect> side_effects;  // replayed after the graph, in order
-  std::vector<PyRef> example_inputs;      // real tensors, one per placeholder
+  std::vector<PyRef> example_inputs;         // real tensors, one per placeholder
   // Set: the trace stopped at a graph break. With `resume` also set, `graph`
   // and `side_effects` are what ran before it and `resume` says how CPython
   // goes on; without it nothing was captured and the frame runs eagerly

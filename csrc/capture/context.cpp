@@ -92,18 +92,20 @@ std::string exception_text() {
 
 const std::unordered_set<std::string>& factory_functions() {
   static const std::unordered_set<std::string> names = {
-      "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange",
-      "linspace", "logspace", "tensor", "as_tensor", "eye", "scalar_tensor", "empty_strided",
-      "normal", "tril_indices", "triu_indices", "zeros_like", "ones_like", "empty_like",
-      "full_like", "rand_like", "randn_like", "randint_like"};
+      "zeros",        "ones",        "empty",         "full",          "rand",      "randn",
+      "randint",      "randperm",    "arange",        "linspace",      "logspace",  "tensor",
+      "as_tensor",    "eye",         "scalar_tensor", "empty_strided", "normal",    "tril_indices",
+      "triu_indices", "zeros_like",  "ones_like",     "empty_like",    "full_like", "rand_like",
+      "randn_like",   "randint_like"};
   return names;
 }
 
 const std::unordered_set<std::string>& data_dependent_methods() {
   static const std::unordered_set<std::string> names = {
-      "item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero",
-      "unique", "masked_select", "data_ptr", "storage", "untyped_storage", "bincount",
-      "unique_consecutive", "argwhere", "__array__", "__len__"};
+      "item",      "tolist",    "numpy",           "__bool__", "__int__",
+      "__float__", "__index__", "nonzero",         "unique",   "masked_select",
+      "data_ptr",  "storage",   "untyped_storage", "bincount", "unique_consecutive",
+      "argwhere",  "__array__", "__len__"};
   return names;
 }
 
@@ -177,8 +179,8 @@ ValuePtr lower_created_object(const ValuePtr& v) {
     PyTuple_SET_ITEM(keys.get(), j, PyRef(v->mapping->keys[j]).release());
     items.push_back(v->mapping->items[j]);
   }
-  PyRef spec = PyRef::steal(PyTuple_Pack(3, reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())),
-                                         names.get(), keys.get()));
+  PyRef spec = PyRef::steal(
+      PyTuple_Pack(3, reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())), names.get(), keys.get()));
   if (!spec) throw PythonError();
   PyRef builder = PyRef::steal(PyCFunction_New(&rebuild_def, spec.get()));
   if (!builder) throw PythonError();
@@ -198,7 +200,8 @@ bool is_immutable_constant(PyObject* o) {
   if (t == reinterpret_cast<PyTypeObject*>(api.dtype_type.get()) ||
       t == reinterpret_cast<PyTypeObject*>(api.device_type.get()))
     return true;
-  if (PyTuple_Check(o) && (PyTuple_CheckExact(o) || t == reinterpret_cast<PyTypeObject*>(api.size_type.get()))) {
+  if (PyTuple_Check(o) &&
+      (PyTuple_CheckExact(o) || t == reinterpret_cast<PyTypeObject*>(api.size_type.get()))) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
       if (!is_immutable_constant(PyTuple_GET_ITEM(o, i))) return false;
     return true;
@@ -206,12 +209,14 @@ bool is_immutable_constant(PyObject* o) {
   if (PyFrozenSet_CheckExact(o)) return true;
   // torch.memory_format / torch.layout / torch.qscheme singletons.
   const char* name = t->tp_name;
-  return name && (std::string(name) == "torch.memory_format" || std::string(name) == "torch.layout");
+  return name &&
+         (std::string(name) == "torch.memory_format" || std::string(name) == "torch.layout");
 }
 
 PyRef to_meta_arg(const ValuePtr& v, bool for_device_kwarg) {
   switch (v->kind) {
-    case VKind::Tensor: return v->meta;
+    case VKind::Tensor:
+      return v->meta;
     case VKind::Const:
       if (for_device_kwarg && v->obj.get() != Py_None) return torch_api().meta_device;
       return v->obj;
@@ -222,8 +227,10 @@ PyRef to_meta_arg(const ValuePtr& v, bool for_device_kwarg) {
       if (!out) throw PythonError();
       for (size_t i = 0; i < v->items.size(); ++i) {
         PyObject* item = to_meta_arg(v->items[i]).release();
-        if (tuple) PyTuple_SET_ITEM(out.get(), i, item);
-        else PyList_SET_ITEM(out.get(), i, item);
+        if (tuple)
+          PyTuple_SET_ITEM(out.get(), i, item);
+        else
+          PyList_SET_ITEM(out.get(), i, item);
       }
       if (tuple && v->named_type) {
         // torch.Size and namedtuples: rebuild the real type so ops see it.
@@ -250,8 +257,10 @@ PyRef to_meta_arg(const ValuePtr& v, bool for_device_kwarg) {
 
 ir::Arg value_to_arg(const ValuePtr& v) {
   switch (v->kind) {
-    case VKind::Tensor: return ir::Arg::of_node(v->node);
-    case VKind::Const: return ir::Arg::constant(v->obj);
+    case VKind::Tensor:
+      return ir::Arg::of_node(v->node);
+    case VKind::Const:
+      return ir::Arg::constant(v->obj);
     case VKind::Tuple:
     case VKind::List: {
       std::vector<ir::Arg> items;
@@ -311,8 +320,8 @@ PyRef CaptureContext::to_meta(PyObject* t) {
   PyRef dtype = PyRef::steal(PyObject_GetAttrString(t, "dtype"));
   if (!dtype) throw PythonError();
   PyRef args = PyRef::steal(PyTuple_Pack(2, size.get(), stride.get()));
-  PyRef kwargs = PyRef::steal(Py_BuildValue("{s:O,s:O}", "dtype", dtype.get(), "device",
-                                            api.meta_device.get()));
+  PyRef kwargs = PyRef::steal(
+      Py_BuildValue("{s:O,s:O}", "dtype", dtype.get(), "device", api.meta_device.get()));
   PyRef meta = PyRef::steal(PyObject_Call(api.empty_strided.get(), args.get(), kwargs.get()));
   if (!meta) throw PythonError();
   PyRef rg = PyRef::steal(PyObject_GetAttrString(t, "requires_grad"));
@@ -417,7 +426,8 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
   } else if (is_immutable_constant(obj)) {
     v = Value::constant(PyRef::borrow(obj), src);
     if (src && guard) guards_.add_equals_match(src, obj);
-    if (PyTuple_Check(obj) && Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(api.size_type.get())) {
+    if (PyTuple_Check(obj) &&
+        Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(api.size_type.get())) {
       v->named_type = api.size_type;
     }
   } else if (PyTuple_Check(obj) || PyList_CheckExact(obj)) {
@@ -430,8 +440,8 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
     std::vector<ValuePtr> items;
     for (Py_ssize_t i = 0; i < n; ++i) {
       PyObject* item = PySequence_Fast_GET_ITEM(obj, i);
-      items.push_back(wrap(item, src ? ir::Source::item(src, PyRef::steal(PyLong_FromSsize_t(i)))
-                                     : nullptr));
+      items.push_back(
+          wrap(item, src ? ir::Source::item(src, PyRef::steal(PyLong_FromSsize_t(i))) : nullptr));
     }
     v = tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));
     v->source = src;
@@ -458,9 +468,9 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
   } else if (src && guard && (v = wrap_bound_method(obj, src))) {
     // NOTE: v is set by the condition.
   } else if (PyFunction_Check(obj) || PyCFunction_Check(obj) || PyType_Check(obj) ||
-             PyModule_Check(obj) || PyMethod_Check(obj) ||
-             Py_TYPE(obj) == &PyMethodDescr_Type || Py_TYPE(obj) == &PyWrapperDescr_Type ||
-             Py_TYPE(obj) == &PyClassMethodDescr_Type || Py_TYPE(obj)->tp_call == PyCFunction_Type.tp_call ||
+             PyModule_Check(obj) || PyMethod_Check(obj) || Py_TYPE(obj) == &PyMethodDescr_Type ||
+             Py_TYPE(obj) == &PyWrapperDescr_Type || Py_TYPE(obj) == &PyClassMethodDescr_Type ||
+             Py_TYPE(obj)->tp_call == PyCFunction_Type.tp_call ||
              (Py_TYPE(obj)->tp_flags & Py_TPFLAGS_HEAPTYPE) == 0 ||
              std::string(Py_TYPE(obj)->tp_name) == "functools.partial") {
     v = Value::constant(PyRef::borrow(obj), src);
@@ -531,13 +541,13 @@ ValuePtr CaptureContext::result_value(PyObject* meta_result, ir::Node* node, con
         continue;
       }
       PyRef idx = PyRef::steal(PyLong_FromSsize_t(i));
-      ir::Node* g = graph_->add_call_function(
-          torch_api().operator_getitem, {ir::Arg::of_node(node), ir::Arg::constant(idx)}, {});
+      ir::Node* g = graph_->add_call_function(torch_api().operator_getitem,
+                                              {ir::Arg::of_node(node), ir::Arg::constant(idx)}, {});
       g->location = location;
       items.push_back(result_value(item, g, device));
     }
-    ValuePtr v = PyList_Check(meta_result) ? Value::list(std::move(items))
-                                           : Value::tuple(std::move(items));
+    ValuePtr v =
+        PyList_Check(meta_result) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
     if (PyTuple_Check(meta_result) && !PyTuple_CheckExact(meta_result))
       v->named_type = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(meta_result)));
     return v;
@@ -577,11 +587,13 @@ ValuePtr CaptureContext::call_op(PyObject* target, const std::string& method,
     if (PyDict_SetItemString(meta_kwargs.get(), k.c_str(), to_meta_arg(v, dev).get()) < 0)
       throw PythonError();
   }
-  if (method.empty() && factory_functions().count(op_name) && !PyDict_GetItemString(meta_kwargs.get(), "device") &&
+  if (method.empty() && factory_functions().count(op_name) &&
+      !PyDict_GetItemString(meta_kwargs.get(), "device") &&
       op_name.find("_like") == std::string::npos) {
     if (PyDict_SetItemString(meta_kwargs.get(), "device", api.meta_device.get()) < 0)
       throw PythonError();
-    if (!device || !has_tensor) device = PyRef::steal(PyObject_CallFunction(api.device_type.get(), "s", "cpu"));
+    if (!device || !has_tensor)
+      device = PyRef::steal(PyObject_CallFunction(api.device_type.get(), "s", "cpu"));
   }
   std::string call_method = method;
   if (is_to) {
@@ -612,7 +624,8 @@ ValuePtr CaptureContext::call_op(PyObject* target, const std::string& method,
     }
     if (method == "cuda" && (args.size() == 1))
       device = PyRef::steal(PyObject_CallFunction(api.device_type.get(), "s", "cuda"));
-    if (method == "cpu") device = PyRef::steal(PyObject_CallFunction(api.device_type.get(), "s", "cpu"));
+    if (method == "cpu")
+      device = PyRef::steal(PyObject_CallFunction(api.device_type.get(), "s", "cpu"));
     if (!device) throw PythonError();
     meta_pos = kept;
     if (method != "to") call_method = "";
@@ -636,8 +649,8 @@ ValuePtr CaptureContext::call_op(PyObject* target, const std::string& method,
       fn = PyRef::steal(PyObject_GetAttrString(self.get(), method.c_str()));
     }
     if (fn) {
-      result = PyRef::steal(PyObject_Call(fn.get(), pos.get(),
-                                          PyDict_Size(meta_kwargs.get()) ? meta_kwargs.get() : nullptr));
+      result = PyRef::steal(PyObject_Call(
+          fn.get(), pos.get(), PyDict_Size(meta_kwargs.get()) ? meta_kwargs.get() : nullptr));
     }
     if (!result) {
       std::string err = exception_text();
@@ -648,7 +661,8 @@ ValuePtr CaptureContext::call_op(PyObject* target, const std::string& method,
       graph_break(data_dep ? "data_dependent_op" : "op_error",
                   (method.empty() ? op_name : "Tensor." + method) +
                       " raised while tracing (it runs eagerly so the real error, if any, "
-                      "surfaces): " + err);
+                      "surfaces): " +
+                      err);
     }
   }
 
@@ -659,11 +673,11 @@ ValuePtr CaptureContext::call_op(PyObject* target, const std::string& method,
   for (auto& a : args) node_args.push_back(value_to_arg(a));
   std::vector<std::pair<std::string, ir::Arg>> node_kwargs;
   for (auto& [k, v] : kwargs) node_kwargs.emplace_back(k, value_to_arg(v));
-  ir::Node* node = method.empty()
-                       ? graph_->add_call_function(PyRef::borrow(target), std::move(node_args),
-                                                   std::move(node_kwargs))
-                       : graph_->add_call_method(method, std::move(node_args),
-                                                 std::move(node_kwargs));
+  ir::Node* node =
+      method.empty()
+          ? graph_->add_call_function(PyRef::borrow(target), std::move(node_args),
+                                      std::move(node_kwargs))
+          : graph_->add_call_method(method, std::move(node_args), std::move(node_kwargs));
   node->location = location;
   if (result.get() == Py_None) return Value::constant(PyRef::borrow(Py_None));
   return result_value(result.get(), node, device);

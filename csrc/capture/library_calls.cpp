@@ -62,7 +62,8 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
     PyRef enabled = PyRef::steal(PyObject_CallMethod(self->obj.get(), "isEnabledFor", "i", level));
     if (!enabled) throw PythonError();
     if (enabled.get() == Py_True || !self->source)
-      graph_break("logging_call", "logger." + name + "() at an enabled level writes output; it runs eagerly");
+      graph_break("logging_call",
+                  "logger." + name + "() at an enabled level writes output; it runs eagerly");
     PyRef cache = PyRef::steal(PyObject_GetAttrString(self->obj.get(), "_cache"));
     if (!cache || !PyDict_Check(cache.get()))
       graph_break("logging_call", "logger without a level cache");
@@ -82,7 +83,8 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
     }
     return call_pure(ctx_, fn, {Value::constant(PyRef::borrow(cls))}, {});
   }
-  if ((fn == finfo || fn == iinfo) && all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
+  if ((fn == finfo || fn == iinfo) && all_const(args, kwargs))
+    return call_pure(ctx_, fn, args, kwargs);
   // object.__setattr__(obj, name, value) and friends, as dataclasses' __init__ calls them.
   if (Py_TYPE(fn) == &PyWrapperDescr_Type &&
       reinterpret_cast<PyDescrObject*>(fn)->d_type == &PyBaseObject_Type && !args.empty() &&

@@ -20,8 +20,7 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
     }
     if (name == "type" && args.empty() && kwargs.empty())
       graph_break("unsupported_value", "Tensor.type() without arguments");
-    if (name == "__len__" || name == "__bool__")
-      graph_break("data_dependent_op", "Tensor." + name);
+    if (name == "__len__" || name == "__bool__") graph_break("data_dependent_op", "Tensor." + name);
     std::vector<ValuePtr> all{self};
     all.insert(all.end(), args.begin(), args.end());
     return ctx_.call_op(nullptr, name, all, kwargs);
@@ -70,7 +69,8 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
   }
   if (self->kind == VKind::Dict) {
     auto key_of = [&](size_t i) {
-      if (args.size() <= i || !args[i]->is_const()) graph_break("unsupported_value", "dict key must be a constant");
+      if (args.size() <= i || !args[i]->is_const())
+        graph_break("unsupported_value", "dict key must be a constant");
       return args[i]->obj.get();
     };
     if (name == "get") {
@@ -116,13 +116,17 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
     if (name == "update") {
       std::vector<std::pair<PyRef, ValuePtr>> pairs;
       if (!args.empty()) {
-        if (args[0]->kind != VKind::Dict) graph_break("unsupported_value", "dict.update with a non-dict");
-        for (size_t i = 0; i < args[0]->keys.size(); ++i) pairs.emplace_back(args[0]->keys[i], args[0]->items[i]);
+        if (args[0]->kind != VKind::Dict)
+          graph_break("unsupported_value", "dict.update with a non-dict");
+        for (size_t i = 0; i < args[0]->keys.size(); ++i)
+          pairs.emplace_back(args[0]->keys[i], args[0]->items[i]);
       }
-      for (auto& [k, v] : kwargs) pairs.emplace_back(PyRef::steal(PyUnicode_FromString(k.c_str())), v);
+      for (auto& [k, v] : kwargs)
+        pairs.emplace_back(PyRef::steal(PyUnicode_FromString(k.c_str())), v);
       for (auto& [k, v] : pairs) {
         int i = dict_find(self, k.get());
-        if (i >= 0) self->items[i] = v;
+        if (i >= 0)
+          self->items[i] = v;
         else {
           self->keys.push_back(k);
           self->items.push_back(v);

@@ -136,8 +136,8 @@ ValuePtr Tracer::construct_model_output(PyObject* cls, std::vector<ValuePtr>& ar
   if (others_none && !first->is_tensor() && !is_none(first) &&
       (!first->is_const() || PyTuple_Check(first->obj.get()) || PyList_Check(first->obj.get()) ||
        PyDict_Check(first->obj.get())))
-    graph_break("unsupported_value", std::string(type->tp_name) +
-                                         " built from a container as its only field");
+    graph_break("unsupported_value",
+                std::string(type->tp_name) + " built from a container as its only field");
   for (auto& [name, v] : values) {
     dict_set(obj->attrs, name.get(), v);
     if (!is_none(v)) dict_set(obj->mapping, name.get(), v);
@@ -157,10 +157,8 @@ std::optional<ValuePtr> Tracer::call_dunder(const ValuePtr& obj, const char* nam
 
 // C-level methods of a dict subclass instance: on a made object they act on its symbolic
 // items; on one read from the frame, read-only ones run now under a dict-version guard.
-std::optional<ValuePtr> Tracer::created_object_method(const ValuePtr& self,
-                                                      const std::string& name,
-                                                      std::vector<ValuePtr>& args,
-                                                      KwArgs& kwargs) {
+std::optional<ValuePtr> Tracer::created_object_method(const ValuePtr& self, const std::string& name,
+                                                      std::vector<ValuePtr>& args, KwArgs& kwargs) {
   if (self->kind != VKind::Object) return std::nullopt;
   if (self->mapping) {
     if (name == "__setitem__" && args.size() == 2) {
@@ -196,11 +194,24 @@ std::optional<ValuePtr> Tracer::created_object_method(const ValuePtr& self,
 // the value sees them); arguments must be constants.
 ValuePtr Tracer::call_set_method(const ValuePtr& self, const std::string& name,
                                  std::vector<ValuePtr>& args) {
-  static const std::unordered_set<std::string> known = {
-      "add", "discard", "remove", "update", "clear", "copy", "union", "intersection",
-      "difference", "symmetric_difference", "issubset", "issuperset", "isdisjoint",
-      "intersection_update", "difference_update", "symmetric_difference_update", "__contains__",
-      "__len__"};
+  static const std::unordered_set<std::string> known = {"add",
+                                                        "discard",
+                                                        "remove",
+                                                        "update",
+                                                        "clear",
+                                                        "copy",
+                                                        "union",
+                                                        "intersection",
+                                                        "difference",
+                                                        "symmetric_difference",
+                                                        "issubset",
+                                                        "issuperset",
+                                                        "isdisjoint",
+                                                        "intersection_update",
+                                                        "difference_update",
+                                                        "symmetric_difference_update",
+                                                        "__contains__",
+                                                        "__len__"};
   if (!known.count(name)) graph_break("unsupported_callable", "set." + name + "()");
   std::vector<ValuePtr> consts;
   for (auto& a : args) {

@@ -25,13 +25,15 @@ bool Tracer::truth(const ValuePtr& v) {
                   "data that is unknown while tracing");
     case VKind::Tuple:
     case VKind::List:
-    case VKind::Dict: return !v->items.empty();
+    case VKind::Dict:
+      return !v->items.empty();
     case VKind::Module: {
       int r = PyObject_IsTrue(v->obj.get());
       if (r < 0) throw PythonError();
       return r;
     }
-    case VKind::Set: return PySet_GET_SIZE(v->obj.get()) > 0;
+    case VKind::Set:
+      return PySet_GET_SIZE(v->obj.get()) > 0;
     case VKind::Object: {
       if (auto r = call_dunder(v, "__bool__", {})) return truth(*r);
       if (auto r = call_dunder(v, "__len__", {})) return truth(*r);
@@ -43,14 +45,16 @@ bool Tracer::truth(const ValuePtr& v) {
         graph_break("unsupported_value", std::string("truth value of a ") + t->tp_name);
       return true;
     }
-    default: return true;
+    default:
+      return true;
   }
 }
 
 std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Tuple:
-    case VKind::List: return v->items;
+    case VKind::List:
+      return v->items;
     case VKind::Dict: {
       std::vector<ValuePtr> keys;
       for (auto& k : v->keys) keys.push_back(Value::constant(k));
@@ -96,7 +100,8 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
       PyObject* m = v->obj.get();
       PyRef modules = PyRef::steal(PyObject_GetAttrString(m, "_modules"));
       if (!modules) throw PythonError();
-      if (v->source) ctx_.guards().add_dict_version(ir::Source::attr(v->source, "_modules"), modules.get());
+      if (v->source)
+        ctx_.guards().add_dict_version(ir::Source::attr(v->source, "_modules"), modules.get());
       PyRef list = PyRef::steal(PySequence_List(m));
       if (!list) graph_break("unsupported_value", "iteration over module raised: " + error_text());
       std::vector<ValuePtr> out;
@@ -126,15 +131,16 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
   if (a->is_tensor() || b->is_tensor()) {
     if (!(a->is_tensor() || a->is_const() || a->is_sequence()) ||
         !(b->is_tensor() || b->is_const() || b->is_sequence()))
-      graph_break("unsupported_value", "operator on a tensor and a " +
-                                           (a->is_tensor() ? b : a)->type_name());
+      graph_break("unsupported_value",
+                  "operator on a tensor and a " + (a->is_tensor() ? b : a)->type_name());
     return ctx_.call_op(op, "", {a, b}, {});
   }
   if (a->is_const() && b->is_const()) return call_pure(ctx_, op, {a, b}, {});
   std::string name = attr_str(op, "__name__");
   if (a->kind == VKind::Set && name.size() > 1 && name[0] == 'i') {  // s |= t mutates s
     PyRef cb = const_tuple(b);
-    if (!cb) graph_break("unsupported_value", "operator " + name + " on a set and a " + b->type_name());
+    if (!cb)
+      graph_break("unsupported_value", "operator " + name + " on a set and a " + b->type_name());
     call_pure(ctx_, op, {Value::constant(a->obj), Value::constant(cb)}, {});
     return a;
   }
@@ -158,8 +164,8 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
   }
   PyRef ca = const_tuple(a), cb = const_tuple(b);
   if (ca && cb) return call_pure(ctx_, op, {Value::constant(ca), Value::constant(cb)}, {});
-  graph_break("unsupported_value", "operator " + name + " on " + a->type_name() + " and " +
-                                       b->type_name());
+  graph_break("unsupported_value",
+              "operator " + name + " on " + a->type_name() + " and " + b->type_name());
 }
 
 ValuePtr Tracer::unary_op(PyObject* op, const ValuePtr& a) {
@@ -185,7 +191,8 @@ ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
   if ((op == 2 || op == 3) && (a->kind == VKind::Module || a->kind == VKind::Object) &&
       (b->kind == VKind::Module || b->kind == VKind::Object || b->is_const())) {
     bool same = a->obj.get() == b->obj.get();
-    if (a->kind == VKind::Object && Py_TYPE(a->obj.get())->tp_richcompare != PyBaseObject_Type.tp_richcompare)
+    if (a->kind == VKind::Object &&
+        Py_TYPE(a->obj.get())->tp_richcompare != PyBaseObject_Type.tp_richcompare)
       graph_break("unsupported_value", "== on objects with a custom __eq__");
     return const_bool(op == 2 ? same : !same);
   }
@@ -195,10 +202,12 @@ ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
 
 ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
   switch (c->kind) {
-    case VKind::Tensor: return ctx_.call_op(torch_api().operator_getitem.get(), "", {c, idx}, {});
+    case VKind::Tensor:
+      return ctx_.call_op(torch_api().operator_getitem.get(), "", {c, idx}, {});
     case VKind::Tuple:
     case VKind::List: {
-      if (!idx->is_const()) graph_break("unsupported_value", "index of a sequence must be a constant");
+      if (!idx->is_const())
+        graph_break("unsupported_value", "index of a sequence must be a constant");
       if (PySlice_Check(idx->obj.get())) {
         Py_ssize_t start, stop, step, len;
         if (PySlice_GetIndicesEx(idx->obj.get(), c->items.size(), &start, &stop, &step, &len) < 0)
@@ -294,7 +303,8 @@ bool Tracer::contains(const ValuePtr& container, const ValuePtr& item) {
   }
   if (container->kind == VKind::Object) {
     if (auto r = call_dunder(container, "__contains__", {item})) return truth(*r);
-    if (container->mapping && item->is_const()) return dict_find(container->mapping, item->obj.get()) >= 0;
+    if (container->mapping && item->is_const())
+      return dict_find(container->mapping, item->obj.get()) >= 0;
     std::vector<ValuePtr> args{item};
     KwArgs kw;
     if (auto r = created_object_method(container, "__contains__", args, kw)) return truth(*r);

@@ -71,7 +71,8 @@ ValuePtr call_pure(CaptureContext& ctx, PyObject* fn, const std::vector<ValuePtr
     for (auto& [k, v] : kwargs) PyDict_SetItemString(kw.get(), k.c_str(), v->obj.get());
   }
   PyRef r = PyRef::steal(PyObject_Call(fn, pos.get(), kw.get()));
-  if (!r) graph_break("user_exception", callable_desc(fn) + " raised while tracing: " + error_text());
+  if (!r)
+    graph_break("user_exception", callable_desc(fn) + " raised while tracing: " + error_text());
   return ctx.from_result(r.get());
 }
 
@@ -81,28 +82,48 @@ bool is_type(PyObject* o, const PyRef& t) {
 
 const std::unordered_set<std::string>& pure_builtins() {
   static const std::unordered_set<std::string> s = {
-      "abs",   "all",  "any",   "bool",  "chr",   "divmod", "float", "format", "hash",
-      "int",   "max",  "min",   "ord",   "pow",   "repr",   "round", "sorted", "str",
-      "slice", "bin",  "hex",   "oct",   "complex", "frozenset", "callable", "issubclass",
-      "range", "bytes", "ascii"};
+      "abs",      "all",        "any",   "bool",  "chr",  "divmod", "float",   "format",
+      "hash",     "int",        "max",   "min",   "ord",  "pow",    "repr",    "round",
+      "sorted",   "str",        "slice", "bin",   "hex",  "oct",    "complex", "frozenset",
+      "callable", "issubclass", "range", "bytes", "ascii"};
   return s;
 }
 
 const std::unordered_set<std::string>& forbidden_builtins() {
   static const std::unordered_set<std::string> s = {
-      "print", "input", "open", "exec", "eval", "breakpoint", "vars", "globals", "locals",
-      "id", "compile", "__import__", "delattr", "dir", "help", "memoryview", "object"};
+      "print",   "input",   "open",   "exec",       "eval",    "breakpoint",
+      "vars",    "globals", "locals", "id",         "compile", "__import__",
+      "delattr", "dir",     "help",   "memoryview", "object"};
   return s;
 }
 
 const std::unordered_set<std::string>& torch_side_effect_fns() {
-  static const std::unordered_set<std::string> s = {
-      "manual_seed", "seed", "initial_seed", "set_default_dtype", "set_default_tensor_type",
-      "set_num_threads", "set_num_interop_threads", "set_printoptions", "save", "load",
-      "use_deterministic_algorithms", "set_rng_state", "get_rng_state", "set_default_device",
-      "set_float32_matmul_precision", "set_anomaly_enabled", "synchronize", "empty_cache",
-      "set_flush_denormal", "compile", "_set_grad_enabled", "set_autocast_enabled",
-      "autocast_increment_nesting", "autocast_decrement_nesting", "grad", "backward"};
+  static const std::unordered_set<std::string> s = {"manual_seed",
+                                                    "seed",
+                                                    "initial_seed",
+                                                    "set_default_dtype",
+                                                    "set_default_tensor_type",
+                                                    "set_num_threads",
+                                                    "set_num_interop_threads",
+                                                    "set_printoptions",
+                                                    "save",
+                                                    "load",
+                                                    "use_deterministic_algorithms",
+                                                    "set_rng_state",
+                                                    "get_rng_state",
+                                                    "set_default_device",
+                                                    "set_float32_matmul_precision",
+                                                    "set_anomaly_enabled",
+                                                    "synchronize",
+                                                    "empty_cache",
+                                                    "set_flush_denormal",
+                                                    "compile",
+                                                    "_set_grad_enabled",
+                                                    "set_autocast_enabled",
+                                                    "autocast_increment_nesting",
+                                                    "autocast_decrement_nesting",
+                                                    "grad",
+                                                    "backward"};
   return s;
 }
 
@@ -225,7 +246,8 @@ ValuePtr import_loaded(const std::string& name, const ValuePtr& fromlist, const 
       graph_break("unsupported_bytecode", "relative import without a package");
     }
     PyRef rel = PyRef::steal(PyUnicode_FromString((std::string(lvl, '.') + name).c_str()));
-    PyRef r = PyRef::steal(PyObject_CallMethod(util.get(), "resolve_name", "OO", rel.get(), package));
+    PyRef r =
+        PyRef::steal(PyObject_CallMethod(util.get(), "resolve_name", "OO", rel.get(), package));
     if (!r) graph_break("user_exception", "relative import failed: " + error_text());
     full = utf8(r.get());
   }
@@ -268,7 +290,8 @@ bool is_plain_user_class(PyObject* f) {
   bool dict_like = PyType_IsSubtype(t, &PyDict_Type) && t->tp_new == PyDict_Type.tp_new;
   if ((t->tp_new != PyBaseObject_Type.tp_new && !dict_like) || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE))
     return false;
-  if (PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(torch_api().module_type.get()))) return false;
+  if (PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(torch_api().module_type.get())))
+    return false;
   if (PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(PyExc_BaseException))) return false;
   return t->tp_dictoffset != 0;
 }
@@ -279,6 +302,5 @@ PyObject* operator_fn(const char* name) {
   Py_DECREF(fn);  // NOTE: the operator module keeps it alive
   return fn;
 }
-
 
 }  // namespace tl::capture::detail

@@ -7,8 +7,8 @@
 #include "core/errors.h"
 
 namespace tl::capture {
-using detail::utf8;
 using detail::dict_set;
+using detail::utf8;
 
 namespace {
 
@@ -101,7 +101,8 @@ ValuePtr Tracer::call_base_slot(const ValuePtr& self, const std::string& name,
     ctx_.attr_overlay[{self->obj.get(), utf8(args[0]->obj.get())}] = args[1];
     if (self->source) {
       ctx_.keep_alive.push_back(self->obj);
-      ctx_.effects.push_back({ir::SideEffect::Kind::SetAttr, self->source, utf8(args[0]->obj.get()), args[1]});
+      ctx_.effects.push_back(
+          {ir::SideEffect::Kind::SetAttr, self->source, utf8(args[0]->obj.get()), args[1]});
     } else if (!self->flag) {
       graph_break("unsupported_side_effect", "object.__setattr__ on an untracked object");
     }

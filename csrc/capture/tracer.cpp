@@ -14,12 +14,10 @@ namespace {
 constexpr int kMaxInlineDepth = 48;
 constexpr int64_t kMaxInstructions = 2'000'000;
 
-const char* kBinaryOps[] = {"add",      "and_",    "floordiv", "lshift",  "matmul",
-                            "mul",      "mod",     "or_",      "pow",     "rshift",
-                            "sub",      "truediv", "xor",      "iadd",    "iand",
-                            "ifloordiv", "ilshift", "imatmul", "imul",    "imod",
-                            "ior",      "ipow",    "irshift",  "isub",    "itruediv",
-                            "ixor"};
+const char* kBinaryOps[] = {"add",  "and_",      "floordiv", "lshift",   "matmul",  "mul",  "mod",
+                            "or_",  "pow",       "rshift",   "sub",      "truediv", "xor",  "iadd",
+                            "iand", "ifloordiv", "ilshift",  "imatmul",  "imul",    "imod", "ior",
+                            "ipow", "irshift",   "isub",     "itruediv", "ixor"};
 
 PyObject* operator_fn(const char* name) {
   // Borrowed from the operator module, which lives forever.
@@ -41,11 +39,15 @@ ValuePtr none_value() { return Value::constant(PyRef::borrow(Py_None)); }
 
 Tracer::Tracer(CaptureContext& ctx, PyCodeObject* code, PyObject* globals, PyObject* builtins,
                int depth, bool generator)
-    : ctx_(ctx), code_(code), globals_(globals), builtins_(builtins), depth_(depth),
+    : ctx_(ctx),
+      code_(code),
+      globals_(globals),
+      builtins_(builtins),
+      depth_(depth),
       generator_(generator) {
   if (depth > kMaxInlineDepth)
-    graph_break("unsupported_bytecode", "call stack deeper than " +
-                                            std::to_string(kMaxInlineDepth) + " inlined frames");
+    graph_break("unsupported_bytecode",
+                "call stack deeper than " + std::to_string(kMaxInlineDepth) + " inlined frames");
   int unsupported = CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE;
   if (!generator) unsupported |= CO_GENERATOR;
   if (code->co_flags & unsupported)
@@ -143,11 +145,21 @@ void Tracer::step(const Instruction& inst) {
       locals_[arg] = Value::cell(cur);
       return;
     }
-    case PUSH_NULL: push(nullptr); return;
-    case POP_TOP: pop(); return;
-    case COPY: push(top(arg)); return;
-    case SWAP: std::swap(top(1), top(arg)); return;
-    case LOAD_CONST: push(Value::constant(PyRef::borrow(const_at(arg)))); return;
+    case PUSH_NULL:
+      push(nullptr);
+      return;
+    case POP_TOP:
+      pop();
+      return;
+    case COPY:
+      push(top(arg));
+      return;
+    case SWAP:
+      std::swap(top(1), top(arg));
+      return;
+    case LOAD_CONST:
+      push(Value::constant(PyRef::borrow(const_at(arg))));
+      return;
 #ifdef RETURN_CONST
     case RETURN_CONST:
       return_value_ = Value::constant(PyRef::borrow(const_at(arg)));
@@ -194,12 +206,17 @@ void Tracer::step(const Instruction& inst) {
       locals_[arg] = nullptr;
       return;
 #endif
-    case STORE_FAST: locals_[arg] = pop(); return;
-    case DELETE_FAST: locals_[arg] = nullptr; return;
+    case STORE_FAST:
+      locals_[arg] = pop();
+      return;
+    case DELETE_FAST:
+      locals_[arg] = nullptr;
+      return;
     case LOAD_DEREF: {
       ValuePtr cell = locals_[arg];
       TL_CHECK(cell && cell->kind == VKind::Cell) << "LOAD_DEREF on a non-cell slot";
-      if (!cell->cell_contents) graph_break("user_exception", "free variable referenced before assignment");
+      if (!cell->cell_contents)
+        graph_break("user_exception", "free variable referenced before assignment");
       push(cell->cell_contents);
       return;
     }
@@ -207,11 +224,14 @@ void Tracer::step(const Instruction& inst) {
       ValuePtr cell = locals_[arg];
       TL_CHECK(cell && cell->kind == VKind::Cell) << "STORE_DEREF on a non-cell slot";
       if (cell->source)
-        graph_break("unsupported_side_effect", "assignment to a closure variable of the compiled function");
+        graph_break("unsupported_side_effect",
+                    "assignment to a closure variable of the compiled function");
       cell->cell_contents = pop();
       return;
     }
-    case LOAD_CLOSURE: push(locals_[arg]); return;
+    case LOAD_CLOSURE:
+      push(locals_[arg]);
+      return;
     case LOAD_GLOBAL: {
       if (arg & 1) push(nullptr);
       push(load_global(name_at(arg >> 1)));
@@ -270,12 +290,20 @@ void Tracer::step(const Instruction& inst) {
       push(binary_op(operator_fn(kBinaryOps[arg]), a, b));
       return;
     }
-    case UNARY_NEGATIVE: push(unary_op(operator_fn("neg"), pop())); return;
-    case UNARY_INVERT: push(unary_op(operator_fn("invert"), pop())); return;
+    case UNARY_NEGATIVE:
+      push(unary_op(operator_fn("neg"), pop()));
+      return;
+    case UNARY_INVERT:
+      push(unary_op(operator_fn("invert"), pop()));
+      return;
 #ifdef UNARY_POSITIVE
-    case UNARY_POSITIVE: push(unary_op(operator_fn("pos"), pop())); return;
+    case UNARY_POSITIVE:
+      push(unary_op(operator_fn("pos"), pop()));
+      return;
 #endif
-    case UNARY_NOT: push(Value::constant(PyRef::borrow(truth(pop()) ? Py_False : Py_True))); return;
+    case UNARY_NOT:
+      push(Value::constant(PyRef::borrow(truth(pop()) ? Py_False : Py_True)));
+      return;
     case COMPARE_OP: {
       ValuePtr b = pop();
       ValuePtr a = pop();
@@ -292,7 +320,8 @@ void Tracer::step(const Instruction& inst) {
       bool same;
       if (a == b) {
         same = true;
-      } else if (a && b && (a->is_const() || a->kind == VKind::Module || a->kind == VKind::Object) &&
+      } else if (a && b &&
+                 (a->is_const() || a->kind == VKind::Module || a->kind == VKind::Object) &&
                  (b->is_const() || b->kind == VKind::Module || b->kind == VKind::Object)) {
         same = a->obj.get() == b->obj.get();
       } else if (a && b && (a->is_const() || b->is_const())) {
@@ -304,8 +333,8 @@ void Tracer::step(const Instruction& inst) {
             o->kind == VKind::Dict || o->kind == VKind::Function)
           same = false;
         else
-          graph_break("unsupported_value", "identity test between " + c->type_name() + " and " +
-                                               o->type_name());
+          graph_break("unsupported_value",
+                      "identity test between " + c->type_name() + " and " + o->type_name());
       } else if (a && b && a->is_tensor() && b->is_tensor()) {
         same = a->node == b->node;
       } else {
@@ -479,7 +508,9 @@ void Tracer::step(const Instruction& inst) {
       return;
     }
 #ifdef LIST_TO_TUPLE
-    case LIST_TO_TUPLE: push(Value::tuple(pop()->items)); return;
+    case LIST_TO_TUPLE:
+      push(Value::tuple(pop()->items));
+      return;
 #endif
 #ifdef CALL_INTRINSIC_1
     case CALL_INTRINSIC_1: {
@@ -581,18 +612,33 @@ void Tracer::step(const Instruction& inst) {
       push(Value::constant(s));
       return;
     }
-    case KW_NAMES: kw_names_ = const_at(arg); return;
-    case CALL: do_call(arg, kw_names_); kw_names_ = nullptr; return;
-    case CALL_FUNCTION_EX: do_call_ex(arg); return;
-    case MAKE_FUNCTION: do_make_function(arg); return;
+    case KW_NAMES:
+      kw_names_ = const_at(arg);
+      return;
+    case CALL:
+      do_call(arg, kw_names_);
+      kw_names_ = nullptr;
+      return;
+    case CALL_FUNCTION_EX:
+      do_call_ex(arg);
+      return;
+    case MAKE_FUNCTION:
+      do_make_function(arg);
+      return;
     case JUMP_FORWARD:
     case JUMP_BACKWARD:
-    case JUMP_BACKWARD_NO_INTERRUPT: pc_ = inst.jump_target; return;
+    case JUMP_BACKWARD_NO_INTERRUPT:
+      pc_ = inst.jump_target;
+      return;
 #ifdef POP_JUMP_FORWARD_IF_TRUE
     case POP_JUMP_FORWARD_IF_TRUE:
-    case POP_JUMP_BACKWARD_IF_TRUE: jump_if(inst, truth(pop())); return;
+    case POP_JUMP_BACKWARD_IF_TRUE:
+      jump_if(inst, truth(pop()));
+      return;
     case POP_JUMP_FORWARD_IF_FALSE:
-    case POP_JUMP_BACKWARD_IF_FALSE: jump_if(inst, !truth(pop())); return;
+    case POP_JUMP_BACKWARD_IF_FALSE:
+      jump_if(inst, !truth(pop()));
+      return;
     case POP_JUMP_FORWARD_IF_NONE:
     case POP_JUMP_BACKWARD_IF_NONE: {
       ValuePtr v = pop();
@@ -606,16 +652,24 @@ void Tracer::step(const Instruction& inst) {
       return;
     }
     case JUMP_IF_TRUE_OR_POP:
-      if (truth(top())) pc_ = inst.jump_target;
-      else pop();
+      if (truth(top()))
+        pc_ = inst.jump_target;
+      else
+        pop();
       return;
     case JUMP_IF_FALSE_OR_POP:
-      if (!truth(top())) pc_ = inst.jump_target;
-      else pop();
+      if (!truth(top()))
+        pc_ = inst.jump_target;
+      else
+        pop();
       return;
 #else
-    case POP_JUMP_IF_TRUE: jump_if(inst, truth(pop())); return;
-    case POP_JUMP_IF_FALSE: jump_if(inst, !truth(pop())); return;
+    case POP_JUMP_IF_TRUE:
+      jump_if(inst, truth(pop()));
+      return;
+    case POP_JUMP_IF_FALSE:
+      jump_if(inst, !truth(pop()));
+      return;
     case POP_JUMP_IF_NONE: {
       ValuePtr v = pop();
       jump_if(inst, v->is_const() && v->obj.get() == Py_None);
@@ -653,7 +707,10 @@ void Tracer::step(const Instruction& inst) {
       return;
     }
 #ifdef END_FOR
-    case END_FOR: pop(); pop(); return;
+    case END_FOR:
+      pop();
+      pop();
+      return;
 #endif
     case BEFORE_WITH: {
       ValuePtr mgr = pop();
@@ -678,7 +735,9 @@ void Tracer::step(const Instruction& inst) {
       push(detail::import_loaded(name_at(arg), fromlist, level, globals_, ctx_));
       return;
     }
-    case IMPORT_FROM: push(get_attr(top(), name_at(arg))); return;
+    case IMPORT_FROM:
+      push(get_attr(top(), name_at(arg)));
+      return;
     case GET_LEN: {
       ValuePtr v = top();
       push(Value::constant(PyRef::steal(PyLong_FromSize_t(iterate(v).size()))));

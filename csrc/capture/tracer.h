@@ -19,8 +19,8 @@ class Tracer {
   // `code`, `globals` and `builtins` are borrowed and must outlive the tracer.
   // `generator`: run a generator function's body to completion, collecting
   // what it yields (run() then returns an Iterator over them).
-  Tracer(CaptureContext& ctx, PyCodeObject* code, PyObject* globals, PyObject* builtins,
-         int depth, bool generator = false);
+  Tracer(CaptureContext& ctx, PyCodeObject* code, PyObject* globals, PyObject* builtins, int depth,
+         bool generator = false);
 
   // Runs the code with its localsplus slots (arguments filled, the rest null)
   // and free-variable cells; returns the returned value.
@@ -70,7 +70,8 @@ class Tracer {
   ValuePtr call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr wrap_partial(const ValuePtr& partial_const);
   std::optional<ValuePtr> super_attr(const ValuePtr& sup, const std::string& name);
-  ValuePtr call_base_slot(const ValuePtr& self, const std::string& name, std::vector<ValuePtr>& args);
+  ValuePtr call_base_slot(const ValuePtr& self, const std::string& name,
+                          std::vector<ValuePtr>& args);
   std::optional<ValuePtr> custom_getattr(const ValuePtr& obj, const std::string& name);
   ValuePtr make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   ValuePtr construct_object(PyObject* cls, std::vector<ValuePtr> args, KwArgs kwargs);

@@ -43,18 +43,30 @@ ValuePtr Value::cell(ValuePtr contents) {
 
 std::string Value::type_name() const {
   switch (kind) {
-    case VKind::Tensor: return "Tensor";
-    case VKind::Tuple: return "tuple";
-    case VKind::List: return "list";
-    case VKind::Dict: return "dict";
-    case VKind::Method: return "method";
-    case VKind::Function: return "function";
-    case VKind::Cell: return "cell";
-    case VKind::Iterator: return "iterator";
-    case VKind::GradMode: return "grad-mode context";
-    case VKind::GradModeExit: return "grad-mode exit";
-    case VKind::Set: return "set";
-    default: break;
+    case VKind::Tensor:
+      return "Tensor";
+    case VKind::Tuple:
+      return "tuple";
+    case VKind::List:
+      return "list";
+    case VKind::Dict:
+      return "dict";
+    case VKind::Method:
+      return "method";
+    case VKind::Function:
+      return "function";
+    case VKind::Cell:
+      return "cell";
+    case VKind::Iterator:
+      return "iterator";
+    case VKind::GradMode:
+      return "grad-mode context";
+    case VKind::GradModeExit:
+      return "grad-mode exit";
+    case VKind::Set:
+      return "set";
+    default:
+      break;
   }
   if (!obj) return "?";
   return Py_TYPE(obj.get())->tp_name;

@@ -13,24 +13,25 @@
 namespace tl::capture {
 
 enum class VKind {
-  Const,      // obj: a Python object known at trace time (numbers, str, functions, classes...)
-  Tensor,     // node + meta (trace-time meta tensor) + device (real torch.device)
-  Tuple,      // items
-  List,       // items; source set when it came from the frame (mutations are replayed)
-  Dict,       // keys (constants) + items
-  Module,     // obj: an nn.Module instance
-  Object,     // obj: another Python object read from the frame (attributes traced); flag: made
-              // by traced code (attrs holds its instance dict, mapping its dict items if the
-              // class subclasses dict)
-  Method,     // self + obj (a Python function to inline with self) or method_name (tensor/list/dict/str)
-  Function,   // obj: a code object made by MAKE_FUNCTION in traced code; items: defaults; cells
-  Cell,       // cell_contents
-  Iterator,   // items + pos: materialised at GET_ITER
-  GradMode,   // flag: torch.no_grad()/enable_grad()/set_grad_enabled(flag) context manager
+  Const,         // obj: a Python object known at trace time (numbers, str, functions, classes...)
+  Tensor,        // node + meta (trace-time meta tensor) + device (real torch.device)
+  Tuple,         // items
+  List,          // items; source set when it came from the frame (mutations are replayed)
+  Dict,          // keys (constants) + items
+  Module,        // obj: an nn.Module instance
+  Object,        // obj: another Python object read from the frame (attributes traced); flag: made
+                 // by traced code (attrs holds its instance dict, mapping its dict items if the
+                 // class subclasses dict)
+  Method,        // self + obj (a Python function to inline with self) or method_name
+                 // (tensor/list/dict/str)
+  Function,      // obj: a code object made by MAKE_FUNCTION in traced code; items: defaults; cells
+  Cell,          // cell_contents
+  Iterator,      // items + pos: materialised at GET_ITER
+  GradMode,      // flag: torch.no_grad()/enable_grad()/set_grad_enabled(flag) context manager
   GradModeExit,  // flag: the previous grad mode restored by __exit__
-  Super,      // super(): self (the instance value) + obj (the class to search after)
-  Partial,    // functools.partial: self (the callable), items (args), keys+kwdefaults (keywords)
-  Set,        // obj: a fresh `set` of constants owned by this value (mutated in place)
+  Super,         // super(): self (the instance value) + obj (the class to search after)
+  Partial,       // functools.partial: self (the callable), items (args), keys+kwdefaults (keywords)
+  Set,           // obj: a fresh `set` of constants owned by this value (mutated in place)
 };
 
 struct Value;
@@ -46,7 +47,7 @@ struct Value {
   PyRef device;
   // Tuple, List, Dict values, Iterator, Function defaults
   std::vector<ValuePtr> items;
-  std::vector<PyRef> keys;  // Dict keys; Function: kwdefault names
+  std::vector<PyRef> keys;           // Dict keys; Function: kwdefault names
   std::vector<ValuePtr> kwdefaults;  // Function
   std::vector<ValuePtr> cells;       // Function closure cells
   size_t pos = 0;                    // Iterator

@@ -33,8 +33,10 @@ PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& ou
                              const ir::FrameView& frame) {
   using K = ir::Residual::Kind;
   switch (r.kind) {
-    case K::GraphOutput: return outputs.at(r.index);
-    case K::Const: return r.value;
+    case K::GraphOutput:
+      return outputs.at(r.index);
+    case K::Const:
+      return r.value;
     case K::Source: {
       PyRef v = guards::fetch(*r.source, frame);
       if (!v) TL_THROW(Runtime) << "torchlite: " << r.source->str() << " vanished while running";
@@ -48,14 +50,17 @@ PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& ou
       if (!out) throw PythonError();
       for (size_t i = 0; i < r.items.size(); ++i) {
         PyObject* item = rebuild(r.items[i], outputs, frame).release();
-        if (list) PyList_SET_ITEM(out.get(), i, item);
-        else PyTuple_SET_ITEM(out.get(), i, item);
+        if (list)
+          PyList_SET_ITEM(out.get(), i, item);
+        else
+          PyTuple_SET_ITEM(out.get(), i, item);
       }
       if (r.kind == K::NamedTuple) {
         // namedtuples take fields positionally; structseqs and torch.Size a sequence.
         PyRef fields = PyRef::steal(PyObject_GetAttrString(r.value.get(), "_make"));
-        PyRef made = fields ? PyRef::steal(PyObject_CallOneArg(fields.get(), out.get()))
-                            : (PyErr_Clear(), PyRef::steal(PyObject_CallOneArg(r.value.get(), out.get())));
+        PyRef made =
+            fields ? PyRef::steal(PyObject_CallOneArg(fields.get(), out.get()))
+                   : (PyErr_Clear(), PyRef::steal(PyObject_CallOneArg(r.value.get(), out.get())));
         if (!made) throw PythonError();
         return made;
       }
@@ -91,7 +96,8 @@ void CapturedFrame::apply(const ir::SideEffect& e, const std::vector<PyRef>& out
   if (!target) TL_THROW(Runtime) << "torchlite: " << e.target->str() << " vanished while running";
   switch (e.kind) {
     case K::SetAttr:
-      if (PyObject_SetAttrString(target.get(), e.name.c_str(), value.get()) < 0) throw PythonError();
+      if (PyObject_SetAttrString(target.get(), e.name.c_str(), value.get()) < 0)
+        throw PythonError();
       return;
     case K::DelAttr:
       if (PyObject_DelAttrString(target.get(), e.name.c_str()) < 0) throw PythonError();
@@ -103,7 +109,8 @@ void CapturedFrame::apply(const ir::SideEffect& e, const std::vector<PyRef>& out
       PyDict_Clear(target.get());
       if (PyDict_Update(target.get(), value.get()) < 0) throw PythonError();
       return;
-    default: return;
+    default:
+      return;
   }
 }
 
@@ -124,7 +131,8 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame) {
     for (size_t i = 0; i < input_fetchers_.size(); ++i) {
       PyRef v = input_fetchers_[i](frame);
       if (!v)
-        TL_THROW(Runtime) << "torchlite: input " << input_sources_[i]->str() << " vanished while running";
+        TL_THROW(Runtime) << "torchlite: input " << input_sources_[i]->str()
+                          << " vanished while running";
       inputs.push_back(std::move(v));
     }
     std::vector<PyRef> outputs;
@@ -139,13 +147,15 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame) {
         if (n) {
           int line = line_of(n->location);
           std::string file = n->location.substr(0, n->location.rfind(':'));
-          _PyTraceback_Add(func_name_.c_str(), file.empty() ? filename_.c_str() : file.c_str(), line);
+          _PyTraceback_Add(func_name_.c_str(), file.empty() ? filename_.c_str() : file.c_str(),
+                           line);
         }
         throw;
       }
     } else {
       PyRef args = PyRef::steal(PyTuple_New(inputs.size()));
-      for (size_t i = 0; i < inputs.size(); ++i) PyTuple_SET_ITEM(args.get(), i, PyRef(inputs[i]).release());
+      for (size_t i = 0; i < inputs.size(); ++i)
+        PyTuple_SET_ITEM(args.get(), i, PyRef(inputs[i]).release());
       PyRef res = PyRef::steal(PyObject_Call(backend_fn_.get(), args.get(), nullptr));
       if (!res) throw PythonError();
       PyRef seq = PyRef::steal(PySequence_Fast(res.get(), "backend must return a tuple or list"));

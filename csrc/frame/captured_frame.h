@@ -29,11 +29,12 @@ class CapturedFrame : public CompiledFrame {
   // Reads the inputs, runs the graph and replays the side effects; returns
   // the graph's outputs. Throws PythonError or tl::Error.
   std::vector<PyRef> run_graph(const ir::FrameView& frame);
-  PyRef rebuild(const ir::Residual& r, const std::vector<PyRef>& outputs, const ir::FrameView& frame);
-  void apply(const ir::SideEffect& e, const std::vector<PyRef>& outputs, const ir::FrameView& frame);
+  PyRef rebuild(const ir::Residual& r, const std::vector<PyRef>& outputs,
+                const ir::FrameView& frame);
+  void apply(const ir::SideEffect& e, const std::vector<PyRef>& outputs,
+             const ir::FrameView& frame);
 
  private:
-
   std::shared_ptr<const ir::Graph> graph_;
   std::vector<ir::SourcePtr> input_sources_;
   std::vector<guards::SourceFetcher> input_fetchers_;  // names interned once

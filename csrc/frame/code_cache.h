@@ -14,11 +14,11 @@ struct ExtraState {
   // shared_ptr: a guard check may run Python code that lets another thread
   // change this list; the entry being checked must outlive that.
   std::vector<std::shared_ptr<CacheEntry>> entries;
-  bool skip = false;           // torch's or torchlite's own code: never intercepted
-  bool skip_known = false;     // `skip` has been decided
-  bool warned_limit = false;   // the cache_size_limit warning was emitted
-  uint64_t epoch = 0;          // entries of an older epoch are dropped on next use
-  uint64_t version = 0;        // bumped on every change to `entries`
+  bool skip = false;          // torch's or torchlite's own code: never intercepted
+  bool skip_known = false;    // `skip` has been decided
+  bool warned_limit = false;  // the cache_size_limit warning was emitted
+  uint64_t epoch = 0;         // entries of an older epoch are dropped on next use
+  uint64_t version = 0;       // bumped on every change to `entries`
 };
 
 // The code object's state, or nullptr if it has none (borrows `code`).

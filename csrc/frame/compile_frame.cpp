@@ -70,8 +70,8 @@ std::string dump(PyCodeObject* code, const capture::CaptureResult& res, const st
   timings << "function: " << utf8(code->co_qualname) << "\nfile: " << utf8(code->co_filename) << ":"
           << code->co_firstlineno << "\ncapture_ms: " << res.capture_ms << "\n";
   if (res.graph_break)
-    timings << "graph_break: " << res.graph_break->kind << " at " << res.graph_break->filename << ":"
-            << res.graph_break->lineno << ": " << res.graph_break->reason << "\n";
+    timings << "graph_break: " << res.graph_break->kind << " at " << res.graph_break->filename
+            << ":" << res.graph_break->lineno << ": " << res.graph_break->reason << "\n";
   else
     timings << "ops: " << res.graph->num_ops() << "\n";
   return base;
@@ -84,7 +84,8 @@ void dump_kernels(const std::string& folder, const runtime::CompiledGraph* kerne
 }
 
 // `resumed`: a graph break after which the frame goes on in a resume function.
-void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult& res, bool resumed) {
+void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult& res,
+            bool resumed) {
   PyRef d = PyRef::steal(PyDict_New());
   if (!d) throw PythonError();
   auto set = [&](const char* k, PyObject* v) {
@@ -99,9 +100,10 @@ void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult
   set("resumed", PyBool_FromLong(resumed));
   set("no_resume", PyUnicode_FromString(res.no_resume.c_str()));
   if (res.graph_break) {
-    set("break", Py_BuildValue("{s:s,s:s,s:s,s:i}", "kind", res.graph_break->kind.c_str(), "reason",
-                               res.graph_break->reason.c_str(), "filename",
-                               res.graph_break->filename.c_str(), "lineno", res.graph_break->lineno));
+    set("break",
+        Py_BuildValue("{s:s,s:s,s:s,s:i}", "kind", res.graph_break->kind.c_str(), "reason",
+                      res.graph_break->reason.c_str(), "filename",
+                      res.graph_break->filename.c_str(), "lineno", res.graph_break->lineno));
   } else {
     set("break", Py_NewRef(Py_None));
   }
@@ -161,8 +163,8 @@ PyRef compile_with_backend(const capture::CaptureResult& res, const CompileConfi
   PyRef inputs = PyRef::steal(PyList_New(res.example_inputs.size()));
   for (size_t i = 0; i < res.example_inputs.size(); ++i)
     PyList_SET_ITEM(inputs.get(), i, PyRef(res.example_inputs[i]).release());
-  PyRef fn = PyRef::steal(PyObject_CallFunctionObjArgs(bridge.get(), graph.get(), config.backend.get(),
-                                                       inputs.get(), nullptr));
+  PyRef fn = PyRef::steal(PyObject_CallFunctionObjArgs(
+      bridge.get(), graph.get(), config.backend.get(), inputs.get(), nullptr));
   if (!fn) throw PythonError();
   if (!PyCallable_Check(fn.get()))
     TL_THROW(Type) << "backend '" << config.backend_name << "' returned a non-callable "
@@ -207,7 +209,8 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
   counters().capture_ns += static_cast<int64_t>(res.capture_ms * 1e6);
   std::string dir = trace_dir();
   std::string dump_folder = dir.empty() ? "" : dump(code, res, dir);
-  if (log_enabled("guards")) log_event("guards", utf8(code->co_qualname) + ":\n" + res.guards.str());
+  if (log_enabled("guards"))
+    log_event("guards", utf8(code->co_qualname) + ":\n" + res.guards.str());
 
   const bytecode::BridgeCode* codes = nullptr;
   if (res.graph_break) {
@@ -231,14 +234,14 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
       }
     }
     if (log_enabled("graph_breaks"))
-      log_event("graph_breaks", "graph break in " + utf8(code->co_qualname) + " at " + where + ": " +
-                                    b.reason + " [" + b.kind + "]; " +
-                                    (codes ? (res.resume->region
-                                                  ? "the graph before it runs compiled, the rest "
-                                                    "of the frame eagerly (break inside a loop or "
-                                                    "try block)"
-                                                  : "the frame goes on in a resume function")
-                                           : "the frame runs eagerly (" + res.no_resume + ")"));
+      log_event("graph_breaks",
+                "graph break in " + utf8(code->co_qualname) + " at " + where + ": " + b.reason +
+                    " [" + b.kind + "]; " +
+                    (codes ? (res.resume->region ? "the graph before it runs compiled, the rest "
+                                                   "of the frame eagerly (break inside a loop or "
+                                                   "try block)"
+                                                 : "the frame goes on in a resume function")
+                           : "the frame runs eagerly (" + res.no_resume + ")"));
   }
   if (config->recorder && config->recorder.get() != Py_None)
     record(config->recorder.get(), code, res, codes != nullptr);
@@ -253,8 +256,10 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
   PyRef backend_fn;
   std::unique_ptr<runtime::CompiledGraph> kernels;
   if (has_ops) {
-    if (config->backend && config->backend.get() != Py_None) backend_fn = compile_with_backend(res, *config);
-    else kernels = compile_kernels(res.graph);
+    if (config->backend && config->backend.get() != Py_None)
+      backend_fn = compile_with_backend(res, *config);
+    else
+      kernels = compile_kernels(res.graph);
     dump_kernels(dump_folder, kernels.get());
     counters().graphs++;
   }

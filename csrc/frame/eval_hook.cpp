@@ -111,8 +111,7 @@ bool has_tensor_args(const TlFrameInfo& fi) {
   if (g_tensor_types.empty()) return false;
   const PyCodeObject* code = fi.code;
   int nargs = code->co_argcount + code->co_kwonlyargcount +
-              ((code->co_flags & CO_VARARGS) ? 1 : 0) +
-              ((code->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+              ((code->co_flags & CO_VARARGS) ? 1 : 0) + ((code->co_flags & CO_VARKEYWORDS) ? 1 : 0);
   nargs = std::min(nargs, fi.nlocalsplus);
   for (int i = 0; i < nargs; i++) {
     PyObject* v = fi.localsplus[i];
@@ -227,8 +226,8 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
                                   std::to_string(fi.code->co_firstlineno) + ": " + reason);
     }
   }
-  auto e = std::make_shared<CacheEntry>(g_stub_compiler ? stub_compile(fi, config)
-                                                        : compile_frame(fi.code, fi.func, view, config));
+  auto e = std::make_shared<CacheEntry>(
+      g_stub_compiler ? stub_compile(fi, config) : compile_frame(fi.code, fi.func, view, config));
   if (!e->config) e->config = config;
   insert_entry(st, e);
   return e;
@@ -288,8 +287,8 @@ PyObject* eval_hook(PyThreadState* ts, TlFrame* frame, int throwflag) {
   if (!config || throwflag) return tl_eval_default(ts, frame, throwflag);
   TlFrameInfo fi;
   tl_frame_read(frame, &fi);
-  if ((fi.code->co_flags & kGeneratorFlags) || tl_frame_started(frame) ||
-      tl_tstate_tracing(ts) || !tl_frame_can_skip_eval(ts, frame)) {
+  if ((fi.code->co_flags & kGeneratorFlags) || tl_frame_started(frame) || tl_tstate_tracing(ts) ||
+      !tl_frame_can_skip_eval(ts, frame)) {
     return tl_eval_default(ts, frame, throwflag);
   }
   ExtraState* st = find_extra(fi.code);

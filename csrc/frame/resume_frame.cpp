@@ -38,8 +38,9 @@ ResumeFrame::ResumeFrame(std::shared_ptr<const ir::Graph> graph,
                          std::string filename, capture::ResumePlan plan,
                          const bytecode::BridgeCode& codes,
                          std::shared_ptr<const CompileConfig> config)
-    : CapturedFrame(std::move(graph), ir::Residual{}, std::move(side_effects), std::move(backend_fn),
-                    std::move(compiled), std::move(func_name), std::move(filename)),
+    : CapturedFrame(std::move(graph), ir::Residual{}, std::move(side_effects),
+                    std::move(backend_fn), std::move(compiled), std::move(func_name),
+                    std::move(filename)),
       plan_(std::move(plan)),
       codes_(codes),
       config_(std::move(config)) {}

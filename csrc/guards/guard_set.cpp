@@ -57,8 +57,7 @@ void GuardSet::Impl::add(const ir::SourcePtr& s, LeafGuard g) {
   ++count;
 }
 
-bool GuardSet::Impl::check_node(const Node& n, PyObject* parent,
-                                const ir::FrameView& frame) const {
+bool GuardSet::Impl::check_node(const Node& n, PyObject* parent, const ir::FrameView& frame) const {
   PyRef v = n.step.apply(parent, frame);
   if (!v) {
     failure = n.label + " does not exist";

@@ -151,12 +151,18 @@ LeafGuard LeafGuard::length_match(Py_ssize_t n) {
 
 bool LeafGuard::check(PyObject* v) const {
   switch (kind) {
-    case GuardKind::TypeMatch: return (PyObject*)Py_TYPE(v) == ref.get();
-    case GuardKind::IdMatch: return v == id && (!weak || PyWeakref_GET_OBJECT(ref.get()) == v);
-    case GuardKind::EqualsMatch: return equals_exact(v, ref.get());
-    case GuardKind::TensorMatch: return tensor->check(v);
-    case GuardKind::DictVersion: return PyDict_Check(v) && dict_version_of(v) == version;
-    case GuardKind::LengthMatch: return length_of(v) == length;
+    case GuardKind::TypeMatch:
+      return (PyObject*)Py_TYPE(v) == ref.get();
+    case GuardKind::IdMatch:
+      return v == id && (!weak || PyWeakref_GET_OBJECT(ref.get()) == v);
+    case GuardKind::EqualsMatch:
+      return equals_exact(v, ref.get());
+    case GuardKind::TensorMatch:
+      return tensor->check(v);
+    case GuardKind::DictVersion:
+      return PyDict_Check(v) && dict_version_of(v) == version;
+    case GuardKind::LengthMatch:
+      return length_of(v) == length;
   }
   return false;
 }
@@ -177,8 +183,10 @@ std::string LeafGuard::failure(PyObject* v, const std::string& src) const {
       if (Py_TYPE(v) != Py_TYPE(ref.get())) got += std::string(" of type ") + type_name(v);
       return src + " == " + repr(ref.get()) + " failed (got " + got + ")";
     }
-    case GuardKind::TensorMatch: return src + ": " + tensor->mismatch(v);
-    case GuardKind::DictVersion: return src + " was modified since tracing";
+    case GuardKind::TensorMatch:
+      return src + ": " + tensor->mismatch(v);
+    case GuardKind::DictVersion:
+      return src + " was modified since tracing";
     case GuardKind::LengthMatch:
       return "len(" + src + ") == " + std::to_string(length) + " failed (got " +
              std::to_string(length_of(v)) + ")";
@@ -195,10 +203,14 @@ std::string LeafGuard::str(const std::string& src) const {
       if (weak && target == Py_None) return "ID_MATCH " + src + " (freed)";
       return "ID_MATCH " + src + " (" + (target == Py_None ? "None" : type_name(target)) + ")";
     }
-    case GuardKind::EqualsMatch: return "EQUALS_MATCH " + src + " == " + repr(ref.get());
-    case GuardKind::TensorMatch: return "TENSOR_MATCH " + src + " " + tensor->str();
-    case GuardKind::DictVersion: return "DICT_VERSION " + src;
-    case GuardKind::LengthMatch: return "LENGTH_MATCH len(" + src + ") == " + std::to_string(length);
+    case GuardKind::EqualsMatch:
+      return "EQUALS_MATCH " + src + " == " + repr(ref.get());
+    case GuardKind::TensorMatch:
+      return "TENSOR_MATCH " + src + " " + tensor->str();
+    case GuardKind::DictVersion:
+      return "DICT_VERSION " + src;
+    case GuardKind::LengthMatch:
+      return "LENGTH_MATCH len(" + src + ") == " + std::to_string(length);
   }
   return "?";
 }
@@ -206,12 +218,18 @@ std::string LeafGuard::str(const std::string& src) const {
 bool LeafGuard::same_as(const LeafGuard& o) const {
   if (kind != o.kind) return false;
   switch (kind) {
-    case GuardKind::TypeMatch: return ref.get() == o.ref.get();
-    case GuardKind::IdMatch: return id == o.id && check(o.id);  // and ours is still alive
-    case GuardKind::EqualsMatch: return equals_exact(ref.get(), o.ref.get());
-    case GuardKind::TensorMatch: return tensor->same_as(*o.tensor);
-    case GuardKind::DictVersion: return version == o.version;
-    case GuardKind::LengthMatch: return length == o.length;
+    case GuardKind::TypeMatch:
+      return ref.get() == o.ref.get();
+    case GuardKind::IdMatch:
+      return id == o.id && check(o.id);  // and ours is still alive
+    case GuardKind::EqualsMatch:
+      return equals_exact(ref.get(), o.ref.get());
+    case GuardKind::TensorMatch:
+      return tensor->same_as(*o.tensor);
+    case GuardKind::DictVersion:
+      return version == o.version;
+    case GuardKind::LengthMatch:
+      return length == o.length;
   }
   return false;
 }

@@ -37,9 +37,7 @@ class Emitter {
     return v;
   }
 
-  int cast(int v, ScalarType t) {
-    return expr(v).type == t ? v : push(Expr{ExprOp::Cast, t, {v}});
-  }
+  int cast(int v, ScalarType t) { return expr(v).type == t ? v : push(Expr{ExprOp::Cast, t, {v}}); }
 
   ir::BufferView view(const Node* n, const std::vector<int64_t>& strides, const AxisMap& map) {
     ir::BufferView v{dtype(n), std::vector<int64_t>(g_.shape.size(), 0), 0};
@@ -59,7 +57,8 @@ class Emitter {
     const OpLowering& l = lit->second;
     std::vector<int> ids;
     switch (l.kind) {
-      case OpLowering::Kind::StridedView: return load(l.inputs[0], n, map, l.view_offset);
+      case OpLowering::Kind::StridedView:
+        return load(l.inputs[0], n, map, l.view_offset);
       case OpLowering::Kind::View: {
         AxisMap bm;
         const auto& bs = l.inputs[0]->meta->sizes;

@@ -1,9 +1,9 @@
 #include "passes/fuse.h"
 
-#include "passes/fuse_plan.h"
-
 #include <algorithm>
 #include <set>
+
+#include "passes/fuse_plan.h"
 
 namespace tl::passes {
 namespace {
@@ -46,8 +46,10 @@ class Fuser {
       case Kind::Pointwise:
         if (gathers(l, n)) return std::nullopt;  // read from memory at computed offsets
         return operand_map(l, i, sizes(u), g.maps.at(u));
-      case Kind::Reduction: return operand_map(l, i, l.space, g.space_maps.at(u));
-      case Kind::StridedView: return std::nullopt;
+      case Kind::Reduction:
+        return operand_map(l, i, l.space, g.space_maps.at(u));
+      case Kind::StridedView:
+        return std::nullopt;
       case Kind::View: {
         AxisMap m;
         const AxisMap& um = g.maps.at(u);
@@ -106,7 +108,6 @@ class Fuser {
       if (group(u) != gi) return true;
     return false;
   }
-
 
   void commit(const Node* n, int gi, Plan p) {
     Group& g = f_.groups[gi];

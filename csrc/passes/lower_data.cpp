@@ -4,9 +4,10 @@
 // from Index exprs and clamped into the input, so an operand a Where discards
 // is still a safe read); stack uses plain loads, so its producers fuse.
 // Output strides are the node's (meta) strides, as for every stored value.
+#include "passes/lower_data.h"
+
 #include "core/errors.h"
 #include "passes/dtype.h"
-#include "passes/lower_data.h"
 
 namespace tl::passes {
 namespace {
@@ -92,8 +93,7 @@ struct Body {
     const auto& s = x->meta->sizes;
     std::vector<int64_t> st = contiguous_strides(s);
     std::vector<int> coord(s.size(), -1);
-    for (size_t j = 0; j < s.size(); ++j)
-      coord[j] = s[j] == 1 ? k(0) : mod(div(l, st[j]), s[j]);
+    for (size_t j = 0; j < s.size(); ++j) coord[j] = s[j] == 1 ? k(0) : mod(div(l, st[j]), s[j]);
     return read(x, coord, std::vector<int>(s.size(), -1));
   }
 };
@@ -194,8 +194,8 @@ bool roll(RuleCtx& c) {
   const Node* x = same_type_input(c);
   auto shifts = c.ints(c.arg(1, "shifts"));
   const ir::Arg* dims_arg = c.arg(2, "dims");
-  bool no_dims = !dims_arg || (dims_arg->kind == ir::Arg::Kind::Const &&
-                               dims_arg->value.get() == Py_None);
+  bool no_dims =
+      !dims_arg || (dims_arg->kind == ir::Arg::Kind::Const && dims_arg->value.get() == Py_None);
   auto dims = no_dims ? std::optional<std::vector<int64_t>>() : c.ints(dims_arg);
   if (!x || !shifts || (!no_dims && (!dims || dims->size() != shifts->size()))) return false;
   const auto& s = x->meta->sizes;
@@ -244,8 +244,8 @@ bool pad(RuleCtx& c) {
     int64_t lo = (*p)[2 * i], hi = (*p)[2 * i + 1];
     if (lo == 0 && hi == 0) continue;
     int t = b.sub(c.index(static_cast<int>(d)), b.k(lo));
-    int ok = c.binary(ExprOp::And, c.binary(ExprOp::Ge, t, b.k(0)),
-                      c.binary(ExprOp::Lt, t, b.k(s[d])));
+    int ok =
+        c.binary(ExprOp::And, c.binary(ExprOp::Ge, t, b.k(0)), c.binary(ExprOp::Lt, t, b.k(s[d])));
     mask = mask < 0 ? ok : c.binary(ExprOp::And, mask, ok);
     coord[d] = b.clamp(t, 0, s[d] - 1);
   }
@@ -298,7 +298,8 @@ bool stack(RuleCtx& c) {
   if (!list || !d) return false;
   Body b{c};
   std::vector<int> axes;
-  for (size_t j = 0; j + 1 < rank; ++j) axes.push_back(static_cast<int>(static_cast<int64_t>(j) < *d ? j : j + 1));
+  for (size_t j = 0; j + 1 < rank; ++j)
+    axes.push_back(static_cast<int>(static_cast<int64_t>(j) < *d ? j : j + 1));
   std::vector<int> vals;
   for (const ir::Arg& it : list->items) {
     if (!c.is_tensor(&it) || it.node->meta->sizes.size() + 1 != rank) return false;

@@ -3,9 +3,9 @@
 // softmax, log_softmax, logsumexp, layer_norm and rms_norm are one kernel each:
 // two chained reductions (the second reads the first's result) plus a
 // pointwise tail over the full row (see the execution model in loop_ir.h).
-#include <algorithm>
-
 #include "passes/lower_reduction.h"
+
+#include <algorithm>
 
 #include "passes/dtype.h"
 
@@ -111,8 +111,10 @@ bool getitem_values(RuleCtx& c) {
   if (m.args.empty() || !c.is_tensor(&m.args[0])) return false;
   const ir::Arg* dim = m.args.size() > 1 ? &m.args[1] : nullptr;
   for (const auto& [k, v] : m.kwargs) {
-    if (k == "dim") dim = &v;
-    else if (k != "keepdim") return false;
+    if (k == "dim")
+      dim = &v;
+    else if (k != "keepdim")
+      return false;
   }
   auto d = dim ? c.ints(dim) : std::nullopt;
   if (!d || d->size() != 1 || !setup(c, &m.args[0], d)) return false;
@@ -120,8 +122,9 @@ bool getitem_values(RuleCtx& c) {
   if (t == ScalarType::Bool && *idx == 0) return false;
   c.out.absorbed = &m;
   bool is_max = name == "max";
-  if (*idx == 0) return c.finish(c.reduce(is_max ? ExprOp::ReduceMax : ExprOp::ReduceMin,
-                                          c.value(&m.args[0], t)));
+  if (*idx == 0)
+    return c.finish(
+        c.reduce(is_max ? ExprOp::ReduceMax : ExprOp::ReduceMin, c.value(&m.args[0], t)));
   if (reduced_numel(c.out) == 1) return c.finish(c.constant(0, ScalarType::I64));
   ScalarType in = compute_type(c.type_of(&m.args[0]));
   int r = c.reduce(is_max ? ExprOp::ReduceArgMax : ExprOp::ReduceArgMin,
@@ -209,9 +212,10 @@ bool rms_norm(RuleCtx& c) {
   if (!dims || !ir::is_floating(t)) return false;
   // eps=None means torch.finfo(input.dtype).eps.
   ScalarType in = c.type_of(x);
-  double dflt = in == ScalarType::F64 ? 2.220446049250313e-16
-                : in == ScalarType::F16 ? 0.0009765625
-                : in == ScalarType::BF16 ? 0.0078125 : 1.1920928955078125e-07;
+  double dflt = in == ScalarType::F64    ? 2.220446049250313e-16
+                : in == ScalarType::F16  ? 0.0009765625
+                : in == ScalarType::BF16 ? 0.0078125
+                                         : 1.1920928955078125e-07;
   const ir::Arg* eps_arg = none_to_null(c.arg(3, "eps"));
   auto eps = eps_arg ? c.number(eps_arg) : std::optional<double>(dflt);
   if (!eps || !setup(c, x, dims)) return false;

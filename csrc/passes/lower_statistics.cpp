@@ -82,8 +82,7 @@ bool all_any(RuleCtx& c) {
   auto dims = dims_arg(c, 1, "dim", &ok);
   c.arg(2, "keepdim");
   ScalarType out = c.out_type();
-  if (!ok || (out != ScalarType::Bool && out != ScalarType::U8) || !setup(c, x, dims))
-    return false;
+  if (!ok || (out != ScalarType::Bool && out != ScalarType::U8) || !setup(c, x, dims)) return false;
   int truth = c.cast(c.value(x, ScalarType::Bool), ScalarType::U8);
   return c.finish(c.cast(c.reduce(Op, truth), out));
 }

@@ -112,8 +112,10 @@ bool transpose(RuleCtx& c) {
   } else if (rank < 2) {
     d1 = 0;
   }
-  if (rank == 0) d0 = d1 = 0;
-  else if (d0 < 0 || d1 < 0 || d0 >= rank || d1 >= rank) return false;
+  if (rank == 0)
+    d0 = d1 = 0;
+  else if (d0 < 0 || d1 < 0 || d0 >= rank || d1 >= rank)
+    return false;
   for (int64_t i = 0; i < rank; ++i) c.out.base_axes.push_back(static_cast<int>(i));
   if (rank > 0) std::swap(c.out.base_axes[d0], c.out.base_axes[d1]);
   return c.all_kwargs_read();
@@ -188,13 +190,12 @@ void add_view_rules(RuleTable& t) {
   t["permute"] = permute;
   for (const char* n : {"transpose", "swapaxes", "swapdims", "t"}) t[n] = transpose;
   for (const char* n : {"expand", "expand_as", "broadcast_to"}) t[n] = expand;
-  for (const char* n : {"squeeze", "unsqueeze", "view", "reshape", "flatten", "unflatten",
-                        "view_as", "reshape_as"})
+  for (const char* n :
+       {"squeeze", "unsqueeze", "view", "reshape", "flatten", "unflatten", "view_as", "reshape_as"})
     t[n] = reshape;
   auto it = t.find("getitem");
   if (it != t.end() && it->second != alias_view) prev_getitem = it->second;
-  for (const char* n : {"getitem", "narrow", "select", "diagonal"})
-    t[n] = alias_view;
+  for (const char* n : {"getitem", "narrow", "select", "diagonal"}) t[n] = alias_view;
   // Tuple-valued (their nodes are never lowered): the pieces are getitem nodes,
   // lowered above; registered so the OpInfo parity suite covers them.
   for (const char* n : {"split", "split_with_sizes", "chunk", "unbind", "tensor_split"})

@@ -167,14 +167,16 @@ int RuleCtx::constant(double v, ScalarType t) {
   Expr e;
   e.op = ExprOp::Constant;
   e.type = t;
-  if (ir::is_floating(t)) e.value = v;
-  else e.ivalue = t == ScalarType::Bool ? (v != 0) : static_cast<int64_t>(v);
+  if (ir::is_floating(t))
+    e.value = v;
+  else
+    e.ivalue = t == ScalarType::Bool ? (v != 0) : static_cast<int64_t>(v);
   return push(e);
 }
 
 int RuleCtx::unary(ExprOp op, int a) {
-  bool pred = op == ExprOp::IsNan || op == ExprOp::IsInf || op == ExprOp::IsFinite ||
-              op == ExprOp::Not;
+  bool pred =
+      op == ExprOp::IsNan || op == ExprOp::IsInf || op == ExprOp::IsFinite || op == ExprOp::Not;
   return push(Expr{op, pred ? ScalarType::Bool : type(a), {a}});
 }
 

@@ -30,11 +30,11 @@ struct OpLowering {
   // Pointwise, optional: per input (empty: broadcast right-aligned), per input
   // axis, the node axis indexing it or -1 (batch_norm's per-channel stats).
   std::vector<std::vector<int>> input_axes;
-  std::vector<int> base_axes;     // View: per inputs[0] axis, the node axis indexing it, or -1
-  std::vector<int64_t> space;     // Reduction: the iteration space (operand shape)
-  std::vector<int> reduce_dims;   // Reduction: reduced space axes, sorted
-  bool full_result = false;       // Reduction: result has `space`'s shape (softmax)
-  int64_t view_offset = 0;        // StridedView: element offset from inputs[0]'s data
+  std::vector<int> base_axes;          // View: per inputs[0] axis, the node axis indexing it, or -1
+  std::vector<int64_t> space;          // Reduction: the iteration space (operand shape)
+  std::vector<int> reduce_dims;        // Reduction: reduced space axes, sorted
+  bool full_result = false;            // Reduction: result has `space`'s shape (softmax)
+  int64_t view_offset = 0;             // StridedView: element offset from inputs[0]'s data
   const ir::Node* absorbed = nullptr;  // tuple node (x.max(dim)) whose only use this is
 };
 
@@ -52,13 +52,13 @@ class RuleCtx {
   // Argument `pos` or keyword `name` (nullptr if absent). Marks the keyword
   // as understood: a rule fails if the node has a keyword no rule read.
   const ir::Arg* arg(size_t pos, const char* name = nullptr);
-  bool is_tensor(const ir::Arg* a) const;  // a node with supported TensorMeta
+  bool is_tensor(const ir::Arg* a) const;                // a node with supported TensorMeta
   std::optional<double> number(const ir::Arg* a) const;  // Python bool/int/float
   std::optional<std::vector<int64_t>> ints(const ir::Arg* a) const;  // int or list of ints
   std::optional<std::string> str(const ir::Arg* a) const;
   bool all_kwargs_read() const;
 
-  ir::ScalarType out_type() const;      // the node's dtype
+  ir::ScalarType out_type() const;                 // the node's dtype
   ir::ScalarType type_of(const ir::Arg* a) const;  // tensor dtype, or Python number's kind
   ir::ScalarType type(int e) const { return out.body[e].type; }
   bool is_operand(const ir::Arg* a) const { return is_tensor(a) || number(a).has_value(); }
@@ -66,8 +66,8 @@ class RuleCtx {
   // anything else makes finish() fail.
   int value(const ir::Arg* a, ir::ScalarType t);
   int constant(double v, ir::ScalarType t);
-  int unary(ir::ExprOp op, int a);             // same type; b8 for predicates
-  int binary(ir::ExprOp op, int a, int b);     // type of a; b8 for comparisons
+  int unary(ir::ExprOp op, int a);          // same type; b8 for predicates
+  int binary(ir::ExprOp op, int a, int b);  // type of a; b8 for comparisons
   int where(int c, int a, int b);
   int cast(int a, ir::ScalarType t);
   int reduce(ir::ExprOp op, int a);

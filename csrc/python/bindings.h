@@ -5,14 +5,14 @@
 
 namespace tl::python {
 
-void bind_core(pybind11::module_& m);     // counters, logging, errors
-void bind_ir(pybind11::module_& m);       // Graph
-void bind_capture(pybind11::module_& m);  // bytecode disassembly
-void bind_frame(pybind11::module_& m);    // CompiledFunction, disable, reset, configs
-void bind_compile(pybind11::module_& m);  // backend bridge, trace dir, explain graphs
-void bind_passes(pybind11::module_& m);   // partition_summary
-void bind_fx(pybind11::module_& m);       // torch.fx GraphModule -> Graph, FxCompiled
-void bind_cuda(pybind11::module_& m);     // CUDA C of a graph's kernels, NVRTC
+void bind_core(pybind11::module_& m);          // counters, logging, errors
+void bind_ir(pybind11::module_& m);            // Graph
+void bind_capture(pybind11::module_& m);       // bytecode disassembly
+void bind_frame(pybind11::module_& m);         // CompiledFunction, disable, reset, configs
+void bind_compile(pybind11::module_& m);       // backend bridge, trace dir, explain graphs
+void bind_passes(pybind11::module_& m);        // partition_summary
+void bind_fx(pybind11::module_& m);            // torch.fx GraphModule -> Graph, FxCompiled
+void bind_cuda(pybind11::module_& m);          // CUDA C of a graph's kernels, NVRTC
 void bind_cuda_runtime(pybind11::module_& m);  // CUDA driver status, CUBIN cache, test launcher
 
 }  // namespace tl::python

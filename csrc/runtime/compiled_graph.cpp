@@ -79,8 +79,8 @@ const ir::TensorMeta& kernel_meta(const ir::Node* n, const std::string& kernel,
                          << (n ? n->name : "a null node") << ", which has no tensor metadata";
   std::optional<KernelDevice> d = device_of(*n->meta);
   if (!d || (device && !same(*d, *device)))
-    TL_THROW(Value) << "kernel " << kernel << " got " << n->name << " on "
-                    << n->meta->str() << " on a device other than its other tensors' (or one "
+    TL_THROW(Value) << "kernel " << kernel << " got " << n->name << " on " << n->meta->str()
+                    << " on a device other than its other tensors' (or one "
                     << "without a kernel back end)";
   device = d;
   return *n->meta;
@@ -107,8 +107,8 @@ std::optional<KernelDevice> kernel_device(const ir::Graph& graph) {
 struct CompiledGraph::Step {
   std::optional<NodeCall> call;  // an extern node, or a kernel:
   int kernel = -1;
-  KernelPtr fn = nullptr;     // on the CPU
-  cuda::LoadedKernel cu;      // on CUDA
+  KernelPtr fn = nullptr;  // on the CPU
+  cuda::LoadedKernel cu;   // on CUDA
   std::vector<int> in_slots, out_slots;
   std::vector<Alloc> allocs;
   int64_t outer = 1, red = 1;
@@ -178,8 +178,9 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
     }
     steps_.push_back(std::move(s));
   }
-  values_.set_outputs(*graph_, [&](const ir::Node* n) { return slot_of(n, "output"); },
-                      static_cast<int>(steps_.size()));
+  values_.set_outputs(
+      *graph_, [&](const ir::Node* n) { return slot_of(n, "output"); },
+      static_cast<int>(steps_.size()));
   std::vector<std::vector<int>> produced;
   for (auto& s : steps_) produced.push_back(s.out_slots);
   auto release = values_.release_lists(produced, static_cast<int>(n_inputs_));
@@ -262,8 +263,8 @@ bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, RunSta
   bufs.reserve(s.in_slots.size() + s.out_slots.size());
   auto data_ptr = [&](PyObject* t) {
     PyObject* argv[2] = {nullptr, t};
-    PyRef p = PyRef::steal(PyObject_VectorcallMethod(
-        data_ptr_name_.get(), argv + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+    PyRef p = PyRef::steal(PyObject_VectorcallMethod(data_ptr_name_.get(), argv + 1,
+                                                     1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
     bufs.push_back(p ? static_cast<char*>(PyLong_AsVoidPtr(p.get())) : nullptr);
     return p && !PyErr_Occurred();
   };
@@ -290,11 +291,10 @@ bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, RunSta
     if (PyErr_Occurred()) PyErr_Clear(), rs.num_threads = 1;
   }
   // NOTE: the GIL is released while a large kernel runs, as torch's ops do.
-  Py_BEGIN_ALLOW_THREADS
-  cpu::parallel_run(s.fn, s.outer, s.red, bufs.data(), rs.num_threads);
+  Py_BEGIN_ALLOW_THREADS cpu::parallel_run(s.fn, s.outer, s.red, bufs.data(), rs.num_threads);
   Py_END_ALLOW_THREADS
 #endif
-  return true;
+      return true;
 }
 
 // Launches on torch's current stream of the graph's device (asynchronous, as

@@ -1,11 +1,11 @@
 #include "codegen/cpu/kernel_emitter.h"
 
-#include <filesystem>
-#include <fstream>
-
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_os_ostream.h>
 #include <llvm/Support/raw_ostream.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "codegen/cpu/emitter.h"
 #include "core/errors.h"
@@ -170,9 +170,9 @@ void Emitter::rows(llvm::Value* begin, llvm::Value* end) {
     for (size_t bi = 0; bi < base.size(); ++bi)
       base[bi] = b_.CreateNSWAdd(base[bi], b_.CreateNSWMul(cd, b_.getInt64(s_.strides[bi][d])));
   }
-  llvm::Value* row_end = b_.CreateBinaryIntrinsic(
-      llvm::Intrinsic::smin, b_.getInt64(s_.outer[last]),
-      b_.CreateNSWAdd(c_last, b_.CreateNSWSub(end, idx)));
+  llvm::Value* row_end =
+      b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.getInt64(s_.outer[last]),
+                               b_.CreateNSWAdd(c_last, b_.CreateNSWSub(end, idx)));
   Shift at = [&](const Offsets& off, llvm::Value* j) {
     std::vector<llvm::Value*> out(off.size());
     for (size_t bi = 0; bi < off.size(); ++bi)

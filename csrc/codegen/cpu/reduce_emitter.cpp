@@ -109,8 +109,8 @@ void Emitter::plan_stash() {
       distinct = distinct && (out.view.strides[d] != 0 || k_.shape[d] == 1);
     bool reduced_then = false;
     for (size_t r = 0; r < k_.exprs.size(); ++r)
-      reduced_then |= is_reduce(k_.exprs[r].op) && k_.exprs[r].operands[0] == a &&
-                      pass_[r] == q - 1;
+      reduced_then |=
+          is_reduce(k_.exprs[r].op) && k_.exprs[r].operands[0] == a && pass_[r] == q - 1;
     if (!distinct || !reduced_then) continue;
     stash_[a] = static_cast<int>(o);
     stash_pass_[a] = q - 1;
@@ -129,7 +129,7 @@ llvm::Value* Emitter::div_by_reduction(int i) {
 }
 
 void Emitter::reduction_loops(size_t d, const Offsets& off, llvm::Value* rlin,
-                     const std::function<void(const Offsets&)>& body) {
+                              const std::function<void(const Offsets&)>& body) {
   if (d == s_.red.size()) {
     rlin_ = rlin;
     body(off);

@@ -17,8 +17,8 @@ namespace tl::codegen::cuda {
 // where every buffer walks them contiguously (row-major order is kept, which
 // argmax indices rely on). As codegen/cpu/loop_space.h.
 struct Space {
-  std::vector<int64_t> outer;  // at least one axis
-  std::vector<int64_t> red;    // empty iff the kernel has no reduction axes
+  std::vector<int64_t> outer;                 // at least one axis
+  std::vector<int64_t> red;                   // empty iff the kernel has no reduction axes
   std::vector<std::vector<int64_t>> strides;  // [buffer][outer..., red...]
   std::vector<int64_t> offsets;
 };

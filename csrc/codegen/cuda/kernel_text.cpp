@@ -45,9 +45,7 @@ bool by_operand_type(ExprOp op) {
 }
 bool is_index(ExprOp op) { return op == ExprOp::Index; }
 bool is_gather(ExprOp op) { return op == ExprOp::Gather; }
-bool is_leaf(ExprOp op) {
-  return op == ExprOp::Load || op == ExprOp::Constant || is_index(op);
-}
+bool is_leaf(ExprOp op) { return op == ExprOp::Load || op == ExprOp::Constant || is_index(op); }
 size_t arity(ExprOp op) {
   if (is_leaf(op)) return 0;
   if (is_unary(op) || is_reduce(op) || is_gather(op)) return 1;
@@ -268,8 +266,7 @@ std::string Writer::index_value(int64_t axis) const {
   return "(long long)(" + v + " % " + std::to_string(k_.shape[a]) + ")";
 }
 
-void Writer::store_outputs(int pass,
-                           const std::function<void(size_t, const std::string&)>& store) {
+void Writer::store_outputs(int pass, const std::function<void(size_t, const std::string&)>& store) {
   for (size_t o = 0; o < k_.outputs.size(); ++o) {
     if (out_pass_[o] != pass) continue;
     const auto& out = k_.outputs[o];
@@ -346,11 +343,13 @@ void Writer::pointwise_vector(int width) {
     line(pack(n_in_ + o) + " p" + std::to_string(n_in_ + o) + ";");
   line("#pragma unroll");
   open("for (int j = 0; j < " + w + "; ++j)");
-  new_scope([&](int buf) {
-    std::string bs = std::to_string(buf);
-    return s_.strides[buf][0] == 1 ? "p" + bs + ".e[j]"
-                                   : "in" + bs + "[" + std::to_string(s_.offsets[buf]) + "]";
-  }, "i0 + j");
+  new_scope(
+      [&](int buf) {
+        std::string bs = std::to_string(buf);
+        return s_.strides[buf][0] == 1 ? "p" + bs + ".e[j]"
+                                       : "in" + bs + "[" + std::to_string(s_.offsets[buf]) + "]";
+      },
+      "i0 + j");
   store_outputs(0, [&](size_t o, const std::string& v) {
     line("p" + std::to_string(n_in_ + o) + ".e[j] = " + v + ";");
   });

@@ -23,10 +23,16 @@ int64_t product(const std::vector<int64_t>& v) {
 // __shfl_xor_sync has overloads for 32/64-bit ints and floats only.
 const char* shuffle_type(ST t) {
   switch (t) {
-    case ST::F32: case ST::F16: case ST::BF16: return "float";
-    case ST::F64: return "double";
-    case ST::I64: return "long long";
-    default: return "int";
+    case ST::F32:
+    case ST::F16:
+    case ST::BF16:
+      return "float";
+    case ST::F64:
+      return "double";
+    case ST::I64:
+      return "long long";
+    default:
+      return "int";
   }
 }
 }  // namespace
@@ -134,11 +140,15 @@ void Writer::reduce_pass(int p, Rows rows) {
     if (guard) open("if (r < " + len + ")");
   } else {
     switch (rows) {
-      case Rows::Thread: open("for (" + idx_ + " r = 0; r < " + len + "; ++r)"); break;
-      case Rows::Warp: open("for (" + idx_ + " r = lane; r < " + len + "; r += 32)"); break;
+      case Rows::Thread:
+        open("for (" + idx_ + " r = 0; r < " + len + "; ++r)");
+        break;
+      case Rows::Warp:
+        open("for (" + idx_ + " r = lane; r < " + len + "; r += 32)");
+        break;
       case Rows::Block:
-        open("for (" + idx_ + " r = threadIdx.x; r < " + len + "; r += " +
-             std::to_string(block_) + ")");
+        open("for (" + idx_ + " r = threadIdx.x; r < " + len + "; r += " + std::to_string(block_) +
+             ")");
         break;
     }
   }
@@ -185,12 +195,29 @@ namespace {
 bool cheap(const ir::Kernel& k, int i) {
   const ir::Expr& e = k.exprs[i];
   switch (e.op) {
-    case ExprOp::Constant: case ExprOp::Index: case ExprOp::Cast: case ExprOp::Neg:
-    case ExprOp::Abs: case ExprOp::Sign: case ExprOp::Relu: case ExprOp::Not:
-    case ExprOp::BitNot: case ExprOp::IsNan: case ExprOp::IsInf: case ExprOp::IsFinite:
-    case ExprOp::Floor: case ExprOp::Ceil: case ExprOp::Round: case ExprOp::Trunc:
-    case ExprOp::Add: case ExprOp::Sub: case ExprOp::Mul: case ExprOp::Maximum:
-    case ExprOp::Minimum: case ExprOp::Where: case ExprOp::Copysign:
+    case ExprOp::Constant:
+    case ExprOp::Index:
+    case ExprOp::Cast:
+    case ExprOp::Neg:
+    case ExprOp::Abs:
+    case ExprOp::Sign:
+    case ExprOp::Relu:
+    case ExprOp::Not:
+    case ExprOp::BitNot:
+    case ExprOp::IsNan:
+    case ExprOp::IsInf:
+    case ExprOp::IsFinite:
+    case ExprOp::Floor:
+    case ExprOp::Ceil:
+    case ExprOp::Round:
+    case ExprOp::Trunc:
+    case ExprOp::Add:
+    case ExprOp::Sub:
+    case ExprOp::Mul:
+    case ExprOp::Maximum:
+    case ExprOp::Minimum:
+    case ExprOp::Where:
+    case ExprOp::Copysign:
       return true;
     case ExprOp::Div:  // by a row value: a multiply by its hoisted reciprocal (see value())
       return is_reduce(k.exprs[e.operands[1]].op);
@@ -227,7 +254,7 @@ void Writer::plan_row_cache(Rows rows) {
       todo.pop_back();
       if (seen[i]) continue;
       seen[i] = 1;
-      if (is_reduce(k_.exprs[i].op)) continue;  // its value is the pass's accumulator
+      if (is_reduce(k_.exprs[i].op)) continue;               // its value is the pass's accumulator
       if (cache_first_[i] && cache_first_[i] < p) continue;  // read from the cache
       for (int o : k_.exprs[i].operands) todo.push_back(o);
     }
@@ -269,8 +296,8 @@ void Writer::combine(int i, Rows rows) {
       line(a + " = " + reduce_combine(e.op, t, a, ov) + ";");
       return;
     }
-    line("if (" + arg_better(e.op, t, ov, oi, a, ai) + ") { " + a + " = " + ov + "; " + ai +
-         " = " + oi + "; }");
+    line("if (" + arg_better(e.op, t, ov, oi, a, ai) + ") { " + a + " = " + ov + "; " + ai + " = " +
+         oi + "; }");
   };
   open("for (int s = 16; s > 0; s >>= 1)");
   line("const " + T + " ov = (" + T + ")__shfl_xor_sync(0xffffffffu, (" + shuffle_type(t) + ")" +

@@ -1,9 +1,10 @@
 // Types, conversions, constants and the per-kernel prelude of the CUDA C text.
+#include "codegen/cuda/scalar_text.h"
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
 
-#include "codegen/cuda/scalar_text.h"
 #include "core/errors.h"
 
 namespace tl::codegen::cuda {
@@ -13,23 +14,41 @@ bool is_unsigned_type(ST t) { return t == ST::U8 || t == ST::Bool; }
 
 int elem_bytes(ST t) {
   switch (t) {
-    case ST::F64: case ST::I64: return 8;
-    case ST::F32: case ST::I32: return 4;
-    case ST::F16: case ST::BF16: case ST::I16: return 2;
-    default: return 1;
+    case ST::F64:
+    case ST::I64:
+      return 8;
+    case ST::F32:
+    case ST::I32:
+      return 4;
+    case ST::F16:
+    case ST::BF16:
+    case ST::I16:
+      return 2;
+    default:
+      return 1;
   }
 }
 
 const char* reg_type(ST t) {
   switch (t) {
-    case ST::F32: case ST::F16: case ST::BF16: return "float";
-    case ST::F64: return "double";
-    case ST::I8: return "signed char";
-    case ST::I16: return "short";
-    case ST::I32: return "int";
-    case ST::I64: return "long long";
-    case ST::U8: return "unsigned char";
-    case ST::Bool: return "bool";
+    case ST::F32:
+    case ST::F16:
+    case ST::BF16:
+      return "float";
+    case ST::F64:
+      return "double";
+    case ST::I8:
+      return "signed char";
+    case ST::I16:
+      return "short";
+    case ST::I32:
+      return "int";
+    case ST::I64:
+      return "long long";
+    case ST::U8:
+      return "unsigned char";
+    case ST::Bool:
+      return "bool";
   }
   return "?";
 }
@@ -144,19 +163,27 @@ std::string convert(const std::string& v, ST from, ST to) {
 
 std::string from_memory(const std::string& ref, ST t) {
   switch (t) {
-    case ST::F16: return "tl_h2f(" + ref + ")";
-    case ST::BF16: return "tl_bf2f(" + ref + ")";
-    case ST::Bool: return "(" + ref + " != 0)";
-    default: return ref;
+    case ST::F16:
+      return "tl_h2f(" + ref + ")";
+    case ST::BF16:
+      return "tl_bf2f(" + ref + ")";
+    case ST::Bool:
+      return "(" + ref + " != 0)";
+    default:
+      return ref;
   }
 }
 
 std::string to_memory(const std::string& v, ST t) {
   switch (t) {
-    case ST::F16: return "tl_f2h(" + v + ")";
-    case ST::BF16: return "tl_f2bf(" + v + ")";
-    case ST::Bool: return "(unsigned char)(" + v + ")";
-    default: return v;
+    case ST::F16:
+      return "tl_f2h(" + v + ")";
+    case ST::BF16:
+      return "tl_f2bf(" + v + ")";
+    case ST::Bool:
+      return "(unsigned char)(" + v + ")";
+    default:
+      return v;
   }
 }
 
@@ -171,14 +198,16 @@ std::string float_literal(double v, bool f32) {
   }
   char buf[64];
   // Hex float literals are exact.
-  if (f32) std::snprintf(buf, sizeof buf, "%af", static_cast<double>(static_cast<float>(v)));
-  else std::snprintf(buf, sizeof buf, "%a", v);
+  if (f32)
+    std::snprintf(buf, sizeof buf, "%af", static_cast<double>(static_cast<float>(v)));
+  else
+    std::snprintf(buf, sizeof buf, "%a", v);
   return buf;
 }
 
 std::string int_literal(int64_t v, ST t) {
   std::string n = v == std::numeric_limits<int64_t>::min() ? "(-9223372036854775807LL - 1)"
-                                                            : std::to_string(v) + "LL";
+                                                           : std::to_string(v) + "LL";
   return std::string("((") + reg_type(t) + ")" + n + ")";
 }
 }  // namespace
@@ -200,24 +229,36 @@ std::string constant(const ir::Expr& e) {
 std::string lowest(ST t) {
   if (is_float_type(t)) return "(-" + float_literal(INFINITY, t != ST::F64) + ")";
   switch (t) {
-    case ST::Bool: return "false";
-    case ST::U8: return "((unsigned char)0)";
-    case ST::I8: return int_literal(-128, t);
-    case ST::I16: return int_literal(-32768, t);
-    case ST::I32: return int_literal(std::numeric_limits<int32_t>::min(), t);
-    default: return int_literal(std::numeric_limits<int64_t>::min(), t);
+    case ST::Bool:
+      return "false";
+    case ST::U8:
+      return "((unsigned char)0)";
+    case ST::I8:
+      return int_literal(-128, t);
+    case ST::I16:
+      return int_literal(-32768, t);
+    case ST::I32:
+      return int_literal(std::numeric_limits<int32_t>::min(), t);
+    default:
+      return int_literal(std::numeric_limits<int64_t>::min(), t);
   }
 }
 
 std::string highest(ST t) {
   if (is_float_type(t)) return float_literal(INFINITY, t != ST::F64);
   switch (t) {
-    case ST::Bool: return "true";
-    case ST::U8: return "((unsigned char)255)";
-    case ST::I8: return int_literal(127, t);
-    case ST::I16: return int_literal(32767, t);
-    case ST::I32: return int_literal(std::numeric_limits<int32_t>::max(), t);
-    default: return int_literal(std::numeric_limits<int64_t>::max(), t);
+    case ST::Bool:
+      return "true";
+    case ST::U8:
+      return "((unsigned char)255)";
+    case ST::I8:
+      return int_literal(127, t);
+    case ST::I16:
+      return int_literal(32767, t);
+    case ST::I32:
+      return int_literal(std::numeric_limits<int32_t>::max(), t);
+    default:
+      return int_literal(std::numeric_limits<int64_t>::max(), t);
   }
 }
 

@@ -3,10 +3,9 @@
 // header is needed to build.
 #include "runtime/cuda/nvrtc.h"
 
+#include <Python.h>
 #include <dlfcn.h>
 #include <link.h>
-
-#include <Python.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -66,8 +65,10 @@ std::vector<std::string> wheel_roots() {
       PyObject* item = PyList_GET_ITEM(path, i);  // borrowed
       if (!PyUnicode_Check(item)) continue;
       const char* s = PyUnicode_AsUTF8(item);
-      if (s && *s) roots.push_back(s);
-      else PyErr_Clear();
+      if (s && *s)
+        roots.push_back(s);
+      else
+        PyErr_Clear();
     }
   }
   return roots;
@@ -105,8 +106,7 @@ bool bind_all(void* h, Api& a) {
          bind(h, "nvrtcGetProgramLogSize", a.GetProgramLogSize) &&
          bind(h, "nvrtcGetProgramLog", a.GetProgramLog) &&
          bind(h, "nvrtcGetPTXSize", a.GetPTXSize) && bind(h, "nvrtcGetPTX", a.GetPTX) &&
-         bind(h, "nvrtcGetCUBINSize", a.GetCUBINSize) &&
-         bind(h, "nvrtcGetCUBIN", a.GetCUBIN);
+         bind(h, "nvrtcGetCUBINSize", a.GetCUBINSize) && bind(h, "nvrtcGetCUBIN", a.GetCUBIN);
 }
 
 Loaded load() {

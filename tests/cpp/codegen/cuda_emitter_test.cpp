@@ -17,14 +17,14 @@ using tl::runtime::cuda::nvrtc_compile;
 
 namespace {
 
-#define REQUIRE_NVRTC_OR_SKIP()                    \
-  do {                                             \
-    std::string why;                               \
-    if (!nvrtc_available(&why)) {                  \
+#define REQUIRE_NVRTC_OR_SKIP()                     \
+  do {                                              \
+    std::string why;                                \
+    if (!nvrtc_available(&why)) {                   \
       WARN("NVRTC not loadable, skipped: " << why); \
-      SUCCEED();                                   \
-      return;                                      \
-    }                                              \
+      SUCCEED();                                    \
+      return;                                       \
+    }                                               \
   } while (0)
 
 // Compiles both entries to PTX; returns the PTX.
@@ -46,8 +46,9 @@ TEST_CASE("a contiguous pointwise chain has a 16-byte vector entry and compiles"
   REQUIRE_NVRTC_OR_SKIP();
   KernelBuilder b("chain", {64, 1000});
   int x = b.load(b.input(ST::F32, b.contiguous()), ST::F32);
-  int y = b.expr(ExprOp::Add, ST::F32, {b.expr(ExprOp::Mul, ST::F32, {x, b.constant(2, ST::F32)}),
-                                        b.constant(1, ST::F32)});
+  int y =
+      b.expr(ExprOp::Add, ST::F32,
+             {b.expr(ExprOp::Mul, ST::F32, {x, b.constant(2, ST::F32)}), b.constant(1, ST::F32)});
   int z = b.expr(ExprOp::Sub, ST::F32,
                  {b.expr(ExprOp::Sigmoid, ST::F32, {y}), b.expr(ExprOp::Tanh, ST::F32, {x})});
   b.output(z, ST::F32, b.contiguous());
@@ -210,8 +211,8 @@ TEST_CASE("every unary and binary op compiles for every dtype it supports", "[co
       if (o == ExprOp::Cast || (fl && (o == ExprOp::BitNot || o == ExprOp::BitAnd ||
                                        o == ExprOp::BitOr || o == ExprOp::BitXor)))
         continue;
-      bool float_only = (o >= ExprOp::Reciprocal && o <= ExprOp::Erfinv) ||
-                        o == ExprOp::Atan2 || o == ExprOp::Copysign;
+      bool float_only = (o >= ExprOp::Reciprocal && o <= ExprOp::Erfinv) || o == ExprOp::Atan2 ||
+                        o == ExprOp::Copysign;
       if (!fl && float_only) continue;
       bool unary = o <= ExprOp::Cast;
       bool pred = ir::is_comparison(o) || o == ExprOp::IsNan || o == ExprOp::IsInf ||
@@ -255,8 +256,10 @@ TEST_CASE("a broken source is a Value error carrying NVRTC's log", "[codegen][cu
 TEST_CASE("NVRTC reports its version and builds a cubin for sm_90", "[codegen][cuda]") {
   REQUIRE_NVRTC_OR_SKIP();
   CHECK(tl::runtime::cuda::nvrtc_version().major >= 11);
-  std::string cubin = nvrtc_compile("extern \"C\" __global__ void k(float* p) { p[0] = 1; }", "k",
-                                    "sm_90");
+  std::string cubin =
+      nvrtc_compile("extern \"C\" __global__ void k(float* p) { p[0] = 1; }", "k", "sm_90");
   REQUIRE(cubin.size() > 4);
-  CHECK(cubin.substr(0, 4) == "\x7f" "ELF");
+  CHECK(cubin.substr(0, 4) ==
+        "\x7f"
+        "ELF");
 }

@@ -44,8 +44,7 @@ TEST_CASE("index and gather print and verify", "[ir]") {
 }
 
 #ifdef TORCHLITE_HAVE_LLVM
-TEST_CASE("a flip along the last axis of a 2-D array reads through index and gather",
-          "[codegen]") {
+TEST_CASE("a flip along the last axis of a 2-D array reads through index and gather", "[codegen]") {
   // out[i, j] = x[i, 6 - j]: the direct part of x's view walks rows, the gather the columns.
   KernelBuilder b("flip2d", {5, 7});
   int in = b.input(ST::F32, {7, 0});
@@ -62,8 +61,8 @@ TEST_CASE("index along an axis that coalescing merges keeps its coordinate", "[c
   // A contiguous [3, 4] copy would be one flat loop; the index of axis 0 must survive.
   KernelBuilder b("rows", {3, 4});
   int x = b.load(b.input(ST::I64, b.contiguous()), ST::I64);
-  int v = b.expr(ExprOp::Add, ST::I64, {x, b.expr(ExprOp::Mul, ST::I64,
-                                                   {index_expr(b, 0), b.constant(100, ST::I64)})});
+  int v = b.expr(ExprOp::Add, ST::I64,
+                 {x, b.expr(ExprOp::Mul, ST::I64, {index_expr(b, 0), b.constant(100, ST::I64)})});
   b.output(v, ST::I64, b.contiguous());
   std::vector<int64_t> xs(12), out(12);
   for (int i = 0; i < 12; ++i) xs[i] = i;

@@ -1,7 +1,6 @@
 // Reduction kernels: sums, max, argmax, a column reduction, and a softmax
 // whose reduced values feed a second reduction and a per-element output.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -110,7 +109,8 @@ TEST_CASE("softmax and argmax over dim 0 (tiled outer points) match scalar C++",
               Approx(std::exp(xs[r * 37 + c] - xs[best * 37 + c]) / z).epsilon(1e-4));
   }
 }
-TEST_CASE("softmax stored as f32 and bf16 reads its exp back once (stash) and matches", "[codegen]") {
+TEST_CASE("softmax stored as f32 and bf16 reads its exp back once (stash) and matches",
+          "[codegen]") {
   KernelBuilder b("softmax2", {5, 300}, 1);
   int x = b.load(b.input(ST::F32, b.contiguous()), ST::F32);
   int mx = b.expr(ExprOp::ReduceMax, ST::F32, {x});

@@ -2,7 +2,6 @@
 // format, and the driver loader's failure message. Launch paths are covered
 // by tests/python/cuda on a GPU machine.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 
@@ -27,7 +26,10 @@ TEST_CASE("sha256_hex matches the FIPS 180-2 test vectors", "[cuda]") {
 TEST_CASE("cubin cache returns what was stored and ignores corrupt files", "[cuda]") {
   auto dir = (std::filesystem::temp_directory_path() / "tl_cubin_cache_test").string();
   std::filesystem::remove_all(dir);
-  std::string image("\x7f" "ELF some cubin bytes\0with a NUL", 31);
+  std::string image(
+      "\x7f"
+      "ELF some cubin bytes\0with a NUL",
+      31);
   CHECK_FALSE(cu::cubin_load(dir, "k1"));
   cu::cubin_store(dir, "k1", image);
   auto back = cu::cubin_load(dir, "k1");
