@@ -18,7 +18,9 @@ def compiled(fn, *args):
     torchlite.reset_counters()
     out = torchlite.compile(fn)(*args)
     if not _C.has_llvm:  # no CPU code generator in this build: count the planned kernels
-        return out, summary(fn, *args)["kernel_count"]
+        # NOTE: explain() runs fn again: give it copies, fn may mutate its inputs.
+        copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        return out, summary(fn, *copies)["kernel_count"]
     return out, torchlite.counters()["kernels"]
 
 
