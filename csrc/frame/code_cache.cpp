@@ -102,8 +102,17 @@ int count_entries(const ExtraState& st, int config_id) {
 
 int count_entries_for_objects(const ExtraState& st, int config_id, const ir::FrameView& frame) {
   auto same_objects = [&](const CacheEntry& e) {
-    for (const auto& [slot, obj] : e.guards.id_matched_locals())
-      if (slot < 0 || slot >= frame.nlocals || frame.locals[slot] != obj) return false;
+    for (const auto& m : e.guards.id_matched_locals()) {
+      if (m.slot < 0 || m.slot >= frame.nlocals || !frame.locals[m.slot]) return false;
+      PyObject* v = frame.locals[m.slot];
+      if (m.via_self) {
+        PyRef self = PyRef::steal(PyObject_GetAttrString(v, "__self__"));
+        if (!self) PyErr_Clear();
+        if (self.get() != m.obj) return false;
+      } else if (v != m.obj) {
+        return false;
+      }
+    }
     return true;
   };
   return static_cast<int>(std::count_if(st.entries.begin(), st.entries.end(), [&](const auto& e) {

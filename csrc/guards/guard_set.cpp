@@ -29,7 +29,7 @@ struct GuardSet::Impl {
   std::optional<GlobalState> global_state;
   Nodes roots;  // in insertion order; children likewise
   size_t count = 0;
-  std::vector<std::pair<int, const void*>> id_locals;
+  std::vector<GuardSet::IdMatchedLocal> id_locals;
   // Written by the const check(): the GIL serialises every call on a GuardSet.
   mutable std::string failure;
 
@@ -88,10 +88,13 @@ void GuardSet::add_type_match(ir::SourcePtr s, PyObject* type) {
   impl_->add(s, LeafGuard::type_match(type));
 }
 void GuardSet::add_id_match(ir::SourcePtr s, PyObject* obj) {
-  if (s && s->kind == ir::SourceKind::Local) impl_->id_locals.emplace_back(s->index, obj);
+  if (s && s->kind == ir::SourceKind::Local) impl_->id_locals.push_back({s->index, false, obj});
+  if (s && s->kind == ir::SourceKind::Attr && s->name == "__self__" && s->base &&
+      s->base->kind == ir::SourceKind::Local)
+    impl_->id_locals.push_back({s->base->index, true, obj});
   impl_->add(s, LeafGuard::id_match(obj));
 }
-const std::vector<std::pair<int, const void*>>& GuardSet::id_matched_locals() const {
+const std::vector<GuardSet::IdMatchedLocal>& GuardSet::id_matched_locals() const {
   return impl_->id_locals;
 }
 void GuardSet::add_equals_match(ir::SourcePtr s, PyObject* value) {

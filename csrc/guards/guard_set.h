@@ -3,7 +3,6 @@
 // C++ on every call before the compiled entry may run.
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "core/py_ref.h"
@@ -42,11 +41,16 @@ class GuardSet {
   // One guard a line, for guards.txt and explain().
   std::string str() const;
   size_t size() const;
-  // (fast-local slot, object address) of every ID_MATCH on a plain local such
-  // as L['self']. The frame hook's cache-size limit counts only entries whose
-  // ID-matched locals are the current frame's objects, so one forward() shared
+  // Every ID_MATCH on a plain local such as L['self'], or on a bound method's
+  // L['fn'].__self__. The frame hook's cache-size limit counts only entries
+  // whose ID-matched objects are the current frame's, so one forward() shared
   // by twelve layer instances is not mistaken for a recompile loop.
-  const std::vector<std::pair<int, const void*>>& id_matched_locals() const;
+  struct IdMatchedLocal {
+    int slot = -1;              // fast-local slot
+    bool via_self = false;      // the object is that local's __self__
+    const void* obj = nullptr;  // address at trace time (compared, never dereferenced)
+  };
+  const std::vector<IdMatchedLocal>& id_matched_locals() const;
 
  private:
   struct Impl;

@@ -326,3 +326,34 @@ def test_one_forward_shared_by_many_instances_is_not_a_recompile_loop():
     counters = torchlite.counters()
     assert counters["eager_fallbacks"] == 0
     assert counters["graphs"] == 12
+
+
+def test_helper_called_with_the_bound_forward_of_many_instances_is_not_a_recompile_loop():
+    # transformers' apply_chunking_to_forward(self.feed_forward, x) gets a bound method of
+    # each layer: its __self__ is ID-matched, and counts per object like a local would.
+    import warnings
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def feed_forward(self, x):
+            return torch.relu(self.lin(x))
+
+    def apply(forward_fn, x):
+        return forward_fn(x) * 2
+
+    layers = [Layer() for _ in range(12)]
+    compiled = torchlite.compile(apply)
+    torchlite.reset()
+    torchlite.reset_counters()
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the cache_size_limit warning would fail the test
+        for _ in range(2):
+            for layer in layers:
+                torch.testing.assert_close(
+                    compiled(layer.feed_forward, x), apply(layer.feed_forward, x)
+                )
+    assert torchlite.counters()["eager_fallbacks"] == 0
