@@ -56,6 +56,28 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         return const_int(n);
       }
     }
+    if (name == "callable" && args.size() == 1) {
+      const ValuePtr& v = args[0];
+      switch (v->kind) {
+        case VKind::Method:
+        case VKind::Function:
+        case VKind::Partial:
+          return const_bool(true);
+        case VKind::Tensor:
+        case VKind::Tuple:
+        case VKind::List:
+        case VKind::Dict:
+        case VKind::Set:
+          return const_bool(false);
+        case VKind::Const:
+        case VKind::Module:
+        case VKind::Object:
+          if (v->obj) return const_bool(PyCallable_Check(v->obj.get()));
+          break;
+        default:
+          break;
+      }
+    }
     PyRef cls_ref = args.size() == 2 ? const_tuple(args[1]) : PyRef();
     if (name == "isinstance" && cls_ref) {
       const ValuePtr& v = args[0];

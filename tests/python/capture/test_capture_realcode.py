@@ -342,3 +342,21 @@ def test_environment_lookup_and_isinstance_of_methods_capture_in_one_graph():
 
     net = Net()
     check(net.forward, torch.randn(3))
+
+
+def test_callable_of_methods_functions_and_values_matches_eager():
+    class Net(torch.nn.Module):
+        def helper(self):
+            return 1
+
+        def forward(self, x):
+            flags = (
+                callable(self.helper),
+                callable(x.add),
+                callable(x),
+                callable(self),
+                callable(3),
+            )
+            return x * sum(int(f) + 1 for f in flags), flags
+
+    check(Net().forward, torch.randn(3))
