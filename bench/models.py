@@ -25,8 +25,8 @@ import time
 import traceback
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-# NOTE: bench/ holds scripts named like packages (cuda.py would shadow cuda-python, which torch
-# imports), so bench/ leaves sys.path and model_corpus is loaded by file path.
+# NOTE: a bench/ script named like a package would shadow it (a cuda.py here broke torch's
+# import of cuda-python), so bench/ leaves sys.path and model_corpus is loaded by file path.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.join(_HERE, "..", "tests", "python"))
 

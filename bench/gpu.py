@@ -5,7 +5,7 @@ warmup), the ratios, and the cold compile time (first call, from empty in-memory
 caches) of torchlite and inductor. The pointwise case also prints its achieved bandwidth next
 to a device-to-device copy of the same size.
 
-    python bench/cuda.py [--quick] [--skip-inductor] [--only NAME]
+    python bench/gpu.py [--quick] [--skip-inductor] [--only NAME]
 
 --quick uses smaller sizes (a smoke run); the numbers in the README come from the full run.
 """
@@ -22,10 +22,6 @@ _tmp = tempfile.mkdtemp(prefix="tl_bench_")
 os.environ["TORCHLITE_CACHE_DIR"] = os.path.join(_tmp, "torchlite")
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_tmp, "inductor")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# NOTE: `python bench/cuda.py` puts bench/ first on sys.path, where this file would shadow the
-# `cuda` package (cuda-python) that torch.cuda imports.
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
 
 import torch
 import torch.nn.functional as F
