@@ -15,11 +15,9 @@ Each entry builds `(model, args, kwargs)` for one of two sizes:
 from __future__ import annotations
 
 import dataclasses
-import glob
 import importlib.util
 import os
 import sys
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -29,30 +27,17 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch
 
-
-def _work_around_mismatched_torchvision() -> None:
-    """Lets timm import when torchvision's C ops cannot load (same as tests/python/conftest.py).
-
-    NOTE: a CUDA torchvision wheel next to a CPU-only torch fails while registering fake kernels
-    for ops whose library never loaded; pre-seeding that registration module lets the pure-Python
-    rest import. The corpus never calls torchvision's C ops.
-    """
-    spec = importlib.util.find_spec("torchvision")
-    if spec is None or not spec.submodule_search_locations:
-        return
-    libs = glob.glob(os.path.join(spec.submodule_search_locations[0], "_C*.so"))
-    if not libs:
-        return
-    try:
-        torch.ops.load_library(libs[0])
-    except OSError:
-        name = "torchvision._meta_registrations"
-        sys.modules.setdefault(name, types.ModuleType(name))
+# NOTE: appended, not inserted: the workaround is shared with the tests (conftest.py) and lives in
+# their folder; appending keeps it from shadowing anything on the path already.
+_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python")
+if os.path.abspath(_TESTS) not in map(os.path.abspath, sys.path):
+    sys.path.append(_TESTS)
+from torchvision_compat import work_around_mismatched_torchvision
 
 
 def load_model_libs() -> tuple[Any, Any]:
     """(timm or None, transformers or None): whichever of the two imports here."""
-    _work_around_mismatched_torchvision()
+    work_around_mismatched_torchvision()
     libs = []
     for name in ("timm", "transformers"):
         try:
@@ -177,23 +162,38 @@ def _padded_mask(batch: int, seq: int) -> torch.Tensor:
     return mask
 
 
+@dataclasses.dataclass(frozen=True)
+class _Size:
+    """What the text models' configs scale with; every text entry derives its config from one."""
+
+    hidden: int
+    layers: int
+    heads: int
+    ffn: int
+    window: int  # local attention window (gpt_neo, mistral)
+
+
+_CI = _Size(hidden=64, layers=2, heads=2, ffn=128, window=8)
+_FULL = _Size(hidden=256, layers=4, heads=4, ffn=1024, window=64)
+
+
 def _text(
+    name: str,
     cfg_cls: str,
     model_cls: str,
-    ci: dict,
-    full: dict,
+    config: Callable[[_Size], dict],
     seq: int = 16,
     mask: bool = True,
     decoder: bool = False,
 ):
-    """An encoder or decoder taking input_ids (+ attention_mask); `decoder` adds
-    decoder_input_ids for encoder-decoder models."""
+    """An encoder or decoder taking input_ids (+ attention_mask), its config made by `config`
+    from _CI or _FULL; `decoder` adds decoder_input_ids for encoder-decoder models."""
 
     def make(is_full: bool):
         import transformers
 
         # NOTE: use_cache=False: a forward pass, not generation; outputs are plain tensors.
-        cfg = getattr(transformers, cfg_cls)(**(full if is_full else ci), use_cache=False)
+        cfg = getattr(transformers, cfg_cls)(**config(_FULL if is_full else _CI), use_cache=False)
         model = getattr(transformers, model_cls)(cfg)
         batch, n = (4, 128) if is_full else (2, seq)
         kwargs = {"input_ids": _ids(batch, n)}
@@ -203,36 +203,37 @@ def _text(
             kwargs["decoder_input_ids"] = _ids(batch, n // 2)
         return model, (), kwargs
 
-    return make
+    return _tf(name, make)
 
 
-def _bert_like(hidden: int, layers: int, heads: int, **extra) -> dict:
+def _bert_like(s: _Size, **extra) -> dict:
     return dict(
         vocab_size=_VOCAB,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=hidden * 4,
+        hidden_size=s.hidden,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        intermediate_size=s.hidden * 4,
         max_position_embeddings=512,
         **extra,
     )
 
 
-_BERT_CI = _bert_like(64, 2, 2)
-_BERT_FULL = _bert_like(256, 4, 4)
-
-
-def _llama_like(hidden: int, layers: int, heads: int, kv: int, **extra) -> dict:
+def _llama_like(s: _Size, kv: int, **extra) -> dict:
     return dict(
         vocab_size=_VOCAB,
-        hidden_size=hidden,
-        intermediate_size=hidden * 2,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
+        hidden_size=s.hidden,
+        intermediate_size=s.hidden * 2,
+        num_hidden_layers=s.layers,
+        num_attention_heads=2 * s.heads,
         num_key_value_heads=kv,
         max_position_embeddings=512,
         **extra,
     )
+
+
+def _head_dim(s: _Size) -> int:
+    """Per-head width for the models that take it explicitly (t5, gemma; 2 * s.heads heads)."""
+    return s.hidden // (2 * s.heads)
 
 
 def _image_input(is_full: bool, size_ci: int = 32):
@@ -257,25 +258,25 @@ def _vit(is_full: bool):
 def _clip(is_full: bool):
     import transformers
 
-    h, layers = (256, 4) if is_full else (64, 2)
+    s = _FULL if is_full else _CI
     text = dict(
         vocab_size=_VOCAB,
-        hidden_size=h,
-        intermediate_size=h * 2,
-        num_hidden_layers=layers,
-        num_attention_heads=4 if is_full else 2,
+        hidden_size=s.hidden,
+        intermediate_size=s.hidden * 2,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
         max_position_embeddings=77,
         **_SPECIAL,
     )
     vision = {
-        "hidden_size": h,
-        "intermediate_size": h * 2,
-        "num_hidden_layers": layers,
-        "num_attention_heads": 4 if is_full else 2,
+        "hidden_size": s.hidden,
+        "intermediate_size": s.hidden * 2,
+        "num_hidden_layers": s.layers,
+        "num_attention_heads": s.heads,
         "image_size": 224 if is_full else 32,
         "patch_size": 16 if is_full else 8,
     }
-    cfg = transformers.CLIPConfig(text_config=text, vision_config=vision, projection_dim=h)
+    cfg = transformers.CLIPConfig(text_config=text, vision_config=vision, projection_dim=s.hidden)
     batch, n = (4, 77) if is_full else (2, 12)
     kwargs = {
         "input_ids": _ids(batch, n),
@@ -328,183 +329,112 @@ _ENC_DEC = {
 }
 
 TRANSFORMERS = [
-    _tf("bert", _text("BertConfig", "BertModel", _BERT_CI, _BERT_FULL)),
-    _tf("roberta", _text("RobertaConfig", "RobertaModel", _BERT_CI, _BERT_FULL)),
-    _tf(
+    _text("bert", "BertConfig", "BertModel", _bert_like),
+    _text("roberta", "RobertaConfig", "RobertaModel", _bert_like),
+    _text(
         "distilbert",
-        _text(
-            "DistilBertConfig",
-            "DistilBertModel",
-            {"vocab_size": _VOCAB, "dim": 64, "n_layers": 2, "n_heads": 2, "hidden_dim": 128},
-            {"vocab_size": _VOCAB, "dim": 256, "n_layers": 4, "n_heads": 4, "hidden_dim": 1024},
-        ),
+        "DistilBertConfig",
+        "DistilBertModel",
+        lambda s: {
+            "vocab_size": _VOCAB,
+            "dim": s.hidden,
+            "n_layers": s.layers,
+            "n_heads": s.heads,
+            "hidden_dim": s.ffn,
+        },
     ),
-    _tf(
+    _text(
         "albert",
-        _text(
-            "AlbertConfig",
-            "AlbertModel",
-            dict(_BERT_CI, embedding_size=32),
-            dict(_BERT_FULL, embedding_size=128),
-        ),
+        "AlbertConfig",
+        "AlbertModel",
+        lambda s: _bert_like(s, embedding_size=s.hidden // 2),
     ),
-    _tf(
+    _text(
         "electra",
-        _text(
-            "ElectraConfig",
-            "ElectraModel",
-            dict(_BERT_CI, embedding_size=32),
-            dict(_BERT_FULL, embedding_size=128),
-        ),
+        "ElectraConfig",
+        "ElectraModel",
+        lambda s: _bert_like(s, embedding_size=s.hidden // 2),
     ),
-    _tf(
+    _text(
         "gpt2",
-        _text(
-            "GPT2Config",
-            "GPT2LMHeadModel",
-            dict(_GPT2, n_embd=64, n_layer=2, n_head=2),
-            dict(_GPT2, n_embd=256, n_layer=4, n_head=4),
-        ),
+        "GPT2Config",
+        "GPT2LMHeadModel",
+        lambda s: dict(_GPT2, n_embd=s.hidden, n_layer=s.layers, n_head=s.heads),
     ),
-    _tf(
+    _text(
         "gpt_neo",
-        _text(
-            "GPTNeoConfig",
-            "GPTNeoForCausalLM",
-            dict(
-                vocab_size=_VOCAB,
-                hidden_size=64,
-                num_layers=2,
-                num_heads=2,
-                **_SPECIAL,
-                attention_types=[[["global", "local"], 1]],
-                window_size=8,
-                max_position_embeddings=512,
-            ),
-            dict(
-                vocab_size=_VOCAB,
-                hidden_size=256,
-                num_layers=4,
-                num_heads=4,
-                **_SPECIAL,
-                attention_types=[[["global", "local"], 2]],
-                window_size=64,
-                max_position_embeddings=512,
-            ),
+        "GPTNeoConfig",
+        "GPTNeoForCausalLM",
+        lambda s: dict(
+            vocab_size=_VOCAB,
+            hidden_size=s.hidden,
+            num_layers=s.layers,
+            num_heads=s.heads,
+            **_SPECIAL,
+            attention_types=[[["global", "local"], s.layers // 2]],
+            window_size=s.window,
+            max_position_embeddings=512,
         ),
     ),
-    _tf(
+    _text(
         "opt",
-        _text(
-            "OPTConfig",
-            "OPTForCausalLM",
-            {
-                "vocab_size": _VOCAB,
-                "hidden_size": 64,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 2,
-                "ffn_dim": 128,
-                "word_embed_proj_dim": 64,
-                "max_position_embeddings": 512,
-            },
-            {
-                "vocab_size": _VOCAB,
-                "hidden_size": 256,
-                "num_hidden_layers": 4,
-                "num_attention_heads": 4,
-                "ffn_dim": 1024,
-                "word_embed_proj_dim": 256,
-                "max_position_embeddings": 512,
-            },
-        ),
+        "OPTConfig",
+        "OPTForCausalLM",
+        lambda s: {
+            "vocab_size": _VOCAB,
+            "hidden_size": s.hidden,
+            "num_hidden_layers": s.layers,
+            "num_attention_heads": s.heads,
+            "ffn_dim": s.ffn,
+            "word_embed_proj_dim": s.hidden,
+            "max_position_embeddings": 512,
+        },
     ),
-    _tf(
-        "llama",
-        _text(
-            "LlamaConfig", "LlamaForCausalLM", _llama_like(64, 2, 4, 2), _llama_like(256, 4, 8, 4)
-        ),
-    ),
-    _tf(
+    _text("llama", "LlamaConfig", "LlamaForCausalLM", lambda s: _llama_like(s, kv=s.heads)),
+    _text(
         "mistral",
-        _text(
-            "MistralConfig",
-            "MistralForCausalLM",
-            _llama_like(64, 2, 4, 2, sliding_window=8),
-            _llama_like(256, 4, 8, 4, sliding_window=64),
-        ),
+        "MistralConfig",
+        "MistralForCausalLM",
+        lambda s: _llama_like(s, kv=s.heads, sliding_window=s.window),
     ),
-    _tf(
-        "qwen2",
-        _text(
-            "Qwen2Config", "Qwen2ForCausalLM", _llama_like(64, 2, 4, 2), _llama_like(256, 4, 8, 4)
-        ),
-    ),
-    _tf(
+    _text("qwen2", "Qwen2Config", "Qwen2ForCausalLM", lambda s: _llama_like(s, kv=s.heads)),
+    _text(
         "gemma",
-        _text(
-            "GemmaConfig",
-            "GemmaForCausalLM",
-            _llama_like(64, 2, 4, 1, head_dim=16),
-            _llama_like(256, 4, 8, 1, head_dim=32),
-        ),
+        "GemmaConfig",
+        "GemmaForCausalLM",
+        lambda s: _llama_like(s, kv=1, head_dim=_head_dim(s)),
     ),
-    _tf(
-        "phi",
-        _text("PhiConfig", "PhiForCausalLM", _llama_like(64, 2, 4, 4), _llama_like(256, 4, 8, 8)),
-    ),
-    _tf(
+    _text("phi", "PhiConfig", "PhiForCausalLM", lambda s: _llama_like(s, kv=2 * s.heads)),
+    _text(
         "t5",
-        _text(
-            "T5Config",
-            "T5Model",
-            {
-                "vocab_size": _VOCAB,
-                "d_model": 64,
-                "d_kv": 16,
-                "d_ff": 128,
-                "num_layers": 2,
-                "num_heads": 4,
-                "decoder_start_token_id": 0,
-            },
-            {
-                "vocab_size": _VOCAB,
-                "d_model": 256,
-                "d_kv": 32,
-                "d_ff": 1024,
-                "num_layers": 4,
-                "num_heads": 8,
-                "decoder_start_token_id": 0,
-            },
-            decoder=True,
-        ),
+        "T5Config",
+        "T5Model",
+        lambda s: {
+            "vocab_size": _VOCAB,
+            "d_model": s.hidden,
+            "d_kv": _head_dim(s),
+            "d_ff": s.ffn,
+            "num_layers": s.layers,
+            "num_heads": 2 * s.heads,
+            "decoder_start_token_id": 0,
+        },
+        decoder=True,
     ),
-    _tf(
+    _text(
         "bart",
-        _text(
-            "BartConfig",
-            "BartModel",
-            dict(
-                _ENC_DEC,
-                d_model=64,
-                encoder_layers=2,
-                decoder_layers=2,
-                encoder_attention_heads=2,
-                decoder_attention_heads=2,
-                encoder_ffn_dim=128,
-                decoder_ffn_dim=128,
-            ),
-            dict(
-                _ENC_DEC,
-                d_model=256,
-                encoder_layers=4,
-                decoder_layers=4,
-                encoder_attention_heads=4,
-                decoder_attention_heads=4,
-                encoder_ffn_dim=1024,
-                decoder_ffn_dim=1024,
-            ),
-            decoder=True,
+        "BartConfig",
+        "BartModel",
+        lambda s: dict(
+            _ENC_DEC,
+            d_model=s.hidden,
+            encoder_layers=s.layers,
+            decoder_layers=s.layers,
+            encoder_attention_heads=s.heads,
+            decoder_attention_heads=s.heads,
+            encoder_ffn_dim=s.ffn,
+            decoder_ffn_dim=s.ffn,
         ),
+        decoder=True,
     ),
     _tf("vit", _vit),
     _tf("clip", _clip),
