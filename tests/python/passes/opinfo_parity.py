@@ -1,6 +1,6 @@
-"""Helpers for test_opinfo_parity.py: which OpInfos torchlite lowers, and one compiled-vs-eager
-run of a sample input, classified as passed through a kernel, through torch only, a graph break,
-or a failure (a bug)."""
+"""Helpers for test_opinfo_parity.py (CPU) and cuda/test_cuda_opinfo_parity.py: which OpInfos
+torchlite lowers, and one compiled-vs-eager run of a sample input on a device, classified as
+passed through a kernel, through torch only, a graph break, or a failure (a bug)."""
 
 import dataclasses
 import math
@@ -8,6 +8,7 @@ import re
 import types
 from pathlib import Path
 
+import pytest
 import torch
 import torch.utils._pytree as pytree
 
@@ -76,12 +77,12 @@ def op_id(op) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
-def override_tolerances(op, dtype) -> tuple[float, float]:
-    """(rtol, atol) the OpInfo's CPU tolerance overrides set for tests run at `dtype`
+def override_tolerances(op, dtype, device: str = "cpu") -> tuple[float, float]:
+    """(rtol, atol) the OpInfo's tolerance overrides for `device` set for tests run at `dtype`
     (toleranceOverride, else precisionOverride as atol); 0 where it sets none."""
     rtol = atol = 0.0
     for info in op.decorators:
-        if getattr(info, "device_type", None) not in (None, "cpu"):
+        if getattr(info, "device_type", None) not in (None, device):
             continue
         if getattr(info, "dtypes", None) is not None and dtype not in info.dtypes:
             continue
@@ -176,7 +177,7 @@ def _times_two(r):
     return r * 2
 
 
-def run_case(op, dtype, sample, consumer=False) -> tuple[str, str]:
+def run_case(op, dtype, sample, consumer=False, device: str = "cpu") -> tuple[str, str]:
     """Runs one sample eagerly and compiled. Returns (outcome, message), outcome one of
     kernel / extern / break / failed."""
     fn = _as_user_function(op.op)
@@ -197,7 +198,7 @@ def run_case(op, dtype, sample, consumer=False) -> tuple[str, str]:
             return "failed", f"{_describe(sample)}: raised {type(e).__name__}: {e}"
     counters = torchlite.counters()
     try:
-        _compare(actual, expected, override_tolerances(op, dtype))
+        _compare(actual, expected, override_tolerances(op, dtype, device))
     except AssertionError as e:
         where = "kernel" if counters["kernels"] else "extern"
         return "failed", f"{_describe(sample)} [{where}]: {e}"
@@ -206,18 +207,19 @@ def run_case(op, dtype, sample, consumer=False) -> tuple[str, str]:
     return ("kernel" if counters["kernels"] else "extern"), ""
 
 
-def run_op(op) -> tuple[Stats, list[str]]:
+def run_op(op, device: str = "cpu", dtypes=DTYPES) -> tuple[Stats, list[str]]:
+    """Every `device` sample (first MAX_SAMPLES) of each of `dtypes` the op supports there."""
     stats, failures = Stats(), []
-    supported = op.supported_dtypes("cpu")
-    for dtype in DTYPES:
+    supported = op.supported_dtypes(device)
+    for dtype in dtypes:
         if dtype not in supported:
             continue
-        samples = list(op.sample_inputs("cpu", dtype))
+        samples = list(op.sample_inputs(device, dtype))
         stats.skipped += max(0, len(samples) - MAX_SAMPLES)
         variants = (False, True) if op.name in VIEW_OPS else (False,)
         for i, sample in enumerate(samples[:MAX_SAMPLES]):
             for consumer in variants:
-                outcome, msg = run_case(op, dtype, sample, consumer)
+                outcome, msg = run_case(op, dtype, sample, consumer, device)
                 stats.cases += 1
                 if outcome == "break":
                     stats.graph_break += 1
@@ -227,6 +229,24 @@ def run_op(op) -> tuple[Stats, list[str]]:
                     tag = " (* 2)" if consumer else ""
                     failures.append(f"{str(dtype).removeprefix('torch.')} sample {i}{tag} {msg}")
     return stats, failures
+
+
+def check_op(op, results: dict[str, Stats], device: str = "cpu", dtypes=DTYPES) -> None:
+    """The body of a parity test: runs the op on `device`, records its Stats in `results` (for
+    print_table) and fails listing every failed case."""
+    stats, failures = run_op(op, device, dtypes)
+    results[op_id(op)] = stats
+    assert not failures, f"{op_id(op)}: {len(failures)} failed case(s):\n" + "\n".join(failures)
+
+
+def print_table(results: dict[str, Stats], capsys, title: str) -> None:
+    """The last test of a parity module: prints the table, fails if any case failed."""
+    if not results:
+        pytest.skip("no op ran in this session")
+    with capsys.disabled():
+        print(f"\n{title} (first {MAX_SAMPLES} samples per op and dtype):")
+        print(format_table(results))
+    assert sum(s.failed for s in results.values()) == 0
 
 
 def format_table(results: dict[str, Stats]) -> str:

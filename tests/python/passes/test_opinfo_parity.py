@@ -4,7 +4,7 @@ no_grad equals eager within the OpInfo's tolerances. The last test prints the ta
 that ran through a kernel, through torch only (extern), broke the graph, or failed."""
 
 import pytest
-from opinfo_parity import MAX_SAMPLES, Stats, format_table, lowered_opinfos, op_id, run_op
+from opinfo_parity import Stats, check_op, lowered_opinfos, op_id, print_table
 
 OPS = lowered_opinfos()
 _RESULTS: dict[str, Stats] = {}
@@ -12,16 +12,9 @@ _RESULTS: dict[str, Stats] = {}
 
 @pytest.mark.parametrize("op", OPS, ids=op_id)
 def test_compiled_matches_eager(op):
-    stats, failures = run_op(op)
-    _RESULTS[op_id(op)] = stats
-    assert not failures, f"{op_id(op)}: {len(failures)} failed case(s):\n" + "\n".join(failures)
+    check_op(op, _RESULTS)
 
 
 def test_zz_print_parity_table(capsys):
     """Runs last in this module (pytest keeps definition order)."""
-    if not _RESULTS:
-        pytest.skip("no op ran in this session")
-    with capsys.disabled():
-        print(f"\nOpInfo parity (first {MAX_SAMPLES} samples per op and dtype):")
-        print(format_table(_RESULTS))
-    assert sum(s.failed for s in _RESULTS.values()) == 0
+    print_table(_RESULTS, capsys, "OpInfo parity")
