@@ -3,6 +3,7 @@
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
+#include "capture/user_exception.h"
 #include "core/errors.h"
 
 namespace tl::capture {
@@ -53,8 +54,8 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
 ValuePtr Tracer::get_attr(const ValuePtr& obj, const std::string& name) {
   auto r = try_get_attr(obj, name);
   if (!r)
-    graph_break("user_exception",
-                "'" + obj->type_name() + "' object has no attribute '" + name + "'");
+    raise_user(PyExc_AttributeError,
+               "'" + obj->type_name() + "' object has no attribute '" + name + "'");
   return *r;
 }
 
@@ -186,7 +187,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
       PyRef r = PyRef::steal(PyObject_GetAttrString(o, name.c_str()));
       if (!r) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-          graph_break("user_exception", "attribute read raised: " + error_text());
+          raise_current_error("attribute read raised");
         PyErr_Clear();
         return std::nullopt;
       }
@@ -206,6 +207,25 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         return m;
       }
       return ctx_.from_result(r.get());
+    }
+    case VKind::Method: {
+      // A bound method's parts (inspect.signature reads __func__). The function
+      // came from the guarded owner's type, so it needs no guard of its own.
+      if (name == "__self__" && obj->self) return obj->self;
+      PyObject* fn = obj->obj.get();
+      if (!fn || !PyFunction_Check(fn)) break;
+      if (name == "__func__") return Value::constant(obj->obj);
+      if (name == "__name__" || name == "__qualname__" || name == "__module__" ||
+          name == "__doc__" || name == "__wrapped__" || name == "__code__" ||
+          name == "__defaults__" || name == "__kwdefaults__" || name == "__annotations__") {
+        PyRef r = PyRef::steal(PyObject_GetAttrString(fn, name.c_str()));
+        if (!r) {
+          PyErr_Clear();
+          return std::nullopt;
+        }
+        return ctx_.from_result(r.get());
+      }
+      break;
     }
     case VKind::Tuple: {
       if (obj->named_type) {

@@ -5,6 +5,7 @@
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
+#include "capture/user_exception.h"
 #include "core/errors.h"
 
 namespace tl::capture {
@@ -52,7 +53,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       }
       if (v->is_const() || v->kind == VKind::Module) {
         Py_ssize_t n = PyObject_Length(v->obj.get());
-        if (n < 0) graph_break("user_exception", "len() raised: " + error_text());
+        if (n < 0) raise_current_error("len() raised");
         return const_int(n);
       }
     }
@@ -117,7 +118,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
           graph_break("unsupported_value", "isinstance() of a " + v->type_name());
       }
       int r = PyObject_IsSubclass(type, cls);
-      if (r < 0) graph_break("user_exception", "isinstance() raised: " + error_text());
+      if (r < 0) raise_current_error("isinstance() raised");
       return const_bool(r);
     }
     if (name == "type" && args.size() == 1) {
@@ -138,11 +139,20 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     }
     if ((name == "getattr" || name == "hasattr") && args.size() >= 2 && args[1]->is_const() &&
         PyUnicode_Check(args[1]->obj.get())) {
-      auto r = try_get_attr(args[0], utf8(args[1]->obj.get()));
+      const std::string attr = utf8(args[1]->obj.get());
+      std::optional<ValuePtr> r;
+      try {
+        r = try_get_attr(args[0], attr);
+      } catch (UserException& e) {
+        // A Python __getattribute__/__getattr__/property raising AttributeError
+        // means "no attribute", exactly as getattr/hasattr treat it.
+        if (!e.matches(PyExc_AttributeError)) throw;
+      }
       if (name == "hasattr") return const_bool(r.has_value());
       if (r) return *r;
       if (args.size() == 3) return args[2];
-      graph_break("user_exception", "getattr(): no attribute " + utf8(args[1]->obj.get()));
+      raise_user(PyExc_AttributeError,
+                 "'" + args[0]->type_name() + "' object has no attribute '" + attr + "'");
     }
     if (name == "setattr" && args.size() == 3 && args[1]->is_const()) {
       store_attr(args[0], utf8(args[1]->obj.get()), args[2]);
@@ -192,7 +202,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       ValuePtr it = args[0];
       if (it->pos < it->items.size()) return it->items[it->pos++];
       if (args.size() > 1) return args[1];
-      graph_break("user_exception", "StopIteration from next()");
+      raise_user_value(PyExc_StopIteration);
     }
     if (name == "set" && args.size() <= 1 && kwargs.empty())
       return make_set(args.empty() ? std::vector<ValuePtr>{} : iterate(args[0]));

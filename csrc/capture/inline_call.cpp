@@ -8,9 +8,51 @@
 namespace tl::capture {
 using namespace detail;  // NOTE: helpers of this file family only
 
+namespace {
+
+// The real object behind a value whose identity the guards pin down: a
+// constant, a module or object, or a bound method of one (made anew). Null
+// when there is none (tensors, containers built while tracing).
+PyRef materialize(const ValuePtr& v) {
+  if (v->is_const()) return v->obj;
+  if ((v->kind == VKind::Module || v->kind == VKind::Object) && v->obj && !v->attrs) return v->obj;
+  if (v->kind == VKind::Method && v->obj && PyFunction_Check(v->obj.get()) && v->self) {
+    PyRef self = materialize(v->self);
+    if (!self) return {};
+    PyRef m = PyRef::steal(PyMethod_New(v->obj.get(), self.get()));
+    if (!m) throw PythonError();
+    return m;
+  }
+  return {};
+}
+
+// inspect.signature reads a callable's code and attributes only; its body
+// (id() memo tables, enum-heavy Parameter objects) is not worth tracing, so it
+// runs for real on the materialised callable and its result is a constant.
+bool is_introspection(PyObject* func) {
+  static PyObject* signature = [] {
+    PyRef m = PyRef::steal(PyImport_ImportModule("inspect"));
+    PyObject* f = m ? PyObject_GetAttrString(m.get(), "signature") : nullptr;
+    if (!f) PyErr_Clear();
+    return f;  // NOTE: kept for the process lifetime, like the module
+  }();
+  return func && func == signature;
+}
+
+}  // namespace
+
 ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const ValuePtr& made,
                                  std::vector<ValuePtr> args, const KwArgs& kwargs) {
-  PyCodeObject* code = reinterpret_cast<PyCodeObject*>(func ? PyFunction_GET_CODE(func) : made->obj.get());
+  if (is_introspection(func)) {
+    std::vector<ValuePtr> real;
+    for (auto& a : args)
+      if (PyRef r = materialize(a)) real.push_back(Value::constant(r));
+    bool kw_const = true;
+    for (auto& [k, v] : kwargs) kw_const = kw_const && v->is_const();
+    if (real.size() == args.size() && kw_const) return call_pure(ctx_, func, real, kwargs);
+  }
+  PyCodeObject* code =
+      reinterpret_cast<PyCodeObject*>(func ? PyFunction_GET_CODE(func) : made->obj.get());
   PyObject* globals = func ? PyFunction_GET_GLOBALS(func) : globals_;
   int argcount = code->co_argcount, posonly = code->co_posonlyargcount,
       kwonly = code->co_kwonlyargcount;
@@ -21,8 +63,10 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
 
   std::vector<ValuePtr> extra;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (static_cast<int>(i) < argcount) locals[i] = args[i];
-    else extra.push_back(args[i]);
+    if (static_cast<int>(i) < argcount)
+      locals[i] = args[i];
+    else
+      extra.push_back(args[i]);
   }
   if (!extra.empty() && !varargs)
     graph_break("user_exception", fname + "() got too many positional arguments");
@@ -32,7 +76,8 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
     for (int i = posonly; i < argcount + kwonly; ++i)
       if (param_name(i) == k) found = i;
     if (found >= 0) {
-      if (locals[found]) graph_break("user_exception", fname + "() got multiple values for '" + k + "'");
+      if (locals[found])
+        graph_break("user_exception", fname + "() got multiple values for '" + k + "'");
       locals[found] = v;
     } else if (varkw) {
       kwdict->keys.push_back(PyRef::steal(PyUnicode_FromString(k.c_str())));
@@ -47,10 +92,11 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
     PyObject* d = PyFunction_GET_DEFAULTS(func);
     if (d) {
       for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(d); ++i)
-        defaults.push_back(ctx_.wrap(PyTuple_GET_ITEM(d, i),
-                                     ir::Source::item(ir::Source::held(PyRef::borrow(d), "defaults of " + fname),
-                                                      PyRef::steal(PyLong_FromSsize_t(i))),
-                                     false));
+        defaults.push_back(
+            ctx_.wrap(PyTuple_GET_ITEM(d, i),
+                      ir::Source::item(ir::Source::held(PyRef::borrow(d), "defaults of " + fname),
+                                       PyRef::steal(PyLong_FromSsize_t(i))),
+                      false));
     }
   } else {
     defaults = made->items;
@@ -58,8 +104,10 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
   int first_default = argcount - static_cast<int>(defaults.size());
   for (int i = 0; i < argcount; ++i) {
     if (locals[i]) continue;
-    if (i >= first_default) locals[i] = defaults[i - first_default];
-    else graph_break("user_exception", fname + "() missing required argument '" + param_name(i) + "'");
+    if (i >= first_default)
+      locals[i] = defaults[i - first_default];
+    else
+      graph_break("user_exception", fname + "() missing required argument '" + param_name(i) + "'");
   }
   for (int i = argcount; i < argcount + kwonly; ++i) {
     if (locals[i]) continue;
@@ -69,9 +117,11 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
       PyObject* kwd = PyFunction_GET_KW_DEFAULTS(func);
       PyObject* v = kwd ? PyDict_GetItemString(kwd, n.c_str()) : nullptr;
       if (v) {
-        locals[i] = ctx_.wrap(v, ir::Source::item(ir::Source::held(PyRef::borrow(kwd), "kwdefaults of " + fname),
-                                                  PyRef::steal(PyUnicode_FromString(n.c_str()))),
-                              false);
+        locals[i] = ctx_.wrap(
+            v,
+            ir::Source::item(ir::Source::held(PyRef::borrow(kwd), "kwdefaults of " + fname),
+                             PyRef::steal(PyUnicode_FromString(n.c_str()))),
+            false);
         filled = true;
       }
     } else {
@@ -81,7 +131,8 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
           filled = true;
         }
     }
-    if (!filled) graph_break("user_exception", fname + "() missing keyword-only argument '" + n + "'");
+    if (!filled)
+      graph_break("user_exception", fname + "() missing keyword-only argument '" + n + "'");
   }
   int slot = argcount + kwonly;
   if (varargs) locals[slot++] = Value::tuple(std::move(extra));
@@ -98,7 +149,9 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
           cells.push_back(Value::cell(nullptr));
           continue;
         }
-        ValuePtr cv = ctx_.wrap(contents, ir::Source::attr(ir::Source::held(PyRef::borrow(cell), "cell"), "cell_contents"));
+        ValuePtr cv = ctx_.wrap(
+            contents,
+            ir::Source::attr(ir::Source::held(PyRef::borrow(cell), "cell"), "cell_contents"));
         ValuePtr c = Value::cell(cv);
         c->source = cv->source;
         cells.push_back(c);

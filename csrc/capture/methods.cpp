@@ -5,6 +5,7 @@
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
+#include "capture/user_exception.h"
 #include "core/errors.h"
 
 namespace tl::capture {
@@ -47,7 +48,7 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
       return none();
     }
     if (name == "pop" && args.size() <= 1) {
-      if (self->items.empty()) graph_break("user_exception", "pop from empty list");
+      if (self->items.empty()) raise_user(PyExc_IndexError, "pop from empty list");
       Py_ssize_t i = args.empty() ? -1 : PyLong_AsSsize_t(args[0]->obj.get());
       i = normalize_index(PyRef::steal(PyLong_FromSsize_t(i)).get(), self->items.size());
       ValuePtr v = self->items[i];
@@ -96,7 +97,7 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
       int i = dict_find(self, key_of(0));
       if (i < 0) {
         if (args.size() > 1) return args[1];
-        graph_break("user_exception", "KeyError in dict.pop");
+        raise_user_arg(PyExc_KeyError, key_of(0), "KeyError in dict.pop");
       }
       ValuePtr v = self->items[i];
       self->keys.erase(self->keys.begin() + i);

@@ -5,6 +5,7 @@
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
+#include "capture/user_exception.h"
 #include "core/errors.h"
 
 namespace tl::capture {
@@ -16,7 +17,7 @@ bool Tracer::truth(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Const: {
       int r = PyObject_IsTrue(v->obj.get());
-      if (r < 0) graph_break("user_exception", "truth test raised: " + error_text());
+      if (r < 0) raise_current_error("truth test raised");
       return r;
     }
     case VKind::Tensor:
@@ -221,14 +222,22 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
     case VKind::Dict: {
       if (!idx->is_const()) graph_break("unsupported_value", "dict key must be a constant");
       int i = dict_find(c, idx->obj.get());
-      if (i < 0) graph_break("user_exception", "KeyError: " + ir::const_repr(idx->obj.get()));
+      if (i < 0)
+        raise_user_arg(PyExc_KeyError, idx->obj.get(),
+                       "KeyError: " + ir::const_repr(idx->obj.get()));
       return c->items[i];
     }
     case VKind::Const: {
       PyRef key = idx->is_const() ? idx->obj : const_tuple(idx);
       if (!key) graph_break("unsupported_value", "indexing a constant with a traced value");
       PyRef r = PyRef::steal(PyObject_GetItem(c->obj.get(), key.get()));
-      if (!r) graph_break("user_exception", "indexing raised: " + error_text());
+      if (!r) {
+        // A missing key of a watched dict (os.environ's, a registry's) must
+        // recompile when the key appears: guard the dict's version.
+        if (c->source && PyDict_CheckExact(c->obj.get()) && PyErr_ExceptionMatches(PyExc_KeyError))
+          ctx_.guards().add_dict_version(c->source, c->obj.get());
+        raise_current_error("indexing raised");
+      }
       if (c->source && (PyLong_Check(key.get()) || PyUnicode_Check(key.get())))
         return ctx_.wrap(r.get(), ir::Source::item(c->source, key), false);
       return ctx_.from_result(r.get());
@@ -243,8 +252,23 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
     }
     case VKind::Module: {
       if (!idx->is_const()) graph_break("unsupported_value", "module index must be a constant");
+      // `self.layers[:n]` of a ModuleList is a fresh container every call: iterate
+      // it as the list of the guarded container's own items instead.
+      if (PySlice_Check(idx->obj.get()) && c->source &&
+          std::string(Py_TYPE(c->obj.get())->tp_name) == "ModuleList") {
+        Py_ssize_t n = PyObject_Length(c->obj.get());
+        if (n < 0) throw PythonError();
+        ctx_.guards().add_length_match(c->source, n);
+        Py_ssize_t start, stop, step;
+        if (PySlice_Unpack(idx->obj.get(), &start, &stop, &step) < 0) throw PythonError();
+        Py_ssize_t len = PySlice_AdjustIndices(n, &start, &stop, step);
+        std::vector<ValuePtr> items;
+        for (Py_ssize_t i = 0, j = start; i < len; ++i, j += step)
+          items.push_back(subscript(c, const_int(j)));
+        return Value::list(std::move(items));
+      }
       PyRef r = PyRef::steal(PyObject_GetItem(c->obj.get(), idx->obj.get()));
-      if (!r) graph_break("user_exception", "module indexing raised: " + error_text());
+      if (!r) raise_current_error("module indexing raised");
       ir::SourcePtr src;
       if (c->source && (PyLong_Check(idx->obj.get()) || PyUnicode_Check(idx->obj.get())))
         src = ir::Source::item(c->source, idx->obj);
@@ -298,7 +322,7 @@ bool Tracer::contains(const ValuePtr& container, const ValuePtr& item) {
     PyRef key = const_tuple(item);
     if (!key) graph_break("unsupported_value", "'in' test of a " + item->type_name() + " on a set");
     int r = PySet_Contains(container->obj.get(), key.get());
-    if (r < 0) graph_break("user_exception", "'in' raised: " + error_text());
+    if (r < 0) raise_current_error("'in' raised");
     return r;
   }
   if (container->kind == VKind::Object) {

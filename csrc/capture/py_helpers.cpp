@@ -2,6 +2,7 @@
 
 #include "capture/graph_break.h"
 #include "capture/torch_api.h"
+#include "capture/user_exception.h"
 #include "core/errors.h"
 
 namespace tl::capture::detail {
@@ -71,8 +72,7 @@ ValuePtr call_pure(CaptureContext& ctx, PyObject* fn, const std::vector<ValuePtr
     for (auto& [k, v] : kwargs) PyDict_SetItemString(kw.get(), k.c_str(), v->obj.get());
   }
   PyRef r = PyRef::steal(PyObject_Call(fn, pos.get(), kw.get()));
-  if (!r)
-    graph_break("user_exception", callable_desc(fn) + " raised while tracing: " + error_text());
+  if (!r) raise_current_error(callable_desc(fn) + " raised while tracing");
   return ctx.from_result(r.get());
 }
 
@@ -194,7 +194,7 @@ Py_ssize_t normalize_index(PyObject* idx, size_t size) {
   }
   if (i < 0) i += static_cast<Py_ssize_t>(size);
   if (i < 0 || i >= static_cast<Py_ssize_t>(size))
-    graph_break("user_exception", "sequence index out of range");
+    raise_user(PyExc_IndexError, "sequence index out of range");
   return i;
 }
 

@@ -4,6 +4,7 @@
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
+#include "capture/user_exception.h"
 #include "core/errors.h"
 
 namespace tl::capture {
@@ -87,7 +88,9 @@ ValuePtr Tracer::call_base_slot(const ValuePtr& self, const std::string& name,
   if (name == "__getattribute__" && args.size() == 1 && args[0]->is_const() &&
       PyUnicode_Check(args[0]->obj.get())) {
     auto r = try_get_attr(self, utf8(args[0]->obj.get()), /*generic=*/true);
-    if (!r) graph_break("user_exception", "AttributeError: " + utf8(args[0]->obj.get()));
+    if (!r)
+      raise_user(PyExc_AttributeError, "'" + self->type_name() + "' object has no attribute '" +
+                                           utf8(args[0]->obj.get()) + "'");
     return *r;
   }
   if (name == "__init__" && args.empty()) return Value::constant(PyRef::borrow(Py_None));

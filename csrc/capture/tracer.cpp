@@ -6,6 +6,7 @@
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
+#include "capture/user_exception.h"
 #include "core/errors.h"
 
 namespace tl::capture {
@@ -102,20 +103,61 @@ ValuePtr Tracer::run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> fre
       ctx_.location = filename + ":" + std::to_string(inst.line);
     }
     try {
-      // Inlined callees may trace a try body: anything that would raise there breaks the
-      // graph, and the caller then breaks at its CALL, so the handler runs in CPython.
-      if (in_try_[pc_] && depth_ == 0)
-        graph_break("unsupported_bytecode", "try/except or try/finally block in traced code");
       if (++ctx_.instructions > kMaxInstructions)
         graph_break("unsupported_bytecode", "trace too long (loop over many iterations?)");
       ++pc_;
       step(inst);
     } catch (GraphBreak& b) {
-      if (depth_ == 0 && b.top_index < 0) b.top_index = static_cast<int>(index);
+      // An exception of the traced program is caught here when a try block of an
+      // inlined frame covers it; the top-level frame never traces try bodies.
+      auto* user = dynamic_cast<UserException*>(&b);
+      if (user && enter_handler(index, *user)) continue;
+      if (depth_ == 0 && b.top_index < 0) b.top_index = break_point(index);
       throw;
     }
   }
   return return_value_;
+}
+
+bool Tracer::enter_handler(size_t index, const UserException& e) {
+  const int offset = bc_.insts[index].offset;
+  const ExceptionTableEntry* entry = nullptr;
+  for (const auto& x : bc_.exception_table) {
+    if (offset >= x.start && offset < x.end) {
+      entry = &x;
+      break;
+    }
+  }
+  if (!entry) return false;
+  const int h = bc_.index_at_offset(entry->target);
+  TL_CHECK(h >= 0) << "exception handler outside the code of " << utf8(code_->co_name);
+  // A with-block's __exit__ would have to run with the exception; that is not
+  // traced, so neither this frame nor any caller may catch it at trace time.
+  if (bc_.insts[h].opcode == PUSH_EXC_INFO && h + 1 < static_cast<int>(bc_.insts.size()) &&
+      bc_.insts[h + 1].opcode == WITH_EXCEPT_START)
+    graph_break("unsupported_bytecode",
+                "exception leaving a with-block in traced code (" + e.reason() + ")");
+  TL_CHECK(static_cast<int>(stack_.size()) >= entry->depth) << "exception handler stack depth";
+  stack_.resize(entry->depth);
+  if (entry->lasti) push(detail::const_int(offset / 2));
+  push(Value::constant(PyRef::borrow(e.exception())));
+  if (depth_ == 0) try_start_ = try_region_start(index);
+  pc_ = static_cast<size_t>(h);
+  return true;
+}
+
+size_t Tracer::try_region_start(size_t index) const {
+  while (index > 0 && in_try_[index - 1]) --index;
+  return index;
+}
+
+int Tracer::break_point(size_t index) const {
+  // CPython cannot enter a try body or handler in the middle (the bridge that
+  // runs the breaking instruction has no handler): the frame breaks where the
+  // try statement starts, and the try runs in CPython.
+  if (handled_exc_ && try_start_ >= 0) return try_start_;
+  if (in_try_[index]) return static_cast<int>(try_region_start(index));
+  return static_cast<int>(index);
 }
 
 void Tracer::jump_if(const Instruction& inst, bool jump) {
@@ -725,10 +767,45 @@ void Tracer::step(const Instruction& inst) {
       push(Value::constant(PyRef::borrow(Py_None)));
       return;
     }
-    case RAISE_VARARGS:
-      graph_break("user_exception", "raise statement in traced code");
+    case RAISE_VARARGS: {
+      if (arg == 0) {
+        if (!handled_exc_) graph_break("user_exception", "bare raise in traced code");
+        raise_user_value(handled_exc_->obj.get());
+      }
+      if (arg == 2) pop();  // `from cause`: the cause only decorates the traceback
+      ValuePtr exc = pop();
+      if (!exc->is_const()) graph_break("user_exception", "raise statement in traced code");
+      raise_user_value(exc->obj.get());
+    }
     case LOAD_ASSERTION_ERROR:
-      graph_break("user_exception", "assertion failed in traced code");
+      push(Value::constant(PyRef::borrow(PyExc_AssertionError)));
+      return;
+    case PUSH_EXC_INFO: {
+      ValuePtr exc = pop();
+      push(handled_exc_ ? handled_exc_ : none_value());
+      handled_exc_ = exc;
+      push(exc);
+      return;
+    }
+    case CHECK_EXC_MATCH: {
+      ValuePtr type = pop();
+      PyRef types = type->is_const() ? type->obj : detail::const_tuple(type);
+      if (!types || !top()->is_const())
+        graph_break("unsupported_value", "except clause on a traced value");
+      int r = PyErr_GivenExceptionMatches(top()->obj.get(), types.get());
+      push(detail::const_bool(r != 0));
+      return;
+    }
+    case POP_EXCEPT: {
+      ValuePtr prev = pop();
+      handled_exc_ = prev->is_const() && prev->obj.get() == Py_None ? nullptr : prev;
+      return;
+    }
+    case RERAISE: {
+      ValuePtr exc = pop();
+      if (!exc->is_const()) graph_break("user_exception", "re-raise in traced code");
+      raise_user_value(exc->obj.get());
+    }
     case IMPORT_NAME: {
       ValuePtr fromlist = pop();
       ValuePtr level = pop();

@@ -12,6 +12,7 @@
 
 namespace tl::capture {
 
+class UserException;
 using KwArgs = std::vector<std::pair<std::string, ValuePtr>>;
 
 class Tracer {
@@ -87,6 +88,13 @@ class Tracer {
   // torch.finfo, logging calls, object.__setattr__...); nullopt when `fn` is none of them.
   std::optional<ValuePtr> call_library(PyObject* fn, const ValuePtr& self,
                                        std::vector<ValuePtr>& args, KwArgs& kwargs);
+  // Starts the handler covering instruction `index` for an exception raised by
+  // it (CPython's exception-table unwinding); false when no handler covers it.
+  bool enter_handler(size_t index, const UserException& e);
+  // First instruction of the try body containing `index` (in_try_ run).
+  size_t try_region_start(size_t index) const;
+  // The top-level instruction a graph break at `index` stops before.
+  int break_point(size_t index) const;
   void jump_if(const Instruction& inst, bool jump);
   void mark_mutated(const ValuePtr& container);
 
@@ -114,6 +122,10 @@ class Tracer {
   bool generator_ = false;
   std::vector<ValuePtr> yielded_;
   ValuePtr return_value_;
+  // The exception an `except` block of this frame is handling (CPython's
+  // exc_info), or null: PUSH_EXC_INFO saves it, POP_EXCEPT restores it.
+  ValuePtr handled_exc_;
+  int try_start_ = -1;  // top level: the try statement whose handler runs now
 };
 
 }  // namespace tl::capture

@@ -178,13 +178,55 @@ def test_try_body_in_inlined_helper_is_traced_when_it_does_not_raise():
     check(fn, torch.randn(4))
 
 
-def test_try_body_that_raises_breaks_and_matches_eager():
+def test_try_body_that_raises_runs_its_handler_in_one_graph():
     def fn(x):
         v = _helper_with_try({"a": 3.0}, "b")
         return x if v is None else x * v
 
-    x = torch.randn(4)
-    assert_same(torchlite.compile(fn)(x), fn(x))
+    check(fn, torch.randn(4))
+
+
+class ChunkedFeedForward(torch.nn.Module):
+    """transformers' apply_chunking_to_forward reads inspect.signature of a bound method."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def chunk(self, hidden):
+        return self.lin(hidden).relu()
+
+    def forward(self, x):
+        import inspect
+
+        n_args = len(inspect.signature(self.chunk).parameters)
+        assert self.chunk.__func__ is ChunkedFeedForward.chunk and self.chunk.__self__ is self
+        return self.chunk(x) * n_args
+
+
+def test_inspect_signature_and_method_parts_are_captured():
+    check(ChunkedFeedForward(), torch.randn(3, 4))
+
+
+class FirstLayers(torch.nn.Module):
+    """`for layer in self.layers[: config.n]` as Llama-family decoders loop."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(4))
+
+    def forward(self, x):
+        for layer in self.layers[: self.n]:
+            x = layer(x).tanh()
+        for layer in self.layers[::-2]:
+            x = x + layer(x)
+        return x
+
+
+@pytest.mark.parametrize("n", [0, 2, 4])
+def test_module_list_slice_is_iterated_in_one_graph(n):
+    check(FirstLayers(n), torch.randn(2, 4))
 
 
 def test_mapping_registry_with_python_dunders_matches_eager():

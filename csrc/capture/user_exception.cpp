@@ -1,0 +1,60 @@
+#include "capture/user_exception.h"
+
+#include "core/errors.h"
+
+namespace tl::capture {
+namespace {
+
+std::string describe(PyObject* exc) {
+  std::string out = Py_TYPE(exc)->tp_name;
+  PyRef s = PyRef::steal(PyObject_Str(exc));
+  const char* text = s && PyUnicode_Check(s.get()) ? PyUnicode_AsUTF8(s.get()) : nullptr;
+  if (!text) PyErr_Clear();
+  if (text && *text) out += std::string(": ") + text;
+  return out;
+}
+
+}  // namespace
+
+bool UserException::matches(PyObject* type_or_tuple) const {
+  return PyErr_GivenExceptionMatches(exc_.get(), type_or_tuple) != 0;
+}
+
+void raise_user(PyObject* exc_type, const std::string& message) {
+  PyRef exc = PyRef::steal(PyObject_CallFunction(exc_type, "s", message.c_str()));
+  if (!exc) throw PythonError();
+  std::string reason = describe(exc.get());
+  throw UserException(std::move(exc), std::move(reason));
+}
+
+void raise_user_arg(PyObject* exc_type, PyObject* arg, const std::string& reason) {
+  PyRef exc = PyRef::steal(PyObject_CallOneArg(exc_type, arg));
+  if (!exc) throw PythonError();
+  throw UserException(std::move(exc), reason);
+}
+
+void raise_user_value(PyObject* exc_or_class) {
+  PyRef exc;
+  if (PyExceptionInstance_Check(exc_or_class)) {
+    exc = PyRef::borrow(exc_or_class);
+  } else if (PyExceptionClass_Check(exc_or_class)) {
+    exc = PyRef::steal(PyObject_CallNoArgs(exc_or_class));
+    if (!exc) throw PythonError();
+  } else {
+    graph_break("unsupported_value", std::string("raise of a ") + Py_TYPE(exc_or_class)->tp_name);
+  }
+  std::string reason = describe(exc.get());
+  throw UserException(std::move(exc), std::move(reason));
+}
+
+void raise_current_error(const std::string& what) {
+  PyObject *t, *v, *tb;
+  PyErr_Fetch(&t, &v, &tb);
+  PyErr_NormalizeException(&t, &v, &tb);
+  PyRef type = PyRef::steal(t), value = PyRef::steal(v), trace = PyRef::steal(tb);
+  if (!value) graph_break("user_exception", what + ": unknown error");
+  std::string reason = what + ": " + describe(value.get());
+  throw UserException(std::move(value), std::move(reason));
+}
+
+}  // namespace tl::capture

@@ -1,0 +1,43 @@
+#pragma once
+// A Python exception raised by the traced program itself: a missing attribute
+// or dict key, a `raise` statement, a failing call folded at trace time. Unlike
+// other graph breaks it carries the exception object, so an inlined frame whose
+// try block covers the raising instruction can catch it at trace time and run
+// its handler symbolically (PretrainedConfig's `getattr(config, name, default)`
+// and `os.environ.get` work this way). Uncaught, it is a `user_exception`
+// break: the frame runs in CPython, which raises it for real with the user's
+// traceback.
+#include <Python.h>
+
+#include <string>
+
+#include "capture/graph_break.h"
+#include "core/py_ref.h"
+
+namespace tl::capture {
+
+class UserException : public GraphBreak {
+ public:
+  // `exc` is an exception instance (owned).
+  UserException(PyRef exc, std::string reason)
+      : GraphBreak("user_exception", std::move(reason)), exc_(std::move(exc)) {}
+  PyObject* exception() const { return exc_.get(); }  // borrowed
+  // isinstance(exception, type_or_tuple), as an `except` clause tests it.
+  bool matches(PyObject* type_or_tuple) const;
+
+ private:
+  PyRef exc_;
+};
+
+// Raises `exc_type(message)` in the traced program.
+[[noreturn]] void raise_user(PyObject* exc_type, const std::string& message);
+// Raises `exc_type(arg)` (borrowed arg), e.g. KeyError(key) as dict lookups do.
+[[noreturn]] void raise_user_arg(PyObject* exc_type, PyObject* arg, const std::string& reason);
+// Raises an exception value the traced program built: an instance, or a class
+// instantiated with no arguments. Anything else is an `unsupported_value` break.
+[[noreturn]] void raise_user_value(PyObject* exc_or_class);
+// Turns the Python error currently set (by a call folded at trace time) into a
+// UserException; `what` prefixes the break reason.
+[[noreturn]] void raise_current_error(const std::string& what);
+
+}  // namespace tl::capture
