@@ -189,16 +189,59 @@ ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
   }
   PyRef ca = const_tuple(a), cb = const_tuple(b);
   if (ca && cb) return call_pure(ctx_, fn, {Value::constant(ca), Value::constant(cb)}, {});
+  auto custom_eq = [](const ValuePtr& v) {
+    return v->kind == VKind::Object &&
+           Py_TYPE(v->obj.get())->tp_richcompare != PyBaseObject_Type.tp_richcompare;
+  };
+  if ((op == 2 || op == 3) && a->is_const() && custom_eq(b)) return custom_equality(op == 2, a, b);
   if ((op == 2 || op == 3) && (a->kind == VKind::Module || a->kind == VKind::Object) &&
       (b->kind == VKind::Module || b->kind == VKind::Object || b->is_const())) {
     bool same = a->obj.get() == b->obj.get();
     if (a->kind == VKind::Object &&
         Py_TYPE(a->obj.get())->tp_richcompare != PyBaseObject_Type.tp_richcompare)
-      graph_break("unsupported_value", "== on objects with a custom __eq__");
+      return custom_equality(op == 2, a, b);
     return const_bool(op == 2 ? same : !same);
   }
   graph_break("unsupported_value", std::string("comparison ") + names[op] + " of " +
                                        a->type_name() + " and " + b->type_name());
+}
+
+ValuePtr Tracer::custom_equality(bool eq, const ValuePtr& a, const ValuePtr& b) {
+  // The object side's Python __eq__ (the reflected one when `a` is a constant).
+  const ValuePtr& self = a->is_const() ? b : a;
+  const ValuePtr& other = a->is_const() ? a : b;
+  PyTypeObject* type = Py_TYPE(self->obj.get());
+  PyRef eq_name = PyRef::steal(PyUnicode_FromString("__eq__"));
+  PyRef ne_name = PyRef::steal(PyUnicode_FromString("__ne__"));
+  PyObject* eq_fn = _PyType_Lookup(type, eq_name.get());  // borrowed
+  PyObject* ne_fn = _PyType_Lookup(type, ne_name.get());
+  PyObject* default_ne = _PyType_Lookup(&PyBaseObject_Type, ne_name.get());
+  // A Python __eq__ is inlined; object.__ne__ inverts it unless NotImplemented.
+  PyObject* fn = eq ? eq_fn : (ne_fn == default_ne ? eq_fn : ne_fn);
+  if (fn && PyFunction_Check(fn)) {
+    ValuePtr r = inline_function(fn, nullptr, nullptr, {self, other}, {});
+    if (r->is_const() && r->obj.get() == Py_NotImplemented) {
+      bool same = a->obj.get() == b->obj.get();  // the reflected side is not tried
+      if (other->kind == VKind::Object || other->kind == VKind::Module)
+        graph_break("unsupported_value", "== returned NotImplemented on two objects");
+      return const_bool(eq ? same : !same);
+    }
+    if (eq || fn == ne_fn) return r;
+    return const_bool(!truth(r));
+  }
+  // A C-level comparison (an enum with a str or int mixin) has no side effects:
+  // it runs now on the real objects, each pinned by identity.
+  auto pinned = [&](const ValuePtr& v) {
+    if (v->is_const()) return true;
+    if (v->kind != VKind::Object || v->attrs || !v->source) return false;
+    ctx_.guards().add_id_match(v->source, v->obj.get());
+    return true;
+  };
+  if (!pinned(a) || !pinned(b))
+    graph_break("unsupported_value", "== on objects with a custom __eq__");
+  int r = PyObject_RichCompareBool(a->obj.get(), b->obj.get(), eq ? Py_EQ : Py_NE);
+  if (r < 0) raise_current_error("== raised");
+  return const_bool(r == 1);
 }
 
 ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
@@ -332,6 +375,16 @@ bool Tracer::contains(const ValuePtr& container, const ValuePtr& item) {
     std::vector<ValuePtr> args{item};
     KwArgs kw;
     if (auto r = created_object_method(container, "__contains__", args, kw)) return truth(*r);
+  }
+  if (container->is_sequence()) {
+    // As tuple/list `in` does: identity first, then element == item.
+    for (const ValuePtr& e : container->items) {
+      if (e == item) return true;
+      bool is_object = e->kind == VKind::Object || e->kind == VKind::Module || e->is_const();
+      if (is_object && e->obj && e->obj.get() == item->obj.get()) return true;
+      if (truth(compare(2, e, item))) return true;
+    }
+    return false;
   }
   graph_break("unsupported_value", "'in' test on " + container->type_name());
 }

@@ -284,8 +284,12 @@ bool is_partial_type(PyObject* t) {
 // A class whose instances torchlite can model: created by object.__new__ with
 // the default metaclass, defined outside torch.
 bool is_plain_user_class(PyObject* f) {
-  if (!PyType_Check(f) || Py_TYPE(f) != &PyType_Type) return false;
+  if (!PyType_Check(f)) return false;
   auto* t = reinterpret_cast<PyTypeObject*>(f);
+  // A metaclass that keeps type.__call__ (abc.ABCMeta) constructs like `type`;
+  // a class with abstract methods raises TypeError there, so it runs eagerly.
+  if (Py_TYPE(f)->tp_call != PyType_Type.tp_call || (t->tp_flags & Py_TPFLAGS_IS_ABSTRACT))
+    return false;
   // dict subclasses (OrderedDict included) are modelled with symbolic items.
   bool dict_like = PyType_IsSubtype(t, &PyDict_Type) && t->tp_new == PyDict_Type.tp_new;
   if ((t->tp_new != PyBaseObject_Type.tp_new && !dict_like) || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE))

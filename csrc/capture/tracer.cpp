@@ -756,6 +756,24 @@ void Tracer::step(const Instruction& inst) {
 #endif
     case BEFORE_WITH: {
       ValuePtr mgr = pop();
+      if (depth_ > 0 && mgr->kind == VKind::Object) {
+        // A Python context manager (contextlib.nullcontext, transformers'
+        // maybe_autocast when disabled) in an inlined call: __enter__ and
+        // __exit__ are inlined. A break inside breaks the caller at its CALL.
+        PyRef enter_name = PyRef::steal(PyUnicode_FromString("__enter__"));
+        PyRef exit_name = PyRef::steal(PyUnicode_FromString("__exit__"));
+        PyObject* enter = _PyType_Lookup(Py_TYPE(mgr->obj.get()), enter_name.get());
+        PyObject* exit = _PyType_Lookup(Py_TYPE(mgr->obj.get()), exit_name.get());
+        if (enter && exit && PyFunction_Check(enter) && PyFunction_Check(exit)) {
+          ValuePtr exit_method = Value::of_kind(VKind::Method);
+          exit_method->self = mgr;
+          exit_method->obj = PyRef::borrow(exit);
+          ValuePtr entered = inline_function(enter, nullptr, nullptr, {mgr}, {});
+          push(exit_method);
+          push(entered);
+          return;
+        }
+      }
       if (mgr->kind != VKind::GradMode)
         graph_break("unsupported_bytecode",
                     "with-block on a " + mgr->type_name() +

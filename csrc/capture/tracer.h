@@ -47,6 +47,8 @@ class Tracer {
   ValuePtr binary_op(PyObject* op_fn, const ValuePtr& a, const ValuePtr& b);
   ValuePtr unary_op(PyObject* op_fn, const ValuePtr& a);
   ValuePtr compare(int op, const ValuePtr& a, const ValuePtr& b);
+  // `a == b` / `a != b` (eq false) for an object whose type defines __eq__.
+  ValuePtr custom_equality(bool eq, const ValuePtr& a, const ValuePtr& b);
   bool truth(const ValuePtr& v);
   std::vector<ValuePtr> iterate(const ValuePtr& v);  // materialise an iterable
   ValuePtr subscript(const ValuePtr& container, const ValuePtr& index);

@@ -402,3 +402,105 @@ def test_callable_of_methods_functions_and_values_matches_eager():
             return x * sum(int(f) + 1 for f in flags), flags
 
     check(Net().forward, torch.randn(3))
+
+
+class Action(str, __import__("enum").Enum):
+    """transformers' ExplicitEnum: a str mixin, so == is str's C comparison."""
+
+    NONE = "none"
+    RAISE = "raise"
+
+
+@dataclasses.dataclass
+class Version:
+    major: int
+    minor: int
+
+
+class Loose:
+    """A Python __eq__ that declines other types (NotImplemented)."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        if not isinstance(other, Loose):
+            return NotImplemented
+        return self.v == other.v
+
+    __hash__ = None
+
+
+ACTION = {"current": Action.NONE}
+V1, V1_AGAIN, V2 = Version(1, 0), Version(1, 0), Version(2, 0)
+LOOSE_A, LOOSE_B = Loose(1), Loose(1)
+
+
+def test_equality_with_custom_eq_is_captured_and_matches_eager():
+    def fn(x):
+        action = ACTION["current"]
+        k = 1
+        if action == Action.RAISE:
+            k += 10
+        if action != Action.RAISE and "none" == action:
+            k += 2
+        if V1 == V1_AGAIN and V1 != V2:
+            k += 4
+        if LOOSE_A == LOOSE_B and LOOSE_A != 3:
+            k += 8
+        return x * k
+
+    compiled = check(fn, torch.randn(3))
+    ACTION["current"] = Action.RAISE  # an identity guard on the enum member recompiles
+    x = torch.randn(3)
+    assert_same(compiled(x), fn(x))
+    ACTION["current"] = Action.NONE
+
+
+def test_membership_in_a_tuple_of_enum_members_is_captured():
+    def fn(x):
+        action = ACTION["current"]
+        hit = action in (Action.RAISE, Action.NONE)
+        miss = action in (Action.RAISE,)
+        return x * (2 if hit else 3) + (5 if miss else 7)
+
+    check(fn, torch.randn(3))
+
+
+def _scaled_in_context(x, enabled):
+    import contextlib
+
+    ctx = torch.no_grad() if enabled else contextlib.nullcontext()
+    with ctx:
+        y = x * 2
+    return y + 1
+
+
+def test_python_context_manager_in_inlined_helper_is_captured():
+    def fn(x):
+        return _scaled_in_context(x, False).relu()
+
+    check(fn, torch.randn(4))
+
+
+class _AbstractBase(__import__("abc").ABC):
+    @__import__("abc").abstractmethod
+    def scale(self): ...
+
+
+class _Concrete(_AbstractBase):
+    def scale(self):
+        return 3
+
+
+def test_class_with_abc_metaclass_is_constructed_in_traced_code():
+    def fn(x):
+        return x * _Concrete().scale()
+
+    check(fn, torch.randn(4))
+
+    def build_abstract(x):
+        return x * _AbstractBase()  # TypeError, raised as in eager
+
+    with pytest.raises(TypeError, match="abstract"):
+        torchlite.compile(build_abstract)(torch.randn(2))
