@@ -6,14 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "codegen/common/pass_plan.h"
 #include "codegen/cpu/loop_space.h"
 
 namespace tl::codegen::cpu {
-
-inline bool is_reduce(ir::ExprOp op) { return ir::is_reduction(op); }
-inline bool is_arg_reduce(ir::ExprOp op) {
-  return op == ir::ExprOp::ReduceArgMax || op == ir::ExprOp::ReduceArgMin;
-}
 
 class Emitter {
  public:
@@ -23,7 +19,11 @@ class Emitter {
   using Shift = std::function<Offsets(const Offsets&, llvm::Value*)>;
 
   Emitter(const ir::Kernel& k, llvm::Function* f)
-      : k_(k), s_(coalesce(k)), b_(f->getContext()), f_(f), n_in_(k.inputs.size()) {}
+      : k_(k),
+        s_(coalesce(k, /*index_buffers=*/true)),
+        b_(f->getContext()),
+        f_(f),
+        n_in_(k.inputs.size()) {}
   void run();
 
  private:
@@ -69,12 +69,8 @@ class Emitter {
   llvm::Value* rlin_ = nullptr;      // linear index over the reduction axes
   llvm::Value* t_ = nullptr;         // point within the current tile
   int tile_ = 1;
-  // pass_[i]: for a reduction, the pass (1-based loop over the reduction
-  // axes) that computes it; for anything else, the last pass whose result it needs.
-  std::vector<int> pass_, out_pass_;
-  std::vector<char> varies_;  // depends on the reduction axes
-  int n_passes_ = 0;
-  int cur_pass_ = 0;  // the pass being emitted (n_passes_ + 1 after the last)
+  PassPlan plan_;
+  int cur_pass_ = 0;  // the pass being emitted (plan_.n_passes + 1 after the last)
   // stash_[i] = o: expr i (a reduction's operand in pass stash_pass_[i]) is also
   // stored to output o then, and later passes read it back instead of computing
   // it again (softmax's exp); -1 otherwise.

@@ -15,18 +15,6 @@ namespace tl::codegen::cpu {
 namespace {
 using ir::ExprOp;
 using ST = ir::ScalarType;
-
-bool is_unary(ExprOp op) { return op >= ExprOp::Neg && op <= ExprOp::Cast; }
-// Ops whose operand type, not the result type, decides how they compute.
-bool by_operand_type(ExprOp op) {
-  return op == ExprOp::IsNan || op == ExprOp::IsInf || op == ExprOp::IsFinite ||
-         op == ExprOp::Not || (op >= ExprOp::Eq && op <= ExprOp::Xor);
-}
-size_t arity(ExprOp op) {
-  if (op == ExprOp::Load || op == ExprOp::Constant || op == ExprOp::Index) return 0;
-  if (is_unary(op) || is_reduce(op) || op == ExprOp::Gather) return 1;
-  return op == ExprOp::Where ? 3 : 2;
-}
 }  // namespace
 
 void Emitter::run() {
@@ -42,52 +30,10 @@ void Emitter::run() {
   b_.CreateRetVoid();
 }
 
-void Emitter::fail(size_t i, const std::string& why) {
-  {
-    ErrorBuilder(ErrorKind::Internal, __FILE__, __LINE__, "kernel IR")
-        << "kernel " << k_.name << ": expr %" << i << ": " << why;
-  }
-  __builtin_unreachable();  // the builder throws
-}
+void Emitter::fail(size_t i, const std::string& why) { expr_error(k_, "kernel", i, why); }
 
 void Emitter::analyse() {
-  size_t n = k_.exprs.size(), n_outer = k_.shape.size() - k_.reduction_axes;
-  pass_.assign(n, 0);
-  varies_.assign(n, 0);
-  for (size_t i = 0; i < n; ++i) {
-    const ir::Expr& e = k_.exprs[i];
-    if (e.operands.size() != arity(e.op)) fail(i, "wrong operand count");
-    for (int o : e.operands) {
-      if (o < 0 || static_cast<size_t>(o) >= i) fail(i, "operand is not an earlier expr");
-      pass_[i] = std::max(pass_[i], pass_[o]);
-      varies_[i] |= varies_[o];
-    }
-    if (e.op == ExprOp::Load || e.op == ExprOp::Gather) {
-      if (e.buffer < 0 || e.buffer >= n_in_) fail(i, "load of a missing input");
-      const auto& st = k_.inputs[e.buffer].strides;
-      for (size_t d = n_outer; d < st.size(); ++d) varies_[i] |= st[d] != 0;
-    } else if (e.op == ExprOp::Index) {
-      if (s_.index_buffer.count(e.ivalue) == 0) fail(i, "index of a missing axis");
-      varies_[i] = static_cast<size_t>(e.ivalue) >= n_outer;
-    } else if (is_reduce(e.op)) {
-      if (k_.reduction_axes == 0) fail(i, "reduction in a kernel without reduction axes");
-      pass_[i] += 1;
-      varies_[i] = 0;
-      n_passes_ = std::max(n_passes_, pass_[i]);
-    }
-  }
-  for (size_t o = 0; o < k_.outputs.size(); ++o) {
-    int e = k_.outputs[o].expr;
-    if (e < 0 || static_cast<size_t>(e) >= n) fail(o, "output of a missing expr");
-    bool in_loop = false;
-    if (k_.reduction_axes > 0) {
-      const auto& st = k_.outputs[o].view.strides;
-      in_loop = varies_[e];
-      for (size_t d = n_outer; d < st.size(); ++d) in_loop |= st[d] != 0;
-    }
-    out_pass_.push_back(in_loop ? pass_[e] + 1 : 0);
-    n_passes_ = std::max(n_passes_, out_pass_.back());
-  }
+  plan_ = plan_passes(k_, "kernel");
   plan_stash();
 }
 
@@ -138,7 +84,7 @@ void Emitter::store_outputs(int pass) {
       store_elem(b_, value(i), ptrs_[n_in_ + o], off_[n_in_ + o], k_.outputs[o].view.type);
     }
   for (size_t o = 0; o < k_.outputs.size(); ++o) {
-    if (out_pass_[o] != pass) continue;
+    if (plan_.out_pass[o] != pass) continue;
     const auto& out = k_.outputs[o];
     llvm::Value* v = operand(out.expr, out.view.type);
     store_elem(b_, v, ptrs_[n_in_ + o], off_[n_in_ + o], out.view.type);

@@ -70,9 +70,9 @@ void Emitter::reduce_tile(const Offsets& off0, llvm::Value* n, const Shift& at) 
   };
   auto each_reduce = [&](int p, auto&& fn) {
     for (size_t i = 0; i < k_.exprs.size(); ++i)
-      if (is_reduce(k_.exprs[i].op) && pass_[i] == p) fn(static_cast<int>(i));
+      if (is_reduce(k_.exprs[i].op) && plan_.pass[i] == p) fn(static_cast<int>(i));
   };
-  for (int p = 1; p <= n_passes_; ++p) {
+  for (int p = 1; p <= plan_.n_passes; ++p) {
     cur_pass_ = p;
     for_points(off0, [&] { each_reduce(p, [&](int i) { init_acc(i); }); });
     reduction_loops(0, off0, b_.getInt64(0), [&](const Offsets& off) {
@@ -83,7 +83,7 @@ void Emitter::reduce_tile(const Offsets& off0, llvm::Value* n, const Shift& at) 
     });
     each_reduce(p, [&](int i) { done_[i] = 1; });
   }
-  cur_pass_ = n_passes_ + 1;
+  cur_pass_ = plan_.n_passes + 1;
   for_points(off0, [&] { store_outputs(0); });
 }
 
@@ -98,11 +98,12 @@ void Emitter::plan_stash() {
   for (size_t o = 0; o < k_.outputs.size(); ++o) {
     const auto& out = k_.outputs[o];
     const ir::Expr& e = k_.exprs[out.expr];
-    int q = out_pass_[o];
+    int q = plan_.out_pass[o];
     if (q < 2 || (e.op != ExprOp::Div && e.op != ExprOp::Mul)) continue;
     int a = e.operands[0], s = e.operands[1];
     const ir::Expr& ea = k_.exprs[a];
-    if (!varies_[a] || varies_[s] || ea.op == ExprOp::Load || ea.op == ExprOp::Cast) continue;
+    if (!plan_.varies[a] || plan_.varies[s] || ea.op == ExprOp::Load || ea.op == ExprOp::Cast)
+      continue;
     if (out.view.type != ea.type || stash_[a] >= 0) continue;
     bool distinct = true;  // every point of the row has its own element
     for (size_t d = n_outer; d < out.view.strides.size(); ++d)
@@ -110,7 +111,7 @@ void Emitter::plan_stash() {
     bool reduced_then = false;
     for (size_t r = 0; r < k_.exprs.size(); ++r)
       reduced_then |=
-          is_reduce(k_.exprs[r].op) && k_.exprs[r].operands[0] == a && pass_[r] == q - 1;
+          is_reduce(k_.exprs[r].op) && k_.exprs[r].operands[0] == a && plan_.pass[r] == q - 1;
     if (!distinct || !reduced_then) continue;
     stash_[a] = static_cast<int>(o);
     stash_pass_[a] = q - 1;
@@ -121,7 +122,7 @@ void Emitter::plan_stash() {
 // the row loop (as eager's softmax scales by 1 / sum).
 llvm::Value* Emitter::div_by_reduction(int i) {
   const ir::Expr& e = k_.exprs[i];
-  if (e.op != ExprOp::Div || !is_float_type(e.type) || !varies_[e.operands[0]]) return nullptr;
+  if (e.op != ExprOp::Div || !is_float_type(e.type) || !plan_.varies[e.operands[0]]) return nullptr;
   if (!is_reduce(k_.exprs[e.operands[1]].op)) return nullptr;
   llvm::Value* r = operand(e.operands[1], e.type);
   llvm::Value* recip = b_.CreateFDiv(llvm::ConstantFP::get(r->getType(), 1.0), r);

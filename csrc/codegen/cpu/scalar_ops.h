@@ -6,18 +6,14 @@
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
 
+#include "codegen/common/scalar_types.h"
 #include "ir/loop_ir.h"
 
 namespace tl::codegen::cpu {
 
 using Builder = llvm::IRBuilder<>;
 
-bool is_float_type(ir::ScalarType t);
-bool is_unsigned_type(ir::ScalarType t);  // u8 and bool
-int elem_bytes(ir::ScalarType t);
 const char* type_name(ir::ScalarType t);
-// The type both operands of a comparison are converted to (torch promotion).
-ir::ScalarType promote_types(ir::ScalarType a, ir::ScalarType b);
 
 llvm::Type* reg_type(llvm::LLVMContext& c, ir::ScalarType t);
 llvm::Type* mem_type(llvm::LLVMContext& c, ir::ScalarType t);

@@ -9,57 +9,37 @@ namespace tl::codegen::cpu {
 using ir::ScalarType;
 using ST = ir::ScalarType;
 
-bool is_float_type(ScalarType t) {
-  return t == ST::F32 || t == ST::F64 || t == ST::F16 || t == ST::BF16;
-}
-bool is_unsigned_type(ScalarType t) { return t == ST::U8 || t == ST::Bool; }
-
-int elem_bytes(ScalarType t) {
-  switch (t) {
-    case ST::F64: case ST::I64: return 8;
-    case ST::F32: case ST::I32: return 4;
-    case ST::F16: case ST::BF16: case ST::I16: return 2;
-    default: return 1;
-  }
-}
-
 const char* type_name(ScalarType t) {
   static const char* names[] = {"f32", "f64", "f16", "bf16", "i8",
-                                 "i16", "i32", "i64", "u8",   "bool"};
+                                "i16", "i32", "i64", "u8",   "bool"};
   return names[static_cast<int>(t)];
-}
-
-ScalarType promote_types(ScalarType a, ScalarType b) {
-  if (a == b) return a;
-  bool fa = is_float_type(a), fb = is_float_type(b);
-  if (fa || fb) {
-    if (a == ST::F64 || b == ST::F64) return ST::F64;
-    if (fa && fb) return ST::F32;  // f16 with bf16 (or f32): computed in f32 anyway
-    return fa ? a : b;
-  }
-  if (a == ST::Bool) return b;
-  if (b == ST::Bool) return a;
-  if ((a == ST::U8 && b == ST::I8) || (a == ST::I8 && b == ST::U8)) return ST::I16;
-  if (a == ST::U8) return b;
-  if (b == ST::U8) return a;
-  return elem_bytes(a) >= elem_bytes(b) ? a : b;
 }
 
 llvm::Type* reg_type(llvm::LLVMContext& c, ScalarType t) {
   switch (t) {
-    case ST::F64: return llvm::Type::getDoubleTy(c);
-    case ST::F32: case ST::F16: case ST::BF16: return llvm::Type::getFloatTy(c);
-    case ST::Bool: return llvm::Type::getInt1Ty(c);
-    default: return llvm::Type::getIntNTy(c, 8 * elem_bytes(t));
+    case ST::F64:
+      return llvm::Type::getDoubleTy(c);
+    case ST::F32:
+    case ST::F16:
+    case ST::BF16:
+      return llvm::Type::getFloatTy(c);
+    case ST::Bool:
+      return llvm::Type::getInt1Ty(c);
+    default:
+      return llvm::Type::getIntNTy(c, 8 * elem_bytes(t));
   }
 }
 
 llvm::Type* mem_type(llvm::LLVMContext& c, ScalarType t) {
   switch (t) {
-    case ST::F16: return llvm::Type::getHalfTy(c);
-    case ST::BF16: return llvm::Type::getInt16Ty(c);
-    case ST::Bool: return llvm::Type::getInt8Ty(c);
-    default: return reg_type(c, t);
+    case ST::F16:
+      return llvm::Type::getHalfTy(c);
+    case ST::BF16:
+      return llvm::Type::getInt16Ty(c);
+    case ST::Bool:
+      return llvm::Type::getInt8Ty(c);
+    default:
+      return reg_type(c, t);
   }
 }
 
@@ -111,21 +91,31 @@ llvm::Value* load_elem(Builder& b, llvm::Value* base, llvm::Value* off, ScalarTy
   llvm::Value* p = b.CreateInBoundsGEP(mt, base, off);
   llvm::Value* v = b.CreateAlignedLoad(mt, p, llvm::Align(elem_bytes(t)));
   switch (t) {
-    case ST::F16: return b.CreateFPExt(v, b.getFloatTy());
+    case ST::F16:
+      return b.CreateFPExt(v, b.getFloatTy());
     case ST::BF16:
       return b.CreateBitCast(b.CreateShl(b.CreateZExt(v, b.getInt32Ty()), 16), b.getFloatTy());
-    case ST::Bool: return b.CreateICmpNE(v, b.getInt8(0));
-    default: return v;
+    case ST::Bool:
+      return b.CreateICmpNE(v, b.getInt8(0));
+    default:
+      return v;
   }
 }
 
 void store_elem(Builder& b, llvm::Value* v, llvm::Value* base, llvm::Value* off, ScalarType t) {
   llvm::Type* mt = mem_type(b.getContext(), t);
   switch (t) {
-    case ST::F16: v = b.CreateFPTrunc(v, mt); break;
-    case ST::BF16: v = b.CreateTrunc(b.CreateLShr(bf16_round_bits(b, v), 16), mt); break;
-    case ST::Bool: v = b.CreateZExt(v, mt); break;
-    default: break;
+    case ST::F16:
+      v = b.CreateFPTrunc(v, mt);
+      break;
+    case ST::BF16:
+      v = b.CreateTrunc(b.CreateLShr(bf16_round_bits(b, v), 16), mt);
+      break;
+    case ST::Bool:
+      v = b.CreateZExt(v, mt);
+      break;
+    default:
+      break;
   }
   llvm::Value* p = b.CreateInBoundsGEP(mt, base, off);
   b.CreateAlignedStore(v, p, llvm::Align(elem_bytes(t)));

@@ -8,26 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "codegen/common/loop_space.h"
+#include "codegen/common/pass_plan.h"
 #include "codegen/cuda/cuda_kernel.h"
 #include "codegen/cuda/scalar_text.h"
 
 namespace tl::codegen::cuda {
-
-// The iteration space the loops run: size-1 axes dropped, neighbours merged
-// where every buffer walks them contiguously (row-major order is kept, which
-// argmax indices rely on). As codegen/cpu/loop_space.h.
-struct Space {
-  std::vector<int64_t> outer;                 // at least one axis
-  std::vector<int64_t> red;                   // empty iff the kernel has no reduction axes
-  std::vector<std::vector<int64_t>> strides;  // [buffer][outer..., red...]
-  std::vector<int64_t> offsets;
-};
-Space coalesce(const ir::Kernel& k);
-
-inline bool is_reduce(ir::ExprOp op) { return ir::is_reduction(op); }
-inline bool is_arg_reduce(ir::ExprOp op) {
-  return op == ir::ExprOp::ReduceArgMax || op == ir::ExprOp::ReduceArgMin;
-}
 
 class Writer {
  public:
@@ -90,7 +76,7 @@ class Writer {
   const ir::Kernel& k_;
   std::string name_;
   Target target_;
-  Space s_;
+  LoopSpace s_;  // without index buffers: index_value() derives coordinates
   int n_in_;
   std::string idx_ = "unsigned";  // index type: 32-bit unless sizes need 64
   std::ostringstream os_;
@@ -104,11 +90,7 @@ class Writer {
   std::string rlin_;                // linear index over the reduction axes
   int tmp_ = 0;
   int block_ = 256;
-  // As the CPU emitter: pass_[i] is the pass over the reduction axes that
-  // computes reduction i, or the last pass whose result expr i needs.
-  std::vector<int> pass_, out_pass_;
-  std::vector<char> varies_;
-  int n_passes_ = 0;
+  PassPlan plan_;
   // Row cache (warp/block rows that fit in registers): each thread keeps the
   // values of the Loads that several passes read in `rc<expr>[cache_n_]`,
   // loaded by the first pass that reads them (cache_first_[i]; 0 = not cached).

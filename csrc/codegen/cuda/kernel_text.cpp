@@ -11,141 +11,23 @@ namespace tl::codegen::cuda {
 using ir::ExprOp;
 
 namespace {
-struct Axes {
-  std::vector<int64_t> sizes;
-  std::vector<std::vector<int64_t>> strides;  // [buffer][axis]
-};
-
-// Drops size-1 axes, then merges axis d into the previous one when every
-// buffer has stride[prev] == stride[d] * size[d].
-Axes merge(const Axes& a) {
-  Axes out;
-  out.strides.resize(a.strides.size());
-  for (size_t d = 0; d < a.sizes.size(); ++d) {
-    if (a.sizes[d] == 1) continue;
-    bool mergeable = !out.sizes.empty();
-    for (size_t b = 0; mergeable && b < a.strides.size(); ++b)
-      mergeable = out.strides[b].back() == a.strides[b][d] * a.sizes[d];
-    if (mergeable) {
-      out.sizes.back() *= a.sizes[d];
-      for (size_t b = 0; b < a.strides.size(); ++b) out.strides[b].back() = a.strides[b][d];
-      continue;
-    }
-    out.sizes.push_back(a.sizes[d]);
-    for (size_t b = 0; b < a.strides.size(); ++b) out.strides[b].push_back(a.strides[b][d]);
-  }
-  return out;
-}
-
-bool is_unary(ExprOp op) { return op >= ExprOp::Neg && op <= ExprOp::Cast; }
-// Ops whose operand type, not the result type, decides how they compute.
-bool by_operand_type(ExprOp op) {
-  return op == ExprOp::IsNan || op == ExprOp::IsInf || op == ExprOp::IsFinite ||
-         op == ExprOp::Not || (op >= ExprOp::Eq && op <= ExprOp::Xor);
-}
 bool is_index(ExprOp op) { return op == ExprOp::Index; }
 bool is_gather(ExprOp op) { return op == ExprOp::Gather; }
-bool is_leaf(ExprOp op) { return op == ExprOp::Load || op == ExprOp::Constant || is_index(op); }
-size_t arity(ExprOp op) {
-  if (is_leaf(op)) return 0;
-  if (is_unary(op) || is_reduce(op) || is_gather(op)) return 1;
-  return op == ExprOp::Where ? 3 : 2;
-}
 }  // namespace
 
-Space coalesce(const ir::Kernel& k) {
-  size_t n = k.shape.size();
-  TL_CHECK(k.reduction_axes >= 0 && static_cast<size_t>(k.reduction_axes) <= n)
-      << "kernel " << k.name << ": " << k.reduction_axes << " reduction axes of " << n;
-  size_t n_outer = n - k.reduction_axes;
-  std::vector<const ir::BufferView*> views;
-  for (auto& v : k.inputs) views.push_back(&v);
-  for (auto& o : k.outputs) views.push_back(&o.view);
-  Axes outer, red;
-  outer.strides.resize(views.size());
-  red.strides.resize(views.size());
-  for (size_t d = 0; d < n; ++d) (d < n_outer ? outer : red).sizes.push_back(k.shape[d]);
-  for (size_t b = 0; b < views.size(); ++b) {
-    TL_CHECK(views[b]->strides.size() == n)
-        << "kernel " << k.name << ": buffer " << b << " has " << views[b]->strides.size()
-        << " strides for " << n << " axes";
-    for (size_t d = 0; d < n; ++d)
-      (d < n_outer ? outer : red).strides[b].push_back(views[b]->strides[d]);
-  }
-  outer = merge(outer);
-  red = merge(red);
-  auto ensure_axis = [&](Axes& a) {
-    if (!a.sizes.empty()) return;
-    a.sizes.push_back(1);
-    for (auto& s : a.strides) s.push_back(0);
-  };
-  ensure_axis(outer);
-  if (k.reduction_axes > 0) ensure_axis(red);
-  Space s;
-  s.outer = outer.sizes;
-  s.red = red.sizes;
-  for (size_t b = 0; b < views.size(); ++b) {
-    auto st = outer.strides[b];
-    st.insert(st.end(), red.strides[b].begin(), red.strides[b].end());
-    s.strides.push_back(std::move(st));
-    s.offsets.push_back(views[b]->offset);
-  }
-  return s;
-}
-
 Writer::Writer(const ir::Kernel& k, const std::string& name, const Target& t)
-    : k_(k), name_(name), target_(t), s_(coalesce(k)), n_in_(static_cast<int>(k.inputs.size())) {}
+    : k_(k),
+      name_(name),
+      target_(t),
+      s_(coalesce(k, /*index_buffers=*/false)),
+      n_in_(static_cast<int>(k.inputs.size())) {}
 
-void Writer::fail(size_t i, const std::string& why) const {
-  {
-    ErrorBuilder(ErrorKind::Internal, __FILE__, __LINE__, "kernel IR")
-        << "CUDA kernel " << k_.name << ": expr %" << i << ": " << why;
-  }
-  __builtin_unreachable();  // the builder throws
-}
+void Writer::fail(size_t i, const std::string& why) const { expr_error(k_, "CUDA kernel", i, why); }
 
 void Writer::analyse() {
-  size_t n = k_.exprs.size(), n_outer = k_.shape.size() - k_.reduction_axes;
-  pass_.assign(n, 0);
-  varies_.assign(n, 0);
-  for (size_t i = 0; i < n; ++i) {
-    const ir::Expr& e = k_.exprs[i];
-    if (ir::expr_op_arity(e.op) != (is_leaf(e.op) ? -1 : static_cast<int>(arity(e.op))))
-      fail(i, std::string("op ") + ir::expr_op_name(e.op) + " is not known to the CUDA emitter");
-    if (e.operands.size() != arity(e.op)) fail(i, "wrong operand count");
-    for (int o : e.operands) {
-      if (o < 0 || static_cast<size_t>(o) >= i) fail(i, "operand is not an earlier expr");
-      pass_[i] = std::max(pass_[i], pass_[o]);
-      varies_[i] |= varies_[o];
-    }
-    if (e.op == ExprOp::Load || is_gather(e.op)) {
-      if (e.buffer < 0 || e.buffer >= n_in_) fail(i, "load of a missing input");
-      const auto& st = k_.inputs[e.buffer].strides;
-      for (size_t d = n_outer; d < st.size(); ++d) varies_[i] |= st[d] != 0;
-      has_gather_ |= is_gather(e.op);
-    } else if (is_index(e.op)) {
-      if (e.ivalue < 0 || static_cast<size_t>(e.ivalue) >= k_.shape.size())
-        fail(i, "index of a missing axis");
-      varies_[i] = static_cast<size_t>(e.ivalue) >= n_outer;
-    } else if (is_reduce(e.op)) {
-      if (k_.reduction_axes == 0) fail(i, "reduction in a kernel without reduction axes");
-      pass_[i] += 1;
-      varies_[i] = 0;
-      n_passes_ = std::max(n_passes_, pass_[i]);
-    }
-  }
-  for (size_t o = 0; o < k_.outputs.size(); ++o) {
-    int e = k_.outputs[o].expr;
-    if (e < 0 || static_cast<size_t>(e) >= n) fail(o, "output of a missing expr");
-    bool in_loop = false;
-    if (k_.reduction_axes > 0) {
-      const auto& st = k_.outputs[o].view.strides;
-      in_loop = varies_[e];
-      for (size_t d = n_outer; d < st.size(); ++d) in_loop |= st[d] != 0;
-    }
-    out_pass_.push_back(in_loop ? pass_[e] + 1 : 0);
-    n_passes_ = std::max(n_passes_, out_pass_.back());
-  }
+  plan_ = plan_passes(k_, "CUDA kernel");
+  has_gather_ = std::any_of(k_.exprs.begin(), k_.exprs.end(),
+                            [](const ir::Expr& e) { return is_gather(e.op); });
 }
 
 // 32-bit indices unless a linear index or an element offset can reach 2^31.
@@ -228,7 +110,7 @@ std::string Writer::value(int i) {
     v = constant(e);
   } else if (e.op == ExprOp::Cast) {
     v = operand(ops[0], e.type);
-  } else if (e.op == ExprOp::Div && is_float_type(e.type) && varies_[ops[0]] &&
+  } else if (e.op == ExprOp::Div && is_float_type(e.type) && plan_.varies[ops[0]] &&
              is_reduce(k_.exprs[ops[1]].op)) {
     // As eager's softmax and the CPU emitter: scale by the reciprocal of a row value.
     v = "(" + operand(ops[0], e.type) + " * (1 / " + operand(ops[1], e.type) + "))";
@@ -268,7 +150,7 @@ std::string Writer::index_value(int64_t axis) const {
 
 void Writer::store_outputs(int pass, const std::function<void(size_t, const std::string&)>& store) {
   for (size_t o = 0; o < k_.outputs.size(); ++o) {
-    if (out_pass_[o] != pass) continue;
+    if (plan_.out_pass[o] != pass) continue;
     const auto& out = k_.outputs[o];
     store(o, to_memory(operand(out.expr, out.view.type), out.view.type));
   }

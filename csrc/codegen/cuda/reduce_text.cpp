@@ -98,12 +98,12 @@ void Writer::reduction_kernel() {
     if (cache_first_[i])
       line(std::string(reg_type(type(static_cast<int>(i)))) + " rc" + std::to_string(i) + "[" +
            std::to_string(cache_n_) + "];");
-  for (int p = 1; p <= n_passes_; ++p) reduce_pass(p, rows);
+  for (int p = 1; p <= plan_.n_passes; ++p) reduce_pass(p, rows);
   // Values per row: written once, at the row's first reduction point.
   new_scope([](int buf) { return "in" + std::to_string(buf) + "[b" + std::to_string(buf) + "]"; },
             "row", "0", "b");
   bool any = false;
-  for (int p : out_pass_) any |= p == 0;
+  for (int p : plan_.out_pass) any |= p == 0;
   if (any) {
     if (rows != Rows::Thread) open(rows == Rows::Warp ? "if (lane == 0)" : "if (threadIdx.x == 0)");
     store_outputs(0, [&](size_t o, const std::string& v) {
@@ -118,7 +118,7 @@ void Writer::reduction_kernel() {
 void Writer::reduce_pass(int p, Rows rows) {
   std::vector<int> mine;
   for (size_t i = 0; i < k_.exprs.size(); ++i)
-    if (is_reduce(k_.exprs[i].op) && pass_[i] == p) mine.push_back(static_cast<int>(i));
+    if (is_reduce(k_.exprs[i].op) && plan_.pass[i] == p) mine.push_back(static_cast<int>(i));
   for (int i : mine) {
     const ir::Expr& e = k_.exprs[i];
     bool arg = is_arg_reduce(e.op);
@@ -236,7 +236,7 @@ void Writer::plan_row_cache(Rows rows) {
   size_t n = k_.exprs.size();
   cache_first_.assign(n, 0);
   cache_n_ = 0;
-  if (rows == Rows::Thread || n_passes_ < 2) return;
+  if (rows == Rows::Thread || plan_.n_passes < 2) return;
   int64_t threads = rows == Rows::Warp ? 32 : block_;
   int64_t per_thread = (product(s_.red) + threads - 1) / threads;
   if (per_thread > kCacheValues) return;
@@ -246,9 +246,9 @@ void Writer::plan_row_cache(Rows rows) {
     seen.assign(n, 0);
     std::vector<int> todo;
     for (size_t i = 0; i < n; ++i)
-      if (is_reduce(k_.exprs[i].op) && pass_[i] == p) todo.push_back(k_.exprs[i].operands[0]);
+      if (is_reduce(k_.exprs[i].op) && plan_.pass[i] == p) todo.push_back(k_.exprs[i].operands[0]);
     for (size_t o = 0; o < k_.outputs.size(); ++o)
-      if (out_pass_[o] == p) todo.push_back(k_.outputs[o].expr);
+      if (plan_.out_pass[o] == p) todo.push_back(k_.outputs[o].expr);
     while (!todo.empty()) {
       int i = todo.back();
       todo.pop_back();
@@ -263,13 +263,13 @@ void Writer::plan_row_cache(Rows rows) {
   for (size_t i = n; i-- > 0;) {
     const ir::Expr& e = k_.exprs[i];
     int ii = static_cast<int>(i);
-    if (!varies_[i] || is_reduce(e.op) || e.op == ExprOp::Gather ||
+    if (!plan_.varies[i] || is_reduce(e.op) || e.op == ExprOp::Gather ||
         (e.op != ExprOp::Load && cheap(k_, ii)))
       continue;
     int64_t size = per_thread * (elem_bytes(type(ii)) > 4 ? 8 : 4);
     if (bytes + size > kCacheBytes) continue;
     int first = 0, passes = 0;
-    for (int p = 1; p <= n_passes_; ++p) {
+    for (int p = 1; p <= plan_.n_passes; ++p) {
       need(p);
       if (!seen[i]) continue;
       if (!first) first = p;

@@ -9,26 +9,6 @@
 
 namespace tl::codegen::cuda {
 
-bool is_float_type(ST t) { return t == ST::F32 || t == ST::F64 || t == ST::F16 || t == ST::BF16; }
-bool is_unsigned_type(ST t) { return t == ST::U8 || t == ST::Bool; }
-
-int elem_bytes(ST t) {
-  switch (t) {
-    case ST::F64:
-    case ST::I64:
-      return 8;
-    case ST::F32:
-    case ST::I32:
-      return 4;
-    case ST::F16:
-    case ST::BF16:
-    case ST::I16:
-      return 2;
-    default:
-      return 1;
-  }
-}
-
 const char* reg_type(ST t) {
   switch (t) {
     case ST::F32:
@@ -56,22 +36,6 @@ const char* reg_type(ST t) {
 const char* mem_type(ST t) {
   if (t == ST::F16 || t == ST::BF16) return "unsigned short";
   return t == ST::Bool ? "unsigned char" : reg_type(t);
-}
-
-ST promote_types(ST a, ST b) {
-  if (a == b) return a;
-  bool fa = is_float_type(a), fb = is_float_type(b);
-  if (fa || fb) {
-    if (a == ST::F64 || b == ST::F64) return ST::F64;
-    if (fa && fb) return ST::F32;  // f16 with bf16 (or f32): computed in f32 anyway
-    return fa ? a : b;
-  }
-  if (a == ST::Bool) return b;
-  if (b == ST::Bool) return a;
-  if ((a == ST::U8 && b == ST::I8) || (a == ST::I8 && b == ST::U8)) return ST::I16;
-  if (a == ST::U8) return b;
-  if (b == ST::U8) return a;
-  return elem_bytes(a) >= elem_bytes(b) ? a : b;
 }
 
 // NOTE: f16 conversions use PTX cvt (exact IEEE rounding, one instruction);

@@ -8,19 +8,15 @@
 // repeated in the returned text.
 #include <string>
 
+#include "codegen/common/scalar_types.h"
 #include "ir/loop_ir.h"
 
 namespace tl::codegen::cuda {
 
 using ST = ir::ScalarType;
 
-bool is_float_type(ST t);
-bool is_unsigned_type(ST t);  // u8 and bool
-int elem_bytes(ST t);
 const char* reg_type(ST t);
 const char* mem_type(ST t);
-// The type both operands of a comparison are converted to (torch promotion).
-ST promote_types(ST a, ST b);
 
 // Helpers every kernel's source starts with (conversions, NaN-aware max/min,
 // floor division, integer division that never traps, vector packs).

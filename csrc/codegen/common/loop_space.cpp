@@ -1,0 +1,87 @@
+#include "codegen/common/loop_space.h"
+
+#include "core/errors.h"
+
+namespace tl::codegen {
+
+namespace {
+struct Axes {
+  std::vector<int64_t> sizes;
+  std::vector<std::vector<int64_t>> strides;  // [buffer][axis]
+};
+
+// Drops size-1 axes, then merges axis d into the previous kept one when
+// every buffer has stride[prev] == stride[d] * size[d].
+Axes merge(const Axes& a) {
+  Axes out;
+  out.strides.resize(a.strides.size());
+  for (size_t d = 0; d < a.sizes.size(); ++d) {
+    if (a.sizes[d] == 1) continue;
+    bool mergeable = !out.sizes.empty();
+    for (size_t b = 0; mergeable && b < a.strides.size(); ++b)
+      mergeable = out.strides[b].back() == a.strides[b][d] * a.sizes[d];
+    if (mergeable) {
+      out.sizes.back() *= a.sizes[d];
+      for (size_t b = 0; b < a.strides.size(); ++b) out.strides[b].back() = a.strides[b][d];
+      continue;
+    }
+    out.sizes.push_back(a.sizes[d]);
+    for (size_t b = 0; b < a.strides.size(); ++b) out.strides[b].push_back(a.strides[b][d]);
+  }
+  return out;
+}
+
+// A scalar loop still runs one axis of size 1.
+void ensure_axis(Axes& a) {
+  if (!a.sizes.empty()) return;
+  a.sizes.push_back(1);
+  for (auto& s : a.strides) s.push_back(0);
+}
+}  // namespace
+
+LoopSpace coalesce(const ir::Kernel& k, bool index_buffers) {
+  size_t n = k.shape.size();
+  TL_CHECK(k.reduction_axes >= 0 && static_cast<size_t>(k.reduction_axes) <= n)
+      << "kernel " << k.name << ": " << k.reduction_axes << " reduction axes of " << n;
+  size_t n_outer = n - k.reduction_axes;
+  std::vector<const ir::BufferView*> views;
+  for (auto& v : k.inputs) views.push_back(&v);
+  for (auto& o : k.outputs) views.push_back(&o.view);
+  LoopSpace s;
+  std::vector<ir::BufferView> index_views;
+  for (const ir::Expr& e : k.exprs)
+    if (index_buffers && e.op == ir::ExprOp::Index && e.ivalue >= 0 &&
+        static_cast<size_t>(e.ivalue) < n && !s.index_buffer.count(e.ivalue)) {
+      s.index_buffer[e.ivalue] = views.size() + index_views.size();
+      ir::BufferView v{ir::ScalarType::I64, std::vector<int64_t>(n, 0), 0};
+      v.strides[e.ivalue] = 1;
+      index_views.push_back(std::move(v));
+    }
+  for (auto& v : index_views) views.push_back(&v);
+  Axes outer, red;
+  outer.strides.resize(views.size());
+  red.strides.resize(views.size());
+  for (size_t d = 0; d < n; ++d) (d < n_outer ? outer : red).sizes.push_back(k.shape[d]);
+  for (size_t b = 0; b < views.size(); ++b) {
+    TL_CHECK(views[b]->strides.size() == n)
+        << "kernel " << k.name << ": buffer " << b << " has " << views[b]->strides.size()
+        << " strides for " << n << " axes";
+    for (size_t d = 0; d < n; ++d)
+      (d < n_outer ? outer : red).strides[b].push_back(views[b]->strides[d]);
+  }
+  outer = merge(outer);
+  red = merge(red);
+  ensure_axis(outer);
+  if (k.reduction_axes > 0) ensure_axis(red);
+  s.outer = outer.sizes;
+  s.red = red.sizes;
+  for (size_t b = 0; b < views.size(); ++b) {
+    auto st = outer.strides[b];
+    st.insert(st.end(), red.strides[b].begin(), red.strides[b].end());
+    s.strides.push_back(std::move(st));
+    s.offsets.push_back(views[b]->offset);
+  }
+  return s;
+}
+
+}  // namespace tl::codegen

@@ -1,0 +1,63 @@
+// Axis merging shared by the CPU and CUDA emitters, on hand-built kernels.
+#include "codegen/common/loop_space.h"
+
+#include <catch2/catch.hpp>
+
+#include "../kernel_builder.h"
+
+using namespace tl::test;
+using tl::codegen::coalesce;
+using Strides = std::vector<std::vector<int64_t>>;
+
+TEST_CASE("contiguous buffers merge into one flat axis, size-1 axes dropped", "[codegen]") {
+  KernelBuilder b("flat", {2, 1, 3, 4});
+  int x = b.input(ST::F32, b.contiguous());
+  b.output(b.load(x, ST::F32), ST::F32, b.contiguous());
+  auto s = coalesce(b.k, false);
+  CHECK(s.outer == std::vector<int64_t>{24});
+  CHECK(s.red.empty());
+  CHECK(s.strides == Strides{{1}, {1}});
+}
+
+TEST_CASE("a transposed input keeps the axes it walks out of order", "[codegen]") {
+  KernelBuilder b("transpose", {3, 4, 5});
+  int x = b.input(ST::F32, {1, 3, 12}, 7);  // a contiguous [5, 4, 3] buffer read as [3, 4, 5]
+  b.output(b.load(x, ST::F32), ST::F32, b.contiguous());
+  auto s = coalesce(b.k, false);
+  CHECK(s.outer == std::vector<int64_t>{3, 4, 5});
+  CHECK(s.strides == Strides{{1, 3, 12}, {20, 5, 1}});
+  CHECK(s.offsets == std::vector<int64_t>{7, 0});
+}
+
+TEST_CASE("outer and reduction axes merge separately; a scalar kernel gets one axis", "[codegen]") {
+  KernelBuilder b("rows", {2, 3, 4, 5}, 2);
+  int x = b.input(ST::F32, b.contiguous());
+  int sum = b.expr(ExprOp::ReduceSum, ST::F32, {b.load(x, ST::F32)});
+  b.output(sum, ST::F32, {3, 1, 0, 0});
+  auto s = coalesce(b.k, false);
+  CHECK(s.outer == std::vector<int64_t>{6});
+  CHECK(s.red == std::vector<int64_t>{20});
+  CHECK(s.strides == Strides{{20, 1}, {1, 0}});
+
+  KernelBuilder one("scalar", {});
+  one.output(one.constant(1, ST::F32), ST::F32, {});
+  auto t = coalesce(one.k, false);
+  CHECK(t.outer == std::vector<int64_t>{1});
+  CHECK(t.strides == Strides{{0}});
+}
+
+TEST_CASE("index pseudo-buffers come only when asked for and follow the outputs", "[codegen]") {
+  KernelBuilder b("iota", {3, 4});
+  int i = b.expr(ExprOp::Index, ST::I64, {});
+  b.k.exprs[i].ivalue = 1;
+  b.output(i, ST::I64, b.contiguous());
+  auto with = coalesce(b.k, true);
+  REQUIRE(with.index_buffer.count(1) == 1);
+  CHECK(with.index_buffer.at(1) == 1);
+  CHECK(with.outer == std::vector<int64_t>{3, 4});  // the pseudo-buffer stops the merge
+  CHECK(with.strides == Strides{{4, 1}, {0, 1}});
+  auto without = coalesce(b.k, false);
+  CHECK(without.index_buffer.empty());
+  CHECK(without.outer == std::vector<int64_t>{12});
+  CHECK(without.strides.size() == 1);
+}
