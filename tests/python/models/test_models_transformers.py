@@ -15,23 +15,28 @@ except (ImportError, RuntimeError) as exc:  # NOTE: broken optional deps raise e
 TOL = {"atol": 1e-4, "rtol": 1e-4}
 
 
-def _bert():
+def _model(config_cls, model_cls, **config):
+    """A small random-weight model (seed 0) in eval mode."""
     torch.manual_seed(0)
-    cfg = BertConfig(
-        vocab_size=1000,
+    return model_cls(config_cls(vocab_size=1000, **config)).eval()
+
+
+def _bert():
+    return _model(
+        BertConfig,
+        BertModel,
         hidden_size=64,
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=128,
         max_position_embeddings=64,
     )
-    return BertModel(cfg).eval()
 
 
 def _gpt2():
-    torch.manual_seed(0)
-    cfg = GPT2Config(
-        vocab_size=1000,
+    return _model(
+        GPT2Config,
+        GPT2LMHeadModel,
         n_embd=64,
         n_layer=2,
         n_head=2,
@@ -39,7 +44,6 @@ def _gpt2():
         bos_token_id=0,
         eos_token_id=0,
     )
-    return GPT2LMHeadModel(cfg).eval()
 
 
 def _ids(batch=2, seq=16):
