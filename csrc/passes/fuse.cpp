@@ -19,10 +19,13 @@ class Fuser {
 
   Fusion run() {
     for (const auto& n : graph_.nodes())
-      if (auto l = lower_node(*n, info_)) {
-        if (l->absorbed) absorbed_by_[l->absorbed] = n.get();
-        f_.lowerings.emplace(n.get(), std::move(*l));
-      }
+      if (auto l = lower_node(*n, info_)) f_.lowerings.emplace(n.get(), std::move(*l));
+    keep_whole_tuples();
+    for (const auto& [n, l] : f_.lowerings) {  // NOTE: prefer a part that reads the input
+      if (!l.absorbed) continue;
+      auto [it, fresh] = absorbed_by_.emplace(l.absorbed, n);
+      if (!fresh && f_.lowerings.at(it->second).inputs.empty()) it->second = n;
+    }
     for (auto it = graph_.nodes().rbegin(); it != graph_.nodes().rend(); ++it) place(it->get());
     return finish();
   }
@@ -130,16 +133,66 @@ class Fuser {
     if (f_.lowerings.at(n).kind == Kind::Reduction) g.space_maps[n] = std::move(space_map);
     f_.group_of[n] = gi;
     if (const Node* a = f_.lowerings.at(n).absorbed) {
+      for (const Node* s : siblings(n)) {
+        g.members.push_back(s);
+        g.space_maps[s] = g.space_maps.at(n);
+        g.maps[s] = result_map(f_.lowerings.at(s), sizes(s), g.space_maps[s]);
+        f_.group_of[s] = gi;
+      }
       g.members.push_back(a);
       f_.group_of[a] = gi;
     }
   }
 
+  // Unplaced lowered nodes absorbing the same tuple as n (the other getitems of
+  // x.max(dim) or var_mean): the same reduction space, placed with n so that
+  // every part of the tuple comes out of one pass.
+  std::vector<const Node*> siblings(const Node* n) {
+    std::vector<const Node*> out;
+    const OpLowering& l = f_.lowerings.at(n);
+    if (!l.absorbed) return out;
+    for (const Node* u : info_.users_of(l.absorbed))
+      if (u != n && group(u) < 0 && std::find(out.begin(), out.end(), u) == out.end())
+        out.push_back(u);
+    return out;
+  }
+
+  // The tuple absorbed by a getitem is never run, so every user of it must be a
+  // getitem lowered as a part of it (same space); otherwise none is.
+  void keep_whole_tuples() {
+    std::vector<const Node*> drop;
+    for (const auto& [n, l] : f_.lowerings) {
+      if (!l.absorbed) continue;
+      for (const Node* u : info_.users_of(l.absorbed)) {
+        auto it = f_.lowerings.find(u);
+        if (it == f_.lowerings.end() || it->second.absorbed != l.absorbed ||
+            it->second.kind != Kind::Reduction || it->second.space != l.space ||
+            it->second.reduce_dims != l.reduce_dims || it->second.full_result != l.full_result)
+          drop.push_back(n);
+      }
+    }
+    for (const Node* n : drop) f_.lowerings.erase(n);
+  }
+
   bool try_join(const Node* n, int gi) {
     auto m = derived_map(n, gi);
     if (!m) return false;
-    auto plan = plan_join(f_.lowerings.at(n), sizes(n), *m, f_.groups[gi], stored(n, gi));
-    if (!plan || reaches(outside_users({n}, gi, gi), gi)) return false;
+    std::vector<const Node*> unit = siblings(n);
+    auto plan =
+        plan_join(f_.lowerings.at(n), sizes(n), *m, f_.groups[gi], stored(n, gi) || !unit.empty());
+    for (const Node* s : unit) {  // a sibling read in gi must be read where it is computed
+      if (!plan) break;
+      bool reads = false;
+      for (const Node* u : info_.users_of(s)) reads = reads || group(u) == gi;
+      auto ms = derived_map(s, gi);
+      if (!reads) continue;
+      if (!ms) return false;
+      for (int& a : *ms)
+        if (a >= 0 && a < static_cast<int>(plan->perm.size())) a = plan->perm[a];
+      if (*ms != result_map(f_.lowerings.at(s), sizes(s), plan->space_map)) return false;
+    }
+    unit.push_back(n);
+    if (!plan || reaches(outside_users(unit, gi, gi), gi)) return false;
     commit(n, gi, std::move(*plan));
     return true;
   }
@@ -188,6 +241,12 @@ class Fuser {
         if (hj != gi) try_merge(n, gi, hj);
       return;
     }
+    // NOTE: a part of a tuple that no group reads can still join a sibling's consumers.
+    for (const Node* s : siblings(n))
+      for (const Node* u : info_.users_of(s)) {
+        int gu = group(u);
+        if (gu >= 0 && f_.groups[gu].segment == info_.segment.at(n) && try_join(s, gu)) return;
+      }
     new_group(n);
   }
 
