@@ -62,6 +62,17 @@ bool is_bool_const(const ir::Arg* a) {
   return a && a->kind == ir::Arg::Kind::Const && PyBool_Check(a->value.get());
 }
 
+int extreme(RuleCtx& c, const ir::Arg* x, ir::ExprOp op) {
+  using ir::ScalarType;
+  bool arg = op == ir::ExprOp::ReduceArgMax || op == ir::ExprOp::ReduceArgMin;
+  if (arg && reduced_numel(c.out) == 1) return c.constant(0, ScalarType::I64);
+  ScalarType in = compute_type(c.type_of(x));
+  int r = c.reduce(op, c.value(x, in == ScalarType::Bool ? ScalarType::U8 : in));
+  if (!arg) return c.cast(r, in);
+  c.out.body[r].type = ScalarType::I64;  // the index; the accumulator keeps the operand type
+  return r;
+}
+
 }  // namespace reduction
 
 namespace {
@@ -96,40 +107,6 @@ bool reduce(RuleCtx& c) {
   if (Mean && !ir::is_floating(t)) return false;
   int r = c.reduce(Op, c.value(x, t));
   if (Mean) r = c.binary(ExprOp::Div, r, c.constant(double(reduced_numel(c.out)), t));
-  return c.finish(r);
-}
-
-// getitem(x.max(dim), 0 or 1): the values or the indices of a max/min whose
-// other half is unused (a node computes one value).
-bool getitem_values(RuleCtx& c) {
-  const ir::Arg* tup = c.arg(0);
-  auto idx = c.number(c.arg(1));
-  if (!tup || tup->kind != ir::Arg::Kind::Node || !idx || (*idx != 0 && *idx != 1)) return false;
-  const ir::Node& m = *tup->node;
-  std::string name = op_base_name(m);
-  if (m.meta || (name != "max" && name != "min") || c.info.users_of(&m).size() != 1) return false;
-  if (m.args.empty() || !c.is_tensor(&m.args[0])) return false;
-  const ir::Arg* dim = m.args.size() > 1 ? &m.args[1] : nullptr;
-  for (const auto& [k, v] : m.kwargs) {
-    if (k == "dim")
-      dim = &v;
-    else if (k != "keepdim")
-      return false;
-  }
-  auto d = dim ? c.ints(dim) : std::nullopt;
-  if (!d || d->size() != 1 || !setup(c, &m.args[0], d)) return false;
-  ScalarType t = compute_type(c.out_type());
-  if (t == ScalarType::Bool && *idx == 0) return false;
-  c.out.absorbed = &m;
-  bool is_max = name == "max";
-  if (*idx == 0)
-    return c.finish(
-        c.reduce(is_max ? ExprOp::ReduceMax : ExprOp::ReduceMin, c.value(&m.args[0], t)));
-  if (reduced_numel(c.out) == 1) return c.finish(c.constant(0, ScalarType::I64));
-  ScalarType in = compute_type(c.type_of(&m.args[0]));
-  int r = c.reduce(is_max ? ExprOp::ReduceArgMax : ExprOp::ReduceArgMin,
-                   c.value(&m.args[0], in == ScalarType::Bool ? ScalarType::U8 : in));
-  c.out.body[r].type = ScalarType::I64;
   return c.finish(r);
 }
 
@@ -261,10 +238,10 @@ void add_reduction_rules(RuleTable& t) {
   t["prod"] = reduce<ExprOp::ReduceProd>;
   for (const char* n : {"amax", "max"}) t[n] = reduce<ExprOp::ReduceMax>;
   for (const char* n : {"amin", "min"}) t[n] = reduce<ExprOp::ReduceMin>;
-  t["getitem"] = getitem_values;
   t["softmax"] = softmax<false>, t["log_softmax"] = softmax<true>, t["logsumexp"] = logsumexp;
   t["layer_norm"] = layer_norm, t["rms_norm"] = rms_norm, t["batch_norm"] = batch_norm;
   add_statistics_rules(t);
+  add_tuple_rules(t);
 }
 
 }  // namespace tl::passes

@@ -8,6 +8,9 @@
 
 namespace tl::passes::reduction {
 
+// An argument position no call reaches: c.arg(kKeywordOnly, name) reads the keyword only.
+constexpr size_t kKeywordOnly = 64;
+
 // Sets up a reduction of `x` over `dims` (nullopt or empty: every dim).
 bool setup(RuleCtx& c, const ir::Arg* x, std::optional<std::vector<int64_t>> dims);
 // nullptr for an absent argument or a constant None.
@@ -19,10 +22,22 @@ int64_t reduced_numel(const OpLowering& o);
 bool affine(RuleCtx& c, int* v, const ir::Arg* w, const ir::Arg* b, ir::ScalarType t);
 // True for a constant Python bool (var(x, True) is `unbiased`, not a dim).
 bool is_bool_const(const ir::Arg* a);
+// Over the set-up reduction of x: ReduceMax/Min as x's compute type (bool through u8),
+// or ReduceArgMax/ArgMin as the i64 index of the first extreme or NaN (0 for one element).
+int extreme(RuleCtx& c, const ir::Arg* x, ir::ExprOp op);
+// var/std/var_mean/std_mean arguments (input, dim=None, *, correction=1, keepdim=False),
+// (input, dim, unbiased, keepdim) and (input, unbiased); false if not understood.
+bool var_args(RuleCtx& c, std::optional<std::vector<int64_t>>* dims, double* correction);
+// Sum of squared deviations from the mean of `v` over the set-up reduction, divided by
+// max(0, n - correction); its mean is the expr sum(v) / n (shared with a mean of v).
+int variance(RuleCtx& c, int v, double correction, ir::ScalarType t);
+int mean(RuleCtx& c, int v, ir::ScalarType t);
 
 }  // namespace tl::passes::reduction
 
 namespace tl::passes {
 // var std argmax argmin all any norm group_norm (lower_statistics.cpp).
 void add_statistics_rules(RuleTable& t);
+// getitem of max/min(x, dim), aminmax, var_mean, std_mean (lower_tuple.cpp).
+void add_tuple_rules(RuleTable& t);
 }  // namespace tl::passes

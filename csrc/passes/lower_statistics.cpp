@@ -8,50 +8,62 @@
 #include "passes/lower_reduction.h"
 
 namespace tl::passes {
+namespace reduction {
+
+using ir::ExprOp;
+using ir::ScalarType;
+
+bool var_args(RuleCtx& c, std::optional<std::vector<int64_t>>* dims, double* correction) {
+  bool ok = true;
+  const ir::Arg* a1 = c.arg(1, "dim");
+  *correction = 1;
+  if (is_bool_const(a1)) {
+    *correction = *c.number(a1);  // var(x, unbiased)
+  } else {
+    *dims = dims_arg(c, 1, "dim", &ok);
+  }
+  if (const ir::Arg* u = c.arg(2, "unbiased")) {
+    ok = ok && is_bool_const(u);
+    *correction = c.number(u).value_or(1);
+  }
+  c.arg(3, "keepdim");
+  if (const ir::Arg* corr = none_to_null(c.arg(kKeywordOnly, "correction"))) {
+    auto v = c.number(corr);
+    ok = ok && v.has_value();
+    *correction = v.value_or(1);
+  }
+  return ok;
+}
+
+int mean(RuleCtx& c, int v, ScalarType t) {
+  double n = double(reduced_numel(c.out));
+  return c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, v), c.constant(n, t));
+}
+
+int variance(RuleCtx& c, int v, double correction, ScalarType t) {
+  double n = double(reduced_numel(c.out));
+  int d = c.binary(ExprOp::Sub, v, mean(c, v, t));
+  int ss = c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Mul, d, d));
+  // max(0, n - correction): 0 gives inf or NaN, like eager.
+  return c.binary(ExprOp::Div, ss, c.constant(std::max(0.0, n - correction), t));
+}
+
+}  // namespace reduction
+
 namespace {
 
 using ir::ExprOp;
 using ir::ScalarType;
 using namespace reduction;
 
-constexpr size_t kKeywordOnly = 64;  // a position no call reaches: c.arg reads the keyword
-
-// Sum of squared deviations from the mean over the set-up reduction, divided
-// by max(0, n - correction) as torch does (0 gives inf or NaN, like eager).
-int variance(RuleCtx& c, int v, double correction, ScalarType t) {
-  double n = double(reduced_numel(c.out));
-  int mean = c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, v), c.constant(n, t));
-  int d = c.binary(ExprOp::Sub, v, mean);
-  int ss = c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Mul, d, d));
-  return c.binary(ExprOp::Div, ss, c.constant(std::max(0.0, n - correction), t));
-}
-
-// var/std(input, dim=None, *, correction=1, keepdim=False), the older
-// (input, dim, unbiased, keepdim) and (input, unbiased) forms.
+// var/std(input, dim=None, *, correction=1, keepdim=False).
 template <bool Std>
 bool var(RuleCtx& c) {
-  bool ok = true;
   const ir::Arg* x = c.arg(0, "input");
-  const ir::Arg* a1 = c.arg(1, "dim");
-  double correction = 1;
   std::optional<std::vector<int64_t>> dims;
-  if (is_bool_const(a1)) {
-    correction = *c.number(a1);
-  } else {
-    dims = dims_arg(c, 1, "dim", &ok);
-  }
-  if (const ir::Arg* u = c.arg(2, "unbiased")) {
-    ok = ok && is_bool_const(u);
-    correction = c.number(u).value_or(1);
-  }
-  c.arg(3, "keepdim");
-  if (const ir::Arg* corr = none_to_null(c.arg(kKeywordOnly, "correction"))) {
-    auto v = c.number(corr);
-    ok = ok && v.has_value();
-    correction = v.value_or(1);
-  }
+  double correction = 1;
   ScalarType t = compute_type(c.out_type());
-  if (!ok || !ir::is_floating(t) || !setup(c, x, dims)) return false;
+  if (!var_args(c, &dims, &correction) || !ir::is_floating(t) || !setup(c, x, dims)) return false;
   int r = variance(c, c.value(x, t), correction, t);
   return c.finish(Std ? c.unary(ExprOp::Sqrt, r) : r);
 }
@@ -65,12 +77,7 @@ bool argextreme(RuleCtx& c) {
   auto dims = dims_arg(c, 1, "dim", &ok);
   c.arg(2, "keepdim");
   if (!ok || (dims && dims->size() != 1) || !c.is_tensor(x) || !setup(c, x, dims)) return false;
-  if (reduced_numel(c.out) == 1) return c.finish(c.constant(0, ScalarType::I64));
-  ScalarType in = compute_type(c.type_of(x));
-  int v = c.value(x, in == ScalarType::Bool ? ScalarType::U8 : in);
-  int r = c.reduce(Op, v);
-  c.out.body[r].type = ScalarType::I64;  // the index; the accumulator keeps the operand type
-  return c.finish(r);
+  return c.finish(extreme(c, x, Op));
 }
 
 // all/any(input, dim=None, keepdim=False): min/max of the truth values as u8

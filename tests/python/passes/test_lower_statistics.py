@@ -115,3 +115,107 @@ def test_group_norm_with_other_group_counts_is_extern():
 
 def test_sum_with_epilogue_after_var_fuses():
     check_kernel(lambda x: (x.var(-1) + 1).sqrt() * 2, X)
+
+
+# ---- Reductions with two results (csrc/passes/lower_tuple.cpp) ----
+
+
+def ties_and_nans(shape, dtype, seed):
+    """Small integers (many ties), with NaNs in about one float element in seven."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-3, 4, shape, generator=g)
+    if dtype == torch.bool:
+        return x > 0
+    x = x.to(dtype)
+    if dtype.is_floating_point and x.numel() > 1:
+        x = x + (torch.rand(shape, generator=g) * 0.5).to(dtype).round()
+        nan = torch.rand(shape, generator=g) < 1 / 7
+        x[nan] = float("nan")
+    return x
+
+
+MAX_MIN_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+MAX_MIN_DTYPES += [torch.int64, torch.int32, torch.uint8, torch.bool]
+
+
+@pytest.mark.parametrize("dtype", MAX_MIN_DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.max(1),
+        lambda x: torch.max(x, dim=-1),
+        lambda x: torch.min(x, 0, keepdim=True),
+        lambda x: x.min(dim=2).values,
+        lambda x: x.max(-1).indices,
+        lambda x: torch.max(x, 1)[1],
+        lambda x: tuple(torch.min(x, -2, True)),
+    ],
+)
+def test_max_min_with_dim_give_values_and_first_indices_in_one_kernel(dtype, fn):
+    for seed, shape in enumerate([(5, 6, 4), (3, 1, 7), (2, 9, 1)]):
+        check_kernel(fn, ties_and_nans(shape, dtype, seed), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
+def test_max_of_a_vector_and_of_a_transposed_input_match_eager(dtype):
+    check_kernel(lambda x: x.max(0), ties_and_nans((11,), dtype, 7), rtol=0, atol=0)
+    check_kernel(lambda x: x.t().min(1), ties_and_nans((7, 5), dtype, 8), rtol=0, atol=0)
+    check_kernel(lambda x: torch.max(x, 0), ties_and_nans((), dtype, 9), rtol=0, atol=0)
+
+
+def test_max_values_and_indices_used_by_different_ops_stay_one_pass():
+    def fn(x):
+        v, i = x.max(1)
+        return v * 2, i + 1
+
+    check_kernel(fn, ties_and_nans((6, 8), torch.float32, 3), kernels=2)
+
+    def both(x):
+        v, i = torch.min(x, -1)
+        return v + i
+
+    check_kernel(both, ties_and_nans((6, 8), torch.float32, 4))
+
+
+def test_max_over_an_empty_dim_raises_as_eager():
+    x = torch.zeros(3, 0)
+    with pytest.raises(IndexError, match="non-zero size") as eager:
+        torch.max(x, 1)
+    torchlite.reset()
+    with pytest.raises(IndexError, match="non-zero size") as compiled:
+        torchlite.compile(lambda x: torch.max(x, 1))(x)
+    assert str(compiled.value) == str(eager.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.var_mean(x),
+        lambda x: torch.var_mean(x, 1),
+        lambda x: torch.var_mean(x, (0, 2), unbiased=False),
+        lambda x: torch.var_mean(x, dim=-1, correction=0, keepdim=True),
+        lambda x: torch.var_mean(x, False),
+        lambda x: torch.std_mean(x, 1, True, True),
+        lambda x: torch.std_mean(x, dim=[1, 2], correction=2)[0],
+        lambda x: torch.std_mean(x, -2)[1] * 2,
+    ],
+)
+def test_var_mean_and_std_mean_match_eager_in_one_kernel(dtype, fn):
+    x = (torch.randn(6, 7, 5) * 3 + 10).to(dtype)  # |mean| >> std
+    tol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}.get(dtype, 1.3e-6)
+    check_kernel(fn, x, rtol=tol, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool], ids=str)
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.aminmax(x),
+        lambda x: torch.aminmax(x, dim=1),
+        lambda x: x.aminmax(dim=-1, keepdim=True),
+        lambda x: torch.aminmax(x, dim=0).max,
+    ],
+)
+def test_aminmax_matches_eager_in_one_kernel(dtype, fn):
+    check_kernel(fn, ties_and_nans((5, 6), dtype, 11), rtol=0, atol=0)
