@@ -213,10 +213,17 @@ ValuePtr Tracer::call_set_method(const ValuePtr& self, const std::string& name,
                                                         "__contains__",
                                                         "__len__"};
   if (!known.count(name)) graph_break("unsupported_callable", "set." + name + "()");
+  // Identity-keyed members (modules) may be added, removed and tested only: a
+  // set operation would hand them back as constants.
+  bool single = name == "add" || name == "discard" || name == "remove" || name == "__contains__" ||
+                name == "__len__" || name == "clear";
+  if (self->flag && !single)
+    graph_break("unsupported_value", "set." + name + "() on a set of modules or objects");
   std::vector<ValuePtr> consts;
   for (auto& a : args) {
-    PyRef c = const_tuple(a);
+    PyRef c = single ? set_key(a) : const_tuple(a);
     if (!c) graph_break("unsupported_value", "set." + name + "() of a " + a->type_name());
+    if (name == "add" && !const_tuple(a)) self->flag = true;
     consts.push_back(Value::constant(c));
   }
   PyRef m = PyRef::steal(PyObject_GetAttrString(self->obj.get(), name.c_str()));

@@ -85,6 +85,7 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
       return out;
     }
     case VKind::Set: {
+      if (v->flag) graph_break("unsupported_value", "iterating a set of modules or objects");
       PyRef list = PyRef::steal(PySequence_List(v->obj.get()));
       if (!list) throw PythonError();
       std::vector<ValuePtr> out;
@@ -362,7 +363,7 @@ using namespace detail;  // NOTE: helpers of this file family only
 
 bool Tracer::contains(const ValuePtr& container, const ValuePtr& item) {
   if (container->kind == VKind::Set) {
-    PyRef key = const_tuple(item);
+    PyRef key = set_key(item);
     if (!key) graph_break("unsupported_value", "'in' test of a " + item->type_name() + " on a set");
     int r = PySet_Contains(container->obj.get(), key.get());
     if (r < 0) raise_current_error("'in' raised");

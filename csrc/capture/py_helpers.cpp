@@ -166,7 +166,7 @@ bool as_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
 // A constant tuple for an all-constant symbolic tuple (e.g. to compare shapes).
 PyRef const_tuple(const ValuePtr& v) {
   if (v->is_const()) return v->obj;
-  if (v->kind == VKind::Set) return PyRef::steal(PySet_New(v->obj.get()));
+  if (v->kind == VKind::Set) return v->flag ? PyRef() : PyRef::steal(PySet_New(v->obj.get()));
   if (v->kind == VKind::Dict) {
     PyRef d = PyRef::steal(PyDict_New());
     for (size_t i = 0; i < v->items.size(); ++i) {
@@ -225,9 +225,20 @@ ValuePtr make_set(const std::vector<ValuePtr>& items) {
   return s;
 }
 
+PyRef set_key(const ValuePtr& item) {
+  if (PyRef c = const_tuple(item)) return c;
+  // Modules and objects from the frame are members by identity (a memo set
+  // as nn.Module.named_children keeps); such a set is never iterated.
+  bool existing = item->kind == VKind::Module || (item->kind == VKind::Object && !item->attrs);
+  if (existing && item->obj && Py_TYPE(item->obj.get())->tp_hash == PyBaseObject_Type.tp_hash)
+    return item->obj;
+  return {};
+}
+
 void set_add(const ValuePtr& set, const ValuePtr& item) {
-  PyRef c = const_tuple(item);
+  PyRef c = set_key(item);
   if (!c) graph_break("unsupported_value", "a set of " + item->type_name() + " values");
+  if (!const_tuple(item)) set->flag = true;
   if (PySet_Add(set->obj.get(), c.get()) < 0)
     graph_break("user_exception", "set.add raised: " + error_text());
 }

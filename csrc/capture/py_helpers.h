@@ -42,6 +42,8 @@ PyObject* model_output_base(PyObject* cls);
 // A fresh `set` value of constants (tensors and other traced values are refused).
 ValuePtr make_set(const std::vector<ValuePtr>& items);
 void set_add(const ValuePtr& set, const ValuePtr& item);
+// The key of `item` in a set value: a constant, or an existing module/object by identity.
+PyRef set_key(const ValuePtr& item);
 // IMPORT_NAME of a module that is already loaded (an import statement inside a function):
 // the module, with a held source so attribute reads are guarded. Anything that would run
 // import machinery (a module not loaded yet) is a graph break. `globals` is borrowed.

@@ -504,3 +504,25 @@ def test_class_with_abc_metaclass_is_constructed_in_traced_code():
 
     with pytest.raises(TypeError, match="abstract"):
         torchlite.compile(build_abstract)(torch.randn(2))
+
+
+class SharedChildren(torch.nn.Module):
+    """`for block in self.children()` (regnet): nn.Module keeps a memo set of modules, so a
+    module registered twice is visited once."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Tanh()
+        self.again = self.a
+
+    def forward(self, x):
+        seen = set()
+        for block in self.children():
+            x = block(x)
+            seen.add(block)
+        return x * len(seen) + (1 if self.b in seen else 0)
+
+
+def test_sets_of_modules_and_children_iteration_are_captured():
+    check(SharedChildren(), torch.randn(2, 4))
