@@ -219,3 +219,10 @@ def test_var_mean_and_std_mean_match_eager_in_one_kernel(dtype, fn):
 )
 def test_aminmax_matches_eager_in_one_kernel(dtype, fn):
     check_kernel(fn, ties_and_nans((5, 6), dtype, 11), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape", [(4, 5, 3), (4, 1, 3)])
+def test_a_pointwise_producer_fuses_into_the_max_with_indices_kernel(shape):
+    x = ties_and_nans(shape, torch.float32, 12)
+    check_kernel(lambda x: (x * 2 - 1).max(1), x, rtol=0, atol=0)
+    check_kernel(lambda x: torch.var_mean(x.abs() + 1, 1), x)
