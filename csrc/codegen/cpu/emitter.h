@@ -40,6 +40,8 @@ class Emitter {
   void plan_stash();
   llvm::Value* div_by_reduction(int i);
   void rows(llvm::Value* begin, llvm::Value* end);
+  // One row starting at outer linear index `idx`; returns the next row's index.
+  llvm::Value* row(llvm::Value* idx, llvm::Value* end);
 
   // reduce_emitter.cpp
   int choose_tile() const;

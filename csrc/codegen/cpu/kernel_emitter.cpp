@@ -94,18 +94,11 @@ void Emitter::store_outputs(int pass) {
 // Outer rows: split [begin, end) at the last outer axis so the innermost
 // loop has constant strides for every buffer.
 void Emitter::rows(llvm::Value* begin, llvm::Value* end) {
-  llvm::LLVMContext& c = b_.getContext();
+  emit_loop(b_, begin, end, "row", "row", [&](llvm::Value* idx) { return row(idx, end); });
+}
+
+llvm::Value* Emitter::row(llvm::Value* idx, llvm::Value* end) {
   size_t last = s_.outer.size() - 1;
-  llvm::BasicBlock* pre = b_.GetInsertBlock();
-  auto* cond = llvm::BasicBlock::Create(c, "row.cond", f_);
-  auto* body = llvm::BasicBlock::Create(c, "row.body", f_);
-  auto* exit = llvm::BasicBlock::Create(c, "row.end", f_);
-  b_.CreateBr(cond);
-  b_.SetInsertPoint(cond);
-  llvm::PHINode* idx = b_.CreatePHI(b_.getInt64Ty(), 2, "row");
-  idx->addIncoming(begin, pre);
-  b_.CreateCondBr(b_.CreateICmpSLT(idx, end), body, exit);
-  b_.SetInsertPoint(body);
   llvm::Value* c_last = b_.CreateURem(idx, b_.getInt64(s_.outer[last]));
   llvm::Value* rest = b_.CreateUDiv(idx, b_.getInt64(s_.outer[last]));
   std::vector<llvm::Value*> base;
@@ -152,9 +145,7 @@ void Emitter::rows(llvm::Value* begin, llvm::Value* end) {
         },
         tile_);
   }
-  idx->addIncoming(b_.CreateNSWAdd(idx, b_.CreateNSWSub(row_end, c_last)), b_.GetInsertBlock());
-  b_.CreateBr(cond);
-  b_.SetInsertPoint(exit);
+  return b_.CreateNSWAdd(idx, b_.CreateNSWSub(row_end, c_last));
 }
 
 std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string& fn_name,

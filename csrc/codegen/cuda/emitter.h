@@ -61,6 +61,8 @@ class Writer {
 
   // kernel_text.cpp: pointwise
   void pointwise_scalar();
+  // Computes and stores every output at outer linear index `lin` (a loop variable).
+  void point_at(const std::string& lin);
   bool vector_width(int* width) const;
   void pointwise_vector(int width);
   int64_t grid_for(int64_t threads, int block) const;

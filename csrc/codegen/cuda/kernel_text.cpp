@@ -167,14 +167,18 @@ void Writer::pointwise_scalar() {
   open(signature(name_, block_));
   open("for (" + idx_ + " i = (" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x; i < " + n +
        "; i += (" + idx_ + ")gridDim.x * " + b + ")");
-  offsets("o", "i", s_.outer, 0, "");
+  point_at("i");
+  close();
+  close();
+}
+
+void Writer::point_at(const std::string& lin) {
+  offsets("o", lin, s_.outer, 0, "");
   new_scope([](int buf) { return "in" + std::to_string(buf) + "[o" + std::to_string(buf) + "]"; },
-            "i");
+            lin);
   store_outputs(0, [&](size_t o, const std::string& v) {
     line("out" + std::to_string(o) + "[o" + std::to_string(n_in_ + o) + "] = " + v + ";");
   });
-  close();
-  close();
 }
 
 // Elements per thread of the vectorised entry: 16 bytes of the widest
@@ -243,12 +247,7 @@ void Writer::pointwise_vector(int width) {
   // The scalar tail: the last numel % width elements.
   open("for (" + idx_ + " i = " + nv + " * " + w + " + " + tid + "; i < " + n + "; i += " + step +
        ")");
-  offsets("o", "i", s_.outer, 0, "");
-  new_scope([](int buf) { return "in" + std::to_string(buf) + "[o" + std::to_string(buf) + "]"; },
-            "i");
-  store_outputs(0, [&](size_t o, const std::string& v) {
-    line("out" + std::to_string(o) + "[o" + std::to_string(n_in_ + o) + "] = " + v + ";");
-  });
+  point_at("i");
   close();
   close();
   for (size_t buf = 0; buf < s_.strides.size(); ++buf)

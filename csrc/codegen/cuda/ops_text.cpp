@@ -155,18 +155,6 @@ std::string float_binary(ExprOp op, ST t, const std::string& x, const std::strin
       return fn("tl_min");
     case ExprOp::Copysign:
       return fn("copysign" + c);
-    case ExprOp::Eq:
-      return infix("==");
-    case ExprOp::Ne:
-      return infix("!=");  // true for NaN, as torch
-    case ExprOp::Lt:
-      return infix("<");
-    case ExprOp::Le:
-      return infix("<=");
-    case ExprOp::Gt:
-      return infix(">");
-    case ExprOp::Ge:
-      return infix(">=");
     default:
       return {};
   }
@@ -205,18 +193,6 @@ std::string int_binary(ExprOp op, ST t, const std::string& x, const std::string&
       return "(" + x + " > " + y + " ? " + x + " : " + y + ")";
     case ExprOp::Minimum:
       return "(" + x + " < " + y + " ? " + x + " : " + y + ")";
-    case ExprOp::Eq:
-      return infix("==");
-    case ExprOp::Ne:
-      return infix("!=");
-    case ExprOp::Lt:
-      return infix("<");
-    case ExprOp::Le:
-      return infix("<=");
-    case ExprOp::Gt:
-      return infix(">");
-    case ExprOp::Ge:
-      return infix(">=");
     case ExprOp::BitAnd:
       return infix("&");
     case ExprOp::BitOr:
@@ -246,6 +222,11 @@ std::string binary(ExprOp op, ST t, const std::string& x, const std::string& y) 
     std::string a = convert(x, t, ST::Bool), b = convert(y, t, ST::Bool);
     const char* o = op == ExprOp::And ? " && " : op == ExprOp::Or ? " || " : " != ";
     return "(" + a + o + b + ")";
+  }
+  if (ir::is_comparison(op)) {  // the same text for every type; != is true for NaN, as torch
+    static const char* const symbols[] = {"==", "!=", "<", "<=", ">", ">="};
+    const char* o = symbols[static_cast<int>(op) - static_cast<int>(ExprOp::Eq)];
+    return "(" + x + " " + o + " " + y + ")";
   }
   std::string r = is_float_type(t) ? float_binary(op, t, x, y) : int_binary(op, t, x, y);
   TL_CHECK(!r.empty()) << "binary op " << ir::expr_op_name(op) << " is not defined for "

@@ -22,18 +22,8 @@ int64_t product(const std::vector<int64_t>& v) {
 }
 // __shfl_xor_sync has overloads for 32/64-bit ints and floats only.
 const char* shuffle_type(ST t) {
-  switch (t) {
-    case ST::F32:
-    case ST::F16:
-    case ST::BF16:
-      return "float";
-    case ST::F64:
-      return "double";
-    case ST::I64:
-      return "long long";
-    default:
-      return "int";
-  }
+  if (is_float_type(t)) return reg_type(t);
+  return t == ST::I64 ? "long long" : "int";
 }
 }  // namespace
 
