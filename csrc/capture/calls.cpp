@@ -1,4 +1,5 @@
-// Calling symbolic values: dispatch, modules, partials, namedtuples, objects.
+// Calling symbolic values: dispatch, partials, namedtuples, objects (modules: module_call.cpp).
+#include "capture/autocast.h"
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
@@ -36,6 +37,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
     }
     case VKind::GradModeExit:
       ctx_.set_grad_mode(fn->flag);
+      return none();
+    case VKind::Tuple:
+      if (!is_autocast_exit(fn)) graph_break("unsupported_callable", "calling a tuple");
+      exit_autocast(ctx_, fn);  // the __exit__ of a torch.autocast with-block
       return none();
     case VKind::Partial: {
       std::vector<ValuePtr> all = fn->items;
@@ -221,45 +226,6 @@ ValuePtr Tracer::construct_object(PyObject* cls, std::vector<ValuePtr> args, KwA
     graph_break("user_exception", "object() takes no arguments");
   }
   return obj;
-}
-
-ValuePtr Tracer::call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs) {
-  PyObject* m = module->obj.get();
-  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(m));
-  for (const char* hooks :
-       {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"}) {
-    PyRef d = PyRef::steal(PyObject_GetAttrString(m, hooks));
-    if (!d) {
-      PyErr_Clear();
-      continue;
-    }
-    Py_ssize_t n = PyObject_Length(d.get());
-    if (n < 0) throw PythonError();
-    if (n > 0)
-      graph_break("unsupported_callable", std::string("module with ") + hooks + " registered");
-    if (module->source && (hooks[1] == 'f'))
-      ctx_.guards().add_length_match(ir::Source::attr(module->source, hooks), 0);
-  }
-  PyRef mod_module = PyRef::steal(PyImport_ImportModule("torch.nn.modules.module"));
-  if (!mod_module) throw PythonError();
-  for (const char* g : {"_global_forward_hooks", "_global_forward_pre_hooks",
-                        "_global_backward_hooks", "_global_backward_pre_hooks"}) {
-    PyRef d = PyRef::steal(PyObject_GetAttrString(mod_module.get(), g));
-    if (d && PyObject_Length(d.get()) > 0)
-      graph_break("unsupported_callable", "global module hooks registered");
-    PyErr_Clear();
-  }
-  PyRef call_name = PyRef::steal(PyUnicode_FromString("__call__"));
-  PyObject* call_impl = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type), call_name.get());
-  if (call_impl != torch_api().module_call.get()) {
-    if (call_impl && PyFunction_Check(call_impl)) {
-      args.insert(args.begin(), module);
-      return inline_function(call_impl, nullptr, nullptr, std::move(args), kwargs);
-    }
-    graph_break("unsupported_callable", "module with a custom __call__");
-  }
-  ValuePtr forward = get_attr(module, "forward");
-  return call(forward, std::move(args), std::move(kwargs));
 }
 
 }  // namespace tl::capture

@@ -2,6 +2,7 @@
 
 #include <unordered_set>
 
+#include "capture/autocast.h"
 #include "capture/graph_break.h"
 #include "capture/torch_api.h"
 #include "core/errors.h"
@@ -289,9 +290,11 @@ CaptureContext::CaptureContext(const ir::FrameView& frame)
   PyRef g = PyRef::steal(PyObject_CallNoArgs(torch_api().is_grad_enabled_fn.get()));
   if (!g) throw PythonError();
   grad_enabled_ = initial_grad_ = g.get() == Py_True;
+  autocast_on = autocast_enabled_now();
 }
 
 CaptureContext::~CaptureContext() {
+  restore_autocast(*this);
   if (grad_enabled_ != initial_grad_) {
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
@@ -558,6 +561,19 @@ ValuePtr CaptureContext::result_value(PyObject* meta_result, ir::Node* node, con
 ValuePtr CaptureContext::call_op(PyObject* target, const std::string& method,
                                  const std::vector<ValuePtr>& args,
                                  const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  if (!autocast_on) return record_op(target, method, args, kwargs);
+  std::vector<ValuePtr> cast_args = args;
+  KwArgs cast_kwargs = kwargs;
+  PyRef want = autocast_casts(*this, target, method, cast_args, cast_kwargs);
+  ValuePtr r = record_op(target, method, cast_args, cast_kwargs);
+  if (want)
+    check_autocast_result(r, want, method.empty() ? fn_short_name(target) : "Tensor." + method);
+  return r;
+}
+
+ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
+                                   const std::vector<ValuePtr>& args,
+                                   const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
   const TorchApi& api = torch_api();
   std::string op_name = method.empty() ? fn_short_name(target) : method;
   if (!method.empty() && data_dependent_methods().count(method)) {

@@ -16,6 +16,16 @@
 
 namespace tl::capture {
 
+// A torch.autocast region entered by traced code, with the thread-local autocast state it
+// replaced (restored when the region is left).
+struct AutocastRegion {
+  std::string device;  // "cpu", "cuda", ...
+  PyRef dtype;
+  bool enabled = true;
+  bool cache_enabled = true;
+  PyRef prev_enabled, prev_dtype, prev_cache;
+};
+
 struct PendingEffect {
   ir::SideEffect::Kind kind;
   ir::SourcePtr target;
@@ -26,7 +36,7 @@ struct PendingEffect {
 class CaptureContext {
  public:
   explicit CaptureContext(const ir::FrameView& frame);
-  ~CaptureContext();  // restores the grad mode traced code changed
+  ~CaptureContext();  // restores the grad mode and autocast state traced code changed
 
   // Wraps a real object read from the frame (or from a traced object) into a
   // symbolic value, installing the guards its use needs. `obj` is borrowed.
@@ -40,8 +50,12 @@ class CaptureContext {
   // Records a torch op in the graph and runs it on meta tensors. `target` is
   // a callable (call_function) or, when `method` is non-empty, the method of
   // args[0] (call_method). Throws GraphBreak if the op cannot be traced.
+  // Inside an autocast region the casts autocast would make are recorded first.
   ValuePtr call_op(PyObject* target, const std::string& method, const std::vector<ValuePtr>& args,
                    const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  // call_op without autocast's casts.
+  ValuePtr record_op(PyObject* target, const std::string& method, const std::vector<ValuePtr>& args,
+                     const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
 
   // Switches grad mode both now (so meta ops see it) and in the graph.
   void set_grad_mode(bool enabled);
@@ -59,6 +73,11 @@ class CaptureContext {
   std::vector<PendingEffect> effects;
   std::vector<ValuePtr> sourced_containers;  // List/Dict values read from the frame
   std::vector<PyRef> keep_alive;             // objects whose address keys attr_overlay
+  // autocast.cpp: regions entered by traced code (innermost last); whether any autocast is
+  // on now, and a key of its state for caching per-op autocast policies.
+  std::vector<AutocastRegion> autocast_regions;
+  bool autocast_on = false;
+  std::string autocast_key;
 
   std::string location;  // "file.py:42" of the instruction being traced
   std::string filename;

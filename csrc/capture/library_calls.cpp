@@ -1,11 +1,14 @@
 // Library functions that real model code calls and that capture gives their effect directly
 // instead of inlining them (their bodies use try/except, locks or C state):
 // dataclasses.fields/is_dataclass, torch.finfo/iinfo, object.__setattr__/__getattribute__,
-// and logging.Logger calls, skipped when the level is disabled.
+// logging.Logger calls, skipped when the level is disabled, warnings.warn (warning_call.cpp) and
+// torch.autocast (autocast.cpp).
+#include "capture/autocast.h"
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
+#include "capture/warning_call.h"
 #include "core/errors.h"
 
 namespace tl::capture {
@@ -73,7 +76,24 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
     ctx_.guards().add_equals_match(ir::Source::attr(self->source, "disabled"), disabled.get());
     return none();
   }
+  // A region CPython entered before this frame was captured (a resume function starts inside
+  // it at a graph break) can only be left by CPython: the graph cannot leave the real region
+  // before the ops after it run.
+  if (self && is_autocast_manager(self)) {
+    std::string name = attr_str(fn, "__name__");
+    if (name == "__exit__")
+      graph_break("autocast_exit",
+                  "leaving a torch.autocast region that was entered before this code was "
+                  "captured (it continues a function that broke inside the region); the exit "
+                  "runs eagerly");
+    if (name == "__enter__")
+      graph_break("unsupported_callable", "torch.autocast.__enter__() called outside a with");
+  }
   if (self) return std::nullopt;
+
+  if (is_autocast_class(fn)) return construct_autocast(ctx_, globals_, fn, args, kwargs);
+
+  if (is_warnings_warn(fn)) return warning_call(ctx_, globals_, args, kwargs);
 
   if ((fn == fields || fn == is_dataclass) && args.size() == 1 && kwargs.empty()) {
     PyObject* cls = class_of(args[0]);
