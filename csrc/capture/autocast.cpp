@@ -358,6 +358,22 @@ bool is_autocast_class(PyObject* fn) {
                                               reinterpret_cast<PyTypeObject*>(api().autocast_cls));
 }
 
+bool is_autocast_decorated(PyObject* fn) {
+  static PyObject* code = [] {  // decorate_autocast's code, kept like its module
+    PyRef mode = checked(PyImport_ImportModule("torch.amp.autocast_mode"));
+    PyRef deco = checked(PyObject_GetAttrString(mode.get(), "autocast_decorator"));
+    PyObject* consts = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(deco.get()))->co_consts;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); ++i) {
+      PyObject* c = PyTuple_GET_ITEM(consts, i);
+      if (PyCode_Check(c) &&
+          utf8(reinterpret_cast<PyCodeObject*>(c)->co_name) == "decorate_autocast")
+        return PyRef::borrow(c).release();
+    }
+    return static_cast<PyObject*>(nullptr);
+  }();
+  return code && PyFunction_Check(fn) && PyFunction_GET_CODE(fn) == code;
+}
+
 bool is_autocast_manager(const ValuePtr& v) {
   return v && (v->is_const() || v->kind == VKind::Object) &&
          PyObject_TypeCheck(v->obj.get(), reinterpret_cast<PyTypeObject*>(api().autocast_cls));

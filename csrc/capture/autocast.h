@@ -10,6 +10,9 @@ namespace tl::capture {
 
 // The class torch.amp.autocast or a subclass of it (borrowed).
 bool is_autocast_class(PyObject* fn);
+// A function made by the @torch.autocast(...) decorator (borrowed): inlined, its `with` is a
+// region like any other (torch's file would otherwise make it an opaque torch function).
+bool is_autocast_decorated(PyObject* fn);
 // A value holding a torch.autocast object: the BEFORE_WITH of a `with` on it enters a region.
 bool is_autocast_manager(const ValuePtr& v);
 // `torch.autocast(...)` in traced code: the real object, made at trace time from constant

@@ -92,6 +92,7 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
   if (self) return std::nullopt;
 
   if (is_autocast_class(fn)) return construct_autocast(ctx_, globals_, fn, args, kwargs);
+  if (is_autocast_decorated(fn)) return inline_function(fn, nullptr, nullptr, args, kwargs);
 
   if (is_warnings_warn(fn)) return warning_call(ctx_, globals_, args, kwargs);
 

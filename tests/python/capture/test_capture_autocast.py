@@ -195,3 +195,17 @@ def test_graph_break_inside_region_reenters_it_for_the_rest():
         assert not torch.is_autocast_enabled("cpu")
     report = torchlite.explain(fn)(x)
     assert "unsupported_builtin" in [b.kind for b in report.break_reasons]
+
+
+def test_autocast_decorator_is_inlined_in_one_graph():
+    torch.manual_seed(0)
+    head = Head()
+
+    @torch.autocast("cpu", dtype=BF16)
+    def inner(x):
+        return head(x)
+
+    def fn(x):
+        return inner(x) * 2
+
+    assert _one_graph(fn, torch.randn(3, 16)).dtype == BF16
