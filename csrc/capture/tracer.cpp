@@ -3,6 +3,7 @@
 
 #include <opcode.h>
 
+#include "capture/autocast.h"
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
@@ -756,6 +757,11 @@ void Tracer::step(const Instruction& inst) {
 #endif
     case BEFORE_WITH: {
       ValuePtr mgr = pop();
+      if (is_autocast_manager(mgr)) {  // torch.autocast regions (capture/autocast.cpp)
+        push(enter_autocast(ctx_, mgr));
+        push(mgr);  // autocast.__enter__ returns the manager itself
+        return;
+      }
       if (depth_ > 0 && mgr->kind == VKind::Object) {
         // A Python context manager (contextlib.nullcontext, transformers'
         // maybe_autocast when disabled) in an inlined call: __enter__ and
