@@ -425,7 +425,7 @@ void exit_autocast(CaptureContext& ctx, const ValuePtr& exit) {
   leave(ctx);
 }
 
-bool autocast_enabled_now() { return call(api().any_enabled, {}).get() == Py_True; }
+void read_autocast_state(CaptureContext& ctx) { refresh(ctx); }
 
 void restore_autocast(CaptureContext& ctx) {
   if (ctx.autocast_regions.empty()) return;

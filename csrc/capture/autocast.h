@@ -26,8 +26,9 @@ ValuePtr construct_autocast(CaptureContext& ctx, PyObject* globals, PyObject* cl
 ValuePtr enter_autocast(CaptureContext& ctx, const ValuePtr& mgr);
 bool is_autocast_exit(const ValuePtr& fn);
 void exit_autocast(CaptureContext& ctx, const ValuePtr& exit);
-// True when autocast is enabled now for any device (state of the real thread-local flags).
-bool autocast_enabled_now();
+// Reads the real thread-local autocast state into ctx.autocast_on and
+// ctx.autocast_key (the enabled devices and their dtypes).
+void read_autocast_state(CaptureContext& ctx);
 // Leaves the regions traced code entered and did not leave (a graph break inside one).
 void restore_autocast(CaptureContext& ctx);
 

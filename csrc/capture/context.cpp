@@ -290,7 +290,9 @@ CaptureContext::CaptureContext(const ir::FrameView& frame)
   PyRef g = PyRef::steal(PyObject_CallNoArgs(torch_api().is_grad_enabled_fn.get()));
   if (!g) throw PythonError();
   grad_enabled_ = initial_grad_ = g.get() == Py_True;
-  autocast_on = autocast_enabled_now();
+  // A frame called inside an eager autocast region: its dtype is part of the
+  // policy-cache key as for regions the trace enters.
+  read_autocast_state(*this);
 }
 
 CaptureContext::~CaptureContext() {

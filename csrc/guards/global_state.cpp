@@ -8,13 +8,14 @@ namespace {
 // torch's query functions, looked up once on first use; owned by a table that
 // is never freed (it must outlive every GuardSet; Py_Finalize is not run).
 struct Queries {
-  PyObject* grad = nullptr;           // torch.is_grad_enabled()
-  PyObject* inference = nullptr;      // torch.is_inference_mode_enabled()
-  PyObject* default_dtype = nullptr;  // torch.get_default_dtype()
-  PyObject* any_autocast = nullptr;   // torch._C._is_any_autocast_enabled(), may be null
-  PyObject* autocast = nullptr;       // torch.is_autocast_enabled(device_type)
-  PyObject* cpu = nullptr;            // "cpu"
-  PyObject* cuda = nullptr;           // "cuda"
+  PyObject* grad = nullptr;            // torch.is_grad_enabled()
+  PyObject* inference = nullptr;       // torch.is_inference_mode_enabled()
+  PyObject* default_dtype = nullptr;   // torch.get_default_dtype()
+  PyObject* any_autocast = nullptr;    // torch._C._is_any_autocast_enabled(), may be null
+  PyObject* autocast = nullptr;        // torch.is_autocast_enabled(device_type)
+  PyObject* autocast_dtype = nullptr;  // torch.get_autocast_dtype(device_type), may be null
+  PyObject* cpu = nullptr;             // "cpu"
+  PyObject* cuda = nullptr;            // "cuda"
 };
 
 PyObject* must_get(PyObject* obj, const char* name) {
@@ -35,6 +36,8 @@ const Queries& queries() {
   n->inference = must_get(torch.get(), "is_inference_mode_enabled");
   n->default_dtype = must_get(torch.get(), "get_default_dtype");
   n->autocast = must_get(torch.get(), "is_autocast_enabled");
+  n->autocast_dtype = PyObject_GetAttrString(torch.get(), "get_autocast_dtype");
+  if (!n->autocast_dtype) PyErr_Clear();  // older torch: the dtype is not guarded
   n->any_autocast = PyObject_GetAttrString(c.get(), "_is_any_autocast_enabled");
   if (!n->any_autocast) PyErr_Clear();  // older torch: query cpu and cuda instead
   n->cpu = PyUnicode_InternFromString("cpu");
@@ -57,6 +60,12 @@ bool any_autocast(const Queries& q) {
   return call_bool(q.autocast, q.cpu) || call_bool(q.autocast, q.cuda);
 }
 
+// The autocast dtype of `device` when enabled there, else null.
+PyRef autocast_dtype(const Queries& q, bool enabled, PyObject* device) {
+  if (!enabled || !q.autocast_dtype) return {};
+  return call(q.autocast_dtype, device);
+}
+
 const char* py_bool(bool b) { return b ? "True" : "False"; }
 
 std::string str_of(PyObject* v) {
@@ -76,6 +85,8 @@ GlobalState::GlobalState() {
   if (any_autocast_) {
     autocast_cpu_ = call_bool(q.autocast, q.cpu);
     autocast_cuda_ = call_bool(q.autocast, q.cuda);
+    autocast_cpu_dtype_ = autocast_dtype(q, autocast_cpu_, q.cpu);
+    autocast_cuda_dtype_ = autocast_dtype(q, autocast_cuda_, q.cuda);
   }
 }
 
@@ -85,19 +96,29 @@ bool GlobalState::check() const {
   if (call_bool(q.inference) != inference_) return false;
   if (call(q.default_dtype).get() != default_dtype_.get()) return false;  // dtypes are singletons
   if (!any_autocast_) return !any_autocast(q);
-  return call_bool(q.autocast, q.cpu) == autocast_cpu_ && call_bool(q.autocast, q.cuda) == autocast_cuda_;
+  if (call_bool(q.autocast, q.cpu) != autocast_cpu_ ||
+      call_bool(q.autocast, q.cuda) != autocast_cuda_)
+    return false;
+  // dtypes are singletons
+  return autocast_dtype(q, autocast_cpu_, q.cpu).get() == autocast_cpu_dtype_.get() &&
+         autocast_dtype(q, autocast_cuda_, q.cuda).get() == autocast_cuda_dtype_.get();
 }
 
 std::string GlobalState::mismatch() const {
   const Queries& q = queries();
-  if (call_bool(q.grad) != grad_) return std::string("grad mode changed (was ") + py_bool(grad_) + ")";
+  if (call_bool(q.grad) != grad_)
+    return std::string("grad mode changed (was ") + py_bool(grad_) + ")";
   if (call_bool(q.inference) != inference_)
     return std::string("inference mode changed (was ") + py_bool(inference_) + ")";
   PyRef dtype = call(q.default_dtype);
   if (dtype.get() != default_dtype_.get())
-    return "default dtype changed (was " + str_of(default_dtype_.get()) + ", now " + str_of(dtype.get()) + ")";
-  return std::string("autocast state changed (was cpu=") + py_bool(autocast_cpu_) +
-         " cuda=" + py_bool(autocast_cuda_) + ")";
+    return "default dtype changed (was " + str_of(default_dtype_.get()) + ", now " +
+           str_of(dtype.get()) + ")";
+  std::string was =
+      std::string("cpu=") + py_bool(autocast_cpu_) + " cuda=" + py_bool(autocast_cuda_);
+  if (autocast_cpu_dtype_) was += " cpu_dtype=" + str_of(autocast_cpu_dtype_.get());
+  if (autocast_cuda_dtype_) was += " cuda_dtype=" + str_of(autocast_cuda_dtype_.get());
+  return "autocast state changed (was " + was + ")";
 }
 
 std::string GlobalState::str() const {
@@ -105,7 +126,11 @@ std::string GlobalState::str() const {
                   " inference_mode=" + py_bool(inference_) +
                   " default_dtype=" + str_of(default_dtype_.get());
   if (!any_autocast_) return s + " autocast=False";
-  return s + " autocast_cpu=" + py_bool(autocast_cpu_) + " autocast_cuda=" + py_bool(autocast_cuda_);
+  s += " autocast_cpu=" + std::string(py_bool(autocast_cpu_)) +
+       " autocast_cuda=" + py_bool(autocast_cuda_);
+  if (autocast_cpu_dtype_) s += " autocast_cpu_dtype=" + str_of(autocast_cpu_dtype_.get());
+  if (autocast_cuda_dtype_) s += " autocast_cuda_dtype=" + str_of(autocast_cuda_dtype_.get());
+  return s;
 }
 
 }  // namespace tl::guards

@@ -12,9 +12,9 @@ class GlobalState {
  public:
   GlobalState();  // records the state now; imports torch; throws PythonError on failure
 
-  bool check() const;        // throws PythonError if a torch query raised
+  bool check() const;            // throws PythonError if a torch query raised
   std::string mismatch() const;  // after check() failed: "grad mode changed (was True)"
-  std::string str() const;   // "GLOBAL_STATE grad_mode=True inference_mode=False ..."
+  std::string str() const;       // "GLOBAL_STATE grad_mode=True inference_mode=False ..."
 
  private:
   bool grad_ = false;
@@ -23,6 +23,8 @@ class GlobalState {
   bool any_autocast_ = false;
   bool autocast_cpu_ = false;
   bool autocast_cuda_ = false;
+  // The region's dtype per enabled device (a graph's casts bake it in).
+  PyRef autocast_cpu_dtype_, autocast_cuda_dtype_;
 };
 
 }  // namespace tl::guards

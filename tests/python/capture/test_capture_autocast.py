@@ -209,3 +209,18 @@ def test_autocast_decorator_is_inlined_in_one_graph():
         return inner(x) * 2
 
     assert _one_graph(fn, torch.randn(3, 16)).dtype == BF16
+
+
+def test_changing_the_autocast_dtype_recompiles():
+    lin = torch.nn.Linear(8, 8)
+
+    def fn(x):
+        return lin(x).relu()
+
+    compiled = torchlite.compile(fn)
+    x = torch.randn(4, 8)
+    for dtype in (torch.bfloat16, torch.float16, torch.bfloat16):
+        with torch.no_grad(), torch.autocast("cpu", dtype=dtype):
+            out, expected = compiled(x), fn(x)
+        assert out.dtype == expected.dtype == dtype
+        torch.testing.assert_close(out, expected)
