@@ -11,16 +11,6 @@ using tl::passes::partition_graph;
 
 namespace {
 
-// Kernels and externs in plan order: "k0", "cumsum", ...
-std::string plan(const tl::passes::Partition& p) {
-  std::string s;
-  for (const auto& it : p.order) {
-    if (!s.empty()) s += ' ';
-    s += it.extern_node ? it.extern_node->name : std::string("k").append(std::to_string(it.kernel));
-  }
-  return s;
-}
-
 size_t count(const std::string& s, const std::string& what) {
   size_t n = 0;
   for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;

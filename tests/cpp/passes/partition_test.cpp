@@ -9,20 +9,6 @@ using namespace tl::ir;
 using namespace tl::testing;
 using tl::passes::partition_graph;
 
-namespace {
-
-// Kernels and externs in plan order: "k0", "matmul", ...
-std::string plan(const tl::passes::Partition& p) {
-  std::string s;
-  for (const auto& it : p.order) {
-    if (!s.empty()) s += ' ';
-    s += it.extern_node ? it.extern_node->name : std::string("k").append(std::to_string(it.kernel));
-  }
-  return s;
-}
-
-}  // namespace
-
 TEST_CASE("a six-op pointwise chain becomes one kernel", "[passes]") {
   TestGraph t;
   Node* x = t.input("x", {8, 16});

@@ -9,6 +9,7 @@
 
 #include "core/py_ref.h"
 #include "ir/graph.h"
+#include "passes/partition.h"
 
 namespace tl::testing {
 
@@ -84,5 +85,15 @@ struct TestGraph {
     g.set_output(std::move(args));
   }
 };
+
+// A partition's kernels and externs in plan order: "k0 matmul k1".
+inline std::string plan(const passes::Partition& p) {
+  std::string s;
+  for (const auto& it : p.order) {
+    if (!s.empty()) s += ' ';
+    s += it.extern_node ? it.extern_node->name : std::string("k").append(std::to_string(it.kernel));
+  }
+  return s;
+}
 
 }  // namespace tl::testing
