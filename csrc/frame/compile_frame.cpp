@@ -14,6 +14,9 @@
 #include "core/log.h"
 #include "frame/captured_frame.h"
 #include "frame/resume_frame.h"
+#include "passes/channels_last.h"
+#include "passes/fold_batch_norm.h"
+#include "passes/functionalize.h"
 #include "passes/partition.h"
 #include "runtime/cuda/compile.h"
 #ifdef TORCHLITE_HAVE_LLVM
@@ -134,6 +137,9 @@ std::unique_ptr<runtime::CompiledGraph> compile_kernels(const std::shared_ptr<ir
   }
   // All on the CPU (LLVM build) or on one CUDA device (driver loaded); else op by op.
   if (!runtime::kernel_device(*graph)) return nullptr;
+  passes::functionalize(*graph);
+  counters().batch_norms_folded += passes::fold_batch_norm(*graph);
+  counters().channels_last_convs += passes::channels_last(*graph);
   passes::Partition part = passes::partition_graph(*graph);
   if (part.kernels.empty()) return nullptr;
   const char* verify = std::getenv("TORCHLITE_VERIFY");

@@ -217,6 +217,44 @@ size_t Graph::num_ops() const {
   return k;
 }
 
+namespace {
+bool refers_to(const Arg& a, const Node* n) {
+  if (a.kind == Arg::Kind::Node) return a.node == n;
+  for (const auto& item : a.items)
+    if (refers_to(item, n)) return true;
+  return false;
+}
+}  // namespace
+
+void Graph::move_before(Node* n, const Node* pos) {
+  if (n == pos) return;
+  auto find = [&](const Node* x) {
+    auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](auto& p) { return p.get() == x; });
+    TL_CHECK(it != nodes_.end()) << "move_before: %" << x->name << " is not in this graph";
+    return it;
+  };
+  auto from = find(n);
+  std::unique_ptr<Node> owned = std::move(*from);
+  nodes_.erase(from);
+  nodes_.insert(find(pos), std::move(owned));
+  for (size_t i = 0; i < nodes_.size(); ++i) nodes_[i]->id = static_cast<int>(i);
+}
+
+void Graph::erase(const Node* n) {
+  TL_CHECK(n != output_) << "erase: the output node stays";
+  for (auto& user : nodes_) {
+    bool uses = false;
+    for (const auto& a : user->args) uses = uses || refers_to(a, n);
+    for (const auto& kw : user->kwargs) uses = uses || refers_to(kw.second, n);
+    TL_CHECK(!uses) << "erase: %" << n->name << " is still used by %" << user->name << "\n"
+                    << str();
+  }
+  auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](auto& p) { return p.get() == n; });
+  TL_CHECK(it != nodes_.end()) << "erase: %" << n->name << " is not in this graph";
+  nodes_.erase(it);
+  for (size_t i = 0; i < nodes_.size(); ++i) nodes_[i]->id = static_cast<int>(i);
+}
+
 std::string Graph::str() const {
   std::ostringstream os;
   os << "graph(";

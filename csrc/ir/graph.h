@@ -79,6 +79,12 @@ class Graph {
   Node* output() const { return output_; }
   size_t num_ops() const;  // call_function + call_method nodes
 
+  // For rewriting passes: moves `n` to just before `pos` (a node built with
+  // add_* lands at the end; this puts it where its users need it), and drops a
+  // node nothing refers to any more (checked). Both renumber `id`s.
+  void move_before(Node* n, const Node* pos);
+  void erase(const Node* n);
+
   // One node a line: `%add : f32[8] = torch.add(%x, 1)`.
   std::string str() const;
   // Checks that every argument refers to an earlier node; throws InternalError

@@ -1,0 +1,335 @@
+#include "passes/channels_last.h"
+
+#include <cstdlib>
+#include <optional>
+#include <unordered_map>
+
+#include "core/errors.h"
+#include "passes/graph_info.h"
+#include "passes/graph_rewrite.h"
+
+namespace tl::passes {
+namespace {
+
+using ir::Arg;
+using ir::Node;
+
+// torch.convolution's `transposed` is its 7th argument.
+bool is_conv4d(const Node& n) {
+  if (n.op != ir::OpKind::CallFunction || !n.meta || n.meta->sizes.size() != 4) return false;
+  const std::string& t = n.target_name;
+  bool conv = t == "torch.conv2d";
+  if (t == "torch.convolution") {
+    const Arg* tr = find_arg(n, 6, "transposed");
+    conv = tr && tr->kind == Arg::Kind::Const && tr->value.get() == Py_False;
+  }
+  const Node* in = tensor_arg(n, 0, "input");
+  const Node* w = tensor_arg(n, 1, "weight");
+  return conv && in && w && in->meta->sizes.size() == 4 && w->meta->sizes.size() == 4;
+}
+
+// Ops whose meaning depends on strides the trace saw (as_strided, storage
+// access) or that change their own operand's metadata in place: a layout
+// change past them is not safe.
+bool layout_sensitive(const Node& n) {
+  const std::string& t = n.target_name;
+  for (const char* s :
+       {"as_strided", "storage", "stride", "data_ptr", "resize", "set_", "view_as_"})
+    if (t.find(s) != std::string::npos) return true;
+  std::string base = t.substr(t.rfind('.') + 1);
+  for (const char* s : {"transpose_", "t_", "squeeze_", "unsqueeze_", "swapdims_", "swapaxes_"})
+    if (base == s) return true;
+  return false;
+}
+
+PyRef call_method(PyObject* o, const char* name, PyObject* kwargs = nullptr) {
+  PyRef fn = PyRef::steal(PyObject_GetAttrString(o, name));
+  PyRef none = PyRef::steal(PyTuple_New(0));
+  if (!fn || !none) throw PythonError();
+  PyRef r = PyRef::steal(PyObject_Call(fn.get(), none.get(), kwargs));
+  if (!r) throw PythonError();
+  return r;
+}
+
+PyRef memory_format(const char* name) { return torch_fn(name); }  // channels_last, ...
+
+PyRef to_channels_last(PyObject* t) {
+  PyRef kw =
+      PyRef::steal(Py_BuildValue("{s:O}", "memory_format", memory_format("channels_last").get()));
+  return call_method(t, "contiguous", kw.get());
+}
+
+bool is_channels_last(PyObject* t) {
+  PyRef kw =
+      PyRef::steal(Py_BuildValue("{s:O}", "memory_format", memory_format("channels_last").get()));
+  return call_method(t, "is_contiguous", kw.get()).get() == Py_True;
+}
+
+bool is_tensor(PyObject* o) { return o && PyObject_IsInstance(o, torch_fn("Tensor").get()) == 1; }
+
+// Runs convolutions on fake tensors of their real device: torch's own answer
+// to "which layout does this backend return" (what torch.compile asks too).
+class FakeConv {
+ public:
+  FakeConv() {
+    PyRef mod = PyRef::steal(PyImport_ImportModule("torch._subclasses.fake_tensor"));
+    PyRef mode_type =
+        mod ? PyRef::steal(PyObject_GetAttrString(mod.get(), "FakeTensorMode")) : PyRef();
+    mode_ = mode_type ? PyRef::steal(PyObject_CallNoArgs(mode_type.get())) : PyRef();
+    fake_type_ = mod ? PyRef::steal(PyObject_GetAttrString(mod.get(), "FakeTensor")) : PyRef();
+    if (!mode_ || !fake_type_) throw PythonError();
+  }
+
+  // A meta tensor shaped and strided as `conv` returns on its device, given
+  // its inputs' examples; null (error cleared) if the fake run raises.
+  PyRef run(const Node& conv, const Examples& examples) {
+    Examples fakes;
+    for (const Node* in : node_inputs(conv)) {
+      auto it = examples.find(in);
+      PyObject* ex = it != examples.end() ? it->second.get() : in->example.get();
+      if (!is_tensor(ex) || !in->meta) return {};
+      PyRef detached = call_method(ex, "detach");
+      PyRef fake = PyRef::steal(PyObject_CallFunctionObjArgs(
+          fake_type_.get(), mode_.get(), detached.get(), in->meta->device.get(), nullptr));
+      if (!fake) {
+        PyErr_Clear();
+        return {};
+      }
+      fakes[in] = std::move(fake);
+    }
+    PyRef entered = PyRef::steal(PyObject_CallMethod(mode_.get(), "__enter__", nullptr));
+    if (!entered) throw PythonError();
+    PyRef out = run_on_examples(conv, fakes);
+    PyRef exited = PyRef::steal(
+        PyObject_CallMethod(mode_.get(), "__exit__", "OOO", Py_None, Py_None, Py_None));
+    if (!exited) throw PythonError();
+    if (!is_tensor(out.get())) return {};
+    PyRef size = call_method(out.get(), "size");
+    PyRef stride = call_method(out.get(), "stride");
+    PyRef dtype = PyRef::steal(PyObject_GetAttrString(out.get(), "dtype"));
+    PyRef meta = PyRef::steal(PyObject_CallFunction(torch_fn("device").get(), "s", "meta"));
+    PyRef args = PyRef::steal(PyTuple_Pack(2, size.get(), stride.get()));
+    PyRef kw = PyRef::steal(Py_BuildValue("{s:O,s:O}", "dtype", dtype.get(), "device", meta.get()));
+    PyRef r = PyRef::steal(PyObject_Call(torch_fn("empty_strided").get(), args.get(), kw.get()));
+    if (!r) throw PythonError();
+    return r;
+  }
+
+ private:
+  PyRef mode_, fake_type_;
+};
+
+// New examples for the nodes whose layout changes, planned without touching
+// the graph. `convert`: convolution inputs that are not channels-last are
+// converted first (each input node once).
+struct Plan {
+  bool ok = true;
+  std::string why;
+  Examples examples;
+  std::unordered_map<const Node*, const Node*> converted;  // conv -> its converted input
+  int channels_last_convs = 0;
+};
+
+bool same_sizes_and_dtype(PyObject* a, PyObject* b) {
+  PyRef sa = call_method(a, "size"), sb = call_method(b, "size");
+  PyRef da = PyRef::steal(PyObject_GetAttrString(a, "dtype"));
+  PyRef db = PyRef::steal(PyObject_GetAttrString(b, "dtype"));
+  if (!da || !db) throw PythonError();
+  int eq = PyObject_RichCompareBool(sa.get(), sb.get(), Py_EQ);
+  if (eq < 0) throw PythonError();
+  return eq == 1 && da.get() == db.get();
+}
+
+// A view in one layout and a copy in the other (reshape, flatten, ...) would
+// change which values alias.
+bool same_aliasing(PyObject* before, PyObject* after) {
+  return call_method(before, "_is_view").get() == call_method(after, "_is_view").get();
+}
+
+Plan plan_layout(const ir::Graph& g, bool convert, FakeConv& fake) {
+  Plan p;
+  Examples cl_inputs;  // input node -> its channels-last example
+  auto fail = [&](const Node& n, const std::string& why) {
+    p.ok = false;
+    p.why = "%" + n.name + ": " + why;
+    return p;
+  };
+  auto current = [&](const Node* n) {
+    auto it = p.examples.find(n);
+    return it != p.examples.end() ? it->second.get() : n->example.get();
+  };
+  for (const auto& up : g.nodes()) {
+    const Node& n = *up;
+    if (n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) continue;
+    bool changed_input = false;
+    for (const Node* in : node_inputs(n)) changed_input = changed_input || p.examples.count(in);
+    PyRef ex;
+    if (is_conv4d(n)) {
+      const Node* in = tensor_arg(n, 0, "input");
+      Examples inputs;
+      for (const Node* i : node_inputs(n)) inputs[i] = PyRef::borrow(current(i));
+      if (convert && !is_channels_last(current(in))) {
+        if (!cl_inputs.count(in)) cl_inputs[in] = to_channels_last(current(in));
+        inputs[in] = cl_inputs[in];
+        p.converted[&n] = in;
+      }
+      ex = fake.run(n, inputs);
+      if (!ex) {
+        if (convert) return fail(n, "the convolution does not run on fake tensors");
+        if (!changed_input) continue;  // keep what capture recorded
+        return fail(n, "the convolution does not run on fake tensors");
+      }
+      if (is_channels_last(ex.get())) ++p.channels_last_convs;
+    } else if (changed_input) {
+      if (layout_sensitive(n)) return fail(n, "a layout-sensitive op");
+      ex = run_on_examples(n, p.examples);
+      if (!ex) return fail(n, "raises on the new layout");
+    } else {
+      continue;
+    }
+    PyObject* old = n.example.get();
+    if (!is_tensor(ex.get())) {
+      p.examples[&n] = std::move(ex);  // a tuple: its getitems follow
+      continue;
+    }
+    if (!is_tensor(old) || !same_sizes_and_dtype(old, ex.get()))
+      return fail(n, "sizes or dtype differ from capture's");
+    if (!is_conv4d(n) && !same_aliasing(old, ex.get()))
+      return fail(n, "a view would become a copy (or the reverse)");
+    if (strides_of(old) != strides_of(ex.get())) p.examples[&n] = std::move(ex);
+  }
+  return p;
+}
+
+void commit_examples(const Plan& p) {
+  for (const auto& [cn, ex] : p.examples) {
+    Node* n = const_cast<Node*>(cn);
+    n->example = ex;
+    if (n->meta) n->meta = meta_of(ex.get(), n->meta->device, n->meta->requires_grad);
+  }
+}
+
+// Strides eager gives node `n`: the eager plan's example, else capture's.
+std::vector<int64_t> eager_strides(const Plan& eager, const Node* n) {
+  auto it = eager.examples.find(n);
+  return strides_of(it != eager.examples.end() ? it->second.get() : n->example.get());
+}
+
+// The memory format to clone output `n` into for eager's strides, or null
+// when no clone gives them (then the pass does not apply).
+PyRef restore_format(const Plan& eager, const Node* n) {
+  std::vector<int64_t> want = eager_strides(eager, n);
+  const std::vector<int64_t>& sizes = n->meta->sizes;
+  if (want == contiguous_strides(sizes)) return memory_format("contiguous_format");
+  if (sizes.size() == 4 && want == channels_last_strides(sizes))
+    return memory_format("channels_last");
+  return {};
+}
+
+// Output nodes whose strides the channels-last plan changes.
+std::vector<const Node*> changed_outputs(const ir::Graph& g, const Plan& eager, const Plan& cl) {
+  std::vector<const Node*> out;
+  for (const Arg& a : g.output()->args) {
+    if (a.kind != Arg::Kind::Node || !a.node->meta) continue;
+    auto it = cl.examples.find(a.node);
+    if (it == cl.examples.end()) continue;
+    if (strides_of(it->second.get()) != eager_strides(eager, a.node)) out.push_back(a.node);
+  }
+  return out;
+}
+
+void commit_channels_last(ir::Graph& g, const Plan& eager, const Plan& cl) {
+  std::vector<std::pair<Node*, PyRef>> restores;  // before capture's examples are replaced
+  for (const Node* out : changed_outputs(g, eager, cl))
+    restores.emplace_back(const_cast<Node*>(out), restore_format(eager, out));
+  commit_examples(cl);
+  std::unordered_map<const Node*, Node*> conversion;  // input -> its channels-last copy
+  std::vector<Node*> convs;
+  for (auto& n : g.nodes())
+    if (cl.converted.count(n.get())) convs.push_back(n.get());
+  for (Node* conv : convs) {
+    Node* in = const_cast<Node*>(cl.converted.at(conv));
+    Node*& c = conversion[in];
+    if (!c) {
+      c = insert_call(g, conv, {}, "contiguous", {Arg::of_node(in)},
+                      {{"memory_format", Arg::constant(memory_format("channels_last"))}},
+                      in->meta->device);
+      c->meta->requires_grad = in->meta->requires_grad;
+    }
+    replace_uses({conv}, in, c);
+  }
+  std::unordered_map<const Node*, Node*> restored;
+  for (auto& [n, format] : restores) {
+    if (restored.count(n)) continue;
+    Node* r = insert_call(g, g.output(), {}, "clone", {Arg::of_node(n)},
+                          {{"memory_format", Arg::constant(format)}}, n->meta->device);
+    r->meta->requires_grad = n->meta->requires_grad;
+    restored[n] = r;
+  }
+  for (Arg& a : g.output()->args)
+    if (a.kind == Arg::Kind::Node && restored.count(a.node)) a.node = restored[a.node];
+}
+
+// The device type and dtype every 4-d convolution shares, and their count.
+struct ConvSummary {
+  int count = 0;
+  std::string device;
+  PyObject* dtype = nullptr;  // borrowed from a node's meta
+  bool uniform = true;
+};
+
+ConvSummary summarize(const ir::Graph& g) {
+  ConvSummary s;
+  for (auto& n : g.nodes()) {
+    if (!is_conv4d(*n)) continue;
+    std::string dev = device_type(n->meta->device.get());
+    if (s.count++ == 0) s.device = dev, s.dtype = n->meta->dtype.get();
+    s.uniform = s.uniform && dev == s.device && n->meta->dtype.get() == s.dtype;
+  }
+  return s;
+}
+
+bool tracks_grad(const ir::Graph& g) {
+  for (auto& n : g.nodes())
+    if (n->meta && n->meta->requires_grad && n->op != ir::OpKind::Placeholder) return true;
+  return false;
+}
+
+}  // namespace
+
+bool prefers_channels_last(const std::string& device_type, PyObject* dtype) {
+  const char* env = std::getenv("TORCHLITE_CHANNELS_LAST");
+  if (env && std::string(env) == "0") return false;
+  if (env && std::string(env) == "1") return true;
+  auto is = [&](const char* name) { return torch_fn(name).get() == dtype; };
+  // cuDNN's NHWC kernels are the tensor-core path for half types.
+  if (device_type == "cuda") return is("float16") || is("bfloat16");
+  // NOTE: measured off on the CPU: bench/cpu.py resnet18 (b8, 224px, 2 threads) ran 3-15%
+  // slower channels-last (oneDNN NHWC convs plus layout copies) than with contiguous convs.
+  return false;
+}
+
+int channels_last(ir::Graph& graph) {
+  ConvSummary convs = summarize(graph);
+  if (convs.count == 0) return 0;
+  FakeConv fake;
+  Plan eager = plan_layout(graph, false, fake);
+  if (!eager.ok) return 0;  // NOTE: capture's metadata stays; the runtime copies on mismatch
+  bool apply = convs.count >= 2 && convs.uniform && !tracks_grad(graph) &&
+               prefers_channels_last(convs.device, convs.dtype);
+  if (apply) {
+    Plan cl = plan_layout(graph, true, fake);
+    bool restorable = cl.ok && !cl.converted.empty();
+    if (restorable)
+      for (const Node* out : changed_outputs(graph, eager, cl))
+        restorable = restorable && restore_format(eager, out);
+    if (restorable) {
+      commit_channels_last(graph, eager, cl);
+      return cl.channels_last_convs;
+    }
+  }
+  commit_examples(eager);
+  return 0;
+}
+
+}  // namespace tl::passes

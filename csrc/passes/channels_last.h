@@ -1,0 +1,29 @@
+#pragma once
+// Convolution layouts. Meta tensors cannot tell which layout a convolution
+// returns (torch's meta kernel always says contiguous; the real backend picks
+// channels-last for channels-last operands), so every 4-d convolution's
+// metadata is first set to what its device's backend really returns (a fake
+// tensor on the real device), and its consumers' metadata follows. Then, where
+// the policy says it pays, the convolutions' inputs are converted to
+// channels-last once (x.contiguous(memory_format=torch.channels_last)), meta
+// propagation carries that layout through the pointwise/pool kernels between
+// convolutions, and graph outputs whose strides now differ from eager's are
+// cloned back to eager's exact strides.
+#include <string>
+
+#include "ir/graph.h"
+
+namespace tl::passes {
+
+// Whether convolutions on `device_type` ("cpu", "cuda") in `dtype` (a
+// torch.dtype, borrowed) run faster channels-last: CUDA in f16/bf16 (cuDNN's
+// NHWC tensor-core kernels); not the CPU (measured slower). TORCHLITE_CHANNELS_LAST=0/1
+// forces never/always.
+bool prefers_channels_last(const std::string& device_type, PyObject* dtype);
+
+// The pass; returns how many convolutions now run channels-last because of it
+// (0 when it does not apply: fewer than two 4-d convolutions, autograd, a
+// layout-sensitive op in the way, or the policy says no).
+int channels_last(ir::Graph& graph);
+
+}  // namespace tl::passes

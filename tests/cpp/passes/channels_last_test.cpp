@@ -1,0 +1,82 @@
+#include "passes/channels_last.h"
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+
+#include "test_graphs.h"
+
+using namespace tl::ir;
+using namespace tl::testing;
+using tl::PyRef;
+
+namespace {
+
+void add_examples(TestGraph& t) {
+  for (auto& n : t.g.nodes()) {
+    if (!n->meta) continue;
+    PyRef sizes = PyRef::steal(PyTuple_New(n->meta->sizes.size()));
+    PyRef strides = PyRef::steal(PyTuple_New(n->meta->strides.size()));
+    for (size_t i = 0; i < n->meta->sizes.size(); ++i) {
+      PyTuple_SET_ITEM(sizes.get(), i, PyLong_FromLongLong(n->meta->sizes[i]));
+      PyTuple_SET_ITEM(strides.get(), i, PyLong_FromLongLong(n->meta->strides[i]));
+    }
+    PyRef kw =
+        PyRef::steal(Py_BuildValue("{s:O,s:s}", "dtype", n->meta->dtype.get(), "device", "meta"));
+    PyRef args = PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));
+    n->example =
+        PyRef::steal(PyObject_Call(resolve("torch.empty_strided").get(), args.get(), kw.get()));
+    REQUIRE(n->example);
+  }
+}
+
+// x -> conv -> relu -> conv [-> view(2, -1)] -> output
+struct TwoConvs {
+  TestGraph t;
+  Node *conv1 = nullptr, *conv2 = nullptr;
+  explicit TwoConvs(bool view_at_end) {
+    Node* x = t.input("x", {2, 3, 8, 8});
+    Node* w1 = t.input("w1", {4, 3, 3, 3});
+    Node* w2 = t.input("w2", {4, 4, 3, 3});
+    conv1 = t.op("torch.conv2d", {of(x), of(w1)}, {2, 4, 6, 6});
+    Node* r = t.op("torch.relu", {of(conv1)}, {2, 4, 6, 6});
+    conv2 = t.op("torch.conv2d", {of(r), of(w2)}, {2, 4, 4, 4});
+    Node* out = view_at_end ? t.op(".view", {of(conv2), integer(2), integer(-1)}, {2, 64}) : conv2;
+    t.output({out});
+    add_examples(t);
+  }
+};
+
+struct ForceChannelsLast {
+  ForceChannelsLast() { setenv("TORCHLITE_CHANNELS_LAST", "1", 1); }
+  ~ForceChannelsLast() { unsetenv("TORCHLITE_CHANNELS_LAST"); }
+};
+
+}  // namespace
+
+TEST_CASE("two convs run channels-last and the output is cloned back to eager strides",
+          "[passes]") {
+  ForceChannelsLast force;
+  TwoConvs c(false);
+  CHECK(tl::passes::channels_last(c.t.g) == 2);
+  c.t.g.lint();
+  const Node* in1 = c.conv1->args[0].node;
+  CHECK(in1->target_name == "contiguous");
+  CHECK(c.conv1->meta->strides == std::vector<int64_t>{144, 1, 24, 4});
+  const Node* out = c.t.g.output()->args[0].node;
+  CHECK(out->target_name == "clone");
+  CHECK(out->meta->strides == std::vector<int64_t>{64, 16, 4, 1});
+}
+
+TEST_CASE("a view that needs the contiguous layout keeps the graph contiguous", "[passes]") {
+  ForceChannelsLast force;
+  TwoConvs c(true);
+  CHECK(tl::passes::channels_last(c.t.g) == 0);
+  CHECK(c.conv1->args[0].node->op == OpKind::Placeholder);
+  CHECK(c.conv2->meta->strides == std::vector<int64_t>{64, 16, 4, 1});
+}
+
+TEST_CASE("float64 convs on the CPU stay contiguous by default", "[passes]") {
+  PyRef f64 = resolve("torch.float64");
+  CHECK_FALSE(tl::passes::prefers_channels_last("cpu", f64.get()));
+  CHECK(tl::passes::prefers_channels_last("cuda", resolve("torch.bfloat16").get()));
+}

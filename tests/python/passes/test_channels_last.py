@@ -1,0 +1,137 @@
+"""Convolutions run channels-last: same values as eager and, for every graph output, exactly
+eager's strides (a clone restores them where the new layout reaches an output)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import torchlite
+
+
+def cl_convs():
+    return torchlite.counters()["channels_last_convs"]
+
+
+@pytest.fixture
+def force_channels_last(monkeypatch):
+    monkeypatch.setenv("TORCHLITE_CHANNELS_LAST", "1")
+
+
+def two_convs(cin=3, c=8, device="cpu", dtype=torch.float32):
+    m = nn.Sequential(
+        nn.Conv2d(cin, c, 3, padding=1), nn.ReLU(), nn.Conv2d(c, c, 3, stride=2), nn.Sigmoid()
+    )
+    return m.eval().to(device=device, dtype=dtype)
+
+
+def check(fn, *args, atol=None, rtol=None):
+    with torch.no_grad():
+        got = torchlite.compile(fn)(*args)
+        want = fn(*args)
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=atol, rtol=rtol)
+        assert g.stride() == w.stride()
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 10, 10), (1, 3, 7, 9)])
+@pytest.mark.parametrize("input_layout", [torch.contiguous_format, torch.channels_last])
+def test_conv_chain_matches_eager_values_and_strides(force_channels_last, shape, input_layout):
+    m = two_convs()
+    x = torch.randn(shape).contiguous(memory_format=input_layout)
+    before = cl_convs()
+    check(m, x, atol=1e-5, rtol=1e-4)
+    # A channels-last input already runs its convolutions channels-last in eager.
+    assert cl_convs() - before == (2 if input_layout == torch.contiguous_format else 0)
+
+
+def test_outputs_between_convs_and_pooled_keep_eager_strides(force_channels_last):
+    c1, c2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+
+    def f(x):
+        a = F.relu(c1(x))
+        b = c2(a)
+        pooled = F.adaptive_avg_pool2d(b, 1)
+        return a, b * 2, pooled, pooled.flatten(1), F.max_pool2d(b, 2)
+
+    check(f, torch.randn(2, 3, 8, 8), atol=1e-5, rtol=1e-4)
+
+
+def test_conv_bn_relu_resnet_block_folds_and_runs_channels_last(force_channels_last):
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+            self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            y = F.relu(self.bn1(self.conv1(x)), inplace=True)
+            y = self.bn2(self.conv2(y))
+            y += x
+            return F.relu(y, inplace=True)
+
+    m = Block().eval()
+    before = (cl_convs(), torchlite.counters()["batch_norms_folded"])
+    check(m, torch.randn(2, 8, 16, 16), atol=1e-5, rtol=1e-4)
+    assert cl_convs() - before[0] == 2
+    assert torchlite.counters()["batch_norms_folded"] - before[1] == 2
+
+
+def test_view_that_needs_contiguous_input_keeps_the_eager_layout(force_channels_last):
+    m = two_convs()
+
+    def f(x):
+        return m(x).view(x.shape[0], -1)  # view() of a channels-last tensor raises
+
+    before = cl_convs()
+    check(f, torch.randn(2, 3, 8, 8), atol=1e-5, rtol=1e-4)
+    assert cl_convs() == before
+
+
+def test_single_conv_and_float64_stay_contiguous():
+    one = nn.Conv2d(3, 4, 3).eval()
+    before = cl_convs()
+    check(one, torch.randn(1, 3, 8, 8))
+    check(two_convs(dtype=torch.float64), torch.randn(1, 3, 8, 8, dtype=torch.float64))
+    assert cl_convs() == before
+
+
+def test_grad_mode_graphs_are_left_alone(force_channels_last):
+    m = two_convs()
+    x = torch.randn(1, 3, 8, 8)
+    before = cl_convs()
+    got = torchlite.compile(m)(x)
+    torch.testing.assert_close(got, m(x))
+    assert cl_convs() == before
+
+
+def test_timm_resnet18_small_matches_eager(force_channels_last):
+    timm = pytest.importorskip("timm")
+    m = timm.create_model("resnet18", pretrained=False).eval()
+    before = cl_convs()
+    check(m, torch.randn(2, 3, 64, 64), atol=1e-4, rtol=1e-3)
+    assert cl_convs() - before >= 20
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cuda_half_conv_chain_runs_channels_last(dtype):
+    m = two_convs(device="cuda", dtype=dtype)
+    x = torch.randn(4, 3, 32, 32, device="cuda", dtype=dtype)
+    before = cl_convs()
+    check(m, x, atol=2e-2, rtol=2e-2)
+    assert cl_convs() - before == 2
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cuda_resnet18_matches_eager_strides(dtype):
+    timm = pytest.importorskip("timm")
+    m = timm.create_model("resnet18", pretrained=False).eval().to(device="cuda", dtype=dtype)
+    x = torch.randn(4, 3, 64, 64, device="cuda", dtype=dtype)
+    before = (cl_convs(), torchlite.counters()["batch_norms_folded"])
+    check(m, x, atol=5e-2, rtol=5e-2)
+    assert cl_convs() - before[0] >= 20
+    assert torchlite.counters()["batch_norms_folded"] - before[1] == 20
