@@ -269,6 +269,8 @@ def test_counters_have_the_documented_keys():
         "kernels",
         "eager_fallbacks",
         "capture_ns",
+        "batch_norms_folded",
+        "channels_last_convs",
     }
     torchlite.reset_counters()
     assert set(torchlite.counters()) == keys
