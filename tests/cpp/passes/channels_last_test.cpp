@@ -75,8 +75,8 @@ TEST_CASE("a view that needs the contiguous layout keeps the graph contiguous", 
   CHECK(c.conv2->meta->strides == std::vector<int64_t>{64, 16, 4, 1});
 }
 
-TEST_CASE("float64 convs on the CPU stay contiguous by default", "[passes]") {
+TEST_CASE("convs stay contiguous by default (channels-last measured slower)", "[passes]") {
   PyRef f64 = resolve("torch.float64");
   CHECK_FALSE(tl::passes::prefers_channels_last("cpu", f64.get()));
-  CHECK(tl::passes::prefers_channels_last("cuda", resolve("torch.bfloat16").get()));
+  CHECK_FALSE(tl::passes::prefers_channels_last("cuda", resolve("torch.bfloat16").get()));
 }

@@ -59,7 +59,9 @@ def test_outputs_between_convs_and_pooled_keep_eager_strides(force_channels_last
     check(f, torch.randn(2, 3, 8, 8), atol=1e-5, rtol=1e-4)
 
 
-def test_conv_bn_relu_resnet_block_folds_and_runs_channels_last(force_channels_last):
+def test_conv_bn_relu_resnet_block_folds_and_runs_channels_last(force_channels_last, monkeypatch):
+    monkeypatch.setenv("TORCHLITE_FOLD_BATCH_NORM", "1")
+
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
@@ -117,7 +119,7 @@ def test_timm_resnet18_small_matches_eager(force_channels_last):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_cuda_half_conv_chain_runs_channels_last(dtype):
+def test_cuda_half_conv_chain_runs_channels_last(dtype, force_channels_last):
     m = two_convs(device="cuda", dtype=dtype)
     x = torch.randn(4, 3, 32, 32, device="cuda", dtype=dtype)
     before = cl_convs()
@@ -127,7 +129,8 @@ def test_cuda_half_conv_chain_runs_channels_last(dtype):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_cuda_resnet18_matches_eager_strides(dtype):
+def test_cuda_resnet18_matches_eager_strides(dtype, force_channels_last, monkeypatch):
+    monkeypatch.setenv("TORCHLITE_FOLD_BATCH_NORM", "1")
     timm = pytest.importorskip("timm")
     m = timm.create_model("resnet18", pretrained=False).eval().to(device="cuda", dtype=dtype)
     x = torch.randn(4, 3, 64, 64, device="cuda", dtype=dtype)

@@ -10,6 +10,21 @@ from torch import nn
 import torchlite
 
 
+@pytest.fixture(autouse=True)
+def enable_fold(monkeypatch):
+    """The pass is opt-in (TORCHLITE_FOLD_BATCH_NORM=1)."""
+    monkeypatch.setenv("TORCHLITE_FOLD_BATCH_NORM", "1")
+
+
+def test_fold_is_off_by_default(monkeypatch):
+    monkeypatch.delenv("TORCHLITE_FOLD_BATCH_NORM")
+    m = conv_bn_relu(3, 8)
+    before = folded()
+    with torch.no_grad():
+        torchlite.compile(m)(torch.randn(2, 3, 8, 8))
+    assert folded() == before
+
+
 def folded():
     return torchlite.counters()["batch_norms_folded"]
 
