@@ -8,6 +8,11 @@ from torch import nn
 
 import torchlite
 
+# The passes run where kernels are built: CPU graphs need the LLVM code generator.
+needs_cpu_kernels = pytest.mark.skipif(
+    not torchlite._C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op"
+)
+
 
 def cl_convs():
     return torchlite.counters()["channels_last_convs"]
@@ -36,6 +41,7 @@ def check(fn, *args, atol=None, rtol=None):
         assert g.stride() == w.stride()
 
 
+@needs_cpu_kernels
 @pytest.mark.parametrize("shape", [(2, 3, 10, 10), (1, 3, 7, 9)])
 @pytest.mark.parametrize("input_layout", [torch.contiguous_format, torch.channels_last])
 def test_conv_chain_matches_eager_values_and_strides(force_channels_last, shape, input_layout):
@@ -47,6 +53,7 @@ def test_conv_chain_matches_eager_values_and_strides(force_channels_last, shape,
     assert cl_convs() - before == (2 if input_layout == torch.contiguous_format else 0)
 
 
+@needs_cpu_kernels
 def test_outputs_between_convs_and_pooled_keep_eager_strides(force_channels_last):
     c1, c2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
 
@@ -59,6 +66,7 @@ def test_outputs_between_convs_and_pooled_keep_eager_strides(force_channels_last
     check(f, torch.randn(2, 3, 8, 8), atol=1e-5, rtol=1e-4)
 
 
+@needs_cpu_kernels
 def test_conv_bn_relu_resnet_block_folds_and_runs_channels_last(force_channels_last, monkeypatch):
     monkeypatch.setenv("TORCHLITE_FOLD_BATCH_NORM", "1")
 
@@ -81,6 +89,7 @@ def test_conv_bn_relu_resnet_block_folds_and_runs_channels_last(force_channels_l
     assert torchlite.counters()["batch_norms_folded"] - before[1] == 2
 
 
+@needs_cpu_kernels
 def test_view_that_needs_contiguous_input_keeps_the_eager_layout(force_channels_last):
     m = two_convs()
 
@@ -92,6 +101,7 @@ def test_view_that_needs_contiguous_input_keeps_the_eager_layout(force_channels_
     assert cl_convs() == before
 
 
+@needs_cpu_kernels
 def test_single_conv_and_float64_stay_contiguous():
     one = nn.Conv2d(3, 4, 3).eval()
     before = cl_convs()
@@ -100,6 +110,7 @@ def test_single_conv_and_float64_stay_contiguous():
     assert cl_convs() == before
 
 
+@needs_cpu_kernels
 def test_grad_mode_graphs_are_left_alone(force_channels_last):
     m = two_convs()
     x = torch.randn(1, 3, 8, 8)
@@ -109,6 +120,7 @@ def test_grad_mode_graphs_are_left_alone(force_channels_last):
     assert cl_convs() == before
 
 
+@needs_cpu_kernels
 def test_timm_resnet18_small_matches_eager(force_channels_last):
     timm = pytest.importorskip("timm")
     m = timm.create_model("resnet18", pretrained=False).eval()

@@ -9,6 +9,11 @@ from torch import nn
 
 import torchlite
 
+# The passes run where kernels are built: CPU graphs need the LLVM code generator.
+needs_cpu_kernels = pytest.mark.skipif(
+    not torchlite._C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op"
+)
+
 
 @pytest.fixture(autouse=True)
 def enable_fold(monkeypatch):
@@ -16,6 +21,7 @@ def enable_fold(monkeypatch):
     monkeypatch.setenv("TORCHLITE_FOLD_BATCH_NORM", "1")
 
 
+@needs_cpu_kernels
 def test_fold_is_off_by_default(monkeypatch):
     monkeypatch.delenv("TORCHLITE_FOLD_BATCH_NORM")
     m = conv_bn_relu(3, 8)
@@ -70,12 +76,14 @@ def conv_bn_relu(cin, cout, **conv_kw):
         {"padding": 1, "groups": 4, "bias": False, "affine": False},
     ],
 )
+@needs_cpu_kernels
 @pytest.mark.parametrize("shape", [(2, 4, 16, 16), (1, 4, 24, 20)])
 def test_conv_bn_relu_matches_eager(conv_kw, shape):
     m = randomize_bn(conv_bn_relu(4, 8, **conv_kw)).eval()
     check(m, torch.randn(shape), expect_folded=1, atol=1e-5, rtol=1e-4)
 
 
+@needs_cpu_kernels
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
 def test_other_float_dtypes_fold(dtype):
     m = randomize_bn(conv_bn_relu(4, 8, padding=1)).eval().to(dtype)
@@ -83,6 +91,7 @@ def test_other_float_dtypes_fold(dtype):
     check(m, torch.randn(2, 4, 8, 8, dtype=dtype), expect_folded=1, **tol)
 
 
+@needs_cpu_kernels
 def test_conv1d_and_conv3d_fold():
     m1 = randomize_bn(nn.Sequential(nn.Conv1d(4, 6, 3), nn.BatchNorm1d(6))).eval()
     check(m1, torch.randn(2, 4, 40), expect_folded=1, atol=1e-5, rtol=1e-4)
@@ -90,6 +99,7 @@ def test_conv1d_and_conv3d_fold():
     check(m3, torch.randn(1, 2, 5, 5, 5), expect_folded=1, atol=1e-5, rtol=1e-4)
 
 
+@needs_cpu_kernels
 def test_functional_forms_fold():
     w, b = torch.randn(6, 3, 3, 3), torch.randn(6)
     mean, var = torch.randn(6), torch.rand(6) + 0.5
@@ -112,6 +122,7 @@ def test_functional_forms_fold():
         check(f, x, expect_folded=1, atol=1e-5, rtol=1e-4)
 
 
+@needs_cpu_kernels
 def test_conv_with_two_users_is_not_folded():
     conv, bn = nn.Conv2d(3, 4, 3), randomize_bn(nn.BatchNorm2d(4)).eval()
 
@@ -122,6 +133,7 @@ def test_conv_with_two_users_is_not_folded():
     check(f, torch.randn(2, 3, 8, 8), expect_folded=0, atol=1e-5, rtol=1e-4)
 
 
+@needs_cpu_kernels
 def test_training_mode_batch_norm_is_not_folded():
     m = conv_bn_relu(3, 4, padding=1).train()
     x = torch.randn(4, 3, 8, 8)
@@ -136,6 +148,7 @@ def test_training_mode_batch_norm_is_not_folded():
     assert folded() == before
 
 
+@needs_cpu_kernels
 def test_grad_mode_with_trainable_parameters_is_not_folded():
     m = randomize_bn(conv_bn_relu(3, 4, padding=1)).eval()
     x = torch.randn(2, 3, 8, 8)
@@ -146,6 +159,7 @@ def test_grad_mode_with_trainable_parameters_is_not_folded():
     assert folded() == before
 
 
+@needs_cpu_kernels
 def test_parameters_mutated_in_place_between_calls_stay_correct():
     m = randomize_bn(conv_bn_relu(3, 4, padding=1)).eval()
     before = folded()
@@ -163,6 +177,7 @@ def test_parameters_mutated_in_place_between_calls_stay_correct():
     assert folded() - before == 1
 
 
+@needs_cpu_kernels
 def test_folded_weights_are_one_small_kernel_pair_per_batch_norm():
     from torchlite import _C
 
@@ -175,6 +190,7 @@ def test_folded_weights_are_one_small_kernel_pair_per_batch_norm():
     assert s["kernel_count"] <= 4  # [C] scale/bias, the weight, relu (+ a layout copy)
 
 
+@needs_cpu_kernels
 def test_timm_resnet18_small_matches_eager():
     timm = pytest.importorskip("timm")
     m = randomize_bn(timm.create_model("resnet18", pretrained=False)).eval()
@@ -183,6 +199,7 @@ def test_timm_resnet18_small_matches_eager():
     assert folded() > before  # on the CPU only where W is small next to the activation
 
 
+@needs_cpu_kernels
 def test_cpu_skips_folds_whose_weight_outgrows_the_activation():
     m = randomize_bn(conv_bn_relu(64, 64, padding=1)).eval()
     check(m, torch.randn(1, 64, 4, 4), expect_folded=0, atol=1e-4, rtol=1e-4)

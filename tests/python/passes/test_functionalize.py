@@ -9,6 +9,11 @@ import torch.nn.functional as F
 
 import torchlite
 
+# The passes run where kernels are built: CPU graphs need the LLVM code generator.
+needs_cpu_kernels = pytest.mark.skipif(
+    not torchlite._C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op"
+)
+
 
 def run(fn, *args):
     """Compiled vs eager on separate clones: outputs, strides and inputs after the call."""
@@ -38,6 +43,7 @@ def block(x, w):
     return y
 
 
+@needs_cpu_kernels
 @pytest.mark.parametrize("shape", [(4, 8), (2, 3, 5, 5)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_chain_of_inplace_ops_on_an_intermediate_is_one_kernel(shape, dtype):
@@ -46,6 +52,7 @@ def test_chain_of_inplace_ops_on_an_intermediate_is_one_kernel(shape, dtype):
     assert run(block, x, w) == 1
 
 
+@needs_cpu_kernels
 def test_reads_before_the_mutation_see_the_old_value():
     def fn(x):
         y = x * 2
@@ -83,6 +90,7 @@ def test_dtype_of_inplace_result_is_kept():
     run(fn, torch.randn(8, dtype=torch.float16), torch.randn(8))
 
 
+@needs_cpu_kernels
 def test_resnet_basic_block_fuses_relu_and_residual():
     class Block(torch.nn.Module):
         def __init__(self):
