@@ -1,5 +1,6 @@
 #include "capture/context.h"
 
+#include <functional>
 #include <unordered_set>
 
 #include "capture/autocast.h"
@@ -586,11 +587,19 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
   // Device: the real device of the result. Meta execution swaps devices for "meta".
   PyRef device;
   bool has_tensor = false;
-  for (auto& a : args)
+  // The first tensor operand, also inside a list or tuple (torch.cat((a, b))) or
+  // a keyword, gives the device.
+  std::function<void(const ValuePtr&)> find_device = [&](const ValuePtr& a) {
+    if (!a) return;
     if (a->is_tensor()) {
       if (!device) device = a->device;
       has_tensor = true;
+    } else if (a->kind == VKind::Tuple || a->kind == VKind::List) {
+      for (auto& item : a->items) find_device(item);
     }
+  };
+  for (auto& a : args) find_device(a);
+  for (auto& kv : kwargs) find_device(kv.second);
   std::vector<ValuePtr> meta_pos = args;
   PyRef meta_kwargs = PyRef::steal(PyDict_New());
   bool is_to = method == "to" || method == "cuda" || method == "cpu";
