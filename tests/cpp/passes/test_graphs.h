@@ -86,6 +86,25 @@ struct TestGraph {
   }
 };
 
+// Gives every tensor node of `t` a meta example, as capture would.
+inline void add_examples(TestGraph& t) {
+  for (auto& n : t.g.nodes()) {
+    if (!n->meta) continue;
+    PyRef sizes = PyRef::steal(PyTuple_New(n->meta->sizes.size()));
+    PyRef strides = PyRef::steal(PyTuple_New(n->meta->strides.size()));
+    for (size_t i = 0; i < n->meta->sizes.size(); ++i) {
+      PyTuple_SET_ITEM(sizes.get(), i, PyLong_FromLongLong(n->meta->sizes[i]));
+      PyTuple_SET_ITEM(strides.get(), i, PyLong_FromLongLong(n->meta->strides[i]));
+    }
+    PyRef kw =
+        PyRef::steal(Py_BuildValue("{s:O,s:s}", "dtype", n->meta->dtype.get(), "device", "meta"));
+    PyRef args = PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));
+    n->example =
+        PyRef::steal(PyObject_Call(resolve("torch.empty_strided").get(), args.get(), kw.get()));
+    REQUIRE(n->example);
+  }
+}
+
 // A partition's kernels and externs in plan order: "k0 matmul k1".
 inline std::string plan(const passes::Partition& p) {
   std::string s;
