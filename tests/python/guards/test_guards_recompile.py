@@ -300,20 +300,26 @@ def test_reset_forgets_cached_entries():
     assert_counters_delta(before, counters(), graphs=1)
 
 
+class _SharedLayer(torch.nn.Module):
+    """One forward (and feed_forward) code object shared by many layer instances."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def feed_forward(self, x):
+        return torch.relu(self.lin(x))
+
+    def forward(self, x):
+        return self.feed_forward(x) * 2
+
+
 def test_one_forward_shared_by_many_instances_is_not_a_recompile_loop():
     # Each layer instance is ID-matched, so it gets its own entry; the cache-size limit
     # counts entries per ID-matched object set (as Dynamo does), so none falls back to eager.
     import warnings
 
-    class Layer(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(4, 4)
-
-        def forward(self, x):
-            return torch.relu(self.lin(x)) * 2
-
-    layers = [Layer() for _ in range(12)]
+    layers = [_SharedLayer() for _ in range(12)]
     compiled = [torchlite.compile(layer) for layer in layers]
     torchlite.reset()
     torchlite.reset_counters()
@@ -333,18 +339,10 @@ def test_helper_called_with_the_bound_forward_of_many_instances_is_not_a_recompi
     # each layer: its __self__ is ID-matched, and counts per object like a local would.
     import warnings
 
-    class Layer(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(4, 4)
-
-        def feed_forward(self, x):
-            return torch.relu(self.lin(x))
-
     def apply(forward_fn, x):
         return forward_fn(x) * 2
 
-    layers = [Layer() for _ in range(12)]
+    layers = [_SharedLayer() for _ in range(12)]
     compiled = torchlite.compile(apply)
     torchlite.reset()
     torchlite.reset_counters()
