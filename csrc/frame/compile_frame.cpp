@@ -125,6 +125,14 @@ void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult
   if (PyList_Append(recorder, d.get()) < 0) throw PythonError();
 }
 
+// True when the trace-time tensor (borrowed) is a view of another tensor.
+bool is_view(PyObject* example) {
+  if (!example) return false;
+  PyRef r = PyRef::steal(PyObject_CallMethod(example, "_is_view", nullptr));
+  if (!r) throw PythonError();
+  return r.get() == Py_True;
+}
+
 // The fused-kernel executor for a graph, or null when the graph runs op by op
 // (no LLVM in this build, tensors off the CPU, or nothing to fuse).
 std::unique_ptr<runtime::CompiledGraph> compile_kernels(const std::shared_ptr<ir::Graph>& graph) {
@@ -132,8 +140,11 @@ std::unique_ptr<runtime::CompiledGraph> compile_kernels(const std::shared_ptr<ir
     if (!n->meta) continue;
     // Kernels write plain tensors: values autograd must track stay torch ops
     // until backward graphs are derived (the training issue).
-    // (Inputs that require grad are fine: kernels only read them.)
-    if (n->meta->requires_grad && n->op != ir::OpKind::Placeholder) return nullptr;
+    // (Inputs that require grad are fine: kernels only read them. So are
+    // views of them: under no_grad a view of a parameter still reports
+    // requires_grad, as in eager, and views are never kernel outputs.)
+    if (n->meta->requires_grad && n->op != ir::OpKind::Placeholder && !is_view(n->example.get()))
+      return nullptr;
   }
   // All on the CPU (LLVM build) or on one CUDA device (driver loaded); else op by op.
   if (!runtime::kernel_device(*graph)) return nullptr;
