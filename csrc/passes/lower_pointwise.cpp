@@ -25,8 +25,8 @@ bool unary(RuleCtx& c) {
   const ir::Arg* x = c.arg(0, "input");
   if (!c.is_tensor(x)) return false;
   int v = c.value(x, ct(c));
-  bool rounding = Op == ExprOp::Floor || Op == ExprOp::Ceil || Op == ExprOp::Round ||
-                  Op == ExprOp::Trunc;
+  bool rounding =
+      Op == ExprOp::Floor || Op == ExprOp::Ceil || Op == ExprOp::Round || Op == ExprOp::Trunc;
   if (!ir::is_floating(ct(c))) {
     if (rounding) return c.finish(v);  // identity on integers, as in torch
     if (Op > ExprOp::Sign && Op != ExprOp::Relu) return false;
@@ -108,9 +108,14 @@ bool pow(RuleCtx& c) {
     return c.finish(c.binary(ExprOp::Pow, x, c.value(b, ct(c))));
   }
   if (*e == 1) return c.finish(x);
+  // The exponents ATen special-cases (so results match it, and no powf runs:
+  // GPT-2's gelu cubes its input, a powf per element made it compute-bound).
   if (*e == 2) return c.finish(c.binary(ExprOp::Mul, x, x));
+  if (*e == 3) return c.finish(c.binary(ExprOp::Mul, c.binary(ExprOp::Mul, x, x), x));
   if (*e == 0.5) return c.finish(c.unary(ExprOp::Sqrt, x));
+  if (*e == -0.5) return c.finish(c.unary(ExprOp::Rsqrt, x));
   if (*e == -1) return c.finish(c.unary(ExprOp::Reciprocal, x));
+  if (*e == -2) return c.finish(c.unary(ExprOp::Reciprocal, c.binary(ExprOp::Mul, x, x)));
   return c.finish(c.binary(ExprOp::Pow, x, c.constant(*e, ct(c))));
 }
 
@@ -273,8 +278,8 @@ void add_pointwise_rules(RuleTable& t) {
   t["where"] = where, t["masked_fill"] = masked_fill;
   for (const char* n : {"clamp", "clip"}) t[n] = clamp<true, true>;
   t["clamp_min"] = clamp<true, false>, t["clamp_max"] = clamp<false, true>;
-  for (const char* n : {"to", "float", "double", "half", "bfloat16", "int", "long", "short",
-                        "char", "byte", "bool", "type"})
+  for (const char* n : {"to", "float", "double", "half", "bfloat16", "int", "long", "short", "char",
+                        "byte", "bool", "type"})
     t[n] = cast;
   t["type_as"] = type_as, t["lerp"] = lerp;
   t["addcmul"] = addc<E::Mul>, t["addcdiv"] = addc<E::Div>;
