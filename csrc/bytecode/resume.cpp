@@ -11,31 +11,19 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
 #include "bytecode/assembler.h"
+#include "bytecode/loop_body.h"
+#include "bytecode/rewriter.h"
 #include "capture/bytecode.h"
 #include "capture/opcode_tables.h"
 #include "core/errors.h"
 
 namespace tl::bytecode {
 namespace {
-
-constexpr int kFirstNewLabel = 1 << 24;
-constexpr unsigned char kFastCell = 0x40;
-constexpr unsigned char kFastFree = 0x80;
-
-std::string utf8(PyObject* s) {
-  const char* c = PyUnicode_AsUTF8(s);
-  if (!c) throw PythonError();
-  return c;
-}
-
-PyRef checked(PyObject* p) {  // steals p
-  if (!p) throw PythonError();
-  return PyRef::steal(p);
-}
 
 // The breaking instruction's stack effect: `pops` values, then `pushes`
 // (Slot chars); `jump_pops` on the taken branch of a conditional jump.
@@ -190,165 +178,6 @@ std::string key_of(PyCodeObject* code, int index, const std::string& stack,
   return k;
 }
 
-// The original code, lifted, and a renumbering of its fast locals: the new
-// parameters come first (passed locals in their original order, then
-// `extra_params`), then the other original locals, then `extra_locals`.
-class Rewriter {
- public:
-  explicit Rewriter(PyCodeObject* code)
-      : code_(code), bc_(capture::decode(code)), asm_(lift(bc_)), spec_(spec_of(code)) {
-    nlocals_ = code->co_nlocals;
-    const char* kinds = PyBytes_AS_STRING(code->co_localspluskinds);
-    for (int i = 0; i < code->co_nlocalsplus; ++i) {
-      if (kinds[i] & kFastCell) throw CannotResume("the function has cell variables");
-      if (kinds[i] & kFastFree) ++nfree_;
-    }
-    PyRef names = checked(PyCode_GetVarnames(code));
-    for (int i = 0; i < nlocals_; ++i) names_.push_back(utf8(PyTuple_GET_ITEM(names.get(), i)));
-    // A resume function's own arguments are locals of the code built from
-    // it: new names get a prefix no original local has.
-    for (int level = 0;; ++level) {
-      prefix_ = "___" + std::to_string(level) + "_";
-      if (std::none_of(names_.begin(), names_.end(),
-                       [&](const std::string& n) { return n.rfind(prefix_, 0) == 0; }))
-        break;
-    }
-  }
-
-  // The name of a local the generated code adds ("stack0" -> "___0_stack0").
-  std::string fresh(const std::string& base) const { return prefix_ + base; }
-
-  const capture::Bytecode& bytecode() const { return bc_; }
-  int line_near(int index) const {
-    for (int i = index; i >= 0; --i)
-      if (bc_.insts[i].line >= 0) return bc_.insts[i].line;
-    return code_->co_firstlineno;
-  }
-
-  void renumber(const std::vector<int>& passed, const std::vector<std::string>& extra_params,
-                const std::vector<std::string>& extra_locals) {
-    std::vector<bool> is_passed(nlocals_, false);
-    old_to_new_.assign(nlocals_, -1);
-    varnames_.clear();
-    for (int s : passed) {
-      TL_CHECK(s >= 0 && s < nlocals_) << "passed local " << s << " is not a plain local";
-      is_passed[s] = true;
-      old_to_new_[s] = static_cast<int>(varnames_.size());
-      varnames_.push_back(names_[s]);
-    }
-    argcount_ = static_cast<int>(varnames_.size() + extra_params.size());
-    for (auto& n : extra_params) varnames_.push_back(n);
-    for (int s = 0; s < nlocals_; ++s) {
-      if (is_passed[s]) continue;
-      old_to_new_[s] = static_cast<int>(varnames_.size());
-      varnames_.push_back(names_[s]);
-    }
-    for (auto& n : extra_locals) varnames_.push_back(n);
-  }
-
-  int slot(const std::string& name) const {
-    for (size_t i = 0; i < varnames_.size(); ++i)
-      if (varnames_[i] == name) return static_cast<int>(i);
-    TL_CHECK(false) << "no local " << name;
-  }
-  int slot_of_original(int s) const { return old_to_new_.at(s); }
-
-  // The prologue (free variables, RESUME, the value stack from arguments),
-  // then the original instructions with renumbered locals.
-  std::vector<Instr> body(const std::string& stack, int entry, int line, bool iter_calls) {
-    std::vector<Instr> out;
-    if (nfree_) out.push_back(make(COPY_FREE_VARS, nfree_, line));
-    out.push_back(make(RESUME, 0, line));
-    int j = 0;
-    for (char c : stack) {
-      if (c == static_cast<char>(Slot::Null)) {
-        out.push_back(make(PUSH_NULL, 0, line));
-        continue;
-      }
-      out.push_back(make(LOAD_FAST, slot(fresh("stack" + std::to_string(j++))), line));
-      if (c == static_cast<char>(Slot::Iter)) {
-        TL_CHECK(iter_calls) << "iterator on a resume function's stack";
-        out.push_back(make(GET_ITER, 0, line));
-      }
-    }
-    Instr jump = make(JUMP_FORWARD, 0, line);
-    jump.target = entry;
-    out.push_back(jump);
-    const int new_nlocals = static_cast<int>(varnames_.size());
-    for (Instr in : asm_.insts) {
-      unsigned f = capture::opcode_flags(in.opcode);
-      if (f & capture::kLocal) in.arg = old_to_new_.at(in.arg);
-      if (f & capture::kFree) in.arg = in.arg - nlocals_ + new_nlocals;
-      out.push_back(in);
-    }
-    return out;
-  }
-
-  const std::vector<ExceptionBlock>& blocks() const { return asm_.blocks; }
-
-  PyRef assemble_with(Assembly a, const std::string& qualname, PyObject* extra_const) {
-    CodeSpec s = spec_;
-    s.argcount = argcount_;
-    s.posonlyargcount = 0;
-    s.kwonlyargcount = 0;
-    s.flags &= ~(CO_VARARGS | CO_VARKEYWORDS);
-    PyRef vn = checked(PyTuple_New(static_cast<Py_ssize_t>(varnames_.size())));
-    for (size_t i = 0; i < varnames_.size(); ++i)
-      PyTuple_SET_ITEM(vn.get(), i, checked(PyUnicode_FromString(varnames_[i].c_str())).release());
-    s.varnames = vn;
-    if (extra_const) {
-      Py_ssize_t n = PyTuple_GET_SIZE(s.consts.get());
-      PyRef consts = checked(PyTuple_New(n + 1));
-      for (Py_ssize_t i = 0; i < n; ++i)
-        PyTuple_SET_ITEM(consts.get(), i, Py_NewRef(PyTuple_GET_ITEM(s.consts.get(), i)));
-      PyTuple_SET_ITEM(consts.get(), n, Py_NewRef(extra_const));
-      s.consts = consts;
-    }
-    s.qualname = checked(PyUnicode_FromString(qualname.c_str()));
-    return assemble(a, s);
-  }
-
-  int consts_size() const { return static_cast<int>(PyTuple_GET_SIZE(spec_.consts.get())); }
-  // The user's qualname, without what an earlier resume function added.
-  std::string qualname() const {
-    std::string q = utf8(code_->co_qualname);
-    return q.substr(0, q.find(" ("));
-  }
-
-  static Instr make(int opcode, int arg, int line) {
-    Instr in;
-    in.opcode = opcode;
-    in.arg = arg;
-    in.line = line;
-    return in;
-  }
-
- private:
-  PyCodeObject* code_;
-  capture::Bytecode bc_;
-  Assembly asm_;
-  CodeSpec spec_;
-  int nlocals_ = 0;
-  int nfree_ = 0;
-  int argcount_ = 0;
-  std::string prefix_;
-  std::vector<std::string> names_;
-  std::vector<std::string> varnames_;
-  std::vector<int> old_to_new_;
-};
-
-std::vector<std::string> numbered(const Rewriter& rw, const char* base, size_t n) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < n; ++i) out.push_back(rw.fresh(base + std::to_string(i)));
-  return out;
-}
-
-size_t count_values(const std::string& stack) {
-  size_t n = 0;
-  for (char c : stack) n += c != static_cast<char>(Slot::Null);
-  return n;
-}
-
 // The resume function entered at instruction `entry` with `stack`.
 PyRef resume_code(PyCodeObject* code, int entry, const std::string& stack,
                   const std::vector<int>& locals) {
@@ -363,7 +192,7 @@ PyRef resume_code(PyCodeObject* code, int entry, const std::string& stack,
   a.insts = rw.body(stack, entry, line, false);
   a.blocks = rw.blocks();
   PyRef made = rw.assemble_with(
-      std::move(a), rw.qualname() + " (resumed at line " + std::to_string(line) + ")", nullptr);
+      std::move(a), rw.qualname() + " (resumed at line " + std::to_string(line) + ")", {});
   auto* co = reinterpret_cast<PyCodeObject*>(made.get());
   std::vector<std::pair<int, bool>> exits;
   int j = 0;
@@ -447,6 +276,15 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
       succ.push_back({bc.insts[last].jump_target,
                       site.stack.substr(0, site.stack.size() - e.jump_pops), true});
   }
+  // Region mode at a loop: the body becomes a function of its own.
+  std::optional<LoopBody> loop;
+  if (site.region) {
+    try {
+      loop = outline_loop(site);
+    } catch (const CannotResume& e) {
+      out->no_loop_body = e.what();
+    }
+  }
   size_t tmps = 0;
   for (auto& s : succ) {
     tmps = std::max(tmps, s.stack.size());
@@ -459,9 +297,15 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
       [&] {
         auto p = numbered(rw, "stack", count_values(site.stack));
         for (auto& r : numbered(rw, "resume", succ.size())) p.push_back(r);
+        if (loop) p.push_back(rw.fresh("loop"));
         return p;
       }(),
-      numbered(rw, "tmp", tmps));
+      [&] {
+        auto t = numbered(rw, "tmp", tmps);
+        if (loop)
+          for (const char* n : {"item", "status", "ret"}) t.push_back(rw.fresh(n));
+        return t;
+      }());
   Assembly a;
   a.insts = rw.body(site.stack, site.index, line, true);
   a.blocks = rw.blocks();
@@ -484,9 +328,19 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
     }
     append_stub(a.insts, label, succ[k].stack, resume_slot, local_slots, rw, int_const, line);
   }
+  std::vector<PyObject*> consts{reinterpret_cast<PyObject*>(&PyLong_Type)};
+  if (loop) {
+    const LoopConsts k{int_const, kFirstExit + static_cast<int>(loop->exits.size())};
+    consts = k.objects();
+    insert_loop_call(a.insts, *loop, rw, rw.slot(rw.fresh("loop")), k, site.stack);
+    auto* co = reinterpret_cast<PyCodeObject*>(loop->code.get());
+    if (!loop->grad_exits.empty()) registry().exits[co] = loop->grad_exits;
+    out->resumes.push_back(loop->code);
+    out->resume_lines.push_back(loop->line);
+    out->loop_body = true;
+  }
   out->bridge = rw.assemble_with(
-      std::move(a), rw.qualname() + " (graph break at line " + std::to_string(line) + ")",
-      reinterpret_cast<PyObject*>(&PyLong_Type));
+      std::move(a), rw.qualname() + " (graph break at line " + std::to_string(line) + ")", consts);
   return out;
 }
 

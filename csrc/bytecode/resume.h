@@ -50,6 +50,10 @@ struct BridgeCode {
   PyRef bridge;
   std::vector<PyRef> resumes;
   std::vector<int> resume_lines;  // line each resume function starts at
+  // Region mode at a loop head: the only entry of `resumes` is the loop's
+  // body function (loop_body.h), which the bridge calls once per iteration.
+  bool loop_body = false;
+  std::string no_loop_body;  // region mode at a loop whose body stays in the bridge: why
 };
 
 // A break site the bridge cannot continue from (the frame then runs eagerly).

@@ -189,6 +189,21 @@ PyRef compile_with_backend(const capture::CaptureResult& res, const CompileConfi
   return fn;
 }
 
+// How the frame goes on after its break, for the graph_breaks log.
+std::string after_break(const capture::CaptureResult& res, const bytecode::BridgeCode* codes) {
+  if (!codes) return "the frame runs eagerly (" + res.no_resume + ")";
+  if (!res.resume->region) return "the frame goes on in a resume function";
+  if (codes->loop_body)
+    return "the graph before the loop runs compiled; CPython runs the loop, each iteration "
+           "calling the loop-body function";
+  if (!codes->no_loop_body.empty())
+    return "the graph before it runs compiled, the rest of the frame eagerly (the loop's body "
+           "cannot run as a function: " +
+           codes->no_loop_body + ")";
+  return "the graph before it runs compiled, the rest of the frame eagerly (break inside a try "
+         "block)";
+}
+
 }  // namespace
 
 void set_graph_wrapper(GraphWrapper wrapper) {
@@ -251,14 +266,9 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
       }
     }
     if (log_enabled("graph_breaks"))
-      log_event("graph_breaks",
-                "graph break in " + utf8(code->co_qualname) + " at " + where + ": " + b.reason +
-                    " [" + b.kind + "]; " +
-                    (codes ? (res.resume->region ? "the graph before it runs compiled, the rest "
-                                                   "of the frame eagerly (break inside a loop or "
-                                                   "try block)"
-                                                 : "the frame goes on in a resume function")
-                           : "the frame runs eagerly (" + res.no_resume + ")"));
+      log_event("graph_breaks", "graph break in " + utf8(code->co_qualname) + " at " + where +
+                                    ": " + b.reason + " [" + b.kind + "]; " +
+                                    after_break(res, codes));
   }
   if (config->recorder && config->recorder.get() != Py_None)
     record(config->recorder.get(), code, res, codes != nullptr);

@@ -1,8 +1,21 @@
-"""A break inside a loop: the graph before the loop runs compiled, CPython runs the loop and the
-rest of the frame (a loop would otherwise break once per iteration), and functions the loop calls
-are still captured as frames of their own."""
+"""A break inside a loop: the graph before the loop runs compiled, CPython runs the loop itself,
+and each iteration calls a generated *loop-body function* that the hook captures like a resume
+function: a break inside it is an ordinary break of that function (with its own resume
+functions), so the body's torch ops still run compiled. Locals the body assigns flow back to the
+loop; `break`, `continue` and `return` leave it as in eager.
 
-from resume_check import check_resume, inputs
+Graph and break counts follow explain(): one graph before the loop, then per iteration that
+needed its own version (a range loop's int item is a guarded constant) the body's graph before
+the break and its resume function's graph after it."""
+
+import sys
+
+import pytest
+import torch
+from helpers import assert_same, clone_args
+from resume_check import check_resume, inputs, loop_body_frames
+
+import torchlite
 
 
 def _range_loop(x):
@@ -10,6 +23,7 @@ def _range_loop(x):
     for i in range(3):
         y = y * 2
         print("step", i)
+        y = y - 1
     return y - 1
 
 
@@ -18,6 +32,7 @@ def _list_loop(x, ws):
     for w in ws:
         y = y + w
         print("w")
+        y = y * 2
     return y
 
 
@@ -39,22 +54,234 @@ def _while_loop(x):
     while n < 3:
         y = y + 1
         print("n", n)
+        y = y * 2
         n += 1
     return y
 
 
-def test_range_loop_with_break_runs_like_eager():
-    check_resume(_range_loop, inputs(3), graphs=1, compiled_after=False)
+def _break_and_continue(x, ws, kinds):
+    y = x * 2
+    for w, kind in zip(ws, kinds):
+        if kind == "skip":
+            continue
+        y = y + w
+        print("w", kind)
+        if kind == "stop":
+            break
+        y = y * 3
+    return y + 1
 
 
-def test_list_loop_with_break_runs_like_eager():
-    check_resume(_list_loop, inputs(3), [inputs(3), inputs(3)], graphs=1, compiled_after=False)
+def _return_inside(x, ws):
+    y = x + 1
+    for w in ws:
+        y = y * w
+        print("w")
+        if w.sum() > 100:
+            return y - 1
+        y = y + 2
+    return y
+
+
+def _data_dependent_branch(x, ws):
+    y = x * 1
+    for w in ws:
+        if (y * w).sum() > 0:
+            y = y + w
+        else:
+            y = y - w
+        y = y * 0.5
+    return y
+
+
+def _loop_in_no_grad(x, ws):
+    y = x * 2
+    with torch.no_grad():
+        for w in ws:
+            y = y * w
+            print("grad", torch.is_grad_enabled())
+            y = y + 1
+    return y + x
+
+
+def _nested_loops(x, ws):
+    y = x + 1
+    for i in range(2):
+        y = y * 2
+        for w in ws:
+            y = y + w
+            print("inner", i)
+            y = y.cos()
+        y = y - 1
+    return y
+
+
+def _assigned_in_loop(x, ws):
+    for w in ws:
+        last = x * w
+        print("w")
+        doubled = last * 2
+    return last + doubled
+
+
+def _zero_iterations(x, ws):
+    y = x * 2
+    for w in ws:
+        y = y + w
+        print("never")
+    return y - 1
+
+
+def _raises_inside(x, ws):
+    y = x * 2
+    for w in ws:
+        print("w")
+        y = y @ w  # the second matrix does not fit
+    return y
+
+
+def _del_in_body(x, ws):
+    y = x * 2
+    for w in ws:
+        t = y + w
+        print("w")
+        y = t * 2
+        del t
+    return y
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+    def forward(self, x):
+        x = x * 2
+        for layer in self.layers:
+            x = layer(x).relu()
+            print("layer")
+            x = x + 1
+        return x.sum(-1)
+
+
+def _tensors(*shapes):
+    return [inputs(*s) for s in shapes]
+
+
+def test_range_loop_body_runs_compiled_after_the_break(capsys):
+    check_resume(_range_loop, inputs(3), graphs=7, breaks=4, loop_body=True)
+    assert capsys.readouterr().out.count("step 2") >= 3
+
+
+def test_list_loop_body_runs_compiled():
+    check_resume(_list_loop, inputs(3), _tensors((3,), (3,)), graphs=5, breaks=2, loop_body=True)
 
 
 def test_functions_called_in_the_loop_are_captured():
-    report = check_resume(_loop_calls_helper, inputs(3), graphs=2, compiled_after=False)
+    report = check_resume(_loop_calls_helper, inputs(3), graphs=4, breaks=3, loop_body=True)
     assert any(f["code_name"].endswith("helper") and f["ops"] > 0 for f in report.frames)
 
 
-def test_while_loop_with_break_runs_like_eager():
-    check_resume(_while_loop, inputs(3), graphs=1, compiled_after=False)
+def test_while_loop_body_runs_compiled():
+    check_resume(_while_loop, inputs(3), graphs=7, breaks=4, loop_body=True)
+
+
+def test_range_loop_body_runs_compiled_after_the_break(capsys):
+    # One body (and resume) version per value of the guarded int `i`.
+    check_resume(_range_loop, inputs(3), graphs=7, breaks=4, loop_body=True)
+    assert capsys.readouterr().out.count("step 2") == 7  # explain(), three eager, three compiled
+
+
+def test_list_loop_body_runs_compiled():
+    check_resume(_list_loop, inputs(3), _tensors((3,), (3,)), graphs=3, breaks=2, loop_body=True)
+
+
+def test_functions_called_in_the_loop_are_captured():
+    report = check_resume(_loop_calls_helper, inputs(3), graphs=5, breaks=3, compiled_after=False,
+                          loop_body=True)
+    assert any(f["code_name"].endswith("helper") and f["ops"] > 0 for f in report.frames)
+
+
+def test_while_loop_body_runs_compiled():
+    check_resume(_while_loop, inputs(3), graphs=7, breaks=4, loop_body=True)
+
+
+def test_module_list_loop_runs_each_layer_compiled(capsys):
+    model = _Stack()
+    report = check_resume(model, inputs(2, 4), graphs=7, breaks=4, loop_body=True)
+    # One body version per layer (the layer is guarded by identity), each with its linear.
+    assert len(loop_body_frames(report)) == 3
+    assert capsys.readouterr().out.count("layer") == 21  # 7 calls of 3 layers
+
+
+def test_break_and_continue_leave_the_body_as_in_eager(capsys):
+    ws = _tensors((3,), (3,), (3,), (3,), (3,))
+    kinds = ["a", "skip", "b", "stop", "never"]
+    # NOTE: each kind string is a guarded constant: "a", "skip", "b" and "stop" get a body each.
+    check_resume(_break_and_continue, inputs(3), ws, kinds, graphs=8, breaks=4, loop_body=True)
+    out = capsys.readouterr().out
+    assert "w stop" in out and "never" not in out and "skip" not in out
+
+
+def test_return_inside_the_body_returns_from_the_function():
+    ws = [inputs(3), inputs(3), torch.full((3,), 100.0), inputs(3)]
+    check_resume(_return_inside, inputs(3).abs() + 1, ws, graphs=5, breaks=3, loop_body=True)
+
+
+def test_data_dependent_branch_in_the_loop_resumes_per_side():
+    ones = torch.ones(3)
+    # The sum is positive, negative, then positive again: both sides run, each resumed once.
+    report = check_resume(_data_dependent_branch, ones, [ones, -3 * ones, ones], graphs=4,
+                          breaks=2, loop_body=True)
+    sides = {f["code_name"] for f in report.frames if "(resumed at line" in f["code_name"]}
+    assert len(sides) == 2, sides
+
+
+def test_loop_inside_no_grad_keeps_grad_mode(capsys):
+    x = inputs(3, requires_grad=True)
+    check_resume(_loop_in_no_grad, x, _tensors((3,), (3,)), graphs=4, breaks=3, loop_body=True)
+    assert "grad True" not in capsys.readouterr().out
+    assert torch.is_grad_enabled()
+
+
+def test_break_in_an_inner_loop_outlines_both_levels():
+    report = check_resume(_nested_loops, inputs(3), _tensors((3,), (3,)), graphs=9, breaks=7,
+                          loop_body=True)
+    lines = {f["code_name"] for f in loop_body_frames(report)}
+    assert len(lines) == 2, lines  # the outer body, and the inner body inside it
+
+
+def test_local_first_assigned_in_the_loop_is_seen_after_it():
+    check_resume(_assigned_in_loop, inputs(3), _tensors((3,), (3,)), graphs=2, breaks=2,
+                 loop_body=True)
+
+
+def test_zero_iteration_loop_runs_like_eager():
+    check_resume(_zero_iterations, inputs(3), [], graphs=1, breaks=0, compiled_after=False)
+
+
+def test_exception_in_the_body_reaches_the_caller_at_its_line():
+    ws = [inputs(3, 3), inputs(5, 5)]
+    line = _raises_inside.__code__.co_firstlineno + 4
+
+    def failure(fn):
+        try:
+            fn(inputs(2, 3), clone_args(ws))
+        except RuntimeError as e:
+            tb = e.__traceback__
+            while tb.tb_next:
+                tb = tb.tb_next
+            return type(e), tb.tb_lineno
+        raise AssertionError("expected a RuntimeError")
+
+    torchlite.reset()
+    compiled = torchlite.compile(_raises_inside)
+    assert failure(_raises_inside) == (RuntimeError, line)
+    for _ in range(2):
+        assert failure(compiled) == (RuntimeError, line)
+
+
+def test_del_in_the_body_falls_back_to_running_the_loop_in_cpython():
+    report = check_resume(_del_in_body, inputs(3), _tensors((3,), (3,)), graphs=1, breaks=1,
+                          compiled_after=False)
+    assert not loop_body_frames(report)

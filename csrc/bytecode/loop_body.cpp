@@ -1,0 +1,709 @@
+// Loop-body functions (see loop_body.h): which instructions form the body,
+// which locals flow in and out, the body function's code, and the call the
+// bridge makes in place of the body.
+#include "bytecode/loop_body.h"
+
+#include <opcode.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "bytecode/rewriter.h"
+#include "capture/bytecode.h"
+#include "capture/opcode_tables.h"
+#include "core/errors.h"
+
+namespace tl::bytecode {
+namespace {
+
+constexpr char kValue = static_cast<char>(Slot::Value);
+constexpr char kNull = static_cast<char>(Slot::Null);
+
+bool ends_flow(int opcode) {
+  switch (opcode) {
+    case RETURN_VALUE:
+    case RAISE_VARARGS:
+    case RERAISE:
+    case JUMP_FORWARD:
+    case JUMP_BACKWARD:
+    case JUMP_BACKWARD_NO_INTERRUPT:
+#ifdef RETURN_CONST
+    case RETURN_CONST:
+#endif
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_return(int opcode) {
+#ifdef RETURN_CONST
+  if (opcode == RETURN_CONST) return true;
+#endif
+  return opcode == RETURN_VALUE;
+}
+
+// The same jump, forward: stubs sit after every body instruction.
+int forward_form(int opcode) {
+  switch (opcode) {
+    case JUMP_BACKWARD:
+    case JUMP_BACKWARD_NO_INTERRUPT:
+      return JUMP_FORWARD;
+#ifdef POP_JUMP_BACKWARD_IF_TRUE
+    case POP_JUMP_BACKWARD_IF_TRUE:
+      return POP_JUMP_FORWARD_IF_TRUE;
+    case POP_JUMP_BACKWARD_IF_FALSE:
+      return POP_JUMP_FORWARD_IF_FALSE;
+    case POP_JUMP_BACKWARD_IF_NONE:
+      return POP_JUMP_FORWARD_IF_NONE;
+    case POP_JUMP_BACKWARD_IF_NOT_NONE:
+      return POP_JUMP_FORWARD_IF_NOT_NONE;
+#endif
+    default:
+      return opcode;
+  }
+}
+
+#ifdef POP_JUMP_FORWARD_IF_TRUE
+constexpr int kJumpIfTrue = POP_JUMP_FORWARD_IF_TRUE;
+constexpr int kCompareEq = 2;  // cmp_op index of ==
+#else
+constexpr int kJumpIfTrue = POP_JUMP_IF_TRUE;
+constexpr int kCompareEq = (2 << 4) | 8;  // 3.12: op << 4 | the COMPARISON_EQUALS mask
+#endif
+#ifdef LOAD_FAST_CHECK
+constexpr int kLoadChecked = LOAD_FAST_CHECK;  // NOTE: 3.12's LOAD_FAST assumes a bound local
+#else
+constexpr int kLoadChecked = LOAD_FAST;
+#endif
+
+PyObject* unbound(PyObject*, PyObject*) { Py_RETURN_NONE; }
+
+// What a body function hands back for a local it did not assign: an object no
+// user code can hold. A builtin function, so that the tracer treats it as a
+// constant it may pass on at a break. Borrowed; lives for the process.
+PyObject* unbound_sentinel() {
+  static PyMethodDef def{"torchlite_unbound_local", unbound, METH_NOARGS, nullptr};
+  static PyObject* s = PyCFunction_New(&def, nullptr);
+  if (!s) throw PythonError();
+  return s;
+}
+
+// ---- analysis of the original code ----
+
+struct Handler {
+  int index = -1;  // first handler instruction
+  int depth = 0;   // stack depth at the handler (the exception and lasti included)
+  int kept = 0;    // values kept below the exception
+};
+
+class Flow {
+ public:
+  explicit Flow(const capture::Bytecode& bc) : bc_(bc), n_(static_cast<int>(bc.insts.size())) {
+    handlers_.assign(n_, Handler{});
+    for (int i = 0; i < n_; ++i) {
+      const int off = bc.insts[i].offset;
+      for (const auto& e : bc.exception_table) {
+        if (off < e.start || off >= e.end) continue;
+        int h = bc.index_at_offset(e.target);
+        if (h < 0) throw CannotResume("exception handler inside an instruction");
+        handlers_[i] = {h, e.depth + (e.lasti ? 1 : 0) + 1, e.depth};
+        break;
+      }
+    }
+    depths();
+  }
+
+  int size() const { return n_; }
+  int depth(int i) const { return depth_[i]; }
+  const Handler& handler(int i) const { return handlers_[i]; }
+  // Successors by normal control flow (fall-through, jump target).
+  std::vector<int> next(int i) const {
+    std::vector<int> out;
+    const auto& in = bc_.insts[i];
+    if (in.jump_target >= 0) out.push_back(in.jump_target);
+    if (!ends_flow(in.opcode) && i + 1 < n_) out.push_back(i + 1);
+    return out;
+  }
+
+ private:
+  int effect(int i, bool jump) const {
+    const auto& in = bc_.insts[i];
+    if (in.opcode == RETURN_GENERATOR) throw CannotResume("a loop in a generator");
+    int e = PyCompile_OpcodeStackEffectWithJump(in.opcode, in.arg, jump ? 1 : 0);
+    if (e == PY_INVALID_STACK_EFFECT)
+      throw CannotResume(std::string("no stack effect for ") + capture::opcode_name(in.opcode));
+    return e;
+  }
+
+  void reach(int i, int d, std::deque<int>& work) {
+    if (i < 0 || i >= n_ || d < 0) throw CannotResume("malformed control flow");
+    if (depth_[i] < 0) {
+      depth_[i] = d;
+      work.push_back(i);
+    } else if (depth_[i] != d) {
+      throw CannotResume("an instruction reached with two stack depths");
+    }
+  }
+
+  void depths() {
+    depth_.assign(n_, -1);
+    std::deque<int> work;
+    reach(0, 0, work);
+    while (!work.empty()) {
+      int i = work.front();
+      work.pop_front();
+      const auto& in = bc_.insts[i];
+      if (handlers_[i].index >= 0) reach(handlers_[i].index, handlers_[i].depth, work);
+      if (in.jump_target >= 0) reach(in.jump_target, depth_[i] + effect(i, true), work);
+      if (!ends_flow(in.opcode) && i + 1 < n_) reach(i + 1, depth_[i] + effect(i, false), work);
+    }
+  }
+
+  const capture::Bytecode& bc_;
+  int n_;
+  std::vector<Handler> handlers_;
+  std::vector<int> depth_;
+};
+
+// Where control goes from a body instruction.
+enum class To { Body, Continue, Exit };
+
+struct Members {
+  std::vector<bool> in;    // instruction is part of the body function
+  std::vector<int> exits;  // exit targets, in order of discovery
+};
+
+class LoopAnalysis {
+ public:
+  LoopAnalysis(const Flow& flow, const LoopBody& loop, int last)
+      : flow_(flow), loop_(loop), last_(last) {
+    reaches_head();
+    members();
+  }
+
+  const Members& m() const { return m_; }
+  To where(int t) const {
+    if (t == loop_.head) return To::Continue;
+    return m_.in[t] ? To::Body : To::Exit;
+  }
+  int exit_index(int t) const {
+    auto it = std::find(m_.exits.begin(), m_.exits.end(), t);
+    TL_CHECK(it != m_.exits.end()) << "instruction " << t << " is not an exit";
+    return static_cast<int>(it - m_.exits.begin());
+  }
+  // True when instruction i's exception goes to a handler in the body (not
+  // to one around the loop, which the bridge's own table has).
+  bool keeps_handler(int i) const {
+    const Handler& h = flow_.handler(i);
+    return h.index >= 0 && h.index != flow_.handler(loop_.head).index;
+  }
+
+ private:
+  // Instructions from which the head can be reached without passing it: the
+  // loop proper, wherever the compiler placed its blocks (3.12 moves except
+  // handlers after the function's last line).
+  void reaches_head() {
+    const int n = flow_.size();
+    std::vector<std::vector<int>> preds(n);
+    for (int i = 0; i < n; ++i) {
+      if (flow_.depth(i) < 0) continue;
+      for (int s : flow_.next(i)) preds[s].push_back(i);
+      if (flow_.handler(i).index >= 0) preds[flow_.handler(i).index].push_back(i);
+    }
+    loop_part_.assign(n, false);
+    std::deque<int> work{loop_.head};
+    while (!work.empty()) {
+      int i = work.front();
+      work.pop_front();
+      for (int p : preds[i])
+        if (p != loop_.head && !loop_part_[p]) loop_part_[p] = true, work.push_back(p);
+    }
+  }
+
+  // A successor outside the loop whose stack is part of the stack below the
+  // loop is an exit: the bridge goes on there. Anything else still needs
+  // values the body made (a `return` block that 3.12 placed after the loop,
+  // with the iterator on the stack) and joins the body.
+  bool is_exit(int t) const {
+    bool in_range = t >= loop_.head && t <= last_;
+    return !in_range && !loop_part_[t] && flow_.depth(t) <= static_cast<int>(loop_.outer.size());
+  }
+
+  void members() {
+    const int n = flow_.size();
+    m_.in.assign(n, false);
+    std::deque<int> work{loop_.entry};
+    m_.in[loop_.entry] = true;
+    auto visit = [&](int t) {
+      if (t == loop_.head || m_.in[t]) return;
+      if (is_exit(t)) {
+        if (std::find(m_.exits.begin(), m_.exits.end(), t) == m_.exits.end()) m_.exits.push_back(t);
+        return;
+      }
+      m_.in[t] = true;
+      work.push_back(t);
+    };
+    while (!work.empty()) {
+      int i = work.front();
+      work.pop_front();
+      if (flow_.depth(i) < 0) throw CannotResume("unreachable loop body");
+      for (int s : flow_.next(i)) visit(s);
+      if (keeps_handler(i)) {
+        int h = flow_.handler(i).index;
+        if (h == loop_.head || is_exit(h)) throw CannotResume("exception handler outside the loop");
+        visit(h);
+      }
+    }
+    for (int t : m_.exits)
+      if (m_.in[t]) throw CannotResume("an exit that is also in the body");
+  }
+
+  const Flow& flow_;
+  const LoopBody& loop_;
+  int last_;
+  std::vector<bool> loop_part_;
+  Members m_;
+};
+
+// Must-bound locals over the body: every read of a local that the head did
+// not bind must follow an assignment on every path. 3.12's inlined
+// comprehensions save a local on the stack (LOAD_FAST_AND_CLEAR) and store it
+// back after the comprehension, unbound again if it was: the saved slot is
+// tracked by its stack position.
+class Binding {
+ public:
+  Binding(const capture::Bytecode& bc, const Flow& flow, const LoopAnalysis& a, int nlocals,
+          const std::vector<int>& params, int entry)
+      : bc_(bc), flow_(flow), a_(a), nlocals_(nlocals) {
+    State start;
+    start.set = true;
+    start.must.assign(nlocals, false);
+    for (int p : params) start.must[p] = true;
+    in_.assign(flow.size(), State{});
+    solve(start, entry);
+  }
+
+  std::vector<int> assigned() const { return {stored_.begin(), stored_.end()}; }
+
+ private:
+  struct State {
+    bool set = false;
+    std::vector<bool> must;
+    std::map<int, std::pair<int, bool>> saved;  // stack position -> (local, was bound)
+  };
+
+  bool merge(State& into, const State& s) {
+    if (!into.set) {
+      into = s;
+      return true;
+    }
+    if (into.saved != s.saved) throw CannotResume("a comprehension's saved local differs by path");
+    bool changed = false;
+    for (int i = 0; i < nlocals_; ++i)
+      if (into.must[i] && !s.must[i]) into.must[i] = false, changed = true;
+    return changed;
+  }
+
+  int local_of(const capture::Instruction& in) const {
+    if (in.arg < 0 || in.arg >= nlocals_) throw CannotResume("a loop that uses a cell variable");
+    return in.arg;
+  }
+
+  static bool pure_push(int opcode) {
+    switch (opcode) {
+      case LOAD_FAST:
+      case LOAD_CONST:
+      case LOAD_GLOBAL:
+      case LOAD_DEREF:
+      case PUSH_NULL:
+      case NOP:
+      case RESUME:
+#ifdef LOAD_FAST_CHECK
+      case LOAD_FAST_CHECK:
+#endif
+#ifdef LOAD_FAST_AND_CLEAR
+      case LOAD_FAST_AND_CLEAR:
+#endif
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // State after instruction i; `check` raises on a read of a maybe-unbound local.
+  State step(int i, State s, bool check) {
+    const auto& in = bc_.insts[i];
+    const int d = flow_.depth(i);
+    unsigned flags = capture::opcode_flags(in.opcode);
+    switch (in.opcode) {
+      case LOAD_FAST:
+#ifdef LOAD_FAST_CHECK
+      case LOAD_FAST_CHECK:
+#endif
+        if (check && !s.must[local_of(in)])
+          throw CannotResume("a local the loop body may read before assigning it");
+        return s;
+      case STORE_FAST: {
+        int x = local_of(in);
+        stored_.insert(x);
+        auto it = s.saved.find(d - 1);
+        if (it != s.saved.end()) {
+          if (it->second.first != x) throw CannotResume("a saved local stored elsewhere");
+          s.must[x] = it->second.second;  // the comprehension restores what was there
+          s.saved.erase(it);
+        } else {
+          s.must[x] = true;
+        }
+        return s;
+      }
+      case DELETE_FAST:
+        throw CannotResume("`del` of a local in the loop body");
+#ifdef LOAD_FAST_AND_CLEAR
+      case LOAD_FAST_AND_CLEAR: {
+        int x = local_of(in);
+        s.saved[d] = {x, s.must[x]};
+        s.must[x] = false;
+        return s;
+      }
+#endif
+      case SWAP: {
+        auto node_top = s.saved.extract(d - 1), node_deep = s.saved.extract(d - in.arg);
+        if (node_top) node_top.key() = d - in.arg, s.saved.insert(std::move(node_top));
+        if (node_deep) node_deep.key() = d - 1, s.saved.insert(std::move(node_deep));
+        return s;
+      }
+      case POP_TOP:
+        s.saved.erase(d - 1);
+        return s;
+      default:
+        break;
+    }
+    if (flags & (capture::kLocal | capture::kFree)) {
+      if (in.opcode != LOAD_DEREF)
+        throw CannotResume(std::string("the loop body uses ") + capture::opcode_name(in.opcode));
+    }
+    if (!s.saved.empty() && !pure_push(in.opcode)) {
+      int after = d + PyCompile_OpcodeStackEffectWithJump(in.opcode, in.arg, 0);
+      int lowest = std::min(d, after) - 1;
+      if (in.opcode == COPY) lowest = d - in.arg;
+      if (s.saved.lower_bound(lowest) != s.saved.end())
+        throw CannotResume("a comprehension's saved local used by another instruction");
+    }
+    return s;
+  }
+
+  void solve(const State& start, int entry) {
+    std::deque<int> work;
+    std::vector<bool> queued(flow_.size(), false);
+    auto push = [&](int i, const State& st) {
+      if (merge(in_[i], st) && !queued[i]) queued[i] = true, work.push_back(i);
+    };
+    push(entry, start);
+    while (!work.empty()) {
+      int i = work.front();
+      work.pop_front();
+      queued[i] = false;
+      propagate(i, false, push);
+    }
+    // Reads are checked once the states are final (a first visit may see
+    // more bound locals than a later merge leaves).
+    for (int i = 0; i < flow_.size(); ++i)
+      if (a_.m().in[i] && in_[i].set) propagate(i, true, [](int, const State&) {});
+  }
+
+  template <typename Push>
+  void propagate(int i, bool check, Push push) {
+    const Members& m = a_.m();
+    State out = step(i, in_[i], check);
+    const auto& in = bc_.insts[i];
+    if (check && is_return(in.opcode) && !out.saved.empty())
+      throw CannotResume("`return` inside a comprehension");
+    std::vector<int> normal;
+    if (in.jump_target >= 0) normal.push_back(in.jump_target);
+    if (!ends_flow(in.opcode) && i + 1 < flow_.size()) normal.push_back(i + 1);
+    for (int t : normal) {
+      if (a_.where(t) == To::Body) {
+        push(t, out);
+      } else if (check && !out.saved.empty()) {
+        throw CannotResume("control leaves the loop body inside a comprehension");
+      }
+    }
+    if (a_.keeps_handler(i)) {
+      State h = in_[i];
+      const Handler& hd = flow_.handler(i);
+      for (auto it = h.saved.begin(); it != h.saved.end();)
+        it = it->first >= hd.kept ? h.saved.erase(it) : std::next(it);
+      if (m.in[hd.index]) push(hd.index, h);
+    }
+  }
+
+  const capture::Bytecode& bc_;
+  const Flow& flow_;
+  const LoopAnalysis& a_;
+  int nlocals_;
+  std::vector<State> in_;
+  std::set<int> stored_;
+};
+
+}  // namespace
+
+std::vector<PyObject*> LoopConsts::objects() const {
+  std::vector<PyObject*> out{reinterpret_cast<PyObject*>(&PyLong_Type), Py_None,
+                             unbound_sentinel()};
+  for (int s = 0; s < n_status; ++s) {
+    static std::vector<PyRef> ints;  // NOTE: kept for the process, like the codes using them
+    while (static_cast<int>(ints.size()) <= s)
+      ints.push_back(checked(PyLong_FromLong(static_cast<long>(ints.size()))));
+    out.push_back(ints[s].get());
+  }
+  return out;
+}
+
+namespace {
+
+class Emit {
+ public:
+  Emit(std::vector<Instr>& out, int line) : out_(out), line_(line) {}
+  Emit& op(int opcode, int arg = 0, int target = kNoLabel) {
+    Instr in = Rewriter::make(opcode, arg, line_);
+    in.target = target;
+    if (label_ != kNoLabel) in.label = label_, label_ = kNoLabel;
+    out_.push_back(in);
+    return *this;
+  }
+  // The next instruction gets `label`.
+  Emit& at(int label) {
+    label_ = label;
+    return *this;
+  }
+  Emit& call(int nargs) {
+#ifdef PRECALL
+    op(PRECALL, nargs);
+#endif
+    return op(CALL, nargs);
+  }
+  // Pops `slots` (Slot chars, bottom first) from the top down; a NULL goes
+  // by calling int() on it (CALL is the only instruction that consumes one).
+  Emit& pop(const std::string& slots, const LoopConsts& k) {
+    for (auto c = slots.rbegin(); c != slots.rend(); ++c) {
+      if (*c == kNull) op(LOAD_CONST, k.int_type()).call(0);
+      op(POP_TOP);
+    }
+    return *this;
+  }
+
+ private:
+  std::vector<Instr>& out_;
+  int line_;
+  int label_ = kNoLabel;
+};
+
+std::vector<ExceptionBlock> body_blocks(const Rewriter& rw, const std::vector<bool>& member,
+                                        int outer_handler) {
+  std::vector<ExceptionBlock> out;
+  for (ExceptionBlock b : rw.blocks()) {
+    if (b.handler == outer_handler || !member[b.handler]) continue;
+    int first = b.first, last = b.last;
+    while (first <= last && !member[first]) ++first;
+    while (last >= first && !member[last]) --last;
+    if (first > last) continue;
+    b.first = first;
+    b.last = last;
+    out.push_back(b);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<LoopBody> outline_loop(const BreakSite& site) {
+  Rewriter rw(site.code);
+  const capture::Bytecode& bc = rw.bytecode();
+  const int n = rw.size();
+  const int head = site.index;
+  int last = -1;
+  for (int i = head; i < n; ++i)
+    if (bc.insts[i].jump_target == head) last = i;
+  if (last < 0) return std::nullopt;
+  if (site.code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR))
+    throw CannotResume("a loop in a generator");
+  LoopBody loop;
+  loop.head = head;
+  loop.is_for = bc.insts[head].opcode == FOR_ITER;
+  loop.entry = loop.is_for ? head + 1 : head;
+  loop.outer = site.stack;
+  if (loop.is_for) {
+    if (loop.outer.empty() || loop.outer.back() != static_cast<char>(Slot::Iter))
+      throw CannotResume("no iterator at the loop head");
+    loop.outer.pop_back();
+  }
+  Flow flow(bc);
+  if (flow.depth(head) != static_cast<int>(site.stack.size()))
+    throw CannotResume("the stack at the loop head differs from the trace's");
+  LoopAnalysis a(flow, loop, last);
+  const std::vector<bool>& member = a.m().in;
+  loop.params = site.locals;
+  Binding binding(bc, flow, a, site.code->co_nlocals, site.locals, loop.entry);
+  for (int x : binding.assigned())
+    if (!std::binary_search(loop.params.begin(), loop.params.end(), x)) loop.assigned.push_back(x);
+  for (int t : a.m().exits) loop.exits.push_back({t, flow.depth(t)});
+  loop.line = rw.line_near(head);
+
+  // Parameters: the head's locals, the stack (below the loop, the iterator's
+  // placeholder, the item), as the prologue pushes it again.
+  std::string stack;
+  for (char c : loop.outer) stack += c == kNull ? kNull : kValue;
+  if (loop.is_for) stack += "VV";
+  rw.renumber(loop.params, numbered(rw, "stack", count_values(stack)), {rw.fresh("ret")});
+  const LoopConsts k{rw.consts_size(), kFirstExit + static_cast<int>(loop.exits.size())};
+  const int ret = rw.slot(rw.fresh("ret"));
+  std::vector<int> back;
+  for (int p : loop.params) back.push_back(rw.slot_of_original(p));
+  for (int q : loop.assigned) back.push_back(rw.slot_of_original(q));
+  // Leaves the body: the stack below the value is gone, the result is
+  // (status, value, *back).
+  auto hand_back = [&](Emit& e, int status, bool value) {
+    e.op(LOAD_CONST, k.status(status));
+    if (value)
+      e.op(LOAD_FAST, ret);
+    else
+      e.op(LOAD_CONST, k.none());
+    for (int s : back) e.op(kLoadChecked, s);
+    e.op(BUILD_TUPLE, 2 + static_cast<int>(back.size())).op(RETURN_VALUE);
+  };
+  const std::string at_head = stack.substr(0, loop.outer.size() + (loop.is_for ? 1 : 0));
+
+  // NOTE: the stack parameters are unbound once pushed: a break in the body
+  // then hands each value on once, on the stack (a grad-mode __exit__ can
+  // only be passed there).
+  std::vector<Instr> out = rw.prologue(stack, loop.line, false, true);
+  {
+    Emit e(out, loop.line);
+    for (int q : loop.assigned)
+      e.op(LOAD_CONST, k.unbound()).op(STORE_FAST, rw.slot_of_original(q));
+    e.op(JUMP_FORWARD, 0, loop.entry);
+  }
+  const int cont_label = kFirstNewLabel;
+  auto exit_label = [&](int t) { return kFirstNewLabel + 1 + a.exit_index(t); };
+  auto stub_label = [&](int t) { return t == head ? cont_label : exit_label(t); };
+  std::vector<Instr> orig = rw.original();
+  for (int i = 0; i < n; ++i) {
+    if (!member[i]) continue;
+    Instr in = orig[i];
+    const int line = in.line;
+    if (is_return(in.opcode)) {
+      loop.returns = true;
+      Emit e(out, line);
+      e.at(i);
+      int below = flow.depth(i) - 1;
+#ifdef RETURN_CONST
+      if (in.opcode == RETURN_CONST) e.op(LOAD_CONST, in.arg), ++below;
+#endif
+      if (below > static_cast<int>(at_head.size()))
+        throw CannotResume("`return` with values on the stack");
+      e.op(STORE_FAST, ret).pop(at_head.substr(0, below), k);
+      hand_back(e, kReturn, true);
+      continue;
+    }
+    const int t = bc.insts[i].jump_target;
+    if (t >= 0 && a.where(t) != To::Body) {
+      in.opcode = forward_form(in.opcode);
+      in.target = stub_label(t);
+    }
+    out.push_back(in);
+    if (!ends_flow(in.opcode) && i + 1 < n && a.where(i + 1) != To::Body) {
+      Instr jump = Rewriter::make(JUMP_FORWARD, 0, line);
+      jump.target = stub_label(i + 1);
+      out.push_back(jump);
+    }
+  }
+  {
+    Emit e(out, rw.line_near(last));
+    e.at(cont_label).pop(at_head, k);
+    hand_back(e, kContinue, false);
+    for (size_t x = 0; x < loop.exits.size(); ++x) {
+      const auto& ex = loop.exits[x];
+      e.at(exit_label(ex.target)).pop(at_head.substr(0, ex.depth), k);
+      hand_back(e, kFirstExit + static_cast<int>(x), false);
+    }
+  }
+  Assembly body;
+  body.insts = std::move(out);
+  body.blocks = body_blocks(rw, member, flow.handler(head).index);
+  loop.code = rw.assemble_with(
+      std::move(body), rw.qualname() + " (loop body at line " + std::to_string(loop.line) + ")",
+      k.objects());
+  int j = 0;
+  for (char c : loop.outer) {
+    if (c == kNull) continue;
+    int slot = rw.slot(rw.fresh("stack" + std::to_string(j++)));
+    if (c == static_cast<char>(Slot::ExitTrue)) loop.grad_exits.emplace_back(slot, true);
+    if (c == static_cast<char>(Slot::ExitFalse)) loop.grad_exits.emplace_back(slot, false);
+  }
+  return loop;
+}
+
+void insert_loop_call(std::vector<Instr>& insts, const LoopBody& loop, const Rewriter& rw,
+                      int body_slot, const LoopConsts& k, const std::string& site_stack) {
+  constexpr int kBase = kFirstNewLabel + (1 << 20);
+  const int stub = kBase, first_status = kBase + 1, first_q = kBase + 4096;
+  auto status_label = [&](int s) { return first_status + s; };
+  const int item = rw.slot(rw.fresh("item")), status = rw.slot(rw.fresh("status")),
+            ret = rw.slot(rw.fresh("ret"));
+  // A while loop's body starts at its head: jumps there now call the body.
+  if (!loop.is_for)
+    for (Instr& in : insts)
+      if (in.target == loop.head) in.target = stub;
+
+  std::vector<Instr> s;
+  Emit e(s, loop.line);
+  e.at(stub);
+  if (loop.is_for) e.op(STORE_FAST, item);
+  e.op(PUSH_NULL).op(LOAD_FAST, body_slot);
+  int depth = static_cast<int>(site_stack.size()) + 2, nargs = 0;
+  for (int p : loop.params) e.op(kLoadChecked, rw.slot_of_original(p)), ++depth, ++nargs;
+  for (size_t j = 0; j < loop.outer.size(); ++j) {
+    if (loop.outer[j] == kNull) continue;
+    e.op(COPY, depth - static_cast<int>(j));
+    ++depth, ++nargs;
+  }
+  if (loop.is_for) e.op(LOAD_CONST, k.none()).op(LOAD_FAST, item), nargs += 2;
+  e.call(nargs);
+  const int nback = static_cast<int>(loop.params.size() + loop.assigned.size());
+  e.op(UNPACK_SEQUENCE, 2 + nback).op(STORE_FAST, status).op(STORE_FAST, ret);
+  for (int p : loop.params) e.op(STORE_FAST, rw.slot_of_original(p));
+  // A local the body did not assign comes back as the sentinel: keep the old value.
+  for (size_t q = 0; q < loop.assigned.size(); ++q) {
+    const int skip = first_q + 2 * static_cast<int>(q), next = skip + 1;
+    e.op(COPY, 1).op(LOAD_CONST, k.unbound()).op(IS_OP, 0).op(kJumpIfTrue, 0, skip);
+    e.op(STORE_FAST, rw.slot_of_original(loop.assigned[q])).op(JUMP_FORWARD, 0, next);
+    e.at(skip).op(POP_TOP).at(next).op(NOP);
+  }
+  std::vector<int> statuses{kContinue};
+  if (loop.returns) statuses.push_back(kReturn);
+  for (size_t x = 0; x < loop.exits.size(); ++x)
+    statuses.push_back(kFirstExit + static_cast<int>(x));
+  for (size_t i = 0; i + 1 < statuses.size(); ++i) {
+    e.op(LOAD_FAST, status).op(LOAD_CONST, k.status(statuses[i])).op(COMPARE_OP, kCompareEq);
+    e.op(kJumpIfTrue, 0, status_label(statuses[i]));
+  }
+  e.op(JUMP_FORWARD, 0, status_label(statuses.back()));
+  e.at(status_label(kContinue)).op(JUMP_BACKWARD, 0, loop.is_for ? loop.head : stub);
+  if (loop.returns)
+    e.at(status_label(kReturn)).pop(site_stack, k).op(LOAD_FAST, ret).op(RETURN_VALUE);
+  for (size_t x = 0; x < loop.exits.size(); ++x) {
+    const auto& ex = loop.exits[x];
+    e.at(status_label(kFirstExit + static_cast<int>(x))).pop(site_stack.substr(ex.depth), k);
+    e.op(ex.target >= loop.entry ? JUMP_FORWARD : JUMP_BACKWARD, 0, ex.target);
+  }
+  auto pos = std::find_if(insts.begin(), insts.end(),
+                          [&](const Instr& in) { return in.label == loop.entry; });
+  TL_CHECK(pos != insts.end()) << "no loop body at instruction " << loop.entry;
+  insts.insert(pos, s.begin(), s.end());
+}
+
+}  // namespace tl::bytecode

@@ -1,0 +1,223 @@
+#pragma once
+// The original code of a frame, lifted to labelled instructions, with its
+// fast locals renumbered so that generated parameters come first: the common
+// base of bridges, resume functions and loop-body functions (resume.h).
+// Internal to bytecode/.
+#include <Python.h>
+#include <opcode.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "bytecode/assembler.h"
+#include "bytecode/resume.h"
+#include "capture/bytecode.h"
+#include "capture/opcode_tables.h"
+#include "core/errors.h"
+#include "core/py_ref.h"
+
+namespace tl::bytecode {
+
+// Labels of generated instructions start here; original instructions keep
+// their indices as labels.
+constexpr int kFirstNewLabel = 1 << 24;
+
+inline std::string utf8(PyObject* s) {  // borrows s
+  const char* c = PyUnicode_AsUTF8(s);
+  if (!c) throw PythonError();
+  return c;
+}
+
+inline PyRef checked(PyObject* p) {  // steals p
+  if (!p) throw PythonError();
+  return PyRef::steal(p);
+}
+
+// The original code, lifted, and a renumbering of its fast locals: the new
+// parameters come first (passed locals in their original order, then
+// `extra_params`), then the other original locals, then `extra_locals`.
+class Rewriter {
+ public:
+  static constexpr unsigned char kFastCell = 0x40;
+  static constexpr unsigned char kFastFree = 0x80;
+
+  explicit Rewriter(PyCodeObject* code)
+      : code_(code), bc_(capture::decode(code)), asm_(lift(bc_)), spec_(spec_of(code)) {
+    nlocals_ = code->co_nlocals;
+    const char* kinds = PyBytes_AS_STRING(code->co_localspluskinds);
+    for (int i = 0; i < code->co_nlocalsplus; ++i) {
+      if (kinds[i] & kFastCell) throw CannotResume("the function has cell variables");
+      if (kinds[i] & kFastFree) ++nfree_;
+    }
+    PyRef names = checked(PyCode_GetVarnames(code));
+    for (int i = 0; i < nlocals_; ++i) names_.push_back(utf8(PyTuple_GET_ITEM(names.get(), i)));
+    // A resume function's own arguments are locals of the code built from
+    // it: new names get a prefix no original local has.
+    for (int level = 0;; ++level) {
+      prefix_ = "___" + std::to_string(level) + "_";
+      if (std::none_of(names_.begin(), names_.end(),
+                       [&](const std::string& n) { return n.rfind(prefix_, 0) == 0; }))
+        break;
+    }
+  }
+
+  // The name of a local the generated code adds ("stack0" -> "___0_stack0").
+  std::string fresh(const std::string& base) const { return prefix_ + base; }
+
+  const capture::Bytecode& bytecode() const { return bc_; }
+  PyCodeObject* code() const { return code_; }
+  int size() const { return static_cast<int>(bc_.insts.size()); }
+  int line_near(int index) const {
+    for (int i = index; i >= 0; --i)
+      if (bc_.insts[i].line >= 0) return bc_.insts[i].line;
+    return code_->co_firstlineno;
+  }
+
+  void renumber(const std::vector<int>& passed, const std::vector<std::string>& extra_params,
+                const std::vector<std::string>& extra_locals) {
+    std::vector<bool> is_passed(nlocals_, false);
+    old_to_new_.assign(nlocals_, -1);
+    varnames_.clear();
+    for (int s : passed) {
+      TL_CHECK(s >= 0 && s < nlocals_) << "passed local " << s << " is not a plain local";
+      is_passed[s] = true;
+      old_to_new_[s] = static_cast<int>(varnames_.size());
+      varnames_.push_back(names_[s]);
+    }
+    argcount_ = static_cast<int>(varnames_.size() + extra_params.size());
+    for (auto& n : extra_params) varnames_.push_back(n);
+    for (int s = 0; s < nlocals_; ++s) {
+      if (is_passed[s]) continue;
+      old_to_new_[s] = static_cast<int>(varnames_.size());
+      varnames_.push_back(names_[s]);
+    }
+    for (auto& n : extra_locals) varnames_.push_back(n);
+  }
+
+  int slot(const std::string& name) const {
+    for (size_t i = 0; i < varnames_.size(); ++i)
+      if (varnames_[i] == name) return static_cast<int>(i);
+    TL_CHECK(false) << "no local " << name;
+  }
+  int slot_of_original(int s) const { return old_to_new_.at(s); }
+
+  // The prologue (free variables, RESUME, the value stack from arguments),
+  // then the original instructions with renumbered locals.
+  std::vector<Instr> body(const std::string& stack, int entry, int line, bool iter_calls) const {
+    std::vector<Instr> out = prologue(stack, line, iter_calls);
+    Instr jump = make(JUMP_FORWARD, 0, line);
+    jump.target = entry;
+    out.push_back(jump);
+    for (const Instr& in : original()) out.push_back(in);
+    return out;
+  }
+
+  // Free variables, RESUME and the value stack rebuilt from the "stack<j>"
+  // parameters (Iter slots from a tuple of the items left, with `iter_calls`;
+  // with `clear`, each parameter is unbound once on the stack).
+  std::vector<Instr> prologue(const std::string& stack, int line, bool iter_calls,
+                              bool clear = false) const {
+    std::vector<Instr> out;
+    if (nfree_) out.push_back(make(COPY_FREE_VARS, nfree_, line));
+    out.push_back(make(RESUME, 0, line));
+    int j = 0;
+    for (char c : stack) {
+      if (c == static_cast<char>(Slot::Null)) {
+        out.push_back(make(PUSH_NULL, 0, line));
+        continue;
+      }
+      const int param = slot(fresh("stack" + std::to_string(j++)));
+      out.push_back(make(LOAD_FAST, param, line));
+      if (clear) out.push_back(make(DELETE_FAST, param, line));
+      if (c == static_cast<char>(Slot::Iter)) {
+        TL_CHECK(iter_calls) << "iterator on a resume function's stack";
+        out.push_back(make(GET_ITER, 0, line));
+      }
+    }
+    return out;
+  }
+
+  // The original instructions (labels: their indices) with renumbered locals.
+  std::vector<Instr> original() const {
+    std::vector<Instr> out;
+    const int new_nlocals = static_cast<int>(varnames_.size());
+    for (Instr in : asm_.insts) {
+      unsigned f = capture::opcode_flags(in.opcode);
+      if (f & capture::kLocal) in.arg = old_to_new_.at(in.arg);
+      if (f & capture::kFree) in.arg = in.arg - nlocals_ + new_nlocals;
+      out.push_back(in);
+    }
+    return out;
+  }
+
+  const std::vector<ExceptionBlock>& blocks() const { return asm_.blocks; }
+
+  // The code object, named `qualname`, with `extra_consts` appended to
+  // co_consts (at consts_size() on).
+  PyRef assemble_with(Assembly a, const std::string& qualname,
+                      const std::vector<PyObject*>& extra_consts) const {
+    CodeSpec s = spec_;
+    s.argcount = argcount_;
+    s.posonlyargcount = 0;
+    s.kwonlyargcount = 0;
+    s.flags &= ~(CO_VARARGS | CO_VARKEYWORDS);
+    PyRef vn = checked(PyTuple_New(static_cast<Py_ssize_t>(varnames_.size())));
+    for (size_t i = 0; i < varnames_.size(); ++i)
+      PyTuple_SET_ITEM(vn.get(), i, checked(PyUnicode_FromString(varnames_[i].c_str())).release());
+    s.varnames = vn;
+    if (!extra_consts.empty()) {
+      Py_ssize_t n = PyTuple_GET_SIZE(s.consts.get());
+      PyRef consts = checked(PyTuple_New(n + static_cast<Py_ssize_t>(extra_consts.size())));
+      for (Py_ssize_t i = 0; i < n; ++i)
+        PyTuple_SET_ITEM(consts.get(), i, Py_NewRef(PyTuple_GET_ITEM(s.consts.get(), i)));
+      for (size_t i = 0; i < extra_consts.size(); ++i)
+        PyTuple_SET_ITEM(consts.get(), n + static_cast<Py_ssize_t>(i), Py_NewRef(extra_consts[i]));
+      s.consts = consts;
+    }
+    s.qualname = checked(PyUnicode_FromString(qualname.c_str()));
+    return assemble(a, s);
+  }
+
+  int consts_size() const { return static_cast<int>(PyTuple_GET_SIZE(spec_.consts.get())); }
+  // The user's qualname, without what an earlier resume function added.
+  std::string qualname() const {
+    std::string q = utf8(code_->co_qualname);
+    return q.substr(0, q.find(" ("));
+  }
+
+  static Instr make(int opcode, int arg, int line) {
+    Instr in;
+    in.opcode = opcode;
+    in.arg = arg;
+    in.line = line;
+    return in;
+  }
+
+ private:
+  PyCodeObject* code_;
+  capture::Bytecode bc_;
+  Assembly asm_;
+  CodeSpec spec_;
+  int nlocals_ = 0;
+  int nfree_ = 0;
+  int argcount_ = 0;
+  std::string prefix_;
+  std::vector<std::string> names_;
+  std::vector<std::string> varnames_;
+  std::vector<int> old_to_new_;
+};
+
+inline std::vector<std::string> numbered(const Rewriter& rw, const char* base, size_t n) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) out.push_back(rw.fresh(base + std::to_string(i)));
+  return out;
+}
+
+inline size_t count_values(const std::string& stack) {
+  size_t n = 0;
+  for (char c : stack) n += c != static_cast<char>(Slot::Null);
+  return n;
+}
+
+}  // namespace tl::bytecode
