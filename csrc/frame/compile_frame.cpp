@@ -15,6 +15,7 @@
 #include "frame/captured_frame.h"
 #include "frame/resume_frame.h"
 #include "passes/channels_last.h"
+#include "passes/cuda_layouts.h"
 #include "passes/fold_batch_norm.h"
 #include "passes/functionalize.h"
 #include "passes/partition.h"
@@ -149,6 +150,8 @@ std::unique_ptr<runtime::CompiledGraph> compile_kernels(const std::shared_ptr<ir
   // All on the CPU (LLVM build) or on one CUDA device (driver loaded); else op by op.
   if (!runtime::kernel_device(*graph)) return nullptr;
   passes::functionalize(*graph);
+  passes::dense_attention_masks(*graph);
+  passes::pad_unaligned_linears(*graph);
   counters().batch_norms_folded += passes::fold_batch_norm(*graph);
   counters().channels_last_convs += passes::channels_last(*graph);
   passes::Partition part = passes::partition_graph(*graph);

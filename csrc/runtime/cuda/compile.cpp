@@ -24,9 +24,15 @@ namespace {
 constexpr const char* kCacheFormat = "torchlite-cuda-1";
 constexpr unsigned kDefaultSharedLimit = 48 * 1024;  // above it a kernel must opt in
 
-std::mutex g_mu;  // the settings and the module table
+// Where a kernel's code lives: the module's cache key and its entry names.
+struct Owner {
+  std::string key, name, vector_name;
+};
+
+std::mutex g_mu;  // the settings and the module tables
 std::optional<std::string> g_dump_dir;
-std::map<std::pair<int, std::string>, void*> g_modules;  // (device, key) -> CUmodule
+std::map<std::pair<int, std::string>, void*> g_modules;   // (device, key) -> CUmodule
+std::map<std::pair<int, std::string>, Owner> g_by_canon;  // (device, canon) -> loaded code
 
 std::string dump_dir() {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -43,8 +49,12 @@ struct Job {
   const ir::Kernel* kernel = nullptr;  // null: `spec` was given
   codegen::cuda::CudaKernel spec;
   std::string key, image;
-  bool loaded = false, disk_hit = false;
-  std::exception_ptr error;
+  // `canon` hashes the source with the kernel's own name blanked out: the same
+  // kernel in every layer of a model differs only in its name, so it is
+  // compiled once and its module shared (`owner`: the job that compiles it).
+  std::string canon;
+  Owner owner;
+  bool loaded = false, disk_hit = false, shared = false;
 };
 
 std::string safe_name(const std::string& name) {
@@ -71,12 +81,30 @@ void write_source(const std::string& dir, const Job& job) {
   out << "\n" << s.source;
 }
 
-void build(Job& job, const codegen::cuda::Target& t, int device, const std::string& arch,
-           const std::string& version, const std::string& cache, const std::string& dump) {
+// `text` with every occurrence of `name` replaced by "@".
+std::string without(const std::string& text, const std::string& name) {
+  if (name.empty()) return text;
+  std::string out;
+  size_t from = 0;
+  for (size_t at; (at = text.find(name, from)) != std::string::npos; from = at + name.size())
+    out.append(text, from, at - from).append("@");
+  return out.append(text, from, std::string::npos);
+}
+
+// Emits the CUDA C (for loop-IR kernels) and hashes it.
+void emit(Job& job, const codegen::cuda::Target& t, const std::string& arch,
+          const std::string& version, const std::string& dump) {
   if (job.kernel)
     job.spec = codegen::cuda::emit_cuda_kernel(*job.kernel, "tl_" + safe_name(job.kernel->name), t);
-  job.key = sha256_hex(job.spec.source + "\n" + version + "\n" + arch + "\n" + kCacheFormat);
+  const std::string salt = "\n" + version + "\n" + arch + "\n" + kCacheFormat;
+  job.key = sha256_hex(job.spec.source + salt);
+  job.canon = sha256_hex(without(job.spec.source, job.spec.name) + salt);
+  job.owner = {job.key, job.spec.name, job.spec.vector_name};
   if (!dump.empty()) write_source(dump, job);
+}
+
+// Compiles (or reads from the disk cache) the module of a job that owns its code.
+void build(Job& job, int device, const std::string& arch, const std::string& cache) {
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_modules.count({device, job.key})) {
@@ -97,7 +125,7 @@ LoadedKernel link(Job& job, int device) {
   void* module = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    auto it = g_modules.find({device, job.key});
+    auto it = g_modules.find({device, job.owner.key});
     if (it != g_modules.end()) module = it->second;
   }
   const auto& s = job.spec;
@@ -105,12 +133,13 @@ LoadedKernel link(Job& job, int device) {
   if (!module) {
     module = load_module(job.image, what);
     std::lock_guard<std::mutex> lock(g_mu);
-    g_modules[{device, job.key}] = module;
+    g_modules[{device, job.owner.key}] = module;
+    g_by_canon.emplace(std::make_pair(device, job.canon), job.owner);
   }
   LoadedKernel k;
   k.name = job.kernel ? job.kernel->name : s.name;
-  k.fn = module_function(module, s.name);
-  if (!s.vector_name.empty()) k.vector_fn = module_function(module, s.vector_name);
+  k.fn = module_function(module, job.owner.name);
+  if (!s.vector_name.empty()) k.vector_fn = module_function(module, job.owner.vector_name);
   k.aligned_params = s.aligned_params;
   TL_CHECK(s.grid >= 0 && s.grid <= 0x7fffffff && s.block > 0 && s.shared_bytes >= 0)
       << what << ": bad launch shape grid=" << s.grid << " block=" << s.block;
@@ -124,6 +153,30 @@ LoadedKernel link(Job& job, int device) {
   return k;
 }
 
+// Runs `fn` on every item on a thread pool; rethrows the first failure.
+template <class T, class Fn>
+void parallel_for(std::vector<T>& items, const Fn& fn) {
+  std::atomic<size_t> next{0};
+  std::vector<std::exception_ptr> errors(items.size());
+  auto work = [&] {
+    for (size_t i; (i = next++) < items.size();) {
+      try {
+        fn(items[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  size_t n_threads =
+      std::min<size_t>(items.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < n_threads; ++i) threads.emplace_back(work);
+  work();
+  for (auto& th : threads) th.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device) {
   std::string why;
   if (!driver_available(&why)) TL_THROW(Unsupported) << why;
@@ -132,29 +185,33 @@ std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device) {
   NvrtcVersion v = nvrtc_version();  // throws the "NVRTC was not found" message
   std::string version = "nvrtc " + std::to_string(v.major) + "." + std::to_string(v.minor);
   std::string cache = cache_dir(), dump = dump_dir();
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next++) < jobs.size();) {
-      try {
-        build(jobs[i], t, device, arch, version, cache, dump);
-      } catch (...) {
-        jobs[i].error = std::current_exception();
+  parallel_for(jobs, [&](Job& job) { emit(job, t, arch, version, dump); });
+  // One build per distinct kernel body: later copies use the owner's module.
+  std::map<std::string, size_t> first;
+  std::vector<Job*> owners;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Job& job = jobs[i];
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      auto it = g_by_canon.find({device, job.canon});
+      if (it != g_by_canon.end()) {
+        job.owner = it->second;
+        job.loaded = job.shared = true;
+        continue;
       }
     }
-  };
-  size_t n_threads =
-      std::min<size_t>(jobs.size(), std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < n_threads; ++i) threads.emplace_back(work);
-  work();
-  for (auto& th : threads) th.join();
-  for (auto& job : jobs)
-    if (job.error) std::rethrow_exception(job.error);
+    auto [it, fresh] = first.emplace(job.canon, i);
+    if (fresh)
+      owners.push_back(&job);
+    else
+      job.owner = jobs[it->second].owner, job.shared = true;
+  }
+  parallel_for(owners, [&](Job* job) { build(*job, device, arch, cache); });
   ContextScope ctx(device);
   std::vector<LoadedKernel> out;
   for (auto& job : jobs) {
     out.push_back(link(job, device));
-    if (job.disk_hit) counters().cache_hits++;
+    if (job.disk_hit || job.shared) counters().cache_hits++;
   }
   counters().kernels += static_cast<int64_t>(jobs.size());
   return out;

@@ -1,7 +1,9 @@
 #pragma once
 // Loop-IR kernels -> CUDA functions loaded on one device: CUDA C from
-// codegen/cuda, one NVRTC program per kernel compiled on parallel threads,
-// CUBINs cached on disk and modules shared process-wide by cache key.
+// codegen/cuda, one NVRTC program per distinct kernel body (kernels that
+// differ only in their name, like one layer's kernels in every layer, share
+// one) compiled on parallel threads, CUBINs cached on disk and modules shared
+// process-wide by cache key.
 #include <string>
 #include <vector>
 
@@ -23,7 +25,7 @@ codegen::cuda::Target target_for(int device);
 
 // Emits, compiles (disk cache first) and loads every kernel for `device`.
 // Bumps counters().kernels per kernel and counters().cache_hits per CUBIN read
-// from disk. Throws tl::Error: Unsupported when NVRTC or the driver is
+// from disk or body already compiled. Throws tl::Error: Unsupported when NVRTC or the driver is
 // missing, Value with NVRTC's log and the numbered source on a compile error.
 std::vector<LoadedKernel> compile_kernels(const std::vector<const ir::Kernel*>& kernels,
                                           int device);

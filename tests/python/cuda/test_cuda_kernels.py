@@ -189,3 +189,29 @@ def test_second_process_reads_cubins_from_the_disk_cache(tmp_path):
         c.write_bytes(b"garbage")
     kernels, hits = map(int, run()[-2:])
     assert hits == 0
+
+
+def test_kernels_repeated_per_layer_compile_once(tmp_path, monkeypatch):
+    """Four identical blocks (separated by matmuls, which stay torch calls) give kernels that
+    differ only in their names: the body is compiled once (later copies count as cache hits) and
+    every copy still computes its own layer."""
+    monkeypatch.setenv("TORCHLITE_CACHE_DIR", str(tmp_path))
+    blocks = [torch.nn.LayerNorm(64, device="cuda") for _ in range(4)]
+    weights = [torch.randn(64, 64, device="cuda") / 8 for _ in range(4)]
+    for i, b in enumerate(blocks):
+        with torch.no_grad():
+            b.weight.normal_(1.0, 0.1 * (i + 1))
+
+    def fn(x):
+        for b, w in zip(blocks, weights):
+            y = torch.nn.functional.gelu(b(x) * 1.5 + 0.25, approximate="tanh").pow(3)
+            x = (y - x) @ w
+        return x
+
+    torchlite.reset()
+    before = counters()
+    _check(fn, torch.randn(32, 64, device="cuda"), atol=1e-3, rtol=1e-3)
+    after = counters()
+    built = after["kernels"] - before["kernels"]
+    assert built >= 4
+    assert after["cache_hits"] - before["cache_hits"] >= 3 * built // 4

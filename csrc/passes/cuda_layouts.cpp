@@ -1,0 +1,126 @@
+#include "passes/cuda_layouts.h"
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/errors.h"
+#include "passes/graph_rewrite.h"
+
+namespace tl::passes {
+namespace {
+
+using ir::Arg;
+using ir::Node;
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+bool on_cuda(const Node& n) { return n.meta && device_type(n.meta->device.get()) == "cuda"; }
+
+// True for float16 and bfloat16 (borrowed dtype).
+bool is_half(PyObject* dtype) {
+  static PyRef f16 = torch_fn("float16"), bf16 = torch_fn("bfloat16");  // NOTE: process-long
+  return dtype == f16.get() || dtype == bf16.get();
+}
+
+PyRef py_int(int64_t v) {
+  PyRef r = PyRef::steal(PyLong_FromLongLong(v));
+  if (!r) throw PythonError();
+  return r;
+}
+
+std::vector<Node*> nodes_of(const ir::Graph& g) {
+  std::vector<Node*> out;
+  for (auto& n : g.nodes()) out.push_back(n.get());
+  return out;
+}
+
+std::vector<Node*> users_of(const ir::Graph& g, const Node* n) {
+  std::vector<Node*> out;
+  auto refers = [&](const Arg& a, auto& self) -> bool {
+    if (a.kind == Arg::Kind::Node) return a.node == n;
+    for (const Arg& i : a.items)
+      if (self(i, self)) return true;
+    return false;
+  };
+  for (auto& u : g.nodes()) {
+    bool uses = false;
+    for (const Arg& a : u->args) uses = uses || refers(a, refers);
+    for (const auto& kv : u->kwargs) uses = uses || refers(kv.second, refers);
+    if (uses) out.push_back(u.get());
+  }
+  return out;
+}
+
+}  // namespace
+
+int dense_attention_masks(ir::Graph& g) {
+  std::unordered_map<const Node*, Node*> dense;
+  int made = 0;
+  for (Node* n : nodes_of(g)) {
+    if (!ends_with(n->target_name, "scaled_dot_product_attention") || !on_cuda(*n)) continue;
+    const Node* mask = tensor_arg(*n, 3, "attn_mask");
+    if (!mask || mask->meta->sizes.empty() || mask->meta->sizes.back() <= 1 ||
+        mask->meta->strides.back() != 0)
+      continue;
+    Node*& d = dense[mask];
+    if (!d) {
+      Node* m = const_cast<Node*>(mask);
+      d = insert_call(g, n, {}, "contiguous", {Arg::of_node(m)}, {}, m->meta->device);
+      d->meta->requires_grad = m->meta->requires_grad;
+      ++made;
+    }
+    replace_uses({n}, mask, d);
+  }
+  return made;
+}
+
+int pad_unaligned_linears(ir::Graph& g) {
+  int padded = 0;
+  for (Node* n : nodes_of(g)) {
+    if (n->target_name != "torch._C._nn.linear" && n->target_name != "torch.nn.functional.linear")
+      continue;
+    if (!on_cuda(*n) || n->meta->requires_grad) continue;
+    const Node* w = tensor_arg(*n, 1, "weight");
+    const Node* b = tensor_arg(*n, 2, "bias");
+    const Node* x = tensor_arg(*n, 0, "input");
+    if (!w || !x || w->meta->sizes.size() != 2) continue;
+    if (!is_half(n->meta->dtype.get())) continue;
+    const int64_t cols = w->meta->sizes[0], align = 8;  // 16 bytes
+    // NOTE: only large outputs: padding costs a weight copy and a result copy.
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < n->meta->sizes.size(); ++i) rows *= n->meta->sizes[i];
+    if (cols % align == 0 || cols < 1024 || rows < 256) continue;
+    if (w->meta->sizes[1] % align != 0) continue;  // an unaligned K needs more than this
+    const int64_t extra = align - cols % align;
+    PyRef pad = torch_fn("constant_pad_nd");
+    auto padded_of = [&](const Node* t, bool matrix) {
+      Node* m = const_cast<Node*>(t);
+      std::vector<Arg> amount;
+      if (matrix) amount = {Arg::constant(py_int(0)), Arg::constant(py_int(0))};
+      amount.push_back(Arg::constant(py_int(0)));
+      amount.push_back(Arg::constant(py_int(extra)));
+      return insert_call(g, n, pad, "", {Arg::of_node(m), Arg::list(std::move(amount))}, {},
+                         m->meta->device);
+    };
+    Node* wp = padded_of(w, true);
+    std::vector<Arg> args = {Arg::of_node(const_cast<Node*>(x)), Arg::of_node(wp)};
+    if (b) args.push_back(Arg::of_node(padded_of(b, false)));
+    Node* wide = insert_call(g, n, n->target, "", std::move(args), {}, n->meta->device);
+    const int64_t last = static_cast<int64_t>(n->meta->sizes.size()) - 1;
+    Node* cut = insert_call(g, n, {}, "narrow",
+                            {Arg::of_node(wide), Arg::constant(py_int(last)),
+                             Arg::constant(py_int(0)), Arg::constant(py_int(cols))},
+                            {}, n->meta->device);
+    Node* dense = insert_call(g, n, {}, "contiguous", {Arg::of_node(cut)}, {}, n->meta->device);
+    dense->location = wide->location = n->location;
+    replace_uses(users_of(g, n), n, dense);
+    g.erase(n);
+    ++padded;
+  }
+  return padded;
+}
+
+}  // namespace tl::passes

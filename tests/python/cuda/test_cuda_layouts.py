@@ -1,0 +1,87 @@
+"""CUDA graphs rewritten so torch's fused library kernels run: attention masks broadcast along
+their last dimension get one dense copy (else scaled_dot_product_attention takes its unfused
+math path), and half-precision linears with unaligned output rows are computed padded (else
+cuBLAS runs its align-1 kernels). Results, dtypes and strides stay eager's."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+import torchlite
+
+pytestmark = pytest.mark.cuda
+
+
+def _aten_ops(fn, *args):
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        fn(*args)
+        torch.cuda.synchronize()
+    return {e.name for e in p.events()}
+
+
+def _linear_widths(fn, *args):
+    """The output widths (weight rows) of the linears `fn` runs."""
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as p:
+        fn(*args)
+        torch.cuda.synchronize()
+    return {e.input_shapes[1][0] for e in p.events() if e.name == "aten::linear"}
+
+
+def _attention(q, k, v, keep):
+    # transformers' padding mask: [b, 1, s, 1] expanded over keys (stride 0 there)
+    mask = (keep[:, None, :, None] > 0).expand(-1, -1, -1, k.shape[-2])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.125) * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("seq", [64, 200])
+def test_broadcast_attention_mask_runs_fused_attention(dtype, seq):
+    b, h, d = 2, 4, 64
+    q, k, v = (torch.randn(b, h, seq, d, device="cuda", dtype=dtype) for _ in range(3))
+    keep = torch.ones(b, seq, device="cuda")
+    torchlite.reset()
+    compiled = torchlite.compile(_attention, fullgraph=True)
+    with torch.no_grad():
+        expected = _attention(q, k, v, keep)
+        actual = compiled(q, k, v, keep)
+        torch.testing.assert_close(actual, expected, atol=2e-2, rtol=2e-2)
+        assert "aten::_scaled_dot_product_attention_math" in _aten_ops(_attention, q, k, v, keep)
+        ops = _aten_ops(compiled, q, k, v, keep)
+    assert "aten::_scaled_dot_product_attention_math" not in ops, sorted(ops)
+
+
+def _project(x, w, b):
+    return F.linear(x, w, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(512, 256), (2, 300, 256)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_unaligned_half_linear_is_padded_and_matches_eager(dtype, shape, bias):
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    w = torch.randn(5003, 256, device="cuda", dtype=dtype) / 16
+    b = torch.randn(5003, device="cuda", dtype=dtype) if bias else None
+    torchlite.reset()
+    compiled = torchlite.compile(_project, fullgraph=True)
+    with torch.no_grad():
+        expected = _project(x, w, b)
+        for _ in range(2):
+            actual = compiled(x, w, b)
+            torch.testing.assert_close(actual, expected, atol=2e-2, rtol=2e-2)
+            assert actual.stride() == expected.stride()
+        widths = _linear_widths(compiled, x, w, b)
+        w.mul_(2)  # the padded weight is rebuilt from the current one on every call
+        torch.testing.assert_close(compiled(x, w, b), _project(x, w, b), atol=4e-2, rtol=2e-2)
+    assert widths == {5008}, widths  # padded to a multiple of 8
+
+
+def test_aligned_or_float_linears_are_left_alone():
+    x = torch.randn(512, 256, device="cuda")
+    w = torch.randn(5003, 256, device="cuda")
+    torchlite.reset()
+    compiled = torchlite.compile(_project, fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, w, None), _project(x, w, None))
+        widths = _linear_widths(compiled, x, w, None)
+    assert widths == {5003}, widths
