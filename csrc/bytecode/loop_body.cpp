@@ -6,6 +6,7 @@
 #include <opcode.h>
 
 #include <algorithm>
+#include <climits>
 #include <deque>
 #include <map>
 #include <optional>
@@ -100,6 +101,47 @@ struct Handler {
   int kept = 0;    // values kept below the exception
 };
 
+bool pushes_nothing(int opcode) {
+  switch (opcode) {
+    case POP_TOP:
+    case POP_EXCEPT:
+    case STORE_FAST:
+    case STORE_DEREF:
+    case STORE_GLOBAL:
+    case STORE_ATTR:
+    case STORE_SUBSCR:
+    case DELETE_SUBSCR:
+    case LIST_APPEND:
+    case SET_ADD:
+    case MAP_ADD:
+    case LIST_EXTEND:
+    case SET_UPDATE:
+    case DICT_UPDATE:
+    case DICT_MERGE:
+#ifdef END_FOR
+    case END_FOR:
+#endif
+#ifdef POP_JUMP_FORWARD_IF_TRUE
+    case POP_JUMP_FORWARD_IF_TRUE:
+    case POP_JUMP_FORWARD_IF_FALSE:
+    case POP_JUMP_FORWARD_IF_NONE:
+    case POP_JUMP_FORWARD_IF_NOT_NONE:
+    case POP_JUMP_BACKWARD_IF_TRUE:
+    case POP_JUMP_BACKWARD_IF_FALSE:
+    case POP_JUMP_BACKWARD_IF_NONE:
+    case POP_JUMP_BACKWARD_IF_NOT_NONE:
+#else
+    case POP_JUMP_IF_TRUE:
+    case POP_JUMP_IF_FALSE:
+    case POP_JUMP_IF_NONE:
+    case POP_JUMP_IF_NOT_NONE:
+#endif
+      return true;
+    default:
+      return false;
+  }
+}
+
 class Flow {
  public:
   explicit Flow(const capture::Bytecode& bc) : bc_(bc), n_(static_cast<int>(bc.insts.size())) {
@@ -119,6 +161,49 @@ class Flow {
 
   int size() const { return n_; }
   int depth(int i) const { return depth_[i]; }
+
+  // The lowest stack position instruction i may pop or overwrite (INT_MAX:
+  // none). Exact for what unwinds a with or except block (SWAP, POP_TOP,
+  // CALL, POP_EXCEPT); for other instructions it assumes they push at most
+  // one value, which is true of everything that takes operands the
+  // enclosing blocks pushed.
+  int touched_from(int i) const {
+    const auto& in = bc_.insts[i];
+    const int d = depth_[i];
+    switch (in.opcode) {
+      case LOAD_FAST:
+      case LOAD_CONST:
+      case LOAD_GLOBAL:
+      case LOAD_DEREF:
+      case LOAD_CLOSURE:
+      case LOAD_ASSERTION_ERROR:
+      case PUSH_NULL:
+      case NOP:
+      case COPY:
+      case JUMP_FORWARD:
+      case JUMP_BACKWARD:
+#ifdef LOAD_FAST_CHECK
+      case LOAD_FAST_CHECK:
+#endif
+#ifdef LOAD_FAST_AND_CLEAR
+      case LOAD_FAST_AND_CLEAR:
+#endif
+        return INT_MAX;
+      case SWAP:
+        return d - in.arg;
+      default:
+        break;
+    }
+    int lowest = d - 1;
+    for (bool jump : {false, true}) {
+      if (jump && in.jump_target < 0) continue;
+      int e = PyCompile_OpcodeStackEffectWithJump(in.opcode, in.arg, jump ? 1 : 0);
+      if (e == PY_INVALID_STACK_EFFECT) return 0;
+      // Popping only (no result) starts at the new top; else one value is replaced too.
+      lowest = std::min(lowest, pushes_nothing(in.opcode) ? d + e : d + std::min(e, 0) - 1);
+    }
+    return lowest;
+  }
   const Handler& handler(int i) const { return handlers_[i]; }
   // Successors by normal control flow (fall-through, jump target).
   std::vector<int> next(int i) const {
@@ -179,8 +264,14 @@ struct Members {
 
 class LoopAnalysis {
  public:
-  LoopAnalysis(const Flow& flow, const LoopBody& loop, int last)
-      : flow_(flow), loop_(loop), last_(last) {
+  // `exits_in_range`: code inside the loop's range that cannot reach the
+  // head (a `return` 3.12 copied to a `break`) may be an exit too.
+  LoopAnalysis(const Flow& flow, const LoopBody& loop, int last, bool exits_in_range)
+      : flow_(flow), loop_(loop), last_(last), exits_in_range_(exits_in_range) {
+    // The bridge calls the body just before the entry: the handler covering
+    // both neighbours of that spot (if any) catches what leaves the body.
+    if (loop.entry > 0 && flow.handler(loop.entry - 1).index == flow.handler(loop.entry).index)
+      outer_handler_ = flow.handler(loop.entry).index;
     reaches_head();
     members();
   }
@@ -199,8 +290,9 @@ class LoopAnalysis {
   // to one around the loop, which the bridge's own table has).
   bool keeps_handler(int i) const {
     const Handler& h = flow_.handler(i);
-    return h.index >= 0 && h.index != flow_.handler(loop_.head).index;
+    return h.index >= 0 && h.index != outer_handler_;
   }
+  int outer_handler() const { return outer_handler_; }
 
  private:
   // Instructions from which the head can be reached without passing it: the
@@ -230,12 +322,50 @@ class LoopAnalysis {
   // with the iterator on the stack) and joins the body.
   bool is_exit(int t) const {
     bool in_range = t >= loop_.head && t <= last_;
-    return !in_range && !loop_part_[t] && flow_.depth(t) <= static_cast<int>(loop_.outer.size());
+    return (exits_in_range_ || !in_range) && !loop_part_[t] && !forced_[t] &&
+           flow_.depth(t) <= static_cast<int>(loop_.outer.size());
   }
 
+  // The bridge can go on at an exit only with its own stack: every value
+  // there must still be the one below the loop. Exits where a path changed
+  // one (a `return` inside a with-block around the loop swaps its __exit__
+  // out) join the body instead, until no exit changes.
   void members() {
+    forced_.assign(flow_.size(), false);
+    do explore();
+    while (force_changed_exits());
+  }
+
+  bool force_changed_exits() {
+    const int n = flow_.size();
+    std::vector<int> intact(n, INT_MAX);
+    std::vector<bool> queued(n, false);
+    std::deque<int> work;
+    auto reach = [&](int t, int k) {
+      if (t == loop_.head || k >= intact[t]) return;
+      intact[t] = k;
+      if (m_.in[t] && !queued[t]) queued[t] = true, work.push_back(t);
+    };
+    reach(loop_.entry, static_cast<int>(loop_.outer.size()) + (loop_.is_for ? 1 : 0));
+    while (!work.empty()) {
+      int i = work.front();
+      work.pop_front();
+      queued[i] = false;
+      int k = std::min(intact[i], flow_.touched_from(i));
+      for (int t : flow_.next(i)) reach(t, k);
+      if (keeps_handler(i))
+        reach(flow_.handler(i).index, std::min(intact[i], flow_.handler(i).kept));
+    }
+    bool changed = false;
+    for (int t : m_.exits)
+      if (intact[t] < flow_.depth(t)) forced_[t] = true, changed = true;
+    return changed;
+  }
+
+  void explore() {
     const int n = flow_.size();
     m_.in.assign(n, false);
+    m_.exits.clear();
     std::deque<int> work{loop_.entry};
     m_.in[loop_.entry] = true;
     auto visit = [&](int t) {
@@ -265,7 +395,10 @@ class LoopAnalysis {
   const Flow& flow_;
   const LoopBody& loop_;
   int last_;
+  bool exits_in_range_;
+  int outer_handler_ = -1;
   std::vector<bool> loop_part_;
+  std::vector<bool> forced_;  // exits that join the body
   Members m_;
 };
 
@@ -383,7 +516,7 @@ class Binding {
         break;
     }
     if (flags & (capture::kLocal | capture::kFree)) {
-      if (in.opcode != LOAD_DEREF)
+      if (in.opcode != LOAD_DEREF && in.opcode != STORE_DEREF)  // free variables: the same closure
         throw CannotResume(std::string("the loop body uses ") + capture::opcode_name(in.opcode));
     }
     if (!s.saved.empty() && !pure_push(in.opcode)) {
@@ -544,11 +677,24 @@ std::optional<LoopBody> outline_loop(const BreakSite& site) {
   Flow flow(bc);
   if (flow.depth(head) != static_cast<int>(site.stack.size()))
     throw CannotResume("the stack at the loop head differs from the trace's");
-  LoopAnalysis a(flow, loop, last);
-  const std::vector<bool>& member = a.m().in;
   loop.params = site.locals;
-  Binding binding(bc, flow, a, site.code->co_nlocals, site.locals, loop.entry);
-  for (int x : binding.assigned())
+  // Code in the loop that only leaves it stays in the body (compiled) when
+  // it can; 3.12's copies of the code after a loop at its `break`s may read
+  // locals only an earlier iteration assigned: those become exits.
+  std::optional<LoopAnalysis> analysis;
+  std::optional<Binding> binding;
+  for (bool exits_in_range : {false, true}) {
+    analysis.emplace(flow, loop, last, exits_in_range);
+    try {
+      binding.emplace(bc, flow, *analysis, site.code->co_nlocals, site.locals, loop.entry);
+      break;
+    } catch (const CannotResume&) {
+      if (exits_in_range) throw;
+    }
+  }
+  const LoopAnalysis& a = *analysis;
+  const std::vector<bool>& member = a.m().in;
+  for (int x : binding->assigned())
     if (!std::binary_search(loop.params.begin(), loop.params.end(), x)) loop.assigned.push_back(x);
   for (int t : a.m().exits) loop.exits.push_back({t, flow.depth(t)});
   loop.line = rw.line_near(head);
@@ -633,7 +779,7 @@ std::optional<LoopBody> outline_loop(const BreakSite& site) {
   }
   Assembly body;
   body.insts = std::move(out);
-  body.blocks = body_blocks(rw, member, flow.handler(head).index);
+  body.blocks = body_blocks(rw, member, a.outer_handler());
   loop.code = rw.assemble_with(
       std::move(body), rw.qualname() + " (loop body at line " + std::to_string(loop.line) + ")",
       k.objects());
