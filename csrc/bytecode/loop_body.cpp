@@ -68,11 +68,10 @@ int forward_form(int opcode) {
   }
 }
 
+constexpr int kJumpIfTrue = kPopJumpIfTrue;
 #ifdef POP_JUMP_FORWARD_IF_TRUE
-constexpr int kJumpIfTrue = POP_JUMP_FORWARD_IF_TRUE;
 constexpr int kCompareEq = 2;  // cmp_op index of ==
 #else
-constexpr int kJumpIfTrue = POP_JUMP_IF_TRUE;
 constexpr int kCompareEq = (2 << 4) | 8;  // 3.12: op << 4 | the COMPARISON_EQUALS mask
 #endif
 #ifdef LOAD_FAST_CHECK
@@ -584,6 +583,8 @@ class Binding {
 
 }  // namespace
 
+PyObject* unbound_local() { return unbound_sentinel(); }
+
 std::vector<PyObject*> LoopConsts::objects() const {
   std::vector<PyObject*> out{reinterpret_cast<PyObject*>(&PyLong_Type), Py_None,
                              unbound_sentinel()};
@@ -693,6 +694,7 @@ std::optional<LoopBody> outline_loop(const BreakSite& site) {
     }
   }
   const LoopAnalysis& a = *analysis;
+  loop.guarded = a.outer_handler() >= 0;
   const std::vector<bool>& member = a.m().in;
   for (int x : binding->assigned())
     if (!std::binary_search(loop.params.begin(), loop.params.end(), x)) loop.assigned.push_back(x);
@@ -794,7 +796,8 @@ std::optional<LoopBody> outline_loop(const BreakSite& site) {
 }
 
 void insert_loop_call(std::vector<Instr>& insts, const LoopBody& loop, const Rewriter& rw,
-                      int body_slot, const LoopConsts& k, const std::string& site_stack) {
+                      int body_slot, const LoopConsts& k, const std::string& site_stack,
+                      const std::vector<int>& exit_labels) {
   constexpr int kBase = kFirstNewLabel + (1 << 20);
   const int stub = kBase, first_status = kBase + 1, first_q = kBase + 4096;
   auto status_label = [&](int s) { return first_status + s; };
@@ -804,6 +807,9 @@ void insert_loop_call(std::vector<Instr>& insts, const LoopBody& loop, const Rew
   if (!loop.is_for)
     for (Instr& in : insts)
       if (in.target == loop.head) in.target = stub;
+  if (loop.is_for && !exit_labels.empty())
+    for (Instr& in : insts)
+      if (in.label == loop.head) in.target = exit_labels.back();
 
   std::vector<Instr> s;
   Emit e(s, loop.line);
@@ -844,7 +850,10 @@ void insert_loop_call(std::vector<Instr>& insts, const LoopBody& loop, const Rew
   for (size_t x = 0; x < loop.exits.size(); ++x) {
     const auto& ex = loop.exits[x];
     e.at(status_label(kFirstExit + static_cast<int>(x))).pop(site_stack.substr(ex.depth), k);
-    e.op(ex.target >= loop.entry ? JUMP_FORWARD : JUMP_BACKWARD, 0, ex.target);
+    if (!exit_labels.empty())
+      e.op(JUMP_FORWARD, 0, exit_labels[x]);  // the call of the code after the loop, at the end
+    else
+      e.op(ex.target >= loop.entry ? JUMP_FORWARD : JUMP_BACKWARD, 0, ex.target);
   }
   auto pos = std::find_if(insts.begin(), insts.end(),
                           [&](const Instr& in) { return in.label == loop.entry; });

@@ -57,12 +57,17 @@ struct LoopBody {
     int target;  // original instruction control goes on at, in the bridge
     int depth;   // stack depth there (a prefix of `outer`)
   };
-  std::vector<Exit> exits;                       // status kFirstExit + k
-  bool returns = false;                          // the body has a `return`
-  PyRef code;                                    // the body function's code
-  int line = -1;                                 // the loop's line
+  std::vector<Exit> exits;  // status kFirstExit + k
+  bool returns = false;     // the body has a `return`
+  bool guarded = false;     // an exception handler (a with-block) covers the loop
+  PyRef code;               // the body function's code
+  int line = -1;            // the loop's line
   std::vector<std::pair<int, bool>> grad_exits;  // as resume_grad_exits()
 };
+
+// What a body function hands back for a local it did not assign (borrowed;
+// lives for the process).
+PyObject* unbound_local();
 
 // The body function of the loop headed at `site.index`, or nullopt when no
 // backward jump targets it (a try block). Throws CannotResume when the loop
@@ -72,8 +77,11 @@ std::optional<LoopBody> outline_loop(const BreakSite& site);
 // Puts the call of the body function (in local `body_slot` of the bridge)
 // before the body's first instruction in `insts`, the bridge's instructions
 // from `rw` (already renumbered, with locals fresh("status"/"ret"/"item")).
-// `site_stack` is the stack at the loop head.
+// `site_stack` is the stack at the loop head. With `exit_labels` (one per
+// exit, then one for a for loop's end), each exit jumps there with the stack
+// below the loop, and the loop's FOR_ITER ends there.
 void insert_loop_call(std::vector<Instr>& insts, const LoopBody& loop, const Rewriter& rw,
-                      int body_slot, const LoopConsts& consts, const std::string& site_stack);
+                      int body_slot, const LoopConsts& consts, const std::string& site_stack,
+                      const std::vector<int>& exit_labels);
 
 }  // namespace tl::bytecode

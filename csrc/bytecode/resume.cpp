@@ -178,21 +178,45 @@ std::string key_of(PyCodeObject* code, int index, const std::string& stack,
   return k;
 }
 
-// The resume function entered at instruction `entry` with `stack`.
+// The resume function entered at instruction `entry` with `stack`. Locals of
+// `maybe_unbound` (a subset of `locals`) may be passed as unbound_local():
+// the prologue unbinds them (a loop that may not have assigned them).
 PyRef resume_code(PyCodeObject* code, int entry, const std::string& stack,
-                  const std::vector<int>& locals) {
+                  const std::vector<int>& locals, const std::vector<int>& maybe_unbound = {}) {
   Registry& reg = registry();
-  std::string key = key_of(code, entry, stack, locals, false);
+  std::string key = key_of(code, entry, stack, locals, false) + "u";
+  for (int l : maybe_unbound) key += std::to_string(l) + ",";
   auto it = reg.resumes.find(key);
   if (it != reg.resumes.end()) return it->second;
   Rewriter rw(code);
   rw.renumber(locals, numbered(rw, "stack", count_values(stack)), {});
   int line = rw.line_near(entry);
   Assembly a;
-  a.insts = rw.body(stack, entry, line, false);
+  a.insts = rw.prologue(stack, line, false);
+  std::vector<PyObject*> consts;
+  if (!maybe_unbound.empty()) consts.push_back(unbound_local());
+  for (size_t i = 0; i < maybe_unbound.size(); ++i) {
+    const int slot = rw.slot_of_original(maybe_unbound[i]);
+    const int kept = kFirstNewLabel + static_cast<int>(i);
+    auto add = [&](int op, int arg, int target = kNoLabel) {
+      a.insts.push_back(Rewriter::make(op, arg, line));
+      a.insts.back().target = target;
+    };
+    add(LOAD_FAST, slot);
+    add(LOAD_CONST, rw.consts_size());
+    add(IS_OP, 1);
+    add(kPopJumpIfTrue, 0, kept);
+    add(DELETE_FAST, slot);
+    add(NOP, 0);
+    a.insts.back().label = kept;
+  }
+  Instr jump = Rewriter::make(JUMP_FORWARD, 0, line);
+  jump.target = entry;
+  a.insts.push_back(jump);
+  for (const Instr& in : rw.original()) a.insts.push_back(in);
   a.blocks = rw.blocks();
   PyRef made = rw.assemble_with(
-      std::move(a), rw.qualname() + " (resumed at line " + std::to_string(line) + ")", {});
+      std::move(a), rw.qualname() + " (resumed at line " + std::to_string(line) + ")", consts);
   auto* co = reinterpret_cast<PyCodeObject*>(made.get());
   std::vector<std::pair<int, bool>> exits;
   int j = 0;
@@ -242,6 +266,43 @@ void append_stub(std::vector<Instr>& out, int label, const std::string& post, in
   out[first].label = label;
 }
 
+#ifdef END_FOR
+constexpr int END_FOR_OR_NOP = END_FOR;
+#else
+constexpr int END_FOR_OR_NOP = NOP;
+#endif
+
+// Where CPython goes on after the breaking instruction: a resume function
+// entered at `entry` with `stack`.
+struct Successor {
+  int entry;
+  std::string stack;
+  bool jump;  // the taken branch of the breaking jump (of FOR_ITER, for a loop's end)
+};
+
+// Where the code after an outlined loop starts, each a resume function: the
+// loop's exits, then (for loops) the loop's end. None when the bridge could
+// reach that code another way: a with-block around the loop whose __exit__
+// swallows an exception goes on after the block in the bridge, which has the
+// locals the body may assign bound to the sentinel. Grad-mode with-blocks
+// never swallow one; any other value below a guarded loop may be such a block.
+std::vector<Successor> after_loop(const LoopBody& loop, const capture::Bytecode& bc) {
+  for (char c : loop.outer)
+    if (loop.guarded && c != static_cast<char>(Slot::Null) &&
+        c != static_cast<char>(Slot::ExitTrue) && c != static_cast<char>(Slot::ExitFalse))
+      return {};
+  std::vector<Successor> out;
+  for (const auto& e : loop.exits) out.push_back({e.target, loop.outer.substr(0, e.depth), false});
+  if (loop.is_for) {
+    int end = bc.insts[loop.head].jump_target;
+#ifdef END_FOR
+    if (bc.insts[end].opcode == END_FOR) ++end;  // FOR_ITER jumps over it
+#endif
+    out.push_back({end, loop.outer, true});
+  }
+  return out;
+}
+
 std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
   Rewriter rw(site.code);
   const capture::Bytecode& bc = rw.bytecode();
@@ -252,11 +313,6 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
 
   // The breaking instruction and its successors (none in region mode).
   int last = site.index;
-  struct Successor {
-    int entry;
-    std::string stack;
-    bool jump;  // the taken branch of the breaking jump
-  };
   std::vector<Successor> succ;
   if (!site.region) {
     if (site.stack.find(static_cast<char>(Slot::Iter)) != std::string::npos)
@@ -291,6 +347,13 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
     out->resumes.push_back(resume_code(site.code, s.entry, s.stack, site.locals));
     out->resume_lines.push_back(rw.line_near(s.entry));
   }
+  const std::vector<Successor> loop_exits = loop ? after_loop(*loop, bc) : std::vector<Successor>{};
+  std::vector<int> after_locals;  // passed to the code after the loop
+  if (loop) {
+    std::set_union(loop->params.begin(), loop->params.end(), loop->assigned.begin(),
+                   loop->assigned.end(), std::back_inserter(after_locals));
+  }
+  for (auto& s : loop_exits) tmps = std::max(tmps, s.stack.size());
 
   rw.renumber(
       site.locals,
@@ -298,6 +361,7 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
         auto p = numbered(rw, "stack", count_values(site.stack));
         for (auto& r : numbered(rw, "resume", succ.size())) p.push_back(r);
         if (loop) p.push_back(rw.fresh("loop"));
+        for (auto& r : numbered(rw, "exit", loop_exits.size())) p.push_back(r);
         return p;
       }(),
       [&] {
@@ -332,12 +396,50 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
   if (loop) {
     const LoopConsts k{int_const, kFirstExit + static_cast<int>(loop->exits.size())};
     consts = k.objects();
-    insert_loop_call(a.insts, *loop, rw, rw.slot(rw.fresh("loop")), k, site.stack);
+    std::vector<int> exit_labels;
+    for (size_t x = 0; x < loop_exits.size(); ++x)
+      exit_labels.push_back(kFirstNewLabel + (1 << 21) + 2 * static_cast<int>(x));
+    insert_loop_call(a.insts, *loop, rw, rw.slot(rw.fresh("loop")), k, site.stack, exit_labels);
     auto* co = reinterpret_cast<PyCodeObject*>(loop->code.get());
     if (!loop->grad_exits.empty()) registry().exits[co] = loop->grad_exits;
     out->resumes.push_back(loop->code);
     out->resume_lines.push_back(loop->line);
     out->loop_body = true;
+    std::vector<int> after_slots;
+    for (int l : after_locals) after_slots.push_back(rw.slot_of_original(l));
+    for (size_t x = 0; x < loop_exits.size(); ++x) {
+      const Successor& e = loop_exits[x];
+      out->resumes.push_back(
+          resume_code(site.code, e.entry, e.stack, after_locals, loop->assigned));
+      out->resume_lines.push_back(rw.line_near(e.entry));
+      int label = exit_labels[x];
+      if (e.jump) {
+        // NOTE: 3.12's FOR_ITER jumps over the END_FOR at its target.
+#ifdef END_FOR
+        Instr end_for = Rewriter::make(END_FOR, 0, loop->line);
+#else
+        Instr end_for = Rewriter::make(NOP, 0, loop->line);
+#endif
+        end_for.label = label;
+        a.insts.push_back(end_for);
+        label += 1;
+      }
+      append_stub(a.insts, label, e.stack, rw.slot(rw.fresh("exit" + std::to_string(x))),
+                  after_slots, rw, int_const, loop->line);
+    }
+    if (!loop_exits.empty()) {
+      // The bridge starts with the locals the body may assign bound to the
+      // sentinel: the code after the loop (a resume function) unbinds them.
+      auto pos = std::find_if(a.insts.begin(), a.insts.end(), [](const Instr& in) {
+        return in.label == kNoLabel && in.opcode == JUMP_FORWARD;
+      });
+      std::vector<Instr> init;
+      for (int q : loop->assigned) {
+        init.push_back(Rewriter::make(LOAD_CONST, k.unbound(), line));
+        init.push_back(Rewriter::make(STORE_FAST, rw.slot_of_original(q), line));
+      }
+      a.insts.insert(pos, init.begin(), init.end());
+    }
   }
   out->bridge = rw.assemble_with(
       std::move(a), rw.qualname() + " (graph break at line " + std::to_string(line) + ")", consts);

@@ -23,6 +23,12 @@ namespace tl::bytecode {
 // their indices as labels.
 constexpr int kFirstNewLabel = 1 << 24;
 
+#ifdef POP_JUMP_FORWARD_IF_TRUE
+constexpr int kPopJumpIfTrue = POP_JUMP_FORWARD_IF_TRUE;
+#else
+constexpr int kPopJumpIfTrue = POP_JUMP_IF_TRUE;  // 3.12: forward only
+#endif
+
 inline std::string utf8(PyObject* s) {  // borrows s
   const char* c = PyUnicode_AsUTF8(s);
   if (!c) throw PythonError();

@@ -6,11 +6,9 @@ loop; `break`, `continue` and `return` leave it as in eager.
 
 Graph and break counts follow explain(): one graph before the loop, then per iteration that
 needed its own version (a range loop's int item is a guarded constant) the body's graph before
-the break and its resume function's graph after it."""
+the break and its resume function's graph after it, and one for the code after the loop (a
+resume function too)."""
 
-import sys
-
-import pytest
 import torch
 from helpers import assert_same, clone_args
 from resume_check import check_resume, inputs, loop_body_frames
@@ -164,12 +162,20 @@ class _Stack(torch.nn.Module):
         return x.sum(-1)
 
 
+def _after_loop_compiled(report, fn, offset):
+    """True when the code at `offset` lines into `fn` ran as a resume function with ops."""
+    line = fn.__code__.co_firstlineno + offset
+    return any(f["code_name"].endswith(f"(resumed at line {line})") and f["ops"] > 0
+               for f in report.frames)
+
+
 def _tensors(*shapes):
     return [inputs(*s) for s in shapes]
 
 
 def test_range_loop_body_runs_compiled_after_the_break(capsys):
-    check_resume(_range_loop, inputs(3), graphs=7, breaks=4, loop_body=True)
+    report = check_resume(_range_loop, inputs(3), graphs=8, breaks=4, loop_body=True)
+    assert _after_loop_compiled(report, _range_loop, 6)
     assert capsys.readouterr().out.count("step 2") >= 3
 
 
@@ -183,32 +189,33 @@ def test_functions_called_in_the_loop_are_captured():
 
 
 def test_while_loop_body_runs_compiled():
-    check_resume(_while_loop, inputs(3), graphs=7, breaks=4, loop_body=True)
+    check_resume(_while_loop, inputs(3), graphs=8, breaks=4, loop_body=True)
 
 
 def test_range_loop_body_runs_compiled_after_the_break(capsys):
     # One body (and resume) version per value of the guarded int `i`.
-    check_resume(_range_loop, inputs(3), graphs=7, breaks=4, loop_body=True)
+    report = check_resume(_range_loop, inputs(3), graphs=8, breaks=4, loop_body=True)
+    assert _after_loop_compiled(report, _range_loop, 6)
     assert capsys.readouterr().out.count("step 2") == 7  # explain(), three eager, three compiled
 
 
 def test_list_loop_body_runs_compiled():
-    check_resume(_list_loop, inputs(3), _tensors((3,), (3,)), graphs=3, breaks=2, loop_body=True)
+    check_resume(_list_loop, inputs(3), _tensors((3,), (3,)), graphs=4, breaks=2, loop_body=True)
 
 
 def test_functions_called_in_the_loop_are_captured():
-    report = check_resume(_loop_calls_helper, inputs(3), graphs=5, breaks=3, compiled_after=False,
+    report = check_resume(_loop_calls_helper, inputs(3), graphs=6, breaks=3, compiled_after=False,
                           loop_body=True)
     assert any(f["code_name"].endswith("helper") and f["ops"] > 0 for f in report.frames)
 
 
 def test_while_loop_body_runs_compiled():
-    check_resume(_while_loop, inputs(3), graphs=7, breaks=4, loop_body=True)
+    check_resume(_while_loop, inputs(3), graphs=8, breaks=4, loop_body=True)
 
 
 def test_module_list_loop_runs_each_layer_compiled(capsys):
     model = _Stack()
-    report = check_resume(model, inputs(2, 4), graphs=7, breaks=4, loop_body=True)
+    report = check_resume(model, inputs(2, 4), graphs=8, breaks=4, loop_body=True)
     # One body version per layer (the layer is guarded by identity), each with its linear.
     assert len(loop_body_frames(report)) == 3
     assert capsys.readouterr().out.count("layer") == 21  # 7 calls of 3 layers
@@ -218,7 +225,9 @@ def test_break_and_continue_leave_the_body_as_in_eager(capsys):
     ws = _tensors((3,), (3,), (3,), (3,), (3,))
     kinds = ["a", "skip", "b", "stop", "never"]
     # NOTE: each kind string is a guarded constant: "a", "skip", "b" and "stop" get a body each.
-    check_resume(_break_and_continue, inputs(3), ws, kinds, graphs=8, breaks=4, loop_body=True)
+    report = check_resume(_break_and_continue, inputs(3), ws, kinds, graphs=9, breaks=4,
+                          loop_body=True)
+    assert _after_loop_compiled(report, _break_and_continue, 10)
     out = capsys.readouterr().out
     assert "w stop" in out and "never" not in out and "skip" not in out
 
@@ -231,29 +240,35 @@ def test_return_inside_the_body_returns_from_the_function():
 def test_data_dependent_branch_in_the_loop_resumes_per_side():
     ones = torch.ones(3)
     # The sum is positive, negative, then positive again: both sides run, each resumed once.
-    report = check_resume(_data_dependent_branch, ones, [ones, -3 * ones, ones], graphs=4,
+    report = check_resume(_data_dependent_branch, ones, [ones, -3 * ones, ones], graphs=5,
                           breaks=2, loop_body=True)
     sides = {f["code_name"] for f in report.frames if "(resumed at line" in f["code_name"]}
-    assert len(sides) == 2, sides
+    assert len(sides) == 3, sides  # the two sides, and the code after the loop
 
 
 def test_loop_inside_no_grad_keeps_grad_mode(capsys):
     x = inputs(3, requires_grad=True)
-    check_resume(_loop_in_no_grad, x, _tensors((3,), (3,)), graphs=4, breaks=3, loop_body=True)
+    report = check_resume(_loop_in_no_grad, x, _tensors((3,), (3,)), graphs=5, breaks=3,
+                          loop_body=True)
+    # The code after the loop, still inside the block, and after it.
+    assert _after_loop_compiled(report, _loop_in_no_grad, 3)
     assert "grad True" not in capsys.readouterr().out
     assert torch.is_grad_enabled()
 
 
 def test_break_in_an_inner_loop_outlines_both_levels():
-    report = check_resume(_nested_loops, inputs(3), _tensors((3,), (3,)), graphs=9, breaks=7,
+    report = check_resume(_nested_loops, inputs(3), _tensors((3,), (3,)), graphs=12, breaks=7,
                           loop_body=True)
     lines = {f["code_name"] for f in loop_body_frames(report)}
     assert len(lines) == 2, lines  # the outer body, and the inner body inside it
+    # The rest of the outer body after the inner loop is a resume function of the outer body.
+    assert _after_loop_compiled(report, _nested_loops, 8)
 
 
 def test_local_first_assigned_in_the_loop_is_seen_after_it():
-    check_resume(_assigned_in_loop, inputs(3), _tensors((3,), (3,)), graphs=2, breaks=2,
-                 loop_body=True)
+    report = check_resume(_assigned_in_loop, inputs(3), _tensors((3,), (3,)), graphs=3, breaks=2,
+                          loop_body=True)
+    assert _after_loop_compiled(report, _assigned_in_loop, 5)
 
 
 def test_zero_iteration_loop_runs_like_eager():
