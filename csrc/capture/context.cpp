@@ -574,6 +574,54 @@ ValuePtr CaptureContext::call_op(PyObject* target, const std::string& method,
   return r;
 }
 
+namespace {
+
+// On CUDA the fused attention kernels return another layout than the meta
+// kernel's dense [B, H, N, D] (measured on torch 2.11): cuDNN and flash (the
+// half-precision default) give q's layout when q is dense and [B, H, N, D]
+// laid out as [B, N, H, D] otherwise (q sliced from a packed qkv), the
+// memory-efficient kernel (float32) always the latter. A result whose real
+// layout differs from the prediction is copied into it, and then again by the
+// `transpose(1, 2).contiguous()` that usually follows: predict it instead (the
+// runtime still copies when another backend ran). `result` is the meta result
+// (owned), `q` the query's meta tensor (borrowed, may be null), `device` the
+// real device (borrowed).
+PyRef fused_attention_layout(PyRef result, PyObject* q, PyObject* device) {
+  PyRef type = PyRef::steal(PyObject_GetAttrString(device, "type"));
+  if (!type) throw PythonError();
+  if (PyUnicode_CompareWithASCIIString(type.get(), "cuda") != 0 || !is_tensor(result.get()))
+    return result;
+  auto call = [](PyObject* o, const char* name) {
+    PyRef r = PyRef::steal(PyObject_CallMethod(o, name, nullptr));
+    if (!r) throw PythonError();
+    return r;
+  };
+  if (PyLong_AsLong(call(result.get(), "dim").get()) != 4) return result;
+  PyRef dtype = PyRef::steal(PyObject_GetAttrString(result.get(), "dtype"));
+  PyRef half = PyRef::steal(PyObject_GetAttrString(dtype.get(), "itemsize"));
+  if (!half) throw PythonError();
+  if (q && is_tensor(q) && PyLong_AsLong(half.get()) == 2) {
+    // q is dense exactly when empty_like keeps its strides.
+    PyRef empty_like = PyRef::steal(PyObject_GetAttrString(torch_api().torch.get(), "empty_like"));
+    PyRef like = empty_like ? PyRef::steal(PyObject_CallOneArg(empty_like.get(), q)) : PyRef();
+    if (!like) throw PythonError();
+    int dense =
+        PyObject_RichCompareBool(call(q, "stride").get(), call(like.get(), "stride").get(), Py_EQ);
+    int same_shape = dense == 1 ? PyObject_RichCompareBool(call(q, "size").get(),
+                                                           call(result.get(), "size").get(), Py_EQ)
+                                : 0;
+    if (dense < 0 || same_shape < 0) throw PythonError();
+    if (same_shape) return like;
+  }
+  PyRef t = PyRef::steal(PyObject_CallMethod(result.get(), "transpose", "ii", 1, 2));
+  if (t) t = PyRef::steal(PyObject_CallMethod(t.get(), "contiguous", nullptr));
+  if (t) t = PyRef::steal(PyObject_CallMethod(t.get(), "transpose", "ii", 1, 2));
+  if (!t) throw PythonError();
+  return t;
+}
+
+}  // namespace
+
 ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
                                    const std::vector<ValuePtr>& args,
                                    const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
@@ -696,6 +744,9 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
   if (!contains_tensor(result.get()) && !(result.get() == Py_None && has_tensor)) {
     return from_result(result.get());
   }
+  if (op_name.find("scaled_dot_product_attention") != std::string::npos)
+    result = fused_attention_layout(std::move(result), args.empty() ? nullptr : args[0]->meta.get(),
+                                    device.get());
   std::vector<ir::Arg> node_args;
   for (auto& a : args) node_args.push_back(value_to_arg(a));
   std::vector<std::pair<std::string, ir::Arg>> node_kwargs;

@@ -85,3 +85,25 @@ def test_aligned_or_float_linears_are_left_alone():
         torch.testing.assert_close(compiled(x, w, None), _project(x, w, None))
         widths = _linear_widths(compiled, x, w, None)
     assert widths == {5003}, widths
+
+
+def _attention_block(q, k, v):
+    b, h, n, d = q.shape
+    o = F.scaled_dot_product_attention(q, k, v)
+    return o.transpose(1, 2).reshape(b, n, h * d) * 2
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 128, 64), (3, 12, 197, 64)])
+def test_fused_attention_output_is_not_copied(shape):
+    """The fused kernels return [B, H, N, D] laid out as [B, N, H, D]: predicted so, the
+    `transpose(1, 2).reshape` after attention stays a view (as in eager), with no copy."""
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    torchlite.reset()
+    compiled = torchlite.compile(_attention_block, fullgraph=True)
+    with torch.no_grad():
+        expected = _attention_block(q, k, v)
+        actual = compiled(q, k, v)
+        torch.testing.assert_close(actual, expected)
+        assert actual.stride() == expected.stride()
+        ops = _aten_ops(compiled, q, k, v)
+    assert "aten::copy_" not in ops, sorted(ops)
