@@ -1,0 +1,53 @@
+#pragma once
+// Analysis of a loop for its body function (loop_body.h): which instructions
+// form the body, where control leaves it, which locals it may assign. Internal
+// to bytecode/.
+#include <Python.h>
+#include <opcode.h>
+
+#include <vector>
+
+#include "bytecode/loop_body.h"
+#include "capture/bytecode.h"
+
+namespace tl::bytecode {
+
+// Instructions after which execution never goes on with the next one.
+inline bool ends_flow(int opcode) {
+  switch (opcode) {
+    case RETURN_VALUE:
+    case RAISE_VARARGS:
+    case RERAISE:
+    case JUMP_FORWARD:
+    case JUMP_BACKWARD:
+    case JUMP_BACKWARD_NO_INTERRUPT:
+#ifdef RETURN_CONST
+    case RETURN_CONST:
+#endif
+      return true;
+    default:
+      return false;
+  }
+}
+
+inline bool is_return(int opcode) {
+#ifdef RETURN_CONST
+  if (opcode == RETURN_CONST) return true;
+#endif
+  return opcode == RETURN_VALUE;
+}
+
+struct LoopShape {
+  std::vector<int> depth;     // stack depth before each original instruction (-1: unreachable)
+  std::vector<bool> member;   // the instruction is part of the body function
+  std::vector<int> exits;     // where control leaves the body for the bridge, in a fixed order
+  std::vector<int> assigned;  // locals the body may assign (original slots, ascending)
+  int outer_handler = -1;     // the handler around the bridge's call, or -1
+};
+
+// The body of the loop `loop` describes (head, entry, is_for, outer, params
+// set), whose last backward jump to the head is instruction `last`. Throws
+// CannotResume when the body cannot run as a function.
+LoopShape analyze_loop(const capture::Bytecode& bc, const LoopBody& loop, int last, int nlocals);
+
+}  // namespace tl::bytecode
