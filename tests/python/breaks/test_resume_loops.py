@@ -10,7 +10,7 @@ the break and its resume function's graph after it, and one for the code after t
 resume function too)."""
 
 import torch
-from helpers import assert_same, clone_args
+from helpers import clone_args
 from resume_check import check_resume, inputs, loop_body_frames
 
 import torchlite
@@ -165,31 +165,13 @@ class _Stack(torch.nn.Module):
 def _after_loop_compiled(report, fn, offset):
     """True when the code at `offset` lines into `fn` ran as a resume function with ops."""
     line = fn.__code__.co_firstlineno + offset
-    return any(f["code_name"].endswith(f"(resumed at line {line})") and f["ops"] > 0
-               for f in report.frames)
+    return any(
+        f["code_name"].endswith(f"(resumed at line {line})") and f["ops"] > 0 for f in report.frames
+    )
 
 
 def _tensors(*shapes):
     return [inputs(*s) for s in shapes]
-
-
-def test_range_loop_body_runs_compiled_after_the_break(capsys):
-    report = check_resume(_range_loop, inputs(3), graphs=8, breaks=4, loop_body=True)
-    assert _after_loop_compiled(report, _range_loop, 6)
-    assert capsys.readouterr().out.count("step 2") >= 3
-
-
-def test_list_loop_body_runs_compiled():
-    check_resume(_list_loop, inputs(3), _tensors((3,), (3,)), graphs=5, breaks=2, loop_body=True)
-
-
-def test_functions_called_in_the_loop_are_captured():
-    report = check_resume(_loop_calls_helper, inputs(3), graphs=4, breaks=3, loop_body=True)
-    assert any(f["code_name"].endswith("helper") and f["ops"] > 0 for f in report.frames)
-
-
-def test_while_loop_body_runs_compiled():
-    check_resume(_while_loop, inputs(3), graphs=8, breaks=4, loop_body=True)
 
 
 def test_range_loop_body_runs_compiled_after_the_break(capsys):
@@ -204,8 +186,9 @@ def test_list_loop_body_runs_compiled():
 
 
 def test_functions_called_in_the_loop_are_captured():
-    report = check_resume(_loop_calls_helper, inputs(3), graphs=6, breaks=3, compiled_after=False,
-                          loop_body=True)
+    report = check_resume(
+        _loop_calls_helper, inputs(3), graphs=6, breaks=3, compiled_after=False, loop_body=True
+    )
     assert any(f["code_name"].endswith("helper") and f["ops"] > 0 for f in report.frames)
 
 
@@ -225,8 +208,9 @@ def test_break_and_continue_leave_the_body_as_in_eager(capsys):
     ws = _tensors((3,), (3,), (3,), (3,), (3,))
     kinds = ["a", "skip", "b", "stop", "never"]
     # NOTE: each kind string is a guarded constant: "a", "skip", "b" and "stop" get a body each.
-    report = check_resume(_break_and_continue, inputs(3), ws, kinds, graphs=9, breaks=4,
-                          loop_body=True)
+    report = check_resume(
+        _break_and_continue, inputs(3), ws, kinds, graphs=9, breaks=4, loop_body=True
+    )
     assert _after_loop_compiled(report, _break_and_continue, 10)
     out = capsys.readouterr().out
     assert "w stop" in out and "never" not in out and "skip" not in out
@@ -240,16 +224,18 @@ def test_return_inside_the_body_returns_from_the_function():
 def test_data_dependent_branch_in_the_loop_resumes_per_side():
     ones = torch.ones(3)
     # The sum is positive, negative, then positive again: both sides run, each resumed once.
-    report = check_resume(_data_dependent_branch, ones, [ones, -3 * ones, ones], graphs=5,
-                          breaks=2, loop_body=True)
+    report = check_resume(
+        _data_dependent_branch, ones, [ones, -3 * ones, ones], graphs=5, breaks=2, loop_body=True
+    )
     sides = {f["code_name"] for f in report.frames if "(resumed at line" in f["code_name"]}
     assert len(sides) == 3, sides  # the two sides, and the code after the loop
 
 
 def test_loop_inside_no_grad_keeps_grad_mode(capsys):
     x = inputs(3, requires_grad=True)
-    report = check_resume(_loop_in_no_grad, x, _tensors((3,), (3,)), graphs=5, breaks=3,
-                          loop_body=True)
+    report = check_resume(
+        _loop_in_no_grad, x, _tensors((3,), (3,)), graphs=5, breaks=3, loop_body=True
+    )
     # The code after the loop, still inside the block, and after it.
     assert _after_loop_compiled(report, _loop_in_no_grad, 3)
     assert "grad True" not in capsys.readouterr().out
@@ -257,8 +243,9 @@ def test_loop_inside_no_grad_keeps_grad_mode(capsys):
 
 
 def test_break_in_an_inner_loop_outlines_both_levels():
-    report = check_resume(_nested_loops, inputs(3), _tensors((3,), (3,)), graphs=12, breaks=7,
-                          loop_body=True)
+    report = check_resume(
+        _nested_loops, inputs(3), _tensors((3,), (3,)), graphs=12, breaks=7, loop_body=True
+    )
     lines = {f["code_name"] for f in loop_body_frames(report)}
     assert len(lines) == 2, lines  # the outer body, and the inner body inside it
     # The rest of the outer body after the inner loop is a resume function of the outer body.
@@ -266,8 +253,9 @@ def test_break_in_an_inner_loop_outlines_both_levels():
 
 
 def test_local_first_assigned_in_the_loop_is_seen_after_it():
-    report = check_resume(_assigned_in_loop, inputs(3), _tensors((3,), (3,)), graphs=3, breaks=2,
-                          loop_body=True)
+    report = check_resume(
+        _assigned_in_loop, inputs(3), _tensors((3,), (3,)), graphs=3, breaks=2, loop_body=True
+    )
     assert _after_loop_compiled(report, _assigned_in_loop, 5)
 
 
@@ -297,6 +285,7 @@ def test_exception_in_the_body_reaches_the_caller_at_its_line():
 
 
 def test_del_in_the_body_falls_back_to_running_the_loop_in_cpython():
-    report = check_resume(_del_in_body, inputs(3), _tensors((3,), (3,)), graphs=1, breaks=1,
-                          compiled_after=False)
+    report = check_resume(
+        _del_in_body, inputs(3), _tensors((3,), (3,)), graphs=1, breaks=1, compiled_after=False
+    )
     assert not loop_body_frames(report)
