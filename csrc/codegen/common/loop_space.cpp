@@ -1,5 +1,7 @@
 #include "codegen/common/loop_space.h"
 
+#include <algorithm>
+
 #include "core/errors.h"
 
 namespace tl::codegen {
@@ -29,6 +31,25 @@ Axes merge(const Axes& a) {
     for (size_t b = 0; b < a.strides.size(); ++b) out.strides[b].push_back(a.strides[b][d]);
   }
   return out;
+}
+
+// Reorders the axes so that buffer `b` is walked in memory order (largest
+// stride outermost; ties keep their order). A kernel writing a channels-last
+// tensor then stores contiguously instead of with a stride of C.
+void memory_order(Axes& a, size_t b) {
+  const auto& st = a.strides[b];
+  // Size-1 axes go last: merge() drops them, wherever they are.
+  std::vector<size_t> order, ones;
+  for (size_t d = 0; d < a.sizes.size(); ++d) (a.sizes[d] == 1 ? ones : order).push_back(d);
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return st[x] > st[y]; });
+  order.insert(order.end(), ones.begin(), ones.end());
+  Axes out;
+  for (size_t d : order) out.sizes.push_back(a.sizes[d]);
+  for (const auto& bs : a.strides) {
+    out.strides.emplace_back();
+    for (size_t d : order) out.strides.back().push_back(bs[d]);
+  }
+  a = std::move(out);
 }
 
 // A scalar loop still runs one axis of size 1.
@@ -69,6 +90,13 @@ LoopSpace coalesce(const ir::Kernel& k, bool index_buffers) {
     for (size_t d = 0; d < n; ++d)
       (d < n_outer ? outer : red).strides[b].push_back(views[b]->strides[d]);
   }
+  // NOTE: only pointwise kernels are reordered: reductions keep row-major
+  // order (argmax/argmin take the first index), and index expressions that the
+  // CUDA emitter derives from the linear index need it too.
+  if (k.reduction_axes == 0 && !k.outputs.empty() && index_views.empty() &&
+      std::none_of(k.exprs.begin(), k.exprs.end(),
+                   [](const ir::Expr& e) { return e.op == ir::ExprOp::Index; }))
+    memory_order(outer, k.inputs.size());
   outer = merge(outer);
   red = merge(red);
   ensure_axis(outer);

@@ -29,6 +29,24 @@ TEST_CASE("a transposed input keeps the axes it walks out of order", "[codegen]"
   CHECK(s.offsets == std::vector<int64_t>{7, 0});
 }
 
+TEST_CASE("a pointwise kernel walks its output in memory order", "[codegen]") {
+  // [N, C, H, W] = [2, 3, 4, 5] written channels-last (strides C*H*W, 1, W*C, C).
+  const std::vector<int64_t> nhwc{60, 1, 15, 3};
+  KernelBuilder all("channels_last", {2, 3, 4, 5});
+  int x = all.input(ST::F32, nhwc);
+  all.output(all.load(x, ST::F32), ST::F32, nhwc);
+  auto s = coalesce(all.k, false);
+  CHECK(s.outer == std::vector<int64_t>{120});  // every buffer channels-last: one flat axis
+  CHECK(s.strides == Strides{{1}, {1}});
+
+  KernelBuilder mixed("to_channels_last", {2, 3, 4, 5});
+  int y = mixed.input(ST::F32, mixed.contiguous());
+  mixed.output(mixed.load(y, ST::F32), ST::F32, nhwc);
+  auto t = coalesce(mixed.k, false);
+  CHECK(t.outer == std::vector<int64_t>{2, 20, 3});  // N, H*W, C: the store is contiguous
+  CHECK(t.strides == Strides{{60, 1, 20}, {60, 3, 1}});
+}
+
 TEST_CASE("outer and reduction axes merge separately; a scalar kernel gets one axis", "[codegen]") {
   KernelBuilder b("rows", {2, 3, 4, 5}, 2);
   int x = b.input(ST::F32, b.contiguous());
