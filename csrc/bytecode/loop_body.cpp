@@ -137,6 +137,31 @@ std::vector<ExceptionBlock> body_blocks(const Rewriter& rw, const std::vector<bo
 
 }  // namespace
 
+namespace {
+
+// An exception leaving the body function loses what the iteration assigned
+// before it: fine when it leaves the frame too, wrong when a with-block
+// around the loop swallows it and the frame goes on. Only grad-mode blocks
+// (their __exit__ never swallows) may hold the loop: a with-block's __exit__
+// sits at its handler's depth - 1, below the loop when the block holds it.
+// (Other handlers around a loop re-raise: try blocks are regions of their own.)
+void check_no_swallowing_with(const capture::Bytecode& bc, const std::string& outer) {
+  const int n = static_cast<int>(bc.insts.size());
+  for (const auto& e : bc.exception_table) {
+    int h = bc.index_at_offset(e.target);
+    if (h < 0 || h + 1 >= n || bc.insts[h].opcode != PUSH_EXC_INFO ||
+        bc.insts[h + 1].opcode != WITH_EXCEPT_START)
+      continue;
+    int exit = e.depth - 1;
+    if (exit < 0 || exit >= static_cast<int>(outer.size())) continue;
+    if (outer[exit] != static_cast<char>(Slot::ExitTrue) &&
+        outer[exit] != static_cast<char>(Slot::ExitFalse))
+      throw CannotResume("a with-block around the loop may swallow an exception");
+  }
+}
+
+}  // namespace
+
 std::optional<LoopBody> outline_loop(const BreakSite& site) {
   Rewriter rw(site.code);
   const capture::Bytecode& bc = rw.bytecode();
@@ -158,6 +183,7 @@ std::optional<LoopBody> outline_loop(const BreakSite& site) {
       throw CannotResume("no iterator at the loop head");
     loop.outer.pop_back();
   }
+  check_no_swallowing_with(bc, loop.outer);
   loop.params = site.locals;
   const LoopShape shape = analyze_loop(bc, loop, last, site.code->co_nlocals);
   loop.guarded = shape.outer_handler >= 0;

@@ -9,6 +9,9 @@ needed its own version (a range loop's int item is a guarded constant) the body'
 the break and its resume function's graph after it, and one for the code after the loop (a
 resume function too)."""
 
+import contextlib
+
+import pytest
 import torch
 from helpers import clone_args
 from resume_check import check_resume, inputs, loop_body_frames
@@ -146,6 +149,16 @@ def _del_in_body(x, ws):
         y = t * 2
         del t
     return y
+
+
+def _loop_in_suppress(x, ws):
+    with contextlib.suppress(ValueError):
+        for w in ws:
+            last = x * w
+            print("w")
+            if last.sum() > 100:
+                raise ValueError("big")
+    return last + 1
 
 
 class _Stack(torch.nn.Module):
@@ -289,3 +302,25 @@ def test_del_in_the_body_falls_back_to_running_the_loop_in_cpython():
         _del_in_body, inputs(3), _tensors((3,), (3,)), graphs=1, breaks=1, compiled_after=False
     )
     assert not loop_body_frames(report)
+
+
+@pytest.mark.parametrize("sizes", [[1.0, 2.0], [1.0, 1000.0, 2.0], []])
+def test_exception_swallowed_around_the_loop_leaves_locals_as_in_eager(sizes):
+    # A with-block whose __exit__ may swallow the exception goes on after it in the bridge: the
+    # code after the loop stays there, and a local no iteration assigned is unbound, as in eager.
+    ws = [torch.full((3,), s) for s in sizes]
+
+    def outcome(fn):
+        try:
+            return fn(torch.ones(3), clone_args(ws))
+        except UnboundLocalError:
+            return "unbound"
+
+    torchlite.reset()
+    compiled = torchlite.compile(_loop_in_suppress)
+    for _ in range(2):
+        expected, actual = outcome(_loop_in_suppress), outcome(compiled)
+        if isinstance(expected, str):
+            assert actual == expected
+        else:
+            assert torch.equal(actual, expected)
