@@ -17,8 +17,8 @@ namespace tl::passes {
 
 // Whether convolutions on `device_type` ("cpu", "cuda") in `dtype` (a
 // torch.dtype, borrowed) run faster channels-last: CUDA in f16/bf16 (cuDNN's
-// NHWC tensor-core kernels); not the CPU (measured slower). TORCHLITE_CHANNELS_LAST=0/1
-// forces never/always.
+// NHWC tensor-core kernels; on by default); not the CPU (measured slower).
+// TORCHLITE_CHANNELS_LAST=0/1 forces never/always.
 bool prefers_channels_last(const std::string& device_type, PyObject* dtype);
 
 // The pass; returns how many convolutions now run channels-last because of it

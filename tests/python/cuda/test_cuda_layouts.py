@@ -107,3 +107,33 @@ def test_fused_attention_output_is_not_copied(shape):
         assert actual.stride() == expected.stride()
         ops = _aten_ops(compiled, q, k, v)
     assert "aten::copy_" not in ops, sorted(ops)
+
+
+class _ConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(16)
+        self.c2 = torch.nn.Conv2d(16, 32, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.c1(x)))
+        return torch.nn.functional.silu(self.c2(y) + 1).mean((2, 3))
+
+
+@pytest.mark.parametrize("setting, expect_nhwc", [(None, True), ("0", False)])
+def test_half_convolutions_run_channels_last_by_default(monkeypatch, setting, expect_nhwc):
+    if setting is not None:
+        monkeypatch.setenv("TORCHLITE_CHANNELS_LAST", setting)
+    else:
+        monkeypatch.delenv("TORCHLITE_CHANNELS_LAST", raising=False)
+    m = _ConvNet().eval().to("cuda", torch.bfloat16)
+    x = torch.randn(4, 3, 32, 32, device="cuda", dtype=torch.bfloat16)
+    torchlite.reset()
+    compiled = torchlite.compile(m)
+    with torch.no_grad():
+        expected = m(x)
+        actual = compiled(x)
+    torch.testing.assert_close(actual, expected, atol=3e-2, rtol=3e-2)
+    assert actual.stride() == expected.stride()
+    assert (torchlite.counters()["channels_last_convs"] > 0) == expect_nhwc
