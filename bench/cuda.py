@@ -5,7 +5,7 @@ warmup), the ratios, and the cold compile time (first call, from empty in-memory
 caches) of torchlite and inductor. The pointwise case also prints its achieved bandwidth next
 to a device-to-device copy of the same size.
 
-    python bench/gpu.py [--quick] [--skip-inductor] [--only NAME]
+    python bench/cuda.py [--quick] [--skip-inductor] [--only NAME]
 
 --quick uses smaller sizes (a smoke run); the numbers in the README come from the full run.
 """
