@@ -302,7 +302,7 @@ bool prefers_channels_last(const std::string& device_type, PyObject* dtype) {
   if (env && std::string(env) == "0") return false;
   // Forced on: where cuDNN's NHWC tensor-core kernels apply (half types on CUDA), or anywhere.
   if (env && std::string(env) == "1") return true;
-  // NOTE: on by default for half types on CUDA: python bench/cuda.py on an H100 ran resnet50
+  // NOTE: on by default for half types on CUDA: python bench/gpu.py on an H100 ran resnet50
   // (b64, bf16) in 4.8 ms channels-last against 6.3 ms without (once pointwise kernels walked
   // channels-last outputs in memory order; before, 27.5 ms).
   // NOTE: measured off on the CPU: bench/cpu.py resnet18 (b8, 224px, 2 threads) ran 3-15%

@@ -5,9 +5,12 @@ warmup), the ratios, and the cold compile time (first call, from empty in-memory
 caches) of torchlite and inductor. The pointwise case also prints its achieved bandwidth next
 to a device-to-device copy of the same size.
 
-    python bench/cuda.py [--quick] [--skip-inductor] [--only NAME]
+    python bench/gpu.py [--quick] [--skip-inductor] [--only NAME]
 
 --quick uses smaller sizes (a smoke run); the numbers in the README come from the full run.
+
+NOTE: the CUDA issue names this bench/cuda.py; a cuda.py here would shadow NVIDIA's `cuda`
+package (torch.cuda imports cuda.bindings) for every script run from bench/.
 """
 
 import argparse
