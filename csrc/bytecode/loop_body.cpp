@@ -5,6 +5,7 @@
 #include <opcode.h>
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 
 #include "bytecode/loop_flow.h"
@@ -185,6 +186,29 @@ std::optional<LoopBody> outline_loop(const BreakSite& site) {
   }
   check_no_swallowing_with(bc, loop.outer);
   loop.params = site.locals;
+  if (loop.is_for) {
+    // `for x in` / `for a, b in` with plain locals: the bridge stores the
+    // item, and the targets are parameters like the head's locals (a layer
+    // of a ModuleList is then a parameter of its own, guarded by identity).
+    int i = head + 1, n = 1;
+    if (bc.insts[i].opcode == UNPACK_SEQUENCE) n = bc.insts[i++].arg;
+    bool plain = n >= 1 && i + n < rw.size();
+    for (int j = 0; plain && j < n; ++j) plain = bc.insts[i + j].opcode == STORE_FAST;
+    if (plain) {
+      loop.item_stored = true;
+      loop.entry = i + n;
+      for (int j = 0; j < n; ++j) {
+        const int x = bc.insts[i + j].arg;
+        if (!std::binary_search(site.locals.begin(), site.locals.end(), x))
+          loop.targets.push_back(x);
+      }
+      std::sort(loop.targets.begin(), loop.targets.end());
+      loop.targets.erase(std::unique(loop.targets.begin(), loop.targets.end()), loop.targets.end());
+      loop.params.clear();
+      std::set_union(site.locals.begin(), site.locals.end(), loop.targets.begin(),
+                     loop.targets.end(), std::back_inserter(loop.params));
+    }
+  }
   const LoopShape shape = analyze_loop(bc, loop, last, site.code->co_nlocals);
   loop.guarded = shape.outer_handler >= 0;
   const std::vector<bool>& member = shape.member;
@@ -197,7 +221,7 @@ std::optional<LoopBody> outline_loop(const BreakSite& site) {
   // placeholder, the item), as the prologue pushes it again.
   std::string stack;
   for (char c : loop.outer) stack += c == kNull ? kNull : kValue;
-  if (loop.is_for) stack += "VV";
+  if (loop.is_for) stack += loop.item_stored ? "V" : "VV";
   rw.renumber(loop.params, numbered(rw, "stack", count_values(stack)), {rw.fresh("ret")});
   const LoopConsts k{rw.consts_size(), kFirstExit + static_cast<int>(loop.exits.size())};
   const int ret = rw.slot(rw.fresh("ret"));
@@ -311,7 +335,8 @@ void insert_loop_call(std::vector<Instr>& insts, const LoopBody& loop, const Rew
   std::vector<Instr> s;
   Emit e(s, loop.line);
   e.at(stub);
-  if (loop.is_for) e.op(STORE_FAST, item);
+  const bool pass_item = loop.is_for && !loop.item_stored;
+  if (pass_item) e.op(STORE_FAST, item);
   e.op(PUSH_NULL).op(LOAD_FAST, body_slot);
   int depth = static_cast<int>(site_stack.size()) + 2, nargs = 0;
   for (int p : loop.params) e.op(kLoadChecked, rw.slot_of_original(p)), ++depth, ++nargs;
@@ -320,7 +345,8 @@ void insert_loop_call(std::vector<Instr>& insts, const LoopBody& loop, const Rew
     e.op(COPY, depth - static_cast<int>(j));
     ++depth, ++nargs;
   }
-  if (loop.is_for) e.op(LOAD_CONST, k.none()).op(LOAD_FAST, item), nargs += 2;
+  if (loop.is_for) e.op(LOAD_CONST, k.none()), ++nargs;
+  if (pass_item) e.op(LOAD_FAST, item), ++nargs;
   e.call(nargs);
   const int nback = static_cast<int>(loop.params.size() + loop.assigned.size());
   e.op(UNPACK_SEQUENCE, 2 + nback).op(STORE_FAST, status).op(STORE_FAST, ret);

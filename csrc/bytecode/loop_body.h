@@ -48,11 +48,13 @@ struct LoopConsts {
 
 struct LoopBody {
   int head = -1;   // the loop head: FOR_ITER, or the target of a while loop's back jump
-  int entry = -1;  // first body instruction: head + 1 for `for` loops, else head
+  int entry = -1;  // first body instruction: after a for loop's item (stored or not), else head
   bool is_for = false;
+  bool item_stored = false;   // the bridge stores a for loop's item in its target locals (params)
   std::string outer;          // Slot chars of the stack below the loop's iterator
   std::vector<int> params;    // original slots of the locals bound at the head, ascending
   std::vector<int> assigned;  // original slots the body may assign, not in params, ascending
+  std::vector<int> targets;   // params the bridge binds itself (a stored item), ascending
   struct Exit {
     int target;  // original instruction control goes on at, in the bridge
     int depth;   // stack depth there (a prefix of `outer`)

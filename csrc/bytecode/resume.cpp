@@ -9,6 +9,7 @@
 #include <opcode.h>
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -348,10 +349,13 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
     out->resume_lines.push_back(rw.line_near(s.entry));
   }
   const std::vector<Successor> loop_exits = loop ? after_loop(*loop, bc) : std::vector<Successor>{};
-  std::vector<int> after_locals;  // passed to the code after the loop
+  std::vector<int> after_locals;   // passed to the code after the loop
+  std::vector<int> maybe_unbound;  // ... of which none may have been assigned
   if (loop) {
     std::set_union(loop->params.begin(), loop->params.end(), loop->assigned.begin(),
                    loop->assigned.end(), std::back_inserter(after_locals));
+    std::set_union(loop->targets.begin(), loop->targets.end(), loop->assigned.begin(),
+                   loop->assigned.end(), std::back_inserter(maybe_unbound));
   }
   for (auto& s : loop_exits) tmps = std::max(tmps, s.stack.size());
 
@@ -409,8 +413,7 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
     for (int l : after_locals) after_slots.push_back(rw.slot_of_original(l));
     for (size_t x = 0; x < loop_exits.size(); ++x) {
       const Successor& e = loop_exits[x];
-      out->resumes.push_back(
-          resume_code(site.code, e.entry, e.stack, after_locals, loop->assigned));
+      out->resumes.push_back(resume_code(site.code, e.entry, e.stack, after_locals, maybe_unbound));
       out->resume_lines.push_back(rw.line_near(e.entry));
       int label = exit_labels[x];
       if (e.jump) {
@@ -434,7 +437,7 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
         return in.label == kNoLabel && in.opcode == JUMP_FORWARD;
       });
       std::vector<Instr> init;
-      for (int q : loop->assigned) {
+      for (int q : maybe_unbound) {
         init.push_back(Rewriter::make(LOAD_CONST, k.unbound(), line));
         init.push_back(Rewriter::make(STORE_FAST, rw.slot_of_original(q), line));
       }

@@ -10,10 +10,11 @@ the break and its resume function's graph after it, and one for the code after t
 resume function too)."""
 
 import contextlib
+import warnings
 
 import pytest
 import torch
-from helpers import clone_args
+from helpers import clone_args, counters
 from resume_check import check_resume, inputs, loop_body_frames
 
 import torchlite
@@ -183,6 +184,19 @@ def _after_loop_compiled(report, fn, offset):
     )
 
 
+class _Enumerated(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(n))
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i % 3 == 0:
+                print("layer", i)
+        return x
+
+
 def _tensors(*shapes):
     return [inputs(*s) for s in shapes]
 
@@ -257,7 +271,7 @@ def test_loop_inside_no_grad_keeps_grad_mode(capsys):
 
 def test_break_in_an_inner_loop_outlines_both_levels():
     report = check_resume(
-        _nested_loops, inputs(3), _tensors((3,), (3,)), graphs=12, breaks=7, loop_body=True
+        _nested_loops, inputs(3), _tensors((3,), (3,)), graphs=10, breaks=5, loop_body=True
     )
     lines = {f["code_name"] for f in loop_body_frames(report)}
     assert len(lines) == 2, lines  # the outer body, and the inner body inside it
@@ -324,3 +338,20 @@ def test_exception_swallowed_around_the_loop_leaves_locals_as_in_eager(sizes):
             assert actual == expected
         else:
             assert torch.equal(actual, expected)
+
+
+def test_enumerated_layers_past_the_cache_limit_all_run_compiled():
+    # The loop's targets (i, layer) are parameters of the body: each layer gets a version,
+    # guarded by identity, which does not count toward cache_size_limit.
+    model = _Enumerated(torchlite.config.cache_size_limit + 2)
+    torchlite.reset()
+    compiled = torchlite.compile(model)
+    x = inputs(2, 4)
+    before = counters()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):
+            assert torch.allclose(compiled(x), model(x), atol=1e-6)
+    assert counters()["eager_fallbacks"] == before["eager_fallbacks"]
+    report = torchlite.explain(model)(x)
+    assert len(loop_body_frames(report)) == len(model.layers)
