@@ -193,7 +193,9 @@ PyRef resume_code(PyCodeObject* code, int entry, const std::string& stack,
   rw.renumber(locals, numbered(rw, "stack", count_values(stack)), {});
   int line = rw.line_near(entry);
   Assembly a;
-  a.insts = rw.prologue(stack, line, false);
+  // NOTE: the stack parameters are unbound once pushed, so a later break hands each value on
+  // once, on the stack (a grad-mode __exit__ can only be passed there).
+  a.insts = rw.prologue(stack, line, false, true);
   std::vector<PyObject*> consts;
   if (!maybe_unbound.empty()) consts.push_back(unbound_local());
   for (size_t i = 0; i < maybe_unbound.size(); ++i) {

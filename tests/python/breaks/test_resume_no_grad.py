@@ -29,6 +29,16 @@ def _enable_inside_no_grad(x):
     return d + x
 
 
+def _two_breaks_inside_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+        print("first")
+        z = y * 3
+        print("second")
+        w = z + 1
+    return w + x
+
+
 def _raise_inside_no_grad(x):
     with torch.no_grad():
         y = x * 2
@@ -45,6 +55,15 @@ def test_no_grad_block_is_reentered_after_the_break(capsys):
 
 def test_nested_grad_modes_survive_the_break():
     check_resume(_enable_inside_no_grad, inputs(3, requires_grad=True), graphs=2)
+
+
+def test_second_break_inside_the_block_resumes_too():
+    # The first resume function gets the block's __exit__ on its stack only (not as a local too),
+    # so its own break can hand it on again.
+    report = check_resume(
+        _two_breaks_inside_no_grad, inputs(3, requires_grad=True), graphs=3, breaks=2
+    )
+    assert not any(f["no_resume"] for f in report.frames), str(report)
 
 
 def test_grad_mode_restored_after_an_error_inside_the_block():
