@@ -171,6 +171,8 @@ std::optional<LoopBody> outline_loop(const BreakSite& site) {
   int last = -1;
   for (int i = head; i < n; ++i)
     if (bc.insts[i].jump_target == head) last = i;
+  // A for loop whose body always leaves it (no backward jump) ends before FOR_ITER's target.
+  if (last < 0 && bc.insts[head].opcode == FOR_ITER) last = bc.insts[head].jump_target - 1;
   if (last < 0) return std::nullopt;
   if (site.code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR))
     throw CannotResume("a loop in a generator");

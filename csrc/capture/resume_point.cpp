@@ -15,6 +15,8 @@ std::vector<std::pair<int, int>> regions(const Bytecode& bc) {
   for (int i = 0; i < n; ++i) {
     int t = bc.insts[i].jump_target;
     if (t >= 0 && t <= i) out.emplace_back(t, i);  // a loop: its backward jump
+    // A for loop whose body always leaves it has no backward jump.
+    if (bc.insts[i].opcode == FOR_ITER && t > i) out.emplace_back(i, t - 1);
   }
   for (const auto& e : bc.exception_table) {
     int h = bc.index_at_offset(e.target);

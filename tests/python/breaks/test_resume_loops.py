@@ -162,6 +162,14 @@ def _loop_in_suppress(x, ws):
     return last + 1
 
 
+def _first_only(x, ws):
+    for w in ws:
+        y = x + w
+        print("first")
+        return y * 2
+    return x
+
+
 class _Stack(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -355,3 +363,8 @@ def test_enumerated_layers_past_the_cache_limit_all_run_compiled():
     assert counters()["eager_fallbacks"] == before["eager_fallbacks"]
     report = torchlite.explain(model)(x)
     assert len(loop_body_frames(report)) == len(model.layers)
+
+
+def test_loop_whose_body_always_returns_is_outlined_too():
+    # No backward jump: the loop is still a loop (its iterator is on the stack at the break).
+    check_resume(_first_only, inputs(3), _tensors((3,), (3,)), graphs=2, breaks=2, loop_body=True)
