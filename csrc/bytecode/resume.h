@@ -38,7 +38,8 @@ struct BreakSite {
   PyCodeObject* code = nullptr;  // the original code (borrowed)
   int index = -1;                // decoded instruction where CPython takes over
   // `index` heads a loop or try block the trace could not get through: the
-  // bridge runs the rest of the frame natively and calls no resume function.
+  // bridge runs the rest of the frame natively (a loop's body and the code
+  // after the loop as functions of their own, loop_body.h).
   bool region = false;
   std::string stack;        // Slot chars, bottom first
   std::vector<int> locals;  // localsplus slots of the bound locals passed on, ascending

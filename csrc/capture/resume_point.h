@@ -14,7 +14,8 @@ struct BreakPoint {
 // A break inside a loop or a try block moves to the head of the outermost
 // one (the trace cannot resume in the middle of either: a loop would break
 // once per iteration, and a handler needs the block it protects); CPython
-// then runs the rest of the frame. A break at a call moves back over its
+// then runs the rest of the frame (a loop's body as a loop-body function,
+// bytecode/loop_body.h). A break at a call moves back over its
 // PRECALL/KW_NAMES, which the bridge must run again. Sets `why` when there
 // is no resume point.
 BreakPoint break_point(const Bytecode& bc, int index, std::string& why);
