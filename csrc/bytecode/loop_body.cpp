@@ -192,14 +192,14 @@ std::optional<LoopBody> outline_loop(const BreakSite& site) {
     // `for x in` / `for a, b in` with plain locals: the bridge stores the
     // item, and the targets are parameters like the head's locals (a layer
     // of a ModuleList is then a parameter of its own, guarded by identity).
-    int i = head + 1, n = 1;
-    if (bc.insts[i].opcode == UNPACK_SEQUENCE) n = bc.insts[i++].arg;
-    bool plain = n >= 1 && i + n < rw.size();
-    for (int j = 0; plain && j < n; ++j) plain = bc.insts[i + j].opcode == STORE_FAST;
+    int i = head + 1, count = 1;
+    if (bc.insts[i].opcode == UNPACK_SEQUENCE) count = bc.insts[i++].arg;
+    bool plain = count >= 1 && i + count < n;
+    for (int j = 0; plain && j < count; ++j) plain = bc.insts[i + j].opcode == STORE_FAST;
     if (plain) {
       loop.item_stored = true;
-      loop.entry = i + n;
-      for (int j = 0; j < n; ++j) {
+      loop.entry = i + count;
+      for (int j = 0; j < count; ++j) {
         const int x = bc.insts[i + j].arg;
         if (!std::binary_search(site.locals.begin(), site.locals.end(), x))
           loop.targets.push_back(x);
