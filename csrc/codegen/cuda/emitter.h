@@ -85,11 +85,13 @@ class Writer {
   std::string indent_;
   ElemRef ref_;
   std::string lin_outer_, lin_red_, off_;
-  bool has_gather_ = false;
-  std::vector<std::string> cache_;  // expr values of the current scope
-  std::vector<std::string> acc_;    // reduction accumulators (row scope)
-  std::vector<char> done_;          // reductions whose pass has finished
-  std::string rlin_;                // linear index over the reduction axes
+  bool has_gather_ = false;                   // no vector entry then
+  bool computed_gather_ = false;              // a Gather by a computed offset: 64-bit indices
+  int64_t gather_low_ = 0, gather_high_ = 0;  // the constant offsets Gathers add
+  std::vector<std::string> cache_;            // expr values of the current scope
+  std::vector<std::string> acc_;              // reduction accumulators (row scope)
+  std::vector<char> done_;                    // reductions whose pass has finished
+  std::string rlin_;                          // linear index over the reduction axes
   int tmp_ = 0;
   int block_ = 256;
   PassPlan plan_;

@@ -26,8 +26,19 @@ void Writer::fail(size_t i, const std::string& why) const { expr_error(k_, "CUDA
 
 void Writer::analyse() {
   plan_ = plan_passes(k_, "CUDA kernel");
-  has_gather_ = std::any_of(k_.exprs.begin(), k_.exprs.end(),
-                            [](const ir::Expr& e) { return is_gather(e.op); });
+  // NOTE: a Gather by a constant (what `cat` with an empty operand, or a slice
+  // the lowering reads through a gather, leaves) is a load at a fixed extra
+  // offset: it only widens the index type when that offset does.
+  for (const ir::Expr& e : k_.exprs) {
+    if (!is_gather(e.op)) continue;
+    const ir::Expr& by = k_.exprs[e.operands.at(0)];
+    has_gather_ = true;
+    if (by.op == ExprOp::Constant) {
+      gather_low_ = std::min(gather_low_, by.ivalue);
+      gather_high_ = std::max(gather_high_, by.ivalue);
+    } else
+      computed_gather_ = true;
+  }
 }
 
 // 32-bit indices unless a linear index or an element offset can reach 2^31.
@@ -37,13 +48,13 @@ void Writer::choose_index_type() {
   for (int64_t n : s_.outer) total *= n;
   for (int64_t n : s_.red) total *= n;
   // A Gather's offsets are not bounded by its view: always 64-bit.
-  bool wide = total >= limit || has_gather_;
+  bool wide = total >= limit || computed_gather_;
   std::vector<int64_t> sizes = s_.outer;
   sizes.insert(sizes.end(), s_.red.begin(), s_.red.end());
   for (size_t b = 0; b < s_.strides.size(); ++b) {
     int64_t last = s_.offsets[b];
     for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * s_.strides[b][d];
-    wide |= last >= limit || s_.offsets[b] < 0;
+    wide |= last + gather_high_ >= limit || s_.offsets[b] + gather_low_ < 0;
   }
   idx_ = wide ? "unsigned long long" : "unsigned";
 }
