@@ -172,6 +172,15 @@ void warn_cache_limit(PyCodeObject* code, int limit, const std::string& reason) 
   if (PyErr_WarnEx(PyExc_RuntimeWarning, msg.c_str(), 1) < 0) throw PythonError();
 }
 
+constexpr int kLoopBodyLimit = 64;
+
+// True for a generated loop body or resume function (bytecode/ names them
+// "f (loop body at line N)", "f (resumed at line N)"; a user's qualname
+// cannot hold a parenthesis).
+bool is_generated(PyCodeObject* code) {
+  return utf8(code->co_qualname).find(" (") != std::string::npos;
+}
+
 // Test support: a graph-break entry guarded by the type of each argument.
 CacheEntry stub_compile(const TlFrameInfo& fi, const ConfigPtr& config) {
   if (g_stub_compiler == 2) TL_THROW(Value) << "stub compiler failed on " << utf8(fi.code->co_name);
@@ -210,12 +219,19 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
   // (one module class's forward, shared by many layer instances, gets an entry
   // per instance); kMaxEntriesPerCode bounds the total.
   constexpr int kMaxEntriesPerCode = 256;
-  if (count_entries_for_objects(st, config->id, view) >= config->cache_size_limit ||
-      n >= kMaxEntriesPerCode) {
+  int limit = config->cache_size_limit;
+  if (n >= limit && is_generated(fi.code)) {
+    // A loop body, and the resume functions after breaks inside it, are
+    // specialised on the loop variable: `for i in range(n)` gets one version
+    // per i. Up to 64 iterations compile (each version is a small capture;
+    // identical kernels are shared) before the rest run eagerly.
+    limit = std::max(limit, kLoopBodyLimit);
+  }
+  if (count_entries_for_objects(st, config->id, view) >= limit || n >= kMaxEntriesPerCode) {
     counters().eager_fallbacks++;
     if (!st.warned_limit) {
       st.warned_limit = true;
-      warn_cache_limit(fi.code, config->cache_size_limit, reason);
+      warn_cache_limit(fi.code, limit, reason);
     }
     return nullptr;
   }

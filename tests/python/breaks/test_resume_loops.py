@@ -368,3 +368,30 @@ def test_enumerated_layers_past_the_cache_limit_all_run_compiled():
 def test_loop_whose_body_always_returns_is_outlined_too():
     # No backward jump: the loop is still a loop (its iterator is on the stack at the break).
     check_resume(_first_only, inputs(3), _tensors((3,), (3,)), graphs=2, breaks=2, loop_body=True)
+
+
+def _long_range_loop(x, n):
+    y = x * 1
+    for i in range(n):
+        y = y * 0.5 + i
+        print("step", i)
+        y = y.relu() - 0.25
+    return y
+
+
+def test_range_loop_past_the_cache_limit_stays_compiled(capsys):
+    # The body is specialised on i (one version per value): a loop body may keep up to 64
+    # versions before the rest of its iterations run eagerly, without a warning below that.
+    n = torchlite.config.cache_size_limit + 12
+    torchlite.reset()
+    compiled = torchlite.compile(_long_range_loop)
+    x = inputs(3, 5)
+    before = counters()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x, n), _long_range_loop(x, n))
+    after = counters()
+    assert after["eager_fallbacks"] == before["eager_fallbacks"]
+    assert after["graphs"] - before["graphs"] >= n
+    capsys.readouterr()
