@@ -30,13 +30,14 @@ def test_a_reshaped_parameter_under_no_grad_still_fuses(shape):
     m = LayerScale(shape[1])
     x = torch.randn(shape)
     torchlite.reset()
+    before = torchlite.counters()["kernels"]
     compiled = torchlite.compile(m)
     with torch.no_grad():
         expected = m(x)
         actual = compiled(x)
     torch.testing.assert_close(actual, expected)
     assert not actual.requires_grad
-    assert torchlite.counters()["kernels"] >= 1
+    assert torchlite.counters()["kernels"] > before
 
 
 def test_with_grad_enabled_the_graph_stays_differentiable():
