@@ -10,6 +10,7 @@ the break and its resume function's graph after it, and one for the code after t
 resume function too)."""
 
 import contextlib
+import sys
 import warnings
 
 import pytest
@@ -243,8 +244,11 @@ def test_break_and_continue_leave_the_body_as_in_eager(capsys):
     ws = _tensors((3,), (3,), (3,), (3,), (3,))
     kinds = ["a", "skip", "b", "stop", "never"]
     # NOTE: each kind string is a guarded constant: "a", "skip", "b" and "stop" get a body each.
+    # Python 3.12 copies the short `return y + 1` into the `break` path, so the stop iteration
+    # returns from its own resume function: one graph fewer than on 3.11.
+    graphs = 9 if sys.version_info < (3, 12) else 8
     report = check_resume(
-        _break_and_continue, inputs(3), ws, kinds, graphs=9, breaks=4, loop_body=True
+        _break_and_continue, inputs(3), ws, kinds, graphs=graphs, breaks=4, loop_body=True
     )
     assert _after_loop_compiled(report, _break_and_continue, 10)
     out = capsys.readouterr().out
