@@ -355,11 +355,6 @@ ValuePtr CaptureContext::wrap_tensor(PyObject* t, const ir::SourcePtr& src) {
   std::string key = src->str();
   auto it = inputs_by_source_.find(key);
   if (it != inputs_by_source_.end()) return it->second;
-  if (auto same = tensor_inputs_.find(t); same != tensor_inputs_.end()) {
-    guards_.add_tensor_alias(src, t);
-    inputs_by_source_[key] = same->second;
-    return same->second;
-  }
   guards_.add_tensor_match(src, t);
   ir::Node* node = graph_->add_placeholder(placeholder_name(*src), src);
   PyRef device = PyRef::steal(PyObject_GetAttrString(t, "device"));
@@ -372,7 +367,6 @@ ValuePtr CaptureContext::wrap_tensor(PyObject* t, const ir::SourcePtr& src) {
   v->obj = PyRef::borrow(reinterpret_cast<PyObject*>(type));
   v->source = src;
   inputs_by_source_[key] = v;
-  tensor_inputs_[t] = v;
   return v;
 }
 

@@ -96,11 +96,6 @@ class CaptureContext {
   std::shared_ptr<ir::Graph> graph_;
   guards::GuardSet guards_;
   std::unordered_map<std::string, ValuePtr> inputs_by_source_;
-  // Tensor inputs by object (compared, never dereferenced; example_inputs_
-  // keeps them alive): the same tensor under a second source (f(t, t), tied
-  // weights) is the same graph input, so `a is b` and in-place ops through
-  // either name trace as they run.
-  std::unordered_map<const void*, ValuePtr> tensor_inputs_;
   std::vector<PyRef> example_inputs_;
   bool grad_enabled_ = true;
   bool initial_grad_ = true;

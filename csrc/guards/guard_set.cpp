@@ -1,6 +1,5 @@
 #include "guards/guard_set.h"
 
-#include <algorithm>
 #include <optional>
 #include <sstream>
 
@@ -20,7 +19,6 @@ struct Node {
   FetchStep step;
   std::vector<LeafGuard> guards;
   std::vector<std::unique_ptr<Node>> children;
-  int slot = -1;  // index in Impl::slots for a tensor input, else -1
 
   explicit Node(ir::SourcePtr s) : source(s), label(s->str()), step(*s) {}
 };
@@ -32,27 +30,11 @@ struct GuardSet::Impl {
   Nodes roots;  // in insertion order; children likewise
   size_t count = 0;
   std::vector<GuardSet::IdMatchedLocal> id_locals;
-  // TENSOR_ALIASING: every tensor input's node, with the first slot that was
-  // the same object at trace time (its own index when none was).
-  struct Slot {
-    const Node* node;
-    const void* traced;  // address at trace time (compared, never dereferenced)
-    size_t rep;
-  };
-  std::vector<Slot> slots;
-  std::vector<size_t> reps;  // slots that were distinct objects, in order
-  // The values check() fetched for the slots, held until it returns so no
-  // address can be reused for another tensor meanwhile (a property may
-  // return a fresh tensor on every read).
-  mutable std::vector<PyRef> seen;
-  mutable std::vector<PyObject*> scratch;  // sorted ids, for many inputs
   // Written by the const check(): the GIL serialises every call on a GuardSet.
   mutable std::string failure;
 
   Node& node_for(const ir::SourcePtr& s);
   void add(const ir::SourcePtr& s, LeafGuard g);
-  void add_slot(const ir::SourcePtr& s, PyObject* tensor);
-  bool check_aliasing() const;
   bool check_node(const Node& n, PyObject* parent, const ir::FrameView& frame) const;
   void print(const Node& n, std::ostringstream& os) const;
 };
@@ -75,52 +57,6 @@ void GuardSet::Impl::add(const ir::SourcePtr& s, LeafGuard g) {
   ++count;
 }
 
-void GuardSet::Impl::add_slot(const ir::SourcePtr& s, PyObject* tensor) {
-  Node& n = node_for(s);
-  if (n.slot >= 0) return;
-  size_t i = slots.size();
-  size_t r = i;
-  for (size_t j = 0; j < i && r == i; ++j)
-    if (slots[j].traced == tensor) r = j;
-  n.slot = static_cast<int>(i);
-  slots.push_back({&n, tensor, r});
-  if (r == i) reps.push_back(i);
-  seen.resize(slots.size());
-  if (slots.size() == 2) ++count;  // the one TENSOR_ALIASING guard appears
-}
-
-bool GuardSet::Impl::check_aliasing() const {
-  for (size_t i = 0; i < slots.size(); ++i) {
-    size_t r = slots[i].rep;
-    if (r != i && seen[i].get() != seen[r].get()) {
-      failure = slots[r].node->label + " is " + slots[i].node->label +
-                " failed: they were one tensor at trace time, now distinct tensors";
-      return false;
-    }
-  }
-  auto same = [&](size_t a, size_t b) {
-    failure = slots[a].node->label + " and " + slots[b].node->label +
-              " were distinct tensors at trace time, now the same tensor";
-    return false;
-  };
-  // NOTE: pairwise for the usual few inputs (no allocation); sorted ids for
-  // many (a model's weights), so the cost stays O(n log n).
-  if (reps.size() <= 8) {
-    for (size_t a = 0; a < reps.size(); ++a)
-      for (size_t b = a + 1; b < reps.size(); ++b)
-        if (seen[reps[a]].get() == seen[reps[b]].get()) return same(reps[a], reps[b]);
-    return true;
-  }
-  scratch.clear();
-  for (size_t r : reps) scratch.push_back(seen[r].get());
-  std::sort(scratch.begin(), scratch.end());
-  if (std::adjacent_find(scratch.begin(), scratch.end()) == scratch.end()) return true;
-  for (size_t a = 0; a < reps.size(); ++a)  // slow path: name the pair
-    for (size_t b = a + 1; b < reps.size(); ++b)
-      if (seen[reps[a]].get() == seen[reps[b]].get()) return same(reps[a], reps[b]);
-  return true;
-}
-
 bool GuardSet::Impl::check_node(const Node& n, PyObject* parent, const ir::FrameView& frame) const {
   PyRef v = n.step.apply(parent, frame);
   if (!v) {
@@ -133,7 +69,6 @@ bool GuardSet::Impl::check_node(const Node& n, PyObject* parent, const ir::Frame
       return false;
     }
   }
-  if (n.slot >= 0 && slots.size() >= 2) seen[n.slot] = v;
   for (const auto& child : n.children)
     if (!check_node(*child, v.get(), frame)) return false;
   return true;
@@ -143,16 +78,6 @@ void GuardSet::Impl::print(const Node& n, std::ostringstream& os) const {
   for (const LeafGuard& g : n.guards) os << g.str(n.label) << "\n";
   for (const auto& child : n.children) print(*child, os);
 }
-
-namespace {
-// Drops the references check() took for the aliasing guard, on every return.
-struct ClearSeen {
-  std::vector<PyRef>& seen;
-  ~ClearSeen() {
-    for (PyRef& r : seen) r = PyRef();
-  }
-};
-}  // namespace
 
 GuardSet::GuardSet() : impl_(std::make_unique<Impl>()) {}
 GuardSet::~GuardSet() = default;
@@ -177,9 +102,7 @@ void GuardSet::add_equals_match(ir::SourcePtr s, PyObject* value) {
 }
 void GuardSet::add_tensor_match(ir::SourcePtr s, PyObject* tensor) {
   impl_->add(s, LeafGuard::tensor_match(tensor));
-  impl_->add_slot(s, tensor);
 }
-void GuardSet::add_tensor_alias(ir::SourcePtr s, PyObject* tensor) { impl_->add_slot(s, tensor); }
 void GuardSet::add_dict_version(ir::SourcePtr s, PyObject* dict) {
   impl_->add(s, LeafGuard::dict_version(dict));
 }
@@ -198,10 +121,8 @@ bool GuardSet::check(const ir::FrameView& frame) const {
     im.failure = im.global_state->mismatch();
     return false;
   }
-  ClearSeen clear{im.seen};
   for (const auto& root : im.roots)
     if (!im.check_node(*root, nullptr, frame)) return false;
-  if (im.slots.size() >= 2 && !im.check_aliasing()) return false;
   im.failure.clear();
   return true;
 }
@@ -212,19 +133,6 @@ std::string GuardSet::str() const {
   std::ostringstream os;
   if (impl_->global_state) os << impl_->global_state->str() << "\n";
   for (const auto& root : impl_->roots) impl_->print(*root, os);
-  const Impl& im = *impl_;
-  if (im.slots.size() >= 2) {
-    for (size_t i = 0; i < im.slots.size(); ++i)
-      if (im.slots[i].rep != i)
-        os << "TENSOR_ALIASING " << im.slots[im.slots[i].rep].node->label << " is "
-           << im.slots[i].node->label << "\n";
-    if (im.reps.size() >= 2) {
-      os << "TENSOR_ALIASING distinct:";
-      for (size_t k = 0; k < im.reps.size(); ++k)
-        os << (k ? ", " : " ") << im.slots[im.reps[k]].node->label;
-      os << "\n";
-    }
-  }
   return os.str();
 }
 

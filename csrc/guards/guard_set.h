@@ -25,15 +25,6 @@ class GuardSet {
   void add_equals_match(ir::SourcePtr s, PyObject* value);  // type(v) is type(value) and v == value
   // type, dtype, device, sizes, strides and requires_grad of a real tensor.
   void add_tensor_match(ir::SourcePtr s, PyObject* tensor);
-  // A tensor input whose object capture already made a graph input under an
-  // earlier source (e.g. f(t, t), tied weights): no TENSOR_MATCH of its own,
-  // only a place in the aliasing guard below.
-  //
-  // Every source given to add_tensor_match/add_tensor_alias joins one
-  // TENSOR_ALIASING guard: sources that were one object at trace time must
-  // still be one object, and distinct ones distinct. It compares the ids
-  // fetched for those sources by the tree, so it costs no extra fetch.
-  void add_tensor_alias(ir::SourcePtr s, PyObject* tensor);
   // The dict (e.g. a module's __dict__) has not been written since now.
   void add_dict_version(ir::SourcePtr s, PyObject* dict);
   // len(v) == n for a list/tuple/dict the trace iterated over.
