@@ -250,7 +250,10 @@ def test_break_and_continue_leave_the_body_as_in_eager(capsys):
     report = check_resume(
         _break_and_continue, inputs(3), ws, kinds, graphs=graphs, breaks=4, loop_body=True
     )
-    assert _after_loop_compiled(report, _break_and_continue, 10)
+    # The code after the loop: its own resume function on 3.11; on 3.12 the `return y + 1`
+    # copied into the break path runs compiled in the stop iteration's resume function.
+    after = 10 if sys.version_info < (3, 12) else 6
+    assert _after_loop_compiled(report, _break_and_continue, after)
     out = capsys.readouterr().out
     assert "w stop" in out and "never" not in out and "skip" not in out
 
