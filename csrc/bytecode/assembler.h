@@ -8,6 +8,7 @@
 // stack_depth.cpp, assembler.cpp (labels, code object), lift.cpp (decoded
 // bytecode back to assembler input).
 #include <Python.h>
+#include <opcode.h>
 
 #include <string>
 #include <vector>
@@ -104,5 +105,23 @@ PyRef assemble(const Assembly& assembly, const CodeSpec& spec);
 Assembly lift(const capture::Bytecode& bc);
 // The non-instruction part of an existing code object (borrowed).
 CodeSpec spec_of(PyCodeObject* code);
+
+// Instructions after which execution never goes on with the next one.
+inline bool ends_flow(int opcode) {
+  switch (opcode) {
+    case RETURN_VALUE:
+    case RAISE_VARARGS:
+    case RERAISE:
+    case JUMP_FORWARD:
+    case JUMP_BACKWARD:
+    case JUMP_BACKWARD_NO_INTERRUPT:
+#ifdef RETURN_CONST
+    case RETURN_CONST:
+#endif
+      return true;
+    default:
+      return false;
+  }
+}
 
 }  // namespace tl::bytecode

@@ -7,28 +7,11 @@
 
 #include <vector>
 
+#include "bytecode/assembler.h"
 #include "bytecode/loop_body.h"
 #include "capture/bytecode.h"
 
 namespace tl::bytecode {
-
-// Instructions after which execution never goes on with the next one.
-inline bool ends_flow(int opcode) {
-  switch (opcode) {
-    case RETURN_VALUE:
-    case RAISE_VARARGS:
-    case RERAISE:
-    case JUMP_FORWARD:
-    case JUMP_BACKWARD:
-    case JUMP_BACKWARD_NO_INTERRUPT:
-#ifdef RETURN_CONST
-    case RETURN_CONST:
-#endif
-      return true;
-    default:
-      return false;
-  }
-}
 
 inline bool is_return(int opcode) {
 #ifdef RETURN_CONST

@@ -14,24 +14,6 @@ namespace tl::bytecode {
 
 namespace {
 
-// Instructions after which execution never continues with the next one.
-bool ends_flow(int opcode) {
-  switch (opcode) {
-    case RETURN_VALUE:
-    case RAISE_VARARGS:
-    case RERAISE:
-    case JUMP_FORWARD:
-    case JUMP_BACKWARD:
-    case JUMP_BACKWARD_NO_INTERRUPT:
-#if PY_VERSION_HEX >= 0x030C0000
-    case RETURN_CONST:
-#endif
-      return true;
-    default:
-      return false;
-  }
-}
-
 int effect(const Instr& in, int arg, bool jump) {
   // NOTE: CPython says 0, because its compiler sizes the stack before it adds
   // the generator prologue; but the value sent on the first resumption really
