@@ -70,7 +70,12 @@ class Writer {
   // reduce_text.cpp
   enum class Rows { Thread, Warp, Block };
   Rows choose_rows() const;
-  void reduction_kernel();
+  // Writes the entry `entry`: scalar, or vectorised when vec_ > 0.
+  void reduction_kernel(const std::string& entry);
+  bool reduce_vector_width(int* width) const;
+  // In the vectorised reduction entry: whether `buf` moves in packs, and its pack type.
+  bool packed(size_t buf) const;
+  std::string pack(size_t buf) const;
   void reduce_pass(int p, Rows rows);
   void plan_row_cache(Rows rows);
   void combine(int i, Rows rows);
@@ -99,6 +104,7 @@ class Writer {
   // values of the Loads that several passes read in `rc<expr>[cache_n_]`,
   // loaded by the first pass that reads them (cache_first_[i]; 0 = not cached).
   int cache_n_ = 0;
+  int vec_ = 0;  // elements per 16-byte pack in the vectorised reduction entry; 0 = scalar
   std::vector<int> cache_first_;
   CudaKernel out_;
 };

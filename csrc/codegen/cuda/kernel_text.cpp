@@ -1,6 +1,6 @@
 // Loop-IR Kernel -> CUDA C: analysis, expressions and the pointwise entries
 // (a grid-stride loop over the outer linear index, plus a 16-byte vectorised
-// variant when every buffer is contiguous or a broadcast scalar).
+// variant when some buffers are contiguous along the innermost axis).
 #include <algorithm>
 
 #include "codegen/cuda/emitter.h"
@@ -192,77 +192,91 @@ void Writer::point_at(const std::string& lin) {
   });
 }
 
-// Elements per thread of the vectorised entry: 16 bytes of the widest
-// contiguous buffer. Every buffer must be contiguous (stride 1) over the one
-// coalesced axis or an input broadcast (stride 0), with offsets that keep
-// the packs aligned.
+// Elements per thread of the vectorised entry: 16 bytes of the widest buffer
+// that is contiguous along the innermost loop axis. Those buffers are read
+// and written in 16-byte packs, so their offsets (and, over several axes,
+// their outer strides) must keep the packs aligned and the innermost size must
+// be whole packs; the other buffers (per-channel parameters in a
+// channels-last kernel: stride 0, a transposed operand: any stride) are read
+// element by element at the pack's offsets.
 bool Writer::vector_width(int* width) const {
-  if (k_.reduction_axes != 0 || s_.outer.size() != 1 || has_gather_) return false;
+  if (k_.reduction_axes != 0 || has_gather_) return false;
+  size_t inner = s_.outer.size() - 1;
   int widest = 0;
   for (size_t b = 0; b < s_.strides.size(); ++b) {
-    int64_t st = s_.strides[b][0];
     bool is_out = static_cast<int>(b) >= n_in_;
-    if (st != 1 && (st != 0 || is_out)) return false;
     ST t = is_out ? k_.outputs[b - n_in_].view.type : k_.inputs[b].type;
-    if (st == 1) widest = std::max(widest, elem_bytes(t));
+    if (s_.strides[b][inner] == 1) widest = std::max(widest, elem_bytes(t));
   }
   if (widest == 0) return false;
   int v = 16 / widest;
-  for (size_t b = 0; b < s_.strides.size(); ++b)
-    if (s_.strides[b][0] == 1 && s_.offsets[b] % v != 0) return false;
-  if (s_.outer[0] < 2 * v) return false;
+  for (size_t b = 0; b < s_.strides.size(); ++b) {
+    if (s_.strides[b][inner] != 1) continue;
+    if (s_.offsets[b] % v != 0) return false;
+    for (size_t d = 0; d < inner; ++d)
+      if (s_.strides[b][d] % v != 0) return false;
+  }
+  // One axis: a scalar tail finishes the last numel % v elements.
+  if (inner > 0 && s_.outer[inner] % v != 0) return false;
+  if (k_.outer_numel() < 2 * v) return false;
   *width = v;
   return true;
 }
 
 void Writer::pointwise_vector(int width) {
-  std::string b = std::to_string(block_), n = std::to_string(s_.outer[0]);
-  std::string w = std::to_string(width), nv = std::to_string(s_.outer[0] / width);
+  size_t inner = s_.outer.size() - 1;
+  int64_t numel = k_.outer_numel();
+  std::string b = std::to_string(block_), n = std::to_string(numel);
+  std::string w = std::to_string(width), nv = std::to_string(numel / width);
   std::string tid = "(" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x";
   std::string step = "(" + idx_ + ")gridDim.x * " + b;
-  auto pack = [&](size_t buf) {
+  auto in_packs = [&](size_t buf) { return s_.strides[buf][inner] == 1; };
+  auto pack_type = [&](size_t buf) {
     ST t = static_cast<int>(buf) < n_in_ ? k_.inputs[buf].type : k_.outputs[buf - n_in_].view.type;
     return std::string("tl_pack<") + mem_type(t) + ", " + w + ">";
   };
-  auto ptr = [&](size_t buf) {
+  auto name = [&](size_t buf) {
     bool in = static_cast<int>(buf) < n_in_;
-    return (in ? "in" + std::to_string(buf) : "out" + std::to_string(buf - n_in_)) + " + (" +
-           std::to_string(s_.offsets[buf]) + " + i0)";
+    return in ? "in" + std::to_string(buf) : "out" + std::to_string(buf - n_in_);
+  };
+  // Element j of the pack starting at offset o<buf>.
+  auto element = [&](size_t buf) {
+    std::string bs = std::to_string(buf);
+    int64_t st = s_.strides[buf][inner];
+    if (st == 1) return "p" + bs + ".e[j]";
+    return name(buf) + "[o" + bs + (st == 0 ? "" : " + j * " + std::to_string(st)) + "]";
   };
   open(signature(name_ + "_v", block_));
   open("for (" + idx_ + " q = " + tid + "; q < " + nv + "; q += " + step + ")");
   line("const " + idx_ + " i0 = q * " + w + ";");
+  offsets("o", "i0", s_.outer, 0, "");
   for (int in = 0; in < n_in_; ++in)
-    if (s_.strides[in][0] == 1)
-      line("const " + pack(in) + " p" + std::to_string(in) + " = *reinterpret_cast<const " +
-           pack(in) + "*>(" + ptr(in) + ");");
+    if (in_packs(in))
+      line("const " + pack_type(in) + " p" + std::to_string(in) + " = *reinterpret_cast<const " +
+           pack_type(in) + "*>(in" + std::to_string(in) + " + o" + std::to_string(in) + ");");
   for (size_t o = 0; o < k_.outputs.size(); ++o)
-    line(pack(n_in_ + o) + " p" + std::to_string(n_in_ + o) + ";");
+    if (in_packs(n_in_ + o)) line(pack_type(n_in_ + o) + " p" + std::to_string(n_in_ + o) + ";");
   line("#pragma unroll");
   open("for (int j = 0; j < " + w + "; ++j)");
-  new_scope(
-      [&](int buf) {
-        std::string bs = std::to_string(buf);
-        return s_.strides[buf][0] == 1 ? "p" + bs + ".e[j]"
-                                       : "in" + bs + "[" + std::to_string(s_.offsets[buf]) + "]";
-      },
-      "i0 + j");
-  store_outputs(0, [&](size_t o, const std::string& v) {
-    line("p" + std::to_string(n_in_ + o) + ".e[j] = " + v + ";");
-  });
+  new_scope([&](int buf) { return element(buf); }, "i0 + j");
+  store_outputs(0, [&](size_t o, const std::string& v) { line(element(n_in_ + o) + " = " + v + ";"); });
   close();
-  for (size_t o = 0; o < k_.outputs.size(); ++o)
-    line("*reinterpret_cast<" + pack(n_in_ + o) + "*>(" + ptr(n_in_ + o) + ") = p" +
-         std::to_string(n_in_ + o) + ";");
+  for (size_t o = 0; o < k_.outputs.size(); ++o) {
+    size_t buf = n_in_ + o;
+    if (!in_packs(buf)) continue;
+    line("*reinterpret_cast<" + pack_type(buf) + "*>(out" + std::to_string(o) + " + o" +
+         std::to_string(buf) + ") = p" + std::to_string(buf) + ";");
+  }
   close();
-  // The scalar tail: the last numel % width elements.
-  open("for (" + idx_ + " i = " + nv + " * " + w + " + " + tid + "; i < " + n + "; i += " + step +
-       ")");
-  point_at("i");
-  close();
+  if (numel % width != 0) {  // the scalar tail (one axis only: see vector_width)
+    open("for (" + idx_ + " i = " + nv + " * " + w + " + " + tid + "; i < " + n + "; i += " +
+         step + ")");
+    point_at("i");
+    close();
+  }
   close();
   for (size_t buf = 0; buf < s_.strides.size(); ++buf)
-    if (s_.strides[buf][0] == 1) out_.aligned_params.push_back(static_cast<int>(buf));
+    if (in_packs(buf)) out_.aligned_params.push_back(static_cast<int>(buf));
 }
 
 CudaKernel Writer::run() {
@@ -280,7 +294,17 @@ CudaKernel Writer::run() {
     }
     out_.grid = grid_for(k_.outer_numel() / width, block_);
   } else {
-    reduction_kernel();
+    reduction_kernel(name_);
+    int width = 0;
+    if (reduce_vector_width(&width)) {
+      os_ << "\n";
+      vec_ = width;
+      reduction_kernel(name_ + "_v");
+      vec_ = 0;
+      out_.vector_name = name_ + "_v";
+      for (size_t buf = 0; buf < s_.strides.size(); ++buf)
+        if (s_.strides[buf][s_.outer.size()] == 1) out_.aligned_params.push_back(static_cast<int>(buf));
+    }
   }
   out_.name = name_;
   out_.block = block_;

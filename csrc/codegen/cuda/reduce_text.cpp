@@ -45,7 +45,43 @@ Writer::Rows Writer::choose_rows() const {
   return Rows::Warp;
 }
 
-void Writer::reduction_kernel() {
+// Elements per pack of the vectorised entry: 16 bytes of the widest buffer
+// contiguous along the (single, coalesced) reduction axis of a warp's or
+// block's row. Those buffers are read and written in packs, so each row's
+// start must stay pack-aligned and the row must be whole packs.
+bool Writer::reduce_vector_width(int* width) const {
+  if (choose_rows() == Rows::Thread || s_.red.size() != 1 || has_gather_) return false;
+  size_t red = s_.outer.size();
+  int widest = 0;
+  for (size_t b = 0; b < s_.strides.size(); ++b) {
+    bool is_out = static_cast<int>(b) >= n_in_;
+    ST t = is_out ? k_.outputs[b - n_in_].view.type : k_.inputs[b].type;
+    if (s_.strides[b][red] == 1) widest = std::max(widest, elem_bytes(t));
+  }
+  if (widest == 0) return false;
+  int v = 16 / widest;
+  if (s_.red[0] % v != 0) return false;
+  for (size_t b = 0; b < s_.strides.size(); ++b) {
+    if (s_.strides[b][red] != 1) continue;
+    if (s_.offsets[b] % v != 0) return false;
+    for (size_t d = 0; d < red; ++d)
+      if (s_.strides[b][d] % v != 0) return false;
+  }
+  *width = v;
+  return true;
+}
+
+bool Writer::packed(size_t buf) const {
+  return vec_ > 0 && s_.strides[buf][s_.outer.size()] == 1;
+}
+
+std::string Writer::pack(size_t buf) const {
+  bool in = static_cast<int>(buf) < n_in_;
+  ST t = in ? k_.inputs[buf].type : k_.outputs[buf - n_in_].view.type;
+  return std::string("tl_pack<") + mem_type(t) + ", " + std::to_string(vec_) + ">";
+}
+
+void Writer::reduction_kernel(const std::string& entry) {
   Rows rows = choose_rows();
   int64_t n_rows = product(s_.outer), len = product(s_.red);
   // NOTE: 256 threads per row up to 8192 elements, measured on an H100 for
@@ -54,7 +90,7 @@ void Writer::reduction_kernel() {
   // overlap their load and reduction phases on one SM.
   block_ = rows != Rows::Block ? 256 : len > 16384 ? 1024 : len > 8192 ? 512 : 256;
   std::string b = std::to_string(block_), nr = std::to_string(n_rows);
-  open(signature(name_, block_));
+  open(signature(entry, block_));
   if (rows == Rows::Block) {
     for (size_t i = 0; i < k_.exprs.size(); ++i) {
       const ir::Expr& e = k_.exprs[i];
@@ -88,6 +124,8 @@ void Writer::reduction_kernel() {
   done_.assign(k_.exprs.size(), 0);
   acc_.assign(k_.exprs.size(), std::string());
   plan_row_cache(rows);
+  for (int b = 0; b < n_in_; ++b)  // the vector entry's input packs
+    if (packed(b)) line(pack(b) + " pk" + std::to_string(b) + ";");
   for (size_t i = 0; i < k_.exprs.size(); ++i)
     if (cache_first_[i])
       line(std::string(reg_type(type(static_cast<int>(i)))) + " rc" + std::to_string(i) + "[" +
@@ -122,16 +160,33 @@ void Writer::reduce_pass(int p, Rows rows) {
     if (arg) line("long long " + acc_[i] + "i = 0;");
   }
   std::string len = std::to_string(product(s_.red));
+  int64_t threads = rows == Rows::Warp ? 32 : rows == Rows::Block ? block_ : 1;
+  std::string first = rows == Rows::Warp ? "lane" : "threadIdx.x", V = std::to_string(vec_);
   bool guard = false;  // the unrolled loop's last step may pass the row's end
+  int loops = 1;
+  // The vector entry's output packs: stored at a pack's last element.
+  for (size_t o = 0; o < k_.outputs.size(); ++o)
+    if (plan_.out_pass[o] == p && packed(n_in_ + o)) line(pack(n_in_ + o) + " so" + std::to_string(o) + ";");
   if (cache_n_ > 0) {
-    int64_t threads = rows == Rows::Warp ? 32 : block_;
-    std::string first = rows == Rows::Warp ? "lane" : "threadIdx.x";
     line("#pragma unroll");
     open("for (int j = 0; j < " + std::to_string(cache_n_) + "; ++j)");
-    line("const " + idx_ + " r = " + first + " + (" + idx_ + ")j * " + std::to_string(threads) +
-         ";");
-    guard = product(s_.red) % threads != 0;
+    // NOTE: the vector entry gives each thread vec_ neighbouring elements per
+    // step (one 16-byte pack), the scalar entry one element per step.
+    if (vec_)
+      line("const " + idx_ + " r = (" + first + " + (" + idx_ + ")(j / " + V + ") * " +
+           std::to_string(threads) + ") * " + V + " + j % " + V + ";");
+    else
+      line("const " + idx_ + " r = " + first + " + (" + idx_ + ")j * " + std::to_string(threads) +
+           ";");
+    guard = product(s_.red) % (threads * std::max(vec_, 1)) != 0;
     if (guard) open("if (r < " + len + ")");
+  } else if (vec_) {
+    open("for (" + idx_ + " r0 = " + first + " * " + V + "; r0 < " + len + "; r0 += " +
+         std::to_string(threads * vec_) + ")");
+    line("#pragma unroll");
+    open("for (int j = 0; j < " + V + "; ++j)");
+    line("const " + idx_ + " r = r0 + j;");
+    loops = 2;
   } else {
     switch (rows) {
       case Rows::Thread:
@@ -147,8 +202,19 @@ void Writer::reduce_pass(int p, Rows rows) {
     }
   }
   offsets("o", "r", s_.red, s_.outer.size(), "b");
-  new_scope([](int buf) { return "in" + std::to_string(buf) + "[o" + std::to_string(buf) + "]"; },
-            "row", "r");
+  // An input pack is loaded (at the pack's first element) where the pass first reads it.
+  std::vector<char> loaded(n_in_);
+  new_scope(
+      [&, V](int buf) {
+        std::string bs = std::to_string(buf);
+        if (!packed(buf)) return "in" + bs + "[o" + bs + "]";
+        if (!loaded[buf])
+          line("if (j % " + V + " == 0) pk" + bs + " = *reinterpret_cast<const " + pack(buf) +
+               "*>(in" + bs + " + o" + bs + ");");
+        loaded[buf] = 1;
+        return "pk" + bs + ".e[j % " + V + "]";
+      },
+      "row", "r");
   // Cached values of earlier passes are read back; those this pass is the
   // first to need are computed here (lowest expr first: one may use another).
   for (size_t i = 0; i < k_.exprs.size(); ++i) {
@@ -169,10 +235,18 @@ void Writer::reduce_pass(int p, Rows rows) {
          a + " = " + v + "; " + a + "i = (long long)r; }");
   }
   store_outputs(p, [&](size_t o, const std::string& v) {
-    line("out" + std::to_string(o) + "[o" + std::to_string(n_in_ + o) + "] = " + v + ";");
+    std::string os = std::to_string(o), ob = "o" + std::to_string(n_in_ + o);
+    if (!packed(n_in_ + o)) {
+      line("out" + os + "[" + ob + "] = " + v + ";");
+      return;
+    }
+    line("so" + os + ".e[j % " + V + "] = " + v + ";");
+    line("if (j % " + V + " == " + std::to_string(vec_ - 1) + ") *reinterpret_cast<" +
+         pack(n_in_ + o) + "*>(out" + os + " + (" + ob + " - " + std::to_string(vec_ - 1) +
+         ")) = so" + os + ";");
   });
   if (guard) close();
-  close();
+  for (int l = 0; l < loops; ++l) close();
   for (int i : mine) {
     combine(i, rows);
     done_[i] = 1;
@@ -231,8 +305,8 @@ void Writer::plan_row_cache(Rows rows) {
   cache_first_.assign(n, 0);
   cache_n_ = 0;
   if (rows == Rows::Thread || plan_.n_passes < 2) return;
-  int64_t threads = rows == Rows::Warp ? 32 : block_;
-  int64_t per_thread = (product(s_.red) + threads - 1) / threads;
+  int64_t threads = (rows == Rows::Warp ? 32 : block_) * std::max(vec_, 1);
+  int64_t per_thread = (product(s_.red) + threads - 1) / threads * std::max(vec_, 1);
   if (per_thread > kCacheValues) return;
   // seen[i] after need(p): pass p evaluates expr i under the current cache.
   std::vector<char> seen(n);
@@ -313,7 +387,12 @@ void Writer::combine(int i, Rows rows) {
   if (arg) line("const long long oi = " + shi + "[w];");
   fold("ov", "oi");
   close();
-  line("__syncthreads();  // the next row reuses " + sh);
+  // NOTE: with two or more block reductions, another reduction's barrier lies
+  // between this row's reads of `sh` and the next row's writes, so only a
+  // single reduction needs a barrier of its own here.
+  int reductions = 0;
+  for (const ir::Expr& x : k_.exprs) reductions += is_reduce(x.op);
+  if (reductions == 1) line("__syncthreads();  // the next row reuses " + sh);
 }
 
 }  // namespace tl::codegen::cuda

@@ -110,6 +110,39 @@ def test_misaligned_inputs_take_the_scalar_entry(offset):
     _check(lambda a, b: a * b + 1, base[offset:], torch.randn(4096, device="cuda"))
 
 
+def _row_fn(x, w):
+    ln = torch.nn.functional.layer_norm(torch.softmax(x, -1) + x, (x.shape[-1],), w)
+    return ln, x.sum(-1), (x * w).amax(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(37, 768), (100, 200), (64, 4096), (5, 20000)])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_row_reductions_match_eager_in_both_entries(dtype, shape, offset):
+    """Warp rows (768; 200: a last pack past the row's end), block rows held in registers
+    (4096) and re-read (20000); offset 1 misaligns every row, so the scalar entry runs."""
+    rows, n = shape
+    x = torch.randn(rows * n + offset, device="cuda", dtype=dtype)[offset:].view(rows, n)
+    w = torch.randn(n, device="cuda", dtype=dtype)
+    tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 6e-2, "rtol": 2e-2}
+    _check(_row_fn, x, w, **tol)
+
+
+@pytest.mark.parametrize("channels", [16, 12, 64])
+def test_channels_last_batch_norm_matches_eager(channels):
+    """Per-channel parameters broadcast over a channels-last activation: packs of 8 bf16 when
+    the channels are whole packs (16, 64), the scalar entry otherwise (12)."""
+    x = torch.randn(8, channels, 9, 9, device="cuda", dtype=torch.bfloat16)
+    x = x.to(memory_format=torch.channels_last)
+    p = [torch.randn(channels, 1, 1, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    v = torch.rand(channels, 1, 1, device="cuda", dtype=torch.bfloat16) + 0.5
+
+    def fn(x, m, v, w, b, res):
+        return torch.relu((x - m) * torch.rsqrt(v + 1e-5) * w + b + res)
+
+    _check(fn, x, p[0], v, p[1], p[2], torch.randn_like(x), atol=5e-2, rtol=2e-2)
+
+
 def test_runs_on_a_side_stream():
     x = torch.randn(1 << 22, device="cuda")
     compiled = torchlite.compile(chain)

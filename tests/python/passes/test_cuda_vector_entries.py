@@ -1,0 +1,96 @@
+"""Which CUDA kernels get a 16-byte vectorised entry (checked without a GPU; the GPU tests in
+tests/python/cuda/test_cuda_kernels.py check both entries against eager):
+
+- pointwise kernels where some buffers are contiguous along the innermost axis, the others read
+  element by element (a channels-last batch norm's per-channel parameters: stride 0 along the
+  rows, 1 along the channels);
+- warp- and block-row reductions whose row is whole 16-byte packs, with every contiguous
+  buffer's rows starting pack-aligned (softmax, layer norm);
+- not when the row or the innermost axis is not whole packs."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchlite
+from torchlite import _C
+
+BF16 = torch.bfloat16
+
+
+def _kernels(fn, *args):
+    """(name, source, launch) of each kernel of the one graph `fn` captures."""
+    torchlite.reset()
+    with torch.no_grad():
+        (graph,) = torchlite.explain(fn)(*args).graphs
+    return [(n, s, launch) for n, s, _, launch in _C.cuda_kernel_sources(graph, "compute_90", False)]
+
+
+def _vector_source(name, source, launch):
+    assert launch["vector_name"] == name + "_v", launch
+    return source[source.index(name + "_v(") :]
+
+
+def _bn_relu(x, mean, var, w, b):
+    return torch.relu((x - mean) * torch.rsqrt(var + 1e-5) * w + b)
+
+
+@pytest.mark.parametrize("channels", [16, 64])
+def test_channels_last_per_channel_parameters_use_packs(channels):
+    x = torch.randn(4, channels, 5, 5, dtype=BF16).to(memory_format=torch.channels_last)
+    params = [torch.randn(channels, 1, 1, dtype=BF16) for _ in range(4)]
+    ((name, source, launch),) = _kernels(_bn_relu, x, *params)
+    vec = _vector_source(name, source, launch)
+    # The activation and every per-channel parameter move in packs of 8 bf16.
+    assert vec.count("tl_pack<unsigned short, 8>*>(in") == 5, vec
+    assert sorted(launch["aligned_params"]) == [0, 1, 2, 3, 4, 5]
+
+
+def test_channels_not_whole_packs_get_no_vector_entry():
+    x = torch.randn(4, 12, 5, 5, dtype=BF16).to(memory_format=torch.channels_last)
+    params = [torch.randn(12, 1, 1, dtype=BF16) for _ in range(4)]
+    ((_, _, launch),) = _kernels(_bn_relu, x, *params)
+    assert launch["vector_name"] == ""
+
+
+def test_a_transposed_operand_is_read_by_element_in_the_vector_entry():
+    a = torch.randn(64, 32)
+    b = torch.randn(32, 64).t()
+    ((name, source, launch),) = _kernels(lambda a, b: a * b + 1, a, b)
+    vec = _vector_source(name, source, launch)
+    assert "j * 64]" in vec, vec  # b's elements along the inner axis are 64 apart
+    assert sorted(launch["aligned_params"]) == [0, 2]
+
+
+@pytest.mark.parametrize(
+    "shape,dtype,width", [((64, 4096), BF16, 8), ((37, 768), torch.float32, 4), ((5, 20000), BF16, 8)]
+)
+def test_row_reductions_load_and_store_packs(shape, dtype, width):
+    x = torch.randn(shape, dtype=dtype)
+    w = torch.randn(shape[-1], dtype=dtype)
+
+    def fn(x, w):
+        return F.layer_norm(torch.softmax(x, -1) + x, (x.shape[-1],), w)
+
+    ((name, source, launch),) = _kernels(fn, x, w)
+    vec = _vector_source(name, source, launch)
+    assert f"pk0 = *reinterpret_cast<const tl_pack<" in vec
+    assert f"if (j % {width} == {width - 1}) *reinterpret_cast<" in vec  # the output's packs
+    assert "out0[" not in vec  # no element-wise store left
+
+
+def test_rows_not_whole_packs_get_no_vector_entry():
+    ((_, _, launch),) = _kernels(lambda x: torch.softmax(x, -1), torch.randn(64, 100, dtype=BF16))
+    assert launch["vector_name"] == ""
+
+
+def test_several_block_reductions_share_barriers():
+    """One barrier per block reduction: the next row's writes to a reduction's shared slots
+    come after another reduction's barrier. A lone reduction keeps its second barrier."""
+    x = torch.randn(64, 4096)
+    ((name, source, _),) = _kernels(lambda x: torch.softmax(x, -1), x)
+    scalar = source[source.index(name + "(") : source.index(name + "_v(")]
+    assert scalar.count("__syncthreads()") == 2  # max and sum
+    ((name, source, _),) = _kernels(lambda x: x.sum(-1), x)
+    scalar = source[source.index(name + "(") : source.index(name + "_v(")]
+    assert scalar.count("__syncthreads()") == 2  # the sum's, and the one before the next row
