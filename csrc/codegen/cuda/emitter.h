@@ -60,7 +60,7 @@ class Writer {
   std::string fresh(const std::string& stem) { return stem + std::to_string(tmp_++); }
 
   // kernel_text.cpp: pointwise
-  void pointwise_scalar();
+  void pointwise_scalar(int unroll);  // points per thread per loop step
   // Computes and stores every output at outer linear index `lin` (a loop variable).
   void point_at(const std::string& lin);
   bool vector_width(int* width) const;

@@ -173,12 +173,38 @@ int64_t Writer::grid_for(int64_t threads, int block) const {
   return std::clamp<int64_t>((threads + block - 1) / block, 1, std::max<int64_t>(cap, 1));
 }
 
-void Writer::pointwise_scalar() {
+// NOTE: each thread handles several points (or packs) per step of its
+// grid-stride loop, all loads before any store: a thread then has several
+// loads in flight, which element-wise kernels need to approach copy bandwidth
+// (most of all over 1- and 2-byte types). A step past the end re-reads the
+// last point and stores nothing. A scalar entry beside a vectorised one only
+// serves misaligned inputs, and stays small (NVRTC time grows with size).
+constexpr int kScalarUnroll = 4, kVectorUnroll = 2;
+
+void Writer::pointwise_scalar(int unroll) {
   std::string b = std::to_string(block_), n = std::to_string(k_.outer_numel());
   open(signature(name_, block_));
+  line("const " + idx_ + " step = (" + idx_ + ")gridDim.x * " + b + ";");
   open("for (" + idx_ + " i = (" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x; i < " + n +
-       "; i += (" + idx_ + ")gridDim.x * " + b + ")");
-  point_at("i");
+       "; i += " + std::to_string(unroll) + " * step)");
+  std::vector<std::pair<std::string, std::string>> stores;  // (guard, statement)
+  for (int u = 0; u < unroll; ++u) {
+    std::string su = std::to_string(u), at = u ? "i + " + su + " * step" : "i";
+    std::string iu = "i" + su, prefix = "o" + su + "_";
+    line("const " + idx_ + " " + iu + " = " +
+         (u ? "(" + at + " < " + n + " ? " + at + " : " + n + " - 1)" : "i") + ";");
+    offsets(prefix, iu, s_.outer, 0, "");
+    new_scope(
+        [&](int buf) { return "in" + std::to_string(buf) + "[" + prefix + std::to_string(buf) + "]"; },
+        iu, "0", prefix);
+    store_outputs(0, [&](size_t o, const std::string& v) {
+      stores.push_back({u ? at + " < " + n : "",
+                        "out" + std::to_string(o) + "[" + prefix + std::to_string(n_in_ + o) +
+                            "] = " + v + ";"});
+    });
+  }
+  for (auto& [guard, statement] : stores)
+    line(guard.empty() ? statement : "if (" + guard + ") " + statement);
   close();
   close();
 }
@@ -229,7 +255,6 @@ void Writer::pointwise_vector(int width) {
   std::string b = std::to_string(block_), n = std::to_string(numel);
   std::string w = std::to_string(width), nv = std::to_string(numel / width);
   std::string tid = "(" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x";
-  std::string step = "(" + idx_ + ")gridDim.x * " + b;
   auto in_packs = [&](size_t buf) { return s_.strides[buf][inner] == 1; };
   auto pack_type = [&](size_t buf) {
     ST t = static_cast<int>(buf) < n_in_ ? k_.inputs[buf].type : k_.outputs[buf - n_in_].view.type;
@@ -239,38 +264,56 @@ void Writer::pointwise_vector(int width) {
     bool in = static_cast<int>(buf) < n_in_;
     return in ? "in" + std::to_string(buf) : "out" + std::to_string(buf - n_in_);
   };
-  // Element j of the pack starting at offset o<buf>.
-  auto element = [&](size_t buf) {
-    std::string bs = std::to_string(buf);
+  // Element j of step u's pack, which starts at offset o<u>_<buf>.
+  auto element = [&](int u, size_t buf) {
+    std::string bs = std::to_string(buf), su = std::to_string(u);
     int64_t st = s_.strides[buf][inner];
-    if (st == 1) return "p" + bs + ".e[j]";
-    return name(buf) + "[o" + bs + (st == 0 ? "" : " + j * " + std::to_string(st)) + "]";
+    if (st == 1) return "p" + su + "_" + bs + ".e[j]";
+    return name(buf) + "[o" + su + "_" + bs + (st == 0 ? "" : " + j * " + std::to_string(st)) +
+           "]";
   };
+  auto live = [&](int u) { return "q + " + std::to_string(u) + " * step < " + nv; };
   open(signature(name_ + "_v", block_));
-  open("for (" + idx_ + " q = " + tid + "; q < " + nv + "; q += " + step + ")");
-  line("const " + idx_ + " i0 = q * " + w + ";");
-  offsets("o", "i0", s_.outer, 0, "");
-  for (int in = 0; in < n_in_; ++in)
-    if (in_packs(in))
-      line("const " + pack_type(in) + " p" + std::to_string(in) + " = *reinterpret_cast<const " +
-           pack_type(in) + "*>(in" + std::to_string(in) + " + o" + std::to_string(in) + ");");
-  for (size_t o = 0; o < k_.outputs.size(); ++o)
-    if (in_packs(n_in_ + o)) line(pack_type(n_in_ + o) + " p" + std::to_string(n_in_ + o) + ";");
-  line("#pragma unroll");
-  open("for (int j = 0; j < " + w + "; ++j)");
-  new_scope([&](int buf) { return element(buf); }, "i0 + j");
-  store_outputs(0, [&](size_t o, const std::string& v) { line(element(n_in_ + o) + " = " + v + ";"); });
-  close();
-  for (size_t o = 0; o < k_.outputs.size(); ++o) {
-    size_t buf = n_in_ + o;
-    if (!in_packs(buf)) continue;
-    line("*reinterpret_cast<" + pack_type(buf) + "*>(out" + std::to_string(o) + " + o" +
-         std::to_string(buf) + ") = p" + std::to_string(buf) + ";");
+  line("const " + idx_ + " step = (" + idx_ + ")gridDim.x * " + b + ";");
+  open("for (" + idx_ + " q = " + tid + "; q < " + nv + "; q += " + std::to_string(kVectorUnroll) +
+       " * step)");
+  for (int u = 0; u < kVectorUnroll; ++u) {  // every step's loads first
+    std::string su = std::to_string(u), at = "q + " + su + " * step";
+    line("const " + idx_ + " i" + su + " = " +
+         (u ? "(" + live(u) + " ? " + at + " : " + nv + " - 1)" : "q") + " * " + w + ";");
+    offsets("o" + su + "_", "i" + su, s_.outer, 0, "");
+    for (int in = 0; in < n_in_; ++in)
+      if (in_packs(in))
+        line("const " + pack_type(in) + " p" + su + "_" + std::to_string(in) +
+             " = *reinterpret_cast<const " + pack_type(in) + "*>(in" + std::to_string(in) + " + o" +
+             su + "_" + std::to_string(in) + ");");
   }
+  for (int u = 0; u < kVectorUnroll; ++u) {
+    std::string su = std::to_string(u);
+    for (size_t o = 0; o < k_.outputs.size(); ++o)
+      if (in_packs(n_in_ + o))
+        line(pack_type(n_in_ + o) + " p" + su + "_" + std::to_string(n_in_ + o) + ";");
+    line("#pragma unroll");
+    open("for (int j = 0; j < " + w + "; ++j)");
+    new_scope([&](int buf) { return element(u, buf); }, "i" + su + " + j");
+    store_outputs(0, [&](size_t o, const std::string& v) {
+      std::string st = element(u, n_in_ + o) + " = " + v + ";";
+      line(u && !in_packs(n_in_ + o) ? "if (" + live(u) + ") " + st : st);
+    });
+    close();
+  }
+  for (int u = 0; u < kVectorUnroll; ++u)
+    for (size_t o = 0; o < k_.outputs.size(); ++o) {
+      size_t buf = n_in_ + o;
+      if (!in_packs(buf)) continue;
+      std::string su = std::to_string(u), bs = std::to_string(buf);
+      std::string st = "*reinterpret_cast<" + pack_type(buf) + "*>(out" + std::to_string(o) + " + o" +
+                       su + "_" + bs + ") = p" + su + "_" + bs + ";";
+      line(u ? "if (" + live(u) + ") " + st : st);
+    }
   close();
   if (numel % width != 0) {  // the scalar tail (one axis only: see vector_width)
-    open("for (" + idx_ + " i = " + nv + " * " + w + " + " + tid + "; i < " + n + "; i += " +
-         step + ")");
+    open("for (" + idx_ + " i = " + nv + " * " + w + " + " + tid + "; i < " + n + "; i += step)");
     point_at("i");
     close();
   }
@@ -285,9 +328,10 @@ CudaKernel Writer::run() {
   os_ << prelude() << "\n";
   if (k_.reduction_axes == 0) {
     block_ = 256;
-    pointwise_scalar();
     int width = 1;
-    if (vector_width(&width)) {
+    bool vector = vector_width(&width);
+    pointwise_scalar(vector ? 1 : kScalarUnroll);
+    if (vector) {
       os_ << "\n";
       pointwise_vector(width);
       out_.vector_name = name_ + "_v";

@@ -42,7 +42,8 @@ def test_channels_last_per_channel_parameters_use_packs(channels):
     ((name, source, launch),) = _kernels(_bn_relu, x, *params)
     vec = _vector_source(name, source, launch)
     # The activation and every per-channel parameter move in packs of 8 bf16.
-    assert vec.count("tl_pack<unsigned short, 8>*>(in") == 5, vec
+    for i in range(5):
+        assert f"tl_pack<unsigned short, 8>*>(in{i} + o0_{i})" in vec, vec
     assert sorted(launch["aligned_params"]) == [0, 1, 2, 3, 4, 5]
 
 
@@ -58,7 +59,7 @@ def test_a_transposed_operand_is_read_by_element_in_the_vector_entry():
     b = torch.randn(32, 64).t()
     ((name, source, launch),) = _kernels(lambda a, b: a * b + 1, a, b)
     vec = _vector_source(name, source, launch)
-    assert "j * 64]" in vec, vec  # b's elements along the inner axis are 64 apart
+    assert "in1[o0_1 + j * 64]" in vec, vec  # b's elements along the inner axis are 64 apart
     assert sorted(launch["aligned_params"]) == [0, 2]
 
 
@@ -94,3 +95,14 @@ def test_several_block_reductions_share_barriers():
     ((name, source, _),) = _kernels(lambda x: x.sum(-1), x)
     scalar = source[source.index(name + "(") : source.index(name + "_v(")]
     assert scalar.count("__syncthreads()") == 2  # the sum's, and the one before the next row
+
+
+def test_kernels_without_a_vector_entry_unroll_their_scalar_loop():
+    """Rows of 99 bf16 are not whole packs: the scalar entry then handles four points per loop
+    step (all loads before the stores), the last three guarded."""
+    ((name, source, launch),) = _kernels(lambda x: x[:, :99] * 2, torch.randn(64, 100, dtype=BF16))
+    assert launch["vector_name"] == ""
+    body = source[source.index(name + "(") :]
+    assert "i += 4 * step" in body
+    for u in (1, 2, 3):
+        assert f"if (i + {u} * step < 6336) out0[" in body, body
