@@ -39,7 +39,8 @@ const char* mem_type(ST t) {
 }
 
 // NOTE: f16 conversions use PTX cvt (exact IEEE rounding, one instruction);
-// bf16 rounds to nearest even with NaN kept quiet, as c10::BFloat16 does.
+// bf16 rounds to nearest even (cvt from sm_80 on) with NaN stored as
+// c10::BFloat16 stores it (0x7FC0).
 // Double -> half goes through float, as c10::Half(double) does.
 const std::string& prelude() {
   static const std::string text = R"(// torchlite generated kernel
@@ -55,13 +56,20 @@ TL_D unsigned short tl_f2h(float f) {
   return h;
 }
 TL_D float tl_bf2f(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }
-TL_D unsigned short tl_f2bf(float f) {
+TL_D unsigned short tl_cvt_bf(float f) {  // any quiet NaN for a NaN
+#if __CUDA_ARCH__ >= 800
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+#else
   unsigned u = __float_as_uint(f);
   if (f != f) return 0x7FC0;
   return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+#endif
 }
+TL_D unsigned short tl_f2bf(float f) { return f != f ? (unsigned short)0x7FC0 : tl_cvt_bf(f); }
 TL_D float tl_rh(float f) { return tl_h2f(tl_f2h(f)); }
-TL_D float tl_rbf(float f) { return tl_bf2f(tl_f2bf(f)); }
+TL_D float tl_rbf(float f) { return tl_bf2f(tl_cvt_bf(f)); }
 TL_D float tl_max(float a, float b) { return a != a ? a : (b != b ? b : fmaxf(a, b)); }
 TL_D float tl_min(float a, float b) { return a != a ? a : (b != b ? b : fminf(a, b)); }
 TL_D double tl_max(double a, double b) { return a != a ? a : (b != b ? b : fmax(a, b)); }
