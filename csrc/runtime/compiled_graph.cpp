@@ -112,6 +112,7 @@ struct CompiledGraph::Step {
   std::vector<int> in_slots, out_slots;
   std::vector<Alloc> allocs;
   int64_t outer = 1, red = 1;
+  bool skip = false;               // an empty factory only kernels read: never made
   const ir::Node* node = nullptr;  // reported when the step fails
   std::vector<int> release_after;  // slots whose last use is this step
   // An extern whose result a kernel reads: the layout the kernel was built for.
@@ -181,6 +182,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
   values_.set_outputs(
       *graph_, [&](const ir::Node* n) { return slot_of(n, "output"); },
       static_cast<int>(steps_.size()));
+  skip_empty_factories();
   std::vector<std::vector<int>> produced;
   for (auto& s : steps_) produced.push_back(s.out_slots);
   auto release = values_.release_lists(produced, static_cast<int>(n_inputs_));
@@ -193,6 +195,28 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
   data_ptr_name_ = PyRef::steal(PyUnicode_InternFromString("data_ptr"));
   alloc_kwnames_ = PyRef::steal(Py_BuildValue("(ss)", "dtype", "device"));
   if (!data_ptr_name_ || !alloc_kwnames_) throw PythonError();
+}
+
+// A zero-element tensor from a factory (a KV cache's first `torch.tensor([])`,
+// then concatenated with the new keys) that only kernels read is never made:
+// kernels read none of its elements, and the factory call costs ~10 us a call.
+void CompiledGraph::skip_empty_factories() {
+  static const char* const kFactories[] = {"torch.tensor", "torch.empty", "torch.zeros",
+                                           "torch.ones", "torch.full"};
+  std::vector<char> read_by_extern(n_values_);
+  for (auto& s : steps_)
+    if (s.call)
+      for (int slot : s.call->used_slots()) read_by_extern[slot] = 1;
+  for (auto& s : steps_) {
+    if (!s.call || !s.node->meta) continue;
+    int slot = s.out_slots[0];
+    if (read_by_extern[slot] || values_.is_output(slot)) continue;
+    int64_t numel = 1;
+    for (int64_t d : s.node->meta->sizes) numel *= d;
+    bool factory = false;
+    for (const char* f : kFactories) factory |= s.node->target_name == f;
+    s.skip = factory && numel == 0;
+  }
 }
 
 void CompiledGraph::compile_cpu() {
@@ -262,6 +286,10 @@ bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, RunSta
   std::vector<char*> bufs;
   bufs.reserve(s.in_slots.size() + s.out_slots.size());
   auto data_ptr = [&](PyObject* t) {
+    if (!t) {  // a skipped empty factory (skip_empty_factories)
+      bufs.push_back(nullptr);
+      return true;
+    }
     PyObject* argv[2] = {nullptr, t};
     PyRef p = PyRef::steal(PyObject_VectorcallMethod(data_ptr_name_.get(), argv + 1,
                                                      1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
@@ -335,7 +363,9 @@ std::vector<PyRef> CompiledGraph::run(PyObject* const* inputs, size_t n_inputs) 
   RunState rs;
   for (auto& s : steps_) {
     bool ok = true;
-    if (s.call) {
+    if (s.skip) {
+      // never made: its kernels get a null pointer
+    } else if (s.call) {
       PyObject* result = s.call->call(values);
       if (result) values[s.out_slots[0]] = PyRef::steal(result);
       ok = result != nullptr;

@@ -52,6 +52,7 @@ class CompiledGraph {
   void compile_cpu();
   void compile_cuda();
   bool match_kernel_layout(const Step& s, PyRef& value);
+  void skip_empty_factories();
   bool run_kernel(const Step& s, std::vector<PyRef>& values, RunState& rs);
   bool launch_cuda(const Step& s, const std::vector<char*>& bufs, RunState& rs);
   std::shared_ptr<const ir::Graph> graph_;

@@ -38,4 +38,10 @@ std::vector<PyRef> ValuePlan::outputs(const std::vector<PyRef>& values) const {
   return out;
 }
 
+bool ValuePlan::is_output(int slot) const {
+  for (int s : output_slots_)
+    if (s == slot) return true;
+  return false;
+}
+
 }  // namespace tl::runtime

@@ -23,6 +23,7 @@ class ValuePlan {
   // at their last use, and values never read right after `produced[step]` makes them.
   std::vector<std::vector<int>> release_lists(const std::vector<std::vector<int>>& produced,
                                               int n_inputs) const;
+  bool is_output(int slot) const;
   // The graph's outputs from the slot values of a finished run.
   std::vector<PyRef> outputs(const std::vector<PyRef>& values) const;
 
