@@ -133,6 +133,14 @@ std::string callable_name(PyObject* fn) {
   if (m == "torch._C._nn") m = "torch._C._nn";
   if (m == "_operator") m = "operator";
   if (n.rfind("_VariableFunctionsClass.", 0) == 0) n = n.substr(24);
+  // NOTE: torch functions made by a factory (F.max_pool2d is boolean_dispatch's
+  // local `fn`) go by the __name__ the factory gave them.
+  if (n.find("<locals>") != std::string::npos && m.rfind("torch", 0) == 0) {
+    PyRef plain = PyRef::steal(PyObject_GetAttrString(fn, "__name__"));
+    std::string p = plain ? utf8(plain.get()) : "";
+    if (!plain) PyErr_Clear();
+    if (!p.empty() && p.find('<') == std::string::npos) n = p;
+  }
   return m.empty() ? n : m + "." + n;
 }
 

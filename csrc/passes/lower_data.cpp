@@ -6,6 +6,8 @@
 // Output strides are the node's (meta) strides, as for every stored value.
 #include "passes/lower_data.h"
 
+#include <limits>
+
 #include "core/errors.h"
 #include "passes/dtype.h"
 
@@ -253,6 +255,66 @@ bool pad(RuleCtx& c) {
   return c.finish(mask < 0 ? v : c.where(mask, v, c.constant(*fill, b.out())));
 }
 
+// F.max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1,
+// ceil_mode=False, return_indices=False) over a floating (N, C, H, W) or
+// (C, H, W) input: the largest in-bounds element of each window (padding
+// counts as -inf, as in torch), NaN propagating. Output sizes are the node's.
+bool max_pool2d(RuleCtx& c) {
+  const Node* x = same_type_input(c);
+  ScalarType t = c.out_type();
+  if (!x || !(t == ScalarType::F32 || t == ScalarType::F64 || t == ScalarType::F16 ||
+              t == ScalarType::BF16))
+    return false;
+  const auto& s = x->meta->sizes;
+  const auto& o = c.node.meta->sizes;
+  if ((s.size() != 3 && s.size() != 4) || o.size() != s.size()) return false;
+  // A pair from an int or a 1- or 2-list; `fallback` when absent, None or [].
+  auto pair = [&](size_t pos, const char* name,
+                  std::optional<std::vector<int64_t>> fallback) -> std::optional<std::vector<int64_t>> {
+    const ir::Arg* a = c.arg(pos, name);
+    bool none = !a || (a->kind == ir::Arg::Kind::Const && a->value.get() == Py_None);
+    auto v = none ? fallback : c.ints(a);
+    if (v && v->empty()) v = fallback;
+    if (v && v->size() == 1) v->push_back((*v)[0]);
+    return v && v->size() == 2 ? v : std::nullopt;
+  };
+  auto kernel = pair(1, "kernel_size", std::nullopt);
+  auto stride = pair(2, "stride", kernel);
+  auto padding = pair(3, "padding", std::vector<int64_t>{0});
+  auto dilation = pair(4, "dilation", std::vector<int64_t>{1});
+  const ir::Arg* ceil = c.arg(5, "ceil_mode");
+  const ir::Arg* indices = c.arg(6, "return_indices");
+  if (!kernel || !stride || !padding || !dilation) return false;
+  if (ceil && !c.number(ceil)) return false;  // ceil_mode only changes the node's output sizes
+  if (indices && c.number(indices).value_or(1) != 0) return false;
+  const int64_t window = (*kernel)[0] * (*kernel)[1];
+  if (window <= 0 || window > 64) return false;  // larger windows: torch's kernel
+  Body b{c};
+  size_t hd = s.size() - 2, wd = s.size() - 1;
+  ScalarType ct = b.out();
+  int neg_inf = c.constant(-std::numeric_limits<double>::infinity(), ct);
+  int best = -1;
+  for (int64_t kh = 0; kh < (*kernel)[0]; ++kh)
+    for (int64_t kw = 0; kw < (*kernel)[1]; ++kw) {
+      std::vector<int> coord(s.size(), -1);
+      int ok = -1;
+      const size_t axes[2] = {hd, wd};
+      const int64_t ks[2] = {kh, kw};
+      for (int i = 0; i < 2; ++i) {
+        size_t d = axes[i];
+        int at = b.add(b.mul(c.index(static_cast<int>(d)), b.k((*stride)[i])),
+                       b.k(ks[i] * (*dilation)[i] - (*padding)[i]));
+        int in = c.binary(ExprOp::And, c.binary(ExprOp::Ge, at, b.k(0)),
+                          c.binary(ExprOp::Lt, at, b.k(s[d])));
+        ok = ok < 0 ? in : c.binary(ExprOp::And, ok, in);
+        coord[d] = b.clamp(at, 0, s[d] - 1);
+      }
+      int v = c.where(ok, b.read(x, coord, identity_axes(s.size())), neg_inf);
+      best = best < 0 ? v : c.binary(ExprOp::Maximum, best, v);
+    }
+  return c.finish(best);
+}
+
 const ir::Arg* tensor_list(RuleCtx& c) {
   const ir::Arg* a = c.arg(0, "tensors");
   bool seq = a && (a->kind == ir::Arg::Kind::List || a->kind == ir::Arg::Kind::Tuple);
@@ -388,6 +450,7 @@ void add_data_movement_rules(RuleTable& t) {
   for (const char* n : {"pad", "constant_pad_nd"}) t[n] = pad;
   for (const char* n : {"cat", "concat", "concatenate"}) t[n] = cat;
   t["stack"] = stack;
+  t["max_pool2d"] = max_pool2d;
   // NOTE: index_select/gather/embedding have rules but are not registered: a
   // kernel cannot raise torch's IndexError for an out-of-range index (it would
   // clamp and return a wrong answer), so they stay extern until the runtime

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 from helpers import assert_same, counters
 
 import torchlite
@@ -141,6 +142,16 @@ def test_channels_last_batch_norm_matches_eager(channels):
         return torch.relu((x - m) * torch.rsqrt(v + 1e-5) * w + b + res)
 
     _check(fn, x, p[0], v, p[1], p[2], torch.randn_like(x), atol=5e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_max_pool2d_matches_eager(channels_last):
+    """resnet's stem pool (3x3, stride 2, padding 1) on bf16: a kernel, not torch's pool."""
+    x = torch.randn(4, 64, 56, 56, device="cuda", dtype=torch.bfloat16)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    out = _check(lambda x: F.max_pool2d(torch.relu(x), 3, 2, 1), x, atol=0, rtol=0)
+    assert out is not None
 
 
 def test_runs_on_a_side_stream():

@@ -112,3 +112,56 @@ def test_indexing_ops_stay_in_torch_and_raise_like_eager(name):
     torchlite.reset()
     with pytest.raises(type(eager_err.value)):
         torchlite.compile(fn)(X, bad)
+
+
+def _nan_at_corner(x):
+    x = x.clone()
+    x.view(-1)[0] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize(
+    "shape,dtype,channels_last",
+    [
+        ((2, 8, 16, 16), torch.float32, False),
+        ((2, 8, 15, 17), torch.float32, True),
+        ((3, 9, 9), torch.float64, False),
+        ((1, 4, 9, 9), torch.bfloat16, True),
+    ],
+)
+def test_max_pool2d_is_a_kernel_after_its_producer(shape, dtype, channels_last):
+    """The window maximum reads its producer (relu) from memory: two kernels; padding counts as
+    -inf and a NaN in a window wins, as in torch."""
+    x = _nan_at_corner(torch.randn(shape, dtype=dtype))
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+
+    def fn(x):
+        return F.max_pool2d(torch.relu(x * 2), 3, 2, 1)
+
+    torchlite.reset()
+    torchlite.reset_counters()
+    out, expected = torchlite.compile(fn)(x), fn(x)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0, equal_nan=True)
+    assert out.stride() == expected.stride()
+    assert torchlite.counters()["kernels"] == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"kernel_size": 2},
+        {"kernel_size": (3, 2), "stride": (2, 1), "padding": (1, 0), "dilation": (1, 2)},
+        {"kernel_size": 3, "stride": 2, "ceil_mode": True},
+    ],
+)
+def test_max_pool2d_window_shapes(kwargs):
+    check(lambda x: F.max_pool2d(x + 1, **kwargs), torch.randn(2, 3, 11, 10), kernels=2)
+
+
+def test_max_pool2d_with_indices_stays_extern():
+    def fn(x):
+        values, indices = F.max_pool2d(x + 1, 2, return_indices=True)
+        return values * 2, indices
+
+    check(lambda x: fn(x)[0], torch.randn(2, 3, 8, 8), kernels=2)
