@@ -146,7 +146,8 @@ def test_channels_last_batch_norm_matches_eager(channels):
 
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_max_pool2d_matches_eager(channels_last):
-    """resnet's stem pool (3x3, stride 2, padding 1) on bf16: a kernel, not torch's pool."""
+    """resnet's stem pool (3x3, stride 2, padding 1) on bf16 runs in torch (see lower_data.cpp's
+    max_pool2d rule); the relu before it is a kernel."""
     x = torch.randn(4, 64, 56, 56, device="cuda", dtype=torch.bfloat16)
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
