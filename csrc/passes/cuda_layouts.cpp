@@ -1,6 +1,5 @@
 #include "passes/cuda_layouts.h"
 
-#include <limits>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -58,36 +57,18 @@ std::vector<Node*> users_of(const ir::Graph& g, const Node* n) {
 }  // namespace
 
 int dense_attention_masks(ir::Graph& g) {
-  static PyRef boolean = torch_fn("bool");  // NOTE: process-long, as is_half's dtypes
   std::unordered_map<const Node*, Node*> dense;
   int made = 0;
   for (Node* n : nodes_of(g)) {
     if (!ends_with(n->target_name, "scaled_dot_product_attention") || !on_cuda(*n)) continue;
     const Node* mask = tensor_arg(*n, 3, "attn_mask");
-    const Node* q = tensor_arg(*n, 0, "query");
-    if (!mask || !q || mask->meta->sizes.empty()) continue;
-    bool is_bool = mask->meta->dtype.get() == boolean.get();
-    bool stride0 = mask->meta->sizes.back() > 1 && mask->meta->strides.back() == 0;
-    if (!is_bool && !stride0) continue;
+    if (!mask || mask->meta->sizes.empty() || mask->meta->sizes.back() <= 1 ||
+        mask->meta->strides.back() != 0)
+      continue;
     Node*& d = dense[mask];
     if (!d) {
       Node* m = const_cast<Node*>(mask);
-      if (is_bool) {
-        // torch.where(mask, 0, -inf) in the query's dtype: what attention
-        // itself turns a boolean mask into (torch.zeros + a -inf scalar +
-        // where, three kernels per layer), made once for every layer.
-        PyRef zero = PyRef::steal(PyFloat_FromDouble(0.0));
-        PyRef neg_inf = PyRef::steal(PyFloat_FromDouble(-std::numeric_limits<double>::infinity()));
-        if (!zero || !neg_inf) throw PythonError();
-        Node* bias = insert_call(g, n, torch_fn("where"), "",
-                                 {Arg::of_node(m), Arg::constant(zero), Arg::constant(neg_inf)}, {},
-                                 m->meta->device);
-        d = insert_call(g, n, {}, "to", {Arg::of_node(bias), Arg::constant(q->meta->dtype)}, {},
-                        m->meta->device);
-        bias->location = d->location = n->location;
-      } else {
-        d = insert_call(g, n, {}, "contiguous", {Arg::of_node(m)}, {}, m->meta->device);
-      }
+      d = insert_call(g, n, {}, "contiguous", {Arg::of_node(m)}, {}, m->meta->device);
       d->meta->requires_grad = m->meta->requires_grad;
       ++made;
     }

@@ -9,10 +9,8 @@ namespace tl::passes {
 // scaled_dot_product_attention with an attention mask whose last dimension
 // has stride 0 (transformers builds `mask[:, None, :, None].expand(...)`)
 // falls back to the unfused math path (20x slower on an H100). Such masks get
-// one dense copy, shared by every attention that reads them; a boolean mask
-// becomes, once for all layers, the additive mask (0 / -inf in the query's
-// dtype) that attention would build from it on every call. Returns how many
-// masks were made.
+// one dense copy, shared by every attention that reads them. Returns how many
+// copies were made.
 int dense_attention_masks(ir::Graph& graph);
 
 // F.linear whose output rows are not 16-byte aligned (a half-precision

@@ -1,6 +1,6 @@
 """CUDA graphs rewritten so torch's fused library kernels run: attention masks broadcast along
 their last dimension get one dense copy (else scaled_dot_product_attention takes its unfused
-math path), boolean masks become one additive mask for all layers, and half-precision linears with unaligned output rows are computed padded (else
+math path), and half-precision linears with unaligned output rows are computed padded (else
 cuBLAS runs its align-1 kernels). Results, dtypes and strides stay eager's."""
 
 import pytest
@@ -49,41 +49,6 @@ def test_broadcast_attention_mask_runs_fused_attention(dtype, seq):
         assert "aten::_scaled_dot_product_attention_math" in _aten_ops(_attention, q, k, v, keep)
         ops = _aten_ops(compiled, q, k, v, keep)
     assert "aten::_scaled_dot_product_attention_math" not in ops, sorted(ops)
-
-
-def _layers_sharing_a_causal_mask(x, wq, keep):
-    # GPT-2's shape of mask: a boolean [b, 1, s, s] (causal and padding) read by every layer
-    s = x.shape[-2]
-    causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
-    mask = causal[None, None] & (keep[:, None, None, :] > 0)
-    for _ in range(3):
-        q = x @ wq
-        x = x + F.scaled_dot_product_attention(q, x, x, attn_mask=mask)
-    return x
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_boolean_mask_becomes_one_additive_mask_for_all_layers(dtype):
-    """Attention turns a boolean mask into a 0/-inf one on every call (a fill, a scalar fill
-    and a where per layer); compiled, that is one kernel for all layers, with eager's values,
-    rows whose keys are all masked included (they come out as eager's zeros)."""
-    b, h, s, d = 2, 4, 96, 64
-    x = torch.randn(b, h, s, d, device="cuda", dtype=dtype)
-    wq = torch.randn(d, d, device="cuda", dtype=dtype) / 8
-    keep = torch.ones(b, s, device="cuda")
-    keep[1, :5] = 0  # row 0 of batch 1: every key it may see is masked
-    torchlite.reset()
-    compiled = torchlite.compile(_layers_sharing_a_causal_mask, fullgraph=True)
-    with torch.no_grad():
-        expected = _layers_sharing_a_causal_mask(x, wq, keep)
-        actual = compiled(x, wq, keep)
-        torch.testing.assert_close(actual, expected, atol=3e-2, rtol=3e-2, equal_nan=True)
-        with profile(activities=[ProfilerActivity.CPU]) as p:
-            compiled(x, wq, keep)
-            torch.cuda.synchronize()
-    names = [e.name for e in p.events()]
-    assert names.count("aten::scaled_dot_product_attention") == 3
-    assert "aten::where" not in names and "aten::fill_" not in names, sorted(set(names))
 
 
 def _project(x, w, b):
