@@ -51,6 +51,36 @@ def test_broadcast_attention_mask_runs_fused_attention(dtype, seq):
     assert "aten::_scaled_dot_product_attention_math" not in ops, sorted(ops)
 
 
+def _layers_sharing_a_causal_mask(x, wq, keep):
+    # GPT-2's shape of mask: a boolean [b, 1, s, s] (causal and padding) read by every layer
+    s = x.shape[-2]
+    causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+    mask = causal[None, None] & (keep[:, None, None, :] > 0)
+    for _ in range(3):
+        q = x @ wq
+        x = x + F.scaled_dot_product_attention(q, x, x, attn_mask=mask)
+    return x
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_boolean_mask_with_fully_masked_rows_matches_eager(dtype):
+    """Rows whose keys are all masked (left padding) must come out as eager's. NOTE: handing
+    attention the 0/-inf mask it builds from a boolean one (once for all layers, to save three
+    kernels per layer) changed exactly these rows on an H100 (torch 2.11), so boolean masks
+    reach attention unchanged."""
+    b, h, s, d = 2, 4, 96, 64
+    x = torch.randn(b, h, s, d, device="cuda", dtype=dtype)
+    wq = torch.randn(d, d, device="cuda", dtype=dtype) / 8
+    keep = torch.ones(b, s, device="cuda")
+    keep[1, :5] = 0  # rows 0-4 of batch 1: every key they may see is masked
+    torchlite.reset()
+    compiled = torchlite.compile(_layers_sharing_a_causal_mask, fullgraph=True)
+    with torch.no_grad():
+        expected = _layers_sharing_a_causal_mask(x, wq, keep)
+        actual = compiled(x, wq, keep)
+    torch.testing.assert_close(actual, expected, atol=3e-2, rtol=3e-2, equal_nan=True)
+
+
 def _project(x, w, b):
     return F.linear(x, w, b)
 
