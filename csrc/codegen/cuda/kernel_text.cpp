@@ -330,7 +330,11 @@ CudaKernel Writer::run() {
     block_ = 256;
     int width = 1;
     bool vector = vector_width(&width);
-    pointwise_scalar(vector ? 1 : kScalarUnroll);
+    int widest = 1;
+    for (const auto& in : k_.inputs) widest = std::max(widest, elem_bytes(in.type));
+    for (const auto& o : k_.outputs) widest = std::max(widest, elem_bytes(o.view.type));
+    // Twice the points where each is at most 2 bytes: the same bytes in flight.
+    pointwise_scalar(vector ? 1 : widest <= 2 ? 2 * kScalarUnroll : kScalarUnroll);
     if (vector) {
       os_ << "\n";
       pointwise_vector(width);

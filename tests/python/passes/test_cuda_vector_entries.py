@@ -97,12 +97,14 @@ def test_several_block_reductions_share_barriers():
     assert scalar.count("__syncthreads()") == 2  # the sum's, and the one before the next row
 
 
-def test_kernels_without_a_vector_entry_unroll_their_scalar_loop():
-    """Rows of 99 bf16 are not whole packs: the scalar entry then handles four points per loop
-    step (all loads before the stores), the last three guarded."""
-    ((name, source, launch),) = _kernels(lambda x: x[:, :99] * 2, torch.randn(64, 100, dtype=BF16))
+@pytest.mark.parametrize("dtype,points", [(BF16, 8), (torch.float32, 4)])
+def test_kernels_without_a_vector_entry_unroll_their_scalar_loop(dtype, points):
+    """Rows of 99 elements are not whole packs: the scalar entry then handles several points per
+    loop step (all loads before the stores; twice as many for 2-byte types), all but the first
+    guarded."""
+    ((name, source, launch),) = _kernels(lambda x: x[:, :99] * 2, torch.randn(64, 100, dtype=dtype))
     assert launch["vector_name"] == ""
     body = source[source.index(name + "(") :]
-    assert "i += 4 * step" in body
-    for u in (1, 2, 3):
+    assert f"i += {points} * step" in body
+    for u in range(1, points):
         assert f"if (i + {u} * step < 6336) out0[" in body, body
