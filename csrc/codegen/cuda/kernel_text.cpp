@@ -222,9 +222,8 @@ void Writer::point_at(const std::string& lin) {
 // that is contiguous along the innermost loop axis. Those buffers are read
 // and written in 16-byte packs, so their offsets (and, over several axes,
 // their outer strides) must keep the packs aligned and the innermost size must
-// be whole packs; the other buffers (per-channel parameters in a
-// channels-last kernel: stride 0, a transposed operand: any stride) are read
-// element by element at the pack's offsets.
+// be whole packs; the others must be broadcast along it (per-channel
+// parameters in a channels-last kernel) and are read once per element.
 bool Writer::vector_width(int* width) const {
   if (k_.reduction_axes != 0 || has_gather_) return false;
   size_t inner = s_.outer.size() - 1;
@@ -237,6 +236,10 @@ bool Writer::vector_width(int* width) const {
   if (widest == 0) return false;
   int v = 16 / widest;
   for (size_t b = 0; b < s_.strides.size(); ++b) {
+    // NOTE: an operand walking the inner axis with another stride (a transpose)
+    // keeps the scalar entry: read by element from packs' rows it made
+    // mixer_s16_224 and beit_base_patch16_224 slower than eager on an H100.
+    if (s_.strides[b][inner] > 1 || s_.strides[b][inner] < 0) return false;
     if (s_.strides[b][inner] != 1) continue;
     if (s_.offsets[b] % v != 0) return false;
     for (size_t d = 0; d < inner; ++d)
