@@ -60,8 +60,8 @@ std::string dtype_short(PyObject* dtype) {
   std::string s = utf8(r.get());  // "torch.float32"
   if (s.rfind("torch.", 0) == 0) s = s.substr(6);
   static const std::pair<const char*, const char*> kShort[] = {
-      {"float32", "f32"}, {"float64", "f64"}, {"float16", "f16"}, {"bfloat16", "bf16"},
-      {"int64", "i64"},   {"int32", "i32"},   {"int16", "i16"},   {"int8", "i8"},
+      {"float32", "f32"}, {"float64", "f64"}, {"float16", "f16"},  {"bfloat16", "bf16"},
+      {"int64", "i64"},   {"int32", "i32"},   {"int16", "i16"},    {"int8", "i8"},
       {"uint8", "u8"},    {"bool", "b8"},     {"complex64", "c64"}};
   for (auto& [l, sh] : kShort)
     if (s == l) return sh;
@@ -70,8 +70,12 @@ std::string dtype_short(PyObject* dtype) {
 
 void print_arg(std::ostream& os, const Arg& a) {
   switch (a.kind) {
-    case Arg::Kind::Node: os << "%" << a.node->name; break;
-    case Arg::Kind::Const: os << const_repr(a.value.get()); break;
+    case Arg::Kind::Node:
+      os << "%" << a.node->name;
+      break;
+    case Arg::Kind::Const:
+      os << const_repr(a.value.get());
+      break;
     case Arg::Kind::Tuple:
     case Arg::Kind::List: {
       bool tuple = a.kind == Arg::Kind::Tuple;
@@ -288,7 +292,7 @@ std::string Graph::str() const {
       os << "placeholder[" << (n->source ? n->source->str() : "?") << "]\n";
       continue;
     }
-    if (n->op == OpKind::CallMethod) os << "." ;
+    if (n->op == OpKind::CallMethod) os << ".";
     os << n->target_name << "(";
     for (size_t i = 0; i < n->args.size(); ++i) {
       if (i) os << ", ";

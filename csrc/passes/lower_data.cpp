@@ -277,8 +277,9 @@ bool max_pool2d(RuleCtx& c) {
   const auto& o = c.node.meta->sizes;
   if ((s.size() != 3 && s.size() != 4) || o.size() != s.size()) return false;
   // A pair from an int or a 1- or 2-list; `fallback` when absent, None or [].
-  auto pair = [&](size_t pos, const char* name,
-                  std::optional<std::vector<int64_t>> fallback) -> std::optional<std::vector<int64_t>> {
+  auto pair =
+      [&](size_t pos, const char* name,
+          std::optional<std::vector<int64_t>> fallback) -> std::optional<std::vector<int64_t>> {
     const ir::Arg* a = c.arg(pos, name);
     bool none = !a || (a->kind == ir::Arg::Kind::Const && a->value.get() == Py_None);
     auto v = none ? fallback : c.ints(a);

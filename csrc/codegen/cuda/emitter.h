@@ -63,6 +63,10 @@ class Writer {
   void pointwise_scalar(int unroll);  // points per thread per loop step
   // Computes and stores every output at outer linear index `lin` (a loop variable).
   void point_at(const std::string& lin);
+  ST buffer_type(size_t buf) const;  // buffers: inputs, then outputs
+  // Elements per 16-byte pack of the widest buffer contiguous along `axis`,
+  // when every such buffer starts each run along it pack-aligned; else 0.
+  int pack_width(size_t axis) const;
   bool vector_width(int* width) const;
   void pointwise_vector(int width);
   int64_t grid_for(int64_t threads, int block) const;

@@ -195,12 +195,13 @@ void Writer::pointwise_scalar(int unroll) {
          (u ? "(" + at + " < " + n + " ? " + at + " : " + n + " - 1)" : "i") + ";");
     offsets(prefix, iu, s_.outer, 0, "");
     new_scope(
-        [&](int buf) { return "in" + std::to_string(buf) + "[" + prefix + std::to_string(buf) + "]"; },
+        [&](int buf) {
+          return "in" + std::to_string(buf) + "[" + prefix + std::to_string(buf) + "]";
+        },
         iu, "0", prefix);
     store_outputs(0, [&](size_t o, const std::string& v) {
-      stores.push_back({u ? at + " < " + n : "",
-                        "out" + std::to_string(o) + "[" + prefix + std::to_string(n_in_ + o) +
-                            "] = " + v + ";"});
+      stores.push_back({u ? at + " < " + n : "", "out" + std::to_string(o) + "[" + prefix +
+                                                     std::to_string(n_in_ + o) + "] = " + v + ";"});
     });
   }
   for (auto& [guard, statement] : stores)
@@ -218,6 +219,26 @@ void Writer::point_at(const std::string& lin) {
   });
 }
 
+ST Writer::buffer_type(size_t buf) const {
+  bool in = static_cast<int>(buf) < n_in_;
+  return in ? k_.inputs[buf].type : k_.outputs[buf - n_in_].view.type;
+}
+
+int Writer::pack_width(size_t axis) const {
+  int widest = 0;
+  for (size_t b = 0; b < s_.strides.size(); ++b)
+    if (s_.strides[b][axis] == 1) widest = std::max(widest, elem_bytes(buffer_type(b)));
+  if (widest == 0) return 0;
+  int v = 16 / widest;
+  for (size_t b = 0; b < s_.strides.size(); ++b) {
+    if (s_.strides[b][axis] != 1) continue;
+    if (s_.offsets[b] % v != 0) return 0;
+    for (size_t d = 0; d < axis; ++d)
+      if (s_.strides[b][d] % v != 0) return 0;
+  }
+  return v;
+}
+
 // Elements per thread of the vectorised entry: 16 bytes of the widest buffer
 // that is contiguous along the innermost loop axis. Those buffers are read
 // and written in 16-byte packs, so their offsets (and, over several axes,
@@ -227,24 +248,13 @@ void Writer::point_at(const std::string& lin) {
 bool Writer::vector_width(int* width) const {
   if (k_.reduction_axes != 0 || has_gather_) return false;
   size_t inner = s_.outer.size() - 1;
-  int widest = 0;
-  for (size_t b = 0; b < s_.strides.size(); ++b) {
-    bool is_out = static_cast<int>(b) >= n_in_;
-    ST t = is_out ? k_.outputs[b - n_in_].view.type : k_.inputs[b].type;
-    if (s_.strides[b][inner] == 1) widest = std::max(widest, elem_bytes(t));
-  }
-  if (widest == 0) return false;
-  int v = 16 / widest;
-  for (size_t b = 0; b < s_.strides.size(); ++b) {
-    // NOTE: an operand walking the inner axis with another stride (a transpose)
-    // keeps the scalar entry: read by element from packs' rows it made
-    // mixer_s16_224 and beit_base_patch16_224 slower than eager on an H100.
+  // NOTE: an operand walking the inner axis with another stride (a transpose)
+  // keeps the scalar entry: read by element from packs' rows it made
+  // mixer_s16_224 and beit_base_patch16_224 slower than eager on an H100.
+  for (size_t b = 0; b < s_.strides.size(); ++b)
     if (s_.strides[b][inner] > 1 || s_.strides[b][inner] < 0) return false;
-    if (s_.strides[b][inner] != 1) continue;
-    if (s_.offsets[b] % v != 0) return false;
-    for (size_t d = 0; d < inner; ++d)
-      if (s_.strides[b][d] % v != 0) return false;
-  }
+  int v = pack_width(inner);
+  if (v == 0) return false;
   // One axis: a scalar tail finishes the last numel % v elements.
   if (inner > 0 && s_.outer[inner] % v != 0) return false;
   if (k_.outer_numel() < 2 * v) return false;
@@ -260,8 +270,7 @@ void Writer::pointwise_vector(int width) {
   std::string tid = "(" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x";
   auto in_packs = [&](size_t buf) { return s_.strides[buf][inner] == 1; };
   auto pack_type = [&](size_t buf) {
-    ST t = static_cast<int>(buf) < n_in_ ? k_.inputs[buf].type : k_.outputs[buf - n_in_].view.type;
-    return std::string("tl_pack<") + mem_type(t) + ", " + w + ">";
+    return std::string("tl_pack<") + mem_type(buffer_type(buf)) + ", " + w + ">";
   };
   auto name = [&](size_t buf) {
     bool in = static_cast<int>(buf) < n_in_;
@@ -272,8 +281,7 @@ void Writer::pointwise_vector(int width) {
     std::string bs = std::to_string(buf), su = std::to_string(u);
     int64_t st = s_.strides[buf][inner];
     if (st == 1) return "p" + su + "_" + bs + ".e[j]";
-    return name(buf) + "[o" + su + "_" + bs + (st == 0 ? "" : " + j * " + std::to_string(st)) +
-           "]";
+    return name(buf) + "[o" + su + "_" + bs + (st == 0 ? "" : " + j * " + std::to_string(st)) + "]";
   };
   auto live = [&](int u) { return "q + " + std::to_string(u) + " * step < " + nv; };
   open(signature(name_ + "_v", block_));
@@ -310,8 +318,8 @@ void Writer::pointwise_vector(int width) {
       size_t buf = n_in_ + o;
       if (!in_packs(buf)) continue;
       std::string su = std::to_string(u), bs = std::to_string(buf);
-      std::string st = "*reinterpret_cast<" + pack_type(buf) + "*>(out" + std::to_string(o) + " + o" +
-                       su + "_" + bs + ") = p" + su + "_" + bs + ";";
+      std::string st = "*reinterpret_cast<" + pack_type(buf) + "*>(out" + std::to_string(o) +
+                       " + o" + su + "_" + bs + ") = p" + su + "_" + bs + ";";
       line(u ? "if (" + live(u) + ") " + st : st);
     }
   close();
@@ -354,7 +362,8 @@ CudaKernel Writer::run() {
       vec_ = 0;
       out_.vector_name = name_ + "_v";
       for (size_t buf = 0; buf < s_.strides.size(); ++buf)
-        if (s_.strides[buf][s_.outer.size()] == 1) out_.aligned_params.push_back(static_cast<int>(buf));
+        if (s_.strides[buf][s_.outer.size()] == 1)
+          out_.aligned_params.push_back(static_cast<int>(buf));
     }
   }
   out_.name = name_;

@@ -51,34 +51,16 @@ Writer::Rows Writer::choose_rows() const {
 // start must stay pack-aligned and the row must be whole packs.
 bool Writer::reduce_vector_width(int* width) const {
   if (choose_rows() == Rows::Thread || s_.red.size() != 1 || has_gather_) return false;
-  size_t red = s_.outer.size();
-  int widest = 0;
-  for (size_t b = 0; b < s_.strides.size(); ++b) {
-    bool is_out = static_cast<int>(b) >= n_in_;
-    ST t = is_out ? k_.outputs[b - n_in_].view.type : k_.inputs[b].type;
-    if (s_.strides[b][red] == 1) widest = std::max(widest, elem_bytes(t));
-  }
-  if (widest == 0) return false;
-  int v = 16 / widest;
-  if (s_.red[0] % v != 0) return false;
-  for (size_t b = 0; b < s_.strides.size(); ++b) {
-    if (s_.strides[b][red] != 1) continue;
-    if (s_.offsets[b] % v != 0) return false;
-    for (size_t d = 0; d < red; ++d)
-      if (s_.strides[b][d] % v != 0) return false;
-  }
+  int v = pack_width(s_.outer.size());
+  if (v == 0 || s_.red[0] % v != 0) return false;
   *width = v;
   return true;
 }
 
-bool Writer::packed(size_t buf) const {
-  return vec_ > 0 && s_.strides[buf][s_.outer.size()] == 1;
-}
+bool Writer::packed(size_t buf) const { return vec_ > 0 && s_.strides[buf][s_.outer.size()] == 1; }
 
 std::string Writer::pack(size_t buf) const {
-  bool in = static_cast<int>(buf) < n_in_;
-  ST t = in ? k_.inputs[buf].type : k_.outputs[buf - n_in_].view.type;
-  return std::string("tl_pack<") + mem_type(t) + ", " + std::to_string(vec_) + ">";
+  return std::string("tl_pack<") + mem_type(buffer_type(buf)) + ", " + std::to_string(vec_) + ">";
 }
 
 void Writer::reduction_kernel(const std::string& entry) {
@@ -166,7 +148,8 @@ void Writer::reduce_pass(int p, Rows rows) {
   int loops = 1;
   // The vector entry's output packs: stored at a pack's last element.
   for (size_t o = 0; o < k_.outputs.size(); ++o)
-    if (plan_.out_pass[o] == p && packed(n_in_ + o)) line(pack(n_in_ + o) + " so" + std::to_string(o) + ";");
+    if (plan_.out_pass[o] == p && packed(n_in_ + o))
+      line(pack(n_in_ + o) + " so" + std::to_string(o) + ";");
   if (cache_n_ > 0) {
     line("#pragma unroll");
     open("for (int j = 0; j < " + std::to_string(cache_n_) + "; ++j)");
@@ -181,8 +164,8 @@ void Writer::reduce_pass(int p, Rows rows) {
     guard = product(s_.red) % (threads * std::max(vec_, 1)) != 0;
     if (guard) open("if (r < " + len + ")");
   } else if (vec_) {
-    open("for (" + idx_ + " r0 = " + first + " * " + V + "; r0 < " + len + "; r0 += " +
-         std::to_string(threads * vec_) + ")");
+    open("for (" + idx_ + " r0 = " + first + " * " + V + "; r0 < " + len +
+         "; r0 += " + std::to_string(threads * vec_) + ")");
     line("#pragma unroll");
     open("for (int j = 0; j < " + V + "; ++j)");
     line("const " + idx_ + " r = r0 + j;");

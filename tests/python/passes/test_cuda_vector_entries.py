@@ -23,7 +23,9 @@ def _kernels(fn, *args):
     torchlite.reset()
     with torch.no_grad():
         (graph,) = torchlite.explain(fn)(*args).graphs
-    return [(n, s, launch) for n, s, _, launch in _C.cuda_kernel_sources(graph, "compute_90", False)]
+    return [
+        (n, s, launch) for n, s, _, launch in _C.cuda_kernel_sources(graph, "compute_90", False)
+    ]
 
 
 def _vector_source(name, source, launch):
@@ -62,7 +64,8 @@ def test_a_transposed_operand_keeps_the_scalar_entry():
 
 
 @pytest.mark.parametrize(
-    "shape,dtype,width", [((64, 4096), BF16, 8), ((37, 768), torch.float32, 4), ((5, 20000), BF16, 8)]
+    "shape,dtype,width",
+    [((64, 4096), BF16, 8), ((37, 768), torch.float32, 4), ((5, 20000), BF16, 8)],
 )
 def test_row_reductions_load_and_store_packs(shape, dtype, width):
     x = torch.randn(shape, dtype=dtype)
@@ -73,7 +76,7 @@ def test_row_reductions_load_and_store_packs(shape, dtype, width):
 
     ((name, source, launch),) = _kernels(fn, x, w)
     vec = _vector_source(name, source, launch)
-    assert f"pk0 = *reinterpret_cast<const tl_pack<" in vec
+    assert "pk0 = *reinterpret_cast<const tl_pack<" in vec
     assert f"if (j % {width} == {width - 1}) *reinterpret_cast<" in vec  # the output's packs
     assert "out0[" not in vec  # no element-wise store left
 
