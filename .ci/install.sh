@@ -44,7 +44,9 @@ if [[ "${TORCHLITE_SKIP_INSTALL:-0}" != 1 ]]; then
   "${pip[@]}" torch==2.13.0 pytest >&2
   if [[ $tests == 1 ]]; then
     log "pip install timm transformers"
-    "${pip[@]}" timm transformers >&2
+    # NOTE: torch pinned again: else timm's newest torchvision upgrades it (to a CUDA build
+    # with triton, whose bundled LLVM crashes the C++ test binary that links LLVM 19).
+    "${pip[@]}" timm transformers torch==2.13.0 >&2
     # NVRTC compiles the CUDA kernels to PTX in CI (no GPU needed); optional: a failed install only skips those tests.
     "${pip[@]}" nvidia-cuda-nvrtc >&2 || log "nvidia-cuda-nvrtc not installed: CUDA code generation tests will skip"
     # NOTE: PyPI's torchvision is a CUDA build; next to the CPU-only torch its C ops do not

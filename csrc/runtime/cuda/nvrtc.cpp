@@ -109,6 +109,19 @@ bool bind_all(void* h, Api& a) {
          bind(h, "nvrtcGetCUBINSize", a.GetCUBINSize) && bind(h, "nvrtcGetCUBIN", a.GetCUBIN);
 }
 
+// NVRTC opens libnvrtc-builtins.so.<version> by name when it compiles; the
+// wheels' folder is not on the loader path, so outside a process that imported
+// torch (which preloads it) that fails. A library already loaded under that
+// name satisfies the lookup, so the one beside libnvrtc is loaded first.
+void preload_builtins(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind("libnvrtc-builtins.so.", 0) != 0) continue;  // skips the .alt. variant
+    dlopen(e.path().c_str(), RTLD_NOW | RTLD_GLOBAL);           // NOTE: kept for the process's life
+  }
+}
+
 Loaded load() {
   Loaded l;
   std::string tried;
@@ -116,6 +129,7 @@ Loaded load() {
     bool is_path = c.find('/') != std::string::npos;
     if (is_path && !std::filesystem::exists(c)) continue;
     tried += (tried.empty() ? "" : ", ") + c;
+    if (is_path) preload_builtins(std::filesystem::path(c).parent_path());
     void* h = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) continue;
     if (!bind_all(h, l.api)) {

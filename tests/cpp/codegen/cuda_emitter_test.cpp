@@ -62,11 +62,23 @@ TEST_CASE("a contiguous pointwise chain has a 16-byte vector entry and compiles"
   CHECK(ptx.find("ld.global.nc.v4.f32") != std::string::npos);
 }
 
-TEST_CASE("a broadcast operand keeps the scalar entry only", "[codegen][cuda]") {
+TEST_CASE("an operand broadcast along rows moves in packs too", "[codegen][cuda]") {
   REQUIRE_NVRTC_OR_SKIP();
   KernelBuilder b("bcast", {8, 16});
   int x = b.load(b.input(ST::F32, b.contiguous()), ST::F32);
   int y = b.load(b.input(ST::F32, {0, 1}), ST::F32);
+  b.output(b.expr(ExprOp::Add, ST::F32, {x, y}), ST::F32, b.contiguous());
+  CudaKernel ck = emit(b.k);
+  CHECK(ck.vector_name == "tl_bcast_v");
+  CHECK(ck.aligned_params == std::vector<int>{0, 1, 2});
+  compile(ck);
+}
+
+TEST_CASE("a transposed operand keeps the scalar entry only", "[codegen][cuda]") {
+  REQUIRE_NVRTC_OR_SKIP();
+  KernelBuilder b("transposed", {8, 16});
+  int x = b.load(b.input(ST::F32, b.contiguous()), ST::F32);
+  int y = b.load(b.input(ST::F32, {1, 8}), ST::F32);
   b.output(b.expr(ExprOp::Add, ST::F32, {x, y}), ST::F32, b.contiguous());
   CudaKernel ck = emit(b.k);
   CHECK(ck.vector_name.empty());
@@ -156,11 +168,18 @@ TEST_CASE("a softmax + layer norm row that fits in registers is read from memory
   for (auto [rows, len] : {std::pair<int64_t, int64_t>{4096, 128}, {8192, 4096}, {16, 1000}}) {
     CudaKernel ck = emit(softmax_ln(rows, len));
     INFO(ck.source);
-    // x and exp(x - max) are cached; the weight (read by the last pass only) is not.
-    CHECK(ck.source.find(" rc0[") != std::string::npos);
-    CHECK(count(ck.source, "in0[") == 1);
-    CHECK(count(ck.source, "in1[") == 1);
-    CHECK(count(ck.source, "expf(") == 1);
+    // Both entries: x and exp(x - max) are cached; the weight (read by the last
+    // pass only) is not. The vector entry loads x in packs, once.
+    REQUIRE(ck.vector_name == ck.name + "_v");
+    size_t split = ck.source.find(ck.vector_name + "(");
+    std::string scalar = ck.source.substr(0, split), vector = ck.source.substr(split);
+    CHECK(scalar.find(" rc0[") != std::string::npos);
+    CHECK(count(scalar, "in0[") == 1);
+    CHECK(count(scalar, "in1[") == 1);
+    CHECK(count(scalar, "expf(") == 1);
+    CHECK(count(vector, "pk0 = ") == 1);
+    CHECK(count(vector, "in0[") == 0);
+    CHECK(count(vector, "expf(") == 1);
     std::string ptx = compile(ck);
     CHECK(ptx.find(".local") == std::string::npos);  // the cache stays in registers
   }
