@@ -62,13 +62,20 @@ TEST_CASE("a contiguous pointwise chain has a 16-byte vector entry and compiles"
   CHECK(ptx.find("ld.global.nc.v4.f32") != std::string::npos);
 }
 
+namespace {
+// out = x + y over [8, 16], x contiguous, y with the given strides.
+CudaKernel add_over_rows(const std::string& name, std::vector<int64_t> y_strides) {
+  KernelBuilder b(name, {8, 16});
+  int x = b.load(b.input(ST::F32, b.contiguous()), ST::F32);
+  int y = b.load(b.input(ST::F32, std::move(y_strides)), ST::F32);
+  b.output(b.expr(ExprOp::Add, ST::F32, {x, y}), ST::F32, b.contiguous());
+  return emit(b.k);
+}
+}  // namespace
+
 TEST_CASE("an operand broadcast along rows moves in packs too", "[codegen][cuda]") {
   REQUIRE_NVRTC_OR_SKIP();
-  KernelBuilder b("bcast", {8, 16});
-  int x = b.load(b.input(ST::F32, b.contiguous()), ST::F32);
-  int y = b.load(b.input(ST::F32, {0, 1}), ST::F32);
-  b.output(b.expr(ExprOp::Add, ST::F32, {x, y}), ST::F32, b.contiguous());
-  CudaKernel ck = emit(b.k);
+  CudaKernel ck = add_over_rows("bcast", {0, 1});
   CHECK(ck.vector_name == "tl_bcast_v");
   CHECK(ck.aligned_params == std::vector<int>{0, 1, 2});
   compile(ck);
@@ -76,11 +83,7 @@ TEST_CASE("an operand broadcast along rows moves in packs too", "[codegen][cuda]
 
 TEST_CASE("a transposed operand keeps the scalar entry only", "[codegen][cuda]") {
   REQUIRE_NVRTC_OR_SKIP();
-  KernelBuilder b("transposed", {8, 16});
-  int x = b.load(b.input(ST::F32, b.contiguous()), ST::F32);
-  int y = b.load(b.input(ST::F32, {1, 8}), ST::F32);
-  b.output(b.expr(ExprOp::Add, ST::F32, {x, y}), ST::F32, b.contiguous());
-  CudaKernel ck = emit(b.k);
+  CudaKernel ck = add_over_rows("transposed", {1, 8});
   CHECK(ck.vector_name.empty());
   compile(ck);
 }
