@@ -359,11 +359,10 @@ CudaKernel Writer::run() {
       os_ << "\n";
       vec_ = width;
       reduction_kernel(name_ + "_v");
+      for (size_t buf = 0; buf < s_.strides.size(); ++buf)
+        if (packed(buf)) out_.aligned_params.push_back(static_cast<int>(buf));
       vec_ = 0;
       out_.vector_name = name_ + "_v";
-      for (size_t buf = 0; buf < s_.strides.size(); ++buf)
-        if (s_.strides[buf][s_.outer.size()] == 1)
-          out_.aligned_params.push_back(static_cast<int>(buf));
     }
   }
   out_.name = name_;
