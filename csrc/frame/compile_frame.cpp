@@ -151,6 +151,7 @@ std::unique_ptr<runtime::CompiledGraph> compile_kernels(const std::shared_ptr<ir
   if (!runtime::kernel_device(*graph)) return nullptr;
   passes::functionalize(*graph);
   passes::dense_attention_masks(*graph);
+  passes::share_attention_masks(*graph);
   passes::pad_unaligned_linears(*graph);
   counters().batch_norms_folded += passes::fold_batch_norm(*graph);
   counters().channels_last_convs += passes::channels_last(*graph);

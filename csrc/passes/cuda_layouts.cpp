@@ -1,5 +1,6 @@
 #include "passes/cuda_layouts.h"
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -54,7 +55,92 @@ std::vector<Node*> users_of(const ir::Graph& g, const Node* n) {
   return out;
 }
 
+bool same_layout(const Node* a, const Node* b) {
+  return a->meta->sizes == b->meta->sizes && a->meta->strides == b->meta->strides &&
+         a->meta->dtype.get() == b->meta->dtype.get();
+}
+
+// The scalar arguments of scaled_dot_product_attention after attn_mask, with
+// their defaults; false if one is not a constant.
+constexpr const char* kAttentionScalars[] = {"dropout_p", "is_causal", "scale", "enable_gqa"};
+constexpr const char* kAttentionInputs[] = {"query", "key", "value"};
+
+const Node* attention_input(const Node& n, size_t i) {
+  return tensor_arg(n, i, kAttentionInputs[i]);
+}
+
+bool attention_scalars(const Node& n, std::vector<PyRef>& out) {
+  static PyRef defaults[] = {PyRef::steal(PyFloat_FromDouble(0.0)), PyRef::borrow(Py_False),
+                             PyRef::borrow(Py_None),
+                             PyRef::borrow(Py_False)};  // NOTE: process-long
+  out.clear();
+  for (size_t i = 0; i < 4; ++i) {
+    const Arg* a = find_arg(n, 4 + i, kAttentionScalars[i]);
+    if (a && a->kind != Arg::Kind::Const) return false;
+    out.push_back(a ? a->value : defaults[i]);
+  }
+  return true;
+}
+
+bool same_values(const std::vector<PyRef>& a, const std::vector<PyRef>& b) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    int eq = PyObject_RichCompareBool(a[i].get(), b[i].get(), Py_EQ);
+    if (eq < 0) PyErr_Clear();
+    if (eq != 1) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+int share_attention_masks(ir::Graph& g) {
+  static PyRef bool_dtype = torch_fn("bool");  // NOTE: process-long
+  struct Group {
+    std::vector<Node*> users;
+    std::vector<PyRef> scalars;
+  };
+  std::vector<std::pair<const Node*, Group>> groups;  // graph order of the first reader
+  for (Node* n : nodes_of(g)) {
+    if (!ends_with(n->target_name, "scaled_dot_product_attention") || !on_cuda(*n)) continue;
+    const Node* mask = tensor_arg(*n, 3, "attn_mask");
+    std::vector<PyRef> scalars;
+    if (!mask || !attention_input(*n, 0) || !attention_input(*n, 1) || !attention_input(*n, 2) ||
+        mask->meta->dtype.get() != bool_dtype.get() || n->meta->requires_grad ||
+        !attention_scalars(*n, scalars))
+      continue;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](auto& e) { return e.first == mask; });
+    if (it == groups.end()) {
+      groups.push_back({mask, {{n}, std::move(scalars)}});
+      continue;
+    }
+    // NOTE: torch picks the backend (and so the fill) from q, k, v and these scalars.
+    const Node* first = it->second.users[0];
+    bool same = same_values(scalars, it->second.scalars);
+    for (size_t i = 0; i < 3 && same; ++i)
+      same = same_layout(attention_input(*n, i), attention_input(*first, i));
+    if (same) it->second.users.push_back(n);
+  }
+  PyRef mod = PyRef::steal(PyImport_ImportModule("torchlite._attention_mask"));
+  PyRef helper =
+      mod ? PyRef::steal(PyObject_GetAttrString(mod.get(), "shared_additive_mask")) : PyRef();
+  if (!helper) throw PythonError();
+  int shared = 0;
+  for (auto& [mask, group] : groups) {
+    if (group.users.size() < 2) continue;
+    Node* first = group.users[0];
+    std::vector<Arg> args = {Arg::of_node(const_cast<Node*>(mask))};
+    for (size_t i = 0; i < 3; ++i)
+      args.push_back(Arg::of_node(const_cast<Node*>(attention_input(*first, i))));
+    std::vector<std::pair<std::string, Arg>> kwargs;
+    for (size_t i = 0; i < 4; ++i)
+      kwargs.push_back({kAttentionScalars[i], Arg::constant(group.scalars[i])});
+    Node* additive =
+        insert_call(g, first, helper, "", std::move(args), std::move(kwargs), first->meta->device);
+    replace_uses(group.users, mask, additive);
+    ++shared;
+  }
+  return shared;
+}
 
 int dense_attention_masks(ir::Graph& g) {
   std::unordered_map<const Node*, Node*> dense;

@@ -1,6 +1,6 @@
 #pragma once
 // Layouts that let torch's fused CUDA library kernels run where the captured
-// graph would send them to slow paths. Both only touch CUDA graphs and keep
+// graph would send them to slow paths. All only touch CUDA graphs and keep
 // every value the user sees as eager computes it.
 #include "ir/graph.h"
 
@@ -12,6 +12,12 @@ namespace tl::passes {
 // one dense copy, shared by every attention that reads them. Returns how many
 // copies were made.
 int dense_attention_masks(ir::Graph& graph);
+
+// A boolean attention mask read by several scaled_dot_product_attention
+// calls of one signature (a transformer's layers) is turned into torch's
+// additive form once per run (torchlite/_attention_mask.py), not once per
+// call. Returns how many masks are shared.
+int share_attention_masks(ir::Graph& graph);
 
 // F.linear whose output rows are not 16-byte aligned (a half-precision
 // vocabulary projection of 50257 columns) runs cuBLAS's align-1 kernels, 6x

@@ -344,6 +344,12 @@ bool cat(RuleCtx& c) {
   }
   if (parts.empty()) return false;
   Body b{c};
+  if (parts.size() == 1) {
+    // A copy (a KV cache's `cat([empty, k])`): a plain load, so its producer
+    // views fuse instead of being made in memory for a gather.
+    int v = b.load(parts[0], identity_axes(rank), b.out());
+    return v >= 0 && c.finish(v);
+  }
   int i = c.index(static_cast<int>(*d));
   int64_t total = c.node.meta->sizes[*d], off = 0;
   std::vector<int> vals;

@@ -2,35 +2,11 @@
 // per axis of the base, which axis of the view indexes it (-1: always 0).
 // Views are never stored (fuse.cpp keeps them extern when their value is
 // needed outside one kernel), so aliasing stays torch's.
+#include "passes/alias.h"
 #include "passes/lower_data.h"
 
 namespace tl::passes {
 namespace {
-
-// Element offset of n's trace-time (meta) value from base's when n's value is
-// a torch view of the same storage (slicing, select, split pieces, reshape
-// that did not copy); nullopt when torch copied. The meta op decided, so this
-// is exactly eager's aliasing, and n's meta strides address base's memory.
-std::optional<int64_t> alias_offset(const ir::Node& n, const ir::Node& base) {
-  PyObject* ex = n.example.get();
-  PyObject* bex = base.example.get();
-  if (!ex || !bex) return std::nullopt;
-  PyRef eb = PyRef::steal(PyObject_GetAttrString(ex, "_base"));
-  PyRef bb = PyRef::steal(PyObject_GetAttrString(bex, "_base"));
-  if (!eb || !bb) {
-    PyErr_Clear();
-    return std::nullopt;
-  }
-  PyObject* root = bb.get() == Py_None ? bex : bb.get();
-  if (eb.get() != root) return std::nullopt;
-  PyRef eo = PyRef::steal(PyObject_CallMethod(ex, "storage_offset", nullptr));
-  PyRef bo = PyRef::steal(PyObject_CallMethod(bex, "storage_offset", nullptr));
-  if (!eo || !bo || !PyLong_Check(eo.get()) || !PyLong_Check(bo.get())) {
-    PyErr_Clear();
-    return std::nullopt;
-  }
-  return PyLong_AsLongLong(eo.get()) - PyLong_AsLongLong(bo.get());
-}
 
 // Reads the base through the view's own strides and offset (the base must be
 // in memory; fuse.cpp never fuses it into the view's kernel).

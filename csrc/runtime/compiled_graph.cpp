@@ -4,6 +4,9 @@
 #include <unordered_map>
 
 #include "core/errors.h"
+#include "passes/alias.h"
+#include "passes/graph_info.h"
+#include "passes/lowering.h"
 #include "runtime/cuda/compile.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/node_call.h"
@@ -69,6 +72,39 @@ std::optional<KernelDevice> device_of(const ir::TensorMeta& m) {
   return std::nullopt;
 }
 
+Alloc alloc_of(const ir::TensorMeta& m) {
+  return {int_tuple(m.sizes), int_tuple(m.strides), m.dtype, m.device};
+}
+
+// Elements between the first and the last addressed by a layout, plus one.
+int64_t span(const ir::TensorMeta& m) {
+  int64_t s = 1;
+  for (size_t d = 0; d < m.sizes.size(); ++d) {
+    if (m.sizes[d] == 0) return 0;
+    s += (m.sizes[d] - 1) * m.strides[d];
+  }
+  return s;
+}
+
+// `view` reads the value `from`, which starts a kernel's output `root`, and
+// is a torch view of all of root's memory: root can be allocated as `view`.
+bool views_all_of(const ir::Node& view, const ir::Node& from, const ir::Node& root) {
+  static const char* const kViews[] = {"view",       "reshape", "flatten", "unflatten",
+                                       "contiguous", "permute", "t",       "transpose",
+                                       "unsqueeze",  "squeeze", "getitem"};
+  std::string op = passes::op_base_name(view);
+  bool known = false;
+  for (const char* v : kViews) known |= op == v;
+  if (!known || view.args.empty() || view.args[0].kind != ir::Arg::Kind::Node ||
+      view.args[0].node != &from || !view.meta || !root.meta)
+    return false;
+  const ir::TensorMeta &v = *view.meta, &r = *root.meta;
+  // NOTE: no views of values autograd records: those must keep torch's view chain.
+  if (v.requires_grad || r.requires_grad || v.dtype.get() != r.dtype.get()) return false;
+  int64_t n = span(r);
+  return n > 0 && span(v) == n && passes::alias_offset(view, root) == std::optional<int64_t>(0);
+}
+
 bool same(const KernelDevice& a, const KernelDevice& b) {
   return a.cuda == b.cuda && a.index == b.index;
 }
@@ -112,7 +148,7 @@ struct CompiledGraph::Step {
   std::vector<int> in_slots, out_slots;
   std::vector<Alloc> allocs;
   int64_t outer = 1, red = 1;
-  bool skip = false;               // an empty factory only kernels read: never made
+  bool skip = false;  // never made: an empty factory only kernels read, or a folded view
   const ir::Node* node = nullptr;  // reported when the step fails
   std::vector<int> release_after;  // slots whose last use is this step
   // An extern whose result a kernel reads: the layout the kernel was built for.
@@ -167,7 +203,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
       }
       for (auto* out : fk.outputs) {
         const ir::TensorMeta& m = kernel_meta(out, k.name, dev);
-        s.allocs.push_back({int_tuple(m.sizes), int_tuple(m.strides), m.dtype, m.device});
+        s.allocs.push_back(alloc_of(m));
         s.out_slots.push_back(static_cast<int>(n_values_++));
         slots[out] = s.out_slots.back();
       }
@@ -183,6 +219,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
       *graph_, [&](const ir::Node* n) { return slot_of(n, "output"); },
       static_cast<int>(steps_.size()));
   skip_empty_factories();
+  fold_output_views(extern_step_of, slots);
   std::vector<std::vector<int>> produced;
   for (auto& s : steps_) produced.push_back(s.out_slots);
   auto release = values_.release_lists(produced, static_cast<int>(n_inputs_));
@@ -216,6 +253,34 @@ void CompiledGraph::skip_empty_factories() {
     bool factory = false;
     for (const char* f : kFactories) factory |= s.node->target_name == f;
     s.skip = factory && numel == 0;
+  }
+}
+
+// A kernel output read only by a chain of torch views (`view`, `reshape`,
+// `contiguous`, ...: each the only reader of the one before) that covers all
+// of its memory is allocated in the last view's layout: the kernel writes the
+// same bytes, and the view calls (~3 us each on the host) are never made.
+void CompiledGraph::fold_output_views(
+    const std::unordered_map<const ir::Node*, int>& extern_step_of, const SlotMap& slots) {
+  passes::GraphInfo info = passes::analyze_graph(*graph_);
+  for (auto& s : steps_) {
+    if (s.kernel < 0) continue;
+    const auto& outs = partition_.kernels[s.kernel].outputs;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      std::vector<int> chain;
+      const ir::Node* last = nullptr;
+      for (const ir::Node* cur = outs[i];;) {
+        const auto& users = info.users_of(cur);
+        auto step = users.size() == 1 ? extern_step_of.find(users[0]) : extern_step_of.end();
+        if (step == extern_step_of.end() || !views_all_of(*users[0], *cur, *outs[i])) break;
+        chain.push_back(step->second);
+        last = cur = users[0];
+      }
+      if (!last) continue;
+      s.allocs[i] = alloc_of(*last->meta);
+      s.out_slots[i] = slots.at(last);
+      for (int idx : chain) steps_[idx].skip = true;
+    }
   }
 }
 

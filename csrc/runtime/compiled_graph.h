@@ -11,6 +11,7 @@
 #include "core/py_ref.h"
 #include "ir/graph.h"
 #include "passes/partition.h"
+#include "runtime/node_call.h"
 #include "runtime/value_plan.h"
 
 namespace tl::runtime {
@@ -53,6 +54,8 @@ class CompiledGraph {
   void compile_cuda();
   bool match_kernel_layout(const Step& s, PyRef& value);
   void skip_empty_factories();
+  void fold_output_views(const std::unordered_map<const ir::Node*, int>& extern_step_of,
+                         const SlotMap& slots);
   bool run_kernel(const Step& s, std::vector<PyRef>& values, RunState& rs);
   bool launch_cuda(const Step& s, const std::vector<char*>& bufs, RunState& rs);
   std::shared_ptr<const ir::Graph> graph_;

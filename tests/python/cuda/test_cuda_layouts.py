@@ -81,6 +81,37 @@ def test_boolean_mask_with_fully_masked_rows_matches_eager(dtype):
     torch.testing.assert_close(actual, expected, atol=3e-2, rtol=3e-2, equal_nan=True)
 
 
+def _where_count(fn, *args):
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        fn(*args)
+        torch.cuda.synchronize()
+    return sum(e.name == "aten::where" for e in p.events())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_boolean_mask_shared_by_layers_is_made_additive_once(dtype):
+    """The additive mask torch builds in every attention call is built once per run, with the
+    fill torch uses (learned from torch), so every value, fully masked rows included, is
+    eager's to the bit."""
+    b, h, s, d = 2, 4, 96, 64
+    x = torch.randn(b, h, s, d, device="cuda", dtype=dtype)
+    wq = torch.randn(d, d, device="cuda", dtype=dtype) / 8
+    keep = torch.ones(b, s, device="cuda")
+    keep[1, :5] = 0
+    torchlite.reset()
+    compiled = torchlite.compile(_layers_sharing_a_causal_mask, fullgraph=True)
+    with torch.no_grad():
+        for _ in range(2):
+            expected = _layers_sharing_a_causal_mask(x, wq, keep)
+            actual = compiled(x, wq, keep)
+            assert torch.equal(actual.isnan(), expected.isnan())
+            assert torch.equal(actual.nan_to_num(), expected.nan_to_num())
+            keep[0, -3:] = 0  # new padding, same compiled graph
+        eager_wheres = _where_count(_layers_sharing_a_causal_mask, x, wq, keep)
+        compiled_wheres = _where_count(compiled, x, wq, keep)
+    assert compiled_wheres < eager_wheres, (compiled_wheres, eager_wheres)
+
+
 def _project(x, w, b):
     return F.linear(x, w, b)
 

@@ -174,3 +174,18 @@ def test_max_pool2d_with_indices_stays_extern():
         return values * 2, indices
 
     check(lambda x: fn(x)[0], torch.randn(2, 3, 8, 8), kernels=2)
+
+
+def _append_to_empty_cache(qkv):
+    # a KV cache's first step: cat([torch.tensor([]), k]) of a split piece, viewed per head
+    _, k, _ = qkv.split(8, dim=2)
+    k = k.view(2, 5, 2, 4).transpose(1, 2)
+    return torch.cat([torch.tensor([]), k], dim=-2)
+
+
+def test_cat_onto_an_empty_tensor_is_a_copy_its_views_fuse_into():
+    x = torch.randn(2, 5, 24)
+    check(_append_to_empty_cache, x)
+    s = summary(_append_to_empty_cache, x)
+    assert "view" not in s["extern_ops"] and "transpose" not in s["extern_ops"], s["extern_ops"]
+    assert s["kernel_count"] == 1

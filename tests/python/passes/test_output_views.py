@@ -1,0 +1,116 @@
+"""A kernel output that only a chain of torch views reads (view, reshape, contiguous, ...,
+each the only reader of the one before) is allocated in the last view's layout
+(runtime/compiled_graph.cpp): the view calls are never made, and values, shapes and strides
+stay eager's."""
+
+import collections
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchlite
+
+needs_cpu_kernels = pytest.mark.skipif(
+    not torchlite._C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op"
+)
+
+VIEW_METHODS = ("view", "reshape", "contiguous", "transpose", "flatten")
+
+
+class _CountViews:
+    """Counts calls of the view methods on torch.Tensor (the runtime calls them by name)."""
+
+    def __init__(self, monkeypatch):
+        self.calls = collections.Counter()
+        for name in VIEW_METHODS:
+            orig = getattr(torch.Tensor, name)
+
+            def counted(self_, *a, _orig=orig, _name=name, **k):
+                self.calls[_name] += 1
+                return _orig(self_, *a, **k)
+
+            monkeypatch.setattr(torch.Tensor, name, counted)
+
+
+def _norm_then_project(x, w, b):
+    # GPT-2's shape: layer norm (a kernel) -> view(-1, d) -> addmm -> view back
+    h = F.layer_norm(x, x.shape[-1:]) * 2
+    y = torch.addmm(b, h.view(-1, h.shape[-1]), w)
+    return y.view(x.shape[0], x.shape[1], -1)
+
+
+def _heads_merged(x, w):
+    # attention output: transpose(1, 2).contiguous() (a kernel) -> reshape -> contiguous -> mm
+    y = (x * 2).transpose(1, 2).contiguous()
+    y = y.reshape(y.shape[0], y.shape[1], -1).contiguous()
+    return y.flatten(0, 1) @ w
+
+
+def _view_also_returned(x, w):
+    h = (x + 1).view(-1, x.shape[-1])
+    return h, h @ w
+
+
+# name: (fn, fresh args, view calls left: those of values no kernel makes)
+CASES = {
+    "norm_then_project": (
+        _norm_then_project,
+        lambda: (torch.randn(2, 5, 8), torch.randn(8, 6), torch.randn(6)),
+        1,  # the view of addmm's result
+    ),
+    "heads_merged": (_heads_merged, lambda: (torch.randn(2, 3, 5, 4), torch.randn(12, 7)), 0),
+    "view_also_returned": (
+        _view_also_returned,
+        lambda: (torch.randn(3, 4), torch.randn(4, 2)),
+        0,
+    ),
+}
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_views_of_kernel_outputs_are_not_called_and_match_eager(name, monkeypatch):
+    fn, make, calls_left = CASES[name]
+    args = make()
+    torchlite.reset()
+    compiled = torchlite.compile(fn, fullgraph=True)
+    compiled(*args)
+    counter = _CountViews(monkeypatch)
+    for _ in range(2):
+        args = make()
+        expected, actual = fn(*args), compiled(*args)
+        for e, a in zip(
+            torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(actual)
+        ):
+            torch.testing.assert_close(a, e)
+            assert a.stride() == e.stride()
+    eager_calls = sum(counter.calls.values())
+    counter.calls.clear()
+    compiled(*make())
+    assert eager_calls > calls_left
+    assert sum(counter.calls.values()) == calls_left, counter.calls
+
+
+@needs_cpu_kernels
+def test_a_view_read_twice_is_still_made():
+    def fn(x, w):
+        h = (x + 1).view(-1, 4)
+        return h @ w, h.sum()
+
+    x, w = torch.randn(2, 2, 4), torch.randn(4, 3)
+    torchlite.reset()
+    compiled = torchlite.compile(fn, fullgraph=True)
+    out = compiled(x, w)
+    torch.testing.assert_close(out, fn(x, w))
+
+
+@needs_cpu_kernels
+def test_a_reshape_that_copies_is_not_folded():
+    def fn(x, w):
+        return (x + 1).transpose(0, 1).reshape(-1) @ w  # the reshape of a transpose copies
+
+    x, w = torch.randn(3, 4), torch.randn(12)
+    torchlite.reset()
+    out = torchlite.compile(fn, fullgraph=True)(x, w)
+    torch.testing.assert_close(out, fn(x, w))

@@ -1,0 +1,87 @@
+"""One additive form of a boolean attention mask that several attentions read.
+
+`scaled_dot_product_attention` turns a boolean mask into an additive one on
+every call (a `where` and two small tensors: ~40 us of host time and a kernel
+per layer of a transformer). The compiled graph makes that additive mask once
+per run, with the fill value torch itself would use, and hands it to every
+attention that read the boolean mask (passes/cuda_layouts.cpp).
+
+The fill depends on the backend torch picks (cuDNN fills with a finite value
+in some releases, the others with -inf), and a fully masked row comes out
+differently for each. So the fill is learned from torch: once per backend,
+device and dtype, a small attention with a fully masked row is run with the
+boolean mask and with each candidate; a candidate is used only if it gives
+exactly torch's result, else the boolean mask is passed on unchanged.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+_CANDIDATE_FILLS = (-math.inf, -65504.0)
+_fills = {}  # (backend, device, dtype) -> fill, or None: keep the boolean mask
+
+
+def _same(a, b):
+    return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+
+
+def _additive(mask, fill, dtype):
+    # NOTE: the expression torch's own conversion uses, so the values are the same bits.
+    zero = torch.scalar_tensor(0.0, dtype=dtype, device=mask.device)
+    return torch.where(mask.logical_not(), fill, zero)
+
+
+def _learn_fill(backend, query):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    chosen = {
+        int(SDPBackend.MATH): SDPBackend.MATH,
+        int(SDPBackend.EFFICIENT_ATTENTION): SDPBackend.EFFICIENT_ATTENTION,
+        int(SDPBackend.CUDNN_ATTENTION): SDPBackend.CUDNN_ATTENTION,
+    }.get(backend)
+    if chosen is None:
+        return None
+    gen = torch.Generator(device=query.device).manual_seed(0)
+    shape = (1, 2, 64, query.shape[-1])
+    q, k, v = (
+        torch.randn(shape, generator=gen, device=query.device, dtype=query.dtype) for _ in range(3)
+    )
+    mask = torch.rand(1, 1, 64, 64, generator=gen, device=query.device) > 0.5
+    mask[..., 0, :] = False  # a fully masked row: where the fills differ
+    mask[..., 1, :] = True
+    try:
+        with sdpa_kernel([chosen]):
+            expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            for fill in _CANDIDATE_FILLS:
+                got = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=_additive(mask, fill, query.dtype)
+                )
+                if _same(got, expected):
+                    return fill
+    except RuntimeError:  # the backend refuses the probe's shape: keep the boolean mask
+        return None
+    return None
+
+
+def shared_additive_mask(
+    mask, query, key, value, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+):
+    """`mask` (bool) as the additive mask torch would make for this attention, or
+    `mask` itself where that cannot be matched exactly."""
+    if query.device.type == "meta":  # trace time: the value's metadata
+        return _additive(mask, -math.inf, query.dtype)
+    kw = {"scale": scale, "enable_gqa": enable_gqa}
+    backend = torch._fused_sdp_choice(query, key, value, mask, dropout_p, is_causal, **kw)
+    key_ = (backend, query.device, query.dtype)
+    if key_ not in _fills:
+        _fills[key_] = _learn_fill(backend, query)
+    fill = _fills[key_]
+    if fill is None:
+        return mask
+    additive = _additive(mask, fill, query.dtype)
+    # NOTE: an additive mask must not send torch to another backend than the boolean one.
+    if torch._fused_sdp_choice(query, key, value, additive, dropout_p, is_causal, **kw) != backend:
+        return mask
+    return additive
