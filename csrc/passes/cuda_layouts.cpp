@@ -70,9 +70,9 @@ const Node* attention_input(const Node& n, size_t i) {
 }
 
 bool attention_scalars(const Node& n, std::vector<PyRef>& out) {
-  static PyRef defaults[] = {PyRef::steal(PyFloat_FromDouble(0.0)), PyRef::borrow(Py_False),
-                             PyRef::borrow(Py_None),
-                             PyRef::borrow(Py_False)};  // NOTE: process-long
+  const PyRef defaults[] = {PyRef::steal(PyFloat_FromDouble(0.0)), PyRef::borrow(Py_False),
+                            PyRef::borrow(Py_None), PyRef::borrow(Py_False)};
+  if (!defaults[0]) throw PythonError();
   out.clear();
   for (size_t i = 0; i < 4; ++i) {
     const Arg* a = find_arg(n, 4 + i, kAttentionScalars[i]);
@@ -94,7 +94,7 @@ bool same_values(const std::vector<PyRef>& a, const std::vector<PyRef>& b) {
 }  // namespace
 
 int share_attention_masks(ir::Graph& g) {
-  static PyRef bool_dtype = torch_fn("bool");  // NOTE: process-long
+  const PyRef bool_dtype = torch_fn("bool");
   struct Group {
     std::vector<Node*> users;
     std::vector<PyRef> scalars;
@@ -181,28 +181,27 @@ int pad_unaligned_linears(ir::Graph& g) {
     if (cols % align == 0 || cols < 1024 || rows < 256) continue;
     if (w->meta->sizes[1] % align != 0) continue;  // an unaligned K needs more than this
     const int64_t extra = align - cols % align;
-    PyRef pad = torch_fn("constant_pad_nd");
-    auto padded_of = [&](const Node* t, bool matrix) {
+    PyRef mod = PyRef::steal(PyImport_ImportModule("torchlite._padded_weights"));
+    PyRef pad = mod ? PyRef::steal(PyObject_GetAttrString(mod.get(), "padded_rows")) : PyRef();
+    if (!pad) throw PythonError();
+    auto padded_of = [&](const Node* t) {
       Node* m = const_cast<Node*>(t);
-      std::vector<Arg> amount;
-      if (matrix) amount = {Arg::constant(py_int(0)), Arg::constant(py_int(0))};
-      amount.push_back(Arg::constant(py_int(0)));
-      amount.push_back(Arg::constant(py_int(extra)));
-      return insert_call(g, n, pad, "", {Arg::of_node(m), Arg::list(std::move(amount))}, {},
+      return insert_call(g, n, pad, "", {Arg::of_node(m), Arg::constant(py_int(cols + extra))}, {},
                          m->meta->device);
     };
-    Node* wp = padded_of(w, true);
+    Node* wp = padded_of(w);
     std::vector<Arg> args = {Arg::of_node(const_cast<Node*>(x)), Arg::of_node(wp)};
-    if (b) args.push_back(Arg::of_node(padded_of(b, false)));
+    if (b) args.push_back(Arg::of_node(padded_of(b)));
     Node* wide = insert_call(g, n, n->target, "", std::move(args), {}, n->meta->device);
     const int64_t last = static_cast<int64_t>(n->meta->sizes.size()) - 1;
+    // NOTE: the result keeps the padded row stride, as torch.compile's does: making it
+    // contiguous would cost a copy of all of it (350 us for GPT-2's logits on an H100).
     Node* cut = insert_call(g, n, {}, "narrow",
                             {Arg::of_node(wide), Arg::constant(py_int(last)),
                              Arg::constant(py_int(0)), Arg::constant(py_int(cols))},
                             {}, n->meta->device);
-    Node* dense = insert_call(g, n, {}, "contiguous", {Arg::of_node(cut)}, {}, n->meta->device);
-    dense->location = wide->location = n->location;
-    replace_uses(users_of(g, n), n, dense);
+    cut->location = wide->location = n->location;
+    replace_uses(users_of(g, n), n, cut);
     g.erase(n);
     ++padded;
   }

@@ -1,7 +1,7 @@
 #pragma once
 // Layouts that let torch's fused CUDA library kernels run where the captured
 // graph would send them to slow paths. All only touch CUDA graphs and keep
-// every value the user sees as eager computes it.
+// every value the user sees as eager computes it (strides may differ).
 #include "ir/graph.h"
 
 namespace tl::passes {
@@ -21,9 +21,10 @@ int share_attention_masks(ir::Graph& graph);
 
 // F.linear whose output rows are not 16-byte aligned (a half-precision
 // vocabulary projection of 50257 columns) runs cuBLAS's align-1 kernels, 6x
-// slower: the weight (and bias) are zero-padded to an aligned row count, and
-// the result is sliced back and made contiguous. Returns how many linears
-// were padded.
+// slower: the weight (and bias) are zero-padded to an aligned row count
+// (torchlite/_padded_weights.py), and the result is the padded one narrowed
+// back: eager's values, with rows padded to 16 bytes as torch.compile returns
+// them (not contiguous). Returns how many linears were padded.
 int pad_unaligned_linears(ir::Graph& graph);
 
 }  // namespace tl::passes

@@ -4,26 +4,15 @@
 #include <unordered_map>
 
 #include "core/errors.h"
-#include "passes/alias.h"
-#include "passes/graph_info.h"
-#include "passes/lowering.h"
+#include "runtime/compiled_step.h"
 #include "runtime/cuda/compile.h"
 #include "runtime/cuda/driver.h"
-#include "runtime/node_call.h"
 #ifdef TORCHLITE_HAVE_LLVM
 #include "runtime/cpu/jit.h"
 #include "runtime/cpu/parallel.h"
 #endif
 
 namespace tl::runtime {
-
-namespace {
-using KernelPtr = void (*)(int64_t begin, int64_t end, char* const* bufs);
-
-// The positional arguments of torch.empty_strided for one kernel output.
-struct Alloc {
-  PyRef sizes, strides, dtype, device;
-};
 
 PyRef int_tuple(const std::vector<int64_t>& v) {
   PyRef t = PyRef::steal(PyTuple_New(v.size()));
@@ -36,6 +25,11 @@ PyRef int_tuple(const std::vector<int64_t>& v) {
   return t;
 }
 
+Alloc alloc_of(const ir::TensorMeta& m) {
+  return {int_tuple(m.sizes), int_tuple(m.strides), m.dtype, m.device};
+}
+
+namespace {
 PyRef torch_attr(const char* name) {
   PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
   PyRef attr = torch ? PyRef::steal(PyObject_GetAttrString(torch.get(), name)) : PyRef();
@@ -72,39 +66,6 @@ std::optional<KernelDevice> device_of(const ir::TensorMeta& m) {
   return std::nullopt;
 }
 
-Alloc alloc_of(const ir::TensorMeta& m) {
-  return {int_tuple(m.sizes), int_tuple(m.strides), m.dtype, m.device};
-}
-
-// Elements between the first and the last addressed by a layout, plus one.
-int64_t span(const ir::TensorMeta& m) {
-  int64_t s = 1;
-  for (size_t d = 0; d < m.sizes.size(); ++d) {
-    if (m.sizes[d] == 0) return 0;
-    s += (m.sizes[d] - 1) * m.strides[d];
-  }
-  return s;
-}
-
-// `view` reads the value `from`, which starts a kernel's output `root`, and
-// is a torch view of all of root's memory: root can be allocated as `view`.
-bool views_all_of(const ir::Node& view, const ir::Node& from, const ir::Node& root) {
-  static const char* const kViews[] = {"view",       "reshape", "flatten", "unflatten",
-                                       "contiguous", "permute", "t",       "transpose",
-                                       "unsqueeze",  "squeeze", "getitem"};
-  std::string op = passes::op_base_name(view);
-  bool known = false;
-  for (const char* v : kViews) known |= op == v;
-  if (!known || view.args.empty() || view.args[0].kind != ir::Arg::Kind::Node ||
-      view.args[0].node != &from || !view.meta || !root.meta)
-    return false;
-  const ir::TensorMeta &v = *view.meta, &r = *root.meta;
-  // NOTE: no views of values autograd records: those must keep torch's view chain.
-  if (v.requires_grad || r.requires_grad || v.dtype.get() != r.dtype.get()) return false;
-  int64_t n = span(r);
-  return n > 0 && span(v) == n && passes::alias_offset(view, root) == std::optional<int64_t>(0);
-}
-
 bool same(const KernelDevice& a, const KernelDevice& b) {
   return a.cuda == b.cuda && a.index == b.index;
 }
@@ -139,22 +100,6 @@ std::optional<KernelDevice> kernel_device(const ir::Graph& graph) {
   return std::nullopt;
 #endif
 }
-
-struct CompiledGraph::Step {
-  std::optional<NodeCall> call;  // an extern node, or a kernel:
-  int kernel = -1;
-  KernelPtr fn = nullptr;  // on the CPU
-  cuda::LoadedKernel cu;   // on CUDA
-  std::vector<int> in_slots, out_slots;
-  std::vector<Alloc> allocs;
-  int64_t outer = 1, red = 1;
-  bool skip = false;  // never made: an empty factory only kernels read, or a folded view
-  const ir::Node* node = nullptr;  // reported when the step fails
-  std::vector<int> release_after;  // slots whose last use is this step
-  // An extern whose result a kernel reads: the layout the kernel was built for.
-  std::optional<Alloc> kernel_layout;
-  std::vector<int64_t> layout_sizes, layout_strides;
-};
 
 CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Partition partition)
     : graph_(std::move(graph)), partition_(std::move(partition)) {
@@ -193,11 +138,12 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
       for (auto* in : fk.inputs) {
         const ir::TensorMeta& m = kernel_meta(in, k.name, dev);
         s.in_slots.push_back(slot_of(in, k.name));
+        s.in_offsets.push_back(0);
         values_.use(s.in_slots.back(), idx);
         auto producer = extern_step_of.find(in);
         if (producer != extern_step_of.end() && !steps_[producer->second].kernel_layout) {
           Step& p = steps_[producer->second];
-          p.kernel_layout = Alloc{int_tuple(m.sizes), int_tuple(m.strides), m.dtype, m.device};
+          p.kernel_layout = alloc_of(m);
           p.layout_sizes = m.sizes, p.layout_strides = m.strides;
         }
       }
@@ -220,6 +166,8 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
       static_cast<int>(steps_.size()));
   skip_empty_factories();
   fold_output_views(extern_step_of, slots);
+  collapse_view_chains(extern_step_of, slots);
+  drop_unread_views();
   std::vector<std::vector<int>> produced;
   for (auto& s : steps_) produced.push_back(s.out_slots);
   auto release = values_.release_lists(produced, static_cast<int>(n_inputs_));
@@ -253,34 +201,6 @@ void CompiledGraph::skip_empty_factories() {
     bool factory = false;
     for (const char* f : kFactories) factory |= s.node->target_name == f;
     s.skip = factory && numel == 0;
-  }
-}
-
-// A kernel output read only by a chain of torch views (`view`, `reshape`,
-// `contiguous`, ...: each the only reader of the one before) that covers all
-// of its memory is allocated in the last view's layout: the kernel writes the
-// same bytes, and the view calls (~3 us each on the host) are never made.
-void CompiledGraph::fold_output_views(
-    const std::unordered_map<const ir::Node*, int>& extern_step_of, const SlotMap& slots) {
-  passes::GraphInfo info = passes::analyze_graph(*graph_);
-  for (auto& s : steps_) {
-    if (s.kernel < 0) continue;
-    const auto& outs = partition_.kernels[s.kernel].outputs;
-    for (size_t i = 0; i < outs.size(); ++i) {
-      std::vector<int> chain;
-      const ir::Node* last = nullptr;
-      for (const ir::Node* cur = outs[i];;) {
-        const auto& users = info.users_of(cur);
-        auto step = users.size() == 1 ? extern_step_of.find(users[0]) : extern_step_of.end();
-        if (step == extern_step_of.end() || !views_all_of(*users[0], *cur, *outs[i])) break;
-        chain.push_back(step->second);
-        last = cur = users[0];
-      }
-      if (!last) continue;
-      s.allocs[i] = alloc_of(*last->meta);
-      s.out_slots[i] = slots.at(last);
-      for (int idx : chain) steps_[idx].skip = true;
-    }
   }
 }
 
@@ -361,8 +281,10 @@ bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, RunSta
     bufs.push_back(p ? static_cast<char*>(PyLong_AsVoidPtr(p.get())) : nullptr);
     return p && !PyErr_Occurred();
   };
-  for (int slot : s.in_slots)
-    if (!data_ptr(values[slot].get())) return false;
+  for (size_t i = 0; i < s.in_slots.size(); ++i) {
+    if (!data_ptr(values[s.in_slots[i]].get())) return false;
+    if (bufs.back()) bufs.back() += s.in_offsets[i];
+  }
   for (size_t i = 0; i < s.out_slots.size(); ++i) {
     const Alloc& a = s.allocs[i];
     PyObject* argv[5] = {nullptr, a.sizes.get(), a.strides.get(), a.dtype.get(), a.device.get()};

@@ -54,8 +54,12 @@ class CompiledGraph {
   void compile_cuda();
   bool match_kernel_layout(const Step& s, PyRef& value);
   void skip_empty_factories();
+  // view_steps.cpp
   void fold_output_views(const std::unordered_map<const ir::Node*, int>& extern_step_of,
                          const SlotMap& slots);
+  void collapse_view_chains(const std::unordered_map<const ir::Node*, int>& extern_step_of,
+                            const SlotMap& slots);
+  void drop_unread_views();
   bool run_kernel(const Step& s, std::vector<PyRef>& values, RunState& rs);
   bool launch_cuda(const Step& s, const std::vector<char*>& bufs, RunState& rs);
   std::shared_ptr<const ir::Graph> graph_;

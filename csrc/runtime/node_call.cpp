@@ -1,5 +1,7 @@
 #include "runtime/node_call.h"
 
+#include "core/errors.h"
+
 namespace tl::runtime {
 
 namespace {
@@ -7,8 +9,12 @@ ArgPlan plan_arg(const ir::Arg& a, const SlotMap& slots) {
   ArgPlan p;
   p.kind = a.kind;
   switch (a.kind) {
-    case ir::Arg::Kind::Node: p.slot = slots.at(a.node); break;
-    case ir::Arg::Kind::Const: p.constant = a.value; break;
+    case ir::Arg::Kind::Node:
+      p.slot = slots.at(a.node);
+      break;
+    case ir::Arg::Kind::Const:
+      p.constant = a.value;
+      break;
     default:
       for (auto& it : a.items) p.items.push_back(plan_arg(it, slots));
       p.keys = a.keys;
@@ -29,7 +35,8 @@ PyObject* materialize(const ArgPlan& p, const std::vector<PyRef>& values) {
       Py_XINCREF(v);
       return v;
     }
-    case ir::Arg::Kind::Const: return Py_NewRef(p.constant.get());
+    case ir::Arg::Kind::Const:
+      return Py_NewRef(p.constant.get());
     case ir::Arg::Kind::Tuple:
     case ir::Arg::Kind::List: {
       bool tuple = p.kind == ir::Arg::Kind::Tuple;
@@ -41,8 +48,10 @@ PyObject* materialize(const ArgPlan& p, const std::vector<PyRef>& values) {
           Py_DECREF(out);
           return nullptr;
         }
-        if (tuple) PyTuple_SET_ITEM(out, i, item);
-        else PyList_SET_ITEM(out, i, item);
+        if (tuple)
+          PyTuple_SET_ITEM(out, i, item);
+        else
+          PyList_SET_ITEM(out, i, item);
       }
       return out;
     }
@@ -79,6 +88,37 @@ NodeCall::NodeCall(const ir::Node& n, const SlotMap& slots) : node_(&n) {
   for (auto& a : args_) collect_slots(a, used_);
 }
 
+NodeCall NodeCall::as_strided(const ir::Node& node, int slot, const std::vector<int64_t>& sizes,
+                              const std::vector<int64_t>& strides, int64_t offset) {
+  NodeCall c;
+  c.node_ = &node;
+  PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
+  c.callable_ = torch ? PyRef::steal(PyObject_GetAttrString(torch.get(), "as_strided")) : PyRef();
+  if (!c.callable_) throw PythonError();
+  auto ints = [](const std::vector<int64_t>& v) {
+    PyRef t = PyRef::steal(PyTuple_New(v.size()));
+    for (size_t i = 0; t && i < v.size(); ++i) {
+      PyObject* item = PyLong_FromLongLong(v[i]);
+      if (!item) throw PythonError();
+      PyTuple_SET_ITEM(t.get(), i, item);
+    }
+    if (!t) throw PythonError();
+    return t;
+  };
+  ArgPlan input;
+  input.kind = ir::Arg::Kind::Node;
+  input.slot = slot;
+  c.args_.push_back(std::move(input));
+  for (PyRef v : {ints(sizes), ints(strides), PyRef::steal(PyLong_FromLongLong(offset))}) {
+    if (!v) throw PythonError();
+    ArgPlan a;
+    a.constant = std::move(v);
+    c.args_.push_back(std::move(a));
+  }
+  c.used_ = {slot};
+  return c;
+}
+
 bool NodeCall::changes_grad_mode() const {
   return node_->target_name == "torch._C._set_grad_enabled";
 }
@@ -112,8 +152,8 @@ PyObject* NodeCall::call(const std::vector<PyRef>& values) const {
       result = PyObject_VectorcallMethod(method_.get(), argv + 1,
                                          npos | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames_.get());
     } else {
-      result = PyObject_Vectorcall(callable_.get(), argv + 1,
-                                   npos | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames_.get());
+      result = PyObject_Vectorcall(callable_.get(), argv + 1, npos | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                   kwnames_.get());
     }
   }
   for (size_t i = 0; i < made; ++i) Py_DECREF(argv[1 + i]);
@@ -122,8 +162,8 @@ PyObject* NodeCall::call(const std::vector<PyRef>& values) const {
 
 int grad_enabled() {
   PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
-  PyRef r = torch ? PyRef::steal(PyObject_CallMethod(torch.get(), "is_grad_enabled", nullptr))
-                  : PyRef();
+  PyRef r =
+      torch ? PyRef::steal(PyObject_CallMethod(torch.get(), "is_grad_enabled", nullptr)) : PyRef();
   int v = r ? PyObject_IsTrue(r.get()) : -1;
   if (v < 0) PyErr_Clear();
   return v;

@@ -26,6 +26,10 @@ class NodeCall {
  public:
   // `slots` maps every node the arguments refer to onto its value slot.
   NodeCall(const ir::Node& node, const SlotMap& slots);
+  // `torch.as_strided(<slot>, sizes, strides, offset)`, run for `node`: what a
+  // chain of views ending in `node` computes, in one call.
+  static NodeCall as_strided(const ir::Node& node, int slot, const std::vector<int64_t>& sizes,
+                             const std::vector<int64_t>& strides, int64_t offset);
   // Calls the node's target on `values` (indexed by slot). Returns a new
   // reference, or null with the Python error set.
   PyObject* call(const std::vector<PyRef>& values) const;
@@ -36,9 +40,10 @@ class NodeCall {
   bool changes_grad_mode() const;
 
  private:
+  NodeCall() = default;
   const ir::Node* node_ = nullptr;
-  PyRef callable_;  // call_function
-  PyRef method_;    // call_method: interned name
+  PyRef callable_;             // call_function
+  PyRef method_;               // call_method: interned name
   std::vector<ArgPlan> args_;  // positional then keyword values
   PyRef kwnames_;              // tuple or null
   std::vector<int> used_;

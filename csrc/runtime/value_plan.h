@@ -13,8 +13,11 @@ namespace tl::runtime {
 
 class ValuePlan {
  public:
-  // Step `step` reads `slot`.
-  void use(int slot, int step) { last_use_[slot] = step; }
+  // Step `step` reads `slot` (the slot lives to its latest reader).
+  void use(int slot, int step) {
+    auto [it, added] = last_use_.try_emplace(slot, step);
+    if (!added && it->second < step) it->second = step;
+  }
   // Records the graph's outputs (kept past the last of `n_steps` steps);
   // `slot_of` maps an output node to its slot.
   void set_outputs(const ir::Graph& graph, const std::function<int(const ir::Node*)>& slot_of,

@@ -1,7 +1,9 @@
 """CUDA graphs rewritten so torch's fused library kernels run: attention masks broadcast along
 their last dimension get one dense copy (else scaled_dot_product_attention takes its unfused
-math path), and half-precision linears with unaligned output rows are computed padded (else
-cuBLAS runs its align-1 kernels). Results, dtypes and strides stay eager's."""
+math path), half-precision linears with unaligned output rows are computed padded (else
+cuBLAS runs its align-1 kernels) and return the padded rows narrowed, as torch.compile does,
+and a boolean mask shared by attention layers is made additive once. Results and dtypes stay
+eager's."""
 
 import pytest
 import torch
@@ -130,11 +132,27 @@ def test_unaligned_half_linear_is_padded_and_matches_eager(dtype, shape, bias):
         for _ in range(2):
             actual = compiled(x, w, b)
             torch.testing.assert_close(actual, expected, atol=2e-2, rtol=2e-2)
-            assert actual.stride() == expected.stride()
+            # rows keep the padded stride, as torch.compile returns them (no copy)
+            assert actual.stride()[-1] == 1 and actual.stride()[-2] == 5008
         widths = _linear_widths(compiled, x, w, b)
         w.mul_(2)  # the padded weight is rebuilt from the current one on every call
         torch.testing.assert_close(compiled(x, w, b), _project(x, w, b), atol=4e-2, rtol=2e-2)
     assert widths == {5008}, widths  # padded to a multiple of 8
+
+
+def _log_probs(x, w):
+    return F.linear(x, w).float().log_softmax(-1)
+
+
+def test_padded_linear_result_feeds_later_kernels():
+    # the padded-stride logits are read in place by the kernels after them
+    x = torch.randn(300, 256, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(5003, 256, device="cuda", dtype=torch.bfloat16) / 16
+    torchlite.reset()
+    compiled = torchlite.compile(_log_probs, fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, w), _log_probs(x, w), atol=5e-2, rtol=2e-2)
+    assert _linear_widths(compiled, x, w) == {5008}
 
 
 def test_aligned_or_float_linears_are_left_alone():

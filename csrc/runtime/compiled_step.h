@@ -1,0 +1,44 @@
+#pragma once
+// One step of a CompiledGraph's plan (an extern call or a kernel launch),
+// shared by compiled_graph.cpp and the plan rewrites of view_steps.cpp.
+#include <optional>
+#include <vector>
+
+#include "core/py_ref.h"
+#include "ir/graph.h"
+#include "runtime/compiled_graph.h"
+#include "runtime/cuda/compile.h"
+#include "runtime/node_call.h"
+
+namespace tl::runtime {
+
+// The positional arguments of torch.empty_strided for one kernel output.
+struct Alloc {
+  PyRef sizes, strides, dtype, device;
+};
+
+PyRef int_tuple(const std::vector<int64_t>& v);
+Alloc alloc_of(const ir::TensorMeta& m);
+
+using KernelPtr = void (*)(int64_t begin, int64_t end, char* const* bufs);
+
+struct CompiledGraph::Step {
+  std::optional<NodeCall> call;  // an extern node, or a kernel:
+  int kernel = -1;
+  KernelPtr fn = nullptr;  // on the CPU
+  cuda::LoadedKernel cu;   // on CUDA
+  std::vector<int> in_slots, out_slots;
+  // Per input: bytes past the slot's data pointer where the input starts (a
+  // view that was never made, read through its base; view_steps.cpp).
+  std::vector<int64_t> in_offsets;
+  std::vector<Alloc> allocs;
+  int64_t outer = 1, red = 1;
+  bool skip = false;  // never made: an empty factory only kernels read, or a view no one needs
+  const ir::Node* node = nullptr;  // reported when the step fails
+  std::vector<int> release_after;  // slots whose last use is this step
+  // An extern whose result a kernel reads: the layout the kernel was built for.
+  std::optional<Alloc> kernel_layout;
+  std::vector<int64_t> layout_sizes, layout_strides;
+};
+
+}  // namespace tl::runtime
