@@ -152,7 +152,7 @@ def test_padded_linear_result_feeds_later_kernels():
     compiled = torchlite.compile(_log_probs, fullgraph=True)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x, w), _log_probs(x, w), atol=5e-2, rtol=2e-2)
-    assert _linear_widths(compiled, x, w) == {5008}
+        assert _linear_widths(compiled, x, w) == {5008}
 
 
 def test_aligned_or_float_linears_are_left_alone():
