@@ -168,9 +168,12 @@ void Writer::store_outputs(int pass, const std::function<void(size_t, const std:
 }
 
 int64_t Writer::grid_for(int64_t threads, int block) const {
-  // NOTE: one wave at full occupancy (2048 threads per SM); grid-stride loops cover the rest.
-  int64_t cap = int64_t{target_.multiprocessors} * (2048 / block);
-  return std::clamp<int64_t>((threads + block - 1) / block, 1, std::max<int64_t>(cap, 1));
+  // NOTE: every thread's first step covers the whole range (grid-stride loops
+  // only serve grids past the cap): on an H100 a pointwise kernel sized to one
+  // wave of blocks reached 86% of copy bandwidth, one sized to the range 100%.
+  // The cap keeps a 32-bit index's `i + unroll * step` from overflowing.
+  int64_t cap = ((int64_t{1} << 31) - 1) / (int64_t{block} * 8);
+  return std::clamp<int64_t>((threads + block - 1) / block, 1, cap);
 }
 
 // NOTE: each thread handles several points (or packs) per step of its
@@ -351,7 +354,9 @@ CudaKernel Writer::run() {
       pointwise_vector(width);
       out_.vector_name = name_ + "_v";
     }
-    out_.grid = grid_for(k_.outer_numel() / width, block_);
+    // One step of the grid-stride loop per thread: `unroll` points or packs each.
+    int unroll = vector ? kVectorUnroll : widest <= 2 ? 2 * kScalarUnroll : kScalarUnroll;
+    out_.grid = grid_for((k_.outer_numel() / width + unroll - 1) / unroll, block_);
   } else {
     reduction_kernel(name_);
     int width = 0;

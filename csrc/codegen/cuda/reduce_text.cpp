@@ -97,8 +97,7 @@ void Writer::reduction_kernel(const std::string& entry) {
       break;
     case Rows::Block:
       open("for (" + idx_ + " row = blockIdx.x; row < " + nr + "; row += gridDim.x)");
-      out_.grid = std::clamp<int64_t>(
-          n_rows, 1, std::max<int64_t>(1, int64_t{target_.multiprocessors} * (2048 / block_)));
+      out_.grid = std::clamp<int64_t>(n_rows, 1, (int64_t{1} << 31) - 1);
       break;
   }
   (void)len;
