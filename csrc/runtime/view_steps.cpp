@@ -35,6 +35,8 @@ bool is_split(const ir::Node& n) {
 // Ops whose result is a new tensor laid out as its meta value says (torch
 // allocates it contiguous): the root of a view chain rewritten into offsets.
 bool is_fresh_result_op(const ir::Node& n) {
+  for (auto& kw : n.kwargs)
+    if (kw.first == "out") return false;  // returns the tensor it was given
   return is_one_of(passes::op_base_name(n),
                    {"addmm", "mm", "bmm", "baddbmm", "linear", "matmul", "embedding"});
 }

@@ -1,6 +1,7 @@
-"""A kernel output that only a chain of torch views reads (view, reshape, contiguous, ...,
-each the only reader of the one before) is allocated in the last view's layout
-(runtime/compiled_graph.cpp): the view calls are never made, and values, shapes and strides
+"""Views of values the compiled graph makes cost no torch calls (runtime/view_steps.cpp): a
+kernel output only a chain of views reads is allocated in the last view's layout; a view chain
+of a fresh value (a kernel's or a matmul's) is read by kernels at an offset into it, or made by
+one as_strided for a torch op; views no one reads are not made. Values, shapes and strides
 stay eager's."""
 
 import collections
@@ -15,7 +16,7 @@ needs_cpu_kernels = pytest.mark.skipif(
     not torchlite._C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op"
 )
 
-VIEW_METHODS = ("view", "reshape", "contiguous", "transpose", "flatten")
+VIEW_METHODS = ("view", "reshape", "contiguous", "transpose", "flatten", "split")
 
 
 class _CountViews:
@@ -47,6 +48,14 @@ def _heads_merged(x, w):
     return y.flatten(0, 1) @ w
 
 
+def _heads_of_a_projection(x, w):
+    # GPT-2's attention inputs: split and per-head views of one matmul's result; q reaches
+    # attention as one as_strided of it, k and v are read by kernels at offsets into it
+    q, k, v = (x @ w).split(8, dim=-1)
+    q, k, v = (t.view(2, 5, 2, 4).transpose(1, 2) for t in (q, k, v))
+    return F.scaled_dot_product_attention(q, k * 2, v + 1)
+
+
 def _view_also_returned(x, w):
     h = (x + 1).view(-1, x.shape[-1])
     return h, h @ w
@@ -58,6 +67,11 @@ CASES = {
         _norm_then_project,
         lambda: (torch.randn(2, 5, 8), torch.randn(8, 6), torch.randn(6)),
         1,  # the view of addmm's result
+    ),
+    "heads_of_a_projection": (
+        _heads_of_a_projection,
+        lambda: (torch.randn(2, 5, 6), torch.randn(6, 24)),
+        0,
     ),
     "heads_merged": (_heads_merged, lambda: (torch.randn(2, 3, 5, 4), torch.randn(12, 7)), 0),
     "view_also_returned": (
