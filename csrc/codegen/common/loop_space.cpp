@@ -91,11 +91,11 @@ LoopSpace coalesce(const ir::Kernel& k, bool index_buffers) {
       (d < n_outer ? outer : red).strides[b].push_back(views[b]->strides[d]);
   }
   // NOTE: only pointwise kernels are reordered: reductions keep row-major
-  // order (argmax/argmin take the first index), and index expressions that the
-  // CUDA emitter derives from the linear index need it too.
-  if (k.reduction_axes == 0 && !k.outputs.empty() && index_views.empty() &&
-      std::none_of(k.exprs.begin(), k.exprs.end(),
-                   [](const ir::Expr& e) { return e.op == ir::ExprOp::Index; }))
+  // order (argmax/argmin take the first index). Coordinates (Index exprs) then
+  // come from index pseudo-buffers, which reordering keeps exact.
+  bool reads_index = std::any_of(k.exprs.begin(), k.exprs.end(),
+                                 [](const ir::Expr& e) { return e.op == ir::ExprOp::Index; });
+  if (k.reduction_axes == 0 && !k.outputs.empty() && (index_buffers || !reads_index))
     memory_order(outer, k.inputs.size());
   outer = merge(outer);
   red = merge(red);

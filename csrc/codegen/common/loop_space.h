@@ -25,9 +25,11 @@ struct LoopSpace {
   std::map<int64_t, size_t> index_buffer;
 };
 
-// Row-major linear order is preserved (argmax/argmin indices rely on it).
-// `index_buffers`: one pseudo-buffer per axis an Index expr reads (the CPU
-// emitter reads coordinates from them; the CUDA one divides linear indices).
+// Pointwise kernels walk their first output in memory order; reductions keep
+// row-major order (argmax/argmin indices rely on it). `index_buffers`: one
+// pseudo-buffer per axis an Index expr reads, whose offset is the coordinate;
+// without them a kernel that reads coordinates keeps row-major order, and the
+// emitter derives coordinates from the linear index.
 LoopSpace coalesce(const ir::Kernel& k, bool index_buffers);
 
 }  // namespace tl::codegen

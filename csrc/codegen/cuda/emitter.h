@@ -64,6 +64,9 @@ class Writer {
   // Computes and stores every output at outer linear index `lin` (a loop variable).
   void point_at(const std::string& lin);
   ST buffer_type(size_t buf) const;  // buffers: inputs, then outputs
+  // Buffers in memory (inputs, outputs); coordinate pseudo-buffers follow them.
+  size_t n_memory() const { return k_.inputs.size() + k_.outputs.size(); }
+  bool is_coordinate(size_t buf) const { return buf >= n_memory(); }
   // Elements per 16-byte pack of the widest buffer contiguous along `axis`,
   // when every such buffer starts each run along it pack-aligned; else 0.
   int pack_width(size_t axis) const;
@@ -87,15 +90,14 @@ class Writer {
   const ir::Kernel& k_;
   std::string name_;
   Target target_;
-  LoopSpace s_;  // without index buffers: index_value() derives coordinates
+  LoopSpace s_;  // index buffers in pointwise kernels only (coordinate_buffers)
   int n_in_;
   std::string idx_ = "unsigned";  // index type: 32-bit unless sizes need 64
   std::ostringstream os_;
   std::string indent_;
   ElemRef ref_;
   std::string lin_outer_, lin_red_, off_;
-  bool has_gather_ = false;                   // no vector entry then
-  bool computed_gather_ = false;              // a Gather by a computed offset: 64-bit indices
+  int gathers_ = 0;                           // Gather exprs: no vector entry then
   int64_t gather_low_ = 0, gather_high_ = 0;  // the constant offsets Gathers add
   std::vector<std::string> cache_;            // expr values of the current scope
   std::vector<std::string> acc_;              // reduction accumulators (row scope)

@@ -13,13 +13,23 @@ using ir::ExprOp;
 namespace {
 bool is_index(ExprOp op) { return op == ExprOp::Index; }
 bool is_gather(ExprOp op) { return op == ExprOp::Gather; }
+
+// NOTE: a pointwise kernel that reads coordinates gets them from index
+// pseudo-buffers, so it can walk its output in memory order: a channels-last
+// max pool then reads neighbouring channels in neighbouring threads (resnet50
+// b64 bf16 stem pool on an H100: 1.21 ms walking NCHW order). Reductions
+// derive coordinates from their row-major linear indices.
+bool coordinate_buffers(const ir::Kernel& k) {
+  return k.reduction_axes == 0 && std::any_of(k.exprs.begin(), k.exprs.end(),
+                                              [](const ir::Expr& e) { return is_index(e.op); });
+}
 }  // namespace
 
 Writer::Writer(const ir::Kernel& k, const std::string& name, const Target& t)
     : k_(k),
       name_(name),
       target_(t),
-      s_(coalesce(k, /*index_buffers=*/false)),
+      s_(coalesce(k, coordinate_buffers(k))),
       n_in_(static_cast<int>(k.inputs.size())) {}
 
 void Writer::fail(size_t i, const std::string& why) const { expr_error(k_, "CUDA kernel", i, why); }
@@ -32,12 +42,11 @@ void Writer::analyse() {
   for (const ir::Expr& e : k_.exprs) {
     if (!is_gather(e.op)) continue;
     const ir::Expr& by = k_.exprs[e.operands.at(0)];
-    has_gather_ = true;
+    ++gathers_;
     if (by.op == ExprOp::Constant) {
       gather_low_ = std::min(gather_low_, by.ivalue);
       gather_high_ = std::max(gather_high_, by.ivalue);
-    } else
-      computed_gather_ = true;
+    }
   }
 }
 
@@ -47,8 +56,10 @@ void Writer::choose_index_type() {
   int64_t total = 1;
   for (int64_t n : s_.outer) total *= n;
   for (int64_t n : s_.red) total *= n;
-  // A Gather's offsets are not bounded by its view: always 64-bit.
-  bool wide = total >= limit || computed_gather_;
+  // NOTE: a Gather by a computed offset adds it in 64 bits (value()), so it
+  // does not widen the loop index: 64-bit division of the linear index into
+  // coordinates made a channels-last max pool instruction-bound (~3x slower).
+  bool wide = total >= limit;
   std::vector<int64_t> sizes = s_.outer;
   sizes.insert(sizes.end(), s_.red.begin(), s_.red.end());
   for (size_t b = 0; b < s_.strides.size(); ++b) {
@@ -113,7 +124,10 @@ std::string Writer::value(int i) {
   } else if (is_gather(e.op)) {
     ST t = k_.inputs[e.buffer].type;
     std::string b = std::to_string(e.buffer);
-    std::string at = off_ + b + " + (" + idx_ + ")" + operand(ops[0], ST::I64);
+    const ir::Expr& by = k_.exprs[ops[0]];
+    std::string at = by.op == ExprOp::Constant
+                         ? off_ + b + " + (" + idx_ + ")" + operand(ops[0], ST::I64)
+                         : "(long long)" + off_ + b + " + " + operand(ops[0], ST::I64);
     v = convert(from_memory("in" + b + "[" + at + "]", t), t, e.type);
   } else if (is_index(e.op)) {
     v = index_value(e.ivalue);
@@ -149,6 +163,8 @@ std::string Writer::value(int i) {
 // The point's coordinate along original kernel axis `axis`, from the linear
 // index over the outer or the reduction axes (coalescing keeps row-major order).
 std::string Writer::index_value(int64_t axis) const {
+  if (!s_.index_buffer.empty())
+    return "(long long)(" + ref_(static_cast<int>(s_.index_buffer.at(axis))) + ")";
   size_t n_outer = k_.shape.size() - k_.reduction_axes, a = static_cast<size_t>(axis);
   bool outer = a < n_outer;
   size_t end = outer ? n_outer : k_.shape.size();
@@ -199,7 +215,8 @@ void Writer::pointwise_scalar(int unroll) {
     offsets(prefix, iu, s_.outer, 0, "");
     new_scope(
         [&](int buf) {
-          return "in" + std::to_string(buf) + "[" + prefix + std::to_string(buf) + "]";
+          std::string at = prefix + std::to_string(buf);
+          return is_coordinate(buf) ? at : "in" + std::to_string(buf) + "[" + at + "]";
         },
         iu, "0", prefix);
     store_outputs(0, [&](size_t o, const std::string& v) {
@@ -215,8 +232,12 @@ void Writer::pointwise_scalar(int unroll) {
 
 void Writer::point_at(const std::string& lin) {
   offsets("o", lin, s_.outer, 0, "");
-  new_scope([](int buf) { return "in" + std::to_string(buf) + "[o" + std::to_string(buf) + "]"; },
-            lin);
+  new_scope(
+      [&](int buf) {
+        std::string at = "o" + std::to_string(buf);
+        return is_coordinate(buf) ? at : "in" + std::to_string(buf) + "[" + at + "]";
+      },
+      lin);
   store_outputs(0, [&](size_t o, const std::string& v) {
     line("out" + std::to_string(o) + "[o" + std::to_string(n_in_ + o) + "] = " + v + ";");
   });
@@ -229,11 +250,11 @@ ST Writer::buffer_type(size_t buf) const {
 
 int Writer::pack_width(size_t axis) const {
   int widest = 0;
-  for (size_t b = 0; b < s_.strides.size(); ++b)
+  for (size_t b = 0; b < n_memory(); ++b)
     if (s_.strides[b][axis] == 1) widest = std::max(widest, elem_bytes(buffer_type(b)));
   if (widest == 0) return 0;
   int v = 16 / widest;
-  for (size_t b = 0; b < s_.strides.size(); ++b) {
+  for (size_t b = 0; b < n_memory(); ++b) {
     if (s_.strides[b][axis] != 1) continue;
     if (s_.offsets[b] % v != 0) return 0;
     for (size_t d = 0; d < axis; ++d)
@@ -249,12 +270,12 @@ int Writer::pack_width(size_t axis) const {
 // be whole packs; the others must be broadcast along it (per-channel
 // parameters in a channels-last kernel) and are read once per element.
 bool Writer::vector_width(int* width) const {
-  if (k_.reduction_axes != 0 || has_gather_) return false;
+  if (k_.reduction_axes != 0 || gathers_ > 0) return false;
   size_t inner = s_.outer.size() - 1;
   // NOTE: an operand walking the inner axis with another stride (a transpose)
   // keeps the scalar entry: read by element from packs' rows it made
   // mixer_s16_224 and beit_base_patch16_224 slower than eager on an H100.
-  for (size_t b = 0; b < s_.strides.size(); ++b)
+  for (size_t b = 0; b < n_memory(); ++b)
     if (s_.strides[b][inner] > 1 || s_.strides[b][inner] < 0) return false;
   int v = pack_width(inner);
   if (v == 0) return false;
@@ -271,7 +292,7 @@ void Writer::pointwise_vector(int width) {
   std::string b = std::to_string(block_), n = std::to_string(numel);
   std::string w = std::to_string(width), nv = std::to_string(numel / width);
   std::string tid = "(" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x";
-  auto in_packs = [&](size_t buf) { return s_.strides[buf][inner] == 1; };
+  auto in_packs = [&](size_t buf) { return !is_coordinate(buf) && s_.strides[buf][inner] == 1; };
   auto pack_type = [&](size_t buf) {
     return std::string("tl_pack<") + mem_type(buffer_type(buf)) + ", " + w + ">";
   };
@@ -283,6 +304,8 @@ void Writer::pointwise_vector(int width) {
   auto element = [&](int u, size_t buf) {
     std::string bs = std::to_string(buf), su = std::to_string(u);
     int64_t st = s_.strides[buf][inner];
+    if (is_coordinate(buf))
+      return "(o" + su + "_" + bs + (st == 0 ? "" : " + j * " + std::to_string(st)) + ")";
     if (st == 1) return "p" + su + "_" + bs + ".e[j]";
     return name(buf) + "[o" + su + "_" + bs + (st == 0 ? "" : " + j * " + std::to_string(st)) + "]";
   };
@@ -348,14 +371,18 @@ CudaKernel Writer::run() {
     for (const auto& in : k_.inputs) widest = std::max(widest, elem_bytes(in.type));
     for (const auto& o : k_.outputs) widest = std::max(widest, elem_bytes(o.view.type));
     // Twice the points where each is at most 2 bytes: the same bytes in flight.
-    pointwise_scalar(vector ? 1 : widest <= 2 ? 2 * kScalarUnroll : kScalarUnroll);
+    // NOTE: a point that gathers several elements (a pool window) already has
+    // that many loads in flight: more points per thread only cost registers.
+    int scalar_unroll = widest <= 2 ? 2 * kScalarUnroll : kScalarUnroll;
+    if (gathers_ > 1) scalar_unroll = std::max(1, scalar_unroll / gathers_);
+    pointwise_scalar(vector ? 1 : scalar_unroll);
     if (vector) {
       os_ << "\n";
       pointwise_vector(width);
       out_.vector_name = name_ + "_v";
     }
     // One step of the grid-stride loop per thread: `unroll` points or packs each.
-    int unroll = vector ? kVectorUnroll : widest <= 2 ? 2 * kScalarUnroll : kScalarUnroll;
+    int unroll = vector ? kVectorUnroll : scalar_unroll;
     out_.grid = grid_for((k_.outer_numel() / width + unroll - 1) / unroll, block_);
   } else {
     reduction_kernel(name_);

@@ -50,7 +50,7 @@ Writer::Rows Writer::choose_rows() const {
 // block's row. Those buffers are read and written in packs, so each row's
 // start must stay pack-aligned and the row must be whole packs.
 bool Writer::reduce_vector_width(int* width) const {
-  if (choose_rows() == Rows::Thread || s_.red.size() != 1 || has_gather_) return false;
+  if (choose_rows() == Rows::Thread || s_.red.size() != 1 || gathers_ > 0) return false;
   int v = pack_width(s_.outer.size());
   if (v == 0 || s_.red[0] % v != 0) return false;
   *width = v;

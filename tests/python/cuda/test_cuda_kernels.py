@@ -145,13 +145,32 @@ def test_channels_last_batch_norm_matches_eager(channels):
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_max_pool2d_matches_eager(channels_last):
-    """resnet's stem pool (3x3, stride 2, padding 1) on bf16 runs in torch (see lower_data.cpp's
-    max_pool2d rule); the relu before it is a kernel."""
-    x = torch.randn(4, 64, 56, 56, device="cuda", dtype=torch.bfloat16)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_max_pool2d_is_a_kernel_equal_to_eager(channels_last, dtype):
+    """resnet's stem pool (3x3, stride 2, padding 1): the relu before it is one kernel, the pool
+    another (torch's is not called), bitwise equal to eager, NaN propagating, in either layout."""
+    x = torch.randn(4, 64, 56, 56, device="cuda", dtype=dtype)
+    x[0, 3, 10, 10] = float("nan")
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
-    _check(lambda x: F.max_pool2d(torch.relu(x), 3, 2, 1), x, atol=0, rtol=0)
+    torchlite.reset_counters()
+    compiled = _check(lambda x: F.max_pool2d(torch.relu(x), 3, 2, 1), x, atol=0, rtol=0)
+    assert counters()["kernels"] == 2
+    assert compiled(x).stride() == F.max_pool2d(x, 3, 2, 1).stride()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(kernel_size=2),
+        dict(kernel_size=3, stride=2, ceil_mode=True),
+        dict(kernel_size=(3, 2), stride=(1, 2), padding=(1, 0), dilation=(2, 1)),
+    ],
+)
+def test_max_pool2d_window_shapes_channels_last(kwargs):
+    x = torch.randn(2, 24, 13, 11, device="cuda", dtype=torch.float16)
+    x = x.to(memory_format=torch.channels_last)
+    _check(lambda x: F.max_pool2d(x * 2, **kwargs), x, atol=0, rtol=0)
 
 
 def test_runs_on_a_side_stream():
