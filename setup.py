@@ -34,7 +34,12 @@ class CMakeBuild(build_ext):
             f"-DTORCHLITE_EXT_OUTPUT_DIR={out_dir}",
             f"-DTORCHLITE_EXT_SUFFIX={sysconfig.get_config_var('EXT_SUFFIX')}",
         ]
-        for opt in ("TORCHLITE_WITH_LLVM", "TORCHLITE_WITH_CUDA", "TORCHLITE_BUILD_TESTS", "TORCHLITE_STATIC_LIBSTDCXX"):
+        for opt in (
+            "TORCHLITE_WITH_LLVM",
+            "TORCHLITE_WITH_CUDA",
+            "TORCHLITE_BUILD_TESTS",
+            "TORCHLITE_STATIC_LIBSTDCXX",
+        ):
             if opt in os.environ:
                 args.append(f"-D{opt}={os.environ[opt]}")
         generator = ["-G", "Ninja"] if not (build_dir / "CMakeCache.txt").exists() else []

@@ -71,6 +71,7 @@ class Writer {
   // when every such buffer starts each run along it pack-aligned; else 0.
   int pack_width(size_t axis) const;
   bool vector_width(int* width) const;
+  int vector_unroll() const;  // packs per thread per step of the vectorised entry
   void pointwise_vector(int width);
   int64_t grid_for(int64_t threads, int block) const;
 

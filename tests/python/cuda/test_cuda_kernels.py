@@ -162,9 +162,9 @@ def test_max_pool2d_is_a_kernel_equal_to_eager(channels_last, dtype):
 @pytest.mark.parametrize(
     "kwargs",
     [
-        dict(kernel_size=2),
-        dict(kernel_size=3, stride=2, ceil_mode=True),
-        dict(kernel_size=(3, 2), stride=(1, 2), padding=(1, 0), dilation=(2, 1)),
+        {"kernel_size": 2},
+        {"kernel_size": 3, "stride": 2, "ceil_mode": True},
+        {"kernel_size": (3, 2), "stride": (1, 2), "padding": (1, 0), "dilation": (2, 1)},
     ],
 )
 def test_max_pool2d_window_shapes_channels_last(kwargs):

@@ -79,3 +79,23 @@ TEST_CASE("index pseudo-buffers come only when asked for and follow the outputs"
   CHECK(without.outer == std::vector<int64_t>{12});
   CHECK(without.strides.size() == 1);
 }
+
+TEST_CASE("a kernel reading coordinates walks its output in memory order only with index buffers",
+          "[codegen]") {
+  // [N, C, H, W] = [2, 3, 4, 5] written channels-last; the body reads the H coordinate.
+  const std::vector<int64_t> nhwc{60, 1, 15, 3};
+  KernelBuilder b("coords", {2, 3, 4, 5});
+  int x = b.input(ST::F32, nhwc);
+  int h = b.expr(ExprOp::Index, ST::I64, {});
+  b.k.exprs[h].ivalue = 2;
+  b.output(b.expr(ExprOp::Add, ST::F32, {b.load(x, ST::F32), b.expr(ExprOp::Cast, ST::F32, {h})}),
+           ST::F32, nhwc);
+  auto with = coalesce(b.k, true);
+  // N, H, W*C: the store is contiguous; H stays an axis of its own, its coordinate exact.
+  CHECK(with.outer == std::vector<int64_t>{2, 4, 15});
+  REQUIRE(with.index_buffer.count(2) == 1);
+  CHECK(with.strides[with.index_buffer.at(2)] == std::vector<int64_t>{0, 1, 0});
+  CHECK(with.strides[1] == std::vector<int64_t>{60, 15, 1});
+  auto without = coalesce(b.k, false);  // coordinates from the row-major linear index
+  CHECK(without.outer == std::vector<int64_t>{2, 3, 20});
+}
