@@ -42,6 +42,9 @@ class Emitter {
   void rows(llvm::Value* begin, llvm::Value* end);
   // One row starting at outer linear index `idx`; returns the next row's index.
   llvm::Value* row(llvm::Value* idx, llvm::Value* end);
+  // Pointwise kernels: the values of the exprs that do not change along the
+  // last outer axis, computed at `row_start` (null for the others).
+  std::vector<llvm::Value*> row_invariants(const Offsets& row_start);
 
   // reduce_emitter.cpp
   int choose_tile() const;

@@ -4,6 +4,7 @@
 #include <llvm/Support/raw_os_ostream.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -119,8 +120,11 @@ llvm::Value* Emitter::row(llvm::Value* idx, llvm::Value* end) {
     return out;
   };
   if (s_.red.empty()) {
+    std::vector<llvm::Value*> invariant = row_invariants(at(base, c_last));
     emit_for(b_, c_last, row_end, [&](llvm::Value* j) {
       new_scope(at(base, j));
+      for (size_t i = 0; i < invariant.size(); ++i)
+        if (invariant[i]) cache_[i] = invariant[i];
       store_outputs(0);
     });
   } else {
@@ -146,6 +150,30 @@ llvm::Value* Emitter::row(llvm::Value* idx, llvm::Value* end) {
         tile_);
   }
   return b_.CreateNSWAdd(idx, b_.CreateNSWSub(row_end, c_last));
+}
+
+// NOTE: an output may share memory with an input (buffer reuse), so LLVM
+// cannot move loads of a broadcast operand (batch norm's per-channel
+// statistics) or what is computed from them (rsqrt) above the row's stores;
+// done here, once per row: 8x64x112x112 f32 bn+relu on 2 threads ran 1.69 ms
+// computing them per element.
+std::vector<llvm::Value*> Emitter::row_invariants(const Offsets& row_start) {
+  size_t last = s_.outer.size() - 1;
+  std::vector<char> fixed(k_.exprs.size(), 0);
+  for (size_t i = 0; i < k_.exprs.size(); ++i) {
+    const ir::Expr& e = k_.exprs[i];
+    if (e.op == ExprOp::Load)
+      fixed[i] = s_.strides[e.buffer][last] == 0;
+    else if (e.op == ExprOp::Constant)
+      fixed[i] = 1;
+    else if (e.op != ExprOp::Gather && e.op != ExprOp::Index && !is_reduce(e.op))
+      fixed[i] = std::all_of(e.operands.begin(), e.operands.end(), [&](int o) { return fixed[o]; });
+  }
+  new_scope(row_start);
+  std::vector<llvm::Value*> out(k_.exprs.size(), nullptr);
+  for (size_t i = 0; i < k_.exprs.size(); ++i)
+    if (fixed[i] && k_.exprs[i].op != ExprOp::Constant) out[i] = value(static_cast<int>(i));
+  return out;
 }
 
 std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string& fn_name,
