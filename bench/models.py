@@ -41,11 +41,9 @@ _spec.loader.exec_module(model_corpus)
 CORPUS = model_corpus.CORPUS
 model_corpus.load_model_libs()
 
-from helpers import assert_same
+from helpers import assert_same, model_tolerance
 
 import torchlite
-
-TOL = {"atol": 1e-4, "rtol": 1e-4}
 
 
 def _to(value, device):
@@ -116,7 +114,7 @@ def run_one(spec, full, device, runs):
         expected = model(*args, **kwargs)
         try:
             for _ in range(2):  # NOTE: the second call runs from the cache
-                assert_same(compiled(*args, **kwargs), expected, **TOL)
+                assert_same(compiled(*args, **kwargs), expected, **model_tolerance(expected))
             row["correct"] = "ok"
         except AssertionError as exc:
             row["correct"] = "WRONG"

@@ -305,17 +305,16 @@ bool prefers_channels_last(const std::string& device_type, PyObject* dtype) {
   // NOTE: on by default for half types on CUDA: python bench/gpu.py on an H100 ran resnet50
   // (b64, bf16) in 4.8 ms channels-last against 6.3 ms without (once pointwise kernels walked
   // channels-last outputs in memory order; before, 27.5 ms).
-  // NOTE: on by default on the CPU for float32 and half types (oneDNN's NHWC convolutions; no
-  // float64 kernels there): with torch 2.13 on 2 threads, b8 224px, resnet18 ran 104 ms
-  // channels-last against 120 ms (mean of three alternating runs), mobilenetv3_large_100 55 ms
-  // against 73 ms, efficientnet_b0 128 ms against 136 ms. With torch 2.14.1 resnet18 had been
-  // 3-15% slower channels-last.
-  if ((device_type != "cuda" && device_type != "cpu") || !dtype) return false;
+  // NOTE: measured off on the CPU: bench/cpu.py resnet18 (b8, 224px, 2 threads) ran 3-15%
+  // slower channels-last (oneDNN NHWC convs plus layout copies) than with contiguous convs on
+  // torch 2.14.1; on torch 2.13 13% faster there (104 against 120 ms) but slower at every
+  // smaller size tried (b1 64px 7.5 against 4.3 ms, b2 96px 22 against 10, b8 112px 49 against
+  // 40), as mobilenetv3 at CI size.
+  if (device_type != "cuda" || !dtype) return false;
   PyRef size = PyRef::steal(PyObject_GetAttrString(dtype, "itemsize"));
   PyRef is_float = PyRef::steal(PyObject_GetAttrString(dtype, "is_floating_point"));
   if (!size || !is_float) throw PythonError();
-  long bytes = PyLong_AsLong(size.get());
-  return is_float.get() == Py_True && (bytes == 2 || (device_type == "cpu" && bytes == 4));
+  return is_float.get() == Py_True && PyLong_AsLong(size.get()) == 2;
 }
 
 int channels_last(ir::Graph& graph) {

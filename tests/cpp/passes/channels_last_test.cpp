@@ -57,15 +57,10 @@ TEST_CASE("a view that needs the contiguous layout keeps the graph contiguous", 
   CHECK(c.conv2->meta->strides == std::vector<int64_t>{64, 16, 4, 1});
 }
 
-TEST_CASE("by default CPU float32/half and CUDA half convs prefer channels-last", "[passes]") {
+TEST_CASE("by default only half-precision CUDA convs prefer channels-last", "[passes]") {
   CHECK_FALSE(tl::passes::prefers_channels_last("cpu", resolve("torch.float64").get()));
-  CHECK(tl::passes::prefers_channels_last("cpu", resolve("torch.float32").get()));
-  CHECK(tl::passes::prefers_channels_last("cpu", resolve("torch.bfloat16").get()));
-  CHECK_FALSE(tl::passes::prefers_channels_last("cpu", resolve("torch.int64").get()));
+  CHECK_FALSE(tl::passes::prefers_channels_last("cpu", resolve("torch.bfloat16").get()));
   CHECK_FALSE(tl::passes::prefers_channels_last("cuda", resolve("torch.float32").get()));
   CHECK(tl::passes::prefers_channels_last("cuda", resolve("torch.bfloat16").get()));
   CHECK(tl::passes::prefers_channels_last("cuda", resolve("torch.float16").get()));
-  setenv("TORCHLITE_CHANNELS_LAST", "0", 1);
-  CHECK_FALSE(tl::passes::prefers_channels_last("cpu", resolve("torch.float32").get()));
-  unsetenv("TORCHLITE_CHANNELS_LAST");
 }
