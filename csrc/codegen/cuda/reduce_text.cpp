@@ -15,6 +15,11 @@ namespace tl::codegen::cuda {
 using ir::ExprOp;
 
 namespace {
+// Per-thread register budget of the row cache (plan_row_cache): values per
+// cached input, and bytes over all cached inputs (past it, spills to local
+// memory would cost more than re-reading the row through L2).
+constexpr int64_t kCacheValues = 32, kCacheBytes = 128;
+
 int64_t product(const std::vector<int64_t>& v) {
   int64_t n = 1;
   for (int64_t x : v) n *= x;
@@ -66,11 +71,16 @@ std::string Writer::pack(size_t buf) const {
 void Writer::reduction_kernel(const std::string& entry) {
   Rows rows = choose_rows();
   int64_t n_rows = product(s_.outer), len = product(s_.red);
-  // NOTE: 256 threads per row up to 8192 elements, measured on an H100 for
-  // layer_norm(softmax(x) + x) over 8192x4096 bf16: 0.097 ms at 256 threads,
-  // 0.106 at 128, 0.129 at 512, 0.228 at 1024; smaller blocks let more rows
-  // overlap their load and reduction phases on one SM.
-  block_ = rows != Rows::Block ? 256 : len > 16384 ? 1024 : len > 8192 ? 512 : 256;
+  // NOTE: block rows get 128 threads up to 4096 elements (17-32 cached values a thread),
+  // 256 up to 8192, then 512 and 1024. Measured on an H100 for layer_norm(softmax(x) + x)
+  // over 8192x4096 bf16, which is compute-bound (76% with 256 threads): 63 us at 128
+  // threads, 72 at 256, 92 at 512. (Before rows were vectorised and cached: 0.097 ms at
+  // 256, 0.106 at 128, 0.129 at 512, 0.228 at 1024.)
+  block_ = rows != Rows::Block                       ? 256
+           : len > 16384                             ? 1024
+           : len > 8192                              ? 512
+           : len > 2048 && len <= 128 * kCacheValues ? 128
+                                                     : 256;
   std::string b = std::to_string(block_), nr = std::to_string(n_rows);
   open(signature(entry, block_));
   if (rows == Rows::Block) {
@@ -234,11 +244,6 @@ void Writer::reduce_pass(int p, Rows rows) {
     done_[i] = 1;
   }
 }
-
-// Per-thread register budget of the row cache: values per cached input, and
-// bytes over all cached inputs (past it, spills to local memory would cost
-// more than re-reading the row through L2).
-constexpr int64_t kCacheValues = 32, kCacheBytes = 128;
 
 namespace {
 // Ops cheap enough to recompute in every pass from cached operands.
