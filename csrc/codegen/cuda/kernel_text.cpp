@@ -161,8 +161,9 @@ std::string Writer::value(int i) {
   return cache_[i] = name;
 }
 
-// The point's coordinate along original kernel axis `axis`, from the linear
-// index over the outer or the reduction axes (coalescing keeps row-major order).
+// The point's coordinate along original kernel axis `axis`: its coordinate
+// buffer's offset in pointwise kernels, else from the linear index over the
+// outer or the reduction axes (coalescing keeps them in row-major order).
 std::string Writer::index_value(int64_t axis) const {
   if (!s_.index_buffer.empty())
     return "(long long)(" + ref_(static_cast<int>(s_.index_buffer.at(axis))) + ")";
