@@ -67,6 +67,9 @@ class Writer {
   // Buffers in memory (inputs, outputs); coordinate pseudo-buffers follow them.
   size_t n_memory() const { return k_.inputs.size() + k_.outputs.size(); }
   bool is_coordinate(size_t buf) const { return buf >= n_memory(); }
+  // Input `buf`'s element at offset `prefix`buf, or that offset itself for a
+  // coordinate buffer (its offset is the coordinate).
+  std::string at_offset(const std::string& prefix, int buf) const;
   // Elements per 16-byte pack of the widest buffer contiguous along `axis`,
   // when every such buffer starts each run along it pack-aligned; else 0.
   int pack_width(size_t axis) const;

@@ -220,12 +220,7 @@ void Writer::pointwise_scalar(int unroll) {
     line("const " + idx_ + " " + iu + " = " +
          (u ? "(" + at + " < " + n + " ? " + at + " : " + n + " - 1)" : "i") + ";");
     offsets(prefix, iu, s_.outer, 0, "");
-    new_scope(
-        [&](int buf) {
-          std::string at = prefix + std::to_string(buf);
-          return is_coordinate(buf) ? at : "in" + std::to_string(buf) + "[" + at + "]";
-        },
-        iu, "0", prefix);
+    new_scope([&](int buf) { return at_offset(prefix, buf); }, iu, "0", prefix);
     store_outputs(0, [&](size_t o, const std::string& v) {
       stores.push_back({u ? at + " < " + n : "", "out" + std::to_string(o) + "[" + prefix +
                                                      std::to_string(n_in_ + o) + "] = " + v + ";"});
@@ -237,14 +232,14 @@ void Writer::pointwise_scalar(int unroll) {
   close();
 }
 
+std::string Writer::at_offset(const std::string& prefix, int buf) const {
+  std::string at = prefix + std::to_string(buf);
+  return is_coordinate(buf) ? at : "in" + std::to_string(buf) + "[" + at + "]";
+}
+
 void Writer::point_at(const std::string& lin) {
   offsets("o", lin, s_.outer, 0, "");
-  new_scope(
-      [&](int buf) {
-        std::string at = "o" + std::to_string(buf);
-        return is_coordinate(buf) ? at : "in" + std::to_string(buf) + "[" + at + "]";
-      },
-      lin);
+  new_scope([&](int buf) { return at_offset("o", buf); }, lin);
   store_outputs(0, [&](size_t o, const std::string& v) {
     line("out" + std::to_string(o) + "[o" + std::to_string(n_in_ + o) + "] = " + v + ";");
   });
