@@ -39,6 +39,25 @@ class Emitter {
 
   int cast(int v, ScalarType t) { return expr(v).type == t ? v : push(Expr{ExprOp::Cast, t, {v}}); }
 
+  // A node's value as eager holds it: a float16/bfloat16 op computes in float32
+  // and rounds its result, so a fused intermediate is rounded too (exp of a
+  // half overflows to inf there, and x.half() * y differs from x * y).
+  int as_stored(int v, const Node* n) {
+    auto t = n->meta && n->meta->dtype ? scalar_type_of(n->meta->dtype.get()) : std::nullopt;
+    if (!t || !(*t == ScalarType::F16 || *t == ScalarType::BF16) ||
+        expr(v).type != ScalarType::F32)
+      return v;
+    return cast(cast(v, *t), ScalarType::F32);
+  }
+
+  // The value to store as `t`: a value already rounded to `t` is stored as it is.
+  int for_store(int v, ScalarType t) {
+    const Expr& e = expr(v);
+    if (e.op == ExprOp::Cast && e.type == ScalarType::F32 && expr(e.operands[0]).type == t)
+      return e.operands[0];
+    return cast(v, t);
+  }
+
   ir::BufferView view(const Node* n, const std::vector<int64_t>& strides, const AxisMap& map) {
     ir::BufferView v{dtype(n), std::vector<int64_t>(g_.shape.size(), 0), 0};
     for (size_t j = 0; j < map.size(); ++j)
@@ -73,7 +92,7 @@ class Emitter {
         for (size_t i = 0; i < l.inputs.size(); ++i)
           ids.push_back(loaded[i] ? value(l.inputs[i], *operand_map(l, i, n->meta->sizes, map))
                                   : -1);
-        return instantiate(l, ids, false, n, map);
+        return as_stored(instantiate(l, ids, false, n, map), n);
       }
       case OpLowering::Kind::Reduction: {
         const AxisMap& sm = g_.space_maps.at(n);
@@ -81,7 +100,7 @@ class Emitter {
         for (int d : l.reduce_dims) trivial = trivial && l.space[d] == 1;
         for (size_t i = 0; i < l.inputs.size(); ++i)
           ids.push_back(value(l.inputs[i], *operand_map(l, i, l.space, sm)));
-        return instantiate(l, ids, trivial);
+        return as_stored(instantiate(l, ids, trivial), n);
       }
     }
     TL_CHECK(false) << "unknown lowering kind";
@@ -185,7 +204,7 @@ FusedKernel build_kernel(const Group& g, const Fusion& f, const GraphInfo& info,
   for (const Node* m : g.members) {
     if (!f.lowerings.count(m) || !used_outside(m, g, f, info)) continue;
     const AxisMap& map = g.maps.at(m);
-    int v = em.cast(em.value(m, map), dtype(m));
+    int v = em.for_store(em.value(m, map), dtype(m));
     out.kernel.outputs.push_back({v, em.view(m, m->meta->strides, map)});
     out.outputs.push_back(m);
   }
