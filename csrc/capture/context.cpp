@@ -363,11 +363,21 @@ ValuePtr CaptureContext::wrap_tensor(PyObject* t, const ir::SourcePtr& src) {
   node->meta = tensor_meta(meta.get(), device);
   node->example = meta;
   example_inputs_.push_back(PyRef::borrow(t));
+  input_tensors_[key] = t;
   ValuePtr v = Value::tensor(node, meta, device);
   v->obj = PyRef::borrow(reinterpret_cast<PyObject*>(type));
   v->source = src;
   inputs_by_source_[key] = v;
   return v;
+}
+
+std::optional<bool> CaptureContext::same_input_tensor(const ValuePtr& a, const ValuePtr& b) {
+  if (!a->source || !b->source) return std::nullopt;
+  auto ia = input_tensors_.find(a->source->str()), ib = input_tensors_.find(b->source->str());
+  if (ia == input_tensors_.end() || ib == input_tensors_.end()) return std::nullopt;
+  bool same = ia->second == ib->second;
+  guards_.add_identity(a->source, b->source, same);
+  return same;
 }
 
 // A bound method is a fresh object on every attribute read (e.g. `x.add`

@@ -3,6 +3,7 @@
 // built, its guards, the inputs read from the frame, and the side effects the
 // traced code made. The interpreter (tracer.cpp) reads and writes it.
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -65,6 +66,10 @@ class CaptureContext {
   std::shared_ptr<ir::Graph> graph_ptr() { return graph_; }
   guards::GuardSet& guards() { return guards_; }
   const std::vector<PyRef>& example_inputs() const { return example_inputs_; }
+  // `a is b` for two tensor inputs (placeholders) reached through different
+  // sources, answered from the real objects and guarded; nullopt when either
+  // is not an input.
+  std::optional<bool> same_input_tensor(const ValuePtr& a, const ValuePtr& b);
   const ir::FrameView& frame() const { return frame_; }
 
   // Side effects and the overlays that make traced reads see traced writes.
@@ -97,6 +102,8 @@ class CaptureContext {
   guards::GuardSet guards_;
   std::unordered_map<std::string, ValuePtr> inputs_by_source_;
   std::vector<PyRef> example_inputs_;
+  // Source of a tensor input -> the real tensor (borrowed: example_inputs_ holds it).
+  std::unordered_map<std::string, PyObject*> input_tensors_;
   bool grad_enabled_ = true;
   bool initial_grad_ = true;
 };

@@ -379,7 +379,9 @@ void Tracer::step(const Instruction& inst) {
           graph_break("unsupported_value",
                       "identity test between " + c->type_name() + " and " + o->type_name());
       } else if (a && b && a->is_tensor() && b->is_tensor()) {
-        same = a->node == b->node;
+        // One object reached through two sources is two placeholders: ask the inputs.
+        std::optional<bool> inputs = ctx_.same_input_tensor(a, b);
+        same = inputs ? *inputs : a->node == b->node;
       } else {
         graph_break("unsupported_value", "identity test ('is') on traced values");
       }

@@ -2,6 +2,7 @@
 
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "core/errors.h"
 #include "guards/fetch.h"
@@ -23,6 +24,13 @@ struct Node {
   explicit Node(ir::SourcePtr s) : source(s), label(s->str()), step(*s) {}
 };
 using Nodes = std::vector<std::unique_ptr<Node>>;
+
+// `a is b` (or `is not`) between two sources, checked after the tree.
+struct Identity {
+  std::string a, b;  // labels
+  SourceFetcher fetch_a, fetch_b;
+  bool same;
+};
 }  // namespace
 
 struct GuardSet::Impl {
@@ -30,6 +38,7 @@ struct GuardSet::Impl {
   Nodes roots;  // in insertion order; children likewise
   size_t count = 0;
   std::vector<GuardSet::IdMatchedLocal> id_locals;
+  std::vector<Identity> identities;
   // Written by the const check(): the GIL serialises every call on a GuardSet.
   mutable std::string failure;
 
@@ -109,6 +118,18 @@ void GuardSet::add_dict_version(ir::SourcePtr s, PyObject* dict) {
 void GuardSet::add_length_match(ir::SourcePtr s, Py_ssize_t n) {
   impl_->add(s, LeafGuard::length_match(n));
 }
+void GuardSet::add_identity(ir::SourcePtr a, ir::SourcePtr b, bool same) {
+  TL_CHECK(a && b) << "identity guard without a source";
+  std::string la = a->str(), lb = b->str();
+  if (lb < la) {
+    std::swap(la, lb);
+    std::swap(a, b);
+  }
+  for (const Identity& id : impl_->identities)
+    if (id.a == la && id.b == lb) return;
+  impl_->identities.push_back({la, lb, SourceFetcher(*a), SourceFetcher(*b), same});
+  ++impl_->count;
+}
 void GuardSet::add_global_state() {
   if (impl_->global_state) return;  // the first snapshot is the one the trace saw
   impl_->global_state.emplace();
@@ -123,6 +144,13 @@ bool GuardSet::check(const ir::FrameView& frame) const {
   }
   for (const auto& root : im.roots)
     if (!im.check_node(*root, nullptr, frame)) return false;
+  for (const Identity& id : im.identities) {
+    PyRef a = id.fetch_a(frame), b = id.fetch_b(frame);
+    if (!a || !b || (a.get() == b.get()) != id.same) {
+      im.failure = id.a + (id.same ? " is not " : " is ") + id.b;
+      return false;
+    }
+  }
   im.failure.clear();
   return true;
 }
@@ -133,6 +161,8 @@ std::string GuardSet::str() const {
   std::ostringstream os;
   if (impl_->global_state) os << impl_->global_state->str() << "\n";
   for (const auto& root : impl_->roots) impl_->print(*root, os);
+  for (const Identity& id : impl_->identities)
+    os << "IDENTITY " << id.a << (id.same ? " is " : " is not ") << id.b << "\n";
   return os.str();
 }
 

@@ -29,6 +29,9 @@ class GuardSet {
   void add_dict_version(ir::SourcePtr s, PyObject* dict);
   // len(v) == n for a list/tuple/dict the trace iterated over.
   void add_length_match(ir::SourcePtr s, Py_ssize_t n);
+  // (a is b) == same: an identity test the trace answered (two tensor inputs
+  // reached through different sources may be one object).
+  void add_identity(ir::SourcePtr a, ir::SourcePtr b, bool same);
   // Grad mode, default dtype and other global torch state as they are now.
   void add_global_state();
 

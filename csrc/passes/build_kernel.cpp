@@ -44,8 +44,7 @@ class Emitter {
   // half overflows to inf there, and x.half() * y differs from x * y).
   int as_stored(int v, const Node* n) {
     auto t = n->meta && n->meta->dtype ? scalar_type_of(n->meta->dtype.get()) : std::nullopt;
-    if (!t || !(*t == ScalarType::F16 || *t == ScalarType::BF16) ||
-        expr(v).type != ScalarType::F32)
+    if (!t || !(*t == ScalarType::F16 || *t == ScalarType::BF16) || expr(v).type != ScalarType::F32)
       return v;
     return cast(cast(v, *t), ScalarType::F32);
   }

@@ -24,18 +24,18 @@ py::object arg_to_py(const ir::Arg& a) {
     case ir::Arg::Kind::Tuple: {
       py::tuple t(a.items.size());
       for (size_t i = 0; i < a.items.size(); ++i) t[i] = arg_to_py(a.items[i]);
-      return std::move(t);
+      return t;
     }
     case ir::Arg::Kind::List: {
       py::list l;
       for (auto& it : a.items) l.append(arg_to_py(it));
-      return std::move(l);
+      return l;
     }
     case ir::Arg::Kind::Dict: {
       py::dict d;
       for (size_t i = 0; i < a.items.size(); ++i)
         d[py::reinterpret_borrow<py::object>(a.keys[i].get())] = arg_to_py(a.items[i]);
-      return std::move(d);
+      return d;
     }
   }
   return py::none();

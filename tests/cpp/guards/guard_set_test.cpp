@@ -63,6 +63,28 @@ TEST_CASE("ID_MATCH passes on the same object and fails on another or a freed on
   REQUIRE(g.failure_reason() == "L['m']: the guarded object was freed");
 }
 
+TEST_CASE("IDENTITY compares two sources' objects, either way", "[guards]") {
+  TestFrame f(kSetup, {"a", "b"});
+  f.set_slot(0, f.get("x"));
+  f.set_slot(1, f.get("x"));
+  GuardSet g;
+  g.add_identity(Source::local(1, "b"), Source::local(0, "a"), true);
+  g.add_identity(Source::local(0, "a"), Source::local(1, "b"), true);  // the same guard
+  REQUIRE(g.size() == 1);
+  REQUIRE(check(g, f));
+  REQUIRE(g.str() == "IDENTITY L['a'] is L['b']\n");
+  f.run("y = torch.randn(8, 4)\n");
+  f.set_slot(1, f.get("y"));
+  REQUIRE(!check(g, f));
+  REQUIRE(g.failure_reason() == "L['a'] is not L['b']");
+  GuardSet apart;
+  apart.add_identity(Source::local(0, "a"), Source::local(1, "b"), false);
+  REQUIRE(check(apart, f));
+  f.set_slot(1, f.get("x"));
+  REQUIRE(!check(apart, f));
+  REQUIRE(apart.failure_reason() == "L['a'] is L['b']");
+}
+
 TEST_CASE("EQUALS_MATCH compares type first, then value", "[guards]") {
   TestFrame f(kSetup, {"m"});
   GuardSet g;

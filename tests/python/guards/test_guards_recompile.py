@@ -41,6 +41,37 @@ def test_same_inputs_hit_cache_without_capturing_again():
     )
 
 
+def _same_or_not(a, b):
+    if a is b:
+        return a * 2
+    return b * 3 - a
+
+
+def test_identity_of_two_tensor_arguments_is_guarded():
+    fn = torchlite.compile(_same_or_not)
+    t, u = torch.randn(4), torch.randn(4)
+    assert_same(fn(t, t), t * 2)
+    assert_same(fn(t, u), u * 3 - t)  # the `is` guard fails: a second entry
+    before = counters()
+    assert_same(fn(u, u), u * 2)
+    assert_same(fn(u, t), t * 3 - u)
+    assert_counters_delta(before, counters(), graphs=0, recompiles=0, cache_hits=2)
+
+
+def test_identity_of_an_argument_and_a_parameter_is_guarded():
+    lin = nn.Linear(3, 3)
+
+    def pick(w):
+        return w * 2 if w is lin.weight else w - 1
+
+    fn = torchlite.compile(pick)
+    with torch.no_grad():
+        assert_same(fn(lin.weight), lin.weight * 2)
+        other = torch.randn(3, 3)
+        assert_same(fn(other), other - 1)
+        assert_same(fn(lin.weight), lin.weight * 2)
+
+
 def test_shape_change_recompiles_and_is_correct():
     fn = _compiled_pointwise()
     fn(torch.randn(4))
