@@ -6,6 +6,7 @@
 #include "frame/eval_hook.h"
 #include "frame/frame_access.h"
 #include "python/bindings.h"
+#include "runtime/buffer_pool.h"
 
 namespace py = pybind11;
 
@@ -71,8 +72,27 @@ void bind_frame(py::module_& m) {
       py::arg("backend"), py::arg("backend_name"), py::arg("fullgraph"),
       py::arg("cache_size_limit"), py::arg("recorder"),
       "The options of one torchlite.compile() call; backend None is the builtin runner.");
-  m.def("reset", &frame::reset_caches,
-        "Drops every cache entry and skip decision (lazily, on the next call of each code).");
+  m.def(
+      "reset",
+      [] {
+        frame::reset_caches();
+        runtime::release_idle_blocks();
+      },
+      "Drops every cache entry and skip decision (lazily, on the next call of each code) and "
+      "frees the CPU buffer pool's idle blocks.");
+  m.def(
+      "cpu_pool_stats",
+      [] {
+        runtime::PoolStats s = runtime::pool_stats();
+        py::dict d;
+        d["idle_bytes"] = s.idle_bytes;
+        d["live_bytes"] = s.live_bytes;
+        d["reused"] = s.reused;
+        d["fresh"] = s.fresh;
+        return d;
+      },
+      "The CPU buffer pool (large kernel outputs): bytes idle and in tensors, and how many "
+      "allocations reused an idle block or mapped a new one.");
   m.def(
       "cache_entry_count",
       [](py::object obj) { return frame::cache_entry_count(as_code(code_of(obj))); },
@@ -94,8 +114,8 @@ void bind_frame(py::module_& m) {
       "Caches an entry with no guards that returns `value` without running fn's body.");
   m.def(
       "_test_set_tensor_types",
-      [](py::tuple types) { frame::set_tensor_types_for_testing(types.ptr()); },
-      py::arg("types"), "Instances of these types count as tensors; () restores torch's.");
+      [](py::tuple types) { frame::set_tensor_types_for_testing(types.ptr()); }, py::arg("types"),
+      "Instances of these types count as tensors; () restores torch's.");
   m.def("_test_use_stub_compiler", &frame::use_stub_compiler_for_testing, py::arg("mode"),
         "1: on a miss, cache a graph break guarded by argument types instead of capturing; "
         "2: every capture raises ValueError; 0: capture normally.");

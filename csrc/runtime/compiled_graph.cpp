@@ -4,6 +4,8 @@
 #include <unordered_map>
 
 #include "core/errors.h"
+#include "passes/dtype.h"
+#include "runtime/buffer_pool.h"
 #include "runtime/compiled_step.h"
 #include "runtime/cuda/compile.h"
 #include "runtime/cuda/driver.h"
@@ -25,10 +27,6 @@ PyRef int_tuple(const std::vector<int64_t>& v) {
   return t;
 }
 
-Alloc alloc_of(const ir::TensorMeta& m) {
-  return {int_tuple(m.sizes), int_tuple(m.strides), m.dtype, m.device};
-}
-
 namespace {
 PyRef torch_attr(const char* name) {
   PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
@@ -48,6 +46,22 @@ std::pair<std::string, int> parse_device(PyObject* dev) {
   return {s, i};
 }
 
+}  // namespace
+
+Alloc alloc_of(const ir::TensorMeta& m) {
+  Alloc a{int_tuple(m.sizes), int_tuple(m.strides), m.dtype, m.device};
+  auto type = passes::scalar_type_of(m.dtype.get());
+  if (type && m.device && parse_device(m.device.get()).first == "cpu" &&
+      strided_extent_bytes(m.sizes, m.strides, *type) >= kMinPooledBytes) {
+    a.pooled = true;
+    a.size_list = m.sizes;
+    a.stride_list = m.strides;
+    a.type = *type;
+  }
+  return a;
+}
+
+namespace {
 // torch.cuda.current_device(): what an index-less "cuda" device means.
 int current_cuda_device() {
   PyRef cuda = torch_attr("cuda");
@@ -287,9 +301,20 @@ bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, RunSta
   }
   for (size_t i = 0; i < s.out_slots.size(); ++i) {
     const Alloc& a = s.allocs[i];
-    PyObject* argv[5] = {nullptr, a.sizes.get(), a.strides.get(), a.dtype.get(), a.device.get()};
-    PyRef out = PyRef::steal(PyObject_Vectorcall(
-        empty_strided_.get(), argv + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, alloc_kwnames_.get()));
+    PyRef out;
+    if (a.pooled) {
+      try {
+        out = pooled_empty_strided(a.size_list, a.stride_list, a.type);
+      } catch (const PythonError&) {
+        return false;
+      }
+    }
+    if (!out) {
+      PyObject* argv[5] = {nullptr, a.sizes.get(), a.strides.get(), a.dtype.get(), a.device.get()};
+      out = PyRef::steal(PyObject_Vectorcall(empty_strided_.get(), argv + 1,
+                                             2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                             alloc_kwnames_.get()));
+    }
     if (!out || !data_ptr(out.get())) return false;
     values[s.out_slots[i]] = std::move(out);
   }

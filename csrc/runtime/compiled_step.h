@@ -15,6 +15,11 @@ namespace tl::runtime {
 // The positional arguments of torch.empty_strided for one kernel output.
 struct Alloc {
   PyRef sizes, strides, dtype, device;
+  // A CPU output big enough for the buffer pool (buffer_pool.h): its sizes,
+  // strides and type as numbers.
+  bool pooled = false;
+  std::vector<int64_t> size_list, stride_list;
+  ir::ScalarType type = ir::ScalarType::F32;
 };
 
 PyRef int_tuple(const std::vector<int64_t>& v);
