@@ -31,8 +31,9 @@ namespace tl::runtime::cpu {
 
 namespace {
 namespace orc = llvm::orc;
-// Bump when the emitted code changes meaning for the same IR text (never, so far).
-constexpr const char* kCacheFormat = "torchlite-cpu-1";
+// Bump when the emitted code changes for the same IR text (2: 512-bit vectors and
+// libmvec variants on AVX-512 hosts).
+constexpr const char* kCacheFormat = "torchlite-cpu-2";
 
 std::mutex g_mu;  // settings, the symbol table, and adding objects to the JIT
 std::optional<std::string> g_dump_dir, g_cache_dir;
