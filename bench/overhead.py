@@ -10,7 +10,9 @@ One process, CPU, under two minutes:
 """
 
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -97,6 +99,10 @@ class LocalResNet18(nn.Module):
 
 def resnet18() -> tuple[nn.Module, str]:
     try:
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
+        from torchvision_compat import work_around_mismatched_torchvision
+
+        work_around_mismatched_torchvision()  # a CUDA torchvision next to a CPU-only torch
         import timm
 
         return timm.create_model("resnet18", pretrained=False), "timm resnet18"
