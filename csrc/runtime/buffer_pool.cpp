@@ -1,10 +1,12 @@
 #include "runtime/buffer_pool.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <new>
 #include <string>
 #include <utility>
 
@@ -71,8 +73,17 @@ size_t cap_from_env() {
   return (*end || mb <= 0) ? 0 : static_cast<size_t>(mb) << 20;
 }
 
+class Pool;
+Pool& pool();
+
 class Pool {
  public:
+  // NOTE: a child forked while another thread held the lock (a DataLoader
+  // worker) would wait on it forever; it starts with the lock free instead.
+  Pool() {
+    pthread_atfork(nullptr, nullptr, [] { new (&pool().mu_) std::mutex(); });
+  }
+
   bool on() const { return cap_ > 0; }
 
   // A block of at least `bytes` (a multiple of kBlockBytes) and its size, or

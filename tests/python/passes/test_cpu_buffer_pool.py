@@ -122,3 +122,30 @@ def test_pool_off_by_environment():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
     )
     assert r.returncode == 0, r.stderr
+
+
+def _child_softmax_sum(conn):
+    # GNU OpenMP's thread pool does not survive fork(); like torch's own
+    # forked workers, the child runs single-threaded.
+    torch.set_num_threads(1)
+    x = torch.ones(BIG)
+    y = torchlite.compile(_softmax)(x)  # a pooled output in the forked child
+    conn.send(float(y.sum()))
+    conn.close()
+
+
+def test_forked_child_allocates_from_its_pool():
+    import multiprocessing as mp
+
+    fn = torchlite.compile(_softmax)
+    keep = fn(torch.randn(BIG))  # the parent holds a pooled block across the fork
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=_child_softmax_sum, args=(child,))
+    p.start()
+    assert parent.poll(120), "the forked child did not answer"
+    total = parent.recv()
+    p.join(30)
+    assert p.exitcode == 0
+    assert abs(total - BIG[0]) < 1e-2  # each softmax row sums to 1
+    assert_same(keep, keep.clone())
