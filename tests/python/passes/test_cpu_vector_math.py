@@ -49,18 +49,25 @@ def test_vector_math_equals_eager(name, dtype):
 
 
 def test_vector_math_at_256_bits_equals_eager(tmp_path):
+    # NOTE: the functions are lambdas so that kernels are compiled (a builtin like
+    # torch.exp has no frame to capture), and eager runs each once before the
+    # reference: torch 2.13's very first exp on the CPU now and then returns half
+    # its elements 1.5e-4 off (seen without torchlite imported).
     code = (
         "import torch, torchlite\n"
-        "fns = [torch.exp, torch.tanh, torch.erf, lambda x: (x.abs() + 0.1) ** x]\n"
+        "fns = [lambda x: torch.exp(x) * 2, lambda x: torch.tanh(x) * 2,\n"
+        "       lambda x: torch.erf(x) * 2, lambda x: (x.abs() + 0.1) ** x]\n"
         "for dt in (torch.float32, torch.float64):\n"
         "    x = torch.randn(4, 999, dtype=dt)\n"
         "    for f in fns:\n"
+        "        f(x)\n"
         "        torch.testing.assert_close(torchlite.compile(f)(x), f(x))\n"
-        "print('ok')\n"
+        "print('kernels', torchlite.counters()['kernels'])\n"
     )
     env = dict(os.environ, TORCHLITE_CPU_VECTOR_BITS="256")
     env["TORCHLITE_CACHE_DIR"] = str(tmp_path)
     r = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
     )
-    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["kernels", "8"], r.stdout
