@@ -41,6 +41,9 @@ def _add_node(graph: fx.Graph, node: dict, env: dict[str, fx.Node]) -> None:
     fx_node = graph.create_node(op, target, args, kwargs, name=name)
     if node.get("meta") is not None:
         fx_node.meta["torchlite"] = node["meta"]
+    if node.get("example") is not None:
+        # Meta tensors with the real values' shapes, strides and aliasing (as Dynamo's).
+        fx_node.meta["example_value"] = node["example"]
     if node.get("source"):
         fx_node.meta["stack_trace"] = node["source"]
     env[name] = fx_node

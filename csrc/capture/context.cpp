@@ -5,6 +5,7 @@
 
 #include "capture/autocast.h"
 #include "capture/graph_break.h"
+#include "capture/meta_cache.h"
 #include "capture/torch_api.h"
 #include "core/errors.h"
 
@@ -726,17 +727,10 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
     PyRef pos = PyRef::steal(PyTuple_New(meta_pos.size() - first));
     for (size_t i = first; i < meta_pos.size(); ++i)
       PyTuple_SET_ITEM(pos.get(), i - first, to_meta_arg(meta_pos[i]).release());
-    PyRef fn;
-    if (method.empty()) {
-      fn = PyRef::borrow(target);
-    } else {
-      PyRef self = to_meta_arg(args[0]);
-      fn = PyRef::steal(PyObject_GetAttrString(self.get(), method.c_str()));
-    }
-    if (fn) {
-      result = PyRef::steal(PyObject_Call(
-          fn.get(), pos.get(), PyDict_Size(meta_kwargs.get()) ? meta_kwargs.get() : nullptr));
-    }
+    PyRef self = method.empty() ? PyRef() : to_meta_arg(args[0]);
+    result = meta_call(target, method, self.get(), pos.get(),
+                       PyDict_Size(meta_kwargs.get()) ? meta_kwargs.get() : nullptr,
+                       /*cacheable=*/!autocast_on);
     if (!result) {
       std::string err = exception_text();
       bool data_dep = err.find("data-dependent") != std::string::npos ||

@@ -1,6 +1,7 @@
 // torchlite._C frame layer: configs, CompiledFunction/DisabledFunction (plain
 // CPython types from frame/callables.h, so calls stay vectorcalls), reset and
 // test hooks.
+#include "capture/meta_cache.h"
 #include "frame/callables.h"
 #include "frame/code_cache.h"
 #include "frame/eval_hook.h"
@@ -76,10 +77,13 @@ void bind_frame(py::module_& m) {
       "reset",
       [] {
         frame::reset_caches();
+        capture::clear_meta_cache();
         runtime::release_idle_blocks();
       },
       "Drops every cache entry and skip decision (lazily, on the next call of each code) and "
-      "frees the CPU buffer pool's idle blocks.");
+      "forgets traced meta results and frees the CPU buffer pool's idle blocks.");
+  m.def("meta_cache_hits", &capture::meta_cache_hits,
+        "Meta-tensor op results reused while tracing, since the process started.");
   m.def(
       "cpu_pool_stats",
       [] {

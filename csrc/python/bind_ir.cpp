@@ -19,8 +19,10 @@ struct NodeRef {
 
 py::object arg_to_py(const ir::Arg& a) {
   switch (a.kind) {
-    case ir::Arg::Kind::Node: return py::cast(NodeRef{a.node->name});
-    case ir::Arg::Kind::Const: return py::reinterpret_borrow<py::object>(a.value.get());
+    case ir::Arg::Kind::Node:
+      return py::cast(NodeRef{a.node->name});
+    case ir::Arg::Kind::Const:
+      return py::reinterpret_borrow<py::object>(a.value.get());
     case ir::Arg::Kind::Tuple: {
       py::tuple t(a.items.size());
       for (size_t i = 0; i < a.items.size(); ++i) t[i] = arg_to_py(a.items[i]);
@@ -48,9 +50,12 @@ py::list graph_nodes(const GraphHandle& g) {
     py::dict d;
     d["op"] = kOps[static_cast<int>(n->op)];
     d["name"] = n->name;
-    if (n->op == ir::OpKind::CallFunction) d["target"] = py::reinterpret_borrow<py::object>(n->target.get());
-    else if (n->op == ir::OpKind::CallMethod) d["target"] = n->target_name;
-    else d["target"] = py::none();
+    if (n->op == ir::OpKind::CallFunction)
+      d["target"] = py::reinterpret_borrow<py::object>(n->target.get());
+    else if (n->op == ir::OpKind::CallMethod)
+      d["target"] = n->target_name;
+    else
+      d["target"] = py::none();
     py::tuple args(n->args.size());
     for (size_t i = 0; i < n->args.size(); ++i) args[i] = arg_to_py(n->args[i]);
     d["args"] = args;
@@ -68,6 +73,8 @@ py::list graph_nodes(const GraphHandle& g) {
     } else {
       d["meta"] = py::none();
     }
+    // The trace-time meta value (tensor, tuple, ...), aliasing like the real one.
+    d["example"] = n->example ? py::reinterpret_borrow<py::object>(n->example.get()) : py::none();
     d["source"] = n->source ? py::cast(n->source->str()) : py::none();
     d["location"] = n->location;
     out.append(d);
@@ -92,14 +99,18 @@ void bind_ir(py::module_& m) {
       .def("__repr__", [](const NodeRef& r) { return "%" + r.name; });
   py::class_<ir::Graph, GraphHandle>(m, "Graph")
       .def("__str__", [](const GraphHandle& g) { return g->str(); })
-      .def("__repr__", [](const GraphHandle& g) { return "<torchlite Graph with " + std::to_string(g->num_ops()) + " ops>"; })
+      .def("__repr__",
+           [](const GraphHandle& g) {
+             return "<torchlite Graph with " + std::to_string(g->num_ops()) + " ops>";
+           })
       .def("nodes", &graph_nodes, "Nodes as dicts (op, name, target, args, kwargs, meta, source).")
       .def_property_readonly("num_ops", [](const GraphHandle& g) { return g->num_ops(); });
   frame::set_graph_wrapper(&wrap_graph);
 }
 
 void bind_compile(py::module_& m) {
-  m.def("set_backend_bridge", [](py::object fn) { frame::set_backend_bridge(fn.is_none() ? nullptr : fn.ptr()); });
+  m.def("set_backend_bridge",
+        [](py::object fn) { frame::set_backend_bridge(fn.is_none() ? nullptr : fn.ptr()); });
   m.def("set_trace_dir", [](py::object dir) {
     frame::set_trace_dir(dir.is_none() ? std::string() : dir.cast<std::string>());
   });
