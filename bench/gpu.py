@@ -5,16 +5,20 @@ warmup), the ratios, and the cold compile time (first call, from empty in-memory
 caches) of torchlite and inductor. The pointwise case also prints its achieved bandwidth next
 to a device-to-device copy of the same size.
 
-    python bench/gpu.py [--quick] [--skip-inductor] [--only NAME]
+    python bench/gpu.py [--quick] [--skip-inductor] [--only NAME] [--profile-cold]
 
 --quick uses smaller sizes (a smoke run); the numbers in the README come from the full run.
+--profile-cold prints where each torchlite cold call spends its time (cProfile, which slows
+the Python parts: its cold times are not the ones to report).
 
 NOTE: the CUDA issue names this bench/cuda.py; a cuda.py here would shadow NVIDIA's `cuda`
 package (torch.cuda imports cuda.bindings) for every script run from bench/.
 """
 
 import argparse
+import cProfile
 import os
+import pstats
 import statistics
 import sys
 import tempfile
@@ -58,12 +62,20 @@ def gpu_ms(fn, args, iters=20, repeats=5):
     return statistics.median(times)
 
 
-def first_call_s(fn, args):
+def first_call_s(fn, args, profile=False):
     torch.cuda.synchronize()
+    prof = cProfile.Profile() if profile else None
     t = time.perf_counter()
+    if prof:
+        prof.enable()
     fn(*args)
     torch.cuda.synchronize()
-    return time.perf_counter() - t
+    if prof:
+        prof.disable()
+    dt = time.perf_counter() - t
+    if prof:
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(15)
+    return dt
 
 
 def copy_gbps(n):
@@ -125,6 +137,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-inductor", action="store_true")
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--profile-cold", action="store_true", help="cProfile torchlite's cold calls")
     a = ap.parse_args()
     n = 1 << (22 if a.quick else 26)
     rows = 1024 if a.quick else 8192
@@ -151,7 +164,7 @@ def main():
             eager = gpu_ms(fn, args)
             torchlite.reset()
             tl = torchlite.compile(fn)
-            tl_cold = first_call_s(tl, args)
+            tl_cold = first_call_s(tl, args, a.profile_cold)
             tl_ms = gpu_ms(tl, args)
             err = rel_err(tl(*args), fn(*args))
             ind_ms = ind_cold = float("nan")

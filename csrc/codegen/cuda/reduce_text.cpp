@@ -227,7 +227,8 @@ void Writer::reduce_pass(int p, Rows rows) {
          a + " = " + v + "; " + a + "i = (long long)r; }");
   }
   store_outputs(p, [&](size_t o, const std::string& v) {
-    std::string os = std::to_string(o), ob = "o" + std::to_string(n_in_ + o);
+    std::string os = std::to_string(o), ob = "o";
+    ob += std::to_string(n_in_ + o);  // NOTE: not "o" + ...: GCC 12's false -Wrestrict
     if (!packed(n_in_ + o)) {
       line("out" + os + "[" + ob + "] = " + v + ";");
       return;
