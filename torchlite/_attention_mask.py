@@ -11,7 +11,9 @@ in some releases, the others with -inf), and a fully masked row comes out
 differently for each. So the fill is learned from torch: once per backend,
 device and dtype, a small attention with a fully masked row is run with the
 boolean mask and with each candidate; a candidate is used only if it gives
-exactly torch's result, else the boolean mask is passed on unchanged.
+exactly torch's result, else the boolean mask is passed on unchanged. The probe
+has the first call's shapes and layouts (with a fully masked row in its mask), so
+the kernel plan cuDNN builds for it is the model's own.
 """
 
 import math
@@ -33,7 +35,34 @@ def _additive(mask, fill, dtype):
     return torch.where(mask.logical_not(), fill, zero)
 
 
-def _learn_fill(backend, query):
+def _probe_values(like, gen):
+    """Random values laid out as `like` (same sizes and strides; broadcast dimensions stay
+    broadcast), so torch picks the same kernel for the probe as for the real call and cuDNN
+    builds its plan once for both."""
+    if 0 not in like.stride():
+        t = torch.empty_strided(like.size(), like.stride(), dtype=like.dtype, device=like.device)
+        return t.normal_(generator=gen)
+    base = [1 if st == 0 else n for n, st in zip(like.shape, like.stride())]
+    return torch.randn(base, generator=gen, device=like.device, dtype=like.dtype).expand(like.shape)
+
+
+def _probe_mask(mask, gen):
+    """A boolean mask shaped as `mask`, broadcast where it is except in its last two dimensions,
+    with a fully masked row (where the fills differ) and a fully unmasked one."""
+    if mask.dim() < 2 or mask.shape[-2] < 2 or mask.shape[-1] < 2:
+        shape = (1, 1, 64, 64)  # too small to hold both rows: a probe of its own
+        base = shape
+    else:
+        shape = mask.shape
+        lead = [1 if st == 0 else n for n, st in zip(mask.shape[:-2], mask.stride()[:-2])]
+        base = (*lead, *mask.shape[-2:])
+    m = torch.rand(base, generator=gen, device=mask.device) > 0.5
+    m[..., 0, :] = False
+    m[..., 1, :] = True
+    return m.expand(shape)
+
+
+def _learn_fill(backend, mask, query, key, value, kw):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     chosen = {
@@ -44,19 +73,24 @@ def _learn_fill(backend, query):
     if chosen is None:
         return None
     gen = torch.Generator(device=query.device).manual_seed(0)
-    shape = (1, 2, 64, query.shape[-1])
-    q, k, v = (
-        torch.randn(shape, generator=gen, device=query.device, dtype=query.dtype) for _ in range(3)
-    )
-    mask = torch.rand(1, 1, 64, 64, generator=gen, device=query.device) > 0.5
-    mask[..., 0, :] = False  # a fully masked row: where the fills differ
-    mask[..., 1, :] = True
+    probe_mask = _probe_mask(mask, gen)
+    if probe_mask.shape == mask.shape:
+        # NOTE: the real shapes, so the plan cuDNN compiles here (~0.3 s the first time on a
+        # machine) is the one the model's attentions use.
+        q, k, v = (_probe_values(t, gen) for t in (query, key, value))
+    else:
+        shape = (1, 2, 64, query.shape[-1])
+        q, k, v = (
+            torch.randn(shape, generator=gen, device=query.device, dtype=query.dtype)
+            for _ in range(3)
+        )
+        kw = {"scale": kw.get("scale")}
     try:
         with sdpa_kernel([chosen]):
-            expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            expected = F.scaled_dot_product_attention(q, k, v, attn_mask=probe_mask, **kw)
             for fill in _CANDIDATE_FILLS:
                 got = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=_additive(mask, fill, query.dtype)
+                    q, k, v, attn_mask=_additive(probe_mask, fill, query.dtype), **kw
                 )
                 if _same(got, expected):
                     return fill
@@ -76,7 +110,7 @@ def shared_additive_mask(
     backend = torch._fused_sdp_choice(query, key, value, mask, dropout_p, is_causal, **kw)
     key_ = (backend, query.device, query.dtype)
     if key_ not in _fills:
-        _fills[key_] = _learn_fill(backend, query)
+        _fills[key_] = _learn_fill(backend, mask, query, key, value, kw)
     fill = _fills[key_]
     if fill is None:
         return mask

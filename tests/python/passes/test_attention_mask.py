@@ -40,3 +40,21 @@ def test_meta_inputs_give_the_additive_masks_metadata():
     q, k, v, mask = (t.to("meta") for t in _inputs(torch.bfloat16, 0))
     out = shared_additive_mask(mask, q, k, v)
     assert out.device.type == "meta" and out.dtype == torch.bfloat16 and out.shape == mask.shape
+
+
+def test_probe_tensors_are_laid_out_as_the_real_ones():
+    from torchlite._attention_mask import _probe_mask, _probe_values
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 24, 3, 16, dtype=torch.bfloat16).transpose(1, 2)  # heads of a projection
+    pq = _probe_values(q, gen)
+    assert pq.shape == q.shape and pq.stride() == q.stride() and pq.dtype == q.dtype
+    assert pq.float().std() > 0.5
+    mask = (torch.rand(2, 1, 24, 24) > 0.5).expand(2, 3, 24, 24)
+    pm = _probe_mask(mask, gen)
+    assert pm.shape == mask.shape and pm.stride()[1] == 0  # the head axis stays broadcast
+    assert not pm[..., 0, :].any() and pm[..., 1, :].all()  # a fully masked row, a full one
+    # a mask broadcast over its query rows still gets rows of its own in the probe
+    rows = (torch.rand(2, 1, 1, 24) > 0.5).expand(2, 1, 24, 24)
+    pr = _probe_mask(rows, gen)
+    assert not pr[..., 0, :].any() and pr[..., 1, :].all()
