@@ -424,6 +424,20 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
   if (src) {
     auto it = inputs_by_source_.find(key);
     if (it != inputs_by_source_.end()) return it->second;
+    // The same object reached through another source (the config every layer
+    // holds, a module registered twice): one Value, so a mutation through one
+    // name is seen through the other, and its contents are guarded once; this
+    // source only has to be that object.
+    auto same = values_by_object_.find(obj);
+    if (same != values_by_object_.end()) {
+      const ValuePtr& first = same->second.second;
+      if (first->kind == VKind::Module)
+        guards_.add_id_match(src, obj);
+      else
+        guards_.add_identity(src, first->source, true);
+      inputs_by_source_[key] = first;
+      return first;
+    }
   }
   ValuePtr v;
   if (PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(api.module_type.get()))) {
@@ -500,7 +514,12 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
   } else {
     v = from_result(obj);
   }
-  if (src) inputs_by_source_[key] = v;
+  if (src) {
+    inputs_by_source_[key] = v;
+    if (v->kind == VKind::Module || v->kind == VKind::Object || v->kind == VKind::Dict ||
+        v->kind == VKind::List)
+      values_by_object_.emplace(obj, std::make_pair(PyRef::borrow(obj), v));
+  }
   return v;
 }
 

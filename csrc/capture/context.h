@@ -101,6 +101,9 @@ class CaptureContext {
   std::shared_ptr<ir::Graph> graph_;
   guards::GuardSet guards_;
   std::unordered_map<std::string, ValuePtr> inputs_by_source_;
+  // Mutable objects read from the frame, by identity (holding them, so no
+  // address is reused while capturing), with the Value made for the first source.
+  std::unordered_map<PyObject*, std::pair<PyRef, ValuePtr>> values_by_object_;
   std::vector<PyRef> example_inputs_;
   // Source of a tensor input -> the real tensor (borrowed: example_inputs_ holds it).
   std::unordered_map<std::string, PyObject*> input_tensors_;

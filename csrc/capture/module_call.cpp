@@ -52,7 +52,7 @@ class Hooks {
       src = ir::Source::attr(module_->source, name);
     Py_ssize_t n = PyDict_Size(d.get());
     if (n == 0) {
-      if (src) ctx_.guards().add_length_match(src, 0);
+      if (src) ctx_.guards().add_empty_dict_attr(src->base, owner, name);
       return nullptr;
     }
     if (!src) return Value::constant(d);   // not guardable: forward() refuses it below

@@ -29,6 +29,10 @@ class GuardSet {
   void add_dict_version(ir::SourcePtr s, PyObject* dict);
   // len(v) == n for a list/tuple/dict the trace iterated over.
   void add_length_match(ir::SourcePtr s, Py_ssize_t n);
+  // `owner.<name>` (owner is the object at `s` now) is an empty dict: a
+  // module's hook dicts. Checked as a lookup in owner's instance __dict__ when
+  // the attribute lives there; otherwise as len(s.<name>) == 0.
+  void add_empty_dict_attr(ir::SourcePtr s, PyObject* owner, const char* name);
   // (a is b) == same: an identity test the trace answered (two tensor inputs
   // reached through different sources may be one object).
   void add_identity(ir::SourcePtr a, ir::SourcePtr b, bool same);

@@ -149,6 +149,24 @@ LeafGuard LeafGuard::length_match(Py_ssize_t n) {
   return g;
 }
 
+LeafGuard LeafGuard::empty_dict_attr(PyObject* name) {
+  LeafGuard g{GuardKind::EmptyDictAttr};
+  g.ref = PyRef::borrow(name);
+  return g;
+}
+
+namespace {
+// v.__dict__[name] as a borrowed pointer, or null (no instance dict, no such
+// key). Throws PythonError if the lookup raised.
+PyObject* instance_attr(PyObject* v, PyObject* name) {
+  PyObject** slot = _PyObject_GetDictPtr(v);
+  if (!slot || !*slot) return nullptr;
+  PyObject* d = PyDict_GetItemWithError(*slot, name);
+  if (!d && PyErr_Occurred()) throw PythonError();
+  return d;
+}
+}  // namespace
+
 bool LeafGuard::check(PyObject* v) const {
   switch (kind) {
     case GuardKind::TypeMatch:
@@ -163,6 +181,10 @@ bool LeafGuard::check(PyObject* v) const {
       return PyDict_Check(v) && dict_version_of(v) == version;
     case GuardKind::LengthMatch:
       return length_of(v) == length;
+    case GuardKind::EmptyDictAttr: {
+      PyObject* d = instance_attr(v, ref.get());
+      return d && PyDict_Check(d) && PyDict_GET_SIZE(d) == 0;
+    }
   }
   return false;
 }
@@ -190,6 +212,9 @@ std::string LeafGuard::failure(PyObject* v, const std::string& src) const {
     case GuardKind::LengthMatch:
       return "len(" + src + ") == " + std::to_string(length) + " failed (got " +
              std::to_string(length_of(v)) + ")";
+    case GuardKind::EmptyDictAttr:
+      return src + "." + PyUnicode_AsUTF8(ref.get()) +
+             " is no longer an empty dict (a hook was registered?)";
   }
   return src + ": guard failed";
 }
@@ -211,6 +236,9 @@ std::string LeafGuard::str(const std::string& src) const {
       return "DICT_VERSION " + src;
     case GuardKind::LengthMatch:
       return "LENGTH_MATCH len(" + src + ") == " + std::to_string(length);
+    case GuardKind::EmptyDictAttr:
+      return "EMPTY_DICT_ATTR len(" + src + ".__dict__['" + PyUnicode_AsUTF8(ref.get()) +
+             "']) == 0";
   }
   return "?";
 }
@@ -230,6 +258,8 @@ bool LeafGuard::same_as(const LeafGuard& o) const {
       return version == o.version;
     case GuardKind::LengthMatch:
       return length == o.length;
+    case GuardKind::EmptyDictAttr:
+      return ref.get() == o.ref.get();  // interned
   }
   return false;
 }

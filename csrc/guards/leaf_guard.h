@@ -11,12 +11,21 @@
 
 namespace tl::guards {
 
-enum class GuardKind { TypeMatch, IdMatch, EqualsMatch, TensorMatch, DictVersion, LengthMatch };
+enum class GuardKind {
+  TypeMatch,
+  IdMatch,
+  EqualsMatch,
+  TensorMatch,
+  DictVersion,
+  LengthMatch,
+  EmptyDictAttr,
+};
 
 struct LeafGuard {
   GuardKind kind;
   // TypeMatch: the type. IdMatch: a weakref to the object, or the object when
-  // its type has no weakrefs. EqualsMatch: the constant.
+  // its type has no weakrefs. EqualsMatch: the constant. EmptyDictAttr: the
+  // interned attribute name.
   PyRef ref;
   PyObject* id = nullptr;  // IdMatch: the object's address (compare only, never dereferenced)
   bool weak = false;       // IdMatch: `ref` is a weakref
@@ -24,12 +33,15 @@ struct LeafGuard {
   Py_ssize_t length = 0;   // LengthMatch
   std::shared_ptr<const guards::TensorMatch> tensor;  // TensorMatch (shared: LeafGuard copies)
 
-  static LeafGuard type_match(PyObject* type);    // borrows
-  static LeafGuard id_match(PyObject* obj);       // borrows
-  static LeafGuard equals_match(PyObject* value);  // borrows; throws Error for unsupported types
+  static LeafGuard type_match(PyObject* type);      // borrows
+  static LeafGuard id_match(PyObject* obj);         // borrows
+  static LeafGuard equals_match(PyObject* value);   // borrows; throws Error for unsupported types
   static LeafGuard tensor_match(PyObject* tensor);  // borrows
-  static LeafGuard dict_version(PyObject* dict);  // borrows; keeps no reference
+  static LeafGuard dict_version(PyObject* dict);    // borrows; keeps no reference
   static LeafGuard length_match(Py_ssize_t n);
+  // The value's instance __dict__ holds `name` (borrowed, interned), an empty
+  // dict: a module's hook dicts, read without fetching each as a node.
+  static LeafGuard empty_dict_attr(PyObject* name);
 
   // Borrows v (non-null). Throws PythonError only for unexpected failures.
   bool check(PyObject* v) const;

@@ -235,3 +235,22 @@ def test_backward_hook_still_breaks_and_names_the_reason():
     before = counters()
     assert_same(torchlite.compile(fn)(x), fn(x))
     assert_counters_delta(before, counters(), graph_breaks=at_least(1))
+
+
+@pytest.mark.parametrize("register", ["register_forward_pre_hook", "register_forward_hook"])
+def test_a_hook_added_after_compiling_a_module_without_hooks_recompiles(register):
+    torch.manual_seed(0)
+    m = Outer()
+    eager = copy.deepcopy(m)
+    torchlite.reset()
+    guards = "\n".join(torchlite.explain(m)(torch.randn(3, 6)).guards)
+    assert "EMPTY_DICT_ATTR len(L['self'].inner.__dict__['_forward_hooks']) == 0" in guards, guards
+    compiled = torchlite.compile(m, fullgraph=True)
+    x = torch.randn(3, 6)
+    assert_same(compiled(x), eager(x))
+    hook = scale_input if register == "register_forward_pre_hook" else replace_output
+    for mod in (m, eager):
+        getattr(mod.inner, register)(hook)
+    before = counters()
+    assert_same(compiled(x), eager(x))
+    assert_counters_delta(before, counters(), recompiles=1)
