@@ -61,6 +61,7 @@ class CompiledGraph {
                             const SlotMap& slots);
   void drop_unread_views();
   bool run_kernel(const Step& s, std::vector<PyRef>& values, RunState& rs);
+  bool fast_alloc(RunState& rs) const;
   bool launch_cuda(const Step& s, const std::vector<char*>& bufs, RunState& rs);
   std::shared_ptr<const ir::Graph> graph_;
   passes::Partition partition_;
@@ -72,6 +73,9 @@ class CompiledGraph {
   KernelDevice device_;
   const ir::Node* failed_node_ = nullptr;
   PyRef empty_strided_, get_num_threads_, get_stream_, data_ptr_name_, alloc_kwnames_;
+  PyRef fast_empty_strided_;  // private_empty_strided() in compiled_graph.cpp; may be null
+  PyRef get_device_;          // torch._C._cuda_getDevice (CUDA graphs)
+  PyRef function_modes_, dispatch_modes_;  // torch._C._len_torch_{function,dispatch}_stack
 };
 
 }  // namespace tl::runtime
