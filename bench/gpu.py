@@ -1,7 +1,7 @@
 """CUDA compiler benchmark: eager vs torchlite vs torch.compile (inductor), one process.
 
-For each case: the median GPU time per call (CUDA events around back-to-back calls, after
-warmup), the ratios, and the cold compile time (first call, from empty in-memory and on-disk
+For each case: the median GPU time per call (CUDA events around 20 back-to-back calls, after
+warmup; eager, torchlite and inductor sampled in turn, 7 rounds), the ratios, and the cold compile time (first call, from empty in-memory and on-disk
 caches) of torchlite and inductor. The pointwise case also prints its achieved bandwidth next
 to a device-to-device copy of the same size.
 
@@ -46,9 +46,9 @@ def softmax_ln(x, w, b):
     return F.layer_norm(torch.softmax(x * 0.125, -1) + x, x.shape[-1:], w, b)
 
 
-def gpu_ms(fn, args, iters=20, repeats=5):
+def gpu_ms(fn, args, iters=20, repeats=5, warmup=3):
     """Median over `repeats` of the mean time of `iters` back-to-back calls."""
-    for _ in range(3):
+    for _ in range(warmup):
         fn(*args)
     times = []
     for _ in range(repeats):
@@ -60,6 +60,20 @@ def gpu_ms(fn, args, iters=20, repeats=5):
         end.synchronize()
         times.append(start.elapsed_time(end) / iters)
     return statistics.median(times)
+
+
+def interleaved_ms(fns, args, rounds=7, iters=20):
+    """Median per function of `rounds` samples taken in turn (eager, torchlite, inductor, eager,
+    ...): the GPU machine's host speed drifts by up to 2x over seconds, and host-bound models
+    follow it, so measuring each function in its own block compared different moments."""
+    for fn in fns:
+        for _ in range(3):
+            fn(*args)
+    samples = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            samples[i].append(gpu_ms(fn, args, iters=iters, repeats=1, warmup=0))
+    return [statistics.median(s) for s in samples]
 
 
 def first_call_s(fn, args, profile=False):
@@ -161,17 +175,18 @@ def main():
     print(head, flush=True)
     with torch.no_grad():
         for name, fn, args in cases:
-            eager = gpu_ms(fn, args)
+            fn(*args)
             torchlite.reset()
             tl = torchlite.compile(fn)
             tl_cold = first_call_s(tl, args, a.profile_cold)
-            tl_ms = gpu_ms(tl, args)
             err = rel_err(tl(*args), fn(*args))
             ind_ms = ind_cold = float("nan")
-            if not a.skip_inductor:
+            if a.skip_inductor:
+                eager, tl_ms = interleaved_ms([fn, tl], args)
+            else:
                 ind = torch.compile(fn)
                 ind_cold = first_call_s(ind, args)
-                ind_ms = gpu_ms(ind, args)
+                eager, tl_ms, ind_ms = interleaved_ms([fn, tl, ind], args)
                 torch._dynamo.reset()
             print(
                 f"{name:28} {eager:9.3f} {tl_ms:10.3f} {ind_ms:9.3f} {eager / tl_ms:8.2f}x"
