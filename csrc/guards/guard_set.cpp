@@ -121,17 +121,10 @@ void GuardSet::add_length_match(ir::SourcePtr s, Py_ssize_t n) {
 void GuardSet::add_empty_dict_attr(ir::SourcePtr s, PyObject* owner, const char* name) {
   PyRef key = PyRef::steal(PyUnicode_InternFromString(name));
   if (!key) throw PythonError();
-  PyObject** slot = _PyObject_GetDictPtr(owner);
-  PyObject* d = slot && *slot ? PyDict_GetItemWithError(*slot, key.get()) : nullptr;
-  if (!d && PyErr_Occurred()) throw PythonError();
-  // A data descriptor on the type would win over the instance __dict__.
-  PyObject* descr = _PyType_Lookup(Py_TYPE(owner), key.get());
-  bool data_descr = descr && Py_TYPE(descr)->tp_descr_set;
-  if (d && PyDict_Check(d) && PyDict_GET_SIZE(d) == 0 && !data_descr) {
-    impl_->add(s, LeafGuard::empty_dict_attr(key.get()));
-  } else {
+  if (std::optional<LeafGuard> g = LeafGuard::empty_dict_attr(owner, key.get()))
+    impl_->add(s, std::move(*g));
+  else
     impl_->add(ir::Source::attr(s, name), LeafGuard::length_match(0));
-  }
 }
 
 void GuardSet::add_identity(ir::SourcePtr a, ir::SourcePtr b, bool same) {

@@ -149,12 +149,6 @@ LeafGuard LeafGuard::length_match(Py_ssize_t n) {
   return g;
 }
 
-LeafGuard LeafGuard::empty_dict_attr(PyObject* name) {
-  LeafGuard g{GuardKind::EmptyDictAttr};
-  g.ref = PyRef::borrow(name);
-  return g;
-}
-
 namespace {
 // v.__dict__[name] as a borrowed pointer, or null (no instance dict, no such
 // key). Throws PythonError if the lookup raised.
@@ -165,7 +159,18 @@ PyObject* instance_attr(PyObject* v, PyObject* name) {
   if (!d && PyErr_Occurred()) throw PythonError();
   return d;
 }
+
+bool is_empty_dict(PyObject* d) { return d && PyDict_Check(d) && PyDict_GET_SIZE(d) == 0; }
 }  // namespace
+
+std::optional<LeafGuard> LeafGuard::empty_dict_attr(PyObject* owner, PyObject* name) {
+  PyObject* descr = _PyType_Lookup(Py_TYPE(owner), name);  // borrowed
+  if (descr && Py_TYPE(descr)->tp_descr_set) return std::nullopt;
+  if (!is_empty_dict(instance_attr(owner, name))) return std::nullopt;
+  LeafGuard g{GuardKind::EmptyDictAttr};
+  g.ref = PyRef::borrow(name);
+  return g;
+}
 
 bool LeafGuard::check(PyObject* v) const {
   switch (kind) {
@@ -181,10 +186,8 @@ bool LeafGuard::check(PyObject* v) const {
       return PyDict_Check(v) && dict_version_of(v) == version;
     case GuardKind::LengthMatch:
       return length_of(v) == length;
-    case GuardKind::EmptyDictAttr: {
-      PyObject* d = instance_attr(v, ref.get());
-      return d && PyDict_Check(d) && PyDict_GET_SIZE(d) == 0;
-    }
+    case GuardKind::EmptyDictAttr:
+      return is_empty_dict(instance_attr(v, ref.get()));
   }
   return false;
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/py_ref.h"
@@ -40,8 +41,11 @@ struct LeafGuard {
   static LeafGuard dict_version(PyObject* dict);    // borrows; keeps no reference
   static LeafGuard length_match(Py_ssize_t n);
   // The value's instance __dict__ holds `name` (borrowed, interned), an empty
-  // dict: a module's hook dicts, read without fetching each as a node.
-  static LeafGuard empty_dict_attr(PyObject* name);
+  // dict: a module's hook dicts, read without fetching each as a node. Null
+  // when `owner` (borrowed) does not hold one there now, or a data descriptor
+  // of its type would shadow it: then the guard would not say what
+  // `owner.<name>` reads.
+  static std::optional<LeafGuard> empty_dict_attr(PyObject* owner, PyObject* name);
 
   // Borrows v (non-null). Throws PythonError only for unexpected failures.
   bool check(PyObject* v) const;
