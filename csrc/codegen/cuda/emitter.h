@@ -43,8 +43,13 @@ class Writer {
   std::string index_value(int64_t axis) const;
   std::string value(int i);
   std::string operand(int i, ST t) { return convert(value(i), type(i), t); }
-  // Writes each output of `pass` through `store(o, memory_value)`.
-  void store_outputs(int pass, const std::function<void(size_t, const std::string&)>& store);
+  // Writes each output of `pass` through `store(o, memory_value, f32)`; f32 is
+  // the float32 value a float16/bfloat16 output rounds (empty for other types),
+  // for entries that convert neighbouring elements in pairs (pair_to_memory).
+  using StoreFn = std::function<void(size_t, const std::string&, const std::string&)>;
+  void store_outputs(int pass, const StoreFn& store);
+  // One 32-bit word holding float32 values lo and hi as 16-bit floats of type t.
+  static std::string pair_to_memory(ST t, const std::string& lo, const std::string& hi);
   void line(const std::string& s) { os_ << indent_ << s << "\n"; }
   void open(const std::string& s) {
     line(s + " {");
@@ -101,7 +106,8 @@ class Writer {
   std::string indent_;
   ElemRef ref_;
   std::string lin_outer_, lin_red_, off_;
-  int gathers_ = 0;                           // Gather exprs: no vector entry then
+  bool half_outputs_ = false;  // every output is float16/bfloat16 (cheaper exp, see value())
+  int gathers_ = 0;            // Gather exprs: no vector entry then
   int64_t gather_low_ = 0, gather_high_ = 0;  // the constant offsets Gathers add
   std::vector<std::string> cache_;            // expr values of the current scope
   std::vector<std::string> acc_;              // reduction accumulators (row scope)

@@ -37,6 +37,9 @@ void Writer::fail(size_t i, const std::string& why) const { expr_error(k_, "CUDA
 
 void Writer::analyse() {
   plan_ = plan_passes(k_, "CUDA kernel");
+  half_outputs_ = !k_.outputs.empty();
+  for (const ir::Kernel::Output& o : k_.outputs)
+    half_outputs_ &= o.view.type == ST::F16 || o.view.type == ST::BF16;
   // NOTE: a Gather by a constant (what `cat` with an empty operand, or a slice
   // the lowering reads through a gather, leaves) is a load at a fixed extra
   // offset: it only widens the index type when that offset does.
@@ -151,6 +154,12 @@ std::string Writer::value(int i) {
     v = is_unary(e.op) ? unary(e.op, t, operand(ops[0], t))
                        : binary(e.op, t, operand(ops[0], t), operand(ops[1], t));
     v = convert(v, ST::Bool, e.type);
+  } else if (half_outputs_ && e.type == ST::F32 &&
+             (e.op == ExprOp::Exp || e.op == ExprOp::Sigmoid)) {
+    // Every output rounds to 8 or 11 significant bits: exp's last float32 bits
+    // cannot reach them (eager's half-precision kernels compute these in float32 too).
+    std::string x = operand(ops[0], e.type);
+    v = e.op == ExprOp::Exp ? "tl_hexp(" + x + ")" : "(1 / (1 + tl_hexp(-" + x + ")))";
   } else if (is_unary(e.op)) {
     v = unary(e.op, e.type, operand(ops[0], e.type));
   } else {
@@ -177,12 +186,27 @@ std::string Writer::index_value(int64_t axis) const {
   return "(long long)(" + v + " % " + std::to_string(k_.shape[a]) + ")";
 }
 
-void Writer::store_outputs(int pass, const std::function<void(size_t, const std::string&)>& store) {
+void Writer::store_outputs(int pass, const StoreFn& store) {
   for (size_t o = 0; o < k_.outputs.size(); ++o) {
     if (plan_.out_pass[o] != pass) continue;
     const auto& out = k_.outputs[o];
-    store(o, to_memory(operand(out.expr, out.view.type), out.view.type));
+    ST t = out.view.type;
+    if (t != ST::F16 && t != ST::BF16) {
+      store(o, to_memory(operand(out.expr, t), t), std::string());
+      continue;
+    }
+    // A float32 value cast to the output's type is rounded once, on its way to
+    // memory (rounding it twice to one type gives the same bits).
+    const ir::Expr& e = k_.exprs[out.expr];
+    std::string f = e.op == ExprOp::Cast && e.type == t && type(e.operands[0]) == ST::F32
+                        ? value(e.operands[0])
+                        : operand(out.expr, ST::F32);
+    store(o, to_memory(f, t), f);
   }
+}
+
+std::string Writer::pair_to_memory(ST t, const std::string& lo, const std::string& hi) {
+  return (t == ST::BF16 ? "tl_f2bf2(" : "tl_f2h2(") + lo + ", " + hi + ")";
 }
 
 int64_t Writer::grid_for(int64_t threads, int block) const {
@@ -221,7 +245,7 @@ void Writer::pointwise_scalar(int unroll) {
          (u ? "(" + at + " < " + n + " ? " + at + " : " + n + " - 1)" : "i") + ";");
     offsets(prefix, iu, s_.outer, 0, "");
     new_scope([&](int buf) { return at_offset(prefix, buf); }, iu, "0", prefix);
-    store_outputs(0, [&](size_t o, const std::string& v) {
+    store_outputs(0, [&](size_t o, const std::string& v, const std::string&) {
       stores.push_back({u ? at + " < " + n : "", "out" + std::to_string(o) + "[" + prefix +
                                                      std::to_string(n_in_ + o) + "] = " + v + ";"});
     });
@@ -240,7 +264,7 @@ std::string Writer::at_offset(const std::string& prefix, int buf) const {
 void Writer::point_at(const std::string& lin) {
   offsets("o", lin, s_.outer, 0, "");
   new_scope([&](int buf) { return at_offset("o", buf); }, lin);
-  store_outputs(0, [&](size_t o, const std::string& v) {
+  store_outputs(0, [&](size_t o, const std::string& v, const std::string&) {
     line("out" + std::to_string(o) + "[o" + std::to_string(n_in_ + o) + "] = " + v + ";");
   });
 }
@@ -335,27 +359,54 @@ void Writer::pointwise_vector(int width) {
              " = *reinterpret_cast<const " + pack_type(in) + "*>(in" + std::to_string(in) + " + o" +
              su + "_" + std::to_string(in) + ");");
   }
+  // 16-bit float outputs: float32 values, converted in pairs after the loop.
+  auto in_pairs = [&](size_t buf) {
+    ST t = buffer_type(buf);
+    return in_packs(buf) && (t == ST::F16 || t == ST::BF16);
+  };
   for (int u = 0; u < unroll; ++u) {
     std::string su = std::to_string(u);
-    for (size_t o = 0; o < k_.outputs.size(); ++o)
-      if (in_packs(n_in_ + o))
-        line(pack_type(n_in_ + o) + " p" + su + "_" + std::to_string(n_in_ + o) + ";");
+    for (size_t o = 0; o < k_.outputs.size(); ++o) {
+      std::string p = "p" + su + "_" + std::to_string(n_in_ + o);
+      if (in_pairs(n_in_ + o))
+        line("float f" + p.substr(1) + "[" + w + "];");
+      else if (in_packs(n_in_ + o))
+        line(pack_type(n_in_ + o) + " " + p + ";");
+    }
     line("#pragma unroll");
     open("for (int j = 0; j < " + w + "; ++j)");
     new_scope([&](int buf) { return element(u, buf); }, "i" + su + " + j");
-    store_outputs(0, [&](size_t o, const std::string& v) {
-      std::string st = element(u, n_in_ + o) + " = " + v + ";";
-      line(u && !in_packs(n_in_ + o) ? "if (" + live(u) + ") " + st : st);
+    store_outputs(0, [&](size_t o, const std::string& v, const std::string& f32) {
+      size_t buf = n_in_ + o;
+      if (in_pairs(buf)) {
+        line("f" + su + "_" + std::to_string(buf) + "[j] = " + f32 + ";");
+        return;
+      }
+      std::string st = element(u, buf) + " = " + v + ";";
+      line(u && !in_packs(buf) ? "if (" + live(u) + ") " + st : st);
     });
     close();
+    for (size_t o = 0; o < k_.outputs.size(); ++o) {
+      size_t buf = n_in_ + o;
+      if (!in_pairs(buf)) continue;
+      std::string f = "f" + su + "_" + std::to_string(buf), p = "p" + f.substr(1);
+      line("tl_pack<unsigned, " + std::to_string(width / 2) + "> " + p + ";");
+      for (int k = 0; k < width / 2; ++k)
+        line(p + ".e[" + std::to_string(k) + "] = " +
+             pair_to_memory(buffer_type(buf), f + "[" + std::to_string(2 * k) + "]",
+                            f + "[" + std::to_string(2 * k + 1) + "]") +
+             ";");
+    }
   }
   for (int u = 0; u < unroll; ++u)
     for (size_t o = 0; o < k_.outputs.size(); ++o) {
       size_t buf = n_in_ + o;
       if (!in_packs(buf)) continue;
       std::string su = std::to_string(u), bs = std::to_string(buf);
-      std::string st = "*reinterpret_cast<" + pack_type(buf) + "*>(out" + std::to_string(o) +
-                       " + o" + su + "_" + bs + ") = p" + su + "_" + bs + ";";
+      std::string type =
+          in_pairs(buf) ? "tl_pack<unsigned, " + std::to_string(width / 2) + ">" : pack_type(buf);
+      std::string st = "*reinterpret_cast<" + type + "*>(out" + std::to_string(o) + " + o" + su +
+                       "_" + bs + ") = p" + su + "_" + bs + ";";
       line(u ? "if (" + live(u) + ") " + st : st);
     }
   close();

@@ -129,7 +129,7 @@ void Writer::reduction_kernel(const std::string& entry) {
   for (int p : plan_.out_pass) any |= p == 0;
   if (any) {
     if (rows != Rows::Thread) open(rows == Rows::Warp ? "if (lane == 0)" : "if (threadIdx.x == 0)");
-    store_outputs(0, [&](size_t o, const std::string& v) {
+    store_outputs(0, [&](size_t o, const std::string& v, const std::string&) {
       line("out" + std::to_string(o) + "[b" + std::to_string(n_in_ + o) + "] = " + v + ";");
     });
     if (rows != Rows::Thread) close();
@@ -155,10 +155,16 @@ void Writer::reduce_pass(int p, Rows rows) {
   std::string first = rows == Rows::Warp ? "lane" : "threadIdx.x", V = std::to_string(vec_);
   bool guard = false;  // the unrolled loop's last step may pass the row's end
   int loops = 1;
-  // The vector entry's output packs: stored at a pack's last element.
+  // The vector entry's output packs: stored at a pack's last element. 16-bit
+  // float outputs keep the pack's float32 values and convert them in pairs.
+  auto in_pairs = [&](size_t buf) {
+    ST t = buffer_type(buf);
+    return packed(buf) && (t == ST::F16 || t == ST::BF16);
+  };
   for (size_t o = 0; o < k_.outputs.size(); ++o)
     if (plan_.out_pass[o] == p && packed(n_in_ + o))
-      line(pack(n_in_ + o) + " so" + std::to_string(o) + ";");
+      line((in_pairs(n_in_ + o) ? "float" : pack(n_in_ + o)) + " so" + std::to_string(o) +
+           (in_pairs(n_in_ + o) ? "[" + std::to_string(vec_) + "]" : "") + ";");
   if (cache_n_ > 0) {
     line("#pragma unroll");
     open("for (int j = 0; j < " + std::to_string(cache_n_) + "; ++j)");
@@ -226,17 +232,31 @@ void Writer::reduce_pass(int p, Rows rows) {
     line("if (" + arg_better(e.op, type(e.operands[0]), v, "(long long)r", a, a + "i") + ") { " +
          a + " = " + v + "; " + a + "i = (long long)r; }");
   }
-  store_outputs(p, [&](size_t o, const std::string& v) {
+  store_outputs(p, [&](size_t o, const std::string& v, const std::string& f32) {
     std::string os = std::to_string(o), ob = "o";
     ob += std::to_string(n_in_ + o);  // NOTE: not "o" + ...: GCC 12's false -Wrestrict
     if (!packed(n_in_ + o)) {
       line("out" + os + "[" + ob + "] = " + v + ";");
       return;
     }
-    line("so" + os + ".e[j % " + V + "] = " + v + ";");
-    line("if (j % " + V + " == " + std::to_string(vec_ - 1) + ") *reinterpret_cast<" +
-         pack(n_in_ + o) + "*>(out" + os + " + (" + ob + " - " + std::to_string(vec_ - 1) +
-         ")) = so" + os + ";");
+    std::string at = "out" + os + " + (" + ob + " - " + std::to_string(vec_ - 1) + ")";
+    if (!in_pairs(n_in_ + o)) {
+      line("so" + os + ".e[j % " + V + "] = " + v + ";");
+      line("if (j % " + V + " == " + std::to_string(vec_ - 1) + ") *reinterpret_cast<" +
+           pack(n_in_ + o) + "*>(" + at + ") = so" + os + ";");
+      return;
+    }
+    std::string words = "tl_pack<unsigned, " + std::to_string(vec_ / 2) + ">";
+    line("so" + os + "[j % " + V + "] = " + f32 + ";");
+    open("if (j % " + V + " == " + std::to_string(vec_ - 1) + ")");
+    line(words + " w;");
+    for (int k = 0; k < vec_ / 2; ++k)
+      line("w.e[" + std::to_string(k) + "] = " +
+           pair_to_memory(buffer_type(n_in_ + o), "so" + os + "[" + std::to_string(2 * k) + "]",
+                          "so" + os + "[" + std::to_string(2 * k + 1) + "]") +
+           ";");
+    line("*reinterpret_cast<" + words + "*>(" + at + ") = w;");
+    close();
   });
   if (guard) close();
   for (int l = 0; l < loops; ++l) close();
@@ -284,10 +304,13 @@ bool cheap(const ir::Kernel& k, int i) {
 }  // namespace
 
 // Caches, per thread, the per-point values that two or more passes would
-// evaluate: the varying Loads (each input element is then read once) and the
-// costly per-point exprs (softmax's exp). Exprs are taken from the last one
-// down, since caching an expr spares its operands in the passes after it.
-// Nothing is cached when the row exceeds the budget.
+// evaluate: the varying Loads (each input element is then read once), the
+// costly per-point exprs (softmax's exp) and chains of cheap ones (layer norm's
+// input softmax(x) + x with its roundings, and x - mean). Exprs are taken from
+// the last one down, since caching an expr spares its operands in the passes
+// after it. The budget bounds the values held between two passes (during the
+// row reductions); a value is held from the pass that computes it to the last
+// pass that reads it.
 void Writer::plan_row_cache(Rows rows) {
   size_t n = k_.exprs.size();
   cache_first_.assign(n, 0);
@@ -315,27 +338,52 @@ void Writer::plan_row_cache(Rows rows) {
       for (int o : k_.exprs[i].operands) todo.push_back(o);
     }
   };
-  int64_t bytes = 0;
+  // Per-point exprs evaluated to recompute expr i from loads, row values and the exprs
+  // chosen so far (those before i are weighed after it, so their cost counts here).
+  auto recompute_cost = [&](int i) {
+    std::vector<char> visited(n);
+    std::vector<int> todo{i};
+    int cost = 0;
+    while (!todo.empty()) {
+      int j = todo.back();
+      todo.pop_back();
+      const ir::Expr& e = k_.exprs[j];
+      if (visited[j] || !plan_.varies[j] || is_reduce(e.op) || (j != i && cache_first_[j]))
+        continue;
+      visited[j] = 1;
+      if (e.op == ExprOp::Load || e.op == ExprOp::Index) continue;
+      ++cost;
+      for (int o : e.operands) todo.push_back(o);
+    }
+    return cost;
+  };
+  // held[b]: bytes a thread holds between pass b and pass b + 1.
+  std::vector<int64_t> held(plan_.n_passes + 1);
   for (size_t i = n; i-- > 0;) {
     const ir::Expr& e = k_.exprs[i];
     int ii = static_cast<int>(i);
-    if (!plan_.varies[i] || is_reduce(e.op) || e.op == ExprOp::Gather ||
-        (e.op != ExprOp::Load && cheap(k_, ii)))
-      continue;
-    int64_t size = per_thread * (elem_bytes(type(ii)) > 4 ? 8 : 4);
-    if (bytes + size > kCacheBytes) continue;
-    int first = 0, passes = 0;
+    if (!plan_.varies[i] || is_reduce(e.op) || e.op == ExprOp::Gather) continue;
+    // NOTE: a chain of three cheap ops or more is worth a register per value;
+    // a conversion or a single add of cached values is not.
+    if (e.op != ExprOp::Load && cheap(k_, ii) && recompute_cost(ii) < 3) continue;
+    int first = 0, last = 0, passes = 0;
     for (int p = 1; p <= plan_.n_passes; ++p) {
       need(p);
       if (!seen[i]) continue;
       if (!first) first = p;
+      last = p;
       ++passes;
     }
     if (passes < 2) continue;
+    int64_t size = per_thread * (elem_bytes(type(ii)) > 4 ? 8 : 4);
+    bool fits = true;
+    for (int b = first; b < last; ++b) fits &= held[b] + size <= kCacheBytes;
+    if (!fits) continue;
+    for (int b = first; b < last; ++b) held[b] += size;
     cache_first_[i] = first;
-    bytes += size;
   }
-  if (bytes > 0) cache_n_ = static_cast<int>(per_thread);
+  for (size_t i = 0; i < n; ++i)
+    if (cache_first_[i]) cache_n_ = static_cast<int>(per_thread);
 }
 
 // Folds the per-thread accumulators of reduction `i` so that every thread of

@@ -8,6 +8,8 @@ tests/python/cuda/test_cuda_kernels.py check both entries against eager):
   buffer's rows starting pack-aligned (softmax, layer norm);
 - not when the row or the innermost axis is not whole packs."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -77,8 +79,29 @@ def test_row_reductions_load_and_store_packs(shape, dtype, width):
     ((name, source, launch),) = _kernels(fn, x, w)
     vec = _vector_source(name, source, launch)
     assert "pk0 = *reinterpret_cast<const tl_pack<" in vec
-    assert f"if (j % {width} == {width - 1}) *reinterpret_cast<" in vec  # the output's packs
+    # The output's packs, stored at each pack's last element: bfloat16 converted in pairs.
+    if dtype == BF16:
+        assert f"if (j % {width} == {width - 1}) {{" in vec
+        assert "tl_f2bf2(so0[0], so0[1])" in vec and "tl_f2bf(" not in vec
+    else:
+        assert f"if (j % {width} == {width - 1}) *reinterpret_cast<" in vec
+    assert "*reinterpret_cast<tl_pack<" in vec
     assert "out0[" not in vec  # no element-wise store left
+
+
+@pytest.mark.parametrize("dtype,convert", [(BF16, "tl_f2bf2"), (torch.float16, "tl_f2h2")])
+def test_half_outputs_convert_in_pairs_and_round_once(dtype, convert):
+    """A pointwise chain ending in a 16-bit float: its float32 result is rounded once, two
+    neighbouring elements by one conversion, as it is stored."""
+    x = torch.randn(64, 256, dtype=dtype)
+    ((name, source, launch),) = _kernels(lambda x: torch.sigmoid(x * 2 + 1).relu() * x, x)
+    vec = _vector_source(name, source, launch)
+    for k in range(4):
+        assert f"p0_1.e[{k}] = {convert}(f0_1[{2 * k}], f0_1[{2 * k + 1}]);" in vec, vec
+    assert "*reinterpret_cast<tl_pack<unsigned, 4>*>(out0 + o0_1) = p0_1;" in vec
+    # The product that f0_1 keeps is not rounded first (eager rounds it once, to store it).
+    kept = re.search(r"f0_1\[j\] = (v\d+);", vec).group(1)
+    assert re.search(rf"const float {kept} = \(v\d+ \* v\d+\);", vec), vec
 
 
 def test_rows_not_whole_packs_get_no_vector_entry():
