@@ -56,6 +56,33 @@ def test_half_types_match_eager(dtype):
     _check(lambda x, y: torch.nn.functional.gelu(x * y + 1), x, y, **tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_outputs_store_eagers_bits_nan_included(dtype):
+    """16-bit outputs rounded once and two at a time: the very bits eager stores, NaN's too
+    (CUDA's conversion gives 0x7FFF for a bfloat16 NaN, which the CPU spells 0x7FC0)."""
+    x = torch.randn(64, 1024, device="cuda", dtype=dtype)
+    x[3, 5:9] = float("nan")
+    fn = lambda x: (x * 3 + 1).sqrt() * x
+    compiled = _check(fn, x, atol=0, rtol=0)
+    with torch.no_grad():
+        actual, expected = compiled(x), fn(x)
+    assert expected.isnan().any()
+    bits = lambda t: t.view(torch.int16)
+    assert torch.equal(bits(actual), bits(expected))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_max_and_min_propagate_nan_as_eager(dtype):
+    """Row max/min and elementwise maximum/minimum (one max.NaN instruction on sm_80+)."""
+    x = torch.randn(256, 1000, device="cuda", dtype=dtype)
+    y = torch.randn(256, 1000, device="cuda", dtype=dtype)
+    x[7, 100] = float("nan")
+    y[9, 3] = float("nan")
+    fn = lambda x, y: (torch.maximum(x, y) - torch.minimum(x, y), x.amax(-1), y.amin(-1))
+    out = _check(fn, x, y)(x, y)
+    assert out[0][7, 100].isnan() and out[1][7].isnan() and out[2][9].isnan()
+
+
 def test_int_and_bool_match_eager():
     a = torch.randint(-50, 50, (1000,), device="cuda")
     b = torch.randint(1, 7, (1000,), device="cuda")
