@@ -83,6 +83,26 @@ class Writer {
   void pointwise_vector(int width);
   int64_t grid_for(int64_t threads, int block) const;
 
+  // pair_text.cpp: two neighbouring elements per step of the vectorised
+  // reduction entry, one scope each (the current one and other_).
+  struct Scope {
+    ElemRef ref;
+    std::string outer, red, off;
+    std::vector<std::string> cache;
+  };
+  void swap_scope();
+  // Element e's scope reads buffer b through ref(e)(b) at reduction index red<e>
+  // (offsets "o" and "oo"); leaves element 0's scope current.
+  void new_pair_scope(const std::function<ElemRef(int elem)>& ref, std::string outer,
+                      const std::string& red0, const std::string& red1);
+  std::string value_in(int elem, int i);
+  std::string value_ref(int elem, int buf);
+  bool exact_in(int i, ST h) const;
+  bool pair_op(int i) const;  // a 16-bit add/sub/mul of two 16-bit values
+  bool any_pair_op() const;
+  std::string pair_word(int i, ST h);
+  std::string pair_element(int i);
+
   // reduce_text.cpp
   enum class Rows { Thread, Warp, Block };
   Rows choose_rows() const;
@@ -122,6 +142,10 @@ class Writer {
   int cache_n_ = 0;
   int vec_ = 0;  // elements per 16-byte pack in the vectorised reduction entry; 0 = scalar
   std::vector<int> cache_first_;
+  bool pair_mode_ = false;         // pair evaluation (pair_text.cpp) in this entry
+  int elem_ = 0;                   // the current scope's element in pair evaluation
+  Scope other_;                    // the other element's scope
+  std::vector<std::string> pair_;  // exprs' pair words in this step
   CudaKernel out_;
 };
 

@@ -119,6 +119,7 @@ void Writer::offsets(const std::string& prefix, const std::string& lin,
 
 std::string Writer::value(int i) {
   if (!cache_[i].empty()) return cache_[i];
+  if (pair_mode_ && pair_op(i)) return pair_element(i);
   const ir::Expr& e = k_.exprs[i];
   const auto& ops = e.operands;
   std::string v;

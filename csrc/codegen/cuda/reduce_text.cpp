@@ -115,6 +115,7 @@ void Writer::reduction_kernel(const std::string& entry) {
   done_.assign(k_.exprs.size(), 0);
   acc_.assign(k_.exprs.size(), std::string());
   plan_row_cache(rows);
+  pair_mode_ = vec_ > 0 && any_pair_op();
   for (int b = 0; b < n_in_; ++b)  // the vector entry's input packs
     if (packed(b)) line(pack(b) + " pk" + std::to_string(b) + ";");
   for (size_t i = 0; i < k_.exprs.size(); ++i)
@@ -136,6 +137,7 @@ void Writer::reduction_kernel(const std::string& entry) {
   }
   close();
   close();
+  pair_mode_ = false;
 }
 
 void Writer::reduce_pass(int p, Rows rows) {
@@ -165,9 +167,12 @@ void Writer::reduce_pass(int p, Rows rows) {
     if (plan_.out_pass[o] == p && packed(n_in_ + o))
       line((in_pairs(n_in_ + o) ? "float" : pack(n_in_ + o)) + " so" + std::to_string(o) +
            (in_pairs(n_in_ + o) ? "[" + std::to_string(vec_) + "]" : "") + ";");
+  // Pair evaluation (pair_text.cpp) takes two neighbouring elements, of one pack, a step.
+  const int n_elem = pair_mode_ ? 2 : 1;
+  const std::string step = pair_mode_ ? "j += 2" : "++j";
   if (cache_n_ > 0) {
     line("#pragma unroll");
-    open("for (int j = 0; j < " + std::to_string(cache_n_) + "; ++j)");
+    open("for (int j = 0; j < " + std::to_string(cache_n_) + "; " + step + ")");
     // NOTE: the vector entry gives each thread vec_ neighbouring elements per
     // step (one 16-byte pack), the scalar entry one element per step.
     if (vec_)
@@ -182,7 +187,7 @@ void Writer::reduce_pass(int p, Rows rows) {
     open("for (" + idx_ + " r0 = " + first + " * " + V + "; r0 < " + len +
          "; r0 += " + std::to_string(threads * vec_) + ")");
     line("#pragma unroll");
-    open("for (int j = 0; j < " + V + "; ++j)");
+    open("for (int j = 0; j < " + V + "; " + step + ")");
     line("const " + idx_ + " r = r0 + j;");
     loops = 2;
   } else {
@@ -200,64 +205,94 @@ void Writer::reduce_pass(int p, Rows rows) {
     }
   }
   offsets("o", "r", s_.red, s_.outer.size(), "b");
+  if (pair_mode_) offsets("oo", "(r + 1)", s_.red, s_.outer.size(), "b");
+  // Element e of the step: its index within the thread's values, and its offsets' prefix.
+  auto J = [](int e) { return std::string(e ? "(j + 1)" : "j"); };
+  auto O = [](int e) { return std::string(e ? "oo" : "o"); };
   // An input pack is loaded (at the pack's first element) where the pass first reads it.
   std::vector<char> loaded(n_in_);
-  new_scope(
-      [&, V](int buf) {
-        std::string bs = std::to_string(buf);
-        if (!packed(buf)) return "in" + bs + "[o" + bs + "]";
-        if (!loaded[buf])
-          line("if (j % " + V + " == 0) pk" + bs + " = *reinterpret_cast<const " + pack(buf) +
-               "*>(in" + bs + " + o" + bs + ");");
-        loaded[buf] = 1;
-        return "pk" + bs + ".e[j % " + V + "]";
-      },
-      "row", "r");
+  auto ref = [&, V](int el) -> ElemRef {
+    return [&, V, el](int buf) {
+      std::string bs = std::to_string(buf);
+      if (!packed(buf)) return "in" + bs + "[" + O(el) + bs + "]";
+      if (!loaded[buf])
+        line("if (j % " + V + " == 0) pk" + bs + " = *reinterpret_cast<const " + pack(buf) +
+             "*>(in" + bs + " + o" + bs + ");");
+      loaded[buf] = 1;
+      return "pk" + bs + ".e[" + J(el) + " % " + V + "]";
+    };
+  };
+  if (pair_mode_)
+    new_pair_scope(ref, "row", "r", "(r + 1)");
+  else
+    new_scope(ref(0), "row", "r");
   // Cached values of earlier passes are read back; those this pass is the
   // first to need are computed here (lowest expr first: one may use another).
+  // (Every element's names first: a pair computes both elements' values at once.)
+  auto rc = [&](size_t i, int el) { return "rc" + std::to_string(i) + "[" + J(el) + "]"; };
+  for (int el = 0; el < n_elem; ++el) {
+    if (el) swap_scope();
+    for (size_t i = 0; i < k_.exprs.size(); ++i)
+      if (cache_first_[i] && cache_first_[i] < p) cache_[i] = rc(i, el);
+    if (el) swap_scope();
+  }
   for (size_t i = 0; i < k_.exprs.size(); ++i) {
-    if (!cache_first_[i] || cache_first_[i] > p) continue;
-    std::string rc = "rc" + std::to_string(i) + "[j]";
-    if (cache_first_[i] == p) line(rc + " = " + value(static_cast<int>(i)) + ";");
-    cache_[i] = rc;
+    if (cache_first_[i] != p) continue;
+    for (int el = 0; el < n_elem; ++el) {
+      if (el) swap_scope();
+      line(rc(i, el) + " = " + value(static_cast<int>(i)) + ";");
+      cache_[i] = rc(i, el);
+      if (el) swap_scope();
+    }
   }
-  for (int i : mine) {
-    const ir::Expr& e = k_.exprs[i];
-    const std::string& a = acc_[i];
-    if (!is_arg_reduce(e.op)) {
-      line(a + " = " + reduce_combine(e.op, e.type, a, operand(e.operands[0], e.type)) + ";");
-      continue;
+  for (int el = 0; el < n_elem; ++el) {
+    if (el) swap_scope();
+    for (int i : mine) {
+      const ir::Expr& e = k_.exprs[i];
+      const std::string& a = acc_[i];
+      if (!is_arg_reduce(e.op)) {
+        line(a + " = " + reduce_combine(e.op, e.type, a, operand(e.operands[0], e.type)) + ";");
+        continue;
+      }
+      std::string v = value(e.operands[0]), at = "(long long)" + lin_red_;
+      line("if (" + arg_better(e.op, type(e.operands[0]), v, at, a, a + "i") + ") { " + a + " = " +
+           v + "; " + a + "i = " + at + "; }");
     }
-    std::string v = value(e.operands[0]);
-    line("if (" + arg_better(e.op, type(e.operands[0]), v, "(long long)r", a, a + "i") + ") { " +
-         a + " = " + v + "; " + a + "i = (long long)r; }");
+    if (el) swap_scope();
   }
-  store_outputs(p, [&](size_t o, const std::string& v, const std::string& f32) {
-    std::string os = std::to_string(o), ob = "o";
-    ob += std::to_string(n_in_ + o);  // NOTE: not "o" + ...: GCC 12's false -Wrestrict
-    if (!packed(n_in_ + o)) {
-      line("out" + os + "[" + ob + "] = " + v + ";");
-      return;
-    }
-    std::string at = "out" + os + " + (" + ob + " - " + std::to_string(vec_ - 1) + ")";
-    if (!in_pairs(n_in_ + o)) {
-      line("so" + os + ".e[j % " + V + "] = " + v + ";");
-      line("if (j % " + V + " == " + std::to_string(vec_ - 1) + ") *reinterpret_cast<" +
-           pack(n_in_ + o) + "*>(" + at + ") = so" + os + ";");
-      return;
-    }
-    std::string words = "tl_pack<unsigned, " + std::to_string(vec_ / 2) + ">";
-    line("so" + os + "[j % " + V + "] = " + f32 + ";");
-    open("if (j % " + V + " == " + std::to_string(vec_ - 1) + ")");
-    line(words + " w;");
-    for (int k = 0; k < vec_ / 2; ++k)
-      line("w.e[" + std::to_string(k) + "] = " +
-           pair_to_memory(buffer_type(n_in_ + o), "so" + os + "[" + std::to_string(2 * k) + "]",
-                          "so" + os + "[" + std::to_string(2 * k + 1) + "]") +
-           ";");
-    line("*reinterpret_cast<" + words + "*>(" + at + ") = w;");
-    close();
-  });
+  for (int el = 0; el < n_elem; ++el) {
+    if (el) swap_scope();
+    std::string jv = J(el) + " % " + V;
+    store_outputs(p, [&](size_t o, const std::string& v, const std::string& f32) {
+      std::string os = std::to_string(o), ob = O(el);
+      ob += std::to_string(n_in_ + o);
+      if (!packed(n_in_ + o)) {
+        line("out" + os + "[" + ob + "] = " + v + ";");
+        return;
+      }
+      // The pack starts vec_ - 1 elements before the last one, whose offset is o (scalar
+      // loop) or oo (pairs): the store comes with the pack's last element.
+      std::string at = "out" + os + " + (" + ob + " - " + std::to_string(vec_ - 1) + ")";
+      std::string last = "if (" + jv + " == " + std::to_string(vec_ - 1) + ")";
+      if (!in_pairs(n_in_ + o)) {
+        line("so" + os + ".e[" + jv + "] = " + v + ";");
+        line(last + " *reinterpret_cast<" + pack(n_in_ + o) + "*>(" + at + ") = so" + os + ";");
+        return;
+      }
+      std::string words = "tl_pack<unsigned, " + std::to_string(vec_ / 2) + ">";
+      line("so" + os + "[" + jv + "] = " + f32 + ";");
+      open(last);
+      line(words + " w;");
+      for (int k = 0; k < vec_ / 2; ++k)
+        line("w.e[" + std::to_string(k) + "] = " +
+             pair_to_memory(buffer_type(n_in_ + o), "so" + os + "[" + std::to_string(2 * k) + "]",
+                            "so" + os + "[" + std::to_string(2 * k + 1) + "]") +
+             ";");
+      line("*reinterpret_cast<" + words + "*>(" + at + ") = w;");
+      close();
+    });
+    if (el) swap_scope();
+  }
   if (guard) close();
   for (int l = 0; l < loops; ++l) close();
   for (int i : mine) {

@@ -2,7 +2,9 @@
 #include "codegen/cuda/scalar_text.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include "core/errors.h"
@@ -174,6 +176,36 @@ TL_D long long tl_ipow(long long base, long long e) {
   return (long long)r;
 }
 template <class T, int V> struct alignas(sizeof(T) * V) tl_pack { T e[V]; };
+// Two neighbouring 16-bit elements in one word (lo at the lower address), and
+// back to float32.
+TL_D unsigned tl_join(unsigned short lo, unsigned short hi) { return (unsigned)lo | ((unsigned)hi << 16); }
+TL_D float tl_bflo(unsigned w) { return __uint_as_float(w << 16); }
+TL_D float tl_bfhi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+TL_D float tl_hlo(unsigned w) { return tl_h2f((unsigned short)w); }
+TL_D float tl_hhi(unsigned w) { return tl_h2f((unsigned short)(w >> 16)); }
+// add (OP 0), sub (1) or mul (2) of two words of 16-bit values, each result
+// rounded once: the bits of float32 math rounded to the type, since the exact
+// product of two 16-bit values fits a float32, and a sum that float32 must
+// round is too far from a 16-bit tie for the second rounding to matter.
+template <int OP> TL_D unsigned tl_bf2op(unsigned a, unsigned b) {
+#if __CUDA_ARCH__ >= 900
+  unsigned d;
+  if (OP == 0) asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  if (OP == 1) asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  if (OP == 2) asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  float l = tl_bflo(a), r = tl_bflo(b), L = tl_bfhi(a), R = tl_bfhi(b);
+  return OP == 0 ? tl_f2bf2(l + r, L + R) : OP == 1 ? tl_f2bf2(l - r, L - R) : tl_f2bf2(l * r, L * R);
+#endif
+}
+template <int OP> TL_D unsigned tl_h2op(unsigned a, unsigned b) {
+  unsigned d;
+  if (OP == 0) asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  if (OP == 1) asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  if (OP == 2) asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
 )";
   return text;
 }
@@ -245,6 +277,34 @@ std::string int_literal(int64_t v, ST t) {
   return std::string("((") + reg_type(t) + ")" + n + ")";
 }
 }  // namespace
+
+bool half_bits(double v, ST h, unsigned* bits) {
+  if (!std::isfinite(v)) return false;
+  float f = static_cast<float>(v);
+  if (static_cast<double>(f) != v) return false;
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if (h == ST::BF16) {
+    *bits = u >> 16;
+    return (u & 0xFFFFu) == 0;
+  }
+  // float16: 11 significant bits from 2^-14 up, multiples of 2^-24 below, at most 65504.
+  double a = std::fabs(v);
+  if (a > 65504.0) return false;
+  unsigned sign = (u >> 31) << 15;
+  if (a < std::ldexp(1.0, -14)) {
+    double q = std::ldexp(a, 24);
+    if (q != std::floor(q)) return false;
+    *bits = sign | static_cast<unsigned>(q);
+    return true;
+  }
+  int e;
+  double m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  double q = std::ldexp(m, 11);
+  if (q != std::floor(q)) return false;
+  *bits = sign | (static_cast<unsigned>(e - 1 + 15) << 10) | (static_cast<unsigned>(q) & 0x3FFu);
+  return true;
+}
 
 std::string constant(const ir::Expr& e) {
   if (is_float_type(e.type)) {

@@ -28,6 +28,9 @@ std::string from_memory(const std::string& ref, ST t);
 // The memory representation of register value `v`.
 std::string to_memory(const std::string& v, ST t);
 std::string constant(const ir::Expr& e);
+// Whether float `v` is exactly a value of 16-bit float type `h` (bfloat16 or
+// float16), and its bits.
+bool half_bits(double v, ST h, unsigned* bits);
 // Smallest / largest value of `t` (-inf / +inf for floats).
 std::string lowest(ST t);
 std::string highest(ST t);

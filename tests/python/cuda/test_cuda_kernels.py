@@ -71,6 +71,24 @@ def test_half_outputs_store_eagers_bits_nan_included(dtype):
     assert torch.equal(bits(actual), bits(expected))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_pair_evaluation_stores_eagers_bits(dtype, offset):
+    """Row kernels over 16-bit floats add, subtract and multiply two elements per instruction
+    in their vector entry (offset 0; offset 1 takes the scalar entry): every element and the
+    row max carry eager's exact bits, inf, NaN and values that overflow included."""
+    fn = lambda x, y: ((t := (x * 0.125 + y) - x * 2), t.amax(-1))
+    x = torch.randn(64 * 1024 + offset, device="cuda", dtype=dtype)[offset:].view(64, 1024)
+    y = torch.randn(64, 1024, device="cuda", dtype=dtype) * 1000
+    x[1, :4] = torch.tensor([float("inf"), float("-inf"), float("nan"), 6e4])
+    y[2, 8:12] = torch.tensor([float("nan"), -6e4, 1e-7, -0.0])
+    compiled = _check(fn, x, y, atol=0, rtol=0)
+    with torch.no_grad():
+        actual, expected = compiled(x, y), fn(x, y)
+    for a, e in zip(actual, expected):
+        assert torch.equal(a.view(torch.int16), e.view(torch.int16))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_max_and_min_propagate_nan_as_eager(dtype):
     """Row max/min and elementwise maximum/minimum (one max.NaN instruction on sm_80+)."""

@@ -132,3 +132,44 @@ def test_kernels_without_a_vector_entry_unroll_their_scalar_loop(dtype, points):
     assert f"i += {points} * step" in body
     for u in range(1, points):
         assert f"if (i + {u} * step < 6336) out0[" in body, body
+
+
+def _pairs_fn(x, y):
+    t = (x * 0.125 + y) - x * 2
+    return t, t.amax(-1)
+
+
+@pytest.mark.parametrize("dtype,op", [(BF16, "tl_bf2op<"), (torch.float16, "tl_h2op<")])
+def test_row_entries_of_16_bit_kernels_evaluate_elements_in_pairs(dtype, op):
+    """The vector entry takes two neighbouring elements a step; each 16-bit add, sub or mul of
+    two 16-bit values (x * 0.125 and x * 2: exact constants) is one instruction for both. The
+    scalar entry keeps one element a step."""
+    x, y = torch.randn(64, 1024, dtype=dtype), torch.randn(64, 1024, dtype=dtype)
+    ((name, source, launch),) = _kernels(_pairs_fn, x, y)
+    vec = _vector_source(name, source, launch)
+    assert "j += 2" in vec
+    for k in range(3):
+        assert f"{op}{k}>(" in vec, vec  # add, sub, mul
+    scalar = source[source.index(name + "(") : source.index(name + "_v(")]
+    assert "2op<" not in scalar and "j += 2" not in scalar
+
+
+def test_float32_rows_and_inexact_constants_keep_one_element_a_step():
+    ((_, source, _),) = _kernels(_pairs_fn, torch.randn(64, 1024), torch.randn(64, 1024))
+    assert "2op<" not in source and "j += 2" not in source
+    # 0.1 is no bfloat16: eager multiplies by the float32 0.1 and rounds, so no pair op.
+    x = torch.randn(64, 1024, dtype=BF16)
+    ((_, source, _),) = _kernels(lambda x: (x * 0.1).amax(-1), x)
+    assert "2op<" not in source
+
+
+def test_pair_ops_compile_natively_on_sm90_and_through_float32_before():
+    x, y = torch.randn(64, 1024, dtype=BF16), torch.randn(64, 1024, dtype=BF16)
+    torchlite.reset()
+    with torch.no_grad():
+        (graph,) = torchlite.explain(_pairs_fn)(x, y).graphs
+    ((_, _, ptx90, _),) = _C.cuda_kernel_sources(graph, "compute_90", True)
+    ((_, _, ptx80, _),) = _C.cuda_kernel_sources(graph, "compute_80", True)
+    ptx90, ptx80 = ptx90.decode(), ptx80.decode()
+    assert "mul.rn.bf16x2" in ptx90 and "add.rn.bf16x2" in ptx90
+    assert "mul.rn.bf16x2" not in ptx80 and "cvt.rn.bf16x2.f32" in ptx80
