@@ -2,9 +2,11 @@
 // warp or one block, chosen by row length and memory layout; reductions run in
 // passes over the row as the CPU emitter's (softmax: max, then the sum of
 // exp(x - max), then the per-element outputs). When a warp's or block's row
-// fits in registers, the inputs that several passes read are loaded once into
-// a per-thread array (fully unrolled loops, compile-time bound) and the later
-// passes read them from there; longer rows re-read their inputs every pass.
+// fits in registers, the values that several passes need (inputs, exp, chains
+// of cheap ops) are kept in per-thread arrays (fully unrolled loops,
+// compile-time bound) and the later passes read them from there; longer rows
+// re-read their inputs every pass. The vector entry of a 16-bit kernel takes
+// two elements a step (pair_text.cpp).
 #include <algorithm>
 
 #include "codegen/cuda/emitter.h"
