@@ -95,8 +95,8 @@ class Writer {
   // (offsets "o" and "oo"); leaves element 0's scope current.
   void new_pair_scope(const std::function<ElemRef(int elem)>& ref, std::string outer,
                       const std::string& red0, const std::string& red1);
-  std::string value_in(int elem, int i);
-  std::string value_ref(int elem, int buf);
+  // `text` evaluated in element elem's scope.
+  std::string in_scope(int elem, const std::function<std::string()>& text);
   bool exact_in(int i, ST h) const;
   bool pair_op(int i) const;  // a 16-bit add/sub/mul of two 16-bit values
   bool any_pair_op() const;

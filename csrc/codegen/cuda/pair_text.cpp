@@ -37,12 +37,12 @@ void Writer::new_pair_scope(const std::function<ElemRef(int elem)>& ref, std::st
   pair_.assign(k_.exprs.size(), std::string());
 }
 
-std::string Writer::value_in(int elem, int i) {
-  if (elem == elem_) return value(i);
+std::string Writer::in_scope(int elem, const std::function<std::string()>& text) {
+  if (elem == elem_) return text();
   swap_scope();
-  std::string v = value(i);
+  std::string t = text();
   swap_scope();
-  return v;
+  return t;
 }
 
 // Expr i's value is exactly a value of h: an expr of type h, such an expr
@@ -91,26 +91,21 @@ std::string Writer::pair_word(int i, ST h) {
     w = std::string(h == ST::BF16 ? "tl_bf2op<" : "tl_h2op<") + op + ">(" + a + ", " + b + ")";
   } else if (e.op == ExprOp::Load && k_.inputs[e.buffer].type == h) {
     // Both elements' bits as stored (from one register of the pack).
-    std::string lo = value_ref(0, e.buffer), hi = value_ref(1, e.buffer);
+    auto ref = [&](int elem) { return in_scope(elem, [&] { return ref_(e.buffer); }); };
+    std::string lo = ref(0), hi = ref(1);
     w = "tl_join(" + lo + ", " + hi + ")";
   } else {
     // Rounds (a Cast to h of a float32 value) or packs both elements in one instruction.
     int x = e.op == ExprOp::Cast && type(e.operands[0]) == ST::F32 ? e.operands[0] : i;
-    std::string lo = convert(value_in(0, x), type(x), ST::F32);
-    std::string hi = convert(value_in(1, x), type(x), ST::F32);
+    auto f32 = [&](int elem) {
+      return convert(in_scope(elem, [&] { return value(x); }), type(x), ST::F32);
+    };
+    std::string lo = f32(0), hi = f32(1);
     w = pair_to_memory(h, lo, hi);
   }
   std::string name = fresh("w");
   line("const unsigned " + name + " = " + w + ";");
   return pair_[i] = name;
-}
-
-std::string Writer::value_ref(int elem, int buf) {
-  if (elem == elem_) return ref_(buf);
-  swap_scope();
-  std::string r = ref_(buf);
-  swap_scope();
-  return r;
 }
 
 // A pair op's value in the current scope; the other element's is cached too.

@@ -76,26 +76,21 @@ TL_D unsigned short tl_f2bf(float f) {
   return f != f ? (unsigned short)0x7FC0 : tl_cvt_bf(f);
 #endif
 }
-// Two neighbouring 16-bit floats in one 32-bit word (lo at the lower address):
-// one cvt for both on sm_80+.
-TL_D unsigned tl_f2bf2(float lo, float hi) {
+// Two neighbouring 16-bit floats (bfloat16 when BF, else float16) in one
+// 32-bit word, lo at the lower address: one cvt for both on sm_80+.
+template <bool BF> TL_D unsigned tl_f2x2(float lo, float hi) {
 #if __CUDA_ARCH__ >= 800
   unsigned u;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+  if (BF) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+  if (!BF) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
   return u;
 #else
-  return (unsigned)tl_f2bf(lo) | ((unsigned)tl_f2bf(hi) << 16);
+  unsigned l = BF ? tl_f2bf(lo) : tl_f2h(lo), h = BF ? tl_f2bf(hi) : tl_f2h(hi);
+  return l | (h << 16);
 #endif
 }
-TL_D unsigned tl_f2h2(float lo, float hi) {
-#if __CUDA_ARCH__ >= 800
-  unsigned u;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
-  return u;
-#else
-  return (unsigned)tl_f2h(lo) | ((unsigned)tl_f2h(hi) << 16);
-#endif
-}
+TL_D unsigned tl_f2bf2(float lo, float hi) { return tl_f2x2<true>(lo, hi); }
+TL_D unsigned tl_f2h2(float lo, float hi) { return tl_f2x2<false>(lo, hi); }
 TL_D float tl_rh(float f) { return tl_h2f(tl_f2h(f)); }
 TL_D float tl_rbf(float f) {
 #if __CUDA_ARCH__ >= 800
@@ -108,26 +103,20 @@ TL_D float tl_rbf(float f) {
   return tl_bf2f(tl_cvt_bf(f));
 #endif
 }
-// NaN-propagating max/min without a branch: one max.NaN on sm_80+ (the
-// nested selects compiled to a branch per element, ~7 instructions).
-TL_D float tl_max(float a, float b) {
+// NaN-propagating max (MAX) or min without a branch: one max.NaN/min.NaN on
+// sm_80+ (nested selects compiled to a branch per element, ~7 instructions).
+template <bool MAX> TL_D float tl_extreme(float a, float b) {
 #if __CUDA_ARCH__ >= 800
   float r;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  if (MAX) asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  if (!MAX) asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
   return r;
 #else
-  return (a != a || b != b) ? a + b : fmaxf(a, b);
+  return (a != a || b != b) ? a + b : MAX ? fmaxf(a, b) : fminf(a, b);
 #endif
 }
-TL_D float tl_min(float a, float b) {
-#if __CUDA_ARCH__ >= 800
-  float r;
-  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-#else
-  return (a != a || b != b) ? a + b : fminf(a, b);
-#endif
-}
+TL_D float tl_max(float a, float b) { return tl_extreme<true>(a, b); }
+TL_D float tl_min(float a, float b) { return tl_extreme<false>(a, b); }
 // exp for values that end in a 16-bit float: 2^(x log2 e) through the
 // special-function unit (~2 ulp of float32 where expf is correctly rounded to
 // 1 ulp, at a quarter of the instructions).
