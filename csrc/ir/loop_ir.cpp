@@ -93,7 +93,6 @@ constexpr OpInfo kOps[] = {
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == static_cast<size_t>(ExprOp::Gather) + 1);
 
 bool is_between(ExprOp op, ExprOp lo, ExprOp hi) { return op >= lo && op <= hi; }
-bool is_half(ScalarType t) { return t == ScalarType::F16 || t == ScalarType::BF16; }
 
 std::string fmt_double(double v) {
   char buf[64];
@@ -133,6 +132,7 @@ int scalar_type_size(ScalarType t) {
 }
 
 bool is_floating(ScalarType t) { return static_cast<int>(t) <= static_cast<int>(ScalarType::BF16); }
+bool is_half(ScalarType t) { return t == ScalarType::F16 || t == ScalarType::BF16; }
 
 int64_t Kernel::outer_numel() const {
   int64_t n = 1;

@@ -14,6 +14,7 @@ enum class ScalarType : uint8_t { F32, F64, F16, BF16, I8, I16, I32, I64, U8, Bo
 const char* scalar_type_name(ScalarType t);  // "f32", ...
 int scalar_type_size(ScalarType t);          // bytes
 bool is_floating(ScalarType t);
+bool is_half(ScalarType t);  // float16 or bfloat16
 
 enum class ExprOp : uint8_t {
   // leaves

@@ -50,6 +50,10 @@ class Writer {
   void store_outputs(int pass, const StoreFn& store);
   // One 32-bit word holding float32 values lo and hi as 16-bit floats of type t.
   static std::string pair_to_memory(ST t, const std::string& lo, const std::string& hi);
+  // The pack type of n 16-bit values as n / 2 words.
+  static std::string word_pack(int n);
+  // Declares `pack` (word_pack(n)) holding the float32 array `floats`[n] as type t.
+  void pack_pairs(ST t, const std::string& floats, int n, const std::string& pack);
   void line(const std::string& s) { os_ << indent_ << s << "\n"; }
   void open(const std::string& s) {
     line(s + " {");

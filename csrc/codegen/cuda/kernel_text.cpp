@@ -38,8 +38,7 @@ void Writer::fail(size_t i, const std::string& why) const { expr_error(k_, "CUDA
 void Writer::analyse() {
   plan_ = plan_passes(k_, "CUDA kernel");
   half_outputs_ = !k_.outputs.empty();
-  for (const ir::Kernel::Output& o : k_.outputs)
-    half_outputs_ &= o.view.type == ST::F16 || o.view.type == ST::BF16;
+  for (const ir::Kernel::Output& o : k_.outputs) half_outputs_ &= ir::is_half(o.view.type);
   // NOTE: a Gather by a constant (what `cat` with an empty operand, or a slice
   // the lowering reads through a gather, leaves) is a load at a fixed extra
   // offset: it only widens the index type when that offset does.
@@ -192,7 +191,7 @@ void Writer::store_outputs(int pass, const StoreFn& store) {
     if (plan_.out_pass[o] != pass) continue;
     const auto& out = k_.outputs[o];
     ST t = out.view.type;
-    if (t != ST::F16 && t != ST::BF16) {
+    if (!ir::is_half(t)) {
       store(o, to_memory(operand(out.expr, t), t), std::string());
       continue;
     }
@@ -208,6 +207,17 @@ void Writer::store_outputs(int pass, const StoreFn& store) {
 
 std::string Writer::pair_to_memory(ST t, const std::string& lo, const std::string& hi) {
   return (t == ST::BF16 ? "tl_f2bf2(" : "tl_f2h2(") + lo + ", " + hi + ")";
+}
+
+std::string Writer::word_pack(int n) { return "tl_pack<unsigned, " + std::to_string(n / 2) + ">"; }
+
+void Writer::pack_pairs(ST t, const std::string& floats, int n, const std::string& pack) {
+  line(word_pack(n) + " " + pack + ";");
+  for (int k = 0; k < n / 2; ++k)
+    line(pack + ".e[" + std::to_string(k) + "] = " +
+         pair_to_memory(t, floats + "[" + std::to_string(2 * k) + "]",
+                        floats + "[" + std::to_string(2 * k + 1) + "]") +
+         ";");
 }
 
 int64_t Writer::grid_for(int64_t threads, int block) const {
@@ -361,10 +371,7 @@ void Writer::pointwise_vector(int width) {
              su + "_" + std::to_string(in) + ");");
   }
   // 16-bit float outputs: float32 values, converted in pairs after the loop.
-  auto in_pairs = [&](size_t buf) {
-    ST t = buffer_type(buf);
-    return in_packs(buf) && (t == ST::F16 || t == ST::BF16);
-  };
+  auto in_pairs = [&](size_t buf) { return in_packs(buf) && ir::is_half(buffer_type(buf)); };
   for (int u = 0; u < unroll; ++u) {
     std::string su = std::to_string(u);
     for (size_t o = 0; o < k_.outputs.size(); ++o) {
@@ -390,13 +397,8 @@ void Writer::pointwise_vector(int width) {
     for (size_t o = 0; o < k_.outputs.size(); ++o) {
       size_t buf = n_in_ + o;
       if (!in_pairs(buf)) continue;
-      std::string f = "f" + su + "_" + std::to_string(buf), p = "p" + f.substr(1);
-      line("tl_pack<unsigned, " + std::to_string(width / 2) + "> " + p + ";");
-      for (int k = 0; k < width / 2; ++k)
-        line(p + ".e[" + std::to_string(k) + "] = " +
-             pair_to_memory(buffer_type(buf), f + "[" + std::to_string(2 * k) + "]",
-                            f + "[" + std::to_string(2 * k + 1) + "]") +
-             ";");
+      std::string name = su + "_" + std::to_string(buf);
+      pack_pairs(buffer_type(buf), "f" + name, width, "p" + name);
     }
   }
   for (int u = 0; u < unroll; ++u)
@@ -404,8 +406,7 @@ void Writer::pointwise_vector(int width) {
       size_t buf = n_in_ + o;
       if (!in_packs(buf)) continue;
       std::string su = std::to_string(u), bs = std::to_string(buf);
-      std::string type =
-          in_pairs(buf) ? "tl_pack<unsigned, " + std::to_string(width / 2) + ">" : pack_type(buf);
+      std::string type = in_pairs(buf) ? word_pack(width) : pack_type(buf);
       std::string st = "*reinterpret_cast<" + type + "*>(out" + std::to_string(o) + " + o" + su +
                        "_" + bs + ") = p" + su + "_" + bs + ";";
       line(u ? "if (" + live(u) + ") " + st : st);

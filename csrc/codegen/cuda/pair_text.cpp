@@ -14,10 +14,7 @@
 namespace tl::codegen::cuda {
 
 using ir::ExprOp;
-
-namespace {
-bool is_half(ST t) { return t == ST::BF16 || t == ST::F16; }
-}  // namespace
+using ir::is_half;
 
 void Writer::swap_scope() {
   std::swap(ref_, other_.ref);

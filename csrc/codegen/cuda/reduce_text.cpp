@@ -161,10 +161,7 @@ void Writer::reduce_pass(int p, Rows rows) {
   int loops = 1;
   // The vector entry's output packs: stored at a pack's last element. 16-bit
   // float outputs keep the pack's float32 values and convert them in pairs.
-  auto in_pairs = [&](size_t buf) {
-    ST t = buffer_type(buf);
-    return packed(buf) && (t == ST::F16 || t == ST::BF16);
-  };
+  auto in_pairs = [&](size_t buf) { return packed(buf) && ir::is_half(buffer_type(buf)); };
   for (size_t o = 0; o < k_.outputs.size(); ++o)
     if (plan_.out_pass[o] == p && packed(n_in_ + o))
       line((in_pairs(n_in_ + o) ? "float" : pack(n_in_ + o)) + " so" + std::to_string(o) +
@@ -281,16 +278,10 @@ void Writer::reduce_pass(int p, Rows rows) {
         line(last + " *reinterpret_cast<" + pack(n_in_ + o) + "*>(" + at + ") = so" + os + ";");
         return;
       }
-      std::string words = "tl_pack<unsigned, " + std::to_string(vec_ / 2) + ">";
       line("so" + os + "[" + jv + "] = " + f32 + ";");
       open(last);
-      line(words + " w;");
-      for (int k = 0; k < vec_ / 2; ++k)
-        line("w.e[" + std::to_string(k) + "] = " +
-             pair_to_memory(buffer_type(n_in_ + o), "so" + os + "[" + std::to_string(2 * k) + "]",
-                            "so" + os + "[" + std::to_string(2 * k + 1) + "]") +
-             ";");
-      line("*reinterpret_cast<" + words + "*>(" + at + ") = w;");
+      pack_pairs(buffer_type(n_in_ + o), "so" + os, vec_, "w");
+      line("*reinterpret_cast<" + word_pack(vec_) + "*>(" + at + ") = w;");
       close();
     });
     if (el) swap_scope();
