@@ -182,7 +182,21 @@ int pad_unaligned_linears(ir::Graph& g) {
     if (w->meta->sizes[1] % align != 0) continue;  // an unaligned K needs more than this
     const int64_t extra = align - cols % align;
     PyRef mod = PyRef::steal(PyImport_ImportModule("torchlite._padded_weights"));
-    PyRef pad = mod ? PyRef::steal(PyObject_GetAttrString(mod.get(), "padded_rows")) : PyRef();
+    if (!mod) throw PythonError();
+    if (!b) {  // NOTE: no weight copy: the product goes straight into padded rows
+      PyRef into = PyRef::steal(PyObject_GetAttrString(mod.get(), "linear_into_padded_rows"));
+      if (!into) throw PythonError();
+      Node* cut =
+          insert_call(g, n, into, "",
+                      {Arg::of_node(const_cast<Node*>(x)), Arg::of_node(const_cast<Node*>(w)),
+                       Arg::constant(py_int(cols + extra))},
+                      {}, n->meta->device);
+      replace_uses(users_of(g, n), n, cut);
+      g.erase(n);
+      ++padded;
+      continue;
+    }
+    PyRef pad = PyRef::steal(PyObject_GetAttrString(mod.get(), "padded_rows"));
     if (!pad) throw PythonError();
     auto padded_of = [&](const Node* t) {
       Node* m = const_cast<Node*>(t);

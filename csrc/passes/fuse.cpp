@@ -21,6 +21,7 @@ class Fuser {
     for (const auto& n : graph_.nodes())
       if (auto l = lower_node(*n, info_)) f_.lowerings.emplace(n.get(), std::move(*l));
     keep_whole_tuples();
+    drop_dead_values();
     for (const auto& [n, l] : f_.lowerings) {  // NOTE: prefer a part that reads the input
       if (!l.absorbed) continue;
       auto [it, fresh] = absorbed_by_.emplace(l.absorbed, n);
@@ -155,6 +156,21 @@ class Fuser {
       if (u != n && group(u) < 0 && std::find(out.begin(), out.end(), u) == out.end())
         out.push_back(u);
     return out;
+  }
+
+  // Lowered nodes only dead nodes read, latest first so whole chains go.
+  void drop_dead_values() {
+    for (auto it = graph_.nodes().rbegin(); it != graph_.nodes().rend(); ++it) {
+      const Node* n = it->get();
+      auto l = f_.lowerings.find(n);
+      if (l == f_.lowerings.end() || l->second.absorbed) continue;
+      const auto& users = info_.users_of(n);
+      if (std::all_of(users.begin(), users.end(),
+                      [&](const Node* u) { return f_.dead.count(u); })) {
+        f_.dead.insert(n);
+        f_.lowerings.erase(l);
+      }
+    }
   }
 
   // The tuple absorbed by a getitem is never run, so every user of it must be a
@@ -314,6 +330,7 @@ Fusion Fuser::finish() {
   for (auto& [n, gi] : f_.group_of) out.group_of[n] = final_index[renumber[gi]];
   for (auto& [n, l] : f_.lowerings)
     if (out.group_of.count(n)) out.lowerings.emplace(n, std::move(l));
+  out.dead = std::move(f_.dead);
   return out;
 }
 

@@ -6,6 +6,7 @@
 // would need the group to run twice). Barriers split segments no group spans.
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "passes/graph_info.h"
@@ -21,7 +22,7 @@ struct Group {
   std::vector<int64_t> shape;  // kernel axes (no size-1 axes); the last `nred` are reduced
   int nred = 0;
   int segment = 0;
-  std::vector<const ir::Node*> members;  // graph order once fuse() returns
+  std::vector<const ir::Node*> members;                     // graph order once fuse() returns
   std::unordered_map<const ir::Node*, AxisMap> maps;        // members' result axes
   std::unordered_map<const ir::Node*, AxisMap> space_maps;  // reductions' space axes
   bool alive = true;
@@ -31,6 +32,9 @@ struct Fusion {
   std::unordered_map<const ir::Node*, OpLowering> lowerings;  // only nodes placed in groups
   std::vector<Group> groups;
   std::unordered_map<const ir::Node*, int> group_of;
+  // Lowered nodes whose value nothing reads (the batch and head indices a
+  // mask function never uses): pure, so they are not run at all.
+  std::unordered_set<const ir::Node*> dead;
 };
 
 Fusion fuse(const ir::Graph& graph, const GraphInfo& info);

@@ -49,8 +49,8 @@ bool is_barrier(const ir::Node& n) {
   if (dunder) base = base.substr(2, base.size() - 4);
   if (!base.empty() && base.back() == '_' && base.front() != '_') return true;  // add_, copy_
   static const char* kInplaceOperators[] = {
-      "iadd", "isub",  "imul", "itruediv", "ifloordiv", "imod",    "ipow",   "iand",
-      "ior",  "ixor",  "ilshift", "irshift", "imatmul", "setitem", "delitem"};
+      "iadd", "isub", "imul",    "itruediv", "ifloordiv", "imod",    "ipow",   "iand",
+      "ior",  "ixor", "ilshift", "irshift",  "imatmul",   "setitem", "delitem"};
   for (const char* op : kInplaceOperators)
     if (base == op) return true;
   if (base.find("dropout") != std::string::npos) {  // eval-mode dropout is the identity
@@ -67,9 +67,9 @@ bool is_barrier(const ir::Node& n) {
     if (!training || training->kind != ir::Arg::Kind::Const || training->value.get() != Py_False)
       return true;
   }
-  static const char* kStateful[] = {"grad_enabled", "rand", "bernoulli", "normal", "multinomial",
-                                    "dropout", "seed", "autocast", "poisson", "uniform",
-                                    "instance_norm"};
+  static const char* kStateful[] = {"grad_enabled", "rand",    "bernoulli",    "normal",
+                                    "multinomial",  "dropout", "seed",         "autocast",
+                                    "poisson",      "uniform", "instance_norm"};
   for (const char* s : kStateful)
     if (full.find(s) != std::string::npos) return true;
   return has_kwarg(n, "out") || truthy_kwarg(n, "inplace");

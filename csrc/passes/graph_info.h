@@ -10,7 +10,7 @@ namespace tl::passes {
 
 struct GraphInfo {
   std::unordered_map<const ir::Node*, std::vector<const ir::Node*>> users;  // incl. the output node
-  std::unordered_map<const ir::Node*, int> position;  // index in graph order
+  std::unordered_map<const ir::Node*, int> position;                        // index in graph order
   // Number of barriers before a node (a barrier counts itself): fusion stays
   // inside one segment, so nothing moves across a side effect.
   std::unordered_map<const ir::Node*, int> segment;

@@ -8,6 +8,38 @@
 namespace tl::passes {
 namespace {
 
+// The view as the base with size-1 axes inserted or dropped, in order: per
+// base axis, the view axis indexing it (-1: size 1). nullopt for any other view.
+std::optional<std::vector<int>> size_one_remap(const std::vector<int64_t>& bs,
+                                               const std::vector<int64_t>& ns) {
+  std::vector<int> node_axes, base_axes;
+  for (size_t i = 0; i < ns.size(); ++i)
+    if (ns[i] != 1) node_axes.push_back(static_cast<int>(i));
+  size_t k = 0;
+  for (size_t j = 0; j < bs.size(); ++j) {
+    if (bs[j] == 1) {
+      base_axes.push_back(-1);
+    } else if (k < node_axes.size() && ns[node_axes[k]] == bs[j]) {
+      base_axes.push_back(node_axes[k++]);
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (k != node_axes.size()) return std::nullopt;
+  return base_axes;
+}
+
+// True when `view` is `base` at offset 0 with size-1 axes inserted or dropped
+// and every other axis kept in order with its stride.
+bool only_inserts_size_one_axes(const ir::Node& view, const ir::Node& base) {
+  auto off = alias_offset(view, base);
+  auto axes = size_one_remap(base.meta->sizes, view.meta->sizes);
+  if (!off || *off != 0 || !axes) return false;
+  for (size_t j = 0; j < axes->size(); ++j)
+    if ((*axes)[j] >= 0 && view.meta->strides[(*axes)[j]] != base.meta->strides[j]) return false;
+  return true;
+}
+
 // Reads the base through the view's own strides and offset (the base must be
 // in memory; fuse.cpp never fuses it into the view's kernel).
 bool strided_view(RuleCtx& c, const ir::Node* base) {
@@ -35,8 +67,16 @@ bool alias_view(RuleCtx& c) {
     base = x->node;
   }
   ir::Arg base_arg = ir::Arg::of_node(const_cast<ir::Node*>(base));
-  bool ok = base && c.is_tensor(&base_arg) && c.type_of(&base_arg) == c.out_type() &&
-            strided_view(c, base);
+  bool ok = base && c.is_tensor(&base_arg) && c.type_of(&base_arg) == c.out_type();
+  // NOTE: x[:, None] and the like are a remap, so a producer computed from its
+  // coordinates (an arange) fuses through them instead of being stored first.
+  if (ok && only_inserts_size_one_axes(c.node, *base)) {
+    c.out.kind = OpLowering::Kind::View;
+    c.out.inputs = {base};
+    c.out.base_axes = *size_one_remap(base->meta->sizes, c.node.meta->sizes);
+    return true;
+  }
+  ok = ok && strided_view(c, base);
   if (!ok && prev_getitem && op_base_name(c.node) == "getitem") return prev_getitem(c);
   return ok;
 }
@@ -129,24 +169,10 @@ bool reshape(RuleCtx& c) {
   if (!b) return false;
   for (const char* kw : {"dim", "shape", "size", "start_dim", "end_dim", "sizes", "other"})
     c.arg(99, kw);
-  const auto& bs = b->meta->sizes;
-  const auto& ns = c.node.meta->sizes;
-  std::vector<int> node_axes;
-  for (size_t i = 0; i < ns.size(); ++i)
-    if (ns[i] != 1) node_axes.push_back(static_cast<int>(i));
-  size_t k = 0;
-  bool remap = true;
-  for (size_t j = 0; j < bs.size(); ++j) {
-    if (bs[j] == 1) {
-      c.out.base_axes.push_back(-1);
-    } else if (k < node_axes.size() && ns[node_axes[k]] == bs[j]) {
-      c.out.base_axes.push_back(node_axes[k++]);
-    } else {
-      remap = false;
-      break;
-    }
+  if (auto axes = size_one_remap(b->meta->sizes, c.node.meta->sizes)) {
+    c.out.base_axes = std::move(*axes);
+    return c.all_kwargs_read();
   }
-  if (remap && k == node_axes.size()) return c.all_kwargs_read();
   std::string name = op_base_name(c.node);
   if (name == "squeeze" || name == "unsqueeze") return false;
   if (!c.all_kwargs_read()) return false;

@@ -19,6 +19,7 @@ const RuleTable& rules() {
     add_reduction_rules(t);
     add_view_rules(t);
     add_data_movement_rules(t);
+    add_factory_rules(t);
     return t;
   }();
   return table;

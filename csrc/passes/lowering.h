@@ -93,6 +93,7 @@ void add_activation_rules(RuleTable& t);
 void add_reduction_rules(RuleTable& t);
 void add_view_rules(RuleTable& t);
 void add_data_movement_rules(RuleTable& t);
+void add_factory_rules(RuleTable& t);
 
 // True when `l` reads `n` through a Gather (so `n` must be in memory).
 bool gathers(const OpLowering& l, const ir::Node* n);

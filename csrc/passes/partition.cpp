@@ -27,6 +27,7 @@ Partition partition_graph(const ir::Graph& graph) {
   std::unordered_map<const ir::Node*, int> state_node;
   std::function<void(const ir::Node*)> emit = [&](const ir::Node* n) {
     if (n->op != ir::OpKind::CallFunction && n->op != ir::OpKind::CallMethod) return;
+    if (fusion.dead.count(n)) return;
     int gi = group_of(n);
     int& st = gi >= 0 ? state_group[gi] : state_node[n];
     if (st == 2) return;

@@ -26,7 +26,9 @@ struct PlanItem {
 
 struct Partition {
   std::vector<FusedKernel> kernels;
-  std::vector<PlanItem> order;  // every op node of the graph is covered exactly once
+  // Every op node of the graph is covered exactly once, except lowered nodes
+  // whose value nothing reads (never run).
+  std::vector<PlanItem> order;
 };
 
 // Never fails on unknown ops: they become extern nodes.

@@ -78,3 +78,20 @@ def test_unsupported_ops_are_extern():
     s = summary(lambda x: torch.cumsum(x, 0).exp(), torch.randn(8))
     assert s["extern_ops"] == ["torch.cumsum"]
     assert s["kernel_count"] == 1
+
+
+def test_values_nothing_reads_are_not_computed():
+    # transformers' mask functions take batch and head indices they never use
+    def fn(x):
+        batch = torch.arange(1)[:, None, None, None]
+        unused = (x * 2).exp()[None]
+        return x + 1, batch.numel() + unused.numel()
+
+    x = torch.randn(4, 8)
+    s = summary(fn, x)
+    assert s["kernel_count"] == 1 and s["externs"] == [], s
+    assert s["members"] == [["add"]], s["members"]
+    torchlite.reset()
+    got, n = torchlite.compile(fn)(x)
+    torch.testing.assert_close(got, x + 1)
+    assert n == 33

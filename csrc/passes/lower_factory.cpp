@@ -1,0 +1,104 @@
+// Factories whose values are a function of the point's coordinates, so they
+// fuse into the kernels that read them instead of being made in memory first:
+// torch.arange (an attention mask built from position indices is one kernel
+// with no inputs, not five aranges and a comparison).
+#include <cmath>
+#include <string>
+
+#include "core/py_ref.h"
+#include "passes/dtype.h"
+#include "passes/lowering.h"
+
+namespace tl::passes {
+namespace {
+
+using ir::ExprOp;
+using ir::ScalarType;
+
+// The largest integer every value up to which `t` holds exactly.
+double exact_integer_limit(ScalarType t) {
+  switch (t) {
+    case ScalarType::F64:
+    case ScalarType::I64:
+      return 9007199254740992.0;  // 2^53: what the double arguments carry exactly
+    case ScalarType::F32:
+      return 16777216.0;  // 2^24
+    case ScalarType::F16:
+      return 2048.0;
+    case ScalarType::BF16:
+      return 256.0;
+    case ScalarType::I32:
+      return 2147483647.0;
+    case ScalarType::I16:
+      return 32767.0;
+    case ScalarType::I8:
+      return 127.0;
+    case ScalarType::U8:
+      return 255.0;
+    case ScalarType::Bool:
+      return 0.0;
+  }
+  return 0.0;
+}
+
+bool is_integral(double v) { return std::isfinite(v) && v == std::floor(v); }
+
+// torch.arange(end) / (start, end) / (start, end, step): start + i * step.
+// Only where every value is an integer the result type holds exactly, so the
+// i64 arithmetic here gives torch's values bit for bit whatever precision
+// torch computes them in (it differs between the CPU and CUDA); fractional
+// steps stay extern.
+bool is_none(const ir::Arg* a) {
+  return !a || (a->kind == ir::Arg::Kind::Const && a->value.get() == Py_None);
+}
+
+// No layout, or torch.strided.
+bool strided_layout(const ir::Arg* a) {
+  if (is_none(a)) return true;
+  if (a->kind != ir::Arg::Kind::Const) return false;
+  PyRef r = PyRef::steal(PyObject_Repr(a->value.get()));
+  if (!r) {
+    PyErr_Clear();
+    return false;
+  }
+  const char* text = PyUnicode_AsUTF8(r.get());
+  if (!text) PyErr_Clear();
+  return text && std::string(text) == "torch.strided";
+}
+
+// torch.arange(end) / (start, end) / (start, end, step): start + i * step.
+// Only where every value is an integer the result type holds exactly, so the
+// i64 arithmetic here gives torch's values bit for bit whatever precision
+// torch computes them in (it differs between the CPU and CUDA); fractional
+// steps stay extern. The length is the node's (its meta), so `end` is not read
+// for its value.
+bool arange(RuleCtx& c) {
+  if (c.node.meta->sizes.size() != 1) return false;
+  const bool end_only = c.node.args.size() == 1;
+  const ir::Arg* start_arg = end_only ? nullptr : c.arg(0, "start");
+  c.arg(end_only ? 0 : 1, "end");
+  const ir::Arg* step_arg = c.arg(2, "step");
+  if (end_only && step_arg) return false;
+  std::optional<double> start = start_arg ? c.number(start_arg) : 0.0;
+  std::optional<double> step = step_arg ? c.number(step_arg) : 1.0;
+  if (!start || !step || !is_integral(*start) || !is_integral(*step) || *step == 0) return false;
+  for (const char* kw : {"dtype", "device"}) c.arg(99, kw);  // the node's meta has both
+  if (c.arg(99, "out") || !strided_layout(c.arg(99, "layout"))) return false;
+  for (const char* kw : {"requires_grad", "pin_memory"})
+    if (!is_none(c.arg(99, kw)) && c.number(c.arg(99, kw)).value_or(1) != 0) return false;
+  const ScalarType t = c.out_type();
+  const double last = *start + *step * static_cast<double>(c.node.meta->sizes[0] - 1);
+  const double limit = exact_integer_limit(t);
+  if (std::fabs(*start) > limit || std::fabs(last) > limit) return false;
+  if (t == ScalarType::U8 && std::fmin(*start, last) < 0) return false;
+  int v = c.index(0);
+  if (*step != 1) v = c.binary(ExprOp::Mul, v, c.constant(*step, ScalarType::I64));
+  if (*start != 0) v = c.binary(ExprOp::Add, v, c.constant(*start, ScalarType::I64));
+  return c.finish(c.cast(v, compute_type(t)));
+}
+
+}  // namespace
+
+void add_factory_rules(RuleTable& t) { t["arange"] = arange; }
+
+}  // namespace tl::passes
