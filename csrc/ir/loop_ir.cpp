@@ -80,6 +80,7 @@ constexpr OpInfo kOps[] = {
     {"bitor", 2},
     {"bitxor", 2},
     {"copysign", 2},
+    {"check_index", 2},
     {"where", 3},
     {"reduce_sum", 1},
     {"reduce_prod", 1},
@@ -205,6 +206,10 @@ std::string expr_error(const Kernel& k, int i) {
     return e.type == ScalarType::I64 ? "" : "index is not i64";
   }
   if (e.op == ExprOp::Cast || e.op == ExprOp::Constant) return "";
+  if (e.op == ExprOp::CheckIndex) {
+    bool ok = e.type == ScalarType::I64 && ty(0) == ScalarType::I64 && ty(1) == ScalarType::I64;
+    return ok ? "" : "check_index is not on i64";
+  }
   if (is_half(e.type)) return "math on f16/bf16 (must be done in f32)";
   if (is_reduction(e.op)) {
     if (k.reduction_axes == 0) return "reduction in a kernel without reduction axes";

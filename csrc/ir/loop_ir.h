@@ -85,6 +85,11 @@ enum class ExprOp : uint8_t {
   BitOr,
   BitXor,
   Copysign,
+  // i64 (index, size): the index, when 0 <= index < size. Outside, a CUDA
+  // kernel stops with a device-side assert, as torch's CUDA kernels do; CPU
+  // kernels never hold it (they cannot raise torch's IndexError, so indexing
+  // ops stay extern there).
+  CheckIndex,
   // ternary
   Where,  // operands: cond, a, b
   // reductions over the kernel's reduction axes (operand: the value per point)

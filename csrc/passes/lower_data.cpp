@@ -388,16 +388,24 @@ bool stack(RuleCtx& c) {
 
 bool is_index_type(ScalarType t) { return t == ScalarType::I64 || t == ScalarType::I32; }
 
-// x read with its axis `dim` taken from `idx` (an i64 expr), clamped into x:
-// torch raises for an out-of-range index; a kernel cannot, so it must not crash.
+// x read with its axis `dim` taken from `idx` (an i64 expr). An index outside
+// x stops the kernel with a device-side assert, as torch's CUDA kernels do
+// (CheckIndex), and is clamped as well so no read leaves x.
 int read_indexed(Body& b, const Node* x, size_t dim, int idx, const std::vector<int>& direct) {
   const auto& s = x->meta->sizes;
   std::vector<int> coord(s.size(), -1);
-  coord[dim] = b.clamp(idx, 0, s[dim] - 1);
+  int checked = b.c.binary(ExprOp::CheckIndex, idx, b.k(s[dim]));
+  coord[dim] = b.clamp(checked, 0, s[dim] - 1);
   return b.read(x, coord, direct);
 }
 
+// Indexing by tensor values is fused on CUDA only: there a bad index stops
+// torch's own kernel with a device-side assert, and ours stops the same way.
+// On the CPU torch raises IndexError, which a kernel cannot.
+bool on_cuda(const RuleCtx& c) { return device_type(c.node.meta->device.get()) == "cuda"; }
+
 bool index_select(RuleCtx& c) {
+  if (!on_cuda(c)) return false;
   const Node* x = same_type_input(c);
   const ir::Arg* index = c.arg(2, "index");
   size_t rank = c.node.meta->sizes.size();
@@ -427,6 +435,7 @@ bool gather(RuleCtx& c) {
 // F.embedding(input, weight, padding_idx, max_norm, ...) and
 // torch.embedding(weight, indices, ...): a row gather of a 2-D weight.
 bool embedding(RuleCtx& c) {
+  if (!on_cuda(c)) return false;
   bool functional = c.node.target_name.find("functional") != std::string::npos;
   const ir::Arg* index = functional ? c.arg(0, "input") : c.arg(1, "indices");
   const ir::Arg* weight = functional ? c.arg(1, "weight") : c.arg(0, "weight");
@@ -462,11 +471,11 @@ void add_data_movement_rules(RuleTable& t) {
   for (const char* n : {"cat", "concat", "concatenate"}) t[n] = cat;
   t["stack"] = stack;
   t["max_pool2d"] = max_pool2d;
-  // NOTE: index_select/gather/embedding have rules but are not registered: a
-  // kernel cannot raise torch's IndexError for an out-of-range index (it would
-  // clamp and return a wrong answer), so they stay extern until the runtime
-  // checks index bounds before such a kernel runs.
-  (void)index_select, (void)gather, (void)embedding;
+  t["index_select"] = index_select;
+  t["embedding"] = embedding;
+  // NOTE: torch.gather keeps its rule unregistered until its bad-index
+  // behaviour on CUDA is checked against eager's as the two above are.
+  (void)gather;
 }
 
 }  // namespace tl::passes

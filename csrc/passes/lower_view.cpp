@@ -186,6 +186,22 @@ bool reshape(RuleCtx& c) {
   return name != "view" && name != "view_as" && copy_by_linear_index(c, b);
 }
 
+// Dropout with training=False returns its input itself: an identity remap,
+// so eval-mode models fuse across it (GPT-2's embedding sum and first norm).
+bool eval_dropout(RuleCtx& c) {
+  const ir::Node* b = base_of(c);
+  if (!b) return false;
+  c.arg(1, "p");
+  const ir::Arg* training = c.arg(2, "training");
+  if (!training) training = c.arg(99, "train");  // torch.dropout(input, p, train)
+  c.arg(3, "inplace");
+  if (!training || training->kind != ir::Arg::Kind::Const || training->value.get() != Py_False)
+    return false;
+  for (size_t j = 0; j < b->meta->sizes.size(); ++j)
+    c.out.base_axes.push_back(b->meta->sizes[j] == 1 ? -1 : static_cast<int>(j));
+  return c.all_kwargs_read();
+}
+
 }  // namespace
 
 void add_view_rules(RuleTable& t) {
@@ -198,6 +214,9 @@ void add_view_rules(RuleTable& t) {
   auto it = t.find("getitem");
   if (it != t.end() && it->second != alias_view) prev_getitem = it->second;
   for (const char* n : {"getitem", "narrow", "select", "diagonal"}) t[n] = alias_view;
+  for (const char* n : {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                        "feature_alpha_dropout"})
+    t[n] = eval_dropout;
   // Tuple-valued (their nodes are never lowered): the pieces are getitem nodes,
   // lowered above; registered so the OpInfo parity suite covers them.
   for (const char* n : {"split", "split_with_sizes", "chunk", "unbind", "tensor_split"})

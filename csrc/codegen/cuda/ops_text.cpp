@@ -193,6 +193,8 @@ std::string int_binary(ExprOp op, ST t, const std::string& x, const std::string&
       return div(3);
     case ExprOp::Pow:
       return "tl_ipow(" + x + ", " + y + ")";
+    case ExprOp::CheckIndex:
+      return "tl_check_index(" + x + ", " + y + ")";
     case ExprOp::Maximum:
       return "(" + x + " > " + y + " ? " + x + " : " + y + ")";
     case ExprOp::Minimum:

@@ -47,6 +47,15 @@ const char* mem_type(ST t) {
 const std::string& prelude() {
   static const std::string text = R"(// torchlite generated kernel
 #define TL_D __device__ __forceinline__
+// A bad index stops the kernel through what CUDA's assert() calls (NVRTC
+// declares it): the context reports a device-side assert, as it does for
+// torch's own indexing kernels.
+TL_D long long tl_check_index(long long i, long long n) {
+  if ((unsigned long long)i >= (unsigned long long)n)
+    __assertfail("index out of range: 0 <= index < size", "torchlite kernel", 0,
+                 "tl_check_index", 1);
+  return i;
+}
 TL_D float tl_h2f(unsigned short h) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));

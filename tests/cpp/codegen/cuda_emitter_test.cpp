@@ -273,6 +273,30 @@ TEST_CASE("every unary and binary op compiles for every dtype it supports", "[co
   }
 }
 
+TEST_CASE("an embedding row gather checks its index with a device-side assert",
+          "[codegen][cuda]") {
+  // out[r, d] = weight[idx[r], d] over [16, 64], weight of 100 rows
+  KernelBuilder b("embed", {16, 64});
+  int idx = b.load(b.input(ST::I64, {1, 0}), ST::I64);
+  int weight = b.input(ST::F32, {0, 1});
+  int checked = b.expr(ExprOp::CheckIndex, ST::I64, {idx, b.constant(100, ST::I64)});
+  int row = b.expr(ExprOp::Minimum, ST::I64,
+                   {b.expr(ExprOp::Maximum, ST::I64, {checked, b.constant(0, ST::I64)}),
+                    b.constant(99, ST::I64)});
+  int off = b.expr(ExprOp::Mul, ST::I64, {row, b.constant(64, ST::I64)});
+  int g = b.expr(ExprOp::Gather, ST::F32, {off});
+  b.k.exprs[g].buffer = weight;
+  b.output(g, ST::F32, b.contiguous());
+  b.k.verify();
+  CHECK(b.k.str().find("check_index(%0, %") != std::string::npos);
+  CudaKernel ck = emit(b.k);
+  CHECK(ck.source.find("tl_check_index(") != std::string::npos);
+  REQUIRE_NVRTC_OR_SKIP();
+  CHECK(compile(ck).find("__assertfail") != std::string::npos);
+  b.k.exprs[checked].type = ST::I32;
+  CHECK_THROWS_WITH(b.k.verify(), Catch::Contains("check_index is not on i64"));
+}
+
 TEST_CASE("sizes past 2^31 elements switch to 64-bit indices", "[codegen][cuda]") {
   REQUIRE_NVRTC_OR_SKIP();
   KernelBuilder b("big", {int64_t{3} << 30});

@@ -102,7 +102,7 @@ INDEXING = {
 
 @pytest.mark.parametrize("name", sorted(INDEXING))
 def test_indexing_ops_stay_in_torch_and_raise_like_eager(name):
-    # A kernel cannot raise for an out-of-range index, so these stay extern.
+    # On the CPU a kernel cannot raise IndexError for an out-of-range index: these stay extern.
     fn = INDEXING[name]
     check(fn, X, IDX)
     assert any(name in e for e in summary(fn, X, IDX)["externs"])

@@ -99,3 +99,28 @@ def test_view_mutated_later_still_writes_through_to_the_base():
     expected = fn(ref)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(x, ref)
+
+
+def test_eval_dropout_is_the_identity_kernels_fuse_across():
+    ln = torch.nn.LayerNorm(64)
+    drop = torch.nn.Dropout(0.1).eval()
+
+    def fn(x):
+        h = drop(x * 2)
+        return ln(h) + h, torch.nn.functional.dropout(x, p=0.5, training=False)
+
+    x = torch.randn(4, 64)
+    s = summary(fn, x)
+    assert s["kernel_count"] == 1 and len(s["members"][0]) == 4, s["members"]
+    (y, same), _ = compiled(fn, x)
+    torch.testing.assert_close(y, ln(x * 2) + x * 2)
+    # eval dropout returns its input itself: still the same storage when returned
+    assert same.data_ptr() == x.data_ptr() and torch.equal(same, x)
+
+
+def test_training_dropout_stays_torchs():
+    def fn(x):
+        return torch.nn.functional.dropout(x * 2, p=0.5, training=True) + 1
+
+    s = summary(fn, torch.randn(4, 64))
+    assert any("dropout" in e for e in s["extern_ops"]), s["extern_ops"]
