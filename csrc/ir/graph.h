@@ -22,9 +22,9 @@ struct Arg {
   enum class Kind { Node, Const, Tuple, List, Dict };
   Kind kind = Kind::Const;
   Node* node = nullptr;
-  PyRef value;                  // Const: the constant; Dict: unused
-  std::vector<Arg> items;       // Tuple, List, Dict values
-  std::vector<PyRef> keys;      // Dict keys (constants)
+  PyRef value;              // Const: the constant; Dict: unused
+  std::vector<Arg> items;   // Tuple, List, Dict values
+  std::vector<PyRef> keys;  // Dict keys (constants)
 
   static Arg of_node(Node* n);
   static Arg constant(PyRef v);
@@ -32,6 +32,11 @@ struct Arg {
   static Arg list(std::vector<Arg> items);
   static Arg dict(std::vector<PyRef> keys, std::vector<Arg> values);
 };
+
+// True for a missing argument (null) or the constant None.
+inline bool is_none_or_absent(const Arg* a) {
+  return !a || (a->kind == Arg::Kind::Const && a->value.get() == Py_None);
+}
 
 // Shape, dtype, device, strides and requires_grad of a tensor-valued node,
 // taken from the meta tensor the op produced at trace time.

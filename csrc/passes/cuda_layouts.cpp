@@ -163,6 +163,52 @@ int dense_attention_masks(ir::Graph& g) {
   return made;
 }
 
+namespace {
+
+PyRef padded_weights_fn(const char* name) {
+  PyRef mod = PyRef::steal(PyImport_ImportModule("torchlite._padded_weights"));
+  PyRef fn = mod ? PyRef::steal(PyObject_GetAttrString(mod.get(), name)) : PyRef();
+  if (!fn) throw PythonError();
+  return fn;
+}
+
+// F.linear(x, w) computed into rows of `width` elements, narrowed back: no
+// weight copy (torchlite/_padded_weights.py).
+Node* product_into_padded_rows(ir::Graph& g, Node* n, const Node* x, const Node* w, int64_t width) {
+  PyRef into = padded_weights_fn("linear_into_padded_rows");
+  return insert_call(g, n, into, "",
+                     {Arg::of_node(const_cast<Node*>(x)), Arg::of_node(const_cast<Node*>(w)),
+                      Arg::constant(py_int(width))},
+                     {}, n->meta->device);
+}
+
+// F.linear(x, w, b) with w and b zero-padded to `width` rows, narrowed back.
+Node* linear_of_padded_weight(ir::Graph& g, Node* n, const Node* x, const Node* w, const Node* b,
+                              int64_t width) {
+  PyRef pad = padded_weights_fn("padded_rows");
+  auto padded_of = [&](const Node* t) {
+    Node* m = const_cast<Node*>(t);
+    return insert_call(g, n, pad, "", {Arg::of_node(m), Arg::constant(py_int(width))}, {},
+                       m->meta->device);
+  };
+  Node* wide = insert_call(
+      g, n, n->target, "",
+      {Arg::of_node(const_cast<Node*>(x)), Arg::of_node(padded_of(w)), Arg::of_node(padded_of(b))},
+      {}, n->meta->device);
+  const int64_t last = static_cast<int64_t>(n->meta->sizes.size()) - 1;
+  const int64_t cols = w->meta->sizes[0];
+  // NOTE: the result keeps the padded row stride, as torch.compile's does: making it
+  // contiguous would cost a copy of all of it (350 us for GPT-2's logits on an H100).
+  Node* cut = insert_call(g, n, {}, "narrow",
+                          {Arg::of_node(wide), Arg::constant(py_int(last)),
+                           Arg::constant(py_int(0)), Arg::constant(py_int(cols))},
+                          {}, n->meta->device);
+  cut->location = wide->location = n->location;
+  return cut;
+}
+
+}  // namespace
+
 int pad_unaligned_linears(ir::Graph& g) {
   int padded = 0;
   for (Node* n : nodes_of(g)) {
@@ -175,46 +221,14 @@ int pad_unaligned_linears(ir::Graph& g) {
     if (!w || !x || w->meta->sizes.size() != 2) continue;
     if (!is_half(n->meta->dtype.get())) continue;
     const int64_t cols = w->meta->sizes[0], align = 8;  // 16 bytes
-    // NOTE: only large outputs: padding costs a weight copy and a result copy.
+    // NOTE: only large outputs: the padded rows (and, with a bias, the weight copy) pay off.
     int64_t rows = 1;
     for (size_t i = 0; i + 1 < n->meta->sizes.size(); ++i) rows *= n->meta->sizes[i];
     if (cols % align == 0 || cols < 1024 || rows < 256) continue;
     if (w->meta->sizes[1] % align != 0) continue;  // an unaligned K needs more than this
     const int64_t extra = align - cols % align;
-    PyRef mod = PyRef::steal(PyImport_ImportModule("torchlite._padded_weights"));
-    if (!mod) throw PythonError();
-    if (!b) {  // NOTE: no weight copy: the product goes straight into padded rows
-      PyRef into = PyRef::steal(PyObject_GetAttrString(mod.get(), "linear_into_padded_rows"));
-      if (!into) throw PythonError();
-      Node* cut =
-          insert_call(g, n, into, "",
-                      {Arg::of_node(const_cast<Node*>(x)), Arg::of_node(const_cast<Node*>(w)),
-                       Arg::constant(py_int(cols + extra))},
-                      {}, n->meta->device);
-      replace_uses(users_of(g, n), n, cut);
-      g.erase(n);
-      ++padded;
-      continue;
-    }
-    PyRef pad = PyRef::steal(PyObject_GetAttrString(mod.get(), "padded_rows"));
-    if (!pad) throw PythonError();
-    auto padded_of = [&](const Node* t) {
-      Node* m = const_cast<Node*>(t);
-      return insert_call(g, n, pad, "", {Arg::of_node(m), Arg::constant(py_int(cols + extra))}, {},
-                         m->meta->device);
-    };
-    Node* wp = padded_of(w);
-    std::vector<Arg> args = {Arg::of_node(const_cast<Node*>(x)), Arg::of_node(wp)};
-    if (b) args.push_back(Arg::of_node(padded_of(b)));
-    Node* wide = insert_call(g, n, n->target, "", std::move(args), {}, n->meta->device);
-    const int64_t last = static_cast<int64_t>(n->meta->sizes.size()) - 1;
-    // NOTE: the result keeps the padded row stride, as torch.compile's does: making it
-    // contiguous would cost a copy of all of it (350 us for GPT-2's logits on an H100).
-    Node* cut = insert_call(g, n, {}, "narrow",
-                            {Arg::of_node(wide), Arg::constant(py_int(last)),
-                             Arg::constant(py_int(0)), Arg::constant(py_int(cols))},
-                            {}, n->meta->device);
-    cut->location = wide->location = n->location;
+    Node* cut = b ? linear_of_padded_weight(g, n, x, w, b, cols + extra)
+                  : product_into_padded_rows(g, n, x, w, cols + extra);
     replace_uses(users_of(g, n), n, cut);
     g.erase(n);
     ++padded;

@@ -27,10 +27,6 @@ bool is_false(const Arg* a) {
           (PyLong_CheckExact(a->value.get()) && PyLong_AsLong(a->value.get()) == 0));
 }
 
-bool is_none_or_absent(const Arg* a) {
-  return !a || (a->kind == Arg::Kind::Const && a->value.get() == Py_None);
-}
-
 // An optional tensor operand: ok unless it is something other than a tensor or None.
 bool optional_tensor(const Node& n, size_t pos, const char* name, const Node** out) {
   *out = tensor_arg(n, pos, name);

@@ -41,6 +41,13 @@ std::vector<const ir::Node*> node_inputs(const ir::Node& n) {
   return out;
 }
 
+bool is_eval_dropout(const ir::Node& n) {
+  const ir::Arg* training = n.args.size() > 2 ? &n.args[2] : nullptr;
+  for (const auto& [k, v] : n.kwargs)
+    if (k == "training" || k == "train") training = &v;
+  return training && training->kind == ir::Arg::Kind::Const && training->value.get() == Py_False;
+}
+
 bool is_barrier(const ir::Node& n) {
   if (n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) return false;
   const std::string& full = n.target_name;
@@ -53,13 +60,8 @@ bool is_barrier(const ir::Node& n) {
       "ior",  "ixor", "ilshift", "irshift",  "imatmul",   "setitem", "delitem"};
   for (const char* op : kInplaceOperators)
     if (base == op) return true;
-  if (base.find("dropout") != std::string::npos) {  // eval-mode dropout is the identity
-    const ir::Arg* training = n.args.size() > 2 ? &n.args[2] : nullptr;
-    for (const auto& [k, v] : n.kwargs)
-      if (k == "training") training = &v;
-    if (training && training->kind == ir::Arg::Kind::Const && training->value.get() == Py_False)
-      return has_kwarg(n, "out") || truthy_kwarg(n, "inplace");
-  }
+  if (base.find("dropout") != std::string::npos && is_eval_dropout(n))  // the identity
+    return has_kwarg(n, "out") || truthy_kwarg(n, "inplace");
   if (base == "batch_norm") {  // training mode updates the running stats in place
     const ir::Arg* training = n.args.size() > 5 ? &n.args[5] : nullptr;
     for (const auto& [k, v] : n.kwargs)

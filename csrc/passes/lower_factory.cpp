@@ -3,10 +3,9 @@
 // torch.arange (an attention mask built from position indices is one kernel
 // with no inputs, not five aranges and a comparison).
 #include <cmath>
-#include <string>
 
-#include "core/py_ref.h"
 #include "passes/dtype.h"
+#include "passes/graph_rewrite.h"
 #include "passes/lowering.h"
 
 namespace tl::passes {
@@ -43,27 +42,10 @@ double exact_integer_limit(ScalarType t) {
 
 bool is_integral(double v) { return std::isfinite(v) && v == std::floor(v); }
 
-// torch.arange(end) / (start, end) / (start, end, step): start + i * step.
-// Only where every value is an integer the result type holds exactly, so the
-// i64 arithmetic here gives torch's values bit for bit whatever precision
-// torch computes them in (it differs between the CPU and CUDA); fractional
-// steps stay extern.
-bool is_none(const ir::Arg* a) {
-  return !a || (a->kind == ir::Arg::Kind::Const && a->value.get() == Py_None);
-}
-
 // No layout, or torch.strided.
 bool strided_layout(const ir::Arg* a) {
-  if (is_none(a)) return true;
-  if (a->kind != ir::Arg::Kind::Const) return false;
-  PyRef r = PyRef::steal(PyObject_Repr(a->value.get()));
-  if (!r) {
-    PyErr_Clear();
-    return false;
-  }
-  const char* text = PyUnicode_AsUTF8(r.get());
-  if (!text) PyErr_Clear();
-  return text && std::string(text) == "torch.strided";
+  if (ir::is_none_or_absent(a)) return true;
+  return a->kind == ir::Arg::Kind::Const && a->value.get() == torch_fn("strided").get();
 }
 
 // torch.arange(end) / (start, end) / (start, end, step): start + i * step.
@@ -85,7 +67,8 @@ bool arange(RuleCtx& c) {
   for (const char* kw : {"dtype", "device"}) c.arg(99, kw);  // the node's meta has both
   if (c.arg(99, "out") || !strided_layout(c.arg(99, "layout"))) return false;
   for (const char* kw : {"requires_grad", "pin_memory"})
-    if (!is_none(c.arg(99, kw)) && c.number(c.arg(99, kw)).value_or(1) != 0) return false;
+    if (!ir::is_none_or_absent(c.arg(99, kw)) && c.number(c.arg(99, kw)).value_or(1) != 0)
+      return false;
   const ScalarType t = c.out_type();
   const double last = *start + *step * static_cast<double>(c.node.meta->sizes[0] - 1);
   const double limit = exact_integer_limit(t);

@@ -29,15 +29,16 @@ std::optional<std::vector<int>> size_one_remap(const std::vector<int64_t>& bs,
   return base_axes;
 }
 
-// True when `view` is `base` at offset 0 with size-1 axes inserted or dropped
-// and every other axis kept in order with its stride.
-bool only_inserts_size_one_axes(const ir::Node& view, const ir::Node& base) {
+// When `view` is `base` at offset 0 with size-1 axes inserted or dropped and
+// every other axis kept in order with its stride: the remap (size_one_remap).
+std::optional<std::vector<int>> size_one_view_axes(const ir::Node& view, const ir::Node& base) {
   auto off = alias_offset(view, base);
   auto axes = size_one_remap(base.meta->sizes, view.meta->sizes);
-  if (!off || *off != 0 || !axes) return false;
+  if (!off || *off != 0 || !axes) return std::nullopt;
   for (size_t j = 0; j < axes->size(); ++j)
-    if ((*axes)[j] >= 0 && view.meta->strides[(*axes)[j]] != base.meta->strides[j]) return false;
-  return true;
+    if ((*axes)[j] >= 0 && view.meta->strides[(*axes)[j]] != base.meta->strides[j])
+      return std::nullopt;
+  return axes;
 }
 
 // Reads the base through the view's own strides and offset (the base must be
@@ -70,10 +71,10 @@ bool alias_view(RuleCtx& c) {
   bool ok = base && c.is_tensor(&base_arg) && c.type_of(&base_arg) == c.out_type();
   // NOTE: x[:, None] and the like are a remap, so a producer computed from its
   // coordinates (an arange) fuses through them instead of being stored first.
-  if (ok && only_inserts_size_one_axes(c.node, *base)) {
+  if (auto axes = ok ? size_one_view_axes(c.node, *base) : std::nullopt) {
     c.out.kind = OpLowering::Kind::View;
     c.out.inputs = {base};
-    c.out.base_axes = *size_one_remap(base->meta->sizes, c.node.meta->sizes);
+    c.out.base_axes = std::move(*axes);
     return true;
   }
   ok = ok && strided_view(c, base);
@@ -191,12 +192,8 @@ bool reshape(RuleCtx& c) {
 bool eval_dropout(RuleCtx& c) {
   const ir::Node* b = base_of(c);
   if (!b) return false;
-  c.arg(1, "p");
-  const ir::Arg* training = c.arg(2, "training");
-  if (!training) training = c.arg(99, "train");  // torch.dropout(input, p, train)
-  c.arg(3, "inplace");
-  if (!training || training->kind != ir::Arg::Kind::Const || training->value.get() != Py_False)
-    return false;
+  for (const char* kw : {"p", "training", "train", "inplace"}) c.arg(99, kw);
+  if (!is_eval_dropout(c.node)) return false;
   for (size_t j = 0; j < b->meta->sizes.size(); ++j)
     c.out.base_axes.push_back(b->meta->sizes[j] == 1 ? -1 : static_cast<int>(j));
   return c.all_kwargs_read();
@@ -214,8 +211,8 @@ void add_view_rules(RuleTable& t) {
   auto it = t.find("getitem");
   if (it != t.end() && it->second != alias_view) prev_getitem = it->second;
   for (const char* n : {"getitem", "narrow", "select", "diagonal"}) t[n] = alias_view;
-  for (const char* n : {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
-                        "feature_alpha_dropout"})
+  for (const char* n :
+       {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"})
     t[n] = eval_dropout;
   // Tuple-valued (their nodes are never lowered): the pieces are getitem nodes,
   // lowered above; registered so the OpInfo parity suite covers them.

@@ -56,7 +56,7 @@ def _rule_names() -> set[str]:
         text = f.read_text()
         for m in re.finditer(r"t\[\"(\w+)\"\]", text):
             names.add(m.group(1))
-        for m in re.finditer(r"for \(const char\* n : \{([^}]*)\}\)", text):
+        for m in re.finditer(r"for \(const char\* n :\s*\{([^}]*)\}\)", text):
             names.update(re.findall(r"\"(\w+)\"", m.group(1)))
     return names
 
