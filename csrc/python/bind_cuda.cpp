@@ -72,10 +72,12 @@ void bind_cuda(py::module_& m) {
           }
           py::dict launch;
           launch["vector_name"] = ck.vector_name;
+          launch["vector_fallback_name"] = ck.vector_fallback_name;
           launch["aligned_params"] = ck.aligned_params;
           launch["grid"] = ck.grid;
           launch["block"] = ck.block;
           launch["shared_bytes"] = ck.shared_bytes;
+          launch["dependent_launch"] = ck.dependent_launch;
           out.append(py::make_tuple(ck.name, ck.source, ptx, launch));
         }
         return out;

@@ -17,7 +17,7 @@ namespace {
 // Compiles `source` (cached like generated kernels) and launches `entry` with
 // one pointer per tensor on torch's current stream of the first tensor's device.
 void launch_source(const std::string& source, const std::string& entry, py::list tensors,
-                   int64_t grid, int block, int shared_bytes) {
+                   int64_t grid, int block, int shared_bytes, bool dependent_launch) {
   if (tensors.empty()) TL_THROW(Value) << "_cuda_launch_source needs at least one tensor";
   int device = tensors[0].attr("device").attr("index").cast<int>();
   codegen::cuda::CudaKernel spec;
@@ -36,7 +36,7 @@ void launch_source(const std::string& source, const std::string& entry, py::list
   auto stream = torch_c.attr("_cuda_getCurrentRawStream")(device).cast<uintptr_t>();
   runtime::cuda::ContextScope ctx(device);
   runtime::cuda::launch(k.fn, k.grid, k.block, k.shared_bytes, reinterpret_cast<void*>(stream),
-                        args.data(), entry);
+                        args.data(), entry, dependent_launch);
 }
 }  // namespace
 
@@ -55,7 +55,9 @@ void bind_cuda_runtime(py::module_& m) {
   m.def("cuda_cache_dir", &runtime::cuda::cache_dir);
   m.def("_cuda_launch_source", &launch_source, py::arg("source"), py::arg("entry"),
         py::arg("tensors"), py::arg("grid"), py::arg("block"), py::arg("shared_bytes") = 0,
-        "Tests: compiles CUDA C with NVRTC and launches `entry(tensor pointers...)`.");
+        py::arg("dependent_launch") = false,
+        "Tests: compiles CUDA C with NVRTC and launches `entry(tensor pointers...)`, with\n"
+        "programmatic stream serialization when `dependent_launch`.");
 }
 
 }  // namespace tl::python

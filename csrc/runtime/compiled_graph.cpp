@@ -410,8 +410,8 @@ bool CompiledGraph::launch_cuda(const Step& s, const std::vector<char*>& bufs, R
       if (reinterpret_cast<uintptr_t>(bufs[p]) % 16 != 0) fn = nullptr;
     rs.args.resize(bufs.size());
     for (size_t i = 0; i < bufs.size(); ++i) rs.args[i] = const_cast<char**>(&bufs[i]);
-    cuda::launch(fn ? fn : k.fn, k.grid, k.block, k.shared_bytes, rs.stream, rs.args.data(),
-                 k.name);
+    cuda::launch(fn ? fn : k.fn, k.grid, k.block, k.shared_bytes, rs.stream, rs.args.data(), k.name,
+                 k.dependent_launch);
   } catch (const Error& e) {
     set_python_error(e);  // reported like a failing torch op, naming the kernel's node
     return false;

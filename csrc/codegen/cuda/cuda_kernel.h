@@ -28,11 +28,19 @@ struct CudaKernel {
   // not empty; the runtime may launch it only when every pointer listed in
   // `aligned_params` is 16-byte aligned, and must launch `name` otherwise.
   std::string vector_name;
+  // When not empty, the vector entry asks for a register cap (__launch_bounds__'s
+  // minimum blocks) and this is the same entry without it: the runtime launches
+  // it instead where the capped one spills registers to local memory.
+  std::string vector_fallback_name;
   std::vector<int> aligned_params;  // parameter indices
   // Launch shape (1-D grid and block), same for both entries.
   int64_t grid = 1;
   int block = 256;
   int shared_bytes = 0;  // dynamic shared memory
+  // Both entries begin with tl_after_prior_grid(): the runtime may launch them
+  // with programmatic stream serialization (overlapping the previous kernel's
+  // tail). Hand-written kernels leave it false and are launched plainly.
+  bool dependent_launch = false;
 };
 
 // Throws tl::Error (Internal) naming the kernel and the expr it cannot emit.

@@ -30,6 +30,9 @@ class Writer {
   void choose_index_type();
   std::string params() const;
   std::string signature(const std::string& name, int block) const;
+  // Opens entry `name`'s body: the signature, then the wait for the prior grid where the
+  // target has programmatic dependent launch (sm_90+).
+  void open_kernel(const std::string& name, int block);
   // Expressions: one `const T vN = ...;` line per expr on first use in a scope,
   // which reads buffer b through ref(b) (Load) or at element offset `off`b
   // (Gather), at outer linear index `outer` and reduction linear index `red`.
@@ -139,6 +142,7 @@ class Writer {
   std::string rlin_;                          // linear index over the reduction axes
   int tmp_ = 0;
   int block_ = 256;
+  int min_blocks_ = 0;  // __launch_bounds__'s second argument for the entry emitted next; 0: none
   PassPlan plan_;
   // Row cache (warp/block rows that fit in registers): each thread keeps the
   // values of the Loads that several passes read in `rc<expr>[cache_n_]`,

@@ -84,7 +84,7 @@ void Writer::reduction_kernel(const std::string& entry) {
            : len > 2048 && len <= 128 * kCacheValues ? 128
                                                      : 256;
   std::string b = std::to_string(block_), nr = std::to_string(n_rows);
-  open(signature(entry, block_));
+  open_kernel(entry, block_);
   if (rows == Rows::Block) {
     for (size_t i = 0; i < k_.exprs.size(); ++i) {
       const ir::Expr& e = k_.exprs[i];

@@ -56,6 +56,19 @@ TL_D long long tl_check_index(long long i, long long n) {
                  "tl_check_index", 1);
   return i;
 }
+// Programmatic dependent launch (sm_90+): the runtime may start this grid
+// while the stream's previous kernel is still finishing, so every kernel first
+// waits for that grid to complete and its writes to be visible, then lets the
+// next launch begin. The next grid's blocks then fill the SMs this grid's last
+// blocks leave idle and wait there, instead of starting after a launch gap
+// (softmax+LN back to back on an H200: 40.0 -> 37.6 us a call). Both are no-ops
+// in a grid launched without the attribute.
+TL_D void tl_after_prior_grid() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 TL_D float tl_h2f(unsigned short h) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));

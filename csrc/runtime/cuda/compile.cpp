@@ -26,7 +26,7 @@ constexpr unsigned kDefaultSharedLimit = 48 * 1024;  // above it a kernel must o
 
 // Where a kernel's code lives: the module's cache key and its entry names.
 struct Owner {
-  std::string key, name, vector_name;
+  std::string key, name, vector_name, vector_fallback_name;
 };
 
 std::mutex g_mu;  // the settings and the module tables
@@ -72,9 +72,13 @@ void write_source(const std::string& dir, const Job& job) {
   std::ofstream out(std::filesystem::path(dir) / file);
   out << "// torchlite CUDA kernel " << (job.kernel ? job.kernel->name : s.name)
       << "\n// launch: grid=" << s.grid << " block=" << s.block
-      << " shared_bytes=" << s.shared_bytes << " entry=" << s.name;
+      << " shared_bytes=" << s.shared_bytes << " entry=" << s.name
+      << (s.dependent_launch ? " dependent_launch=1" : "");
   if (!s.vector_name.empty()) {
-    out << " vector_entry=" << s.vector_name << " (when params";
+    out << " vector_entry=" << s.vector_name;
+    if (!s.vector_fallback_name.empty())
+      out << " (" << s.vector_fallback_name << " where it spills registers)";
+    out << " (when params";
     for (int p : s.aligned_params) out << " " << p;
     out << " are 16-byte aligned)";
   }
@@ -99,7 +103,7 @@ void emit(Job& job, const codegen::cuda::Target& t, const std::string& arch,
   const std::string salt = "\n" + version + "\n" + arch + "\n" + kCacheFormat;
   job.key = sha256_hex(job.spec.source + salt);
   job.canon = sha256_hex(without(job.spec.source, job.spec.name) + salt);
-  job.owner = {job.key, job.spec.name, job.spec.vector_name};
+  job.owner = {job.key, job.spec.name, job.spec.vector_name, job.spec.vector_fallback_name};
   if (!dump.empty()) write_source(dump, job);
 }
 
@@ -140,7 +144,10 @@ LoadedKernel link(Job& job, int device) {
   k.name = job.kernel ? job.kernel->name : s.name;
   k.fn = module_function(module, job.owner.name);
   if (!s.vector_name.empty()) k.vector_fn = module_function(module, job.owner.vector_name);
+  if (k.vector_fn && !job.owner.vector_fallback_name.empty() && local_bytes(k.vector_fn) > 0)
+    k.vector_fn = module_function(module, job.owner.vector_fallback_name);
   k.aligned_params = s.aligned_params;
+  k.dependent_launch = s.dependent_launch;
   TL_CHECK(s.grid >= 0 && s.grid <= 0x7fffffff && s.block > 0 && s.shared_bytes >= 0)
       << what << ": bad launch shape grid=" << s.grid << " block=" << s.block;
   k.grid = static_cast<unsigned>(s.grid);

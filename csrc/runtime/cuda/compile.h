@@ -18,6 +18,7 @@ struct LoadedKernel {
   void* vector_fn = nullptr;        // the 16-byte vector entry, or null
   std::vector<int> aligned_params;  // vector_fn only when these pointers are 16-byte aligned
   unsigned grid = 1, block = 256, shared_bytes = 0;
+  bool dependent_launch = false;  // CudaKernel::dependent_launch
 };
 
 // The code generator's target for `device`: its exact compute capability and SM count.

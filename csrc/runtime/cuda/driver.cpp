@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -24,6 +25,27 @@ constexpr int kAttrCcMajor = 75;          // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABIL
 constexpr int kAttrCcMinor = 76;          // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
 constexpr int kAttrSharedOptin = 97;      // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 constexpr int kFuncMaxDynamicShared = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+constexpr int kFuncLocalBytes = 3;        // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
+constexpr int kErrorInvalidValue = 1;     // CUDA_ERROR_INVALID_VALUE
+constexpr int kErrorNotSupported = 801;   // CUDA_ERROR_NOT_SUPPORTED
+
+// cuLaunchKernelEx's configuration (CUDA 12.0+): CUlaunchConfig, CUlaunchAttribute.
+constexpr int kLaunchProgrammaticSerialization =
+    6;  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+struct LaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int value;
+  } value;
+};
+struct LaunchConfig {
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+  CUstream stream;
+  LaunchAttribute* attrs;
+  unsigned n_attrs;
+};
 
 struct Api {
   CUresult (*Init)(unsigned);
@@ -38,8 +60,10 @@ struct Api {
   CUresult (*ModuleLoadData)(CUmodule*, const void*);
   CUresult (*ModuleGetFunction)(CUfunction*, CUmodule, const char*);
   CUresult (*FuncSetAttribute)(CUfunction, int, int);
+  CUresult (*FuncGetAttribute)(int*, int, CUfunction);
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, CUstream, void**, void**);
+  CUresult (*LaunchKernelEx)(const LaunchConfig*, CUfunction, void**, void**);  // may be null
 };
 
 struct Loaded {
@@ -75,7 +99,9 @@ Loaded load() {
              bind(h, "cuModuleLoadData", a.ModuleLoadData) &&
              bind(h, "cuModuleGetFunction", a.ModuleGetFunction) &&
              bind(h, "cuFuncSetAttribute", a.FuncSetAttribute) &&
+             bind(h, "cuFuncGetAttribute", a.FuncGetAttribute) &&
              bind(h, "cuLaunchKernel", a.LaunchKernel);
+  if (!bind(h, "cuLaunchKernelEx", a.LaunchKernelEx)) a.LaunchKernelEx = nullptr;  // before 12.0
   if (!all) {
     l.why = "libcuda.so.1 lacks a driver entry point torchlite needs (driver older than CUDA 9?)";
     return l;
@@ -193,9 +219,37 @@ void set_max_dynamic_shared(void* fn, int bytes, const std::string& name) {
   check(api().FuncSetAttribute(fn, kFuncMaxDynamicShared, bytes), "cuFuncSetAttribute", name);
 }
 
+int local_bytes(void* fn) {
+  int bytes = 0;
+  check(api().FuncGetAttribute(&bytes, kFuncLocalBytes, fn), "cuFuncGetAttribute", "");
+  return bytes;
+}
+
+namespace {
+// Cleared for the process when the driver refuses the attribute (a driver or
+// device without it): later launches go the plain way.
+std::atomic<bool> g_dependent_launch_works{true};
+}  // namespace
+
 void launch(void* fn, unsigned grid, unsigned block, unsigned shared_bytes, void* stream,
-            void** args, const std::string& name) {
-  check(api().LaunchKernel(fn, grid, 1, 1, block, 1, 1, shared_bytes, stream, args, nullptr),
+            void** args, const std::string& name, bool dependent) {
+  const Api& a = api();
+  if (dependent && a.LaunchKernelEx && g_dependent_launch_works.load(std::memory_order_relaxed)) {
+    LaunchAttribute attr{};
+    attr.id = kLaunchProgrammaticSerialization;
+    attr.value.value = 1;
+    LaunchConfig cfg{grid, 1, 1, block, 1, 1, shared_bytes, stream, &attr, 1};
+    CUresult rc = a.LaunchKernelEx(&cfg, fn, args, nullptr);
+    if (rc == 0) return;
+    if (rc != kErrorInvalidValue && rc != kErrorNotSupported) check(rc, "cuLaunchKernelEx", name);
+    // Refused: when the plain launch goes through, the attribute was the cause.
+    CUresult plain =
+        a.LaunchKernel(fn, grid, 1, 1, block, 1, 1, shared_bytes, stream, args, nullptr);
+    if (plain == 0) g_dependent_launch_works = false;
+    check(plain, "cuLaunchKernel", name);
+    return;
+  }
+  check(a.LaunchKernel(fn, grid, 1, 1, block, 1, 1, shared_bytes, stream, args, nullptr),
         "cuLaunchKernel", name);
 }
 

@@ -38,10 +38,14 @@ class ContextScope {
 // Modules are never unloaded: they are shared process-wide by cache key.
 void* load_module(const std::string& image, const std::string& what);
 void* module_function(void* module, const std::string& name);
+// Local memory a thread of `fn` uses (register spills, stack arrays).
+int local_bytes(void* fn);
 // Lets `fn` use up to `bytes` of dynamic shared memory (needed above 48 KiB).
 void set_max_dynamic_shared(void* fn, int bytes, const std::string& name);
-// One 1-D launch; `args` as cuLaunchKernel's kernelParams.
+// One 1-D launch; `args` as cuLaunchKernel's kernelParams. `dependent`: the
+// kernel waits for the prior grid itself (CudaKernel::dependent_launch), so it
+// is launched with programmatic stream serialization where the driver has it.
 void launch(void* fn, unsigned grid, unsigned block, unsigned shared_bytes, void* stream,
-            void** args, const std::string& name);
+            void** args, const std::string& name, bool dependent = false);
 
 }  // namespace tl::runtime::cuda

@@ -49,7 +49,8 @@ def test_embeddings_fuse_into_the_layer_norm_after_them(dtype, shape):
         torch.testing.assert_close(y, ey)
         ops = _op_names(compiled, *args)
     assert not set(ops) & {"aten::embedding", "aten::index_select", "aten::arange"}, ops
-    assert ops.count("cuLaunchKernel") == 1, ops  # lookups, sum and norm: one kernel
+    launches = [op for op in ops if op.startswith("cuLaunchKernel")]  # Ex on sm_90+
+    assert len(launches) == 1, ops  # lookups, sum and norm: one kernel
 
 
 def test_index_select_along_an_inner_dim_fuses():

@@ -173,3 +173,36 @@ def test_pair_ops_compile_natively_on_sm90_and_through_float32_before():
     ptx90, ptx80 = ptx90.decode(), ptx80.decode()
     assert "mul.rn.bf16x2" in ptx90 and "add.rn.bf16x2" in ptx90
     assert "mul.rn.bf16x2" not in ptx80 and "cvt.rn.bf16x2.f32" in ptx80
+
+
+def _bounds(source, entry):
+    return re.search(r"__launch_bounds__\(([\d, ]+)\) " + entry + r"\(", source).group(1)
+
+
+def test_block_rows_of_128_threads_cap_registers_with_an_uncapped_fallback():
+    """The vector entry of a 128-thread block row asks for 8 blocks an SM (64 registers); the same
+    entry without the cap sits beside it for the runtime to launch where the cap spills."""
+    x, w, b = (
+        torch.randn(16, 4096, dtype=BF16),
+        torch.randn(4096, dtype=BF16),
+        torch.randn(4096, dtype=BF16),
+    )
+    fn = lambda x, w, b: F.layer_norm(torch.softmax(x * 0.125, -1) + x, (4096,), w, b)
+    ((name, source, launch),) = _kernels(fn, x, w, b)
+    assert launch["block"] == 128
+    assert launch["vector_fallback_name"] == name + "_vr"
+    assert _bounds(source, name + "_v") == "128, 8"
+    assert _bounds(source, name + "_vr") == "128"
+    assert _bounds(source, name) == "128"  # the scalar entry (misaligned rows) is not capped
+    # the two vector entries are the same code
+    body = lambda e: source[source.index(e + "(") :].split("{", 1)[1].split("\n}\n", 1)[0]
+    assert body(name + "_v") == body(name + "_vr")
+
+
+@pytest.mark.parametrize("cols", [512, 8192])
+def test_other_rows_have_no_register_cap(cols):
+    x = torch.randn(64, cols)
+    ((name, source, launch),) = _kernels(lambda x: torch.softmax(x, -1), x)
+    assert launch["block"] != 128 or cols <= 1024
+    assert launch["vector_fallback_name"] == ""
+    assert "," not in _bounds(source, name + "_v")
