@@ -16,8 +16,11 @@ namespace tl::python {
 namespace {
 // Compiles `source` (cached like generated kernels) and launches `entry` with
 // one pointer per tensor on torch's current stream of the first tensor's device.
+// With a `vector_name` it launches the vector entry the runtime picks instead
+// (that entry, or `vector_fallback_name` where that one spills registers).
 void launch_source(const std::string& source, const std::string& entry, py::list tensors,
-                   int64_t grid, int block, int shared_bytes, bool dependent_launch) {
+                   int64_t grid, int block, int shared_bytes, bool dependent_launch,
+                   const std::string& vector_name, const std::string& vector_fallback_name) {
   if (tensors.empty()) TL_THROW(Value) << "_cuda_launch_source needs at least one tensor";
   int device = tensors[0].attr("device").attr("index").cast<int>();
   codegen::cuda::CudaKernel spec;
@@ -26,6 +29,8 @@ void launch_source(const std::string& source, const std::string& entry, py::list
   spec.grid = grid;
   spec.block = block;
   spec.shared_bytes = shared_bytes;
+  spec.vector_name = vector_name;
+  spec.vector_fallback_name = vector_fallback_name;
   runtime::cuda::LoadedKernel k = runtime::cuda::load_kernels({spec}, device)[0];
   std::vector<void*> ptrs;
   for (py::handle t : tensors)
@@ -35,8 +40,8 @@ void launch_source(const std::string& source, const std::string& entry, py::list
   py::object torch_c = py::module_::import("torch").attr("_C");
   auto stream = torch_c.attr("_cuda_getCurrentRawStream")(device).cast<uintptr_t>();
   runtime::cuda::ContextScope ctx(device);
-  runtime::cuda::launch(k.fn, k.grid, k.block, k.shared_bytes, reinterpret_cast<void*>(stream),
-                        args.data(), entry, dependent_launch);
+  runtime::cuda::launch(vector_name.empty() ? k.fn : k.vector_fn, k.grid, k.block, k.shared_bytes,
+                        reinterpret_cast<void*>(stream), args.data(), entry, dependent_launch);
 }
 }  // namespace
 
@@ -55,9 +60,11 @@ void bind_cuda_runtime(py::module_& m) {
   m.def("cuda_cache_dir", &runtime::cuda::cache_dir);
   m.def("_cuda_launch_source", &launch_source, py::arg("source"), py::arg("entry"),
         py::arg("tensors"), py::arg("grid"), py::arg("block"), py::arg("shared_bytes") = 0,
-        py::arg("dependent_launch") = false,
+        py::arg("dependent_launch") = false, py::arg("vector_name") = "",
+        py::arg("vector_fallback_name") = "",
         "Tests: compiles CUDA C with NVRTC and launches `entry(tensor pointers...)`, with\n"
-        "programmatic stream serialization when `dependent_launch`.");
+        "programmatic stream serialization when `dependent_launch`; with `vector_name`, the\n"
+        "vector entry the runtime picks (`vector_fallback_name` where that one spills).");
 }
 
 }  // namespace tl::python

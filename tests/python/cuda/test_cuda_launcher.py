@@ -147,3 +147,36 @@ def test_compiled_kernels_replay_in_a_cuda_graph():
         x.copy_(torch.randn_like(x))
         graph.replay()
         torch.testing.assert_close(out, _chain(x, w), rtol=1e-4, atol=1e-4)
+
+
+# A vector entry with a register cap that uses local memory (a dynamically indexed array), one
+# without, and their uncapped copies: the runtime launches the copy only where the cap spills.
+CAPPED_ENTRIES = r"""
+extern "C" __global__ void mark(const int* idx, float* out) { out[threadIdx.x] = 0.0f; }
+extern "C" __global__ void __launch_bounds__(128, 16) spills_v(const int* idx, float* out) {
+  float scratch[64];
+  for (int k = 0; k < 64; ++k) scratch[k] = (float)k;
+  out[threadIdx.x] = 1.0f + 0.0f * scratch[idx[threadIdx.x] & 63];
+}
+extern "C" __global__ void __launch_bounds__(128, 16) clean_v(const int* idx, float* out) {
+  out[threadIdx.x] = 1.0f;
+}
+extern "C" __global__ void spills_vr(const int* idx, float* out) { out[threadIdx.x] = 2.0f; }
+extern "C" __global__ void clean_vr(const int* idx, float* out) { out[threadIdx.x] = 2.0f; }
+"""
+
+
+@pytest.mark.parametrize("capped, expect", [("spills", 2.0), ("clean", 1.0)])
+def test_register_capped_entry_falls_back_only_where_it_spills(capped, expect):
+    idx = torch.randint(0, 64, (128,), device="cuda", dtype=torch.int32)
+    out = torch.full((128,), -1.0, device="cuda")
+    _C._cuda_launch_source(
+        CAPPED_ENTRIES,
+        "mark",
+        [idx, out],
+        grid=1,
+        block=128,
+        vector_name=capped + "_v",
+        vector_fallback_name=capped + "_vr",
+    )
+    torch.testing.assert_close(out, torch.full_like(out, expect))
