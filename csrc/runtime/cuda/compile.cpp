@@ -102,7 +102,10 @@ void emit(Job& job, const codegen::cuda::Target& t, const std::string& arch,
     job.spec = codegen::cuda::emit_cuda_kernel(*job.kernel, "tl_" + safe_name(job.kernel->name), t);
   const std::string salt = "\n" + version + "\n" + arch + "\n" + kCacheFormat;
   job.key = sha256_hex(job.spec.source + salt);
-  job.canon = sha256_hex(without(job.spec.source, job.spec.name) + salt);
+  // The entries' names relative to the kernel's own: one source may hold several entries.
+  const auto& sp = job.spec;
+  job.canon = sha256_hex(without(sp.source, sp.name) + "\n" + without(sp.vector_name, sp.name) +
+                         "\n" + without(sp.vector_fallback_name, sp.name) + salt);
   job.owner = {job.key, job.spec.name, job.spec.vector_name, job.spec.vector_fallback_name};
   if (!dump.empty()) write_source(dump, job);
 }
