@@ -29,9 +29,9 @@ constexpr int kFuncLocalBytes = 3;        // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
 constexpr int kErrorInvalidValue = 1;     // CUDA_ERROR_INVALID_VALUE
 constexpr int kErrorNotSupported = 801;   // CUDA_ERROR_NOT_SUPPORTED
 
-// cuLaunchKernelEx's configuration (CUDA 12.0+): CUlaunchConfig, CUlaunchAttribute.
-constexpr int kLaunchProgrammaticSerialization =
-    6;  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+// cuLaunchKernelEx's configuration (CUDA 12.0+): CUlaunchConfig, CUlaunchAttribute,
+// and CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
+constexpr int kLaunchProgrammaticSerialization = 6;
 struct LaunchAttribute {
   int id;
   char pad[4];
@@ -46,6 +46,8 @@ struct LaunchConfig {
   LaunchAttribute* attrs;
   unsigned n_attrs;
 };
+static_assert(sizeof(LaunchAttribute) == 72 && sizeof(LaunchConfig) == 56,
+              "cuda.h's CUlaunchAttribute and CUlaunchConfig layouts on 64-bit Linux");
 
 struct Api {
   CUresult (*Init)(unsigned);
