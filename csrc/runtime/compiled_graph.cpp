@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "core/errors.h"
+#include "core/py_import.h"
 #include "passes/dtype.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/compiled_step.h"
@@ -28,12 +29,7 @@ PyRef int_tuple(const std::vector<int64_t>& v) {
 }
 
 namespace {
-PyRef torch_attr(const char* name) {
-  PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
-  PyRef attr = torch ? PyRef::steal(PyObject_GetAttrString(torch.get(), name)) : PyRef();
-  if (!attr) throw PythonError();
-  return attr;
-}
+PyRef torch_attr(const char* name) { return import_attr("torch", name); }
 
 // torch._C._dynamo.guards._empty_strided_{cpu,cuda}(sizes, strides, dtype):
 // what Inductor's generated code allocates with, without torch.empty_strided's

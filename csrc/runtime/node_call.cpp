@@ -1,6 +1,7 @@
 #include "runtime/node_call.h"
 
 #include "core/errors.h"
+#include "core/py_import.h"
 
 namespace tl::runtime {
 
@@ -92,9 +93,7 @@ NodeCall NodeCall::as_strided(const ir::Node& node, int slot, const std::vector<
                               const std::vector<int64_t>& strides, int64_t offset) {
   NodeCall c;
   c.node_ = &node;
-  PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
-  c.callable_ = torch ? PyRef::steal(PyObject_GetAttrString(torch.get(), "as_strided")) : PyRef();
-  if (!c.callable_) throw PythonError();
+  c.callable_ = import_attr("torch", "as_strided");
   auto ints = [](const std::vector<int64_t>& v) {
     PyRef t = PyRef::steal(PyTuple_New(v.size()));
     for (size_t i = 0; t && i < v.size(); ++i) {

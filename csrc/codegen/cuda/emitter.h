@@ -98,6 +98,8 @@ class Writer {
     std::vector<std::string> cache;
   };
   void swap_scope();
+  // fn(el) for el = 0 .. n - 1, each with element el's scope current (n: 1, or 2 in pairs).
+  void in_each_element(int n, const std::function<void(int el)>& fn);
   // Element e's scope reads buffer b through ref(e)(b) at reduction index red<e>
   // (offsets "o" and "oo"); leaves element 0's scope current.
   void new_pair_scope(const std::function<ElemRef(int elem)>& ref, std::string outer,

@@ -25,6 +25,14 @@ void Writer::swap_scope() {
   elem_ ^= 1;
 }
 
+void Writer::in_each_element(int n, const std::function<void(int el)>& fn) {
+  for (int el = 0; el < n; ++el) {
+    if (el) swap_scope();
+    fn(el);
+    if (el) swap_scope();
+  }
+}
+
 void Writer::new_pair_scope(const std::function<ElemRef(int elem)>& ref, std::string outer,
                             const std::string& red0, const std::string& red1) {
   new_scope(ref(1), outer, red1, "oo");

@@ -229,23 +229,18 @@ void Writer::reduce_pass(int p, Rows rows) {
   // first to need are computed here (lowest expr first: one may use another).
   // (Every element's names first: a pair computes both elements' values at once.)
   auto rc = [&](size_t i, int el) { return "rc" + std::to_string(i) + "[" + J(el) + "]"; };
-  for (int el = 0; el < n_elem; ++el) {
-    if (el) swap_scope();
+  in_each_element(n_elem, [&](int el) {
     for (size_t i = 0; i < k_.exprs.size(); ++i)
       if (cache_first_[i] && cache_first_[i] < p) cache_[i] = rc(i, el);
-    if (el) swap_scope();
-  }
+  });
   for (size_t i = 0; i < k_.exprs.size(); ++i) {
     if (cache_first_[i] != p) continue;
-    for (int el = 0; el < n_elem; ++el) {
-      if (el) swap_scope();
+    in_each_element(n_elem, [&](int el) {
       line(rc(i, el) + " = " + value(static_cast<int>(i)) + ";");
       cache_[i] = rc(i, el);
-      if (el) swap_scope();
-    }
+    });
   }
-  for (int el = 0; el < n_elem; ++el) {
-    if (el) swap_scope();
+  in_each_element(n_elem, [&](int) {
     for (int i : mine) {
       const ir::Expr& e = k_.exprs[i];
       const std::string& a = acc_[i];
@@ -257,10 +252,8 @@ void Writer::reduce_pass(int p, Rows rows) {
       line("if (" + arg_better(e.op, type(e.operands[0]), v, at, a, a + "i") + ") { " + a + " = " +
            v + "; " + a + "i = " + at + "; }");
     }
-    if (el) swap_scope();
-  }
-  for (int el = 0; el < n_elem; ++el) {
-    if (el) swap_scope();
+  });
+  in_each_element(n_elem, [&](int el) {
     std::string jv = J(el) + " % " + V;
     store_outputs(p, [&](size_t o, const std::string& v, const std::string& f32) {
       std::string os = std::to_string(o), ob = O(el);
@@ -284,8 +277,7 @@ void Writer::reduce_pass(int p, Rows rows) {
       line("*reinterpret_cast<" + word_pack(vec_) + "*>(" + at + ") = w;");
       close();
     });
-    if (el) swap_scope();
-  }
+  });
   if (guard) close();
   for (int l = 0; l < loops; ++l) close();
   for (int i : mine) {
