@@ -1,14 +1,13 @@
 """Hands the Python side of torchlite's process-wide hooks to the C++ core.
 
 NOTE: done on every compile()/explain() instead of at import, so `import torchlite` stays
-cheap and later changes to torchlite.config (trace, debug_dir, logs) take effect.
+cheap and later changes to torchlite.config (trace, debug_dir, logs, cache_dir) take effect.
 """
 
 import logging
-import os
 import sys
 
-from torchlite import _C, config, fx_interop
+from torchlite import _C, config, fx_interop, settings
 
 logger = logging.getLogger("torchlite")
 _handler: logging.Handler | None = None
@@ -38,5 +37,5 @@ def sync() -> None:
     _C.set_log_channels(config.logs)
     if config.logs:
         _show_logs()
-    _C.set_trace_dir(os.path.abspath(config.debug_dir) if config.trace else None)
+    settings.apply_process_settings()
     _C.set_backend_bridge(fx_interop.backend_bridge)

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from torchlite import _C
+from torchlite import _C, _install, settings
 
 BUILTIN = "torchlite"
 _registry: dict[str, Callable | None] = {BUILTIN: None}
@@ -92,14 +92,17 @@ def inductor(gm, example_inputs, mode=None, options=None, **kwargs):
     return compile_fx(gm, example_inputs, config_patches=patches)
 
 
-def dynamo_backend(gm, example_inputs, **kwargs):
+def dynamo_backend(gm, example_inputs, mode=None, options=None, **kwargs):
     """torchlite as a torch.compile backend (entry point torch_dynamo_backends: torchlite).
 
-    Dynamo's graph runs through torchlite's compiler: fused CPU kernels where the graph allows,
-    torch ops otherwise. Graphs it cannot represent (symbolic shapes, dict outputs, ...) run as
+    Dynamo's graph runs through torchlite's compiler, the same compile_graph as
+    torchlite.compile's (passes, kernels on CPU and CUDA), with torch.compile's mode/options
+    resolved as torchlite.compile resolves them; torch ops where no kernel applies. Graphs it cannot represent (symbolic shapes, dict outputs, ...) run as
     gm.forward: never wrong, only slower. The callable takes the inputs positionally or as one
     list (the boxed convention), as gm.forward and torch's own backends are called.
     """
+    values = settings.resolve(mode, options, api="torch.compile(backend='torchlite')")
+    _install.sync()
     output = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     flat = type(output) is tuple and not any(isinstance(o, (tuple, list, dict)) for o in output)
     single = not isinstance(output, (tuple, list, dict))
@@ -111,7 +114,7 @@ def dynamo_backend(gm, example_inputs, **kwargs):
     except _C.Unsupported as e:
         _log.debug("torchlite backend: %s; running gm.forward", e)
         return gm.forward
-    compiled = _C.FxCompiled(graph, True, extra_inputs)
+    compiled = _C.FxCompiled(graph, extra_inputs, values, mode or "default")
     if flat:
         return compiled
     return lambda *args: compiled(*args)[0]

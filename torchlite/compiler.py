@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from torchlite import _C, _install, backends, config
+from torchlite import _C, _install, backends, config, settings
 from torchlite.optimized_module import OptimizedModule
 
-MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+MODES = (None, *settings.PRESETS)
 
 
 def _check_options(fullgraph, dynamic, mode, options) -> None:
@@ -85,10 +85,15 @@ def compile(
 
     `@torchlite.compile`, `@torchlite.compile(fullgraph=True)`, `torchlite.compile(fn)` and
     `torchlite.compile(module)` (an nn.Module sharing the original's state). `dynamic` is
-    accepted for compatibility; shapes are specialised and a new shape recompiles.
+    accepted for compatibility; shapes are specialised and a new shape recompiles. For the
+    torchlite backend, `options` sets compile-scope settings ({"channels_last": False}, see
+    torchlite.settings.table()) and `mode` selects a preset of them.
     """
     _check_options(fullgraph, dynamic, mode, options)
     backend_fn, backend_name = backends.resolve(backend, mode, options)
+    # NOTE: mode/options of another backend are that backend's (torch.compile's convention).
+    builtin = backend_fn is None
+    values = settings.resolve(mode, options if builtin else None)
 
     def wrap(obj: Any) -> Any:
         _check_callable(obj, "torchlite.compile")
@@ -96,7 +101,15 @@ def compile(
         if disable or config.disable:
             return obj
         _install.sync()
-        cfg = _C.make_config(backend_fn, backend_name, fullgraph, config.cache_size_limit, None)
+        cfg = _C.make_config(
+            backend_fn,
+            backend_name,
+            fullgraph,
+            values["cache_size_limit"],
+            None,
+            values,
+            (mode or "default") if builtin else "default",
+        )
         return _wrap(obj, lambda f: _C.CompiledFunction(f, cfg))
 
     return wrap if model_or_fn is None else wrap(model_or_fn)

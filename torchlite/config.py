@@ -1,26 +1,44 @@
 """Process-wide settings. Read from the environment at import; assign to change them later.
 
+One attribute per entry of the C++ settings table (csrc/core/flags.cpp), which holds each
+setting's type, default, environment variable and doc (`torchlite.settings.table()`).
 compile() and explain() read these values when they are called, so a change applies to code
-compiled after it.
+compiled after it. Compile-scope settings can also be given per call:
+`torchlite.compile(fn, options={"channels_last": False})`.
 """
 
-import os
+from torchlite import _C
 
+_env = _C.settings_from_env()
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
+# --- compile scope (options= may override them per torchlite.compile call) -------------------
+# Rewrite in-place ops on intermediates out of place so they fuse (TORCHLITE_FUNCTIONALIZE).
+functionalize: bool = _env["functionalize"]
+# Fold inference batch norm into the convolution before it (TORCHLITE_FOLD_BATCH_NORM).
+fold_batch_norm: bool = _env["fold_batch_norm"]
+# True/False: always/never run convolutions channels-last; None: CUDA f16/bf16 only.
+channels_last: bool | None = _env["channels_last"]
+# Check the graph after every compiler pass and name the pass that broke it (TORCHLITE_VERIFY).
+verify: bool = _env["verify"]
 # Cache entries (guard sets) per code object; past this the code runs eagerly with a warning.
-cache_size_limit: int = 8
-# TORCHLITE_TRACE=1: dump graphs, guards, lowered IR, kernels and timings to debug_dir.
-trace: bool = _flag("TORCHLITE_TRACE")
-debug_dir: str = os.environ.get("TORCHLITE_DEBUG_DIR") or "./torchlite_debug"
+cache_size_limit: int = _env["cache_size_limit"]
+
+# --- process scope ---------------------------------------------------------------------------
+# TORCHLITE_TRACE=1: dump graphs (after every pass), guards, lowered IR, kernels to debug_dir.
+trace: bool = _env["trace"]
+debug_dir: str = _env["debug_dir"]
 # TORCHLITE_LOGS=graph_breaks,recompiles,guards,kernels: channels sent to the "torchlite" logger.
-logs: str = os.environ.get("TORCHLITE_LOGS", "")
-# On-disk kernel cache (read by the C++ runtime).
-cache_dir: str = os.environ.get("TORCHLITE_CACHE_DIR") or os.path.join(
-    os.path.expanduser("~"), ".cache", "torchlite"
-)
+logs: str = _env["logs"]
+# On-disk kernel cache (TORCHLITE_CACHE_DIR); "" turns it off.
+cache_dir: str = _env["cache_dir"]
 # TORCHLITE_DISABLE=1: torchlite.compile returns its input unchanged.
-disable: bool = _flag("TORCHLITE_DISABLE")
+disable: bool = _env["disable"]
+# Idle memory the CPU buffer pool keeps, in MB (TORCHLITE_CPU_POOL_MB; read at its first use).
+cpu_pool_mb: int = _env["cpu_pool_mb"]
+# 256: LLVM's vector width for CPU kernels; 0: 512 on AVX-512 (read at the first CPU compile).
+cpu_vector_bits: int = _env["cpu_vector_bits"]
+# libnvrtc.so to load (TORCHLITE_NVRTC), and a CUDA toolkit to search (CUDA_HOME).
+nvrtc: str = _env["nvrtc"]
+cuda_home: str = _env["cuda_home"]
+
+del _env

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from torchlite import _C, _install, config
+from torchlite import _C, _install, config, settings
 from torchlite.optimized_module import OptimizedModule
 
 
@@ -146,7 +146,8 @@ def explain(fn: Callable) -> Callable[..., ExplainOutput]:
     def run(*args: Any, **kwargs: Any) -> ExplainOutput:
         _install.sync()
         records: list[dict] = []
-        cfg = _C.make_config(None, "torchlite", False, config.cache_size_limit, records)
+        values = settings.from_config()
+        cfg = _C.make_config(None, "torchlite", False, config.cache_size_limit, records, values)
         call = target.__call__ if isinstance(target, torch.nn.Module) else target
         counter = _EagerOps()
         with counter:

@@ -264,7 +264,8 @@ PyTypeObject* compiled_function_type() { return g_compiled_type; }
 PyTypeObject* disabled_function_type() { return g_disabled_type; }
 
 PyObject* new_config(PyObject* backend, const std::string& backend_name, bool fullgraph,
-                     int cache_size_limit, PyObject* recorder) {
+                     int cache_size_limit, PyObject* recorder, const Settings& settings,
+                     const std::string& mode) {
   auto c = std::make_shared<CompileConfig>();
   c->id = g_next_config_id++;
   // NOTE: None (not NULL) marks the builtin runner / no recorder.
@@ -273,6 +274,8 @@ PyObject* new_config(PyObject* backend, const std::string& backend_name, bool fu
   c->fullgraph = fullgraph;
   c->cache_size_limit = cache_size_limit;
   c->recorder = PyRef::borrow(recorder ? recorder : Py_None);
+  c->settings = settings;
+  c->mode = mode;
   auto* obj = PyObject_New(ConfigObject, g_config_type);
   if (!obj) return nullptr;
   new (&obj->config) ConfigPtr(std::move(c));

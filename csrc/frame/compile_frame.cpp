@@ -1,10 +1,7 @@
 #include "frame/compile_frame.h"
 
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <mutex>
-#include <sstream>
 
 #include "bytecode/resume.h"
 #include "capture/bytecode.h"
@@ -14,24 +11,14 @@
 #include "core/log.h"
 #include "frame/captured_frame.h"
 #include "frame/resume_frame.h"
-#include "passes/channels_last.h"
-#include "passes/cuda_layouts.h"
-#include "passes/fold_batch_norm.h"
-#include "passes/functionalize.h"
-#include "passes/partition.h"
-#include "runtime/cuda/compile.h"
-#ifdef TORCHLITE_HAVE_LLVM
-#include "runtime/cpu/jit.h"
-#endif
+#include "pipeline/compile_graph.h"
 
 namespace tl::frame {
 namespace {
 
-std::mutex g_mu;  // guards the settings below (set from Python, read while compiling)
+std::mutex g_mu;  // guards the hooks below (set from Python, read while compiling)
 GraphWrapper g_wrap_graph = nullptr;
 PyObject* g_backend_bridge = nullptr;  // owned
-std::string g_trace_dir;
-int g_dump_counter = 0;
 
 std::string utf8(PyObject* s) {
   const char* c = s && PyUnicode_Check(s) ? PyUnicode_AsUTF8(s) : nullptr;
@@ -42,27 +29,12 @@ std::string utf8(PyObject* s) {
   return c;
 }
 
-std::string trace_dir() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_trace_dir;
-}
-
-// Writes one folder for the capture; returns it ("" when it could not be made).
+// Writes one folder for the capture (the pipeline adds its passes' files);
+// returns it ("" when it could not be made).
 std::string dump(PyCodeObject* code, const capture::CaptureResult& res, const std::string& dir) {
-  int n;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    n = g_dump_counter++;
-  }
-  std::ostringstream name;
-  std::string fn = utf8(code->co_name);
-  for (char& c : fn)
-    if (!isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
-  name << dir << "/" << n << "_" << fn << "_line" << code->co_firstlineno;
-  std::error_code ec;
-  std::filesystem::create_directories(name.str(), ec);
-  if (ec) return "";  // NOTE: debug output never fails a compile
-  std::string base = name.str() + "/";
+  std::string base = pipeline::new_trace_folder(
+      dir, utf8(code->co_name) + "_line" + std::to_string(code->co_firstlineno));
+  if (base.empty()) return "";
   try {
     std::ofstream(base + "bytecode.txt") << capture::disassemble(capture::decode(code), code);
   } catch (const std::exception&) {
@@ -79,12 +51,6 @@ std::string dump(PyCodeObject* code, const capture::CaptureResult& res, const st
   else
     timings << "ops: " << res.graph->num_ops() << "\n";
   return base;
-}
-
-void dump_kernels(const std::string& folder, const runtime::CompiledGraph* kernels) {
-  if (folder.empty() || !kernels) return;
-  std::ofstream out(folder + "lowered.txt");
-  for (auto& k : kernels->partition().kernels) out << k.kernel.str() << "\n";
 }
 
 // `resumed`: a graph break after which the frame goes on in a resume function.
@@ -124,50 +90,6 @@ void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult
     set("ops", PyLong_FromSize_t(res.graph->num_ops()));
   }
   if (PyList_Append(recorder, d.get()) < 0) throw PythonError();
-}
-
-// True when the trace-time tensor (borrowed) is a view of another tensor.
-bool is_view(PyObject* example) {
-  if (!example) return false;
-  PyRef r = PyRef::steal(PyObject_CallMethod(example, "_is_view", nullptr));
-  if (!r) throw PythonError();
-  return r.get() == Py_True;
-}
-
-// The fused-kernel executor for a graph, or null when the graph runs op by op
-// (no LLVM in this build, tensors off the CPU, or nothing to fuse).
-std::unique_ptr<runtime::CompiledGraph> compile_kernels(const std::shared_ptr<ir::Graph>& graph) {
-  for (auto& n : graph->nodes()) {
-    if (!n->meta) continue;
-    // Kernels write plain tensors: values autograd must track stay torch ops
-    // until backward graphs are derived (the training issue).
-    // (Inputs that require grad are fine: kernels only read them. So are
-    // views of them: under no_grad a view of a parameter still reports
-    // requires_grad, as in eager, and views are never kernel outputs.)
-    if (n->meta->requires_grad && n->op != ir::OpKind::Placeholder && !is_view(n->example.get()))
-      return nullptr;
-  }
-  // All on the CPU (LLVM build) or on one CUDA device (driver loaded); else op by op.
-  if (!runtime::kernel_device(*graph)) return nullptr;
-  passes::functionalize(*graph);
-  passes::dense_attention_masks(*graph);
-  passes::share_attention_masks(*graph);
-  passes::pad_unaligned_linears(*graph);
-  counters().batch_norms_folded += passes::fold_batch_norm(*graph);
-  counters().channels_last_convs += passes::channels_last(*graph);
-  passes::Partition part = passes::partition_graph(*graph);
-  if (part.kernels.empty()) return nullptr;
-  const char* verify = std::getenv("TORCHLITE_VERIFY");
-  if (verify && std::string(verify) == "1") {
-    graph->lint();
-    for (auto& k : part.kernels) k.kernel.verify();
-  }
-  if (log_enabled("kernels")) {
-    std::string names;
-    for (auto& k : part.kernels) names += (names.empty() ? "" : ", ") + k.kernel.name;
-    log_event("kernels", std::to_string(part.kernels.size()) + " fused kernel(s): " + names);
-  }
-  return std::make_unique<runtime::CompiledGraph>(graph, std::move(part));
 }
 
 PyRef compile_with_backend(const capture::CaptureResult& res, const CompileConfig& config) {
@@ -222,18 +144,6 @@ void set_backend_bridge(PyObject* bridge) {
   g_backend_bridge = bridge;
 }
 
-void set_trace_dir(const std::string& dir) {
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    g_trace_dir = dir;
-  }
-  // Kernels' .ll and .cu files go beside the graphs they came from.
-  if (!dir.empty()) runtime::cuda::set_dump_dir(dir + "/kernels");
-#ifdef TORCHLITE_HAVE_LLVM
-  if (!dir.empty()) runtime::cpu::set_dump_dir(dir + "/kernels");
-#endif
-}
-
 CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView& frame,
                          const std::shared_ptr<const CompileConfig>& config) {
   CacheEntry entry;
@@ -243,8 +153,8 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
   counters().frames++;
   capture::CaptureResult res = capture::capture_frame(code, func, frame);
   counters().capture_ns += static_cast<int64_t>(res.capture_ms * 1e6);
-  std::string dir = trace_dir();
-  std::string dump_folder = dir.empty() ? "" : dump(code, res, dir);
+  // NOTE: kernels' .ll and .cu files go to <debug_dir>/kernels (core/flags.h).
+  std::string dump_folder = config->settings.trace ? dump(code, res, config->settings.debug_dir) : "";
   if (log_enabled("guards"))
     log_event("guards", utf8(code->co_qualname) + ":\n" + res.guards.str());
 
@@ -290,8 +200,9 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
     if (config->backend && config->backend.get() != Py_None)
       backend_fn = compile_with_backend(res, *config);
     else
-      kernels = compile_kernels(res.graph);
-    dump_kernels(dump_folder, kernels.get());
+      kernels = pipeline::compile_graph(
+                    res.graph, pipeline::PassContext{config->settings, config->mode, dump_folder})
+                    .kernels;
     counters().graphs++;
   }
   if (codes) {

@@ -27,7 +27,5 @@ void set_graph_wrapper(GraphWrapper wrapper);
 // The Python function that turns a graph into a backend's callable:
 // bridge(graph, backend, example_inputs) -> callable. Borrowed, kept.
 void set_backend_bridge(PyObject* bridge);
-// TORCHLITE_TRACE: dump every capture under this folder ("" turns it off).
-void set_trace_dir(const std::string& dir);
 
 }  // namespace tl::frame

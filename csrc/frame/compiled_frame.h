@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "core/flags.h"
 #include "core/py_ref.h"
 #include "guards/guard_set.h"
 #include "ir/frame_view.h"
@@ -18,6 +19,8 @@ struct CompileConfig {
   bool fullgraph = false;     // raise instead of falling back to eager on a graph break
   int cache_size_limit = 8;   // entries per code object before running eagerly
   PyRef recorder;             // explain(): a list that receives one dict per capture, or None
+  Settings settings;          // compile scope from mode/options, the rest torchlite.config's
+  std::string mode = "default";
 };
 
 // A captured frame, compiled: reads its inputs from the frame by source, runs

@@ -1,6 +1,5 @@
 #include "passes/channels_last.h"
 
-#include <cstdlib>
 #include <optional>
 #include <unordered_map>
 
@@ -297,11 +296,9 @@ bool tracks_grad(const ir::Graph& g) {
 
 }  // namespace
 
-bool prefers_channels_last(const std::string& device_type, PyObject* dtype) {
-  const char* env = std::getenv("TORCHLITE_CHANNELS_LAST");
-  if (env && std::string(env) == "0") return false;
-  // Forced on: where cuDNN's NHWC tensor-core kernels apply (half types on CUDA), or anywhere.
-  if (env && std::string(env) == "1") return true;
+bool prefers_channels_last(const std::string& device_type, PyObject* dtype,
+                           std::optional<bool> setting) {
+  if (setting) return *setting;
   // NOTE: on by default for half types on CUDA: python bench/gpu.py on an H100 ran resnet50
   // (b64, bf16) in 4.8 ms channels-last against 6.3 ms without (once pointwise kernels walked
   // channels-last outputs in memory order; before, 27.5 ms).
@@ -317,14 +314,14 @@ bool prefers_channels_last(const std::string& device_type, PyObject* dtype) {
   return is_float.get() == Py_True && PyLong_AsLong(size.get()) == 2;
 }
 
-int channels_last(ir::Graph& graph) {
+int channels_last(ir::Graph& graph, std::optional<bool> setting) {
   ConvSummary convs = summarize(graph);
   if (convs.count == 0) return 0;
   FakeConv fake;
   Plan eager = plan_layout(graph, false, fake);
   if (!eager.ok) return 0;  // NOTE: capture's metadata stays; the runtime copies on mismatch
   bool apply = convs.count >= 2 && convs.uniform && !tracks_grad(graph) &&
-               prefers_channels_last(convs.device, convs.dtype);
+               prefers_channels_last(convs.device, convs.dtype, setting);
   if (apply) {
     Plan cl = plan_layout(graph, true, fake);
     bool restorable = cl.ok && !cl.converted.empty();

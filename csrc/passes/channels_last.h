@@ -9,6 +9,7 @@
 // propagation carries that layout through the pointwise/pool kernels between
 // convolutions, and graph outputs whose strides now differ from eager's are
 // cloned back to eager's exact strides.
+#include <optional>
 #include <string>
 
 #include "ir/graph.h"
@@ -18,12 +19,13 @@ namespace tl::passes {
 // Whether convolutions on `device_type` ("cpu", "cuda") in `dtype` (a
 // torch.dtype, borrowed) run faster channels-last: CUDA in f16/bf16 (cuDNN's
 // NHWC tensor-core kernels; on by default); not the CPU (measured slower).
-// TORCHLITE_CHANNELS_LAST=0/1 forces never/always.
-bool prefers_channels_last(const std::string& device_type, PyObject* dtype);
+// `setting` (the channels_last setting) forces always/never when given.
+bool prefers_channels_last(const std::string& device_type, PyObject* dtype,
+                           std::optional<bool> setting = std::nullopt);
 
 // The pass; returns how many convolutions now run channels-last because of it
 // (0 when it does not apply: fewer than two 4-d convolutions, autograd, a
 // layout-sensitive op in the way, or the policy says no).
-int channels_last(ir::Graph& graph);
+int channels_last(ir::Graph& graph, std::optional<bool> setting = std::nullopt);
 
 }  // namespace tl::passes

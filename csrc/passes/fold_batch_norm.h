@@ -18,8 +18,8 @@ namespace tl::passes {
 // floating dtype (f32/f64/f16/bf16) throughout, no side effect in between.
 std::string fold_batch_norm_blocker(const ir::Graph& graph, const ir::Node& bn);
 
-// Folds every foldable batch norm; returns how many. TORCHLITE_FOLD_BATCH_NORM=0
-// turns it off.
+// Folds every foldable batch norm; returns how many. Off by default: the
+// pipeline runs it only with the fold_batch_norm setting.
 int fold_batch_norm(ir::Graph& graph);
 
 }  // namespace tl::passes

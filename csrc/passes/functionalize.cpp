@@ -1,6 +1,5 @@
 #include "passes/functionalize.h"
 
-#include <cstdlib>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -144,8 +143,6 @@ bool same_meta(const ir::TensorMeta& a, const ir::TensorMeta& b) {
 }  // namespace
 
 int functionalize(ir::Graph& graph) {
-  const char* env = std::getenv("TORCHLITE_FUNCTIONALIZE");
-  if (env && std::string(env) == "0") return 0;
   // Nodes by the storage of their example: an in-place op's result shares
   // its operand's storage, and so does every view of either.
   std::unordered_map<uintptr_t, std::vector<Node*>> by_storage;

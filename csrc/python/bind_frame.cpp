@@ -64,15 +64,17 @@ void bind_frame(py::module_& m) {
   m.def(
       "make_config",
       [](py::object backend, const std::string& backend_name, bool fullgraph, int cache_size_limit,
-         py::object recorder) {
+         py::object recorder, py::object settings, const std::string& mode) {
         PyObject* c = frame::new_config(backend.ptr(), backend_name, fullgraph, cache_size_limit,
-                                        recorder.ptr());
+                                        recorder.ptr(), settings_from_dict(settings), mode);
         if (!c) throw py::error_already_set();
         return py::reinterpret_steal<py::object>(c);
       },
       py::arg("backend"), py::arg("backend_name"), py::arg("fullgraph"),
-      py::arg("cache_size_limit"), py::arg("recorder"),
-      "The options of one torchlite.compile() call; backend None is the builtin runner.");
+      py::arg("cache_size_limit"), py::arg("recorder"), py::arg("settings") = py::none(),
+      py::arg("mode") = "default",
+      "The options of one torchlite.compile() call; backend None is the builtin runner.\n"
+      "settings: {name: value} over the process settings (None: those alone).");
   m.def(
       "reset",
       [] {

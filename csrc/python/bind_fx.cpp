@@ -1,15 +1,14 @@
 // torchlite as a torch.compile backend: a torch.fx.GraphModule (Dynamo's
-// graph) becomes an ir::Graph, and FxCompiled runs it with the same runtime
-// torchlite's own front end uses (fused CPU kernels, or op by op).
+// graph) becomes an ir::Graph, and FxCompiled compiles it with the same
+// compile_graph torchlite's own front end uses (fused kernels, or op by op).
 #include <pybind11/stl.h>
 
 #include <unordered_map>
 
 #include "core/errors.h"
 #include "ir/graph.h"
-#include "passes/partition.h"
+#include "pipeline/compile_graph.h"
 #include "python/bindings.h"
-#include "runtime/compiled_graph.h"
 #include "runtime/graph_runner.h"
 
 namespace py = pybind11;
@@ -214,32 +213,19 @@ py::tuple graph_from_fx(py::object gm) {
   return py::make_tuple(r.graph, r.extra_inputs);
 }
 
-// Fused kernels need every tensor on the CPU and no value autograd tracks.
-// NOTE: inputs may require grad (parameters under no_grad): kernels only read them.
-bool kernels_allowed(const ir::Graph& g) {
-  for (auto& n : g.nodes()) {
-    if (!n->meta) continue;
-    if (n->op != ir::OpKind::Placeholder && n->meta->requires_grad) return false;
-    py::handle device(n->meta->device.get());
-    if (device.attr("type").cast<std::string>() != "cpu") return false;
-  }
-  return true;
-}
-
 class FxCompiled {
  public:
-  FxCompiled(GraphHandle graph, bool use_kernels, py::list extra_inputs) : graph_(graph) {
+  // The same compile_graph as the frame hook's (passes, verify, trace, kernels).
+  FxCompiled(GraphHandle graph, py::list extra_inputs, py::object settings,
+             const std::string& mode)
+      : graph_(graph) {
     for (py::handle v : extra_inputs) extras_.push_back(PyRef::borrow(v.ptr()));
     n_inputs_ = graph->placeholders().size() - extras_.size();
-#ifdef TORCHLITE_HAVE_LLVM
-    if (use_kernels && kernels_allowed(*graph)) {
-      passes::Partition part = passes::partition_graph(*graph);
-      if (!part.kernels.empty())
-        compiled_ = std::make_unique<runtime::CompiledGraph>(graph, std::move(part));
-    }
-#else
-    (void)use_kernels;
-#endif
+    pipeline::PassContext ctx{settings_from_dict(settings), mode, ""};
+    if (ctx.settings.trace) ctx.trace_dir = pipeline::new_trace_folder(ctx.settings.debug_dir, "fx");
+    pipeline::Executable ex = pipeline::compile_graph(graph, ctx);
+    compiled_ = std::move(ex.kernels);
+    passes_ = std::move(ex.passes);
     if (!compiled_) runner_ = std::make_unique<runtime::GraphRunner>(graph);
   }
 
@@ -264,6 +250,7 @@ class FxCompiled {
 
   size_t kernel_count() const { return compiled_ ? compiled_->partition().kernels.size() : 0; }
   const GraphHandle& graph() const { return graph_; }
+  const std::vector<std::string>& passes() const { return passes_; }
 
  private:
   GraphHandle graph_;
@@ -271,6 +258,7 @@ class FxCompiled {
   size_t n_inputs_ = 0;
   std::unique_ptr<runtime::CompiledGraph> compiled_;
   std::unique_ptr<runtime::GraphRunner> runner_;
+  std::vector<std::string> passes_;
 };
 
 }  // namespace
@@ -281,10 +269,12 @@ void bind_fx(py::module_& m) {
         "the module's inputs then extra_inputs (its get_attr tensors) and returns a flat tuple.\n"
         "Raises Unsupported for symbolic shapes and values it cannot represent.");
   py::class_<FxCompiled>(m, "FxCompiled")
-      .def(py::init<GraphHandle, bool, py::list>(), py::arg("graph"), py::arg("use_kernels"),
-           py::arg("extra_inputs") = py::list())
+      .def(py::init<GraphHandle, py::list, py::object, const std::string&>(), py::arg("graph"),
+           py::arg("extra_inputs") = py::list(), py::arg("settings") = py::none(),
+           py::arg("mode") = "default")
       .def("__call__", &FxCompiled::call)
       .def_property_readonly("kernel_count", &FxCompiled::kernel_count)
+      .def_property_readonly("passes", &FxCompiled::passes)
       .def_property_readonly("graph", &FxCompiled::graph);
 }
 

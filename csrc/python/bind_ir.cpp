@@ -82,6 +82,16 @@ py::list graph_nodes(const GraphHandle& g) {
   return out;
 }
 
+ir::Node* node_named(const GraphHandle& g, const std::string& name) {
+  for (auto& n : g->nodes())
+    if (n->name == name) return n.get();
+  throw py::key_error("no node named " + name);
+}
+
+void move_before(const GraphHandle& g, const std::string& node, const std::string& before) {
+  g->move_before(node_named(g, node), node_named(g, before));
+}
+
 PyObject* wrap_graph(std::shared_ptr<const ir::Graph> g) {
   try {
     return py::cast(std::const_pointer_cast<ir::Graph>(std::move(g))).release().ptr();
@@ -104,16 +114,15 @@ void bind_ir(py::module_& m) {
              return "<torchlite Graph with " + std::to_string(g->num_ops()) + " ops>";
            })
       .def("nodes", &graph_nodes, "Nodes as dicts (op, name, target, args, kwargs, meta, source).")
-      .def_property_readonly("num_ops", [](const GraphHandle& g) { return g->num_ops(); });
+      .def_property_readonly("num_ops", [](const GraphHandle& g) { return g->num_ops(); })
+      .def("move_before", &move_before, py::arg("node"), py::arg("before"),
+           "Graph::move_before by node names: for passes written in Python (tests).");
   frame::set_graph_wrapper(&wrap_graph);
 }
 
 void bind_compile(py::module_& m) {
   m.def("set_backend_bridge",
         [](py::object fn) { frame::set_backend_bridge(fn.is_none() ? nullptr : fn.ptr()); });
-  m.def("set_trace_dir", [](py::object dir) {
-    frame::set_trace_dir(dir.is_none() ? std::string() : dir.cast<std::string>());
-  });
 }
 
 }  // namespace tl::python

@@ -3,6 +3,8 @@
 // lives in its own file and is called from module.cpp.
 #include <pybind11/pybind11.h>
 
+#include "core/flags.h"
+
 namespace tl::python {
 
 void bind_core(pybind11::module_& m);          // counters, logging, errors
@@ -14,5 +16,10 @@ void bind_passes(pybind11::module_& m);        // partition_summary
 void bind_fx(pybind11::module_& m);            // torch.fx GraphModule -> Graph, FxCompiled
 void bind_cuda(pybind11::module_& m);          // CUDA C of a graph's kernels, NVRTC
 void bind_cuda_runtime(pybind11::module_& m);  // CUDA driver status, CUBIN cache, test launcher
+void bind_settings(pybind11::module_& m);      // the settings table, passes for tests
+
+// The process settings with `values` ({name: value}, or None) applied; throws
+// ValueError for an unknown name, TypeError for a value of the wrong type.
+Settings settings_from_dict(pybind11::handle values);
 
 }  // namespace tl::python

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "core/flags.h"
 
 namespace tl::runtime {
 namespace {
@@ -65,12 +66,10 @@ DLDataType dl_type(ir::ScalarType t) {
 // pages (one fault per 2 MB on first touch) and sizes round to few classes.
 constexpr size_t kBlockBytes = size_t(2) << 20;
 
-size_t cap_from_env() {
-  const char* s = std::getenv("TORCHLITE_CPU_POOL_MB");
-  if (!s || !*s) return size_t(1024) << 20;
-  char* end = nullptr;
-  long long mb = std::strtoll(s, &end, 10);
-  return (*end || mb <= 0) ? 0 : static_cast<size_t>(mb) << 20;
+// The cpu_pool_mb setting, read when the pool is first used.
+size_t cap_from_settings() {
+  int64_t mb = process_settings().cpu_pool_mb;
+  return mb <= 0 ? 0 : static_cast<size_t>(mb) << 20;
 }
 
 class Pool;
@@ -141,7 +140,7 @@ class Pool {
   }
 
  private:
-  const size_t cap_ = cap_from_env();
+  const size_t cap_ = cap_from_settings();
   std::mutex mu_;
   std::multimap<size_t, void*> idle_;  // size -> block
   PoolStats stats_;

@@ -19,6 +19,7 @@
 #include <llvm/TargetParser/SubtargetFeature.h>
 
 #include "core/errors.h"
+#include "core/flags.h"
 
 namespace tl::codegen::cpu {
 
@@ -59,11 +60,11 @@ const Host& host() {
 // these CPUs is 256 bits (for fear of clock throttling). Measured on the
 // 2-core dev VM (bench-size 4096x4096 f32, 2 threads): softmax 7.1 against
 // 9.8 ms, layer norm 4.4 against 5.2, exp 4.6 against 6.0.
-// TORCHLITE_CPU_VECTOR_BITS=256 keeps LLVM's choice.
+// The cpu_vector_bits setting 256 keeps LLVM's choice (read once: it is part of
+// the target id that keys the disk cache).
 bool wide_vectors() {
   static const bool wide = [] {
-    const char* env = std::getenv("TORCHLITE_CPU_VECTOR_BITS");
-    if (env && std::string(env) == "256") return false;
+    if (process_settings().cpu_vector_bits == 256) return false;
     return (host().features + ",").find("+avx512f,") != std::string::npos;
   }();
   return wide;

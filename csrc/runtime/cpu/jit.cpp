@@ -1,7 +1,6 @@
 #include "runtime/cpu/jit.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -24,6 +23,7 @@
 #include "codegen/cpu/target.h"
 #include "core/counters.h"
 #include "core/errors.h"
+#include "core/flags.h"
 #include "runtime/cpu/math_support.h"
 #include "runtime/cpu/object_cache.h"
 
@@ -36,32 +36,12 @@ namespace orc = llvm::orc;
 constexpr const char* kCacheFormat = "torchlite-cpu-2";
 
 std::mutex g_mu;  // settings, the symbol table, and adding objects to the JIT
-std::optional<std::string> g_dump_dir, g_cache_dir;
+std::optional<std::string> g_dump_dir, g_cache_dir;  // overrides of the settings
 std::unordered_map<std::string, KernelFn> g_linked;  // symbol -> address
-
-std::string getenv_str(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
-std::string default_dump_dir() {
-  std::string t = getenv_str("TORCHLITE_TRACE");
-  if (t.empty() || t == "0") return "";
-  std::string d = getenv_str("TORCHLITE_DEBUG_DIR");
-  return (std::filesystem::path(d.empty() ? "./torchlite_debug" : d) / "kernels").string();
-}
-
-std::string default_cache_dir() {
-  std::string d = getenv_str("TORCHLITE_CACHE_DIR");
-  if (!d.empty()) return d;
-  std::string home = getenv_str("HOME");
-  return home.empty() ? "" : (std::filesystem::path(home) / ".cache" / "torchlite").string();
-}
 
 std::string dump_dir() {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (!g_dump_dir) g_dump_dir = default_dump_dir();
-  return *g_dump_dir;
+  return g_dump_dir ? *g_dump_dir : kernel_dump_dir(process_settings());
 }
 
 // The one LLJIT of the process, started on first use; a failure to start is
@@ -210,8 +190,8 @@ void set_cache_dir(const std::string& dir) {
 
 std::string cache_dir() {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (!g_cache_dir) g_cache_dir = default_cache_dir();
-  return *g_cache_dir;
+  // NOTE: read on every compile, so a later torchlite.config.cache_dir applies.
+  return g_cache_dir ? *g_cache_dir : process_settings().cache_dir;
 }
 
 void forget_linked_kernels() {

@@ -20,11 +20,11 @@ using KernelFn = void (*)(int64_t begin, int64_t end, char* const* bufs);
 // the kernel, LLVM's message and where its IR was written.
 std::vector<KernelFn> compile_kernels(const std::vector<const ir::Kernel*>& kernels);
 
-// Folder for `.ll` dumps, "" for none (default: TORCHLITE_TRACE=1 ->
-// $TORCHLITE_DEBUG_DIR/kernels, TORCHLITE_DEBUG_DIR defaulting to ./torchlite_debug).
+// Folder for `.ll` dumps, "" for none; overrides the trace/debug_dir settings
+// (kernel_dump_dir in core/flags.h).
 void set_dump_dir(const std::string& dir);
-// Folder for cached objects (default: $TORCHLITE_CACHE_DIR or ~/.cache/torchlite;
-// "" turns the disk cache off).
+// Folder for cached objects; overrides the cache_dir setting ("" turns the
+// disk cache off).
 void set_cache_dir(const std::string& dir);
 std::string cache_dir();
 // Tests only: forgets which kernels are linked, so the next compile of the

@@ -1,7 +1,6 @@
 #include "runtime/cuda/compile.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +10,7 @@
 #include <thread>
 
 #include "core/counters.h"
+#include "core/flags.h"
 #include "core/errors.h"
 #include "runtime/cuda/cubin_cache.h"
 #include "runtime/cuda/driver.h"
@@ -30,19 +30,13 @@ struct Owner {
 };
 
 std::mutex g_mu;  // the settings and the module tables
-std::optional<std::string> g_dump_dir;
+std::optional<std::string> g_dump_dir;  // set_dump_dir's override
 std::map<std::pair<int, std::string>, void*> g_modules;   // (device, key) -> CUmodule
 std::map<std::pair<int, std::string>, Owner> g_by_canon;  // (device, canon) -> loaded code
 
 std::string dump_dir() {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (!g_dump_dir) {
-    const char* t = std::getenv("TORCHLITE_TRACE");
-    const char* d = std::getenv("TORCHLITE_DEBUG_DIR");
-    std::filesystem::path debug = d && *d ? d : "./torchlite_debug";
-    g_dump_dir = !t || !*t || std::string(t) == "0" ? "" : (debug / "kernels").string();
-  }
-  return *g_dump_dir;
+  return g_dump_dir ? *g_dump_dir : kernel_dump_dir(process_settings());
 }
 
 struct Job {

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/flags.h"
 #include "runtime/cuda/sha256.h"
 
 namespace tl::runtime::cuda {
@@ -22,20 +22,13 @@ constexpr size_t kSumLen = 16;  // hex characters of the body's SHA-256 kept in 
 constexpr size_t kTrailer = 8 + kSumLen + sizeof(kMagic);
 
 std::mutex g_mu;
-std::optional<std::string> g_dir;
-
-std::string default_dir() {
-  const char* d = std::getenv("TORCHLITE_CACHE_DIR");
-  if (d && *d) return d;
-  const char* home = std::getenv("HOME");
-  return home && *home ? (std::filesystem::path(home) / ".cache" / "torchlite").string() : "";
-}
+std::optional<std::string> g_dir;  // set_cache_dir's override
 }  // namespace
 
 std::string cache_dir() {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (!g_dir) g_dir = default_dir();
-  return *g_dir;
+  // NOTE: read on every compile, so a later torchlite.config.cache_dir applies.
+  return g_dir ? *g_dir : process_settings().cache_dir;
 }
 
 void set_cache_dir(const std::string& dir) {

@@ -7,7 +7,7 @@
 
 namespace tl::runtime::cuda {
 
-// $TORCHLITE_CACHE_DIR, else ~/.cache/torchlite; set_cache_dir overrides ("" turns it off).
+// The cache_dir setting (process_settings()); set_cache_dir overrides it ("" turns it off).
 std::string cache_dir();
 void set_cache_dir(const std::string& dir);
 

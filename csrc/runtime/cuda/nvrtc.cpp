@@ -7,12 +7,12 @@
 #include <dlfcn.h>
 #include <link.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <vector>
 
 #include "core/errors.h"
+#include "core/flags.h"
 
 namespace tl::runtime::cuda {
 
@@ -76,15 +76,15 @@ std::vector<std::string> wheel_roots() {
 
 std::vector<std::string> candidates() {
   std::vector<std::string> out;
-  if (const char* env = std::getenv("TORCHLITE_NVRTC"); env && *env) out.push_back(env);
+  const Settings settings = process_settings();
+  if (!settings.nvrtc.empty()) out.push_back(settings.nvrtc);
   for (const auto& root : wheel_roots()) {
     out.push_back(root + "/nvidia/cu13/lib/libnvrtc.so.13");
     out.push_back(root + "/nvidia/cuda_nvrtc/lib/libnvrtc.so.12");
     out.push_back(root + "/nvidia/cuda_nvrtc/lib/libnvrtc.so.11.2");
   }
   std::vector<std::string> dirs;
-  if (const char* home = std::getenv("CUDA_HOME"); home && *home)
-    dirs.push_back(std::string(home) + "/lib64");
+  if (!settings.cuda_home.empty()) dirs.push_back(settings.cuda_home + "/lib64");
   dirs.push_back("/usr/local/cuda/lib64");
   for (const auto& d : dirs)
     for (const char* n : kNames) out.push_back(d + "/" + n);

@@ -28,18 +28,12 @@ struct TwoConvs {
   }
 };
 
-struct ForceChannelsLast {
-  ForceChannelsLast() { setenv("TORCHLITE_CHANNELS_LAST", "1", 1); }
-  ~ForceChannelsLast() { unsetenv("TORCHLITE_CHANNELS_LAST"); }
-};
-
 }  // namespace
 
 TEST_CASE("two convs run channels-last and the output is cloned back to eager strides",
           "[passes]") {
-  ForceChannelsLast force;
   TwoConvs c(false);
-  CHECK(tl::passes::channels_last(c.t.g) == 2);
+  CHECK(tl::passes::channels_last(c.t.g, true) == 2);
   c.t.g.lint();
   const Node* in1 = c.conv1->args[0].node;
   CHECK(in1->target_name == "contiguous");
@@ -50,9 +44,8 @@ TEST_CASE("two convs run channels-last and the output is cloned back to eager st
 }
 
 TEST_CASE("a view that needs the contiguous layout keeps the graph contiguous", "[passes]") {
-  ForceChannelsLast force;
   TwoConvs c(true);
-  CHECK(tl::passes::channels_last(c.t.g) == 0);
+  CHECK(tl::passes::channels_last(c.t.g, true) == 0);
   CHECK(c.conv1->args[0].node->op == OpKind::Placeholder);
   CHECK(c.conv2->meta->strides == std::vector<int64_t>{64, 16, 4, 1});
 }

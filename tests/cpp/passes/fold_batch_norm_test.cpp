@@ -41,14 +41,8 @@ bool has_target(const Graph& g, const std::string& name) {
 
 }  // namespace
 
-// The pass is opt-in (TORCHLITE_FOLD_BATCH_NORM=1): on for one test case.
-struct EnableFold {
-  EnableFold() { setenv("TORCHLITE_FOLD_BATCH_NORM", "1", 1); }
-  ~EnableFold() { unsetenv("TORCHLITE_FOLD_BATCH_NORM"); }
-};
-
+// NOTE: the pass folds when called; the pipeline calls it only under the fold_batch_norm setting.
 TEST_CASE("an eval batch norm after a single-use conv folds into it", "[passes]") {
-  EnableFold enable;
   ConvBn c(false, false);
   CHECK(fold_batch_norm_blocker(c.t.g, *c.bn).empty());
   CHECK(fold_batch_norm(c.t.g) == 1);
@@ -63,35 +57,30 @@ TEST_CASE("an eval batch norm after a single-use conv folds into it", "[passes]"
 }
 
 TEST_CASE("a training-mode batch norm is not folded", "[passes]") {
-  EnableFold enable;
   ConvBn c(true, false);
   CHECK(fold_batch_norm_blocker(c.t.g, *c.bn).find("not an inference") == 0);
   CHECK(fold_batch_norm(c.t.g) == 0);
 }
 
 TEST_CASE("a batch norm whose conv output has another user is not folded", "[passes]") {
-  EnableFold enable;
   ConvBn c(false, true);
   CHECK(fold_batch_norm_blocker(c.t.g, *c.bn) == "the convolution's output has other users");
   CHECK(fold_batch_norm(c.t.g) == 0);
 }
 
 TEST_CASE("a batch norm over integer or mixed dtypes is not folded", "[passes]") {
-  EnableFold enable;
   ConvBn c(false, false);
   c.t.g.placeholders()[3]->meta->dtype = resolve("torch.float64");  // running mean
   CHECK(fold_batch_norm_blocker(c.t.g, *c.bn) == "dtypes differ or are not f32/f64/f16/bf16");
 }
 
 TEST_CASE("a batch norm tracked by autograd is not folded", "[passes]") {
-  EnableFold enable;
   ConvBn c(false, false);
   c.conv->meta->requires_grad = true;
   CHECK(fold_batch_norm_blocker(c.t.g, *c.bn).find("autograd") == 0);
 }
 
 TEST_CASE("a batch norm after a non-convolution is not folded", "[passes]") {
-  EnableFold enable;
   TestGraph t;
   Node* x = t.input("x", {2, 4, 5, 5});
   Node* mean = t.input("mean", {4});

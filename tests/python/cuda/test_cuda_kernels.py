@@ -303,7 +303,7 @@ def test_kernels_repeated_per_layer_compile_once(tmp_path, monkeypatch):
     """Four identical blocks (separated by matmuls, which stay torch calls) give kernels that
     differ only in their names: the body is compiled once (later copies count as cache hits) and
     every copy still computes its own layer."""
-    monkeypatch.setenv("TORCHLITE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(torchlite.config, "cache_dir", str(tmp_path))
     blocks = [torch.nn.LayerNorm(64, device="cuda") for _ in range(4)]
     weights = [torch.randn(64, 64, device="cuda") / 8 for _ in range(4)]
     for i, b in enumerate(blocks):

@@ -212,12 +212,9 @@ class _ConvNet(torch.nn.Module):
         return torch.nn.functional.silu(self.c2(y) + 1).mean((2, 3))
 
 
-@pytest.mark.parametrize("setting, expect_nhwc", [(None, True), ("0", False)])
+@pytest.mark.parametrize("setting, expect_nhwc", [(None, True), (False, False)])
 def test_half_convolutions_run_channels_last_by_default(monkeypatch, setting, expect_nhwc):
-    if setting is not None:
-        monkeypatch.setenv("TORCHLITE_CHANNELS_LAST", setting)
-    else:
-        monkeypatch.delenv("TORCHLITE_CHANNELS_LAST", raising=False)
+    monkeypatch.setattr(torchlite.config, "channels_last", setting)
     m = _ConvNet().eval().to("cuda", torch.bfloat16)
     x = torch.randn(4, 3, 32, 32, device="cuda", dtype=torch.bfloat16)
     torchlite.reset()

@@ -20,7 +20,7 @@ def cl_convs():
 
 @pytest.fixture
 def force_channels_last(monkeypatch):
-    monkeypatch.setenv("TORCHLITE_CHANNELS_LAST", "1")
+    monkeypatch.setattr(torchlite.config, "channels_last", True)
 
 
 def two_convs(cin=3, c=8, device="cpu", dtype=torch.float32):
@@ -68,7 +68,7 @@ def test_outputs_between_convs_and_pooled_keep_eager_strides(force_channels_last
 
 @needs_cpu_kernels
 def test_conv_bn_relu_resnet_block_folds_and_runs_channels_last(force_channels_last, monkeypatch):
-    monkeypatch.setenv("TORCHLITE_FOLD_BATCH_NORM", "1")
+    monkeypatch.setattr(torchlite.config, "fold_batch_norm", True)
 
     class Block(nn.Module):
         def __init__(self):
@@ -142,7 +142,7 @@ def test_cuda_half_conv_chain_runs_channels_last(dtype, force_channels_last):
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_cuda_resnet18_matches_eager_strides(dtype, force_channels_last, monkeypatch):
-    monkeypatch.setenv("TORCHLITE_FOLD_BATCH_NORM", "1")
+    monkeypatch.setattr(torchlite.config, "fold_batch_norm", True)
     timm = pytest.importorskip("timm")
     m = timm.create_model("resnet18", pretrained=False).eval().to(device="cuda", dtype=dtype)
     x = torch.randn(4, 3, 64, 64, device="cuda", dtype=dtype)

@@ -17,13 +17,13 @@ needs_cpu_kernels = pytest.mark.skipif(
 
 @pytest.fixture(autouse=True)
 def enable_fold(monkeypatch):
-    """The pass is opt-in (TORCHLITE_FOLD_BATCH_NORM=1)."""
-    monkeypatch.setenv("TORCHLITE_FOLD_BATCH_NORM", "1")
+    """The pass is opt-in (torchlite.config.fold_batch_norm, TORCHLITE_FOLD_BATCH_NORM=1)."""
+    monkeypatch.setattr(torchlite.config, "fold_batch_norm", True)
 
 
 @needs_cpu_kernels
 def test_fold_is_off_by_default(monkeypatch):
-    monkeypatch.delenv("TORCHLITE_FOLD_BATCH_NORM")
+    monkeypatch.setattr(torchlite.config, "fold_batch_norm", False)
     m = conv_bn_relu(3, 8)
     before = folded()
     with torch.no_grad():

@@ -93,7 +93,7 @@ def test_dtype_of_inplace_result_is_kept():
 @needs_cpu_kernels
 def test_resnet_basic_block_fuses_relu_and_residual(monkeypatch):
     # NOTE: in the contiguous layout, so no conversion kernel joins the count.
-    monkeypatch.setenv("TORCHLITE_CHANNELS_LAST", "0")
+    monkeypatch.setattr(torchlite.config, "channels_last", False)
 
     class Block(torch.nn.Module):
         def __init__(self):

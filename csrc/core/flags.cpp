@@ -1,0 +1,151 @@
+#include "core/flags.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+
+#include "core/errors.h"
+
+namespace tl {
+namespace {
+
+using S = Settings;
+constexpr auto kCompile = SettingScope::Compile;
+constexpr auto kProcess = SettingScope::Process;
+
+// NOTE: default_text is what README.md's environment table says; a test checks the two agree.
+const std::vector<SettingSpec> kSpecs = {
+    {"functionalize", &S::functionalize, kCompile, "TORCHLITE_FUNCTIONALIZE", "on",
+     "Rewrite in-place ops on intermediates (relu_, +=) out of place so they fuse."},
+    {"fold_batch_norm", &S::fold_batch_norm, kCompile, "TORCHLITE_FOLD_BATCH_NORM", "off",
+     "Fold inference batch norm into the convolution before it."},
+    {"channels_last", &S::channels_last, kCompile, "TORCHLITE_CHANNELS_LAST",
+     "on for CUDA f16/bf16",
+     "True: graphs with two or more convolutions run channels-last; False: never; None: on for "
+     "CUDA f16/bf16 only."},
+    {"verify", &S::verify, kCompile, "TORCHLITE_VERIFY", "off",
+     "Check the graph after every compiler pass and name the pass that broke it."},
+    {"cache_size_limit", &S::cache_size_limit, kCompile, nullptr, "8",
+     "Cache entries (guard sets) per code object; past this the code runs eagerly."},
+    {"trace", &S::trace, kProcess, "TORCHLITE_TRACE", "off",
+     "Dump graphs (after every pass), guards, lowered IR, kernels and timings to debug_dir."},
+    {"debug_dir", &S::debug_dir, kProcess, "TORCHLITE_DEBUG_DIR", "`./torchlite_debug`",
+     "Where trace writes."},
+    {"logs", &S::logs, kProcess, "TORCHLITE_LOGS", "empty",
+     "Comma-separated log channels: graph_breaks, recompiles, guards, graph, kernels."},
+    {"cache_dir", &S::cache_dir, kProcess, "TORCHLITE_CACHE_DIR", "`~/.cache/torchlite`",
+     "On-disk kernel cache (CPU objects, CUDA cubins under cuda/); empty turns it off."},
+    {"disable", &S::disable, kProcess, "TORCHLITE_DISABLE", "off",
+     "torchlite.compile returns its input unchanged."},
+    {"cpu_pool_mb", &S::cpu_pool_mb, kProcess, "TORCHLITE_CPU_POOL_MB", "`1024`",
+     "Idle memory kept by the CPU pool of large kernel outputs (MB; 0 turns it off). Read when "
+     "the pool is first used."},
+    {"cpu_vector_bits", &S::cpu_vector_bits, kProcess, "TORCHLITE_CPU_VECTOR_BITS",
+     "`512` on AVX-512 CPUs",
+     "256: CPU kernels keep LLVM's vector width; 0: 512 on AVX-512. Read at the first CPU "
+     "compile."},
+    {"nvrtc", &S::nvrtc, kProcess, "TORCHLITE_NVRTC", "search",
+     "Path of libnvrtc.so to use. Read when NVRTC is first loaded."},
+    {"cuda_home", &S::cuda_home, kProcess, "CUDA_HOME", "unset",
+     "A CUDA toolkit whose lib64/ is searched for libnvrtc (after the nvidia wheels)."},
+};
+
+std::mutex g_mu;
+std::optional<Settings> g_process;
+
+std::string env(const char* name) {
+  const char* v = name ? std::getenv(name) : nullptr;
+  return v ? v : "";
+}
+
+std::optional<bool> parse_bool(const std::string& v) {
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  return std::nullopt;
+}
+
+template <class>
+constexpr bool kFalse = false;
+
+// Sets the field from its variable's text; unparsable text keeps the default.
+void apply_env(Settings& s, const SettingSpec& spec, const std::string& text) {
+  std::visit(
+      [&](auto field) {
+        using T = std::remove_reference_t<decltype(s.*field)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          if (auto b = parse_bool(text)) s.*field = *b;
+        } else if constexpr (std::is_same_v<T, std::optional<bool>>) {
+          s.*field = parse_bool(text);
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          char* end = nullptr;
+          long long n = std::strtoll(text.c_str(), &end, 10);
+          if (end && *end == '\0') s.*field = n;
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          s.*field = text;
+        } else {
+          static_assert(kFalse<T>);
+        }
+      },
+      spec.field);
+}
+
+}  // namespace
+
+const std::vector<SettingSpec>& setting_specs() { return kSpecs; }
+
+const SettingSpec* find_setting(std::string_view name) {
+  for (const SettingSpec& s : kSpecs)
+    if (name == s.name) return &s;
+  return nullptr;
+}
+
+SettingValue get_setting(const Settings& s, const SettingSpec& spec) {
+  return std::visit([&](auto field) { return SettingValue(s.*field); }, spec.field);
+}
+
+void set_setting(Settings& s, const SettingSpec& spec, const SettingValue& v) {
+  std::visit(
+      [&](auto field) {
+        using T = std::remove_reference_t<decltype(s.*field)>;
+        if (!std::holds_alternative<T>(v))
+          TL_THROW(Type) << "torchlite setting '" << spec.name << "' takes a "
+                         << setting_type_name(spec);
+        s.*field = std::get<T>(v);
+      },
+      spec.field);
+}
+
+const char* setting_type_name(const SettingSpec& spec) {
+  static const char* kNames[] = {"bool", "int", "str", "bool|None"};
+  return kNames[spec.field.index()];
+}
+
+std::string kernel_dump_dir(const Settings& s) {
+  return s.trace ? (std::filesystem::path(s.debug_dir) / "kernels").string() : "";
+}
+
+Settings settings_from_env() {
+  Settings s;
+  // NOTE: HOME only supplies the default; TORCHLITE_CACHE_DIR wins.
+  if (std::string home = env("HOME"); !home.empty())
+    s.cache_dir = (std::filesystem::path(home) / ".cache" / "torchlite").string();
+  for (const SettingSpec& spec : kSpecs) {
+    if (!spec.env) continue;
+    // NOTE: an empty variable counts as unset, as it always has for TORCHLITE_CACHE_DIR.
+    if (std::string text = env(spec.env); !text.empty()) apply_env(s, spec, text);
+  }
+  return s;
+}
+
+Settings process_settings() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_process) g_process = settings_from_env();
+  return *g_process;
+}
+
+void set_process_settings(const Settings& s) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_process = s;
+}
+
+}  // namespace tl

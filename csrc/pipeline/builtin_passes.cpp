@@ -1,0 +1,41 @@
+// torchlite's own passes, in the order they run. The order matters:
+// functionalize first (later passes see out-of-place ops), the CUDA library
+// layouts before channels-last (which re-derives every layout), partition
+// last (it reads the final graph and writes the kernels).
+#include "core/counters.h"
+#include "passes/channels_last.h"
+#include "passes/cuda_layouts.h"
+#include "passes/fold_batch_norm.h"
+#include "passes/functionalize.h"
+#include "passes/partition.h"
+#include "pipeline/pass_registry.h"
+
+namespace tl::pipeline {
+
+std::vector<Pass> builtin_passes() {
+  using G = ir::Graph;
+  using St = PassState;
+  return {
+      {"torchlite.functionalize", {"functionalize"}, kAnyDevice,
+       [](const Settings& s) { return s.functionalize; },
+       [](G& g, St&) { passes::functionalize(g); }},
+      {"torchlite.attention_masks", {}, kCuda, nullptr,
+       [](G& g, St&) {
+         passes::dense_attention_masks(g);
+         passes::share_attention_masks(g);
+       }},
+      {"torchlite.pad_linears", {}, kCuda, nullptr,
+       [](G& g, St&) { passes::pad_unaligned_linears(g); }},
+      {"torchlite.fold_batch_norm", {"fold_batch_norm"}, kAnyDevice,
+       [](const Settings& s) { return s.fold_batch_norm; },
+       [](G& g, St&) { counters().batch_norms_folded += passes::fold_batch_norm(g); }},
+      {"torchlite.channels_last", {"channels_last"}, kAnyDevice, nullptr,
+       [](G& g, St& st) {
+         counters().channels_last_convs += passes::channels_last(g, st.ctx.settings.channels_last);
+       }},
+      {"torchlite.partition", {}, kAnyDevice, nullptr,
+       [](G& g, St& st) { st.partition = passes::partition_graph(g); }},
+  };
+}
+
+}  // namespace tl::pipeline

@@ -1,0 +1,33 @@
+#pragma once
+// The one compile driver: the frame hook (frame/compile_frame.cpp) and
+// torch.compile(backend="torchlite") (python/bind_fx.cpp) both compile a
+// captured graph here. Runs the registered passes in order, checks the graph
+// after each under the verify setting and dumps it under trace, then builds
+// the kernels. Design notes: docs/internals/pipeline.md.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "pipeline/pass_context.h"
+#include "runtime/compiled_graph.h"
+
+namespace tl::pipeline {
+
+struct Executable {
+  std::shared_ptr<ir::Graph> graph;                  // the graph after the passes
+  std::unique_ptr<runtime::CompiledGraph> kernels;  // null: the graph runs op by op
+  std::vector<std::string> passes;                  // the passes that ran, in order
+  std::string no_kernels;                           // why kernels is null ("" when it isn't)
+};
+
+// Rewrites `graph` in place (passes mutate it). Throws InternalError naming
+// the pass under verify when a pass leaves a broken graph, tl::Error on a
+// code generator failure, PythonError when a pass's Python call fails.
+Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ctx);
+
+// A fresh numbered folder <debug_dir>/<n>_<name> for one graph's trace, with
+// a trailing '/'; "" when it cannot be made (tracing never fails a compile).
+std::string new_trace_folder(const std::string& debug_dir, const std::string& name);
+
+}  // namespace tl::pipeline

@@ -1,0 +1,20 @@
+#pragma once
+// What one compile_graph call is compiled with: the settings (defaults, the
+// environment, torchlite.config, the mode's preset and options=, resolved in
+// that order by torchlite/settings.py) and where its trace goes. Passes read
+// settings only from here, never from the environment.
+#include <string>
+
+#include "core/flags.h"
+
+namespace tl::pipeline {
+
+struct PassContext {
+  Settings settings = process_settings();
+  std::string mode = "default";  // torchlite.compile(mode=...): shown in the trace
+  // Folder for this graph's trace (pipeline.txt, NN_<pass>.txt, lowered.txt);
+  // "" writes none. Callers make it with new_trace_folder when settings.trace.
+  std::string trace_dir;
+};
+
+}  // namespace tl::pipeline
