@@ -56,6 +56,20 @@ std::optional<ir::TensorMeta> meta_of(const FxReader& r, py::handle v, const std
   return m;
 }
 
+// The trace-time example of a tensor value: a meta tensor of its shape,
+// strides and dtype, as torchlite's own capture records. NOTE: Dynamo's
+// FakeTensors belong to Dynamo's fake mode; passes that run ops on examples
+// under a mode of their own (channels_last) cannot mix them in.
+py::object example_tensor(const FxReader& r, py::handle v) {
+  return r.torch.attr("empty_strided")(v.attr("shape"), v.attr("stride")(),
+                                       py::arg("dtype") = v.attr("dtype"), py::arg("device") = "meta");
+}
+
+void set_example(const FxReader& r, ir::Node* node, py::handle example, const std::string& what) {
+  node->meta = meta_of(r, example, what);
+  node->example = PyRef::borrow(node->meta ? example_tensor(r, example).ptr() : example.ptr());
+}
+
 bool holds_node(const FxReader& r, py::handle v) {
   if (py::isinstance(v, r.node_type)) return true;
   if (PySlice_Check(v.ptr()))
@@ -181,8 +195,7 @@ void read_node(FxReader& r, py::handle n, const std::string& op, const std::stri
       TL_THROW(Unsupported) << "fx graph: node " << name << " has op " << op;
     }
   }
-  node->meta = meta_of(r, example, "node " + name);
-  node->example = PyRef::borrow(example.ptr());
+  set_example(r, node, example, "node " + name);
   r.values[n.ptr()] = ir::Arg::of_node(node);
 }
 
@@ -200,8 +213,7 @@ py::tuple graph_from_fx(py::object gm) {
     std::string name = n.attr("name").cast<std::string>();
     ir::Node* node = r.graph->add_placeholder(name, ir::Source::local(index++, name));
     py::object example = example_of(n);
-    node->meta = meta_of(r, example, "input " + name);
-    node->example = PyRef::borrow(example.ptr());
+    set_example(r, node, example, "input " + name);
     r.values[n.ptr()] = ir::Arg::of_node(node);
   }
   for (py::handle n : fx_nodes) {
