@@ -39,6 +39,7 @@ class CMakeBuild(build_ext):
             "TORCHLITE_WITH_CUDA",
             "TORCHLITE_BUILD_TESTS",
             "TORCHLITE_STATIC_LIBSTDCXX",
+            "TORCHLITE_SANITIZE",
         ):
             if opt in os.environ:
                 args.append(f"-D{opt}={os.environ[opt]}")

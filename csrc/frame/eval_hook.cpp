@@ -2,23 +2,25 @@
 // compiled entry, or capture it. Decision path and ownership rules are in
 // reference/frame-layer.md §1-3.
 //
-// 3.12 C recursion: while the hook is installed CPython can no longer inline
-// Python-to-Python calls, and each call re-enters _PyEval_EvalFrameDefault,
-// which charges two C-recursion units; with C_RECURSION_LIMIT=1500 (3.12.1)
-// recursion would stop near depth 750, below sys.getrecursionlimit(). The
-// outermost compiled call on a thread therefore adds headroom (twice the
-// Python limit, capped so the C stack stays safe) and removes it on exit.
-// Threads that run plain code while another thread holds the hook installed
-// get no headroom.
+// The hook is installed for the whole interpreter while any thread is in a
+// compiled region, so it also sees every frame of threads that never called
+// torchlite. Those, and frames that need nothing, leave through a tail call to
+// the evaluator: the hook adds no C frame of its own to a recursion. Every
+// frame first checks the C stack left and moves to a fresh segment when it
+// runs low (c_stack.h), so a deep recursion returns as in eager instead of
+// overflowing the thread's stack; 3.12's C-recursion charge of each call is
+// refunded in tl_eval_default.
 #include "frame/eval_hook.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/counters.h"
 #include "core/errors.h"
 #include "core/log.h"
+#include "frame/c_stack.h"
 #include "frame/code_cache.h"
 #include "frame/compile_frame.h"
 #include "frame/frame_access.h"
@@ -26,10 +28,15 @@
 namespace tl::frame {
 namespace {
 
+constexpr std::uintptr_t kFloorUnknown = UINTPTR_MAX;
+
+// NOTE: trivially constructible and destructible, so reading it is one TLS
+// address lookup, with no guard or wrapper call, on every Python call.
 struct ThreadState {
   const ConfigPtr* active = nullptr;
-  int depth = 0;     // nesting of compiled calls on this thread
-  int headroom = 0;  // C recursion units added by the outermost one
+  // Below this address the stack has less than stack_reserve() left;
+  // kFloorUnknown until the thread's first frame through the hook.
+  std::uintptr_t stack_floor = kFloorUnknown;
 };
 thread_local ThreadState t_state;
 
@@ -48,7 +55,6 @@ bool g_skip_prefixes_final = false;  // torch was found
 int g_stub_compiler = 0;  // test support, see use_stub_compiler_for_testing
 
 constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR;
-constexpr int kMaxCRecursionHeadroom = 8000;
 
 // Returns a new reference to sys.modules[name] or nullptr; never imports.
 PyRef loaded_module(const char* name) {
@@ -262,8 +268,16 @@ PyObject* finish_unevaluated(PyThreadState* ts, TlFrame* frame, PyObject* result
   return nullptr;
 }
 
-PyObject* intercept(PyThreadState* ts, TlFrame* frame, const TlFrameInfo& fi,
-                    const ConfigPtr* config) {
+// What intercept() decided: run the frame as is (run_as_is), or return
+// `result` (a new reference, or nullptr with an exception set) having
+// released the frame unevaluated.
+struct Interception {
+  bool run_as_is;
+  PyObject* result;
+};
+
+[[gnu::noinline]] Interception intercept(PyThreadState* ts, TlFrame* frame, const TlFrameInfo& fi,
+                                         const ConfigPtr* config) {
   ir::FrameView view{fi.localsplus, fi.nlocalsplus, fi.closure, fi.globals, fi.builtins};
   std::shared_ptr<CacheEntry> entry;
   {
@@ -278,12 +292,12 @@ PyObject* intercept(PyThreadState* ts, TlFrame* frame, const TlFrameInfo& fi,
       if (!st->skip) entry = lookup_or_compile(*st, fi, view, *config);
     } catch (const std::exception& e) {
       set_python_error(e);
-      return finish_unevaluated(ts, frame, nullptr);
+      return {false, finish_unevaluated(ts, frame, nullptr)};
     }
   }
   // A graph break (or no entry) runs the frame as is, still intercepting the
   // frames it calls.
-  if (!entry || !entry->compiled) return tl_eval_default(ts, frame, 0);
+  if (!entry || !entry->compiled) return {true, nullptr};
   std::shared_ptr<CompiledFrame> compiled = entry->compiled;
   PyObject* result = nullptr;
   {
@@ -294,23 +308,89 @@ PyObject* intercept(PyThreadState* ts, TlFrame* frame, const TlFrameInfo& fi,
       set_python_error(e);
     }
   }
-  return finish_unevaluated(ts, frame, result);
+  return {false, finish_unevaluated(ts, frame, result)};
 }
 
-// The installed _PyFrameEvalFunction. Returns a new reference or NULL.
-PyObject* eval_hook(PyThreadState* ts, TlFrame* frame, int throwflag) {
-  const ConfigPtr* config = t_state.active;
-  if (!config || throwflag) return tl_eval_default(ts, frame, throwflag);
+// What to do with a frame of a thread inside a compiled region.
+[[gnu::noinline]] Interception route(PyThreadState* ts, TlFrame* frame, int throwflag,
+                                     const ConfigPtr* config) {
+  if (throwflag) return {true, nullptr};
   TlFrameInfo fi;
   tl_frame_read(frame, &fi);
   if ((fi.code->co_flags & kGeneratorFlags) || tl_frame_started(frame) || tl_tstate_tracing(ts) ||
       !tl_frame_can_skip_eval(ts, frame)) {
-    return tl_eval_default(ts, frame, throwflag);
+    return {true, nullptr};
   }
   ExtraState* st = find_extra(fi.code);
-  if (st && st->skip && st->epoch == current_epoch()) return tl_eval_default(ts, frame, 0);
-  if (!has_tensor_args(fi)) return tl_eval_default(ts, frame, 0);
+  if (st && st->skip && st->epoch == current_epoch()) return {true, nullptr};
+  if (!has_tensor_args(fi)) return {true, nullptr};
   return intercept(ts, frame, fi, config);
+}
+
+// NOTE: the frame runs as is through a tail call, outside route(): GCC makes
+// no tail call from a function whose locals' addresses escape (fi), and each
+// frame kept would cost C stack on every Python call of a recursion.
+PyObject* eval_active(PyThreadState* ts, TlFrame* frame, int throwflag, const ConfigPtr* config) {
+  Interception r = route(ts, frame, throwflag, config);
+  if (r.run_as_is) return tl_eval_default(ts, frame, throwflag);
+  return r.result;
+}
+
+PyObject* eval_in_place(PyThreadState* ts, TlFrame* frame, int throwflag) {
+  const ConfigPtr* config = t_state.active;
+  if (!config) return tl_eval_default(ts, frame, throwflag);
+  return eval_active(ts, frame, throwflag, config);
+}
+
+// Bytes of C stack a frame needs in hand when the hook sees it: room for the
+// C code one Python frame runs before the next reaches the hook (torch's
+// dispatcher, capture, LLVM) and, on 3.12, for the pure C recursion that
+// c_recursion_remaining still allows (a unit is at most a few C frames).
+std::size_t stack_reserve() {
+  return std::max<std::size_t>(std::size_t{1} << 20, std::size_t(tl_c_recursion_limit()) * 256);
+}
+
+struct HookCall {
+  PyThreadState* ts;
+  TlFrame* frame;
+  int throwflag;
+  PyObject* result;
+};
+
+void eval_on_segment(void* p) noexcept {
+  auto* c = static_cast<HookCall*>(p);
+  t_state.stack_floor = c_stack_floor(stack_reserve());
+  c->result = eval_in_place(c->ts, c->frame, c->throwflag);
+}
+
+bool below_floor(std::uintptr_t floor) {
+  return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)) < floor;
+}
+
+// The stack is low, or this is the thread's first frame through the hook.
+[[gnu::noinline, gnu::cold]] PyObject* eval_on_fresh_stack(PyThreadState* ts, TlFrame* frame,
+                                                           int throwflag) {
+  ThreadState& t = t_state;
+  if (t.stack_floor == kFloorUnknown) {
+    t.stack_floor = c_stack_floor(stack_reserve());
+    if (!below_floor(t.stack_floor)) return eval_in_place(ts, frame, throwflag);
+  }
+  std::uintptr_t floor = t.stack_floor;
+  HookCall call{ts, frame, throwflag, nullptr};
+  bool ran = run_on_fresh_stack(eval_on_segment, &call);
+  t_state.stack_floor = floor;
+  // NOTE: with no address space for a segment, run in place as before.
+  return ran ? call.result : eval_in_place(ts, frame, throwflag);
+}
+
+// The installed _PyFrameEvalFunction. Returns a new reference or NULL.
+PyObject* eval_hook(PyThreadState* ts, TlFrame* frame, int throwflag) {
+  ThreadState& t = t_state;
+  if (below_floor(t.stack_floor)) [[unlikely]] {
+    return eval_on_fresh_stack(ts, frame, throwflag);
+  }
+  if (!t.active) return tl_eval_default(ts, frame, throwflag);
+  return eval_active(ts, frame, throwflag, t.active);
 }
 
 }  // namespace
@@ -324,19 +404,9 @@ ActiveConfigScope::~ActiveConfigScope() { t_state.active = previous_; }
 
 void enter_compiled_region() {
   if (g_calls_inside++ == 0) tl_install_eval_hook(eval_hook);
-  ThreadState& t = t_state;
-  if (t.depth++ == 0 && tl_c_recursion_limit() > 0) {
-    t.headroom = std::min(2 * Py_GetRecursionLimit(), kMaxCRecursionHeadroom);
-    tl_add_c_recursion_headroom(PyThreadState_Get(), t.headroom);
-  }
 }
 
 void leave_compiled_region() {
-  ThreadState& t = t_state;
-  if (--t.depth == 0 && t.headroom) {
-    tl_add_c_recursion_headroom(PyThreadState_Get(), -t.headroom);
-    t.headroom = 0;
-  }
   if (--g_calls_inside == 0) tl_uninstall_eval_hook(eval_hook);
 }
 

@@ -29,8 +29,7 @@ class ActiveConfigScope {
 };
 
 // Bracket every call of a compiled callable: the first entry on any thread
-// installs the hook, the last exit removes it. On 3.12 the outermost entry on
-// a thread also raises the C recursion budget (see eval_hook.cpp).
+// installs the hook, the last exit removes it.
 void enter_compiled_region();
 void leave_compiled_region();
 bool hook_installed();

@@ -67,12 +67,33 @@ int tl_eval_hook_installed(_PyFrameEvalFunction hook) {
   return _PyInterpreterState_GetEvalFrameFunc(PyInterpreterState_Get()) == hook;
 }
 
+#if TL_PY312
+// ceval.c's PY_EVAL_C_STACK_UNITS (not in any header): what each entry into
+// _PyEval_EvalFrameDefault takes from c_recursion_remaining.
+#define TL_EVAL_C_STACK_UNITS 2
+#endif
+
 PyObject* tl_eval_default(PyThreadState* tstate, TlFrame* frame, int throwflag) {
   _PyFrameEvalFunction prev = g_previous_eval;
-  if (prev == NULL || prev == _PyEval_EvalFrameDefault) {
-    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
-  }
+  if (prev == NULL) prev = _PyEval_EvalFrameDefault;
+#if TL_PY312
+  // Without a hook CPython runs a Python-to-Python call inside the caller's
+  // evaluator, at no C-recursion cost; under one, each call enters the
+  // evaluator anew and pays TL_EVAL_C_STACK_UNITS, so recursion would stop
+  // near C_RECURSION_LIMIT / 2 (747 on 3.12.1) whatever sys.setrecursionlimit
+  // says. Giving the units back for the frame's duration leaves the Python
+  // limit in charge, as in eager; the hook keeps the C stack itself safe
+  // (c_stack.h). Frames C code calls get the refund too, so pure C recursion
+  // below them may go a little deeper than eager's, never past the budget a
+  // thread starts with.
+  tstate->c_recursion_remaining += TL_EVAL_C_STACK_UNITS;
+  PyObject* result = prev(tstate, frame, throwflag);
+  tstate->c_recursion_remaining -= TL_EVAL_C_STACK_UNITS;
+  return result;
+#else
+  // NOTE: a tail call: the hook's pass-through adds no C frame of its own.
   return prev(tstate, frame, throwflag);
+#endif
 }
 
 #if TL_PY312
@@ -119,12 +140,6 @@ int tl_frame_release_unevaluated(PyThreadState* tstate, TlFrame* frame) {
   return 0;
 #else
   return 0;
-#endif
-}
-
-void tl_add_c_recursion_headroom(PyThreadState* tstate, int delta) {
-#if TL_PY312
-  tstate->c_recursion_remaining += delta;
 #endif
 }
 

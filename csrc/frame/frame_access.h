@@ -42,6 +42,8 @@ int tl_eval_hook_installed(_PyFrameEvalFunction hook);
 // Evaluates the frame with the evaluator that was installed before ours
 // (normally _PyEval_EvalFrameDefault). Returns a new reference or NULL with
 // an exception set. The evaluator takes over the frame's teardown on 3.12.
+// On 3.12 the frame's C-recursion charge is refunded while it runs (see the
+// definition for why); on 3.11 this is a tail call.
 PyObject* tl_eval_default(PyThreadState* tstate, TlFrame* frame, int throwflag);
 
 // 3.12: nonzero when the hook may skip evaluating the frame and release it
@@ -56,9 +58,6 @@ int tl_frame_can_skip_eval(PyThreadState* tstate, TlFrame* frame);
 // is not in a state it can release (a bug: the frame is then leaked).
 int tl_frame_release_unevaluated(PyThreadState* tstate, TlFrame* frame);
 
-// 3.12: adds `delta` to tstate->c_recursion_remaining (see eval_hook.cpp for
-// why). 3.11: no-op.
-void tl_add_c_recursion_headroom(PyThreadState* tstate, int delta);
 // The interpreter's C recursion budget (3.12's C_RECURSION_LIMIT; 0 on 3.11).
 int tl_c_recursion_limit(void);
 // Test support: the thread's data-stack top, as an integer.

@@ -2,6 +2,7 @@
 // CPython types from frame/callables.h, so calls stay vectorcalls), reset and
 // test hooks.
 #include "capture/meta_cache.h"
+#include "frame/c_stack.h"
 #include "frame/callables.h"
 #include "frame/code_cache.h"
 #include "frame/eval_hook.h"
@@ -127,6 +128,16 @@ void bind_frame(py::module_& m) {
         "2: every capture raises ValueError; 0: capture normally.");
   m.def("_test_datastack_top", [] { return tl_datastack_top(PyThreadState_Get()); });
   m.def("_test_c_recursion_limit", &tl_c_recursion_limit);
+  m.def(
+      "_test_c_stack_address",
+      [] {
+        // NOTE: a C function's frame address; differences between calls at
+        // two Python depths give the C stack each Python frame uses.
+        return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+      },
+      "The C stack position of this call (an integer).");
+  m.def("_test_c_stack_switches", &frame::c_stack_switches,
+        "Fresh C stack segments the hook moved this thread to, since it started.");
 }
 
 }  // namespace tl::python

@@ -1,12 +1,8 @@
 """Fixtures for the frame-layer tests. They use torchlite._C directly, and load
 it without the package's __init__ when that cannot import (no torch on 3.12)."""
 
-import importlib.machinery
-import importlib.util
-import pathlib
-import sys
-
 import pytest
+from c_loader import load_c_without_torch
 
 
 def _load_c():
@@ -15,18 +11,7 @@ def _load_c():
 
         return _C
     except ImportError:
-        pass
-    for entry in sys.path:
-        pkg = pathlib.Path(entry or ".") / "torchlite"
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-            path = pkg / ("_C" + suffix)
-            if path.is_file():
-                spec = importlib.util.spec_from_file_location("torchlite._C", path)
-                mod = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(mod)
-                sys.modules["torchlite._C"] = mod
-                return mod
-    raise ImportError("torchlite._C not found on sys.path")
+        return load_c_without_torch()
 
 
 _C = _load_c()
