@@ -44,7 +44,8 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         if (auto r = call_dunder(v, "__len__", {})) return *r;
         if (v->mapping) return const_int(v->mapping->items.size());
       }
-      if (v->kind == VKind::Iterator) return const_int(v->items.size() - v->pos);
+      if (v->kind == VKind::Iterator && v->iter_kind == IterKind::Items)
+        return const_int(v->items.size() - v->pos);
       if (v->is_tensor()) {
         PyRef shape = PyRef::steal(PyObject_GetAttrString(v->meta.get(), "shape"));
         if (!shape || PyTuple_GET_SIZE(shape.get()) == 0)
@@ -159,48 +160,30 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       return none();
     }
     if (name == "enumerate" && !args.empty()) {
-      long long start = 0;
       ValuePtr s = args.size() > 1 ? args[1] : (!kwargs.empty() ? kwargs[0].second : nullptr);
-      if (s) {
-        if (!s->is_const()) graph_break("unsupported_value", "enumerate start");
-        start = PyLong_AsLongLong(s->obj.get());
-      }
-      ValuePtr it = Value::of_kind(VKind::Iterator);
-      for (auto& item : iterate(args[0]))
-        it->items.push_back(Value::tuple({const_int(start++), item}));
-      return it;
+      return enumerate_iter(args[0], s ? s : const_int(0));
     }
     if (name == "zip") {
-      std::vector<std::vector<ValuePtr>> seqs;
-      size_t n = SIZE_MAX;
-      for (auto& a : args) {
-        seqs.push_back(iterate(a));
-        n = std::min(n, seqs.back().size());
-      }
-      ValuePtr it = Value::of_kind(VKind::Iterator);
-      if (seqs.empty()) n = 0;
-      for (size_t i = 0; i < n; ++i) {
-        std::vector<ValuePtr> t;
-        for (auto& s : seqs) t.push_back(s[i]);
-        it->items.push_back(Value::tuple(std::move(t)));
-      }
-      return it;
+      if (!kwargs.empty()) graph_break("unsupported_builtin", "zip() with keyword arguments");
+      return zip_iter(args);
     }
     if (name == "reversed" && args.size() == 1) {
+      // NOTE: an object's reversed() is its __reversed__ or __len__/__getitem__, never
+      // its iterator.
+      if (args[0]->kind == VKind::Object)
+        graph_break("unsupported_builtin", "reversed() of a " + args[0]->type_name());
       ValuePtr it = Value::of_kind(VKind::Iterator);
       it->items = iterate(args[0]);
       std::reverse(it->items.begin(), it->items.end());
       return it;
     }
-    if (name == "iter" && args.size() == 1) {
-      if (args[0]->kind == VKind::Iterator) return args[0];
-      ValuePtr it = Value::of_kind(VKind::Iterator);
-      it->items = iterate(args[0]);
-      return it;
-    }
-    if (name == "next" && !args.empty() && args[0]->kind == VKind::Iterator) {
-      ValuePtr it = args[0];
-      if (it->pos < it->items.size()) return it->items[it->pos++];
+    if (name == "iter" && args.size() == 1) return get_iter(args[0]);
+    if (name == "next" && !args.empty() && args.size() <= 2 &&
+        (args[0]->kind == VKind::Iterator || is_user_iterator(args[0]))) {
+      // The user's own StopIteration (with its value) propagates, as from next(it).
+      if (args.size() == 1 && is_user_iterator(args[0]))
+        return *call_dunder(args[0], "__next__", {});
+      if (std::optional<ValuePtr> item = next_item(args[0])) return *item;
       if (args.size() > 1) return args[1];
       raise_user_value(PyExc_StopIteration);
     }
@@ -236,7 +219,12 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       std::vector<std::vector<ValuePtr>> seqs;
       size_t n = SIZE_MAX;
       for (size_t i = 1; i < args.size(); ++i) {
-        seqs.push_back(iterate(args[i]));
+        ValuePtr sub = get_iter(args[i]);
+        // NOTE: materialised, so a user iterator's __next__ would run before the function
+        // for every item, not in turn with it.
+        if (is_lazy_iterator(sub))
+          graph_break("unsupported_builtin", "map() over a user-defined iterator");
+        seqs.push_back(drain(sub));
         n = std::min(n, seqs.back().size());
       }
       ValuePtr it = Value::of_kind(VKind::Iterator);
@@ -254,8 +242,9 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     }
     if ((name == "all" || name == "any") && args.size() == 1) {
       bool all = name == "all";
-      for (auto& item : iterate(args[0])) {
-        bool t = truth(item);
+      ValuePtr it = get_iter(args[0]);  // stepped: all/any stop at the first decisive item
+      while (std::optional<ValuePtr> item = next_item(it)) {
+        bool t = truth(*item);
         if (all && !t) return const_bool(false);
         if (!all && t) return const_bool(true);
       }

@@ -61,11 +61,8 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
       for (auto& k : v->keys) keys.push_back(Value::constant(k));
       return keys;
     }
-    case VKind::Iterator: {
-      std::vector<ValuePtr> rest(v->items.begin() + v->pos, v->items.end());
-      v->pos = v->items.size();
-      return rest;
-    }
+    case VKind::Iterator:
+      return drain(v);
     case VKind::Tensor: {
       ValuePtr parts = ctx_.call_op(nullptr, "unbind", {v}, {});
       return parts->items;
@@ -93,11 +90,8 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
         out.push_back(ctx_.from_result(PyList_GET_ITEM(list.get(), i)));
       return out;
     }
-    case VKind::Object: {
-      if (auto r = call_dunder(v, "__iter__", {})) return iterate(*r);
-      if (v->mapping) return iterate(v->mapping);
-      graph_break("unsupported_value", "iteration over a " + v->type_name());
-    }
+    case VKind::Object:
+      return drain(get_iter(v));
     case VKind::Module: {
       PyObject* m = v->obj.get();
       PyRef modules = PyRef::steal(PyObject_GetAttrString(m, "_modules"));

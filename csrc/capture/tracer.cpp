@@ -140,6 +140,7 @@ bool Tracer::enter_handler(size_t index, const UserException& e) {
                 "exception leaving a with-block in traced code (" + e.reason() + ")");
   TL_CHECK(static_cast<int>(stack_.size()) >= entry->depth) << "exception handler stack depth";
   stack_.resize(entry->depth);
+  kw_names_ = nullptr;
   if (entry->lasti) push(detail::const_int(offset / 2));
   push(Value::constant(PyRef::borrow(e.exception())));
   if (depth_ == 0) try_start_ = try_region_start(index);
@@ -660,10 +661,14 @@ void Tracer::step(const Instruction& inst) {
     case KW_NAMES:
       kw_names_ = const_at(arg);
       return;
-    case CALL:
-      do_call(arg, kw_names_);
+    case CALL: {
+      // NOTE: cleared before the call: a call that raises into a handler of this
+      // frame must not leave its keyword names to the handler's next CALL.
+      PyObject* kw_names = kw_names_;
       kw_names_ = nullptr;
+      do_call(arg, kw_names);
       return;
+    }
     case CALL_FUNCTION_EX:
       do_call_ex(arg);
       return;
@@ -726,22 +731,12 @@ void Tracer::step(const Instruction& inst) {
       return;
     }
 #endif
-    case GET_ITER: {
-      ValuePtr v = pop();
-      if (v->kind == VKind::Iterator) {
-        push(v);
-        return;
-      }
-      ValuePtr it = Value::of_kind(VKind::Iterator);
-      it->items = iterate(v);
-      push(it);
+    case GET_ITER:
+      push(get_iter(pop()));
       return;
-    }
     case FOR_ITER: {
-      ValuePtr it = top();
-      TL_CHECK(it->kind == VKind::Iterator) << "FOR_ITER on a non-iterator";
-      if (it->pos < it->items.size()) {
-        push(it->items[it->pos++]);
+      if (std::optional<ValuePtr> item = next_item(top())) {
+        push(std::move(*item));
         return;
       }
       pop();
@@ -872,6 +867,7 @@ ValuePtr Tracer::load_global(const std::string& name) {
 }
 
 void Tracer::do_call(int argc, PyObject* kw_names) {
+  TL_CHECK(static_cast<int>(stack_.size()) >= argc + 2) << "capture stack underflow at a call";
   std::vector<ValuePtr> args(stack_.end() - argc, stack_.end());
   stack_.resize(stack_.size() - argc);
   ValuePtr a = pop();
@@ -886,6 +882,7 @@ void Tracer::do_call(int argc, PyObject* kw_names) {
   KwArgs kwargs;
   if (kw_names) {
     Py_ssize_t nk = PyTuple_GET_SIZE(kw_names);
+    TL_CHECK(static_cast<size_t>(nk) <= args.size()) << "KW_NAMES longer than the call's arguments";
     size_t first = args.size() - nk;
     for (Py_ssize_t i = 0; i < nk; ++i)
       kwargs.emplace_back(utf8(PyTuple_GET_ITEM(kw_names, i)), args[first + i]);

@@ -51,6 +51,20 @@ class Tracer {
   ValuePtr custom_equality(bool eq, const ValuePtr& a, const ValuePtr& b);
   bool truth(const ValuePtr& v);
   std::vector<ValuePtr> iterate(const ValuePtr& v);  // materialise an iterable
+  // iteration.cpp: the iterator protocol. get_iter is iter(v): an Iterator value, or a
+  // user-defined iterator object itself. next_item is next(it): nullopt once exhausted
+  // (StopIteration). drain reads an iterator to its end.
+  ValuePtr get_iter(const ValuePtr& v);
+  std::optional<ValuePtr> next_item(const ValuePtr& it);
+  std::vector<ValuePtr> drain(const ValuePtr& it);
+  // An object whose class defines __next__ in Python.
+  bool is_user_iterator(const ValuePtr& v);
+  // One whose items are produced one call at a time (user code runs per item).
+  bool is_lazy_iterator(const ValuePtr& v);
+  // enumerate(iterable, start) and zip(*iterables): lazy over a lazy iterator, else
+  // materialised.
+  ValuePtr enumerate_iter(const ValuePtr& iterable, const ValuePtr& start);
+  ValuePtr zip_iter(const std::vector<ValuePtr>& iterables);
   ValuePtr subscript(const ValuePtr& container, const ValuePtr& index);
   bool contains(const ValuePtr& container, const ValuePtr& item);  // `item in container`
   CaptureContext& ctx() { return ctx_; }

@@ -1,0 +1,309 @@
+"""Programs that crashed the interpreter (issue 20) run correctly or break cleanly.
+
+The programs run in a fresh Python process (`run_programs`), so a regression that segfaults
+fails its test instead of killing pytest. Each program defines and checks itself against eager
+(the shared `check`: fresh random inputs, the cache hit on later calls); the process reports
+the programs that failed by name. Programs are grouped per process: starting one costs seconds.
+
+PYTEST_DONT_REWRITE: the helpers' own `assert` statements must stay plain.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HERE)
+ROOT = os.path.dirname(TESTS)
+
+RUNNER = """\
+import sys, traceback
+import torch
+import torchlite
+from helpers import check
+
+programs = {programs!r}
+failed = []
+for name, src in programs.items():
+    torchlite.reset()
+    torch.manual_seed(0)
+    try:
+        exec(compile(src, name, "exec"), {{"torch": torch, "torchlite": torchlite, "check": check}})
+    except BaseException:
+        failed.append(name)
+        print("FAILED", name, file=sys.stderr)
+        traceback.print_exc()
+print("failed:", failed)
+"""
+
+
+def run_programs(programs: dict, prelude: str = "", timeout: float = 300.0) -> None:
+    """Runs each of `programs` (name -> source, after `prelude`) in one subprocess.
+
+    Fails on a crash (naming the signal), or naming the programs that raised.
+    """
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS])}
+    env.pop("TORCHLITE_DISABLE", None)
+    srcs = {n: textwrap.dedent(prelude) + textwrap.dedent(s) for n, s in programs.items()}
+    proc = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", RUNNER.format(programs=srcs)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode < 0:
+        pytest.fail(f"crashed with signal {-proc.returncode}:\n{proc.stderr[-6000:]}")
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stderr[-6000:]}"
+    assert proc.stdout.strip().endswith("failed: []"), f"{proc.stdout}\n{proc.stderr[-6000:]}"
+
+
+# --- user-defined iterators (crash 1) ---------------------------------------------------------
+
+USER_ITER = """
+class MyIter:
+    def __init__(self, n=3):
+        self.i = 0
+        self.n = n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.i >= self.n:
+            raise StopIteration
+        self.i += 1
+        return self.i
+"""
+
+ITERATOR_PROGRAMS = {
+    "for_loop_is_one_graph": """
+def fn(x):
+    for i in MyIter():
+        x = x + i
+    return x
+
+check(fn, torch.randn(4), fullgraph=True)
+check(fn, torch.randn(4), fullgraph=False)
+""",
+    "enumerate_is_one_graph": """
+def fn(x):
+    for j, i in enumerate(MyIter()):
+        x = x + i * j
+    for j, i in enumerate(MyIter(2), 5):
+        x = x - i * j
+    return x
+
+check(fn, torch.randn(4), fullgraph=True)
+check(fn, torch.randn(4), fullgraph=False)
+""",
+    # The loop leaves early: __next__ must not have run for the items after the break.
+    "break_leaves_the_iterator_where_eager_does": """
+def fn(x):
+    it = MyIter(5)
+    for i in it:
+        if i == 2:
+            break
+        x = x + i
+    return x + it.i
+
+check(fn, torch.randn(4))
+""",
+    "iterable_whose_iter_returns_another_iterator": """
+class Box:
+    def __iter__(self):
+        return MyIter(4)
+
+def fn(x):
+    for i in Box():
+        x = x * i
+    return x
+
+check(fn, torch.randn(4))
+""",
+    "zip_stops_at_the_shortest_like_eager": """
+def fn(x):
+    a, b = MyIter(5), MyIter(5)
+    for p, q in zip(range(2), a):
+        x = x + p * q
+    for p, q in zip(b, range(2)):
+        x = x - p * q
+    return x + a.i * 10 + b.i
+
+check(fn, torch.randn(4))
+""",
+    "next_with_default_unpacking_and_draining_builtins": """
+def fn(x):
+    it = MyIter(1)
+    first = next(it)
+    second = next(it, 10)
+    a, b, c = MyIter()
+    return x + first + second + a * c + sum(MyIter()) + len(list(MyIter(4))) + max(MyIter())
+
+check(fn, torch.randn(4))
+""",
+    "endless_iterator_left_with_break": """
+class Count:
+    def __init__(self):
+        self.i = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.i += 1
+        return self.i
+
+def fn(x):
+    for i in Count():
+        if i > 3:
+            break
+        x = x + i
+    return x
+
+check(fn, torch.randn(4))
+""",
+    "getitem_only_sequence_iterates_until_index_error": """
+class Seq:
+    def __init__(self):
+        self.data = [1.0, 2.0, 3.0]
+
+    def __getitem__(self, i):
+        return self.data[i]
+
+def fn(x):
+    for v in Seq():
+        x = x + v
+    return x
+
+check(fn, torch.randn(4))
+""",
+    "iter_returning_a_list_raises_type_error": """
+class Bad:
+    def __iter__(self):
+        return [1, 2]
+
+def fn(x):
+    try:
+        for v in Bad():
+            x = x + v
+    except TypeError:
+        return x - 1
+    return x
+
+check(fn, torch.randn(4), fullgraph=False)
+""",
+    "next_raising_value_error_is_caught_by_the_caller": """
+class Raising:
+    def __init__(self):
+        self.i = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.i += 1
+        if self.i == 2:
+            raise ValueError("bad item")
+        return self.i
+
+def fn(x):
+    r = Raising()
+    try:
+        for v in r:
+            x = x + v
+    except ValueError:
+        x = x * 3
+    return x + r.i
+
+check(fn, torch.randn(4), fullgraph=False)
+""",
+    "iterator_from_the_caller_is_advanced_as_in_eager": """
+def fn(x, it):
+    for i in it:
+        x = x + i
+        if i == 2:
+            break
+    return x
+
+x = torch.randn(4)
+mine, theirs = MyIter(4), MyIter(4)
+torch.testing.assert_close(torchlite.compile(fn)(x, mine), fn(x, theirs))
+assert mine.i == theirs.i == 2, (mine.i, theirs.i)
+""",
+}
+
+
+def test_user_iterator_programs_match_eager():
+    run_programs(ITERATOR_PROGRAMS, prelude=USER_ITER)
+
+
+# --- an exception in a call with keyword arguments, caught by the caller (crash 2) -------------
+
+CAUGHT_CALL_PROGRAMS = {
+    "keyword_call_raises_then_loop_over_dict_items": """
+def g(x, k=False):
+    if k:
+        raise ValueError("boom")
+    return x + 1
+
+def fn(x, d):
+    try:
+        x = g(x, k=True)
+    except ValueError:
+        x = x * 2
+    for key, v in d.items():
+        x = x + v
+    return x
+
+check(fn, torch.randn(4), {"a": 1.0, "b": 2.0}, fullgraph=False)
+""",
+    "star_args_call_raises_then_keyword_call": """
+def g(x, *args, **kwargs):
+    if kwargs.get("k"):
+        raise KeyError("k")
+    return x + len(args)
+
+def fn(x, d):
+    try:
+        x = g(x, *[1, 2], **{"k": True})
+    except KeyError:
+        x = x - 1
+    x = g(x, 3, k=False)
+    for key, v in d.items():
+        x = x * v
+    return x
+
+check(fn, torch.randn(4), {"a": 1.5, "b": 2.0}, fullgraph=False)
+""",
+    "method_call_with_keywords_raises_two_frames_down": """
+class M:
+    def inner(self, x, *, scale):
+        if scale > 1:
+            raise RuntimeError("too big")
+        return x * scale
+
+    def outer(self, x, scale=2):
+        return self.inner(x, scale=scale) + 1
+
+def fn(x, d):
+    m = M()
+    try:
+        x = m.outer(x, scale=3)
+    except RuntimeError:
+        x = m.outer(x, scale=1)
+    for key, v in d.items():
+        x = x + v
+    return x
+
+check(fn, torch.randn(4), {"a": 1.0}, fullgraph=False)
+""",
+}
+
+
+def test_exception_in_call_caught_by_caller_programs_match_eager():
+    run_programs(CAUGHT_CALL_PROGRAMS)
