@@ -2,60 +2,202 @@
 
 The C++ core calls backend_bridge (registered through _C.set_backend_bridge) once per captured
 graph when the chosen backend is not torchlite's own runner.
+
+FX turns a graph into Python source (GraphModule.code), so every target and argument must print
+as text that evaluates back to the same object in the generated module, whose globals are only
+`torch`, `device`, `inf` and `nan` plus the objects FX registers for call targets. Constants
+that do not print that way (functions, classes, numpy values, tensors, typing objects) become
+`get_attr` nodes on the module, and call targets FX would print by a name that does not resolve
+are called through a small Python function FX holds as a global.
 """
 
+import keyword
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import fx
+from torch.fx.graph import _is_from_torch, inplace_methods, magic_methods
+from torch.fx.node import _get_qualified_name
 
 from torchlite import _C
 
 _OPS = ("placeholder", "call_function", "call_method")
 
+# NOTE: exact types: their repr evaluates back to an equal object of the same type in FX's code
+# (floats print inf/nan, which FX imports; torch.Size would come back as a plain tuple).
+_LITERAL_TYPES = (
+    type(None),
+    type(...),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    torch.dtype,
+    torch.device,
+    torch.layout,
+    torch.memory_format,
+)
 
-def _resolve(value: Any, env: dict[str, fx.Node]) -> Any:
-    """Replaces _C.NodeRef values (at any nesting depth) by the fx nodes they name."""
+
+def _is_literal(value: Any) -> bool:
+    return type(value) in _LITERAL_TYPES
+
+
+def _resolves_from_torch(qualified_name: str, target: Any) -> bool:
+    """True if `qualified_name` (FX's text for a target from torch) reaches `target` again:
+    FX prints such targets by name, and the generated code can only reach them through `torch`."""
+    parts = qualified_name.split(".")
+    if parts[0] != "torch":
+        return False
+    obj: Any = torch
+    for part in parts[1:]:
+        if not part.isidentifier():
+            return False
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    return obj is target
+
+
+def _printable_target(target: Any) -> bool:
+    """True if FX's code generator can name `target` (a call_function target) correctly."""
+    try:
+        name = _get_qualified_name(target)
+    except (AttributeError, RuntimeError):  # NOTE: no __name__, a lambda without source
+        return False
+    # Objects not from torch are held as globals of the generated code, whatever their name.
+    return not _is_from_torch(target) or _resolves_from_torch(name, target)
+
+
+def _holds_node_ref(value: Any) -> bool:
     if isinstance(value, _C.NodeRef):
-        return env[value.name]
-    if isinstance(value, tuple):
-        return tuple(_resolve(v, env) for v in value)
-    if isinstance(value, list):
-        return [_resolve(v, env) for v in value]
-    if isinstance(value, dict):
-        return {k: _resolve(v, env) for k, v in value.items()}
-    return value
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_holds_node_ref(v) for v in value)
+    if type(value) is slice:
+        return any(_holds_node_ref(v) for v in (value.start, value.stop, value.step))
+    if type(value) is dict:
+        return any(_holds_node_ref(v) for v in value.values())
+    return False
 
 
-def _add_node(graph: fx.Graph, node: dict, env: dict[str, fx.Node]) -> None:
-    op, name = node["op"], node["name"]
-    if op == "output":
-        graph.output(tuple(_resolve(a, env) for a in node["args"]))
-        return
-    if op not in _OPS:
-        raise _C.InternalError(f"fx_interop: node {name} has op {op!r}, expected one of {_OPS}")
-    target = name if op == "placeholder" else node["target"]
-    args = _resolve(tuple(node["args"]), env)
-    kwargs = _resolve(dict(node["kwargs"]), env)
-    fx_node = graph.create_node(op, target, args, kwargs, name=name)
-    if node.get("meta") is not None:
-        fx_node.meta["torchlite"] = node["meta"]
-    if node.get("example") is not None:
-        # Meta tensors with the real values' shapes, strides and aliasing (as Dynamo's).
-        fx_node.meta["example_value"] = node["example"]
-    if node.get("source"):
-        fx_node.meta["stack_trace"] = node["source"]
-    env[name] = fx_node
+def _operand_needs_name(op: str, target: Any, first: Any) -> bool:
+    """True if FX would print the constant first operand where a literal does not parse or binds
+    differently: `1.__radd__(x)`, `1 += y`, `-2 ** x` (which is -(2 ** x))."""
+    if _holds_node_ref(first):
+        return False
+    if op == "call_method":
+        return True
+    if op != "call_function" or getattr(target, "__module__", "") != "_operator":
+        return False
+    name = getattr(target, "__name__", "")
+    return name in inplace_methods or (name in magic_methods and repr(first).startswith("-"))
+
+
+def _call_through(target: Callable) -> Callable:
+    """A plain function calling `target`, for targets FX would print by an unusable name
+    (an operator's C binding named "", a callable object with no __name__)."""
+
+    def call(*args, **kwargs):
+        return target(*args, **kwargs)
+
+    name = getattr(target, "__name__", None) or type(target).__name__
+    call.__name__ = call.__qualname__ = name if name.isidentifier() else "call"
+    call.__module__ = __name__
+    return call
+
+
+class _Exporter:
+    """Builds one fx.Graph from a torchlite graph's node dicts."""
+
+    def __init__(self) -> None:
+        self.graph = fx.Graph()
+        self.root = torch.nn.Module()
+        self.env: dict[str, fx.Node] = {}
+        self.constants: dict[int, fx.Node] = {}  # id(value) -> its get_attr node
+        self.targets: dict[int, Callable] = {}  # id(target) -> its call-through function
+
+    def constant(self, value: Any) -> fx.Node:
+        """A get_attr node reading `value` from the module (one per object)."""
+        node = self.constants.get(id(value))
+        if node is None:
+            name = f"_tl_const{len(self.constants)}"
+            setattr(self.root, name, value)  # NOTE: the module keeps `value`, so its id stays
+            node = self.graph.get_attr(name)
+            self.constants[id(value)] = node
+        return node
+
+    def arg(self, value: Any) -> Any:
+        """`value` with NodeRefs replaced by fx nodes and unprintable leaves by get_attr nodes."""
+        if isinstance(value, _C.NodeRef):
+            return self.env[value.name]
+        if type(value) in (tuple, list):
+            return type(value)(self.arg(v) for v in value)
+        if isinstance(value, tuple) and hasattr(value, "_fields") and _holds_node_ref(value):
+            return type(value)(*(self.arg(v) for v in value))  # FX prints it as Type(...)
+        if type(value) is slice:
+            return slice(self.arg(value.start), self.arg(value.stop), self.arg(value.step))
+        if type(value) is dict and (all(_is_literal(k) for k in value) or _holds_node_ref(value)):
+            return {k: self.arg(v) for k, v in value.items()}
+        if _is_literal(value):
+            return value
+        return self.constant(value)
+
+    def target(self, target: Any) -> Callable:
+        if _printable_target(target):
+            return target
+        if id(target) not in self.targets:
+            self.targets[id(target)] = _call_through(target)
+        return self.targets[id(target)]
+
+    def call_args(self, op: str, target: Any, args: tuple) -> tuple:
+        args = tuple(args)
+        if args and _operand_needs_name(op, target, args[0]):
+            return (self.constant(args[0]), *self.arg(args[1:]))
+        return self.arg(args)
+
+    def add(self, node: dict) -> None:
+        op, name = node["op"], node["name"]
+        if op == "output":
+            self.graph.output(self.arg(tuple(node["args"])))
+            return
+        if op not in _OPS:
+            raise _C.InternalError(f"fx_interop: node {name} has op {op!r}, expected one of {_OPS}")
+        if op == "placeholder":
+            fx_node = self.graph.placeholder(_identifier(name))
+            fx_node.target = fx_node.name  # NOTE: node names are unique; parameter names must be
+        else:
+            target = self.target(node["target"]) if op == "call_function" else node["target"]
+            args = self.call_args(op, node["target"], node["args"])
+            kwargs = self.arg(dict(node["kwargs"]))
+            fx_node = self.graph.create_node(op, target, args, kwargs, name=name)
+        if node.get("meta") is not None:
+            fx_node.meta["torchlite"] = node["meta"]
+        if node.get("example") is not None:
+            # Meta tensors with the real values' shapes, strides and aliasing (as Dynamo's).
+            fx_node.meta["example_value"] = node["example"]
+        if node.get("source"):
+            fx_node.meta["stack_trace"] = node["source"]
+        self.env[name] = fx_node
+
+
+def _identifier(name: str) -> str:
+    """A placeholder name usable as a parameter of forward(self, ...)."""
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "input"
+    if out[0].isdigit() or keyword.iskeyword(out) or out == "self":
+        out = "_" + out
+    return out
 
 
 def graph_to_module(graph: "_C.Graph") -> fx.GraphModule:
     """A GraphModule that takes the graph's inputs positionally and returns a tuple of outputs."""
-    fx_graph = fx.Graph()
-    env: dict[str, fx.Node] = {}
+    exporter = _Exporter()
     for node in graph.nodes():
-        _add_node(fx_graph, node, env)
-    return fx.GraphModule(torch.nn.Module(), fx_graph)
+        exporter.add(node)
+    return fx.GraphModule(exporter.root, exporter.graph)
 
 
 def backend_bridge(graph: "_C.Graph", backend: Callable, example_inputs: list) -> Callable:

@@ -11,9 +11,23 @@ using namespace detail;  // NOTE: helpers of this file family only
 
 // ---------------------------------------------------------------- calls
 
+namespace {
+
+// torch.ops.aten.add.Tensor and torch.ops.aten.add: recorded as the operator itself, not as
+// the nameless C binding their __call__ forwards to, which no fx backend could name.
+bool is_torch_operator(PyObject* f) {  // borrows
+  int is_op = PyObject_IsInstance(f, torch_api().op_overload_types.get());
+  if (is_op < 0) throw PythonError();
+  return is_op;
+}
+
+}  // namespace
+
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwargs) {
   if (!fn) graph_break("unsupported_bytecode", "call of NULL");
   const TorchApi& api = torch_api();
+  if ((fn->kind == VKind::Object || fn->is_const()) && is_torch_operator(fn->obj.get()))
+    return ctx_.call_op(fn->obj.get(), "", args, kwargs);
   switch (fn->kind) {
     case VKind::Method:
       if (fn->flag) return call_base_slot(fn->self, fn->method_name, args);

@@ -52,6 +52,10 @@ TorchApi* build() {
   api->builtins = import("builtins");
   api->builtin_getattr = attr(api->builtins, "getattr");
   api->math_module = import("math");
+  PyRef ops = import("torch._ops");
+  api->op_overload_types = PyRef::steal(
+      PyTuple_Pack(2, attr(ops, "OpOverload").get(), attr(ops, "OpOverloadPacket").get()));
+  if (!api->op_overload_types) throw PythonError();
   PyRef file = attr(api->torch, "__file__");
   std::string f = str_of(file.get());
   api->torch_dir = f.substr(0, f.rfind('/') + 1);

@@ -25,6 +25,7 @@ struct TorchApi {
   PyRef builtin_getattr;    // builtins.getattr
   PyRef builtins;           // the builtins module
   PyRef math_module, operator_module;
+  PyRef op_overload_types;  // (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
   std::string torch_dir;    // ".../site-packages/torch/" (files there are torch's own)
 };
 

@@ -131,6 +131,50 @@ def assert_same(actual, expected, *, atol=None, rtol=None, check_requires_grad=T
 
 
 # ---------------------------------------------------------------------------------------------
+# A backend= that checks the torch.fx graphs torchlite hands out
+# ---------------------------------------------------------------------------------------------
+
+
+def _example_clone(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone().requires_grad_(value.requires_grad)
+    return value
+
+
+def fx_checking_backend(gm, example_inputs, **options):
+    """A torchlite `backend=` that fails unless the GraphModule is valid Python FX code.
+
+    It regenerates the code (`recompile`), prints it, runs `forward` on copies of the example
+    inputs (so in-place ops do not touch the real ones) and checks every output against the
+    trace-time example value's shape and dtype; the compiled function then runs `forward`, so
+    callers compare its values with eager. Graphs checked are counted in `fx_checking_backend.graphs`.
+    """
+    gm.recompile()
+    gm.print_readable(print_output=False)
+    grad_mode = torch.is_grad_enabled()
+    try:
+        outputs = gm.forward(*[_example_clone(v) for v in example_inputs])
+    finally:
+        # NOTE: a graph that ends inside `with torch.no_grad()` leaves grad mode switched off.
+        torch.set_grad_enabled(grad_mode)
+    assert isinstance(outputs, tuple), f"forward returned {type(outputs).__name__}, not a tuple"
+    output_node = next(n for n in gm.graph.nodes if n.op == "output")
+    for i, (out, arg) in enumerate(zip(outputs, output_node.args[0])):
+        example = arg.meta.get("example_value") if hasattr(arg, "meta") else None
+        if isinstance(example, torch.Tensor):
+            assert isinstance(out, torch.Tensor), f"output {i}: {type(out).__name__}\n{gm.code}"
+            assert (out.shape, out.dtype) == (example.shape, example.dtype), (
+                f"output {i}: {out.dtype}{list(out.shape)} but traced as "
+                f"{example.dtype}{list(example.shape)}\n{gm.code}"
+            )
+    fx_checking_backend.graphs += 1
+    return gm.forward
+
+
+fx_checking_backend.graphs = 0
+
+
+# ---------------------------------------------------------------------------------------------
 # Counters
 # ---------------------------------------------------------------------------------------------
 
