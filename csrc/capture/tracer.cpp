@@ -660,10 +660,14 @@ void Tracer::step(const Instruction& inst) {
     case KW_NAMES:
       kw_names_ = const_at(arg);
       return;
-    case CALL:
-      do_call(arg, kw_names_);
+    case CALL: {
+      // NOTE: cleared before the call: a call that raises into a handler of this frame must
+      // not leave its keyword names to the handler's next CALL.
+      PyObject* kw_names = kw_names_;
       kw_names_ = nullptr;
+      do_call(arg, kw_names);
       return;
+    }
     case CALL_FUNCTION_EX:
       do_call_ex(arg);
       return;

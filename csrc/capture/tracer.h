@@ -75,6 +75,7 @@ class Tracer {
   std::optional<ValuePtr> super_attr(const ValuePtr& sup, const std::string& name);
   ValuePtr call_base_slot(const ValuePtr& self, const std::string& name,
                           std::vector<ValuePtr>& args);
+  std::optional<ValuePtr> container_attr(const ValuePtr& obj, const std::string& name);
   std::optional<ValuePtr> custom_getattr(const ValuePtr& obj, const std::string& name);
   ValuePtr make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   ValuePtr construct_object(PyObject* cls, std::vector<ValuePtr> args, KwArgs kwargs);
