@@ -224,6 +224,10 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
     }
     case VKind::Const: {
       PyObject* o = obj->obj.get();
+      // NOTE: frames traced symbolically leave no traceback on the exceptions they raise.
+      if (PyExceptionInstance_Check(o) && name == "__traceback__")
+        graph_break("unsupported_value",
+                    "the traceback of an exception raised in traced code (e.__traceback__)");
       PyRef r = PyRef::steal(PyObject_GetAttrString(o, name.c_str()));
       if (!r) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError))

@@ -35,6 +35,19 @@ std::string utf8(PyObject* s) {
   return c;
 }
 
+// Makes a running tracer's handled exception visible to the frames it calls (CPython's
+// exc_info stack) for as long as it runs.
+class ExcInfoScope {
+ public:
+  ExcInfoScope(std::vector<const ValuePtr*>& stack, const ValuePtr* slot) : stack_(stack) {
+    stack_.push_back(slot);
+  }
+  ~ExcInfoScope() { stack_.pop_back(); }
+
+ private:
+  std::vector<const ValuePtr*>& stack_;
+};
+
 ValuePtr none_value() { return Value::constant(PyRef::borrow(Py_None)); }
 
 }  // namespace
@@ -90,6 +103,7 @@ ValuePtr Tracer::run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> fre
   locals_.resize(code_->co_nlocalsplus);
   free_cells_ = std::move(free_cells);
   std::string filename = utf8(code_->co_filename);
+  ExcInfoScope exc_info(ctx_.exc_info, &handled_exc_);
   while (!returned_) {
     TL_CHECK(pc_ < bc_.insts.size()) << "capture ran past the end of " << utf8(code_->co_name);
     if (depth_ == 0 && static_cast<int>(pc_) == stop_at_) {
@@ -112,12 +126,22 @@ ValuePtr Tracer::run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> fre
       // An exception of the traced program is caught here when a try block of an
       // inlined frame covers it; the top-level frame never traces try bodies.
       auto* user = dynamic_cast<UserException*>(&b);
+      if (user && !user->chained) {
+        user->chained = true;
+        chain_context(user->exception(), handled_exception());
+      }
       if (user && enter_handler(index, *user)) continue;
       if (depth_ == 0 && b.top_index < 0) b.top_index = break_point(index);
       throw;
     }
   }
   return return_value_;
+}
+
+PyObject* Tracer::handled_exception() const {
+  for (auto it = ctx_.exc_info.rbegin(); it != ctx_.exc_info.rend(); ++it)
+    if (**it) return (**it)->obj.get();
+  return nullptr;
 }
 
 bool Tracer::enter_handler(size_t index, const UserException& e) {
@@ -800,11 +824,13 @@ void Tracer::step(const Instruction& inst) {
     case RAISE_VARARGS: {
       if (arg == 0) {
         if (!handled_exc_) graph_break("user_exception", "bare raise in traced code");
-        raise_user_value(handled_exc_->obj.get());
+        reraise_user(handled_exc_->obj.get());
       }
-      if (arg == 2) pop();  // `from cause`: the cause only decorates the traceback
+      ValuePtr cause = arg == 2 ? pop() : nullptr;
       ValuePtr exc = pop();
-      if (!exc->is_const()) graph_break("user_exception", "raise statement in traced code");
+      if (!exc->is_const() || (cause && !cause->is_const()))
+        graph_break("user_exception", "raise statement in traced code");
+      if (cause) raise_user_from(exc->obj.get(), cause->obj.get());
       raise_user_value(exc->obj.get());
     }
     case LOAD_ASSERTION_ERROR:
@@ -834,7 +860,7 @@ void Tracer::step(const Instruction& inst) {
     case RERAISE: {
       ValuePtr exc = pop();
       if (!exc->is_const()) graph_break("user_exception", "re-raise in traced code");
-      raise_user_value(exc->obj.get());
+      reraise_user(exc->obj.get());
     }
     case IMPORT_NAME: {
       ValuePtr fromlist = pop();

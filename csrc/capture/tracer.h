@@ -94,6 +94,9 @@ class Tracer {
   // Starts the handler covering instruction `index` for an exception raised by
   // it (CPython's exception-table unwinding); false when no handler covers it.
   bool enter_handler(size_t index, const UserException& e);
+  // The exception an except block is handling in this frame or the nearest caller
+  // (sys.exception()), borrowed; null when none.
+  PyObject* handled_exception() const;
   // First instruction of the try body containing `index` (in_try_ run).
   size_t try_region_start(size_t index) const;
   // The top-level instruction a graph break at `index` stops before.
