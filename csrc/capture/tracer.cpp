@@ -384,6 +384,8 @@ void Tracer::step(const Instruction& inst) {
     case IS_OP: {
       ValuePtr b = pop();
       ValuePtr a = pop();
+      if (a && a->same_object) a = a->same_object;
+      if (b && b->same_object) b = b->same_object;
       bool same;
       if (a == b) {
         same = true;
