@@ -11,6 +11,46 @@ using namespace detail;  // NOTE: helpers of this file family only
 
 // ---------------------------------------------------------------- attributes
 
+namespace {
+
+PyObject* container_type(const ValuePtr& v) {  // borrowed
+  switch (v->kind) {
+    case VKind::List:
+      return reinterpret_cast<PyObject*>(&PyList_Type);
+    case VKind::Dict:
+      return reinterpret_cast<PyObject*>(&PyDict_Type);
+    case VKind::Set:
+      return reinterpret_cast<PyObject*>(&PySet_Type);
+    default:
+      return v->named_type ? v->named_type.get() : reinterpret_cast<PyObject*>(&PyTuple_Type);
+  }
+}
+
+}  // namespace
+
+// An attribute of a list/tuple/dict/set value, looked up on its type as CPython does: a
+// missing one is missing (hasattr([], "foo") is False), a Python method of a namedtuple
+// subclass is inlined with self, a plain class attribute (_fields) is its value.
+std::optional<ValuePtr> Tracer::container_attr(const ValuePtr& obj, const std::string& name) {
+  PyRef pyname = PyRef::steal(PyUnicode_FromString(name.c_str()));
+  PyObject* type = container_type(obj);
+  PyObject* descr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type), pyname.get());
+  if (!descr) return std::nullopt;
+  ValuePtr m = Value::of_kind(VKind::Method);
+  m->self = obj;
+  if (PyFunction_Check(descr)) {
+    m->obj = PyRef::borrow(descr);
+    return m;
+  }
+  if (Py_TYPE(descr) == &PyMethodDescr_Type || Py_TYPE(descr) == &PyWrapperDescr_Type) {
+    m->method_name = name;
+    return m;
+  }
+  if (!Py_TYPE(descr)->tp_descr_get) return ctx_.from_result(descr);
+  graph_break("unsupported_value",
+              "attribute '" + name + "' of a " + obj->type_name() + " (a descriptor)");
+}
+
 void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& v) {
   if ((obj->kind == VKind::Module || obj->kind == VKind::Object) && obj->source) {
     if (obj->kind == VKind::Module && (v->is_tensor() || v->kind == VKind::Module))
@@ -184,6 +224,10 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
     }
     case VKind::Const: {
       PyObject* o = obj->obj.get();
+      // NOTE: frames traced symbolically leave no traceback on the exceptions they raise.
+      if (PyExceptionInstance_Check(o) && name == "__traceback__")
+        graph_break("unsupported_value",
+                    "the traceback of an exception raised in traced code (e.__traceback__)");
       PyRef r = PyRef::steal(PyObject_GetAttrString(o, name.c_str()));
       if (!r) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError))
@@ -248,8 +292,9 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
     default:
       break;
   }
-  if (obj->kind == VKind::Tensor || obj->is_sequence() || obj->kind == VKind::Dict ||
-      obj->kind == VKind::Set) {
+  if (obj->is_sequence() || obj->kind == VKind::Dict || obj->kind == VKind::Set)
+    return container_attr(obj, name);
+  if (obj->kind == VKind::Tensor) {
     ValuePtr m = Value::of_kind(VKind::Method);
     m->self = obj;
     m->method_name = name;

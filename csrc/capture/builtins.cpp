@@ -1,5 +1,7 @@
 // Python builtins, operator.* and math.* over symbolic values.
 #include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
@@ -11,6 +13,53 @@
 namespace tl::capture {
 using namespace detail;  // NOTE: helpers of this file family only
 
+namespace {
+
+// Keyword arguments to a builtin whose rule below reads only positional ones: those CPython
+// rejects raise its TypeError; those it accepts but the rule would ignore break.
+void check_builtin_kwargs(const std::string& name, const KwArgs& kwargs) {
+  static const std::unordered_set<std::string> positional_only = {
+      "isinstance", "issubclass", "len",  "callable", "hasattr", "getattr", "setattr", "delattr",
+      "next",       "iter",       "abs",  "all",      "any",     "hash",    "id",      "repr",
+      "map",        "reversed",   "filter"};
+  if (positional_only.count(name))
+    raise_user(PyExc_TypeError, name + "() takes no keyword arguments");
+  static const std::unordered_map<std::string, std::unordered_set<std::string>> allowed = {
+      {"sum", {"start"}}, {"enumerate", {"start"}}};
+  auto it = allowed.find(name);
+  if (it == allowed.end()) return;  // the rule passes kwargs on (pure builtins, sorted...)
+  for (auto& [k, v] : kwargs) {
+    (void)v;
+    if (!it->second.count(k))
+      graph_break("unsupported_builtin", name + "() with keyword argument " + k);
+  }
+}
+
+// A class whose metaclass overrides __instancecheck__ (other than ABCMeta's, which
+// answers from the type as the rule below does) runs Python code the rule would skip.
+void check_instancecheck(PyObject* cls) {
+  if (PyTuple_Check(cls)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(cls); ++i)
+      check_instancecheck(PyTuple_GET_ITEM(cls, i));
+    return;
+  }
+  PyTypeObject* meta = Py_TYPE(cls);
+  if (meta == &PyType_Type) return;
+  static PyObject* name = PyUnicode_InternFromString("__instancecheck__");
+  static PyObject* abc_check = [] {  // NOTE: abc lives as long as the interpreter
+    PyRef abc = PyRef::steal(PyImport_ImportModule("abc"));
+    PyRef meta_type = abc ? PyRef::steal(PyObject_GetAttrString(abc.get(), "ABCMeta")) : PyRef();
+    if (!meta_type) throw PythonError();
+    return _PyType_Lookup(reinterpret_cast<PyTypeObject*>(meta_type.get()), name);
+  }();
+  PyObject* check = _PyType_Lookup(meta, name);
+  if (check && check != _PyType_Lookup(&PyType_Type, name) && check != abc_check)
+    graph_break("unsupported_callable", std::string("isinstance() with a metaclass ") +
+                                            meta->tp_name + " that defines __instancecheck__");
+}
+
+}  // namespace
+
 ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs,
                               bool& handled) {
   handled = true;
@@ -21,6 +70,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
   if (is_builtin_fn || is_builtin_type) {
     if (forbidden_builtins().count(name))
       graph_break("unsupported_builtin", "call to builtin " + name + "()");
+    if (!kwargs.empty()) check_builtin_kwargs(name, kwargs);
     if (name == "super") {
       if (args.size() == 2) return make_super(args[0], args[1]);
       if (!args.empty()) graph_break("unsupported_callable", "super() with one argument");
@@ -41,7 +91,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       if (v->is_sequence() || v->kind == VKind::Dict) return const_int(v->items.size());
       if (v->kind == VKind::Set) return const_int(PySet_GET_SIZE(v->obj.get()));
       if (v->kind == VKind::Object) {
-        if (auto r = call_dunder(v, "__len__", {})) return *r;
+        if (auto r = call_dunder(v, "__len__", {})) return const_int(checked_len(*r));
         if (v->mapping) return const_int(v->mapping->items.size());
       }
       if (v->kind == VKind::Iterator && v->iter_kind == IterKind::Items)
@@ -84,6 +134,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     if (name == "isinstance" && cls_ref) {
       const ValuePtr& v = args[0];
       PyObject* cls = cls_ref.get();
+      check_instancecheck(cls);
       PyObject* type = nullptr;
       switch (v->kind) {
         case VKind::Tensor:
@@ -163,6 +214,8 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       ValuePtr s = args.size() > 1 ? args[1] : (!kwargs.empty() ? kwargs[0].second : nullptr);
       return enumerate_iter(args[0], s ? s : const_int(0));
     }
+    if (name == "zip" && !kwargs.empty())
+      graph_break("unsupported_builtin", "zip() with keyword arguments (strict=)");
     if (name == "zip") {
       if (!kwargs.empty()) graph_break("unsupported_builtin", "zip() with keyword arguments");
       return zip_iter(args);
@@ -235,8 +288,8 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       }
       return it;
     }
-    if (name == "sum" && !args.empty()) {
-      ValuePtr acc = args.size() > 1 ? args[1] : const_int(0);
+    if (name == "sum" && !args.empty() && args.size() + kwargs.size() <= 2) {
+      ValuePtr acc = args.size() > 1 ? args[1] : !kwargs.empty() ? kwargs[0].second : const_int(0);
       for (auto& item : iterate(args[0])) acc = binary_op(operator_fn("add"), acc, item);
       return acc;
     }

@@ -23,6 +23,12 @@ std::string utf8(PyObject* s) {
   return c;
 }
 
+// A list, dict or object made by the trace: rebuilt fresh, so it must be rebuilt once.
+bool is_mutable_built(const ValuePtr& v) {
+  return v->kind == VKind::List || v->kind == VKind::Dict ||
+         (v->kind == VKind::Object && v->flag);
+}
+
 // Converts the values that outlive the frame into residual instructions,
 // collecting the tensors the graph must return.
 class ResidualBuilder {
@@ -40,11 +46,13 @@ class ResidualBuilder {
       r.source = v->node->source;
       return r;
     }
-    if (at_break_ && !v->source && (v->kind == VKind::List || v->kind == VKind::Dict) &&
-        !rebuilt_.insert(v.get()).second)
-      graph_break(
-          "unsupported_value",
-          "a " + v->type_name() + " built in traced code is referenced twice at a graph break");
+    // NOTE: residuals have no shared bindings, so a mutable value built by the trace and
+    // referenced twice would come back as two objects (`l is l2`, `o.__class__ = ...` run by
+    // CPython on one copy and read back on the other): unsupported, never a silent copy.
+    if (!v->source && is_mutable_built(v) && !rebuilt_.insert(v.get()).second)
+      graph_break("unsupported_value", "a " + v->type_name() +
+                                           " built in traced code is referenced twice " +
+                                           (at_break_ ? "at a graph break" : "in the result"));
     switch (v->kind) {
       case VKind::Tensor: {
         r.kind = ir::Residual::Kind::GraphOutput;

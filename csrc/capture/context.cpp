@@ -781,7 +781,16 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
           : graph_->add_call_method(method, std::move(node_args), std::move(node_kwargs));
   node->location = location;
   if (result.get() == Py_None) return Value::constant(PyRef::borrow(Py_None));
-  return result_value(result.get(), node, device);
+  ValuePtr out = result_value(result.get(), node, device);
+  // An op that returns one of its tensor arguments (x.add_(1), out=, a no-op .to() or
+  // .contiguous()) returns that very object in eager: `y is x` must hold.
+  auto returns_arg = [&](const ValuePtr& a) {
+    if (out->is_tensor() && a && a->is_tensor() && a->meta.get() == result.get())
+      out->same_object = a->same_object ? a->same_object : a;
+  };
+  for (auto& a : args) returns_arg(a);
+  for (auto& kv : kwargs) returns_arg(kv.second);
+  return out;
 }
 
 }  // namespace tl::capture

@@ -84,6 +84,9 @@ class CaptureContext {
   bool autocast_on = false;
   std::string autocast_key;
 
+  // The handled-exception slot of each running tracer, innermost last (tracer.cpp).
+  std::vector<const ValuePtr*> exc_info;
+
   std::string location;  // "file.py:42" of the instruction being traced
   std::string filename;
   int lineno = -1;

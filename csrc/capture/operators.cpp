@@ -13,6 +13,14 @@ using namespace detail;  // NOTE: helpers of this file family only
 
 // ---------------------------------------------------------------- truth, iteration
 
+Py_ssize_t detail::checked_len(const ValuePtr& r) {
+  if (!r->is_const()) graph_break("unsupported_value", "__len__ returned a " + r->type_name());
+  Py_ssize_t n = PyNumber_AsSsize_t(r->obj.get(), PyExc_OverflowError);
+  if (n == -1 && PyErr_Occurred()) raise_current_error("__len__");
+  if (n < 0) raise_user(PyExc_ValueError, "__len__() should return >= 0");
+  return n;
+}
+
 bool Tracer::truth(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Const: {
@@ -36,8 +44,13 @@ bool Tracer::truth(const ValuePtr& v) {
     case VKind::Set:
       return PySet_GET_SIZE(v->obj.get()) > 0;
     case VKind::Object: {
-      if (auto r = call_dunder(v, "__bool__", {})) return truth(*r);
-      if (auto r = call_dunder(v, "__len__", {})) return truth(*r);
+      if (auto r = call_dunder(v, "__bool__", {})) {
+        if (!(*r)->is_const() || !PyBool_Check((*r)->obj.get()))
+          raise_user(PyExc_TypeError,
+                     "__bool__ should return bool, returned " + (*r)->type_name());
+        return (*r)->obj.get() == Py_True;
+      }
+      if (auto r = call_dunder(v, "__len__", {})) return checked_len(*r) != 0;
       if (v->mapping) return !v->mapping->items.empty();
       PyTypeObject* t = Py_TYPE(v->obj.get());
       if ((t->tp_as_number && t->tp_as_number->nb_bool) ||

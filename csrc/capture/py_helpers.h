@@ -18,6 +18,8 @@ PyObject* C(bool b);  // borrowed Py_True / Py_False
 ValuePtr const_bool(bool b);
 ValuePtr none();
 ValuePtr const_int(long long i);
+// operators.cpp: len() from what a Python __len__ returned, with CPython's checks.
+Py_ssize_t checked_len(const ValuePtr& r);
 // Runs a pure Python callable on constants at trace time.
 ValuePtr call_pure(CaptureContext& ctx, PyObject* fn, const std::vector<ValuePtr>& args,
                    const KwArgs& kwargs);

@@ -35,6 +35,19 @@ std::string utf8(PyObject* s) {
   return c;
 }
 
+// Makes a running tracer's handled exception visible to the frames it calls (CPython's
+// exc_info stack) for as long as it runs.
+class ExcInfoScope {
+ public:
+  ExcInfoScope(std::vector<const ValuePtr*>& stack, const ValuePtr* slot) : stack_(stack) {
+    stack_.push_back(slot);
+  }
+  ~ExcInfoScope() { stack_.pop_back(); }
+
+ private:
+  std::vector<const ValuePtr*>& stack_;
+};
+
 ValuePtr none_value() { return Value::constant(PyRef::borrow(Py_None)); }
 
 }  // namespace
@@ -90,6 +103,7 @@ ValuePtr Tracer::run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> fre
   locals_.resize(code_->co_nlocalsplus);
   free_cells_ = std::move(free_cells);
   std::string filename = utf8(code_->co_filename);
+  ExcInfoScope exc_info(ctx_.exc_info, &handled_exc_);
   while (!returned_) {
     TL_CHECK(pc_ < bc_.insts.size()) << "capture ran past the end of " << utf8(code_->co_name);
     if (depth_ == 0 && static_cast<int>(pc_) == stop_at_) {
@@ -112,12 +126,22 @@ ValuePtr Tracer::run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> fre
       // An exception of the traced program is caught here when a try block of an
       // inlined frame covers it; the top-level frame never traces try bodies.
       auto* user = dynamic_cast<UserException*>(&b);
+      if (user && !user->chained) {
+        user->chained = true;
+        chain_context(user->exception(), handled_exception());
+      }
       if (user && enter_handler(index, *user)) continue;
       if (depth_ == 0 && b.top_index < 0) b.top_index = break_point(index);
       throw;
     }
   }
   return return_value_;
+}
+
+PyObject* Tracer::handled_exception() const {
+  for (auto it = ctx_.exc_info.rbegin(); it != ctx_.exc_info.rend(); ++it)
+    if (**it) return (**it)->obj.get();
+  return nullptr;
 }
 
 bool Tracer::enter_handler(size_t index, const UserException& e) {
@@ -140,7 +164,6 @@ bool Tracer::enter_handler(size_t index, const UserException& e) {
                 "exception leaving a with-block in traced code (" + e.reason() + ")");
   TL_CHECK(static_cast<int>(stack_.size()) >= entry->depth) << "exception handler stack depth";
   stack_.resize(entry->depth);
-  kw_names_ = nullptr;
   if (entry->lasti) push(detail::const_int(offset / 2));
   push(Value::constant(PyRef::borrow(e.exception())));
   if (depth_ == 0) try_start_ = try_region_start(index);
@@ -361,6 +384,8 @@ void Tracer::step(const Instruction& inst) {
     case IS_OP: {
       ValuePtr b = pop();
       ValuePtr a = pop();
+      if (a && a->same_object) a = a->same_object;
+      if (b && b->same_object) b = b->same_object;
       bool same;
       if (a == b) {
         same = true;
@@ -662,8 +687,8 @@ void Tracer::step(const Instruction& inst) {
       kw_names_ = const_at(arg);
       return;
     case CALL: {
-      // NOTE: cleared before the call: a call that raises into a handler of this
-      // frame must not leave its keyword names to the handler's next CALL.
+      // NOTE: cleared before the call: a call that raises into a handler of this frame must
+      // not leave its keyword names to the handler's next CALL.
       PyObject* kw_names = kw_names_;
       kw_names_ = nullptr;
       do_call(arg, kw_names);
@@ -731,12 +756,22 @@ void Tracer::step(const Instruction& inst) {
       return;
     }
 #endif
-    case GET_ITER:
-      push(get_iter(pop()));
+    case GET_ITER: {
+      ValuePtr v = pop();
+      if (v->kind == VKind::Iterator) {
+        push(v);
+        return;
+      }
+      ValuePtr it = Value::of_kind(VKind::Iterator);
+      it->items = iterate(v);
+      push(it);
       return;
+    }
     case FOR_ITER: {
-      if (std::optional<ValuePtr> item = next_item(top())) {
-        push(std::move(*item));
+      ValuePtr it = top();
+      TL_CHECK(it->kind == VKind::Iterator) << "FOR_ITER on a non-iterator";
+      if (it->pos < it->items.size()) {
+        push(it->items[it->pos++]);
         return;
       }
       pop();
@@ -791,11 +826,13 @@ void Tracer::step(const Instruction& inst) {
     case RAISE_VARARGS: {
       if (arg == 0) {
         if (!handled_exc_) graph_break("user_exception", "bare raise in traced code");
-        raise_user_value(handled_exc_->obj.get());
+        reraise_user(handled_exc_->obj.get());
       }
-      if (arg == 2) pop();  // `from cause`: the cause only decorates the traceback
+      ValuePtr cause = arg == 2 ? pop() : nullptr;
       ValuePtr exc = pop();
-      if (!exc->is_const()) graph_break("user_exception", "raise statement in traced code");
+      if (!exc->is_const() || (cause && !cause->is_const()))
+        graph_break("user_exception", "raise statement in traced code");
+      if (cause) raise_user_from(exc->obj.get(), cause->obj.get());
       raise_user_value(exc->obj.get());
     }
     case LOAD_ASSERTION_ERROR:
@@ -825,7 +862,7 @@ void Tracer::step(const Instruction& inst) {
     case RERAISE: {
       ValuePtr exc = pop();
       if (!exc->is_const()) graph_break("user_exception", "re-raise in traced code");
-      raise_user_value(exc->obj.get());
+      reraise_user(exc->obj.get());
     }
     case IMPORT_NAME: {
       ValuePtr fromlist = pop();
@@ -867,7 +904,6 @@ ValuePtr Tracer::load_global(const std::string& name) {
 }
 
 void Tracer::do_call(int argc, PyObject* kw_names) {
-  TL_CHECK(static_cast<int>(stack_.size()) >= argc + 2) << "capture stack underflow at a call";
   std::vector<ValuePtr> args(stack_.end() - argc, stack_.end());
   stack_.resize(stack_.size() - argc);
   ValuePtr a = pop();
@@ -882,7 +918,6 @@ void Tracer::do_call(int argc, PyObject* kw_names) {
   KwArgs kwargs;
   if (kw_names) {
     Py_ssize_t nk = PyTuple_GET_SIZE(kw_names);
-    TL_CHECK(static_cast<size_t>(nk) <= args.size()) << "KW_NAMES longer than the call's arguments";
     size_t first = args.size() - nk;
     for (Py_ssize_t i = 0; i < nk; ++i)
       kwargs.emplace_back(utf8(PyTuple_GET_ITEM(kw_names, i)), args[first + i]);

@@ -89,6 +89,7 @@ class Tracer {
   std::optional<ValuePtr> super_attr(const ValuePtr& sup, const std::string& name);
   ValuePtr call_base_slot(const ValuePtr& self, const std::string& name,
                           std::vector<ValuePtr>& args);
+  std::optional<ValuePtr> container_attr(const ValuePtr& obj, const std::string& name);
   std::optional<ValuePtr> custom_getattr(const ValuePtr& obj, const std::string& name);
   ValuePtr make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   ValuePtr construct_object(PyObject* cls, std::vector<ValuePtr> args, KwArgs kwargs);
@@ -107,6 +108,9 @@ class Tracer {
   // Starts the handler covering instruction `index` for an exception raised by
   // it (CPython's exception-table unwinding); false when no handler covers it.
   bool enter_handler(size_t index, const UserException& e);
+  // The exception an except block is handling in this frame or the nearest caller
+  // (sys.exception()), borrowed; null when none.
+  PyObject* handled_exception() const;
   // First instruction of the try body containing `index` (in_try_ run).
   size_t try_region_start(size_t index) const;
   // The top-level instruction a graph break at `index` stops before.

@@ -47,6 +47,60 @@ void raise_user_value(PyObject* exc_or_class) {
   throw UserException(std::move(exc), std::move(reason));
 }
 
+namespace {
+
+PyRef exception_instance(PyObject* exc_or_class) {
+  if (PyExceptionInstance_Check(exc_or_class)) return PyRef::borrow(exc_or_class);
+  if (PyExceptionClass_Check(exc_or_class)) {
+    PyRef exc = PyRef::steal(PyObject_CallNoArgs(exc_or_class));
+    if (!exc) throw PythonError();
+    if (!PyExceptionInstance_Check(exc.get()))
+      raise_user(PyExc_TypeError, "calling " + std::string(Py_TYPE(exc_or_class)->tp_name) +
+                                      " should have returned an instance of BaseException");
+    return exc;
+  }
+  return {};
+}
+
+}  // namespace
+
+void reraise_user(PyObject* exc) {
+  try {
+    raise_user_value(exc);
+  } catch (UserException& e) {
+    e.chained = true;
+    throw;
+  }
+}
+
+void raise_user_from(PyObject* exc_or_class, PyObject* cause_or_class) {
+  PyRef exc = exception_instance(exc_or_class);
+  if (!exc) raise_user(PyExc_TypeError, "exceptions must derive from BaseException");
+  PyRef cause;
+  if (cause_or_class != Py_None) {
+    cause = exception_instance(cause_or_class);
+    if (!cause) raise_user(PyExc_TypeError, "exception causes must derive from BaseException");
+  }
+  PyException_SetCause(exc.get(), cause.release());  // steals; also sets __suppress_context__
+  raise_user_value(exc.get());
+}
+
+void chain_context(PyObject* exc, PyObject* handled) {
+  if (!handled || handled == Py_None || handled == exc) return;
+  // NOTE: bounded walk, like CPython's cycle-safe one: a pre-existing cycle must not hang.
+  PyObject* o = handled;
+  for (int steps = 0; steps < 10000; ++steps) {
+    PyRef context = PyRef::steal(PyException_GetContext(o));
+    if (!context) break;
+    if (context.get() == exc) {
+      PyException_SetContext(o, nullptr);
+      break;
+    }
+    o = context.get();  // kept alive by the chain it belongs to
+  }
+  PyException_SetContext(exc, PyRef::borrow(handled).release());  // steals
+}
+
 void raise_current_error(const std::string& what) {
   PyObject *t, *v, *tb;
   PyErr_Fetch(&t, &v, &tb);

@@ -24,6 +24,9 @@ class UserException : public GraphBreak {
   PyObject* exception() const { return exc_.get(); }  // borrowed
   // isinstance(exception, type_or_tuple), as an `except` clause tests it.
   bool matches(PyObject* type_or_tuple) const;
+  // Set once the exception's __context__ was chained (at its raise, as _PyErr_SetObject
+  // does); a re-raise or a frame it propagates through must not chain it again.
+  bool chained = false;
 
  private:
   PyRef exc_;
@@ -36,6 +39,14 @@ class UserException : public GraphBreak {
 // Raises an exception value the traced program built: an instance, or a class
 // instantiated with no arguments. Anything else is an `unsupported_value` break.
 [[noreturn]] void raise_user_value(PyObject* exc_or_class);
+// Re-raises an exception the traced program caught (bare `raise`, RERAISE): no new context.
+[[noreturn]] void reraise_user(PyObject* exc);
+// `raise exc from cause` (both borrowed; either may be a class): sets __cause__ and
+// __suppress_context__ as CPython's do_raise does, then raises.
+[[noreturn]] void raise_user_from(PyObject* exc, PyObject* cause);
+// Sets exc.__context__ to the exception being handled (borrowed, may be null) unless they are
+// the same object, first cutting a cycle through `exc`, as _PyErr_SetObject does.
+void chain_context(PyObject* exc, PyObject* handled);
 // Turns the Python error currently set (by a call folded at trace time) into a
 // UserException; `what` prefixes the break reason.
 [[noreturn]] void raise_current_error(const std::string& what);

@@ -74,6 +74,8 @@ struct Value {
   PyRef named_type;      // Tuple: namedtuple / torch.Size type to rebuild, or null
   ValuePtr attrs;        // Object made by traced code: its __dict__ (a Dict value)
   ValuePtr mapping;      // Object made by traced code from a dict subclass: its items (a Dict)
+  ValuePtr same_object;  // Tensor returned by an op as one of its arguments (x.add_(1)): that
+                         // argument's value, for `is` (the node still orders the mutation)
 
   static ValuePtr constant(PyRef obj, ir::SourcePtr src = nullptr);
   static ValuePtr tensor(ir::Node* node, PyRef meta, PyRef device);
