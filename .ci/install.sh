@@ -2,7 +2,7 @@
 # Installs what torchlite needs on a fresh Debian 12 machine with Python 3.11 or 3.12, then
 # builds and installs torchlite in editable mode. Prints the Python to use on its last line.
 #   bash .ci/install.sh           # for the demo: torch, pytest
-#   bash .ci/install.sh --tests   # also Catch2 and the model-test packages (timm, transformers)
+#   bash .ci/install.sh --tests   # also Catch2, clang-format, ruff and the model-test packages
 # TORCHLITE_SKIP_INSTALL=1 skips everything but the build (for a machine already set up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,8 @@ apt_missing=()
 command -v ninja >/dev/null || apt_missing+=(ninja-build)
 command -v g++ >/dev/null || apt_missing+=(g++)
 [[ $tests == 1 && ! -f /usr/include/catch2/catch.hpp ]] && apt_missing+=(catch2)
+# tests/run_all.sh checks the C++ formatting (.clang-format) before building.
+[[ $tests == 1 ]] && ! command -v clang-format >/dev/null && apt_missing+=(clang-format)
 # LLVM 19 builds the CPU compiler (csrc/codegen/cpu); without it torchlite still works op by op.
 [[ -d /usr/lib/llvm-19/lib/cmake/llvm ]] || apt_missing+=(llvm-19-dev)
 
@@ -43,7 +45,8 @@ if [[ "${TORCHLITE_SKIP_INSTALL:-0}" != 1 ]]; then
   "${pip[@]}" setuptools wheel "pybind11>=2.11" "cmake>=3.24" ninja >&2
   "${pip[@]}" torch==2.13.0 pytest >&2
   if [[ $tests == 1 ]]; then
-    log "pip install timm transformers"
+    log "pip install ruff timm transformers"
+    "${pip[@]}" ruff >&2
     # NOTE: torch pinned again: else timm's newest torchvision upgrades it (to a CUDA build
     # with triton, whose bundled LLVM crashes the C++ test binary that links LLVM 19).
     "${pip[@]}" timm transformers torch==2.13.0 >&2

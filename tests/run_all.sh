@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs, builds, runs the C++ tests (ctest) and then pytest; pytest's summary is the last
-# line. Exits non-zero when either fails.
+# Installs, builds, checks formatting (clang-format, ruff), runs the C++ tests (ctest) and then
+# pytest; pytest's summary is the last line. Exits non-zero when any of them fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py="$(bash .ci/install.sh --tests | tail -n 1)" || { echo "install/build failed" >&2; exit 1; }
@@ -12,6 +12,13 @@ for d in csrc/* torchlite tests/cpp tests/python bench examples; do
       | xargs -0 -r cat | wc -l)
   printf "%7d  %s\n" "$n" "$d"
 done
+
+# Formatting and lint (STYLE.md: .clang-format, ruff): a diff fails the run, as a test does.
+fmt_rc=0
+find csrc tests/cpp -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.c' \) -print0 \
+  | xargs -0 clang-format --dry-run --Werror || { echo "clang-format: run clang-format -i on the files above" >&2; fmt_rc=1; }
+"$py" -m ruff check torchlite tests bench examples || fmt_rc=1
+"$py" -m ruff format --check torchlite tests bench examples || { echo "ruff: run ruff format" >&2; fmt_rc=1; }
 
 # NOTE: the C++ tests reuse the folder the extension was built in (build/<SOABI>), so the
 # core library compiles once; a fresh folder is configured only when that one is missing.
@@ -27,4 +34,4 @@ cpp_rc=$?
 
 "$py" -m pytest tests/python -q
 py_rc=$?
-exit $(( cpp_rc != 0 || py_rc != 0 ))
+exit $(( cpp_rc != 0 || py_rc != 0 || fmt_rc != 0 ))

@@ -49,9 +49,7 @@ def resolve(mode: str | None, options: dict | None, api: str = "torchlite.compil
     for name, value in (options or {}).items():
         spec = specs.get(name)
         if spec is None:
-            raise ValueError(
-                f"{api}: unknown option {name!r}; known options: {', '.join(known)}"
-            )
+            raise ValueError(f"{api}: unknown option {name!r}; known options: {', '.join(known)}")
         if spec["scope"] != "compile":
             raise ValueError(
                 f"{api}: {name!r} is a process-wide setting; set torchlite.config.{name}"

@@ -41,8 +41,8 @@ using SettingField = std::variant<bool Settings::*, int64_t Settings::*, std::st
 using SettingValue = std::variant<bool, int64_t, std::string, std::optional<bool>>;
 
 struct SettingSpec {
-  const char* name;          // torchlite.config.<name>, options={"<name>": ...}
-  SettingField field;        // its type is the field's type
+  const char* name;    // torchlite.config.<name>, options={"<name>": ...}
+  SettingField field;  // its type is the field's type
   SettingScope scope;
   const char* env;           // environment variable, or nullptr
   const char* default_text;  // the default as the README's table states it

@@ -1,10 +1,10 @@
 #include "frame/callables.h"
 
+#include <structmember.h>
+
 #include <atomic>
 #include <cstddef>
 #include <new>
-
-#include <structmember.h>
 
 #include "core/errors.h"
 
@@ -19,8 +19,7 @@ std::atomic<int> g_next_config_id{1};
 // ---- Config ---------------------------------------------------------------
 
 struct ConfigObject {
-  PyObject_HEAD
-  ConfigPtr config;  // constructed in new_config, destroyed in config_dealloc
+  PyObject_HEAD ConfigPtr config;  // constructed in new_config, destroyed in config_dealloc
 };
 
 void config_dealloc(PyObject* self) {
@@ -36,7 +35,9 @@ PyObject* config_get_id(PyObject* self, void*) { return PyLong_FromLong(cfg(self
 PyObject* config_get_backend_name(PyObject* self, void*) {
   return PyUnicode_FromString(cfg(self).backend_name.c_str());
 }
-PyObject* config_get_fullgraph(PyObject* self, void*) { return PyBool_FromLong(cfg(self).fullgraph); }
+PyObject* config_get_fullgraph(PyObject* self, void*) {
+  return PyBool_FromLong(cfg(self).fullgraph);
+}
 PyObject* config_get_limit(PyObject* self, void*) {
   return PyLong_FromLong(cfg(self).cache_size_limit);
 }
@@ -71,8 +72,7 @@ PyType_Spec config_spec = {"torchlite._C.Config", sizeof(ConfigObject), 0,
 // ---- CompiledFunction / DisabledFunction ------------------------------------
 
 struct WrapperObject {
-  PyObject_HEAD
-  vectorcallfunc vectorcall;
+  PyObject_HEAD vectorcallfunc vectorcall;
   PyObject* fn;          // strong
   PyObject* config_obj;  // strong; a Config, or NULL for DisabledFunction
   PyObject* dict;        // strong, may be NULL
@@ -117,8 +117,7 @@ PyObject* disabled_vectorcall(PyObject* self, PyObject* const* args, size_t narg
 }
 
 // Returns a new wrapper, or NULL with an exception set. Borrows its arguments.
-PyObject* new_wrapper(PyTypeObject* type, PyObject* fn, PyObject* config_obj,
-                      vectorcallfunc call) {
+PyObject* new_wrapper(PyTypeObject* type, PyObject* fn, PyObject* config_obj, vectorcallfunc call) {
   if (!PyCallable_Check(fn)) {
     PyErr_Format(PyExc_TypeError, "torchlite: expected a callable, got %R", fn);
     return nullptr;
@@ -148,7 +147,8 @@ PyObject* compiled_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     return nullptr;
   }
   if (!config_of(config)) {
-    PyErr_Format(PyExc_TypeError, "CompiledFunction: expected a torchlite._C.Config, got %R", config);
+    PyErr_Format(PyExc_TypeError, "CompiledFunction: expected a torchlite._C.Config, got %R",
+                 config);
     return nullptr;
   }
   return new_wrapper(type, fn, config, compiled_vectorcall);
@@ -158,7 +158,8 @@ PyObject* compiled_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
 PyObject* disabled_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   PyObject* fn;
   static const char* kw[] = {"fn", nullptr};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:DisabledFunction", const_cast<char**>(kw), &fn)) {
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:DisabledFunction", const_cast<char**>(kw),
+                                   &fn)) {
     return nullptr;
   }
   return new_wrapper(type, fn, nullptr, disabled_vectorcall);
@@ -226,16 +227,17 @@ PyMemberDef wrapper_members[] = {
     {nullptr, 0, 0, 0, nullptr},
 };
 
-#define TL_WRAPPER_SLOTS(NEW, DOC)                                   \
-  {Py_tp_new, reinterpret_cast<void*>(NEW)},                         \
-      {Py_tp_dealloc, reinterpret_cast<void*>(wrapper_dealloc)},     \
-      {Py_tp_traverse, reinterpret_cast<void*>(wrapper_traverse)},   \
-      {Py_tp_clear, reinterpret_cast<void*>(wrapper_clear)},         \
-      {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},      \
-      {Py_tp_descr_get, reinterpret_cast<void*>(wrapper_descr_get)}, \
-      {Py_tp_repr, reinterpret_cast<void*>(wrapper_repr)},           \
-      {Py_tp_getset, wrapper_getset}, {Py_tp_members, wrapper_members}, \
-      {Py_tp_doc, const_cast<char*>(DOC)}, {0, nullptr}
+#define TL_WRAPPER_SLOTS(NEW, DOC)                                                         \
+  {Py_tp_new, reinterpret_cast<void*>(NEW)},                                               \
+      {Py_tp_dealloc, reinterpret_cast<void*>(wrapper_dealloc)},                           \
+      {Py_tp_traverse, reinterpret_cast<void*>(wrapper_traverse)},                         \
+      {Py_tp_clear, reinterpret_cast<void*>(wrapper_clear)},                               \
+      {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},                            \
+      {Py_tp_descr_get, reinterpret_cast<void*>(wrapper_descr_get)},                       \
+      {Py_tp_repr, reinterpret_cast<void*>(wrapper_repr)}, {Py_tp_getset, wrapper_getset}, \
+      {Py_tp_members, wrapper_members}, {Py_tp_doc, const_cast<char*>(DOC)}, {             \
+    0, nullptr                                                                             \
+  }
 
 PyType_Slot compiled_slots[] = {
     TL_WRAPPER_SLOTS(compiled_new, "CompiledFunction(fn, config): calls fn with config active.")};

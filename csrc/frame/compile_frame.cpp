@@ -154,7 +154,8 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
   capture::CaptureResult res = capture::capture_frame(code, func, frame);
   counters().capture_ns += static_cast<int64_t>(res.capture_ms * 1e6);
   // NOTE: kernels' .ll and .cu files go to <debug_dir>/kernels (core/flags.h).
-  std::string dump_folder = config->settings.trace ? dump(code, res, config->settings.debug_dir) : "";
+  std::string dump_folder =
+      config->settings.trace ? dump(code, res, config->settings.debug_dir) : "";
   if (log_enabled("guards"))
     log_event("guards", utf8(code->co_qualname) + ":\n" + res.guards.str());
 

@@ -13,13 +13,13 @@ namespace tl::frame {
 // The options of one torchlite.compile() call. Immutable once built; shared
 // by every cache entry it produced.
 struct CompileConfig {
-  int id = 0;                 // distinguishes entries of different compile() calls
-  PyRef backend;              // None for the builtin runner, else backend(gm, example_inputs)
-  std::string backend_name;   // "torchlite", "inductor", "<callable>"
-  bool fullgraph = false;     // raise instead of falling back to eager on a graph break
-  int cache_size_limit = 8;   // entries per code object before running eagerly
-  PyRef recorder;             // explain(): a list that receives one dict per capture, or None
-  Settings settings;          // compile scope from mode/options, the rest torchlite.config's
+  int id = 0;                // distinguishes entries of different compile() calls
+  PyRef backend;             // None for the builtin runner, else backend(gm, example_inputs)
+  std::string backend_name;  // "torchlite", "inductor", "<callable>"
+  bool fullgraph = false;    // raise instead of falling back to eager on a graph break
+  int cache_size_limit = 8;  // entries per code object before running eagerly
+  PyRef recorder;            // explain(): a list that receives one dict per capture, or None
+  Settings settings;         // compile scope from mode/options, the rest torchlite.config's
   std::string mode = "default";
 };
 

@@ -232,11 +232,11 @@ std::string fold_batch_norm_blocker(const ir::Graph& graph, const ir::Node& bn) 
 }
 
 int fold_batch_norm(ir::Graph& graph) {
-  // NOTE: off by default (the fold_batch_norm setting). Batch norm already runs inside the pointwise
-  // kernel after the conv, so folding saved nothing measurable (bench/cpu.py resnet18, and
-  // resnet50 b64 bf16 on an H100: 7.6 ms folded, 6.4 ms not) while adding two kernels per
-  // conv; and it changes rounding enough that timm inception_v3 (random weights, activations
-  // near 1e5) left the corpus tolerance.
+  // NOTE: off by default (the fold_batch_norm setting). Batch norm already runs inside the
+  // pointwise kernel after the conv, so folding saved nothing measurable (bench/cpu.py resnet18,
+  // and resnet50 b64 bf16 on an H100: 7.6 ms folded, 6.4 ms not) while adding two kernels per conv;
+  // and it changes rounding enough that timm inception_v3 (random weights, activations near 1e5)
+  // left the corpus tolerance.
   std::vector<Node*> candidates;
   for (auto& n : graph.nodes())
     if (n->target_name.find("batch_norm") != std::string::npos) candidates.push_back(n.get());

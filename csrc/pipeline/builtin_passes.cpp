@@ -16,24 +16,40 @@ std::vector<Pass> builtin_passes() {
   using G = ir::Graph;
   using St = PassState;
   return {
-      {"torchlite.functionalize", {"functionalize"}, kAnyDevice,
+      {"torchlite.functionalize",
+       {"functionalize"},
+       kAnyDevice,
        [](const Settings& s) { return s.functionalize; },
        [](G& g, St&) { passes::functionalize(g); }},
-      {"torchlite.attention_masks", {}, kCuda, nullptr,
+      {"torchlite.attention_masks",
+       {},
+       kCuda,
+       nullptr,
        [](G& g, St&) {
          passes::dense_attention_masks(g);
          passes::share_attention_masks(g);
        }},
-      {"torchlite.pad_linears", {}, kCuda, nullptr,
+      {"torchlite.pad_linears",
+       {},
+       kCuda,
+       nullptr,
        [](G& g, St&) { passes::pad_unaligned_linears(g); }},
-      {"torchlite.fold_batch_norm", {"fold_batch_norm"}, kAnyDevice,
+      {"torchlite.fold_batch_norm",
+       {"fold_batch_norm"},
+       kAnyDevice,
        [](const Settings& s) { return s.fold_batch_norm; },
        [](G& g, St&) { counters().batch_norms_folded += passes::fold_batch_norm(g); }},
-      {"torchlite.channels_last", {"channels_last"}, kAnyDevice, nullptr,
+      {"torchlite.channels_last",
+       {"channels_last"},
+       kAnyDevice,
+       nullptr,
        [](G& g, St& st) {
          counters().channels_last_convs += passes::channels_last(g, st.ctx.settings.channels_last);
        }},
-      {"torchlite.partition", {}, kAnyDevice, nullptr,
+      {"torchlite.partition",
+       {},
+       kAnyDevice,
+       nullptr,
        [](G& g, St& st) { st.partition = passes::partition_graph(g); }},
   };
 }

@@ -96,8 +96,8 @@ void verify_after(const std::string& pass, const ir::Graph& graph, const PassSta
     graph.lint();
     for (auto& k : st.partition.kernels) k.kernel.verify();
   } catch (const Error& e) {
-    throw Error(ErrorKind::Internal, "TORCHLITE_VERIFY: the graph is broken after pass '" + pass +
-                                         "':\n" + e.what());
+    throw Error(ErrorKind::Internal,
+                "TORCHLITE_VERIFY: the graph is broken after pass '" + pass + "':\n" + e.what());
   }
 }
 

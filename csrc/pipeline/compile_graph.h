@@ -15,7 +15,7 @@
 namespace tl::pipeline {
 
 struct Executable {
-  std::shared_ptr<ir::Graph> graph;                  // the graph after the passes
+  std::shared_ptr<ir::Graph> graph;                 // the graph after the passes
   std::unique_ptr<runtime::CompiledGraph> kernels;  // null: the graph runs op by op
   std::vector<std::string> passes;                  // the passes that ran, in order
   std::string no_kernels;                           // why kernels is null ("" when it isn't)

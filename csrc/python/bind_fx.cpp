@@ -62,7 +62,8 @@ std::optional<ir::TensorMeta> meta_of(const FxReader& r, py::handle v, const std
 // under a mode of their own (channels_last) cannot mix them in.
 py::object example_tensor(const FxReader& r, py::handle v) {
   return r.torch.attr("empty_strided")(v.attr("shape"), v.attr("stride")(),
-                                       py::arg("dtype") = v.attr("dtype"), py::arg("device") = "meta");
+                                       py::arg("dtype") = v.attr("dtype"),
+                                       py::arg("device") = "meta");
 }
 
 void set_example(const FxReader& r, ir::Node* node, py::handle example, const std::string& what) {
@@ -181,12 +182,12 @@ void read_node(FxReader& r, py::handle n, const std::string& op, const std::stri
   } else {
     auto [args, kwargs] = call_args(r, n);
     if (op == "call_method") {
-      node = r.graph->add_call_method(target.cast<std::string>(), std::move(args),
-                                      std::move(kwargs));
+      node =
+          r.graph->add_call_method(target.cast<std::string>(), std::move(args), std::move(kwargs));
     } else if (op == "call_module") {
       py::object mod = r.gm.attr("get_submodule")(target);
-      node = r.graph->add_call_function(PyRef::borrow(mod.ptr()), std::move(args),
-                                        std::move(kwargs));
+      node =
+          r.graph->add_call_function(PyRef::borrow(mod.ptr()), std::move(args), std::move(kwargs));
       node->target_name = "self." + target.cast<std::string>();  // extern: no rule has this name
     } else if (op == "call_function") {
       node = r.graph->add_call_function(PyRef::borrow(target.ptr()), std::move(args),
@@ -228,13 +229,13 @@ py::tuple graph_from_fx(py::object gm) {
 class FxCompiled {
  public:
   // The same compile_graph as the frame hook's (passes, verify, trace, kernels).
-  FxCompiled(GraphHandle graph, py::list extra_inputs, py::object settings,
-             const std::string& mode)
+  FxCompiled(GraphHandle graph, py::list extra_inputs, py::object settings, const std::string& mode)
       : graph_(graph) {
     for (py::handle v : extra_inputs) extras_.push_back(PyRef::borrow(v.ptr()));
     n_inputs_ = graph->placeholders().size() - extras_.size();
     pipeline::PassContext ctx{settings_from_dict(settings), mode, ""};
-    if (ctx.settings.trace) ctx.trace_dir = pipeline::new_trace_folder(ctx.settings.debug_dir, "fx");
+    if (ctx.settings.trace)
+      ctx.trace_dir = pipeline::new_trace_folder(ctx.settings.debug_dir, "fx");
     pipeline::Executable ex = pipeline::compile_graph(graph, ctx);
     compiled_ = std::move(ex.kernels);
     passes_ = std::move(ex.passes);

@@ -114,8 +114,9 @@ void bind_settings(py::module_& m) {
       "process_settings", [] { return to_dict(process_settings()); },
       "{name: value}: the settings the runtime reads.");
   m.def(
-      "set_process_settings", [](py::dict values) { set_process_settings(settings_from_dict(values)); },
-      py::arg("values"), "Applies {name: value} (torchlite.config) over the process settings.");
+      "set_process_settings",
+      [](py::dict values) { set_process_settings(settings_from_dict(values)); }, py::arg("values"),
+      "Applies {name: value} (torchlite.config) over the process settings.");
   m.def("pass_names", &pass_names, "The registered compiler passes, in the order they run.");
   m.def("register_test_pass", &register_test_pass, py::arg("name"), py::arg("fn"),
         py::arg("before") = "torchlite.partition",

@@ -1,14 +1,6 @@
 #include "codegen/cpu/target.h"
 
 #include <dlfcn.h>
-
-#include <algorithm>
-#include <cstdlib>
-#include <deque>
-#include <string>
-#include <vector>
-#include <mutex>
-
 #include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/MC/TargetRegistry.h>
@@ -17,6 +9,13 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/TargetParser/Host.h>
 #include <llvm/TargetParser/SubtargetFeature.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "core/errors.h"
 #include "core/flags.h"
@@ -76,9 +75,9 @@ bool wide_vectors() {
 // whole loop scalar (a 6-op chain with tanh ran ~10x slower).
 const std::vector<llvm::VecDesc>& extra_libmvec_functions() {
   static const auto* table = [] {
-    static const char* names[] = {"tanh", "sinh", "cosh", "tan", "asin", "acos", "atan",
-                                  "asinh", "acosh", "atanh", "expm1", "log1p", "log2",
-                                  "log10", "exp2", "erf", "erfc", "cbrt"};
+    static const char* names[] = {"tanh", "sinh",  "cosh",  "tan",   "asin",  "acos",
+                                  "atan", "asinh", "acosh", "atanh", "expm1", "log1p",
+                                  "log2", "log10", "exp2",  "erf",   "erfc",  "cbrt"};
     static const char* in_llvm_table[] = {"sin", "cos", "exp", "log", "pow"};
     bool avx2 = host().features.find("+avx2") != std::string::npos;
     bool avx512 = wide_vectors();
@@ -138,9 +137,9 @@ std::unique_ptr<llvm::TargetMachine> host_target_machine() {
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(h.triple, err);
   if (!target) TL_THROW(Runtime) << "LLVM has no code generator for " << h.triple << ": " << err;
   llvm::TargetOptions opts;
-  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      h.triple, h.cpu, h.features, opts, llvm::Reloc::PIC_, llvm::CodeModel::Small,
-      llvm::CodeGenOptLevel::Default));
+  std::unique_ptr<llvm::TargetMachine> tm(
+      target->createTargetMachine(h.triple, h.cpu, h.features, opts, llvm::Reloc::PIC_,
+                                  llvm::CodeModel::Small, llvm::CodeGenOptLevel::Default));
   if (!tm) TL_THROW(Runtime) << "LLVM cannot create a target machine for " << h.id;
   return tm;
 }

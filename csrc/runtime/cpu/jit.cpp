@@ -1,5 +1,14 @@
 #include "runtime/cpu/jit.h"
 
+#include <llvm/ADT/StringExtras.h>
+#include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/SHA256.h>
+#include <llvm/Support/raw_ostream.h>
+
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -9,15 +18,6 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
-
-#include <llvm/ADT/StringExtras.h>
-#include <llvm/Config/llvm-config.h>
-#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
-#include <llvm/ExecutionEngine/Orc/LLJIT.h>
-#include <llvm/IR/LLVMContext.h>
-#include <llvm/Support/MemoryBuffer.h>
-#include <llvm/Support/SHA256.h>
-#include <llvm/Support/raw_ostream.h>
 
 #include "codegen/cpu/kernel_emitter.h"
 #include "codegen/cpu/target.h"

@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "core/counters.h"
-#include "core/flags.h"
 #include "core/errors.h"
+#include "core/flags.h"
 #include "runtime/cuda/cubin_cache.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/nvrtc.h"
@@ -29,8 +29,8 @@ struct Owner {
   std::string key, name, vector_name, vector_fallback_name;
 };
 
-std::mutex g_mu;  // the settings and the module tables
-std::optional<std::string> g_dump_dir;  // set_dump_dir's override
+std::mutex g_mu;                                          // the settings and the module tables
+std::optional<std::string> g_dump_dir;                    // set_dump_dir's override
 std::map<std::pair<int, std::string>, void*> g_modules;   // (device, key) -> CUmodule
 std::map<std::pair<int, std::string>, Owner> g_by_canon;  // (device, canon) -> loaded code
 

@@ -64,6 +64,7 @@ def _run_path(path, tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
+        check=False,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
