@@ -1,7 +1,6 @@
 #include "frame/c_stack.h"
 
 #include <catch2/catch.hpp>
-
 #include <thread>
 
 namespace {
