@@ -29,7 +29,7 @@ void record(void* p) noexcept {
 
 }  // namespace
 
-TEST_CASE("ThreadStackBottomIsBelowTheCurrentFrame") {
+TEST_CASE("c_stack: the thread stack's bottom and floor lie below the current frame") {
   std::uintptr_t bottom = c_stack_bottom();
   REQUIRE(bottom != 0);
   REQUIRE(bottom < here());
@@ -38,7 +38,7 @@ TEST_CASE("ThreadStackBottomIsBelowTheCurrentFrame") {
   REQUIRE(floor < here());
 }
 
-TEST_CASE("RunOnFreshStackRunsOnASegmentAndComesBack") {
+TEST_CASE("c_stack: run_on_fresh_stack runs on a segment and comes back") {
   std::uintptr_t native = c_stack_bottom();
   std::uint64_t switches = c_stack_switches();
   Seen s;
@@ -50,7 +50,7 @@ TEST_CASE("RunOnFreshStackRunsOnASegmentAndComesBack") {
   REQUIRE(c_stack_switches() == switches + 1);
 }
 
-TEST_CASE("NestedSwitchesUseDistinctSegments") {
+TEST_CASE("c_stack: nested switches use distinct segments, the first is reused") {
   Seen s;
   s.depth_left = 1;
   REQUIRE(run_on_fresh_stack(record, &s));
@@ -62,7 +62,7 @@ TEST_CASE("NestedSwitchesUseDistinctSegments") {
   REQUIRE(again.bottom == s.bottom);
 }
 
-TEST_CASE("AReserveLargerThanTheStackIsCappedAtAQuarterOfIt") {
+TEST_CASE("c_stack: a reserve larger than the stack is capped at a quarter of it") {
   std::uintptr_t bottom = 0, floor = 0;
   std::thread t([&] {
     bottom = c_stack_bottom();
