@@ -119,7 +119,7 @@ def test_thread_outside_torchlite_recurses_30000_deep_while_another_is_in_a_comp
         result.append(rec(30000))  # the main thread too
         release.set(); parked.join()
         print(*result)
-        """
+        """,
     )
     assert out == "30000 30000"
 
@@ -135,7 +135,7 @@ def test_thread_outside_torchlite_gets_recursion_error_past_the_limit_while_hook
         except RecursionError:
             print("RecursionError", rec(4900))
         release.set(); parked.join()
-        """
+        """,
     )
     assert out == "RecursionError 4900"
 
@@ -153,7 +153,7 @@ def test_small_thread_stack_recursion_under_the_hook_returns():
         t.start(); t.join()
         release.set(); parked.join()
         print(*result)
-        """
+        """,
     )
     assert out == "20000"
 
@@ -185,7 +185,7 @@ def test_hook_adds_no_c_stack_to_a_python_call():
         inside = compiled(lambda x: per_frame(probe_marker, x))(Marker())
         release.set(); parked.join()
         print(outside, inside)
-        """
+        """,
     )
     outside, inside = map(float, out.split())
     assert 0 < outside <= 512, out

@@ -199,8 +199,8 @@ def test_recursion_200_deep(marker_C, Marker):
 
 
 def test_recursion_close_to_the_python_limit(marker_C, Marker):
-    # 3.12 charges two C-recursion units per call under the hook; the compiled
-    # region adds headroom so the Python limit is what stops recursion.
+    # 3.12 charges two C-recursion units per call under the hook; the hook
+    # refunds them so the Python limit is what stops recursion.
     def rec(x, n):
         return 0 if n == 0 else 1 + rec(x, n - 1)
 
