@@ -300,7 +300,11 @@ PyObject* intercept(PyThreadState* ts, TlFrame* frame, const TlFrameInfo& fi,
 // The installed _PyFrameEvalFunction. Returns a new reference or NULL.
 PyObject* eval_hook(PyThreadState* ts, TlFrame* frame, int throwflag) {
   const ConfigPtr* config = t_state.active;
-  if (!config || throwflag) return tl_eval_default(ts, frame, throwflag);
+  // NOTE: a hook installed over ours (torch.compile's, inside our compiled call) that
+  // chains to us for the frames it runs owns them, its compiler's own frames (fake
+  // tensors) included: capturing them here would run kernels on tensors with no data.
+  if (!config || throwflag || !tl_eval_hook_installed(eval_hook))
+    return tl_eval_default(ts, frame, throwflag);
   TlFrameInfo fi;
   tl_frame_read(frame, &fi);
   if ((fi.code->co_flags & kGeneratorFlags) || tl_frame_started(frame) || tl_tstate_tracing(ts) ||
