@@ -84,40 +84,55 @@ PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& ou
   TL_CHECK(false) << "unknown residual kind";
 }
 
-void CapturedFrame::apply(const ir::SideEffect& e, const std::vector<PyRef>& outputs,
-                          const ir::FrameView& frame) {
+void CapturedFrame::replay_side_effects(const std::vector<PyRef>& outputs,
+                                        const ir::FrameView& frame) {
   using K = ir::SideEffect::Kind;
-  PyRef value = e.kind == K::DelAttr ? PyRef() : rebuild(e.value, outputs, frame);
-  if (e.kind == K::SetGlobal) {
-    if (PyDict_SetItemString(frame.globals, e.name.c_str(), value.get()) < 0) throw PythonError();
-    return;
+  // Every value and target first, then every effect: one effect must not change what
+  // another one's sources name.
+  std::vector<PyRef> values, targets;
+  for (const ir::SideEffect& e : side_effects_) {
+    values.push_back(e.kind == K::DelAttr ? PyRef() : rebuild(e.value, outputs, frame));
+    if (e.kind == K::SetGlobal) {
+      targets.emplace_back();
+      continue;
+    }
+    targets.push_back(guards::fetch(*e.target, frame));
+    if (!targets.back())
+      TL_THROW(Runtime) << "torchlite: " << e.target->str() << " vanished while running";
   }
-  PyRef target = guards::fetch(*e.target, frame);
-  if (!target) TL_THROW(Runtime) << "torchlite: " << e.target->str() << " vanished while running";
-  switch (e.kind) {
-    case K::SetAttr:
-      if (PyObject_SetAttrString(target.get(), e.name.c_str(), value.get()) < 0)
-        throw PythonError();
-      return;
-    case K::DelAttr:
-      if (PyObject_DelAttrString(target.get(), e.name.c_str()) < 0) throw PythonError();
-      return;
-    case K::ReplaceList:
-      if (PyList_SetSlice(target.get(), 0, PY_SSIZE_T_MAX, value.get()) < 0) throw PythonError();
-      return;
-    case K::ReplaceDict:
-      PyDict_Clear(target.get());
-      if (PyDict_Update(target.get(), value.get()) < 0) throw PythonError();
-      return;
-    default:
-      return;
+  for (size_t i = 0; i < side_effects_.size(); ++i) {
+    const ir::SideEffect& e = side_effects_[i];
+    PyObject* target = targets[i].get();
+    PyObject* value = values[i].get();
+    switch (e.kind) {
+      case K::SetGlobal:
+        if (PyDict_SetItemString(frame.globals, e.name.c_str(), value) < 0) throw PythonError();
+        break;
+      case K::SetAttr:
+        if (PyObject_SetAttrString(target, e.name.c_str(), value) < 0) throw PythonError();
+        break;
+      case K::DelAttr:
+        if (PyObject_DelAttrString(target, e.name.c_str()) < 0) throw PythonError();
+        break;
+      case K::ReplaceList:
+        if (PyList_SetSlice(target, 0, PY_SSIZE_T_MAX, value) < 0) throw PythonError();
+        break;
+      case K::ReplaceDict:
+        PyDict_Clear(target);
+        if (PyDict_Update(target, value) < 0) throw PythonError();
+        break;
+      default:
+        break;
+    }
   }
 }
 
 PyObject* CapturedFrame::run(const ir::FrameView& frame) {
   try {
     std::vector<PyRef> outputs = run_graph(frame);
-    return rebuild(result_, outputs, frame).release();
+    PyRef result = rebuild(result_, outputs, frame);
+    replay_side_effects(outputs, frame);
+    return result.release();
   } catch (const std::exception& e) {
     set_python_error(e);
     return nullptr;
@@ -163,7 +178,6 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame) {
       for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq.get()); ++i)
         outputs.push_back(PyRef::borrow(PySequence_Fast_GET_ITEM(seq.get(), i)));
     }
-    for (auto& e : side_effects_) apply(e, outputs, frame);
     return outputs;
   }
 }

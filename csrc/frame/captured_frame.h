@@ -26,13 +26,16 @@ class CapturedFrame : public CompiledFrame {
   PyObject* run(const ir::FrameView& frame) override;
 
  protected:
-  // Reads the inputs, runs the graph and replays the side effects; returns
-  // the graph's outputs. Throws PythonError or tl::Error.
+  // Reads the inputs and runs the graph; returns its outputs. Throws
+  // PythonError or tl::Error.
   std::vector<PyRef> run_graph(const ir::FrameView& frame);
   PyRef rebuild(const ir::Residual& r, const std::vector<PyRef>& outputs,
                 const ir::FrameView& frame);
-  void apply(const ir::SideEffect& e, const std::vector<PyRef>& outputs,
-             const ir::FrameView& frame);
+  // Replays the side effects. Call it after every value read from the frame
+  // by source has been rebuilt: a source names the object the trace read at
+  // the frame's start, which an effect may take out of reach (`args.clear()`
+  // before a break that hands `args[0]` on).
+  void replay_side_effects(const std::vector<PyRef>& outputs, const ir::FrameView& frame);
 
  private:
   std::shared_ptr<const ir::Graph> graph_;

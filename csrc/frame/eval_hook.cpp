@@ -311,10 +311,15 @@ struct Interception {
   return {false, finish_unevaluated(ts, frame, result)};
 }
 
+PyObject* eval_hook(PyThreadState* ts, TlFrame* frame, int throwflag);
+
 // What to do with a frame of a thread inside a compiled region.
 [[gnu::noinline]] Interception route(PyThreadState* ts, TlFrame* frame, int throwflag,
                                      const ConfigPtr* config) {
-  if (throwflag) return {true, nullptr};
+  // NOTE: a hook installed over ours (torch.compile's, inside our compiled call) that
+  // chains to us for the frames it runs owns them, its compiler's own frames (fake
+  // tensors) included: capturing them here would run kernels on tensors with no data.
+  if (throwflag || !tl_eval_hook_installed(eval_hook)) return {true, nullptr};
   TlFrameInfo fi;
   tl_frame_read(frame, &fi);
   if ((fi.code->co_flags & kGeneratorFlags) || tl_frame_started(frame) || tl_tstate_tracing(ts) ||

@@ -86,6 +86,7 @@ PyObject* ResumeFrame::run(const ir::FrameView& frame) {
     std::vector<PyRef> args;
     for (const auto& v : plan_.locals) args.push_back(value(v, outputs, frame));
     push_stack(args, outputs, frame);
+    replay_side_effects(outputs, frame);
     for (const PyRef& code : codes_.resumes) args.push_back(function_of(code.get(), frame));
     outputs.clear();  // NOTE: the graph's outputs live on only where CPython holds them
     PyRef bridge = function_of(codes_.bridge.get(), frame);

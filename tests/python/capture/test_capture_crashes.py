@@ -14,6 +14,9 @@ import sys
 import textwrap
 
 import pytest
+import torch
+
+import torchlite
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
@@ -307,3 +310,71 @@ check(fn, torch.randn(4), {"a": 1.0}, fullgraph=False)
 
 def test_exception_in_call_caught_by_caller_programs_match_eager():
     run_programs(CAUGHT_CALL_PROGRAMS)
+
+
+# --- torch.compile and torch._dynamo.disable inside a torchlite-compiled call (crash 4) --------
+
+NESTED_PROGRAMS = {
+    f"nested_torch_compile_backend_{backend}": f"""
+def fn(x):
+    def inner(y):
+        return y.sin() + 1
+
+    return torch.compile(inner, backend="{backend}")(x) * 2
+
+check(fn, torch.randn(4), fullgraph=False)
+"""
+    for backend in ("torchlite", "eager", "aot_eager", "inductor")
+}
+NESTED_PROGRAMS["torch_compiled_module_called_inside"] = """
+lin = torch.nn.Linear(4, 4)
+compiled = torch.compile(lin, backend="torchlite")
+
+def fn(x):
+    return compiled(x).relu()
+
+check(fn, torch.randn(2, 4), fullgraph=False)
+"""
+NESTED_PROGRAMS["dynamo_disabled_function_called_inside"] = """
+@torch._dynamo.disable
+def eager_only(y):
+    return y.cos() * 3
+
+def fn(x):
+    return eager_only(x + 1) - 1
+
+check(fn, torch.randn(4), fullgraph=False)
+"""
+NESTED_PROGRAMS["torchlite_compiled_function_inside_torch_compile"] = """
+inner = torchlite.compile(lambda y: y.sin() + 1)
+
+def fn(x):
+    return inner(x) * 2
+
+x = torch.randn(4)
+torch.testing.assert_close(torch.compile(fn, backend="eager")(x), fn(x))
+"""
+
+
+def test_nested_torch_compile_programs_match_eager():
+    run_programs(NESTED_PROGRAMS)
+
+
+# Inductor's generated `call(args)` empties its argument list before its kernels run (a graph
+# break here): the values handed on at the break are read before the list is replayed.
+def list_cleared_before_a_break(args):
+    a, b = args
+    args.clear()
+    print("graph break")
+    return a * b + len(args)
+
+
+def test_list_cleared_before_a_graph_break_hands_its_items_on():
+    x, y = torch.randn(4), torch.randn(4)
+    mine, theirs = [x, y], [x, y]
+    compiled = torchlite.compile(list_cleared_before_a_break)
+    torch.testing.assert_close(compiled(mine), list_cleared_before_a_break(theirs))
+    assert mine == [] and theirs == []
+    again = [torch.randn(4), torch.randn(4)]
+    expected = again[0] * again[1]
+    torch.testing.assert_close(compiled(again), expected)
