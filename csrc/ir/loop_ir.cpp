@@ -264,9 +264,13 @@ void Kernel::verify() const {
     if (o.expr < 0 || o.expr >= static_cast<int>(exprs.size())) fail(where, "no such expr");
     if (o.view.strides.size() != shape.size()) fail(where, "stride count");
     if (o.view.type != exprs[o.expr].type) fail(where, "store type differs from its expr's");
-    if (inner[o.expr]) continue;
+    if (!inner[o.expr]) continue;
+    // NOTE: a value that is the same along the reduction axes may be stored at every point
+    // (the emitters store it in a pass over them: softmax of a stride-0 row); a value that
+    // varies along them has one place per point.
     for (size_t a = shape.size() - reduction_axes; a < shape.size(); ++a)
-      if (o.view.strides[a] != 0) fail(where, "outer value stored with a reduction-axis stride");
+      if (o.view.strides[a] == 0 && shape[a] > 1)
+        fail(where, "value varying along the reduction axes stored with a zero stride there");
   }
 }
 

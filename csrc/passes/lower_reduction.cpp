@@ -172,13 +172,7 @@ bool layer_norm(RuleCtx& c) {
   ScalarType t = compute_type(c.out_type());
   if (!dims || !ir::is_floating(t) || !setup(c, x, dims)) return false;
   c.out.full_result = true;
-  int v = c.value(x, t);
-  int n = c.constant(double(reduced_numel(c.out)), t);
-  int centered = c.binary(ExprOp::Sub, v, c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, v), n));
-  int sq = c.binary(ExprOp::Mul, centered, centered);
-  int var = c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, sq), n);
-  int rstd = c.unary(ExprOp::Rsqrt, c.binary(ExprOp::Add, var, c.constant(eps, t)));
-  int r = c.binary(ExprOp::Mul, centered, rstd);
+  int r = normalized(c, c.value(x, t), eps, t);
   return affine(c, &r, c.arg(2, "weight"), c.arg(3, "bias"), t) && c.finish(r);
 }
 
@@ -187,12 +181,9 @@ bool rms_norm(RuleCtx& c) {
   auto dims = trailing_dims(c, x, c.arg(1, "normalized_shape"));
   ScalarType t = compute_type(c.out_type());
   if (!dims || !ir::is_floating(t)) return false;
-  // eps=None means torch.finfo(input.dtype).eps.
-  ScalarType in = c.type_of(x);
-  double dflt = in == ScalarType::F64    ? 2.220446049250313e-16
-                : in == ScalarType::F16  ? 0.0009765625
-                : in == ScalarType::BF16 ? 0.0078125
-                                         : 1.1920928955078125e-07;
+  // eps=None: the epsilon of the type torch computes in (float32 for f16/bf16 inputs, whose
+  // own epsilon the docs name but eager does not use).
+  double dflt = c.type_of(x) == ScalarType::F64 ? 2.220446049250313e-16 : 1.1920928955078125e-07;
   const ir::Arg* eps_arg = none_to_null(c.arg(3, "eps"));
   auto eps = eps_arg ? c.number(eps_arg) : std::optional<double>(dflt);
   if (!eps || !setup(c, x, dims)) return false;

@@ -28,10 +28,15 @@ int extreme(RuleCtx& c, const ir::Arg* x, ir::ExprOp op);
 // var/std/var_mean/std_mean arguments (input, dim=None, *, correction=1, keepdim=False),
 // (input, dim, unbiased, keepdim) and (input, unbiased); false if not understood.
 bool var_args(RuleCtx& c, std::optional<std::vector<int64_t>>* dims, double* correction);
-// Sum of squared deviations from the mean of `v` over the set-up reduction, divided by
-// max(0, n - correction); its mean is the expr sum(v) / n (shared with a mean of v).
-int variance(RuleCtx& c, int v, double correction, ir::ScalarType t);
-int mean(RuleCtx& c, int v, ir::ScalarType t);
+// Mean and variance (sum of squared deviations over max(0, n - correction)) of `v` over the
+// set-up reduction, in two passes (lower_statistics.cpp says how); the same exprs for the
+// same v, so var_mean's two parts fuse into one kernel.
+struct Moments {
+  int mean = -1, var = -1;
+};
+Moments moments(RuleCtx& c, int v, double correction, ir::ScalarType t);
+// (v - mean) * rsqrt(biased variance + eps): layer_norm and group_norm before the affine.
+int normalized(RuleCtx& c, int v, double eps, ir::ScalarType t);
 
 }  // namespace tl::passes::reduction
 

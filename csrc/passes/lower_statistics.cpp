@@ -1,7 +1,14 @@
 // Statistics and tests over reduced dims: var, std, argmax/argmin, all/any, norm,
 // group_norm. Variances are two-pass (mean, then the sum of squared deviations):
 // both passes read a row that is still in cache, and unlike a one-pass sum of
-// squares they do not cancel catastrophically when |mean| >> std.
+// squares they do not cancel catastrophically when |mean| >> std. The second pass
+// also sums the deviations, which corrects the mean (exact for a constant row, as
+// eager's Welford mean) and the variance (the corrected two-pass formula of Chan,
+// Golub and LeVeque), and each deviation is scaled by 1/sqrt(divisor) before it
+// is squared, so a variance that fits the type is computed without the squares
+// overflowing ([3e19, 1, 2, 3] in float32; eager accumulates in double on the CPU).
+// Rejected: Welford's one-pass update (a division per element, and a merge the
+// row-parallel CUDA reductions would need as a new reduction kind).
 #include <cmath>
 
 #include "passes/dtype.h"
@@ -35,17 +42,34 @@ bool var_args(RuleCtx& c, std::optional<std::vector<int64_t>>* dims, double* cor
   return ok;
 }
 
-int mean(RuleCtx& c, int v, ScalarType t) {
+Moments moments(RuleCtx& c, int v, double correction, ScalarType t) {
   double n = double(reduced_numel(c.out));
-  return c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, v), c.constant(n, t));
+  int rough = c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, v), c.constant(n, t));
+  int d = c.binary(ExprOp::Sub, v, rough);
+  int sd = c.reduce(ExprOp::ReduceSum, d);
+  Moments m;
+  m.mean = c.binary(ExprOp::Add, rough, c.binary(ExprOp::Div, sd, c.constant(n, t)));
+  double divisor = std::max(0.0, n - correction);
+  if (divisor == 0) {  // inf or NaN, like eager
+    int ss = c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Mul, d, d));
+    m.var = c.binary(ExprOp::Div, ss, c.constant(0, t));
+    return m;
+  }
+  int k = c.constant(1 / std::sqrt(divisor), t);
+  int e = c.binary(ExprOp::Mul, d, k);
+  int ss = c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Mul, e, e));
+  int se = c.binary(ExprOp::Mul, sd, k);
+  int var = c.binary(ExprOp::Sub, ss,
+                     c.binary(ExprOp::Div, c.binary(ExprOp::Mul, se, se), c.constant(n, t)));
+  // NOTE: rounding can take a zero variance below 0 (a NaN std); NaN stays NaN.
+  m.var = c.binary(ExprOp::Maximum, var, c.constant(0, t));
+  return m;
 }
 
-int variance(RuleCtx& c, int v, double correction, ScalarType t) {
-  double n = double(reduced_numel(c.out));
-  int d = c.binary(ExprOp::Sub, v, mean(c, v, t));
-  int ss = c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Mul, d, d));
-  // max(0, n - correction): 0 gives inf or NaN, like eager.
-  return c.binary(ExprOp::Div, ss, c.constant(std::max(0.0, n - correction), t));
+int normalized(RuleCtx& c, int v, double eps, ScalarType t) {
+  Moments m = moments(c, v, 0, t);
+  int rstd = c.unary(ExprOp::Rsqrt, c.binary(ExprOp::Add, m.var, c.constant(eps, t)));
+  return c.binary(ExprOp::Mul, c.binary(ExprOp::Sub, v, m.mean), rstd);
 }
 
 }  // namespace reduction
@@ -64,7 +88,7 @@ bool var(RuleCtx& c) {
   double correction = 1;
   ScalarType t = compute_type(c.out_type());
   if (!var_args(c, &dims, &correction) || !ir::is_floating(t) || !setup(c, x, dims)) return false;
-  int r = variance(c, c.value(x, t), correction, t);
+  int r = moments(c, c.value(x, t), correction, t).var;
   return c.finish(Std ? c.unary(ExprOp::Sqrt, r) : r);
 }
 
@@ -154,13 +178,7 @@ bool group_norm(RuleCtx& c) {
   }
   if (!setup(c, x, dims)) return false;
   c.out.full_result = true;
-  int v = c.value(x, t);
-  int n = c.constant(double(reduced_numel(c.out)), t);
-  int centered = c.binary(ExprOp::Sub, v, c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, v), n));
-  int sq = c.binary(ExprOp::Mul, centered, centered);
-  int var = c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, sq), n);
-  int rstd = c.unary(ExprOp::Rsqrt, c.binary(ExprOp::Add, var, c.constant(eps, t)));
-  int r = c.binary(ExprOp::Mul, centered, rstd);
+  int r = normalized(c, c.value(x, t), eps, t);
   if (!affine(c, &r, w, b, t)) return false;
   c.out.input_axes.assign(c.out.inputs.size(), {});
   for (size_t i = 1; i < c.out.inputs.size(); ++i) {

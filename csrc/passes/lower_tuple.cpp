@@ -40,7 +40,7 @@ bool aminmax(RuleCtx& c, int i) {
   return c.finish(extreme(c, x, i == 0 ? ExprOp::ReduceMin : ExprOp::ReduceMax));
 }
 
-// var_mean/std_mean: var's argument forms; the mean is the variance's first pass.
+// var_mean/std_mean: var's argument forms; the mean is the variance's corrected mean.
 template <bool Std>
 bool var_mean(RuleCtx& c, int i) {
   const ir::Arg* x = c.arg(0, "input");
@@ -48,9 +48,9 @@ bool var_mean(RuleCtx& c, int i) {
   double correction = 1;
   ScalarType t = compute_type(c.out_type());
   if (!var_args(c, &dims, &correction) || !ir::is_floating(t) || !setup(c, x, dims)) return false;
-  int v = c.value(x, t);
-  if (i == 1) return c.finish(mean(c, v, t));
-  int r = variance(c, v, correction, t);
+  Moments m = moments(c, c.value(x, t), correction, t);
+  if (i == 1) return c.finish(m.mean);
+  int r = m.var;
   return c.finish(Std ? c.unary(ExprOp::Sqrt, r) : r);
 }
 

@@ -67,7 +67,8 @@ TEST_CASE("verify rejects math on f16 and forward references", "[ir]") {
   CHECK(verify_error(k).find("%2 (mul): operand %2 is not an earlier expr") != std::string::npos);
 }
 
-TEST_CASE("reduction outputs must not stride over reduction axes", "[ir]") {
+TEST_CASE("values varying along reduction axes need a stride there; row values may have one",
+          "[ir]") {
   Kernel k = small_kernel();
   k.reduction_axes = 1;
   k.exprs.push_back(Expr{ExprOp::ReduceSum, ScalarType::F32, {2}});
@@ -76,7 +77,11 @@ TEST_CASE("reduction outputs must not stride over reduction axes", "[ir]") {
   CHECK_NOTHROW(k.verify());
   CHECK(inner_exprs(k) == std::vector<bool>{true, false, true, false});
   CHECK(k.reduction_numel() == 8);
-  k.outputs[0].view.strides = {1, 1};
-  CHECK(verify_error(k).find("out0: outer value stored with a reduction-axis stride") !=
+  // A row value stored at every point of the row (softmax of a row broadcast with stride 0).
+  k.outputs[0].view.strides = {8, 1};
+  CHECK_NOTHROW(k.verify());
+  k.outputs[1].view.strides = {1, 0};
+  CHECK(verify_error(k).find(
+            "out1: value varying along the reduction axes stored with a zero stride there") !=
         std::string::npos);
 }
