@@ -496,6 +496,12 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
       v->items.push_back(wrap(val, ir::Source::item(src, PyRef::borrow(k))));
     }
     sourced_containers.push_back(v);
+  } else if (src && PySet_CheckExact(obj)) {
+    // A set from outside the function (a closure's, a global): what `in`, len() and
+    // iteration answered while tracing holds only while it has the same elements.
+    v = Value::constant(PyRef::borrow(obj), src);
+    if (guard) guards_.add_id_match(src, obj);
+    guards_.add_set_match(src, obj);
   } else if (src && guard && (v = wrap_bound_method(obj, src))) {
     // NOTE: v is set by the condition.
   } else if (PyFunction_Check(obj) || PyCFunction_Check(obj) || PyType_Check(obj) ||
