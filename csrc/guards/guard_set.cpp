@@ -175,6 +175,9 @@ void GuardSet::add_set_match(ir::SourcePtr s, PyObject* set) {
 void GuardSet::add_function_defaults(ir::SourcePtr s, PyObject* fn) {
   impl_->add(s, LeafGuard::function_defaults(fn));
 }
+void GuardSet::add_call_result(PyObject* fn, PyObject* result) {
+  impl_->add(ir::Source::held(PyRef::borrow(fn), "state query"), LeafGuard::call_result(result));
+}
 void GuardSet::add_global_absent(const std::string& name) {
   for (const PyRef& have : impl_->absent_globals)
     if (PyUnicode_CompareWithASCIIString(have.get(), name.c_str()) == 0) return;

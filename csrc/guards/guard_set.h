@@ -49,6 +49,8 @@ class GuardSet {
   void add_set_match(ir::SourcePtr s, PyObject* set);
   // The function at `s` (borrowed) keeps its __defaults__ and __kwdefaults__ objects.
   void add_function_defaults(ir::SourcePtr s, PyObject* fn);
+  // fn() (a held torch state query, borrowed) still returns `result` (a constant, borrowed).
+  void add_call_result(PyObject* fn, PyObject* result);
   // `name` is not a global of the frame (a builtin the trace used is not shadowed).
   void add_global_absent(const std::string& name);
   // Grad mode, default dtype and other global torch state as they are now.

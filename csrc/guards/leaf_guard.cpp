@@ -170,7 +170,19 @@ LeafGuard LeafGuard::function_defaults(PyObject* fn) {
   return g;
 }
 
+LeafGuard LeafGuard::call_result(PyObject* result) {
+  LeafGuard g = equals_match(result);
+  g.kind = GuardKind::CallResult;
+  return g;
+}
+
 namespace {
+bool call_result_equals(PyObject* fn, PyObject* want) {
+  PyRef r = PyRef::steal(PyObject_CallNoArgs(fn));
+  if (!r) throw PythonError();
+  return equals_exact(r.get(), want);
+}
+
 // The set `v` holds exactly `items` (a tuple), in that iteration order.
 bool set_matches(PyObject* v, PyObject* items, bool by_value) {
   if (!PySet_CheckExact(v) || PySet_GET_SIZE(v) != PyTuple_GET_SIZE(items)) return false;
@@ -228,6 +240,8 @@ bool LeafGuard::check(PyObject* v) const {
       return instance_attr(v, ref.get()) == nullptr;
     case GuardKind::SetMatch:
       return set_matches(v, ref.get(), by_value);
+    case GuardKind::CallResult:
+      return call_result_equals(v, ref.get());
     case GuardKind::FunctionDefaults:
       return PyFunction_Check(v) && PyFunction_GET_DEFAULTS(v) == ref.get() &&
              PyFunction_GET_KW_DEFAULTS(v) == ref2.get();
@@ -269,6 +283,8 @@ std::string LeafGuard::failure(PyObject* v, const std::string& src) const {
       return src + ": the set changed since tracing (now " + repr(v) + ")";
     case GuardKind::FunctionDefaults:
       return src + ": __defaults__ or __kwdefaults__ was replaced";
+    case GuardKind::CallResult:
+      return src + "() != " + repr(ref.get()) + " any more";
   }
   return src + ": guard failed";
 }
@@ -302,6 +318,8 @@ std::string LeafGuard::str(const std::string& src) const {
       return "SET_MATCH " + src + " == " + repr(ref.get());
     case GuardKind::FunctionDefaults:
       return "FUNCTION_DEFAULTS " + src;
+    case GuardKind::CallResult:
+      return "CALL_RESULT " + src + "() == " + repr(ref.get());
   }
   return "?";
 }
@@ -314,6 +332,7 @@ bool LeafGuard::same_as(const LeafGuard& o) const {
     case GuardKind::IdMatch:
       return id == o.id && check(o.id);  // and ours is still alive
     case GuardKind::EqualsMatch:
+    case GuardKind::CallResult:
       return equals_exact(ref.get(), o.ref.get());
     case GuardKind::TensorMatch:
       return tensor->same_as(*o.tensor);

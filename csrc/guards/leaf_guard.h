@@ -25,6 +25,7 @@ enum class GuardKind {
   NoInstanceAttr,    // `name` is not in the value's instance __dict__
   SetMatch,          // a set with the same elements in the same iteration order
   FunctionDefaults,  // a function whose __defaults__ / __kwdefaults__ are the same objects
+  CallResult,        // calling the value (a state query of torch's) returns an equal constant
 };
 
 struct LeafGuard {
@@ -33,6 +34,7 @@ struct LeafGuard {
   // its type has no weakrefs. EqualsMatch: the constant. EmptyDictAttr: the
   // interned attribute name. NoInstanceAttr: the interned name. SetMatch: a
   // tuple of the elements. FunctionDefaults: __defaults__ (may be null).
+  // CallResult: the result.
   PyRef ref;
   PyRef ref2;              // FunctionDefaults: __kwdefaults__ (may be null)
   bool by_value = false;   // SetMatch: elements compared by value (all constants), else identity
@@ -55,6 +57,7 @@ struct LeafGuard {
   static LeafGuard no_instance_attr(PyObject* name);                  // borrows an interned str
   static LeafGuard set_match(PyObject* set);                          // borrows; keeps the elements
   static LeafGuard function_defaults(PyObject* fn);                   // borrows; keeps the defaults
+  static LeafGuard call_result(PyObject* result);  // borrows a constant (see equals_match)
   // The value's instance __dict__ holds `name` (borrowed, interned), an empty
   // dict: a module's hook dicts, read without fetching each as a node. Null
   // when `owner` (borrowed) does not hold one there now, or a data descriptor
