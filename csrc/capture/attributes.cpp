@@ -5,9 +5,81 @@
 #include "capture/tracer.h"
 #include "capture/user_exception.h"
 #include "core/errors.h"
+#include "guards/fetch.h"
 
 namespace tl::capture {
 using namespace detail;  // NOTE: helpers of this file family only
+using guards::AttrTable;
+
+namespace {
+// Where `o.<name>` comes from when `o` is a module or a class, if one table
+// entry can say it: the module's __dict__ entry, or the class's MRO entry
+// (borrowed; null: absent everywhere the read looks). Untabled reads (a
+// metaclass data descriptor such as __name__, a module or metaclass
+// __getattr__, a custom getattro) keep a guard on the value read instead.
+struct OwnerLookup {
+  bool tabled = false;
+  AttrTable::Owner owner = AttrTable::Owner::Module;
+  PyObject* found = nullptr;
+};
+
+OwnerLookup owner_lookup(PyObject* o, PyObject* name) {
+  static PyObject* getattr_name = PyUnicode_InternFromString("__getattr__");  // immortal by use
+  if (PyModule_Check(o)) {
+    if (Py_TYPE(o)->tp_getattro != PyModule_Type.tp_getattro) return {};
+    PyObject* descr = _PyType_Lookup(Py_TYPE(o), name);  // borrowed
+    if (descr && Py_TYPE(descr)->tp_descr_set) return {};
+    PyObject* dict = PyModule_GetDict(o);
+    PyObject* found = PyDict_GetItemWithError(dict, name);
+    if (!found && PyErr_Occurred()) throw PythonError();
+    if (!found && (descr || PyDict_GetItemWithError(dict, getattr_name))) return {};
+    if (PyErr_Occurred()) throw PythonError();
+    return {true, AttrTable::Owner::Module, found};
+  }
+  if (PyType_Check(o)) {
+    PyTypeObject* meta = Py_TYPE(o);
+    if (meta->tp_getattro != PyType_Type.tp_getattro) return {};
+    PyObject* meta_descr = _PyType_Lookup(meta, name);
+    if (meta_descr && Py_TYPE(meta_descr)->tp_descr_set) return {};
+    PyObject* found = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(o), name);
+    if (!found && meta_descr) return {};
+    return {true, AttrTable::Owner::Class, found};
+  }
+  return {};
+}
+
+// torch.Tensor (or the tensor's own type) as a guard root: patching one of its
+// methods after compiling (`torch.Tensor.sin = ...`) must recompile.
+ir::SourcePtr tensor_type_source(PyObject* type) {
+  return ir::Source::held(PyRef::borrow(type), reinterpret_cast<PyTypeObject*>(type)->tp_name);
+}
+
+// A tensor method replaced by the user: a Python function from outside torch
+// (inlined like any method) or another C method (called by its own name).
+// torch's own Python methods (torch/_tensor.py) stay calls by name.
+bool is_user_function(PyObject* f) {
+  if (!PyFunction_Check(f)) return false;
+  PyObject* mod = reinterpret_cast<PyFunctionObject*>(f)->func_module;
+  if (!mod || !PyUnicode_Check(mod)) return true;
+  std::string m = utf8(mod);
+  return m != "torch" && m.rfind("torch.", 0) != 0;
+}
+
+// `name` on an input tensor where torch defines nothing: a Python attribute
+// the caller set (`x.tag = ...`), read from its __dict__ and guarded like any
+// value; absent, guarded absent (hasattr(x, "tag") is False only while it is).
+std::optional<ValuePtr> tensor_instance_attr(CaptureContext& ctx, const ValuePtr& t,
+                                             PyObject* name) {
+  if (!t->source) return std::nullopt;
+  PyRef real = guards::fetch(*t->source, ctx.frame());
+  PyObject** dict = real ? _PyObject_GetDictPtr(real.get()) : nullptr;
+  PyObject* v = dict && *dict ? PyDict_GetItemWithError(*dict, name) : nullptr;
+  if (v) return ctx.wrap(v, ir::Source::attr(t->source, utf8(name)));
+  if (PyErr_Occurred()) throw PythonError();
+  ctx.guards().add_no_instance_attr(t->source, name);
+  return std::nullopt;
+}
+}  // namespace
 
 // ---------------------------------------------------------------- attributes
 
@@ -128,11 +200,36 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
             api.builtin_getattr.get(), "",
             {obj, Value::constant(PyRef::steal(PyUnicode_FromString(name.c_str())))}, {});
       }
+      PyRef pyname = PyRef::steal(PyUnicode_FromString(name.c_str()));
+      if (!pyname) throw PythonError();
+      PyObject* ttype = obj->obj.get();
+      PyObject* method = PyType_Check(ttype)
+                             ? _PyType_Lookup(reinterpret_cast<PyTypeObject*>(ttype), pyname.get())
+                             : nullptr;
+      if (PyType_Check(ttype))
+        ctx_.guards().add_attr(tensor_type_source(ttype), AttrTable::Owner::Class, ttype,
+                               pyname.get(), method);
+      if (method && is_user_function(method)) {
+        ValuePtr m = Value::of_kind(VKind::Method);
+        m->self = obj;
+        m->obj = PyRef::borrow(method);
+        return m;
+      }
       {
         PyRef probe = PyRef::steal(PyObject_GetAttrString(meta, name.c_str()));
         if (!probe) {
           PyErr_Clear();
-          return std::nullopt;
+          return tensor_instance_attr(ctx_, obj, pyname.get());
+        }
+      }
+      if (method && Py_IS_TYPE(method, &PyMethodDescr_Type)) {
+        // NOTE: `Tensor.sin = Tensor.cos` leaves cos's descriptor under "sin".
+        const char* real = reinterpret_cast<PyMethodDescrObject*>(method)->d_method->ml_name;
+        if (real != name) {
+          ValuePtr m = Value::of_kind(VKind::Method);
+          m->self = obj;
+          m->method_name = real;
+          return m;
         }
       }
       if (name == "grad" || name == "grad_fn" || name == "is_leaf" || name == "_version" ||
@@ -152,6 +249,11 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
       PyObject* descr = _PyType_Lookup(type, pyname.get());  // borrowed
       bool is_module = obj->kind == VKind::Module;
       auto src = [&]() { return obj->source ? ir::Source::attr(obj->source, name) : nullptr; };
+      // What the class says about `name` (a method, a property, a class constant, nothing)
+      // is part of every read through the instance: replacing or deleting it on the class or
+      // a base must recompile.
+      if (obj->source)
+        ctx_.guards().add_attr(obj->source, AttrTable::Owner::Instance, o, pyname.get(), descr);
       if (descr && Py_TYPE(descr)->tp_descr_set) {
         if (PyObject_TypeCheck(descr, &PyProperty_Type)) {
           PyRef fget = PyRef::steal(PyObject_GetAttrString(descr, "fget"));
@@ -173,8 +275,15 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         }
         return ctx_.wrap(r.get(), src());
       }
-      if (!is_module && !generic && type->tp_getattro != PyObject_GenericGetAttr)
+      if (!is_module && !generic && type->tp_getattro != PyObject_GenericGetAttr) {
+        if (obj->source)
+          for (const char* hook : {"__getattribute__", "__getattr__"}) {
+            PyRef h = PyRef::steal(PyUnicode_InternFromString(hook));
+            ctx_.guards().add_attr(obj->source, AttrTable::Owner::Instance, o, h.get(),
+                                   _PyType_Lookup(type, h.get()));
+          }
         return custom_getattr(obj, name);
+      }
       if (obj->attrs) {
         int i = dict_find(obj->attrs, pyname.get());
         if (i >= 0) return obj->attrs->items[i];
@@ -185,6 +294,10 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         if (v) return ctx_.wrap(v, src(), !is_module);
         if (PyErr_Occurred()) throw PythonError();
       }
+      // NOTE: an nn.Module's __dict__ is version-guarded already; another object's must
+      // stay without `name`, or an attribute set later would be missed.
+      if (!is_module && !obj->attrs && obj->source)
+        ctx_.guards().add_no_instance_attr(obj->source, pyname.get());
       if (descr) {
         if (PyFunction_Check(descr)) {
           ValuePtr m = Value::of_kind(VKind::Method);
@@ -228,14 +341,24 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
       if (PyExceptionInstance_Check(o) && name == "__traceback__")
         graph_break("unsupported_value",
                     "the traceback of an exception raised in traced code (e.__traceback__)");
-      PyRef r = PyRef::steal(PyObject_GetAttrString(o, name.c_str()));
+      PyRef pyname = PyRef::steal(PyUnicode_FromString(name.c_str()));
+      if (!pyname) throw PythonError();
+      OwnerLookup owner = obj->source ? owner_lookup(o, pyname.get()) : OwnerLookup{};
+      PyRef r = PyRef::steal(PyObject_GetAttr(o, pyname.get()));
       if (!r) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError))
           raise_current_error("attribute read raised");
         PyErr_Clear();
+        if (owner.tabled && !owner.found)
+          ctx_.guards().add_attr(obj->source, owner.owner, o, pyname.get(), nullptr);
         return std::nullopt;
       }
-      bool guard = !(PyModule_Check(o) || PyType_Check(o));
+      // A module's or class's attribute is guarded by its owner's table (one version compare
+      // a call); a tensor found there is a graph input with its own guard, so rebinding it
+      // needs no recompile.
+      bool guard = !owner.tabled;
+      if (owner.tabled && !is_type(r.get(), api.tensor_type))
+        ctx_.guards().add_attr(obj->source, owner.owner, o, pyname.get(), owner.found);
       // A bound method is made anew on every read: derived from its guarded
       // owner, it needs no source (an ID_MATCH on it would always fail).
       PyObject* ro = r.get();

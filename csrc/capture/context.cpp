@@ -164,6 +164,21 @@ PyTypeObject* ordered_dict_type() {
   return reinterpret_cast<PyTypeObject*>(od);
 }
 
+// A call with no arguments to a torch function that reports global state
+// (`torch.autograd._profiler_enabled()`, `torch.are_deterministic_algorithms_enabled()`):
+// by name, so functions with effects (`torch.seed()`) are never re-run by a guard.
+bool is_state_query(const std::string& method, const std::string& name,
+                    const std::vector<ValuePtr>& args,
+                    const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  if (!method.empty() || !args.empty() || !kwargs.empty()) return false;
+  auto starts = [&](const char* p) { return name.rfind(p, 0) == 0; };
+  auto ends = [&](const std::string& s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  return starts("is_") || starts("_is_") || starts("are_") || starts("get_") ||
+         starts("_get_") || ends("_enabled");
+}
+
 PyMethodDef rebuild_def = {"torchlite_rebuild_object", rebuild_created_object, METH_O,
                            "Remakes an object created by code torchlite captured."};
 
@@ -329,7 +344,25 @@ PyRef CaptureContext::to_meta(PyObject* t) {
   PyRef args = PyRef::steal(PyTuple_Pack(2, size.get(), stride.get()));
   PyRef kwargs = PyRef::steal(
       Py_BuildValue("{s:O,s:O}", "dtype", dtype.get(), "device", api.meta_device.get()));
+  // NOTE: an inference tensor gets an inference meta tensor, so the trace sees what eager
+  // would: is_inference() is True, an in-place update outside inference mode raises.
+  PyRef inference_mode;
+  if (call_method0(t, "is_inference").get() == Py_True) {
+    PyRef c = PyRef::steal(PyImport_ImportModule("torch._C"));
+    PyRef cls = c ? PyRef::steal(PyObject_GetAttrString(c.get(), "_InferenceMode")) : PyRef();
+    inference_mode = cls ? PyRef::steal(PyObject_CallOneArg(cls.get(), Py_True)) : PyRef();
+    if (!inference_mode) throw PythonError();
+    call_method0(inference_mode.get(), "__enter__");
+  }
   PyRef meta = PyRef::steal(PyObject_Call(api.empty_strided.get(), args.get(), kwargs.get()));
+  if (inference_mode) {
+    PyObject *et, *ev, *etb;
+    PyErr_Fetch(&et, &ev, &etb);
+    PyRef r = PyRef::steal(
+        PyObject_CallMethod(inference_mode.get(), "__exit__", "OOO", Py_None, Py_None, Py_None));
+    if (!r) PyErr_Clear();
+    PyErr_Restore(et, ev, etb);
+  }
   if (!meta) throw PythonError();
   PyRef rg = PyRef::steal(PyObject_GetAttrString(t, "requires_grad"));
   if (!rg) throw PythonError();
@@ -496,6 +529,12 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
       v->items.push_back(wrap(val, ir::Source::item(src, PyRef::borrow(k))));
     }
     sourced_containers.push_back(v);
+  } else if (src && PySet_CheckExact(obj)) {
+    // A set from outside the function (a closure's, a global): what `in`, len() and
+    // iteration answered while tracing holds only while it has the same elements.
+    v = Value::constant(PyRef::borrow(obj), src);
+    if (guard) guards_.add_id_match(src, obj);
+    guards_.add_set_match(src, obj);
   } else if (src && guard && (v = wrap_bound_method(obj, src))) {
     // NOTE: v is set by the condition.
   } else if (PyFunction_Check(obj) || PyCFunction_Check(obj) || PyType_Check(obj) ||
@@ -747,9 +786,14 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
     for (size_t i = first; i < meta_pos.size(); ++i)
       PyTuple_SET_ITEM(pos.get(), i - first, to_meta_arg(meta_pos[i]).release());
     PyRef self = method.empty() ? PyRef() : to_meta_arg(args[0]);
+    bool query = is_state_query(method, op_name, args, kwargs);
     result = meta_call(target, method, self.get(), pos.get(),
                        PyDict_Size(meta_kwargs.get()) ? meta_kwargs.get() : nullptr,
-                       /*cacheable=*/!autocast_on);
+                       /*cacheable=*/!autocast_on && !query);
+    // NOTE: its answer is baked into the trace: it must still hold on later calls
+    // (torch.autograd._profiler_enabled() once a profiler starts).
+    if (query && result && is_immutable_constant(result.get()))
+      guards_.add_call_result(target, result.get());
     if (!result) {
       std::string err = exception_text();
       bool data_dep = err.find("data-dependent") != std::string::npos ||

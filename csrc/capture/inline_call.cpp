@@ -88,6 +88,11 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
   }
   // Defaults.
   std::vector<ValuePtr> defaults;
+  // NOTE: the defaults below are read from the tuple and dict the function holds now;
+  // assigning __defaults__ or __kwdefaults__ later must recompile.
+  if (func && (PyFunction_GET_DEFAULTS(func) || PyFunction_GET_KW_DEFAULTS(func)))
+    ctx_.guards().add_function_defaults(
+        ir::Source::held(PyRef::borrow(func), "function " + fname), func);
   if (func) {
     PyObject* d = PyFunction_GET_DEFAULTS(func);
     if (d) {
@@ -120,8 +125,7 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
         locals[i] = ctx_.wrap(
             v,
             ir::Source::item(ir::Source::held(PyRef::borrow(kwd), "kwdefaults of " + fname),
-                             PyRef::steal(PyUnicode_FromString(n.c_str()))),
-            false);
+                             PyRef::steal(PyUnicode_FromString(n.c_str()))));  // a dict: mutable
         filled = true;
       }
     } else {

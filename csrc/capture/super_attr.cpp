@@ -50,6 +50,15 @@ ValuePtr Tracer::make_super(const ValuePtr& cls, const ValuePtr& self) {
 
 std::optional<ValuePtr> Tracer::super_attr(const ValuePtr& sup, const std::string& name) {
   PyTypeObject* type = Py_TYPE(sup->self->obj.get());
+  // What the MRO after the class answers is guarded like a read through the
+  // instance: changing `Base.k` after compiling must recompile.
+  auto record = [&](PyObject* found) {
+    if (!sup->self->source) return;
+    PyRef key = PyRef::steal(PyUnicode_InternFromString(name.c_str()));
+    if (!key) throw PythonError();
+    ctx_.guards().add_attr(sup->self->source, guards::AttrTable::Owner::Instance,
+                           sup->self->obj.get(), key.get(), found, sup->obj.get());
+  };
   PyObject* mro = type->tp_mro;
   Py_ssize_t n = PyTuple_GET_SIZE(mro), i = 0;
   while (i < n && PyTuple_GET_ITEM(mro, i) != sup->obj.get()) ++i;
@@ -57,6 +66,7 @@ std::optional<ValuePtr> Tracer::super_attr(const ValuePtr& sup, const std::strin
     PyRef dict = type_dict(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i)));
     PyObject* v = dict ? PyDict_GetItemString(dict.get(), name.c_str()) : nullptr;  // borrowed
     if (!v) continue;
+    record(v);
     if (PyFunction_Check(v)) return method(sup->self, v);
     if (PyObject_TypeCheck(v, &PyProperty_Type)) {
       PyRef fget = PyRef::steal(PyObject_GetAttrString(v, "fget"));
@@ -80,6 +90,7 @@ std::optional<ValuePtr> Tracer::super_attr(const ValuePtr& sup, const std::strin
     }
     return ctx_.from_result(v);
   }
+  record(nullptr);
   return std::nullopt;
 }
 

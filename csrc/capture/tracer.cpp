@@ -898,7 +898,15 @@ ValuePtr Tracer::load_global(const std::string& name) {
   }
   if (PyErr_Occurred()) throw PythonError();
   v = PyDict_GetItemWithError(builtins_, key.get());
-  if (v) return ctx_.wrap(v, ir::Source::builtin(name));
+  if (v) {
+    // A global of the same name defined later (`len = ...`) shadows the builtin.
+    if (globals_ == ctx_.frame().globals)
+      ctx_.guards().add_global_absent(name);
+    else
+      ctx_.guards().add_attr(ir::Source::held(PyRef::borrow(globals_), "globals"),
+                             guards::AttrTable::Owner::Dict, globals_, key.get(), nullptr);
+    return ctx_.wrap(v, ir::Source::builtin(name));
+  }
   if (PyErr_Occurred()) throw PythonError();
   graph_break("user_exception", "name '" + name + "' is not defined");
 }

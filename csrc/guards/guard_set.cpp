@@ -39,12 +39,18 @@ struct GuardSet::Impl {
   size_t count = 0;
   std::vector<GuardSet::IdMatchedLocal> id_locals;
   std::vector<Identity> identities;
+  // Builtins the trace read: names that must stay absent from the frame's
+  // globals, re-checked only when the globals dict changed.
+  std::vector<PyRef> absent_globals;
+  mutable uint64_t globals_version = 0;
+  mutable PyObject* globals_seen = nullptr;  // compared only, never dereferenced
   // Written by the const check(): the GIL serialises every call on a GuardSet.
   mutable std::string failure;
 
   Node& node_for(const ir::SourcePtr& s);
   void add(const ir::SourcePtr& s, LeafGuard g);
   bool check_node(const Node& n, PyObject* parent, const ir::FrameView& frame) const;
+  bool check_absent_globals(PyObject* globals) const;
   void print(const Node& n, std::ostringstream& os) const;
 };
 
@@ -80,6 +86,22 @@ bool GuardSet::Impl::check_node(const Node& n, PyObject* parent, const ir::Frame
   }
   for (const auto& child : n.children)
     if (!check_node(*child, v.get(), frame)) return false;
+  return true;
+}
+
+bool GuardSet::Impl::check_absent_globals(PyObject* globals) const {
+  if (absent_globals.empty()) return true;
+  uint64_t now = dict_version_of(globals);
+  if (globals == globals_seen && now == globals_version) return true;
+  for (const PyRef& name : absent_globals) {
+    if (PyDict_GetItemWithError(globals, name.get())) {
+      failure = "G['" + std::string(PyUnicode_AsUTF8(name.get())) + "'] now shadows the builtin";
+      return false;
+    }
+    if (PyErr_Occurred()) throw PythonError();
+  }
+  globals_seen = globals;
+  globals_version = now;
   return true;
 }
 
@@ -127,6 +149,44 @@ void GuardSet::add_empty_dict_attr(ir::SourcePtr s, PyObject* owner, const char*
     impl_->add(ir::Source::attr(s, name), LeafGuard::length_match(0));
 }
 
+void GuardSet::add_attr(ir::SourcePtr s, AttrTable::Owner owner, PyObject* owner_obj,
+                        PyObject* name, PyObject* found, PyObject* after) {
+  Node& n = impl_->node_for(s);
+  for (LeafGuard& g : n.guards)
+    if (g.kind == GuardKind::AttrTable && g.table->owner() == owner) {
+      g.table->add(name, found, after);
+      return;
+    }
+  LeafGuard g = LeafGuard::attr_table(owner, owner_obj);
+  g.table->add(name, found, after);
+  n.guards.push_back(std::move(g));
+  ++impl_->count;
+}
+void GuardSet::add_no_instance_attr(ir::SourcePtr s, PyObject* name) {
+  PyObject* k = name;
+  Py_INCREF(k);
+  PyUnicode_InternInPlace(&k);  // same_as compares interned pointers
+  PyRef key = PyRef::steal(k);
+  impl_->add(s, LeafGuard::no_instance_attr(key.get()));
+}
+void GuardSet::add_set_match(ir::SourcePtr s, PyObject* set) {
+  impl_->add(s, LeafGuard::set_match(set));
+}
+void GuardSet::add_function_defaults(ir::SourcePtr s, PyObject* fn) {
+  impl_->add(s, LeafGuard::function_defaults(fn));
+}
+void GuardSet::add_call_result(PyObject* fn, PyObject* result) {
+  impl_->add(ir::Source::held(PyRef::borrow(fn), "state query"), LeafGuard::call_result(result));
+}
+void GuardSet::add_global_absent(const std::string& name) {
+  for (const PyRef& have : impl_->absent_globals)
+    if (PyUnicode_CompareWithASCIIString(have.get(), name.c_str()) == 0) return;
+  PyRef key = PyRef::steal(PyUnicode_InternFromString(name.c_str()));
+  if (!key) throw PythonError();
+  impl_->absent_globals.push_back(std::move(key));
+  ++impl_->count;
+}
+
 void GuardSet::add_identity(ir::SourcePtr a, ir::SourcePtr b, bool same) {
   TL_CHECK(a && b) << "identity guard without a source";
   std::string la = a->str(), lb = b->str();
@@ -153,6 +213,7 @@ bool GuardSet::check(const ir::FrameView& frame) const {
   }
   for (const auto& root : im.roots)
     if (!im.check_node(*root, nullptr, frame)) return false;
+  if (!im.check_absent_globals(frame.globals)) return false;
   for (const Identity& id : im.identities) {
     PyRef a = id.fetch_a(frame), b = id.fetch_b(frame);
     if (!a || !b || (a.get() == b.get()) != id.same) {
@@ -170,6 +231,8 @@ std::string GuardSet::str() const {
   std::ostringstream os;
   if (impl_->global_state) os << impl_->global_state->str() << "\n";
   for (const auto& root : impl_->roots) impl_->print(*root, os);
+  for (const PyRef& name : impl_->absent_globals)
+    os << "GLOBAL_ABSENT G['" << PyUnicode_AsUTF8(name.get()) << "']\n";
   for (const Identity& id : impl_->identities)
     os << "IDENTITY " << id.a << (id.same ? " is " : " is not ") << id.b << "\n";
   return os.str();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/py_ref.h"
+#include "guards/attr_table.h"
 #include "ir/frame_view.h"
 #include "ir/source.h"
 
@@ -36,6 +37,22 @@ class GuardSet {
   // (a is b) == same: an identity test the trace answered (two tensor inputs
   // reached through different sources may be one object).
   void add_identity(ir::SourcePtr a, ir::SourcePtr b, bool same);
+  // `owner.<name>` (owner is the object at `s` now, borrowed) resolved to
+  // `found` (borrowed; null: absent) through the owner's module dict or class
+  // MRO; `after` as in AttrTable::add. All such reads of one owner share one
+  // ATTR_TABLE guard. `name` borrowed (a str).
+  void add_attr(ir::SourcePtr s, AttrTable::Owner owner, PyObject* owner_obj, PyObject* name,
+                PyObject* found, PyObject* after = nullptr);
+  // `name` (borrowed str) is not in the instance __dict__ of the value at `s`.
+  void add_no_instance_attr(ir::SourcePtr s, PyObject* name);
+  // The set at `s` holds the elements it holds now, in the same order. Borrows.
+  void add_set_match(ir::SourcePtr s, PyObject* set);
+  // The function at `s` (borrowed) keeps its __defaults__ and __kwdefaults__ objects.
+  void add_function_defaults(ir::SourcePtr s, PyObject* fn);
+  // fn() (a held torch state query, borrowed) still returns `result` (a constant, borrowed).
+  void add_call_result(PyObject* fn, PyObject* result);
+  // `name` is not a global of the frame (a builtin the trace used is not shadowed).
+  void add_global_absent(const std::string& name);
   // Grad mode, default dtype and other global torch state as they are now.
   void add_global_state();
 

@@ -17,15 +17,6 @@ std::string repr(PyObject* v) {
 
 const char* type_name(PyObject* v) { return Py_TYPE(v)->tp_name; }
 
-// ma_version_tag is deprecated on 3.12 but still bumped on every store (see
-// reference/frame-layer.md), so it works on both versions without a watcher.
-uint64_t dict_version_of(PyObject* dict) {
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-  return reinterpret_cast<PyDictObject*>(dict)->ma_version_tag;
-#pragma GCC diagnostic pop
-}
-
 // Values whose == is a total, side-effect free comparison of immutable data.
 bool is_constant(PyObject* v) {
   if (v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v) ||
@@ -149,7 +140,62 @@ LeafGuard LeafGuard::length_match(Py_ssize_t n) {
   return g;
 }
 
+LeafGuard LeafGuard::value_match(PyObject* value) {
+  return is_constant(value) ? equals_match(value) : id_match(value);
+}
+
+LeafGuard LeafGuard::attr_table(AttrTable::Owner owner, PyObject* v) {
+  LeafGuard g{GuardKind::AttrTable};
+  g.table = std::make_shared<AttrTable>(owner, v);
+  return g;
+}
+
+LeafGuard LeafGuard::no_instance_attr(PyObject* name) {
+  return LeafGuard{GuardKind::NoInstanceAttr, PyRef::borrow(name)};
+}
+
+LeafGuard LeafGuard::set_match(PyObject* set) {
+  TL_CHECK(PySet_CheckExact(set)) << "SET_MATCH needs a set, got " << type_name(set);
+  LeafGuard g{GuardKind::SetMatch};
+  g.ref = PyRef::steal(PySequence_Tuple(set));  // iteration order, as the trace saw it
+  if (!g.ref) throw PythonError();
+  g.by_value = is_constant(g.ref.get());
+  return g;
+}
+
+LeafGuard LeafGuard::function_defaults(PyObject* fn) {
+  TL_CHECK(PyFunction_Check(fn)) << "FUNCTION_DEFAULTS needs a function, got " << type_name(fn);
+  LeafGuard g{GuardKind::FunctionDefaults, PyRef::borrow(PyFunction_GET_DEFAULTS(fn))};
+  g.ref2 = PyRef::borrow(PyFunction_GET_KW_DEFAULTS(fn));
+  return g;
+}
+
+LeafGuard LeafGuard::call_result(PyObject* result) {
+  LeafGuard g = equals_match(result);
+  g.kind = GuardKind::CallResult;
+  return g;
+}
+
 namespace {
+bool call_result_equals(PyObject* fn, PyObject* want) {
+  PyRef r = PyRef::steal(PyObject_CallNoArgs(fn));
+  if (!r) throw PythonError();
+  return equals_exact(r.get(), want);
+}
+
+// The set `v` holds exactly `items` (a tuple), in that iteration order.
+bool set_matches(PyObject* v, PyObject* items, bool by_value) {
+  if (!PySet_CheckExact(v) || PySet_GET_SIZE(v) != PyTuple_GET_SIZE(items)) return false;
+  Py_ssize_t pos = 0, i = 0;
+  PyObject* key;
+  Py_hash_t hash;
+  while (_PySet_NextEntry(v, &pos, &key, &hash)) {
+    PyObject* want = PyTuple_GET_ITEM(items, i++);
+    if (by_value ? !equals_exact(key, want) : key != want) return false;
+  }
+  return true;
+}
+
 // v.__dict__[name] as a borrowed pointer, or null (no instance dict, no such
 // key). Throws PythonError if the lookup raised.
 PyObject* instance_attr(PyObject* v, PyObject* name) {
@@ -188,6 +234,17 @@ bool LeafGuard::check(PyObject* v) const {
       return length_of(v) == length;
     case GuardKind::EmptyDictAttr:
       return is_empty_dict(instance_attr(v, ref.get()));
+    case GuardKind::AttrTable:
+      return table->check(v);
+    case GuardKind::NoInstanceAttr:
+      return instance_attr(v, ref.get()) == nullptr;
+    case GuardKind::SetMatch:
+      return set_matches(v, ref.get(), by_value);
+    case GuardKind::CallResult:
+      return call_result_equals(v, ref.get());
+    case GuardKind::FunctionDefaults:
+      return PyFunction_Check(v) && PyFunction_GET_DEFAULTS(v) == ref.get() &&
+             PyFunction_GET_KW_DEFAULTS(v) == ref2.get();
   }
   return false;
 }
@@ -218,6 +275,16 @@ std::string LeafGuard::failure(PyObject* v, const std::string& src) const {
     case GuardKind::EmptyDictAttr:
       return src + "." + PyUnicode_AsUTF8(ref.get()) +
              " is no longer an empty dict (a hook was registered?)";
+    case GuardKind::AttrTable:
+      return table->failure(v, src);
+    case GuardKind::NoInstanceAttr:
+      return src + "." + PyUnicode_AsUTF8(ref.get()) + " was set since tracing";
+    case GuardKind::SetMatch:
+      return src + ": the set changed since tracing (now " + repr(v) + ")";
+    case GuardKind::FunctionDefaults:
+      return src + ": __defaults__ or __kwdefaults__ was replaced";
+    case GuardKind::CallResult:
+      return src + "() != " + repr(ref.get()) + " any more";
   }
   return src + ": guard failed";
 }
@@ -242,6 +309,17 @@ std::string LeafGuard::str(const std::string& src) const {
     case GuardKind::EmptyDictAttr:
       return "EMPTY_DICT_ATTR len(" + src + ".__dict__['" + PyUnicode_AsUTF8(ref.get()) +
              "']) == 0";
+    case GuardKind::AttrTable:
+      return table->str(src);
+    case GuardKind::NoInstanceAttr:
+      return "NO_INSTANCE_ATTR '" + std::string(PyUnicode_AsUTF8(ref.get())) + "' not in " + src +
+             ".__dict__";
+    case GuardKind::SetMatch:
+      return "SET_MATCH " + src + " == " + repr(ref.get());
+    case GuardKind::FunctionDefaults:
+      return "FUNCTION_DEFAULTS " + src;
+    case GuardKind::CallResult:
+      return "CALL_RESULT " + src + "() == " + repr(ref.get());
   }
   return "?";
 }
@@ -254,6 +332,7 @@ bool LeafGuard::same_as(const LeafGuard& o) const {
     case GuardKind::IdMatch:
       return id == o.id && check(o.id);  // and ours is still alive
     case GuardKind::EqualsMatch:
+    case GuardKind::CallResult:
       return equals_exact(ref.get(), o.ref.get());
     case GuardKind::TensorMatch:
       return tensor->same_as(*o.tensor);
@@ -262,7 +341,14 @@ bool LeafGuard::same_as(const LeafGuard& o) const {
     case GuardKind::LengthMatch:
       return length == o.length;
     case GuardKind::EmptyDictAttr:
+    case GuardKind::NoInstanceAttr:
       return ref.get() == o.ref.get();  // interned
+    case GuardKind::AttrTable:
+      return table == o.table;
+    case GuardKind::SetMatch:
+      return by_value == o.by_value && equals_exact(ref.get(), o.ref.get());
+    case GuardKind::FunctionDefaults:
+      return ref.get() == o.ref.get() && ref2.get() == o.ref2.get();
   }
   return false;
 }

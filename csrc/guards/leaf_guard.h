@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/py_ref.h"
+#include "guards/attr_table.h"
 #include "guards/tensor_match.h"
 
 namespace tl::guards {
@@ -20,14 +21,24 @@ enum class GuardKind {
   DictVersion,
   LengthMatch,
   EmptyDictAttr,
+  AttrTable,         // see attr_table.h
+  NoInstanceAttr,    // `name` is not in the value's instance __dict__
+  SetMatch,          // a set with the same elements in the same iteration order
+  FunctionDefaults,  // a function whose __defaults__ / __kwdefaults__ are the same objects
+  CallResult,        // calling the value (a state query of torch's) returns an equal constant
 };
 
 struct LeafGuard {
   GuardKind kind;
   // TypeMatch: the type. IdMatch: a weakref to the object, or the object when
   // its type has no weakrefs. EqualsMatch: the constant. EmptyDictAttr: the
-  // interned attribute name.
+  // interned attribute name. NoInstanceAttr: the interned name. SetMatch: a
+  // tuple of the elements. FunctionDefaults: __defaults__ (may be null).
+  // CallResult: the result.
   PyRef ref;
+  PyRef ref2;              // FunctionDefaults: __kwdefaults__ (may be null)
+  bool by_value = false;   // SetMatch: elements compared by value (all constants), else identity
+  std::shared_ptr<guards::AttrTable> table;  // AttrTable (shared: LeafGuard copies)
   PyObject* id = nullptr;  // IdMatch: the object's address (compare only, never dereferenced)
   bool weak = false;       // IdMatch: `ref` is a weakref
   uint64_t version = 0;    // DictVersion
@@ -40,6 +51,13 @@ struct LeafGuard {
   static LeafGuard tensor_match(PyObject* tensor);  // borrows
   static LeafGuard dict_version(PyObject* dict);    // borrows; keeps no reference
   static LeafGuard length_match(Py_ssize_t n);
+  // EQUALS_MATCH for a constant (see equals_match), else ID_MATCH. Borrows.
+  static LeafGuard value_match(PyObject* value);
+  static LeafGuard attr_table(AttrTable::Owner owner, PyObject* v);  // borrows
+  static LeafGuard no_instance_attr(PyObject* name);                  // borrows an interned str
+  static LeafGuard set_match(PyObject* set);                          // borrows; keeps the elements
+  static LeafGuard function_defaults(PyObject* fn);                   // borrows; keeps the defaults
+  static LeafGuard call_result(PyObject* result);  // borrows a constant (see equals_match)
   // The value's instance __dict__ holds `name` (borrowed, interned), an empty
   // dict: a module's hook dicts, read without fetching each as a node. Null
   // when `owner` (borrowed) does not hold one there now, or a data descriptor

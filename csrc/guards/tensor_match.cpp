@@ -21,6 +21,10 @@ PyObject* stride_name() {
   static PyObject* name = PyUnicode_InternFromString("stride");
   return name;
 }
+PyObject* is_inference_name() {
+  static PyObject* name = PyUnicode_InternFromString("is_inference");
+  return name;
+}
 
 std::string repr(PyObject* v) {
   PyRef r = PyRef::steal(PyObject_Str(v));
@@ -88,7 +92,9 @@ TensorMatch::TensorMatch(PyObject* tensor) : type_(PyRef::borrow((PyObject*)Py_T
   }
   PyObject* stride = _PyType_Lookup(type, stride_name());  // borrowed
   if (stride && Py_IS_TYPE(stride, &PyMethodDescr_Type)) stride_method_ = PyRef::borrow(stride);
-  bool all = static_cast<bool>(stride_method_);
+  PyObject* inf = _PyType_Lookup(type, is_inference_name());  // borrowed
+  if (inf && Py_IS_TYPE(inf, &PyMethodDescr_Type)) is_inference_method_ = PyRef::borrow(inf);
+  bool all = stride_method_ && is_inference_method_;
   for (auto* g : getters_) all = all && g && g->get;
   fast_tag_ = all ? type->tp_version_tag : 0;
 
@@ -96,6 +102,7 @@ TensorMatch::TensorMatch(PyObject* tensor) : type_(PyRef::borrow((PyObject*)Py_T
   device_ = read(tensor, kDevice);
   cpu_ = read(tensor, kIsCpu).get() == Py_True;
   requires_grad_ = read(tensor, kRequiresGrad).get() == Py_True;
+  inference_ = read_inference(tensor);
   sizes_ = to_ints(read(tensor, kShape).get());
   strides_ = to_ints(read_strides(tensor).get());
   layout_ = read(tensor, kLayout);
@@ -121,6 +128,15 @@ PyRef TensorMatch::read_strides(PyObject* v) const {
   return PyRef::steal(r);
 }
 
+bool TensorMatch::read_inference(PyObject* v) const {
+  PyObject* r = fast_valid() && Py_TYPE(v) == (PyTypeObject*)type_.get()
+                    ? PyObject_Vectorcall(is_inference_method_.get(), &v, 1, nullptr)
+                    : PyObject_CallMethodNoArgs(v, is_inference_name());
+  if (!r) throw PythonError();
+  Py_DECREF(r);  // a bool singleton: still alive
+  return r == Py_True;
+}
+
 bool TensorMatch::check(PyObject* v) const {
   if ((PyObject*)Py_TYPE(v) != type_.get()) return false;
   try {
@@ -133,6 +149,7 @@ bool TensorMatch::check(PyObject* v) const {
       if (eq == 0) return false;
     }
     if ((read(v, kRequiresGrad).get() == Py_True) != requires_grad_) return false;
+    if (read_inference(v) != inference_) return false;
     if (!ints_equal(read(v, kShape).get(), sizes_) || !ints_equal(read_strides(v).get(), strides_))
       return false;
     return !check_layout_ || read(v, kLayout).get() == layout_.get();
@@ -168,6 +185,9 @@ std::string TensorMatch::first_difference(PyObject* v) const {
   }
   bool rg = read(v, kRequiresGrad).get() == Py_True;
   if (rg != requires_grad_) return expected("requires_grad", requires_grad_ ? "True" : "False", rg ? "True" : "False");
+  if (read_inference(v) != inference_)
+    return inference_ ? "not an inference tensor (traced with one)"
+                      : "an inference tensor (traced with a normal one)";
   std::vector<Py_ssize_t> sizes = to_ints(read(v, kShape).get());
   if (sizes.size() != sizes_.size())
     return expected("rank", std::to_string(sizes_.size()), std::to_string(sizes.size()));
@@ -183,6 +203,7 @@ std::string TensorMatch::str() const {
   meta.sizes.assign(sizes_.begin(), sizes_.end());
   std::string s = meta.str() + " stride=" + join(strides_) + " " + repr(device_.get());
   s += requires_grad_ ? " requires_grad=True" : " requires_grad=False";
+  if (inference_) s += " inference=True";
   if (std::string(reinterpret_cast<PyTypeObject*>(type_.get())->tp_name) != "Tensor")
     s += std::string(" type=") + reinterpret_cast<PyTypeObject*>(type_.get())->tp_name;
   return s;
@@ -191,7 +212,7 @@ std::string TensorMatch::str() const {
 bool TensorMatch::same_as(const TensorMatch& o) const {
   if (type_.get() != o.type_.get() || dtype_.get() != o.dtype_.get() || cpu_ != o.cpu_ ||
       layout_.get() != o.layout_.get() ||
-      requires_grad_ != o.requires_grad_ || sizes_ != o.sizes_ || strides_ != o.strides_)
+      requires_grad_ != o.requires_grad_ || inference_ != o.inference_ || sizes_ != o.sizes_ || strides_ != o.strides_)
     return false;
   int eq = PyObject_RichCompareBool(device_.get(), o.device_.get(), Py_EQ);
   if (eq < 0) throw PythonError();

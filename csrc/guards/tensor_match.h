@@ -27,6 +27,7 @@ class TensorMatch {
   std::string first_difference(PyObject* v) const;  // throws PythonError
   PyRef read(PyObject* v, Field f) const;  // new reference; throws on error
   PyRef read_strides(PyObject* v) const;   // new reference (a tuple); throws on error
+  bool read_inference(PyObject* v) const;  // v.is_inference(); throws on error
   bool fast_valid() const {
     return fast_tag_ != 0 && reinterpret_cast<PyTypeObject*>(type_.get())->tp_version_tag == fast_tag_;
   }
@@ -34,6 +35,9 @@ class TensorMatch {
   PyRef type_, dtype_, device_;
   bool cpu_ = false;
   bool requires_grad_ = false;
+  // An inference tensor: a trace over one (no version counter, no autograd, in-place
+  // updates refused outside inference mode) is not valid for a normal one, nor back.
+  bool inference_ = false;
   PyRef layout_;               // torch.strided, ...
   bool check_layout_ = false;  // see the constructor
   std::vector<Py_ssize_t> sizes_, strides_;
@@ -42,7 +46,7 @@ class TensorMatch {
   // version tag is unchanged, i.e. nobody patched torch.Tensor since.
   unsigned int fast_tag_ = 0;
   PyGetSetDef* getters_[kNumFields] = {};
-  PyRef stride_method_;
+  PyRef stride_method_, is_inference_method_;
 };
 
 }  // namespace tl::guards
