@@ -150,7 +150,7 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
       PyRef fset = PyObject_TypeCheck(descr, &PyProperty_Type)
                        ? PyRef::steal(PyObject_GetAttrString(descr, "fset"))
                        : PyRef();
-      if (!fset) PyErr_Clear();
+      if (!fset) clear_expected_error();
       if (fset && PyFunction_Check(fset.get())) {
         inline_function(fset.get(), nullptr, nullptr, {obj, v}, {});
         return;
@@ -218,7 +218,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
       {
         PyRef probe = PyRef::steal(PyObject_GetAttrString(meta, name.c_str()));
         if (!probe) {
-          PyErr_Clear();
+          clear_expected_error();
           return tensor_instance_attr(ctx_, obj, pyname.get());
         }
       }
@@ -270,7 +270,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         }
         PyRef r = PyRef::steal(PyObject_GetAttr(o, pyname.get()));
         if (!r) {
-          PyErr_Clear();
+          clear_expected_error();
           return std::nullopt;
         }
         return ctx_.wrap(r.get(), src());
@@ -348,7 +348,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
       if (!r) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError))
           raise_current_error("attribute read raised");
-        PyErr_Clear();
+        clear_expected_error();
         if (owner.tabled && !owner.found)
           ctx_.guards().add_attr(obj->source, owner.owner, o, pyname.get(), nullptr);
         return std::nullopt;
@@ -387,7 +387,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
           name == "__defaults__" || name == "__kwdefaults__" || name == "__annotations__") {
         PyRef r = PyRef::steal(PyObject_GetAttrString(fn, name.c_str()));
         if (!r) {
-          PyErr_Clear();
+          clear_expected_error();
           return std::nullopt;
         }
         return ctx_.from_result(r.get());
@@ -398,9 +398,9 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
       if (obj->named_type) {
         PyRef fields = PyRef::steal(PyObject_GetAttrString(obj->named_type.get(), "_fields"));
         if (!fields) {
-          PyErr_Clear();
+          clear_expected_error();
           fields = PyRef::steal(PyObject_GetAttrString(obj->named_type.get(), "__match_args__"));
-          if (!fields) PyErr_Clear();
+          if (!fields) clear_expected_error();
         }
         if (fields && PyTuple_Check(fields.get())) {
           for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i) {

@@ -95,7 +95,7 @@ PyRef str(const std::string& s) { return checked(PyUnicode_FromString(s.c_str())
 std::string repr(PyObject* o) {
   PyRef r = PyRef::steal(PyObject_Repr(o));
   if (!r) {
-    PyErr_Clear();
+    clear_expected_error();
     return "?";
   }
   return utf8(r.get());
@@ -312,7 +312,7 @@ Policy probe(PyObject* target, const std::string& method, const std::vector<Valu
       PyRef::steal(PyObject_CallMethod(mode, "__exit__", "OOO", Py_None, Py_None, Py_None));
   PyRef restored = PyRef::steal(PyObject_CallOneArg(a.set_cache_enabled, prev_cache.get()));
   if (!exited || !restored || PyObject_SetAttrString(log, "disabled", prev_disabled.get()) < 0)
-    PyErr_Clear();
+    PyErr_Clear();  // NOTE: the error fetched above is restored, whatever it is
   PyErr_Restore(t, v, tb);
   if (!ok) {
     std::string err = error_text();
@@ -325,7 +325,7 @@ Policy probe(PyObject* target, const std::string& method, const std::vector<Valu
   try {
     plain = run_for_dtype(target, method, args, kwargs, false);
   } catch (const PythonError&) {
-    PyErr_Clear();
+    clear_expected_error();
   }
   p.cast = !plain || PyObject_RichCompareBool(plain, dt, Py_EQ) != 1;
   return p;
@@ -384,7 +384,7 @@ ValuePtr construct_autocast(CaptureContext& ctx, PyObject* globals, PyObject* cl
   if (!all_const(args, kwargs))
     graph_break("unsupported_value", "torch.autocast(...) with arguments computed by traced code");
   PyRef deprecated = PyRef::steal(PyObject_GetAttrString(cls, "__deprecated__"));
-  if (!deprecated) PyErr_Clear();
+  if (!deprecated) clear_expected_error();
   if (deprecated && PyUnicode_Check(deprecated.get()))  // torch.cpu.amp.autocast's FutureWarning
     warning_call(ctx, globals,
                  {Value::constant(deprecated), Value::constant(PyRef::borrow(PyExc_FutureWarning))},
@@ -434,7 +434,7 @@ void restore_autocast(CaptureContext& ctx) {
   try {
     while (!ctx.autocast_regions.empty()) leave(ctx);
   } catch (const PythonError&) {
-    PyErr_Clear();
+    PyErr_Clear();  // NOTE: runs in ~CaptureContext: nothing may be thrown
   }
   PyErr_Restore(t, v, tb);
 }

@@ -21,7 +21,7 @@ struct LineRange {
 
 std::string code_name(PyCodeObject* code) {
   const char* s = PyUnicode_AsUTF8(code->co_qualname);
-  if (!s) PyErr_Clear();
+  if (!s) clear_expected_error();
   return s ? s : "<code>";
 }
 
@@ -158,7 +158,7 @@ std::string tuple_str(PyObject* tuple, int i) {  // borrows tuple
   PyObject* item = PyTuple_GET_ITEM(tuple, i);  // borrowed
   if (!PyUnicode_Check(item)) return ir::const_repr(item);
   const char* s = PyUnicode_AsUTF8(item);
-  if (!s) PyErr_Clear();
+  if (!s) clear_expected_error();
   return s ? s : "?";
 }
 

@@ -184,7 +184,7 @@ ValuePtr Tracer::make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& arg
   PyRef fields = PyRef::steal(PyObject_GetAttrString(cls, "_fields"));
   if (!fields || !PyTuple_Check(fields.get())) throw PythonError();
   PyRef defaults = PyRef::steal(PyObject_GetAttrString(cls, "_field_defaults"));
-  if (!defaults) PyErr_Clear();
+  if (!defaults) clear_expected_error();
   Py_ssize_t n = PyTuple_GET_SIZE(fields.get());
   std::vector<ValuePtr> items(n);
   if (static_cast<Py_ssize_t>(args.size()) > n)

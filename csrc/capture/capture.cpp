@@ -266,9 +266,11 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
   } catch (const GraphBreak& b) {
     out.graph_break = BreakInfo{b.kind(), b.reason(), ctx.filename, ctx.lineno};
     top_index = b.top_index;
-    if (PyErr_Occurred()) PyErr_Clear();
+    if (PyErr_Occurred()) clear_expected_error();
   } catch (const PythonError&) {
-    // An unexpected Python error while tracing: never wrong, so run eagerly.
+    // An unexpected Python error while tracing: never wrong, so run eagerly. A fatal
+    // one (Ctrl-C) reaches the user instead, and no cache entry is made.
+    if (fatal_python_error_pending()) throw;
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
     PyErr_NormalizeException(&t, &v, &tb);
@@ -276,7 +278,7 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
     std::string msg = type ? reinterpret_cast<PyTypeObject*>(type.get())->tp_name : "error";
     PyRef s = value ? PyRef::steal(PyObject_Str(value.get())) : PyRef();
     if (s && PyUnicode_Check(s.get())) msg += std::string(": ") + PyUnicode_AsUTF8(s.get());
-    PyErr_Clear();
+    clear_expected_error();
     out.graph_break =
         BreakInfo{"op_error", "error while tracing: " + msg, ctx.filename, ctx.lineno};
   }

@@ -78,6 +78,7 @@ std::string placeholder_name(const ir::Source& s) {
 }
 
 std::string exception_text() {
+  if (fatal_python_error_pending()) throw PythonError();
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
   PyErr_NormalizeException(&type, &value, &tb);
@@ -88,7 +89,7 @@ std::string exception_text() {
     const char* c = s ? PyUnicode_AsUTF8(s.get()) : nullptr;
     if (c && *c) out += std::string(": ") + c;
   }
-  PyErr_Clear();
+  clear_expected_error();
   std::string first_line = out.substr(0, out.find('\n'));
   return first_line.size() > 300 ? first_line.substr(0, 300) + "..." : first_line;
 }
@@ -115,11 +116,11 @@ const std::unordered_set<std::string>& data_dependent_methods() {
 std::string fn_short_name(PyObject* fn) {
   PyRef n = PyRef::steal(PyObject_GetAttrString(fn, "__name__"));
   if (!n) {
-    PyErr_Clear();
+    clear_expected_error();
     return "?";
   }
   const char* c = PyUnicode_Check(n.get()) ? PyUnicode_AsUTF8(n.get()) : nullptr;
-  if (!c) PyErr_Clear();
+  if (!c) clear_expected_error();
   return c ? c : "?";
 }
 
@@ -158,7 +159,7 @@ PyTypeObject* ordered_dict_type() {
   static PyObject* od = [] {
     PyRef m = PyRef::steal(PyImport_ImportModule("collections"));
     PyObject* t = m ? PyObject_GetAttrString(m.get(), "OrderedDict") : nullptr;
-    if (!t) PyErr_Clear();
+    if (!t) clear_expected_error();
     return t;  // NOTE: kept for the process lifetime, like the collections module
   }();
   return reinterpret_cast<PyTypeObject*>(od);
@@ -319,7 +320,7 @@ CaptureContext::~CaptureContext() {
     PyErr_Fetch(&t, &v, &tb);
     PyRef r = PyRef::steal(PyObject_CallOneArg(torch_api().set_grad_enabled_fn.get(),
                                                initial_grad_ ? Py_True : Py_False));
-    if (!r) PyErr_Clear();
+    if (!r) PyErr_Clear();  // NOTE: a destructor: nothing may be thrown
     PyErr_Restore(t, v, tb);
   }
 }

@@ -33,7 +33,7 @@ bool is_introspection(PyObject* func) {
   static PyObject* signature = [] {
     PyRef m = PyRef::steal(PyImport_ImportModule("inspect"));
     PyObject* f = m ? PyObject_GetAttrString(m.get(), "signature") : nullptr;
-    if (!f) PyErr_Clear();
+    if (!f) clear_expected_error();
     return f;  // NOTE: kept for the process lifetime, like the module
   }();
   return func && func == signature;

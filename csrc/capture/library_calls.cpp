@@ -19,7 +19,7 @@ namespace {
 PyObject* module_attr(const char* module, const char* name) {  // borrowed, lives forever
   PyRef m = PyRef::steal(PyImport_ImportModule(module));
   PyObject* a = m ? PyObject_GetAttrString(m.get(), name) : nullptr;
-  if (!a) PyErr_Clear();
+  if (!a) clear_expected_error();
   return a;  // NOTE: a reference kept for the process lifetime, like the module
 }
 

@@ -87,7 +87,7 @@ const Types& types() {
     for (const char* c : {"complex32", "complex64", "complex128"}) {
       PyObject* d = PyObject_GetAttrString(api.torch.get(), c);
       if (d) t->complex_dtypes.insert(d);
-      PyErr_Clear();
+      clear_expected_error();
     }
     return t;
   }();
@@ -374,7 +374,7 @@ PyRef meta_call(PyObject* target, const std::string& method, PyObject* self, PyO
     if (method.empty()) {
       PyRef n = PyRef::steal(PyObject_GetAttrString(target, "__name__"));
       if (n && PyUnicode_Check(n.get())) name = PyUnicode_AsUTF8(n.get());
-      PyErr_Clear();
+      clear_expected_error();
     } else {
       name = method;
     }
@@ -411,7 +411,7 @@ PyRef meta_call(PyObject* target, const std::string& method, PyObject* self, PyO
       }
     }
   } catch (const PythonError&) {
-    PyErr_Clear();
+    clear_expected_error();
     kb.ok = false;
   }
   if (!kb.ok) return call_now(target, method, self, pos, kwargs);
@@ -430,7 +430,7 @@ PyRef meta_call(PyObject* target, const std::string& method, PyObject* self, PyO
       ++c.hits;
       return r;
     }
-    PyErr_Clear();  // fall back to the op itself
+    clear_expected_error();  // fall back to the op itself
   }
 
   PyRef result = call_now(target, method, self, pos, kwargs);
@@ -439,7 +439,7 @@ PyRef meta_call(PyObject* target, const std::string& method, PyObject* self, PyO
   try {
     if (!describe_result(result.get(), kb.tensors, e)) return result;
   } catch (const PythonError&) {
-    PyErr_Clear();
+    clear_expected_error();
     return result;
   }
   e.target = PyRef::borrow(target);

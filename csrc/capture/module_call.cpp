@@ -39,7 +39,7 @@ class Hooks {
     PyObject* owner = global ? module_module() : module_->obj.get();
     PyRef d = PyRef::steal(PyObject_GetAttrString(owner, name));
     if (!d) {
-      PyErr_Clear();  // a module whose __init__ did not run Module.__init__: no hooks
+      clear_expected_error();  // a module whose __init__ did not run Module.__init__: no hooks
       return nullptr;
     }
     if (!PyDict_Check(d.get()))

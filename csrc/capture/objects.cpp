@@ -21,12 +21,12 @@ PyRef dataclass_fields(PyObject* cls) {
   static PyObject* fields_fn = [] {
     PyRef m = PyRef::steal(PyImport_ImportModule("dataclasses"));
     PyObject* f = m ? PyObject_GetAttrString(m.get(), "fields") : nullptr;
-    if (!f) PyErr_Clear();
+    if (!f) clear_expected_error();
     return f;  // NOTE: kept for the process lifetime, like the dataclasses module
   }();
   if (!fields_fn) return {};
   PyRef r = PyRef::steal(PyObject_CallOneArg(fields_fn, cls));
-  if (!r) PyErr_Clear();
+  if (!r) clear_expected_error();
   return r;
 }
 

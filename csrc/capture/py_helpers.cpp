@@ -10,7 +10,7 @@ namespace tl::capture::detail {
 std::string utf8(PyObject* s) {
   const char* c = s && PyUnicode_Check(s) ? PyUnicode_AsUTF8(s) : nullptr;
   if (!c) {
-    PyErr_Clear();
+    clear_expected_error();
     return "";
   }
   return c;
@@ -19,7 +19,7 @@ std::string utf8(PyObject* s) {
 std::string attr_str(PyObject* o, const char* name) {
   PyRef v = PyRef::steal(PyObject_GetAttrString(o, name));
   if (!v) {
-    PyErr_Clear();
+    clear_expected_error();
     return "";
   }
   return utf8(v.get());
@@ -34,6 +34,7 @@ std::string callable_desc(PyObject* fn) {
 }
 
 std::string error_text() {
+  if (fatal_python_error_pending()) throw PythonError();
   PyObject *t, *v, *tb;
   PyErr_Fetch(&t, &v, &tb);
   PyErr_NormalizeException(&t, &v, &tb);
@@ -43,7 +44,7 @@ std::string error_text() {
     PyRef s = PyRef::steal(PyObject_Str(value.get()));
     if (s) out += ": " + utf8(s.get());
   }
-  PyErr_Clear();
+  clear_expected_error();
   return out;
 }
 
@@ -189,7 +190,7 @@ PyRef const_tuple(const ValuePtr& v) {
 Py_ssize_t normalize_index(PyObject* idx, size_t size) {
   Py_ssize_t i = PyNumber_AsSsize_t(idx, PyExc_IndexError);
   if (i == -1 && PyErr_Occurred()) {
-    PyErr_Clear();
+    clear_expected_error();
     graph_break("unsupported_value", "non-integer index into a sequence");
   }
   if (i < 0) i += static_cast<Py_ssize_t>(size);
@@ -253,7 +254,7 @@ ValuePtr import_loaded(const std::string& name, const ValuePtr& fromlist, const 
     PyRef util = PyRef::steal(PyImport_ImportModule("importlib.util"));
     PyObject* package = PyDict_GetItemString(globals, "__package__");  // borrowed
     if (!util || !package || !PyUnicode_Check(package)) {
-      PyErr_Clear();
+      clear_expected_error();
       graph_break("unsupported_bytecode", "relative import without a package");
     }
     PyRef rel = PyRef::steal(PyUnicode_FromString((std::string(lvl, '.') + name).c_str()));
@@ -286,7 +287,7 @@ bool is_partial_type(PyObject* t) {
   static PyObject* partial = [] {
     PyRef ft = PyRef::steal(PyImport_ImportModule("functools"));
     PyObject* p = ft ? PyObject_GetAttrString(ft.get(), "partial") : nullptr;
-    if (!p) PyErr_Clear();
+    if (!p) clear_expected_error();
     return p;  // NOTE: kept for the process lifetime, like the functools module
   }();
   return partial && t == partial;

@@ -72,7 +72,7 @@ std::optional<ValuePtr> Tracer::super_attr(const ValuePtr& sup, const std::strin
       PyRef fget = PyRef::steal(PyObject_GetAttrString(v, "fget"));
       if (fget && PyFunction_Check(fget.get()))
         return inline_function(fget.get(), nullptr, nullptr, {sup->self}, {});
-      PyErr_Clear();
+      clear_expected_error();
       graph_break("unsupported_value", "super()." + name + ": property with a C getter");
     }
     if (Py_TYPE(v) == &PyStaticMethod_Type || Py_TYPE(v) == &PyClassMethod_Type) {

@@ -20,7 +20,7 @@ PyRef attr(const PyRef& obj, const char* name) {
 std::string str_of(PyObject* s) {
   const char* c = s && PyUnicode_Check(s) ? PyUnicode_AsUTF8(s) : nullptr;
   if (!c) {
-    PyErr_Clear();
+    clear_expected_error();
     return "";
   }
   return c;
@@ -82,12 +82,12 @@ bool is_torch_function(PyObject* fn) {
   if (PyCFunction_Check(fn)) {
     PyRef mod = PyRef::steal(PyObject_GetAttrString(fn, "__module__"));
     if (!mod) {
-      PyErr_Clear();
+      clear_expected_error();
       // Methods of torch._C objects (torch._C._nn.linear) have a module self.
       PyObject* self = PyCFunction_GET_SELF(fn);
       if (self && PyModule_Check(self)) {
         const char* name = PyModule_GetName(self);
-        if (!name) PyErr_Clear();
+        if (!name) clear_expected_error();
         return name && std::string(name).rfind("torch", 0) == 0;
       }
       return false;
@@ -97,7 +97,7 @@ bool is_torch_function(PyObject* fn) {
     PyObject* self = PyCFunction_GET_SELF(fn);
     if (self && PyModule_Check(self)) {
       const char* name = PyModule_GetName(self);
-      if (!name) PyErr_Clear();
+      if (!name) clear_expected_error();
       return name && std::string(name).rfind("torch", 0) == 0;
     }
     return false;

@@ -120,6 +120,8 @@ ValuePtr Tracer::run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> fre
     try {
       if (++ctx_.instructions > kMaxInstructions)
         graph_break("unsupported_bytecode", "trace too long (loop over many iterations?)");
+      // Ctrl-C while a long trace runs only C++: raised here, it reaches the user.
+      if (PyErr_CheckSignals() < 0) throw PythonError();
       ++pc_;
       step(inst);
     } catch (GraphBreak& b) {
@@ -427,7 +429,7 @@ void Tracer::step(const Instruction& inst) {
       } else if (container->is_const() && item->is_const()) {
         int r = PySequence_Contains(container->obj.get(), item->obj.get());
         if (r < 0) {
-          PyErr_Clear();
+          clear_expected_error();
           graph_break("user_exception", "'in' raised at trace time");
         }
         found = r;
@@ -442,7 +444,7 @@ void Tracer::step(const Instruction& inst) {
       } else if (container->kind == VKind::Module && item->is_const()) {
         int r = PySequence_Contains(container->obj.get(), item->obj.get());
         if (r < 0) {
-          PyErr_Clear();
+          clear_expected_error();
           graph_break("unsupported_value", "'in' on a module");
         }
         found = r;

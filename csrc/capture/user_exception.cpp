@@ -9,7 +9,7 @@ std::string describe(PyObject* exc) {
   std::string out = Py_TYPE(exc)->tp_name;
   PyRef s = PyRef::steal(PyObject_Str(exc));
   const char* text = s && PyUnicode_Check(s.get()) ? PyUnicode_AsUTF8(s.get()) : nullptr;
-  if (!text) PyErr_Clear();
+  if (!text) clear_expected_error();
   if (text && *text) out += std::string(": ") + text;
   return out;
 }
@@ -102,6 +102,9 @@ void chain_context(PyObject* exc, PyObject* handled) {
 }
 
 void raise_current_error(const std::string& what) {
+  // NOTE: never a UserException: the traced program's handlers must not catch it, nor may
+  // the frame run again eagerly as if nothing happened.
+  if (fatal_python_error_pending()) throw PythonError();
   PyObject *t, *v, *tb;
   PyErr_Fetch(&t, &v, &tb);
   PyErr_NormalizeException(&t, &v, &tb);

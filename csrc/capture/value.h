@@ -58,10 +58,10 @@ struct Value {
   PyRef device;
   // Tuple, List, Dict values, Iterator, Function defaults
   std::vector<ValuePtr> items;
-  std::vector<PyRef> keys;           // Dict keys; Function: kwdefault names
-  std::vector<ValuePtr> kwdefaults;  // Function
-  std::vector<ValuePtr> cells;       // Function closure cells
-  size_t pos = 0;                    // Iterator
+  std::vector<PyRef> keys;               // Dict keys; Function: kwdefault names
+  std::vector<ValuePtr> kwdefaults;      // Function
+  std::vector<ValuePtr> cells;           // Function closure cells
+  size_t pos = 0;                        // Iterator
   IterKind iter_kind = IterKind::Items;  // Iterator
   // Method
   ValuePtr self;

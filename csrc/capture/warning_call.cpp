@@ -127,7 +127,7 @@ ValuePtr warning_call(CaptureContext& ctx, PyObject* globals, const std::vector<
     cat = reinterpret_cast<PyObject*>(Py_TYPE(msg));
   else if (category && category->obj.get() != Py_None)
     cat = category->obj.get();
-  PyErr_Clear();
+  clear_expected_error();
   if (!PyType_Check(cat) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cat),
                                               reinterpret_cast<PyTypeObject*>(PyExc_Warning)))
     shown("warning", "with an invalid category (it raises TypeError)");
@@ -135,7 +135,7 @@ ValuePtr warning_call(CaptureContext& ctx, PyObject* globals, const std::vector<
   long level = 1;
   if (stacklevel) {
     level = PyLong_Check(stacklevel->obj.get()) ? PyLong_AsLong(stacklevel->obj.get()) : -1;
-    if (level == -1 && PyErr_Occurred()) PyErr_Clear();
+    if (level == -1 && PyErr_Occurred()) clear_expected_error();
   }
   PyRef text = PyRef::steal(PyObject_Str(msg));
   if (!text) throw PythonError();

@@ -17,6 +17,18 @@ void set_unsupported_error_type(PyObject* type) {
   g_unsupported_type = type;
 }
 
+bool fatal_python_error_pending() {
+  PyObject* t = PyErr_Occurred();  // borrowed
+  return t && (PyErr_GivenExceptionMatches(t, PyExc_KeyboardInterrupt) ||
+               PyErr_GivenExceptionMatches(t, PyExc_SystemExit) ||
+               PyErr_GivenExceptionMatches(t, PyExc_MemoryError));
+}
+
+void clear_expected_error() {
+  if (fatal_python_error_pending()) throw PythonError();
+  PyErr_Clear();
+}
+
 void set_python_error(const std::exception& e) {
   if (dynamic_cast<const PythonError*>(&e)) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "lost Python error");

@@ -36,6 +36,14 @@ inline void throw_if_python_error() {
   if (PyErr_Occurred()) throw PythonError();
 }
 
+// True while the Python error set is one no fallback may swallow or turn into a
+// graph break: KeyboardInterrupt, SystemExit (the user stops the program) and
+// MemoryError (it cannot go on). Such an error must reach the user.
+bool fatal_python_error_pending();
+// PyErr_Clear for an error the caller expects (a missing attribute, a failed
+// optional lookup); a fatal one stays set and PythonError is thrown instead.
+void clear_expected_error();
+
 class ErrorBuilder {
  public:
   ErrorBuilder(ErrorKind kind, const char* file, int line, const char* cond) : kind_(kind) {

@@ -378,3 +378,97 @@ def test_list_cleared_before_a_graph_break_hands_its_items_on():
     again = [torch.randn(4), torch.randn(4)]
     expected = again[0] * again[1]
     torch.testing.assert_close(compiled(again), expected)
+
+
+# --- KeyboardInterrupt, SystemExit, MemoryError during capture (crash 5) ------------------------
+
+# A user descriptor and a metaclass __getattr__ that the trace runs for real raise once, while
+# the frame is being captured: the error must reach the caller, no cache entry may be left, and
+# the next call captures afresh.
+FATAL_PRELUDE = """
+armed = [None]
+
+def boom():
+    kind, armed[0] = armed[0], None
+    if kind is not None:
+        raise kind()
+
+class Desc:
+    def __get__(self, obj, owner=None):
+        boom()
+        return 2.0
+
+    def __set__(self, obj, value):
+        pass
+
+class Holder:
+    d = Desc()
+
+class Meta(type):
+    def __getattr__(cls, name):
+        boom()
+        return 3.0
+
+class WithMeta(metaclass=Meta):
+    pass
+
+HOLDER = Holder()
+
+def expect_propagated(fn, kind):
+    compiled = torchlite.compile(fn)
+    x = torch.randn(4)
+    armed[0] = kind
+    try:
+        compiled(x)
+    except kind:
+        pass
+    else:
+        raise AssertionError(f"{kind.__name__} raised during capture was swallowed")
+    assert torchlite._C.cache_entry_count(fn) == 0, "an entry was cached"
+    frames = torchlite.counters()["frames"]
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert torchlite.counters()["frames"] == frames + 1, "the next call did not capture"
+"""
+
+FATAL_PROGRAMS = {
+    f"{kind}_from_{where}_propagates": f"""
+def fn(x):
+    return x + {expr}
+
+for _ in range(2):
+    torchlite.reset()
+    expect_propagated(fn, {kind})
+"""
+    for kind in ("KeyboardInterrupt", "SystemExit", "MemoryError")
+    for where, expr in (("descriptor", "HOLDER.d"), ("metaclass_getattr", "WithMeta.scale"))
+}
+# Ctrl-C while the interpreter traces a long loop of pure Python arithmetic (C++ only, no
+# Python code runs): the signal's KeyboardInterrupt is raised in the trace.
+FATAL_PROGRAMS["sigint_during_a_long_trace_propagates"] = """
+import signal
+
+def fn(x):
+    n = 0
+    for i in range(150000):
+        n = n + i % 7
+    return x + n
+
+def on_alarm(signum, frame):
+    raise KeyboardInterrupt
+
+signal.signal(signal.SIGALRM, on_alarm)
+signal.setitimer(signal.ITIMER_REAL, 0.05)
+try:
+    torchlite.compile(fn)(torch.randn(4))
+except KeyboardInterrupt:
+    pass
+else:
+    raise AssertionError("Ctrl-C during capture was swallowed (or capture was too quick)")
+finally:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+assert torchlite._C.cache_entry_count(fn) == 0, "an entry was cached"
+"""
+
+
+def test_fatal_errors_during_capture_reach_the_caller_and_cache_nothing():
+    run_programs(FATAL_PROGRAMS, prelude=FATAL_PRELUDE)
