@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "capture/graph_break.h"
+#include "capture/lazy_iter.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
@@ -94,7 +95,9 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         if (auto r = call_dunder(v, "__len__", {})) return const_int(checked_len(*r));
         if (v->mapping) return const_int(v->mapping->items.size());
       }
-      if (v->kind == VKind::Iterator) return const_int(v->items.size() - v->pos);
+      if (v->kind == VKind::DictView) return const_int(v->self->keys.size());
+      if (v->kind == VKind::Iterator)
+        raise_user(PyExc_TypeError, "object of type '" + v->type_name() + "' has no len()");
       if (v->is_tensor()) {
         PyRef shape = PyRef::steal(PyObject_GetAttrString(v->meta.get(), "shape"));
         if (!shape || PyTuple_GET_SIZE(shape.get()) == 0)
@@ -154,6 +157,9 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         case VKind::Set:
           type = reinterpret_cast<PyObject*>(&PySet_Type);
           break;
+        case VKind::DictView:
+          type = dict_view_type(v);
+          break;
         case VKind::Method:
           // A Python function bound to self is a types.MethodType; a named method of a
           // tensor/list/dict/str is a builtin method.
@@ -181,6 +187,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PyDict_Type)));
       if (v->kind == VKind::Set)
         return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PySet_Type)));
+      if (v->kind == VKind::DictView) return Value::constant(PyRef::borrow(dict_view_type(v)));
       if (v->kind == VKind::Tuple)
         return Value::constant(v->named_type
                                    ? v->named_type
@@ -216,46 +223,38 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         if (!s->is_const()) graph_break("unsupported_value", "enumerate start");
         start = PyLong_AsLongLong(s->obj.get());
       }
-      ValuePtr it = Value::of_kind(VKind::Iterator);
-      for (auto& item : iterate(args[0]))
-        it->items.push_back(Value::tuple({const_int(start++), item}));
-      return it;
+      return lazy_iterator(enumerate_iter(get_iter(args[0]), start), "enumerate");
     }
     if (name == "zip" && !kwargs.empty())
       graph_break("unsupported_builtin", "zip() with keyword arguments (strict=)");
     if (name == "zip") {
-      std::vector<std::vector<ValuePtr>> seqs;
-      size_t n = SIZE_MAX;
-      for (auto& a : args) {
-        seqs.push_back(iterate(a));
-        n = std::min(n, seqs.back().size());
-      }
-      ValuePtr it = Value::of_kind(VKind::Iterator);
-      if (seqs.empty()) n = 0;
-      for (size_t i = 0; i < n; ++i) {
-        std::vector<ValuePtr> t;
-        for (auto& s : seqs) t.push_back(s[i]);
-        it->items.push_back(Value::tuple(std::move(t)));
-      }
-      return it;
+      std::vector<ValuePtr> its;
+      for (auto& a : args) its.push_back(get_iter(a));
+      return lazy_iterator(zip_iter(std::move(its)), "zip");
     }
     if (name == "reversed" && args.size() == 1) {
+      if (args[0]->kind == VKind::List)
+        return lazy_iterator(list_reverse_iter(args[0]), "list_reverseiterator");
+      if (args[0]->kind != VKind::Tuple && !args[0]->is_const())
+        graph_break("unsupported_builtin", "reversed() of a " + args[0]->type_name());
       ValuePtr it = Value::of_kind(VKind::Iterator);
       it->items = iterate(args[0]);
       std::reverse(it->items.begin(), it->items.end());
       return it;
     }
-    if (name == "iter" && args.size() == 1) {
-      if (args[0]->kind == VKind::Iterator) return args[0];
-      ValuePtr it = Value::of_kind(VKind::Iterator);
-      it->items = iterate(args[0]);
-      return it;
-    }
-    if (name == "next" && !args.empty() && args[0]->kind == VKind::Iterator) {
-      ValuePtr it = args[0];
-      if (it->pos < it->items.size()) return it->items[it->pos++];
+    if (name == "iter" && args.size() == 1) return get_iter(args[0]);
+    if (name == "iter" && args.size() == 2)
+      graph_break("unsupported_builtin", "iter(callable, sentinel)");
+    if (name == "next" && !args.empty() && args.size() <= 2 && args[0]->kind == VKind::Iterator) {
+      if (ValuePtr v = iter_next(args[0])) return v;
       if (args.size() > 1) return args[1];
       raise_user_value(PyExc_StopIteration);
+    }
+    if (name == "next" && !args.empty() && args[0]->kind != VKind::Object)
+      raise_user(PyExc_TypeError, "'" + args[0]->type_name() + "' object is not an iterator");
+    if (name == "filter" && args.size() == 2) {
+      bool none_fn = args[0]->is_const() && args[0]->obj.get() == Py_None;
+      return lazy_iterator(filter_iter(none_fn ? nullptr : args[0], get_iter(args[1])), "filter");
     }
     if (name == "set" && args.size() <= 1 && kwargs.empty())
       return make_set(args.empty() ? std::vector<ValuePtr>{} : iterate(args[0]));
@@ -286,19 +285,9 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       return d;
     }
     if (name == "map" && args.size() >= 2) {
-      std::vector<std::vector<ValuePtr>> seqs;
-      size_t n = SIZE_MAX;
-      for (size_t i = 1; i < args.size(); ++i) {
-        seqs.push_back(iterate(args[i]));
-        n = std::min(n, seqs.back().size());
-      }
-      ValuePtr it = Value::of_kind(VKind::Iterator);
-      for (size_t i = 0; i < n; ++i) {
-        std::vector<ValuePtr> a;
-        for (auto& s : seqs) a.push_back(s[i]);
-        it->items.push_back(call(args[0], std::move(a), {}));
-      }
-      return it;
+      std::vector<ValuePtr> its;
+      for (size_t i = 1; i < args.size(); ++i) its.push_back(get_iter(args[i]));
+      return lazy_iterator(map_iter(args[0], std::move(its)), "map");
     }
     if (name == "sum" && !args.empty() && args.size() + kwargs.size() <= 2) {
       ValuePtr acc = args.size() > 1 ? args[1] : !kwargs.empty() ? kwargs[0].second : const_int(0);

@@ -9,6 +9,7 @@
 #include "capture/bytecode.h"
 #include "capture/context.h"
 #include "capture/graph_break.h"
+#include "capture/lazy_iter.h"
 #include "capture/resume_point.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
@@ -221,7 +222,10 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
       plan.stack_values.emplace_back();
     } else if (v->kind == VKind::Iterator) {
       if (!region) graph_break("unsupported_value", "iterator on the stack at a graph break");
-      ValuePtr rest = Value::tuple({v->items.begin() + static_cast<long>(v->pos), v->items.end()});
+      auto items = remaining_items(v);
+      if (!items)
+        graph_break("unsupported_value", "a " + v->type_name() + " being iterated at a graph break");
+      ValuePtr rest = Value::tuple(std::move(*items));
       plan.stack += static_cast<char>(bytecode::Slot::Iter);
       plan.stack_values.push_back(resume_value(rb, rest));
     } else {

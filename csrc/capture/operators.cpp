@@ -43,6 +43,8 @@ bool Tracer::truth(const ValuePtr& v) {
     }
     case VKind::Set:
       return PySet_GET_SIZE(v->obj.get()) > 0;
+    case VKind::DictView:
+      return !v->self->keys.empty();
     case VKind::Object: {
       if (auto r = call_dunder(v, "__bool__", {})) {
         if (!(*r)->is_const() || !PyBool_Check((*r)->obj.get()))
@@ -75,10 +77,12 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
       return keys;
     }
     case VKind::Iterator: {
-      std::vector<ValuePtr> rest(v->items.begin() + v->pos, v->items.end());
-      v->pos = v->items.size();
+      std::vector<ValuePtr> rest;
+      while (ValuePtr item = iter_next(v)) rest.push_back(std::move(item));
       return rest;
     }
+    case VKind::DictView:
+      return dict_view_items(v);
     case VKind::Tensor: {
       ValuePtr parts = ctx_.call_op(nullptr, "unbind", {v}, {});
       return parts->items;
@@ -389,6 +393,19 @@ bool Tracer::contains(const ValuePtr& container, const ValuePtr& item) {
     std::vector<ValuePtr> args{item};
     KwArgs kw;
     if (auto r = created_object_method(container, "__contains__", args, kw)) return truth(*r);
+  }
+  if (container->kind == VKind::DictView) {
+    if (container->method_name == "keys" && item->is_const()) {
+      for (auto& k : container->self->keys) {
+        int eq = PyObject_RichCompareBool(k.get(), item->obj.get(), Py_EQ);
+        if (eq < 0) raise_current_error("'in' raised");
+        if (eq) return true;
+      }
+      return false;
+    }
+    if (container->method_name == "keys")
+      graph_break("unsupported_value", "'in' test of a " + item->type_name() + " on dict keys");
+    return contains(Value::tuple(dict_view_items(container)), item);
   }
   if (container->is_sequence()) {
     // As tuple/list `in` does: identity first, then element == item.

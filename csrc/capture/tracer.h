@@ -26,6 +26,10 @@ class Tracer {
   // Runs the code with its localsplus slots (arguments filled, the rest null)
   // and free-variable cells; returns the returned value.
   ValuePtr run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> free_cells);
+  // A generator body: start() binds its slots without running anything; each resume() runs
+  // it to its next yield and returns the value, or null once it returned.
+  void start(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> free_cells);
+  ValuePtr resume();
   // Top-level tracer only: run() returns nullptr, with stopped() true, when it
   // first reaches instruction `index`, before executing it. The state at that
   // point (stack(), locals()) is what a graph break hands to CPython.
@@ -50,7 +54,11 @@ class Tracer {
   // `a == b` / `a != b` (eq false) for an object whose type defines __eq__.
   ValuePtr custom_equality(bool eq, const ValuePtr& a, const ValuePtr& b);
   bool truth(const ValuePtr& v);
-  std::vector<ValuePtr> iterate(const ValuePtr& v);  // materialise an iterable
+  std::vector<ValuePtr> iterate(const ValuePtr& v);  // materialise an iterable (consumes it)
+  // iter(v): an Iterator value; lists and dicts are iterated live (iterators.cpp).
+  ValuePtr get_iter(const ValuePtr& v);
+  // next(it) of an Iterator value; null once exhausted.
+  ValuePtr iter_next(const ValuePtr& it);
   ValuePtr subscript(const ValuePtr& container, const ValuePtr& index);
   bool contains(const ValuePtr& container, const ValuePtr& item);  // `item in container`
   CaptureContext& ctx() { return ctx_; }
@@ -58,6 +66,7 @@ class Tracer {
   bool in_try_block() const { return pc_ > 0 && pc_ - 1 < in_try_.size() && in_try_[pc_ - 1]; }
 
  private:
+  ValuePtr execute();  // runs to the return (or, in a generator, the next yield)
   void step(const Instruction& inst);
   void do_call(int argc, PyObject* kw_names);
   void do_call_ex(int flags);
@@ -126,7 +135,7 @@ class Tracer {
   bool stopped_ = false;
   bool returned_ = false;
   bool generator_ = false;
-  std::vector<ValuePtr> yielded_;
+  ValuePtr yielded_;  // set by YIELD_VALUE, taken by execute()
   ValuePtr return_value_;
   // The exception an `except` block of this frame is handling (CPython's
   // exc_info), or null: PUSH_EXC_INFO saves it, POP_EXCEPT restores it.

@@ -26,15 +26,18 @@ enum class VKind {
                  // (tensor/list/dict/str)
   Function,      // obj: a code object made by MAKE_FUNCTION in traced code; items: defaults; cells
   Cell,          // cell_contents
-  Iterator,      // items + pos: materialised at GET_ITER
+  Iterator,      // items + pos, then `lazy` (items produced on demand: map, generator, live
+                 // list/dict iterators); method_name: the Python type's name ("map")
   GradMode,      // flag: torch.no_grad()/enable_grad()/set_grad_enabled(flag) context manager
   GradModeExit,  // flag: the previous grad mode restored by __exit__
   Super,         // super(): self (the instance value) + obj (the class to search after)
   Partial,       // functools.partial: self (the callable), items (args), keys+kwdefaults (keywords)
   Set,           // obj: a fresh `set` of constants owned by this value (mutated in place)
+  DictView,      // self: a Dict value; method_name: "keys", "values" or "items" (live)
 };
 
 struct Value;
+class LazyIter;  // lazy_iter.h
 using ValuePtr = std::shared_ptr<Value>;
 
 struct Value {
@@ -51,6 +54,7 @@ struct Value {
   std::vector<ValuePtr> kwdefaults;  // Function
   std::vector<ValuePtr> cells;       // Function closure cells
   size_t pos = 0;                    // Iterator
+  std::shared_ptr<LazyIter> lazy;    // Iterator: after items[pos..], null once exhausted
   // Method
   ValuePtr self;
   std::string method_name;
