@@ -296,7 +296,8 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     }
     if ((name == "all" || name == "any") && args.size() == 1) {
       bool all = name == "all";
-      for (auto& item : iterate(args[0])) {
+      ValuePtr it = get_iter(args[0]);  // NOTE: stepped, not drained: they stop early
+      while (ValuePtr item = iter_next(it)) {
         bool t = truth(item);
         if (all && !t) return const_bool(false);
         if (!all && t) return const_bool(true);

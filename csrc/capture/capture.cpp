@@ -257,6 +257,11 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
     Tracer tracer(ctx, code, frame.globals, frame.builtins, 0);
     tracer.stop_at(stop_at);
     ValuePtr ret = tracer.run(std::move(locals), std::move(cells));
+    for (const auto& gen : ctx.generators)
+      if (gen->suspended_in_handler_region())
+        graph_break("unsupported_value",
+                    "a generator left suspended inside a try or with block (CPython runs its "
+                    "cleanup when it is freed)");
     ResidualBuilder rb(ctx, tracer.stopped());
     if (tracer.stopped()) {
       out.side_effects = side_effects(ctx, rb);

@@ -166,6 +166,7 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
     // NOTE: the body runs only when the generator is iterated, one yield at a time.
     auto body = std::make_shared<Tracer>(ctx_, code, globals, builtins_, depth_ + 1, true);
     body->start(std::move(locals), std::move(cells));
+    ctx_.generators.push_back(body);
     return lazy_iterator(generator_iter(std::move(body)), "generator");
   }
   Tracer sub(ctx_, code, globals, builtins_, depth_ + 1, false);

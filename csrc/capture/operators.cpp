@@ -394,6 +394,16 @@ bool Tracer::contains(const ValuePtr& container, const ValuePtr& item) {
     KwArgs kw;
     if (auto r = created_object_method(container, "__contains__", args, kw)) return truth(*r);
   }
+  if (container->kind == VKind::Iterator) {  // consumes up to the first match, as CPython
+    while (ValuePtr e = iter_next(container)) {
+      if (e == item) return true;
+      if (e->obj && item->obj && e->obj.get() == item->obj.get() &&
+          (e->is_const() || e->kind == VKind::Object || e->kind == VKind::Module))
+        return true;
+      if (truth(compare(2, e, item))) return true;
+    }
+    return false;
+  }
   if (container->kind == VKind::DictView) {
     if (container->method_name == "keys" && item->is_const()) {
       for (auto& k : container->self->keys) {

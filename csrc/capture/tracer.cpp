@@ -117,6 +117,21 @@ ValuePtr Tracer::resume() {
   return returned_ ? nullptr : v;
 }
 
+bool Tracer::suspended_in_handler_region() const {
+  if (!generator_ || returned_ || pc_ == 0) return false;
+  const int offset = bc_.insts[pc_ - 1].offset;
+  for (const auto& e : bc_.exception_table) {
+    if (offset < e.start || offset >= e.end) continue;
+#ifdef CALL_INTRINSIC_1
+    // 3.12 wraps every generator body in a PEP 479 handler: no user code.
+    int h = bc_.index_at_offset(e.target);
+    if (h >= 0 && bc_.insts[h].opcode == CALL_INTRINSIC_1 && bc_.insts[h].arg == 3) continue;
+#endif
+    return true;
+  }
+  return false;
+}
+
 ValuePtr Tracer::execute() {
   std::string filename = utf8(code_->co_filename);
   ExcInfoScope exc_info(ctx_.exc_info, &handled_exc_);

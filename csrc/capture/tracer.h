@@ -30,6 +30,9 @@ class Tracer {
   // it to its next yield and returns the value, or null once it returned.
   void start(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> free_cells);
   ValuePtr resume();
+  // A generator stopped at a yield inside a try/finally, except or with block: freeing it
+  // runs code (GeneratorExit is thrown into it), which the trace does not model.
+  bool suspended_in_handler_region() const;
   // Top-level tracer only: run() returns nullptr, with stopped() true, when it
   // first reaches instruction `index`, before executing it. The state at that
   // point (stack(), locals()) is what a graph break hands to CPython.
