@@ -128,18 +128,19 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
             api.builtin_getattr.get(), "",
             {obj, Value::constant(PyRef::steal(PyUnicode_FromString(name.c_str())))}, {});
       }
-      {
-        PyRef probe = PyRef::steal(PyObject_GetAttrString(meta, name.c_str()));
-        if (!probe) {
-          PyErr_Clear();
-          return std::nullopt;
-        }
+      PyRef probe = PyRef::steal(PyObject_GetAttrString(meta, name.c_str()));
+      if (!probe) {
+        PyErr_Clear();
+        return std::nullopt;
       }
       if (name == "grad" || name == "grad_fn" || name == "is_leaf" || name == "_version" ||
-          name == "names" || name == "_base" || name == "itemsize" || name == "nbytes") {
-        if (name == "itemsize" || name == "nbytes") break;
+          name == "names" || name == "_base")
         graph_break("unsupported_value", "Tensor." + name + " is not captured");
-      }
+      // NOTE: sizes follow from the guarded shape and dtype; any other data attribute
+      // (retains_grad, a Python attribute...) describes the real tensor, not the meta one.
+      if (name == "itemsize" || name == "nbytes") return ctx_.from_result(probe.get());
+      if (!PyCallable_Check(probe.get()))
+        graph_break("unsupported_value", "Tensor." + name + " is not captured");
       break;
     }
     case VKind::Module:

@@ -295,6 +295,41 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
   return top_index;
 }
 
+// Meta tensors that require grad record autograd nodes, which would call the user's
+// saved_tensors_hooks pack functions at trace time (on meta tensors, once per trace): set
+// torch's "tracing" flag, which defers default hooks, for the length of a capture.
+class DeferSavedTensorHooks {
+ public:
+  DeferSavedTensorHooks() {
+    PyRef autograd = PyRef::steal(PyImport_ImportModule("torch._C._autograd"));
+    set_ = autograd ? PyRef::steal(PyObject_GetAttrString(autograd.get(),
+                                                          "_saved_tensors_hooks_set_tracing"))
+                    : PyRef();
+    if (!set_) {  // NOTE: older torch: no such flag, nothing to defer
+      PyErr_Clear();
+      return;
+    }
+    prev_ = PyRef::steal(PyObject_CallOneArg(set_.get(), Py_True));
+    if (!prev_) {
+      PyErr_Clear();
+      set_ = PyRef();
+    }
+  }
+  ~DeferSavedTensorHooks() {
+    if (!set_) return;
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyRef r = PyRef::steal(PyObject_CallOneArg(set_.get(), prev_.get()));
+    if (!r) PyErr_Clear();
+    PyErr_Restore(t, v, tb);
+  }
+  DeferSavedTensorHooks(const DeferSavedTensorHooks&) = delete;
+  DeferSavedTensorHooks& operator=(const DeferSavedTensorHooks&) = delete;
+
+ private:
+  PyRef set_, prev_;
+};
+
 }  // namespace
 
 CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameView& frame) {
@@ -305,6 +340,7 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
   (void)func;
   CaptureResult out;
   torch_api();  // import torch before anything is traced
+  DeferSavedTensorHooks defer_hooks;
   int top_index = trace(out, code, frame, -1, false);
   if (!out.graph_break) {
     out.capture_ms = elapsed();
