@@ -339,6 +339,16 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
   };
   (void)func;
   CaptureResult out;
+  // NOTE: code run with restricted builtins (namedtuple's generated __new__ has
+  // `__builtins__ = {}`) cannot run the code a compiled entry or resume function needs.
+  if (!frame.builtins || !PyDict_Check(frame.builtins) ||
+      !PyDict_GetItemString(frame.builtins, "__import__")) {
+    out.graph_break = BreakInfo{"unsupported_bytecode", "code run with restricted builtins",
+                                utf8(code->co_filename), code->co_firstlineno};
+    out.no_resume = "its builtins lack __import__";
+    out.capture_ms = elapsed();
+    return out;
+  }
   torch_api();  // import torch before anything is traced
   DeferSavedTensorHooks defer_hooks;
   int top_index = trace(out, code, frame, -1, false);
