@@ -20,9 +20,9 @@ namespace {
 // rejects raise its TypeError; those it accepts but the rule would ignore break.
 void check_builtin_kwargs(const std::string& name, const KwArgs& kwargs) {
   static const std::unordered_set<std::string> positional_only = {
-      "isinstance", "issubclass", "len",  "callable", "hasattr", "getattr", "setattr", "delattr",
-      "next",       "iter",       "abs",  "all",      "any",     "hash",    "id",      "repr",
-      "map",        "reversed",   "filter"};
+      "isinstance", "issubclass", "len",  "callable", "hasattr", "getattr", "setattr",
+      "delattr",    "next",       "iter", "abs",      "all",     "any",     "hash",
+      "id",         "repr",       "map",  "reversed", "filter"};
   if (positional_only.count(name))
     raise_user(PyExc_TypeError, name + "() takes no keyword arguments");
   static const std::unordered_map<std::string, std::unordered_set<std::string>> allowed = {
@@ -373,7 +373,9 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       is_immutable_constant(self)) {
     std::vector<ValuePtr> consts;
     for (auto& a : args) {
-      PyRef c = const_tuple(a);
+      // NOTE: str.join takes any iterable; other methods may check the argument's type.
+      bool view = a->kind == VKind::DictView || a->kind == VKind::Iterator;
+      PyRef c = const_tuple(view && name == "join" ? Value::tuple(iterate(a)) : a);
       if (!c) graph_break("unsupported_value", name + "() of a " + a->type_name());
       consts.push_back(Value::constant(c));
     }

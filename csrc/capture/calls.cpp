@@ -24,7 +24,6 @@ PyObject* defining_class(PyObject* type, const char* name) {
 
 }  // namespace
 
-
 // ---------------------------------------------------------------- calls
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwargs) {

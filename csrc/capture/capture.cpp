@@ -26,8 +26,7 @@ std::string utf8(PyObject* s) {
 
 // A list, dict or object made by the trace: rebuilt fresh, so it must be rebuilt once.
 bool is_mutable_built(const ValuePtr& v) {
-  return v->kind == VKind::List || v->kind == VKind::Dict ||
-         (v->kind == VKind::Object && v->flag);
+  return v->kind == VKind::List || v->kind == VKind::Dict || (v->kind == VKind::Object && v->flag);
 }
 
 // Converts the values that outlive the frame into residual instructions,
@@ -224,7 +223,8 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
       if (!region) graph_break("unsupported_value", "iterator on the stack at a graph break");
       auto items = remaining_items(v);
       if (!items)
-        graph_break("unsupported_value", "a " + v->type_name() + " being iterated at a graph break");
+        graph_break("unsupported_value",
+                    "a " + v->type_name() + " being iterated at a graph break");
       ValuePtr rest = Value::tuple(std::move(*items));
       plan.stack += static_cast<char>(bytecode::Slot::Iter);
       plan.stack_values.push_back(resume_value(rb, rest));

@@ -48,8 +48,7 @@ bool Tracer::truth(const ValuePtr& v) {
     case VKind::Object: {
       if (auto r = call_dunder(v, "__bool__", {})) {
         if (!(*r)->is_const() || !PyBool_Check((*r)->obj.get()))
-          raise_user(PyExc_TypeError,
-                     "__bool__ should return bool, returned " + (*r)->type_name());
+          raise_user(PyExc_TypeError, "__bool__ should return bool, returned " + (*r)->type_name());
         return (*r)->obj.get() == Py_True;
       }
       if (auto r = call_dunder(v, "__len__", {})) return checked_len(*r) != 0;

@@ -25,7 +25,9 @@ def same_as_eager(fn, *args, fullgraph=False):
     for i, a in enumerate([args, args, fresh_like(args)]):
         want = _outcome(fn, a)
         got = _outcome(compiled, a)
-        assert got[0] == want[0], f"call {i}: compiled {got[0]} {got[1]!r}, eager {want[0]} {want[1]!r}"
+        assert got[0] == want[0], (
+            f"call {i}: compiled {got[0]} {got[1]!r}, eager {want[0]} {want[1]!r}"
+        )
         if want[0] == "raised":
             assert got[1] == want[1], f"call {i}: raised {got[1]!r}, eager {want[1]!r}"
         else:

@@ -19,7 +19,7 @@ def _context_of_raise_in_handler(x):
         try:
             {}["missing"]
         except KeyError:
-            raise ValueError("b")  # noqa: B904 - the implicit __context__ is what is tested
+            raise ValueError("b")
     except ValueError as e:
         return x + 1, type(e.__context__).__name__, str(e.__context__), e.__suppress_context__
 
@@ -61,7 +61,7 @@ def test_caught_exception_has_a_traceback():
 def _stop_iteration_from_generator(x):
     def gen():
         yield 1
-        raise StopIteration("early")
+        raise StopIteration("early")  # noqa: PLR1708 - PEP 479 is what is tested
 
     try:
         return x + sum(gen())
@@ -78,12 +78,12 @@ def test_stop_iteration_leaving_a_generator_is_a_runtime_error():
 
 class IntBool:
     def __bool__(self):
-        return 1
+        return 1  # noqa: PLE0304 - the TypeError is what is tested
 
 
 class NegativeLen:
     def __len__(self):
-        return -1
+        return -1  # noqa: PLE0303 - the ValueError is what is tested
 
 
 def _truth_of(x, obj):
