@@ -215,12 +215,10 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         m->obj = PyRef::borrow(method);
         return m;
       }
-      {
-        PyRef probe = PyRef::steal(PyObject_GetAttrString(meta, name.c_str()));
-        if (!probe) {
-          clear_expected_error();
-          return tensor_instance_attr(ctx_, obj, pyname.get());
-        }
+      PyRef probe = PyRef::steal(PyObject_GetAttrString(meta, name.c_str()));
+      if (!probe) {
+        clear_expected_error();
+        return tensor_instance_attr(ctx_, obj, pyname.get());
       }
       if (method && Py_IS_TYPE(method, &PyMethodDescr_Type)) {
         // NOTE: `Tensor.sin = Tensor.cos` leaves cos's descriptor under "sin".
@@ -233,10 +231,13 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         }
       }
       if (name == "grad" || name == "grad_fn" || name == "is_leaf" || name == "_version" ||
-          name == "names" || name == "_base" || name == "itemsize" || name == "nbytes") {
-        if (name == "itemsize" || name == "nbytes") break;
+          name == "names" || name == "_base")
         graph_break("unsupported_value", "Tensor." + name + " is not captured");
-      }
+      // NOTE: sizes follow from the guarded shape and dtype; any other data attribute
+      // (retains_grad, a Python attribute...) describes the real tensor, not the meta one.
+      if (name == "itemsize" || name == "nbytes") return ctx_.from_result(probe.get());
+      if (!PyCallable_Check(probe.get()))
+        graph_break("unsupported_value", "Tensor." + name + " is not captured");
       break;
     }
     case VKind::Module:

@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "capture/graph_break.h"
+#include "capture/lazy_iter.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
@@ -19,9 +20,9 @@ namespace {
 // rejects raise its TypeError; those it accepts but the rule would ignore break.
 void check_builtin_kwargs(const std::string& name, const KwArgs& kwargs) {
   static const std::unordered_set<std::string> positional_only = {
-      "isinstance", "issubclass", "len",  "callable", "hasattr", "getattr", "setattr", "delattr",
-      "next",       "iter",       "abs",  "all",      "any",     "hash",    "id",      "repr",
-      "map",        "reversed",   "filter"};
+      "isinstance", "issubclass", "len",  "callable", "hasattr", "getattr", "setattr",
+      "delattr",    "next",       "iter", "abs",      "all",     "any",     "hash",
+      "id",         "repr",       "map",  "reversed", "filter"};
   if (positional_only.count(name))
     raise_user(PyExc_TypeError, name + "() takes no keyword arguments");
   static const std::unordered_map<std::string, std::unordered_set<std::string>> allowed = {
@@ -94,8 +95,9 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         if (auto r = call_dunder(v, "__len__", {})) return const_int(checked_len(*r));
         if (v->mapping) return const_int(v->mapping->items.size());
       }
-      if (v->kind == VKind::Iterator && v->iter_kind == IterKind::Items)
-        return const_int(v->items.size() - v->pos);
+      if (v->kind == VKind::DictView) return const_int(v->self->keys.size());
+      if (v->kind == VKind::Iterator)
+        raise_user(PyExc_TypeError, "object of type '" + v->type_name() + "' has no len()");
       if (v->is_tensor()) {
         PyRef shape = PyRef::steal(PyObject_GetAttrString(v->meta.get(), "shape"));
         if (!shape || PyTuple_GET_SIZE(shape.get()) == 0)
@@ -155,6 +157,9 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         case VKind::Set:
           type = reinterpret_cast<PyObject*>(&PySet_Type);
           break;
+        case VKind::DictView:
+          type = dict_view_type(v);
+          break;
         case VKind::Method:
           // A Python function bound to self is a types.MethodType; a named method of a
           // tensor/list/dict/str is a builtin method.
@@ -182,6 +187,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PyDict_Type)));
       if (v->kind == VKind::Set)
         return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PySet_Type)));
+      if (v->kind == VKind::DictView) return Value::constant(PyRef::borrow(dict_view_type(v)));
       if (v->kind == VKind::Tuple)
         return Value::constant(v->named_type
                                    ? v->named_type
@@ -211,19 +217,25 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       return none();
     }
     if (name == "enumerate" && !args.empty()) {
+      long long start = 0;
       ValuePtr s = args.size() > 1 ? args[1] : (!kwargs.empty() ? kwargs[0].second : nullptr);
-      return enumerate_iter(args[0], s ? s : const_int(0));
+      if (s) {
+        if (!s->is_const()) graph_break("unsupported_value", "enumerate start");
+        start = PyLong_AsLongLong(s->obj.get());
+      }
+      return lazy_iterator(enumerate_iter(get_iter(args[0]), start), "enumerate");
     }
     if (name == "zip" && !kwargs.empty())
       graph_break("unsupported_builtin", "zip() with keyword arguments (strict=)");
     if (name == "zip") {
-      if (!kwargs.empty()) graph_break("unsupported_builtin", "zip() with keyword arguments");
-      return zip_iter(args);
+      std::vector<ValuePtr> its;
+      for (auto& a : args) its.push_back(get_iter(a));
+      return lazy_iterator(zip_iter(std::move(its)), "zip");
     }
     if (name == "reversed" && args.size() == 1) {
-      // NOTE: an object's reversed() is its __reversed__ or __len__/__getitem__, never
-      // its iterator.
-      if (args[0]->kind == VKind::Object)
+      if (args[0]->kind == VKind::List)
+        return lazy_iterator(list_reverse_iter(args[0]), "list_reverseiterator");
+      if (args[0]->kind != VKind::Tuple && !args[0]->is_const())
         graph_break("unsupported_builtin", "reversed() of a " + args[0]->type_name());
       ValuePtr it = Value::of_kind(VKind::Iterator);
       it->items = iterate(args[0]);
@@ -231,14 +243,28 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       return it;
     }
     if (name == "iter" && args.size() == 1) return get_iter(args[0]);
-    if (name == "next" && !args.empty() && args.size() <= 2 &&
-        (args[0]->kind == VKind::Iterator || is_user_iterator(args[0]))) {
-      // The user's own StopIteration (with its value) propagates, as from next(it).
-      if (args.size() == 1 && is_user_iterator(args[0]))
-        return *call_dunder(args[0], "__next__", {});
-      if (std::optional<ValuePtr> item = next_item(args[0])) return *item;
+    if (name == "iter" && args.size() == 2)
+      graph_break("unsupported_builtin", "iter(callable, sentinel)");
+    if (name == "next" && !args.empty() && args.size() <= 2 && args[0]->kind == VKind::Iterator) {
+      if (ValuePtr v = iter_next(args[0])) return v;
       if (args.size() > 1) return args[1];
       raise_user_value(PyExc_StopIteration);
+    }
+    if (name == "next" && !args.empty() && args.size() <= 2 && is_user_iterator(args[0])) {
+      // The user's own StopIteration (with its value) propagates, as from next(it).
+      if (args.size() == 1) return *call_dunder(args[0], "__next__", {});
+      try {
+        return *call_dunder(args[0], "__next__", {});
+      } catch (const UserException& e) {
+        if (!e.matches(PyExc_StopIteration)) throw;
+        return args[1];
+      }
+    }
+    if (name == "next" && !args.empty() && args[0]->kind != VKind::Object)
+      raise_user(PyExc_TypeError, "'" + args[0]->type_name() + "' object is not an iterator");
+    if (name == "filter" && args.size() == 2) {
+      bool none_fn = args[0]->is_const() && args[0]->obj.get() == Py_None;
+      return lazy_iterator(filter_iter(none_fn ? nullptr : args[0], get_iter(args[1])), "filter");
     }
     if (name == "set" && args.size() <= 1 && kwargs.empty())
       return make_set(args.empty() ? std::vector<ValuePtr>{} : iterate(args[0]));
@@ -269,24 +295,9 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       return d;
     }
     if (name == "map" && args.size() >= 2) {
-      std::vector<std::vector<ValuePtr>> seqs;
-      size_t n = SIZE_MAX;
-      for (size_t i = 1; i < args.size(); ++i) {
-        ValuePtr sub = get_iter(args[i]);
-        // NOTE: materialised, so a user iterator's __next__ would run before the function
-        // for every item, not in turn with it.
-        if (is_lazy_iterator(sub))
-          graph_break("unsupported_builtin", "map() over a user-defined iterator");
-        seqs.push_back(drain(sub));
-        n = std::min(n, seqs.back().size());
-      }
-      ValuePtr it = Value::of_kind(VKind::Iterator);
-      for (size_t i = 0; i < n; ++i) {
-        std::vector<ValuePtr> a;
-        for (auto& s : seqs) a.push_back(s[i]);
-        it->items.push_back(call(args[0], std::move(a), {}));
-      }
-      return it;
+      std::vector<ValuePtr> its;
+      for (size_t i = 1; i < args.size(); ++i) its.push_back(get_iter(args[i]));
+      return lazy_iterator(map_iter(args[0], std::move(its)), "map");
     }
     if (name == "sum" && !args.empty() && args.size() + kwargs.size() <= 2) {
       ValuePtr acc = args.size() > 1 ? args[1] : !kwargs.empty() ? kwargs[0].second : const_int(0);
@@ -295,9 +306,9 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     }
     if ((name == "all" || name == "any") && args.size() == 1) {
       bool all = name == "all";
-      ValuePtr it = get_iter(args[0]);  // stepped: all/any stop at the first decisive item
-      while (std::optional<ValuePtr> item = next_item(it)) {
-        bool t = truth(*item);
+      ValuePtr it = get_iter(args[0]);  // NOTE: stepped, not drained: they stop early
+      while (ValuePtr item = iter_next(it)) {
+        bool t = truth(item);
         if (all && !t) return const_bool(false);
         if (!all && t) return const_bool(true);
       }
@@ -372,7 +383,9 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       is_immutable_constant(self)) {
     std::vector<ValuePtr> consts;
     for (auto& a : args) {
-      PyRef c = const_tuple(a);
+      // NOTE: str.join takes any iterable; other methods may check the argument's type.
+      bool view = a->kind == VKind::DictView || a->kind == VKind::Iterator;
+      PyRef c = const_tuple(view && name == "join" ? Value::tuple(iterate(a)) : a);
       if (!c) graph_break("unsupported_value", name + "() of a " + a->type_name());
       consts.push_back(Value::constant(c));
     }

@@ -9,6 +9,21 @@
 namespace tl::capture {
 using namespace detail;  // NOTE: helpers of this file family only
 
+namespace {
+
+// The first class of `type`'s MRO whose own __dict__ holds `name` (borrowed), or null.
+PyObject* defining_class(PyObject* type, const char* name) {
+  PyObject* mro = reinterpret_cast<PyTypeObject*>(type)->tp_mro;
+  for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
+    PyObject* c = PyTuple_GET_ITEM(mro, i);
+    PyObject* d = reinterpret_cast<PyTypeObject*>(c)->tp_dict;
+    if (d && PyDict_GetItemString(d, name)) return c;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- calls
 
 namespace {
@@ -131,8 +146,15 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
     }
   }
   if (PyType_Check(f) && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(f), &PyTuple_Type) &&
-      PyObject_HasAttrString(f, "_fields") && PyObject_HasAttrString(f, "_make"))
+      PyObject_HasAttrString(f, "_fields") && PyObject_HasAttrString(f, "_make")) {
+    // NOTE: only the generated constructor is modelled: a subclass's own __new__ or
+    // __init__ would be skipped.
+    if (defining_class(f, "__new__") != defining_class(f, "_make") ||
+        defining_class(f, "__init__") != reinterpret_cast<PyObject*>(&PyBaseObject_Type))
+      graph_break("unsupported_callable",
+                  "constructing " + qual + ", a namedtuple subclass with its own __new__/__init__");
     return make_namedtuple(f, args, kwargs);
+  }
   if (is_plain_user_class(f)) return construct_object(f, std::move(args), std::move(kwargs));
   if (is_torch_function(f)) {
     if (is_side_effecting_torch_fn(f))

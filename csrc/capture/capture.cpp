@@ -9,6 +9,7 @@
 #include "capture/bytecode.h"
 #include "capture/context.h"
 #include "capture/graph_break.h"
+#include "capture/lazy_iter.h"
 #include "capture/resume_point.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
@@ -25,8 +26,7 @@ std::string utf8(PyObject* s) {
 
 // A list, dict or object made by the trace: rebuilt fresh, so it must be rebuilt once.
 bool is_mutable_built(const ValuePtr& v) {
-  return v->kind == VKind::List || v->kind == VKind::Dict ||
-         (v->kind == VKind::Object && v->flag);
+  return v->kind == VKind::List || v->kind == VKind::Dict || (v->kind == VKind::Object && v->flag);
 }
 
 // Converts the values that outlive the frame into residual instructions,
@@ -221,7 +221,11 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
       plan.stack_values.emplace_back();
     } else if (v->kind == VKind::Iterator) {
       if (!region) graph_break("unsupported_value", "iterator on the stack at a graph break");
-      ValuePtr rest = Value::tuple({v->items.begin() + static_cast<long>(v->pos), v->items.end()});
+      auto items = remaining_items(v);
+      if (!items)
+        graph_break("unsupported_value",
+                    "a " + v->type_name() + " being iterated at a graph break");
+      ValuePtr rest = Value::tuple(std::move(*items));
       plan.stack += static_cast<char>(bytecode::Slot::Iter);
       plan.stack_values.push_back(resume_value(rb, rest));
     } else {
@@ -253,6 +257,11 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
     Tracer tracer(ctx, code, frame.globals, frame.builtins, 0);
     tracer.stop_at(stop_at);
     ValuePtr ret = tracer.run(std::move(locals), std::move(cells));
+    for (const auto& gen : ctx.generators)
+      if (gen->suspended_in_handler_region())
+        graph_break("unsupported_value",
+                    "a generator left suspended inside a try or with block (CPython runs its "
+                    "cleanup when it is freed)");
     ResidualBuilder rb(ctx, tracer.stopped());
     if (tracer.stopped()) {
       out.side_effects = side_effects(ctx, rb);
@@ -288,6 +297,41 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
   return top_index;
 }
 
+// Meta tensors that require grad record autograd nodes, which would call the user's
+// saved_tensors_hooks pack functions at trace time (on meta tensors, once per trace): set
+// torch's "tracing" flag, which defers default hooks, for the length of a capture.
+class DeferSavedTensorHooks {
+ public:
+  DeferSavedTensorHooks() {
+    PyRef autograd = PyRef::steal(PyImport_ImportModule("torch._C._autograd"));
+    set_ = autograd ? PyRef::steal(PyObject_GetAttrString(autograd.get(),
+                                                          "_saved_tensors_hooks_set_tracing"))
+                    : PyRef();
+    if (!set_) {  // NOTE: older torch: no such flag, nothing to defer
+      PyErr_Clear();
+      return;
+    }
+    prev_ = PyRef::steal(PyObject_CallOneArg(set_.get(), Py_True));
+    if (!prev_) {
+      PyErr_Clear();
+      set_ = PyRef();
+    }
+  }
+  ~DeferSavedTensorHooks() {
+    if (!set_) return;
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyRef r = PyRef::steal(PyObject_CallOneArg(set_.get(), prev_.get()));
+    if (!r) PyErr_Clear();
+    PyErr_Restore(t, v, tb);
+  }
+  DeferSavedTensorHooks(const DeferSavedTensorHooks&) = delete;
+  DeferSavedTensorHooks& operator=(const DeferSavedTensorHooks&) = delete;
+
+ private:
+  PyRef set_, prev_;
+};
+
 }  // namespace
 
 CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameView& frame) {
@@ -297,7 +341,18 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
   };
   (void)func;
   CaptureResult out;
+  // NOTE: code run with restricted builtins (namedtuple's generated __new__ has
+  // `__builtins__ = {}`) cannot run the code a compiled entry or resume function needs.
+  if (!frame.builtins || !PyDict_Check(frame.builtins) ||
+      !PyDict_GetItemString(frame.builtins, "__import__")) {
+    out.graph_break = BreakInfo{"unsupported_bytecode", "code run with restricted builtins",
+                                utf8(code->co_filename), code->co_firstlineno};
+    out.no_resume = "its builtins lack __import__";
+    out.capture_ms = elapsed();
+    return out;
+  }
   torch_api();  // import torch before anything is traced
+  DeferSavedTensorHooks defer_hooks;
   int top_index = trace(out, code, frame, -1, false);
   if (!out.graph_break) {
     out.capture_ms = elapsed();

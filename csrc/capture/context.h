@@ -17,6 +17,8 @@
 
 namespace tl::capture {
 
+class Tracer;
+
 // A torch.autocast region entered by traced code, with the thread-local autocast state it
 // replaced (restored when the region is left).
 struct AutocastRegion {
@@ -86,6 +88,9 @@ class CaptureContext {
 
   // The handled-exception slot of each running tracer, innermost last (tracer.cpp).
   std::vector<const ValuePtr*> exc_info;
+  // Every generator body the trace made, kept to the end so capture can tell whether one is
+  // left suspended where CPython would run cleanup code when freeing it.
+  std::vector<std::shared_ptr<Tracer>> generators;
 
   std::string location;  // "file.py:42" of the instruction being traced
   std::string filename;

@@ -1,5 +1,6 @@
 // Inlining a Python function: argument binding, defaults, closures.
 #include "capture/graph_break.h"
+#include "capture/lazy_iter.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
@@ -165,7 +166,14 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
     cells = made->cells;
   }
   (void)func_src;
-  Tracer sub(ctx_, code, globals, builtins_, depth_ + 1, (code->co_flags & CO_GENERATOR) != 0);
+  if (code->co_flags & CO_GENERATOR) {
+    // NOTE: the body runs only when the generator is iterated, one yield at a time.
+    auto body = std::make_shared<Tracer>(ctx_, code, globals, builtins_, depth_ + 1, true);
+    body->start(std::move(locals), std::move(cells));
+    ctx_.generators.push_back(body);
+    return lazy_iterator(generator_iter(std::move(body)), "generator");
+  }
+  Tracer sub(ctx_, code, globals, builtins_, depth_ + 1, false);
   return sub.run(std::move(locals), std::move(cells));
 }
 

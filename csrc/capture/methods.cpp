@@ -32,6 +32,15 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
       mark_mutated(self);
       return none();
     }
+    if (name == "extend" && args.size() == 1 && args[0]->kind == VKind::Iterator) {
+      // NOTE: one item at a time, as CPython does: the iterator may read the list.
+      ValuePtr it = args[0];
+      while (ValuePtr v = iter_next(it)) {
+        self->items.push_back(std::move(v));
+        mark_mutated(self);
+      }
+      return none();
+    }
     if (name == "extend" && args.size() == 1) {
       auto items = iterate(args[0]);
       self->items.insert(self->items.end(), items.begin(), items.end());
@@ -79,18 +88,8 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
       if (i >= 0) return self->items[i];
       return args.size() > 1 ? args[1] : none();
     }
-    if (name == "keys") {
-      std::vector<ValuePtr> ks;
-      for (auto& k : self->keys) ks.push_back(Value::constant(k));
-      return Value::list(std::move(ks));
-    }
-    if (name == "values") return Value::list(self->items);
-    if (name == "items") {
-      std::vector<ValuePtr> out;
-      for (size_t i = 0; i < self->keys.size(); ++i)
-        out.push_back(Value::tuple({Value::constant(self->keys[i]), self->items[i]}));
-      return Value::list(std::move(out));
-    }
+    if ((name == "keys" || name == "values" || name == "items") && args.empty())
+      return dict_view(self, name);
     if (name == "__contains__") return const_bool(dict_find(self, key_of(0)) >= 0);
     if (name == "__getitem__") return subscript(self, args.at(0));
     if (name == "pop") {

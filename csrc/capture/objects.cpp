@@ -166,11 +166,7 @@ std::optional<ValuePtr> Tracer::created_object_method(const ValuePtr& self, cons
       return none();
     }
     if (name == "__len__") return const_int(self->mapping->items.size());
-    if (name == "__iter__") {
-      ValuePtr it = Value::of_kind(VKind::Iterator);
-      it->items = iterate(self->mapping);
-      return it;
-    }
+    if (name == "__iter__") return get_iter(self->mapping);
     if (name == "__init__" || name == "update") {
       std::vector<ValuePtr> a = args;
       call_method_on(self->mapping, "update", a, kwargs);

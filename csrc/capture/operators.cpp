@@ -43,11 +43,12 @@ bool Tracer::truth(const ValuePtr& v) {
     }
     case VKind::Set:
       return PySet_GET_SIZE(v->obj.get()) > 0;
+    case VKind::DictView:
+      return !v->self->keys.empty();
     case VKind::Object: {
       if (auto r = call_dunder(v, "__bool__", {})) {
         if (!(*r)->is_const() || !PyBool_Check((*r)->obj.get()))
-          raise_user(PyExc_TypeError,
-                     "__bool__ should return bool, returned " + (*r)->type_name());
+          raise_user(PyExc_TypeError, "__bool__ should return bool, returned " + (*r)->type_name());
         return (*r)->obj.get() == Py_True;
       }
       if (auto r = call_dunder(v, "__len__", {})) return checked_len(*r) != 0;
@@ -74,8 +75,13 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
       for (auto& k : v->keys) keys.push_back(Value::constant(k));
       return keys;
     }
-    case VKind::Iterator:
-      return drain(v);
+    case VKind::Iterator: {
+      std::vector<ValuePtr> rest;
+      while (ValuePtr item = iter_next(v)) rest.push_back(std::move(item));
+      return rest;
+    }
+    case VKind::DictView:
+      return dict_view_items(v);
     case VKind::Tensor: {
       ValuePtr parts = ctx_.call_op(nullptr, "unbind", {v}, {});
       return parts->items;
@@ -103,8 +109,12 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
         out.push_back(ctx_.from_result(PyList_GET_ITEM(list.get(), i)));
       return out;
     }
-    case VKind::Object:
-      return drain(get_iter(v));
+    case VKind::Object: {
+      ValuePtr it = object_iter(v);
+      std::vector<ValuePtr> out;
+      while (ValuePtr item = iter_next(it)) out.push_back(std::move(item));
+      return out;
+    }
     case VKind::Module: {
       PyObject* m = v->obj.get();
       PyRef modules = PyRef::steal(PyObject_GetAttrString(m, "_modules"));
@@ -383,6 +393,29 @@ bool Tracer::contains(const ValuePtr& container, const ValuePtr& item) {
     std::vector<ValuePtr> args{item};
     KwArgs kw;
     if (auto r = created_object_method(container, "__contains__", args, kw)) return truth(*r);
+  }
+  if (container->kind == VKind::Iterator) {  // consumes up to the first match, as CPython
+    while (ValuePtr e = iter_next(container)) {
+      if (e == item) return true;
+      if (e->obj && item->obj && e->obj.get() == item->obj.get() &&
+          (e->is_const() || e->kind == VKind::Object || e->kind == VKind::Module))
+        return true;
+      if (truth(compare(2, e, item))) return true;
+    }
+    return false;
+  }
+  if (container->kind == VKind::DictView) {
+    if (container->method_name == "keys" && item->is_const()) {
+      for (auto& k : container->self->keys) {
+        int eq = PyObject_RichCompareBool(k.get(), item->obj.get(), Py_EQ);
+        if (eq < 0) raise_current_error("'in' raised");
+        if (eq) return true;
+      }
+      return false;
+    }
+    if (container->method_name == "keys")
+      graph_break("unsupported_value", "'in' test of a " + item->type_name() + " on dict keys");
+    return contains(Value::tuple(dict_view_items(container)), item);
   }
   if (container->is_sequence()) {
     // As tuple/list `in` does: identity first, then element == item.

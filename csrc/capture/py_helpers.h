@@ -18,6 +18,10 @@ PyObject* C(bool b);  // borrowed Py_True / Py_False
 ValuePtr const_bool(bool b);
 ValuePtr none();
 ValuePtr const_int(long long i);
+// iterators.cpp: dict views (VKind::DictView over a Dict value).
+ValuePtr dict_view(const ValuePtr& dict, const std::string& what);
+PyObject* dict_view_type(const ValuePtr& view);  // borrowed: dict_keys / dict_values / ...
+std::vector<ValuePtr> dict_view_items(const ValuePtr& view);
 // operators.cpp: len() from what a Python __len__ returned, with CPython's checks.
 Py_ssize_t checked_len(const ValuePtr& r);
 // Runs a pure Python callable on constants at trace time.

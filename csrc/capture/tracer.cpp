@@ -98,10 +98,41 @@ std::string Tracer::name_at(int index) const {
 
 PyObject* Tracer::const_at(int index) const { return PyTuple_GET_ITEM(code_->co_consts, index); }
 
-ValuePtr Tracer::run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> free_cells) {
+void Tracer::start(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> free_cells) {
   locals_ = std::move(localsplus);
   locals_.resize(code_->co_nlocalsplus);
   free_cells_ = std::move(free_cells);
+}
+
+ValuePtr Tracer::run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> free_cells) {
+  TL_CHECK(!generator_) << "a generator body runs through resume()";
+  start(std::move(localsplus), std::move(free_cells));
+  return execute();
+}
+
+ValuePtr Tracer::resume() {
+  TL_CHECK(generator_) << "resume() of a plain frame";
+  if (returned_) return nullptr;
+  ValuePtr v = execute();
+  return returned_ ? nullptr : v;
+}
+
+bool Tracer::suspended_in_handler_region() const {
+  if (!generator_ || returned_ || pc_ == 0) return false;
+  const int offset = bc_.insts[pc_ - 1].offset;
+  for (const auto& e : bc_.exception_table) {
+    if (offset < e.start || offset >= e.end) continue;
+#ifdef CALL_INTRINSIC_1
+    // 3.12 wraps every generator body in a PEP 479 handler: no user code.
+    int h = bc_.index_at_offset(e.target);
+    if (h >= 0 && bc_.insts[h].opcode == CALL_INTRINSIC_1 && bc_.insts[h].arg == 3) continue;
+#endif
+    return true;
+  }
+  return false;
+}
+
+ValuePtr Tracer::execute() {
   std::string filename = utf8(code_->co_filename);
   ExcInfoScope exc_info(ctx_.exc_info, &handled_exc_);
   while (!returned_) {
@@ -124,6 +155,7 @@ ValuePtr Tracer::run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> fre
       if (PyErr_CheckSignals() < 0) throw PythonError();
       ++pc_;
       step(inst);
+      if (yielded_) return std::move(yielded_);
     } catch (GraphBreak& b) {
       // An exception of the traced program is caught here when a try block of an
       // inlined frame covers it; the top-level frame never traces try bodies.
@@ -233,19 +265,11 @@ void Tracer::step(const Instruction& inst) {
     case RETURN_CONST:
       return_value_ = Value::constant(PyRef::borrow(const_at(arg)));
       returned_ = true;
-      if (generator_) {
-        return_value_ = Value::of_kind(VKind::Iterator);
-        return_value_->items = std::move(yielded_);
-      }
       return;
 #endif
     case RETURN_VALUE:
       return_value_ = pop();
       returned_ = true;
-      if (generator_) {
-        return_value_ = Value::of_kind(VKind::Iterator);
-        return_value_->items = std::move(yielded_);
-      }
       return;
     case RETURN_GENERATOR:
       if (!generator_) graph_break("unsupported_bytecode", "generator body");
@@ -253,7 +277,7 @@ void Tracer::step(const Instruction& inst) {
       return;
     case YIELD_VALUE:
       if (!generator_) graph_break("unsupported_bytecode", "yield");
-      yielded_.push_back(pop());
+      yielded_ = pop();
       push(none_value());  // the value sent in by next()
       return;
     case LOAD_FAST:
@@ -587,6 +611,12 @@ void Tracer::step(const Instruction& inst) {
 #endif
 #ifdef CALL_INTRINSIC_1
     case CALL_INTRINSIC_1: {
+      if (arg == 3) {  // INTRINSIC_STOPITERATION_ERROR: PEP 479 in a generator's handler
+        ValuePtr exc = pop();
+        if (!exc->is_const()) graph_break("unsupported_value", "exception in a generator");
+        push(Value::constant(pep479_replacement(exc->obj.get())));
+        return;
+      }
       if (arg == 6) {  // INTRINSIC_LIST_TO_TUPLE
         push(Value::tuple(pop()->items));
         return;
@@ -758,22 +788,14 @@ void Tracer::step(const Instruction& inst) {
       return;
     }
 #endif
-    case GET_ITER: {
-      ValuePtr v = pop();
-      if (v->kind == VKind::Iterator) {
-        push(v);
-        return;
-      }
-      ValuePtr it = Value::of_kind(VKind::Iterator);
-      it->items = iterate(v);
-      push(it);
+    case GET_ITER:
+      push(get_iter(pop()));
       return;
-    }
     case FOR_ITER: {
       ValuePtr it = top();
       TL_CHECK(it->kind == VKind::Iterator) << "FOR_ITER on a non-iterator";
-      if (it->pos < it->items.size()) {
-        push(it->items[it->pos++]);
+      if (ValuePtr v = iter_next(it)) {
+        push(std::move(v));
         return;
       }
       pop();

@@ -26,6 +26,13 @@ class Tracer {
   // Runs the code with its localsplus slots (arguments filled, the rest null)
   // and free-variable cells; returns the returned value.
   ValuePtr run(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> free_cells);
+  // A generator body: start() binds its slots without running anything; each resume() runs
+  // it to its next yield and returns the value, or null once it returned.
+  void start(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> free_cells);
+  ValuePtr resume();
+  // A generator stopped at a yield inside a try/finally, except or with block: freeing it
+  // runs code (GeneratorExit is thrown into it), which the trace does not model.
+  bool suspended_in_handler_region() const;
   // Top-level tracer only: run() returns nullptr, with stopped() true, when it
   // first reaches instruction `index`, before executing it. The state at that
   // point (stack(), locals()) is what a graph break hands to CPython.
@@ -50,21 +57,12 @@ class Tracer {
   // `a == b` / `a != b` (eq false) for an object whose type defines __eq__.
   ValuePtr custom_equality(bool eq, const ValuePtr& a, const ValuePtr& b);
   bool truth(const ValuePtr& v);
-  std::vector<ValuePtr> iterate(const ValuePtr& v);  // materialise an iterable
-  // iteration.cpp: the iterator protocol. get_iter is iter(v): an Iterator value, or a
-  // user-defined iterator object itself. next_item is next(it): nullopt once exhausted
-  // (StopIteration). drain reads an iterator to its end.
+  std::vector<ValuePtr> iterate(const ValuePtr& v);  // materialise an iterable (consumes it)
+  // iter(v): an Iterator value; lists and dicts are iterated live (iterators.cpp).
   ValuePtr get_iter(const ValuePtr& v);
-  std::optional<ValuePtr> next_item(const ValuePtr& it);
-  std::vector<ValuePtr> drain(const ValuePtr& it);
-  // An object whose class defines __next__ in Python.
-  bool is_user_iterator(const ValuePtr& v);
-  // One whose items are produced one call at a time (user code runs per item).
-  bool is_lazy_iterator(const ValuePtr& v);
-  // enumerate(iterable, start) and zip(*iterables): lazy over a lazy iterator, else
-  // materialised.
-  ValuePtr enumerate_iter(const ValuePtr& iterable, const ValuePtr& start);
-  ValuePtr zip_iter(const std::vector<ValuePtr>& iterables);
+  // next(it) of an Iterator value; null once exhausted.
+  ValuePtr iter_next(const ValuePtr& it);
+  ValuePtr object_iter(const ValuePtr& v);  // iter() of a user-defined class's object
   ValuePtr subscript(const ValuePtr& container, const ValuePtr& index);
   bool contains(const ValuePtr& container, const ValuePtr& item);  // `item in container`
   CaptureContext& ctx() { return ctx_; }
@@ -72,6 +70,7 @@ class Tracer {
   bool in_try_block() const { return pc_ > 0 && pc_ - 1 < in_try_.size() && in_try_[pc_ - 1]; }
 
  private:
+  ValuePtr execute();  // runs to the return (or, in a generator, the next yield)
   void step(const Instruction& inst);
   void do_call(int argc, PyObject* kw_names);
   void do_call_ex(int flags);
@@ -140,7 +139,7 @@ class Tracer {
   bool stopped_ = false;
   bool returned_ = false;
   bool generator_ = false;
-  std::vector<ValuePtr> yielded_;
+  ValuePtr yielded_;  // set by YIELD_VALUE, taken by execute()
   ValuePtr return_value_;
   // The exception an `except` block of this frame is handling (CPython's
   // exc_info), or null: PUSH_EXC_INFO saves it, POP_EXCEPT restores it.

@@ -101,6 +101,21 @@ void chain_context(PyObject* exc, PyObject* handled) {
   PyException_SetContext(exc, PyRef::borrow(handled).release());  // steals
 }
 
+PyRef pep479_replacement(PyObject* exc) {
+  if (!PyErr_GivenExceptionMatches(exc, PyExc_StopIteration)) return PyRef::borrow(exc);
+  PyRef err = PyRef::steal(
+      PyObject_CallFunction(PyExc_RuntimeError, "s", "generator raised StopIteration"));
+  if (!err) throw PythonError();
+  PyException_SetCause(err.get(), PyRef::borrow(exc).release());
+  PyException_SetContext(err.get(), PyRef::borrow(exc).release());
+  return err;
+}
+
+void pep479_error(PyObject* stop_iteration) {
+  PyRef err = pep479_replacement(stop_iteration);
+  reraise_user(err.get());  // its context is the StopIteration already
+}
+
 void raise_current_error(const std::string& what) {
   // NOTE: never a UserException: the traced program's handlers must not catch it, nor may
   // the frame run again eagerly as if nothing happened.

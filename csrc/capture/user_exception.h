@@ -47,6 +47,10 @@ class UserException : public GraphBreak {
 // Sets exc.__context__ to the exception being handled (borrowed, may be null) unless they are
 // the same object, first cutting a cycle through `exc`, as _PyErr_SetObject does.
 void chain_context(PyObject* exc, PyObject* handled);
+// PEP 479: a StopIteration (borrowed) leaving a generator's body becomes
+// RuntimeError("generator raised StopIteration") caused by it; other exceptions are returned.
+PyRef pep479_replacement(PyObject* exc);
+[[noreturn]] void pep479_error(PyObject* stop_iteration);
 // Turns the Python error currently set (by a call folded at trace time) into a
 // UserException; `what` prefixes the break reason.
 [[noreturn]] void raise_current_error(const std::string& what);

@@ -58,7 +58,9 @@ std::string Value::type_name() const {
     case VKind::Cell:
       return "cell";
     case VKind::Iterator:
-      return "iterator";
+      return method_name.empty() ? "iterator" : method_name;
+    case VKind::DictView:
+      return "dict_" + method_name;
     case VKind::GradMode:
       return "grad-mode context";
     case VKind::GradModeExit:

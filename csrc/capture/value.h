@@ -26,26 +26,18 @@ enum class VKind {
                  // (tensor/list/dict/str)
   Function,      // obj: a code object made by MAKE_FUNCTION in traced code; items: defaults; cells
   Cell,          // cell_contents
-  Iterator,      // iter_kind Items: items + pos, materialised at GET_ITER; the lazy kinds
-                 // (iteration.cpp) step `self` (or `items`, for Zip) one item at a time
+  Iterator,      // items + pos, then `lazy` (items produced on demand: map, generator, live
+                 // list/dict iterators); method_name: the Python type's name ("map")
   GradMode,      // flag: torch.no_grad()/enable_grad()/set_grad_enabled(flag) context manager
   GradModeExit,  // flag: the previous grad mode restored by __exit__
   Super,         // super(): self (the instance value) + obj (the class to search after)
   Partial,       // functools.partial: self (the callable), items (args), keys+kwdefaults (keywords)
   Set,           // obj: a fresh `set` of constants owned by this value (mutated in place)
-};
-
-// How an Iterator value produces its items. Lazy kinds exist because a
-// user-defined iterator's __next__ (or __getitem__) is user code whose calls
-// must interleave with the loop body exactly as in CPython.
-enum class IterKind : unsigned char {
-  Items,      // items + pos: everything computed up front
-  GetItem,    // self: an object iterated by __getitem__(0), (1), ... until IndexError; pos
-  Enumerate,  // self: the iterator enumerated; items[0]: the start; pos: items produced
-  Zip,        // items: the zipped iterators
+  DictView,      // self: a Dict value; method_name: "keys", "values" or "items" (live)
 };
 
 struct Value;
+class LazyIter;  // lazy_iter.h
 using ValuePtr = std::shared_ptr<Value>;
 
 struct Value {
@@ -58,11 +50,11 @@ struct Value {
   PyRef device;
   // Tuple, List, Dict values, Iterator, Function defaults
   std::vector<ValuePtr> items;
-  std::vector<PyRef> keys;               // Dict keys; Function: kwdefault names
-  std::vector<ValuePtr> kwdefaults;      // Function
-  std::vector<ValuePtr> cells;           // Function closure cells
-  size_t pos = 0;                        // Iterator
-  IterKind iter_kind = IterKind::Items;  // Iterator
+  std::vector<PyRef> keys;           // Dict keys; Function: kwdefault names
+  std::vector<ValuePtr> kwdefaults;  // Function
+  std::vector<ValuePtr> cells;       // Function closure cells
+  size_t pos = 0;                    // Iterator
+  std::shared_ptr<LazyIter> lazy;    // Iterator: after items[pos..], null once exhausted
   // Method
   ValuePtr self;
   std::string method_name;

@@ -1,0 +1,52 @@
+#pragma once
+// Iterators that produce their items when asked, as CPython's do: a map calls its function,
+// a generator runs its body up to the next yield, a list iterator reads the list as it is
+// now. Materialising them when they are made would run user code too early (a map whose
+// function mutates a nonlocal read by the loop body) or read stale state (a generator that
+// reads the list being extended with it).
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "capture/value.h"
+
+namespace tl::capture {
+
+class Tracer;
+
+class LazyIter {
+ public:
+  virtual ~LazyIter() = default;
+  // The next item, or null once exhausted; may run traced code through `t`.
+  virtual ValuePtr next(Tracer& t) = 0;
+  // The items still to come when they can be read without running code (a list, a dict, an
+  // enumerate or zip of those), for a loop handed to CPython at a graph break; else nullopt.
+  virtual std::optional<std::vector<ValuePtr>> remaining() const { return std::nullopt; }
+};
+
+// An object whose class defines __next__ in Python.
+namespace detail {
+bool is_user_iterator(const ValuePtr& v);
+}
+
+// items[pos..] and then the lazy source's remaining(); nullopt when that needs code to run.
+std::optional<std::vector<ValuePtr>> remaining_items(const ValuePtr& iterator);
+
+// An Iterator value over `src`; `type_name` is the Python type it stands for ("map").
+ValuePtr lazy_iterator(std::shared_ptr<LazyIter> src, const std::string& type_name);
+
+std::shared_ptr<LazyIter> list_iter(ValuePtr list);
+std::shared_ptr<LazyIter> list_reverse_iter(ValuePtr list);
+// Over a Dict value's keys, values or items (`what`), raising CPython's RuntimeError when the
+// dict changes size while iterated.
+std::shared_ptr<LazyIter> dict_iter(ValuePtr dict, const std::string& what);
+std::shared_ptr<LazyIter> map_iter(ValuePtr fn, std::vector<ValuePtr> iterators);
+std::shared_ptr<LazyIter> zip_iter(std::vector<ValuePtr> iterators);
+std::shared_ptr<LazyIter> enumerate_iter(ValuePtr iterator, long long start);
+// filter(fn, it); `fn` null for filter(None, it).
+std::shared_ptr<LazyIter> filter_iter(ValuePtr fn, ValuePtr iterator);
+// A generator's body, run by its own tracer (Tracer::resume) one yield at a time.
+std::shared_ptr<LazyIter> generator_iter(std::shared_ptr<Tracer> body);
+
+}  // namespace tl::capture
