@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "capture/graph_break.h"
+#include "capture/live_iteration.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
@@ -168,6 +169,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       ValuePtr it = Value::of_kind(VKind::Iterator);
       for (auto& item : iterate(args[0]))
         it->items.push_back(Value::tuple({const_int(start++), item}));
+      watch_sources(*it, {args[0]});
       return it;
     }
     if (name == "zip") {
@@ -184,22 +186,26 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         for (auto& s : seqs) t.push_back(s[i]);
         it->items.push_back(Value::tuple(std::move(t)));
       }
+      watch_sources(*it, args);
       return it;
     }
     if (name == "reversed" && args.size() == 1) {
       ValuePtr it = Value::of_kind(VKind::Iterator);
       it->items = iterate(args[0]);
       std::reverse(it->items.begin(), it->items.end());
+      watch_sources(*it, args);
       return it;
     }
     if (name == "iter" && args.size() == 1) {
       if (args[0]->kind == VKind::Iterator) return args[0];
       ValuePtr it = Value::of_kind(VKind::Iterator);
       it->items = iterate(args[0]);
+      watch_iteration_of(*it, args[0]);
       return it;
     }
     if (name == "next" && !args.empty() && args[0]->kind == VKind::Iterator) {
       ValuePtr it = args[0];
+      check_sources_unchanged(*it);
       if (it->pos < it->items.size()) return it->items[it->pos++];
       if (args.size() > 1) return args[1];
       raise_user_value(PyExc_StopIteration);

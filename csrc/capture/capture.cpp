@@ -9,6 +9,7 @@
 #include "capture/bytecode.h"
 #include "capture/context.h"
 #include "capture/graph_break.h"
+#include "capture/live_iteration.h"
 #include "capture/resume_point.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
@@ -33,9 +34,26 @@ class ResidualBuilder {
   explicit ResidualBuilder(CaptureContext& ctx, bool at_break = false)
       : ctx_(ctx), at_break_(at_break) {}
 
+  // True when `src` reads through a container of the frame that the trace changed: the value
+  // re-read there after the side effects are replayed is another one (`t = xs[0]; xs[0] = y`).
+  bool read_through_mutated(const ir::SourcePtr& src) const {
+    for (const ValuePtr& c : ctx_.sourced_containers) {
+      if (!c->mutated || !c->source) continue;
+      const std::string container = c->source->str();
+      for (const ir::Source* s = src->base.get(); s; s = s->base.get())
+        if (s == c->source.get() || s->str() == container) return true;
+    }
+    return false;
+  }
+
   ir::Residual build(const ValuePtr& v) {
     ir::Residual r;
-    if (at_break_ && v->is_tensor() && v->node->op == ir::OpKind::Placeholder && v->node->source) {
+    bool immutable = v->is_const() && is_immutable_constant(v->obj.get());
+    if (v->source && !v->is_tensor() && !immutable && read_through_mutated(v->source))
+      graph_break("unsupported_value", "a " + v->type_name() + " read from " + v->source->str() +
+                                           " outlives the trace, which changed that container");
+    if (at_break_ && v->is_tensor() && v->node->op == ir::OpKind::Placeholder && v->node->source &&
+        !read_through_mutated(v->node->source)) {
       r.kind = ir::Residual::Kind::Source;
       r.source = v->node->source;
       return r;
@@ -213,7 +231,15 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
       plan.stack_values.emplace_back();
     } else if (v->kind == VKind::Iterator) {
       if (!region) graph_break("unsupported_value", "iterator on the stack at a graph break");
-      ValuePtr rest = Value::tuple({v->items.begin() + static_cast<long>(v->pos), v->items.end()});
+      check_sources_unchanged(*v);  // NOTE: its rest is rebuilt from the items it saw
+      // A list's or dict's own iterator not yet advanced is the container itself (the bridge's
+      // GET_ITER makes it): the loop CPython runs sees what its body does, as eager's does.
+      // NOTE: zip/enumerate/reversed still hand CPython a copy, wrong where the loop body
+      // changes a list they read (no residual can call zip; see test_found_bugs.py).
+      ValuePtr rest =
+          v->flag && v->pos == 0
+              ? v->watched.front().first
+              : Value::tuple({v->items.begin() + static_cast<long>(v->pos), v->items.end()});
       plan.stack += static_cast<char>(bytecode::Slot::Iter);
       plan.stack_values.push_back(resume_value(rb, rest));
     } else {

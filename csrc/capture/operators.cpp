@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "capture/graph_break.h"
+#include "capture/live_iteration.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
@@ -62,6 +63,7 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
       return keys;
     }
     case VKind::Iterator: {
+      check_sources_unchanged(*v);
       std::vector<ValuePtr> rest(v->items.begin() + v->pos, v->items.end());
       v->pos = v->items.size();
       return rest;

@@ -5,6 +5,7 @@
 
 #include "capture/autocast.h"
 #include "capture/graph_break.h"
+#include "capture/live_iteration.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/user_exception.h"
@@ -734,12 +735,14 @@ void Tracer::step(const Instruction& inst) {
       }
       ValuePtr it = Value::of_kind(VKind::Iterator);
       it->items = iterate(v);
+      watch_iteration_of(*it, v);
       push(it);
       return;
     }
     case FOR_ITER: {
       ValuePtr it = top();
       TL_CHECK(it->kind == VKind::Iterator) << "FOR_ITER on a non-iterator";
+      check_sources_unchanged(*it);
       if (it->pos < it->items.size()) {
         push(it->items[it->pos++]);
         return;

@@ -51,6 +51,9 @@ struct Value {
   std::vector<ValuePtr> kwdefaults;  // Function
   std::vector<ValuePtr> cells;       // Function closure cells
   size_t pos = 0;                    // Iterator
+  // Iterator: the lists/dicts it reads lazily in CPython, with their items when it was made;
+  // `flag` set: it is the plain iterator of its one watched list (GET_ITER, iter()).
+  std::vector<std::pair<ValuePtr, std::vector<ValuePtr>>> watched;
   // Method
   ValuePtr self;
   std::string method_name;
