@@ -39,9 +39,26 @@ class ResidualBuilder {
   explicit ResidualBuilder(CaptureContext& ctx, bool at_break = false)
       : ctx_(ctx), at_break_(at_break) {}
 
+  // True when `src` reads through a container of the frame that the trace changed: the value
+  // re-read there after the side effects are replayed is another one (`t = xs[0]; xs[0] = y`).
+  bool read_through_mutated(const ir::SourcePtr& src) const {
+    for (const ValuePtr& c : ctx_.sourced_containers) {
+      if (!c->mutated || !c->source) continue;
+      const std::string container = c->source->str();
+      for (const ir::Source* s = src->base.get(); s; s = s->base.get())
+        if (s == c->source.get() || s->str() == container) return true;
+    }
+    return false;
+  }
+
   ir::Residual build(const ValuePtr& v) {
     ir::Residual r;
-    if (at_break_ && v->is_tensor() && v->node->op == ir::OpKind::Placeholder && v->node->source) {
+    bool immutable = v->is_const() && is_immutable_constant(v->obj.get());
+    if (v->source && !v->is_tensor() && !immutable && read_through_mutated(v->source))
+      graph_break("unsupported_value", "a " + v->type_name() + " read from " + v->source->str() +
+                                           " outlives the trace, which changed that container");
+    if (at_break_ && v->is_tensor() && v->node->op == ir::OpKind::Placeholder && v->node->source &&
+        !read_through_mutated(v->node->source)) {
       r.kind = ir::Residual::Kind::Source;
       r.source = v->node->source;
       return r;

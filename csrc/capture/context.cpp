@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "capture/autocast.h"
+#include "capture/eager_checks.h"
 #include "capture/graph_break.h"
 #include "capture/meta_cache.h"
 #include "capture/torch_api.h"
@@ -786,6 +787,7 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
     PyRef pos = PyRef::steal(PyTuple_New(meta_pos.size() - first));
     for (size_t i = first; i < meta_pos.size(); ++i)
       PyTuple_SET_ITEM(pos.get(), i - first, to_meta_arg(meta_pos[i]).release());
+    check_eager_only_errors(op_name, args);
     PyRef self = method.empty() ? PyRef() : to_meta_arg(args[0]);
     bool query = is_state_query(method, op_name, args, kwargs);
     result = meta_call(target, method, self.get(), pos.get(),
