@@ -97,6 +97,21 @@ def _operand_needs_name(op: str, target: Any, first: Any) -> bool:
     return name in inplace_methods or (name in magic_methods and repr(first).startswith("-"))
 
 
+def _rebinds_value(op: str, target: Any, args: tuple) -> bool:
+    """True for an in-place operator on a graph value that is not a tensor: FX prints it as
+    `a += b; iadd = a`, which for an immutable `a` would change what later readers of `a` see."""
+    if op != "call_function" or getattr(target, "__module__", "") != "_operator":
+        return False
+    if getattr(target, "__name__", "") not in inplace_methods or not args:
+        return False
+    first = args[0]
+    return (
+        isinstance(first, fx.Node)
+        and first.op != "get_attr"
+        and not isinstance(first.meta.get("example_value"), torch.Tensor)
+    )
+
+
 def _call_through(target: Callable) -> Callable:
     """A plain function calling `target`, for targets FX would print by an unusable name
     (an operator's C binding named "", a callable object with no __name__)."""
@@ -118,16 +133,16 @@ class _Exporter:
         self.root = torch.nn.Module()
         self.env: dict[str, fx.Node] = {}
         self.constants: dict[int, fx.Node] = {}  # id(value) -> its get_attr node
-        self.targets: dict[int, Callable] = {}  # id(target) -> its call-through function
+        self.targets: dict[Any, Callable] = {}  # id(target) -> its call-through function
 
-    def constant(self, value: Any) -> fx.Node:
-        """A get_attr node reading `value` from the module (one per object)."""
+    def constant(self, value: Any, *, fresh: bool = False) -> fx.Node:
+        """A get_attr node reading `value` from the module (one per object, unless `fresh`)."""
         node = self.constants.get(id(value))
-        if node is None:
-            name = f"_tl_const{len(self.constants)}"
+        if node is None or fresh:
+            name = node.target if node is not None else f"_tl_const{len(self.constants)}"
             setattr(self.root, name, value)  # NOTE: the module keeps `value`, so its id stays
             node = self.graph.get_attr(name)
-            self.constants[id(value)] = node
+            self.constants.setdefault(id(value), node)
         return node
 
     def arg(self, value: Any) -> Any:
@@ -153,10 +168,19 @@ class _Exporter:
             self.targets[id(target)] = _call_through(target)
         return self.targets[id(target)]
 
+    def _call_through_always(self, target: Callable) -> Callable:
+        key = ("call", id(target))
+        if key not in self.targets:
+            self.targets[key] = _call_through(target)
+        return self.targets[key]
+
     def call_args(self, op: str, target: Any, args: tuple) -> tuple:
         args = tuple(args)
         if args and _operand_needs_name(op, target, args[0]):
-            return (self.constant(args[0]), *self.arg(args[1:]))
+            # NOTE: FX prints `a += b; iadd = a`, which rebinds the name `a`: an in-place
+            # operator's constant gets a name of its own, or a later reader of the same
+            # constant would see the result (T5's `buckets = 0; buckets += ...` twice).
+            return (self.constant(args[0], fresh=True), *self.arg(args[1:]))
         return self.arg(args)
 
     def add(self, node: dict) -> None:
@@ -172,6 +196,8 @@ class _Exporter:
         else:
             target = self.target(node["target"]) if op == "call_function" else node["target"]
             args = self.call_args(op, node["target"], node["args"])
+            if _rebinds_value(op, target, args):
+                target = self._call_through_always(target)
             kwargs = self.arg(dict(node["kwargs"]))
             fx_node = self.graph.create_node(op, target, args, kwargs, name=name)
         if node.get("meta") is not None:

@@ -36,6 +36,16 @@ def _running_sum(x, y):
     return acc
 
 
+def _two_sums_from_zero(x, y):
+    # T5's relative-position buckets: two accumulators start from the same int object 0.
+    first = 0
+    first += (x > 0).long() * 4
+    second = 0
+    second += y * 2
+    first += torch.where(y > 0, 1, 2)
+    return first, second
+
+
 def _augmented_assignments(x, y):
     x += y
     x *= 2
@@ -72,6 +82,7 @@ PROGRAMS = {
     "inplace_methods": lambda x, y: (x.add_(y).mul_(2).add_(1.5), x),
     "augmented_assignment": _augmented_assignments,
     "iadd_python_int_target": _running_sum,
+    "two_sums_from_zero": _two_sums_from_zero,
     "setitem": _setitem,
     "torch_ops_inplace_overload": _inplace_overload,
     # operator module functions
