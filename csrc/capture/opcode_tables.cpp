@@ -22,7 +22,8 @@ struct OpInfo {
 // hasconst, hasname, haslocal, hasfree, hascompare, _inline_cache_entries).
 // The numbers come from <opcode.h>; tests/cpp/capture/bytecode_test.cpp
 // checks every entry against the running Python's `opcode` module.
-#define OP(name, caches, flags) {name, #name, caches, flags}
+#define OP(name, caches, flags) \
+  { name, #name, caches, flags }
 #if PY_VERSION_HEX >= 0x030D0000
 #error "torchlite decodes bytecode of CPython 3.11 and 3.12 only"
 #elif PY_VERSION_HEX >= 0x030C0000

@@ -36,8 +36,7 @@ TorchApi* build() {
   api->size_type = attr(api->torch, "Size");
   api->dtype_type = attr(api->torch, "dtype");
   api->device_type = attr(api->torch, "device");
-  api->meta_device =
-      PyRef::steal(PyObject_CallFunction(api->device_type.get(), "s", "meta"));
+  api->meta_device = PyRef::steal(PyObject_CallFunction(api->device_type.get(), "s", "meta"));
   if (!api->meta_device) throw PythonError();
   api->empty_strided = attr(api->torch, "empty_strided");
   PyRef c = attr(api->torch, "_C");
@@ -109,8 +108,7 @@ bool is_torch_function(PyObject* fn) {
   // Method descriptors of torch.Tensor used unbound: torch.Tensor.add(x, y).
   if (Py_TYPE(fn) == &PyMethodDescr_Type || Py_TYPE(fn) == &PyWrapperDescr_Type) {
     PyTypeObject* owner = reinterpret_cast<PyDescrObject*>(fn)->d_type;
-    return PyType_IsSubtype(owner,
-                            reinterpret_cast<PyTypeObject*>(torch_api().tensor_type.get()));
+    return PyType_IsSubtype(owner, reinterpret_cast<PyTypeObject*>(torch_api().tensor_type.get()));
   }
   return false;
 }

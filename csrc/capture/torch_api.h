@@ -8,22 +8,22 @@
 namespace tl::capture {
 
 struct TorchApi {
-  PyRef torch;              // the torch module
-  PyRef tensor_type;        // torch.Tensor
-  PyRef parameter_type;     // torch.nn.Parameter
-  PyRef module_type;        // torch.nn.Module
-  PyRef size_type;          // torch.Size
-  PyRef dtype_type;         // torch.dtype
-  PyRef device_type;        // torch.device
-  PyRef meta_device;        // torch.device("meta")
-  PyRef empty_strided;      // torch.empty_strided
+  PyRef torch;                // the torch module
+  PyRef tensor_type;          // torch.Tensor
+  PyRef parameter_type;       // torch.nn.Parameter
+  PyRef module_type;          // torch.nn.Module
+  PyRef size_type;            // torch.Size
+  PyRef dtype_type;           // torch.dtype
+  PyRef device_type;          // torch.device
+  PyRef meta_device;          // torch.device("meta")
+  PyRef empty_strided;        // torch.empty_strided
   PyRef set_grad_enabled_fn;  // torch._C._set_grad_enabled
   PyRef is_grad_enabled_fn;   // torch.is_grad_enabled
   PyRef no_grad_cls, enable_grad_cls, set_grad_enabled_cls;
-  PyRef module_call;        // torch.nn.Module.__call__
-  PyRef operator_getitem;   // operator.getitem
-  PyRef builtin_getattr;    // builtins.getattr
-  PyRef builtins;           // the builtins module
+  PyRef module_call;       // torch.nn.Module.__call__
+  PyRef operator_getitem;  // operator.getitem
+  PyRef builtin_getattr;   // builtins.getattr
+  PyRef builtins;          // the builtins module
   PyRef math_module, operator_module;
   PyRef op_overload_types;  // (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
   std::string torch_dir;    // ".../site-packages/torch/" (files there are torch's own)

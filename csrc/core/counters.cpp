@@ -8,10 +8,14 @@ Counters& counters() {
 }
 
 std::vector<std::pair<std::string, int64_t>> Counters::snapshot() const {
-  return {{"frames", frames.load()},         {"graphs", graphs.load()},
-          {"graph_breaks", graph_breaks.load()}, {"recompiles", recompiles.load()},
-          {"cache_hits", cache_hits.load()}, {"kernels", kernels.load()},
-          {"eager_fallbacks", eager_fallbacks.load()}, {"capture_ns", capture_ns.load()},
+  return {{"frames", frames.load()},
+          {"graphs", graphs.load()},
+          {"graph_breaks", graph_breaks.load()},
+          {"recompiles", recompiles.load()},
+          {"cache_hits", cache_hits.load()},
+          {"kernels", kernels.load()},
+          {"eager_fallbacks", eager_fallbacks.load()},
+          {"capture_ns", capture_ns.load()},
           {"batch_norms_folded", batch_norms_folded.load()},
           {"channels_last_convs", channels_last_convs.load()}};
 }

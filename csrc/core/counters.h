@@ -10,16 +10,16 @@
 namespace tl {
 
 struct Counters {
-  std::atomic<int64_t> frames{0};        // frames captured (cache misses traced)
-  std::atomic<int64_t> graphs{0};        // graphs compiled
-  std::atomic<int64_t> graph_breaks{0};  // captures that ended in a graph break
-  std::atomic<int64_t> recompiles{0};    // misses on a code object that already had entries
-  std::atomic<int64_t> cache_hits{0};    // calls served by a cached entry
-  std::atomic<int64_t> kernels{0};       // generated kernels (0 until a code generator runs)
-  std::atomic<int64_t> eager_fallbacks{0};  // calls run eagerly past the cache size limit
-  std::atomic<int64_t> capture_ns{0};    // total time spent capturing
-  std::atomic<int64_t> batch_norms_folded{0};    // inference batch norms folded into convs
-  std::atomic<int64_t> channels_last_convs{0};   // convs the layout pass runs channels-last
+  std::atomic<int64_t> frames{0};               // frames captured (cache misses traced)
+  std::atomic<int64_t> graphs{0};               // graphs compiled
+  std::atomic<int64_t> graph_breaks{0};         // captures that ended in a graph break
+  std::atomic<int64_t> recompiles{0};           // misses on a code object that already had entries
+  std::atomic<int64_t> cache_hits{0};           // calls served by a cached entry
+  std::atomic<int64_t> kernels{0};              // generated kernels (0 until a code generator runs)
+  std::atomic<int64_t> eager_fallbacks{0};      // calls run eagerly past the cache size limit
+  std::atomic<int64_t> capture_ns{0};           // total time spent capturing
+  std::atomic<int64_t> batch_norms_folded{0};   // inference batch norms folded into convs
+  std::atomic<int64_t> channels_last_convs{0};  // convs the layout pass runs channels-last
 
   std::vector<std::pair<std::string, int64_t>> snapshot() const;
   void reset();

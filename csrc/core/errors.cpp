@@ -40,12 +40,24 @@ void set_python_error(const std::exception& e) {
       case ErrorKind::Internal:
         type = g_internal_error_type ? g_internal_error_type : PyExc_RuntimeError;
         break;
-      case ErrorKind::Type: type = PyExc_TypeError; break;
-      case ErrorKind::Value: type = PyExc_ValueError; break;
-      case ErrorKind::Runtime: type = PyExc_RuntimeError; break;
-      case ErrorKind::NotImplemented: type = PyExc_NotImplementedError; break;
-      case ErrorKind::Index: type = PyExc_IndexError; break;
-      case ErrorKind::Key: type = PyExc_KeyError; break;
+      case ErrorKind::Type:
+        type = PyExc_TypeError;
+        break;
+      case ErrorKind::Value:
+        type = PyExc_ValueError;
+        break;
+      case ErrorKind::Runtime:
+        type = PyExc_RuntimeError;
+        break;
+      case ErrorKind::NotImplemented:
+        type = PyExc_NotImplementedError;
+        break;
+      case ErrorKind::Index:
+        type = PyExc_IndexError;
+        break;
+      case ErrorKind::Key:
+        type = PyExc_KeyError;
+        break;
       case ErrorKind::Unsupported:
         type = g_unsupported_type ? g_unsupported_type : PyExc_RuntimeError;
         break;

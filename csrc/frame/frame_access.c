@@ -13,8 +13,11 @@
 // as a function (cpython#105268).
 #undef _PyGC_FINALIZED
 #endif
+// NOTE: internal headers kept in the order this file was tested with (sorting reorders them).
+// clang-format off
 #include <internal/pycore_pystate.h>
 #include <internal/pycore_frame.h>
+// clang-format on
 
 #include "frame/frame_access.h"
 

@@ -98,9 +98,12 @@ FetchStep::FetchStep(const ir::Source& s) : kind_(s.kind), index_(s.index) {
         key_is_index_ = true;
       }
       break;
-    case SourceKind::Held: key_ = s.key; break;
+    case SourceKind::Held:
+      key_ = s.key;
+      break;
     case SourceKind::Local:
-    case SourceKind::Closure: break;
+    case SourceKind::Closure:
+      break;
   }
 }
 
@@ -125,11 +128,16 @@ PyRef FetchStep::apply(PyObject* base, const ir::FrameView& frame) const {
       TL_CHECK(index_ >= 0 && index_ < PyTuple_GET_SIZE(frame.closure)) << "bad cell " << index_;
       return own(PyCell_GET(PyTuple_GET_ITEM(frame.closure, index_)));  // empty cell: null
     }
-    case SourceKind::Global: return dict_get(frame.globals, name_.get());
-    case SourceKind::Builtin: return dict_get(frame.builtins, name_.get());
-    case SourceKind::Attr: return get_attr(base);
-    case SourceKind::Item: return get_item(base);
-    case SourceKind::Held: return key_;
+    case SourceKind::Global:
+      return dict_get(frame.globals, name_.get());
+    case SourceKind::Builtin:
+      return dict_get(frame.builtins, name_.get());
+    case SourceKind::Attr:
+      return get_attr(base);
+    case SourceKind::Item:
+      return get_item(base);
+    case SourceKind::Held:
+      return key_;
   }
   return {};
 }

@@ -12,9 +12,9 @@ namespace {
 // Interned attribute names, created once and never freed.
 PyObject* field_name(int f) {
   static PyObject* names[] = {
-      PyUnicode_InternFromString("dtype"), PyUnicode_InternFromString("device"),
+      PyUnicode_InternFromString("dtype"),         PyUnicode_InternFromString("device"),
       PyUnicode_InternFromString("requires_grad"), PyUnicode_InternFromString("shape"),
-      PyUnicode_InternFromString("is_cpu"), PyUnicode_InternFromString("layout")};
+      PyUnicode_InternFromString("is_cpu"),        PyUnicode_InternFromString("layout")};
   return names[f];
 }
 PyObject* stride_name() {

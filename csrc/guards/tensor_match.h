@@ -29,7 +29,8 @@ class TensorMatch {
   PyRef read_strides(PyObject* v) const;   // new reference (a tuple); throws on error
   bool read_inference(PyObject* v) const;  // v.is_inference(); throws on error
   bool fast_valid() const {
-    return fast_tag_ != 0 && reinterpret_cast<PyTypeObject*>(type_.get())->tp_version_tag == fast_tag_;
+    return fast_tag_ != 0 &&
+           reinterpret_cast<PyTypeObject*>(type_.get())->tp_version_tag == fast_tag_;
   }
 
   PyRef type_, dtype_, device_;

@@ -18,9 +18,9 @@ struct Residual {
     Source,       // re-read from the frame (an input object returned as is)
     Tuple,
     List,
-    Dict,         // keys[i] -> items[i]
-    NamedTuple,   // type_(*items): namedtuple / torch.Size / structseq
-    Slice,        // slice(items[0], items[1], items[2])
+    Dict,        // keys[i] -> items[i]
+    NamedTuple,  // type_(*items): namedtuple / torch.Size / structseq
+    Slice,       // slice(items[0], items[1], items[2])
   };
   Kind kind = Kind::Const;
   int index = -1;

@@ -56,12 +56,18 @@ SourcePtr Source::held(PyRef obj, std::string what) {
 
 std::string Source::str() const {
   switch (kind) {
-    case SourceKind::Local: return "L['" + name + "']";
-    case SourceKind::Closure: return "L['" + name + "']";
-    case SourceKind::Global: return "G['" + name + "']";
-    case SourceKind::Builtin: return "G['__builtins__']['" + name + "']";
-    case SourceKind::Attr: return base->str() + "." + name;
-    case SourceKind::Item: return base->str() + "[" + key_repr(key.get()) + "]";
+    case SourceKind::Local:
+      return "L['" + name + "']";
+    case SourceKind::Closure:
+      return "L['" + name + "']";
+    case SourceKind::Global:
+      return "G['" + name + "']";
+    case SourceKind::Builtin:
+      return "G['__builtins__']['" + name + "']";
+    case SourceKind::Attr:
+      return base->str() + "." + name;
+    case SourceKind::Item:
+      return base->str() + "[" + key_repr(key.get()) + "]";
     case SourceKind::Held: {
       // NOTE: the address makes the text unique: sources are deduplicated by it.
       char addr[32];

@@ -9,11 +9,14 @@ namespace py = pybind11;
 namespace tl::python {
 
 void bind_core(py::module_& m) {
-  m.def("counters", [] {
-    py::dict d;
-    for (auto& [k, v] : counters().snapshot()) d[py::str(k)] = v;
-    return d;
-  }, "A snapshot of torchlite's event counters.");
+  m.def(
+      "counters",
+      [] {
+        py::dict d;
+        for (auto& [k, v] : counters().snapshot()) d[py::str(k)] = v;
+        return d;
+      },
+      "A snapshot of torchlite's event counters.");
   m.def("reset_counters", [] { counters().reset(); });
 #ifdef TORCHLITE_HAVE_LLVM
   m.attr("has_llvm") = true;  // the CPU code generator was built

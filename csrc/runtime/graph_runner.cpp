@@ -29,8 +29,8 @@ GraphRunner::GraphRunner(std::shared_ptr<const ir::Graph> graph) : graph_(std::m
     for (int slot : s.call.used_slots()) values_.use(slot, idx);
     steps_.push_back(std::move(s));
   }
-  values_.set_outputs(*graph_, [&](const ir::Node* n) { return slots.at(n); },
-                      static_cast<int>(steps_.size()));
+  values_.set_outputs(
+      *graph_, [&](const ir::Node* n) { return slots.at(n); }, static_cast<int>(steps_.size()));
   std::vector<std::vector<int>> produced;
   for (auto& s : steps_) produced.push_back({s.out_slot});
   auto release = values_.release_lists(produced, static_cast<int>(n_inputs_));

@@ -7,10 +7,10 @@
 // threads. Reductions run an inner loop per outer point (several passes when
 // a reduced value feeds another reduction or a per-element output, as in
 // softmax); f16/bf16 accumulate in f32.
+#include <llvm/IR/Module.h>
+
 #include <memory>
 #include <string>
-
-#include <llvm/IR/Module.h>
 
 #include "ir/loop_ir.h"
 

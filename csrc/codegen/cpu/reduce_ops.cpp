@@ -10,16 +10,19 @@ using ir::ScalarType;
 llvm::Value* reduce_identity(Builder& b, ExprOp op, ScalarType t) {
   llvm::Type* rt = reg_type(b.getContext(), t);
   switch (op) {
-    case ExprOp::ReduceSum: return llvm::Constant::getNullValue(rt);
+    case ExprOp::ReduceSum:
+      return llvm::Constant::getNullValue(rt);
     case ExprOp::ReduceProd:
       return is_float_type(t) ? llvm::ConstantFP::get(rt, 1.0) : llvm::ConstantInt::get(rt, 1);
-    case ExprOp::ReduceMax: case ExprOp::ReduceArgMax: return lowest(b, t);
-    default: return highest(b, t);
+    case ExprOp::ReduceMax:
+    case ExprOp::ReduceArgMax:
+      return lowest(b, t);
+    default:
+      return highest(b, t);
   }
 }
 
-llvm::Value* reduce_combine(Builder& b, ExprOp op, ScalarType t, llvm::Value* acc,
-                            llvm::Value* v) {
+llvm::Value* reduce_combine(Builder& b, ExprOp op, ScalarType t, llvm::Value* acc, llvm::Value* v) {
   static const ExprOp combine[] = {ExprOp::Add, ExprOp::Mul, ExprOp::Maximum, ExprOp::Minimum};
   ExprOp bin = combine[static_cast<int>(op) - static_cast<int>(ExprOp::ReduceSum)];
   // NOTE: reassociation lets LLVM vectorise float sums (torch's own sums are

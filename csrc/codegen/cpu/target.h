@@ -2,12 +2,12 @@
 // The host CPU as an LLVM target (name and features from
 // llvm::sys::getHostCPUName/getHostCPUFeatures), the O2 pipeline, and object
 // emission. One TargetMachine per thread: they are not thread-safe.
-#include <memory>
-#include <string>
-
 #include <llvm/ADT/SmallVector.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Target/TargetMachine.h>
+
+#include <memory>
+#include <string>
 
 namespace tl::codegen::cpu {
 

@@ -273,8 +273,7 @@ TEST_CASE("every unary and binary op compiles for every dtype it supports", "[co
   }
 }
 
-TEST_CASE("an embedding row gather checks its index with a device-side assert",
-          "[codegen][cuda]") {
+TEST_CASE("an embedding row gather checks its index with a device-side assert", "[codegen][cuda]") {
   // out[r, d] = weight[idx[r], d] over [16, 64], weight of 100 rows
   KernelBuilder b("embed", {16, 64});
   int idx = b.load(b.input(ST::I64, {1, 0}), ST::I64);

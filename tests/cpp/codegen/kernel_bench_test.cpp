@@ -1,7 +1,6 @@
 // Hidden benchmarks (run with `torchlite_tests "[.bench]"`): O2 compile time of
 // small kernels, and a 16M-element six-op f32 chain vs a plain C++ loop.
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -54,9 +53,10 @@ TEST_CASE("benchmark: compile time and a 16M-element pointwise chain", "[.bench]
   for (int i = 1; i < 9; ++i) batch.push_back(&ks[i].k);
   rc::compile_kernels(batch);
   double t2 = now_ms();
-  std::printf("compile: first kernel (JIT start) %.1f ms; "
-              "8 more in one batch %.1f ms (%.1f ms each)\n",
-              t1 - t0, t2 - t1, (t2 - t1) / 8);
+  std::printf(
+      "compile: first kernel (JIT start) %.1f ms; "
+      "8 more in one batch %.1f ms (%.1f ms each)\n",
+      t1 - t0, t2 - t1, (t2 - t1) / 8);
 
   const int64_t n = 16 << 20;
   std::vector<float> x(n), y(n), out(n), ref(n);
@@ -75,12 +75,12 @@ TEST_CASE("benchmark: compile time and a 16M-element pointwise chain", "[.bench]
   };
   double cpp = time([&] { cpp_chain(x.data(), y.data(), ref.data(), n); });
   double jit1 = time([&] { fn(0, n, reinterpret_cast<char* const*>(bufs.data())); });
-  double jit2 = time([&] {
-    rc::parallel_run(fn, n, 1, reinterpret_cast<char* const*>(bufs.data()), 2);
-  });
-  std::printf("16M f32 six-op chain: C++ loop (g++ -O3) %.1f ms, "
-              "JIT 1 thread %.1f ms, JIT 2 threads %.1f ms\n",
-              cpp, jit1, jit2);
+  double jit2 =
+      time([&] { rc::parallel_run(fn, n, 1, reinterpret_cast<char* const*>(bufs.data()), 2); });
+  std::printf(
+      "16M f32 six-op chain: C++ loop (g++ -O3) %.1f ms, "
+      "JIT 1 thread %.1f ms, JIT 2 threads %.1f ms\n",
+      cpp, jit1, jit2);
   for (int64_t i = 0; i < n; i += 4097) REQUIRE(out[i] == Approx(ref[i]).margin(1e-5));
 
   // 4096 x 4096 sums over each axis (the column sum runs on tiled outer points).

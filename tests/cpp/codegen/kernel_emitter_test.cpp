@@ -1,7 +1,6 @@
 // Pointwise kernels: hand-built loop IR, JIT-compiled, run on raw buffers and
 // compared with scalar C++.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstring>
 #include <limits>

@@ -10,7 +10,9 @@ using tl::PyRef;
 using namespace tl::frame;
 
 // A fresh code object nobody else references.
-PyRef fresh_code() { return PyRef::steal(Py_CompileString("x + 1", "<cache_test>", Py_eval_input)); }
+PyRef fresh_code() {
+  return PyRef::steal(Py_CompileString("x + 1", "<cache_test>", Py_eval_input));
+}
 
 std::shared_ptr<const CompileConfig> make_config(int id) {
   auto c = std::make_shared<CompileConfig>();

@@ -47,8 +47,7 @@ TEST_CASE("TYPE_MATCH passes on the same type and names the other type", "[guard
   REQUIRE(g.failure_reason() == "L['n']: type mismatch: expected int, got str");
 }
 
-TEST_CASE("ID_MATCH passes on the same object and fails on another or a freed one",
-          "[guards]") {
+TEST_CASE("ID_MATCH passes on the same object and fails on another or a freed one", "[guards]") {
   TestFrame f(kSetup, {"m"});
   GuardSet g;
   g.add_id_match(Source::local(0, "m"), f.get("m"));
@@ -57,7 +56,8 @@ TEST_CASE("ID_MATCH passes on the same object and fails on another or a freed on
   f.run("m2 = torch.nn.Linear(4, 2)\n");
   f.set_slot(0, f.get("m2"));
   REQUIRE(!check(g, f));
-  REQUIRE(g.failure_reason() == "L['m']: not the same Linear object as at trace time (got a Linear)");
+  REQUIRE(g.failure_reason() ==
+          "L['m']: not the same Linear object as at trace time (got a Linear)");
   f.run("del m\n");  // the guard holds only a weakref: the module is freed
   REQUIRE(!check(g, f));
   REQUIRE(g.failure_reason() == "L['m']: the guarded object was freed");
@@ -104,8 +104,9 @@ TEST_CASE("EQUALS_MATCH compares type first, then value", "[guards]") {
 }
 
 TEST_CASE("EQUALS_MATCH tells tuples of other element types, -0.0 and dtypes apart", "[guards]") {
-  TestFrame f("import torch\nt = (1, 2.0)\nz = 0.0\ndt = torch.float32\ndev = torch.device('cpu')\n",
-              {"t", "z", "dt", "dev"});
+  TestFrame f(
+      "import torch\nt = (1, 2.0)\nz = 0.0\ndt = torch.float32\ndev = torch.device('cpu')\n",
+      {"t", "z", "dt", "dev"});
   GuardSet g;
   g.add_equals_match(Source::local(0, "t"), f.get("t"));
   g.add_equals_match(Source::local(1, "z"), f.get("z"));
@@ -167,7 +168,8 @@ TEST_CASE("TENSOR_MATCH on zero strides tells a sparse tensor apart", "[guards]"
   REQUIRE(check(g, f));
   f.set_slot(0, eval(f, "torch.zeros(8, 4).to_sparse()").get());
   REQUIRE(!check(g, f));
-  REQUIRE(g.failure_reason() == "L['x']: layout mismatch: expected torch.strided, got torch.sparse_coo");
+  REQUIRE(g.failure_reason() ==
+          "L['x']: layout mismatch: expected torch.strided, got torch.sparse_coo");
 }
 
 TEST_CASE("DICT_VERSION fails after a store into the dict", "[guards]") {
@@ -209,8 +211,7 @@ TEST_CASE("GLOBAL_STATE fails when grad mode flips and comes first", "[guards]")
   REQUIRE(g.failure_reason() == "grad mode changed (was True)");
   f.run("torch.set_grad_enabled(True)\ntorch.set_default_dtype(torch.float64)\n");
   REQUIRE(!check(g, f));
-  REQUIRE(g.failure_reason() ==
-          "default dtype changed (was torch.float32, now torch.float64)");
+  REQUIRE(g.failure_reason() == "default dtype changed (was torch.float32, now torch.float64)");
   f.run("torch.set_default_dtype(torch.float32)\n");
   REQUIRE(check(g, f));
 }

@@ -24,8 +24,8 @@ inline void require_no_python_error() {
 struct TestFrame {
   PyRef globals;
   PyRef builtins;
-  PyRef closure;               // optional tuple of cells
-  std::vector<PyRef> values;   // owns the slots
+  PyRef closure;              // optional tuple of cells
+  std::vector<PyRef> values;  // owns the slots
   std::vector<PyObject*> slots;
 
   // Runs `code` in a new namespace; slot i is namespace[names[i]] or NULL.

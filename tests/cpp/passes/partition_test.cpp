@@ -18,8 +18,8 @@ TEST_CASE("a six-op pointwise chain becomes one kernel", "[passes]") {
   Node* c = t.op(".relu", {of(b)}, {8, 16});
   Node* d = t.op("operator.mul", {of(c), integer(2)}, {8, 16});
   Node* e = t.op("torch.sub", {of(d), num(1.5)}, {8, 16}, "float32", {{"alpha", integer(2)}});
-  Node* f = t.op("torch.nn.functional.gelu", {of(e)}, {8, 16}, "float32",
-                 {{"approximate", str("tanh")}});
+  Node* f =
+      t.op("torch.nn.functional.gelu", {of(e)}, {8, 16}, "float32", {{"approximate", str("tanh")}});
   t.output({f});
   auto p = partition_graph(t.g);
   REQUIRE(p.kernels.size() == 1);
@@ -97,8 +97,8 @@ TEST_CASE("softmax is one kernel with two chained reductions", "[passes]") {
 TEST_CASE("softmax over a middle dim makes it the trailing kernel axis", "[passes]") {
   TestGraph t;
   Node* x = t.input("x", {2, 8, 4});
-  Node* s = t.op("torch.nn.functional.softmax", {of(x)}, {2, 8, 4}, "float32",
-                 {{"dim", integer(1)}});
+  Node* s =
+      t.op("torch.nn.functional.softmax", {of(x)}, {2, 8, 4}, "float32", {{"dim", integer(1)}});
   t.output({s});
   auto p = partition_graph(t.g);
   REQUIRE(p.kernels.size() == 1);

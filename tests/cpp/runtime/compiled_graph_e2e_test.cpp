@@ -47,8 +47,7 @@ size_t check_graph(TestGraph& t) {
   std::vector<PyObject*> raw;
   for (Node* n : t.g.placeholders()) {
     PyDict_SetItemString(py(nullptr, "globals()").get(), "dt", n->meta->dtype.get());
-    PyDict_SetItemString(py(nullptr, "globals()").get(), "sz",
-                         PyRef::steal(PyList_New(0)).get());
+    PyDict_SetItemString(py(nullptr, "globals()").get(), "sz", PyRef::steal(PyList_New(0)).get());
     for (int64_t s : n->meta->sizes)
       PyList_Append(py(nullptr, "sz").get(), PyRef::steal(PyLong_FromLongLong(s)).get());
     inputs.push_back(py(nullptr, "(torch.randn(sz) * 3).to(dt)"));

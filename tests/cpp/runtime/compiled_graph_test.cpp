@@ -27,8 +27,7 @@ PyRef namespace_with_torch() {
   PyRef ns = PyRef::steal(PyDict_New());
   PyDict_SetItemString(ns.get(), "__builtins__", PyEval_GetBuiltins());
   const char* setup = "import torch\nx = torch.randn(4, 300)\ny = torch.randn(300)\n";
-  PyRef r = PyRef::steal(PyRun_String(setup,
-                                      Py_file_input, ns.get(), ns.get()));
+  PyRef r = PyRef::steal(PyRun_String(setup, Py_file_input, ns.get(), ns.get()));
   if (!r) PyErr_Print();
   REQUIRE(r);
   return ns;

@@ -1,10 +1,10 @@
 // The ORC JIT wrapper: errors name the kernel, and the on-disk object cache
 // serves a second compile and ignores a truncated file.
-#include <catch2/catch.hpp>
+#include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 #include "../codegen/kernel_builder.h"
 #include "core/counters.h"

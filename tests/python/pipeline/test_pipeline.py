@@ -31,7 +31,7 @@ _PATH_SCRIPT = textwrap.dedent(
         y = torch.relu(F.batch_norm(F.conv2d(x, w, padding=1), m, v, training=False))
         return torch.softmax(F.conv2d(y, w, padding=1) * 2 + 1, -1)
 
-    path, debug_dir = sys.argv[1], sys.argv[2]
+    path, debug_dir, device = sys.argv[1], sys.argv[2], sys.argv[3]
     torchlite.config.trace = True
     torchlite.config.debug_dir = debug_dir
     opts = {"fold_batch_norm": True, "channels_last": True}
@@ -42,6 +42,7 @@ _PATH_SCRIPT = textwrap.dedent(
         g = torch.compile(f, backend="torchlite_test", options=opts)
     torch.manual_seed(0)
     args = (torch.randn(2, 4, 8, 8), torch.randn(4, 4, 3, 3), torch.randn(4), torch.rand(4) + 0.5)
+    args = tuple(a.to(device) for a in args)
     with torch.no_grad():
         torch.testing.assert_close(g(*args), f(*args), rtol=1e-4, atol=1e-4)
     (folder,) = [p for p in glob.glob(debug_dir + "/*/pipeline.txt")]
@@ -56,10 +57,10 @@ _PATH_SCRIPT = textwrap.dedent(
 )
 
 
-def _run_path(path, tmp_path):
+def _run_path(path, tmp_path, device):
     env = dict(os.environ, PYTHONPATH=ROOT, TORCHLITE_CACHE_DIR=str(tmp_path / f"cache_{path}"))
     out = subprocess.run(
-        [sys.executable, "-c", _PATH_SCRIPT, path, str(tmp_path / path)],
+        [sys.executable, "-c", _PATH_SCRIPT, path, str(tmp_path / path), device],
         env=env,
         capture_output=True,
         text=True,
@@ -70,9 +71,12 @@ def _run_path(path, tmp_path):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@needs_cpu_kernels
-def test_frame_and_torch_compile_paths_run_the_same_passes_kernels_and_counters(tmp_path):
-    frame, fx = _run_path("frame", tmp_path), _run_path("fx", tmp_path)
+@pytest.mark.parametrize(
+    "device",
+    [pytest.param("cpu", marks=needs_cpu_kernels), pytest.param("cuda", marks=pytest.mark.cuda)],
+)
+def test_frame_and_torch_compile_paths_run_the_same_passes_kernels_and_counters(tmp_path, device):
+    frame, fx = _run_path("frame", tmp_path, device), _run_path("fx", tmp_path, device)
     assert frame["pipeline"] == fx["pipeline"]
     assert "04_torchlite.fold_batch_norm.txt: ran" in frame["pipeline"]
     assert frame["kernels"] == fx["kernels"]
