@@ -238,11 +238,17 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
       plan.stack_values.emplace_back();
     } else if (v->kind == VKind::Iterator) {
       if (!region) graph_break("unsupported_value", "iterator on the stack at a graph break");
-      auto items = remaining_items(v);
-      if (!items)
-        graph_break("unsupported_value",
-                    "a " + v->type_name() + " being iterated at a graph break");
-      ValuePtr rest = Value::tuple(std::move(*items));
+      // NOTE: a fresh iterator of a list or dict hands CPython the container itself (the
+      // bridge's GET_ITER iterates it), so the loop sees what its body does to it; any other
+      // hands on a snapshot of the items still to come.
+      ValuePtr rest = unstarted_container(v);
+      if (!rest) {
+        auto items = remaining_items(v);
+        if (!items)
+          graph_break("unsupported_value",
+                      "a " + v->type_name() + " being iterated at a graph break");
+        rest = Value::tuple(std::move(*items));
+      }
       plan.stack += static_cast<char>(bytecode::Slot::Iter);
       plan.stack_values.push_back(resume_value(rb, rest));
     } else {

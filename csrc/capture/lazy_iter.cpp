@@ -27,6 +27,7 @@ class ListIter : public LazyIter {
     return std::vector<ValuePtr>(list_->items.begin() + static_cast<long>(pos_),
                                  list_->items.end());
   }
+  ValuePtr unstarted_container() const override { return pos_ == 0 ? list_ : nullptr; }
 
  private:
   ValuePtr list_;
@@ -81,6 +82,9 @@ class DictIter : public LazyIter {
                                        : key);
     }
     return out;
+  }
+  ValuePtr unstarted_container() const override {
+    return pos_ == 0 && what_ == "keys" && dict_ && dict_->keys.size() == size_ ? dict_ : nullptr;
   }
 
  private:
@@ -211,6 +215,11 @@ std::optional<std::vector<ValuePtr>> remaining_items(const ValuePtr& it) {
   if (!rest) return std::nullopt;
   out.insert(out.end(), rest->begin(), rest->end());
   return out;
+}
+
+ValuePtr unstarted_container(const ValuePtr& it) {
+  if (it->pos < it->items.size() || !it->lazy) return nullptr;
+  return it->items.empty() ? it->lazy->unstarted_container() : nullptr;
 }
 
 ValuePtr lazy_iterator(std::shared_ptr<LazyIter> src, const std::string& type_name) {

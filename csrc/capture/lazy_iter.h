@@ -23,6 +23,10 @@ class LazyIter {
   // The items still to come when they can be read without running code (a list, a dict, an
   // enumerate or zip of those), for a loop handed to CPython at a graph break; else nullopt.
   virtual std::optional<std::vector<ValuePtr>> remaining() const { return std::nullopt; }
+  // The list or dict this iterator is a fresh iter() of (nothing read from it yet), else
+  // null: a loop handed to CPython at a graph break then walks the container itself and sees
+  // what the loop body does to it, as eager's loop does.
+  virtual ValuePtr unstarted_container() const { return nullptr; }
 };
 
 // An object whose class defines __next__ in Python.
@@ -32,6 +36,8 @@ bool is_user_iterator(const ValuePtr& v);
 
 // items[pos..] and then the lazy source's remaining(); nullopt when that needs code to run.
 std::optional<std::vector<ValuePtr>> remaining_items(const ValuePtr& iterator);
+// The container `iterator` is a fresh iter() of (LazyIter::unstarted_container), or null.
+ValuePtr unstarted_container(const ValuePtr& iterator);
 
 // An Iterator value over `src`; `type_name` is the Python type it stands for ("map").
 ValuePtr lazy_iterator(std::shared_ptr<LazyIter> src, const std::string& type_name);

@@ -62,6 +62,10 @@ class Tracer {
   ValuePtr get_iter(const ValuePtr& v);
   // next(it) of an Iterator value; null once exhausted.
   ValuePtr iter_next(const ValuePtr& it);
+  // objects.cpp: obj's Python-defined dunder `name` inlined with `args`; nullopt when its
+  // class defines none in Python.
+  std::optional<ValuePtr> call_dunder(const ValuePtr& obj, const char* name,
+                                      std::vector<ValuePtr> args);
   ValuePtr object_iter(const ValuePtr& v);  // iter() of a user-defined class's object
   ValuePtr subscript(const ValuePtr& container, const ValuePtr& index);
   bool contains(const ValuePtr& container, const ValuePtr& item);  // `item in container`
@@ -94,8 +98,6 @@ class Tracer {
   ValuePtr construct_object(PyObject* cls, std::vector<ValuePtr> args, KwArgs kwargs);
   // objects.cpp: objects made by traced code (dataclasses, ModelOutput) and dunder dispatch.
   ValuePtr construct_model_output(PyObject* cls, std::vector<ValuePtr>& args, KwArgs& kwargs);
-  std::optional<ValuePtr> call_dunder(const ValuePtr& obj, const char* name,
-                                      std::vector<ValuePtr> args);
   std::optional<ValuePtr> created_object_method(const ValuePtr& self, const std::string& name,
                                                 std::vector<ValuePtr>& args, KwArgs& kwargs);
   ValuePtr call_set_method(const ValuePtr& self, const std::string& name,
