@@ -41,7 +41,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       if (v->is_sequence() || v->kind == VKind::Dict) return const_int(v->items.size());
       if (v->kind == VKind::Set) return const_int(PySet_GET_SIZE(v->obj.get()));
       if (v->kind == VKind::Object) {
-        if (auto r = call_dunder(v, "__len__", {})) return *r;
+        if (auto r = call_dunder(v, "__len__", {})) return const_int(length_result(*r));
         if (v->mapping) return const_int(v->mapping->items.size());
       }
       if (v->kind == VKind::Iterator && v->iter_kind == IterKind::Items)

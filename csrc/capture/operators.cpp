@@ -36,8 +36,14 @@ bool Tracer::truth(const ValuePtr& v) {
     case VKind::Set:
       return PySet_GET_SIZE(v->obj.get()) > 0;
     case VKind::Object: {
-      if (auto r = call_dunder(v, "__bool__", {})) return truth(*r);
-      if (auto r = call_dunder(v, "__len__", {})) return truth(*r);
+      // NOTE: the results are checked as CPython checks them (never truth() again: a
+      // __bool__ returning self would recurse forever).
+      if (auto r = call_dunder(v, "__bool__", {})) {
+        if (!(*r)->is_const() || !PyBool_Check((*r)->obj.get()))
+          raise_user(PyExc_TypeError, "__bool__ should return bool, returned " + (*r)->type_name());
+        return (*r)->obj.get() == Py_True;
+      }
+      if (auto r = call_dunder(v, "__len__", {})) return length_result(*r) > 0;
       if (v->mapping) return !v->mapping->items.empty();
       PyTypeObject* t = Py_TYPE(v->obj.get());
       if ((t->tp_as_number && t->tp_as_number->nb_bool) ||
@@ -49,6 +55,16 @@ bool Tracer::truth(const ValuePtr& v) {
     default:
       return true;
   }
+}
+
+Py_ssize_t detail::length_result(const ValuePtr& r) {
+  if (!r->is_const() || !PyIndex_Check(r->obj.get()))
+    raise_user(PyExc_TypeError,
+               "'" + r->type_name() + "' object cannot be interpreted as an integer");
+  Py_ssize_t n = PyNumber_AsSsize_t(r->obj.get(), PyExc_OverflowError);
+  if (n == -1 && PyErr_Occurred()) raise_current_error("__len__()");
+  if (n < 0) raise_user(PyExc_ValueError, "__len__() should return >= 0");
+  return n;
 }
 
 std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {

@@ -36,6 +36,9 @@ void dict_set(const ValuePtr& d, PyObject* key, const ValuePtr& v);  // borrows 
 bool is_partial_type(PyObject* t);
 bool is_plain_user_class(PyObject* f);
 PyObject* operator_fn(const char* name);
+// What len() makes of a __len__ result: an int >= 0, else the TypeError or ValueError
+// CPython raises (in the traced program).
+Py_ssize_t length_result(const ValuePtr& r);
 // objects.cpp: the transformers ModelOutput base of cls when its construction can be
 // modelled natively, else null (borrowed).
 PyObject* model_output_base(PyObject* cls);
