@@ -312,6 +312,64 @@ def test_exception_in_call_caught_by_caller_programs_match_eager():
     run_programs(CAUGHT_CALL_PROGRAMS)
 
 
+# A __bool__ or __len__ that returns the object itself made truth() recurse until the C stack
+# overflowed; CPython raises TypeError.
+DUNDER_RESULT_PROGRAMS = {
+    "bool_returning_self_raises_type_error": """
+class B:
+    def __bool__(self):
+        return self
+
+def fn(x):
+    try:
+        if B():
+            return x + 1
+    except TypeError:
+        return x - 1
+    return x
+
+check(fn, torch.randn(4), fullgraph=False)
+""",
+    "len_returning_self_raises_type_error": """
+class L:
+    def __len__(self):
+        return self
+
+def fn(x):
+    try:
+        if L():
+            return x + 1
+    except TypeError:
+        x = x - 1
+    try:
+        return x + len(L())
+    except TypeError:
+        return x * 2
+
+check(fn, torch.randn(4), fullgraph=False)
+""",
+    "negative_len_raises_value_error": """
+class N:
+    def __len__(self):
+        return -1
+
+def fn(x):
+    try:
+        if N():
+            return x + 1
+    except ValueError:
+        return x - 1
+    return x
+
+check(fn, torch.randn(4), fullgraph=False)
+""",
+}
+
+
+def test_dunder_results_checked_as_cpython_does():
+    run_programs(DUNDER_RESULT_PROGRAMS)
+
+
 # --- torch.compile and torch._dynamo.disable inside a torchlite-compiled call (crash 4) --------
 
 NESTED_PROGRAMS = {
