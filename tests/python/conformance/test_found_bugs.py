@@ -153,3 +153,22 @@ def test_int_read_from_list_before_item_replaced_keeps_old_value():
         return x, k
 
     check_program(fn, lambda: (torch.randn(4), [1, 2]))
+
+
+# --- dict displays with a repeated key (seed 560) -----------------------------------------------
+
+
+def test_dict_display_repeated_key_keeps_last_value():
+    def fn(x, n):
+        d = {"a": 6, "a": n}  # noqa: F601 - the repeated key under test
+        return x * len(d), d
+
+    check_program(fn, lambda: (torch.randn(4), 3))
+
+
+def test_const_key_dict_display_repeated_key_keeps_first_position():
+    def fn(x, n):
+        d = {"a": 6, "b": 1, "a": n}  # noqa: F601 - the repeated key under test
+        return x, list(d.items())
+
+    check_program(fn, lambda: (torch.randn(4), 3))
