@@ -184,14 +184,8 @@ void entry_state(CaptureContext& ctx, PyCodeObject* code, const ir::FrameView& f
 
 std::vector<ir::SideEffect> side_effects(CaptureContext& ctx, ResidualBuilder& rb) {
   std::vector<ir::SideEffect> out;
-  for (auto& e : ctx.effects) {
-    ir::SideEffect s;
-    s.kind = e.kind;
-    s.target = e.target;
-    s.name = e.name;
-    s.value = rb.build(e.value);
-    out.push_back(std::move(s));
-  }
+  // NOTE: the frame's containers first, while their sources still lead to them: a store
+  // replayed before could rebind the path (`G_L.append(1); G_L = other` must not fill other).
   for (auto& c : ctx.sourced_containers) {
     if (!c->mutated) continue;
     ir::SideEffect s;
@@ -203,6 +197,14 @@ std::vector<ir::SideEffect> side_effects(CaptureContext& ctx, ResidualBuilder& r
     r.keys = c->keys;
     for (auto& item : c->items) r.items.push_back(rb.build(item));
     s.value = std::move(r);
+    out.push_back(std::move(s));
+  }
+  for (auto& e : ctx.effects) {
+    ir::SideEffect s;
+    s.kind = e.kind;
+    s.target = e.target;
+    s.name = e.name;
+    s.value = rb.build(e.value);
     out.push_back(std::move(s));
   }
   return out;

@@ -59,7 +59,8 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
     if (name == "pop" && args.size() <= 1) {
       if (self->items.empty()) raise_user(PyExc_IndexError, "pop from empty list");
       Py_ssize_t i = args.empty() ? -1 : PyLong_AsSsize_t(args[0]->obj.get());
-      i = normalize_index(PyRef::steal(PyLong_FromSsize_t(i)).get(), self->items.size());
+      i = normalize_index(PyRef::steal(PyLong_FromSsize_t(i)).get(), self->items.size(),
+                          "pop index out of range");
       ValuePtr v = self->items[i];
       self->items.erase(self->items.begin() + i);
       mark_mutated(self);

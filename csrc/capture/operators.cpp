@@ -278,7 +278,9 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
         for (Py_ssize_t i = 0, j = start; i < len; ++i, j += step) out.push_back(c->items[j]);
         return c->kind == VKind::List ? Value::list(std::move(out)) : Value::tuple(std::move(out));
       }
-      return c->items[normalize_index(idx->obj.get(), c->items.size())];
+      return c->items[normalize_index(
+          idx->obj.get(), c->items.size(),
+          c->kind == VKind::List ? "list index out of range" : "tuple index out of range")];
     }
     case VKind::Dict: {
       if (!idx->is_const()) graph_break("unsupported_value", "dict key must be a constant");
@@ -355,7 +357,8 @@ void Tracer::store_subscript(const ValuePtr& c, const ValuePtr& idx, const Value
   if (c->kind == VKind::List) {
     if (PySlice_Check(idx->obj.get()))
       graph_break("unsupported_side_effect", "slice assignment to a list");
-    c->items[normalize_index(idx->obj.get(), c->items.size())] = v;
+    c->items[normalize_index(idx->obj.get(), c->items.size(),
+                             "list assignment index out of range")] = v;
     mark_mutated(c);
     return;
   }

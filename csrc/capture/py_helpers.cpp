@@ -187,15 +187,14 @@ PyRef const_tuple(const ValuePtr& v) {
   return t;
 }
 
-Py_ssize_t normalize_index(PyObject* idx, size_t size) {
+Py_ssize_t normalize_index(PyObject* idx, size_t size, const char* message) {
   Py_ssize_t i = PyNumber_AsSsize_t(idx, PyExc_IndexError);
   if (i == -1 && PyErr_Occurred()) {
     clear_expected_error();
     graph_break("unsupported_value", "non-integer index into a sequence");
   }
   if (i < 0) i += static_cast<Py_ssize_t>(size);
-  if (i < 0 || i >= static_cast<Py_ssize_t>(size))
-    raise_user(PyExc_IndexError, "sequence index out of range");
+  if (i < 0 || i >= static_cast<Py_ssize_t>(size)) raise_user(PyExc_IndexError, message);
   return i;
 }
 

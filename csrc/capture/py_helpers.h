@@ -36,7 +36,10 @@ bool is_side_effecting_torch_fn(PyObject* fn);
 bool is_module_type(PyObject* t);
 bool as_items(const ValuePtr& v, std::vector<ValuePtr>& out);
 PyRef const_tuple(const ValuePtr& v);
-Py_ssize_t normalize_index(PyObject* idx, size_t size);
+// `idx` (borrowed) as an index into `size` items; out of range raises IndexError(`message`),
+// CPython's text for the operation ("list index out of range", "pop index out of range", ...).
+Py_ssize_t normalize_index(PyObject* idx, size_t size,
+                           const char* message = "sequence index out of range");
 int dict_find(const ValuePtr& d, PyObject* key);
 void dict_set(const ValuePtr& d, PyObject* key, const ValuePtr& v);  // borrows key
 bool is_partial_type(PyObject* t);

@@ -572,8 +572,7 @@ void Tracer::step(const Instruction& inst) {
       for (int i = 0; i < arg; ++i) {
         ValuePtr k = stack_[base + 2 * i];
         if (!k->is_const()) graph_break("unsupported_value", "dict key must be a constant");
-        d->keys.push_back(k->obj);
-        d->items.push_back(stack_[base + 2 * i + 1]);
+        detail::dict_set(d, k->obj.get(), stack_[base + 2 * i + 1]);  // {"a": 1, "a": 2}
       }
       stack_.resize(base);
       push(d);
@@ -584,10 +583,8 @@ void Tracer::step(const Instruction& inst) {
       TL_CHECK(keys->is_const() && PyTuple_Check(keys->obj.get()));
       ValuePtr d = Value::of_kind(VKind::Dict);
       size_t base = stack_.size() - arg;
-      for (int i = 0; i < arg; ++i) {
-        d->keys.push_back(PyRef::borrow(PyTuple_GET_ITEM(keys->obj.get(), i)));
-        d->items.push_back(stack_[base + i]);
-      }
+      for (int i = 0; i < arg; ++i)
+        detail::dict_set(d, PyTuple_GET_ITEM(keys->obj.get(), i), stack_[base + i]);
       stack_.resize(base);
       push(d);
       return;

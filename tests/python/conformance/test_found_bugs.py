@@ -153,3 +153,66 @@ def test_int_read_from_list_before_item_replaced_keeps_old_value():
         return x, k
 
     check_program(fn, lambda: (torch.randn(4), [1, 2]))
+
+
+# --- dict displays with a repeated key (seed 560) -----------------------------------------------
+
+
+def test_dict_display_repeated_key_keeps_last_value():
+    def fn(x, n):
+        d = {"a": 6, "a": n}  # noqa: F601 - the repeated key under test
+        return x * len(d), d
+
+    check_program(fn, lambda: (torch.randn(4), 3))
+
+
+def test_const_key_dict_display_repeated_key_keeps_first_position():
+    def fn(x, n):
+        d = {"a": 6, "b": 1, "a": n}  # noqa: F601 - the repeated key under test
+        return x, list(d.items())
+
+    check_program(fn, lambda: (torch.randn(4), 3))
+
+
+# --- IndexError messages name the operation, as CPython's do (seed 1734) -------------------------
+
+
+def test_index_error_messages_match_eager():
+    def fn(x, ks, t, i):
+        out = []
+        for op in (lambda: ks[i], lambda: t[i], lambda: ks.pop(i)):
+            try:
+                op()
+            except IndexError as e:
+                out.append(str(e))
+        try:
+            ks[i] = 1
+        except IndexError as e:
+            out.append(str(e))
+        return x, out
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2], (1, 2), 5))
+
+
+# --- side effects replayed in an order that keeps their targets (seed 1867) ---------------------
+
+G_LIST = [1, 2]
+
+
+def test_global_list_appended_then_rebound_leaves_new_target_alone():
+    def fn(x, ks):
+        global G_LIST
+        G_LIST.append(3)
+        G_LIST = ks
+        return x + len(G_LIST)
+
+    original = G_LIST
+
+    def setup():
+        global G_LIST
+        original[:] = [1, 2]
+        G_LIST = original
+
+    check_program(
+        fn, lambda: (torch.randn(4), [7]), setup=setup, observe=lambda: (original, G_LIST)
+    )
