@@ -90,9 +90,13 @@ uint64_t AttrTable::version_of(PyObject* v) const {
 }
 
 void AttrTable::add(PyObject* name, PyObject* found, PyObject* after) {
+  PyObject* interned = name;
+  Py_INCREF(interned);
+  PyUnicode_InternInPlace(&interned);  // entries compare names by pointer
+  PyRef key = PyRef::steal(interned);
   for (const Entry& e : entries_)
-    if (e.name.get() == name && e.after.get() == after) return;
-  Entry e{PyRef::borrow(name), PyRef::borrow(after), std::nullopt};
+    if (e.name.get() == key.get() && e.after.get() == after) return;
+  Entry e{std::move(key), PyRef::borrow(after), std::nullopt};
   if (found) e.expect = LeafGuard::value_match(found);
   entries_.push_back(std::move(e));
 }
