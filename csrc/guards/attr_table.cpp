@@ -130,10 +130,10 @@ const AttrTable::Entry* AttrTable::first_changed(PyObject* v) const {
 }
 
 bool AttrTable::check(PyObject* v) const {
-  bool right_kind = owner_ == Owner::Module   ? PyModule_Check(v)
-                    : owner_ == Owner::Dict   ? PyDict_Check(v)
-                    : owner_ == Owner::Class  ? PyType_Check(v)
-                                              : true;
+  bool right_kind = owner_ == Owner::Module  ? PyModule_Check(v)
+                    : owner_ == Owner::Dict  ? PyDict_Check(v)
+                    : owner_ == Owner::Class ? PyType_Check(v)
+                                             : true;
   if (!right_kind) return false;
   uint64_t now = version_of(v);
   if (now != 0 && now == version_) return true;
