@@ -177,8 +177,8 @@ bool is_state_query(const std::string& method, const std::string& name,
   auto ends = [&](const std::string& s) {
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
-  return starts("is_") || starts("_is_") || starts("are_") || starts("get_") ||
-         starts("_get_") || ends("_enabled");
+  return starts("is_") || starts("_is_") || starts("are_") || starts("get_") || starts("_get_") ||
+         ends("_enabled");
 }
 
 PyMethodDef rebuild_def = {"torchlite_rebuild_object", rebuild_created_object, METH_O,

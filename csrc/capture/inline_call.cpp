@@ -92,8 +92,8 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
   // NOTE: the defaults below are read from the tuple and dict the function holds now;
   // assigning __defaults__ or __kwdefaults__ later must recompile.
   if (func && (PyFunction_GET_DEFAULTS(func) || PyFunction_GET_KW_DEFAULTS(func)))
-    ctx_.guards().add_function_defaults(
-        ir::Source::held(PyRef::borrow(func), "function " + fname), func);
+    ctx_.guards().add_function_defaults(ir::Source::held(PyRef::borrow(func), "function " + fname),
+                                        func);
   if (func) {
     PyObject* d = PyFunction_GET_DEFAULTS(func);
     if (d) {
@@ -124,9 +124,8 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
       PyObject* v = kwd ? PyDict_GetItemString(kwd, n.c_str()) : nullptr;
       if (v) {
         locals[i] = ctx_.wrap(
-            v,
-            ir::Source::item(ir::Source::held(PyRef::borrow(kwd), "kwdefaults of " + fname),
-                             PyRef::steal(PyUnicode_FromString(n.c_str()))));  // a dict: mutable
+            v, ir::Source::item(ir::Source::held(PyRef::borrow(kwd), "kwdefaults of " + fname),
+                                PyRef::steal(PyUnicode_FromString(n.c_str()))));  // a dict: mutable
         filled = true;
       }
     } else {

@@ -90,9 +90,13 @@ uint64_t AttrTable::version_of(PyObject* v) const {
 }
 
 void AttrTable::add(PyObject* name, PyObject* found, PyObject* after) {
+  PyObject* interned = name;
+  Py_INCREF(interned);
+  PyUnicode_InternInPlace(&interned);  // entries compare names by pointer
+  PyRef key = PyRef::steal(interned);
   for (const Entry& e : entries_)
-    if (e.name.get() == name && e.after.get() == after) return;
-  Entry e{PyRef::borrow(name), PyRef::borrow(after), std::nullopt};
+    if (e.name.get() == key.get() && e.after.get() == after) return;
+  Entry e{std::move(key), PyRef::borrow(after), std::nullopt};
   if (found) e.expect = LeafGuard::value_match(found);
   entries_.push_back(std::move(e));
 }
@@ -126,10 +130,10 @@ const AttrTable::Entry* AttrTable::first_changed(PyObject* v) const {
 }
 
 bool AttrTable::check(PyObject* v) const {
-  bool right_kind = owner_ == Owner::Module   ? PyModule_Check(v)
-                    : owner_ == Owner::Dict   ? PyDict_Check(v)
-                    : owner_ == Owner::Class  ? PyType_Check(v)
-                                              : true;
+  bool right_kind = owner_ == Owner::Module  ? PyModule_Check(v)
+                    : owner_ == Owner::Dict  ? PyDict_Check(v)
+                    : owner_ == Owner::Class ? PyType_Check(v)
+                                             : true;
   if (!right_kind) return false;
   uint64_t now = version_of(v);
   if (now != 0 && now == version_) return true;

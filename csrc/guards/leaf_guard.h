@@ -36,8 +36,8 @@ struct LeafGuard {
   // tuple of the elements. FunctionDefaults: __defaults__ (may be null).
   // CallResult: the result.
   PyRef ref;
-  PyRef ref2;              // FunctionDefaults: __kwdefaults__ (may be null)
-  bool by_value = false;   // SetMatch: elements compared by value (all constants), else identity
+  PyRef ref2;             // FunctionDefaults: __kwdefaults__ (may be null)
+  bool by_value = false;  // SetMatch: elements compared by value (all constants), else identity
   std::shared_ptr<guards::AttrTable> table;  // AttrTable (shared: LeafGuard copies)
   PyObject* id = nullptr;  // IdMatch: the object's address (compare only, never dereferenced)
   bool weak = false;       // IdMatch: `ref` is a weakref
@@ -54,9 +54,9 @@ struct LeafGuard {
   // EQUALS_MATCH for a constant (see equals_match), else ID_MATCH. Borrows.
   static LeafGuard value_match(PyObject* value);
   static LeafGuard attr_table(AttrTable::Owner owner, PyObject* v);  // borrows
-  static LeafGuard no_instance_attr(PyObject* name);                  // borrows an interned str
-  static LeafGuard set_match(PyObject* set);                          // borrows; keeps the elements
-  static LeafGuard function_defaults(PyObject* fn);                   // borrows; keeps the defaults
+  static LeafGuard no_instance_attr(PyObject* name);                 // borrows an interned str
+  static LeafGuard set_match(PyObject* set);                         // borrows; keeps the elements
+  static LeafGuard function_defaults(PyObject* fn);                  // borrows; keeps the defaults
   static LeafGuard call_result(PyObject* result);  // borrows a constant (see equals_match)
   // The value's instance __dict__ holds `name` (borrowed, interned), an empty
   // dict: a module's hook dicts, read without fetching each as a node. Null

@@ -184,7 +184,8 @@ std::string TensorMatch::first_difference(PyObject* v) const {
     return expected("device", repr(device_.get()), repr(device.get()));
   }
   bool rg = read(v, kRequiresGrad).get() == Py_True;
-  if (rg != requires_grad_) return expected("requires_grad", requires_grad_ ? "True" : "False", rg ? "True" : "False");
+  if (rg != requires_grad_)
+    return expected("requires_grad", requires_grad_ ? "True" : "False", rg ? "True" : "False");
   if (read_inference(v) != inference_)
     return inference_ ? "not an inference tensor (traced with one)"
                       : "an inference tensor (traced with a normal one)";
@@ -211,8 +212,8 @@ std::string TensorMatch::str() const {
 
 bool TensorMatch::same_as(const TensorMatch& o) const {
   if (type_.get() != o.type_.get() || dtype_.get() != o.dtype_.get() || cpu_ != o.cpu_ ||
-      layout_.get() != o.layout_.get() ||
-      requires_grad_ != o.requires_grad_ || inference_ != o.inference_ || sizes_ != o.sizes_ || strides_ != o.strides_)
+      layout_.get() != o.layout_.get() || requires_grad_ != o.requires_grad_ ||
+      inference_ != o.inference_ || sizes_ != o.sizes_ || strides_ != o.strides_)
     return false;
   int eq = PyObject_RichCompareBool(device_.get(), o.device_.get(), Py_EQ);
   if (eq < 0) throw PythonError();

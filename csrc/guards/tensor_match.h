@@ -25,9 +25,9 @@ class TensorMatch {
  private:
   enum Field { kDtype, kDevice, kRequiresGrad, kShape, kIsCpu, kLayout, kNumFields };
   std::string first_difference(PyObject* v) const;  // throws PythonError
-  PyRef read(PyObject* v, Field f) const;  // new reference; throws on error
-  PyRef read_strides(PyObject* v) const;   // new reference (a tuple); throws on error
-  bool read_inference(PyObject* v) const;  // v.is_inference(); throws on error
+  PyRef read(PyObject* v, Field f) const;           // new reference; throws on error
+  PyRef read_strides(PyObject* v) const;            // new reference (a tuple); throws on error
+  bool read_inference(PyObject* v) const;           // v.is_inference(); throws on error
   bool fast_valid() const {
     return fast_tag_ != 0 &&
            reinterpret_cast<PyTypeObject*>(type_.get())->tp_version_tag == fast_tag_;

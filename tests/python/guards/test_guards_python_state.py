@@ -484,3 +484,70 @@ def test_python_random_is_drawn_on_every_call():
         random.seed(seed)
         got = compiled(x)
         torch.testing.assert_close(got, want)
+
+
+def test_tensor_method_replaced_by_python_function_is_traced():
+    def f(x):
+        return x.sin() + 1
+
+    old = torch.Tensor.sin
+
+    def patch():
+        torch.Tensor.sin = lambda self: self.cos() * 2
+
+    try:
+        _same_after_each(f, [patch], (4,))
+    finally:
+        torch.Tensor.sin = old
+
+
+def test_unrelated_class_attribute_write_keeps_the_cache():
+    class Counter:
+        k = 2.0
+        calls = 0
+
+    def f(x):
+        return x * Counter.k
+
+    compiled = torchlite.compile(f)
+    x = torch.randn(4)
+    compiled(x)
+    before = torchlite.counters()["recompiles"]
+    Counter.calls += 1  # clears the class's version tag; Counter.k is unchanged
+    torch.testing.assert_close(compiled(x), f(x))
+    torch.testing.assert_close(compiled(x), f(x))
+    assert torchlite.counters()["recompiles"] == before
+
+
+def test_module_attribute_added_later_read_with_getattr_default_recompiles():
+    mod = _user_module("tl_test_optional_mod")
+
+    def f(x):
+        return x * getattr(mod, "SCALE", 1.0)
+
+    def add():
+        mod.SCALE = 3.0
+
+    _same_after_each(f, [add], (4,))
+
+
+def test_keyword_default_mutated_recompiles():
+    def g(x, *, k=1.0):
+        return x * k
+
+    def f(x):
+        return g(x) + 1
+
+    def mutate():
+        g.__kwdefaults__["k"] = 3.0
+
+    _same_after_each(f, [mutate], (4,))
+
+
+def test_guards_text_names_the_attribute_tables():
+    def f(x):
+        return x * math.pi + cfgmod.OFFSET
+
+    report = str(torchlite.explain(f)(torch.randn(3)))
+    assert "ATTR_TABLE G['math']: pi" in report
+    assert "ATTR_TABLE G['cfgmod']: OFFSET" in report
