@@ -133,7 +133,7 @@ class _Exporter:
         self.root = torch.nn.Module()
         self.env: dict[str, fx.Node] = {}
         self.constants: dict[int, fx.Node] = {}  # id(value) -> its get_attr node
-        self.targets: dict[Any, Callable] = {}  # id(target) -> its call-through function
+        self.targets: dict[int, Callable] = {}  # id(target) -> its call-through function
 
     def constant(self, value: Any, *, fresh: bool = False) -> fx.Node:
         """A get_attr node reading `value` from the module (one per object, unless `fresh`)."""
@@ -162,17 +162,12 @@ class _Exporter:
         return self.constant(value)
 
     def target(self, target: Any) -> Callable:
-        if _printable_target(target):
-            return target
+        return target if _printable_target(target) else self.call_through(target)
+
+    def call_through(self, target: Callable) -> Callable:
         if id(target) not in self.targets:
             self.targets[id(target)] = _call_through(target)
         return self.targets[id(target)]
-
-    def _call_through_always(self, target: Callable) -> Callable:
-        key = ("call", id(target))
-        if key not in self.targets:
-            self.targets[key] = _call_through(target)
-        return self.targets[key]
 
     def call_args(self, op: str, target: Any, args: tuple) -> tuple:
         args = tuple(args)
@@ -197,7 +192,7 @@ class _Exporter:
             target = self.target(node["target"]) if op == "call_function" else node["target"]
             args = self.call_args(op, node["target"], node["args"])
             if _rebinds_value(op, target, args):
-                target = self._call_through_always(target)
+                target = self.call_through(target)
             kwargs = self.arg(dict(node["kwargs"]))
             fx_node = self.graph.create_node(op, target, args, kwargs, name=name)
         if node.get("meta") is not None:

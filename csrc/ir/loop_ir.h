@@ -122,9 +122,11 @@ struct BufferView {
 };
 
 // Iteration space: `shape` = outer (pointwise) axes followed by `reduction_axes`
-// trailing axes that ReduceX exprs fold. Outputs written by non-reduction exprs
-// are indexed by all axes; outputs of reductions by the outer axes only (their
-// strides over reduction axes must be 0).
+// trailing axes that ReduceX exprs fold. Outputs of exprs that vary along the
+// reduction axes are indexed by all axes; outputs of values that do not (a
+// reduction, or anything computed from a stride-0 row) either have zero strides
+// over the reduction axes (stored once per outer point) or not (stored at every
+// point of the row).
 struct Kernel {
   std::string name;
   std::vector<int64_t> shape;
