@@ -14,15 +14,12 @@ PyObject* field_name(int f) {
   static PyObject* names[] = {
       PyUnicode_InternFromString("dtype"),         PyUnicode_InternFromString("device"),
       PyUnicode_InternFromString("requires_grad"), PyUnicode_InternFromString("shape"),
-      PyUnicode_InternFromString("is_cpu"),        PyUnicode_InternFromString("layout")};
+      PyUnicode_InternFromString("is_cpu"),        PyUnicode_InternFromString("layout"),
+      PyUnicode_InternFromString("_version")};
   return names[f];
 }
 PyObject* stride_name() {
   static PyObject* name = PyUnicode_InternFromString("stride");
-  return name;
-}
-PyObject* is_inference_name() {
-  static PyObject* name = PyUnicode_InternFromString("is_inference");
   return name;
 }
 
@@ -92,9 +89,7 @@ TensorMatch::TensorMatch(PyObject* tensor) : type_(PyRef::borrow((PyObject*)Py_T
   }
   PyObject* stride = _PyType_Lookup(type, stride_name());  // borrowed
   if (stride && Py_IS_TYPE(stride, &PyMethodDescr_Type)) stride_method_ = PyRef::borrow(stride);
-  PyObject* inf = _PyType_Lookup(type, is_inference_name());  // borrowed
-  if (inf && Py_IS_TYPE(inf, &PyMethodDescr_Type)) is_inference_method_ = PyRef::borrow(inf);
-  bool all = stride_method_ && is_inference_method_;
+  bool all = static_cast<bool>(stride_method_);
   for (auto* g : getters_) all = all && g && g->get;
   fast_tag_ = all ? type->tp_version_tag : 0;
 
@@ -129,12 +124,18 @@ PyRef TensorMatch::read_strides(PyObject* v) const {
 }
 
 bool TensorMatch::read_inference(PyObject* v) const {
+  // NOTE: through the `_version` getter, not is_inference(): that method goes through
+  // torch's argument parser (measured 5x a getter per guard). Only an inference tensor has
+  // no version counter, so only it raises here.
   PyObject* r = fast_valid() && Py_TYPE(v) == (PyTypeObject*)type_.get()
-                    ? PyObject_Vectorcall(is_inference_method_.get(), &v, 1, nullptr)
-                    : PyObject_CallMethodNoArgs(v, is_inference_name());
-  if (!r) throw PythonError();
-  Py_DECREF(r);  // a bool singleton: still alive
-  return r == Py_True;
+                    ? getters_[kVersion]->get(v, getters_[kVersion]->closure)
+                    : PyObject_GetAttr(v, field_name(kVersion));
+  if (r) {
+    Py_DECREF(r);
+    return false;
+  }
+  PyErr_Clear();
+  return true;
 }
 
 bool TensorMatch::check(PyObject* v) const {

@@ -23,11 +23,11 @@ class TensorMatch {
   bool same_as(const TensorMatch& o) const;
 
  private:
-  enum Field { kDtype, kDevice, kRequiresGrad, kShape, kIsCpu, kLayout, kNumFields };
+  enum Field { kDtype, kDevice, kRequiresGrad, kShape, kIsCpu, kLayout, kVersion, kNumFields };
   std::string first_difference(PyObject* v) const;  // throws PythonError
   PyRef read(PyObject* v, Field f) const;           // new reference; throws on error
   PyRef read_strides(PyObject* v) const;            // new reference (a tuple); throws on error
-  bool read_inference(PyObject* v) const;           // v.is_inference(); throws on error
+  bool read_inference(PyObject* v) const;           // v.is_inference(); never raises
   bool fast_valid() const {
     return fast_tag_ != 0 &&
            reinterpret_cast<PyTypeObject*>(type_.get())->tp_version_tag == fast_tag_;
@@ -47,7 +47,7 @@ class TensorMatch {
   // version tag is unchanged, i.e. nobody patched torch.Tensor since.
   unsigned int fast_tag_ = 0;
   PyGetSetDef* getters_[kNumFields] = {};
-  PyRef stride_method_, is_inference_method_;
+  PyRef stride_method_;
 };
 
 }  // namespace tl::guards
