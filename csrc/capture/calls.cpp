@@ -16,8 +16,8 @@ PyObject* defining_class(PyObject* type, const char* name) {
   PyObject* mro = reinterpret_cast<PyTypeObject*>(type)->tp_mro;
   for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
     PyObject* c = PyTuple_GET_ITEM(mro, i);
-    PyObject* d = reinterpret_cast<PyTypeObject*>(c)->tp_dict;
-    if (d && PyDict_GetItemString(d, name)) return c;
+    PyRef d = type_dict(reinterpret_cast<PyTypeObject*>(c));
+    if (d && PyDict_GetItemString(d.get(), name)) return c;
   }
   return nullptr;
 }

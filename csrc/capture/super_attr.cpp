@@ -13,16 +13,6 @@ using detail::utf8;
 
 namespace {
 
-// A type's own attribute dict (new reference). NOTE: on 3.12 static builtin
-// types such as `object` keep tp_dict NULL; PyType_GetDict finds theirs.
-PyRef type_dict(PyTypeObject* t) {
-#if PY_VERSION_HEX >= 0x030C0000
-  return PyRef::steal(PyType_GetDict(t));
-#else
-  return PyRef::borrow(t->tp_dict);
-#endif
-}
-
 PyObject* object_attr(const char* name) {  // borrowed, from `object` itself
   PyRef key = PyRef::steal(PyUnicode_FromString(name));
   return _PyType_Lookup(&PyBaseObject_Type, key.get());

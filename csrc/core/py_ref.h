@@ -37,4 +37,14 @@ class PyRef {
   PyObject* p_ = nullptr;
 };
 
+// A type's own attribute dict (new reference). NOTE: on 3.12 static builtin types such as
+// `object` keep tp_dict NULL; PyType_GetDict finds theirs.
+inline PyRef type_dict(PyTypeObject* t) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyRef::steal(PyType_GetDict(t));
+#else
+  return PyRef::borrow(t->tp_dict);
+#endif
+}
+
 }  // namespace tl

@@ -27,16 +27,6 @@ PyTypeObject* owner_type(AttrTable::Owner owner, PyObject* v) {
   return PyType_Check(v) ? reinterpret_cast<PyTypeObject*>(v) : nullptr;
 }
 
-// A type's own attribute dict. NOTE: on 3.12 static builtin types such as
-// `object` keep tp_dict NULL; PyType_GetDict finds theirs.
-PyRef own_dict(PyTypeObject* t) {
-#if PY_VERSION_HEX >= 0x030C0000
-  return PyRef::steal(PyType_GetDict(t));
-#else
-  return PyRef::borrow(t->tp_dict);
-#endif
-}
-
 // `name` in the MRO of `type` after class `after`, borrowed, or null.
 PyObject* lookup_after(PyTypeObject* type, PyObject* after, PyObject* name) {
   PyObject* mro = type->tp_mro;
@@ -44,7 +34,7 @@ PyObject* lookup_after(PyTypeObject* type, PyObject* after, PyObject* name) {
   Py_ssize_t n = PyTuple_GET_SIZE(mro), i = 0;
   while (i < n && PyTuple_GET_ITEM(mro, i) != after) ++i;
   for (++i; i < n; ++i) {
-    PyRef d = own_dict(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i)));
+    PyRef d = type_dict(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i)));
     PyObject* v = d ? PyDict_GetItemWithError(d.get(), name) : nullptr;
     if (v) return v;  // NOTE: borrowed from a dict its class keeps alive
     if (PyErr_Occurred()) throw PythonError();
