@@ -5,6 +5,7 @@ model = torchlite.compile(model)       # or @torchlite.compile on a function
 
 from torchlite import (
     _C,  # noqa: F401
+    cache,
     config,
 )
 from torchlite.backends import list_backends, register_backend
@@ -20,6 +21,7 @@ __all__ = [
     "InternalError",
     "OptimizedModule",
     "Unsupported",
+    "cache",
     "compile",
     "config",
     "counters",

@@ -1,5 +1,6 @@
 """torchlite.compile and torchlite.disable: wrapping user code so the C++ frame hook sees it."""
 
+import copyreg
 import functools
 import inspect
 import reprlib
@@ -71,6 +72,47 @@ def _wrap(obj: Any, wrap_call: Callable[[Callable], Callable]) -> Any:
     return _copy_metadata(wrap_call(obj), obj)
 
 
+class _CompileCall:
+    """The wrap_call of one torchlite.compile'd object: runs a callable under torchlite with the
+    config made from compile()'s arguments. An object, not a closure, so a compiled module
+    pickles (torch.save): the arguments travel and the config is made again on load."""
+
+    def __init__(self, args: dict):
+        self.args = args
+        backend_fn, backend_name = backends.resolve(args["backend"], args["mode"], args["options"])
+        # NOTE: mode/options of another backend are that backend's (torch.compile's convention).
+        builtin = backend_fn is None
+        values = settings.resolve(args["mode"], args["options"] if builtin else None)
+        self.cfg = _C.make_config(
+            backend_fn,
+            backend_name,
+            args["fullgraph"],
+            values["cache_size_limit"],
+            None,
+            values,
+            (args["mode"] or "default") if builtin else "default",
+        )
+
+    def __call__(self, f: Callable) -> Any:
+        return _C.CompiledFunction(f, self.cfg)
+
+    def __reduce__(self):
+        return (_CompileCall, (self.args,))
+
+
+def _reduce_compiled_function(f: Any) -> str:
+    # NOTE: as a plain function: pickled by reference to its module-level name, and shared (not
+    # copied) by copy.deepcopy, as torch.compile's function wrappers are.
+    name = getattr(f, "__qualname__", None)
+    if not isinstance(name, str):
+        raise TypeError(f"cannot pickle {f!r}: the compiled callable has no __qualname__")
+    return name
+
+
+copyreg.pickle(_C.CompiledFunction, _reduce_compiled_function)
+copyreg.pickle(_C.DisabledFunction, _reduce_compiled_function)
+
+
 def compile(
     model_or_fn: Any = None,
     *,
@@ -90,10 +132,10 @@ def compile(
     torchlite.settings.table()) and `mode` selects a preset of them.
     """
     _check_options(fullgraph, dynamic, mode, options)
-    backend_fn, backend_name = backends.resolve(backend, mode, options)
-    # NOTE: mode/options of another backend are that backend's (torch.compile's convention).
-    builtin = backend_fn is None
-    values = settings.resolve(mode, options if builtin else None)
+    args = {"fullgraph": fullgraph, "backend": backend, "mode": mode, "options": options}
+    # NOTE: a bad backend, mode or option fails here, before anything is wrapped.
+    backend_fn, _ = backends.resolve(backend, mode, options)
+    settings.resolve(mode, options if backend_fn is None else None)
 
     def wrap(obj: Any) -> Any:
         _check_callable(obj, "torchlite.compile")
@@ -101,16 +143,7 @@ def compile(
         if disable or config.disable:
             return obj
         _install.sync()
-        cfg = _C.make_config(
-            backend_fn,
-            backend_name,
-            fullgraph,
-            values["cache_size_limit"],
-            None,
-            values,
-            (mode or "default") if builtin else "default",
-        )
-        return _wrap(obj, lambda f: _C.CompiledFunction(f, cfg))
+        return _wrap(obj, _CompileCall(args))
 
     return wrap if model_or_fn is None else wrap(model_or_fn)
 

@@ -31,6 +31,8 @@ debug_dir: str = _env["debug_dir"]
 logs: str = _env["logs"]
 # On-disk kernel cache (TORCHLITE_CACHE_DIR); "" turns it off.
 cache_dir: str = _env["cache_dir"]
+# Size cap of the disk cache in MB, least recently used entries evicted (TORCHLITE_CACHE_MAX_MB).
+cache_max_mb: int = _env["cache_max_mb"]
 # TORCHLITE_DISABLE=1: torchlite.compile returns its input unchanged.
 disable: bool = _env["disable"]
 # Idle memory the CPU buffer pool keeps, in MB (TORCHLITE_CPU_POOL_MB; read at its first use).

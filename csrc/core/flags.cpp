@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "core/dump_dir.h"
 #include "core/errors.h"
 
 namespace tl {
@@ -30,11 +31,16 @@ const std::vector<SettingSpec> kSpecs = {
     {"trace", &S::trace, kProcess, "TORCHLITE_TRACE", "off",
      "Dump graphs (after every pass), guards, lowered IR, kernels and timings to debug_dir."},
     {"debug_dir", &S::debug_dir, kProcess, "TORCHLITE_DEBUG_DIR", "`./torchlite_debug`",
-     "Where trace writes."},
+     "Where trace writes: each process makes a fresh private folder `run-<pid>-XXXXXX` in it "
+     "(docs/security.md)."},
     {"logs", &S::logs, kProcess, "TORCHLITE_LOGS", "empty",
      "Comma-separated log channels: graph_breaks, recompiles, guards, graph, kernels."},
     {"cache_dir", &S::cache_dir, kProcess, "TORCHLITE_CACHE_DIR", "`~/.cache/torchlite`",
-     "On-disk kernel cache (CPU objects, CUDA cubins under cuda/); empty turns it off."},
+     "On-disk kernel cache (CPU objects, CUDA cubins), made 0700; an untrusted folder is not "
+     "used (docs/security.md); empty turns it off."},
+    {"cache_max_mb", &S::cache_max_mb, kProcess, "TORCHLITE_CACHE_MAX_MB", "`4096`",
+     "Size cap of the on-disk kernel cache (MB); least recently used entries are evicted past "
+     "it. 0: no cap."},
     {"disable", &S::disable, kProcess, "TORCHLITE_DISABLE", "off",
      "torchlite.compile returns its input unchanged."},
     {"cpu_pool_mb", &S::cpu_pool_mb, kProcess, "TORCHLITE_CPU_POOL_MB", "`1024`",
@@ -121,7 +127,7 @@ const char* setting_type_name(const SettingSpec& spec) {
 }
 
 std::string kernel_dump_dir(const Settings& s) {
-  return s.trace ? (std::filesystem::path(s.debug_dir) / "kernels").string() : "";
+  return s.trace ? process_dump_subdir(s.debug_dir, "kernels") : "";
 }
 
 Settings settings_from_env() {

@@ -27,6 +27,7 @@ struct Settings {
   std::string debug_dir = "./torchlite_debug";
   std::string logs;
   std::string cache_dir;  // "" turns the disk cache off
+  int64_t cache_max_mb = 4096;
   bool disable = false;
   int64_t cpu_pool_mb = 1024;
   int64_t cpu_vector_bits = 0;  // 0: 512 on AVX-512 hosts, else LLVM's choice
@@ -57,7 +58,8 @@ SettingValue get_setting(const Settings& s, const SettingSpec& spec);
 void set_setting(Settings& s, const SettingSpec& spec, const SettingValue& v);
 const char* setting_type_name(const SettingSpec& spec);  // "bool", "int", "str", "bool|None"
 
-// Where kernels' .ll/.cu files are dumped: <debug_dir>/kernels under trace, else "".
+// Where kernels' .ll/.cu files are dumped under trace: <process dump folder>/kernels
+// (core/dump_dir.h); "" without trace or when debug_dir is not trusted.
 std::string kernel_dump_dir(const Settings& s);
 
 // Defaults overridden by the environment (the only getenv of csrc/).

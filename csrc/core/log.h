@@ -17,4 +17,9 @@ void set_log_channels(const std::string& comma_separated);
 void log_event(const char* channel, const std::string& message);
 void set_log_sink(PyObject* callable);  // borrows, keeps a reference
 
+// A RuntimeWarning for a problem the user must fix (an untrusted cache or dump
+// folder), once per distinct message. Never throws; printed to stderr instead
+// when this thread does not hold the GIL (a compile worker must never wait for it).
+void warn_user(const std::string& message);
+
 }  // namespace tl

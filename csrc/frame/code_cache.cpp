@@ -1,6 +1,7 @@
 #include "frame/code_cache.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "core/errors.h"
 
@@ -9,9 +10,15 @@ namespace {
 
 uint64_t g_epoch = 1;
 Py_ssize_t g_extra_index = -1;
+// Every code object's state, so reset() can drop entries at once (their kernels' code is
+// freed with them) instead of when each code runs next. Guarded by the GIL.
+std::unordered_set<ExtraState*> g_states;
 
 // Called by CPython when the code object dies (with the GIL held).
-void free_extra(void* p) { delete static_cast<ExtraState*>(p); }
+void free_extra(void* p) {
+  g_states.erase(static_cast<ExtraState*>(p));
+  delete static_cast<ExtraState*>(p);
+}
 
 Py_ssize_t extra_index() {
   if (g_extra_index < 0) {
@@ -69,12 +76,26 @@ ExtraState* get_extra(PyCodeObject* code) {
     fresh->epoch = g_epoch;
     if (set_code_extra(code, fresh.get()) < 0) throw PythonError();
     st = fresh.release();
+    g_states.insert(st);
   }
   refresh(*st);
   return st;
 }
 
-void bump_epoch() { g_epoch++; }
+void bump_epoch() {
+  g_epoch++;
+  // NOTE: entries are moved out first and destroyed after the loop: destroying
+  // one can run Python code that frees code objects (and so changes g_states).
+  // An entry running now stays alive through its caller's shared_ptr.
+  std::vector<std::shared_ptr<CacheEntry>> dropped;
+  for (ExtraState* st : g_states) {
+    std::move(st->entries.begin(), st->entries.end(), std::back_inserter(dropped));
+    st->entries.clear();
+    st->skip = st->skip_known = st->warned_limit = false;
+    st->epoch = g_epoch;
+    st->version++;
+  }
+}
 uint64_t current_epoch() { return g_epoch; }
 
 int cache_entry_count(PyCodeObject* code) {

@@ -26,7 +26,8 @@ ExtraState* find_extra(PyCodeObject* code);
 // The code object's state, created empty if needed and refreshed to the
 // current epoch. Throws PythonError if co_extra cannot be set.
 ExtraState* get_extra(PyCodeObject* code);
-// Drops all entries and skip decisions lazily (torchlite.reset()).
+// Drops all entries and skip decisions (torchlite.reset()): at once for every
+// code object with a state, so compiled code is freed now.
 void bump_epoch();
 uint64_t current_epoch();
 

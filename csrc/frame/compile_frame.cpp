@@ -1,12 +1,13 @@
 #include "frame/compile_frame.h"
 
-#include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include "bytecode/resume.h"
 #include "capture/bytecode.h"
 #include "capture/capture.h"
 #include "core/counters.h"
+#include "core/dump_dir.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "frame/captured_frame.h"
@@ -36,13 +37,13 @@ std::string dump(PyCodeObject* code, const capture::CaptureResult& res, const st
       dir, utf8(code->co_name) + "_line" + std::to_string(code->co_firstlineno));
   if (base.empty()) return "";
   try {
-    std::ofstream(base + "bytecode.txt") << capture::disassemble(capture::decode(code), code);
+    write_dump(base + "bytecode.txt", capture::disassemble(capture::decode(code), code));
   } catch (const std::exception&) {
     PyErr_Clear();
   }
-  if (!res.graph_break || res.resume) std::ofstream(base + "graph_0.txt") << res.graph->str();
-  std::ofstream(base + "guards.txt") << res.guards.str();
-  std::ofstream timings(base + "capture.txt");
+  if (!res.graph_break || res.resume) write_dump(base + "graph_0.txt", res.graph->str());
+  write_dump(base + "guards.txt", res.guards.str());
+  std::ostringstream timings;
   timings << "function: " << utf8(code->co_qualname) << "\nfile: " << utf8(code->co_filename) << ":"
           << code->co_firstlineno << "\ncapture_ms: " << res.capture_ms << "\n";
   if (res.graph_break)
@@ -50,6 +51,7 @@ std::string dump(PyCodeObject* code, const capture::CaptureResult& res, const st
             << ":" << res.graph_break->lineno << ": " << res.graph_break->reason << "\n";
   else
     timings << "ops: " << res.graph->num_ops() << "\n";
+  write_dump(base + "capture.txt", timings.str());
   return base;
 }
 

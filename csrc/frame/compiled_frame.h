@@ -2,6 +2,7 @@
 // What the frame hook stores per code object and runs on a cache hit.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/flags.h"
 #include "core/py_ref.h"
@@ -36,6 +37,9 @@ struct CacheEntry {
   guards::GuardSet guards;
   std::shared_ptr<CompiledFrame> compiled;  // null: a graph break, run the frame eagerly
   std::shared_ptr<const CompileConfig> config;
+  // Weakrefs to the objects the guards match by identity; when one dies, the
+  // entry is removed from its code object (frame/entry_reaper.h).
+  std::vector<PyRef> watchers;
 };
 
 }  // namespace tl::frame

@@ -23,6 +23,7 @@
 #include "frame/c_stack.h"
 #include "frame/code_cache.h"
 #include "frame/compile_frame.h"
+#include "frame/entry_reaper.h"
 #include "frame/frame_access.h"
 
 namespace tl::frame {
@@ -251,6 +252,7 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
   auto e = std::make_shared<CacheEntry>(
       g_stub_compiler ? stub_compile(fi, config) : compile_frame(fi.code, fi.func, view, config));
   if (!e->config) e->config = config;
+  watch_guarded_objects(fi.code, *e, view);
   insert_entry(st, e);
   return e;
 }

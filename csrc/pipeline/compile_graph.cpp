@@ -1,13 +1,12 @@
 #include "pipeline/compile_graph.h"
 
 #include <atomic>
-#include <cctype>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 
+#include "core/dump_dir.h"
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/secure_fs.h"
 #include "pipeline/pass_registry.h"
 
 namespace tl::pipeline {
@@ -64,20 +63,21 @@ class Trace {
     log_ << "\npasses:\n";
   }
   ~Trace() {
-    if (!dir_.empty()) std::ofstream(dir_ + "pipeline.txt") << log_.str();
+    if (!dir_.empty()) write_dump(dir_ + "pipeline.txt", log_.str());
   }
   void note(const std::string& line) { log_ << line << "\n"; }
   void graph(const std::string& file, const ir::Graph& g, const passes::Partition* part) {
     if (dir_.empty()) return;
-    std::ofstream out(dir_ + file);
-    out << g.str();
+    std::string out = g.str();
     if (part)
-      for (auto& k : part->kernels) out << "\n" << k.kernel.str() << "\n";
+      for (auto& k : part->kernels) out += "\n" + k.kernel.str() + "\n";
+    write_dump(dir_ + file, out);
   }
   void kernels(const std::string& file, const passes::Partition& part) {
     if (dir_.empty()) return;
-    std::ofstream out(dir_ + file);
-    for (auto& k : part.kernels) out << k.kernel.str() << "\n";
+    std::string out;
+    for (auto& k : part.kernels) out += k.kernel.str() + "\n";
+    write_dump(dir_ + file, out);
   }
 
  private:
@@ -111,13 +111,9 @@ void log_kernels(const passes::Partition& part) {
 }  // namespace
 
 std::string new_trace_folder(const std::string& debug_dir, const std::string& name) {
-  std::string clean = name;
-  for (char& c : clean)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
-  std::string dir = debug_dir + "/" + std::to_string(g_trace_folders++) + "_" + clean;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  return ec ? "" : dir + "/";  // NOTE: debug output never fails a compile
+  std::string dir = process_dump_subdir(
+      debug_dir, std::to_string(g_trace_folders++) + "_" + secure_fs::sanitize_name(name));
+  return dir.empty() ? "" : dir + "/";  // NOTE: debug output never fails a compile
 }
 
 Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ctx) {

@@ -26,8 +26,9 @@ struct Executable {
 // code generator failure, PythonError when a pass's Python call fails.
 Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ctx);
 
-// A fresh numbered folder <debug_dir>/<n>_<name> for one graph's trace, with
-// a trailing '/'; "" when it cannot be made (tracing never fails a compile).
+// A fresh numbered folder <n>_<name> for one graph's trace in this process's
+// dump folder inside debug_dir (core/dump_dir.h), with a trailing '/'; "" when
+// it cannot be made (tracing never fails a compile).
 std::string new_trace_folder(const std::string& debug_dir, const std::string& name);
 
 }  // namespace tl::pipeline

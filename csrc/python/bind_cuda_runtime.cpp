@@ -6,7 +6,6 @@
 #include "core/errors.h"
 #include "python/bindings.h"
 #include "runtime/cuda/compile.h"
-#include "runtime/cuda/cubin_cache.h"
 #include "runtime/cuda/driver.h"
 
 namespace py = pybind11;
@@ -54,10 +53,6 @@ void bind_cuda_runtime(py::module_& m) {
         return py::make_tuple(ok, why);
       },
       "(True, '') when libcuda.so.1 loads and cuInit succeeds, else (False, why).");
-  m.def(
-      "set_cuda_cache_dir", [](const std::string& dir) { runtime::cuda::set_cache_dir(dir); },
-      py::arg("dir"), "Folder of the on-disk CUBIN cache ('' turns it off).");
-  m.def("cuda_cache_dir", &runtime::cuda::cache_dir);
   m.def("_cuda_launch_source", &launch_source, py::arg("source"), py::arg("entry"),
         py::arg("tensors"), py::arg("grid"), py::arg("block"), py::arg("shared_bytes") = 0,
         py::arg("dependent_launch") = false, py::arg("vector_name") = "",

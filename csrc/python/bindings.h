@@ -15,8 +15,9 @@ void bind_compile(pybind11::module_& m);       // backend bridge, trace dir, exp
 void bind_passes(pybind11::module_& m);        // partition_summary
 void bind_fx(pybind11::module_& m);            // torch.fx GraphModule -> Graph, FxCompiled
 void bind_cuda(pybind11::module_& m);          // CUDA C of a graph's kernels, NVRTC
-void bind_cuda_runtime(pybind11::module_& m);  // CUDA driver status, CUBIN cache, test launcher
+void bind_cuda_runtime(pybind11::module_& m);  // CUDA driver status, test launcher
 void bind_settings(pybind11::module_& m);      // the settings table, passes for tests
+void bind_cache(pybind11::module_& m);         // disk cache info/clear, live JIT kernels
 
 // The process settings with `values` ({name: value}, or None) applied; throws
 // ValueError for an unknown name, TypeError for a value of the wrong type.

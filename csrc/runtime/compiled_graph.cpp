@@ -243,9 +243,10 @@ void CompiledGraph::compile_cpu() {
 #ifdef TORCHLITE_HAVE_LLVM
   std::vector<const ir::Kernel*> kernels;
   for (auto& fk : partition_.kernels) kernels.push_back(&fk.kernel);
-  std::vector<cpu::KernelFn> fns = cpu::compile_kernels(kernels);
+  cpu::CompiledKernels compiled = cpu::compile_kernels(kernels);
   for (auto& s : steps_)
-    if (s.kernel >= 0) s.fn = fns[s.kernel];
+    if (s.kernel >= 0) s.fn = compiled.fns[s.kernel];
+  kernel_code_ = std::move(compiled.owner);
 #else
   TL_THROW(NotImplemented) << "this torchlite build has no LLVM, so it cannot compile CPU kernels";
 #endif

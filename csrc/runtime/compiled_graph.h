@@ -72,6 +72,7 @@ class CompiledGraph {
   bool changes_grad_mode_ = false;
   KernelDevice device_;
   const ir::Node* failed_node_ = nullptr;
+  std::shared_ptr<const void> kernel_code_;  // keeps the CPU kernels' code mapped (cpu/jit.h)
   PyRef empty_strided_, get_num_threads_, get_stream_, data_ptr_name_, alloc_kwnames_;
   PyRef fast_empty_strided_;  // private_empty_strided() in compiled_graph.cpp; may be null
   PyRef get_device_;          // torch._C._cuda_getDevice (CUDA graphs)

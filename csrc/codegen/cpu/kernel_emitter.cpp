@@ -1,14 +1,12 @@
 #include "codegen/cpu/kernel_emitter.h"
 
 #include <llvm/IR/Verifier.h>
-#include <llvm/Support/raw_os_ostream.h>
 #include <llvm/Support/raw_ostream.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 
 #include "codegen/cpu/emitter.h"
+#include "core/dump_dir.h"
 #include "core/errors.h"
 
 namespace tl::codegen::cpu {
@@ -191,16 +189,16 @@ std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string
   llvm::raw_string_ostream os(err);
   if (llvm::verifyFunction(*f, &os)) {
     // The evidence goes to a file the message names (STYLE: compile errors carry it).
-    auto dir = std::filesystem::temp_directory_path() / "torchlite_kernels";
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    auto path = dir / (fn_name + "_invalid.ll");
-    std::ofstream out(path);
-    out << "; torchlite kernel " << k.name << "\n";
-    llvm::raw_os_ostream ll(out);
+    // NOTE: a private per-process folder (core/dump_dir.h), never a shared fixed path.
+    std::string dir = failure_dump_dir();
+    std::string path = dir.empty() ? "" : dir + "/" + fn_name + "_invalid.ll";
+    std::string text = "; torchlite kernel " + k.name + "\n";
+    llvm::raw_string_ostream ll(text);
     m->print(ll, nullptr);
-    TL_CHECK(false) << "kernel " << k.name << ": invalid LLVM IR: " << os.str()
-                    << " (IR: " << path.string() << ")";
+    ll.flush();
+    if (!write_dump(path, text)) path = "not written";
+    TL_CHECK(false) << "kernel " << k.name << ": invalid LLVM IR: " << os.str() << " (IR: " << path
+                    << ")";
   }
   return m;
 }

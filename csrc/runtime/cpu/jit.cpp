@@ -1,19 +1,15 @@
 #include "runtime/cpu/jit.h"
 
-#include <llvm/ADT/StringExtras.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/Support/MemoryBuffer.h>
-#include <llvm/Support/SHA256.h>
 #include <llvm/Support/raw_ostream.h>
 
 #include <atomic>
 #include <cstring>
 #include <exception>
-#include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -22,10 +18,13 @@
 #include "codegen/cpu/kernel_emitter.h"
 #include "codegen/cpu/target.h"
 #include "core/counters.h"
+#include "core/dump_dir.h"
 #include "core/errors.h"
 #include "core/flags.h"
+#include "core/secure_fs.h"
+#include "core/sha256.h"
 #include "runtime/cpu/math_support.h"
-#include "runtime/cpu/object_cache.h"
+#include "runtime/disk_cache.h"
 
 namespace tl::runtime::cpu {
 
@@ -35,19 +34,25 @@ namespace orc = llvm::orc;
 // libmvec variants on AVX-512 hosts).
 constexpr const char* kCacheFormat = "torchlite-cpu-2";
 
-std::mutex g_mu;  // settings, the symbol table, and adding objects to the JIT
-std::optional<std::string> g_dump_dir, g_cache_dir;  // overrides of the settings
-std::unordered_map<std::string, KernelFn> g_linked;  // symbol -> address
+struct LinkedKernel;
+std::mutex g_mu;                        // settings, the symbol table, and adding objects to the JIT
+std::optional<std::string> g_dump_dir;  // override of the settings
+std::unordered_map<std::string, std::weak_ptr<LinkedKernel>> g_linked;  // symbol -> live code
+std::atomic<int64_t> g_live{0};
 
 std::string dump_dir() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_dump_dir ? *g_dump_dir : kernel_dump_dir(process_settings());
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_dump_dir) return *g_dump_dir;
+  }
+  return kernel_dump_dir(process_settings());
 }
 
 // The one LLJIT of the process, started on first use; a failure to start is
-// remembered and reported on every later compile.
+// remembered and reported on every later compile. NOTE: never destroyed:
+// kernels owned by Python objects may be released after static destructors ran.
 orc::LLJIT& jit() {
-  static std::unique_ptr<orc::LLJIT> j;
+  static orc::LLJIT* j = nullptr;
   static std::string failure;
   if (j) return *j;
   if (!failure.empty()) TL_THROW(Runtime) << failure;
@@ -75,29 +80,49 @@ orc::LLJIT& jit() {
   add("__extendhfsf2", &tl_extendhfsf2);
   if (auto e = (*built)->getMainJITDylib().define(orc::absoluteSymbols(std::move(helpers))))
     fail(std::move(e));
-  j = std::move(*built);
+  j = built->release();
   return *j;
+}
+
+// One kernel's object in a JITDylib of its own; the destructor removes the
+// JITDylib, which unmaps the code.
+struct LinkedKernel {
+  std::string symbol;
+  KernelFn fn = nullptr;
+  orc::JITDylib* dylib = nullptr;
+  LinkedKernel() { ++g_live; }
+  // NOTE: takes no torchlite lock (it may run under g_mu); the session locks itself.
+  ~LinkedKernel() {
+    if (dylib) llvm::consumeError(jit().getExecutionSession().removeJITDylib(*dylib));
+    --g_live;
+  }
+};
+
+// Drops g_linked's entries of freed kernels once they outnumber the live ones.
+// Caller holds g_mu.
+void sweep_linked() {
+  if (static_cast<int64_t>(g_linked.size()) <= 2 * g_live.load() + 64) return;
+  std::erase_if(g_linked, [](const auto& kv) { return kv.second.expired(); });
 }
 
 struct Job {
   const ir::Kernel* kernel = nullptr;
   std::string key, symbol, ll_path;
-  std::vector<char> object;
+  std::string object;
   bool disk_hit = false;
-  KernelFn fn = nullptr;
+  std::shared_ptr<LinkedKernel> code;
   std::exception_ptr error;
 };
 
+// Writes a dump beside the others ("" for none); returns its path, "" when not written.
 std::string write_ir(const std::string& dir, const Job& job, const std::string& suffix,
                      const std::string& text) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  std::string name = job.kernel->name.empty() ? "kernel" : job.kernel->name;
-  for (char& c : name)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
-  auto path = std::filesystem::path(dir) / (name + "_" + job.key.substr(0, 8) + suffix);
-  std::ofstream(path) << "; torchlite kernel " << job.kernel->name << "\n" << text;
-  return path.string();
+  if (dir.empty()) return "";
+  std::string path =
+      dir + "/" + secure_fs::sanitize_name(job.kernel->name) + "_" + job.key.substr(0, 8) + suffix;
+  // NOTE: the same kernel dumped twice in one process has the same text; the first stays.
+  write_dump(path, "; torchlite kernel " + job.kernel->name + "\n" + text);
+  return path;
 }
 
 std::string module_text(const llvm::Module& m) {
@@ -107,74 +132,96 @@ std::string module_text(const llvm::Module& m) {
   return s;
 }
 
-void build(Job& job, const std::string& cache, const std::string& dump) {
-  llvm::LLVMContext ctx;
+// Optimises and compiles the job's module (its function already renamed) to an object.
+void compile_object(Job& job, llvm::Module& m, const std::string& dump) {
+  try {
+    auto tm = codegen::cpu::host_target_machine();
+    codegen::cpu::optimize_module(m, *tm);
+    if (!dump.empty()) write_ir(dump, job, ".opt.ll", module_text(m));
+    auto obj = codegen::cpu::emit_object(m, *tm);
+    job.object.assign(obj.begin(), obj.end());
+  } catch (const Error& e) {
+    // NOTE: the evidence goes to a private per-process folder, never a shared fixed path.
+    if (job.ll_path.empty()) job.ll_path = write_ir(failure_dump_dir(), job, ".ll", module_text(m));
+    throw Error(e.kind(), "LLVM failed on kernel '" + job.kernel->name + "': " + e.what() +
+                              (job.ll_path.empty() ? "" : " (IR: " + job.ll_path + ")"));
+  }
+}
+
+std::unique_ptr<llvm::Module> emit_module(const Job& job, llvm::LLVMContext& ctx) {
   auto m = codegen::cpu::emit_kernel(*job.kernel, "tl_kernel", ctx);
-  std::string text = module_text(*m);
-  llvm::SHA256 sha;
-  sha.update(text);
-  sha.update(std::string("\n") + LLVM_VERSION_STRING + "\n" + codegen::cpu::host_target_id() +
-             "\n" + kCacheFormat);
-  job.key = llvm::toHex(sha.final(), true);
+  if (!job.symbol.empty()) m->getFunction("tl_kernel")->setName(job.symbol);
+  return m;
+}
+
+void build(Job& job, const DiskCache& cache, const std::string& dump) {
+  llvm::LLVMContext ctx;
+  auto m = emit_module(job, ctx);
+  job.key = to_hex(Sha256()
+                       .update(module_text(*m))
+                       .update(std::string("\n") + LLVM_VERSION_STRING + "\n" +
+                               codegen::cpu::host_target_id() + "\n" + kCacheFormat)
+                       .final());
   job.symbol = "tl_k" + job.key.substr(0, 32);
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    if (auto it = g_linked.find(job.symbol); it != g_linked.end()) {
-      job.fn = it->second;
-      return;
-    }
+    if (auto it = g_linked.find(job.symbol); it != g_linked.end())
+      if ((job.code = it->second.lock())) return;
   }
   m->getFunction("tl_kernel")->setName(job.symbol);
   if (!dump.empty()) job.ll_path = write_ir(dump, job, ".ll", module_text(*m));
-  if (auto obj = cache_load(cache, job.key)) {
+  if (auto obj = cache.load(EntryKind::CpuObject, job.key)) {
     job.object = std::move(*obj);
     job.disk_hit = true;
     return;
   }
-  try {
-    auto tm = codegen::cpu::host_target_machine();
-    codegen::cpu::optimize_module(*m, *tm);
-    if (!dump.empty()) write_ir(dump, job, ".opt.ll", module_text(*m));
-    auto obj = codegen::cpu::emit_object(*m, *tm);
-    job.object.assign(obj.begin(), obj.end());
-  } catch (const Error& e) {
-    if (job.ll_path.empty())
-      job.ll_path = write_ir(std::filesystem::temp_directory_path() / "torchlite_kernels", job,
-                             ".ll", module_text(*m));
-    throw Error(e.kind(), "LLVM failed on kernel '" + job.kernel->name + "': " + e.what() +
-                              " (IR: " + job.ll_path + ")");
-  }
-  cache_store(cache, job.key, {job.object.data(), job.object.size()});
+  compile_object(job, *m, dump);
+  cache.store(EntryKind::CpuObject, job.key, job.object);
 }
 
-// Adds the job's object to the batch's JITDylib (made on first need) and
-// resolves its function. Caller holds g_mu.
-void link(Job& job, orc::JITDylib*& batch) {
-  if (job.fn) return;
-  if (auto it = g_linked.find(job.symbol); it != g_linked.end()) {
-    job.fn = it->second;  // an identical kernel earlier in the same batch
-    return;
-  }
-  auto fail = [&](llvm::Error e) {
-    TL_THROW(Runtime) << "LLVM failed to link kernel '" << job.kernel->name
-                      << "': " << llvm::toString(std::move(e))
-                      << (job.ll_path.empty() ? "" : " (IR: " + job.ll_path + ")");
-  };
+// Links the job's object into a fresh JITDylib and resolves its function;
+// LLVM's message when it does not link (the JITDylib is then removed).
+// Caller holds g_mu.
+std::optional<std::string> try_link(Job& job) {
   orc::LLJIT& j = jit();
-  if (!batch) {
-    static int n_batches = 0;
-    auto jd = j.createJITDylib("tl_batch_" + std::to_string(n_batches++));
-    if (!jd) fail(jd.takeError());
-    batch = &*jd;
-    batch->addToLinkOrder(j.getMainJITDylib());  // helpers and process symbols
+  static int64_t n_dylibs = 0;
+  // NOTE: not make_shared: g_linked's weak_ptr would keep the whole block allocated.
+  std::shared_ptr<LinkedKernel> code(new LinkedKernel);
+  code->symbol = job.symbol;
+  auto jd = j.createJITDylib("tl_k" + std::to_string(n_dylibs++));
+  if (!jd) return llvm::toString(jd.takeError());
+  code->dylib = &*jd;
+  code->dylib->addToLinkOrder(j.getMainJITDylib());  // helpers and process symbols
+  auto buf = llvm::MemoryBuffer::getMemBufferCopy(job.object, job.symbol);
+  if (auto e = j.addObjectFile(*code->dylib, std::move(buf))) return llvm::toString(std::move(e));
+  auto addr = j.lookup(*code->dylib, job.symbol);
+  if (!addr) return llvm::toString(addr.takeError());
+  code->fn = addr->toPtr<KernelFn>();
+  job.code = std::move(code);
+  return std::nullopt;
+}
+
+// Resolves the job's function: an identical kernel already linked, else its
+// object linked now. A disk-cache object that does not link (stale, or from
+// an older torchlite) is discarded and the kernel compiled again. Caller holds g_mu.
+void link(Job& job, const DiskCache& cache) {
+  if (job.code) return;
+  if (auto it = g_linked.find(job.symbol); it != g_linked.end())
+    if ((job.code = it->second.lock())) return;  // an identical kernel earlier in the batch
+  std::optional<std::string> error = try_link(job);
+  if (error && job.disk_hit) {
+    cache.discard(EntryKind::CpuObject, job.key);
+    job.disk_hit = false;
+    llvm::LLVMContext ctx;
+    auto m = emit_module(job, ctx);
+    compile_object(job, *m, "");
+    cache.store(EntryKind::CpuObject, job.key, job.object);
+    error = try_link(job);
   }
-  auto buf = llvm::MemoryBuffer::getMemBufferCopy(
-      llvm::StringRef(job.object.data(), job.object.size()), job.symbol);
-  if (auto e = j.addObjectFile(*batch, std::move(buf))) fail(std::move(e));
-  auto addr = j.lookup(*batch, job.symbol);
-  if (!addr) fail(addr.takeError());
-  job.fn = addr->toPtr<KernelFn>();
-  g_linked[job.symbol] = job.fn;
+  if (error)
+    TL_THROW(Runtime) << "LLVM failed to link kernel '" << job.kernel->name << "': " << *error
+                      << (job.ll_path.empty() ? "" : " (IR: " + job.ll_path + ")");
+  g_linked[job.symbol] = job.code;
 }
 }  // namespace
 
@@ -183,26 +230,19 @@ void set_dump_dir(const std::string& dir) {
   g_dump_dir = dir;
 }
 
-void set_cache_dir(const std::string& dir) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_cache_dir = dir;
-}
-
-std::string cache_dir() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  // NOTE: read on every compile, so a later torchlite.config.cache_dir applies.
-  return g_cache_dir ? *g_cache_dir : process_settings().cache_dir;
-}
+int64_t live_kernels() { return g_live.load(); }
 
 void forget_linked_kernels() {
   std::lock_guard<std::mutex> lock(g_mu);
   g_linked.clear();
 }
 
-std::vector<KernelFn> compile_kernels(const std::vector<const ir::Kernel*>& kernels) {
+CompiledKernels compile_kernels(const std::vector<const ir::Kernel*>& kernels) {
   std::vector<Job> jobs(kernels.size());
   for (size_t i = 0; i < kernels.size(); ++i) jobs[i].kernel = kernels[i];
-  std::string cache = cache_dir(), dump = dump_dir();
+  // NOTE: on this thread: opening the cache and the dump folder may warn.
+  DiskCache cache = DiskCache::configured();
+  std::string dump = dump_dir();
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i; (i = next++) < jobs.size();) {
@@ -221,16 +261,21 @@ std::vector<KernelFn> compile_kernels(const std::vector<const ir::Kernel*>& kern
   for (auto& t : threads) t.join();
   for (auto& job : jobs)
     if (job.error) std::rethrow_exception(job.error);
-  std::vector<KernelFn> fns;
-  std::lock_guard<std::mutex> lock(g_mu);
-  orc::JITDylib* batch = nullptr;
-  for (auto& job : jobs) {
-    link(job, batch);
-    fns.push_back(job.fn);
-    if (job.disk_hit) counters().cache_hits++;
+  auto code = std::make_shared<std::vector<std::shared_ptr<LinkedKernel>>>();
+  CompiledKernels out;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    sweep_linked();
+    for (auto& job : jobs) {
+      link(job, cache);
+      out.fns.push_back(job.code->fn);
+      code->push_back(job.code);
+      if (job.disk_hit) counters().cache_hits++;
+    }
   }
   counters().kernels += static_cast<int64_t>(jobs.size());
-  return fns;
+  out.owner = std::move(code);
+  return out;
 }
 
 }  // namespace tl::runtime::cpu

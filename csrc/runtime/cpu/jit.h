@@ -2,6 +2,7 @@
 // The process-wide ORC LLJIT that turns loop-IR kernels into native functions.
 // No LLVM types here, so runtime/compiled_graph.cpp stays free of LLVM headers.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,23 +14,31 @@ namespace tl::runtime::cpu {
 // linear indices [begin, end).
 using KernelFn = void (*)(int64_t begin, int64_t end, char* const* bufs);
 
+// The functions of one compile_kernels call and what keeps their code mapped:
+// each kernel's object lives in a JITDylib of its own, removed (its memory
+// unmapped) when the last owner of the kernel is gone. Identical kernels of
+// different graphs share one.
+struct CompiledKernels {
+  std::vector<KernelFn> fns;
+  std::shared_ptr<const void> owner;  // call fns only while holding it
+};
+
 // Generates, optimises (O2, host CPU) and links every kernel; kernels are
 // compiled on parallel threads, and each object is looked up in / written to
-// the on-disk cache first. Bumps counters().kernels per kernel and
-// counters().cache_hits per kernel loaded from disk. Throws tl::Error naming
-// the kernel, LLVM's message and where its IR was written.
-std::vector<KernelFn> compile_kernels(const std::vector<const ir::Kernel*>& kernels);
+// the on-disk cache (runtime/disk_cache.h) first; a cached object that does
+// not link is discarded and compiled again. Bumps counters().kernels per
+// kernel and counters().cache_hits per kernel loaded from disk. Throws
+// tl::Error naming the kernel, LLVM's message and where its IR was written.
+CompiledKernels compile_kernels(const std::vector<const ir::Kernel*>& kernels);
+
+// Kernels whose code is mapped now (tests: code is freed with its last owner).
+int64_t live_kernels();
 
 // Folder for `.ll` dumps, "" for none; overrides the trace/debug_dir settings
 // (kernel_dump_dir in core/flags.h).
 void set_dump_dir(const std::string& dir);
-// Folder for cached objects; overrides the cache_dir setting ("" turns the
-// disk cache off).
-void set_cache_dir(const std::string& dir);
-std::string cache_dir();
 // Tests only: forgets which kernels are linked, so the next compile of the
-// same kernel goes to the disk cache (objects are linked into a fresh
-// JITDylib per batch, so the old definitions do not clash).
+// same kernel goes to the disk cache (live kernels keep their own JITDylib).
 void forget_linked_kernels();
 
 }  // namespace tl::runtime::cpu

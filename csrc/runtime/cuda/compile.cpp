@@ -2,20 +2,21 @@
 
 #include <atomic>
 #include <exception>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "core/counters.h"
+#include "core/dump_dir.h"
 #include "core/errors.h"
 #include "core/flags.h"
-#include "runtime/cuda/cubin_cache.h"
+#include "core/secure_fs.h"
+#include "core/sha256.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/nvrtc.h"
-#include "runtime/cuda/sha256.h"
+#include "runtime/disk_cache.h"
 
 namespace tl::runtime::cuda {
 
@@ -35,8 +36,11 @@ std::map<std::pair<int, std::string>, void*> g_modules;   // (device, key) -> CU
 std::map<std::pair<int, std::string>, Owner> g_by_canon;  // (device, canon) -> loaded code
 
 std::string dump_dir() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_dump_dir ? *g_dump_dir : kernel_dump_dir(process_settings());
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_dump_dir) return *g_dump_dir;
+  }
+  return kernel_dump_dir(process_settings());
 }
 
 struct Job {
@@ -52,18 +56,12 @@ struct Job {
 };
 
 std::string safe_name(const std::string& name) {
-  std::string s = name.empty() ? "kernel" : name;
-  for (char& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
-  return s;
+  return secure_fs::sanitize_name(name.empty() ? "kernel" : name);
 }
 
 void write_source(const std::string& dir, const Job& job) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
   const auto& s = job.spec;
-  std::string file = safe_name(s.name) + "_" + job.key.substr(0, 8) + ".cu";
-  std::ofstream out(std::filesystem::path(dir) / file);
+  std::ostringstream out;
   out << "// torchlite CUDA kernel " << (job.kernel ? job.kernel->name : s.name)
       << "\n// launch: grid=" << s.grid << " block=" << s.block
       << " shared_bytes=" << s.shared_bytes << " entry=" << s.name
@@ -77,6 +75,7 @@ void write_source(const std::string& dir, const Job& job) {
     out << " are 16-byte aligned)";
   }
   out << "\n" << s.source;
+  write_dump(dir + "/" + safe_name(s.name) + "_" + job.key.substr(0, 8) + ".cu", out.str());
 }
 
 // `text` with every occurrence of `name` replaced by "@".
@@ -105,7 +104,7 @@ void emit(Job& job, const codegen::cuda::Target& t, const std::string& arch,
 }
 
 // Compiles (or reads from the disk cache) the module of a job that owns its code.
-void build(Job& job, int device, const std::string& arch, const std::string& cache) {
+void build(Job& job, int device, const std::string& arch, const DiskCache& cache) {
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_modules.count({device, job.key})) {
@@ -113,16 +112,32 @@ void build(Job& job, int device, const std::string& arch, const std::string& cac
       return;
     }
   }
-  if (auto img = cubin_load(cache, job.key)) {
+  if (auto img = cache.load(EntryKind::CudaImage, job.key)) {
     job.image = std::move(*img);
     job.disk_hit = true;
     return;
   }
   job.image = nvrtc_compile(job.spec.source, job.spec.name, arch);
-  cubin_store(cache, job.key, job.image);
+  cache.store(EntryKind::CudaImage, job.key, job.image);
 }
 
-LoadedKernel link(Job& job, int device) {
+// The module of a job's image; a cached image the driver rejects (stale, or
+// from an older torchlite) is discarded and compiled again.
+void* load_image(Job& job, const std::string& what, const std::string& arch,
+                 const DiskCache& cache) {
+  if (!job.disk_hit) return load_module(job.image, what);
+  try {
+    return load_module(job.image, what);
+  } catch (const Error&) {
+    cache.discard(EntryKind::CudaImage, job.key);
+    job.disk_hit = false;
+    job.image = nvrtc_compile(job.spec.source, job.spec.name, arch);
+    cache.store(EntryKind::CudaImage, job.key, job.image);
+    return load_module(job.image, what);
+  }
+}
+
+LoadedKernel link(Job& job, int device, const std::string& arch, const DiskCache& cache) {
   void* module = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -132,7 +147,7 @@ LoadedKernel link(Job& job, int device) {
   const auto& s = job.spec;
   std::string what = "kernel " + (job.kernel ? job.kernel->name : s.name);
   if (!module) {
-    module = load_module(job.image, what);
+    module = load_image(job, what, arch, cache);
     std::lock_guard<std::mutex> lock(g_mu);
     g_modules[{device, job.owner.key}] = module;
     g_by_canon.emplace(std::make_pair(device, job.canon), job.owner);
@@ -188,7 +203,9 @@ std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device) {
   std::string arch = "sm_" + std::to_string(t.sm_major) + std::to_string(t.sm_minor);
   NvrtcVersion v = nvrtc_version();  // throws the "NVRTC was not found" message
   std::string version = "nvrtc " + std::to_string(v.major) + "." + std::to_string(v.minor);
-  std::string cache = cache_dir(), dump = dump_dir();
+  // NOTE: on this thread: opening the cache and the dump folder may warn.
+  DiskCache cache = DiskCache::configured();
+  std::string dump = dump_dir();
   parallel_for(jobs, [&](Job& job) { emit(job, t, arch, version, dump); });
   // One build per distinct kernel body: later copies use the owner's module.
   std::map<std::string, size_t> first;
@@ -214,7 +231,7 @@ std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device) {
   ContextScope ctx(device);
   std::vector<LoadedKernel> out;
   for (auto& job : jobs) {
-    out.push_back(link(job, device));
+    out.push_back(link(job, device, arch, cache));
     if (job.disk_hit || job.shared) counters().cache_hits++;
   }
   counters().kernels += static_cast<int64_t>(jobs.size());

@@ -10,6 +10,7 @@
 #ifdef TORCHLITE_HAVE_LLVM
 #include "runtime/cpu/jit.h"
 #include "runtime/cpu/parallel.h"
+#include "runtime/disk_cache.h"
 
 using namespace tl::test;
 namespace rc = tl::runtime::cpu;
@@ -43,7 +44,7 @@ __attribute__((noinline)) void cpp_chain(const float* x, const float* y, float* 
 }  // namespace
 
 TEST_CASE("benchmark: compile time and a 16M-element pointwise chain", "[.bench]") {
-  rc::set_cache_dir("");
+  tl::runtime::set_cache_dir("");
   std::vector<KernelBuilder> ks;
   for (int i = 0; i < 9; ++i) ks.push_back(chain(1000, 1.0 + i * 0.001));
   double t0 = now_ms();
@@ -62,7 +63,8 @@ TEST_CASE("benchmark: compile time and a 16M-element pointwise chain", "[.bench]
   std::vector<float> x(n), y(n), out(n), ref(n);
   for (int64_t i = 0; i < n; ++i) x[i] = (i % 1000) * 0.002f - 1, y[i] = (i % 777) * 0.003f - 1;
   KernelBuilder big = chain(n, 1.5);
-  auto fn = rc::compile_kernels({&big.k})[0];
+  auto compiled = rc::compile_kernels({&big.k});
+  auto fn = compiled.fns[0];
   std::vector<void*> bufs{x.data(), y.data(), out.data()};
   auto time = [&](auto&& f) {
     double best = 1e9;
@@ -90,7 +92,8 @@ TEST_CASE("benchmark: compile time and a 16M-element pointwise chain", "[.bench]
     if (axis) strides = {4096, 1};
     int xv = r.load(r.input(ST::F32, strides), ST::F32);
     r.output(r.expr(ExprOp::ReduceSum, ST::F32, {xv}), ST::F32, {1, 0});
-    auto rf = rc::compile_kernels({&r.k})[0];
+    auto compiled_r = rc::compile_kernels({&r.k});
+    auto rf = compiled_r.fns[0];
     std::vector<void*> rb{x.data(), out.data()};
     double ms = time([&] { rf(0, 4096, reinterpret_cast<char* const*>(rb.data())); });
     std::printf("sum over dim %d of 4096x4096 f32, 1 thread: %.1f ms (%.1f GB/s)\n", axis, ms,

@@ -3,6 +3,7 @@
 #ifdef TORCHLITE_HAVE_LLVM
 #include "runtime/cpu/jit.h"
 #include "runtime/cpu/parallel.h"
+#include "runtime/disk_cache.h"
 #endif
 
 namespace tl::test {
@@ -21,9 +22,9 @@ int64_t reduction_numel(const ir::Kernel& k) {
 
 void run_kernel(const ir::Kernel& k, std::vector<void*> bufs) {
 #ifdef TORCHLITE_HAVE_LLVM
-  runtime::cpu::set_cache_dir("");
+  runtime::set_cache_dir("");
   auto fns = runtime::cpu::compile_kernels({&k});
-  runtime::cpu::parallel_run(fns[0], outer_numel(k), reduction_numel(k),
+  runtime::cpu::parallel_run(fns.fns[0], outer_numel(k), reduction_numel(k),
                              reinterpret_cast<char* const*>(bufs.data()), 2);
 #endif
 }

@@ -6,6 +6,7 @@
 #include "core/errors.h"
 #include "passes/partition.h"
 #include "runtime/compiled_graph.h"
+#include "runtime/disk_cache.h"
 #include "runtime/graph_runner.h"
 
 #ifdef TORCHLITE_HAVE_LLVM
@@ -41,7 +42,7 @@ PyRef py(const char* code, const char* result) {
 // Random inputs for the graph's placeholders; compiled and eager outputs must match.
 // Returns the number of kernels the partition made.
 size_t check_graph(TestGraph& t) {
-  tl::runtime::cpu::set_cache_dir("");
+  tl::runtime::set_cache_dir("");
   auto g = std::shared_ptr<const Graph>(&t.g, [](const Graph*) {});
   std::vector<PyRef> inputs;
   std::vector<PyObject*> raw;

@@ -6,6 +6,7 @@
 
 #include "../codegen/kernel_builder.h"
 #include "core/errors.h"
+#include "runtime/disk_cache.h"
 
 #ifdef TORCHLITE_HAVE_LLVM
 #include "runtime/cpu/jit.h"
@@ -44,7 +45,7 @@ TensorMeta meta(PyObject* ns, std::vector<int64_t> sizes, std::vector<int64_t> s
 }  // namespace
 
 TEST_CASE("a fused kernel feeding an extern sum matches eager torch", "[runtime]") {
-  tl::runtime::cpu::set_cache_dir("");
+  tl::runtime::set_cache_dir("");
   PyRef ns = namespace_with_torch();
   auto g = std::make_shared<Graph>();
   Node* x = g->add_placeholder("x", Source::local(0, "x"));

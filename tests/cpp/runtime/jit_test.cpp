@@ -1,5 +1,6 @@
-// The ORC JIT wrapper: errors name the kernel, and the on-disk object cache
-// serves a second compile and ignores a truncated file.
+// The ORC JIT wrapper: errors name the kernel, the on-disk object cache serves
+// a second compile and survives a truncated or unlinkable entry, and a
+// kernel's code is freed with its last owner.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -13,6 +14,7 @@
 #ifdef TORCHLITE_HAVE_LLVM
 #include "runtime/cpu/jit.h"
 #include "runtime/cpu/parallel.h"
+#include "runtime/disk_cache.h"
 
 using namespace tl::test;
 namespace fs = std::filesystem;
@@ -39,7 +41,7 @@ void check_affine(rc::KernelFn fn, float c) {
 
 std::vector<fs::path> objects_in(const fs::path& dir) {
   std::vector<fs::path> out;
-  for (auto& e : fs::directory_iterator(dir))
+  for (auto& e : fs::directory_iterator(dir / "cpu"))
     if (e.path().extension() == ".o") out.push_back(e.path());
   return out;
 }
@@ -50,7 +52,7 @@ TEST_CASE("an invalid kernel is a tl::Error naming the kernel, not an abort", "[
   int x = b.load(b.input(ST::F32, {1}), ST::F32);
   b.k.exprs[x].buffer = 3;  // no such input
   b.output(x, ST::F32, {1});
-  rc::set_cache_dir("");
+  tl::runtime::set_cache_dir("");
   try {
     rc::compile_kernels({&b.k});
     FAIL("compile_kernels accepted an invalid kernel");
@@ -62,31 +64,75 @@ TEST_CASE("an invalid kernel is a tl::Error naming the kernel, not an abort", "[
 TEST_CASE("a second compile loads the object from disk; a truncated file is rebuilt", "[runtime]") {
   fs::path dir = fs::temp_directory_path() / ("tl_jit_cache_" + std::to_string(getpid()));
   fs::remove_all(dir);
-  rc::set_cache_dir(dir.string());
+  tl::runtime::set_cache_dir(dir.string());
   float c = 1.0f + static_cast<float>(getpid() % 1000) / 1024.0f;
   KernelBuilder b = affine(c);
   int64_t kernels0 = tl::counters().kernels, hits0 = tl::counters().cache_hits;
 
-  check_affine(rc::compile_kernels({&b.k})[0], c);
+  check_affine(rc::compile_kernels({&b.k}).fns[0], c);
   auto files = objects_in(dir);
   REQUIRE(files.size() == 1);
   CHECK(tl::counters().cache_hits == hits0);
   auto full_size = fs::file_size(files[0]);
 
   rc::forget_linked_kernels();
-  check_affine(rc::compile_kernels({&b.k})[0], c);
+  check_affine(rc::compile_kernels({&b.k}).fns[0], c);
   CHECK(tl::counters().cache_hits == hits0 + 1);
 
   fs::resize_file(files[0], full_size / 2);
   rc::forget_linked_kernels();
-  check_affine(rc::compile_kernels({&b.k})[0], c);
+  check_affine(rc::compile_kernels({&b.k}).fns[0], c);
   CHECK(tl::counters().cache_hits == hits0 + 1);
   CHECK(fs::file_size(files[0]) == full_size);  // rewritten whole
   CHECK(tl::counters().kernels == kernels0 + 3);
 
-  rc::set_cache_dir("");
+  tl::runtime::set_cache_dir("");
   fs::remove_all(dir);
 }
+TEST_CASE("a cached object that does not link is discarded and compiled again", "[runtime]") {
+  fs::path dir = fs::temp_directory_path() / ("tl_jit_relink_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  tl::runtime::set_cache_dir(dir.string());
+  float c1 = 2.0f + static_cast<float>(getpid() % 1000) / 1024.0f, c2 = c1 + 1.0f;
+  KernelBuilder a = affine(c1), b = affine(c2);
+  rc::compile_kernels({&a.k});
+  std::string key_a = objects_in(dir)[0].stem().string();
+  rc::compile_kernels({&b.k});
+  auto files = objects_in(dir);
+  REQUIRE(files.size() == 2);
+  std::string key_b = files[files[0].stem() == key_a ? 1 : 0].stem().string();
+  // An authenticated entry under a's key holding b's object (which lacks a's symbol).
+  auto cache = tl::runtime::DiskCache::open(dir.string(), 0);
+  std::string object_b = *cache.load(tl::runtime::EntryKind::CpuObject, key_b);
+  cache.store(tl::runtime::EntryKind::CpuObject, key_a, object_b);
+  rc::forget_linked_kernels();
+  int64_t hits0 = tl::counters().cache_hits;
+  check_affine(rc::compile_kernels({&a.k}).fns[0], c1);
+  CHECK(tl::counters().cache_hits == hits0);
+  CHECK(*cache.load(tl::runtime::EntryKind::CpuObject, key_a) != object_b);
+  tl::runtime::set_cache_dir("");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a kernel's code is freed with its last owner", "[runtime]") {
+  tl::runtime::set_cache_dir("");
+  float c = 5.0f + static_cast<float>(getpid() % 1000) / 1024.0f;
+  KernelBuilder b = affine(c);
+  int64_t live0 = rc::live_kernels();
+  {
+    rc::CompiledKernels first = rc::compile_kernels({&b.k});
+    CHECK(rc::live_kernels() == live0 + 1);
+    rc::CompiledKernels second = rc::compile_kernels({&b.k});  // shares the code
+    CHECK(rc::live_kernels() == live0 + 1);
+    CHECK(first.fns[0] == second.fns[0]);
+    first = {};
+    check_affine(second.fns[0], c);
+  }
+  CHECK(rc::live_kernels() == live0);
+  check_affine(rc::compile_kernels({&b.k}).fns[0], c);  // linked again after being freed
+  CHECK(rc::live_kernels() == live0);
+}
+
 #else
 TEST_CASE("jit tests are skipped without LLVM", "[runtime]") { WARN("built without LLVM"); }
 #endif

@@ -55,7 +55,7 @@ def _pipeline_settings(tmp_path, monkeypatch, **compile_kwargs):
     monkeypatch.setattr(config, "debug_dir", str(tmp_path))
     x = torch.randn(8)
     torchlite.compile(lambda t: torch.relu(t) + 1, **compile_kwargs)(x)
-    (pipeline,) = tmp_path.glob("*/pipeline.txt")
+    (pipeline,) = tmp_path.glob("run-*/*/pipeline.txt")
     line = next(s for s in pipeline.read_text().splitlines() if s.startswith("settings:"))
     return dict(kv.split("=", 1) for kv in line.split()[1:])
 

@@ -45,7 +45,7 @@ _PATH_SCRIPT = textwrap.dedent(
     args = tuple(a.to(device) for a in args)
     with torch.no_grad():
         torch.testing.assert_close(g(*args), f(*args), rtol=1e-4, atol=1e-4)
-    (folder,) = [p for p in glob.glob(debug_dir + "/*/pipeline.txt")]
+    (folder,) = [p for p in glob.glob(debug_dir + "/run-*/*/pipeline.txt")]
     folder = folder[: -len("pipeline.txt")]
     c = torchlite.counters()
     print(json.dumps({
@@ -130,7 +130,7 @@ def test_trace_writes_one_file_per_pass_and_the_mode(monkeypatch, tmp_path):
     monkeypatch.setattr(config, "debug_dir", str(tmp_path))
     x = torch.randn(16)
     torch.testing.assert_close(torchlite.compile(_fn, mode="max-autotune")(x), _fn(x))
-    (pipeline,) = tmp_path.glob("*/pipeline.txt")
+    (pipeline,) = tmp_path.glob("run-*/*/pipeline.txt")
     text = pipeline.read_text()
     assert text.startswith("mode: max-autotune\n")
     ran = [line.split(":")[0].strip() for line in text.splitlines() if line.endswith(": ran")]

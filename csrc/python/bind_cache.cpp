@@ -1,0 +1,83 @@
+// The on-disk kernel cache for `python -m torchlite.cache` and tests, and the
+// count of live JIT kernels (tests: code is freed with its last owner).
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "core/flags.h"
+#include "runtime/disk_cache.h"
+#ifdef TORCHLITE_HAVE_LLVM
+#include "runtime/cpu/jit.h"
+#endif
+
+namespace py = pybind11;
+
+namespace tl::python {
+namespace {
+runtime::EntryKind entry_kind(const std::string& kind) {
+  if (kind == "cpu") return runtime::EntryKind::CpuObject;
+  if (kind == "cuda") return runtime::EntryKind::CudaImage;
+  throw py::value_error("entry kind must be 'cpu' or 'cuda', not '" + kind + "'");
+}
+
+std::string configured_dir(const std::optional<std::string>& dir) {
+  return dir ? *dir : process_settings().cache_dir;
+}
+}  // namespace
+
+void bind_cache(py::module_& m) {
+  m.def(
+      "disk_cache_info",
+      [](std::optional<std::string> dir) {
+        runtime::DiskCacheInfo i =
+            runtime::disk_cache_info(configured_dir(dir), process_settings().cache_max_mb << 20);
+        py::dict d;
+        d["dir"] = i.dir;
+        d["problem"] = i.problem;
+        d["cpu_entries"] = i.cpu_entries;
+        d["cuda_entries"] = i.cuda_entries;
+        d["bytes"] = i.bytes;
+        d["max_bytes"] = i.max_bytes;
+        return d;
+      },
+      py::arg("dir") = py::none(),
+      "Entries and bytes of the disk cache at `dir` (default: the cache_dir setting); "
+      "'problem' says why the folder is not used ('' when it is).");
+  m.def(
+      "disk_cache_clear",
+      [](std::optional<std::string> dir) { return runtime::disk_cache_clear(configured_dir(dir)); },
+      py::arg("dir") = py::none(),
+      "Removes every entry (keeps the secret); the number of files removed, -1 for a folder "
+      "that is not trusted.");
+  m.def(
+      "_disk_cache_store",
+      [](const std::string& kind, const std::string& key, py::bytes data) {
+        runtime::DiskCache::configured().store(entry_kind(kind), key, std::string(data));
+      },
+      py::arg("kind"), py::arg("key"), py::arg("data"),
+      "Tests: stores an entry in the configured cache (best effort, as a compile does).");
+  m.def(
+      "_disk_cache_load",
+      [](const std::string& kind, const std::string& key) -> py::object {
+        auto data = runtime::DiskCache::configured().load(entry_kind(kind), key);
+        return data ? py::object(py::bytes(*data)) : py::object(py::none());
+      },
+      py::arg("kind"), py::arg("key"), "Tests: an entry of the configured cache, or None.");
+  m.def(
+      "_disk_cache_path",
+      [](const std::string& kind, const std::string& key) {
+        return runtime::DiskCache::configured().path(entry_kind(kind), key);
+      },
+      py::arg("kind"), py::arg("key"), "Tests: where an entry lives ('' if the cache is off).");
+  m.def(
+      "live_cpu_kernels",
+      [] {
+#ifdef TORCHLITE_HAVE_LLVM
+        return runtime::cpu::live_kernels();
+#else
+        return int64_t{0};
+#endif
+      },
+      "CPU kernels whose JIT code is mapped now.");
+}
+
+}  // namespace tl::python

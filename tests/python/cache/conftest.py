@@ -1,0 +1,78 @@
+"""Helpers of the disk-cache and dump tests: child processes with their own settings, and an
+attacker (another local user) that plants files."""
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchlite import _C
+
+ROOT = Path(__file__).resolve().parents[3]
+
+needs_cpu_kernels = pytest.mark.skipif(
+    not _C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op"
+)
+
+# A compiled function (argv: scale, size) checked against eager, called once (so cache_hits
+# counts kernels read from disk only, not guard hits); prints torchlite's counters.
+CHILD = r"""
+import json, sys, torch, torchlite
+scale, n = float(sys.argv[1]), int(sys.argv[2])
+def f(x):
+    return torch.sin(x) * scale + 1
+x = torch.randn(n)
+torch.testing.assert_close(torchlite.compile(f)(x), torch.sin(x) * scale + 1)
+print(json.dumps(torchlite.counters()))
+"""
+
+def run_child(env: dict, code: str = CHILD, args=(2.0, 64), timeout=120, umask=None):
+    """Runs `code` in a fresh interpreter with the given TORCHLITE_* settings; returns
+    (parsed last stdout line, stderr). Fails the test on a non-zero exit or a timeout."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("TORCHLITE_")}
+    full.update(env, PYTHONPATH=str(ROOT))
+    pre = (lambda: os.umask(umask)) if umask is not None else None
+    r = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        check=False,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=pre,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+def _attacker_uid():
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        return None
+    try:
+        return pwd.getpwnam("nobody").pw_uid
+    except KeyError:
+        return None
+
+
+ATTACKER_UID = _attacker_uid()
+needs_two_users = pytest.mark.skipif(
+    ATTACKER_UID is None, reason="needs root, setpriv and a 'nobody' user to play the attacker"
+)
+
+
+def as_attacker(script: str):
+    """Runs a shell script as another local user (nobody)."""
+    cmd = ["setpriv", f"--reuid={ATTACKER_UID}", f"--regid={ATTACKER_UID}", "--clear-groups"]
+    r = subprocess.run(
+        [*cmd, "sh", "-c", script], check=False, capture_output=True, text=True, timeout=30
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def entries(cache: Path, kind="cpu", suffix=".o"):
+    return sorted((cache / kind).glob("*" + suffix))
