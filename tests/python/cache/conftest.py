@@ -31,6 +31,7 @@ torch.testing.assert_close(torchlite.compile(f)(x), torch.sin(x) * scale + 1)
 print(json.dumps(torchlite.counters()))
 """
 
+
 def run_child(env: dict, code: str = CHILD, args=(2.0, 64), timeout=120, umask=None):
     """Runs `code` in a fresh interpreter with the given TORCHLITE_* settings; returns
     (parsed last stdout line, stderr). Fails the test on a non-zero exit or a timeout."""
@@ -76,3 +77,50 @@ def as_attacker(script: str):
 
 def entries(cache: Path, kind="cpu", suffix=".o"):
     return sorted((cache / kind).glob("*" + suffix))
+
+
+def fresh_sin(scale: float):
+    """sin(x) * scale + 1 as a new code object each call: once it is dropped, its kernels are
+    freed, so compiling the same body again reads the disk cache (in this process)."""
+    import torch
+
+    scope = {"torch": torch}
+    exec(f"def f(x):\n    return torch.sin(x) * {scale!r} + 1\n", scope)  # noqa: S102
+    return scope["f"]
+
+
+def compile_once(scale: float = 2.0, n: int = 64) -> dict:
+    """Compiles and runs a fresh function once (checked against eager) and drops it; returns
+    the counters' changes (cache_hits: kernels read from disk, since a single call has no
+    guard hit)."""
+    import gc
+
+    import torch
+
+    import torchlite
+
+    before = torchlite.counters()
+    f = fresh_sin(scale)
+    x = torch.randn(n)
+    torch.testing.assert_close(torchlite.compile(f)(x), torch.sin(x) * scale + 1)
+    after = torchlite.counters()
+    del f
+    gc.collect()
+    return {k: after[k] - before[k] for k in ("kernels", "cache_hits")}
+
+
+@pytest.fixture
+def use_cache(monkeypatch):
+    """Points this process's disk cache at a folder (compiles and _C._disk_cache_* calls)."""
+    import torchlite
+    from torchlite import settings
+
+    def use(folder, max_mb=None):
+        monkeypatch.setattr(torchlite.config, "cache_dir", str(folder))
+        if max_mb is not None:
+            monkeypatch.setattr(torchlite.config, "cache_max_mb", max_mb)
+        settings.apply_process_settings()
+
+    yield use
+    monkeypatch.undo()
+    settings.apply_process_settings()

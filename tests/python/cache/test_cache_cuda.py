@@ -6,8 +6,7 @@ in test_cache_robustness.py and tests/cpp/runtime/disk_cache_test.cpp."""
 import pytest
 from conftest import entries, run_child
 
-import torchlite
-from torchlite import _C, settings
+from torchlite import _C
 
 pytestmark = pytest.mark.cuda
 
@@ -36,16 +35,13 @@ def test_cubin_from_another_secret_is_not_loaded(tmp_path):
     assert c["cache_hits"] >= 1
 
 
-def test_cubin_the_driver_rejects_is_discarded_and_recompiled(tmp_path, monkeypatch):
+def test_cubin_the_driver_rejects_is_discarded_and_recompiled(tmp_path, use_cache):
     cache = tmp_path / "cache"
     run_child({"TORCHLITE_CACHE_DIR": str(cache)}, code=CUDA_CHILD, args=())
     keys = [p.stem for p in entries(cache, "cuda", ".cubin")]
-    monkeypatch.setattr(torchlite.config, "cache_dir", str(cache))
-    settings.apply_process_settings()
+    use_cache(cache)
     for k in keys:  # authenticated, but not an image the driver can load
         _C._disk_cache_store("cuda", k, b"not a cubin")
     c, err = run_child({"TORCHLITE_CACHE_DIR": str(cache)}, code=CUDA_CHILD, args=())
     assert c["cache_hits"] == 0, err
     assert all(_C._disk_cache_load("cuda", k) != b"not a cubin" for k in keys)
-    monkeypatch.undo()
-    settings.apply_process_settings()

@@ -1,15 +1,26 @@
 """Issue 26 items 1-3: nobody else can plant code in the kernel cache or redirect trace dumps.
 
 Two-user tests play the attacker as `nobody` (needs root); the others simulate a hostile folder
-by its mode, so they run everywhere."""
+by its mode, so they run everywhere. The victim is this process unless a fresh process is the
+point of the test."""
 
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import as_attacker, entries, needs_cpu_kernels, needs_two_users, run_child
+from conftest import (
+    as_attacker,
+    compile_once,
+    entries,
+    needs_cpu_kernels,
+    needs_two_users,
+    run_child,
+)
+
+import torchlite
 
 pytestmark = needs_cpu_kernels
 
@@ -20,97 +31,107 @@ def _mode(p: Path) -> int:
 
 @pytest.fixture
 def shared_tmp():
-    """A folder under the system temp that another user can traverse (mode 0755)."""
+    """A root-owned sticky folder (like /tmp) another user can reach."""
     base = Path(tempfile.mkdtemp(prefix="tl-two-users-"))
     base.chmod(0o755)
-    yield base
-    import shutil
-
+    sticky = base / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    yield sticky
     shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture
+def trace_into(monkeypatch):
+    def trace(folder):
+        monkeypatch.setattr(torchlite.config, "trace", True)
+        monkeypatch.setattr(torchlite.config, "debug_dir", str(folder))
+
+    return trace
+
+
 @needs_two_users
-def test_cache_folder_created_by_another_user_is_not_used(shared_tmp):
-    sticky = shared_tmp / "sticky"
-    sticky.mkdir()
-    sticky.chmod(0o1777)  # a /tmp-like folder: anyone may create, nobody may replace
-    cache = sticky / "cache"
-    # The attacker creates the victim's cache folder first and plants an entry in it.
+def test_cache_folder_created_by_another_user_is_not_used(shared_tmp, use_cache):
+    cache = shared_tmp / "cache"
+    # The attacker creates the victim's cache folder first and plants an entry and a secret.
     as_attacker(
-        f"mkdir -m 777 {cache} {cache}/cpu && head -c 4096 /dev/urandom > {cache}/secret && "
+        f"mkdir -m 777 {cache} {cache}/cpu && head -c 32 /dev/urandom > {cache}/secret && "
         f"printf 'planted' > {cache}/cpu/{'a' * 64}.o"
     )
-    c, err = run_child({"TORCHLITE_CACHE_DIR": str(cache)})
-    assert "not using the kernel cache" in err and "owned by another user" in err
-    assert c["cache_hits"] == 0
+    use_cache(cache)
+    with pytest.warns(RuntimeWarning, match="not using the kernel cache .*owned by another user"):
+        c = compile_once()
+    assert c["cache_hits"] == 0 and c["kernels"] > 0
     # The victim wrote nothing into the attacker's folder.
     assert all(p.stat().st_uid != os.geteuid() for p in cache.rglob("*"))
 
 
-def test_cache_folder_writable_by_others_is_not_used(tmp_path):
+def test_cache_folder_writable_by_others_is_not_used(tmp_path, use_cache):
     cache = tmp_path / "shared"
     cache.mkdir()
     cache.chmod(0o777)
-    for _ in range(2):
-        c, err = run_child({"TORCHLITE_CACHE_DIR": str(cache)})
-        assert "not using the kernel cache" in err and "writable by group or others" in err
-        assert c["cache_hits"] == 0
+    use_cache(cache)
+    with pytest.warns(RuntimeWarning, match="not using the kernel cache .*writable by group or"):
+        compile_once()
+    assert compile_once()["cache_hits"] == 0
     assert list(cache.iterdir()) == []
 
 
-def test_parent_folder_writable_by_others_makes_the_cache_unused(tmp_path):
+def test_parent_folder_writable_by_others_makes_the_cache_unused(tmp_path, use_cache):
     parent = tmp_path / "open"
     parent.mkdir()
     parent.chmod(0o777)  # whoever can write here can rename the cache folder and put theirs
-    _, err = run_child({"TORCHLITE_CACHE_DIR": str(parent / "cache")})
-    assert "not using the kernel cache" in err and str(parent) in err
+    use_cache(parent / "cache")
+    with pytest.warns(RuntimeWarning, match=f"not using the kernel cache .*{parent} is writable"):
+        compile_once()
 
 
-def test_entry_without_this_users_mac_is_never_loaded(tmp_path):
+def test_entry_without_this_users_mac_is_never_loaded(tmp_path, use_cache):
     mine, theirs = tmp_path / "mine", tmp_path / "theirs"
-    run_child({"TORCHLITE_CACHE_DIR": str(mine)})
-    run_child({"TORCHLITE_CACHE_DIR": str(theirs)})  # the same kernel under another secret
+    use_cache(theirs)
+    compile_once()  # the same kernel under another secret (another user's cache)
+    use_cache(mine)
+    compile_once()
     (entry,) = entries(mine)
     (foreign,) = entries(theirs)
     assert entry.name == foreign.name  # the key is public: derived from the kernel alone
     planted = foreign.read_bytes()
     entry.write_bytes(planted)
-    c, _ = run_child({"TORCHLITE_CACHE_DIR": str(mine)})
-    assert c["cache_hits"] == 0  # refused, compiled again...
-    assert entry.read_bytes() != planted  # ...and the entry rewritten under this user's secret
-    c, _ = run_child({"TORCHLITE_CACHE_DIR": str(mine)})
+    assert compile_once()["cache_hits"] == 0  # refused, compiled again...
+    assert entry.read_bytes() != planted  # ...and rewritten under this user's secret
+    c = compile_once()
     assert c["cache_hits"] == c["kernels"] > 0
 
 
-def test_cache_and_dump_folders_are_private_under_umask_000(tmp_path):
+def test_cache_and_dump_folders_are_private_under_umask_000(tmp_path, use_cache, trace_into):
     cache, dbg = tmp_path / "a" / "cache", tmp_path / "b" / "dbg"
-    run_child(
-        {
-            "TORCHLITE_CACHE_DIR": str(cache),
-            "TORCHLITE_TRACE": "1",
-            "TORCHLITE_DEBUG_DIR": str(dbg),
-        },
-        umask=0,
-    )
+    use_cache(cache)
+    trace_into(dbg)
+    old = os.umask(0)
+    try:
+        compile_once()
+    finally:
+        os.umask(old)
     made = [cache.parent, cache, *cache.rglob("*"), dbg.parent, dbg, *dbg.rglob("*")]
     assert any(p.suffix == ".ll" for p in made) and (cache / "secret").exists()
     for p in made:
         assert _mode(p) == (0o700 if p.is_dir() else 0o600), p
 
 
-def test_trace_refuses_a_debug_dir_others_can_write(tmp_path):
+def test_trace_refuses_a_debug_dir_others_can_write(tmp_path, trace_into):
     dbg = tmp_path / "dbg"
     dbg.mkdir()
     dbg.chmod(0o777)
-    _, err = run_child({"TORCHLITE_TRACE": "1", "TORCHLITE_DEBUG_DIR": str(dbg)})
-    assert "not writing trace output" in err
+    trace_into(dbg)
+    with pytest.warns(RuntimeWarning, match="not writing trace output"):
+        compile_once()
     assert list(dbg.iterdir()) == []
 
 
 def _plant_old_dump_names(folder: Path, victim: Path):
-    """Symlinks at every name the trace used to write to (predictable, shared folder)."""
+    """Symlinks at the names the trace used to write to (predictable, in a shared folder)."""
     return (
-        f"ln -s {victim} {folder}/0_f_line4 && ln -s {victim} {folder}/kernels && "
+        f"ln -s {victim} {folder}/0_f_line1 && ln -s {victim} {folder}/kernels && "
         f"ln -s {victim}/precious {folder}/pipeline.txt"
     )
 
@@ -123,34 +144,36 @@ def _check_dumps_went_to_a_fresh_folder(folder: Path, victim: Path):
     assert list(run.glob("*/pipeline.txt")) and list(run.glob("kernels/*.ll"))
 
 
+@pytest.fixture
+def victim(tmp_path):
+    v = tmp_path / "victim"
+    v.mkdir()
+    (v / "precious").write_text("keep me")
+    return v
+
+
 @needs_two_users
-def test_trace_never_writes_through_symlinks_another_user_planted(shared_tmp, tmp_path):
-    victim = tmp_path / "victim"
-    victim.mkdir()
-    (victim / "precious").write_text("keep me")
-    sticky = shared_tmp / "sticky"
-    sticky.mkdir()
-    sticky.chmod(0o1777)
-    as_attacker(_plant_old_dump_names(sticky, victim))
-    run_child({"TORCHLITE_TRACE": "1", "TORCHLITE_DEBUG_DIR": str(sticky)})
-    _check_dumps_went_to_a_fresh_folder(sticky, victim)
+def test_trace_never_writes_through_symlinks_another_user_planted(shared_tmp, victim, trace_into):
+    as_attacker(_plant_old_dump_names(shared_tmp, victim))
+    trace_into(shared_tmp)
+    compile_once()
+    _check_dumps_went_to_a_fresh_folder(shared_tmp, victim)
     # A debug folder the attacker made is refused outright.
-    theirs = sticky / "theirs"
+    theirs = shared_tmp / "theirs"
     as_attacker(f"mkdir -m 777 {theirs} && " + _plant_old_dump_names(theirs, victim))
-    _, err = run_child({"TORCHLITE_TRACE": "1", "TORCHLITE_DEBUG_DIR": str(theirs)})
-    assert "not writing trace output" in err and "owned by another user" in err
+    trace_into(theirs)
+    with pytest.warns(RuntimeWarning, match="not writing trace output.*owned by another user"):
+        compile_once()
     assert [p.name for p in victim.iterdir()] == ["precious"]
 
 
-def test_trace_writes_into_a_fresh_folder_per_process(tmp_path):
-    victim = tmp_path / "victim"
-    victim.mkdir()
-    (victim / "precious").write_text("keep me")
+def test_trace_writes_into_a_fresh_folder_per_process(tmp_path, victim):
     dbg = tmp_path / "dbg"
     dbg.mkdir(mode=0o700)
-    for name in ("0_f_line4", "kernels"):
+    for name in ("0_f_line1", "kernels"):
         (dbg / name).symlink_to(victim)
-    run_child({"TORCHLITE_TRACE": "1", "TORCHLITE_DEBUG_DIR": str(dbg)})
+    env = {"TORCHLITE_TRACE": "1", "TORCHLITE_DEBUG_DIR": str(dbg)}
+    run_child(env)
     _check_dumps_went_to_a_fresh_folder(dbg, victim)
-    run_child({"TORCHLITE_TRACE": "1", "TORCHLITE_DEBUG_DIR": str(dbg)})
+    run_child(env)
     assert len(list(dbg.glob("run-*"))) == 2
