@@ -114,7 +114,7 @@ struct Job {
   std::exception_ptr error;
 };
 
-// Writes a dump beside the others ("" for none); returns its path, "" when not written.
+// Writes a dump into `dir` ("" for none) and returns its path ("" when none).
 std::string write_ir(const std::string& dir, const Job& job, const std::string& suffix,
                      const std::string& text) {
   if (dir.empty()) return "";
