@@ -62,8 +62,10 @@ def test_batch_norm_statistics_in_channels_last_match_eager(shape):
 def test_long_batch_norm_rows_keep_their_epilogue_apart_and_match_eager():
     x = _cl(16, 32, 56, 56)  # 32 channels of 50176 points: rows too long to stay on chip
     s = summary(bn_train_silu, x)
-    assert s["kernel_count"] == 2
-    assert "reduce=0" in s["kernels"][1]  # the normalise + SiLU epilogue is a pointwise kernel
+    # Split statistics (partials, then a fold: three kernels), then the epilogue on its own.
+    assert s["kernel_count"] == 4
+    assert "reduce=0" in s["kernels"][-1]  # the normalise + SiLU epilogue is a pointwise kernel
+    assert all("reduce=0" not in k for k in s["kernels"][:-1])
     check_cl(bn_train_silu, x, atol=1e-4, rtol=1e-4)
 
 
@@ -139,3 +141,46 @@ def test_tiled_argmax_combines_indices_through_shared_memory():
     kernels = _cuda_kernels(lambda x: x.argmax(2), _cl(8, 64, 40, 3).permute(0, 2, 3, 1))
     sources = "\n".join(k[1] for k in kernels)
     assert "shi" in sources
+
+
+# ---- split reductions (few results, long rows): partials, then a fold ----
+
+
+def _kernels(fn, *args):
+    torchlite.reset()
+    before = torchlite.counters()["kernels"]
+    torchlite.compile(fn)(*args)
+    return torchlite.counters()["kernels"] - before
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_column_sum_and_mean_match_eager(dtype):
+    x = torch.randn(1 << 16, 24, dtype=dtype)
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-3, "rtol": 1e-4}
+    check(lambda x: (x.sum(0), x.mean(0, keepdim=True), x.sum(-2)), x, **tol)
+    assert _kernels(lambda x: x.sum(0), x) == 2
+
+
+def test_split_whole_tensor_sum_matches_eager():
+    check(lambda x: (x.sum(), torch.mean(x)), torch.randn(3, 1 << 16), atol=1e-2, rtol=1e-4)
+
+
+@pytest.mark.parametrize("correction", [0, 1])
+def test_split_var_mean_in_channels_last_matches_eager(correction):
+    x = _cl(16, 8, 48, 48) * 3 + 5  # |mean| > std: the combination must not cancel
+
+    def fn(x):
+        v, m = torch.var_mean(x, (0, 2, 3), correction=correction, keepdim=True)
+        return v, m, (x - m) * torch.rsqrt(v + 1e-5)
+
+    check_cl(fn, x, atol=1e-4, rtol=1e-4)
+    assert _kernels(fn, x) >= 3  # partials, the fold, the epilogue
+
+
+def test_split_var_mean_positional_and_without_keepdim_matches_eager():
+    check(lambda x: torch.var_mean(x, 0), torch.randn(1 << 16, 5), atol=1e-4, rtol=1e-4)
+    check(lambda x: torch.var_mean(x, [0, 1], True), torch.randn(512, 64, 3), atol=1e-4, rtol=1e-4)
+
+
+def test_short_reductions_are_not_split():
+    assert _kernels(lambda x: x.sum(0), torch.randn(1000, 37)) == 1
