@@ -28,10 +28,18 @@ ReduceSchedule choose_reduce_schedule(const LoopSpace& s, const std::vector<int>
   ReduceSchedule r;
   int64_t rows = product(s.outer), len = product(s.red);
   size_t last = s.outer.size() - 1, red_last = s.outer.size() + s.red.size() - 1;
-  // Slices: enough lanes to fill the machine, at most one per point and max_slices.
+  // NOTE: a tile needs only as many neighbouring rows as fill one memory sector
+  // (16 of bf16, 8 of f32): narrower tiles leave more lanes for slicing rows.
+  int widest = 1;
+  for (size_t b = 0; b < n_inputs && b < bytes.size(); ++b) widest = std::max(widest, bytes[b]);
+  int tile = 8;
+  while (tile < 32 && tile * widest < t.sector_bytes) tile *= 2;
+  r.tile_rows = tile;
+  // Slices: enough lanes to fill the machine, at most one per point and max_lanes a tile.
   int64_t want = int64_t(t.full_lanes) / std::max<int64_t>(rows, 1);
   int slices = 1;
-  while (slices < t.max_slices && slices < want && slices * 2 <= len) slices *= 2;
+  // NOTE: a slice keeps 8 points at least: the tile's combine costs log2(slices) steps.
+  while (slices * tile * 2 <= t.max_lanes && slices < want && slices * 16 <= len) slices *= 2;
   r.slices = slices;
   if (len <= kShortRow) {
     r.layout = RowLayout::Across;
@@ -47,9 +55,15 @@ ReduceSchedule choose_reduce_schedule(const LoopSpace& s, const std::vector<int>
     along += total / coalescing(s.strides[b][red_last], bytes[b], t.sector_bytes);
     across += total / coalescing(across_stride, bytes[b], t.sector_bytes);
   }
-  auto use = [&](double lanes) { return std::clamp(lanes / t.full_lanes, 1e-6, 1.0); };
-  r.cost_along = along / use(double(rows) * double(std::min<int64_t>(len, 1024)));
-  r.cost_across = across / use(double(rows) * slices);
+  // NOTE: a lane with several points keeps up to kLoadsInFlight loads in flight
+  // (its loop is unrolled), which counts as that many lanes for memory.
+  auto use = [&](double lanes, double points_per_lane) {
+    double in_flight = std::clamp(points_per_lane, 1.0, double(kLoadsInFlight));
+    return std::clamp(lanes * in_flight / t.full_lanes, 1e-6, 1.0);
+  };
+  double along_lanes = double(std::min<int64_t>(len, 1024));
+  r.cost_along = along / use(double(rows) * along_lanes, double(len) / along_lanes);
+  r.cost_across = across / use(double(rows) * slices, double(len) / slices);
   r.layout = r.cost_across < r.cost_along ? RowLayout::Across : RowLayout::Along;
   return r;
 }

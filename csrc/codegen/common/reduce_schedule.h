@@ -23,17 +23,19 @@ enum class RowLayout { Along, Across };
 struct ReduceSchedule {
   RowLayout layout = RowLayout::Along;
   int slices = 1;         // Across: lane groups splitting a row
+  int tile_rows = 32;     // Across: neighbouring rows a group of lanes takes
   double cost_along = 0;  // the estimates compared (byte-equivalents)
   double cost_across = 0;
 };
 
 struct ReduceTarget {
-  double full_lanes = 132 * 512;  // lanes that saturate memory bandwidth
-  int max_slices = 32;            // Across: 32 rows x 32 slices fill a 1024-thread block
-  int sector_bytes = 32;          // the unit memory is read in
+  double full_lanes = 132 * 2048;  // lanes that saturate memory bandwidth (an H100's threads)
+  int max_lanes = 1024;            // Across: tile_rows x slices lanes share their partials
+  int sector_bytes = 32;           // the unit memory is read in
 };
 
 constexpr int64_t kShortRow = 16;
+constexpr int kLoadsInFlight = 4;  // a lane's unrolled loop (the CUDA Tile's #pragma unroll 4)
 
 // `bytes[b]`: element size of buffer b of s.strides (inputs, then outputs;
 // index pseudo-buffers are not read from memory and may be left out).

@@ -38,33 +38,29 @@ const char* shuffle_type(ST t) {
 // The layout comes from the cost model (codegen/common/reduce_schedule.h):
 // lanes along a row (a warp per row up to 1024 elements; a block for longer
 // rows, or when too few rows fill the GPU with warps), or across rows (a thread
-// per row, or a Tile of 32 rows split between warps when rows are few).
+// per row, or a Tile of 8-32 rows split between lane groups when rows are few).
 Writer::Rows Writer::choose_rows() const {
   int64_t rows = product(s_.outer), len = product(s_.red);
-  std::vector<int> bytes;
-  for (size_t b = 0; b < n_memory(); ++b) bytes.push_back(elem_bytes(buffer_type(b)));
-  ReduceTarget t;
-  t.full_lanes = double(target_.multiprocessors) * 512;
-  ReduceSchedule r = choose_reduce_schedule(s_, bytes, k_.inputs.size(), t);
+  ReduceSchedule r = tile_schedule();
   if (r.layout == RowLayout::Across) return r.slices > 1 ? Rows::Tile : Rows::Thread;
   if (len > 1024 || (rows < int64_t{target_.multiprocessors} * 4 && len > 256)) return Rows::Block;
   return Rows::Warp;
 }
 
-int Writer::tile_slices() const {
+ReduceSchedule Writer::tile_schedule() const {
   std::vector<int> bytes;
   for (size_t b = 0; b < n_memory(); ++b) bytes.push_back(elem_bytes(buffer_type(b)));
+  // NOTE: every thread an SM holds: a memory-bound reduction needs them all in flight.
   ReduceTarget t;
-  t.full_lanes = double(target_.multiprocessors) * 512;
-  int slices = choose_reduce_schedule(s_, bytes, k_.inputs.size(), t).slices;
-  // NOTE: a tile keeps a value a thread of every reduction in shared memory;
-  // past 32 KiB (many or 64-bit reductions) fewer slices leave room for two blocks an SM.
+  t.full_lanes = double(target_.multiprocessors) * 2048;
+  // A tile keeps a value a thread of every reduction in shared memory: past 32 KiB
+  // (many or 64-bit reductions) fewer lanes a tile leave room for two blocks an SM.
   int per_thread = 0;
   for (const ir::Expr& e : k_.exprs)
     if (is_reduce(e.op))
       per_thread += is_arg_reduce(e.op) ? 8 + elem_bytes(type(e.operands[0])) : elem_bytes(e.type);
-  while (slices > 2 && 32 * slices * per_thread > 32 * 1024) slices /= 2;
-  return slices;
+  while (t.max_lanes > 64 && t.max_lanes * per_thread > 32 * 1024) t.max_lanes /= 2;
+  return choose_reduce_schedule(s_, bytes, k_.inputs.size(), t);
 }
 
 // Elements per pack of the vectorised entry: 16 bytes of the widest buffer
@@ -95,8 +91,11 @@ void Writer::reduction_kernel(const std::string& entry) {
   // for layer_norm(softmax(x) + x) over 8192x4096 bf16, which is compute-bound (76% with 256
   // threads): 63 us at 128 threads, 72 at 256, 92 at 512. (Before rows were vectorised and cached:
   // 0.097 ms at 256, 0.106 at 128, 0.129 at 512, 0.228 at 1024.)
-  slices_ = rows == Rows::Tile ? tile_slices() : 1;
-  block_ = rows == Rows::Tile                        ? 32 * slices_
+  if (rows == Rows::Tile) {
+    ReduceSchedule ts = tile_schedule();
+    slices_ = ts.slices, tile_rows_ = ts.tile_rows;
+  }
+  block_ = rows == Rows::Tile                        ? tile_rows_ * slices_
            : rows != Rows::Block                     ? 256
            : len > 16384                             ? 1024
            : len > 8192                              ? 512
@@ -136,11 +135,12 @@ void Writer::reduction_kernel(const std::string& entry) {
     case Rows::Tile: {
       // NOTE: every thread of a tile runs the loop (rows past the end too): the
       // slices combine through shared memory behind block barriers.
-      int64_t tiles = (n_rows + 31) / 32;
-      line("const unsigned lane = threadIdx.x & 31, slice = threadIdx.x >> 5;");
+      int64_t tiles = (n_rows + tile_rows_ - 1) / tile_rows_;
+      std::string tr = std::to_string(tile_rows_);
+      line("const unsigned lane = threadIdx.x % " + tr + ", slice = threadIdx.x / " + tr + ";");
       open("for (" + idx_ + " tile = blockIdx.x; tile < " + std::to_string(tiles) +
            "; tile += gridDim.x)");
-      line("const " + idx_ + " row = tile * 32 + lane;");
+      line("const " + idx_ + " row = tile * " + tr + " + lane;");
       out_.grid = std::clamp<int64_t>(tiles, 1, (int64_t{1} << 31) - 1);
       break;
     }
@@ -239,6 +239,7 @@ void Writer::reduce_pass(int p, Rows rows) {
         break;
       case Rows::Tile:
         open("if (row < " + std::to_string(product(s_.outer)) + ")");
+        line("#pragma unroll 4");  // independent loads in flight: the row is strided
         open("for (" + idx_ + " r = slice; r < " + len + "; r += " + std::to_string(slices_) + ")");
         loops = 2;
         break;
@@ -465,17 +466,24 @@ void Writer::combine(int i, Rows rows) {
     line("if (" + arg_better(e.op, t, ov, oi, a, ai) + ") { " + a + " = " + ov + "; " + ai + " = " +
          oi + "; }");
   };
-  if (rows == Rows::Tile) {  // slice s of the tile's row `lane` sits at sh[s * 32 + lane]
+  if (rows ==
+      Rows::Tile) {  // a tree over the slices: slice s of row `lane` at sh[s * tile_rows_ + lane]
+    std::string step = std::to_string(tile_rows_);
     line(sh + "[threadIdx.x] = " + a + ";");
     if (arg) line(shi + "[threadIdx.x] = " + ai + ";");
     line("__syncthreads();");
+    open("for (unsigned s = " + std::to_string(slices_ / 2) + "; s > 0; s >>= 1)");
+    open("if (slice < s)");
+    line("const " + T + " ov = " + sh + "[threadIdx.x + s * " + step + "];");
+    if (arg) line("const long long oi = " + shi + "[threadIdx.x + s * " + step + "];");
+    fold("ov", "oi");
+    line(sh + "[threadIdx.x] = " + a + ";");
+    if (arg) line(shi + "[threadIdx.x] = " + ai + ";");
+    close();
+    line("__syncthreads();");
+    close();
     line(a + " = " + sh + "[lane];");
     if (arg) line(ai + " = " + shi + "[lane];");
-    open("for (int w = 1; w < " + std::to_string(slices_) + "; ++w)");
-    line("const " + T + " ov = " + sh + "[w * 32 + lane];");
-    if (arg) line("const long long oi = " + shi + "[w * 32 + lane];");
-    fold("ov", "oi");
-    close();
     line("__syncthreads();  // the next reduction or tile rewrites " + sh);
     return;
   }

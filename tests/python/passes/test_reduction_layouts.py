@@ -121,12 +121,16 @@ def _cuda_kernels(fn, *args):
 
 @needs_nvrtc
 def test_squeeze_excitation_pooling_gets_a_tiled_schedule_on_cuda():
-    # N x C = 64 x 32 rows of 8 x 8 strided points: 32 rows a block, 32 warps splitting each row.
-    ((_, source, _, launch),) = _cuda_kernels(spatial_mean, _cl(64, 32, 8, 8))
+    # N x C = 64 x 32 rows of 56 x 56 strided bf16 points: 16 rows a tile (a 32-byte sector),
+    # 64 lane groups splitting each row, combined by a tree in shared memory.
+    ((_, source, _, launch),) = _cuda_kernels(
+        spatial_mean, _cl(64, 32, 56, 56, dtype=torch.bfloat16)
+    )
     assert launch["block"] == 1024
-    assert launch["grid"] == 64
-    assert "slice = threadIdx.x >> 5" in source
-    assert "r += 32" in source
+    assert launch["grid"] == 2048 // 16
+    assert "slice = threadIdx.x / 16" in source
+    assert "r += 64" in source
+    assert "if (slice < s)" in source
 
 
 @needs_nvrtc
