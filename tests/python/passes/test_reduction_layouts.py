@@ -31,6 +31,11 @@ def bn_train_silu(x):
     return F.silu((x - m) * torch.rsqrt(v + 1e-5))
 
 
+needs_cpu_kernels = pytest.mark.skipif(
+    not _C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op, unsplit"
+)
+
+
 def check_cl(fn, *args, **kwargs):
     """`check` without the fresh-input call, whose inputs would not be channels-last."""
     return check(fn, *args, fresh=False, **kwargs)
@@ -59,6 +64,7 @@ def test_batch_norm_statistics_in_channels_last_match_eager(shape):
     check_cl(bn_train_silu, _cl(*shape), atol=1e-4, rtol=1e-4)
 
 
+@needs_cpu_kernels
 def test_long_batch_norm_rows_keep_their_epilogue_apart_and_match_eager():
     x = _cl(16, 32, 56, 56)  # 32 channels of 50176 points: rows too long to stay on chip
     s = summary(bn_train_silu, x)
@@ -157,6 +163,7 @@ def _kernels(fn, *args):
     return torchlite.counters()["kernels"] - before
 
 
+@needs_cpu_kernels
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_split_column_sum_and_mean_match_eager(dtype):
     x = torch.randn(1 << 16, 24, dtype=dtype)
@@ -169,6 +176,7 @@ def test_split_whole_tensor_sum_matches_eager():
     check(lambda x: (x.sum(), torch.mean(x)), torch.randn(3, 1 << 16), atol=1e-2, rtol=1e-4)
 
 
+@needs_cpu_kernels
 @pytest.mark.parametrize("correction", [0, 1])
 def test_split_var_mean_in_channels_last_matches_eager(correction):
     x = _cl(16, 8, 48, 48) * 3 + 5  # |mean| > std: the combination must not cancel
@@ -186,5 +194,6 @@ def test_split_var_mean_positional_and_without_keepdim_matches_eager():
     check(lambda x: torch.var_mean(x, [0, 1], True), torch.randn(512, 64, 3), atol=1e-4, rtol=1e-4)
 
 
+@needs_cpu_kernels
 def test_short_reductions_are_not_split():
     assert _kernels(lambda x: x.sum(0), torch.randn(1000, 37)) == 1
