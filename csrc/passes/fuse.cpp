@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <set>
 
+#include "passes/dtype.h"
 #include "passes/fuse_plan.h"
+#include "passes/fusion_cost.h"
 
 namespace tl::passes {
 namespace {
@@ -209,8 +211,58 @@ class Fuser {
     }
     unit.push_back(n);
     if (!plan || reaches(outside_users(unit, gi, gi), gi)) return false;
+    if (!epilogue_pays(n, gi, *plan)) return false;
     commit(n, gi, std::move(*plan));
     return true;
+  }
+
+  // A reduction joining a pointwise group whose axes it reduces turns the
+  // group's values into a per-element epilogue of its rows: kept only when the
+  // cost model prices one kernel below the reduction and a pointwise kernel.
+  bool epilogue_pays(const Node* n, int gi, const Plan& p) {
+    const OpLowering& l = f_.lowerings.at(n);
+    const Group& g = f_.groups[gi];
+    if (l.kind != Kind::Reduction || l.full_result || g.nred != 0 || p.perm.empty()) return true;
+    EpilogueCase c;
+    size_t outer = p.shape.size() - p.nred;
+    for (size_t a = 0; a < p.shape.size(); ++a) (a < outer ? c.rows : c.row_len) *= p.shape[a];
+    std::vector<const Node*> full;  // inputs read at every point (not broadcast weights)
+    int64_t space = 1;
+    for (int64_t d : l.space) space *= d;
+    for (const Node* in : l.inputs) {
+      int64_t numel = 1;
+      for (int64_t d : sizes(in)) numel *= d;
+      if (numel == space) full.push_back(in);
+    }
+    c.in_bytes = bytes_per_point(full);
+    std::vector<const Node*> stored_members;
+    for (const Node* m : g.members)
+      if (stored(m, gi)) stored_members.push_back(m);
+    c.out_bytes = bytes_per_point(stored_members);
+    c.reduce_passes = reduction_depth(l.body);
+    return price_epilogue(c).fuse;
+  }
+
+  static double bytes_per_point(const std::vector<const Node*>& nodes) {
+    double b = 0;
+    for (const Node* n : nodes) {
+      auto t = n->meta ? scalar_type_of(n->meta->dtype.get()) : std::nullopt;
+      b += t ? ir::scalar_type_size(*t) : 4;
+    }
+    return std::max(b, 1.0);
+  }
+
+  // Passes over a row the body needs: reductions that read earlier reductions add one.
+  static int reduction_depth(const std::vector<ir::Expr>& body) {
+    std::vector<int> depth(body.size());
+    int most = 1;
+    for (size_t i = 0; i < body.size(); ++i) {
+      for (int o : body[i].operands)
+        if (o >= 0 && static_cast<size_t>(o) < i) depth[i] = std::max(depth[i], depth[o]);
+      depth[i] += ir::is_reduction(body[i].op);
+      most = std::max(most, depth[i]);
+    }
+    return most;
   }
 
   // Horizontal fusion of two consumer groups of n (now in gi) with one layout.

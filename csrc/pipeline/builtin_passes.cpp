@@ -8,6 +8,7 @@
 #include "passes/fold_batch_norm.h"
 #include "passes/functionalize.h"
 #include "passes/partition.h"
+#include "passes/split_reductions.h"
 #include "pipeline/pass_registry.h"
 
 namespace tl::pipeline {
@@ -46,6 +47,11 @@ std::vector<Pass> builtin_passes() {
        [](G& g, St& st) {
          counters().channels_last_convs += passes::channels_last(g, st.ctx.settings.channels_last);
        }},
+      {"torchlite.split_reductions",
+       {},
+       kAnyDevice,
+       nullptr,
+       [](G& g, St&) { passes::split_reductions(g); }},
       {"torchlite.partition",
        {},
        kAnyDevice,

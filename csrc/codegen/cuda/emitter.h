@@ -10,6 +10,7 @@
 
 #include "codegen/common/loop_space.h"
 #include "codegen/common/pass_plan.h"
+#include "codegen/common/reduce_schedule.h"
 #include "codegen/cuda/cuda_kernel.h"
 #include "codegen/cuda/scalar_text.h"
 
@@ -113,8 +114,10 @@ class Writer {
   std::string pair_element(int i);
 
   // reduce_text.cpp
-  enum class Rows { Thread, Warp, Block };
+  // Tile: 32 neighbouring rows a block, each split between slices_ warps.
+  enum class Rows { Thread, Warp, Block, Tile };
   Rows choose_rows() const;
+  ReduceSchedule tile_schedule() const;
   // Writes the entry `entry`: scalar, or vectorised when vec_ > 0.
   void reduction_kernel(const std::string& entry);
   bool reduce_vector_width(int* width) const;
@@ -150,7 +153,9 @@ class Writer {
   // values of the Loads that several passes read in `rc<expr>[cache_n_]`,
   // loaded by the first pass that reads them (cache_first_[i]; 0 = not cached).
   int cache_n_ = 0;
-  int vec_ = 0;  // elements per 16-byte pack in the vectorised reduction entry; 0 = scalar
+  int slices_ = 1;      // Tile rows: lane groups that split each row (choose_rows)
+  int tile_rows_ = 32;  // Tile rows: neighbouring rows of a tile
+  int vec_ = 0;         // elements per 16-byte pack in the vectorised reduction entry; 0 = scalar
   std::vector<int> cache_first_;
   bool pair_mode_ = false;         // pair evaluation (pair_text.cpp) in this entry
   int elem_ = 0;                   // the current scope's element in pair evaluation

@@ -9,6 +9,7 @@
 // two elements a step (pair_text.cpp).
 #include <algorithm>
 
+#include "codegen/common/reduce_schedule.h"
 #include "codegen/cuda/emitter.h"
 #include "core/errors.h"
 
@@ -34,22 +35,32 @@ const char* shuffle_type(ST t) {
 }
 }  // namespace
 
-// Thread per row when the rows are short or the reduction walks a strided axis
-// while neighbouring rows are contiguous (a column sum: neighbouring threads
-// then read neighbouring elements); warp per row for rows up to 1024 elements;
-// block per row for longer rows, or when there are too few rows to fill the
-// GPU with warps.
+// The layout comes from the cost model (codegen/common/reduce_schedule.h):
+// lanes along a row (a warp per row up to 1024 elements; a block for longer
+// rows, or when too few rows fill the GPU with warps), or across rows (a thread
+// per row, or a Tile of 8-32 rows split between lane groups when rows are few).
 Writer::Rows Writer::choose_rows() const {
   int64_t rows = product(s_.outer), len = product(s_.red);
-  size_t last = s_.outer.size() - 1, red_last = s_.outer.size() + s_.red.size() - 1;
-  bool contiguous_red = false, contiguous_outer = false;
-  for (int b = 0; b < n_in_; ++b) {
-    contiguous_red |= s_.strides[b][red_last] == 1;
-    contiguous_outer |= s_.strides[b][last] == 1 && s_.outer[last] > 1;
-  }
-  if ((!contiguous_red && contiguous_outer) || len <= 16) return Rows::Thread;
+  ReduceSchedule r = tile_schedule();
+  if (r.layout == RowLayout::Across) return r.slices > 1 ? Rows::Tile : Rows::Thread;
   if (len > 1024 || (rows < int64_t{target_.multiprocessors} * 4 && len > 256)) return Rows::Block;
   return Rows::Warp;
+}
+
+ReduceSchedule Writer::tile_schedule() const {
+  std::vector<int> bytes;
+  for (size_t b = 0; b < n_memory(); ++b) bytes.push_back(elem_bytes(buffer_type(b)));
+  // NOTE: every thread an SM holds: a memory-bound reduction needs them all in flight.
+  ReduceTarget t;
+  t.full_lanes = double(target_.multiprocessors) * 2048;
+  // A tile keeps a value a thread of every reduction in shared memory: past 32 KiB
+  // (many or 64-bit reductions) fewer lanes a tile leave room for two blocks an SM.
+  int per_thread = 0;
+  for (const ir::Expr& e : k_.exprs)
+    if (is_reduce(e.op))
+      per_thread += is_arg_reduce(e.op) ? 8 + elem_bytes(type(e.operands[0])) : elem_bytes(e.type);
+  while (t.max_lanes > 64 && t.max_lanes * per_thread > 32 * 1024) t.max_lanes /= 2;
+  return choose_reduce_schedule(s_, bytes, k_.inputs.size(), t);
 }
 
 // Elements per pack of the vectorised entry: 16 bytes of the widest buffer
@@ -57,7 +68,9 @@ Writer::Rows Writer::choose_rows() const {
 // block's row. Those buffers are read and written in packs, so each row's
 // start must stay pack-aligned and the row must be whole packs.
 bool Writer::reduce_vector_width(int* width) const {
-  if (choose_rows() == Rows::Thread || s_.red.size() != 1 || gathers_ > 0) return false;
+  Rows rows = choose_rows();
+  if (rows == Rows::Thread || rows == Rows::Tile || s_.red.size() != 1 || gathers_ > 0)
+    return false;
   int v = pack_width(s_.outer.size());
   if (v == 0 || s_.red[0] % v != 0) return false;
   *width = v;
@@ -78,20 +91,28 @@ void Writer::reduction_kernel(const std::string& entry) {
   // for layer_norm(softmax(x) + x) over 8192x4096 bf16, which is compute-bound (76% with 256
   // threads): 63 us at 128 threads, 72 at 256, 92 at 512. (Before rows were vectorised and cached:
   // 0.097 ms at 256, 0.106 at 128, 0.129 at 512, 0.228 at 1024.)
-  block_ = rows != Rows::Block                       ? 256
+  if (rows == Rows::Tile) {
+    ReduceSchedule ts = tile_schedule();
+    slices_ = ts.slices, tile_rows_ = ts.tile_rows;
+  }
+  block_ = rows == Rows::Tile                        ? tile_rows_ * slices_
+           : rows != Rows::Block                     ? 256
            : len > 16384                             ? 1024
            : len > 8192                              ? 512
            : len > 2048 && len <= 128 * kCacheValues ? 128
                                                      : 256;
   std::string b = std::to_string(block_), nr = std::to_string(n_rows);
   open_kernel(entry, block_);
-  if (rows == Rows::Block) {
+  if (rows == Rows::Block || rows == Rows::Tile) {
+    // Block rows: a value a warp; tiles: a value a thread (slice x row).
+    std::string n = rows == Rows::Block ? "32" : b;
     for (size_t i = 0; i < k_.exprs.size(); ++i) {
       const ir::Expr& e = k_.exprs[i];
       if (!is_reduce(e.op)) continue;
       ST t = is_arg_reduce(e.op) ? type(e.operands[0]) : e.type;
-      line("__shared__ " + std::string(reg_type(t)) + " sh" + std::to_string(i) + "[32];");
-      if (is_arg_reduce(e.op)) line("__shared__ long long shi" + std::to_string(i) + "[32];");
+      line("__shared__ " + std::string(reg_type(t)) + " sh" + std::to_string(i) + "[" + n + "];");
+      if (is_arg_reduce(e.op))
+        line("__shared__ long long shi" + std::to_string(i) + "[" + n + "];");
     }
   }
   std::string tid = "(" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x";
@@ -111,6 +132,18 @@ void Writer::reduction_kernel(const std::string& entry) {
       open("for (" + idx_ + " row = blockIdx.x; row < " + nr + "; row += gridDim.x)");
       out_.grid = std::clamp<int64_t>(n_rows, 1, (int64_t{1} << 31) - 1);
       break;
+    case Rows::Tile: {
+      // NOTE: every thread of a tile runs the loop (rows past the end too): the
+      // slices combine through shared memory behind block barriers.
+      int64_t tiles = (n_rows + tile_rows_ - 1) / tile_rows_;
+      std::string tr = std::to_string(tile_rows_);
+      line("const unsigned lane = threadIdx.x % " + tr + ", slice = threadIdx.x / " + tr + ";");
+      open("for (" + idx_ + " tile = blockIdx.x; tile < " + std::to_string(tiles) +
+           "; tile += gridDim.x)");
+      line("const " + idx_ + " row = tile * " + tr + " + lane;");
+      out_.grid = std::clamp<int64_t>(tiles, 1, (int64_t{1} << 31) - 1);
+      break;
+    }
   }
   (void)len;
   offsets("b", "row", s_.outer, 0, "");
@@ -131,7 +164,10 @@ void Writer::reduction_kernel(const std::string& entry) {
   bool any = false;
   for (int p : plan_.out_pass) any |= p == 0;
   if (any) {
-    if (rows != Rows::Thread) open(rows == Rows::Warp ? "if (lane == 0)" : "if (threadIdx.x == 0)");
+    if (rows != Rows::Thread)
+      open(rows == Rows::Warp   ? "if (lane == 0)"
+           : rows == Rows::Tile ? "if (row < " + nr + " && slice == 0)"
+                                : "if (threadIdx.x == 0)");
     store_outputs(0, [&](size_t o, const std::string& v, const std::string&) {
       line("out" + std::to_string(o) + "[b" + std::to_string(n_in_ + o) + "] = " + v + ";");
     });
@@ -200,6 +236,12 @@ void Writer::reduce_pass(int p, Rows rows) {
       case Rows::Block:
         open("for (" + idx_ + " r = threadIdx.x; r < " + len + "; r += " + std::to_string(block_) +
              ")");
+        break;
+      case Rows::Tile:
+        open("if (row < " + std::to_string(product(s_.outer)) + ")");
+        line("#pragma unroll 4");  // independent loads in flight: the row is strided
+        open("for (" + idx_ + " r = slice; r < " + len + "; r += " + std::to_string(slices_) + ")");
+        loops = 2;
         break;
     }
   }
@@ -335,7 +377,7 @@ void Writer::plan_row_cache(Rows rows) {
   size_t n = k_.exprs.size();
   cache_first_.assign(n, 0);
   cache_n_ = 0;
-  if (rows == Rows::Thread || plan_.n_passes < 2) return;
+  if (rows == Rows::Thread || rows == Rows::Tile || plan_.n_passes < 2) return;
   int64_t threads = (rows == Rows::Warp ? 32 : block_) * std::max(vec_, 1);
   int64_t per_thread = (product(s_.red) + threads - 1) / threads * std::max(vec_, 1);
   if (per_thread > kCacheValues) return;
@@ -414,6 +456,7 @@ void Writer::combine(int i, Rows rows) {
   bool arg = is_arg_reduce(e.op);
   ST t = arg ? type(e.operands[0]) : e.type;
   std::string T = reg_type(t), a = acc_[i], ai = a + "i";
+  std::string sh = "sh" + std::to_string(i), shi = "shi" + std::to_string(i);
   // Folds the value `ov` (and index `oi`) into the accumulator.
   auto fold = [&](const std::string& ov, const std::string& oi) {
     if (!arg) {
@@ -423,6 +466,27 @@ void Writer::combine(int i, Rows rows) {
     line("if (" + arg_better(e.op, t, ov, oi, a, ai) + ") { " + a + " = " + ov + "; " + ai + " = " +
          oi + "; }");
   };
+  if (rows ==
+      Rows::Tile) {  // a tree over the slices: slice s of row `lane` at sh[s * tile_rows_ + lane]
+    std::string step = std::to_string(tile_rows_);
+    line(sh + "[threadIdx.x] = " + a + ";");
+    if (arg) line(shi + "[threadIdx.x] = " + ai + ";");
+    line("__syncthreads();");
+    open("for (unsigned s = " + std::to_string(slices_ / 2) + "; s > 0; s >>= 1)");
+    open("if (slice < s)");
+    line("const " + T + " ov = " + sh + "[threadIdx.x + s * " + step + "];");
+    if (arg) line("const long long oi = " + shi + "[threadIdx.x + s * " + step + "];");
+    fold("ov", "oi");
+    line(sh + "[threadIdx.x] = " + a + ";");
+    if (arg) line(shi + "[threadIdx.x] = " + ai + ";");
+    close();
+    line("__syncthreads();");
+    close();
+    line(a + " = " + sh + "[lane];");
+    if (arg) line(ai + " = " + shi + "[lane];");
+    line("__syncthreads();  // the next reduction or tile rewrites " + sh);
+    return;
+  }
   open("for (int s = 16; s > 0; s >>= 1)");
   line("const " + T + " ov = (" + T + ")__shfl_xor_sync(0xffffffffu, (" + shuffle_type(t) + ")" +
        a + ", s);");
@@ -430,7 +494,6 @@ void Writer::combine(int i, Rows rows) {
   fold("ov", "oi");
   close();
   if (rows != Rows::Block) return;
-  std::string sh = "sh" + std::to_string(i), shi = "shi" + std::to_string(i);
   open("if ((threadIdx.x & 31) == 0)");
   line(sh + "[threadIdx.x >> 5] = " + a + ";");
   if (arg) line(shi + "[threadIdx.x >> 5] = " + ai + ";");

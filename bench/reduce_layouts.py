@@ -1,0 +1,108 @@
+"""Reductions in every layout on the GPU: eager vs torchlite vs torch.compile (inductor), one
+process, sampled in turns (bench/gpu.py's method), plus each case's kernel schedule and the
+per-kernel check against eager (bench/kernel_check.py).
+
+    python bench/reduce_layouts.py [--quick] [--skip-inductor] [--no-kernel-check]
+
+Cases: a squeeze-excitation pooling (SiLU then a spatial mean) and batch-norm training
+statistics + SiLU over a channels-last 64x32x112x112 bf16 activation (the issue's 5.4 ms
+kernel), a spatial mean with more channels, column sums, a multi-axis sum and short rows.
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+import gpu
+import kernel_check
+import torch
+import torch.nn.functional as F
+
+import torchlite
+
+BF16 = torch.bfloat16
+
+
+def se_pool(x):
+    return F.silu(x).mean((2, 3), keepdim=True)
+
+
+def bn_stats_silu(x):
+    v, m = torch.var_mean(x, (0, 2, 3), keepdim=True, correction=0)
+    return F.silu((x - m) * torch.rsqrt(v + 1e-5))
+
+
+def cases(quick):
+    n = 8 if quick else 64
+
+    def cl(*shape, dtype=BF16):
+        return torch.randn(*shape, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+
+    yield f"SE pool cl {n}x32x112x112 bf16", se_pool, (cl(n, 32, 112, 112),)
+    yield f"BN stats+SiLU cl {n}x32x112x112", bn_stats_silu, (cl(n, 32, 112, 112),)
+    yield f"spatial mean cl {n}x256x28x28", lambda x: x.mean((2, 3)), (cl(n, 256, 28, 28),)
+    yield "column sum 1Mx64 f32", lambda x: x.sum(0), (torch.randn(1 << 20, 64, device="cuda"),)
+    yield (
+        "column sum 65536x1024 bf16",
+        lambda x: x.sum(0),
+        (torch.randn(65536, 1024, device="cuda", dtype=BF16),),
+    )
+    yield (
+        "sum (0,2) 256x64x4096 f32",
+        lambda x: x.sum((0, 2)),
+        (torch.randn(256, 64, 4096, device="cuda"),),
+    )
+    yield (
+        "short rows 4Mx8 bf16",
+        lambda x: x.sum(-1),
+        (torch.randn(1 << 22, 8, device="cuda", dtype=BF16),),
+    )
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-inductor", action="store_true")
+    ap.add_argument("--no-kernel-check", action="store_true")
+    a = ap.parse_args()
+    props = torch.cuda.get_device_properties(0)
+    print(f"torch {torch.__version__}, {props.name}, {props.multi_processor_count} SMs")
+    print(
+        f"{'case':34} {'eager ms':>9} {'torchlite':>10} {'inductor':>9} {'eager/tl':>9}"
+        f" {'ind/tl':>7} {'kernels':>7} {'tl err':>8}",
+        flush=True,
+    )
+    checks = []
+    with torch.no_grad():
+        for name, fn, args in cases(a.quick):
+            torchlite.reset()
+            before = torchlite.counters()["kernels"]
+            tl = torchlite.compile(fn)
+            tl(*args)
+            kernels = torchlite.counters()["kernels"] - before
+            err = gpu.rel_err(tl(*args), fn(*args))
+            ind_ms = float("nan")
+            if a.skip_inductor:
+                eager, tl_ms = gpu.interleaved_ms([fn, tl], args)
+            else:
+                ind = torch.compile(fn)
+                ind(*args)
+                eager, tl_ms, ind_ms = gpu.interleaved_ms([fn, tl, ind], args)
+                torch._dynamo.reset()
+            print(
+                f"{name:34} {eager:9.3f} {tl_ms:10.3f} {ind_ms:9.3f} {eager / tl_ms:8.2f}x"
+                f" {ind_ms / tl_ms:6.2f}x {kernels:7d} {err:8.1e}",
+                flush=True,
+            )
+            if not a.no_kernel_check:
+                checks.append((name, kernel_check.check_kernels(fn, args)))
+    losers = []
+    for name, rows in checks:
+        losers += kernel_check.report(name[:24], rows, 1.05)
+    if checks:
+        print(f"# kernel check: {len(losers)} kernel(s) slower than their eager ops")
+
+
+if __name__ == "__main__":
+    main()
