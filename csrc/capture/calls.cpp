@@ -57,6 +57,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
     case VKind::Module:
       return call_module(fn, std::move(args), std::move(kwargs));
     case VKind::Object: {
+      if (is_lru_cache_wrapper(fn->obj.get())) {
+        if (fn->source) ctx_.guards().add_id_match(fn->source, fn->obj.get());
+        return call_lru_cached(fn->obj.get(), args, kwargs);
+      }
       PyRef call_name = PyRef::steal(PyUnicode_FromString("__call__"));
       PyObject* impl = _PyType_Lookup(Py_TYPE(fn->obj.get()), call_name.get());
       if (!impl || !PyFunction_Check(impl))

@@ -8,6 +8,7 @@
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
+#include "capture/user_exception.h"
 #include "capture/warning_call.h"
 #include "core/errors.h"
 
@@ -45,7 +46,69 @@ PyObject* class_of(const ValuePtr& v) {  // borrowed
   return nullptr;
 }
 
+bool from_typing(PyObject* obj) {  // List[int], Optional: immutable once made
+  return attr_str(reinterpret_cast<PyObject*>(Py_TYPE(obj)), "__module__") == "typing";
+}
+
 }  // namespace
+
+bool detail::is_lru_cache_wrapper(PyObject* fn) {  // functools.lru_cache / functools.cache
+  static PyObject* type = module_attr("functools", "_lru_cache_wrapper");
+  return type && PyType_Check(type) &&
+         PyObject_TypeCheck(fn, reinterpret_cast<PyTypeObject*>(type));
+}
+
+// A call of an lru_cache-wrapped function. With arguments known at trace time, the wrapper
+// itself runs (so the cache fills exactly as in eager, and an impure body runs when eager
+// would run it: on a miss); objects among them are pinned by identity, as the cache keys
+// them. Otherwise the wrapped function is inlined, as Dynamo does: a cache keyed on fresh
+// tensors would miss on every call anyway.
+ValuePtr Tracer::call_lru_cached(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs) {
+  std::vector<ValuePtr> real;
+  auto known = [&](const ValuePtr& v) -> PyRef {
+    if (v->is_const()) return v->obj;
+    if ((v->kind == VKind::Object || v->kind == VKind::Module) && v->source && !v->attrs) {
+      ctx_.guards().add_id_match(v->source, v->obj.get());
+      return v->obj;
+    }
+    return {};
+  };
+  bool all_known = true;
+  for (auto& a : args) {
+    PyRef r = known(a);
+    if (!r) all_known = false;
+    real.push_back(Value::constant(r ? r : none()->obj));
+  }
+  KwArgs real_kw;
+  for (auto& [k, v] : kwargs) {
+    PyRef r = known(v);
+    if (!r) all_known = false;
+    real_kw.emplace_back(k, Value::constant(r ? r : none()->obj));
+  }
+  if (!all_known) {
+    PyRef wrapped = PyRef::steal(PyObject_GetAttrString(fn, "__wrapped__"));
+    if (!wrapped) throw PythonError();
+    return call(Value::constant(wrapped), std::move(args), std::move(kwargs));
+  }
+  PyRef pos = PyRef::steal(PyTuple_New(real.size()));
+  if (!pos) throw PythonError();
+  for (size_t i = 0; i < real.size(); ++i)
+    PyTuple_SET_ITEM(pos.get(), i, PyRef(real[i]->obj).release());
+  PyRef kw;
+  if (!real_kw.empty()) {
+    kw = PyRef::steal(PyDict_New());
+    for (auto& [k, v] : real_kw)
+      if (!kw || PyDict_SetItemString(kw.get(), k.c_str(), v->obj.get()) < 0) throw PythonError();
+  }
+  PyRef r = PyRef::steal(PyObject_Call(fn, pos.get(), kw.get()));
+  if (!r) raise_current_error(callable_desc(fn) + " raised while tracing");
+  PyObject* o = r.get();
+  if (is_immutable_constant(o) || from_typing(o) || PyType_Check(o) || PyFunction_Check(o) ||
+      PyCFunction_Check(o))
+    return Value::constant(r);
+  // NOTE: eager returns this very object on every hit, so traced code reads and mutates it.
+  return ctx_.wrap(o, ir::Source::held(r, "lru_cache result of " + callable_desc(fn)));
+}
 
 std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
                                              std::vector<ValuePtr>& args, KwArgs& kwargs) {
@@ -91,6 +154,7 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
   }
   if (self) return std::nullopt;
 
+  if (is_lru_cache_wrapper(fn)) return call_lru_cached(fn, args, kwargs);
   if (is_autocast_class(fn)) return construct_autocast(ctx_, globals_, fn, args, kwargs);
   if (is_autocast_decorated(fn)) return inline_function(fn, nullptr, nullptr, args, kwargs);
 

@@ -106,6 +106,7 @@ class Tracer {
   // torch.finfo, logging calls, object.__setattr__...); nullopt when `fn` is none of them.
   std::optional<ValuePtr> call_library(PyObject* fn, const ValuePtr& self,
                                        std::vector<ValuePtr>& args, KwArgs& kwargs);
+  ValuePtr call_lru_cached(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs);
   // Starts the handler covering instruction `index` for an exception raised by
   // it (CPython's exception-table unwinding); false when no handler covers it.
   bool enter_handler(size_t index, const UserException& e);
