@@ -5,7 +5,7 @@ the graph/break count."""
 
 import functools
 import math
-from typing import Optional
+import typing
 
 import torch
 from helpers import check
@@ -101,10 +101,10 @@ def _apply(x, hint: torch.Tensor | None = None):
 
 def test_typing_generics_as_values_and_passed_through():
     def fn(x):
-        kinds = (list[int], Optional[torch.Tensor])
+        kinds = (typing.List[int], typing.Optional[torch.Tensor])  # noqa: UP006, UP045
         y = _apply(x * 2, None)
         return y, kinds[0], kinds[1]
 
     out = check(fn, torch.randn(3))(torch.randn(3))
-    assert out[1] is list[int] and out[2] == Optional[torch.Tensor]
+    assert out[1] is typing.List[int] and out[2] == typing.Optional[torch.Tensor]  # noqa: UP006, UP045
     assert _graphs_and_breaks(fn, torch.randn(3)) == (1, 0)
