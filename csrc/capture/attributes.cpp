@@ -160,6 +160,7 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
     dict_set(obj->attrs, key.get(), v);
     return;
   }
+  if (is_fresh_module(obj)) return store_fresh_module_attr(obj, name, v);
   graph_break("unsupported_side_effect", "attribute assignment on a " + obj->type_name());
 }
 

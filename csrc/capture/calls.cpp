@@ -36,6 +36,17 @@ bool is_torch_operator(PyObject* f) {  // borrows
   return is_op;
 }
 
+// collections.OrderedDict itself (a C type): made like a dict subclass, with symbolic items.
+bool is_ordered_dict_class(PyObject* f) {
+  static PyObject* od = [] {
+    PyRef m = PyRef::steal(PyImport_ImportModule("collections"));
+    PyObject* t = m ? PyObject_GetAttrString(m.get(), "OrderedDict") : nullptr;
+    if (!t) throw PythonError();
+    return t;  // NOTE: kept for the process lifetime, like the collections module
+  }();
+  return f == od;
+}
+
 }  // namespace
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwargs) {
@@ -136,9 +147,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
     return p;
   }
   if (PyType_Check(f)) {
-    if (is_module_type(f))
-      graph_break("unsupported_callable",
-                  "constructing an nn.Module (" + qual + ") in traced code");
+    if (is_module_type(f)) return construct_module(f, std::move(args), std::move(kwargs));
     if (f == api.size_type.get() || f == api.device_type.get() ||
         f == reinterpret_cast<PyObject*>(&PyRange_Type) ||
         f == reinterpret_cast<PyObject*>(&PySlice_Type)) {
@@ -159,7 +168,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
                   "constructing " + qual + ", a namedtuple subclass with its own __new__/__init__");
     return make_namedtuple(f, args, kwargs);
   }
-  if (is_plain_user_class(f)) return construct_object(f, std::move(args), std::move(kwargs));
+  if (is_plain_user_class(f) || is_ordered_dict_class(f))
+    return construct_object(f, std::move(args), std::move(kwargs));
   if (is_torch_function(f)) {
     if (is_side_effecting_torch_fn(f))
       graph_break("unsupported_callable",

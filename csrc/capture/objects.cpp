@@ -9,6 +9,7 @@
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
+#include "capture/user_exception.h"
 #include "core/errors.h"
 
 namespace tl::capture {
@@ -170,6 +171,32 @@ std::optional<ValuePtr> Tracer::created_object_method(const ValuePtr& self, cons
     if (name == "__init__" || name == "update") {
       std::vector<ValuePtr> a = args;
       call_method_on(self->mapping, "update", a, kwargs);
+      return none();
+    }
+    if (name == "move_to_end" || name == "popitem") {  // OrderedDict's own; `last` picks the end
+      bool ordered = PyObject_HasAttrString(self->obj.get(), "move_to_end");
+      ValuePtr last = name == "move_to_end" ? (args.size() > 1 ? args[1] : nullptr)
+                                            : (!args.empty() ? args[0] : nullptr);
+      for (auto& [k, v] : kwargs)
+        if (k == "last") last = v;
+      if (!ordered || (last && !last->is_const()) || (!args.empty() && !args[0]->is_const()))
+        graph_break("unsupported_callable", std::string(Py_TYPE(self->obj.get())->tp_name) + "." +
+                                                name + "() with a traced `last`");
+      bool at_end = !last || PyObject_IsTrue(last->obj.get());
+      ValuePtr& m = self->mapping;
+      if (m->keys.empty() && name == "popitem") raise_user(PyExc_KeyError, "dictionary is empty");
+      int i = name == "popitem" ? (at_end ? static_cast<int>(m->keys.size()) - 1 : 0)
+                                : (args.empty() ? -1 : dict_find(m, args[0]->obj.get()));
+      if (i < 0)
+        raise_user_arg(PyExc_KeyError, args.empty() ? Py_None : args[0]->obj.get(),
+                       "KeyError in move_to_end");
+      PyRef key = m->keys[i];
+      ValuePtr item = m->items[i];
+      m->keys.erase(m->keys.begin() + i);
+      m->items.erase(m->items.begin() + i);
+      if (name == "popitem") return Value::tuple({Value::constant(key), item});
+      m->keys.insert(at_end ? m->keys.end() : m->keys.begin(), key);
+      m->items.insert(at_end ? m->items.end() : m->items.begin(), item);
       return none();
     }
     return call_method_on(self->mapping, name, args, kwargs);

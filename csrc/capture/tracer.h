@@ -96,6 +96,13 @@ class Tracer {
   std::optional<ValuePtr> custom_getattr(const ValuePtr& obj, const std::string& name);
   ValuePtr make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   ValuePtr construct_object(PyObject* cls, std::vector<ValuePtr> args, KwArgs kwargs);
+  // module_construct.cpp: nn.Module instances built by traced code (made for real at trace
+  // time; `flag` set on their value), torch.nn code run on them, and their attribute writes.
+  static bool is_fresh_module(const ValuePtr& v);
+  ValuePtr construct_module(PyObject* cls, std::vector<ValuePtr> args, KwArgs kwargs);
+  std::optional<ValuePtr> fresh_module_call(PyObject* func, const std::vector<ValuePtr>& args,
+                                            const KwArgs& kwargs);
+  void store_fresh_module_attr(const ValuePtr& m, const std::string& name, const ValuePtr& v);
   // objects.cpp: objects made by traced code (dataclasses, ModelOutput) and dunder dispatch.
   ValuePtr construct_model_output(PyObject* cls, std::vector<ValuePtr>& args, KwArgs& kwargs);
   std::optional<ValuePtr> created_object_method(const ValuePtr& self, const std::string& name,

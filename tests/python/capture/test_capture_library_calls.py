@@ -6,7 +6,9 @@ the graph/break count."""
 import functools
 import math
 import typing
+from collections import OrderedDict
 
+import pytest
 import torch
 from helpers import check
 
@@ -108,3 +110,156 @@ def test_typing_generics_as_values_and_passed_through():
     out = check(fn, torch.randn(3))(torch.randn(3))
     assert out[1] is typing.List[int] and out[2] == typing.Optional[torch.Tensor]  # noqa: UP006, UP045
     assert _graphs_and_breaks(fn, torch.randn(3)) == (1, 0)
+
+
+# --- nn.Module instances built inside forward ----------------------------------------------------
+
+REGISTERED = []
+
+
+class SiLUActivation(torch.nn.Module):
+    """transformers' old activation class: no __init__ of its own."""
+
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+
+
+class ScaledAct(torch.nn.Module):
+    def __init__(self, alpha=1.0, inner=None):
+        super().__init__()
+        self.alpha = alpha
+        self.inner = inner if inner is not None else torch.nn.ReLU()
+
+    def forward(self, x):
+        return self.inner(x) * self.alpha
+
+
+def test_torch_nn_modules_built_in_forward_are_captured():
+    def fn(x):
+        y = torch.nn.Softmax(dim=-1)(x)
+        z = torch.nn.MaxPool1d(2)(x)
+        return y, z, torch.nn.GELU(approximate="tanh")(x)
+
+    check(fn, torch.randn(2, 3, 8))
+    assert _graphs_and_breaks(fn, torch.randn(2, 3, 8)) == (1, 0)
+
+
+def test_user_modules_built_in_forward_trace_their_init():
+    def fn(x):
+        return SiLUActivation()(x) + ScaledAct(2.0)(x) + ScaledAct(0.5, torch.nn.Tanh())(x)
+
+    check(fn, torch.randn(4))
+    assert _graphs_and_breaks(fn, torch.randn(4)) == (1, 0)
+
+
+class Registering(torch.nn.Module):
+    def __init__(self, name):
+        super().__init__()
+        REGISTERED.append(name)  # an effect outside the instance: made on every call
+
+    def forward(self, x):
+        return x + 1
+
+
+def test_effects_of_a_traced_module_init_happen_on_every_call():
+    def fn(x):
+        return Registering("r")(x)
+
+    REGISTERED.clear()
+    # NOTE: the list's length is guarded, so each call recompiles; the effect is the point.
+    check(fn, torch.randn(4), cache_hit=False)
+    assert REGISTERED == ["r"] * 6  # three eager and three compiled calls
+
+
+def test_module_with_parameters_built_in_forward_breaks_and_keeps_the_rng():
+    def fn(x):
+        return torch.nn.Linear(3, 3)(x)
+
+    x = torch.randn(2, 3)
+    torch.manual_seed(0)
+    expected, after_eager = fn(x), torch.rand(2)
+    torchlite.reset()
+    torch.manual_seed(0)
+    actual, after_compiled = torchlite.compile(fn)(x), torch.rand(2)
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(after_compiled, after_eager)  # the trace drew no random numbers
+    report = torchlite.explain(fn)(x)
+    assert report.break_reasons[0].kind == "module_built_in_forward"
+    assert "__init__" in report.break_reasons[0].hint
+
+
+def test_module_built_in_forward_holding_a_tensor_breaks():
+    class Bad(torch.nn.Module):
+        def __init__(self, t):
+            super().__init__()
+            self.t = t
+
+        def forward(self, x):
+            return x + self.t
+
+    def fn(x):
+        return Bad(x * 2)(x)
+
+    x = torch.randn(3)
+    torch.testing.assert_close(torchlite.compile(fn)(x), fn(x))
+    kinds = [b.kind for b in torchlite.explain(fn)(x).break_reasons]
+    assert kinds[0] == "module_built_in_forward"
+
+
+def test_module_built_in_forward_returned_or_live_at_a_break_runs_eagerly():
+    def returned(x):
+        m = torch.nn.Softmax(dim=0)
+        return m(x), m
+
+    def live(x):
+        m = torch.nn.Tanh()
+        y = m(x)
+        print(end="")
+        return m(y)
+
+    x = torch.randn(3)
+    out, m = torchlite.compile(returned)(x)
+    torch.testing.assert_close(out, returned(x)[0])
+    assert isinstance(m, torch.nn.Softmax) and m is not torchlite.compile(returned)(x)[1]
+    torch.testing.assert_close(torchlite.compile(live)(x), live(x))
+
+
+# --- OrderedDict, del d[k] ------------------------------------------------------------------------
+
+
+def test_ordered_dict_construction_and_methods_match_eager():
+    def fn(x):
+        d = OrderedDict(a=x, b=x * 2)
+        d2 = OrderedDict([("c", x)])
+        d2.update([("z", x + 1)])
+        d2.move_to_end("c", last=False)
+        first = d2.popitem(last=False)
+        d3 = OrderedDict()
+        d3["q"] = 1
+        return d["a"] + d["b"] + first[1], d2, list(d.keys()), isinstance(d3, OrderedDict), d3
+
+    out = check(fn, torch.randn(3))(torch.randn(3))
+    assert type(out[1]) is OrderedDict and type(out[4]) is OrderedDict
+    assert _graphs_and_breaks(fn, torch.randn(3)) == (1, 0)
+
+
+def test_del_item_and_dunder_delitem_match_eager():
+    def fn(x, d):
+        local = {"a": x, "b": x * 2}
+        del local["a"]
+        local.__delitem__("b")
+        del d["drop"]
+        return x + len(local), len(d)
+
+    check(fn, torch.randn(3), {"drop": 1, "keep": torch.randn(3)})
+    assert _graphs_and_breaks(fn, torch.randn(3), {"drop": 1}) == (1, 0)
+
+
+def test_del_of_a_missing_key_raises_key_error_like_eager():
+    def fn(x):
+        d = {"a": x}
+        del d["b"]
+        return x
+
+    with pytest.raises(KeyError):
+        torchlite.compile(fn)(torch.randn(2))
