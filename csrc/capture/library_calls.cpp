@@ -110,6 +110,46 @@ ValuePtr Tracer::call_lru_cached(PyObject* fn, std::vector<ValuePtr>& args, KwAr
   return ctx_.wrap(o, ir::Source::held(r, "lru_cache result of " + callable_desc(fn)));
 }
 
+// NumPy called on constants (np.sqrt(2.0), np.float32(0.5), np.array([1, 2]), np.prod(shape)):
+// folded at trace time; the arguments are guarded constants, so the result is too. An array
+// result is made read-only: it is shared by every call, where eager makes a fresh one, so
+// code that would write to it (np.add(a, 1, out=a)) raises at trace time and runs eagerly.
+std::optional<ValuePtr> Tracer::call_numpy(PyObject* fn, std::vector<ValuePtr>& args,
+                                           KwArgs& kwargs) {
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(fn));
+  bool numpy_type = PyType_Check(fn) && attr_str(fn, "__module__") == "numpy";
+  bool numpy_fn = attr_str(type, "__module__") == "numpy" ||  // ufuncs
+                  ((PyFunction_Check(fn) || PyCFunction_Check(fn)) &&
+                   attr_str(fn, "__module__").rfind("numpy", 0) == 0);
+  if (!numpy_type && !numpy_fn) return std::nullopt;
+  std::vector<ValuePtr> consts;
+  KwArgs kw;
+  for (auto& a : args) {
+    PyRef c = a->is_tensor() ? PyRef() : const_tuple(a);
+    if (!c)
+      graph_break("numpy_call", callable_desc(fn) + "() of a " + a->type_name(),
+                  "use the torch function of the same name on tensors; NumPy is folded only on "
+                  "constants");
+    consts.push_back(Value::constant(c));
+  }
+  for (auto& [k, v] : kwargs) {
+    PyRef c = v->is_tensor() ? PyRef() : const_tuple(v);
+    if (!c)
+      graph_break("numpy_call", callable_desc(fn) + "() with a " + v->type_name() + " " + k,
+                  "use the torch function of the same name on tensors; NumPy is folded only on "
+                  "constants");
+    kw.emplace_back(k, Value::constant(c));
+  }
+  ValuePtr r = call_pure(ctx_, fn, consts, kw);
+  if (!r->is_const()) return r;
+  PyObject* o = r->obj.get();
+  if (attr_str(reinterpret_cast<PyObject*>(Py_TYPE(o)), "__name__") == "ndarray" &&
+      PyObject_SetAttrString(PyRef::steal(PyObject_GetAttrString(o, "flags")).get(), "writeable",
+                             Py_False) < 0)
+    throw PythonError();
+  return r;
+}
+
 std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
                                              std::vector<ValuePtr>& args, KwArgs& kwargs) {
   static PyObject* fields = module_attr("dataclasses", "fields");
@@ -152,9 +192,11 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
     if (name == "__enter__")
       graph_break("unsupported_callable", "torch.autocast.__enter__() called outside a with");
   }
+  if (self && is_autograd_function_apply(fn)) return call_autograd_function(self, args, kwargs);
   if (self) return std::nullopt;
 
   if (is_lru_cache_wrapper(fn)) return call_lru_cached(fn, args, kwargs);
+  if (auto r = call_numpy(fn, args, kwargs)) return r;
   if (is_autocast_class(fn)) return construct_autocast(ctx_, globals_, fn, args, kwargs);
   if (is_autocast_decorated(fn)) return inline_function(fn, nullptr, nullptr, args, kwargs);
 

@@ -114,6 +114,9 @@ class Tracer {
   std::optional<ValuePtr> call_library(PyObject* fn, const ValuePtr& self,
                                        std::vector<ValuePtr>& args, KwArgs& kwargs);
   ValuePtr call_lru_cached(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs);
+  std::optional<ValuePtr> call_numpy(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs);
+  // autograd_function.cpp: Function.apply of class `cls`, inlined when autograd won't record.
+  ValuePtr call_autograd_function(const ValuePtr& cls, std::vector<ValuePtr>& args, KwArgs& kwargs);
   // Starts the handler covering instruction `index` for an exception raised by
   // it (CPython's exception-table unwinding); false when no handler covers it.
   bool enter_handler(size_t index, const UserException& e);

@@ -263,3 +263,106 @@ def test_del_of_a_missing_key_raises_key_error_like_eager():
 
     with pytest.raises(KeyError):
         torchlite.compile(fn)(torch.randn(2))
+
+
+# --- torch.autograd.Function.apply ----------------------------------------------------------------
+
+
+class _Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        return x * x * k
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad * ctx.k, None
+
+
+class _ExpPlus(torch.autograd.Function):
+    """The newer style: forward without ctx, setup_context separately."""
+
+    @staticmethod
+    def forward(x):
+        return x.exp(), x + 1
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output[0])
+
+    @staticmethod
+    def backward(ctx, g1, g2):
+        return g1 * ctx.saved_tensors[0] + g2
+
+
+def _fn_apply(x):
+    return _Square.apply(x, 3.0) + _ExpPlus.apply(x)[1]
+
+
+def test_autograd_function_without_grad_is_inlined():
+    check(_fn_apply, torch.randn(4))
+    assert _graphs_and_breaks(_fn_apply, torch.randn(4)) == (1, 0)
+    with torch.no_grad():
+        x = torch.randn(4, requires_grad=True)
+        check(_fn_apply, x)
+        assert _graphs_and_breaks(_fn_apply, x) == (1, 0)
+
+
+def test_autograd_function_with_grad_breaks_and_backward_matches_eager():
+    x = torch.randn(4, requires_grad=True)
+    torchlite.reset()
+    out = torchlite.compile(_fn_apply)(x)
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    x2 = x.detach().clone().requires_grad_()
+    (expected,) = torch.autograd.grad(_fn_apply(x2).sum(), x2)
+    torch.testing.assert_close(out, _fn_apply(x2))
+    torch.testing.assert_close(grad, expected)
+    report = torchlite.explain(_fn_apply)(x)
+    assert report.break_reasons[0].kind == "autograd_function"
+    assert "no_grad" in report.break_reasons[0].hint
+
+
+# --- NumPy on constants ---------------------------------------------------------------------------
+
+
+def test_numpy_on_constants_is_folded():
+    np = pytest.importorskip("numpy")
+
+    def fn(x):
+        scale = np.sqrt(2.0) + np.float32(0.5)
+        w = torch.tensor(np.array([1.0, 2.0, 3.0]), dtype=x.dtype)
+        return x.reshape(int(np.prod(x.shape[:-1])), -1) * w * scale
+
+    check(fn, torch.randn(2, 3))
+    assert _graphs_and_breaks(fn, torch.randn(2, 3)) == (1, 0)
+
+
+@pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning")
+def test_numpy_on_a_tensor_breaks_with_its_kind():
+    np = pytest.importorskip("numpy")
+
+    def fn(x):
+        return x + 1, np.sqrt(x)
+
+    x = torch.rand(3)
+    out, s = torchlite.compile(fn)(x)
+    torch.testing.assert_close(out, x + 1)
+    torch.testing.assert_close(torch.as_tensor(s), torch.as_tensor(np.sqrt(x)))
+    report = torchlite.explain(fn)(x)
+    assert [b.kind for b in report.break_reasons] == ["numpy_call"]
+
+
+def test_numpy_array_folded_once_is_not_shared_mutably():
+    np = pytest.importorskip("numpy")
+
+    def fn(x):
+        a = np.zeros(3)
+        np.add(a, 1.0, out=a)  # writes to the array: runs eagerly
+        return x * torch.tensor(a, dtype=x.dtype)
+
+    x = torch.randn(3)
+    compiled = torchlite.compile(fn)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), fn(x))
