@@ -73,6 +73,12 @@ class CaptureContext {
   // is not an input.
   std::optional<bool> same_input_tensor(const ValuePtr& a, const ValuePtr& b);
   const ir::FrameView& frame() const { return frame_; }
+  // The real tensor behind a tensor input (a placeholder read through its source), borrowed;
+  // null for a tensor computed by the graph.
+  PyObject* real_input(const ValuePtr& v) const {
+    auto it = v->source ? input_tensors_.find(v->source->str()) : input_tensors_.end();
+    return it == input_tensors_.end() ? nullptr : it->second;
+  }
 
   // Side effects and the overlays that make traced reads see traced writes.
   std::map<std::pair<PyObject*, std::string>, ValuePtr> attr_overlay;

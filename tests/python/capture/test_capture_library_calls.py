@@ -10,7 +10,7 @@ from collections import OrderedDict
 
 import pytest
 import torch
-from helpers import check
+from helpers import check, counters
 
 import torchlite
 
@@ -366,3 +366,83 @@ def test_numpy_array_folded_once_is_not_shared_mutably():
     compiled = torchlite.compile(fn)
     for _ in range(3):
         torch.testing.assert_close(compiled(x), fn(x))
+
+
+# --- generators with `yield from`, Tensor.grad ---------------------------------------------------
+
+
+class _Walk(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(3, 3)
+        self.b = torch.nn.ReLU()
+        self.c = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh())
+
+    def layers(self):
+        yield from self.children()
+        yield from [self.b]
+        yield from (m for m in self.c)
+
+    def forward(self, x):
+        for m in self.layers():
+            x = m(x)
+        return x
+
+
+def test_yield_from_over_module_children_is_one_graph():
+    m = _Walk()
+    check(m, torch.randn(2, 3))
+    assert _graphs_and_breaks(m, torch.randn(2, 3)) == (1, 0)
+
+
+def _sub():
+    yield 1
+    return 5
+
+
+def _outer():
+    r = yield from _sub()
+    yield r
+
+
+def test_value_of_yield_from_is_a_clean_break():
+    def fn(x):
+        return [x * v for v in _outer()]
+
+    x = torch.randn(3)
+    out, exp = torchlite.compile(fn)(x), fn(x)
+    for a, e in zip(out, exp, strict=True):
+        torch.testing.assert_close(a, e)
+
+
+def test_tensor_grad_reads_are_guarded_inputs():
+    def fn(x, w):
+        g = w.grad
+        y = x * 2
+        return (x + 1 if g is None else x + g), y.grad
+
+    w = torch.randn(3, requires_grad=True)
+    x = torch.randn(3)
+    torchlite.reset()
+    compiled = torchlite.compile(fn, fullgraph=True)
+    before = counters()
+    for step in range(3):
+        out, exp = compiled(x, w), fn(x, w)
+        torch.testing.assert_close(out[0], exp[0])
+        assert out[1] is None
+        if step == 0:
+            (w * 3).sum().backward()  # w.grad appears: recompiles once, then hits
+    assert counters()["recompiles"] - before["recompiles"] == 1
+    w.grad = None
+    assert _graphs_and_breaks(fn, x, w) == (1, 0)
+
+
+def test_grad_of_a_non_leaf_breaks():
+    def fn(x):
+        y = x * 2
+        return y.grad
+
+    x = torch.randn(3, requires_grad=True)
+    with pytest.warns(UserWarning, match="not a leaf"):
+        assert torchlite.compile(fn)(x) is None
+    assert torchlite.explain(fn)(x).break_reasons[0].kind == "unsupported_value"
