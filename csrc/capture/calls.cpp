@@ -208,7 +208,13 @@ ValuePtr Tracer::wrap_partial(const ValuePtr& fn) {
   if (kw->kind == VKind::Dict) {
     out->keys = kw->keys;
     out->kwdefaults = kw->items;
-  } else if (kw->is_const() && PyDict_Check(kw->obj.get()) && PyDict_Size(kw->obj.get()) == 0) {
+  } else if (kw->is_const() && PyDict_CheckExact(kw->obj.get())) {
+    PyObject *k, *v;  // a partial made at trace time (held by a module built in forward)
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(kw->obj.get(), &pos, &k, &v)) {
+      out->keys.push_back(PyRef::borrow(k));
+      out->kwdefaults.push_back(ctx_.from_result(v));
+    }
   } else {
     graph_break("unsupported_value", "functools.partial keywords");
   }

@@ -110,6 +110,32 @@ void check_tensor_free(PyObject* m, const std::string& what) {
   if (PyErr_Occurred()) throw PythonError();
 }
 
+// A real functools.partial for a Partial value of constants; null when a part is traced.
+PyRef real_partial(const ValuePtr& p) {
+  static PyObject* partial_type = [] {
+    PyRef m = PyRef::steal(PyImport_ImportModule("functools"));
+    PyObject* t = m ? PyObject_GetAttrString(m.get(), "partial") : nullptr;
+    if (!t) throw PythonError();
+    return t;  // NOTE: kept for the process lifetime, like the module
+  }();
+  PyRef args = PyRef::steal(PyTuple_New(p->items.size() + 1));
+  PyRef kw = PyRef::steal(PyDict_New());
+  if (!args || !kw) throw PythonError();
+  PyTuple_SET_ITEM(args.get(), 0, PyRef(p->self->obj).release());
+  for (size_t i = 0; i < p->items.size(); ++i) {
+    PyRef c = p->items[i]->is_tensor() ? PyRef() : const_tuple(p->items[i]);
+    if (!c) return {};
+    PyTuple_SET_ITEM(args.get(), i + 1, c.release());
+  }
+  for (size_t i = 0; i < p->keys.size(); ++i) {
+    PyRef c = p->kwdefaults[i]->is_tensor() ? PyRef() : const_tuple(p->kwdefaults[i]);
+    if (!c || PyDict_SetItem(kw.get(), p->keys[i].get(), c.get()) < 0) return {};
+  }
+  PyRef r = PyRef::steal(PyObject_Call(partial_type, args.get(), kw.get()));
+  if (!r) throw PythonError();
+  return r;
+}
+
 }  // namespace
 
 bool Tracer::is_fresh_module(const ValuePtr& v) {
@@ -176,6 +202,10 @@ void Tracer::store_fresh_module_attr(const ValuePtr& m, const std::string& name,
     real = v->obj;
   else if (v->kind == VKind::Tuple)
     real = const_tuple(v);
+  else if (v->kind == VKind::Method && v->self == m && v->obj && PyFunction_Check(v->obj.get()))
+    real = PyRef::steal(PyMethod_New(v->obj.get(), m->obj.get()));  // self.act = self._impl
+  else if (v->kind == VKind::Partial && v->self->is_const())  // functools.partial(F.gelu, ...)
+    real = real_partial(v);
   if (!real)
     graph_break("module_built_in_forward",
                 "storing a " + v->type_name() + " in attribute " + name +

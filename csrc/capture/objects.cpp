@@ -206,8 +206,21 @@ std::optional<ValuePtr> Tracer::created_object_method(const ValuePtr& self, cons
       "get", "__getitem__", "__contains__", "keys", "values", "items", "__len__", "copy"};
   if (!readers.count(name) || !all_const(args, kwargs)) return std::nullopt;
   ctx_.guards().add_dict_version(self->source, self->obj.get());
-  PyRef d = PyRef::steal(PyDict_Copy(self->obj.get()));  // a plain dict with the same items
+  // NOTE: the dict's own storage, read without running the subclass's Python __getitem__ or
+  // keys() (PyDict_Copy would call them on a subclass that overrides __iter__, as
+  // OrderedDict's do); only the views' order could differ from the subclass's, so those need a
+  // class that leaves item access to dict.
+  bool order_free =
+      name == "get" || name == "__getitem__" || name == "__contains__" || name == "__len__";
+  PyRef getitem_name = PyRef::steal(PyUnicode_FromString("__getitem__"));
+  PyObject* getitem = _PyType_Lookup(Py_TYPE(self->obj.get()), getitem_name.get());
+  if (!order_free && getitem && PyFunction_Check(getitem)) return std::nullopt;
+  PyRef d = PyRef::steal(order_free ? PyDict_New() : PyDict_Copy(self->obj.get()));
   if (!d) throw PythonError();
+  PyObject *k, *v;
+  Py_ssize_t pos = 0;
+  while (order_free && PyDict_Next(self->obj.get(), &pos, &k, &v))
+    if (PyDict_SetItem(d.get(), k, v) < 0) throw PythonError();
   PyRef m = PyRef::steal(PyObject_GetAttrString(d.get(), name.c_str()));
   if (!m) throw PythonError();
   return call_pure(ctx_, m.get(), args, kwargs);
