@@ -446,3 +446,24 @@ def test_grad_of_a_non_leaf_breaks():
     with pytest.warns(UserWarning, match="not a leaf"):
         assert torchlite.compile(fn)(x) is None
     assert torchlite.explain(fn)(x).break_reasons[0].kind == "unsupported_value"
+
+
+# --- explain: breaks grouped by kind, hints -----------------------------------------------------
+
+
+def test_explain_groups_breaks_by_kind_and_shows_hints():
+    def fn(x):
+        a = torch.nn.Linear(2, 2)(x)
+        print(end="")
+        b = torch.nn.Linear(2, 2)(a)
+        return b
+
+    report = torchlite.explain(fn)(torch.randn(2))
+    by_kind = report.breaks_by_kind
+    assert by_kind["module_built_in_forward"] == 2 and by_kind["unsupported_builtin"] == 1
+    text = str(report)
+    assert "Breaks by kind:" in text and "module_built_in_forward: 2" in text
+    assert "Hint: create the module once in __init__" in text
+    torchlite.reset()
+    with pytest.raises(torchlite.Unsupported, match="Hint: create the module once"):
+        torchlite.compile(fn, fullgraph=True)(torch.randn(2))
