@@ -4,6 +4,7 @@
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
+#include "capture/user_exception.h"
 #include "core/errors.h"
 
 namespace tl::capture {
@@ -127,6 +128,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
     ctx_.set_grad_mode(g->flag);
     return g;
   }
+  if (f == reinterpret_cast<PyObject*>(&_PyWeakref_RefType) || PyWeakref_CheckRefExact(f))
+    return call_weakref(f, args, kwargs);
   std::string qual = callable_desc(f);
   if (qual == "torch.compiler.is_compiling" ||
       qual == "torch._dynamo.external_utils.is_compiling" || qual == "torch._utils.is_compiling" ||
@@ -191,6 +194,32 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   if (handled) return r;
   graph_break("unsupported_callable", "call to " + qual + " (" + Py_TYPE(f)->tp_name +
                                           "), which torchlite cannot trace; it runs eagerly");
+}
+
+// weakref.ref(obj) of an object the guards pin by identity: the real ref (CPython hands back
+// the one it already has); calling it gives the same value back. A ref read from the frame
+// breaks: its referent may die between calls, which no guard checks.
+ValuePtr Tracer::call_weakref(PyObject* f, std::vector<ValuePtr>& args, KwArgs& kwargs) {
+  const char* hint = "pass the object itself, or call the weakref outside the compiled function";
+  if (f != reinterpret_cast<PyObject*>(&_PyWeakref_RefType)) {
+    auto it = ctx_.weakref_targets.find(f);
+    if (it == ctx_.weakref_targets.end() || !args.empty() || !kwargs.empty())
+      graph_break("unsupported_callable", "calling a weakref that traced code did not make", hint);
+    return it->second.second;
+  }
+  if (args.size() != 1 || !kwargs.empty())
+    graph_break("unsupported_callable", "weakref.ref() with a callback", hint);
+  const ValuePtr& v = args[0];
+  bool pinned = v->source && (v->kind == VKind::Module || v->kind == VKind::Object ||
+                              (v->is_const() && !is_immutable_constant(v->obj.get())));
+  if (!pinned)
+    graph_break("unsupported_callable",
+                "weakref.ref() of a " + v->type_name() + " made in traced code", hint);
+  if (v->kind == VKind::Object) ctx_.guards().add_id_match(v->source, v->obj.get());
+  PyRef ref = PyRef::steal(PyWeakref_NewRef(v->obj.get(), nullptr));
+  if (!ref) raise_current_error("weakref.ref() raised");
+  ctx_.weakref_targets[ref.get()] = {ref, v};
+  return Value::constant(ref);
 }
 
 ValuePtr Tracer::wrap_partial(const ValuePtr& fn) {

@@ -86,6 +86,8 @@ class CaptureContext {
   std::vector<PendingEffect> effects;
   std::vector<ValuePtr> sourced_containers;  // List/Dict values read from the frame
   std::vector<PyRef> keep_alive;             // objects whose address keys attr_overlay
+  // weakref.ref(v) made by traced code (the real ref, kept alive here) -> v.
+  std::map<PyObject*, std::pair<PyRef, ValuePtr>> weakref_targets;
   // autocast.cpp: regions entered by traced code (innermost last); whether any autocast is
   // on now, and a key of its state for caching per-op autocast policies.
   std::vector<AutocastRegion> autocast_regions;

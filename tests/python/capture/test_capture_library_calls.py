@@ -6,6 +6,7 @@ the graph/break count."""
 import functools
 import math
 import typing
+import weakref
 from collections import OrderedDict
 
 import pytest
@@ -467,3 +468,37 @@ def test_explain_groups_breaks_by_kind_and_shows_hints():
     torchlite.reset()
     with pytest.raises(torchlite.Unsupported, match="Hint: create the module once"):
         torchlite.compile(fn, fullgraph=True)(torch.randn(2))
+
+
+# --- weakref.ref ----------------------------------------------------------------------------------
+
+
+class _Config:
+    def __init__(self, scale):
+        self.scale = scale
+
+
+def test_weakref_made_in_traced_code_returns_its_object():
+    def fn(x, cfg, layer):
+        ref, layer_ref = weakref.ref(cfg), weakref.ref(layer)
+        target = ref()
+        return layer_ref()(x) * (target.scale if target is not None else 1.0)
+
+    layer = torch.nn.Linear(3, 3)
+    check(fn, torch.randn(2, 3), _Config(2.0), layer)
+    assert _graphs_and_breaks(fn, torch.randn(2, 3), _Config(2.0), layer) == (1, 0)
+    compiled = torchlite.compile(fn)
+    for scale in (3.0, 4.0):  # another object of the same class: its own ref, not the traced one
+        x = torch.randn(2, 3)
+        torch.testing.assert_close(compiled(x, _Config(scale), layer), fn(x, _Config(scale), layer))
+
+
+def test_weakref_from_the_frame_is_a_clean_break():
+    cfg = _Config(2.0)
+
+    def fn(x, ref):
+        target = ref()
+        return x * target.scale
+
+    x = torch.randn(3)
+    torch.testing.assert_close(torchlite.compile(fn)(x, weakref.ref(cfg)), fn(x, weakref.ref(cfg)))
