@@ -375,8 +375,18 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
   }
   if (self == api.math_module.get()) {
     if (all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
-    graph_break("unsupported_value",
-                "math." + name + "() of a traced value (use torch." + name + ")");
+    // math.prod([h, w]), math.fsum(sizes): containers of constants (sizes included) fold too.
+    std::vector<ValuePtr> consts;
+    for (auto& a : args) {
+      bool view = a->kind == VKind::DictView || a->kind == VKind::Iterator;
+      PyRef c = a->is_tensor() ? PyRef() : const_tuple(view ? Value::tuple(iterate(a)) : a);
+      if (!c) break;
+      consts.push_back(Value::constant(c));
+    }
+    if (consts.size() == args.size() && all_const(consts, kwargs))
+      return call_pure(ctx_, fn, consts, kwargs);
+    graph_break("unsupported_value", "math." + name + "() of a traced value",
+                "use torch." + name + " on tensors; math functions fold only on constants");
   }
   // Bound methods of immutable constants: "abc".upper(), (1, 2).index(2), dtype.is_floating_point.
   if (self && (PyCFunction_Check(fn) || Py_TYPE(fn) == &PyMethodDescr_Type) &&

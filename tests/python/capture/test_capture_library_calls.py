@@ -502,3 +502,31 @@ def test_weakref_from_the_frame_is_a_clean_break():
 
     x = torch.randn(3)
     torch.testing.assert_close(torchlite.compile(fn)(x, weakref.ref(cfg)), fn(x, weakref.ref(cfg)))
+
+
+# --- math on sizes --------------------------------------------------------------------------------
+
+
+def test_math_prod_over_sizes_and_lists_of_them_folds():
+    def fn(x):
+        h, w = x.shape[-2:]
+        flat = x.reshape(math.prod(x.shape[:-2]), math.prod([h, w]))
+        return flat * math.prod(s for s in (2, 3)) + math.fsum([0.5, h])
+
+    for dynamic in (False, None):
+        torchlite.reset()
+        compiled = torchlite.compile(fn, fullgraph=True, dynamic=dynamic)
+        for shape in ((2, 3, 4), (3, 3, 4), (4, 2, 5)):
+            x = torch.randn(*shape)
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert _graphs_and_breaks(fn, torch.randn(2, 3, 4)) == (1, 0)
+
+
+def test_math_of_a_tensor_breaks_with_a_hint():
+    def fn(x):
+        return x + math.prod([x, 2])
+
+    x = torch.randn(3)
+    torch.testing.assert_close(torchlite.compile(fn)(x), fn(x))
+    (reason,) = torchlite.explain(fn)(x).break_reasons
+    assert reason.kind == "unsupported_value" and "torch.prod" in reason.hint
