@@ -3,6 +3,8 @@
 // dataclasses.fields/is_dataclass, torch.finfo/iinfo, object.__setattr__/__getattribute__,
 // logging.Logger calls, skipped when the level is disabled, warnings.warn (warning_call.cpp) and
 // torch.autocast (autocast.cpp).
+#include <unordered_set>
+
 #include "capture/autocast.h"
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
@@ -48,6 +50,20 @@ PyObject* class_of(const ValuePtr& v) {  // borrowed
 
 bool from_typing(PyObject* obj) {  // List[int], Optional: immutable once made
   return attr_str(reinterpret_cast<PyObject*>(Py_TYPE(obj)), "__module__") == "typing";
+}
+
+// A NumPy array (or a tuple/list holding one) that code could write to, borrowed.
+bool is_writeable_array(PyObject* o) {
+  if (PyTuple_Check(o) || PyList_Check(o)) {
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
+      if (is_writeable_array(PySequence_Fast_GET_ITEM(o, i))) return true;
+    return false;
+  }
+  if (attr_str(reinterpret_cast<PyObject*>(Py_TYPE(o)), "__name__") != "ndarray") return false;
+  PyRef flags = PyRef::steal(PyObject_GetAttrString(o, "flags"));
+  PyRef w = flags ? PyRef::steal(PyObject_GetAttrString(flags.get(), "writeable")) : PyRef();
+  if (!w) throw PythonError();
+  return w.get() == Py_True;
 }
 
 }  // namespace
@@ -118,14 +134,41 @@ std::optional<ValuePtr> Tracer::call_numpy(PyObject* fn, std::vector<ValuePtr>& 
                                            KwArgs& kwargs) {
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(fn));
   bool numpy_type = PyType_Check(fn) && attr_str(fn, "__module__") == "numpy";
-  bool numpy_fn = attr_str(type, "__module__") == "numpy" ||  // ufuncs
-                  ((PyFunction_Check(fn) || PyCFunction_Check(fn)) &&
-                   attr_str(fn, "__module__").rfind("numpy", 0) == 0);
-  if (!numpy_type && !numpy_fn) return std::nullopt;
+  // ufuncs and array-function dispatchers (np.prod) are of numpy's own types; plain functions
+  // must live in `numpy` itself (numpy.random's draw from global state).
+  bool numpy_fn =
+      attr_str(type, "__module__") == "numpy" ||
+      ((PyFunction_Check(fn) || PyCFunction_Check(fn)) && attr_str(fn, "__module__") == "numpy");
+  if (!numpy_type && !numpy_fn) {
+    if (!PyType_Check(fn) && attr_str(fn, "__module__").rfind("numpy", 0) == 0)
+      graph_break("numpy_call",
+                  callable_desc(fn) +
+                      "() is not folded (it may draw random "
+                      "numbers or change NumPy's state)",
+                  "make the value outside the compiled function and pass it in");
+    return std::nullopt;
+  }
+  // NOTE: effects outside the returned value (files, NumPy's settings, writes into an
+  // argument, uninitialised memory) cannot be folded into a constant.
+  static const std::unordered_set<std::string> effects = {
+      "save",           "savez",        "savez_compressed",
+      "savetxt",        "load",         "loadtxt",
+      "genfromtxt",     "fromfile",     "seterr",
+      "seterrcall",     "setbufsize",   "printoptions",
+      "errstate",       "copyto",       "put",
+      "place",          "putmask",      "fill_diagonal",
+      "empty",          "empty_like",   "set_printoptions",
+      "put_along_axis", "shares_memory"};
+  if (effects.count(attr_str(fn, "__name__")))
+    graph_break("numpy_call", callable_desc(fn) + "() has effects a constant cannot replay",
+                "call it outside the compiled function");
   std::vector<ValuePtr> consts;
   KwArgs kw;
   for (auto& a : args) {
     PyRef c = a->is_tensor() ? PyRef() : const_tuple(a);
+    if (c && is_writeable_array(c.get()))
+      graph_break("numpy_call", callable_desc(fn) + "() of a writeable array from outside",
+                  "pass a tuple or a tensor; NumPy is folded only on values that cannot change");
     if (!c)
       graph_break("numpy_call", callable_desc(fn) + "() of a " + a->type_name(),
                   "use the torch function of the same name on tensors; NumPy is folded only on "
@@ -134,6 +177,7 @@ std::optional<ValuePtr> Tracer::call_numpy(PyObject* fn, std::vector<ValuePtr>& 
   }
   for (auto& [k, v] : kwargs) {
     PyRef c = v->is_tensor() ? PyRef() : const_tuple(v);
+    if (c && is_writeable_array(c.get())) c = PyRef();
     if (!c)
       graph_break("numpy_call", callable_desc(fn) + "() with a " + v->type_name() + " " + k,
                   "use the torch function of the same name on tensors; NumPy is folded only on "

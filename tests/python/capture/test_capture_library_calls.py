@@ -530,3 +530,33 @@ def test_math_of_a_tensor_breaks_with_a_hint():
     torch.testing.assert_close(torchlite.compile(fn)(x), fn(x))
     (reason,) = torchlite.explain(fn)(x).break_reasons
     assert reason.kind == "unsupported_value" and "torch.prod" in reason.hint
+
+
+def test_numpy_random_and_stateful_calls_are_not_folded():
+    np = pytest.importorskip("numpy")
+
+    def fn(x):
+        return x * float(np.random.rand())
+
+    x = torch.randn(3)
+    compiled = torchlite.compile(fn)
+    for seed in (0, 1, 2):  # a folded draw would repeat the first value
+        np.random.seed(seed)
+        expected = fn(x)
+        np.random.seed(seed)
+        torch.testing.assert_close(compiled(x), expected)
+    assert torchlite.explain(fn)(x).break_reasons[0].kind == "numpy_call"
+
+
+def test_numpy_on_a_writeable_array_argument_breaks():
+    np = pytest.importorskip("numpy")
+
+    def fn(x, a):
+        np.copyto(a, 2.0)
+        return x * float(np.sum(a))
+
+    x = torch.randn(3)
+    a1, a2 = np.ones(2), np.ones(2)
+    torch.testing.assert_close(torchlite.compile(fn)(x, a1), fn(x, a2))
+    assert (a1 == a2).all()
+    assert torchlite.explain(fn)(x, np.ones(2)).break_reasons[0].kind == "numpy_call"
