@@ -69,6 +69,10 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
   bool is_builtin_type = PyType_Check(fn) && attr_str(fn, "__module__") == "builtins";
   std::string name = attr_str(fn, "__name__");
   if (is_builtin_fn || is_builtin_type) {
+    if (name == "vars" && args.size() == 1 && kwargs.empty()) {  // obj.__dict__ (no-arg: locals)
+      if (auto d = try_get_attr(args[0], "__dict__")) return *d;
+      raise_user(PyExc_TypeError, "vars() argument must have __dict__ attribute");
+    }
     if (forbidden_builtins().count(name))
       graph_break("unsupported_builtin", "call to builtin " + name + "()");
     if (!kwargs.empty()) check_builtin_kwargs(name, kwargs);

@@ -560,3 +560,41 @@ def test_numpy_on_a_writeable_array_argument_breaks():
     torch.testing.assert_close(torchlite.compile(fn)(x, a1), fn(x, a2))
     assert (a1 == a2).all()
     assert torchlite.explain(fn)(x, np.ones(2)).break_reasons[0].kind == "numpy_call"
+
+
+# --- obj.__dict__ and vars(obj) -------------------------------------------------------------------
+
+
+class _Holder:
+    def __init__(self):
+        self.k = 3
+
+
+class _DictReader(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 2.0
+
+    def forward(self, x, h):
+        made = _Holder()
+        d = self.__dict__
+        return (
+            x * d.get("scale", 1.0)
+            + ("scale" in vars(self))
+            + vars(h)["k"]
+            + h.__dict__.get("k")
+            + len(vars(made))
+        )
+
+
+def test_instance_dict_reads_and_vars_are_captured():
+    check(_DictReader(), torch.randn(3), _Holder())
+    assert _graphs_and_breaks(_DictReader(), torch.randn(3), _Holder()) == (1, 0)
+
+
+def test_vars_of_an_object_without_dict_raises_type_error_like_eager():
+    def fn(x):
+        return x * len(vars(3))
+
+    with pytest.raises(TypeError, match="__dict__"):
+        torchlite.compile(fn)(torch.randn(2))
