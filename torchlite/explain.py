@@ -20,10 +20,12 @@ class BreakReason:
     filename: str
     lineno: int
     eager_ops: int = 0  # torch ops CPython ran at the breaking line (measured, see _EagerOps)
+    hint: str = ""  # what to change so the code is captured (empty: see the kind's doc row)
 
     def __str__(self) -> str:
         ops = f" ({self.eager_ops} torch ops ran eagerly there)" if self.eager_ops else ""
-        return f"{self.filename}:{self.lineno}: {self.kind}: {self.reason}{ops}"
+        hint = f" Hint: {self.hint}" if self.hint else ""
+        return f"{self.filename}:{self.lineno}: {self.kind}: {self.reason}{ops}{hint}"
 
 
 # Tensor metadata reads and allocations that guards and the runtime make: not ops.
@@ -107,6 +109,12 @@ class ExplainOutput:
             frames=list(records),
         )
 
+    @property
+    def breaks_by_kind(self) -> dict[str, int]:
+        """Break count per kind, most frequent first."""
+        counts = collections.Counter(b.kind for b in self.break_reasons)
+        return dict(counts.most_common())
+
     def __str__(self) -> str:
         lines = [
             f"Graph count: {self.graph_count}",
@@ -114,6 +122,8 @@ class ExplainOutput:
             f"Op count: {sum(self.ops_per_graph)}",
         ]
         if self.break_reasons:
+            lines.append("Breaks by kind:")
+            lines += [f"  {kind}: {n}" for kind, n in self.breaks_by_kind.items()]
             lines.append("Break reasons:")
             lines += [f"  {i}. {b}" for i, b in enumerate(self.break_reasons, 1)]
         for i, r in enumerate(self.frames, 1):

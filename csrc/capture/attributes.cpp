@@ -160,6 +160,7 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
     dict_set(obj->attrs, key.get(), v);
     return;
   }
+  if (is_fresh_module(obj)) return store_fresh_module_attr(obj, name, v);
   graph_break("unsupported_side_effect", "attribute assignment on a " + obj->type_name());
 }
 
@@ -230,8 +231,24 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
           return m;
         }
       }
-      if (name == "grad" || name == "grad_fn" || name == "is_leaf" || name == "_version" ||
-          name == "names" || name == "_base")
+      if (name == "grad") {
+        // An input's .grad is read through its source (a tensor input of its own, or None,
+        // guarded). A tensor computed here has none unless it is a non-leaf, whose .grad
+        // eager warns about.
+        const ValuePtr& base = obj->same_object ? obj->same_object : obj;
+        if (PyObject* real = ctx_.real_input(base)) {
+          PyRef g = PyRef::steal(PyObject_GetAttrString(real, "grad"));
+          if (!g) throw PythonError();
+          return ctx_.wrap(g.get(), ir::Source::attr(base->source, "grad"));
+        }
+        PyRef rg = PyRef::steal(PyObject_GetAttrString(meta, "requires_grad"));
+        if (!rg) throw PythonError();
+        if (rg.get() == Py_False) return none();
+        graph_break("unsupported_value", "Tensor.grad of a tensor computed in traced code",
+                    "read .grad outside the compiled function, after backward()");
+      }
+      if (name == "grad_fn" || name == "is_leaf" || name == "_version" || name == "names" ||
+          name == "_base")
         graph_break("unsupported_value", "Tensor." + name + " is not captured");
       // NOTE: sizes follow from the guarded shape and dtype; any other data attribute
       // (retains_grad, a Python attribute...) describes the real tensor, not the meta one.

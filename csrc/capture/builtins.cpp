@@ -69,6 +69,10 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
   bool is_builtin_type = PyType_Check(fn) && attr_str(fn, "__module__") == "builtins";
   std::string name = attr_str(fn, "__name__");
   if (is_builtin_fn || is_builtin_type) {
+    if (name == "vars" && args.size() == 1 && kwargs.empty()) {  // obj.__dict__ (no-arg: locals)
+      if (auto d = try_get_attr(args[0], "__dict__")) return *d;
+      raise_user(PyExc_TypeError, "vars() argument must have __dict__ attribute");
+    }
     if (forbidden_builtins().count(name))
       graph_break("unsupported_builtin", "call to builtin " + name + "()");
     if (!kwargs.empty()) check_builtin_kwargs(name, kwargs);
@@ -375,8 +379,18 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
   }
   if (self == api.math_module.get()) {
     if (all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
-    graph_break("unsupported_value",
-                "math." + name + "() of a traced value (use torch." + name + ")");
+    // math.prod([h, w]), math.fsum(sizes): containers of constants (sizes included) fold too.
+    std::vector<ValuePtr> consts;
+    for (auto& a : args) {
+      bool view = a->kind == VKind::DictView || a->kind == VKind::Iterator;
+      PyRef c = a->is_tensor() ? PyRef() : const_tuple(view ? Value::tuple(iterate(a)) : a);
+      if (!c) break;
+      consts.push_back(Value::constant(c));
+    }
+    if (consts.size() == args.size() && all_const(consts, kwargs))
+      return call_pure(ctx_, fn, consts, kwargs);
+    graph_break("unsupported_value", "math." + name + "() of a traced value",
+                "use torch." + name + " on tensors; math functions fold only on constants");
   }
   // Bound methods of immutable constants: "abc".upper(), (1, 2).index(2), dtype.is_floating_point.
   if (self && (PyCFunction_Check(fn) || Py_TYPE(fn) == &PyMethodDescr_Type) &&

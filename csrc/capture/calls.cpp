@@ -4,6 +4,7 @@
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
+#include "capture/user_exception.h"
 #include "core/errors.h"
 
 namespace tl::capture {
@@ -36,6 +37,17 @@ bool is_torch_operator(PyObject* f) {  // borrows
   return is_op;
 }
 
+// collections.OrderedDict itself (a C type): made like a dict subclass, with symbolic items.
+bool is_ordered_dict_class(PyObject* f) {
+  static PyObject* od = [] {
+    PyRef m = PyRef::steal(PyImport_ImportModule("collections"));
+    PyObject* t = m ? PyObject_GetAttrString(m.get(), "OrderedDict") : nullptr;
+    if (!t) throw PythonError();
+    return t;  // NOTE: kept for the process lifetime, like the collections module
+  }();
+  return f == od;
+}
+
 }  // namespace
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwargs) {
@@ -57,6 +69,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
     case VKind::Module:
       return call_module(fn, std::move(args), std::move(kwargs));
     case VKind::Object: {
+      if (is_lru_cache_wrapper(fn->obj.get())) {
+        if (fn->source) ctx_.guards().add_id_match(fn->source, fn->obj.get());
+        return call_lru_cached(fn->obj.get(), args, kwargs);
+      }
       PyRef call_name = PyRef::steal(PyUnicode_FromString("__call__"));
       PyObject* impl = _PyType_Lookup(Py_TYPE(fn->obj.get()), call_name.get());
       if (!impl || !PyFunction_Check(impl))
@@ -112,6 +128,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
     ctx_.set_grad_mode(g->flag);
     return g;
   }
+  if (f == reinterpret_cast<PyObject*>(&_PyWeakref_RefType) || PyWeakref_CheckRefExact(f))
+    return call_weakref(f, args, kwargs);
   std::string qual = callable_desc(f);
   if (qual == "torch.compiler.is_compiling" ||
       qual == "torch._dynamo.external_utils.is_compiling" || qual == "torch._utils.is_compiling" ||
@@ -132,9 +150,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
     return p;
   }
   if (PyType_Check(f)) {
-    if (is_module_type(f))
-      graph_break("unsupported_callable",
-                  "constructing an nn.Module (" + qual + ") in traced code");
+    if (is_module_type(f)) return construct_module(f, std::move(args), std::move(kwargs));
     if (f == api.size_type.get() || f == api.device_type.get() ||
         f == reinterpret_cast<PyObject*>(&PyRange_Type) ||
         f == reinterpret_cast<PyObject*>(&PySlice_Type)) {
@@ -155,7 +171,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
                   "constructing " + qual + ", a namedtuple subclass with its own __new__/__init__");
     return make_namedtuple(f, args, kwargs);
   }
-  if (is_plain_user_class(f)) return construct_object(f, std::move(args), std::move(kwargs));
+  if (is_plain_user_class(f) || is_ordered_dict_class(f))
+    return construct_object(f, std::move(args), std::move(kwargs));
   if (is_torch_function(f)) {
     if (is_side_effecting_torch_fn(f))
       graph_break("unsupported_callable",
@@ -179,6 +196,32 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
                                           "), which torchlite cannot trace; it runs eagerly");
 }
 
+// weakref.ref(obj) of an object the guards pin by identity: the real ref (CPython hands back
+// the one it already has); calling it gives the same value back. A ref read from the frame
+// breaks: its referent may die between calls, which no guard checks.
+ValuePtr Tracer::call_weakref(PyObject* f, std::vector<ValuePtr>& args, KwArgs& kwargs) {
+  const char* hint = "pass the object itself, or call the weakref outside the compiled function";
+  if (f != reinterpret_cast<PyObject*>(&_PyWeakref_RefType)) {
+    auto it = ctx_.weakref_targets.find(f);
+    if (it == ctx_.weakref_targets.end() || !args.empty() || !kwargs.empty())
+      graph_break("unsupported_callable", "calling a weakref that traced code did not make", hint);
+    return it->second.second;
+  }
+  if (args.size() != 1 || !kwargs.empty())
+    graph_break("unsupported_callable", "weakref.ref() with a callback", hint);
+  const ValuePtr& v = args[0];
+  bool pinned = v->source && (v->kind == VKind::Module || v->kind == VKind::Object ||
+                              (v->is_const() && !is_immutable_constant(v->obj.get())));
+  if (!pinned)
+    graph_break("unsupported_callable",
+                "weakref.ref() of a " + v->type_name() + " made in traced code", hint);
+  if (v->kind == VKind::Object) ctx_.guards().add_id_match(v->source, v->obj.get());
+  PyRef ref = PyRef::steal(PyWeakref_NewRef(v->obj.get(), nullptr));
+  if (!ref) raise_current_error("weakref.ref() raised");
+  ctx_.weakref_targets[ref.get()] = {ref, v};
+  return Value::constant(ref);
+}
+
 ValuePtr Tracer::wrap_partial(const ValuePtr& fn) {
   PyObject* p = fn->obj.get();
   auto part = [&](const char* name) {
@@ -194,7 +237,13 @@ ValuePtr Tracer::wrap_partial(const ValuePtr& fn) {
   if (kw->kind == VKind::Dict) {
     out->keys = kw->keys;
     out->kwdefaults = kw->items;
-  } else if (kw->is_const() && PyDict_Check(kw->obj.get()) && PyDict_Size(kw->obj.get()) == 0) {
+  } else if (kw->is_const() && PyDict_CheckExact(kw->obj.get())) {
+    PyObject *k, *v;  // a partial made at trace time (held by a module built in forward)
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(kw->obj.get(), &pos, &k, &v)) {
+      out->keys.push_back(PyRef::borrow(k));
+      out->kwdefaults.push_back(ctx_.from_result(v));
+    }
   } else {
     graph_break("unsupported_value", "functools.partial keywords");
   }

@@ -298,7 +298,7 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
     ctx.graph().set_output(rb.take_outputs());
     ctx.graph().lint();
   } catch (const GraphBreak& b) {
-    out.graph_break = BreakInfo{b.kind(), b.reason(), ctx.filename, ctx.lineno};
+    out.graph_break = BreakInfo{b.kind(), b.reason(), ctx.filename, ctx.lineno, b.hint()};
     top_index = b.top_index;
     if (PyErr_Occurred()) clear_expected_error();
   } catch (const PythonError&) {

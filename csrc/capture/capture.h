@@ -19,6 +19,7 @@ struct BreakInfo {
   std::string reason;  // what happened, in the user's terms
   std::string filename;
   int lineno = -1;
+  std::string hint;  // what the user can change (empty: the kind's hint in the docs)
 };
 
 // One value handed to CPython at a graph break.

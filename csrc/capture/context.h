@@ -73,6 +73,12 @@ class CaptureContext {
   // is not an input.
   std::optional<bool> same_input_tensor(const ValuePtr& a, const ValuePtr& b);
   const ir::FrameView& frame() const { return frame_; }
+  // The real tensor behind a tensor input (a placeholder read through its source), borrowed;
+  // null for a tensor computed by the graph.
+  PyObject* real_input(const ValuePtr& v) const {
+    auto it = v->source ? input_tensors_.find(v->source->str()) : input_tensors_.end();
+    return it == input_tensors_.end() ? nullptr : it->second;
+  }
 
   // Side effects and the overlays that make traced reads see traced writes.
   std::map<std::pair<PyObject*, std::string>, ValuePtr> attr_overlay;
@@ -80,6 +86,8 @@ class CaptureContext {
   std::vector<PendingEffect> effects;
   std::vector<ValuePtr> sourced_containers;  // List/Dict values read from the frame
   std::vector<PyRef> keep_alive;             // objects whose address keys attr_overlay
+  // weakref.ref(v) made by traced code (the real ref, kept alive here) -> v.
+  std::map<PyObject*, std::pair<PyRef, ValuePtr>> weakref_targets;
   // autocast.cpp: regions entered by traced code (innermost last); whether any autocast is
   // on now, and a key of its state for caching per-op autocast policies.
   std::vector<AutocastRegion> autocast_regions;

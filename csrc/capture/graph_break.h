@@ -9,11 +9,13 @@ namespace tl::capture {
 
 class GraphBreak : public std::exception {
  public:
-  GraphBreak(std::string kind, std::string reason)
-      : kind_(std::move(kind)), reason_(std::move(reason)) {}
+  GraphBreak(std::string kind, std::string reason, std::string hint = "")
+      : kind_(std::move(kind)), reason_(std::move(reason)), hint_(std::move(hint)) {}
   const char* what() const noexcept override { return reason_.c_str(); }
   const std::string& kind() const { return kind_; }
   const std::string& reason() const { return reason_; }
+  // What the user can change so the code is captured (empty: the kind's hint in the docs).
+  const std::string& hint() const { return hint_; }
   // Index of the top-level frame's instruction that was executing (an inlined
   // call breaks its caller at the CALL); set once by the depth-0 tracer.
   int top_index = -1;
@@ -21,10 +23,12 @@ class GraphBreak : public std::exception {
  private:
   std::string kind_;
   std::string reason_;
+  std::string hint_;
 };
 
-[[noreturn]] inline void graph_break(const std::string& kind, const std::string& reason) {
-  throw GraphBreak(kind, reason);
+[[noreturn]] inline void graph_break(const std::string& kind, const std::string& reason,
+                                     const std::string& hint = "") {
+  throw GraphBreak(kind, reason, hint);
 }
 
 }  // namespace tl::capture

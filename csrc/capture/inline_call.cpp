@@ -44,6 +44,7 @@ bool is_introspection(PyObject* func) {
 
 ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const ValuePtr& made,
                                  std::vector<ValuePtr> args, const KwArgs& kwargs) {
+  if (auto r = fresh_module_call(func, args, kwargs)) return *r;
   if (is_introspection(func)) {
     std::vector<ValuePtr> real;
     for (auto& a : args)

@@ -3,11 +3,14 @@
 // dataclasses.fields/is_dataclass, torch.finfo/iinfo, object.__setattr__/__getattribute__,
 // logging.Logger calls, skipped when the level is disabled, warnings.warn (warning_call.cpp) and
 // torch.autocast (autocast.cpp).
+#include <unordered_set>
+
 #include "capture/autocast.h"
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
+#include "capture/user_exception.h"
 #include "capture/warning_call.h"
 #include "core/errors.h"
 
@@ -45,7 +48,151 @@ PyObject* class_of(const ValuePtr& v) {  // borrowed
   return nullptr;
 }
 
+bool from_typing(PyObject* obj) {  // List[int], Optional: immutable once made
+  return attr_str(reinterpret_cast<PyObject*>(Py_TYPE(obj)), "__module__") == "typing";
+}
+
+// A NumPy array (or a tuple/list holding one) that code could write to, borrowed.
+bool is_writeable_array(PyObject* o) {
+  if (PyTuple_Check(o) || PyList_Check(o)) {
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
+      if (is_writeable_array(PySequence_Fast_GET_ITEM(o, i))) return true;
+    return false;
+  }
+  if (attr_str(reinterpret_cast<PyObject*>(Py_TYPE(o)), "__name__") != "ndarray") return false;
+  PyRef flags = PyRef::steal(PyObject_GetAttrString(o, "flags"));
+  PyRef w = flags ? PyRef::steal(PyObject_GetAttrString(flags.get(), "writeable")) : PyRef();
+  if (!w) throw PythonError();
+  return w.get() == Py_True;
+}
+
 }  // namespace
+
+bool detail::is_lru_cache_wrapper(PyObject* fn) {  // functools.lru_cache / functools.cache
+  static PyObject* type = module_attr("functools", "_lru_cache_wrapper");
+  return type && PyType_Check(type) &&
+         PyObject_TypeCheck(fn, reinterpret_cast<PyTypeObject*>(type));
+}
+
+// A call of an lru_cache-wrapped function. With arguments known at trace time, the wrapper
+// itself runs (so the cache fills exactly as in eager, and an impure body runs when eager
+// would run it: on a miss); objects among them are pinned by identity, as the cache keys
+// them. Otherwise the wrapped function is inlined, as Dynamo does: a cache keyed on fresh
+// tensors would miss on every call anyway.
+ValuePtr Tracer::call_lru_cached(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs) {
+  std::vector<ValuePtr> real;
+  auto known = [&](const ValuePtr& v) -> PyRef {
+    if (v->is_const()) return v->obj;
+    if ((v->kind == VKind::Object || v->kind == VKind::Module) && v->source && !v->attrs) {
+      ctx_.guards().add_id_match(v->source, v->obj.get());
+      return v->obj;
+    }
+    return {};
+  };
+  bool all_known = true;
+  for (auto& a : args) {
+    PyRef r = known(a);
+    if (!r) all_known = false;
+    real.push_back(Value::constant(r ? r : none()->obj));
+  }
+  KwArgs real_kw;
+  for (auto& [k, v] : kwargs) {
+    PyRef r = known(v);
+    if (!r) all_known = false;
+    real_kw.emplace_back(k, Value::constant(r ? r : none()->obj));
+  }
+  if (!all_known) {
+    PyRef wrapped = PyRef::steal(PyObject_GetAttrString(fn, "__wrapped__"));
+    if (!wrapped) throw PythonError();
+    return call(Value::constant(wrapped), std::move(args), std::move(kwargs));
+  }
+  PyRef pos = PyRef::steal(PyTuple_New(real.size()));
+  if (!pos) throw PythonError();
+  for (size_t i = 0; i < real.size(); ++i)
+    PyTuple_SET_ITEM(pos.get(), i, PyRef(real[i]->obj).release());
+  PyRef kw;
+  if (!real_kw.empty()) {
+    kw = PyRef::steal(PyDict_New());
+    for (auto& [k, v] : real_kw)
+      if (!kw || PyDict_SetItemString(kw.get(), k.c_str(), v->obj.get()) < 0) throw PythonError();
+  }
+  PyRef r = PyRef::steal(PyObject_Call(fn, pos.get(), kw.get()));
+  if (!r) raise_current_error(callable_desc(fn) + " raised while tracing");
+  PyObject* o = r.get();
+  if (is_immutable_constant(o) || from_typing(o) || PyType_Check(o) || PyFunction_Check(o) ||
+      PyCFunction_Check(o))
+    return Value::constant(r);
+  // NOTE: eager returns this very object on every hit, so traced code reads and mutates it.
+  return ctx_.wrap(o, ir::Source::held(r, "lru_cache result of " + callable_desc(fn)));
+}
+
+// NumPy called on constants (np.sqrt(2.0), np.float32(0.5), np.array([1, 2]), np.prod(shape)):
+// folded at trace time; the arguments are guarded constants, so the result is too. An array
+// result is made read-only: it is shared by every call, where eager makes a fresh one, so
+// code that would write to it (np.add(a, 1, out=a)) raises at trace time and runs eagerly.
+std::optional<ValuePtr> Tracer::call_numpy(PyObject* fn, std::vector<ValuePtr>& args,
+                                           KwArgs& kwargs) {
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(fn));
+  bool numpy_type = PyType_Check(fn) && attr_str(fn, "__module__") == "numpy";
+  // ufuncs and array-function dispatchers (np.prod) are of numpy's own types; plain functions
+  // must live in `numpy` itself (numpy.random's draw from global state).
+  bool numpy_fn =
+      attr_str(type, "__module__") == "numpy" ||
+      ((PyFunction_Check(fn) || PyCFunction_Check(fn)) && attr_str(fn, "__module__") == "numpy");
+  if (!numpy_type && !numpy_fn) {
+    if (!PyType_Check(fn) && attr_str(fn, "__module__").rfind("numpy", 0) == 0)
+      graph_break("numpy_call",
+                  callable_desc(fn) +
+                      "() is not folded (it may draw random "
+                      "numbers or change NumPy's state)",
+                  "make the value outside the compiled function and pass it in");
+    return std::nullopt;
+  }
+  // NOTE: effects outside the returned value (files, NumPy's settings, writes into an
+  // argument, uninitialised memory) cannot be folded into a constant.
+  static const std::unordered_set<std::string> effects = {
+      "save",           "savez",        "savez_compressed",
+      "savetxt",        "load",         "loadtxt",
+      "genfromtxt",     "fromfile",     "seterr",
+      "seterrcall",     "setbufsize",   "printoptions",
+      "errstate",       "copyto",       "put",
+      "place",          "putmask",      "fill_diagonal",
+      "empty",          "empty_like",   "set_printoptions",
+      "put_along_axis", "shares_memory"};
+  if (effects.count(attr_str(fn, "__name__")))
+    graph_break("numpy_call", callable_desc(fn) + "() has effects a constant cannot replay",
+                "call it outside the compiled function");
+  std::vector<ValuePtr> consts;
+  KwArgs kw;
+  for (auto& a : args) {
+    PyRef c = a->is_tensor() ? PyRef() : const_tuple(a);
+    if (c && is_writeable_array(c.get()))
+      graph_break("numpy_call", callable_desc(fn) + "() of a writeable array from outside",
+                  "pass a tuple or a tensor; NumPy is folded only on values that cannot change");
+    if (!c)
+      graph_break("numpy_call", callable_desc(fn) + "() of a " + a->type_name(),
+                  "use the torch function of the same name on tensors; NumPy is folded only on "
+                  "constants");
+    consts.push_back(Value::constant(c));
+  }
+  for (auto& [k, v] : kwargs) {
+    PyRef c = v->is_tensor() ? PyRef() : const_tuple(v);
+    if (c && is_writeable_array(c.get())) c = PyRef();
+    if (!c)
+      graph_break("numpy_call", callable_desc(fn) + "() with a " + v->type_name() + " " + k,
+                  "use the torch function of the same name on tensors; NumPy is folded only on "
+                  "constants");
+    kw.emplace_back(k, Value::constant(c));
+  }
+  ValuePtr r = call_pure(ctx_, fn, consts, kw);
+  if (!r->is_const()) return r;
+  PyObject* o = r->obj.get();
+  if (attr_str(reinterpret_cast<PyObject*>(Py_TYPE(o)), "__name__") == "ndarray" &&
+      PyObject_SetAttrString(PyRef::steal(PyObject_GetAttrString(o, "flags")).get(), "writeable",
+                             Py_False) < 0)
+    throw PythonError();
+  return r;
+}
 
 std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
                                              std::vector<ValuePtr>& args, KwArgs& kwargs) {
@@ -89,8 +236,11 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
     if (name == "__enter__")
       graph_break("unsupported_callable", "torch.autocast.__enter__() called outside a with");
   }
+  if (self && is_autograd_function_apply(fn)) return call_autograd_function(self, args, kwargs);
   if (self) return std::nullopt;
 
+  if (is_lru_cache_wrapper(fn)) return call_lru_cached(fn, args, kwargs);
+  if (auto r = call_numpy(fn, args, kwargs)) return r;
   if (is_autocast_class(fn)) return construct_autocast(ctx_, globals_, fn, args, kwargs);
   if (is_autocast_decorated(fn)) return inline_function(fn, nullptr, nullptr, args, kwargs);
 

@@ -105,6 +105,14 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
       mark_mutated(self);
       return v;
     }
+    if (name == "__delitem__" && args.size() == 1) {  // del d[k]
+      int i = dict_find(self, key_of(0));
+      if (i < 0) raise_user_arg(PyExc_KeyError, key_of(0), "KeyError in del d[key]");
+      self->keys.erase(self->keys.begin() + i);
+      self->items.erase(self->items.begin() + i);
+      mark_mutated(self);
+      return none();
+    }
     if (name == "setdefault") {
       int i = dict_find(self, key_of(0));
       if (i >= 0) return self->items[i];
@@ -117,10 +125,22 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
     if (name == "update") {
       std::vector<std::pair<PyRef, ValuePtr>> pairs;
       if (!args.empty()) {
-        if (args[0]->kind != VKind::Dict)
-          graph_break("unsupported_value", "dict.update with a non-dict");
-        for (size_t i = 0; i < args[0]->keys.size(); ++i)
-          pairs.emplace_back(args[0]->keys[i], args[0]->items[i]);
+        if (args[0]->kind == VKind::Dict) {
+          for (size_t i = 0; i < args[0]->keys.size(); ++i)
+            pairs.emplace_back(args[0]->keys[i], args[0]->items[i]);
+        } else if (args[0]->is_sequence() || args[0]->kind == VKind::Iterator) {
+          for (auto& pair : iterate(args[0])) {  // update([(k, v), ...])
+            std::vector<ValuePtr> kv;
+            if (!as_items(pair, kv) || kv.size() != 2 || !kv[0]->is_const())
+              graph_break("unsupported_value",
+                          "dict.update from items that are not (key, value) "
+                          "pairs with constant keys");
+            pairs.emplace_back(kv[0]->obj, kv[1]);
+          }
+        } else {
+          graph_break("unsupported_value", "dict.update with a " + args[0]->type_name(),
+                      "pass a dict or a list of (key, value) pairs");
+        }
       }
       for (auto& [k, v] : kwargs)
         pairs.emplace_back(PyRef::steal(PyUnicode_FromString(k.c_str())), v);

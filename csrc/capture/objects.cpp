@@ -9,6 +9,7 @@
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
+#include "capture/user_exception.h"
 #include "core/errors.h"
 
 namespace tl::capture {
@@ -172,6 +173,32 @@ std::optional<ValuePtr> Tracer::created_object_method(const ValuePtr& self, cons
       call_method_on(self->mapping, "update", a, kwargs);
       return none();
     }
+    if (name == "move_to_end" || name == "popitem") {  // OrderedDict's own; `last` picks the end
+      bool ordered = PyObject_HasAttrString(self->obj.get(), "move_to_end");
+      ValuePtr last = name == "move_to_end" ? (args.size() > 1 ? args[1] : nullptr)
+                                            : (!args.empty() ? args[0] : nullptr);
+      for (auto& [k, v] : kwargs)
+        if (k == "last") last = v;
+      if (!ordered || (last && !last->is_const()) || (!args.empty() && !args[0]->is_const()))
+        graph_break("unsupported_callable", std::string(Py_TYPE(self->obj.get())->tp_name) + "." +
+                                                name + "() with a traced `last`");
+      bool at_end = !last || PyObject_IsTrue(last->obj.get());
+      ValuePtr& m = self->mapping;
+      if (m->keys.empty() && name == "popitem") raise_user(PyExc_KeyError, "dictionary is empty");
+      int i = name == "popitem" ? (at_end ? static_cast<int>(m->keys.size()) - 1 : 0)
+                                : (args.empty() ? -1 : dict_find(m, args[0]->obj.get()));
+      if (i < 0)
+        raise_user_arg(PyExc_KeyError, args.empty() ? Py_None : args[0]->obj.get(),
+                       "KeyError in move_to_end");
+      PyRef key = m->keys[i];
+      ValuePtr item = m->items[i];
+      m->keys.erase(m->keys.begin() + i);
+      m->items.erase(m->items.begin() + i);
+      if (name == "popitem") return Value::tuple({Value::constant(key), item});
+      m->keys.insert(at_end ? m->keys.end() : m->keys.begin(), key);
+      m->items.insert(at_end ? m->items.end() : m->items.begin(), item);
+      return none();
+    }
     return call_method_on(self->mapping, name, args, kwargs);
   }
   if (!self->source || !PyDict_Check(self->obj.get())) return std::nullopt;
@@ -179,8 +206,21 @@ std::optional<ValuePtr> Tracer::created_object_method(const ValuePtr& self, cons
       "get", "__getitem__", "__contains__", "keys", "values", "items", "__len__", "copy"};
   if (!readers.count(name) || !all_const(args, kwargs)) return std::nullopt;
   ctx_.guards().add_dict_version(self->source, self->obj.get());
-  PyRef d = PyRef::steal(PyDict_Copy(self->obj.get()));  // a plain dict with the same items
+  // NOTE: the dict's own storage, read without running the subclass's Python __getitem__ or
+  // keys() (PyDict_Copy would call them on a subclass that overrides __iter__, as
+  // OrderedDict's do); only the views' order could differ from the subclass's, so those need a
+  // class that leaves item access to dict.
+  bool order_free =
+      name == "get" || name == "__getitem__" || name == "__contains__" || name == "__len__";
+  PyRef getitem_name = PyRef::steal(PyUnicode_FromString("__getitem__"));
+  PyObject* getitem = _PyType_Lookup(Py_TYPE(self->obj.get()), getitem_name.get());
+  if (!order_free && getitem && PyFunction_Check(getitem)) return std::nullopt;
+  PyRef d = PyRef::steal(order_free ? PyDict_New() : PyDict_Copy(self->obj.get()));
   if (!d) throw PythonError();
+  PyObject *k, *v;
+  Py_ssize_t pos = 0;
+  while (order_free && PyDict_Next(self->obj.get(), &pos, &k, &v))
+    if (PyDict_SetItem(d.get(), k, v) < 0) throw PythonError();
   PyRef m = PyRef::steal(PyObject_GetAttrString(d.get(), name.c_str()));
   if (!m) throw PythonError();
   return call_pure(ctx_, m.get(), args, kwargs);

@@ -48,6 +48,10 @@ PyObject* operator_fn(const char* name);
 // objects.cpp: the transformers ModelOutput base of cls when its construction can be
 // modelled natively, else null (borrowed).
 PyObject* model_output_base(PyObject* cls);
+// library_calls.cpp: a functools.lru_cache / functools.cache wrapper (borrowed).
+bool is_lru_cache_wrapper(PyObject* fn);
+// autograd_function.cpp: torch.autograd.Function.apply's function (borrowed).
+bool is_autograd_function_apply(PyObject* fn);
 // A fresh `set` value of constants (tensors and other traced values are refused).
 ValuePtr make_set(const std::vector<ValuePtr>& items);
 void set_add(const ValuePtr& set, const ValuePtr& item);

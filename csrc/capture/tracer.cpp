@@ -788,6 +788,41 @@ void Tracer::step(const Instruction& inst) {
     case GET_ITER:
       push(get_iter(pop()));
       return;
+    case GET_YIELD_FROM_ITER:  // `yield from it` in a generator body (run to completion)
+      if (!generator_) graph_break("unsupported_bytecode", "yield from outside a generator");
+      push(get_iter(pop()));
+      return;
+    case SEND: {
+      ValuePtr sent = pop();
+      if (!sent->is_const() || sent->obj.get() != Py_None || top()->kind != VKind::Iterator)
+        graph_break("unsupported_bytecode", "send() of a value into a generator",
+                    "iterate with a for loop instead of sending values");
+      if (ValuePtr v = iter_next(top())) {
+        push(std::move(v));
+        return;
+      }
+      // NOTE: the delegate's return value is not tracked: `yield from` must be a statement.
+      size_t after = inst.jump_target;
+#ifdef END_SEND
+      push(none_value());  // END_SEND at the target drops the iterator
+      ++after;
+#else
+      top() = none_value();
+#endif
+      if (after >= bc_.insts.size() || bc_.insts[after].opcode != POP_TOP)
+        graph_break("unsupported_bytecode", "the value of a `yield from` expression",
+                    "use `yield from` as a statement, or return the value another way");
+      pc_ = inst.jump_target;
+      return;
+    }
+#ifdef END_SEND
+    case END_SEND: {
+      ValuePtr v = pop();
+      pop();
+      push(std::move(v));
+      return;
+    }
+#endif
     case FOR_ITER: {
       ValuePtr it = top();
       TL_CHECK(it->kind == VKind::Iterator) << "FOR_ITER on a non-iterator";

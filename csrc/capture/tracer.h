@@ -89,6 +89,7 @@ class Tracer {
                           std::vector<ValuePtr>& args, KwArgs& kwargs);
   ValuePtr call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr wrap_partial(const ValuePtr& partial_const);
+  ValuePtr call_weakref(PyObject* f, std::vector<ValuePtr>& args, KwArgs& kwargs);
   std::optional<ValuePtr> super_attr(const ValuePtr& sup, const std::string& name);
   ValuePtr call_base_slot(const ValuePtr& self, const std::string& name,
                           std::vector<ValuePtr>& args);
@@ -96,6 +97,13 @@ class Tracer {
   std::optional<ValuePtr> custom_getattr(const ValuePtr& obj, const std::string& name);
   ValuePtr make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   ValuePtr construct_object(PyObject* cls, std::vector<ValuePtr> args, KwArgs kwargs);
+  // module_construct.cpp: nn.Module instances built by traced code (made for real at trace
+  // time; `flag` set on their value), torch.nn code run on them, and their attribute writes.
+  static bool is_fresh_module(const ValuePtr& v);
+  ValuePtr construct_module(PyObject* cls, std::vector<ValuePtr> args, KwArgs kwargs);
+  std::optional<ValuePtr> fresh_module_call(PyObject* func, const std::vector<ValuePtr>& args,
+                                            const KwArgs& kwargs);
+  void store_fresh_module_attr(const ValuePtr& m, const std::string& name, const ValuePtr& v);
   // objects.cpp: objects made by traced code (dataclasses, ModelOutput) and dunder dispatch.
   ValuePtr construct_model_output(PyObject* cls, std::vector<ValuePtr>& args, KwArgs& kwargs);
   std::optional<ValuePtr> created_object_method(const ValuePtr& self, const std::string& name,
@@ -106,6 +114,10 @@ class Tracer {
   // torch.finfo, logging calls, object.__setattr__...); nullopt when `fn` is none of them.
   std::optional<ValuePtr> call_library(PyObject* fn, const ValuePtr& self,
                                        std::vector<ValuePtr>& args, KwArgs& kwargs);
+  ValuePtr call_lru_cached(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs);
+  std::optional<ValuePtr> call_numpy(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs);
+  // autograd_function.cpp: Function.apply of class `cls`, inlined when autograd won't record.
+  ValuePtr call_autograd_function(const ValuePtr& cls, std::vector<ValuePtr>& args, KwArgs& kwargs);
   // Starts the handler covering instruction `index` for an exception raised by
   // it (CPython's exception-table unwinding); false when no handler covers it.
   bool enter_handler(size_t index, const UserException& e);

@@ -72,10 +72,10 @@ void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult
   set("resumed", PyBool_FromLong(resumed));
   set("no_resume", PyUnicode_FromString(res.no_resume.c_str()));
   if (res.graph_break) {
-    set("break",
-        Py_BuildValue("{s:s,s:s,s:s,s:i}", "kind", res.graph_break->kind.c_str(), "reason",
-                      res.graph_break->reason.c_str(), "filename",
-                      res.graph_break->filename.c_str(), "lineno", res.graph_break->lineno));
+    set("break", Py_BuildValue("{s:s,s:s,s:s,s:i,s:s}", "kind", res.graph_break->kind.c_str(),
+                               "reason", res.graph_break->reason.c_str(), "filename",
+                               res.graph_break->filename.c_str(), "lineno", res.graph_break->lineno,
+                               "hint", res.graph_break->hint.c_str()));
   } else {
     set("break", Py_NewRef(Py_None));
   }
@@ -171,8 +171,10 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
         record(config->recorder.get(), code, res, false);
       TL_THROW(Unsupported) << "torchlite: graph break in " << utf8(code->co_qualname) << " at "
                             << where << " (fullgraph=True): " << b.reason << " [" << b.kind
-                            << "]\nHint: move this out of the compiled function, or compile with "
-                               "fullgraph=False to run it eagerly.";
+                            << "]\nHint: "
+                            << (b.hint.empty() ? "move this out of the compiled function, or "
+                                                 "compile with fullgraph=False to run it eagerly."
+                                               : b.hint);
     }
     if (res.resume) {
       try {

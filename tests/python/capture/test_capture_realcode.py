@@ -3,6 +3,7 @@ ModelOutput returns, sets, imports and try bodies in helpers, registries, config
 logging, torch.finfo. Each case is compared with eager and captured in one graph."""
 
 import dataclasses
+import functools
 import logging
 import operator
 from collections import OrderedDict
@@ -526,3 +527,134 @@ class SharedChildren(torch.nn.Module):
 
 def test_sets_of_modules_and_children_iteration_are_captured():
     check(SharedChildren(), torch.randn(2, 4))
+
+
+# --- activation registries, lru_cached helpers, modules made in forward ----------------------------
+
+
+class GELUTanh(torch.nn.Module):
+    """transformers' activation classes keep the function they apply as an attribute."""
+
+    def __init__(self, use_python: bool = False):
+        super().__init__()
+        if use_python:
+            self.act = self._python
+        else:
+            self.act = functools.partial(torch.nn.functional.gelu, approximate="tanh")
+
+    def _python(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x**3)))
+
+    def forward(self, x):
+        return self.act(x)
+
+
+class ClassInstantier(OrderedDict):
+    """ACT2FN: a dict of classes (or (class, kwargs)) that builds an instance on every lookup."""
+
+    def __getitem__(self, key):
+        content = super().__getitem__(key)
+        cls, kwargs = content if isinstance(content, tuple) else (content, {})
+        return cls(**kwargs)
+
+
+ACT2FN = ClassInstantier(
+    {
+        "gelu_pytorch_tanh": GELUTanh,
+        "gelu_python_tanh": (GELUTanh, {"use_python": True}),
+        "relu": torch.nn.ReLU,
+        "silu": torch.nn.SiLU,
+        "softmax": (torch.nn.Softmax, {"dim": -1}),
+    }
+)
+
+
+@functools.lru_cache
+def is_torch_greater_or_equal(version: str) -> bool:
+    parts = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    return parts >= tuple(int(p) for p in version.split("."))
+
+
+@functools.cache
+def rope_inv_freq(dim: int, base: float = 10000.0):
+    return tuple(1.0 / (base ** (i / dim)) for i in range(0, dim, 2))
+
+
+class RegistryMLP(torch.nn.Module):
+    def __init__(self, act: str):
+        super().__init__()
+        self.act_name = act
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        act = ACT2FN[self.act_name]  # looked up (and built) inside forward, as some models do
+        h = act(self.fc(x))
+        if is_torch_greater_or_equal("2.0"):
+            h = h * torch.tensor(rope_inv_freq(16), dtype=h.dtype)
+        return torch.nn.Softmax(dim=-1)(h)
+
+
+@pytest.mark.parametrize(
+    "act", ["gelu_pytorch_tanh", "gelu_python_tanh", "relu", "silu", "softmax"]
+)
+def test_activation_registry_lookup_in_forward_is_one_graph(act):
+    m = RegistryMLP(act).eval()
+    check(m, torch.randn(2, 8))
+    assert _graphs_and_breaks(m, torch.randn(2, 8)) == (1, 0)
+
+
+@dataclasses.dataclass
+class BaseModelOutputWithPast(OrderedDict):
+    """A ModelOutput-style result: dataclass fields mirrored as dict items (None skipped)."""
+
+    last_hidden_state: torch.Tensor | None = None
+    past_key_values: tuple | None = None
+    hidden_states: tuple | None = None
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                self[field.name] = value
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+class LayerNormChannelsFirst(torch.nn.LayerNorm):
+    """timm-style LayerNorm subclass applied to NCHW by permuting around F.layer_norm."""
+
+    def __init__(self, num_channels, eps=1e-6):
+        super().__init__(num_channels, eps=eps)
+
+    def forward(self, x):
+        x = x.permute(0, 2, 3, 1)
+        x = torch.nn.functional.layer_norm(
+            x, self.normalized_shape, self.weight, self.bias, self.eps
+        )
+        return x.permute(0, 3, 1, 2)
+
+
+class TinyEncoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = LayerNormChannelsFirst(4)
+        self.proj = torch.nn.Conv2d(4, 4, 1)
+
+    def forward(self, x, output_hidden_states: bool = True):
+        states = []
+        for layer in (self.norm, self.proj):
+            x = layer(x)
+            states.append(x)
+        pooled = torch.nn.AdaptiveAvgPool2d(1)(x).flatten(1)
+        out = BaseModelOutputWithPast(
+            last_hidden_state=x,
+            hidden_states=tuple(states) if output_hidden_states else None,
+        )
+        return out, out.to_tuple()[0] + pooled[:, :, None, None]
+
+
+def test_model_output_with_layer_norm_subclass_and_modules_made_in_forward():
+    m = TinyEncoder().eval()
+    check(m, torch.randn(2, 4, 3, 3))
+    assert _graphs_and_breaks(m, torch.randn(2, 4, 3, 3)) == (1, 0)

@@ -1,0 +1,112 @@
+// torch.autograd.Function.apply in traced code. When autograd will not record the call (grad
+// mode off, or no tensor argument requires grad), apply only runs `forward` with grad mode
+// off and hands its outputs back: that is inlined, with a torch FunctionCtx (plain Python:
+// save_for_backward and friends only store attributes on it) as `ctx`. A call autograd records
+// needs the Function's backward, which a captured graph cannot link: a clean graph break.
+#include "capture/graph_break.h"
+#include "capture/py_helpers.h"
+#include "capture/torch_api.h"
+#include "capture/tracer.h"
+#include "core/errors.h"
+
+namespace tl::capture {
+using namespace detail;  // NOTE: helpers of this file family only
+
+namespace {
+
+PyObject* function_attr(const char* name) {  // borrowed, kept for the process lifetime
+  PyRef m = PyRef::steal(PyImport_ImportModule("torch.autograd.function"));
+  PyObject* a = m ? PyObject_GetAttrString(m.get(), name) : nullptr;
+  if (!a) throw PythonError();
+  return a;  // NOTE: a reference kept for the process lifetime, like the module
+}
+
+bool requires_grad(const ValuePtr& v) {
+  if (!v->is_tensor()) return false;
+  PyRef rg = PyRef::steal(PyObject_GetAttrString(v->meta.get(), "requires_grad"));
+  if (!rg) throw PythonError();
+  return rg.get() == Py_True;
+}
+
+// True when some tensor of `out` (a tensor or a tuple/list of them) is one of `args`.
+bool returns_an_input(const ValuePtr& out, const std::vector<ValuePtr>& args) {
+  if (out->is_sequence()) {
+    for (auto& item : out->items)
+      if (returns_an_input(item, args)) return true;
+    return false;
+  }
+  if (!out->is_tensor()) return false;
+  for (auto& a : args)
+    if (a == out || (a->is_tensor() && a->node == out->node)) return true;
+  return false;
+}
+
+}  // namespace
+
+bool detail::is_autograd_function_apply(PyObject* fn) {
+  static PyObject* apply = [] {
+    PyRef descr = PyRef::steal(
+        PyObject_GetAttrString(function_attr("Function"), "__dict__"));  // mappingproxy
+    PyObject* cm = descr ? PyMapping_GetItemString(descr.get(), "apply") : nullptr;
+    PyObject* f = cm ? PyObject_GetAttrString(cm, "__func__") : nullptr;
+    Py_XDECREF(cm);
+    if (!f) throw PythonError();
+    return f;  // NOTE: kept for the process lifetime, like the class
+  }();
+  return fn == apply;
+}
+
+ValuePtr Tracer::call_autograd_function(const ValuePtr& cls, std::vector<ValuePtr>& args,
+                                        KwArgs& kwargs) {
+  if (!cls->is_const() || !PyType_Check(cls->obj.get()) || !kwargs.empty())
+    graph_break("autograd_function",
+                "autograd.Function.apply on a " + cls->type_name() + " or with keyword arguments");
+  std::string name = reinterpret_cast<PyTypeObject*>(cls->obj.get())->tp_name;
+  bool records = false;
+  if (ctx_.grad_enabled())
+    for (auto& a : args) records = records || requires_grad(a);
+  if (records)
+    graph_break("autograd_function",
+                name + ".apply() with an input that requires grad: autograd records it with " +
+                    "its backward, which torchlite does not capture; it runs eagerly",
+                "run inference under torch.no_grad() or torch.inference_mode(), or write the "
+                "op with torch functions so autograd derives its backward");
+  PyObject* type = cls->obj.get();
+  PyRef forward = PyRef::steal(PyObject_GetAttrString(type, "forward"));
+  PyRef setup = PyRef::steal(PyObject_GetAttrString(type, "setup_context"));
+  PyRef base_setup =
+      PyRef::steal(PyObject_GetAttrString(function_attr("_SingleLevelFunction"), "setup_context"));
+  if (!forward || !setup || !base_setup) throw PythonError();
+  if (!PyFunction_Check(forward.get()))
+    graph_break("autograd_function", name + ".forward is not a Python function");
+  // NOTE: forward(*args) with a separate setup_context(ctx, inputs, output) is the newer style.
+  bool separate_setup = setup.get() != base_setup.get();
+  ValuePtr fctx = call(Value::constant(PyRef::borrow(function_attr("FunctionCtx"))), {}, {});
+  std::vector<ValuePtr> needs;
+  for (size_t i = 0; i < args.size(); ++i) needs.push_back(const_bool(false));
+  store_attr(fctx, "needs_input_grad", Value::tuple(needs));
+  struct NoGrad {  // apply runs forward without grad; restored on every way out
+    CaptureContext& ctx;
+    bool was = ctx.grad_enabled();
+    explicit NoGrad(CaptureContext& c) : ctx(c) {
+      if (was) ctx.set_grad_mode(false);
+    }
+    ~NoGrad() {
+      if (was) ctx.set_grad_mode(true);
+    }
+  };
+  ValuePtr out;
+  {
+    NoGrad no_grad(ctx_);
+    std::vector<ValuePtr> fwd_args = args;
+    if (!separate_setup) fwd_args.insert(fwd_args.begin(), fctx);
+    out = call(Value::constant(forward), fwd_args, {});
+    if (separate_setup) call(Value::constant(setup), {fctx, Value::tuple(args), out}, {});
+  }
+  // NOTE: apply hands back an input returned as is as a new view of it.
+  if (returns_an_input(out, args))
+    graph_break("autograd_function", name + ".forward returns one of its inputs unchanged");
+  return out;
+}
+
+}  // namespace tl::capture
