@@ -224,6 +224,28 @@ ResumeValue resume_value(ResidualBuilder& rb, const ValuePtr& v) {
   return out;
 }
 
+// A loop's iterator at a graph break: made again by CPython over the frame's own containers
+// where one is under it (LazyIter::live), else a tuple of the items still to come.
+ir::Residual iterator_at_break(ResidualBuilder& rb, const ValuePtr& it,
+                               std::unordered_set<const Value*>& seen) {
+  // NOTE: one iterator in two places (nested loops over one iterator) must stay one object.
+  if (!seen.insert(it.get()).second)
+    graph_break("unsupported_value", "one " + it->type_name() + " iterated twice at a graph break");
+  if (auto live = live_iterator(it)) {
+    ir::Residual r;
+    r.kind = ir::Residual::Kind::Iterator;
+    r.value = live->factory;
+    r.index = static_cast<int>(live->skip);
+    for (const ValuePtr& a : live->args)
+      r.items.push_back(a->kind == VKind::Iterator ? iterator_at_break(rb, a, seen) : rb.build(a));
+    return r;
+  }
+  auto items = remaining_items(it);
+  if (!items)
+    graph_break("unsupported_value", "a " + it->type_name() + " being iterated at a graph break");
+  return rb.build(Value::tuple(std::move(*items)));
+}
+
 // The state CPython needs at the instruction the tracer stopped at.
 ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& tracer,
                        PyCodeObject* code, int index, bool region) {
@@ -231,6 +253,7 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
   plan.index = index;
   plan.region = region;
   plan.grad_mode = ctx.grad_enabled();
+  std::unordered_set<const Value*> iterators;
   for (const ValuePtr& v : tracer.stack()) {
     if (!v) {
       plan.stack += static_cast<char>(bytecode::Slot::Null);
@@ -242,17 +265,14 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
       if (!region) graph_break("unsupported_value", "iterator on the stack at a graph break");
       // NOTE: a fresh iterator of a list or dict hands CPython the container itself (the
       // bridge's GET_ITER iterates it), so the loop sees what its body does to it; any other
-      // hands on a snapshot of the items still to come.
-      ValuePtr rest = unstarted_container(v);
-      if (!rest) {
-        auto items = remaining_items(v);
-        if (!items)
-          graph_break("unsupported_value",
-                      "a " + v->type_name() + " being iterated at a graph break");
-        rest = Value::tuple(std::move(*items));
-      }
+      // is made again live over the frame's containers, or is a snapshot of what is left.
       plan.stack += static_cast<char>(bytecode::Slot::Iter);
-      plan.stack_values.push_back(resume_value(rb, rest));
+      if (ValuePtr rest = unstarted_container(v)) {
+        plan.stack_values.push_back(resume_value(rb, rest));
+      } else {
+        plan.stack_values.emplace_back();
+        plan.stack_values.back().value = iterator_at_break(rb, v, iterators);
+      }
     } else {
       plan.stack += static_cast<char>(bytecode::Slot::Value);
       plan.stack_values.push_back(resume_value(rb, v));

@@ -1,6 +1,7 @@
 #include "capture/eager_checks.h"
 
 #include <unordered_set>
+#include <vector>
 
 #include "capture/graph_break.h"
 #include "core/errors.h"
@@ -19,11 +20,80 @@ bool is_bool_operand(const ValuePtr& v) {
   return PyUnicode_CompareWithASCIIString(name.get(), "torch.bool") == 0;
 }
 
+// An op writing into its first argument: add_, __iadd__, copy_, __setitem__.
+bool writes_first_argument(const std::string& op) {
+  if (op == "__setitem__" || op == "setitem") return true;
+  if (op.size() > 4 && op.rfind("__i", 0) == 0 && op.compare(op.size() - 2, 2, "__") == 0)
+    return true;
+  return op.size() > 1 && op.back() == '_' && op.front() != '_';
+}
+
+struct Extent {
+  long long storage = 0;           // the meta storage's identity
+  long long first = 0, last = -1;  // bytes it may touch
+  std::vector<long long> layout;   // offset, sizes, strides
+};
+
+long long as_ll(PyObject* o) {
+  long long v = PyLong_AsLongLong(o);
+  if (v == -1 && PyErr_Occurred()) throw PythonError();
+  return v;
+}
+
+PyRef call0(PyObject* o, const char* name) {
+  PyRef r = PyRef::steal(PyObject_CallMethod(o, name, nullptr));
+  if (!r) throw PythonError();
+  return r;
+}
+
+Extent extent_of(PyObject* meta) {
+  Extent e;
+  PyRef storage = call0(meta, "untyped_storage");
+  PyRef cdata = PyRef::steal(PyObject_GetAttrString(storage.get(), "_cdata"));
+  if (!cdata) throw PythonError();
+  e.storage = as_ll(cdata.get());
+  long long item = as_ll(call0(meta, "element_size").get());
+  long long offset = as_ll(call0(meta, "storage_offset").get());
+  PyRef sizes = call0(meta, "size"), strides = call0(meta, "stride");
+  e.layout.push_back(offset);
+  long long span = 0;
+  bool empty = false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sizes.get()); ++i) {
+    long long n = as_ll(PyTuple_GET_ITEM(sizes.get(), i));
+    long long st = as_ll(PyTuple_GET_ITEM(strides.get(), i));
+    e.layout.push_back(n);
+    e.layout.push_back(st);
+    empty = empty || n == 0;
+    span += (n - 1) * (st < 0 ? -st : st);
+  }
+  if (!empty) {
+    e.first = offset * item;
+    e.last = (offset + span) * item + item - 1;
+  }
+  return e;
+}
+
 }  // namespace
 
 void check_eager_only_errors(const std::string& op_name, const std::vector<ValuePtr>& args) {
   // NOTE: torch's sub_check runs in the CPU/CUDA kernels only (measured on torch 2.13): on meta
   // tensors `x - True` and `x - bool_tensor` return a result, in eager they raise.
+  // NOTE: so does the check that an in-place op's operand does not partly overlap the tensor
+  // it writes (`x.add_(x[1])`): a graph raising there would drop the side effects before it.
+  if (writes_first_argument(op_name) && args.size() >= 2 && args[0]->is_tensor() && args[0]->meta) {
+    Extent self = extent_of(args[0]->meta.get());
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (!args[i]->is_tensor() || !args[i]->meta || args[i]->meta.get() == args[0]->meta.get())
+        continue;
+      Extent other = extent_of(args[i]->meta.get());
+      if (other.storage != self.storage || other.layout == self.layout || other.last < self.first ||
+          self.last < other.first)
+        continue;
+      graph_break("op_error", op_name +
+                                  " with an operand sharing memory with the tensor it writes "
+                                  "(it runs eagerly, where torch checks the overlap)");
+    }
+  }
   static const std::unordered_set<std::string> subtractions = {
       "sub", "sub_", "rsub", "isub", "subtract", "subtract_", "__sub__", "__rsub__", "__isub__"};
   if (!subtractions.count(op_name) || args.size() < 2) return;

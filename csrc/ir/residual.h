@@ -21,6 +21,8 @@ struct Residual {
     Dict,        // keys[i] -> items[i]
     NamedTuple,  // type_(*items): namedtuple / torch.Size / structseq
     Slice,       // slice(items[0], items[1], items[2])
+    Iterator,    // iter(value(*items)) (value null: iter(items[0])) advanced past `index` items;
+                 // an item of this kind is made the same way (a loop's iterator at a break)
   };
   Kind kind = Kind::Const;
   int index = -1;

@@ -3,8 +3,11 @@
 Each test fails on the main branch it was found on; the seed that found it is named.
 """
 
+import pytest
 import torch
 from conformance_check import check_program
+
+import torchlite
 
 
 def t4():
@@ -216,3 +219,284 @@ def test_global_list_appended_then_rebound_leaves_new_target_alone():
     check_program(
         fn, lambda: (torch.randn(4), [7]), setup=setup, observe=lambda: (original, G_LIST)
     )
+
+
+# --- a global rebound after a local aliased it (seed 2335) ---------------------------------------
+
+G_KS = [1, 2]
+
+
+def _reset_g_ks():
+    global G_KS
+    G_KS = [1, 2]
+
+
+def test_local_alias_of_global_keeps_old_list_after_global_rebound():
+    def fn(x, ks, flag):
+        global G_KS
+        for _ in range(2):
+            if flag:
+                ks = G_KS
+        G_KS = list(reversed(ks))
+        return x, ks, [a + b for a, b in zip(ks, sorted(ks))]
+
+    check_program(fn, lambda: (torch.randn(4), [5], True), setup=_reset_g_ks, observe=lambda: G_KS)
+
+
+def test_local_alias_of_global_keeps_old_list_across_graph_break():
+    def fn(x, ks):
+        global G_KS
+        ks = G_KS
+        if x.sum() > 0:
+            x = x + 1
+        G_KS = list(reversed(ks))
+        return x, ks
+
+    check_program(fn, lambda: (torch.randn(4), [5]), setup=_reset_g_ks, observe=lambda: G_KS)
+
+
+# --- side effects made before an op that raises only when the graph runs (seed 19052) -----------
+
+
+def test_side_effects_before_inplace_op_on_overlapping_alias_are_kept():
+    def fn(x, d, ks):
+        d.pop("b", None)
+        ks.append(len(d))
+        v = x
+        x.add_(v[1])  # eager: RuntimeError (the operand overlaps the written tensor)
+        ks.append(0)
+        return x
+
+    check_program(fn, lambda: (torch.randn(4), {"a": 1, "b": 2}, [1]))
+
+
+G_COUNT = 0
+
+
+def test_global_store_and_attribute_before_runtime_error_are_kept():
+    class Box:
+        pass
+
+    box = Box()
+
+    def fn(x, i):
+        global G_COUNT
+        G_COUNT += 1
+        box.seen = i
+        return x[torch.tensor(i)]  # out of range only when it runs
+
+    def setup():
+        global G_COUNT
+        G_COUNT = 0
+        box.__dict__.clear()
+
+    check_program(
+        fn,
+        lambda: (torch.randn(4), 7),
+        setup=setup,
+        observe=lambda: (G_COUNT, dict(box.__dict__)),
+    )
+
+
+def test_side_effects_before_runtime_error_after_graph_break_are_kept():
+    def fn(x, ks):
+        ks.append(1)
+        if x.sum() > 0:
+            x = x + 1
+        ks.append(2)
+        v = x
+        x.mul_(v[0])
+        return x
+
+    check_program(fn, lambda: (torch.randn(4), [0]))
+
+
+def test_runtime_error_after_earlier_inplace_op_still_raises():
+    def fn(x, ks):
+        x.add_(1)
+        ks.append(1)
+        return x[torch.tensor(9)]
+
+    # NOTE: an in-place op before the failing one makes an eager re-run impossible; the error
+    # (type, message) must still be eager's.
+    compiled = torchlite.compile(fn)
+    with pytest.raises(IndexError, match="out of bounds"):
+        compiled(torch.randn(4), [0])
+
+
+# --- zip/enumerate/reversed over a list the loop body changes, across a graph break ------------
+
+
+def test_zip_over_lists_the_loop_body_grows_across_graph_break():
+    def fn(x, ks, other):
+        out = []
+        for a, b in zip(ks, other):
+            if len(other) < 5:
+                other.append(b + 1)
+                ks.append(a)
+            if x.sum() > 0:
+                x = x + a
+            out.append((a, b))
+        return x, out
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2], [3, 4]))
+
+
+def test_enumerate_over_list_the_loop_body_grows_across_graph_break():
+    def fn(x, ks):
+        out = []
+        for i, a in enumerate(ks, 1):
+            if i < 3:
+                ks.append(a + 10)
+            if x.sum() > 0:
+                x = x + a
+            out.append((i, a))
+        return x, out
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2]))
+
+
+def test_reversed_list_the_loop_body_changes_across_graph_break():
+    def fn(x, ks):
+        out = []
+        for a in reversed(ks):
+            ks[0] = a * 10
+            if x.sum() > 0:
+                x = x + a
+            out.append(a)
+        return x, out
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2, 3]))
+
+
+def test_dict_items_the_loop_body_updates_across_graph_break():
+    def fn(x, d):
+        out = []
+        for k, v in d.items():
+            d["c"] = v + 100
+            if x.sum() > 0:
+                x = x + v
+            out.append((k, v))
+        return x, out
+
+    check_program(fn, lambda: (torch.randn(4), {"a": 1, "b": 2, "c": 3}))
+
+
+def test_started_outer_loop_over_growing_list_with_inner_graph_break():
+    def fn(x, ks):
+        for a in ks:
+            if a < 3:
+                ks.append(a + 2)
+            for _ in range(1):
+                if x.sum() > 0:
+                    x = x + a
+                else:
+                    x = x - a
+        return x
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2]))
+
+
+def test_started_zip_over_growing_lists_with_inner_graph_break():
+    def fn(x, ks, other):
+        out = []
+        for a, b in zip(ks, other):
+            if a < 3:
+                ks.append(a + 2)
+                other.append(b)
+            for _ in range(1):
+                if x.sum() > 0:
+                    x = x + a
+            out.append(b)
+        return x, out
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2], [5, 6]))
+
+
+def test_one_iterator_zipped_with_itself_pairs_consecutive_items():
+    def fn(x, ks):
+        it = iter(ks)
+        out = []
+        for a, b in zip(it, it):
+            if x.sum() > 0:
+                x = x + a
+            out.append((a, b))
+        return x, out
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2, 3, 4, 5]))
+
+
+# --- in-place operators through an alias keep identity ------------------------------------------
+
+
+def test_augmented_assignment_through_alias_is_the_same_tensor():
+    def fn(x, y):
+        z = x
+        z += y
+        z *= 2
+        w = z.add_(1)
+        if y.sum() > 0:
+            y = y + 1
+        return z is x, w is x, x, y
+
+    check_program(fn, lambda: (torch.randn(4), torch.randn(4)))
+
+
+def test_augmented_assignment_through_alias_of_list_is_the_same_list():
+    def fn(x, ks):
+        z = ks
+        z += [len(z)]
+        return z is ks, x
+
+    check_program(fn, lambda: (torch.randn(4), [1]))
+
+
+# --- an nn.Module attribute missing at trace time and registered later ---------------------------
+
+
+class _MaybeExtra(torch.nn.Module):
+    def forward(self, x):
+        if hasattr(self, "extra"):
+            return x + self.extra
+        return x * 2 + getattr(self, "other", 1.0)
+
+
+@pytest.mark.parametrize(
+    "register",
+    [
+        lambda m: m.register_buffer("extra", torch.ones(4)),
+        lambda m: m.register_parameter("other", torch.nn.Parameter(torch.ones(4))),
+        lambda m: m.add_module("extra", torch.nn.Identity()) or setattr(m, "extra", None),
+    ],
+    ids=["buffer", "parameter", "module"],
+)
+def test_module_attribute_registered_after_compile_recompiles(register):
+    m = _MaybeExtra()
+    check_program(lambda x: m(x), t4, mutate=lambda call: register(m))
+
+
+# --- Ctrl-C while guards run ---------------------------------------------------------------------
+
+
+def test_keyboard_interrupt_while_guards_run_reaches_the_caller():
+    # NOTE: a tuple subclass's length guard calls its __len__.
+    class Flaky(tuple):
+        boom = False
+
+        def __len__(self):
+            if Flaky.boom:
+                raise KeyboardInterrupt
+            return tuple.__len__(self)
+
+    def fn(x, ks):
+        return x + ks[0] + ks[1]
+
+    compiled = torchlite.compile(fn)
+    ks = Flaky((1, 2))
+    torch.testing.assert_close(compiled(torch.ones(4), ks), fn(torch.ones(4), ks))
+    Flaky.boom = True
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            compiled(torch.ones(4), ks)
+    finally:
+        Flaky.boom = False
