@@ -22,7 +22,10 @@ bool is_bool_operand(const ValuePtr& v) {
 
 // An op writing into its first argument: add_, __iadd__, copy_, __setitem__.
 bool writes_first_argument(const std::string& op) {
-  if (op == "__setitem__" || op == "setitem") return true;
+  static const std::unordered_set<std::string> augmented = {
+      "setitem", "__setitem__", "iadd", "isub", "imul",    "itruediv", "ifloordiv", "imod",
+      "ipow",    "iand",        "ior",  "ixor", "ilshift", "irshift",  "imatmul"};
+  if (augmented.count(op)) return true;
   if (op.size() > 4 && op.rfind("__i", 0) == 0 && op.compare(op.size() - 2, 2, "__") == 0)
     return true;
   return op.size() > 1 && op.back() == '_' && op.front() != '_';

@@ -32,7 +32,7 @@ class ListIter : public LazyIter {
   std::optional<Live> live() const override {
     // NOTE: past the end (the trace shrank the list) CPython's iterator keeps its index; a
     // new one could not, so that stays a snapshot (empty: exact unless the list grows back).
-    if (!list_ || !list_->source || pos_ > list_->items.size()) return std::nullopt;
+    if (!list_ || pos_ > list_->items.size()) return std::nullopt;
     return Live{PyRef(), {list_}, static_cast<long long>(pos_)};
   }
 
@@ -52,16 +52,9 @@ class ListReverseIter : public LazyIter {
     }
     return list_->items[pos_--];
   }
-  std::optional<std::vector<ValuePtr>> remaining() const override {
-    if (list_ && list_->source) return std::nullopt;  // the frame's list: live() only
-    std::vector<ValuePtr> out;
-    if (!list_ || pos_ >= static_cast<long long>(list_->items.size())) return out;
-    for (long long i = pos_; i >= 0; --i) out.push_back(list_->items[i]);
-    return out;
-  }
   std::optional<Live> live() const override {
     const long long n = list_ ? static_cast<long long>(list_->items.size()) : 0;
-    if (!list_ || !list_->source || pos_ >= n) return std::nullopt;
+    if (!list_ || pos_ >= n) return std::nullopt;
     return Live{
         PyRef::borrow(reinterpret_cast<PyObject*>(&PyReversed_Type)), {list_}, n - 1 - pos_};
   }
@@ -107,7 +100,7 @@ class DictIter : public LazyIter {
     return pos_ == 0 && what_ == "keys" && dict_ && dict_->keys.size() == size_ ? dict_ : nullptr;
   }
   std::optional<Live> live() const override {
-    if (!dict_ || !dict_->source || dict_->keys.size() != size_) return std::nullopt;
+    if (!dict_ || dict_->keys.size() != size_) return std::nullopt;
     // NOTE: d.items() called on the object itself: an OrderedDict's own order.
     PyRef op = PyRef::steal(PyImport_ImportModule("operator"));
     PyRef caller =

@@ -27,11 +27,12 @@ class LazyIter {
   // null: a loop handed to CPython at a graph break then walks the container itself and sees
   // what the loop body does to it, as eager's loop does.
   virtual ValuePtr unstarted_container() const { return nullptr; }
-  // How CPython makes this iterator again over the frame's own list or dict, so that a loop
-  // handed over at a graph break sees what its body then does to them, as eager's does (a
-  // snapshot of remaining() would not): iter(factory(*args)) (factory null: iter(args[0]))
-  // advanced past `skip` items, an argument that is an Iterator value made the same way.
-  // nullopt where no container of the frame is under it (the snapshot is then exact).
+  // How CPython makes this iterator again over the same list or dict, so that a loop handed
+  // over at a graph break sees what its body then does to it, as eager's does (a snapshot of
+  // remaining() would not): iter(factory(*args)) (factory null: iter(args[0])) advanced past
+  // `skip` items, an argument that is an Iterator value made the same way. nullopt where no
+  // list or dict is under it (the snapshot is then exact). NOTE: a list the trace built is
+  // rebuilt once, so one the frame also holds elsewhere is a clean break (ResidualBuilder).
   struct Live {
     PyRef factory;
     std::vector<ValuePtr> args;

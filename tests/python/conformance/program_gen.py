@@ -486,7 +486,7 @@ class _Gen:
         cond = self.q_pick([f"{t}.sum() > 0", f"({t} > 0).any()"])
         body += [f"if {cond}:", f"    {t} = {t} + _v", "else:", f"    {t} = {t} - 1"]
         if self.q.random() < 0.5:
-            body.insert(self.q.randrange(len(body) + 1), change)
+            body.append(change)  # after the break too
         if self.q.random() < 0.3:
             body.append("if _v > 2: break")
         self.emit(header)

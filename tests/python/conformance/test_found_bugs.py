@@ -311,17 +311,50 @@ def test_side_effects_before_runtime_error_after_graph_break_are_kept():
     check_program(fn, lambda: (torch.randn(4), [0]))
 
 
-def test_runtime_error_after_earlier_inplace_op_still_raises():
+@pytest.mark.parametrize("inplace", ["method", "augmented"])
+def test_runtime_error_after_earlier_inplace_op_mutates_input_once(inplace):
     def fn(x, ks):
-        x.add_(1)
+        if inplace == "method":
+            x.add_(1)
+        else:
+            x += 1
         ks.append(1)
         return x[torch.tensor(9)]
 
-    # NOTE: an in-place op before the failing one makes an eager re-run impossible; the error
-    # (type, message) must still be eager's.
+    # NOTE: an in-place op on an input before the failing one rules out an eager re-run (it
+    # would add twice); the error and the input's value must still be eager's.
     compiled = torchlite.compile(fn)
+    x = torch.randn(4)
+    expected = x + 1
     with pytest.raises(IndexError, match="out of bounds"):
-        compiled(torch.randn(4), [0])
+        compiled(x, [0])
+    torch.testing.assert_close(x, expected)
+
+
+G_LIST2 = [1, 2]
+
+
+def test_side_effects_before_augmented_assignment_on_overlapping_view_are_kept():
+    # seeds 304, 1217, 1565 of the risky grammar: `_al = x; _al += x[2]` after an in-place op
+    def fn(x, y, d):
+        global G_LIST2
+        G_LIST2 = [3]
+        y.add_(x[3])
+        d.pop("a", None)
+        z = x
+        z += x[2]
+        return x, y
+
+    def setup():
+        global G_LIST2
+        G_LIST2 = [1, 2]
+
+    check_program(
+        fn,
+        lambda: (torch.randn(4), torch.randn(4), {"a": 1}),
+        setup=setup,
+        observe=lambda: G_LIST2,
+    )
 
 
 # --- zip/enumerate/reversed over a list the loop body changes, across a graph break ------------
@@ -411,6 +444,31 @@ def test_started_zip_over_growing_lists_with_inner_graph_break():
         return x, out
 
     check_program(fn, lambda: (torch.randn(4), [1, 2], [5, 6]))
+
+
+def test_enumerate_over_list_built_in_frame_and_grown_across_graph_break():
+    # seed 351 of the risky grammar: the list is a local made by the traced code
+    def fn(x, n):
+        ks = list(range(n))
+        for i, v in enumerate(ks):
+            if i < 2:
+                ks.append(v + 1)
+            if (x > 0).any():
+                x = x + v
+        return x, ks
+
+    check_program(fn, lambda: (torch.randn(4), 2))
+
+
+def test_zip_over_slice_of_list_grown_across_graph_break():
+    def fn(x, ks, other):
+        for a, b in zip(ks[:2], other):
+            other.append(a)
+            if x.sum() > 0:
+                x = x + b
+        return x, other
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2, 3], [4]))
 
 
 def test_one_iterator_zipped_with_itself_pairs_consecutive_items():
