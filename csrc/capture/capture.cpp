@@ -226,8 +226,20 @@ ResumeValue resume_value(ResidualBuilder& rb, const ValuePtr& v) {
 
 // A loop's iterator at a graph break: made again by CPython over the frame's own containers
 // where one is under it (LazyIter::live), else a tuple of the items still to come.
+// The list or dict `v` made by the trace as the resume's local it also is, else `rb`'s.
+ir::Residual iterated_container(ResidualBuilder& rb, const ValuePtr& v,
+                                const std::unordered_map<const Value*, int>& held_by_local) {
+  auto local = held_by_local.find(v.get());
+  if (local == held_by_local.end() || v->source) return rb.build(v);
+  ir::Residual r;
+  r.kind = ir::Residual::Kind::ResumeLocal;
+  r.index = local->second;
+  return r;
+}
+
 ir::Residual iterator_at_break(ResidualBuilder& rb, const ValuePtr& it,
-                               std::unordered_set<const Value*>& seen) {
+                               std::unordered_set<const Value*>& seen,
+                               const std::unordered_map<const Value*, int>& held_by_local) {
   // NOTE: one iterator in two places (nested loops over one iterator) must stay one object.
   if (!seen.insert(it.get()).second)
     graph_break("unsupported_value", "one " + it->type_name() + " iterated twice at a graph break");
@@ -237,7 +249,8 @@ ir::Residual iterator_at_break(ResidualBuilder& rb, const ValuePtr& it,
     r.value = live->factory;
     r.index = static_cast<int>(live->skip);
     for (const ValuePtr& a : live->args)
-      r.items.push_back(a->kind == VKind::Iterator ? iterator_at_break(rb, a, seen) : rb.build(a));
+      r.items.push_back(a->kind == VKind::Iterator ? iterator_at_break(rb, a, seen, held_by_local)
+                                                   : iterated_container(rb, a, held_by_local));
     return r;
   }
   auto items = remaining_items(it);
@@ -254,6 +267,19 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
   plan.region = region;
   plan.grad_mode = ctx.grad_enabled();
   std::unordered_set<const Value*> iterators;
+  // NOTE: the locals are passed first; an iterator over a list or dict one of them holds
+  // iterates that very object (ResumeLocal), not a second copy of it.
+  std::unordered_map<const Value*, int> held_by_local;
+  {
+    const auto& locals = tracer.locals();
+    int position = 0;
+    for (int i = 0; i < code->co_nlocals && i < static_cast<int>(locals.size()); ++i) {
+      if (!locals[i]) continue;
+      if (locals[i]->kind == VKind::List || locals[i]->kind == VKind::Dict)
+        held_by_local.emplace(locals[i].get(), position);
+      ++position;
+    }
+  }
   for (const ValuePtr& v : tracer.stack()) {
     if (!v) {
       plan.stack += static_cast<char>(bytecode::Slot::Null);
@@ -267,11 +293,18 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
       // bridge's GET_ITER iterates it), so the loop sees what its body does to it; any other
       // is made again live over the frame's containers, or is a snapshot of what is left.
       plan.stack += static_cast<char>(bytecode::Slot::Iter);
-      if (ValuePtr rest = unstarted_container(v)) {
+      ValuePtr rest = unstarted_container(v);
+      if (rest && (rest->source || !held_by_local.count(rest.get()))) {
         plan.stack_values.push_back(resume_value(rb, rest));
+      } else if (rest) {  // iter() of the local's own list or dict
+        plan.stack_values.emplace_back();
+        ir::Residual& r = plan.stack_values.back().value;
+        r.kind = ir::Residual::Kind::Iterator;
+        r.index = 0;
+        r.items.push_back(iterated_container(rb, rest, held_by_local));
       } else {
         plan.stack_values.emplace_back();
-        plan.stack_values.back().value = iterator_at_break(rb, v, iterators);
+        plan.stack_values.back().value = iterator_at_break(rb, v, iterators, held_by_local);
       }
     } else {
       plan.stack += static_cast<char>(bytecode::Slot::Value);

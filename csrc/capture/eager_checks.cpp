@@ -20,14 +20,15 @@ bool is_bool_operand(const ValuePtr& v) {
   return PyUnicode_CompareWithASCIIString(name.get(), "torch.bool") == 0;
 }
 
-// An op writing into its first argument: add_, __iadd__, copy_, __setitem__.
+// An op writing into its first argument: add_, iadd, __iadd__, copy_. NOTE: not setitem: it
+// writes into x[index], whose extent the first argument's is not.
 bool writes_first_argument(const std::string& op) {
   static const std::unordered_set<std::string> augmented = {
-      "setitem", "__setitem__", "iadd", "isub", "imul",    "itruediv", "ifloordiv", "imod",
-      "ipow",    "iand",        "ior",  "ixor", "ilshift", "irshift",  "imatmul"};
+      "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod",   "ipow",
+      "iand", "ior",  "ixor", "ilshift",  "irshift",   "imatmul"};
   if (augmented.count(op)) return true;
-  if (op.size() > 4 && op.rfind("__i", 0) == 0 && op.compare(op.size() - 2, 2, "__") == 0)
-    return true;
+  if (op.size() > 4 && op.rfind("__", 0) == 0 && op.compare(op.size() - 2, 2, "__") == 0)
+    return augmented.count(op.substr(2, op.size() - 4)) > 0;
   return op.size() > 1 && op.back() == '_' && op.front() != '_';
 }
 

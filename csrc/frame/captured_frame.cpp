@@ -122,17 +122,25 @@ PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& ou
       size_t next = 0;
       return make_iterator(r, args, next);
     }
+    case K::ResumeLocal:
+      TL_CHECK(false) << "a resume function's local outside its loop iterator";
   }
   TL_CHECK(false) << "unknown residual kind";
 }
 
 void CapturedFrame::iterator_args(const ir::Residual& r, const std::vector<PyRef>& outputs,
-                                  const ir::FrameView& frame, std::vector<PyRef>& args) {
+                                  const ir::FrameView& frame, std::vector<PyRef>& args,
+                                  const std::vector<PyRef>* locals) {
   for (const ir::Residual& a : r.items) {
-    if (a.kind == ir::Residual::Kind::Iterator)
-      iterator_args(a, outputs, frame, args);
-    else
+    if (a.kind == ir::Residual::Kind::Iterator) {
+      iterator_args(a, outputs, frame, args, locals);
+    } else if (a.kind == ir::Residual::Kind::ResumeLocal) {
+      TL_CHECK(locals && a.index >= 0 && a.index < static_cast<int>(locals->size()))
+          << "resume local " << a.index << " out of range";
+      args.push_back((*locals)[a.index]);
+    } else {
       args.push_back(rebuild(a, outputs, frame));
+    }
   }
 }
 

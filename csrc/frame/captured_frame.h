@@ -43,9 +43,11 @@ class CapturedFrame : public CompiledFrame {
   void replay_side_effects(const std::vector<PyRef>& outputs, const ir::FrameView& frame);
   // An Iterator residual in two steps: its arguments rebuilt (with the other values, before
   // the side effects are replayed), then the iterator made and advanced (after them, over the
-  // containers as the trace left them). make_iterator reads `args` from `next` on.
+  // containers as the trace left them). make_iterator reads `args` from `next` on. `locals`:
+  // the resume's local arguments (what a ResumeLocal names), else null.
   void iterator_args(const ir::Residual& r, const std::vector<PyRef>& outputs,
-                     const ir::FrameView& frame, std::vector<PyRef>& args);
+                     const ir::FrameView& frame, std::vector<PyRef>& args,
+                     const std::vector<PyRef>* locals = nullptr);
   PyRef make_iterator(const ir::Residual& r, const std::vector<PyRef>& args, size_t& next);
 
  private:

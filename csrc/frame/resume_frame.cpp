@@ -76,7 +76,7 @@ void ResumeFrame::push_stack(std::vector<PyRef>& args, const std::vector<PyRef>&
     } else if (plan_.stack_values[j].value.kind == ir::Residual::Kind::Iterator) {
       const ir::Residual& r = plan_.stack_values[j].value;
       iterators.push_back({args.size(), &r, {}});
-      iterator_args(r, outputs, frame, iterators.back().args);
+      iterator_args(r, outputs, frame, iterators.back().args, &args);
       args.emplace_back();
     } else {
       args.push_back(value(plan_.stack_values[j], outputs, frame));

@@ -471,6 +471,23 @@ def test_zip_over_slice_of_list_grown_across_graph_break():
     check_program(fn, lambda: (torch.randn(4), [1, 2, 3], [4]))
 
 
+@pytest.mark.parametrize("wrap", ["zip", "enumerate"])
+def test_loop_over_local_list_grown_across_graph_break_still_compiles(wrap):
+    def fn(x):
+        xs = [x * 2, x + 1]
+        for i, t in enumerate(xs) if wrap == "enumerate" else zip(range(9), xs):
+            if t.sum() > 0:
+                x = x + t * i
+            if i == 0:
+                xs.append(x * 3)
+        return x.relu(), len(xs)
+
+    check_program(fn, t4)
+    # NOTE: the loop's iterator and the local are one list at the break: no reason to run the
+    # whole frame eagerly.
+    assert torchlite.explain(fn)(torch.randn(4)).graph_count >= 1
+
+
 def test_one_iterator_zipped_with_itself_pairs_consecutive_items():
     def fn(x, ks):
         it = iter(ks)
