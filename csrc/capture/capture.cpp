@@ -224,8 +224,6 @@ ResumeValue resume_value(ResidualBuilder& rb, const ValuePtr& v) {
   return out;
 }
 
-// A loop's iterator at a graph break: made again by CPython over the frame's own containers
-// where one is under it (LazyIter::live), else a tuple of the items still to come.
 // The list or dict `v` made by the trace as the resume's local it also is, else `rb`'s.
 ir::Residual iterated_container(ResidualBuilder& rb, const ValuePtr& v,
                                 const std::unordered_map<const Value*, int>& held_by_local) {
@@ -237,6 +235,8 @@ ir::Residual iterated_container(ResidualBuilder& rb, const ValuePtr& v,
   return r;
 }
 
+// A loop's iterator at a graph break: made again by CPython over the list or dict under it
+// (LazyIter::live), else a tuple of the items still to come.
 ir::Residual iterator_at_break(ResidualBuilder& rb, const ValuePtr& it,
                                std::unordered_set<const Value*>& seen,
                                const std::unordered_map<const Value*, int>& held_by_local) {

@@ -3,6 +3,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "capture/context.h"
 #include "capture/graph_break.h"
 #include "core/errors.h"
 
@@ -20,8 +21,7 @@ bool is_bool_operand(const ValuePtr& v) {
   return PyUnicode_CompareWithASCIIString(name.get(), "torch.bool") == 0;
 }
 
-// An op writing into its first argument: add_, iadd, __iadd__, copy_. NOTE: not setitem: it
-// writes into x[index], whose extent the first argument's is not.
+// An op writing into its first argument: add_, iadd, __iadd__, copy_ (setitem writes x[index]).
 bool writes_first_argument(const std::string& op) {
   static const std::unordered_set<std::string> augmented = {
       "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod",   "ipow",
@@ -77,27 +77,43 @@ Extent extent_of(PyObject* meta) {
   return e;
 }
 
+// True when `operand` shares some of the memory `written` (both meta tensors) covers without
+// being the very same view: eager's in-place kernels refuse that.
+bool partly_overlaps(PyObject* written, PyObject* operand) {
+  if (written == operand) return false;
+  Extent w = extent_of(written), o = extent_of(operand);
+  return o.storage == w.storage && o.layout != w.layout && o.last >= w.first && w.last >= o.first;
+}
+
 }  // namespace
 
 void check_eager_only_errors(const std::string& op_name, const std::vector<ValuePtr>& args) {
+  // NOTE: the check that an in-place op's operand does not partly overlap the tensor it writes
+  // (`x.add_(x[1])`) runs in the CPU/CUDA kernels only: a graph raising there would drop the
+  // side effects eager made before it.
+  PyObject* written = nullptr;
+  PyRef dest;
+  size_t first_operand = 1;
+  if ((op_name == "setitem" || op_name == "__setitem__") && args.size() == 3 &&
+      args[0]->is_tensor() && args[0]->meta) {
+    PyRef index = to_meta_arg(args[1]);
+    dest = index ? PyRef::steal(PyObject_GetItem(args[0]->meta.get(), index.get())) : PyRef();
+    if (!dest) clear_expected_error();  // the op itself raises that, on meta tensors too
+    written = dest.get();
+    first_operand = 2;
+  } else if (writes_first_argument(op_name) && args.size() >= 2 && args[0]->is_tensor() &&
+             args[0]->meta) {
+    written = args[0]->meta.get();
+  }
+  for (size_t i = first_operand; written && i < args.size(); ++i) {
+    if (!args[i]->is_tensor() || !args[i]->meta || !partly_overlaps(written, args[i]->meta.get()))
+      continue;
+    graph_break("op_error", op_name +
+                                " with an operand sharing memory with the tensor it writes (it "
+                                "runs eagerly, where torch checks the overlap)");
+  }
   // NOTE: torch's sub_check runs in the CPU/CUDA kernels only (measured on torch 2.13): on meta
   // tensors `x - True` and `x - bool_tensor` return a result, in eager they raise.
-  // NOTE: so does the check that an in-place op's operand does not partly overlap the tensor
-  // it writes (`x.add_(x[1])`): a graph raising there would drop the side effects before it.
-  if (writes_first_argument(op_name) && args.size() >= 2 && args[0]->is_tensor() && args[0]->meta) {
-    Extent self = extent_of(args[0]->meta.get());
-    for (size_t i = 1; i < args.size(); ++i) {
-      if (!args[i]->is_tensor() || !args[i]->meta || args[i]->meta.get() == args[0]->meta.get())
-        continue;
-      Extent other = extent_of(args[i]->meta.get());
-      if (other.storage != self.storage || other.layout == self.layout || other.last < self.first ||
-          self.last < other.first)
-        continue;
-      graph_break("op_error", op_name +
-                                  " with an operand sharing memory with the tensor it writes "
-                                  "(it runs eagerly, where torch checks the overlap)");
-    }
-  }
   static const std::unordered_set<std::string> subtractions = {
       "sub", "sub_", "rsub", "isub", "subtract", "subtract_", "__sub__", "__rsub__", "__isub__"};
   if (!subtractions.count(op_name) || args.size() < 2) return;

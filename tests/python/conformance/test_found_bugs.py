@@ -357,6 +357,29 @@ def test_side_effects_before_augmented_assignment_on_overlapping_view_are_kept()
     )
 
 
+def test_side_effects_before_setitem_from_overlapping_view_are_kept():
+    # seeds 222, 1847 of the risky grammar: `x[1:3] = x[0:2]` after another in-place op
+    def fn(x, ks):
+        z = x
+        z *= 2
+        ks.pop()
+        x[1:3] = z[0:2]
+        x.copy_(torch.zeros(4))
+        return x
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2]))
+
+
+def test_setitem_of_augmented_slice_still_compiles():
+    def fn(x):
+        z = x.clone()
+        z[..., -1] += 1
+        z[1:3] = z[1:3] * 2
+        return z
+
+    check_program(fn, t4, fullgraph=True)
+
+
 # --- zip/enumerate/reversed over a list the loop body changes, across a graph break ------------
 
 
