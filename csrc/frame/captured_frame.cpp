@@ -30,6 +30,14 @@ bool visible_effect(const ir::Node& n) {
   return false;
 }
 
+// torchlite's own InternalError or Unsupported (module _C) is pending: from a kernel, a bug
+// to show, not one to hide behind an eager run.
+bool torchlite_error_pending() {
+  PyObject* t = PyErr_Occurred();  // borrowed
+  return t && PyType_Check(t) &&
+         std::string(reinterpret_cast<PyTypeObject*>(t)->tp_name).rfind("torchlite.", 0) == 0;
+}
+
 // True when `failed` (a node of the graph as compiled, maybe a rewritten copy of `graph`) can
 // have raised before anything visible ran: no node of `graph` has a visible effect, except
 // the failing op itself (an in-place op checks its operands before it writes).
@@ -251,7 +259,9 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame) {
         // NOTE: side effects are replayed after the graph, so the ones eager makes before the
         // failing op would be lost (`ks.append(1); x.add_(x[1])`): run eagerly instead when
         // that is still possible.
-        if (!fatal_python_error_pending() && failed_before_any_effect(*graph_, n)) {
+        // (Not for a torchlite bug: that must be seen, not hidden by an eager run.)
+        if (!fatal_python_error_pending() && !torchlite_error_pending() &&
+            failed_before_any_effect(*graph_, n)) {
           PyErr_Clear();
           throw RunEagerly{};
         }
