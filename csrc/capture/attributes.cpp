@@ -350,6 +350,14 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
           if (v) return ctx_.wrap(v, src());
           if (PyErr_Occurred()) throw PythonError();
         }
+        // NOTE: absent, and it must stay so: register_buffer/register_parameter/add_module
+        // write these dicts, not the (version-guarded) __dict__.
+        if (obj->source)
+          for (const char* dict_name : {"_parameters", "_buffers", "_modules"}) {
+            PyObject* d = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, dict_name) : nullptr;
+            if (d && PyDict_Check(d))
+              ctx_.guards().add_dict_version(ir::Source::attr(obj->source, dict_name), d);
+          }
       }
       return std::nullopt;
     }

@@ -224,6 +224,41 @@ ResumeValue resume_value(ResidualBuilder& rb, const ValuePtr& v) {
   return out;
 }
 
+// The list or dict `v` made by the trace as the resume's local it also is, else `rb`'s.
+ir::Residual iterated_container(ResidualBuilder& rb, const ValuePtr& v,
+                                const std::unordered_map<const Value*, int>& held_by_local) {
+  auto local = held_by_local.find(v.get());
+  if (local == held_by_local.end() || v->source) return rb.build(v);
+  ir::Residual r;
+  r.kind = ir::Residual::Kind::ResumeLocal;
+  r.index = local->second;
+  return r;
+}
+
+// A loop's iterator at a graph break: made again by CPython over the list or dict under it
+// (LazyIter::live), else a tuple of the items still to come.
+ir::Residual iterator_at_break(ResidualBuilder& rb, const ValuePtr& it,
+                               std::unordered_set<const Value*>& seen,
+                               const std::unordered_map<const Value*, int>& held_by_local) {
+  // NOTE: one iterator in two places (nested loops over one iterator) must stay one object.
+  if (!seen.insert(it.get()).second)
+    graph_break("unsupported_value", "one " + it->type_name() + " iterated twice at a graph break");
+  if (auto live = live_iterator(it)) {
+    ir::Residual r;
+    r.kind = ir::Residual::Kind::Iterator;
+    r.value = live->factory;
+    r.index = static_cast<int>(live->skip);
+    for (const ValuePtr& a : live->args)
+      r.items.push_back(a->kind == VKind::Iterator ? iterator_at_break(rb, a, seen, held_by_local)
+                                                   : iterated_container(rb, a, held_by_local));
+    return r;
+  }
+  auto items = remaining_items(it);
+  if (!items)
+    graph_break("unsupported_value", "a " + it->type_name() + " being iterated at a graph break");
+  return rb.build(Value::tuple(std::move(*items)));
+}
+
 // The state CPython needs at the instruction the tracer stopped at.
 ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& tracer,
                        PyCodeObject* code, int index, bool region) {
@@ -231,6 +266,20 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
   plan.index = index;
   plan.region = region;
   plan.grad_mode = ctx.grad_enabled();
+  std::unordered_set<const Value*> iterators;
+  // NOTE: the locals are passed first; an iterator over a list or dict one of them holds
+  // iterates that very object (ResumeLocal), not a second copy of it.
+  std::unordered_map<const Value*, int> held_by_local;
+  {
+    const auto& locals = tracer.locals();
+    int position = 0;
+    for (int i = 0; i < code->co_nlocals && i < static_cast<int>(locals.size()); ++i) {
+      if (!locals[i]) continue;
+      if (locals[i]->kind == VKind::List || locals[i]->kind == VKind::Dict)
+        held_by_local.emplace(locals[i].get(), position);
+      ++position;
+    }
+  }
   for (const ValuePtr& v : tracer.stack()) {
     if (!v) {
       plan.stack += static_cast<char>(bytecode::Slot::Null);
@@ -242,17 +291,21 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
       if (!region) graph_break("unsupported_value", "iterator on the stack at a graph break");
       // NOTE: a fresh iterator of a list or dict hands CPython the container itself (the
       // bridge's GET_ITER iterates it), so the loop sees what its body does to it; any other
-      // hands on a snapshot of the items still to come.
-      ValuePtr rest = unstarted_container(v);
-      if (!rest) {
-        auto items = remaining_items(v);
-        if (!items)
-          graph_break("unsupported_value",
-                      "a " + v->type_name() + " being iterated at a graph break");
-        rest = Value::tuple(std::move(*items));
-      }
+      // is made again live over the frame's containers, or is a snapshot of what is left.
       plan.stack += static_cast<char>(bytecode::Slot::Iter);
-      plan.stack_values.push_back(resume_value(rb, rest));
+      ValuePtr rest = unstarted_container(v);
+      if (rest && (rest->source || !held_by_local.count(rest.get()))) {
+        plan.stack_values.push_back(resume_value(rb, rest));
+      } else if (rest) {  // iter() of the local's own list or dict
+        plan.stack_values.emplace_back();
+        ir::Residual& r = plan.stack_values.back().value;
+        r.kind = ir::Residual::Kind::Iterator;
+        r.index = 0;
+        r.items.push_back(iterated_container(rb, rest, held_by_local));
+      } else {
+        plan.stack_values.emplace_back();
+        plan.stack_values.back().value = iterator_at_break(rb, v, iterators, held_by_local);
+      }
     } else {
       plan.stack += static_cast<char>(bytecode::Slot::Value);
       plan.stack_values.push_back(resume_value(rb, v));

@@ -35,7 +35,7 @@ struct ResumePlan {
   int index = -1;       // decoded instruction where CPython takes over
   bool region = false;  // `index` heads a loop/try block: CPython runs the rest of the frame
   std::string stack;    // bytecode::Slot chars, bottom first
-  std::vector<ResumeValue> stack_values;  // one per slot that is not Null (Iter: a tuple)
+  std::vector<ResumeValue> stack_values;  // one per slot that is not Null (Iter: its iterable)
   std::vector<int> local_slots;           // bound plain locals, ascending
   std::vector<ResumeValue> locals;        // one per local_slots entry
   bool grad_mode = true;                  // grad mode at the break, inside every with-block

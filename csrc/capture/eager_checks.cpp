@@ -1,7 +1,9 @@
 #include "capture/eager_checks.h"
 
 #include <unordered_set>
+#include <vector>
 
+#include "capture/context.h"
 #include "capture/graph_break.h"
 #include "core/errors.h"
 
@@ -19,9 +21,97 @@ bool is_bool_operand(const ValuePtr& v) {
   return PyUnicode_CompareWithASCIIString(name.get(), "torch.bool") == 0;
 }
 
+// An op writing into its first argument: add_, iadd, __iadd__, copy_ (setitem writes x[index]).
+bool writes_first_argument(const std::string& op) {
+  static const std::unordered_set<std::string> augmented = {
+      "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod",   "ipow",
+      "iand", "ior",  "ixor", "ilshift",  "irshift",   "imatmul"};
+  if (augmented.count(op)) return true;
+  if (op.size() > 4 && op.rfind("__", 0) == 0 && op.compare(op.size() - 2, 2, "__") == 0)
+    return augmented.count(op.substr(2, op.size() - 4)) > 0;
+  return op.size() > 1 && op.back() == '_' && op.front() != '_';
+}
+
+struct Extent {
+  long long storage = 0;           // the meta storage's identity
+  long long first = 0, last = -1;  // bytes it may touch
+  std::vector<long long> layout;   // offset, sizes, strides
+};
+
+long long as_ll(PyObject* o) {
+  long long v = PyLong_AsLongLong(o);
+  if (v == -1 && PyErr_Occurred()) throw PythonError();
+  return v;
+}
+
+PyRef call0(PyObject* o, const char* name) {
+  PyRef r = PyRef::steal(PyObject_CallMethod(o, name, nullptr));
+  if (!r) throw PythonError();
+  return r;
+}
+
+Extent extent_of(PyObject* meta) {
+  Extent e;
+  PyRef storage = call0(meta, "untyped_storage");
+  PyRef cdata = PyRef::steal(PyObject_GetAttrString(storage.get(), "_cdata"));
+  if (!cdata) throw PythonError();
+  e.storage = as_ll(cdata.get());
+  long long item = as_ll(call0(meta, "element_size").get());
+  long long offset = as_ll(call0(meta, "storage_offset").get());
+  PyRef sizes = call0(meta, "size"), strides = call0(meta, "stride");
+  e.layout.push_back(offset);
+  long long span = 0;
+  bool empty = false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sizes.get()); ++i) {
+    long long n = as_ll(PyTuple_GET_ITEM(sizes.get(), i));
+    long long st = as_ll(PyTuple_GET_ITEM(strides.get(), i));
+    e.layout.push_back(n);
+    e.layout.push_back(st);
+    empty = empty || n == 0;
+    span += (n - 1) * (st < 0 ? -st : st);
+  }
+  if (!empty) {
+    e.first = offset * item;
+    e.last = (offset + span) * item + item - 1;
+  }
+  return e;
+}
+
+// True when `operand` shares some of the memory `written` (both meta tensors) covers without
+// being the very same view: eager's in-place kernels refuse that.
+bool partly_overlaps(PyObject* written, PyObject* operand) {
+  if (written == operand) return false;
+  Extent w = extent_of(written), o = extent_of(operand);
+  return o.storage == w.storage && o.layout != w.layout && o.last >= w.first && w.last >= o.first;
+}
+
 }  // namespace
 
 void check_eager_only_errors(const std::string& op_name, const std::vector<ValuePtr>& args) {
+  // NOTE: the check that an in-place op's operand does not partly overlap the tensor it writes
+  // (`x.add_(x[1])`) runs in the CPU/CUDA kernels only: a graph raising there would drop the
+  // side effects eager made before it.
+  PyObject* written = nullptr;
+  PyRef dest;
+  size_t first_operand = 1;
+  if ((op_name == "setitem" || op_name == "__setitem__") && args.size() == 3 &&
+      args[0]->is_tensor() && args[0]->meta) {
+    PyRef index = to_meta_arg(args[1]);
+    dest = index ? PyRef::steal(PyObject_GetItem(args[0]->meta.get(), index.get())) : PyRef();
+    if (!dest) clear_expected_error();  // the op itself raises that, on meta tensors too
+    written = dest.get();
+    first_operand = 2;
+  } else if (writes_first_argument(op_name) && args.size() >= 2 && args[0]->is_tensor() &&
+             args[0]->meta) {
+    written = args[0]->meta.get();
+  }
+  for (size_t i = first_operand; written && i < args.size(); ++i) {
+    if (!args[i]->is_tensor() || !args[i]->meta || !partly_overlaps(written, args[i]->meta.get()))
+      continue;
+    graph_break("op_error", op_name +
+                                " with an operand sharing memory with the tensor it writes (it "
+                                "runs eagerly, where torch checks the overlap)");
+  }
   // NOTE: torch's sub_check runs in the CPU/CUDA kernels only (measured on torch 2.13): on meta
   // tensors `x - True` and `x - bool_tensor` return a result, in eager they raise.
   static const std::unordered_set<std::string> subtractions = {

@@ -5,6 +5,7 @@
 #include "capture/py_helpers.h"
 #include "capture/tracer.h"
 #include "capture/user_exception.h"
+#include "core/errors.h"
 
 namespace tl::capture {
 using namespace detail;  // NOTE: helpers of this file family only
@@ -28,6 +29,12 @@ class ListIter : public LazyIter {
                                  list_->items.end());
   }
   ValuePtr unstarted_container() const override { return pos_ == 0 ? list_ : nullptr; }
+  std::optional<Live> live() const override {
+    // NOTE: past the end (the trace shrank the list) CPython's iterator keeps its index; a
+    // new one could not, so that stays a snapshot (empty: exact unless the list grows back).
+    if (!list_ || pos_ > list_->items.size()) return std::nullopt;
+    return Live{PyRef(), {list_}, static_cast<long long>(pos_)};
+  }
 
  private:
   ValuePtr list_;
@@ -44,6 +51,12 @@ class ListReverseIter : public LazyIter {
       return nullptr;
     }
     return list_->items[pos_--];
+  }
+  std::optional<Live> live() const override {
+    const long long n = list_ ? static_cast<long long>(list_->items.size()) : 0;
+    if (!list_ || pos_ >= n) return std::nullopt;
+    return Live{
+        PyRef::borrow(reinterpret_cast<PyObject*>(&PyReversed_Type)), {list_}, n - 1 - pos_};
   }
 
  private:
@@ -86,6 +99,16 @@ class DictIter : public LazyIter {
   ValuePtr unstarted_container() const override {
     return pos_ == 0 && what_ == "keys" && dict_ && dict_->keys.size() == size_ ? dict_ : nullptr;
   }
+  std::optional<Live> live() const override {
+    if (!dict_ || dict_->keys.size() != size_) return std::nullopt;
+    // NOTE: d.items() called on the object itself: an OrderedDict's own order.
+    PyRef op = PyRef::steal(PyImport_ImportModule("operator"));
+    PyRef caller =
+        op ? PyRef::steal(PyObject_CallMethod(op.get(), "methodcaller", "s", what_.c_str()))
+           : PyRef();
+    if (!caller) throw PythonError();
+    return Live{caller, {dict_}, static_cast<long long>(pos_)};
+  }
 
  private:
   ValuePtr dict_;
@@ -123,6 +146,7 @@ class MapIter : public LazyIter {
       parts.push_back(std::move(*r));
     }
     if (parts.empty()) n = 0;
+    if (shares_an_iterator()) return std::nullopt;  // zip(it, it) takes turns
     std::vector<ValuePtr> out;
     for (size_t i = 0; i < n; ++i) {
       std::vector<ValuePtr> t;
@@ -131,8 +155,21 @@ class MapIter : public LazyIter {
     }
     return out;
   }
+  std::optional<Live> live() const override {
+    if (fn_ || done_ || shares_an_iterator()) return std::nullopt;
+    bool any = false;
+    for (auto& it : its_) any = any || live_iterator(it).has_value();
+    if (!any) return std::nullopt;
+    return Live{PyRef::borrow(reinterpret_cast<PyObject*>(&PyZip_Type)), its_, 0};
+  }
 
  private:
+  bool shares_an_iterator() const {
+    for (size_t i = 0; i < its_.size(); ++i)
+      for (size_t j = i + 1; j < its_.size(); ++j)
+        if (its_[i] == its_[j]) return true;
+    return false;
+  }
   ValuePtr fn_;
   std::vector<ValuePtr> its_;
   bool done_ = false;
@@ -153,6 +190,11 @@ class EnumerateIter : public LazyIter {
     long long i = count_;
     for (auto& v : *r) out.push_back(Value::tuple({const_int(i++), v}));
     return out;
+  }
+  std::optional<Live> live() const override {
+    if (!live_iterator(it_)) return std::nullopt;
+    return Live{
+        PyRef::borrow(reinterpret_cast<PyObject*>(&PyEnum_Type)), {it_, const_int(count_)}, 0};
   }
 
  private:
@@ -220,6 +262,11 @@ std::optional<std::vector<ValuePtr>> remaining_items(const ValuePtr& it) {
 ValuePtr unstarted_container(const ValuePtr& it) {
   if (it->pos < it->items.size() || !it->lazy) return nullptr;
   return it->items.empty() ? it->lazy->unstarted_container() : nullptr;
+}
+
+std::optional<LazyIter::Live> live_iterator(const ValuePtr& it) {
+  if (it->kind != VKind::Iterator || it->pos < it->items.size() || !it->lazy) return std::nullopt;
+  return it->lazy->live();
 }
 
 ValuePtr lazy_iterator(std::shared_ptr<LazyIter> src, const std::string& type_name) {

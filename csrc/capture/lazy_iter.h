@@ -27,6 +27,18 @@ class LazyIter {
   // null: a loop handed to CPython at a graph break then walks the container itself and sees
   // what the loop body does to it, as eager's loop does.
   virtual ValuePtr unstarted_container() const { return nullptr; }
+  // How CPython makes this iterator again over the same list or dict, so that a loop handed
+  // over at a graph break sees what its body then does to it, as eager's does (a snapshot of
+  // remaining() would not): iter(factory(*args)) (factory null: iter(args[0])) advanced past
+  // `skip` items, an argument that is an Iterator value made the same way. nullopt where no
+  // list or dict is under it (the snapshot is then exact). NOTE: a list the trace built is
+  // rebuilt once, so one the frame also holds elsewhere is a clean break (ResidualBuilder).
+  struct Live {
+    PyRef factory;
+    std::vector<ValuePtr> args;
+    long long skip = 0;
+  };
+  virtual std::optional<Live> live() const { return std::nullopt; }
 };
 
 // An object whose class defines __next__ in Python.
@@ -38,6 +50,8 @@ bool is_user_iterator(const ValuePtr& v);
 std::optional<std::vector<ValuePtr>> remaining_items(const ValuePtr& iterator);
 // The container `iterator` is a fresh iter() of (LazyIter::unstarted_container), or null.
 ValuePtr unstarted_container(const ValuePtr& iterator);
+// LazyIter::live of an Iterator value with no items read ahead, else nullopt.
+std::optional<LazyIter::Live> live_iterator(const ValuePtr& iterator);
 
 // An Iterator value over `src`; `type_name` is the Python type it stands for ("map").
 ValuePtr lazy_iterator(std::shared_ptr<LazyIter> src, const std::string& type_name);

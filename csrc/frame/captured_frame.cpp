@@ -9,6 +9,50 @@ int line_of(const std::string& location) {
   auto colon = location.rfind(':');
   return colon == std::string::npos ? -1 : std::atoi(location.c_str() + colon + 1);
 }
+
+// A node whose run is visible after the graph: an in-place op (`add_`, `x[i] = v`, `out=`,
+// `inplace=True`), a random draw (it advances the generator) or one that runs hooks.
+bool visible_effect(const ir::Node& n) {
+  if (n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) return false;
+  const std::string& t = n.target_name;
+  if (t.size() > 1 && t.back() == '_' && t[t.size() - 2] != '_') return true;
+  // operator.iadd and the other augmented assignments (`x += y` on a tensor), __iadd__
+  const std::string last = t.substr(t.rfind('.') == std::string::npos ? 0 : t.rfind('.') + 1);
+  if (last.rfind("__i", 0) == 0 ||
+      (last.size() > 2 && last[0] == 'i' && t.rfind("operator.", 0) == 0))
+    return true;
+  for (const char* word :
+       {"setitem", "rand", "dropout", "bernoulli", "normal", "multinomial", "poisson", "uniform",
+        "exponential", "cauchy", "geometric", "hook", "backward", "grad", "seed", "print"})
+    if (t.find(word) != std::string::npos) return true;
+  for (const auto& [k, v] : n.kwargs)
+    if (k == "out" || k == "inplace") return true;
+  return false;
+}
+
+// torchlite's own InternalError or Unsupported (module _C) is pending: from a kernel, a bug
+// to show, not one to hide behind an eager run.
+bool torchlite_error_pending() {
+  PyObject* t = PyErr_Occurred();  // borrowed
+  return t && PyType_Check(t) &&
+         std::string(reinterpret_cast<PyTypeObject*>(t)->tp_name).rfind("torchlite.", 0) == 0;
+}
+
+// True when `failed` (a node of the graph as compiled, maybe a rewritten copy of `graph`) can
+// have raised before anything visible ran: no node of `graph` has a visible effect, except
+// the failing op itself (an in-place op checks its operands before it writes).
+bool failed_before_any_effect(const ir::Graph& graph, const ir::Node* failed) {
+  if (!failed) return false;
+  int effects = 0;
+  bool failed_is_it = false;
+  for (const auto& n : graph.nodes()) {
+    if (!visible_effect(*n)) continue;
+    ++effects;
+    failed_is_it = n->target_name == failed->target_name && n->location == failed->location &&
+                   n->target_name.find("rand") == std::string::npos;
+  }
+  return effects == 0 || (effects == 1 && failed_is_it);
+}
 }  // namespace
 
 CapturedFrame::CapturedFrame(std::shared_ptr<const ir::Graph> graph, ir::Residual result,
@@ -80,8 +124,60 @@ PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& ou
       if (!s) throw PythonError();
       return s;
     }
+    case K::Iterator: {
+      std::vector<PyRef> args;
+      iterator_args(r, outputs, frame, args);
+      size_t next = 0;
+      return make_iterator(r, args, next);
+    }
+    case K::ResumeLocal:
+      TL_CHECK(false) << "a resume function's local outside its loop iterator";
   }
   TL_CHECK(false) << "unknown residual kind";
+}
+
+void CapturedFrame::iterator_args(const ir::Residual& r, const std::vector<PyRef>& outputs,
+                                  const ir::FrameView& frame, std::vector<PyRef>& args,
+                                  const std::vector<PyRef>* locals) {
+  for (const ir::Residual& a : r.items) {
+    if (a.kind == ir::Residual::Kind::Iterator) {
+      iterator_args(a, outputs, frame, args, locals);
+    } else if (a.kind == ir::Residual::Kind::ResumeLocal) {
+      TL_CHECK(locals && a.index >= 0 && a.index < static_cast<int>(locals->size()))
+          << "resume local " << a.index << " out of range";
+      args.push_back((*locals)[a.index]);
+    } else {
+      args.push_back(rebuild(a, outputs, frame));
+    }
+  }
+}
+
+PyRef CapturedFrame::make_iterator(const ir::Residual& r, const std::vector<PyRef>& args,
+                                   size_t& next) {
+  std::vector<PyRef> call_args;
+  for (const ir::Residual& a : r.items)
+    call_args.push_back(a.kind == ir::Residual::Kind::Iterator ? make_iterator(a, args, next)
+                                                               : args.at(next++));
+  PyRef made;
+  if (r.value) {
+    static_assert(sizeof(PyRef) == sizeof(PyObject*), "PyRef must be a bare pointer");
+    made = PyRef::steal(PyObject_Vectorcall(r.value.get(),
+                                            reinterpret_cast<PyObject* const*>(call_args.data()),
+                                            call_args.size(), nullptr));
+  } else {
+    TL_CHECK(call_args.size() == 1) << "iterator residual without a factory takes one argument";
+    made = call_args[0];
+  }
+  if (!made) throw PythonError();
+  PyRef it = PyRef::steal(PyObject_GetIter(made.get()));
+  if (!it) throw PythonError();
+  for (int i = 0; i < r.index; ++i) {
+    PyRef item = PyRef::steal(PyIter_Next(it.get()));
+    if (item) continue;
+    if (PyErr_Occurred()) throw PythonError();
+    break;
+  }
+  return it;
 }
 
 void CapturedFrame::replay_side_effects(const std::vector<PyRef>& outputs,
@@ -133,6 +229,8 @@ PyObject* CapturedFrame::run(const ir::FrameView& frame) {
     PyRef result = rebuild(result_, outputs, frame);
     replay_side_effects(outputs, frame);
     return result.release();
+  } catch (const RunEagerly&) {
+    return nullptr;
   } catch (const std::exception& e) {
     set_python_error(e);
     return nullptr;
@@ -157,8 +255,17 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame) {
       try {
         outputs = compiled_ ? compiled_->run(raw, inputs.size()) : runner_->run(raw, inputs.size());
       } catch (const PythonError&) {
-        // Point the traceback at the user's line that created the failing op.
         const ir::Node* n = compiled_ ? compiled_->failed_node() : runner_->failed_node();
+        // NOTE: side effects are replayed after the graph, so the ones eager makes before the
+        // failing op would be lost (`ks.append(1); x.add_(x[1])`): run eagerly instead when
+        // that is still possible.
+        // (Not for a torchlite bug: that must be seen, not hidden by an eager run.)
+        if (!fatal_python_error_pending() && !torchlite_error_pending() &&
+            failed_before_any_effect(*graph_, n)) {
+          PyErr_Clear();
+          throw RunEagerly{};
+        }
+        // Point the traceback at the user's line that created the failing op.
         if (n) {
           int line = line_of(n->location);
           std::string file = n->location.substr(0, n->location.rfind(':'));

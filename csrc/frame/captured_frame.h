@@ -25,6 +25,11 @@ class CapturedFrame : public CompiledFrame {
                 std::string filename);
   PyObject* run(const ir::FrameView& frame) override;
 
+  // Thrown by run_graph, with no Python error set, when the graph raised before anything it
+  // ran was visible: the frame then runs eagerly instead (CompiledFrame::run returns nullptr
+  // with no exception), so the effects eager makes before the failing op happen too.
+  struct RunEagerly {};
+
  protected:
   // Reads the inputs and runs the graph; returns its outputs. Throws
   // PythonError or tl::Error.
@@ -36,6 +41,14 @@ class CapturedFrame : public CompiledFrame {
   // the frame's start, which an effect may take out of reach (`args.clear()`
   // before a break that hands `args[0]` on).
   void replay_side_effects(const std::vector<PyRef>& outputs, const ir::FrameView& frame);
+  // An Iterator residual in two steps: its arguments rebuilt (with the other values, before
+  // the side effects are replayed), then the iterator made and advanced (after them, over the
+  // containers as the trace left them). make_iterator reads `args` from `next` on. `locals`:
+  // the resume's local arguments (what a ResumeLocal names), else null.
+  void iterator_args(const ir::Residual& r, const std::vector<PyRef>& outputs,
+                     const ir::FrameView& frame, std::vector<PyRef>& args,
+                     const std::vector<PyRef>* locals = nullptr);
+  PyRef make_iterator(const ir::Residual& r, const std::vector<PyRef>& args, size_t& next);
 
  private:
   std::shared_ptr<const ir::Graph> graph_;

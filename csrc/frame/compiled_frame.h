@@ -29,7 +29,8 @@ struct CompileConfig {
 class CompiledFrame {
  public:
   virtual ~CompiledFrame() = default;
-  // Returns a new reference, or nullptr with a Python exception set.
+  // Returns a new reference, or nullptr with a Python exception set, or nullptr with none
+  // set: nothing visible happened, run the frame eagerly.
   virtual PyObject* run(const ir::FrameView& frame) = 0;
 };
 

@@ -310,6 +310,8 @@ struct Interception {
       set_python_error(e);
     }
   }
+  // Nothing visible happened (CompiledFrame::run): the frame runs as is.
+  if (!result && !PyErr_Occurred()) return {true, nullptr};
   return {false, finish_unevaluated(ts, frame, result)};
 }
 

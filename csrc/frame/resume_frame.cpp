@@ -58,7 +58,7 @@ PyRef ResumeFrame::value(const capture::ResumeValue& v, const std::vector<PyRef>
 // outside it; the bridge's (and the resume function's) own exception table
 // calls that __exit__ as the original with-block would.
 void ResumeFrame::push_stack(std::vector<PyRef>& args, const std::vector<PyRef>& outputs,
-                             const ir::FrameView& frame) {
+                             const ir::FrameView& frame, std::vector<PendingIterator>& iterators) {
   const std::string& s = plan_.stack;
   std::vector<bool> restores;
   for (char c : s)
@@ -73,6 +73,11 @@ void ResumeFrame::push_stack(std::vector<PyRef>& args, const std::vector<PyRef>&
       PyRef mgr = checked(PyObject_CallOneArg(capture::torch_api().set_grad_enabled_cls.get(),
                                               inner ? Py_True : Py_False));
       args.push_back(checked(PyObject_GetAttrString(mgr.get(), "__exit__")));
+    } else if (plan_.stack_values[j].value.kind == ir::Residual::Kind::Iterator) {
+      const ir::Residual& r = plan_.stack_values[j].value;
+      iterators.push_back({args.size(), &r, {}});
+      iterator_args(r, outputs, frame, iterators.back().args, &args);
+      args.emplace_back();
     } else {
       args.push_back(value(plan_.stack_values[j], outputs, frame));
     }
@@ -85,8 +90,13 @@ PyObject* ResumeFrame::run(const ir::FrameView& frame) {
     std::vector<PyRef> outputs = run_graph(frame);
     std::vector<PyRef> args;
     for (const auto& v : plan_.locals) args.push_back(value(v, outputs, frame));
-    push_stack(args, outputs, frame);
+    std::vector<PendingIterator> iterators;
+    push_stack(args, outputs, frame, iterators);
     replay_side_effects(outputs, frame);
+    for (PendingIterator& p : iterators) {
+      size_t next = 0;
+      args[p.slot] = make_iterator(*p.residual, p.args, next);
+    }
     for (const PyRef& code : codes_.resumes) args.push_back(function_of(code.get(), frame));
     outputs.clear();  // NOTE: the graph's outputs live on only where CPython holds them
     PyRef bridge = function_of(codes_.bridge.get(), frame);
@@ -94,6 +104,8 @@ PyObject* ResumeFrame::run(const ir::FrameView& frame) {
     ActiveConfigScope scope(&config_);
     return PyObject_Vectorcall(bridge.get(), reinterpret_cast<PyObject* const*>(args.data()),
                                args.size(), nullptr);
+  } catch (const RunEagerly&) {
+    return nullptr;
   } catch (const std::exception& e) {
     set_python_error(e);
     return nullptr;

@@ -26,8 +26,15 @@ class ResumeFrame : public CapturedFrame {
  private:
   PyRef value(const capture::ResumeValue& v, const std::vector<PyRef>& outputs,
               const ir::FrameView& frame);
+  // A loop iterator's arguments, rebuilt; the iterator is made after the side effects and
+  // put at args[slot].
+  struct PendingIterator {
+    size_t slot;
+    const ir::Residual* residual;
+    std::vector<PyRef> args;
+  };
   void push_stack(std::vector<PyRef>& args, const std::vector<PyRef>& outputs,
-                  const ir::FrameView& frame);
+                  const ir::FrameView& frame, std::vector<PendingIterator>& iterators);
 
   capture::ResumePlan plan_;
   const bytecode::BridgeCode& codes_;

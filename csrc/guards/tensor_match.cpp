@@ -134,7 +134,7 @@ bool TensorMatch::read_inference(PyObject* v) const {
     Py_DECREF(r);
     return false;
   }
-  PyErr_Clear();
+  clear_expected_error();
   return true;
 }
 
@@ -157,7 +157,7 @@ bool TensorMatch::check(PyObject* v) const {
   } catch (const PythonError&) {
     // A tensor of the right type whose metadata cannot be read (a sparse or
     // nested tensor has no strides): not the tensor traced, so the guard fails.
-    PyErr_Clear();
+    clear_expected_error();  // NOTE: Ctrl-C while reading it still reaches the user
     return false;
   }
 }

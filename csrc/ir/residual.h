@@ -18,9 +18,13 @@ struct Residual {
     Source,       // re-read from the frame (an input object returned as is)
     Tuple,
     List,
-    Dict,        // keys[i] -> items[i]
-    NamedTuple,  // type_(*items): namedtuple / torch.Size / structseq
-    Slice,       // slice(items[0], items[1], items[2])
+    Dict,         // keys[i] -> items[i]
+    NamedTuple,   // type_(*items): namedtuple / torch.Size / structseq
+    Slice,        // slice(items[0], items[1], items[2])
+    Iterator,     // iter(value(*items)) (value null: iter(items[0])) advanced past `index` items;
+                  // an item of this kind is made the same way (a loop's iterator at a break)
+    ResumeLocal,  // in an Iterator: the object passed for the resume's local `index` (a list or
+                  // dict made by the trace that a local holds too: one object, not two)
   };
   Kind kind = Kind::Const;
   int index = -1;

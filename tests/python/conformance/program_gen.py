@@ -7,6 +7,11 @@ over range/list/zip/enumerate, bounded while), if/else on Python values and on t
 data-dependent graph break), generated helper functions (inlined), closures (reading and
 `nonlocal`-writing the caller's locals), try/except with raises, and global reads and writes.
 
+Risky statements from a second random stream (so adding them kept every program's other
+statements) alias tensors and write through the alias or a view (overlapping in-place
+operands), alias a global list and rebind the global, loop with zip/enumerate/reversed over a
+list the body changes across a graph break, and raise and catch inside loops.
+
 `check_seed(seed)` execs the text twice into two module namespaces (so global side effects of the
 eager and the compiled run stay apart), registered in `linecache` under one filename so tracebacks
 show the program's lines, and runs `prog` eagerly and compiled twice, mutating the globals of both
@@ -65,6 +70,10 @@ class _Gen:
         self.count = 0
         self.helpers: list[tuple[str, list[tuple[str, str]], str]] = []
         self.in_helper = False
+        # NOTE: the risky statements (stmt_risky) draw from a stream of their own and bind only
+        # names no other statement reads, so every seed's program keeps the statements it had
+        # before they were added (a seed that found a bug still shows it).
+        self.q = random.Random(seed * 7919 + 17)
 
     # --- bookkeeping --------------------------------------------------------------------------
 
@@ -376,6 +385,8 @@ class _Gen:
         self.indent -= 1
 
     def stmt(self):
+        if self.q.random() < 0.15:
+            self.stmt_risky()
         kinds = ["assign"] * 6 + ["reassign"] * 3 + ["inplace"] * 2 + ["mutate"] * 3
         kinds += ["raise_if"] if self.chance(0.5) else ["assert"] if self.chance(0.3) else []
         if self.block_depth < 2:
@@ -387,6 +398,116 @@ class _Gen:
         if self.loop_depth:
             kinds += ["break"]
         getattr(self, "stmt_" + self.pick(kinds))()
+
+    # --- risky statements: aliasing, global rebinding, loops over what their body changes ------
+
+    def stmt_risky(self):
+        q = self.q
+        kinds = ["alias_inplace", "alias_inplace", "global_rebind", "mutated_loop"]
+        kinds += ["raise_in_loop"] * 2 if self.loop_depth else []
+        getattr(self, "risky_" + kinds[q.randrange(len(kinds))])()
+
+    def q_pick(self, seq):
+        return seq[self.q.randrange(len(seq))] if seq else None
+
+    def emit_block(self, lines: list[str]):
+        for line in lines:
+            self.emit(line)
+
+    def risky_alias_inplace(self):
+        """An in-place op through an alias or a view of another name: the operand may overlap
+        the tensor written (eager raises there, after the side effects made before it)."""
+        ts = self.mutable("T")
+        if not ts:
+            return
+        t, u = self.q_pick(ts), self.q_pick(ts)
+        i = self.q.randrange(4)
+        view = self.q_pick([t, f"{t}[{i}]", f"{t}[1:3]", f"{t}.view(4)", f"{t}[:2]"])
+        self.emit(f"_al = {view}")
+        self.emit(
+            self.q_pick(
+                [
+                    f"_al += {u}[{i}]",
+                    f"{u}.add_(_al)",
+                    f"_al.mul_({u}[{i}])",
+                    f"_al.copy_({u}[{i}])",
+                    f"{u}[1:3] = _al[0:2]",
+                    "_al.sub_(_al.sum())",
+                    "_al *= 2",
+                ]
+            )
+        )
+        if self.q.random() < 0.5:
+            self.emit(f"_ok = _al is {t}")
+
+    def risky_global_rebind(self):
+        """A local aliasing a global list, the global rebound, the old list changed after."""
+        lists = [n for n in self.mutable("LI") if n != "G_L"]
+        declared = "G_L" in self.visible("LI")
+        lines = ["_al = G_L"]
+        if declared:
+            lines.append(
+                self.q_pick(
+                    [
+                        "G_L = list(reversed(_al))",
+                        "G_L = _al + [len(_al)]",
+                        "G_L = [v + 1 for v in _al][:4]",
+                    ]
+                )
+            )
+        if lists and self.q.random() < 0.6:
+            k = self.q_pick(lists)
+            lines.append(self.q_pick([f"{k} = _al", f"_al = {k}", f"{k} += _al[:2]"]))
+        if self.q.random() < 0.6:
+            lines.append(self.q_pick(["_al.append(len(_al))", "_al.reverse()", "_al.clear()"]))
+        if "G_K" in self.visible("I") and self.q.random() < 0.4:
+            lines.append("G_K = G_K + len(G_L)")
+        self.emit_block(lines)
+
+    def risky_mutated_loop(self):
+        """zip/enumerate/reversed over a list the body changes, with a graph break inside."""
+        lists, ts = self.mutable("LI"), self.mutable("T")
+        if not lists or not ts:
+            return
+        k, k2, t = self.q_pick(lists), self.q_pick(lists), self.q_pick(ts)
+        header, change = self.q_pick(
+            [
+                (f"for _i, _v in enumerate({k}):", f"if _i < 2: {k}.append(_v + 1)"),
+                (f"for _v, _w in zip({k}, {k2}):", f"if len({k2}) < 6: {k2}.append(_v)"),
+                (f"for _v in reversed({k}):", f"{k}[0] = _v + 1"),
+                (
+                    f"for _i, (_v, _w) in enumerate(zip({k}, {k2})):",
+                    f"if len({k}) < 6: {k}.insert(0, _i)",
+                ),
+                (f"for _v in {k}:", f"if len({k}) < 5: {k}.append(_v * 2)"),
+            ]
+        )
+        body = [change] if self.q.random() < 0.7 else []
+        cond = self.q_pick([f"{t}.sum() > 0", f"({t} > 0).any()"])
+        body += [f"if {cond}:", f"    {t} = {t} + _v", "else:", f"    {t} = {t} - 1"]
+        if self.q.random() < 0.5:
+            body.append(change)  # after the break too
+        if self.q.random() < 0.3:
+            body.append("if _v > 2: break")
+        self.emit(header)
+        self.emit_block(["    " + line for line in body])
+
+    def risky_raise_in_loop(self):
+        """An exception raised and caught inside a loop, leaving it or going on."""
+        lists, dicts = self.visible("LI"), self.visible("D")
+        raising = ["_al = 1 // (len(_e0) - len(_e0))".replace("_e0", self.q_pick(lists) or "[]")]
+        if lists:
+            raising.append(f"_al = {self.q_pick(lists)}[{self.q.randrange(2, 6)}]")
+        if dicts:
+            raising.append(f'_al = {self.q_pick(dicts)}["z"]')
+        raising.append(f'raise ValueError("in loop {self.count}")')
+        after = self.q_pick(["continue", "break", "pass", "_al = -1"])
+        lists_m = self.mutable("LI")
+        handler = [after] if not lists_m else [f"{self.q_pick(lists_m)}.append(7)", after]
+        self.emit("try:")
+        self.emit("    " + self.q_pick(raising))
+        self.emit("except (IndexError, KeyError, ZeroDivisionError, ValueError):")
+        self.emit_block(["    " + line for line in handler])
 
     def stmt_assign(self):
         typ = self.pick(["T"] * 4 + ["S", "I", "I", "F", "B", "LI", "LT", "D", "TUP", "SET"])
@@ -428,9 +549,8 @@ class _Gen:
     def operand_of_inplace(self, target: str, typ: str) -> str:
         """An operand for an in-place op on `target`, cloned where it reads `target`.
 
-        NOTE: an operand overlapping the target (t.add_(t[1])) raises in eager only when the op
-        runs; the compiled graph raising there loses the side effects made before it (a known
-        runtime bug, see test_found_bugs.py), so the grammar avoids it.
+        NOTE: an operand overlapping the target (t.add_(t[1])) raises in eager; the clone keeps
+        most programs running past their in-place ops (risky_alias_inplace makes overlaps).
         """
         e = self.expr(typ, 1)
         return f"({e}).clone()" if typ in "TS" and re.search(rf"\b{target}\b", e) else e
@@ -555,8 +675,8 @@ class _Gen:
         ta, tb = self.pick(["LI", "LT"]), self.pick(["LI", "LT", "TUP"])
         second = self.expr(tb, 1)
         hdr = f"for {a}, {b} in zip({self.expr(ta, 1)}[:4], {second}):"
-        # NOTE: the body must not change `second`: zip over a list the body mutates is wrong
-        # where the body breaks the graph (a known bug, see test_found_bugs.py).
+        # NOTE: the body does not change `second` here, so loops run their full length;
+        # risky_mutated_loop writes loops over lists their body changes.
         frozen = second if second in self.visible(tb) else None
         self.loop(hdr, {a: ta[1], b: "I" if tb != "LT" else "T"}, frozen)
 

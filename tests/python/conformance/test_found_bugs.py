@@ -3,8 +3,11 @@
 Each test fails on the main branch it was found on; the seed that found it is named.
 """
 
+import pytest
 import torch
 from conformance_check import check_program
+
+import torchlite
 
 
 def t4():
@@ -216,3 +219,382 @@ def test_global_list_appended_then_rebound_leaves_new_target_alone():
     check_program(
         fn, lambda: (torch.randn(4), [7]), setup=setup, observe=lambda: (original, G_LIST)
     )
+
+
+# --- a global rebound after a local aliased it (seed 2335) ---------------------------------------
+
+G_KS = [1, 2]
+
+
+def _reset_g_ks():
+    global G_KS
+    G_KS = [1, 2]
+
+
+def test_local_alias_of_global_keeps_old_list_after_global_rebound():
+    def fn(x, ks, flag):
+        global G_KS
+        for _ in range(2):
+            if flag:
+                ks = G_KS
+        G_KS = list(reversed(ks))
+        return x, ks, [a + b for a, b in zip(ks, sorted(ks))]
+
+    check_program(fn, lambda: (torch.randn(4), [5], True), setup=_reset_g_ks, observe=lambda: G_KS)
+
+
+def test_local_alias_of_global_keeps_old_list_across_graph_break():
+    def fn(x, ks):
+        global G_KS
+        ks = G_KS
+        if x.sum() > 0:
+            x = x + 1
+        G_KS = list(reversed(ks))
+        return x, ks
+
+    check_program(fn, lambda: (torch.randn(4), [5]), setup=_reset_g_ks, observe=lambda: G_KS)
+
+
+# --- side effects made before an op that raises only when the graph runs (seed 19052) -----------
+
+
+def test_side_effects_before_inplace_op_on_overlapping_alias_are_kept():
+    def fn(x, d, ks):
+        d.pop("b", None)
+        ks.append(len(d))
+        v = x
+        x.add_(v[1])  # eager: RuntimeError (the operand overlaps the written tensor)
+        ks.append(0)
+        return x
+
+    check_program(fn, lambda: (torch.randn(4), {"a": 1, "b": 2}, [1]))
+
+
+G_COUNT = 0
+
+
+def test_global_store_and_attribute_before_runtime_error_are_kept():
+    class Box:
+        pass
+
+    box = Box()
+
+    def fn(x, i):
+        global G_COUNT
+        G_COUNT += 1
+        box.seen = i
+        return x[torch.tensor(i)]  # out of range only when it runs
+
+    def setup():
+        global G_COUNT
+        G_COUNT = 0
+        box.__dict__.clear()
+
+    check_program(
+        fn,
+        lambda: (torch.randn(4), 7),
+        setup=setup,
+        observe=lambda: (G_COUNT, dict(box.__dict__)),
+    )
+
+
+def test_side_effects_before_runtime_error_after_graph_break_are_kept():
+    def fn(x, ks):
+        ks.append(1)
+        if x.sum() > 0:
+            x = x + 1
+        ks.append(2)
+        v = x
+        x.mul_(v[0])
+        return x
+
+    check_program(fn, lambda: (torch.randn(4), [0]))
+
+
+@pytest.mark.parametrize("inplace", ["method", "augmented"])
+def test_runtime_error_after_earlier_inplace_op_mutates_input_once(inplace):
+    def fn(x, ks):
+        if inplace == "method":
+            x.add_(1)
+        else:
+            x += 1
+        ks.append(1)
+        return x[torch.tensor(9)]
+
+    # NOTE: an in-place op on an input before the failing one rules out an eager re-run (it
+    # would add twice); the error and the input's value must still be eager's.
+    compiled = torchlite.compile(fn)
+    x = torch.randn(4)
+    expected = x + 1
+    with pytest.raises(IndexError, match="out of bounds"):
+        compiled(x, [0])
+    torch.testing.assert_close(x, expected)
+
+
+G_LIST2 = [1, 2]
+
+
+def test_side_effects_before_augmented_assignment_on_overlapping_view_are_kept():
+    # seeds 304, 1217, 1565 of the risky grammar: `_al = x; _al += x[2]` after an in-place op
+    def fn(x, y, d):
+        global G_LIST2
+        G_LIST2 = [3]
+        y.add_(x[3])
+        d.pop("a", None)
+        z = x
+        z += x[2]
+        return x, y
+
+    def setup():
+        global G_LIST2
+        G_LIST2 = [1, 2]
+
+    check_program(
+        fn,
+        lambda: (torch.randn(4), torch.randn(4), {"a": 1}),
+        setup=setup,
+        observe=lambda: G_LIST2,
+    )
+
+
+def test_side_effects_before_setitem_from_overlapping_view_are_kept():
+    # seeds 222, 1847 of the risky grammar: `x[1:3] = x[0:2]` after another in-place op
+    def fn(x, ks):
+        z = x
+        z *= 2
+        ks.pop()
+        x[1:3] = z[0:2]
+        x.copy_(torch.zeros(4))
+        return x
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2]))
+
+
+def test_setitem_of_augmented_slice_still_compiles():
+    def fn(x):
+        z = x.clone()
+        z[..., -1] += 1
+        z[1:3] = z[1:3] * 2
+        return z
+
+    check_program(fn, t4, fullgraph=True)
+
+
+# --- zip/enumerate/reversed over a list the loop body changes, across a graph break ------------
+
+
+def test_zip_over_lists_the_loop_body_grows_across_graph_break():
+    def fn(x, ks, other):
+        out = []
+        for a, b in zip(ks, other):
+            if len(other) < 5:
+                other.append(b + 1)
+                ks.append(a)
+            if x.sum() > 0:
+                x = x + a
+            out.append((a, b))
+        return x, out
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2], [3, 4]))
+
+
+def test_enumerate_over_list_the_loop_body_grows_across_graph_break():
+    def fn(x, ks):
+        out = []
+        for i, a in enumerate(ks, 1):
+            if i < 3:
+                ks.append(a + 10)
+            if x.sum() > 0:
+                x = x + a
+            out.append((i, a))
+        return x, out
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2]))
+
+
+def test_reversed_list_the_loop_body_changes_across_graph_break():
+    def fn(x, ks):
+        out = []
+        for a in reversed(ks):
+            ks[0] = a * 10
+            if x.sum() > 0:
+                x = x + a
+            out.append(a)
+        return x, out
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2, 3]))
+
+
+def test_dict_items_the_loop_body_updates_across_graph_break():
+    def fn(x, d):
+        out = []
+        for k, v in d.items():
+            d["c"] = v + 100
+            if x.sum() > 0:
+                x = x + v
+            out.append((k, v))
+        return x, out
+
+    check_program(fn, lambda: (torch.randn(4), {"a": 1, "b": 2, "c": 3}))
+
+
+def test_started_outer_loop_over_growing_list_with_inner_graph_break():
+    def fn(x, ks):
+        for a in ks:
+            if a < 3:
+                ks.append(a + 2)
+            for _ in range(1):
+                if x.sum() > 0:
+                    x = x + a
+                else:
+                    x = x - a
+        return x
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2]))
+
+
+def test_started_zip_over_growing_lists_with_inner_graph_break():
+    def fn(x, ks, other):
+        out = []
+        for a, b in zip(ks, other):
+            if a < 3:
+                ks.append(a + 2)
+                other.append(b)
+            for _ in range(1):
+                if x.sum() > 0:
+                    x = x + a
+            out.append(b)
+        return x, out
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2], [5, 6]))
+
+
+def test_enumerate_over_list_built_in_frame_and_grown_across_graph_break():
+    # seed 351 of the risky grammar: the list is a local made by the traced code
+    def fn(x, n):
+        ks = list(range(n))
+        for i, v in enumerate(ks):
+            if i < 2:
+                ks.append(v + 1)
+            if (x > 0).any():
+                x = x + v
+        return x, ks
+
+    check_program(fn, lambda: (torch.randn(4), 2))
+
+
+def test_zip_over_slice_of_list_grown_across_graph_break():
+    def fn(x, ks, other):
+        for a, b in zip(ks[:2], other):
+            other.append(a)
+            if x.sum() > 0:
+                x = x + b
+        return x, other
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2, 3], [4]))
+
+
+@pytest.mark.parametrize("wrap", ["zip", "enumerate"])
+def test_loop_over_local_list_grown_across_graph_break_still_compiles(wrap):
+    def fn(x):
+        xs = [x * 2, x + 1]
+        for i, t in enumerate(xs) if wrap == "enumerate" else zip(range(9), xs):
+            if t.sum() > 0:
+                x = x + t * i
+            if i == 0:
+                xs.append(x * 3)
+        return x.relu(), len(xs)
+
+    check_program(fn, t4)
+    # NOTE: the loop's iterator and the local are one list at the break: no reason to run the
+    # whole frame eagerly.
+    assert torchlite.explain(fn)(torch.randn(4)).graph_count >= 1
+
+
+def test_one_iterator_zipped_with_itself_pairs_consecutive_items():
+    def fn(x, ks):
+        it = iter(ks)
+        out = []
+        for a, b in zip(it, it):
+            if x.sum() > 0:
+                x = x + a
+            out.append((a, b))
+        return x, out
+
+    check_program(fn, lambda: (torch.randn(4), [1, 2, 3, 4, 5]))
+
+
+# --- in-place operators through an alias keep identity ------------------------------------------
+
+
+def test_augmented_assignment_through_alias_is_the_same_tensor():
+    def fn(x, y):
+        z = x
+        z += y
+        z *= 2
+        w = z.add_(1)
+        if y.sum() > 0:
+            y = y + 1
+        return z is x, w is x, x, y
+
+    check_program(fn, lambda: (torch.randn(4), torch.randn(4)))
+
+
+def test_augmented_assignment_through_alias_of_list_is_the_same_list():
+    def fn(x, ks):
+        z = ks
+        z += [len(z)]
+        return z is ks, x
+
+    check_program(fn, lambda: (torch.randn(4), [1]))
+
+
+# --- an nn.Module attribute missing at trace time and registered later ---------------------------
+
+
+class _MaybeExtra(torch.nn.Module):
+    def forward(self, x):
+        if hasattr(self, "extra"):
+            return x + self.extra
+        return x * 2 + getattr(self, "other", 1.0)
+
+
+@pytest.mark.parametrize(
+    "register",
+    [
+        lambda m: m.register_buffer("extra", torch.ones(4)),
+        lambda m: m.register_parameter("other", torch.nn.Parameter(torch.ones(4))),
+        lambda m: m.add_module("extra", torch.nn.Identity()) or setattr(m, "extra", None),
+    ],
+    ids=["buffer", "parameter", "module"],
+)
+def test_module_attribute_registered_after_compile_recompiles(register):
+    m = _MaybeExtra()
+    check_program(lambda x: m(x), t4, mutate=lambda call: register(m))
+
+
+# --- Ctrl-C while guards run ---------------------------------------------------------------------
+
+
+def test_keyboard_interrupt_while_guards_run_reaches_the_caller():
+    # NOTE: a tuple subclass's length guard calls its __len__.
+    class Flaky(tuple):
+        boom = False
+
+        def __len__(self):
+            if Flaky.boom:
+                raise KeyboardInterrupt
+            return tuple.__len__(self)
+
+    def fn(x, ks):
+        return x + ks[0] + ks[1]
+
+    compiled = torchlite.compile(fn)
+    ks = Flaky((1, 2))
+    torch.testing.assert_close(compiled(torch.ones(4), ks), fn(torch.ones(4), ks))
+    Flaky.boom = True
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            compiled(torch.ones(4), ks)
+    finally:
+        Flaky.boom = False
