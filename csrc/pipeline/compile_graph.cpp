@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <sstream>
 
 #include "core/errors.h"
@@ -15,6 +16,8 @@ namespace tl::pipeline {
 namespace {
 
 std::atomic<int> g_trace_folders{0};
+std::mutex g_training_mu;
+TrainingCompiler g_training_compiler;  // guarded by g_training_mu
 
 PyRef attr_of(PyObject* obj, const char* name) {
   PyRef r = PyRef::steal(PyObject_GetAttrString(obj, name));
@@ -72,10 +75,12 @@ bool is_returned(const ir::Graph& graph, const ir::Node& n) {
   return false;
 }
 
+const char kTracked[] = "a value requires grad (";
+
 // Why the graph cannot have kernels, or "" when it can.
 std::string kernel_blocker(const ir::Graph& graph) {
   for (auto& n : graph.nodes()) {
-    if (autograd_tracks(*n)) return "a value requires grad (" + n->name + ")";
+    if (autograd_tracks(*n)) return kTracked + n->name + ")";
     // NOTE: a returned no-op cast must be its input itself (eager's identity and
     // requires_grad), which a kernel's fresh output is not.
     if (n->meta && n->meta->requires_grad && n->op != ir::OpKind::Placeholder && n->example &&
@@ -155,7 +160,31 @@ void log_kernels(const passes::Partition& part) {
   log_event("kernels", std::to_string(part.kernels.size()) + " fused kernel(s): " + names);
 }
 
+// The compiled forward+backward of a graph autograd records, or null.
+PyRef training_fn(const std::shared_ptr<ir::Graph>& graph, const PassContext& ctx,
+                  std::string& why) {
+  TrainingCompiler compiler;
+  {
+    std::lock_guard<std::mutex> lock(g_training_mu);
+    compiler = g_training_compiler;
+  }
+  if (!ctx.settings.compiled_backward) {
+    why = "compiled_backward is off";
+    return PyRef();
+  }
+  if (!compiler) {
+    why = "no training compiler registered";
+    return PyRef();
+  }
+  return compiler(graph, ctx, why);
+}
+
 }  // namespace
+
+void set_training_compiler(TrainingCompiler compiler) {
+  std::lock_guard<std::mutex> lock(g_training_mu);
+  g_training_compiler = std::move(compiler);
+}
 
 std::string new_trace_folder(const std::string& debug_dir, const std::string& name) {
   std::string clean = name;
@@ -173,6 +202,14 @@ Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ct
   Trace trace(ctx);
   trace.graph("00_input.txt", *graph, nullptr);
   ex.no_kernels = kernel_blocker(*graph);
+  if (ex.no_kernels.rfind(kTracked, 0) == 0) {
+    std::string why;
+    ex.training_fn = training_fn(graph, ctx, why);
+    trace.note(ex.training_fn ? "training: compiled forward and backward (see joint.txt)"
+                              : "training: op by op (" + why + ")");
+    if (ex.training_fn) ex.no_kernels = "compiled forward and backward";
+    return ex;
+  }
   // All on the CPU (LLVM build) or on one CUDA device (driver loaded); else op by op.
   std::optional<runtime::KernelDevice> device;
   if (ex.no_kernels.empty()) device = runtime::kernel_device(*graph);

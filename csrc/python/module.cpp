@@ -28,4 +28,5 @@ PYBIND11_MODULE(_C, m) {
   tl::python::bind_cuda(m);
   tl::python::bind_cuda_runtime(m);
   tl::python::bind_settings(m);
+  tl::python::bind_training(m);
 }
