@@ -385,6 +385,21 @@ def trace_joint(graph) -> JointTrace:
         return JointTrace(reason=f"tracing the joint graph failed: {first}")
 
 
+_DOUBLE_BACKWARD = (
+    b"torchlite: a second derivative through a compiled graph is not supported (its backward is "
+    b"compiled for first derivatives only). Compile with options={'compiled_backward': False} "
+    b"to differentiate twice."
+)
+
+
+def _second_derivative_error(grads: tuple) -> tuple:
+    """Under create_graph=True: the gradients, each with a grad_fn that raises when
+    differentiated, so a double backward fails loudly instead of missing terms."""
+    err = torch._C._functions.DelayedError(_DOUBLE_BACKWARD, len(grads))
+    out = err(*[g.detach().requires_grad_() for g in grads])
+    return out if isinstance(out, tuple) else (out,)
+
+
 def make_training_function(joint: JointTrace, forward, backward, saved: list[str]):
     """The callable the frame runs instead of the graph: the compiled forward under a
     torch.autograd.Function whose backward runs the compiled backward."""
@@ -409,10 +424,12 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
             return outs
 
         @staticmethod
-        @torch.autograd.function.once_differentiable
         def backward(ctx, *grad_outputs):
             tangents = [grad_outputs[i].contiguous() for i in differentiable]
-            grads = backward(*ctx.saved_tensors, *tangents)
+            with torch.no_grad():
+                grads = backward(*ctx.saved_tensors, *tangents)
+            if torch.is_grad_enabled():
+                grads = _second_derivative_error(grads)
             result: list[Any] = [None] * num_inputs
             for slot, g in zip(grad_slots, grads, strict=True):
                 result[slot] = g
