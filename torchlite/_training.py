@@ -185,7 +185,8 @@ class _Recorder(TorchDispatchMode):
         self.decompositions = decompositions
         self.env: dict[int, fx.Node] = {}
         self.keep: list[torch.Tensor] = []
-        self.aliased: set[int] = set()  # ids of tensors that are or have views
+        self.alias_groups: dict[int, set[int]] = {}  # id -> ids sharing its memory (views)
+        self.stale: set[int] = set()  # views of a tensor mutated since: reading one is unsupported
         self.inputs: dict[int, int] = {}  # id(primal) -> its index
         self.mutated: set[int] = set()  # indices of primals mutated in place
 
@@ -200,6 +201,8 @@ class _Recorder(TorchDispatchMode):
 
     def value(self, a: Any) -> Any:
         if isinstance(a, torch.Tensor):
+            if id(a) in self.stale:
+                raise _Unsupported("a view of a tensor mutated in place is read afterwards")
             node = self.env.get(id(a))
             if node is not None:
                 return node
@@ -209,6 +212,15 @@ class _Recorder(TorchDispatchMode):
         if isinstance(a, torch.device) and a.type == "meta":
             return self.device
         return a
+
+    def alias(self, *values: Any) -> None:
+        """Records that the tensors among `values` share memory (a view op's input and output)."""
+        group: set[int] = set()
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                group |= self.alias_groups.get(id(v), {id(v)})
+        for i in group:
+            self.alias_groups[i] = group
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -221,7 +233,7 @@ class _Recorder(TorchDispatchMode):
         if func in _IDENTITIES:
             out = func(*args, **kwargs)
             self.bind(out, self.value(args[0]), example=False)  # NOTE: same value: no node
-            self.aliased.update((id(out), id(args[0])))
+            self.alias(args[0], out)
             return out
         mutated = _mutated_args(func)
         if mutated and not func._schema.is_mutable:
@@ -241,12 +253,7 @@ class _Recorder(TorchDispatchMode):
             node = self.graph.call_function(target, fx_args, fx_kwargs)
         returns = func._schema.returns
         if any(r.alias_info is not None for r in returns):
-            for a in tree_flatten(args)[0]:
-                if isinstance(a, torch.Tensor):
-                    self.aliased.add(id(a))
-            for o in tree_flatten(out)[0]:
-                if isinstance(o, torch.Tensor):
-                    self.aliased.add(id(o))
+            self.alias(*tree_flatten(args)[0], *tree_flatten(out)[0])
         if isinstance(out, torch.Tensor):
             self.bind(out, node)
             return
@@ -261,8 +268,10 @@ class _Recorder(TorchDispatchMode):
         if functional is None or mutated != [0] or kwargs.get("out") is not None:
             raise _Unsupported(f"{func} mutates its arguments")
         target = args[0]
-        if id(target) in self.aliased:
-            raise _Unsupported(f"{func} mutates a tensor that has views")
+        others = self.alias_groups.get(id(target), {id(target)}) - {id(target)}
+        if any(i in self.inputs for i in others):
+            raise _Unsupported(f"{func} mutates a view of an input")
+        self.stale |= others
         if id(target) in self.inputs:
             self.mutated.add(self.inputs[id(target)])
         out = func(*args, **kwargs)
@@ -330,8 +339,8 @@ def _trace(graph) -> JointTrace:
             raise _Unsupported(f"the graph returns a {type(o).__name__}")
         if id(o) in rec.inputs:
             raise _Unsupported("the graph returns one of its inputs itself")
-        if o._is_view():
-            raise _Unsupported("the graph returns a view (autograd's view tracking)")
+        if any(i in rec.inputs for i in rec.alias_groups.get(id(o), ())):
+            raise _Unsupported("the graph returns a view of an input (autograd's view tracking)")
     mutated = sorted(rec.mutated)
     for i in mutated:
         if primals[i].requires_grad:

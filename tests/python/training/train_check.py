@@ -10,6 +10,10 @@ import torch
 import torchlite
 
 
+def _named(what: str):
+    return lambda message: f"{what}: {message}"
+
+
 def compiled_backward_used(out: torch.Tensor) -> bool:
     """True when `out` came from torchlite's compiled forward (its grad_fn is the link)."""
     return out.grad_fn is not None and "CompiledTraining" in type(out.grad_fn).__name__
@@ -51,7 +55,9 @@ def train_parity(
         out_e = eager(*inputs)
         out_c = compiled(*inputs)
         loss_e, loss_c = loss_fn(out_e), loss_fn(out_c)
-        torch.testing.assert_close(loss_c, loss_e, rtol=rtol, atol=atol, msg=f"loss, step {step}")
+        torch.testing.assert_close(
+            loss_c, loss_e, rtol=rtol, atol=atol, msg=_named(f"loss, step {step}")
+        )
         opt_e.zero_grad()
         opt_c.zero_grad()
         loss_e.backward()
@@ -62,14 +68,14 @@ def train_parity(
             assert (p.grad is None) == (q.grad is None), name
             if p.grad is not None:
                 torch.testing.assert_close(
-                    q.grad, p.grad, rtol=rtol, atol=atol, msg=f"grad of {name}, step {step}"
+                    q.grad, p.grad, rtol=rtol, atol=atol, msg=_named(f"grad of {name}, step {step}")
                 )
         opt_e.step()
         opt_c.step()
     named_c = dict(compiled_model.named_parameters())
     for name, p in eager.named_parameters():
-        torch.testing.assert_close(named_c[name], p, rtol=rtol, atol=atol, msg=name)
+        torch.testing.assert_close(named_c[name], p, rtol=rtol, atol=atol, msg=_named(name))
     buffers_c = dict(compiled_model.named_buffers())
     for name, b in eager.named_buffers():
-        torch.testing.assert_close(buffers_c[name], b, rtol=rtol, atol=atol, msg=name)
+        torch.testing.assert_close(buffers_c[name], b, rtol=rtol, atol=atol, msg=_named(name))
     return out_c
