@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import math
 import os
 import statistics
 import sys
@@ -191,7 +192,7 @@ def bench_row(name, build, make_inputs, amp, device, steps, inductor):
         torch.manual_seed(1)
         try:
             results[kind] = _measure(Runner(model, step_model, device, amp), inputs, device, steps)
-        except Exception as e:  # NOTE: one failing backend must not hide the other rows
+        except Exception as e:  # noqa: BLE001 (NOTE: one failing backend must not hide the other rows)
             results[kind] = e
         del model, step_model
         if device == "cuda":
@@ -206,7 +207,7 @@ def _fmt(kind, r, eager_ms, eager_losses):
     ms = med * 1e3
     match = all(abs(a - b) <= 1e-2 * max(1.0, abs(b)) for a, b in zip(losses, eager_losses))
     speed = f"{eager_ms / ms:5.2f}x" if eager_ms else "     "
-    mem = "" if peak != peak else f"  peak {peak:8.0f} MB"
+    mem = "" if math.isnan(peak) else f"  peak {peak:8.0f} MB"
     return (
         f"  {kind:<14} {ms:9.2f} ms/step  {speed}{mem}  cold compile {cold:6.2f} s"
         f"  losses {'match' if match else 'DIFFER'}"
