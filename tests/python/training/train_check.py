@@ -3,6 +3,7 @@ steps and compare losses, parameters, gradients and buffers."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import torch
@@ -12,6 +13,12 @@ import torchlite
 
 def _named(what: str):
     return lambda message: f"{what}: {message}"
+
+
+def _autocast(device: str, dtype: torch.dtype | None):
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device, dtype=dtype)
 
 
 def compiled_backward_used(out: torch.Tensor) -> bool:
@@ -29,6 +36,8 @@ def train_parity(
     rtol: float = 1e-4,
     atol: float = 1e-5,
     dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    autocast: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Trains a copy of `model` eagerly and another compiled for `steps` steps on the same
     inputs, checking each loss, then every gradient, parameter and buffer. Returns the last
@@ -38,7 +47,7 @@ def train_parity(
     arithmetic (a bias before batch norm, a key bias before softmax) turns rounding noise into
     full-size steps; compare AdamW runs in float64, where that noise stays far below eps.
     """
-    model = model.to(dtype)
+    model = model.to(device=device, dtype=dtype)
     eager = copy.deepcopy(model)
     compiled_model = copy.deepcopy(model)
     compiled = torchlite.compile(compiled_model)
@@ -51,9 +60,13 @@ def train_parity(
     opt_e, opt_c = opt(eager), opt(compiled_model)
     out_c = None
     for step in range(steps):
-        inputs = [i.to(dtype) if i.is_floating_point() else i for i in make_inputs()]
-        out_e = eager(*inputs)
-        out_c = compiled(*inputs)
+        inputs = [
+            i.to(device=device, dtype=dtype) if i.is_floating_point() else i.to(device)
+            for i in make_inputs()
+        ]
+        with _autocast(device, autocast):
+            out_e = eager(*inputs)
+            out_c = compiled(*inputs)
         loss_e, loss_c = loss_fn(out_e), loss_fn(out_c)
         torch.testing.assert_close(
             loss_c, loss_e, rtol=rtol, atol=atol, msg=_named(f"loss, step {step}")
