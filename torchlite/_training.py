@@ -331,8 +331,11 @@ def _trace(graph) -> JointTrace:
     for i, p in enumerate(primals):
         rec.input(p, f"primal_{i}")
         rec.inputs[id(p)] = i
+    flags = [p.requires_grad for p in primals]
     with rec:
         outs = gm(*primals)
+    if [p.requires_grad for p in primals] != flags:
+        raise _Unsupported("the graph changes an input's requires_grad")
     outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
     for o in outs:
         if not isinstance(o, torch.Tensor):
