@@ -85,6 +85,7 @@ def test_cross_entropy_classifier_trains_like_eager():
     assert compiled_backward_used(out)
 
 
+@pytest.mark.slow
 def test_timm_resnet18_training_steps_match_eager():
     timm = pytest.importorskip("timm")
     torch.manual_seed(0)
@@ -143,6 +144,7 @@ def test_hf_bert_mlm_training_steps_match_eager():
     assert compiled_backward_used(out.logits)
 
 
+@pytest.mark.slow
 def test_hf_gpt2_training_steps_match_eager():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
