@@ -79,8 +79,9 @@ const char kTracked[] = "a value requires grad (";
 
 // Why the graph cannot have kernels, or "" when it can.
 std::string kernel_blocker(const ir::Graph& graph) {
-  for (auto& n : graph.nodes()) {
+  for (auto& n : graph.nodes())
     if (autograd_tracks(*n)) return kTracked + n->name + ")";
+  for (auto& n : graph.nodes()) {
     // NOTE: a returned no-op cast must be its input itself (eager's identity and
     // requires_grad), which a kernel's fresh output is not.
     if (n->meta && n->meta->requires_grad && n->op != ir::OpKind::Placeholder && n->example &&
