@@ -295,6 +295,8 @@ class JointTrace:
     differentiable_outputs: list[int] = field(default_factory=list)
     grad_inputs: list[int] = field(default_factory=list)  # primal index of each gradient
     tangent_shapes: list[tuple] = field(default_factory=list)
+    captured: Any = None  # the captured _C.Graph (run eagerly under saved-tensor hooks)
+    final_grad_mode: bool = True  # grad mode the graph leaves behind (it may end in no_grad)
 
 
 def _input_examples(graph) -> list[dict]:
@@ -318,6 +320,20 @@ def _meta_input(n: dict) -> torch.Tensor:
     return t.requires_grad_(m["requires_grad"])
 
 
+# Tensor methods that change autograd's state rather than compute: the joint graph has no op
+# for them, so graphs calling them run op by op.
+_AUTOGRAD_STATE_METHODS = {
+    "retain_grad",
+    "register_hook",
+    "requires_grad_",
+    "register_post_accumulate_grad_hook",
+}
+
+
+def _identity(v: Any) -> Any:
+    return v
+
+
 def _detached(v: Any) -> Any:
     return v.detach() if isinstance(v, torch.Tensor) else v
 
@@ -331,9 +347,18 @@ def _trace(graph) -> JointTrace:
     for i, p in enumerate(primals):
         rec.input(p, f"primal_{i}")
         rec.inputs[id(p)] = i
+    for n in graph.nodes():
+        if n["op"] == "call_method" and n["target"] in _AUTOGRAD_STATE_METHODS:
+            raise _Unsupported(f"the graph calls Tensor.{n['target']} (autograd state)")
     flags = [p.requires_grad for p in primals]
-    with rec:
-        outs = gm(*primals)
+    grad_mode = torch.is_grad_enabled()
+    try:
+        # NOTE: the user's saved-tensor hooks must not see the trace's meta tensors.
+        with torch.autograd.graph.saved_tensors_hooks(_identity, _identity), rec:
+            outs = gm(*primals)
+        final_grad_mode = torch.is_grad_enabled()
+    finally:
+        torch._C._set_grad_enabled(grad_mode)  # NOTE: the graph may switch it (a no_grad block)
     if [p.requires_grad for p in primals] != flags:
         raise _Unsupported("the graph changes an input's requires_grad")
     outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
@@ -357,7 +382,7 @@ def _trace(graph) -> JointTrace:
         t = torch.empty(outs[i].shape, dtype=outs[i].dtype, device="meta")
         rec.input(t, f"tangent_{i}")
         tangents.append(t)
-    with rec:
+    with torch.autograd.graph.saved_tensors_hooks(_identity, _identity), rec:
         grads = torch.autograd.grad(
             [outs[i] for i in differentiable],
             [primals[i] for i in wants_grad],
@@ -373,6 +398,8 @@ def _trace(graph) -> JointTrace:
     joint, _ = _C.graph_from_fx(SimpleNamespace(graph=rec.graph), device=device)
     return JointTrace(
         graph=joint,
+        captured=graph,
+        final_grad_mode=final_grad_mode,
         num_primals=len(primals),
         num_forward_outputs=len(outs) + len(mutated),
         num_outputs=len(outs),
@@ -447,8 +474,23 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
                 result[slot] = g
             return tuple(result)
 
+    final_grad_mode = joint.final_grad_mode
+    eager = []
+
     def run(*inputs):
-        return CompiledTraining.apply(*inputs)
+        if torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+            # NOTE: saved-tensor hooks (offloading, checkpointing) must see what eager saves.
+            if not eager:
+                eager.append(graph_to_module(joint.captured))
+            return eager[0](*inputs)
+        # NOTE: the differentiable outputs were computed with grad on, even where the graph is
+        # entered under no_grad and switches it on; the graph may also leave it switched off.
+        torch._C._set_grad_enabled(True)
+        try:
+            outs = CompiledTraining.apply(*inputs)
+        finally:
+            torch._C._set_grad_enabled(final_grad_mode)
+        return outs
 
     run.forward_half = forward
     run.backward_half = backward
