@@ -355,7 +355,7 @@ def _trace(graph) -> JointTrace:
     try:
         # NOTE: the user's saved-tensor hooks must not see the trace's meta tensors.
         with torch.autograd.graph.saved_tensors_hooks(_identity, _identity), rec:
-            outs = gm(*primals)
+            outs = gm.forward(*primals)  # NOTE: no module hooks (global ones too)
         final_grad_mode = torch.is_grad_enabled()
     finally:
         torch._C._set_grad_enabled(grad_mode)  # NOTE: the graph may switch it (a no_grad block)
@@ -459,8 +459,12 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
             for i, v in zip(mutated, new_values, strict=True):
                 inputs[i].copy_(v)  # NOTE: an input mutation (batch norm's running stats)
             ctx.save_for_backward(*results[len(results) - num_saved :])
+            # NOTE: a fresh alias each: the same tensor may also be a differentiable output.
+            outs = list(outs)
+            for i in non_differentiable:
+                outs[i] = outs[i].detach()
             ctx.mark_non_differentiable(*[outs[i] for i in non_differentiable])
-            return outs
+            return tuple(outs)
 
         @staticmethod
         def backward(ctx, *grad_outputs):
@@ -481,7 +485,7 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
         if torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
             # NOTE: saved-tensor hooks (offloading, checkpointing) must see what eager saves.
             if not eager:
-                eager.append(graph_to_module(joint.captured))
+                eager.append(graph_to_module(joint.captured).forward)
             return eager[0](*inputs)
         # NOTE: the differentiable outputs were computed with grad on, even where the graph is
         # entered under no_grad and switches it on; the graph may also leave it switched off.
