@@ -20,6 +20,10 @@ fold_batch_norm: bool = _env["fold_batch_norm"]
 channels_last: bool | None = _env["channels_last"]
 # Check the graph after every compiler pass and name the pass that broke it (TORCHLITE_VERIFY).
 verify: bool = _env["verify"]
+# Graphs autograd records get a compiled backward (TORCHLITE_COMPILED_BACKWARD); False: op by op.
+compiled_backward: bool = _env["compiled_backward"]
+# Backward recomputes cheap pointwise values where that saves memory (off: save all it reads).
+recompute_in_backward: bool = _env["recompute_in_backward"]
 # Cache entries (guard sets) per code object; past this the code runs eagerly with a warning.
 cache_size_limit: int = _env["cache_size_limit"]
 

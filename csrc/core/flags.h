@@ -21,6 +21,8 @@ struct Settings {
   bool fold_batch_norm = false;
   std::optional<bool> channels_last;  // nullopt: the device's default (prefers_channels_last)
   bool verify = false;
+  bool compiled_backward = true;
+  bool recompute_in_backward = true;
   int64_t cache_size_limit = 8;
   // Process scope: the runtime reads them (torchlite.config or the environment only).
   bool trace = false;

@@ -204,10 +204,12 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
   if (has_ops) {
     if (config->backend && config->backend.get() != Py_None)
       backend_fn = compile_with_backend(res, *config);
-    else
-      kernels = pipeline::compile_graph(
-                    res.graph, pipeline::PassContext{config->settings, config->mode, dump_folder})
-                    .kernels;
+    else {
+      pipeline::Executable ex = pipeline::compile_graph(
+          res.graph, pipeline::PassContext{config->settings, config->mode, dump_folder});
+      kernels = std::move(ex.kernels);
+      backend_fn = std::move(ex.training_fn);  // NOTE: called like a backend's callable
+    }
     counters().graphs++;
   }
   if (codes) {

@@ -1,6 +1,8 @@
 #include "pipeline/compile_graph.h"
 
 #include <atomic>
+#include <functional>
+#include <mutex>
 #include <sstream>
 
 #include "core/dump_dir.h"
@@ -13,26 +15,77 @@ namespace tl::pipeline {
 namespace {
 
 std::atomic<int> g_trace_folders{0};
+std::mutex g_training_mu;
+TrainingCompiler g_training_compiler;  // guarded by g_training_mu
+
+PyRef attr_of(PyObject* obj, const char* name) {
+  PyRef r = PyRef::steal(PyObject_GetAttrString(obj, name));
+  if (!r) throw PythonError();
+  return r;
+}
 
 // True when the trace-time tensor (borrowed) is a view of another tensor.
 bool is_view(PyObject* example) {
-  if (!example) return false;
   PyRef r = PyRef::steal(PyObject_CallMethod(example, "_is_view", nullptr));
   if (!r) throw PythonError();
   return r.get() == Py_True;
 }
 
+// True when `n`'s trace-time value is one of its inputs' values itself: a
+// no-op cast (`w.float()` of a float tensor, `.contiguous()`, `.to(same)`)
+// returns its input, whose requires_grad flag it then reports.
+bool is_input_itself(const ir::Node& n) {
+  bool found = false;
+  std::function<void(const ir::Arg&)> visit = [&](const ir::Arg& a) {
+    if (a.kind == ir::Arg::Kind::Node && a.node->example.get() == n.example.get()) found = true;
+    for (const ir::Arg& item : a.items) visit(item);
+  };
+  for (const ir::Arg& a : n.args) visit(a);
+  for (const auto& kv : n.kwargs) visit(kv.second);
+  return found;
+}
+
+// True when autograd must track `n`'s value, which kernels (writing plain
+// tensors) cannot give it. NOTE: decided from what autograd actually recorded
+// on the trace-time meta value, not from its requires_grad flag: under
+// no_grad or inference mode nothing records, yet a parameter passed through
+// a no-op cast or a view still reports requires_grad (Gemma's RMSNorm does
+// `1 + weight.float()`); such values are only read by kernels.
+bool autograd_tracks(const ir::Node& n) {
+  if (!n.meta || !n.meta->requires_grad || n.op == ir::OpKind::Placeholder) return false;
+  if (!n.example) return true;
+  if (attr_of(n.example.get(), "grad_fn").get() != Py_None)
+    return !is_view(n.example.get());  // views are never kernel outputs
+  if (is_view(n.example.get()) || is_input_itself(n)) return false;
+  return true;  // a fresh leaf that requires grad (requires_grad=True, requires_grad_())
+}
+
+// True when the graph returns `n` (directly or in a container).
+bool is_returned(const ir::Graph& graph, const ir::Node& n) {
+  if (!graph.output()) return false;
+  std::function<bool(const ir::Arg&)> visit = [&](const ir::Arg& a) {
+    if (a.kind == ir::Arg::Kind::Node && a.node == &n) return true;
+    for (const ir::Arg& item : a.items)
+      if (visit(item)) return true;
+    return false;
+  };
+  for (const ir::Arg& a : graph.output()->args)
+    if (visit(a)) return true;
+  return false;
+}
+
+const char kTracked[] = "a value requires grad (";
+
 // Why the graph cannot have kernels, or "" when it can.
 std::string kernel_blocker(const ir::Graph& graph) {
+  for (auto& n : graph.nodes())
+    if (autograd_tracks(*n)) return kTracked + n->name + ")";
   for (auto& n : graph.nodes()) {
-    if (!n->meta) continue;
-    // Kernels write plain tensors: values autograd must track stay torch ops
-    // until backward graphs are derived (the training issue).
-    // (Inputs that require grad are fine: kernels only read them. So are
-    // views of them: under no_grad a view of a parameter still reports
-    // requires_grad, as in eager, and views are never kernel outputs.)
-    if (n->meta->requires_grad && n->op != ir::OpKind::Placeholder && !is_view(n->example.get()))
-      return "a value requires grad (" + n->name + ")";
+    // NOTE: a returned no-op cast must be its input itself (eager's identity and
+    // requires_grad), which a kernel's fresh output is not.
+    if (n->meta && n->meta->requires_grad && n->op != ir::OpKind::Placeholder && n->example &&
+        !is_view(n->example.get()) && is_returned(graph, *n))
+      return "returns a value that requires grad (" + n->name + ")";
   }
   return "";
 }
@@ -108,7 +161,31 @@ void log_kernels(const passes::Partition& part) {
   log_event("kernels", std::to_string(part.kernels.size()) + " fused kernel(s): " + names);
 }
 
+// The compiled forward+backward of a graph autograd records, or null.
+PyRef training_fn(const std::shared_ptr<ir::Graph>& graph, const PassContext& ctx,
+                  std::string& why) {
+  TrainingCompiler compiler;
+  {
+    std::lock_guard<std::mutex> lock(g_training_mu);
+    compiler = g_training_compiler;
+  }
+  if (!ctx.settings.compiled_backward) {
+    why = "compiled_backward is off";
+    return PyRef();
+  }
+  if (!compiler) {
+    why = "no training compiler registered";
+    return PyRef();
+  }
+  return compiler(graph, ctx, why);
+}
+
 }  // namespace
+
+void set_training_compiler(TrainingCompiler compiler) {
+  std::lock_guard<std::mutex> lock(g_training_mu);
+  g_training_compiler = std::move(compiler);
+}
 
 std::string new_trace_folder(const std::string& debug_dir, const std::string& name) {
   std::string dir = process_dump_subdir(
@@ -122,6 +199,14 @@ Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ct
   Trace trace(ctx);
   trace.graph("00_input.txt", *graph, nullptr);
   ex.no_kernels = kernel_blocker(*graph);
+  if (ex.no_kernels.rfind(kTracked, 0) == 0) {
+    std::string why;
+    ex.training_fn = training_fn(graph, ctx, why);
+    trace.note(ex.training_fn ? "training: compiled forward and backward (see joint.txt)"
+                              : "training: op by op (" + why + ")");
+    if (ex.training_fn) ex.no_kernels = "compiled forward and backward";
+    return ex;
+  }
   // All on the CPU (LLVM build) or on one CUDA device (driver loaded); else op by op.
   std::optional<runtime::KernelDevice> device;
   if (ex.no_kernels.empty()) device = runtime::kernel_device(*graph);

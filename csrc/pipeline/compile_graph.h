@@ -4,6 +4,7 @@
 // captured graph here. Runs the registered passes in order, checks the graph
 // after each under the verify setting and dumps it under trace, then builds
 // the kernels. Design notes: docs/internals/pipeline.md.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,7 +20,18 @@ struct Executable {
   std::unique_ptr<runtime::CompiledGraph> kernels;  // null: the graph runs op by op
   std::vector<std::string> passes;                  // the passes that ran, in order
   std::string no_kernels;                           // why kernels is null ("" when it isn't)
+  // Graphs autograd records (compiled_backward on): a Python callable taking
+  // the graph's inputs and returning its outputs through a compiled forward
+  // and backward (python/bind_training.cpp); null: op by op.
+  PyRef training_fn;
 };
+
+// Builds Executable::training_fn for a graph autograd records; returns null
+// (with the reason in `why`) when the graph cannot be trained compiled. The
+// Python bindings set it at import.
+using TrainingCompiler =
+    std::function<PyRef(std::shared_ptr<ir::Graph>, const PassContext&, std::string& why)>;
+void set_training_compiler(TrainingCompiler compiler);
 
 // Rewrites `graph` in place (passes mutate it). Throws InternalError naming
 // the pass under verify when a pass leaves a broken graph, tl::Error on a

@@ -22,6 +22,7 @@ using GraphHandle = std::shared_ptr<ir::Graph>;
 // addresses key the map; a get_attr of a non-tensor maps to a constant Arg.
 struct FxReader {
   py::object gm, torch, node_type;
+  py::object device;  // None, or the device of values whose examples are on "meta"
   GraphHandle graph = std::make_shared<ir::Graph>();
   std::unordered_map<PyObject*, ir::Arg> values;
   py::list extra_inputs;  // get_attr tensors, appended to the inputs on every call
@@ -51,7 +52,9 @@ std::optional<ir::TensorMeta> meta_of(const FxReader& r, py::handle v, const std
   m.sizes = static_ints(v.attr("shape"), what);
   m.strides = static_ints(v.attr("stride")(), what);
   m.dtype = PyRef::borrow(v.attr("dtype").ptr());
-  m.device = PyRef::borrow(v.attr("device").ptr());
+  py::object device = v.attr("device");
+  if (!r.device.is_none() && device.attr("type").cast<std::string>() == "meta") device = r.device;
+  m.device = PyRef::borrow(device.ptr());
   m.requires_grad = v.attr("requires_grad").cast<bool>();
   return m;
 }
@@ -202,9 +205,10 @@ void read_node(FxReader& r, py::handle n, const std::string& op, const std::stri
 
 // (graph, extra inputs): the graph takes the GraphModule's inputs, then the
 // extra inputs (get_attr tensors), and returns its outputs flattened.
-py::tuple graph_from_fx(py::object gm) {
+py::tuple graph_from_fx(py::object gm, py::object device) {
   FxReader r;
   r.gm = gm;
+  r.device = device;
   r.torch = py::module_::import("torch");
   r.node_type = py::module_::import("torch.fx").attr("Node");
   py::list fx_nodes(gm.attr("graph").attr("nodes"));
@@ -239,7 +243,8 @@ class FxCompiled {
     pipeline::Executable ex = pipeline::compile_graph(graph, ctx);
     compiled_ = std::move(ex.kernels);
     passes_ = std::move(ex.passes);
-    if (!compiled_) runner_ = std::make_unique<runtime::GraphRunner>(graph);
+    training_ = std::move(ex.training_fn);
+    if (!compiled_ && !training_) runner_ = std::make_unique<runtime::GraphRunner>(graph);
   }
 
   // Positional inputs, or one list of them (the "boxed" calling convention).
@@ -253,6 +258,12 @@ class FxCompiled {
     std::vector<PyObject*> inputs;
     for (py::handle v : flat) inputs.push_back(v.ptr());
     for (const PyRef& v : extras_) inputs.push_back(v.get());
+    if (training_) {
+      py::tuple args(inputs.size());
+      for (size_t i = 0; i < inputs.size(); ++i)
+        args[i] = py::reinterpret_borrow<py::object>(inputs[i]);
+      return py::tuple(py::reinterpret_borrow<py::object>(training_.get())(*args));
+    }
     std::vector<PyRef> outs = compiled_ ? compiled_->run(inputs.data(), inputs.size())
                                         : runner_->run(inputs.data(), inputs.size());
     py::tuple result(outs.size());
@@ -271,16 +282,18 @@ class FxCompiled {
   size_t n_inputs_ = 0;
   std::unique_ptr<runtime::CompiledGraph> compiled_;
   std::unique_ptr<runtime::GraphRunner> runner_;
+  PyRef training_;  // compiled forward+backward (graphs autograd records)
   std::vector<std::string> passes_;
 };
 
 }  // namespace
 
 void bind_fx(py::module_& m) {
-  m.def("graph_from_fx", &graph_from_fx, py::arg("gm"),
+  m.def("graph_from_fx", &graph_from_fx, py::arg("gm"), py::arg("device") = py::none(),
         "A torch.fx.GraphModule as a torchlite Graph: (graph, extra_inputs). The graph takes\n"
         "the module's inputs then extra_inputs (its get_attr tensors) and returns a flat tuple.\n"
-        "Raises Unsupported for symbolic shapes and values it cannot represent.");
+        "Raises Unsupported for symbolic shapes and values it cannot represent. `device`: the\n"
+        "real device of values whose examples are meta tensors (a joint graph traced on meta).");
   py::class_<FxCompiled>(m, "FxCompiled")
       .def(py::init<GraphHandle, py::list, py::object, const std::string&>(), py::arg("graph"),
            py::arg("extra_inputs") = py::list(), py::arg("settings") = py::none(),

@@ -18,6 +18,7 @@ void bind_cuda(pybind11::module_& m);          // CUDA C of a graph's kernels, N
 void bind_cuda_runtime(pybind11::module_& m);  // CUDA driver status, test launcher
 void bind_settings(pybind11::module_& m);      // the settings table, passes for tests
 void bind_cache(pybind11::module_& m);         // disk cache info/clear, live JIT kernels
+void bind_training(pybind11::module_& m);      // compiled forward/backward halves, partition_joint
 
 // The process settings with `values` ({name: value}, or None) applied; throws
 // ValueError for an unknown name, TypeError for a value of the wrong type.

@@ -29,4 +29,5 @@ PYBIND11_MODULE(_C, m) {
   tl::python::bind_cuda_runtime(m);
   tl::python::bind_settings(m);
   tl::python::bind_cache(m);
+  tl::python::bind_training(m);
 }

@@ -26,6 +26,8 @@ OTHER = {
     "fold_batch_norm": True,
     "channels_last": False,
     "verify": True,
+    "compiled_backward": False,
+    "recompute_in_backward": False,
     "cache_size_limit": 3,
 }
 ENV_TEXT = {False: "0", True: "1", 3: "3"}

@@ -52,3 +52,111 @@ def test_with_grad_enabled_the_graph_stays_differentiable():
     m.gamma.grad = None
     m(x).sum().backward()
     torch.testing.assert_close(got, m.gamma.grad)
+
+
+class GemmaRMSNorm(nn.Module):
+    """Gemma's RMSNorm: a no-op cast of the weight (`weight.float()`) and `1 + weight`."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim) * 0.1)
+
+    def forward(self, x):
+        xf = x.float()
+        out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return (out * (1.0 + self.weight.float())).type_as(x)
+
+
+def _kernels_made(fn, *args, mode=torch.no_grad):
+    torchlite.reset()
+    before = torchlite.counters()["kernels"]
+    with mode():
+        out = fn(*args)
+    return out, torchlite.counters()["kernels"] - before
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+@pytest.mark.parametrize("shape", [(4, 16), (2, 3, 8)])
+def test_a_no_op_cast_of_a_parameter_under_no_grad_gets_kernels(mode, shape):
+    m = GemmaRMSNorm(shape[-1])
+    x = torch.randn(shape)
+    actual, kernels = _kernels_made(torchlite.compile(m), x, mode=mode)
+    with mode():
+        expected = m(x)
+    torch.testing.assert_close(actual, expected)
+    assert not actual.requires_grad
+    assert kernels > 0
+
+
+@needs_cpu_kernels
+def test_with_grad_enabled_the_same_model_keeps_its_gradients():
+    m = GemmaRMSNorm(8)
+    x = torch.randn(3, 8)
+    out = torchlite.compile(m)(x)
+    assert out.requires_grad
+    out.square().sum().backward()
+    got = m.weight.grad.clone()
+    m.weight.grad = None
+    m(x).square().sum().backward()
+    torch.testing.assert_close(got, m.weight.grad)
+
+
+def _returns_the_weight_itself(w, x):
+    return w.float(), (x * 2).relu()
+
+
+def test_a_returned_no_op_cast_of_a_parameter_is_the_parameter_itself():
+    w = torch.randn(5, requires_grad=True)
+    x = torch.randn(5)
+    with torch.no_grad():
+        same, y = torchlite.compile(_returns_the_weight_itself)(w, x)
+    assert same is w
+    torch.testing.assert_close(y, (x * 2).relu())
+
+
+def _update_in_place(w, x):
+    w.mul_(0.5)
+    return (w + x).relu()
+
+
+@needs_cpu_kernels
+def test_an_in_place_update_of_a_parameter_under_no_grad_matches_eager():
+    w = torch.randn(6, requires_grad=True)
+    w_eager = w.detach().clone().requires_grad_()
+    x = torch.randn(6)
+    out, kernels = _kernels_made(torchlite.compile(_update_in_place), w, x)
+    with torch.no_grad():
+        expected = _update_in_place(w_eager, x)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(w.detach(), w_eager.detach())
+    assert w._version == w_eager._version
+    assert kernels > 0
+
+
+def _fresh_leaf(x):
+    return torch.ones(3, requires_grad=True), (x * 3).sin()
+
+
+def test_a_fresh_leaf_that_requires_grad_keeps_the_flag_under_no_grad():
+    x = torch.randn(3)
+    with torch.no_grad():
+        leaf, y = torchlite.compile(_fresh_leaf)(x)
+    assert leaf.requires_grad and leaf.is_leaf
+    torch.testing.assert_close(y, (x * 3).sin())
+
+
+def _enable_grad_inside(w, x):
+    with torch.enable_grad():
+        y = w * x
+    return y.relu() + 1
+
+
+def test_enable_grad_inside_no_grad_still_records():
+    w = torch.randn(4, requires_grad=True)
+    x = torch.randn(4)
+    with torch.no_grad():
+        out = torchlite.compile(_enable_grad_inside)(w, x)
+        expected = _enable_grad_inside(w, x)
+    assert out.requires_grad == expected.requires_grad
+    torch.testing.assert_close(out, expected)

@@ -1,0 +1,203 @@
+#include "passes/partition_joint.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/errors.h"
+#include "passes/graph_info.h"
+#include "passes/lowering.h"
+
+namespace tl::passes {
+namespace {
+
+using NodeSet = std::unordered_set<const ir::Node*>;
+
+// Every node `roots` depend on, the roots included.
+NodeSet ancestors(const std::vector<const ir::Node*>& roots) {
+  NodeSet seen;
+  std::vector<const ir::Node*> work = roots;
+  while (!work.empty()) {
+    const ir::Node* n = work.back();
+    work.pop_back();
+    if (!seen.insert(n).second) continue;
+    for (const ir::Node* in : node_inputs(*n)) work.push_back(in);
+  }
+  return seen;
+}
+
+std::vector<const ir::Node*> output_nodes(const ir::Graph& g, size_t from, size_t to) {
+  std::vector<const ir::Node*> out;
+  const auto& args = g.output()->args;
+  for (size_t i = from; i < to && i < args.size(); ++i) {
+    if (args[i].kind != ir::Arg::Kind::Node)
+      TL_THROW(Unsupported) << "training: joint graph output " << i << " is not a tensor";
+    out.push_back(args[i].node);
+  }
+  return out;
+}
+
+int64_t bytes_of(const ir::Node& n) {
+  if (!n.meta) return 0;
+  int64_t count = 1;
+  for (int64_t s : n.meta->sizes) count *= s;
+  PyRef size = PyRef::steal(PyObject_GetAttrString(n.meta->dtype.get(), "itemsize"));
+  if (!size) throw PythonError();
+  return count * PyLong_AsLongLong(size.get());
+}
+
+// NOTE: only values a kernel recomputes for free from what it reads anyway:
+// pointwise ops and views. Matmuls, reductions, random and extern ops are
+// always saved (as AOTAutograd's partitioner bans them from recomputation).
+bool cheap(const ir::Node& n, const GraphInfo& info) {
+  if (n.op == ir::OpKind::Placeholder || !n.meta || is_barrier(n)) return false;
+  std::optional<OpLowering> l = lower_node(n, info);
+  return l && (l->kind == OpLowering::Kind::Pointwise || l->kind == OpLowering::Kind::View ||
+               l->kind == OpLowering::Kind::StridedView);
+}
+
+// The forward values backward reads, then (recompute) greedily replaces a
+// cheap one by its inputs while that stores no more bytes.
+std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet& fwd, NodeSet& bwd,
+                                          bool recompute,
+                                          std::vector<const ir::Node*>& recomputed) {
+  GraphInfo info = analyze_graph(joint);
+  NodeSet saved;
+  for (auto& n : joint.nodes())
+    if (bwd.count(n.get()))
+      for (const ir::Node* in : node_inputs(*n))
+        if (fwd.count(in)) saved.insert(in);
+  for (bool changed = recompute; changed;) {
+    changed = false;
+    for (auto& up : joint.nodes()) {
+      const ir::Node* n = up.get();
+      if (!saved.count(n) || !cheap(*n, info)) continue;
+      int64_t added = 0;
+      bool tensors_only = true;
+      for (const ir::Node* in : node_inputs(*n)) {
+        if (!in->meta) tensors_only = false;
+        if (!saved.count(in)) added += bytes_of(*in);
+      }
+      if (!tensors_only || added > bytes_of(*n)) continue;
+      saved.erase(n);
+      for (const ir::Node* in : node_inputs(*n)) saved.insert(in);
+      bwd.insert(n);
+      recomputed.push_back(n);
+      changed = true;
+    }
+  }
+  std::vector<const ir::Node*> ordered;
+  for (auto& n : joint.nodes())
+    if (saved.count(n.get())) {
+      if (!n->meta)
+        TL_THROW(Unsupported) << "training: backward reads the forward value " << n->name
+                              << ", which is not a tensor";
+      ordered.push_back(n.get());
+    }
+  return ordered;
+}
+
+class Copier {
+ public:
+  explicit Copier(ir::Graph& dst) : dst_(dst) {}
+
+  ir::Node* input(const ir::Node& n, int index) {
+    ir::Node* c = dst_.add_placeholder(n.name, ir::Source::local(index, n.name));
+    finish(n, c);
+    return c;
+  }
+  void copy(const ir::Node& n) {
+    std::vector<ir::Arg> args;
+    for (const ir::Arg& a : n.args) args.push_back(arg(a));
+    std::vector<std::pair<std::string, ir::Arg>> kwargs;
+    for (const auto& [k, v] : n.kwargs) kwargs.emplace_back(k, arg(v));
+    ir::Node* c = n.op == ir::OpKind::CallMethod
+                      ? dst_.add_call_method(n.target_name, std::move(args), std::move(kwargs))
+                      : dst_.add_call_function(n.target, std::move(args), std::move(kwargs));
+    c->target_name = n.target_name;
+    finish(n, c);
+  }
+  ir::Arg arg(const ir::Arg& a) const {
+    ir::Arg out = a;
+    if (a.kind == ir::Arg::Kind::Node) {
+      auto it = map_.find(a.node);
+      TL_CHECK(it != map_.end()) << "partition_joint: " << a.node->name << " was not copied";
+      out.node = it->second;
+    }
+    for (ir::Arg& item : out.items) item = arg(item);
+    return out;
+  }
+  ir::Arg of(const ir::Node* n) const { return arg(ir::Arg::of_node(const_cast<ir::Node*>(n))); }
+
+ private:
+  void finish(const ir::Node& from, ir::Node* to) {
+    to->meta = from.meta;
+    to->example = from.example;
+    to->location = from.location;
+    map_[&from] = to;
+  }
+  ir::Graph& dst_;
+  std::unordered_map<const ir::Node*, ir::Node*> map_;
+};
+
+}  // namespace
+
+JointSplit partition_joint(const ir::Graph& joint, size_t num_primals, size_t num_forward_outputs,
+                           bool recompute) {
+  TL_CHECK(joint.output()) << "partition_joint: the joint graph has no output";
+  std::vector<ir::Node*> inputs = joint.placeholders();
+  TL_CHECK(inputs.size() >= num_primals) << "partition_joint: fewer inputs than primals";
+  const size_t num_outputs = joint.output()->args.size();
+  std::vector<const ir::Node*> fwd_outs = output_nodes(joint, 0, num_forward_outputs);
+  std::vector<const ir::Node*> grads = output_nodes(joint, num_forward_outputs, num_outputs);
+
+  NodeSet fwd = ancestors(fwd_outs);
+  for (size_t i = 0; i < num_primals; ++i) fwd.insert(inputs[i]);
+  // NOTE: a tuple-valued forward op's items stay with it, so only tensors cross.
+  for (auto& n : joint.nodes())
+    for (const ir::Node* in : node_inputs(*n))
+      if (fwd.count(in) && !in->meta && n->target_name == "operator.getitem") fwd.insert(n.get());
+  NodeSet bwd;
+  for (const ir::Node* n : ancestors(grads))
+    if (!fwd.count(n)) bwd.insert(n);
+
+  JointSplit split;
+  std::vector<const ir::Node*> recomputed;
+  std::vector<const ir::Node*> saved = choose_saved(joint, fwd, bwd, recompute, recomputed);
+  for (const ir::Node* n : saved) split.saved.push_back(n->name);
+  for (const ir::Node* n : recomputed) split.recomputed.push_back(n->name);
+
+  split.forward = std::make_shared<ir::Graph>();
+  Copier f(*split.forward);
+  int primal_index = 0;
+  for (auto& n : joint.nodes()) {
+    if (n->op == ir::OpKind::Output || !fwd.count(n.get())) continue;
+    if (n->op == ir::OpKind::Placeholder) {
+      f.input(*n, primal_index++);
+    } else {
+      f.copy(*n);
+    }
+  }
+  std::vector<ir::Arg> outs;
+  for (const ir::Node* n : fwd_outs) outs.push_back(f.of(n));
+  for (const ir::Node* n : saved) outs.push_back(f.of(n));
+  split.forward->set_output(std::move(outs));
+
+  split.backward = std::make_shared<ir::Graph>();
+  Copier b(*split.backward);
+  int index = 0;
+  for (const ir::Node* n : saved) b.input(*n, index++);
+  for (size_t i = num_primals; i < inputs.size(); ++i) b.input(*inputs[i], index++);
+  for (auto& n : joint.nodes()) {
+    if (n->op == ir::OpKind::Output || n->op == ir::OpKind::Placeholder) continue;
+    if (bwd.count(n.get()) && !std::count(saved.begin(), saved.end(), n.get())) b.copy(*n);
+  }
+  std::vector<ir::Arg> grad_args;
+  for (const ir::Node* n : grads) grad_args.push_back(b.of(n));
+  split.backward->set_output(std::move(grad_args));
+  split.forward->lint();
+  split.backward->lint();
+  return split;
+}
+
+}  // namespace tl::passes

@@ -1,0 +1,29 @@
+#pragma once
+// Splits a joint forward+backward graph (traced by torchlite/_training.py from
+// torch's own derivative formulas) into the graph that runs in the forward and
+// the one that runs in backward, and says which forward values backward gets.
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace tl::passes {
+
+struct JointSplit {
+  std::shared_ptr<ir::Graph> forward;   // primals -> (forward outputs..., saved...)
+  std::shared_ptr<ir::Graph> backward;  // (saved..., tangents...) -> gradients
+  std::vector<std::string> saved;       // joint names of the saved values, in order
+  std::vector<std::string> recomputed;  // joint names of forward values backward recomputes
+};
+
+// `joint` takes num_primals primals then the tangents, and returns
+// num_forward_outputs forward outputs then the gradients. Backward recomputes
+// cheap pointwise and view values from saved ones when that stores fewer
+// bytes (`recompute`), and saves every forward value it reads otherwise.
+// Throws Unsupported when a forward value backward reads is not a tensor.
+JointSplit partition_joint(const ir::Graph& joint, size_t num_primals, size_t num_forward_outputs,
+                           bool recompute);
+
+}  // namespace tl::passes

@@ -1,0 +1,102 @@
+"""TORCHLITE_TRACE for training graphs: the joint graph, what the partitioner saved and
+recomputed, and the forward and backward halves each through the compile pipeline with their
+kernels; and partition_joint's split itself."""
+
+import pytest
+import torch
+from train_check import compiled_backward_used
+
+import torchlite
+from torchlite import _C, config
+
+needs_cpu_kernels = pytest.mark.skipif(
+    not torchlite._C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op"
+)
+
+
+def _block(x, w, b):
+    return torch.relu(x @ w + b).sigmoid() * 2
+
+
+@needs_cpu_kernels
+def test_trace_dumps_joint_partition_and_both_halves_with_kernels(monkeypatch, tmp_path):
+    monkeypatch.setattr(config, "trace", True)
+    monkeypatch.setattr(config, "debug_dir", str(tmp_path))
+    args = [torch.randn(4, 3, requires_grad=True), torch.randn(3, 5), torch.randn(5)]
+    args[1].requires_grad_()
+    out = torchlite.compile(_block)(*args)
+    assert compiled_backward_used(out)
+    out.sum().backward()
+    (pipeline,) = tmp_path.glob("*/pipeline.txt")
+    folder = pipeline.parent
+    assert "training: compiled forward and backward" in pipeline.read_text()
+    joint = (folder / "joint.txt").read_text()
+    assert "tangent_0" in joint and "torch.mm" in joint
+    partition = (folder / "partition.txt").read_text()
+    assert partition.startswith("saved for backward: ")
+    assert "recomputed in backward: " in partition
+    assert "\nforward:\n" in partition and "\nbackward:\n" in partition
+    for half in ("forward", "backward"):
+        assert "kernel " in (folder / half / "lowered.txt").read_text(), half
+
+
+def test_trace_says_why_a_graph_runs_op_by_op(monkeypatch, tmp_path):
+    monkeypatch.setattr(config, "trace", True)
+    monkeypatch.setattr(config, "debug_dir", str(tmp_path))
+    x = torch.randn(3, requires_grad=True)
+    out = torchlite.compile(_block, options={"compiled_backward": False})(x, torch.randn(3, 3), x)
+    assert not compiled_backward_used(out)
+    (pipeline,) = tmp_path.glob("*/pipeline.txt")
+    assert "training: op by op (compiled_backward is off)" in pipeline.read_text()
+
+
+def _joint_of(fn, *args):
+    """The joint trace of `fn` through the same tracer compile_graph uses."""
+    from torchlite import _training
+
+    torchlite.reset()
+    graphs = []
+    monkey = _training.trace_joint
+
+    def spy(graph):
+        result = monkey(graph)
+        graphs.append(result)
+        return result
+
+    _training.trace_joint = spy
+    try:
+        torchlite.compile(fn)(*args)
+    finally:
+        _training.trace_joint = monkey
+    (joint,) = graphs
+    return joint
+
+
+def test_partition_saves_the_matmul_result_and_recomputes_the_relu():
+    args = [torch.randn(4, 3, requires_grad=True), torch.randn(3, 5, requires_grad=True)]
+    joint = _joint_of(lambda x, w: torch.relu(x @ w) @ w.t(), *args)
+    fwd, bwd, saved, recomputed = _C.partition_joint(joint.graph, joint.num_primals, 1, True)
+    assert any(n.startswith("mm") for n in saved)
+    assert any(n.startswith("relu") for n in recomputed)
+    assert not any(n.startswith("relu") for n in saved)
+    _, _, saved_all, recomputed_none = _C.partition_joint(joint.graph, joint.num_primals, 1, False)
+    assert recomputed_none == [] and any(n.startswith("relu") for n in saved_all)
+    assert "tangent" not in str(fwd)
+    assert "tangent_0" in str(bwd)
+
+
+@pytest.mark.parametrize("recompute", [True, False])
+def test_both_partitions_give_eagers_gradients(recompute):
+    args = [torch.randn(4, 3, requires_grad=True), torch.randn(3, 5, requires_grad=True)]
+    ref = [a.detach().clone().requires_grad_() for a in args]
+
+    def fn(x, w):
+        return (torch.relu(x @ w).exp() @ w.t()).tanh()
+
+    torchlite.reset()
+    out = torchlite.compile(fn, options={"recompute_in_backward": recompute})(*args)
+    assert compiled_backward_used(out)
+    out.sum().backward()
+    fn(*ref).sum().backward()
+    for a, r in zip(args, ref, strict=True):
+        torch.testing.assert_close(a.grad, r.grad)

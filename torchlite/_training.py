@@ -1,0 +1,502 @@
+"""Compiled training: the backward of a captured graph, from torch's own derivative formulas.
+
+When autograd records a captured graph (grad mode on, an input requires grad), compile_graph
+(csrc/pipeline/compile_graph.cpp) calls csrc/python/bind_training.cpp, which calls
+`trace_joint` here: the graph runs on meta tensors under `_Recorder`, a dispatch mode that
+records every ATen op autograd runs below it, forward then `torch.autograd.grad` (torch's
+derivative formulas, with `torch._decomp` decompositions for backward ops so they fuse). The
+result is one functional joint graph (primals, tangents) -> (outputs, input gradients). C++
+splits it (csrc/passes/partition_joint.cpp), compiles both halves through compile_graph and
+calls `make_training_function`, whose `torch.autograd.Function` links them. All of this runs
+once per compile; a call runs the compiled forward, and backward the compiled backward.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from torchlite import _C
+from torchlite.fx_interop import graph_to_module
+
+aten = torch.ops.aten
+
+
+class _Unsupported(Exception):
+    """The graph cannot run as a compiled forward and backward; it runs op by op instead."""
+
+
+# Backward ops (and forward ops without a derivative-friendly form) rewritten into ATen ops
+# torchlite lowers, so the backward fuses like the forward.
+_DECOMPOSED = [
+    aten.threshold_backward,
+    aten.gelu_backward,
+    aten.silu_backward,
+    aten.tanh_backward,
+    aten.sigmoid_backward,
+    aten.hardtanh_backward,
+    aten.leaky_relu_backward,
+    aten.elu_backward,
+    aten._softmax_backward_data,
+    aten._log_softmax_backward_data,
+    aten.native_layer_norm_backward,
+    aten.native_batch_norm,
+    aten._native_batch_norm_legit,
+    aten._native_batch_norm_legit_functional,
+    aten.cudnn_batch_norm,
+    aten.native_batch_norm_backward,
+    aten.cudnn_batch_norm_backward,
+    aten.mse_loss_backward,
+    aten.embedding_dense_backward,
+    aten.nll_loss_backward,
+    aten.silu,
+]
+
+
+def _decompositions() -> dict:
+    from torch._decomp import get_decompositions
+
+    return get_decompositions(_DECOMPOSED)
+
+
+def _method(name: str):
+    return ("method", name)
+
+
+# ATen overloads whose torch-level function takes the same arguments: recorded as that
+# function, so torchlite's lowering rules (written for torch-level ops) fuse them.
+_SAME_ARGS = {
+    **{getattr(aten, n).Tensor: getattr(torch, n) for n in ("add", "sub", "mul", "div")},
+    **{getattr(aten, n).Scalar: getattr(torch, n) for n in ("add", "sub", "mul", "div")},
+    **{
+        getattr(aten, n).default: getattr(torch, n)
+        for n in (
+            "neg",
+            "exp",
+            "log",
+            "sqrt",
+            "rsqrt",
+            "tanh",
+            "sigmoid",
+            "relu",
+            "abs",
+            "sin",
+            "cos",
+            "reciprocal",
+            "erf",
+            "log1p",
+            "expm1",
+            "sign",
+            "maximum",
+            "minimum",
+            "logical_not",
+            "permute",
+            "t",
+            "unsqueeze",
+            "mm",
+            "addmm",
+            "bmm",
+            "amax",
+        )
+    },
+    **{getattr(aten, n).Scalar: getattr(torch, n) for n in ("eq", "ne", "lt", "le", "gt", "ge")},
+    **{getattr(aten, n).Tensor: getattr(torch, n) for n in ("eq", "ne", "lt", "le", "gt", "ge")},
+    aten.pow.Tensor_Scalar: torch.pow,
+    aten.pow.Tensor_Tensor: torch.pow,
+    aten.where.self: torch.where,
+    aten.where.ScalarSelf: torch.where,
+    aten.where.ScalarOther: torch.where,
+    aten.where.Scalar: torch.where,
+    aten.clamp_min.default: torch.clamp_min,
+    aten.clamp_max.default: torch.clamp_max,
+    aten.masked_fill.Scalar: torch.masked_fill,
+    aten.transpose.int: torch.transpose,
+    aten.squeeze.dim: torch.squeeze,
+    aten.mean.dim: torch.mean,
+    aten.gelu.default: F.gelu,
+    aten.view.default: _method("view"),
+    aten._unsafe_view.default: _method("view"),
+    aten.expand.default: _method("expand"),
+}
+
+
+# Ops that return their input's value (autograd bookkeeping): recorded as no node.
+_IDENTITIES = {aten.detach.default, aten.alias.default, aten.lift_fresh.default}
+
+
+def _torch_level(func, args: tuple, kwargs: dict):
+    """(target, args, kwargs) to record for an ATen call: a torch-level equivalent when one is
+    known to take the same arguments, else the ATen overload itself (run as an extern op)."""
+    target = _SAME_ARGS.get(func)
+    if target is not None:
+        return target, args, kwargs
+    if func is aten.sum.dim_IntList and args[1]:
+        keepdim = args[2] if len(args) > 2 else False
+        return torch.sum, (args[0], list(args[1]), keepdim), kwargs
+    if func is aten.sum.default and not kwargs:
+        return torch.sum, args, {}
+    if func in (aten._softmax.default, aten._log_softmax.default) and not args[2]:
+        fn = torch.softmax if func is aten._softmax.default else torch.log_softmax
+        return fn, args[:2], {}
+    if func is aten._to_copy.default and set(kwargs) == {"dtype"}:
+        return _method("to"), (args[0], kwargs["dtype"]), {}
+    if func is aten.clone.default and not kwargs:
+        return torch.clone, args, {}
+    return func, args, kwargs
+
+
+def _mutated_args(func) -> list[int]:
+    return [
+        i
+        for i, a in enumerate(func._schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    ]
+
+
+def _functional_variant(func):
+    """aten.add_.Tensor -> aten.add.Tensor, aten.copy_.default -> aten.copy.default."""
+    name = func.overloadpacket.__name__
+    if not name.endswith("_") or name.startswith("_"):
+        return None
+    packet = getattr(aten, name[:-1], None)
+    return getattr(packet, func._overloadname, None) if packet is not None else None
+
+
+class _Recorder(TorchDispatchMode):
+    """Records every ATen op run under it into an fx graph of functional ops.
+
+    Values are tracked by tensor identity (the tensors are kept alive, so ids stay unique).
+    In-place ops are recorded as their out-of-place variant and rebind the tensor to the new
+    value; a mutated graph input is remembered so the wrapper copies the result back into it.
+    """
+
+    def __init__(self, device: torch.device, decompositions: dict) -> None:
+        super().__init__()
+        self.graph = fx.Graph()
+        self.device = device
+        self.decompositions = decompositions
+        self.env: dict[int, fx.Node] = {}
+        self.keep: list[torch.Tensor] = []
+        self.alias_groups: dict[int, set[int]] = {}  # id -> ids sharing its memory (views)
+        self.stale: set[int] = set()  # views of a tensor mutated since: reading one is unsupported
+        self.inputs: dict[int, int] = {}  # id(primal) -> its index
+        self.mutated: set[int] = set()  # indices of primals mutated in place
+
+    def bind(self, t: torch.Tensor, node: fx.Node, *, example: bool = True) -> None:
+        self.env[id(t)] = node
+        self.keep.append(t)
+        if example:
+            node.meta["val"] = t
+
+    def input(self, t: torch.Tensor, name: str) -> None:
+        self.bind(t, self.graph.placeholder(name))
+
+    def value(self, a: Any) -> Any:
+        if isinstance(a, torch.Tensor):
+            if id(a) in self.stale:
+                raise _Unsupported("a view of a tensor mutated in place is read afterwards")
+            node = self.env.get(id(a))
+            if node is not None:
+                return node
+            if a.device.type != "meta" and a.numel() == 1:
+                return a.clone()  # NOTE: a real scalar tensor made by a decomposition
+            raise _Unsupported(f"a tensor not produced in the graph reaches {type(a).__name__}")
+        if isinstance(a, torch.device) and a.type == "meta":
+            return self.device
+        return a
+
+    def alias(self, *values: Any) -> None:
+        """Records that the tensors among `values` share memory (a view op's input and output)."""
+        group: set[int] = set()
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                group |= self.alias_groups.get(id(v), {id(v)})
+        for i in group:
+            self.alias_groups[i] = group
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        decomposition = self.decompositions.get(func)
+        if decomposition is not None:
+            with self:
+                out = decomposition(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        if func in _IDENTITIES:
+            out = func(*args, **kwargs)
+            self.bind(out, self.value(args[0]), example=False)  # NOTE: same value: no node
+            self.alias(args[0], out)
+            return out
+        mutated = _mutated_args(func)
+        if mutated and not func._schema.is_mutable:
+            mutated = []
+        if mutated:
+            return self.record_mutation(func, args, kwargs, mutated)
+        out = func(*args, **kwargs)
+        self.record(func, args, kwargs, out)
+        return out
+
+    def record(self, func, args, kwargs, out) -> None:
+        target, args, kwargs = _torch_level(func, args, kwargs)
+        fx_args, fx_kwargs = tree_map(self.value, args), tree_map(self.value, kwargs)
+        if isinstance(target, tuple):
+            node = self.graph.call_method(target[1], fx_args, fx_kwargs)
+        else:
+            node = self.graph.call_function(target, fx_args, fx_kwargs)
+        returns = func._schema.returns
+        if any(r.alias_info is not None for r in returns):
+            self.alias(*tree_flatten(args)[0], *tree_flatten(out)[0])
+        if isinstance(out, torch.Tensor):
+            self.bind(out, node)
+            return
+        node.meta["val"] = out
+        if isinstance(out, (tuple, list)):
+            for i, item in enumerate(out):
+                if isinstance(item, torch.Tensor):
+                    self.bind(item, self.graph.call_function(operator.getitem, (node, i)))
+
+    def record_mutation(self, func, args, kwargs, mutated: list[int]):
+        functional = _functional_variant(func)
+        if functional is None or mutated != [0] or kwargs.get("out") is not None:
+            raise _Unsupported(f"{func} mutates its arguments")
+        target = args[0]
+        others = self.alias_groups.get(id(target), {id(target)}) - {id(target)}
+        if any(i in self.inputs for i in others):
+            raise _Unsupported(f"{func} mutates a view of an input")
+        self.stale |= others
+        if id(target) in self.inputs:
+            self.mutated.add(self.inputs[id(target)])
+        out = func(*args, **kwargs)
+        node_out = functional(*args, **kwargs)  # NOTE: only for its metadata
+        self.record(functional, args, kwargs, node_out)
+        node = self.env[id(node_out)]
+        self.bind(target, node)
+        return out
+
+
+@dataclass
+class JointTrace:
+    """What trace_joint hands to C++: the joint graph and how its inputs and outputs split."""
+
+    reason: str | None = None
+    graph: Any = None  # _C.Graph: (primals..., tangents...) -> (outputs..., mutations..., grads...)
+    num_primals: int = 0
+    num_forward_outputs: int = 0  # graph outputs, then new values of mutated inputs
+    num_outputs: int = 0  # of the captured graph
+    mutated_inputs: list[int] = field(default_factory=list)
+    differentiable_outputs: list[int] = field(default_factory=list)
+    grad_inputs: list[int] = field(default_factory=list)  # primal index of each gradient
+    tangent_shapes: list[tuple] = field(default_factory=list)
+    captured: Any = None  # the captured _C.Graph (run eagerly under saved-tensor hooks)
+    final_grad_mode: bool = True  # grad mode the graph leaves behind (it may end in no_grad)
+
+
+def _input_examples(graph) -> list[dict]:
+    nodes = [n for n in graph.nodes() if n["op"] == "placeholder"]
+    for n in nodes:
+        if n["meta"] is None:
+            raise _Unsupported(f"input {n['name']} is not a tensor")
+    return nodes
+
+
+def _device_of(inputs: list[dict]) -> torch.device:
+    devices = {str(n["meta"]["device"]) for n in inputs}
+    if len(devices) != 1:
+        raise _Unsupported(f"inputs on several devices: {sorted(devices)}")
+    return inputs[0]["meta"]["device"]
+
+
+def _meta_input(n: dict) -> torch.Tensor:
+    m = n["meta"]
+    t = torch.empty_strided(m["shape"], m["stride"], dtype=m["dtype"], device="meta")
+    return t.requires_grad_(m["requires_grad"])
+
+
+# Tensor methods that change autograd's state rather than compute: the joint graph has no op
+# for them, so graphs calling them run op by op.
+_AUTOGRAD_STATE_METHODS = {
+    "retain_grad",
+    "register_hook",
+    "requires_grad_",
+    "register_post_accumulate_grad_hook",
+}
+
+
+def _identity(v: Any) -> Any:
+    return v
+
+
+def _detached(v: Any) -> Any:
+    return v.detach() if isinstance(v, torch.Tensor) else v
+
+
+def _trace(graph) -> JointTrace:
+    inputs = _input_examples(graph)
+    device = _device_of(inputs)
+    gm = graph_to_module(graph)
+    primals = [_meta_input(n) for n in inputs]
+    rec = _Recorder(device, _decompositions())
+    for i, p in enumerate(primals):
+        rec.input(p, f"primal_{i}")
+        rec.inputs[id(p)] = i
+    for n in graph.nodes():
+        if n["op"] == "call_method" and n["target"] in _AUTOGRAD_STATE_METHODS:
+            raise _Unsupported(f"the graph calls Tensor.{n['target']} (autograd state)")
+    flags = [p.requires_grad for p in primals]
+    grad_mode = torch.is_grad_enabled()
+    try:
+        # NOTE: the user's saved-tensor hooks must not see the trace's meta tensors.
+        with torch.autograd.graph.saved_tensors_hooks(_identity, _identity), rec:
+            outs = gm.forward(*primals)  # NOTE: no module hooks (global ones too)
+        final_grad_mode = torch.is_grad_enabled()
+    finally:
+        torch._C._set_grad_enabled(grad_mode)  # NOTE: the graph may switch it (a no_grad block)
+    if [p.requires_grad for p in primals] != flags:
+        raise _Unsupported("the graph changes an input's requires_grad")
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    for o in outs:
+        if not isinstance(o, torch.Tensor):
+            raise _Unsupported(f"the graph returns a {type(o).__name__}")
+        if id(o) in rec.inputs:
+            raise _Unsupported("the graph returns one of its inputs itself")
+        if any(i in rec.inputs for i in rec.alias_groups.get(id(o), ())):
+            raise _Unsupported("the graph returns a view of an input (autograd's view tracking)")
+    mutated = sorted(rec.mutated)
+    for i in mutated:
+        if primals[i].requires_grad:
+            raise _Unsupported("an input that requires grad is mutated")
+    differentiable = [i for i, o in enumerate(outs) if o.requires_grad]
+    wants_grad = [i for i, p in enumerate(primals) if p.requires_grad]
+    if not differentiable or not wants_grad:
+        raise _Unsupported("no output depends on an input that requires grad")
+    tangents = []
+    for i in differentiable:
+        t = torch.empty(outs[i].shape, dtype=outs[i].dtype, device="meta")
+        rec.input(t, f"tangent_{i}")
+        tangents.append(t)
+    with torch.autograd.graph.saved_tensors_hooks(_identity, _identity), rec:
+        grads = torch.autograd.grad(
+            [outs[i] for i in differentiable],
+            [primals[i] for i in wants_grad],
+            tangents,
+            allow_unused=True,
+        )
+    grad_inputs = [i for i, g in zip(wants_grad, grads, strict=True) if g is not None]
+    results = outs + [primals[i] for i in mutated] + [g for g in grads if g is not None]
+    rec.graph.output(tuple(rec.value(r) for r in results))
+    for node in rec.graph.nodes:  # NOTE: the compiled halves run under no autograd
+        if "val" in node.meta:
+            node.meta["val"] = tree_map(_detached, node.meta["val"])
+    joint, _ = _C.graph_from_fx(SimpleNamespace(graph=rec.graph), device=device)
+    return JointTrace(
+        graph=joint,
+        captured=graph,
+        final_grad_mode=final_grad_mode,
+        num_primals=len(primals),
+        num_forward_outputs=len(outs) + len(mutated),
+        num_outputs=len(outs),
+        mutated_inputs=mutated,
+        differentiable_outputs=differentiable,
+        grad_inputs=grad_inputs,
+        tangent_shapes=[tuple(t.shape) for t in tangents],
+    )
+
+
+def trace_joint(graph) -> JointTrace:
+    """The joint graph of `graph` (a captured _C.Graph autograd records), or a JointTrace whose
+    `reason` says why there is none (the graph then runs op by op through torch's autograd).
+    An op whose derivative torch does not implement, or that eager would reject, lands here too:
+    at run time eager raises the same error."""
+    try:
+        return _trace(graph)
+    except _Unsupported as e:
+        return JointTrace(reason=str(e))
+    except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return JointTrace(reason=f"tracing the joint graph failed: {first}")
+
+
+_DOUBLE_BACKWARD = (
+    b"torchlite: a second derivative through a compiled graph is not supported (its backward is "
+    b"compiled for first derivatives only). Compile with options={'compiled_backward': False} "
+    b"to differentiate twice."
+)
+
+
+def _second_derivative_error(grads: tuple) -> tuple:
+    """Under create_graph=True: the gradients, each with a grad_fn that raises when
+    differentiated, so a double backward fails loudly instead of missing terms."""
+    err = torch._C._functions.DelayedError(_DOUBLE_BACKWARD, len(grads))
+    out = err(*[g.detach().requires_grad_() for g in grads])
+    return out if isinstance(out, tuple) else (out,)
+
+
+def make_training_function(joint: JointTrace, forward, backward, saved: list[str]):
+    """The callable the frame runs instead of the graph: the compiled forward under a
+    torch.autograd.Function whose backward runs the compiled backward."""
+    num_outputs = joint.num_outputs
+    num_saved = len(saved)
+    mutated = joint.mutated_inputs
+    differentiable = joint.differentiable_outputs
+    non_differentiable = [i for i in range(num_outputs) if i not in set(differentiable)]
+    grad_slots = joint.grad_inputs
+    num_inputs = joint.num_primals
+
+    class CompiledTraining(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *inputs):
+            results = forward(*inputs)
+            outs = results[:num_outputs]
+            new_values = results[num_outputs : num_outputs + len(mutated)]
+            for i, v in zip(mutated, new_values, strict=True):
+                inputs[i].copy_(v)  # NOTE: an input mutation (batch norm's running stats)
+            ctx.save_for_backward(*results[len(results) - num_saved :])
+            # NOTE: a fresh alias each: the same tensor may also be a differentiable output.
+            outs = list(outs)
+            for i in non_differentiable:
+                outs[i] = outs[i].detach()
+            ctx.mark_non_differentiable(*[outs[i] for i in non_differentiable])
+            return tuple(outs)
+
+        @staticmethod
+        def backward(ctx, *grad_outputs):
+            tangents = [grad_outputs[i].contiguous() for i in differentiable]
+            with torch.no_grad():
+                grads = backward(*ctx.saved_tensors, *tangents)
+            if torch.is_grad_enabled():
+                grads = _second_derivative_error(grads)
+            result: list[Any] = [None] * num_inputs
+            for slot, g in zip(grad_slots, grads, strict=True):
+                result[slot] = g
+            return tuple(result)
+
+    final_grad_mode = joint.final_grad_mode
+    eager = []
+
+    def run(*inputs):
+        if torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+            # NOTE: saved-tensor hooks (offloading, checkpointing) must see what eager saves.
+            if not eager:
+                eager.append(graph_to_module(joint.captured).forward)
+            return eager[0](*inputs)
+        # NOTE: the differentiable outputs were computed with grad on, even where the graph is
+        # entered under no_grad and switches it on; the graph may also leave it switched off.
+        torch._C._set_grad_enabled(True)
+        try:
+            outs = CompiledTraining.apply(*inputs)
+        finally:
+            torch._C._set_grad_enabled(final_grad_mode)
+        return outs
+
+    run.forward_half = forward
+    run.backward_half = backward
+    run.saved = saved
+    return run
