@@ -29,6 +29,10 @@ def pytest_addoption(parser):
 def pytest_runtest_setup(item):
     if item.get_closest_marker("cuda") and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
+    # NOTE: long runs stay out of the README test command (CI's 30-minute budget); a -m
+    # expression that names `slow` selects them.
+    if item.get_closest_marker("slow") and "slow" not in (item.config.option.markexpr or ""):
+        pytest.skip("slow: select with -m slow")
 
 
 @pytest.fixture(autouse=True)
