@@ -278,6 +278,9 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
   int top_index = -1;
   try {
     std::vector<ValuePtr> locals, cells;
+    // NOTE: a break while binding the inputs points at the function's first line.
+    ctx.filename = utf8(code->co_filename);
+    ctx.lineno = code->co_firstlineno;
     entry_state(ctx, code, frame, locals, cells);
     Tracer tracer(ctx, code, frame.globals, frame.builtins, 0);
     tracer.stop_at(stop_at);

@@ -212,9 +212,15 @@ ValuePtr lower_created_object(const ValuePtr& v) {
 bool is_immutable_constant(PyObject* o) {
   if (o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented || PyBool_Check(o) ||
       PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyComplex_CheckExact(o) ||
-      PyUnicode_CheckExact(o) || PyBytes_CheckExact(o) || PySlice_Check(o) || PyRange_Check(o) ||
-      PyCode_Check(o))
+      PyUnicode_CheckExact(o) || PyBytes_CheckExact(o) || PyRange_Check(o) || PyCode_Check(o))
     return true;
+  // NOTE: a slice or frozenset is a constant only when its parts are: `x[a - t : a + t]` with
+  // 0-d tensors `t` makes a slice of tensors, which no EQUALS_MATCH can guard.
+  if (PySlice_Check(o)) {
+    auto* s = reinterpret_cast<PySliceObject*>(o);
+    return is_immutable_constant(s->start) && is_immutable_constant(s->stop) &&
+           is_immutable_constant(s->step);
+  }
   const TorchApi& api = torch_api();
   PyTypeObject* t = Py_TYPE(o);
   if (t == reinterpret_cast<PyTypeObject*>(api.dtype_type.get()) ||
@@ -226,7 +232,14 @@ bool is_immutable_constant(PyObject* o) {
       if (!is_immutable_constant(PyTuple_GET_ITEM(o, i))) return false;
     return true;
   }
-  if (PyFrozenSet_CheckExact(o)) return true;
+  if (PyFrozenSet_CheckExact(o)) {
+    PyRef it = PyRef::steal(PyObject_GetIter(o));
+    if (!it) throw PythonError();
+    while (PyRef item = PyRef::steal(PyIter_Next(it.get())))
+      if (!is_immutable_constant(item.get())) return false;
+    if (PyErr_Occurred()) throw PythonError();
+    return true;
+  }
   // torch.memory_format / torch.layout / torch.qscheme singletons.
   const char* name = t->tp_name;
   return name &&
@@ -489,6 +502,10 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
   } else if (PyCode_Check(obj)) {
     v = Value::constant(PyRef::borrow(obj), src);
     if (src && guard) guards_.add_id_match(src, obj);
+  } else if (PySlice_Check(obj) && !is_immutable_constant(obj)) {
+    graph_break("unsupported_value", "slice bounds must be known while tracing (" +
+                                         (src ? src->str() : std::string("a traced slice")) +
+                                         " has bounds that are not constants)");
   } else if (is_immutable_constant(obj)) {
     v = Value::constant(PyRef::borrow(obj), src);
     if (src && guard) guards_.add_equals_match(src, obj);
