@@ -206,7 +206,8 @@ CacheEntry stub_compile(const TlFrameInfo& fi, const ConfigPtr& config) {
 // The entry to run for this frame, or nullptr to run it eagerly (cache size
 // limit). Captures on a miss. Throws PythonError/Error.
 std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo& fi,
-                                              const ir::FrameView& view, const ConfigPtr& config) {
+                                              const ir::FrameView& view, const ConfigPtr& config,
+                                              bool* captured = nullptr) {
   std::string reason;
   // NOTE: index loop over copies: a guard may run Python code that lets
   // another thread change the list.
@@ -252,7 +253,34 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
       g_stub_compiler ? stub_compile(fi, config) : compile_frame(fi.code, fi.func, view, config));
   if (!e->config) e->config = config;
   insert_entry(st, e);
+  if (captured) *captured = true;
   return e;
+}
+
+// After the first run of an entry captured in this call: when the run itself
+// invalidated the entry's guards (a cache dict filled on the first call, an
+// attribute set for the first time), captures again now, from the state the
+// next call will see, so that an identical second call hits the cache. Errors
+// are left for that call to raise.
+void capture_for_next_call(PyCodeObject* code, const ir::FrameView& view,
+                           const std::shared_ptr<CacheEntry>& entry, const TlFrameInfo& fi,
+                           const ConfigPtr& config) {
+  ActiveConfigScope none(nullptr);
+  PyObject *t, *v, *tb;
+  PyErr_Fetch(&t, &v, &tb);
+  try {
+    ExtraState* st = find_extra(code);
+    if (st && !entry->guards.check(view)) {
+      if (log_enabled("recompiles"))
+        log_event("recompiles", utf8(code->co_name) +
+                                    ": the first run changed what its guards "
+                                    "check; capturing again for the next call");
+      lookup_or_compile(*st, fi, view, config);
+    }
+  } catch (const std::exception&) {
+    PyErr_Clear();
+  }
+  PyErr_Restore(t, v, tb);
 }
 
 // Releases a frame the hook did not evaluate and returns `result` (stolen),
@@ -280,6 +308,7 @@ struct Interception {
                                          const ConfigPtr* config) {
   ir::FrameView view{fi.localsplus, fi.nlocalsplus, fi.closure, fi.globals, fi.builtins};
   std::shared_ptr<CacheEntry> entry;
+  bool captured = false;
   {
     // Nothing that guards, capture or warnings run is intercepted.
     ActiveConfigScope none(nullptr);
@@ -289,7 +318,7 @@ struct Interception {
         st->skip = is_internal_code(fi.code);
         st->skip_known = true;
       }
-      if (!st->skip) entry = lookup_or_compile(*st, fi, view, *config);
+      if (!st->skip) entry = lookup_or_compile(*st, fi, view, *config, &captured);
     } catch (const std::exception& e) {
       set_python_error(e);
       return {false, finish_unevaluated(ts, frame, nullptr)};
@@ -308,6 +337,7 @@ struct Interception {
       set_python_error(e);
     }
   }
+  if (captured && result) capture_for_next_call(fi.code, view, entry, fi, *config);
   return {false, finish_unevaluated(ts, frame, result)};
 }
 

@@ -60,6 +60,8 @@ Py_ssize_t length_of(PyObject* v) {
 }
 }  // namespace
 
+bool compared_by_value(PyObject* v) { return is_constant(v); }
+
 bool equals_exact(PyObject* a, PyObject* b) {
   if (Py_TYPE(a) != Py_TYPE(b)) return false;
   if (a == b) return true;
@@ -131,6 +133,7 @@ LeafGuard LeafGuard::dict_version(PyObject* dict) {
   // carry this one: no reference to the dict is needed.
   LeafGuard g{GuardKind::DictVersion};
   g.version = dict_version_of(dict);
+  g.snapshot = std::make_shared<const DictSnapshot>(dict);
   return g;
 }
 
@@ -228,8 +231,14 @@ bool LeafGuard::check(PyObject* v) const {
       return equals_exact(v, ref.get());
     case GuardKind::TensorMatch:
       return tensor->check(v);
-    case GuardKind::DictVersion:
-      return PyDict_Check(v) && dict_version_of(v) == version;
+    case GuardKind::DictVersion: {
+      if (!PyDict_Check(v)) return false;
+      uint64_t now = dict_version_of(v);
+      if (now == version) return true;
+      if (!snapshot->matches(v)) return false;
+      version = now;
+      return true;
+    }
     case GuardKind::LengthMatch:
       return length_of(v) == length;
     case GuardKind::EmptyDictAttr:
@@ -268,7 +277,7 @@ std::string LeafGuard::failure(PyObject* v, const std::string& src) const {
     case GuardKind::TensorMatch:
       return src + ": " + tensor->mismatch(v);
     case GuardKind::DictVersion:
-      return src + " was modified since tracing";
+      return src + " was modified since tracing (its items differ)";
     case GuardKind::LengthMatch:
       return "len(" + src + ") == " + std::to_string(length) + " failed (got " +
              std::to_string(length_of(v)) + ")";

@@ -9,6 +9,7 @@
 
 #include "core/py_ref.h"
 #include "guards/attr_table.h"
+#include "guards/dict_snapshot.h"
 #include "guards/tensor_match.h"
 
 namespace tl::guards {
@@ -41,8 +42,11 @@ struct LeafGuard {
   std::shared_ptr<guards::AttrTable> table;  // AttrTable (shared: LeafGuard copies)
   PyObject* id = nullptr;  // IdMatch: the object's address (compare only, never dereferenced)
   bool weak = false;       // IdMatch: `ref` is a weakref
-  uint64_t version = 0;    // DictVersion
-  Py_ssize_t length = 0;   // LengthMatch
+  // DictVersion: the version the items last matched at (DictSnapshot: written by the const
+  // check(); the GIL serialises every call on a GuardSet).
+  mutable uint64_t version = 0;
+  std::shared_ptr<const DictSnapshot> snapshot;       // DictVersion (shared: LeafGuard copies)
+  Py_ssize_t length = 0;                              // LengthMatch
   std::shared_ptr<const guards::TensorMatch> tensor;  // TensorMatch (shared: LeafGuard copies)
 
   static LeafGuard type_match(PyObject* type);      // borrows
@@ -76,5 +80,8 @@ struct LeafGuard {
 // type(a) is type(b) and a == b, recursively for tuples; floats also by sign
 // (0.0 vs -0.0) and NaN equals NaN. Throws PythonError if == raised.
 bool equals_exact(PyObject* a, PyObject* b);
+// The value is compared by value (EQUALS_MATCH), not identity: None, bool, int, float, complex,
+// str, bytes, torch dtype/device/layout/memory_format, and tuples, slices, frozensets of those.
+bool compared_by_value(PyObject* v);
 
 }  // namespace tl::guards
