@@ -465,6 +465,17 @@ ValuePtr CaptureContext::wrap_bound_method(PyObject* obj, const ir::SourcePtr& s
   return m;
 }
 
+bool CaptureContext::guarded_by_structure(const ir::SourcePtr& src) const {
+  if (structural_modules) return true;
+  const ir::Source* root = src.get();
+  while (root->base) root = root->base.get();
+  // NOTE: a resume function's stack values are named ___<n>_stack<k> (bytecode/resume.cpp): a
+  // module there is mostly a temporary (`nn.ReLU()(x)` breaking inside the call), new on
+  // every call.
+  return root->kind == ir::SourceKind::Local && root->name.rfind("___", 0) == 0 &&
+         root->name.find("_stack") != std::string::npos;
+}
+
 ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
   const TorchApi& api = torch_api();
   if (is_tensor(obj)) return wrap_tensor(obj, src);
@@ -479,7 +490,7 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
     auto same = values_by_object_.find(obj);
     if (same != values_by_object_.end()) {
       const ValuePtr& first = same->second.second;
-      if (first->kind == VKind::Module)
+      if (first->kind == VKind::Module && !first->flag)
         guards_.add_id_match(src, obj);
       else
         guards_.add_identity(src, first->source, true);
@@ -492,7 +503,10 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
     v = Value::of_kind(VKind::Module);
     v->obj = PyRef::borrow(obj);
     v->source = src;
-    if (src) {
+    v->flag = src && guarded_by_structure(src);
+    if (v->flag) {
+      guards_.add_type_match(src, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    } else if (src) {
       guards_.add_id_match(src, obj);
       PyObject* dict = PyObject_GenericGetDict(obj, nullptr);
       if (!dict) throw PythonError();

@@ -178,12 +178,21 @@ std::optional<ValuePtr> Tracer::created_object_method(const ValuePtr& self, cons
   static const std::unordered_set<std::string> readers = {
       "get", "__getitem__", "__contains__", "keys", "values", "items", "__len__", "copy"};
   if (!readers.count(name) || !all_const(args, kwargs)) return std::nullopt;
-  ctx_.guards().add_dict_version(self->source, self->obj.get());
-  PyRef d = PyRef::steal(PyDict_Copy(self->obj.get()));  // a plain dict with the same items
-  if (!d) throw PythonError();
-  PyRef m = PyRef::steal(PyObject_GetAttrString(d.get(), name.c_str()));
-  if (!m) throw PythonError();
-  return call_pure(ctx_, m.get(), args, kwargs);
+  // NOTE: guarded by its keys, each item an input of its own (`L['out']['logits']`): a
+  // ModelOutput is a new object on every call, so a guard on its items' identity (or its
+  // dict version) would recompile every call.
+  PyObject* d = self->obj.get();
+  PyObject *k, *v;
+  Py_ssize_t pos = 0;
+  ValuePtr items = Value::of_kind(VKind::Dict);
+  while (PyDict_Next(d, &pos, &k, &v)) {
+    if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
+      graph_break("unsupported_value", "dict subclass with keys other than str/int");
+    items->keys.push_back(PyRef::borrow(k));
+    items->items.push_back(ctx_.wrap(v, ir::Source::item(self->source, PyRef::borrow(k))));
+  }
+  ctx_.guards().add_dict_keys(self->source, d);
+  return call_method_on(items, name, args, kwargs);
 }
 
 // Methods of a set of constants: run on the real set (mutators in place, so every alias of

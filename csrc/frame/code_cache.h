@@ -17,8 +17,12 @@ struct ExtraState {
   bool skip = false;          // torch's or torchlite's own code: never intercepted
   bool skip_known = false;    // `skip` has been decided
   bool warned_limit = false;  // the cache_size_limit warning was emitted
-  uint64_t epoch = 0;         // entries of an older epoch are dropped on next use
-  uint64_t version = 0;       // bumped on every change to `entries`
+  // An entry died with an object it matched by identity (GuardSet::
+  // id_matched_local_freed): later captures guard the frame's modules by
+  // structure instead (capture_frame's `structural_modules`).
+  bool fresh_objects = false;
+  uint64_t epoch = 0;    // entries of an older epoch are dropped on next use
+  uint64_t version = 0;  // bumped on every change to `entries`
 };
 
 // The code object's state, or nullptr if it has none (borrows `code`).
@@ -34,6 +38,9 @@ uint64_t current_epoch();
 int cache_entry_count(PyCodeObject* code);
 // Inserts at the front.
 void insert_entry(ExtraState& st, std::shared_ptr<CacheEntry> entry);
+// Drops the entries that matched an object by identity which is gone since (they can never
+// match again); true if there were any. Sets `fresh_objects` then.
+bool drop_dead_entries(ExtraState& st);
 // Moves `entry` to the front if it is still in the list.
 void move_to_front(ExtraState& st, const CacheEntry* entry);
 int count_entries(const ExtraState& st, int config_id);

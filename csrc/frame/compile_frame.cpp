@@ -145,13 +145,14 @@ void set_backend_bridge(PyObject* bridge) {
 }
 
 CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView& frame,
-                         const std::shared_ptr<const CompileConfig>& config) {
+                         const std::shared_ptr<const CompileConfig>& config,
+                         bool structural_modules) {
   CacheEntry entry;
   entry.config = config;
   // A bridge runs natively (it holds the breaking instruction); no guards.
   if (bytecode::is_bridge(code)) return entry;
   counters().frames++;
-  capture::CaptureResult res = capture::capture_frame(code, func, frame);
+  capture::CaptureResult res = capture::capture_frame(code, func, frame, structural_modules);
   counters().capture_ns += static_cast<int64_t>(res.capture_ms * 1e6);
   // NOTE: kernels' .ll and .cu files go to <debug_dir>/kernels (core/flags.h).
   std::string dump_folder =

@@ -209,6 +209,7 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
                                               const ir::FrameView& view, const ConfigPtr& config,
                                               bool* captured = nullptr) {
   std::string reason;
+  if (drop_dead_entries(st)) reason = "an object its entry matched by identity was freed";
   // NOTE: index loop over copies: a guard may run Python code that lets
   // another thread change the list.
   for (size_t i = 0; i < st.entries.size(); i++) {
@@ -250,7 +251,8 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
     }
   }
   auto e = std::make_shared<CacheEntry>(
-      g_stub_compiler ? stub_compile(fi, config) : compile_frame(fi.code, fi.func, view, config));
+      g_stub_compiler ? stub_compile(fi, config)
+                      : compile_frame(fi.code, fi.func, view, config, st.fresh_objects));
   if (!e->config) e->config = config;
   insert_entry(st, e);
   if (captured) *captured = true;
@@ -270,7 +272,7 @@ void capture_for_next_call(PyCodeObject* code, const ir::FrameView& view,
   PyErr_Fetch(&t, &v, &tb);
   try {
     ExtraState* st = find_extra(code);
-    if (st && !entry->guards.check(view)) {
+    if (st && !entry->guards.check(view, false) && entry->guards.failed_in_kept_object()) {
       if (log_enabled("recompiles"))
         log_event("recompiles", utf8(code->co_name) +
                                     ": the first run changed what its guards "

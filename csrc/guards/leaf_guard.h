@@ -27,6 +27,7 @@ enum class GuardKind {
   SetMatch,          // a set with the same elements in the same iteration order
   FunctionDefaults,  // a function whose __defaults__ / __kwdefaults__ are the same objects
   CallResult,        // calling the value (a state query of torch's) returns an equal constant
+  DictKeys,          // a dict (or dict subclass) with the same keys in the same order
 };
 
 struct LeafGuard {
@@ -35,7 +36,7 @@ struct LeafGuard {
   // its type has no weakrefs. EqualsMatch: the constant. EmptyDictAttr: the
   // interned attribute name. NoInstanceAttr: the interned name. SetMatch: a
   // tuple of the elements. FunctionDefaults: __defaults__ (may be null).
-  // CallResult: the result.
+  // CallResult: the result. DictKeys: a tuple of the keys.
   PyRef ref;
   PyRef ref2;             // FunctionDefaults: __kwdefaults__ (may be null)
   bool by_value = false;  // SetMatch: elements compared by value (all constants), else identity
@@ -62,6 +63,7 @@ struct LeafGuard {
   static LeafGuard set_match(PyObject* set);                         // borrows; keeps the elements
   static LeafGuard function_defaults(PyObject* fn);                  // borrows; keeps the defaults
   static LeafGuard call_result(PyObject* result);  // borrows a constant (see equals_match)
+  static LeafGuard dict_keys(PyObject* dict);      // borrows; keeps the keys (str/int constants)
   // The value's instance __dict__ holds `name` (borrowed, interned), an empty
   // dict: a module's hook dicts, read without fetching each as a node. Null
   // when `owner` (borrowed) does not hold one there now, or a data descriptor

@@ -2,10 +2,11 @@
 cache, also when the forward writes module state (an attribute set on every call, a cache dict
 filled on the first call) or builds modules of its own. Each result matches eager."""
 
+import collections
 import copy
 
 import torch
-from helpers import assert_counters_delta, assert_same, counters
+from helpers import assert_counters_delta, assert_same, at_least, counters
 from torch import nn
 
 import torchlite
@@ -22,7 +23,7 @@ def _assert_second_call_hits_cache(model, *args, calls=3):
         if i == 0:
             after_first = counters()
     assert_counters_delta(
-        after_first, counters(), frames=0, graphs=0, recompiles=0, cache_hits=calls - 1
+        after_first, counters(), frames=0, graphs=0, recompiles=0, cache_hits=at_least(calls - 1)
     )
     return compiled
 
@@ -91,3 +92,70 @@ def test_attribute_changed_by_the_user_still_recompiles():
     before = counters()
     assert_same(compiled(x), model.lin(x) * 3)
     assert_counters_delta(before, counters(), recompiles=1)
+
+
+class _Scale(nn.Module):
+    def __init__(self, s):
+        super().__init__()
+        self.s = s
+
+    def forward(self, x):
+        return x * self.s
+
+
+class _BuildsModulesInForward(nn.Module):
+    """Builds modules on every call (transformers' `nn.ReLU()(x)`, `ACT2FN[name](x)`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = nn.Softmax(dim=-1)(self.lin(x))
+        return _Scale(2.0)(y) + 1
+
+
+def test_modules_built_in_forward_do_not_recompile():
+    _assert_second_call_hits_cache(_BuildsModulesInForward(), torch.randn(2, 4))
+
+
+def test_module_built_in_forward_with_other_settings_is_not_mistaken_for_the_first():
+    def fn(x, s):
+        return _Scale(s)(x.cos()) - 1
+
+    compiled = torchlite.compile(fn)
+    x = torch.randn(3)
+    for s in (2.0, 2.0, 3.0, -1.5, 2.0):
+        assert_same(compiled(x, s), fn(x, s))
+
+
+class _Output(collections.OrderedDict):
+    """A dict subclass returned by every call (transformers' ModelOutput)."""
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+class _ReturnsOutput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return _Output(hidden=self.lin(x), pooled=x.mean(0))
+
+
+class _UsesOutputAsTuple(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _ReturnsOutput()
+
+    def forward(self, x):
+        out = self.inner(x)
+        print(end="")  # NOTE: a graph break, so the dict-subclass methods are frames of their own
+        hidden, pooled = out.to_tuple()
+        return hidden * 2 + pooled
+
+
+def test_dict_subclass_output_read_after_a_break_does_not_recompile():
+    _assert_second_call_hits_cache(_UsesOutputAsTuple(), torch.randn(2, 4))
