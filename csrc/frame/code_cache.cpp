@@ -47,6 +47,7 @@ void refresh(ExtraState& st) {
   std::vector<std::shared_ptr<CacheEntry>> old;
   old.swap(st.entries);
   st.skip = st.skip_known = st.warned_limit = st.fresh_objects = false;
+  st.chains.clear();
   st.epoch = g_epoch;
   st.version++;
 }

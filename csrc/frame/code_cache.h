@@ -4,6 +4,8 @@
 // Everything here runs with the GIL held; the GIL is the only lock.
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "frame/compiled_frame.h"
@@ -21,6 +23,20 @@ struct ExtraState {
   // id_matched_local_freed): later captures guard the frame's modules by
   // structure instead (capture_frame's `structural_modules`).
   bool fresh_objects = false;
+  // Resume functions and loop bodies: the user's code they continue (borrowed;
+  // bytecode/ keeps both alive for the process), else null.
+  PyCodeObject* root = nullptr;
+  // A user's code, per compile() config id: graph breaks and graphs captured
+  // in it and in the resume functions after them (compile_frame.cpp,
+  // choose_eager). A non-empty `eager_reason`: the frame runs eagerly from now
+  // on, and why.
+  struct Chain {
+    int breaks = 0;
+    int graphs = 0;
+    size_t ops = 0;
+    std::string eager_reason;
+  };
+  std::unordered_map<int, Chain> chains;
   uint64_t epoch = 0;    // entries of an older epoch are dropped on next use
   uint64_t version = 0;  // bumped on every change to `entries`
 };

@@ -208,6 +208,8 @@ CacheEntry stub_compile(const TlFrameInfo& fi, const ConfigPtr& config) {
 std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo& fi,
                                               const ir::FrameView& view, const ConfigPtr& config,
                                               bool* captured = nullptr) {
+  auto chain = st.chains.find(config->id);  // compile_frame.cpp, choose_eager
+  if (chain != st.chains.end() && !chain->second.eager_reason.empty()) return nullptr;
   std::string reason;
   if (drop_dead_entries(st)) reason = "an object its entry matched by identity was freed";
   // NOTE: index loop over copies: a guard may run Python code that lets
