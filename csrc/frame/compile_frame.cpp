@@ -223,7 +223,7 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
                                     ": " + b.reason + " [" + b.kind + "]; " +
                                     after_break(res, codes));
   }
-  const bool has_ops = !res.graph_break || res.graph->num_ops() > 0;
+  const bool has_ops = res.graph && (!res.graph_break || res.graph->num_ops() > 0);
   std::string eager_frame =
       choose_eager(code, res, codes, has_ops && (!res.graph_break || codes), config->id);
   if (config->recorder && config->recorder.get() != Py_None)
