@@ -124,7 +124,7 @@ PyRef compile_with_backend(const capture::CaptureResult& res, const CompileConfi
 // than eager. Past kEagerAfterBreaks breaks in one frame (its resume functions
 // and loop bodies included) with at most kTinyGraphOps ops per graph on
 // average, the frame runs eagerly; the frames it calls are still compiled.
-constexpr int kEagerAfterBreaks = 4;
+constexpr int kEagerAfterBreaks = 8;
 constexpr double kTinyGraphOps = 3.0;
 
 // Adds this capture of `code` to its root frame's tally and returns the reason

@@ -18,18 +18,18 @@ def _rnn_with_break_each_step(x, h):
 
 def test_many_breaks_with_tiny_graphs_run_the_frame_eagerly():
     compiled = torchlite.compile(_rnn_with_break_each_step)
-    x, h = torch.randn(8, 4), torch.randn(4)
+    x, h = torch.randn(12, 4), torch.randn(4)
     assert_same(compiled(x, h), _rnn_with_break_each_step(x, h))
     before = counters()
     for _ in range(2):
-        x, h = torch.randn(8, 4), torch.randn(4)
+        x, h = torch.randn(12, 4), torch.randn(4)
         assert_same(compiled(x, h), _rnn_with_break_each_step(x, h))
     # Eager from the second call: nothing captured, no graph run, no break taken.
     assert_counters_delta(before, counters(), frames=0, graphs=0, graph_breaks=0, cache_hits=0)
 
 
 def test_explain_names_the_frame_that_runs_eagerly():
-    report = torchlite.explain(_rnn_with_break_each_step)(torch.randn(8, 4), torch.randn(4))
+    report = torchlite.explain(_rnn_with_break_each_step)(torch.randn(12, 4), torch.randn(4))
     assert any(e.startswith("_rnn_with_break_each_step: ") for e in report.eager_frames), str(
         report
     )
