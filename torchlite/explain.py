@@ -89,6 +89,9 @@ class ExplainOutput:
     guards: list[str]  # one guard set per captured frame
     ops_per_graph: list[int]
     frames: list[dict]  # the raw records from the C++ core
+    # "name: why" for each frame that runs eagerly from its next call on (many breaks, tiny
+    # graphs between them: faster eagerly)
+    eager_frames: list[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_records(cls, records: list[dict], eager_at=None) -> "ExplainOutput":
@@ -107,6 +110,11 @@ class ExplainOutput:
             guards=[r["guards"] for r in records],
             ops_per_graph=[r["ops"] for r in with_graph],
             frames=list(records),
+            eager_frames=[
+                f"{r['code_name'].split(' (')[0]}: {r['eager_frame']}"
+                for r in records
+                if r.get("eager_frame")
+            ],
         )
 
     @property
@@ -126,6 +134,9 @@ class ExplainOutput:
             lines += [f"  {kind}: {n}" for kind, n in self.breaks_by_kind.items()]
             lines.append("Break reasons:")
             lines += [f"  {i}. {b}" for i, b in enumerate(self.break_reasons, 1)]
+        if self.eager_frames:
+            lines.append("Frames run eagerly:")
+            lines += [f"  {e}" for e in self.eager_frames]
         for i, r in enumerate(self.frames, 1):
             where = f"{r['code_name']} ({r['filename']}:{r['firstlineno']})"
             lines.append(f"Frame {i}: {where}, {r['ops']} ops, {r['capture_ms']:.2f} ms to capture")

@@ -266,6 +266,9 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
       PyRef pyname = PyRef::steal(PyUnicode_FromString(name.c_str()));
       PyObject* descr = _PyType_Lookup(type, pyname.get());  // borrowed
       bool is_module = obj->kind == VKind::Module;
+      // NOTE: a module guarded by identity has its __dict__ version-guarded too; one guarded
+      // by structure guards each attribute read, as any other object does.
+      bool dict_guarded = is_module && !obj->flag;
       auto src = [&]() { return obj->source ? ir::Source::attr(obj->source, name) : nullptr; };
       // What the class says about `name` (a method, a property, a class constant, nothing)
       // is part of every read through the instance: replacing or deleting it on the class or
@@ -309,12 +312,12 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
       PyObject** dictptr = _PyObject_GetDictPtr(o);
       if (!obj->attrs && dictptr && *dictptr) {
         PyObject* v = PyDict_GetItemWithError(*dictptr, pyname.get());
-        if (v) return ctx_.wrap(v, src(), !is_module);
+        if (v) return ctx_.wrap(v, src(), !dict_guarded);
         if (PyErr_Occurred()) throw PythonError();
       }
       // NOTE: an nn.Module's __dict__ is version-guarded already; another object's must
       // stay without `name`, or an attribute set later would be missed.
-      if (!is_module && !obj->attrs && obj->source)
+      if (!dict_guarded && !obj->attrs && obj->source)
         ctx_.guards().add_no_instance_attr(obj->source, pyname.get());
       if (descr) {
         if (PyFunction_Check(descr)) {

@@ -326,11 +326,16 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
 // top-level instruction and record the plan for CPython to go on from there.
 // Returns the top-level instruction a graph break happened at, or -1.
 int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, int stop_at,
-          bool region) {
+          bool region, bool structural_modules) {
   CaptureContext ctx(frame);
+  // NOTE: `self` of an __init__ is a new object on every call.
+  ctx.structural_modules = structural_modules || utf8(code->co_name) == "__init__";
   int top_index = -1;
   try {
     std::vector<ValuePtr> locals, cells;
+    // NOTE: a break while binding the inputs points at the function's first line.
+    ctx.filename = utf8(code->co_filename);
+    ctx.lineno = code->co_firstlineno;
     entry_state(ctx, code, frame, locals, cells);
     Tracer tracer(ctx, code, frame.globals, frame.builtins, 0);
     tracer.stop_at(stop_at);
@@ -412,7 +417,8 @@ class DeferSavedTensorHooks {
 
 }  // namespace
 
-CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameView& frame) {
+CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameView& frame,
+                            bool structural_modules) {
   auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -431,7 +437,7 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
   }
   torch_api();  // import torch before anything is traced
   DeferSavedTensorHooks defer_hooks;
-  int top_index = trace(out, code, frame, -1, false);
+  int top_index = trace(out, code, frame, -1, false, structural_modules);
   if (!out.graph_break) {
     out.capture_ms = elapsed();
     return out;
@@ -447,7 +453,7 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
     at = break_point(decode(code), top_index, why);
   if (at.index >= 0) {
     CaptureResult again;
-    trace(again, code, frame, at.index, at.region);
+    trace(again, code, frame, at.index, at.region, structural_modules);
     if (again.resume) {
       again.graph_break = out.graph_break;
       again.capture_ms = elapsed();

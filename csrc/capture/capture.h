@@ -59,6 +59,10 @@ struct CaptureResult {
 
 // `code` and `func` are borrowed. Throws tl::Error only for internal errors;
 // everything the interpreter cannot handle is reported as a graph break.
-CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameView& frame);
+// `structural_modules`: the frame's nn.Module inputs are guarded by type and by
+// each attribute the trace reads, not by identity (the frame is called with new
+// modules each time, so identity guards would recompile on every call).
+CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameView& frame,
+                            bool structural_modules = false);
 
 }  // namespace tl::capture

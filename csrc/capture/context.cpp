@@ -212,9 +212,15 @@ ValuePtr lower_created_object(const ValuePtr& v) {
 bool is_immutable_constant(PyObject* o) {
   if (o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented || PyBool_Check(o) ||
       PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyComplex_CheckExact(o) ||
-      PyUnicode_CheckExact(o) || PyBytes_CheckExact(o) || PySlice_Check(o) || PyRange_Check(o) ||
-      PyCode_Check(o))
+      PyUnicode_CheckExact(o) || PyBytes_CheckExact(o) || PyRange_Check(o) || PyCode_Check(o))
     return true;
+  // NOTE: a slice or frozenset is a constant only when its parts are: `x[a - t : a + t]` with
+  // 0-d tensors `t` makes a slice of tensors, which no EQUALS_MATCH can guard.
+  if (PySlice_Check(o)) {
+    auto* s = reinterpret_cast<PySliceObject*>(o);
+    return is_immutable_constant(s->start) && is_immutable_constant(s->stop) &&
+           is_immutable_constant(s->step);
+  }
   const TorchApi& api = torch_api();
   PyTypeObject* t = Py_TYPE(o);
   if (t == reinterpret_cast<PyTypeObject*>(api.dtype_type.get()) ||
@@ -226,7 +232,14 @@ bool is_immutable_constant(PyObject* o) {
       if (!is_immutable_constant(PyTuple_GET_ITEM(o, i))) return false;
     return true;
   }
-  if (PyFrozenSet_CheckExact(o)) return true;
+  if (PyFrozenSet_CheckExact(o)) {
+    PyRef it = PyRef::steal(PyObject_GetIter(o));
+    if (!it) throw PythonError();
+    while (PyRef item = PyRef::steal(PyIter_Next(it.get())))
+      if (!is_immutable_constant(item.get())) return false;
+    if (PyErr_Occurred()) throw PythonError();
+    return true;
+  }
   // torch.memory_format / torch.layout / torch.qscheme singletons.
   const char* name = t->tp_name;
   return name &&
@@ -452,6 +465,17 @@ ValuePtr CaptureContext::wrap_bound_method(PyObject* obj, const ir::SourcePtr& s
   return m;
 }
 
+bool CaptureContext::guarded_by_structure(const ir::SourcePtr& src) const {
+  if (structural_modules) return true;
+  const ir::Source* root = src.get();
+  while (root->base) root = root->base.get();
+  // NOTE: a resume function's stack values are named ___<n>_stack<k> (bytecode/resume.cpp): a
+  // module there is mostly a temporary (`nn.ReLU()(x)` breaking inside the call), new on
+  // every call.
+  return root->kind == ir::SourceKind::Local && root->name.rfind("___", 0) == 0 &&
+         root->name.find("_stack") != std::string::npos;
+}
+
 ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
   const TorchApi& api = torch_api();
   if (is_tensor(obj)) return wrap_tensor(obj, src);
@@ -466,7 +490,7 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
     auto same = values_by_object_.find(obj);
     if (same != values_by_object_.end()) {
       const ValuePtr& first = same->second.second;
-      if (first->kind == VKind::Module)
+      if (first->kind == VKind::Module && !first->flag)
         guards_.add_id_match(src, obj);
       else
         guards_.add_identity(src, first->source, true);
@@ -479,7 +503,10 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
     v = Value::of_kind(VKind::Module);
     v->obj = PyRef::borrow(obj);
     v->source = src;
-    if (src) {
+    v->flag = src && guarded_by_structure(src);
+    if (v->flag) {
+      guards_.add_type_match(src, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    } else if (src) {
       guards_.add_id_match(src, obj);
       PyObject* dict = PyObject_GenericGetDict(obj, nullptr);
       if (!dict) throw PythonError();
@@ -489,6 +516,10 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
   } else if (PyCode_Check(obj)) {
     v = Value::constant(PyRef::borrow(obj), src);
     if (src && guard) guards_.add_id_match(src, obj);
+  } else if (PySlice_Check(obj) && !is_immutable_constant(obj)) {
+    graph_break("unsupported_value", "slice bounds must be known while tracing (" +
+                                         (src ? src->str() : std::string("a traced slice")) +
+                                         " has bounds that are not constants)");
   } else if (is_immutable_constant(obj)) {
     v = Value::constant(PyRef::borrow(obj), src);
     if (src && guard) guards_.add_equals_match(src, obj);

@@ -46,6 +46,9 @@ class CaptureContext {
   // `guard` false: the parent's guards already pin it (e.g. a module's
   // __dict__ entry under DICT_VERSION), so constants get no guard of their own.
   ValuePtr wrap(PyObject* obj, ir::SourcePtr src, bool guard = true);
+  // A module read from `src` (non-null) is guarded by type and by each attribute the trace
+  // reads (Value::flag of a Module), not by identity.
+  bool guarded_by_structure(const ir::SourcePtr& src) const;
   // Converts a trace-time result (no tensors inside) into a value: lists and
   // dicts become mutable List/Dict values, everything else a constant.
   ValuePtr from_result(PyObject* obj);
@@ -92,6 +95,10 @@ class CaptureContext {
   // on now, and a key of its state for caching per-op autocast policies.
   std::vector<AutocastRegion> autocast_regions;
   bool autocast_on = false;
+  // Guard every nn.Module input by type and the attributes read, not by identity
+  // (capture_frame's `structural_modules`). Modules on the value stack a resume
+  // function receives are guarded so regardless (see wrap).
+  bool structural_modules = false;
   std::string autocast_key;
 
   // The handled-exception slot of each running tracer, innermost last (tracer.cpp).

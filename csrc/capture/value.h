@@ -18,7 +18,8 @@ enum class VKind {
   Tuple,         // items
   List,          // items; source set when it came from the frame (mutations are replayed)
   Dict,          // keys (constants) + items
-  Module,        // obj: an nn.Module instance
+  Module,        // obj: an nn.Module instance; flag: guarded by type and by each attribute read
+                 // (CaptureContext::guarded_by_structure), not by identity and dict version
   Object,        // obj: another Python object read from the frame (attributes traced); flag: made
                  // by traced code (attrs holds its instance dict, mapping its dict items if the
                  // class subclasses dict)

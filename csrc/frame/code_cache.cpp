@@ -53,7 +53,8 @@ void refresh(ExtraState& st) {
   // NOTE: swap out first: destroying entries can run Python code.
   std::vector<std::shared_ptr<CacheEntry>> old;
   old.swap(st.entries);
-  st.skip = st.skip_known = st.warned_limit = false;
+  st.skip = st.skip_known = st.warned_limit = st.fresh_objects = false;
+  st.chains.clear();
   st.epoch = g_epoch;
   st.version++;
 }
@@ -106,6 +107,23 @@ int cache_entry_count(PyCodeObject* code) {
 void insert_entry(ExtraState& st, std::shared_ptr<CacheEntry> entry) {
   st.entries.insert(st.entries.begin(), std::move(entry));
   st.version++;
+}
+
+bool drop_dead_entries(ExtraState& st) {
+  // NOTE: moved out before they are destroyed: destroying entries can run Python code.
+  std::vector<std::shared_ptr<CacheEntry>> dead;
+  for (auto it = st.entries.begin(); it != st.entries.end();) {
+    if ((*it)->guards.id_matched_local_freed()) {
+      dead.push_back(std::move(*it));
+      it = st.entries.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (dead.empty()) return false;
+  st.fresh_objects = true;
+  st.version++;
+  return true;
 }
 
 void move_to_front(ExtraState& st, const CacheEntry* entry) {

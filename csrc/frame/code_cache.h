@@ -4,6 +4,8 @@
 // Everything here runs with the GIL held; the GIL is the only lock.
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "frame/compiled_frame.h"
@@ -17,8 +19,26 @@ struct ExtraState {
   bool skip = false;          // torch's or torchlite's own code: never intercepted
   bool skip_known = false;    // `skip` has been decided
   bool warned_limit = false;  // the cache_size_limit warning was emitted
-  uint64_t epoch = 0;         // entries of an older epoch are dropped on next use
-  uint64_t version = 0;       // bumped on every change to `entries`
+  // An entry died with an object it matched by identity (GuardSet::
+  // id_matched_local_freed): later captures guard the frame's modules by
+  // structure instead (capture_frame's `structural_modules`).
+  bool fresh_objects = false;
+  // Resume functions and loop bodies: the user's code they continue (borrowed;
+  // bytecode/ keeps both alive for the process), else null.
+  PyCodeObject* root = nullptr;
+  // A user's code, per compile() config id: graph breaks and graphs captured
+  // in it and in the resume functions after them (compile_frame.cpp,
+  // choose_eager). A non-empty `eager_reason`: the frame runs eagerly from now
+  // on, and why.
+  struct Chain {
+    int breaks = 0;
+    int graphs = 0;
+    size_t ops = 0;
+    std::string eager_reason;
+  };
+  std::unordered_map<int, Chain> chains;
+  uint64_t epoch = 0;    // entries of an older epoch are dropped on next use
+  uint64_t version = 0;  // bumped on every change to `entries`
 };
 
 // The code object's state, or nullptr if it has none (borrows `code`).
@@ -35,6 +55,9 @@ uint64_t current_epoch();
 int cache_entry_count(PyCodeObject* code);
 // Inserts at the front.
 void insert_entry(ExtraState& st, std::shared_ptr<CacheEntry> entry);
+// Drops the entries that matched an object by identity which is gone since (they can never
+// match again); true if there were any. Sets `fresh_objects` then.
+bool drop_dead_entries(ExtraState& st);
 // Moves `entry` to the front if it is still in the list.
 void move_to_front(ExtraState& st, const CacheEntry* entry);
 int count_entries(const ExtraState& st, int config_id);

@@ -1,5 +1,6 @@
 #include "frame/compile_frame.h"
 
+#include <algorithm>
 #include <mutex>
 #include <sstream>
 
@@ -11,6 +12,7 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "frame/captured_frame.h"
+#include "frame/code_cache.h"
 #include "frame/resume_frame.h"
 #include "pipeline/compile_graph.h"
 
@@ -56,8 +58,8 @@ std::string dump(PyCodeObject* code, const capture::CaptureResult& res, const st
 }
 
 // `resumed`: a graph break after which the frame goes on in a resume function.
-void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult& res,
-            bool resumed) {
+void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult& res, bool resumed,
+            const std::string& eager_frame = "") {
   PyRef d = PyRef::steal(PyDict_New());
   if (!d) throw PythonError();
   auto set = [&](const char* k, PyObject* v) {
@@ -71,6 +73,7 @@ void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult
   set("capture_ms", PyFloat_FromDouble(res.capture_ms));
   set("resumed", PyBool_FromLong(resumed));
   set("no_resume", PyUnicode_FromString(res.no_resume.c_str()));
+  set("eager_frame", PyUnicode_FromString(eager_frame.c_str()));
   if (res.graph_break) {
     set("break", Py_BuildValue("{s:s,s:s,s:s,s:i,s:s}", "kind", res.graph_break->kind.c_str(),
                                "reason", res.graph_break->reason.c_str(), "filename",
@@ -117,6 +120,40 @@ PyRef compile_with_backend(const capture::CaptureResult& res, const CompileConfi
   return fn;
 }
 
+// NOTE: a frame that breaks again and again with a few ops between the breaks
+// (an RNN cell stepped in a Python loop, a break in every iteration) runs each
+// tiny graph through a compiled entry, a bridge and a resume function: slower
+// than eager. Past kEagerAfterBreaks breaks in one frame (its resume functions
+// and loop bodies included) with at most kTinyGraphOps ops per graph on
+// average, the frame runs eagerly; the frames it calls are still compiled.
+constexpr int kEagerAfterBreaks = 8;
+constexpr double kTinyGraphOps = 3.0;
+
+// Adds this capture of `code` to its root frame's tally and returns the reason
+// the root now runs eagerly, or "" while it does not.
+std::string choose_eager(PyCodeObject* code, const capture::CaptureResult& res,
+                         const bytecode::BridgeCode* codes, bool has_ops, int config_id) {
+  ExtraState* st = get_extra(code);
+  PyCodeObject* root_code = st->root ? st->root : code;
+  ExtraState::Chain& chain = get_extra(root_code)->chains[config_id];
+  if (codes)
+    for (const PyRef& r : codes->resumes)
+      get_extra(reinterpret_cast<PyCodeObject*>(r.get()))->root = root_code;
+  if (res.graph_break && codes) chain.breaks++;
+  if (has_ops) {
+    chain.graphs++;
+    chain.ops += res.graph->num_ops();
+  }
+  if (!chain.eager_reason.empty() || chain.breaks < kEagerAfterBreaks) return "";
+  if (static_cast<double>(chain.ops) / std::max(1, chain.graphs) > kTinyGraphOps) return "";
+  chain.eager_reason = std::to_string(chain.breaks) + " graph breaks with " +
+                       std::to_string(chain.ops) + " ops in " + std::to_string(chain.graphs) +
+                       " graphs between them: the frame runs eagerly from its next call";
+  if (log_enabled("graph_breaks"))
+    log_event("graph_breaks", utf8(root_code->co_qualname) + ": " + chain.eager_reason);
+  return chain.eager_reason;
+}
+
 // How the frame goes on after its break, for the graph_breaks log.
 std::string after_break(const capture::CaptureResult& res, const bytecode::BridgeCode* codes) {
   if (!codes) return "the frame runs eagerly (" + res.no_resume + ")";
@@ -147,13 +184,14 @@ void set_backend_bridge(PyObject* bridge) {
 }
 
 CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView& frame,
-                         const std::shared_ptr<const CompileConfig>& config) {
+                         const std::shared_ptr<const CompileConfig>& config,
+                         bool structural_modules) {
   CacheEntry entry;
   entry.config = config;
   // A bridge runs natively (it holds the breaking instruction); no guards.
   if (bytecode::is_bridge(code)) return entry;
   counters().frames++;
-  capture::CaptureResult res = capture::capture_frame(code, func, frame);
+  capture::CaptureResult res = capture::capture_frame(code, func, frame, structural_modules);
   counters().capture_ns += static_cast<int64_t>(res.capture_ms * 1e6);
   // NOTE: kernels' .ll and .cu files go to <debug_dir>/kernels (core/flags.h).
   std::string dump_folder =
@@ -189,14 +227,16 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
                                     ": " + b.reason + " [" + b.kind + "]; " +
                                     after_break(res, codes));
   }
+  const bool has_ops = res.graph && (!res.graph_break || res.graph->num_ops() > 0);
+  std::string eager_frame =
+      choose_eager(code, res, codes, has_ops && (!res.graph_break || codes), config->id);
   if (config->recorder && config->recorder.get() != Py_None)
-    record(config->recorder.get(), code, res, codes != nullptr);
+    record(config->recorder.get(), code, res, codes != nullptr, eager_frame);
   if (res.graph_break && !codes) {
     entry.guards = std::move(res.guards);
     return entry;
   }
   // NOTE: an empty graph before a break is not a graph (nothing to compile or count).
-  const bool has_ops = !res.graph_break || res.graph->num_ops() > 0;
   if (log_enabled("graph") && has_ops)
     log_event("graph", utf8(code->co_qualname) + ":\n" + res.graph->str());
   PyRef backend_fn;

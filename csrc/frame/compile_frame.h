@@ -9,8 +9,10 @@ namespace tl::frame {
 // `code` and `func` are borrowed. A graph break yields an entry with
 // compiled == nullptr and the guards seen up to the break. Throws tl::Error
 // (fullgraph=True and a graph break, or a backend failure) or PythonError.
+// `structural_modules`: see capture_frame.
 CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView& frame,
-                         const std::shared_ptr<const CompileConfig>& config);
+                         const std::shared_ptr<const CompileConfig>& config,
+                         bool structural_modules = false);
 
 }  // namespace tl::frame
 

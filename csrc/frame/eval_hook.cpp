@@ -207,8 +207,12 @@ CacheEntry stub_compile(const TlFrameInfo& fi, const ConfigPtr& config) {
 // The entry to run for this frame, or nullptr to run it eagerly (cache size
 // limit). Captures on a miss. Throws PythonError/Error.
 std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo& fi,
-                                              const ir::FrameView& view, const ConfigPtr& config) {
+                                              const ir::FrameView& view, const ConfigPtr& config,
+                                              bool* captured = nullptr) {
+  auto chain = st.chains.find(config->id);  // compile_frame.cpp, choose_eager
+  if (chain != st.chains.end() && !chain->second.eager_reason.empty()) return nullptr;
   std::string reason;
+  if (drop_dead_entries(st)) reason = "an object its entry matched by identity was freed";
   // NOTE: index loop over copies: a guard may run Python code that lets
   // another thread change the list.
   for (size_t i = 0; i < st.entries.size(); i++) {
@@ -250,11 +254,39 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
     }
   }
   auto e = std::make_shared<CacheEntry>(
-      g_stub_compiler ? stub_compile(fi, config) : compile_frame(fi.code, fi.func, view, config));
+      g_stub_compiler ? stub_compile(fi, config)
+                      : compile_frame(fi.code, fi.func, view, config, st.fresh_objects));
   if (!e->config) e->config = config;
   watch_guarded_objects(fi.code, *e, view);
   insert_entry(st, e);
+  if (captured) *captured = true;
   return e;
+}
+
+// After the first run of an entry captured in this call: when the run itself
+// invalidated the entry's guards (a cache dict filled on the first call, an
+// attribute set for the first time), captures again now, from the state the
+// next call will see, so that an identical second call hits the cache. Errors
+// are left for that call to raise.
+void capture_for_next_call(PyCodeObject* code, const ir::FrameView& view,
+                           const std::shared_ptr<CacheEntry>& entry, const TlFrameInfo& fi,
+                           const ConfigPtr& config) {
+  ActiveConfigScope none(nullptr);
+  PyObject *t, *v, *tb;
+  PyErr_Fetch(&t, &v, &tb);
+  try {
+    ExtraState* st = find_extra(code);
+    if (st && !entry->guards.check(view, false) && entry->guards.failed_in_kept_object()) {
+      if (log_enabled("recompiles"))
+        log_event("recompiles", utf8(code->co_name) +
+                                    ": the first run changed what its guards "
+                                    "check; capturing again for the next call");
+      lookup_or_compile(*st, fi, view, config);
+    }
+  } catch (const std::exception&) {
+    PyErr_Clear();
+  }
+  PyErr_Restore(t, v, tb);
 }
 
 // Releases a frame the hook did not evaluate and returns `result` (stolen),
@@ -282,6 +314,7 @@ struct Interception {
                                          const ConfigPtr* config) {
   ir::FrameView view{fi.localsplus, fi.nlocalsplus, fi.closure, fi.globals, fi.builtins};
   std::shared_ptr<CacheEntry> entry;
+  bool captured = false;
   {
     // Nothing that guards, capture or warnings run is intercepted.
     ActiveConfigScope none(nullptr);
@@ -291,7 +324,7 @@ struct Interception {
         st->skip = is_internal_code(fi.code);
         st->skip_known = true;
       }
-      if (!st->skip) entry = lookup_or_compile(*st, fi, view, *config);
+      if (!st->skip) entry = lookup_or_compile(*st, fi, view, *config, &captured);
     } catch (const std::exception& e) {
       set_python_error(e);
       return {false, finish_unevaluated(ts, frame, nullptr)};
@@ -312,6 +345,7 @@ struct Interception {
   }
   // Nothing visible happened (CompiledFrame::run): the frame runs as is.
   if (!result && !PyErr_Occurred()) return {true, nullptr};
+  if (captured && result) capture_for_next_call(fi.code, view, entry, fi, *config);
   return {false, finish_unevaluated(ts, frame, result)};
 }
 

@@ -29,9 +29,11 @@ PyRef missing_or_throw(PyObject* missing) {
   throw PythonError();
 }
 
-// Exact-dict lookup; returns a new reference or null (missing), throws on error.
+// Dict lookup; returns a new reference or null (missing), throws on error.
+// NOTE: a dict subclass is read from its storage, as the trace read it
+// (Tracer::created_object_method), not through a __getitem__ of its own.
 PyRef dict_get(PyObject* dict, PyObject* key) {
-  if (PyDict_CheckExact(dict)) {
+  if (PyDict_Check(dict)) {
     PyObject* v = PyDict_GetItemWithError(dict, key);  // borrowed
     if (!v && PyErr_Occurred()) throw PythonError();
     return own(v);

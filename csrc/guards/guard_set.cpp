@@ -8,6 +8,7 @@
 #include "guards/fetch.h"
 #include "guards/global_state.h"
 #include "guards/leaf_guard.h"
+#include "guards/torch_refs.h"
 
 namespace tl::guards {
 
@@ -24,6 +25,11 @@ struct Node {
   explicit Node(ir::SourcePtr s) : source(s), label(s->str()), step(*s) {}
 };
 using Nodes = std::vector<std::unique_ptr<Node>>;
+
+bool is_module(PyObject* v) {
+  PyObject* type = torch_refs().module_type;
+  return type && PyObject_TypeCheck(v, reinterpret_cast<PyTypeObject*>(type));
+}
 
 // `a is b` (or `is not`) between two sources, checked after the tree.
 struct Identity {
@@ -46,10 +52,12 @@ struct GuardSet::Impl {
   mutable PyObject* globals_seen = nullptr;  // compared only, never dereferenced
   // Written by the const check(): the GIL serialises every call on a GuardSet.
   mutable std::string failure;
+  mutable bool failure_in_kept_object = false;  // see failed_in_kept_object()
 
   Node& node_for(const ir::SourcePtr& s);
   void add(const ir::SourcePtr& s, LeafGuard g);
-  bool check_node(const Node& n, PyObject* parent, const ir::FrameView& frame) const;
+  // `kept`: the value is read from an nn.Module matched by identity.
+  bool check_node(const Node& n, PyObject* parent, const ir::FrameView& frame, bool kept) const;
   bool check_absent_globals(PyObject* globals) const;
   void print(const Node& n, std::ostringstream& os) const;
 };
@@ -72,20 +80,24 @@ void GuardSet::Impl::add(const ir::SourcePtr& s, LeafGuard g) {
   ++count;
 }
 
-bool GuardSet::Impl::check_node(const Node& n, PyObject* parent, const ir::FrameView& frame) const {
+bool GuardSet::Impl::check_node(const Node& n, PyObject* parent, const ir::FrameView& frame,
+                                bool kept) const {
   PyRef v = n.step.apply(parent, frame);
+  failure_in_kept_object = kept;
   if (!v) {
     failure = n.label + " does not exist";
     return false;
   }
+  bool children_kept = kept;
   for (const LeafGuard& g : n.guards) {
     if (!g.check(v.get())) {
       failure = g.failure(v.get(), n.label);
       return false;
     }
+    children_kept = children_kept || (g.kind == GuardKind::IdMatch && is_module(v.get()));
   }
   for (const auto& child : n.children)
-    if (!check_node(*child, v.get(), frame)) return false;
+    if (!check_node(*child, v.get(), frame, children_kept)) return false;
   return true;
 }
 
@@ -119,14 +131,26 @@ void GuardSet::add_type_match(ir::SourcePtr s, PyObject* type) {
   impl_->add(s, LeafGuard::type_match(type));
 }
 void GuardSet::add_id_match(ir::SourcePtr s, PyObject* obj) {
-  if (s && s->kind == ir::SourceKind::Local) impl_->id_locals.push_back({s->index, false, obj});
+  auto weak = [&] {
+    if (!PyType_SUPPORTS_WEAKREFS(Py_TYPE(obj))) return PyRef();
+    PyRef r = PyRef::steal(PyWeakref_NewRef(obj, nullptr));
+    if (!r) throw PythonError();
+    return r;
+  };
+  if (s && s->kind == ir::SourceKind::Local)
+    impl_->id_locals.push_back({s->index, false, obj, weak()});
   if (s && s->kind == ir::SourceKind::Attr && s->name == "__self__" && s->base &&
       s->base->kind == ir::SourceKind::Local)
-    impl_->id_locals.push_back({s->base->index, true, obj});
+    impl_->id_locals.push_back({s->base->index, true, obj, weak()});
   impl_->add(s, LeafGuard::id_match(obj));
 }
 const std::vector<GuardSet::IdMatchedLocal>& GuardSet::id_matched_locals() const {
   return impl_->id_locals;
+}
+bool GuardSet::id_matched_local_freed() const {
+  for (const IdMatchedLocal& m : impl_->id_locals)
+    if (m.ref && PyWeakref_GET_OBJECT(m.ref.get()) == Py_None) return true;
+  return false;
 }
 void GuardSet::add_equals_match(ir::SourcePtr s, PyObject* value) {
   impl_->add(s, LeafGuard::equals_match(value));
@@ -136,6 +160,9 @@ void GuardSet::add_tensor_match(ir::SourcePtr s, PyObject* tensor) {
 }
 void GuardSet::add_dict_version(ir::SourcePtr s, PyObject* dict) {
   impl_->add(s, LeafGuard::dict_version(dict));
+}
+void GuardSet::add_dict_keys(ir::SourcePtr s, PyObject* dict) {
+  impl_->add(s, LeafGuard::dict_keys(dict));
 }
 void GuardSet::add_length_match(ir::SourcePtr s, Py_ssize_t n) {
   impl_->add(s, LeafGuard::length_match(n));
@@ -205,14 +232,15 @@ void GuardSet::add_global_state() {
   ++impl_->count;
 }
 
-bool GuardSet::check(const ir::FrameView& frame) const {
+bool GuardSet::check(const ir::FrameView& frame, bool global_state) const {
   const Impl& im = *impl_;
-  if (im.global_state && !im.global_state->check()) {
+  im.failure_in_kept_object = false;
+  if (global_state && im.global_state && !im.global_state->check()) {
     im.failure = im.global_state->mismatch();
     return false;
   }
   for (const auto& root : im.roots)
-    if (!im.check_node(*root, nullptr, frame)) return false;
+    if (!im.check_node(*root, nullptr, frame, false)) return false;
   if (!im.check_absent_globals(frame.globals)) return false;
   for (const Identity& id : im.identities) {
     PyRef a = id.fetch_a(frame), b = id.fetch_b(frame);
@@ -226,6 +254,7 @@ bool GuardSet::check(const ir::FrameView& frame) const {
 }
 
 std::string GuardSet::failure_reason() const { return impl_->failure; }
+bool GuardSet::failed_in_kept_object() const { return impl_->failure_in_kept_object; }
 
 std::string GuardSet::str() const {
   std::ostringstream os;

@@ -28,6 +28,8 @@ class GuardSet {
   void add_tensor_match(ir::SourcePtr s, PyObject* tensor);
   // The dict (e.g. a module's __dict__) has not been written since now.
   void add_dict_version(ir::SourcePtr s, PyObject* dict);
+  // The dict (or dict subclass) at `s` has the keys it has now, in the same order. Borrows.
+  void add_dict_keys(ir::SourcePtr s, PyObject* dict);
   // len(v) == n for a list/tuple/dict the trace iterated over.
   void add_length_match(ir::SourcePtr s, Py_ssize_t n);
   // `owner.<name>` (owner is the object at `s` now) is an empty dict: a
@@ -58,10 +60,16 @@ class GuardSet {
 
   // True when every guard passes. Throws PythonError only if evaluating a
   // guard raised unexpectedly.
-  bool check(const ir::FrameView& frame) const;
+  // `global_state`: false skips grad mode, default dtype and the like (after a
+  // run, they are the state the frame left, not the state its next call starts in).
+  bool check(const ir::FrameView& frame, bool global_state = true) const;
   // After a failed check(): the first failing guard, readable, e.g.
   // "tensor L['x'] size mismatch at index 0: expected 8, got 16".
   std::string failure_reason() const;
+  // After a failed check(): the failing value was read from an nn.Module matched by identity
+  // (a model's own state, which outlives the call), not from an argument or a global the
+  // caller may reset or build anew each time.
+  bool failed_in_kept_object() const;
   // One guard a line, for guards.txt and explain().
   std::string str() const;
   size_t size() const;
@@ -73,8 +81,13 @@ class GuardSet {
     int slot = -1;              // fast-local slot
     bool via_self = false;      // the object is that local's __self__
     const void* obj = nullptr;  // address at trace time (compared, never dereferenced)
+    PyRef ref;                  // a weakref to it, or null where its type has none
   };
   const std::vector<IdMatchedLocal>& id_matched_locals() const;
+  // Some ID-matched local (above) has been freed: the entry can never match again. A frame
+  // whose entries die this way is called with new objects each time (a module built in the
+  // caller's forward, `self` in __init__).
+  bool id_matched_local_freed() const;
 
  private:
   struct Impl;

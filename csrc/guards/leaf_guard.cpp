@@ -12,7 +12,9 @@ std::string repr(PyObject* v) {
   PyRef r = PyRef::steal(PyObject_Repr(v));
   const char* s = r ? PyUnicode_AsUTF8(r.get()) : nullptr;
   if (!s) PyErr_Clear();
-  return s ? s : "?";
+  std::string out = s ? s : "?";
+  // NOTE: a failure names the value; a tuple of modules and tensors would print pages.
+  return out.size() > 200 ? out.substr(0, 200) + "..." : out;
 }
 
 const char* type_name(PyObject* v) { return Py_TYPE(v)->tp_name; }
@@ -59,6 +61,8 @@ Py_ssize_t length_of(PyObject* v) {
   return n;
 }
 }  // namespace
+
+bool compared_by_value(PyObject* v) { return is_constant(v); }
 
 bool equals_exact(PyObject* a, PyObject* b) {
   if (Py_TYPE(a) != Py_TYPE(b)) return false;
@@ -131,6 +135,7 @@ LeafGuard LeafGuard::dict_version(PyObject* dict) {
   // carry this one: no reference to the dict is needed.
   LeafGuard g{GuardKind::DictVersion};
   g.version = dict_version_of(dict);
+  g.snapshot = std::make_shared<const DictSnapshot>(dict);
   return g;
 }
 
@@ -176,6 +181,20 @@ LeafGuard LeafGuard::call_result(PyObject* result) {
   return g;
 }
 
+LeafGuard LeafGuard::dict_keys(PyObject* dict) {
+  TL_CHECK(PyDict_Check(dict)) << "DICT_KEYS needs a dict, got " << type_name(dict);
+  LeafGuard g{GuardKind::DictKeys};
+  g.ref = PyRef::steal(PyTuple_New(PyDict_GET_SIZE(dict)));
+  if (!g.ref) throw PythonError();
+  PyObject *k, *v;
+  Py_ssize_t pos = 0, i = 0;
+  while (PyDict_Next(dict, &pos, &k, &v)) {
+    TL_CHECK(is_constant(k)) << "DICT_KEYS on a dict with a " << type_name(k) << " key";
+    PyTuple_SET_ITEM(g.ref.get(), i++, Py_NewRef(k));
+  }
+  return g;
+}
+
 namespace {
 bool call_result_equals(PyObject* fn, PyObject* want) {
   PyRef r = PyRef::steal(PyObject_CallNoArgs(fn));
@@ -192,6 +211,17 @@ bool set_matches(PyObject* v, PyObject* items, bool by_value) {
   while (_PySet_NextEntry(v, &pos, &key, &hash)) {
     PyObject* want = PyTuple_GET_ITEM(items, i++);
     if (by_value ? !equals_exact(key, want) : key != want) return false;
+  }
+  return true;
+}
+
+bool dict_keys_match(PyObject* v, PyObject* keys) {
+  if (!PyDict_Check(v) || PyDict_GET_SIZE(v) != PyTuple_GET_SIZE(keys)) return false;
+  PyObject *k, *value;
+  Py_ssize_t pos = 0, i = 0;
+  while (PyDict_Next(v, &pos, &k, &value)) {
+    PyObject* want = PyTuple_GET_ITEM(keys, i++);
+    if (k != want && !equals_exact(k, want)) return false;
   }
   return true;
 }
@@ -228,8 +258,14 @@ bool LeafGuard::check(PyObject* v) const {
       return equals_exact(v, ref.get());
     case GuardKind::TensorMatch:
       return tensor->check(v);
-    case GuardKind::DictVersion:
-      return PyDict_Check(v) && dict_version_of(v) == version;
+    case GuardKind::DictVersion: {
+      if (!PyDict_Check(v)) return false;
+      uint64_t now = dict_version_of(v);
+      if (now == version) return true;
+      if (!snapshot->matches(v)) return false;
+      version = now;
+      return true;
+    }
     case GuardKind::LengthMatch:
       return length_of(v) == length;
     case GuardKind::EmptyDictAttr:
@@ -245,6 +281,8 @@ bool LeafGuard::check(PyObject* v) const {
     case GuardKind::FunctionDefaults:
       return PyFunction_Check(v) && PyFunction_GET_DEFAULTS(v) == ref.get() &&
              PyFunction_GET_KW_DEFAULTS(v) == ref2.get();
+    case GuardKind::DictKeys:
+      return dict_keys_match(v, ref.get());
   }
   return false;
 }
@@ -268,7 +306,7 @@ std::string LeafGuard::failure(PyObject* v, const std::string& src) const {
     case GuardKind::TensorMatch:
       return src + ": " + tensor->mismatch(v);
     case GuardKind::DictVersion:
-      return src + " was modified since tracing";
+      return src + " was modified since tracing (its items differ)";
     case GuardKind::LengthMatch:
       return "len(" + src + ") == " + std::to_string(length) + " failed (got " +
              std::to_string(length_of(v)) + ")";
@@ -285,6 +323,8 @@ std::string LeafGuard::failure(PyObject* v, const std::string& src) const {
       return src + ": __defaults__ or __kwdefaults__ was replaced";
     case GuardKind::CallResult:
       return src + "() != " + repr(ref.get()) + " any more";
+    case GuardKind::DictKeys:
+      return src + ": the keys changed since tracing (expected " + repr(ref.get()) + ")";
   }
   return src + ": guard failed";
 }
@@ -320,6 +360,8 @@ std::string LeafGuard::str(const std::string& src) const {
       return "FUNCTION_DEFAULTS " + src;
     case GuardKind::CallResult:
       return "CALL_RESULT " + src + "() == " + repr(ref.get());
+    case GuardKind::DictKeys:
+      return "DICT_KEYS " + src + " == " + repr(ref.get());
   }
   return "?";
 }
@@ -349,6 +391,8 @@ bool LeafGuard::same_as(const LeafGuard& o) const {
       return by_value == o.by_value && equals_exact(ref.get(), o.ref.get());
     case GuardKind::FunctionDefaults:
       return ref.get() == o.ref.get() && ref2.get() == o.ref2.get();
+    case GuardKind::DictKeys:
+      return equals_exact(ref.get(), o.ref.get());
   }
   return false;
 }

@@ -9,6 +9,7 @@
 
 #include "core/py_ref.h"
 #include "guards/attr_table.h"
+#include "guards/dict_snapshot.h"
 #include "guards/tensor_match.h"
 
 namespace tl::guards {
@@ -26,6 +27,7 @@ enum class GuardKind {
   SetMatch,          // a set with the same elements in the same iteration order
   FunctionDefaults,  // a function whose __defaults__ / __kwdefaults__ are the same objects
   CallResult,        // calling the value (a state query of torch's) returns an equal constant
+  DictKeys,          // a dict (or dict subclass) with the same keys in the same order
 };
 
 struct LeafGuard {
@@ -34,15 +36,18 @@ struct LeafGuard {
   // its type has no weakrefs. EqualsMatch: the constant. EmptyDictAttr: the
   // interned attribute name. NoInstanceAttr: the interned name. SetMatch: a
   // tuple of the elements. FunctionDefaults: __defaults__ (may be null).
-  // CallResult: the result.
+  // CallResult: the result. DictKeys: a tuple of the keys.
   PyRef ref;
   PyRef ref2;             // FunctionDefaults: __kwdefaults__ (may be null)
   bool by_value = false;  // SetMatch: elements compared by value (all constants), else identity
   std::shared_ptr<guards::AttrTable> table;  // AttrTable (shared: LeafGuard copies)
   PyObject* id = nullptr;  // IdMatch: the object's address (compare only, never dereferenced)
   bool weak = false;       // IdMatch: `ref` is a weakref
-  uint64_t version = 0;    // DictVersion
-  Py_ssize_t length = 0;   // LengthMatch
+  // DictVersion: the version the items last matched at (DictSnapshot: written by the const
+  // check(); the GIL serialises every call on a GuardSet).
+  mutable uint64_t version = 0;
+  std::shared_ptr<const DictSnapshot> snapshot;       // DictVersion (shared: LeafGuard copies)
+  Py_ssize_t length = 0;                              // LengthMatch
   std::shared_ptr<const guards::TensorMatch> tensor;  // TensorMatch (shared: LeafGuard copies)
 
   static LeafGuard type_match(PyObject* type);      // borrows
@@ -58,6 +63,7 @@ struct LeafGuard {
   static LeafGuard set_match(PyObject* set);                         // borrows; keeps the elements
   static LeafGuard function_defaults(PyObject* fn);                  // borrows; keeps the defaults
   static LeafGuard call_result(PyObject* result);  // borrows a constant (see equals_match)
+  static LeafGuard dict_keys(PyObject* dict);      // borrows; keeps the keys (str/int constants)
   // The value's instance __dict__ holds `name` (borrowed, interned), an empty
   // dict: a module's hook dicts, read without fetching each as a node. Null
   // when `owner` (borrowed) does not hold one there now, or a data descriptor
@@ -76,5 +82,8 @@ struct LeafGuard {
 // type(a) is type(b) and a == b, recursively for tuples; floats also by sign
 // (0.0 vs -0.0) and NaN equals NaN. Throws PythonError if == raised.
 bool equals_exact(PyObject* a, PyObject* b);
+// The value is compared by value (EQUALS_MATCH), not identity: None, bool, int, float, complex,
+// str, bytes, torch dtype/device/layout/memory_format, and tuples, slices, frozensets of those.
+bool compared_by_value(PyObject* v);
 
 }  // namespace tl::guards

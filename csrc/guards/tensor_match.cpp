@@ -22,6 +22,10 @@ PyObject* stride_name() {
   static PyObject* name = PyUnicode_InternFromString("stride");
   return name;
 }
+PyObject* is_inference_name() {
+  static PyObject* name = PyUnicode_InternFromString("is_inference");
+  return name;
+}
 
 std::string repr(PyObject* v) {
   PyRef r = PyRef::steal(PyObject_Str(v));
@@ -89,6 +93,9 @@ TensorMatch::TensorMatch(PyObject* tensor) : type_(PyRef::borrow((PyObject*)Py_T
   }
   PyObject* stride = _PyType_Lookup(type, stride_name());  // borrowed
   if (stride && Py_IS_TYPE(stride, &PyMethodDescr_Type)) stride_method_ = PyRef::borrow(stride);
+  PyObject* is_inference = _PyType_Lookup(type, is_inference_name());  // borrowed
+  if (is_inference && Py_IS_TYPE(is_inference, &PyMethodDescr_Type))
+    is_inference_method_ = PyRef::borrow(is_inference);
   bool all = static_cast<bool>(stride_method_);
   for (auto* g : getters_) all = all && g && g->get;
   fast_tag_ = all ? type->tp_version_tag : 0;
@@ -124,9 +131,21 @@ PyRef TensorMatch::read_strides(PyObject* v) const {
 }
 
 bool TensorMatch::read_inference(PyObject* v) const {
-  // NOTE: through the `_version` getter, not is_inference(): that method goes through
+  // NOTE: a guard that expects an inference tensor asks is_inference(): reading `_version`
+  // of an inference tensor raises, and a C++ exception turned into a Python one and cleared
+  // on every call costs far more than the method's argument parsing.
+  if (inference_) {
+    PyObject* r = fast_valid() && is_inference_method_ && Py_TYPE(v) == (PyTypeObject*)type_.get()
+                      ? PyObject_Vectorcall(is_inference_method_.get(), &v, 1, nullptr)
+                      : PyObject_CallMethodNoArgs(v, is_inference_name());
+    if (!r) throw PythonError();
+    bool yes = r == Py_True;
+    Py_DECREF(r);
+    return yes;
+  }
+  // Otherwise through the `_version` getter, not is_inference(): that method goes through
   // torch's argument parser (measured 5x a getter per guard). Only an inference tensor has
-  // no version counter, so only it raises here.
+  // no version counter, so only it raises here, and then the guard fails anyway.
   PyObject* r = fast_valid() && Py_TYPE(v) == (PyTypeObject*)type_.get()
                     ? getters_[kVersion]->get(v, getters_[kVersion]->closure)
                     : PyObject_GetAttr(v, field_name(kVersion));

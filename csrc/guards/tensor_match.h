@@ -48,6 +48,7 @@ class TensorMatch {
   unsigned int fast_tag_ = 0;
   PyGetSetDef* getters_[kNumFields] = {};
   PyRef stride_method_;
+  PyRef is_inference_method_;  // Tensor.is_inference, when a method descriptor (else null)
 };
 
 }  // namespace tl::guards

@@ -183,7 +183,21 @@ TEST_CASE("DICT_VERSION fails after a store into the dict", "[guards]") {
   REQUIRE(check(g, f));
   f.run("m.extra = 1\n");
   REQUIRE(!check(g, f));
-  REQUIRE(g.failure_reason() == "L['m'].__dict__ was modified since tracing");
+  REQUIRE(g.failure_reason() == "L['m'].__dict__ was modified since tracing (its items differ)");
+}
+
+TEST_CASE("DICT_VERSION passes after a store of the same value, and fails on another", "[guards]") {
+  TestFrame f(kSetup, {"m"});
+  f.run("m.seq_len = 16\n");
+  auto d = Source::attr(Source::local(0, "m"), "__dict__");
+  GuardSet g;
+  g.add_dict_version(d, eval(f, "m.__dict__").get());
+  f.run("m.seq_len = 16\n");  // a new version, the same items
+  REQUIRE(check(g, f));
+  f.run("m.seq_len = 17\n");
+  REQUIRE(!check(g, f));
+  f.run("m.seq_len = 16\n");
+  REQUIRE(check(g, f));
 }
 
 TEST_CASE("LENGTH_MATCH fails on another length", "[guards]") {

@@ -1,5 +1,6 @@
 """The bench/models.py corpus at CI size: every timm and transformers model (random weights,
-eval, no_grad) compiled whole-model gives the eager result, on the first and the cached call.
+eval, no_grad) compiled whole-model gives the eager result, on the first and the cached call,
+and the second identical call captures nothing again.
 
 Correctness only; graphs, breaks and timings are bench/models.py's job.
 """
@@ -10,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from helpers import assert_same, model_tolerance
+from helpers import assert_counters_delta, assert_same, counters, model_tolerance
 
 import torchlite
 
@@ -39,5 +40,8 @@ def test_corpus_model_matches_eager(spec):
     compiled = torchlite.compile(model)
     with torch.no_grad():
         expected = model(*args, **kwargs)
-        for _ in range(2):
-            assert_same(compiled(*args, **kwargs), expected, **model_tolerance(expected))
+        assert_same(compiled(*args, **kwargs), expected, **model_tolerance(expected))
+        # The second identical call hits the cache: no frame is captured again (issue 22).
+        before = counters()
+        assert_same(compiled(*args, **kwargs), expected, **model_tolerance(expected))
+        assert_counters_delta(before, counters(), frames=0, graphs=0, recompiles=0)

@@ -1,0 +1,161 @@
+"""Stable guards (issue 22 item 3): after a capture, a second call with the same inputs hits the
+cache, also when the forward writes module state (an attribute set on every call, a cache dict
+filled on the first call) or builds modules of its own. Each result matches eager."""
+
+import collections
+import copy
+
+import torch
+from helpers import assert_counters_delta, assert_same, at_least, counters
+from torch import nn
+
+import torchlite
+
+
+def _assert_second_call_hits_cache(model, *args, calls=3):
+    """Runs `model` compiled and an eager deep copy `calls` times on the same inputs: equal
+    results every time, and no capture after the first call."""
+    eager = copy.deepcopy(model)
+    compiled = torchlite.compile(model)
+    after_first = None
+    for i in range(calls):
+        assert_same(compiled(*args), eager(*args), path=f"call {i}")
+        if i == 0:
+            after_first = counters()
+    assert_counters_delta(
+        after_first, counters(), frames=0, graphs=0, recompiles=0, cache_hits=at_least(calls - 1)
+    )
+    return compiled
+
+
+class _RecordsSeqLen(nn.Module):
+    """Writes an attribute on every call (transformers' Funnel attention structure)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.seq_len = x.shape[0]
+        return self.lin(x) * self.seq_len
+
+
+def test_attribute_written_on_every_call_does_not_recompile():
+    _assert_second_call_hits_cache(_RecordsSeqLen(), torch.randn(3, 4))
+
+
+class _CachesBias(nn.Module):
+    """Fills a per-device cache dict on the first call (timm's LeViT attention biases)."""
+
+    def __init__(self):
+        super().__init__()
+        self.biases = nn.Parameter(torch.randn(4))
+        self.cache = {}
+
+    def bias(self, device):
+        key = str(device)
+        if key not in self.cache:
+            self.cache[key] = self.biases * 2
+        return self.cache[key]
+
+    def forward(self, x):
+        return x + self.bias(x.device)
+
+
+def test_cache_dict_filled_on_first_call_does_not_recompile_on_second():
+    with torch.no_grad():
+        _assert_second_call_hits_cache(_CachesBias(), torch.randn(2, 4))
+
+
+class _SetsFlagOnce(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if not hasattr(self, "warmed"):
+            self.warmed = True
+        return self.lin(x).relu()
+
+
+def test_attribute_set_on_first_call_only_does_not_recompile_on_second():
+    _assert_second_call_hits_cache(_SetsFlagOnce(), torch.randn(2, 4))
+
+
+def test_attribute_changed_by_the_user_still_recompiles():
+    model = _RecordsSeqLen()
+    compiled = torchlite.compile(model)
+    x = torch.randn(3, 4)
+    compiled(x)
+    compiled(x)
+    model.lin = nn.Linear(4, 4)
+    before = counters()
+    assert_same(compiled(x), model.lin(x) * 3)
+    assert_counters_delta(before, counters(), recompiles=1)
+
+
+class _Scale(nn.Module):
+    def __init__(self, s):
+        super().__init__()
+        self.s = s
+
+    def forward(self, x):
+        return x * self.s
+
+
+class _BuildsModulesInForward(nn.Module):
+    """Builds modules on every call (transformers' `nn.ReLU()(x)`, `ACT2FN[name](x)`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = nn.Softmax(dim=-1)(self.lin(x))
+        return _Scale(2.0)(y) + 1
+
+
+def test_modules_built_in_forward_do_not_recompile():
+    _assert_second_call_hits_cache(_BuildsModulesInForward(), torch.randn(2, 4))
+
+
+def test_module_built_in_forward_with_other_settings_is_not_mistaken_for_the_first():
+    def fn(x, s):
+        return _Scale(s)(x.cos()) - 1
+
+    compiled = torchlite.compile(fn)
+    x = torch.randn(3)
+    for s in (2.0, 2.0, 3.0, -1.5, 2.0):
+        assert_same(compiled(x, s), fn(x, s))
+
+
+class _Output(collections.OrderedDict):
+    """A dict subclass returned by every call (transformers' ModelOutput)."""
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+class _ReturnsOutput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return _Output(hidden=self.lin(x), pooled=x.mean(0))
+
+
+class _UsesOutputAsTuple(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _ReturnsOutput()
+
+    def forward(self, x):
+        out = self.inner(x)
+        print(end="")  # NOTE: a graph break, so the dict-subclass methods are frames of their own
+        hidden, pooled = out.to_tuple()
+        return hidden * 2 + pooled
+
+
+def test_dict_subclass_output_read_after_a_break_does_not_recompile():
+    _assert_second_call_hits_cache(_UsesOutputAsTuple(), torch.randn(2, 4))
