@@ -122,12 +122,15 @@ def soak(seconds: float, threads: int = 1, forks: bool = False) -> tuple[int, fl
 
 
 def test_soak_compile_drop_reset_keeps_rss_bounded():
+    # NOTE: kernels of objects earlier tests still hold (a module-level compiled function) stay.
+    gc.collect()
+    kernels_before = _C.live_cpu_kernels()
     soak(8)  # warm-up: the first cycles grow RSS once (allocator arenas, torch's caches)
     cycles, growth = soak(20)
     assert cycles > 50
     # NOTE: ~42 KB a compiled function used to stay mapped forever (+50 MB per 1,200).
     assert growth < 2.5, f"RSS grew {growth:.1f} MB over {cycles} compile/drop cycles"
-    assert _C.live_cpu_kernels() == 0
+    assert _C.live_cpu_kernels() <= kernels_before
 
 
 @pytest.mark.slow
