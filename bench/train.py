@@ -178,14 +178,17 @@ def bench_row(name, build, make_inputs, amp, device, steps, inductor):
     base = build().to(device).train()
     inputs = make_inputs(device)
     results = {}
-    kinds = ["eager", "torchlite"] + (["torch.compile"] if inductor else [])
+    # NOTE: "torchlite+bw" turns on the compiled backward (opt-in while it is slower on some models).
+    kinds = ["eager", "torchlite", "torchlite+bw"] + (["torch.compile"] if inductor else [])
     for kind in kinds:
         model = copy.deepcopy(base)
         if kind == "eager":
             step_model = model
-        elif kind == "torchlite":
+        elif kind.startswith("torchlite"):
             torchlite.reset()
-            step_model = torchlite.compile(model)
+            step_model = torchlite.compile(
+                model, options={"compiled_backward": kind == "torchlite+bw"}
+            )
         else:
             torch._dynamo.reset()
             step_model = torch.compile(model)

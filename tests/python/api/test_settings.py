@@ -26,7 +26,7 @@ OTHER = {
     "fold_batch_norm": True,
     "channels_last": False,
     "verify": True,
-    "compiled_backward": False,
+    "compiled_backward": True,
     "recompute_in_backward": False,
     "cache_size_limit": 3,
 }
