@@ -27,7 +27,7 @@ def test_trace_dumps_joint_partition_and_both_halves_with_kernels(monkeypatch, t
     out = torchlite.compile(_block)(*args)
     assert compiled_backward_used(out)
     out.sum().backward()
-    (pipeline,) = tmp_path.glob("*/pipeline.txt")
+    (pipeline,) = tmp_path.glob("run-*/*/pipeline.txt")
     folder = pipeline.parent
     assert "training: compiled forward and backward" in pipeline.read_text()
     joint = (folder / "joint.txt").read_text()
@@ -46,7 +46,7 @@ def test_trace_says_why_a_graph_runs_op_by_op(monkeypatch, tmp_path):
     x = torch.randn(3, requires_grad=True)
     out = torchlite.compile(_block, options={"compiled_backward": False})(x, torch.randn(3, 3), x)
     assert not compiled_backward_used(out)
-    (pipeline,) = tmp_path.glob("*/pipeline.txt")
+    (pipeline,) = tmp_path.glob("run-*/*/pipeline.txt")
     assert "training: op by op (compiled_backward is off)" in pipeline.read_text()
 
 
