@@ -33,10 +33,14 @@ const char* const kHint =
     "is rebuilt on every call)";
 
 // A Python function defined by torch.nn (Module.__init__, Softmax.__init__...), borrowed.
+// NOTE: importing torch._dynamo (torch.compile, torch._decomp users) replaces Module.__init__
+// with mutation_guard's wrapper, which calls the original and tags the instance: as safe to run.
 bool is_torch_nn_function(PyObject* f) {
   if (!f || !PyFunction_Check(f)) return false;
   PyObject* mod = PyFunction_GET_MODULE(f);
-  return mod && PyUnicode_Check(mod) && utf8(mod).rfind("torch.nn.", 0) == 0;
+  if (!mod || !PyUnicode_Check(mod)) return false;
+  std::string name = utf8(mod);
+  return name.rfind("torch.nn.", 0) == 0 || name == "torch._dynamo.mutation_guard";
 }
 
 // The real object for a constructor argument, or null when it is a traced value.

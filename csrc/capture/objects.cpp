@@ -205,27 +205,54 @@ std::optional<ValuePtr> Tracer::created_object_method(const ValuePtr& self, cons
   static const std::unordered_set<std::string> readers = {
       "get", "__getitem__", "__contains__", "keys", "values", "items", "__len__", "copy"};
   if (!readers.count(name) || !all_const(args, kwargs)) return std::nullopt;
-  // NOTE: guarded by its keys, each item an input of its own (`L['out']['logits']`): a
-  // ModelOutput is a new object on every call, so a guard on its items' identity (or its
-  // dict version) would recompile every call. The dict's own storage is read, never the
-  // subclass's Python __getitem__; the key guard checks storage order, so views and copies
-  // need a class that iterates in storage order (an OrderedDict's move_to_end changes its
-  // iteration order only).
+  // NOTE: a dict reached from a frame local (a ModelOutput handed to a resume function) is a
+  // new object each call: guarded by keys, items as inputs. One reached from a global or a
+  // closure (a registry such as ACT2FN) lives on: guarded by its dict version.
+  ir::SourcePtr root = self->source;
+  while (root->base) root = root->base;
+  if (root->kind == ir::SourceKind::Local) {
+    // NOTE: guarded by its keys, each item an input of its own (`L['out']['logits']`): a
+    // ModelOutput is a new object on every call, so a guard on its items' identity (or its
+    // dict version) would recompile every call. The dict's own storage is read, never the
+    // subclass's Python __getitem__; the key guard checks storage order, so views and copies
+    // need a class that iterates in storage order (an OrderedDict's move_to_end changes its
+    // iteration order only).
+    bool order_free =
+        name == "get" || name == "__getitem__" || name == "__contains__" || name == "__len__";
+    if (!order_free && Py_TYPE(self->obj.get())->tp_iter != PyDict_Type.tp_iter)
+      return std::nullopt;
+    PyObject* d = self->obj.get();
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    ValuePtr items = Value::of_kind(VKind::Dict);
+    while (PyDict_Next(d, &pos, &k, &v)) {
+      if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
+        graph_break("unsupported_value", "dict subclass with keys other than str/int");
+      items->keys.push_back(PyRef::borrow(k));
+      items->items.push_back(ctx_.wrap(v, ir::Source::item(self->source, PyRef::borrow(k))));
+    }
+    ctx_.guards().add_dict_keys(self->source, d);
+    return call_method_on(items, name, args, kwargs);
+  }
+  ctx_.guards().add_dict_version(self->source, self->obj.get());
+  // NOTE: the dict's own storage, read without running the subclass's Python __getitem__ or
+  // keys() (PyDict_Copy would call them on a subclass that overrides __iter__, as
+  // OrderedDict's do); only the views' order could differ from the subclass's, so those need a
+  // class that leaves item access to dict.
   bool order_free =
       name == "get" || name == "__getitem__" || name == "__contains__" || name == "__len__";
-  if (!order_free && Py_TYPE(self->obj.get())->tp_iter != PyDict_Type.tp_iter) return std::nullopt;
-  PyObject* d = self->obj.get();
+  PyRef getitem_name = PyRef::steal(PyUnicode_FromString("__getitem__"));
+  PyObject* getitem = _PyType_Lookup(Py_TYPE(self->obj.get()), getitem_name.get());
+  if (!order_free && getitem && PyFunction_Check(getitem)) return std::nullopt;
+  PyRef d = PyRef::steal(order_free ? PyDict_New() : PyDict_Copy(self->obj.get()));
+  if (!d) throw PythonError();
   PyObject *k, *v;
   Py_ssize_t pos = 0;
-  ValuePtr items = Value::of_kind(VKind::Dict);
-  while (PyDict_Next(d, &pos, &k, &v)) {
-    if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
-      graph_break("unsupported_value", "dict subclass with keys other than str/int");
-    items->keys.push_back(PyRef::borrow(k));
-    items->items.push_back(ctx_.wrap(v, ir::Source::item(self->source, PyRef::borrow(k))));
-  }
-  ctx_.guards().add_dict_keys(self->source, d);
-  return call_method_on(items, name, args, kwargs);
+  while (order_free && PyDict_Next(self->obj.get(), &pos, &k, &v))
+    if (PyDict_SetItem(d.get(), k, v) < 0) throw PythonError();
+  PyRef m = PyRef::steal(PyObject_GetAttrString(d.get(), name.c_str()));
+  if (!m) throw PythonError();
+  return call_pure(ctx_, m.get(), args, kwargs);
 }
 
 // Methods of a set of constants: run on the real set (mutators in place, so every alias of
