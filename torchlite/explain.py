@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from torchlite import _C, _install, config, settings
+from torchlite import _C, _ddp_buckets, _install, config, settings
 from torchlite.optimized_module import OptimizedModule
 
 
@@ -92,6 +92,8 @@ class ExplainOutput:
     # "name: why" for each frame that runs eagerly from its next call on (many breaks, tiny
     # graphs between them: faster eagerly)
     eager_frames: list[str] = dataclasses.field(default_factory=list)
+    # graphs captured inside DDP's forward and split at its gradient buckets (compiled backward)
+    ddp_bucket_splits: list = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_records(cls, records: list[dict], eager_at=None) -> "ExplainOutput":
@@ -137,6 +139,7 @@ class ExplainOutput:
         if self.eager_frames:
             lines.append("Frames run eagerly:")
             lines += [f"  {e}" for e in self.eager_frames]
+        lines += [str(s) for s in self.ddp_bucket_splits]
         for i, r in enumerate(self.frames, 1):
             where = f"{r['code_name']} ({r['filename']}:{r['firstlineno']})"
             lines.append(f"Frame {i}: {where}, {r['ops']} ops, {r['capture_ms']:.2f} ms to capture")
@@ -171,8 +174,10 @@ def explain(fn: Callable) -> Callable[..., ExplainOutput]:
         cfg = _C.make_config(None, "torchlite", False, config.cache_size_limit, records, values)
         call = target.__call__ if isinstance(target, torch.nn.Module) else target
         counter = _EagerOps()
-        with counter:
+        with counter, _ddp_buckets.recording() as splits:
             _C.CompiledFunction(call, cfg)(*args, **kwargs)
-        return ExplainOutput.from_records(records, counter.at)
+        out = ExplainOutput.from_records(records, counter.at)
+        out.ddp_bucket_splits = splits
+        return out
 
     return run

@@ -49,7 +49,8 @@ int g_calls_inside = 0;  // compiled calls in progress, all threads (GIL)
 std::vector<PyRef>& g_tensor_types = *new std::vector<PyRef>();
 bool g_tensor_types_fixed = false;  // resolved, or set for testing
 
-// Directory prefixes of code never intercepted (torch's and torchlite's).
+// Directory prefixes of code never intercepted: torch's and torchlite's, and the standard
+// library's (without site-packages below it, which is user code).
 std::vector<std::string> g_skip_prefixes;
 bool g_skip_prefixes_final = false;  // torch was found
 
@@ -128,6 +129,7 @@ bool has_tensor_args(const TlFrameInfo& fi) {
 }
 
 // Adds `name`'s package directory (with a trailing slash) to the prefixes.
+// NOTE: "os" gives the standard library's root.
 bool add_package_prefix(const char* name) {
   PyRef file = get_attr_path(loaded_module(name), {"__file__"});
   const char* path = file && PyUnicode_Check(file.get()) ? PyUnicode_AsUTF8(file.get()) : nullptr;
@@ -146,6 +148,7 @@ bool is_internal_code(PyCodeObject* code) {
   if (!g_skip_prefixes_final) {
     g_skip_prefixes.clear();
     add_package_prefix("torchlite");
+    add_package_prefix("os");
     g_skip_prefixes_final = add_package_prefix("torch");
   }
   const char* file = PyUnicode_AsUTF8(code->co_filename);
@@ -155,6 +158,16 @@ bool is_internal_code(PyCodeObject* code) {
   std::string_view f(file);
   if (f.find("/torch/nn/modules/") != std::string_view::npos && !f.ends_with("/module.py"))
     return false;
+  // NOTE: a standard-library frame (contextlib, weakref, inspect, typing...) reached from
+  // eager code (DDP's and FSDP's hooks, a graph break) is plumbing, not model code: it runs
+  // as is, as with Dynamo's skip list; called from a traced frame it is still inlined.
+  // Installed packages live below the standard library's folder and are user code.
+  if (f.find("/site-packages/") != std::string_view::npos ||
+      f.find("/dist-packages/") != std::string_view::npos) {
+    return std::any_of(g_skip_prefixes.begin(), g_skip_prefixes.end(), [&](const std::string& p) {
+      return f.starts_with(p) && p.find("-packages/") != std::string::npos;
+    });
+  }
   return std::any_of(g_skip_prefixes.begin(), g_skip_prefixes.end(),
                      [&](const std::string& p) { return std::string_view(file).starts_with(p); });
 }

@@ -77,7 +77,26 @@ void write_trace(const pipeline::PassContext& ctx, const ir::Graph& joint,
                  split.forward->str() + "\nbackward:\n" + split.backward->str());
 }
 
+// A graph captured inside DistributedDataParallel's forward: its pieces between gradient
+// buckets, each compiled on its own (torchlite/_ddp_buckets.py), or null when not split.
+PyRef split_at_ddp_buckets(const GraphHandle& graph, const pipeline::PassContext& ctx) {
+  auto index = std::make_shared<int>(0);
+  py::cpp_function compile_piece([ctx, index](GraphHandle piece) -> py::object {
+    std::string name = "bucket_piece" + std::to_string((*index)++);
+    pipeline::Executable ex = pipeline::compile_graph(piece, sub_context(ctx, name));
+    if (ex.training_fn) return py::reinterpret_borrow<py::object>(ex.training_fn.get());
+    return py::cast(CompiledHalf(piece, std::move(ex)));  // NOTE: op by op under autograd
+  });
+  py::object split =
+      py::module_::import("torchlite._ddp_buckets").attr("split_at_buckets")(graph, compile_piece);
+  return split.is_none() ? PyRef() : PyRef::borrow(split.ptr());
+}
+
 PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std::string& why) {
+  if (PyRef split = split_at_ddp_buckets(graph, ctx)) {
+    why = "split at DDP's gradient buckets";
+    return split;
+  }
   py::module_ training = py::module_::import("torchlite._training");
   py::object joint = training.attr("trace_joint")(graph);
   if (!joint.attr("reason").is_none()) {
