@@ -43,11 +43,12 @@ class BucketSplit:
     pieces: tuple[tuple[int, tuple[str, ...], int], ...]
 
     def __str__(self) -> str:
-        lines = [
+        head = (
             f"DDP bucket split: {len(self.pieces)} pieces (bucket_bytes_cap "
             f"{self.bucket_bytes_cap}, first bucket {self.first_bucket_bytes_cap}), each with "
             "its own backward so bucket all-reduces overlap the rest of backward:"
-        ]
+        )
+        lines = [head]
         for i, (ops, params, nbytes) in enumerate(self.pieces):
             lines.append(f"  piece {i}: {ops} ops, {len(params)} parameters, {nbytes} bytes")
         return "\n".join(lines)
