@@ -1,0 +1,42 @@
+"""FSDP2 (torch.distributed.fsdp.fully_shard per block, then the root) with torchlite: the
+root compiled or each block compiled, eager or compiled backward, 2 CPU processes on gloo;
+losses, gradients and parameters equal eager FSDP's on every step (cases.py)."""
+
+import pytest
+import torch.distributed as dist
+from launch import run_cases, values
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed missing")
+
+PARAMS = [(what, backward) for what in ["root", "blocks"] for backward in [False, True]]
+CASES = [
+    {
+        "name": f"fsdp-{what}-{backward}",
+        "fn": "fsdp_parity",
+        "kwargs": {"compile_what": what, "compiled_backward": backward},
+    }
+    for what, backward in PARAMS
+]
+
+
+@pytest.mark.parametrize(("what", "backward"), PARAMS)
+def test_fsdp2_training_steps_equal_eager_fsdp2(results, what, backward):
+    for info in values(results, f"fsdp-{what}-{backward}"):
+        assert info["sharded"], info  # parameters stay FSDP's DTensor shards
+        # captured on the first step only: the gathered parameters are graph inputs read on
+        # every call (never constants), and FSDP swapping their storage fails no guard
+        assert info["graphs_per_step"][0] >= 2, info
+        assert info["graphs_per_step"][1:] == [0, 0], info
+        if backward:
+            assert info["kernels"] > 0, info
+
+
+@pytest.mark.cuda
+def test_fsdp2_on_two_gpus_with_nccl_equals_eager_fsdp2():
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 CUDA GPUs")
+    res = run_cases(CASES, backend="nccl")
+    for c in CASES:
+        values(res, c["name"])
