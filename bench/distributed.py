@@ -1,0 +1,350 @@
+"""Distributed training step times: eager vs torchlite vs torch.compile, under DDP and FSDP2.
+
+Spawns one process per GPU (NCCL, NVLink multicast off) or per CPU rank (gloo), torchrun
+style, and prints one table from rank 0: median step time (forward + backward with its
+gradient all-reduces or reduce-scatters + AdamW step), the speedup over eager, peak memory
+per GPU, cold compile time, and whether the losses of the warmup steps matched eager's.
+
+    python bench/distributed.py [--device cuda|cpu] [--nprocs 2] [--only ddp,fsdp] [--tiny]
+                                [--steps N] [--no-inductor] [--fsdp-layers N]
+
+Rows (per GPU): DDP of GPT-2 (124M) under bf16 autocast, batch 8x512: eager DDP,
+torchlite.compile(DDP(model)) (eager backward; with +bw the compiled backward split at DDP's
+buckets), torch.compile(DDP(model)) (Dynamo's DDPOptimizer). FSDP2 of a Llama-style model
+(hidden 4096, SwiGLU 11008, 24 layers: 5.1B parameters, 82 GB of fp32 weights, gradients and
+Adam states unsharded, more than one 80 GB GPU), fully_shard per block with bf16 parameters
+(MixedPrecisionPolicy), each block compiled, batch 8x512 (--fsdp-batch). `--tiny` shrinks
+both models to CPU smoke-test size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import functools
+import math
+import os
+import socket
+import statistics
+import sys
+import time
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from train import _gpt2, _loss
+
+import torchlite
+
+KINDS = ["eager", "torchlite", "torchlite+bw", "torch.compile"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A Llama-style decoder (RMSNorm, rotary attention through SDPA, SwiGLU): built on the meta
+# device and materialised shard by shard, so a model larger than one GPU never exists whole.
+# ---------------------------------------------------------------------------------------------
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, d: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x):
+        var = x.float().pow(2).mean(-1, keepdim=True)
+        return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
+
+
+def _rotate(x, cos, sin):
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class LlamaBlock(torch.nn.Module):
+    def __init__(self, d: int, heads: int, inter: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.attn_norm = RMSNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d, bias=False)
+        self.out = torch.nn.Linear(d, d, bias=False)
+        self.mlp_norm = RMSNorm(d)
+        self.gate_up = torch.nn.Linear(d, 2 * inter, bias=False)
+        self.down = torch.nn.Linear(inter, d, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.attn_norm(x)).view(b, s, 3, self.heads, -1).unbind(2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(a.transpose(1, 2).reshape(b, s, d))
+        gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+class Llama(torch.nn.Module):
+    def __init__(self, vocab: int, d: int, layers: int, heads: int, inter: int) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.layers = torch.nn.ModuleList(LlamaBlock(d, heads, inter) for _ in range(layers))
+        self.norm = RMSNorm(d)
+        self.head = torch.nn.Linear(d, vocab, bias=False)
+        self.head_dim = d // heads
+
+    def rotary(self, seq: int, device):
+        inv = 1.0 / (10000 ** (torch.arange(0, self.head_dim, 2, device=device) / self.head_dim))
+        angles = torch.outer(torch.arange(seq, device=device, dtype=inv.dtype), inv)
+        angles = torch.cat((angles, angles), dim=-1)
+        return angles.cos(), angles.sin()
+
+    def forward(self, input_ids, labels):
+        x = self.emb(input_ids)
+        cos, sin = self.rotary(input_ids.shape[1], input_ids.device)
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        logits = self.head(self.norm(x)).float()
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
+
+
+def _init_(model: torch.nn.Module, seed: int) -> None:
+    """Deterministic values for every (local shard of a) parameter: norms 1, others N(0, 0.02)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            local = p.to_local() if hasattr(p, "to_local") else p
+            if name.endswith("norm.weight"):
+                local.fill_(1.0)
+            else:
+                vals = torch.randn(local.shape, generator=g) * 0.02
+                local.copy_(vals.to(local.dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------------
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _measure(step, device, steps):
+    """(median seconds, cold compile seconds, peak MB, warmup losses)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    dist.barrier()
+    _sync(device)
+    t = time.perf_counter()
+    losses = [step()]
+    _sync(device)
+    first = time.perf_counter() - t
+    losses += [step() for _ in range(2)]
+    times = []
+    for _ in range(steps):
+        dist.barrier()
+        _sync(device)
+        t = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - t)
+    # NOTE: the slowest rank sets the step time
+    med = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
+    dist.all_reduce(med, op=dist.ReduceOp.MAX)
+    peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else math.nan
+    return med.item(), max(first - med.item(), 0.0), peak, losses
+
+
+def _stepper(model, call, inputs, device, amp):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+            out = call(**inputs)
+        loss = out if isinstance(out, torch.Tensor) else _loss(out)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.detach().float().item()
+
+    return step
+
+
+def _tokens(bs, seq, vocab, device, rank):
+    g = torch.Generator().manual_seed(1000 + rank)
+    ids = torch.randint(0, vocab, (bs, seq), generator=g).to(device)
+    return {"input_ids": ids, "labels": ids}
+
+
+def _reset(kind):
+    torchlite.reset()
+    if kind == "torch.compile":
+        torch._dynamo.reset()
+
+
+def ddp_rows(args, device, rank):
+    torch.manual_seed(0)
+    base = _gpt2("tiny" if args.tiny else "full").to(device).train()
+    bs, seq = (2, 64) if args.tiny else (8, 512)
+    inputs = _tokens(bs, seq, base.config.vocab_size, device, rank)
+    amp = torch.bfloat16 if device.type == "cuda" else None
+    kw = {"device_ids": [device.index]} if device.type == "cuda" else {}
+    results = {}
+    for kind in args.kinds:
+        _reset(kind)
+        model = copy.deepcopy(base)
+        ddp = DDP(model, **kw)
+        if kind == "eager":
+            call = ddp
+        elif kind.startswith("torchlite"):
+            call = torchlite.compile(ddp, options={"compiled_backward": kind == "torchlite+bw"})
+        else:
+            call = torch.compile(ddp)
+        results[kind] = _run(functools.partial(_stepper, ddp, call, inputs, device, amp), args)
+        del model, ddp, call
+        _free(device)
+    return results
+
+
+def _llama(args, device, dtype_params):
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if args.tiny:
+        cfg = {"vocab": 256, "d": 64, "layers": 2, "heads": 4, "inter": 128}
+    else:
+        cfg = {"vocab": 32000, "d": 4096, "layers": args.fsdp_layers, "heads": 32, "inter": 11008}
+    with torch.device("meta"):
+        model = Llama(**cfg)
+    mp_policy = MixedPrecisionPolicy(param_dtype=dtype_params, reduce_dtype=torch.float32)
+    for layer in model.layers:
+        fully_shard(layer, mp_policy=mp_policy)
+    fully_shard(model, mp_policy=mp_policy)
+    model.to_empty(device=device)
+    _init_(model, seed=dist.get_rank())
+    return model, cfg["vocab"]
+
+
+def fsdp_rows(args, device, rank):
+    dtype_params = torch.bfloat16 if device.type == "cuda" else torch.float32
+    bs, seq = (2, 64) if args.tiny else (args.fsdp_batch, 512)
+    results = {}
+    for kind in args.kinds:
+        _reset(kind)
+        model, vocab = _llama(args, device, dtype_params)
+        inputs = _tokens(bs, seq, vocab, device, rank)
+        # NOTE: each block compiled (FSDP2's recommended form for torch.compile as well): the
+        # all-gathers and reduce-scatters stay in FSDP's hooks around the compiled blocks
+        for i, layer in enumerate(model.layers):
+            if kind.startswith("torchlite"):
+                opts = {"compiled_backward": kind == "torchlite+bw"}
+                model.layers[i] = torchlite.compile(layer, options=opts)
+            elif kind == "torch.compile":
+                layer.compile()
+        results[kind] = _run(functools.partial(_stepper, model, model, inputs, device, None), args)
+        del model
+        _free(device)
+    return results
+
+
+def _run(make_step, args):
+    device = make_step.args[3]
+    torch.manual_seed(1 + dist.get_rank())  # NOTE: dropout draws the same bits in every row
+    try:
+        return _measure(make_step(), device, args.steps)
+    except Exception as e:  # noqa: BLE001 (NOTE: one failing backend must not hide the other rows)
+        return e
+
+
+def _free(device):
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _fmt(kind, r, eager):
+    if isinstance(r, Exception):
+        return f"  {kind:<14} FAILED: {type(r).__name__}: {str(r).splitlines()[0][:120]}"
+    med, cold, peak, losses = r
+    ok = not isinstance(eager, Exception)
+    speed = f"{eager[0] / med:5.2f}x" if ok else "     "
+    match = ok and all(
+        abs(a - b) <= 2e-2 * max(1.0, abs(b)) for a, b in zip(losses, eager[3], strict=True)
+    )
+    mem = "" if math.isnan(peak) else f"  peak {peak:8.0f} MB"
+    return (
+        f"  {kind:<14} {med * 1e3:9.2f} ms/step  {speed}{mem}  cold compile {cold:6.2f} s"
+        f"  losses {'match' if match else 'DIFFER'} ({', '.join(f'{x:.4f}' for x in losses)})"
+    )
+
+
+def worker(rank, args, init):
+    device = torch.device("cuda", rank) if args.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    else:
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) // args.nprocs))
+    dist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo",
+        init_method=init,
+        rank=rank,
+        world_size=args.nprocs,
+        timeout=datetime.timedelta(minutes=10),
+        **({"device_id": device} if device.type == "cuda" else {}),
+    )
+    size = "tiny" if args.tiny else "full"
+    tables = []
+    if "ddp" in args.only:
+        name = f"DDP GPT-2 ({size}) {'bf16 autocast ' if device.type == 'cuda' else ''}per rank"
+        tables.append((name, ddp_rows(args, device, rank)))
+    if "fsdp" in args.only:
+        layers = 2 if args.tiny else args.fsdp_layers
+        tables.append(
+            (f"FSDP2 Llama-style ({size}, {layers} layers)", fsdp_rows(args, device, rank))
+        )
+    if rank == 0:
+        print(f"torch {torch.__version__}, {args.nprocs} x {device.type}, steps {args.steps}")
+        for name, res in tables:
+            print(name)
+            for kind, r in res.items():
+                print(_fmt(kind, r, res.get("eager")), flush=True)
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--nprocs", type=int, default=2)
+    p.add_argument("--only", default="ddp,fsdp")
+    p.add_argument("--kinds", default=",".join(KINDS))
+    p.add_argument("--tiny", action="store_true", help="CPU smoke-test sizes")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--no-inductor", action="store_true")
+    p.add_argument("--fsdp-layers", type=int, default=24)
+    p.add_argument("--fsdp-batch", type=int, default=8)
+    args = p.parse_args(argv)
+    args.only = [s.strip() for s in args.only.split(",") if s.strip()]
+    args.kinds = [
+        k for k in args.kinds.split(",") if not (args.no_inductor and k == "torch.compile")
+    ]
+    if args.device == "cuda" and torch.cuda.device_count() < args.nprocs:
+        sys.exit(f"needs {args.nprocs} CUDA GPUs, found {torch.cuda.device_count()}")
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NOTE: NVLink multicast off
+    init = f"tcp://127.0.0.1:{_free_port()}"
+    mp.spawn(worker, args=(args, init), nprocs=args.nprocs)
+
+
+if __name__ == "__main__":
+    main()
