@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -36,11 +37,12 @@ _state = threading.local()  # .compiling: pieces are not split again; .records: 
 @dataclasses.dataclass(frozen=True)
 class BucketSplit:
     """One graph split at DDP's buckets, as explain shows it. Pieces in graph order, each
-    (op count, parameter sources, parameter bytes)."""
+    (op count, parameter sources, parameter bytes, has a compiled backward: else the piece
+    runs op by op under torch's autograd, TORCHLITE_TRACE's bucket_pieceN/ says why)."""
 
     bucket_bytes_cap: int
     first_bucket_bytes_cap: int
-    pieces: tuple[tuple[int, tuple[str, ...], int], ...]
+    pieces: tuple[tuple[int, tuple[str, ...], int, bool], ...]
 
     def __str__(self) -> str:
         head = (
@@ -49,8 +51,9 @@ class BucketSplit:
             "its own backward so bucket all-reduces overlap the rest of backward:"
         )
         lines = [head]
-        for i, (ops, params, nbytes) in enumerate(self.pieces):
-            lines.append(f"  piece {i}: {ops} ops, {len(params)} parameters, {nbytes} bytes")
+        for i, (ops, params, nbytes, compiled) in enumerate(self.pieces):
+            how = "compiled backward" if compiled else "backward op by op"
+            lines.append(f"  piece {i}: {ops} ops, {len(params)} parameters, {nbytes} bytes, {how}")
         return "\n".join(lines)
 
 
@@ -118,9 +121,39 @@ def _buckets(gm: fx.GraphModule, cap: int, first_cap: int) -> list[_Bucket]:
     return buckets
 
 
+def _inline_constants(split: fx.GraphModule) -> None:
+    """split_module passes every non-module attribute to a piece as an input; a non-tensor one
+    (a torch.Size from graph_to_module) goes back into the piece as a constant, since a piece's
+    compiled backward takes tensors only."""
+    for call in split.graph.nodes:
+        if call.op != "call_module":
+            continue
+        sub = getattr(split, call.target)
+        placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+        first_op = next(n for n in sub.graph.nodes if n.op != "placeholder")
+        args = []
+        for ph, arg in zip(placeholders, call.args, strict=True):
+            value = getattr(split, arg.target, None) if arg.op == "get_attr" else None
+            if value is None or isinstance(value, torch.Tensor):
+                args.append(arg)
+                continue
+            setattr(sub, arg.target, value)
+            with sub.graph.inserting_before(first_op), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # NOTE: fx warns of attributes not tensors
+                const = sub.graph.get_attr(arg.target)
+            const.meta = dict(ph.meta)
+            ph.replace_all_uses_with(const)
+            sub.graph.erase_node(ph)
+        call.args = tuple(args)
+        sub.recompile()
+    split.graph.eliminate_dead_code()
+    split.recompile()
+
+
 def _piece_runner(submod: fx.GraphModule, device: Any, compile_piece: Callable) -> Callable:
     graph, extras = _C.graph_from_fx(submod, device=device)
     fn = compile_piece(graph)
+    compiled = hasattr(fn, "backward_half")  # NOTE: _training.make_training_function's
     output = next(n for n in submod.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))
     if extras:
@@ -136,7 +169,7 @@ def _piece_runner(submod: fx.GraphModule, device: Any, compile_piece: Callable) 
         def fn(*args):
             return tupled(*args)[0]
 
-    return fn
+    return fn, compiled
 
 
 def split_at_buckets(graph: Any, compile_piece: Callable) -> Callable | None:
@@ -154,28 +187,33 @@ def split_at_buckets(graph: Any, compile_piece: Callable) -> Callable | None:
         return None
     part = {node: i for i, b in enumerate(buckets) for node in b.nodes}
     split = fx.passes.split_module.split_module(gm, None, lambda node: part[node])
+    _inline_constants(split)
     devices = {n["meta"]["device"] for n in graph.nodes() if n["op"] == "placeholder"}
     device = devices.pop() if len(devices) == 1 else None
     _state.compiling = True
+    compiled = []
     try:
-        for name, submod in list(split.named_children()):
-            run = _piece_runner(submod, device, compile_piece)
+        for i in range(len(buckets)):
+            name = f"submod_{i}"  # NOTE: split_module's name for partition i
+            run, has_backward = _piece_runner(getattr(split, name), device, compile_piece)
+            compiled.append(has_backward)
             delattr(split, name)  # NOTE: a plain attribute now; the stitched code calls it
             setattr(split, name, run)
     finally:
         _state.compiling = False
-    _record(BucketSplit(cap, first_cap, _describe(buckets)))
+    _record(BucketSplit(cap, first_cap, _describe(buckets, compiled)))
     return split.forward
 
 
-def _describe(buckets: list[_Bucket]) -> tuple:
+def _describe(buckets: list[_Bucket], compiled: list[bool]) -> tuple:
     return tuple(
         (
             sum(1 for n in b.nodes if n.op.startswith("call")),
             tuple(reversed(b.params)),
             b.nbytes,
+            c,
         )
-        for b in buckets
+        for b, c in zip(buckets, compiled, strict=True)
     )
 
 

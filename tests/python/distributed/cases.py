@@ -211,6 +211,7 @@ def ddp_parity(
             eager, eager.module, compiled, mine, optimizer, batches, no_sync_steps=no_sync_steps
         )
     info["pieces"] = [len(s.pieces) for s in splits]
+    info["all_pieces_compiled"] = all(p[3] for s in splits for p in s.pieces)
     return info
 
 
@@ -246,6 +247,7 @@ def ddp_overlap(compiled_backward: bool, steps: int = 2) -> dict:
             before_step=lambda _: events.clear(),
         )
     info["pieces"] = [len(s.pieces) for s in splits]
+    info["all_pieces_compiled"] = all(p[3] for s in splits for p in s.pieces)
     info["events"] = events
     config = torchlite.config.compiled_backward
     torchlite.config.compiled_backward = compiled_backward

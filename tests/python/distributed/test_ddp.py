@@ -134,7 +134,7 @@ def test_split_at_small_buckets_equals_eager_ddp(results, name):
     # statistics (input mutations) cross the pieces of the conv net
     for info in values(results, name):
         assert len(info["pieces"]) == 1 and info["pieces"][0] >= 2, info
-        assert info["compiled_backward_used"], info
+        assert info["compiled_backward_used"] and info["all_pieces_compiled"], info
 
 
 def _allreduce_before_first_layer_gradient(events: list[str]) -> bool:
@@ -146,7 +146,7 @@ def test_compiled_backward_split_at_buckets_overlaps_allreduce(results):
     for info in values(results, "overlap_split"):
         assert len(info["pieces"]) == 1 and info["pieces"][0] >= 3, info
         assert "DDP bucket split" in info["explain"], info["explain"]
-        assert info["compiled_backward_used"], info
+        assert info["compiled_backward_used"] and info["all_pieces_compiled"], info
         # every bucket all-reduced through the comm hook, the first ones while the backward of
         # the first layers has not run yet
         assert sum(e.startswith("allreduce") for e in info["events"]) >= 3, info
