@@ -17,7 +17,6 @@ import sys
 import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parents[2]
 
 
 def run_cases(
@@ -30,9 +29,8 @@ def run_cases(
         spec = pathlib.Path(tmp, "cases.json")
         spec.write_text(json.dumps(cases))
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO), str(HERE), *filter(None, [env.get("PYTHONPATH")])]
-        )
+        # NOTE: the parent's sys.path, so workers import the torchlite this test imported
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE), *filter(None, sys.path)])
         env["OMP_NUM_THREADS"] = "1"
         env["NCCL_NVLS_ENABLE"] = "0"
         procs = []
