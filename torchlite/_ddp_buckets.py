@@ -150,8 +150,8 @@ def _inline_constants(split: fx.GraphModule) -> None:
     split.recompile()
 
 
-def _piece_runner(submod: fx.GraphModule, device: Any, compile_piece: Callable) -> Callable:
-    graph, extras = _C.graph_from_fx(submod, device=device)
+def _piece_runner(submod: fx.GraphModule, converted: tuple, compile_piece: Callable) -> tuple:
+    graph, extras = converted
     fn = compile_piece(graph)
     compiled = hasattr(fn, "backward_half")  # NOTE: _training.make_training_function's
     output = next(n for n in submod.graph.nodes if n.op == "output")
@@ -178,8 +178,9 @@ def split_at_buckets(graph: Any, compile_piece: Callable) -> Callable | None:
     if getattr(_state, "compiling", False):
         return None
     ddp = active_ddp()
-    if ddp is None:
-        return None
+    inputs = [n["meta"] for n in graph.nodes() if n["op"] == "placeholder"]
+    if ddp is None or any(m is None for m in inputs):
+        return None  # NOTE: non-tensor inputs: no compiled backward to split (_training.py)
     gm = graph_to_module(graph)
     cap, first_cap = _caps(ddp)
     buckets = _buckets(gm, cap, first_cap)
@@ -188,14 +189,18 @@ def split_at_buckets(graph: Any, compile_piece: Callable) -> Callable | None:
     part = {node: i for i, b in enumerate(buckets) for node in b.nodes}
     split = fx.passes.split_module.split_module(gm, None, lambda node: part[node])
     _inline_constants(split)
-    devices = {n["meta"]["device"] for n in graph.nodes() if n["op"] == "placeholder"}
+    devices = {m["device"] for m in inputs}
     device = devices.pop() if len(devices) == 1 else None
+    names = [f"submod_{i}" for i in range(len(buckets))]  # NOTE: split_module's names
+    try:
+        converted = [_C.graph_from_fx(getattr(split, n), device=device) for n in names]
+    except _C.Unsupported:
+        return None  # NOTE: one compiled backward for the whole graph: correct, no overlap
     _state.compiling = True
     compiled = []
     try:
-        for i in range(len(buckets)):
-            name = f"submod_{i}"  # NOTE: split_module's name for partition i
-            run, has_backward = _piece_runner(getattr(split, name), device, compile_piece)
+        for name, conv in zip(names, converted, strict=True):
+            run, has_backward = _piece_runner(getattr(split, name), conv, compile_piece)
             compiled.append(has_backward)
             delattr(split, name)  # NOTE: a plain attribute now; the stitched code calls it
             setattr(split, name, run)
