@@ -27,6 +27,10 @@ def test_fsdp2_training_steps_equal_eager_fsdp2(results, what, backward):
         # every call (never constants), and FSDP swapping their storage fails no guard
         assert info["graphs_per_step"][0] >= 2, info
         assert info["graphs_per_step"][1:] == [0, 0], info
+        # a graph break per FSDP hook call inside a captured forward, nothing for the
+        # standard-library helpers FSDP's hooks call (weakref, inspect, typing: 43 breaks and
+        # 33 recompiles in 3 steps while those were captured)
+        assert info["graph_breaks"] <= 6 and info["recompiles"] <= 3, info
         if backward:
             assert info["kernels"] > 0, info
 
