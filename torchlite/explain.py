@@ -92,6 +92,9 @@ class ExplainOutput:
     # "name: why" for each frame that runs eagerly from its next call on (many breaks, tiny
     # graphs between them: faster eagerly)
     eager_frames: list[str] = dataclasses.field(default_factory=list)
+    # Under cuda_graphs (mode="reduce-overhead"): per graph, "recorded after a warm-up call"
+    # or "not used: <why>"
+    cuda_graphs: list[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_records(cls, records: list[dict], eager_at=None) -> "ExplainOutput":
@@ -115,6 +118,7 @@ class ExplainOutput:
                 for r in records
                 if r.get("eager_frame")
             ],
+            cuda_graphs=[r["cuda_graphs"] for r in with_graph if r.get("cuda_graphs")],
         )
 
     @property
@@ -137,6 +141,9 @@ class ExplainOutput:
         if self.eager_frames:
             lines.append("Frames run eagerly:")
             lines += [f"  {e}" for e in self.eager_frames]
+        if self.cuda_graphs:
+            lines.append("CUDA graphs:")
+            lines += [f"  graph {i}: {c}" for i, c in enumerate(self.cuda_graphs, 1)]
         for i, r in enumerate(self.frames, 1):
             where = f"{r['code_name']} ({r['filename']}:{r['firstlineno']})"
             lines.append(f"Frame {i}: {where}, {r['ops']} ops, {r['capture_ms']:.2f} ms to capture")
@@ -156,19 +163,25 @@ def _unwrap(fn: Any) -> Any:
     return fn
 
 
-def explain(fn: Callable) -> Callable[..., ExplainOutput]:
+def explain(
+    fn: Callable, *, mode: str | None = None, options: dict | None = None
+) -> Callable[..., ExplainOutput]:
     """Returns a function that runs fn(*args, **kwargs) under torchlite and reports the capture.
 
-    NOTE: a fresh config (its own cache) and recorder, so every frame is traced again even if
-    fn was compiled and called before.
+    mode and options as torchlite.compile's (e.g. mode="reduce-overhead" reports per graph
+    whether CUDA graphs are used, and why not). NOTE: a fresh config (its own cache) and
+    recorder, so every frame is traced again even if fn was compiled and called before.
     """
     target = _unwrap(fn)
+    settings.resolve(mode, options, "torchlite.explain")  # NOTE: a bad mode raises here
 
     def run(*args: Any, **kwargs: Any) -> ExplainOutput:
         _install.sync()
         records: list[dict] = []
-        values = settings.from_config()
-        cfg = _C.make_config(None, "torchlite", False, config.cache_size_limit, records, values)
+        values = settings.resolve(mode, options, "torchlite.explain")
+        cfg = _C.make_config(
+            None, "torchlite", False, config.cache_size_limit, records, values, mode or "default"
+        )
         call = target.__call__ if isinstance(target, torch.nn.Module) else target
         counter = _EagerOps()
         with counter:
