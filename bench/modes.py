@@ -95,6 +95,9 @@ def reset() -> None:
 
 
 def run_one(name: str, impl: str, mode: str) -> dict:
+    # NOTE: memory is counted above what earlier rows left (a compiled function's caches go
+    # lazily), so rows compare what each one adds.
+    base, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     model, step = MODELS[name]()
     with torch.no_grad():
         expected = step(model).float()
@@ -109,8 +112,8 @@ def run_one(name: str, impl: str, mode: str) -> dict:
         del out, expected
         torch.cuda.reset_peak_memory_stats()
         ms = step_ms(step, fn)
-        peak = torch.cuda.max_memory_allocated() / 2**20
-        reserved = torch.cuda.max_memory_reserved() / 2**20
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+        reserved = (torch.cuda.max_memory_reserved() - base_reserved) / 2**20
     counters = torchlite.counters() if impl == "torchlite" else {}
     del fn, model
     reset()

@@ -1,5 +1,6 @@
 #include "runtime/cuda_graphs.h"
 
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -113,6 +114,25 @@ PyRef CudaGraphPool::stream(int device) {
   return stream_;
 }
 
+void CudaGraphPool::anchor(int device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (anchor_) return;
+  PyRef graph = check(PyObject_CallNoArgs(torch_cuda("CUDAGraph").get()));
+  PyRef begin = check(PyObject_GetAttrString(graph.get(), "capture_begin"));
+  PyRef kw = check(Py_BuildValue("{s:O}", "pool", handle_.get()));
+  PyRef no_args = check(PyTuple_New(0));
+  check(PyObject_Call(begin.get(), no_args.get(), kw.get()));
+  PyRef dev = check(PyUnicode_FromFormat("cuda:%d", device));
+  PyRef zkw = check(Py_BuildValue("{s:O}", "device", dev.get()));
+  PyRef size = check(Py_BuildValue("(i)", 1));
+  PyRef zeros =
+      PyRef::steal(PyObject_Call(import_attr("torch", "zeros").get(), size.get(), zkw.get()));
+  PyRef ended = PyRef::steal(PyObject_CallMethod(graph.get(), "capture_end", nullptr));
+  if (!zeros || !ended) throw PythonError();
+  anchor_ = std::move(graph);
+  anchor_value_ = std::move(zeros);
+}
+
 int CudaGraphPool::recorded() {
   std::lock_guard<std::mutex> lock(mu_);
   return ++recorded_;
@@ -120,12 +140,28 @@ int CudaGraphPool::recorded() {
 
 std::string cuda_graph_blocker(const ir::Graph& graph, bool cuda) {
   if (!cuda) return "the graph runs on the CPU";
-  static const char* const kRandom[] = {"rand",    "dropout",     "bernoulli", "normal",
-                                        "uniform", "multinomial", "poisson",   "exponential",
-                                        "cauchy",  "geometric",   "seed"};
-  static const char* const kSync[] = {
-      "item",        "tolist", "nonzero", "masked_select",       "unique",           "bincount",
-      "synchronize", "numpy",  "cpu",     "_local_scalar_dense", "repeat_interleave"};
+  // NOTE: exact names (the last dotted part of the target): `getitem` is no `item`, and
+  // F.normalize draws nothing.
+  static const std::set<std::string> kRandom = {
+      "rand",          "randn",          "randint",     "randperm",   "rand_like",
+      "randn_like",    "randint_like",   "dropout",     "dropout_",   "feature_dropout",
+      "alpha_dropout", "native_dropout", "bernoulli",   "bernoulli_", "normal",
+      "normal_",       "uniform_",       "multinomial", "poisson",    "exponential_",
+      "cauchy_",       "geometric_",     "log_normal_", "random_",    "seed",
+      "manual_seed",   "rrelu",          "rrelu_"};
+  static const std::set<std::string> kSync = {"item",
+                                              "tolist",
+                                              "nonzero",
+                                              "masked_select",
+                                              "unique",
+                                              "unique_consecutive",
+                                              "bincount",
+                                              "synchronize",
+                                              "numpy",
+                                              "cpu",
+                                              "_local_scalar_dense",
+                                              "nonzero_static",
+                                              "argwhere"};
   for (const auto& n : graph.nodes()) {
     std::string where = n->location.empty() ? "" : " at " + n->location;
     if (n->op == ir::OpKind::Placeholder) {
@@ -134,13 +170,10 @@ std::string cuda_graph_blocker(const ir::Graph& graph, bool cuda) {
     }
     if (n->op != ir::OpKind::CallFunction && n->op != ir::OpKind::CallMethod) continue;
     const std::string last = last_part(n->target_name);
-    for (const char* w : kRandom)
-      if (contains(last, w) && !(contains(last, "dropout") && training_off(*n)))
-        return "random op " + n->target_name + where +
-               " (a replay would draw the same numbers again)";
-    for (const char* w : kSync)
-      if (last == w || (std::string(w) != "cpu" && contains(last, w)))
-        return "synchronising op " + n->target_name + where;
+    if (kRandom.count(last) && !(contains(last, "dropout") && training_off(*n)))
+      return "random op " + n->target_name + where +
+             " (a replay would draw the same numbers again)";
+    if (kSync.count(last)) return "synchronising op " + n->target_name + where;
   }
   return "";
 }
@@ -279,7 +312,14 @@ bool CudaGraphs::record(PyObject* const* inputs, size_t n, const RunFn& plain) {
   PyRef ctx = check(PyObject_CallOneArg(torch_cuda("stream").get(), stream.get()));
   call_method(ctx.get(), "__enter__");
   std::string failed;
-  {
+  try {
+    pool_->handle();
+    pool_->anchor(device_);
+  } catch (const PythonError&) {
+    if (fatal_python_error_pending()) throw;
+    failed = take_error();
+  }
+  if (failed.empty()) {
     PyRef begin = check(PyObject_GetAttrString(r->graph.get(), "capture_begin"));
     PyRef kw = check(Py_BuildValue("{s:O}", "pool", pool_->handle().get()));
     PyRef no_args = check(PyTuple_New(0));

@@ -34,12 +34,16 @@ class CudaGraphPool {
   PyRef handle();
   // A side stream of `device` to record on (CUDA cannot record the legacy default stream).
   PyRef stream(int device);
+  // Records a one-kernel graph into the pool and keeps it, on the current (capture) stream:
+  // torch frees a pool once no graph uses it and refuses to record into it again, which
+  // dropping the model's only recording (recording it again, or turning graphs off) would do.
+  void anchor(int device);
   // Counts one recording, and returns the number so far (for the trace and logs).
   int recorded();
 
  private:
   std::mutex mu_;
-  PyRef handle_, stream_;
+  PyRef handle_, stream_, anchor_, anchor_value_;
   int stream_device_ = -1;
   int recorded_ = 0;
 };
