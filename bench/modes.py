@@ -7,7 +7,11 @@ warm-up and, with CUDA graphs, recording). Models have random weights, in bf16:
 GPT-2 small (transformers) at 1x32 and 8x512 tokens, resnet50 (timm) at batch 1 and 64.
 
     python bench/modes.py [--models gpt2-1x32,resnet50-64] [--modes default,reduce-overhead]
-                          [--impls eager,torchlite,torch] [--torch-max-autotune]
+                          [--impls eager,torchlite,torch] [--torch-max-autotune] [--in-process]
+
+Each row runs in a fresh process (cold compile, memory counted from zero: compiled models'
+caches are released lazily, so rows sharing a process see each other's leftovers);
+--in-process runs them all in this one (faster, memory columns then approximate).
 
 torch.compile's max-autotune benchmarks Triton configurations for minutes per model, so it
 runs only with --torch-max-autotune.
@@ -15,7 +19,10 @@ runs only with --torch-max-autotune.
 
 import argparse
 import gc
+import json
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -127,12 +134,29 @@ def run_one(name: str, impl: str, mode: str) -> dict:
     }
 
 
+def row_in_subprocess(name: str, impl: str, mode: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--row", name, impl, mode],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--row":
+        print(json.dumps(run_one(*sys.argv[2:])))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--impls", default="eager,torchlite,torch")
     parser.add_argument("--torch-max-autotune", action="store_true")
+    parser.add_argument("--in-process", action="store_true")
     args = parser.parse_args()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
     header = (
@@ -152,7 +176,8 @@ def main() -> None:
                     continue
                 torchlite.reset_counters()
                 try:
-                    r = run_one(name, impl, mode)
+                    run = run_one if args.in_process else row_in_subprocess
+                    r = run(name, impl, mode)
                 except Exception as e:  # noqa: BLE001 (a failing row must not hide the others)
                     print(f"{row} FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
                     reset()

@@ -95,6 +95,25 @@ const ir::Node* root_input(const ir::Node* n) {
   return nullptr;
 }
 
+// Bytes of the tensors `a` returns (through tuples and lists).
+int64_t output_bytes(const ir::Arg& a) {
+  int64_t bytes = 0;
+  if (a.kind == ir::Arg::Kind::Node && a.node && a.node->meta && a.node->meta->dtype) {
+    PyRef size = PyRef::steal(PyObject_GetAttrString(a.node->meta->dtype.get(), "itemsize"));
+    int64_t n = size ? PyLong_AsLongLong(size.get()) : 4;
+    PyErr_Clear();
+    for (int64_t d : a.node->meta->sizes) n *= d;
+    bytes += n;
+  }
+  for (const ir::Arg& item : a.items) bytes += output_bytes(item);
+  return bytes;
+}
+
+// NOTE: outputs are copied out of the pool after every replay (cuda_graphs.h). Past this
+// size the copy costs more than the launches a replay saves: GPT-2's 8x512 logits (411 MB) took
+// 3.11 ms a step recorded against 2.70 ms without on an H100.
+constexpr int64_t kMaxOutputBytes = int64_t{256} << 20;
+
 }  // namespace
 
 PyRef CudaGraphPool::handle() {
@@ -175,6 +194,13 @@ std::string cuda_graph_blocker(const ir::Graph& graph, bool cuda) {
              " (a replay would draw the same numbers again)";
     if (kSync.count(last)) return "synchronising op " + n->target_name + where;
   }
+  int64_t bytes = 0;
+  if (graph.output())
+    for (const ir::Arg& a : graph.output()->args) bytes += output_bytes(a);
+  if (bytes > kMaxOutputBytes)
+    return "outputs of " + std::to_string(bytes >> 20) +
+           " MB: copying them out of the pool after each replay would cost more than the "
+           "launches it saves";
   return "";
 }
 

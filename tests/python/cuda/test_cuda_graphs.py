@@ -82,7 +82,9 @@ def test_reassigned_parameter_data_records_again():
         torch.testing.assert_close(compiled(x), model(x))
         model.fc2.weight = nn.Parameter(torch.randn_like(model.fc2.weight))
         for _ in range(2):
-            torch.testing.assert_close(compiled(x), model(x))
+            # NOTE: a copied weight sits at another alignment, where cuBLAS may pick another
+            # kernel: fp32 rounding differences, not stale values (those would be O(1)).
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
     assert _counts()[0] >= 1
 
 
@@ -143,6 +145,14 @@ def test_random_ops_run_without_graphs_and_say_why():
     draws = [compiled(x) for _ in range(3)]
     assert not torch.equal(draws[1], draws[2])  # fresh numbers on every call
     assert _counts() == (0, 0)
+
+
+def test_huge_outputs_run_without_graphs_and_say_why():
+    def f(x):
+        return x.unsqueeze(0).expand(80, -1, -1) * 2  # 80 x 1 M floats: 320 MB out
+
+    report = torchlite.explain(f, mode="reduce-overhead")(torch.randn(1024, 1024, device="cuda"))
+    assert any("outputs of 320 MB" in c for c in report.cuda_graphs), report.cuda_graphs
 
 
 def test_explain_reports_recorded_graphs():
