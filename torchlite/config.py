@@ -26,6 +26,12 @@ compiled_backward: bool = _env["compiled_backward"]
 recompute_in_backward: bool = _env["recompute_in_backward"]
 # Cache entries (guard sets) per code object; past this the code runs eagerly with a warning.
 cache_size_limit: int = _env["cache_size_limit"]
+# Record compiled CUDA graphs into CUDA graphs after a warm-up call (TORCHLITE_CUDA_GRAPHS;
+# mode="reduce-overhead"), and how often one graph may record before it runs without.
+cuda_graphs: bool = _env["cuda_graphs"]
+cuda_graphs_limit: int = _env["cuda_graphs_limit"]
+# Time grid sizes of generated pointwise CUDA kernels, cached on disk (TORCHLITE_AUTOTUNE).
+autotune: bool = _env["autotune"]
 
 # --- process scope ---------------------------------------------------------------------------
 # TORCHLITE_TRACE=1: dump graphs (after every pass), guards, lowered IR, kernels to debug_dir.

@@ -94,6 +94,9 @@ class ExplainOutput:
     eager_frames: list[str] = dataclasses.field(default_factory=list)
     # graphs captured inside DDP's forward and split at its gradient buckets (compiled backward)
     ddp_bucket_splits: list = dataclasses.field(default_factory=list)
+    # Under cuda_graphs (mode="reduce-overhead"): per graph, "recorded after a warm-up call"
+    # or "not used: <why>"
+    cuda_graphs: list[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_records(cls, records: list[dict], eager_at=None) -> "ExplainOutput":
@@ -117,6 +120,7 @@ class ExplainOutput:
                 for r in records
                 if r.get("eager_frame")
             ],
+            cuda_graphs=[r["cuda_graphs"] for r in with_graph if r.get("cuda_graphs")],
         )
 
     @property
@@ -140,6 +144,9 @@ class ExplainOutput:
             lines.append("Frames run eagerly:")
             lines += [f"  {e}" for e in self.eager_frames]
         lines += [str(s) for s in self.ddp_bucket_splits]
+        if self.cuda_graphs:
+            lines.append("CUDA graphs:")
+            lines += [f"  graph {i}: {c}" for i, c in enumerate(self.cuda_graphs, 1)]
         for i, r in enumerate(self.frames, 1):
             where = f"{r['code_name']} ({r['filename']}:{r['firstlineno']})"
             lines.append(f"Frame {i}: {where}, {r['ops']} ops, {r['capture_ms']:.2f} ms to capture")
@@ -159,19 +166,25 @@ def _unwrap(fn: Any) -> Any:
     return fn
 
 
-def explain(fn: Callable) -> Callable[..., ExplainOutput]:
+def explain(
+    fn: Callable, *, mode: str | None = None, options: dict | None = None
+) -> Callable[..., ExplainOutput]:
     """Returns a function that runs fn(*args, **kwargs) under torchlite and reports the capture.
 
-    NOTE: a fresh config (its own cache) and recorder, so every frame is traced again even if
-    fn was compiled and called before.
+    mode and options as torchlite.compile's (e.g. mode="reduce-overhead" reports per graph
+    whether CUDA graphs are used, and why not). NOTE: a fresh config (its own cache) and
+    recorder, so every frame is traced again even if fn was compiled and called before.
     """
     target = _unwrap(fn)
+    settings.resolve(mode, options, "torchlite.explain")  # NOTE: a bad mode raises here
 
     def run(*args: Any, **kwargs: Any) -> ExplainOutput:
         _install.sync()
         records: list[dict] = []
-        values = settings.from_config()
-        cfg = _C.make_config(None, "torchlite", False, config.cache_size_limit, records, values)
+        values = settings.resolve(mode, options, "torchlite.explain")
+        cfg = _C.make_config(
+            None, "torchlite", False, config.cache_size_limit, records, values, mode or "default"
+        )
         call = target.__call__ if isinstance(target, torch.nn.Module) else target
         counter = _EagerOps()
         with counter, _ddp_buckets.recording() as splits:

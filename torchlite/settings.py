@@ -8,14 +8,12 @@ from typing import Any
 
 from torchlite import _C, config
 
-# mode -> settings it changes. NOTE: empty until CUDA graphs (reduce-overhead) and autotuning
-# (max-autotune) land; accepted now so code written for torch.compile runs, and shown in the
-# trace (pipeline.txt).
+# mode -> settings it changes (as torch.compile's modes; shown in the trace's pipeline.txt).
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
-    "reduce-overhead": {},
-    "max-autotune": {},
-    "max-autotune-no-cudagraphs": {},
+    "reduce-overhead": {"cuda_graphs": True},
+    "max-autotune": {"cuda_graphs": True, "autotune": True},
+    "max-autotune-no-cudagraphs": {"autotune": True},
 }
 
 

@@ -17,12 +17,17 @@ std::vector<std::pair<std::string, int64_t>> Counters::snapshot() const {
           {"eager_fallbacks", eager_fallbacks.load()},
           {"capture_ns", capture_ns.load()},
           {"batch_norms_folded", batch_norms_folded.load()},
-          {"channels_last_convs", channels_last_convs.load()}};
+          {"channels_last_convs", channels_last_convs.load()},
+          {"cuda_graph_recordings", cuda_graph_recordings.load()},
+          {"cuda_graph_replays", cuda_graph_replays.load()},
+          {"autotune_trials", autotune_trials.load()},
+          {"autotune_cached", autotune_cached.load()}};
 }
 
 void Counters::reset() {
   for (auto* c : {&frames, &graphs, &graph_breaks, &recompiles, &cache_hits, &kernels,
-                  &eager_fallbacks, &capture_ns, &batch_norms_folded, &channels_last_convs})
+                  &eager_fallbacks, &capture_ns, &batch_norms_folded, &channels_last_convs,
+                  &cuda_graph_recordings, &cuda_graph_replays, &autotune_trials, &autotune_cached})
     c->store(0);
 }
 

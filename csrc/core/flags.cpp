@@ -36,13 +36,23 @@ const std::vector<SettingSpec> kSpecs = {
      "off: the forward saves every value backward reads."},
     {"cache_size_limit", &S::cache_size_limit, kCompile, nullptr, "8",
      "Cache entries (guard sets) per code object; past this the code runs eagerly."},
+    {"cuda_graphs", &S::cuda_graphs, kCompile, "TORCHLITE_CUDA_GRAPHS", "off",
+     "Record compiled CUDA graphs into CUDA graphs after a warm-up call and replay them (one "
+     "memory pool per model; mode='reduce-overhead' turns it on). Outputs are copied out."},
+    {"cuda_graphs_limit", &S::cuda_graphs_limit, kCompile, nullptr, "8",
+     "Recordings of one compiled graph (its inputs read in place changed address); past this "
+     "it runs without CUDA graphs."},
+    {"autotune", &S::autotune, kCompile, "TORCHLITE_AUTOTUNE", "off",
+     "Time launch configurations of generated CUDA kernels on the first run and keep the "
+     "fastest, cached on disk (mode='max-autotune' turns it on)."},
     {"trace", &S::trace, kProcess, "TORCHLITE_TRACE", "off",
      "Dump graphs (after every pass), guards, lowered IR, kernels and timings to debug_dir."},
     {"debug_dir", &S::debug_dir, kProcess, "TORCHLITE_DEBUG_DIR", "`./torchlite_debug`",
      "Where trace writes: each process makes a fresh private folder `run-<pid>-XXXXXX` in it "
      "(docs/security.md)."},
     {"logs", &S::logs, kProcess, "TORCHLITE_LOGS", "empty",
-     "Comma-separated log channels: graph_breaks, recompiles, guards, graph, kernels."},
+     "Comma-separated log channels: graph_breaks, recompiles, guards, graph, kernels, "
+     "cudagraphs."},
     {"cache_dir", &S::cache_dir, kProcess, "TORCHLITE_CACHE_DIR", "`~/.cache/torchlite`",
      "On-disk kernel cache (CPU objects, CUDA cubins), made 0700; an untrusted folder is not "
      "used (docs/security.md); empty turns it off."},

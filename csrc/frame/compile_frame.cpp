@@ -97,6 +97,16 @@ void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult
   if (PyList_Append(recorder, d.get()) < 0) throw PythonError();
 }
 
+// Adds "cuda_graphs" (the pipeline's decision, "" when off) to the record just made.
+void note_cuda_graphs(PyObject* recorder, const std::string& decision) {
+  Py_ssize_t n = PyList_Size(recorder);
+  if (n <= 0 || !PyDict_Check(PyList_GET_ITEM(recorder, n - 1))) return;
+  PyRef text = PyRef::steal(PyUnicode_FromString(decision.c_str()));
+  if (!text ||
+      PyDict_SetItemString(PyList_GET_ITEM(recorder, n - 1), "cuda_graphs", text.get()) < 0)
+    throw PythonError();
+}
+
 PyRef compile_with_backend(const capture::CaptureResult& res, const CompileConfig& config) {
   PyRef bridge;
   GraphWrapper wrap;
@@ -246,7 +256,10 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
       backend_fn = compile_with_backend(res, *config);
     else {
       pipeline::Executable ex = pipeline::compile_graph(
-          res.graph, pipeline::PassContext{config->settings, config->mode, dump_folder});
+          res.graph,
+          pipeline::PassContext{config->settings, config->mode, dump_folder, config->graph_pool});
+      if (config->recorder && config->recorder.get() != Py_None)
+        note_cuda_graphs(config->recorder.get(), ex.cuda_graphs);
       kernels = std::move(ex.kernels);
       backend_fn = std::move(ex.training_fn);  // NOTE: called like a backend's callable
     }

@@ -8,6 +8,7 @@
 #include "core/py_ref.h"
 #include "guards/guard_set.h"
 #include "ir/frame_view.h"
+#include "runtime/cuda_graphs.h"
 
 namespace tl::frame {
 
@@ -22,6 +23,8 @@ struct CompileConfig {
   PyRef recorder;            // explain(): a list that receives one dict per capture, or None
   Settings settings;         // compile scope from mode/options, the rest torchlite.config's
   std::string mode = "default";
+  // settings.cuda_graphs: the one memory pool of every graph this compile() call records.
+  std::shared_ptr<runtime::CudaGraphPool> graph_pool = std::make_shared<runtime::CudaGraphPool>();
 };
 
 // A captured frame, compiled: reads its inputs from the frame by source, runs

@@ -180,6 +180,36 @@ PyRef training_fn(const std::shared_ptr<ir::Graph>& graph, const PassContext& ct
   return compiler(graph, ctx, why);
 }
 
+// True when some tensor of `graph` lives on the CPU.
+bool on_cpu(const ir::Graph& graph) {
+  for (auto& n : graph.nodes()) {
+    if (!n->meta || !n->meta->device) continue;
+    PyRef text = PyRef::steal(PyObject_Str(n->meta->device.get()));
+    const char* c = text ? PyUnicode_AsUTF8(text.get()) : nullptr;
+    if (!c) throw PythonError();
+    if (std::string(c) == "cpu") return true;
+  }
+  return false;
+}
+
+// Under settings.cuda_graphs: turns CUDA graphs on for `ex` or says why not.
+void use_cuda_graphs(Executable& ex, const PassContext& ctx, Trace& trace) {
+  if (!ctx.settings.cuda_graphs) return;
+  bool cuda = ex.kernels ? ex.kernels->device().cuda : !on_cpu(*ex.graph);
+  std::string why = runtime::cuda_graph_blocker(*ex.graph, cuda);
+  if (why.empty() && !ex.kernels) why = "the graph has no fused kernels (" + ex.no_kernels + ")";
+  if (why.empty()) {
+    auto pool = ctx.graph_pool ? ctx.graph_pool : std::make_shared<runtime::CudaGraphPool>();
+    ex.kernels->enable_cuda_graphs(pool, static_cast<int>(ctx.settings.cuda_graphs_limit),
+                                   ctx.trace_dir);
+    ex.cuda_graphs = "recorded after a warm-up call";
+  } else {
+    ex.cuda_graphs = "not used: " + why;
+  }
+  trace.note("cuda graphs: " + ex.cuda_graphs);
+  if (log_enabled("cudagraphs")) log_event("cudagraphs", "graph: " + ex.cuda_graphs);
+}
+
 }  // namespace
 
 void set_training_compiler(TrainingCompiler compiler) {
@@ -205,6 +235,8 @@ Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ct
     trace.note(ex.training_fn ? "training: compiled forward and backward (see joint.txt)"
                               : "training: op by op (" + why + ")");
     if (ex.training_fn) ex.no_kernels = "compiled forward and backward";
+    if (ctx.settings.cuda_graphs)
+      ex.cuda_graphs = "not used: the graph records autograd (training graphs run without)";
     return ex;
   }
   // All on the CPU (LLVM build) or on one CUDA device (driver loaded); else op by op.
@@ -214,6 +246,7 @@ Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ct
     ex.no_kernels = "no kernels for this graph's devices in this build";
   if (!device) {
     trace.note("none: " + ex.no_kernels);
+    use_cuda_graphs(ex, ctx, trace);
     return ex;
   }
   const unsigned mask = device->cuda ? kCuda : kCpu;
@@ -238,11 +271,17 @@ Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ct
   }
   if (st.partition.kernels.empty()) {
     ex.no_kernels = "nothing to fuse";
+    use_cuda_graphs(ex, ctx, trace);
     return ex;
   }
   trace.kernels("lowered.txt", st.partition);
   log_kernels(st.partition);
   ex.kernels = std::make_unique<runtime::CompiledGraph>(graph, std::move(st.partition));
+  if (ctx.settings.autotune && ex.kernels->device().cuda) {
+    ex.kernels->enable_autotune(ctx.trace_dir);
+    trace.note("autotune: pointwise kernels' grids timed on the first run (autotune.txt)");
+  }
+  use_cuda_graphs(ex, ctx, trace);
   return ex;
 }
 

@@ -20,6 +20,8 @@ struct Executable {
   std::unique_ptr<runtime::CompiledGraph> kernels;  // null: the graph runs op by op
   std::vector<std::string> passes;                  // the passes that ran, in order
   std::string no_kernels;                           // why kernels is null ("" when it isn't)
+  // settings.cuda_graphs: "recorded after a warm-up call", or "not used: <why>"; "" when off.
+  std::string cuda_graphs;
   // Graphs autograd records (compiled_backward on): a Python callable taking
   // the graph's inputs and returning its outputs through a compiled forward
   // and backward (python/bind_training.cpp); null: op by op.

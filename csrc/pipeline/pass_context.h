@@ -3,9 +3,14 @@
 // environment, torchlite.config, the mode's preset and options=, resolved in
 // that order by torchlite/settings.py) and where its trace goes. Passes read
 // settings only from here, never from the environment.
+#include <memory>
 #include <string>
 
 #include "core/flags.h"
+
+namespace tl::runtime {
+class CudaGraphPool;
+}
 
 namespace tl::pipeline {
 
@@ -15,6 +20,9 @@ struct PassContext {
   // Folder for this graph's trace (pipeline.txt, NN_<pass>.txt, lowered.txt);
   // "" writes none. Callers make it with new_trace_folder when settings.trace.
   std::string trace_dir;
+  // The CUDA graph memory pool of the model being compiled (settings.cuda_graphs); null: a
+  // fresh one for this graph.
+  std::shared_ptr<runtime::CudaGraphPool> graph_pool;
 };
 
 }  // namespace tl::pipeline

@@ -1,8 +1,10 @@
 #include "runtime/compiled_graph.h"
 
+#include <algorithm>
 #include <optional>
 #include <unordered_map>
 
+#include "core/dump_dir.h"
 #include "core/errors.h"
 #include "core/py_import.h"
 #include "passes/dtype.h"
@@ -10,6 +12,7 @@
 #include "runtime/compiled_step.h"
 #include "runtime/cuda/compile.h"
 #include "runtime/cuda/driver.h"
+#include "runtime/cuda_autotune.h"
 #ifdef TORCHLITE_HAVE_LLVM
 #include "runtime/cpu/jit.h"
 #include "runtime/cpu/parallel.h"
@@ -407,7 +410,10 @@ bool CompiledGraph::launch_cuda(const Step& s, const std::vector<char*>& bufs, R
       if (reinterpret_cast<uintptr_t>(bufs[p]) % 16 != 0) fn = nullptr;
     rs.args.resize(bufs.size());
     for (size_t i = 0; i < bufs.size(); ++i) rs.args[i] = const_cast<char**>(&bufs[i]);
-    cuda::launch(fn ? fn : k.fn, k.grid, k.block, k.shared_bytes, rs.stream, rs.args.data(), k.name,
+    const size_t idx = static_cast<size_t>(&s - steps_.data());
+    if (autotune_ && !tuned_[idx]) tune_grid(s, fn ? fn : k.fn, rs.stream, rs.args.data());
+    unsigned grid = autotune_ && grids_[idx] ? grids_[idx] : k.grid;
+    cuda::launch(fn ? fn : k.fn, grid, k.block, k.shared_bytes, rs.stream, rs.args.data(), k.name,
                  k.dependent_launch);
   } catch (const Error& e) {
     set_python_error(e);  // reported like a failing torch op, naming the kernel's node
@@ -416,7 +422,69 @@ bool CompiledGraph::launch_cuda(const Step& s, const std::vector<char*>& bufs, R
   return true;
 }
 
+void CompiledGraph::enable_autotune(std::string trace_dir) {
+  if (!device_.cuda) return;
+  autotune_ = true;
+  grids_.assign(steps_.size(), 0);
+  tuned_.assign(steps_.size(), 0);
+  tune_trace_dir_ = std::move(trace_dir);
+  try {
+    PyRef name = PyRef::steal(PyObject_CallFunction(
+        import_attr("torch.cuda", "get_device_name").get(), "i", device_.index));
+    const char* c = name ? PyUnicode_AsUTF8(name.get()) : nullptr;
+    gpu_name_ = c ? c : "";
+  } catch (const PythonError&) {
+  }
+  PyErr_Clear();
+  cuda::DeviceInfo d = cuda::device_info(device_.index);
+  gpu_name_ += " sm_" + std::to_string(d.sm_major) + std::to_string(d.sm_minor) + " " +
+               std::to_string(d.multiprocessors) + " SMs";
+}
+
+// Pointwise kernels only (grid-stride loops: any grid is correct, and they write only fresh
+// outputs, so trial launches change nothing). A failure keeps the code generator's grid.
+void CompiledGraph::tune_grid(const Step& s, void* fn, void* stream, void** args) {
+  const size_t idx = static_cast<size_t>(&s - steps_.data());
+  tuned_[idx] = 1;
+  const cuda::LoadedKernel& k = s.cu;
+  if (partition_.kernels[s.kernel].kernel.reduction_axes != 0 || k.tune_key.empty()) return;
+  const int64_t full = (s.outer + k.block - 1) / k.block;  // one point a thread
+  const unsigned max_grid = static_cast<unsigned>(std::clamp<int64_t>(full, 1, 1 << 30));
+  std::string line = "kernel " + k.name + ": ";
+  try {
+    GridChoice c = choose_grid(k.tune_key, gpu_name_, k.grid, max_grid, [&](unsigned g) {
+      cuda::launch(fn, g, k.block, k.shared_bytes, stream, args, k.name, k.dependent_launch);
+    });
+    grids_[idx] = c.grid;
+    line += c.report;
+  } catch (const PythonError&) {
+    if (fatal_python_error_pending()) throw;
+    PyErr_Clear();
+    line += "not tuned (a timing call failed)";
+  } catch (const Error& e) {
+    line += std::string("not tuned: ") + e.what();
+  }
+  if (tune_trace_dir_.empty()) return;
+  tune_report_ += line + "\n";
+  write_dump(tune_trace_dir_ + "autotune.txt", tune_report_);
+}
+
+void CompiledGraph::enable_cuda_graphs(std::shared_ptr<CudaGraphPool> pool, int limit,
+                                       std::string trace_dir) {
+  TL_CHECK(device_.cuda) << "CUDA graphs for a graph that runs on the CPU";
+  cuda_graphs_ = std::make_unique<CudaGraphs>(*graph_, device_.index, std::move(pool), limit,
+                                              std::move(trace_dir));
+}
+
 std::vector<PyRef> CompiledGraph::run(PyObject* const* inputs, size_t n_inputs) {
+  if (!cuda_graphs_) return run_steps(inputs, n_inputs);
+  TL_CHECK(n_inputs == n_inputs_) << "graph expects " << n_inputs_ << " inputs, got " << n_inputs;
+  failed_node_ = nullptr;
+  return cuda_graphs_->run(inputs, n_inputs,
+                           [this](PyObject* const* in, size_t n) { return run_steps(in, n); });
+}
+
+std::vector<PyRef> CompiledGraph::run_steps(PyObject* const* inputs, size_t n_inputs) {
   TL_CHECK(n_inputs == n_inputs_) << "graph expects " << n_inputs_ << " inputs, got " << n_inputs;
   failed_node_ = nullptr;
   std::vector<PyRef> values(n_values_);

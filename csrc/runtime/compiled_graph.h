@@ -11,6 +11,7 @@
 #include "core/py_ref.h"
 #include "ir/graph.h"
 #include "passes/partition.h"
+#include "runtime/cuda_graphs.h"
 #include "runtime/node_call.h"
 #include "runtime/value_plan.h"
 
@@ -41,8 +42,16 @@ class CompiledGraph {
   // graph outputs (new references). Throws PythonError with the Python error
   // set, and `failed_node` names the node that raised (for a kernel: its first
   // output node).
+  // Under enable_cuda_graphs: warm-up, record or replay (runtime/cuda_graphs.h).
   std::vector<PyRef> run(PyObject* const* inputs, size_t n_inputs);
   const ir::Node* failed_node() const { return failed_node_; }
+  // Records this CUDA graph's runs into CUDA graphs of `pool` from the second call on.
+  // Call only when cuda_graph_blocker(graph, device().cuda) is "".
+  void enable_cuda_graphs(std::shared_ptr<CudaGraphPool> pool, int limit, std::string trace_dir);
+  const CudaGraphs* cuda_graphs() const { return cuda_graphs_.get(); }
+  // Chooses the grid of each pointwise CUDA kernel on the first run (runtime/cuda_autotune.h);
+  // the trials go to <trace_dir>autotune.txt when trace_dir is not "".
+  void enable_autotune(std::string trace_dir);
   const ir::Graph& graph() const { return *graph_; }
   const passes::Partition& partition() const { return partition_; }
   const KernelDevice& device() const { return device_; }
@@ -52,6 +61,7 @@ class CompiledGraph {
   struct RunState;
   void compile_cpu();
   void compile_cuda();
+  std::vector<PyRef> run_steps(PyObject* const* inputs, size_t n_inputs);
   bool match_kernel_layout(const Step& s, PyRef& value);
   void skip_empty_factories();
   // view_steps.cpp
@@ -63,6 +73,7 @@ class CompiledGraph {
   bool run_kernel(const Step& s, std::vector<PyRef>& values, RunState& rs);
   bool fast_alloc(RunState& rs) const;
   bool launch_cuda(const Step& s, const std::vector<char*>& bufs, RunState& rs);
+  void tune_grid(const Step& s, void* fn, void* stream, void** args);
   std::shared_ptr<const ir::Graph> graph_;
   passes::Partition partition_;
   std::vector<Step> steps_;
@@ -77,6 +88,12 @@ class CompiledGraph {
   PyRef fast_empty_strided_;  // private_empty_strided() in compiled_graph.cpp; may be null
   PyRef get_device_;          // torch._C._cuda_getDevice (CUDA graphs)
   PyRef function_modes_, dispatch_modes_;  // torch._C._len_torch_{function,dispatch}_stack
+  std::unique_ptr<CudaGraphs> cuda_graphs_;
+  // autotune: per step, the grid chosen (0: the code generator's), and whether it was tried.
+  bool autotune_ = false;
+  std::vector<unsigned> grids_;
+  std::vector<char> tuned_;
+  std::string tune_trace_dir_, tune_report_, gpu_name_;
 };
 
 }  // namespace tl::runtime

@@ -26,14 +26,18 @@ constexpr size_t kHeader = sizeof(kMagic) + 32;  // magic, then HMAC-SHA-256
 constexpr size_t kSecretBytes = 32;
 // NOTE: kernels are kilobytes, a large cubin a few MB: anything bigger is not ours.
 constexpr uint64_t kMaxEntryBytes = 256ull << 20;
-constexpr const char* kSubdirs[] = {"cpu", "cuda"};
+constexpr const char* kSubdirs[] = {"cpu", "cuda", "tune"};
 
 std::mutex g_mu;  // the override and the per-folder usage estimates
 std::optional<std::string> g_dir_override;
 std::map<std::string, int64_t> g_usage;  // folder -> bytes of entries (scanned once, then counted)
 
-const char* subdir(EntryKind k) { return k == EntryKind::CpuObject ? "cpu" : "cuda"; }
-const char* suffix(EntryKind k) { return k == EntryKind::CpuObject ? ".o" : ".cubin"; }
+const char* subdir(EntryKind k) {
+  return k == EntryKind::CpuObject ? "cpu" : k == EntryKind::CudaImage ? "cuda" : "tune";
+}
+const char* suffix(EntryKind k) {
+  return k == EntryKind::CpuObject ? ".o" : k == EntryKind::CudaImage ? ".cubin" : ".tune";
+}
 
 bool valid_key(const std::string& key) {
   return !key.empty() && key.size() <= 128 && std::all_of(key.begin(), key.end(), [](char c) {
@@ -52,7 +56,7 @@ bool is_entry_name(const std::string& name) {
     size_t n = std::strlen(s);
     return name.size() > n && name.compare(name.size() - n, n, s) == 0;
   };
-  return name[0] != '.' && (ends(".o") || ends(".cubin"));
+  return name[0] != '.' && (ends(".o") || ends(".cubin") || ends(".tune"));
 }
 
 struct FileInfo {
@@ -213,7 +217,8 @@ DiskCacheInfo disk_cache_info(const std::string& dir, int64_t max_bytes) {
                              : secure_fs::check_dir(dir).problem;
   if (!info.problem.empty()) return info;
   for (const FileInfo& f : list_files(dir, false)) {
-    (f.path.find("/cpu/") != std::string::npos ? info.cpu_entries : info.cuda_entries)++;
+    if (f.path.find("/cpu/") != std::string::npos) info.cpu_entries++;
+    if (f.path.find("/cuda/") != std::string::npos) info.cuda_entries++;
     info.bytes += f.bytes;
   }
   return info;

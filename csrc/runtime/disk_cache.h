@@ -1,11 +1,10 @@
 #pragma once
-// The one on-disk kernel cache of the process: CPU objects (<dir>/cpu/<key>.o)
-// and CUDA images (<dir>/cuda/<key>.cubin). A kernel is machine code this
-// process will run, so an entry is used only if this user's torchlite wrote
-// it: the folder must pass secure_fs::check_dir (made 0700), each entry
-// carries an HMAC-SHA-256 over its kind, key and content under a per-user
-// secret (<dir>/secret, 0600), and files are read with bounded, non-blocking,
-// type- and owner-checked reads. A bad entry is a miss, never an error.
+// The one on-disk kernel cache of the process: CPU objects (<dir>/cpu/<key>.o),
+// CUDA images (<dir>/cuda/<key>.cubin) and autotuning choices (<dir>/tune/<key>.tune). A kernel is
+// machine code this process will run, so an entry is used only if this user's torchlite wrote it:
+// the folder must pass secure_fs::check_dir (made 0700), each entry carries an HMAC-SHA-256 over
+// its kind, key and content under a per-user secret (<dir>/secret, 0600), and files are read with
+// bounded, non-blocking, type- and owner-checked reads. A bad entry is a miss, never an error.
 // docs/security.md has the threat model.
 #include <sys/types.h>
 
@@ -16,7 +15,7 @@
 
 namespace tl::runtime {
 
-enum class EntryKind { CpuObject, CudaImage };
+enum class EntryKind { CpuObject, CudaImage, TuneChoice };
 
 class DiskCache {
  public:

@@ -160,6 +160,7 @@ LoadedKernel link(Job& job, int device, const std::string& arch, const DiskCache
     k.vector_fn = module_function(module, job.owner.vector_fallback_name);
   k.aligned_params = s.aligned_params;
   k.dependent_launch = s.dependent_launch;
+  k.tune_key = job.canon;
   TL_CHECK(s.grid >= 0 && s.grid <= 0x7fffffff && s.block > 0 && s.shared_bytes >= 0)
       << what << ": bad launch shape grid=" << s.grid << " block=" << s.block;
   k.grid = static_cast<unsigned>(s.grid);

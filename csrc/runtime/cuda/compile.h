@@ -19,6 +19,7 @@ struct LoadedKernel {
   std::vector<int> aligned_params;  // vector_fn only when these pointers are 16-byte aligned
   unsigned grid = 1, block = 256, shared_bytes = 0;
   bool dependent_launch = false;  // CudaKernel::dependent_launch
+  std::string tune_key;           // the body's hash (same for kernels differing only in name)
 };
 
 // The code generator's target for `device`: its exact compute capability and SM count.

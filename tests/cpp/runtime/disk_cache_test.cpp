@@ -49,7 +49,7 @@ TEST_CASE("an entry reads back as stored, per kind", "[runtime]") {
   Scratch s;
   auto cache = rt::DiskCache::open((s.dir / "c").string(), 0);
   REQUIRE(cache.enabled());
-  for (EntryKind kind : {EntryKind::CpuObject, EntryKind::CudaImage}) {
+  for (EntryKind kind : {EntryKind::CpuObject, EntryKind::CudaImage, EntryKind::TuneChoice}) {
     CHECK_FALSE(cache.load(kind, kKey));
     cache.store(kind, kKey, kImage);
     CHECK(cache.load(kind, kKey) == std::optional<std::string>(kImage));
@@ -57,6 +57,8 @@ TEST_CASE("an entry reads back as stored, per kind", "[runtime]") {
   CHECK(cache.path(EntryKind::CpuObject, kKey) == (s.dir / "c" / "cpu" / (kKey + ".o")).string());
   CHECK(cache.path(EntryKind::CudaImage, kKey) ==
         (s.dir / "c" / "cuda" / (kKey + ".cubin")).string());
+  CHECK(cache.path(EntryKind::TuneChoice, kKey) ==
+        (s.dir / "c" / "tune" / (kKey + ".tune")).string());
 }
 
 TEST_CASE("the cache folder, its subfolders and secret are private even under umask 000",

@@ -271,6 +271,10 @@ def test_counters_have_the_documented_keys():
         "capture_ns",
         "batch_norms_folded",
         "channels_last_convs",
+        "cuda_graph_recordings",
+        "cuda_graph_replays",
+        "autotune_trials",
+        "autotune_cached",
     }
     torchlite.reset_counters()
     assert set(torchlite.counters()) == keys

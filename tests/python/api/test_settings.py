@@ -29,6 +29,9 @@ OTHER = {
     "compiled_backward": True,
     "recompute_in_backward": False,
     "cache_size_limit": 3,
+    "cuda_graphs": True,
+    "cuda_graphs_limit": 3,
+    "autotune": True,
 }
 ENV_TEXT = {False: "0", True: "1", 3: "3"}
 

@@ -1,0 +1,194 @@
+"""torch.compile's modes side by side: eager, torchlite and torch.compile for `default`,
+`reduce-overhead` (CUDA graphs) and `max-autotune`, one process, one CUDA GPU.
+
+Per row: step time (median of timed batches after warm-up), peak memory allocated and
+reserved during the timed steps, and compile time (the first three calls: capture, compile,
+warm-up and, with CUDA graphs, recording). Models have random weights, in bf16:
+GPT-2 small (transformers) at 1x32 and 8x512 tokens, resnet50 (timm) at batch 1 and 64.
+
+    python bench/modes.py [--models gpt2-1x32,resnet50-64] [--modes default,reduce-overhead]
+                          [--impls eager,torchlite,torch] [--torch-max-autotune] [--in-process]
+
+Each row runs in a fresh process (cold compile, memory counted from zero: compiled models'
+caches are released lazily, so rows sharing a process see each other's leftovers);
+--in-process runs them all in this one (faster, memory columns then approximate).
+
+torch.compile's max-autotune benchmarks Triton configurations for minutes per model, so it
+runs only with --torch-max-autotune.
+"""
+
+import argparse
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+import torchlite
+
+MODES = ["default", "reduce-overhead", "max-autotune"]
+
+
+def gpt2(batch: int, tokens: int):
+    import transformers
+
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
+    model = model.to("cuda", torch.bfloat16)
+    ids = torch.randint(0, 50257, (batch, tokens), device="cuda")
+
+    def step(fn):
+        return fn(ids, use_cache=False).logits
+
+    return model, step
+
+
+def resnet50(batch: int):
+    import timm
+
+    model = timm.create_model("resnet50", pretrained=False).eval().to("cuda", torch.bfloat16)
+    x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=torch.bfloat16)
+
+    def step(fn):
+        return fn(x)
+
+    return model, step
+
+
+MODELS = {
+    "gpt2-1x32": lambda: gpt2(1, 32),
+    "gpt2-8x512": lambda: gpt2(8, 512),
+    "resnet50-1": lambda: resnet50(1),
+    "resnet50-64": lambda: resnet50(64),
+}
+
+
+def step_ms(step, fn, budget_s: float = 3.0) -> float:
+    """Median ms per call over timed batches (synchronised per batch)."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    step(fn)
+    torch.cuda.synchronize()
+    est = max(time.perf_counter() - start, 1e-5)
+    inner = max(1, min(50, int(0.2 / est)))
+    samples = max(5, min(30, int(budget_s / (est * inner))))
+    times = []
+    for _ in range(samples):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(inner):
+            step(fn)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) / inner * 1e3)
+    return statistics.median(times)
+
+
+def make(impl: str, mode: str, model):
+    if impl == "eager":
+        return model
+    if impl == "torchlite":
+        return torchlite.compile(model, mode=mode)
+    return torch.compile(model, mode=mode)
+
+
+def reset() -> None:
+    torchlite.reset()
+    torch._dynamo.reset()
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def run_one(name: str, impl: str, mode: str) -> dict:
+    # NOTE: memory is counted above what earlier rows left (a compiled function's caches go
+    # lazily), so rows compare what each one adds.
+    base, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    model, step = MODELS[name]()
+    with torch.no_grad():
+        expected = step(model).float()
+        fn = make(impl, mode, model)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(3):
+            out = step(fn)
+        torch.cuda.synchronize()
+        compile_s = time.perf_counter() - start
+        err = ((out.float() - expected).norm() / expected.norm().clamp_min(1e-6)).item()
+        del out, expected
+        torch.cuda.reset_peak_memory_stats()
+        ms = step_ms(step, fn)
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+        reserved = (torch.cuda.max_memory_reserved() - base_reserved) / 2**20
+    counters = torchlite.counters() if impl == "torchlite" else {}
+    del fn, model
+    reset()
+    return {
+        "ms": ms,
+        "peak_mb": peak,
+        "reserved_mb": reserved,
+        "compile_s": compile_s,
+        "rel_err": err,
+        "replays": counters.get("cuda_graph_replays", 0),
+    }
+
+
+def row_in_subprocess(name: str, impl: str, mode: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--row", name, impl, mode],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--row":
+        print(json.dumps(run_one(*sys.argv[2:])))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--impls", default="eager,torchlite,torch")
+    parser.add_argument("--torch-max-autotune", action="store_true")
+    parser.add_argument("--in-process", action="store_true")
+    args = parser.parse_args()
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    header = (
+        f"{'model':<12} {'mode':<16} {'impl':<10} {'step ms':>9} {'peak MB':>9} "
+        f"{'reserved MB':>12} {'compile s':>10} {'rel err':>8} {'replays':>8}"
+    )
+    print(header)
+    for name in args.models.split(","):
+        eager_done = False
+        for mode in args.modes.split(","):
+            for impl in args.impls.split(","):
+                if impl == "eager" and eager_done:
+                    continue
+                row = f"{name:<12} {mode if impl != 'eager' else '-':<16} {impl:<10}"
+                if impl == "torch" and mode == "max-autotune" and not args.torch_max_autotune:
+                    print(f"{row} skipped (minutes to compile; --torch-max-autotune)", flush=True)
+                    continue
+                torchlite.reset_counters()
+                try:
+                    run = run_one if args.in_process else row_in_subprocess
+                    r = run(name, impl, mode)
+                except Exception as e:  # noqa: BLE001 (a failing row must not hide the others)
+                    print(f"{row} FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                    reset()
+                    continue
+                eager_done |= impl == "eager"
+                print(
+                    f"{row} {r['ms']:9.3f} {r['peak_mb']:9.0f} {r['reserved_mb']:12.0f} "
+                    f"{r['compile_s']:10.2f} {r['rel_err']:8.4f} {r['replays']:8d}",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
