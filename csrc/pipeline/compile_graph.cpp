@@ -240,6 +240,9 @@ Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ct
     ex.no_kernels = "nothing to fuse";
     return ex;
   }
+  // NOTE: CPU only for now; CUDA kernels keep their sizes in the code.
+  for (auto& fk : st.partition.kernels)
+    fk.kernel.runtime_sizes = ctx.runtime_sizes && !device->cuda;
   trace.kernels("lowered.txt", st.partition);
   log_kernels(st.partition);
   ex.kernels = std::make_unique<runtime::CompiledGraph>(graph, std::move(st.partition));

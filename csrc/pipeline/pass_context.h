@@ -15,6 +15,9 @@ struct PassContext {
   // Folder for this graph's trace (pipeline.txt, NN_<pass>.txt, lowered.txt);
   // "" writes none. Callers make it with new_trace_folder when settings.trace.
   std::string trace_dir;
+  // Kernels take their sizes as arguments (ir::Kernel::runtime_sizes): set by
+  // the frame layer's dynamic-shape policy (docs/internals/dynamic-shapes.md).
+  bool runtime_sizes = false;
 };
 
 }  // namespace tl::pipeline
