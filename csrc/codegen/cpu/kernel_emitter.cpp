@@ -77,12 +77,6 @@ llvm::Value* Emitter::value(int i) {
     v = convert(b_, load_elem(b_, ptrs_[e.buffer], off, t), t, e.type);
   } else if (e.op == ExprOp::Index) {
     v = off_[s_.index_buffer.at(e.ivalue)];  // its pseudo-buffer's offset is the coordinate
-  } else if (e.op == ExprOp::Constant && e.type == ST::I64 && k_.runtime_sizes) {
-    // NOTE: integer constants are what lowering derives from sizes (a gather's
-    // row length, a clamp's bound): with runtime sizes they travel in the dims
-    // array too, so such kernels are shared across sizes as well.
-    int64_t iv = e.ivalue != 0 || e.value == 0 ? e.ivalue : static_cast<int64_t>(e.value);
-    v = num((4 << 20) + i, iv);
   } else if (e.op == ExprOp::Constant) {
     v = make_constant(b_, e);
   } else if (e.op == ExprOp::Cast) {

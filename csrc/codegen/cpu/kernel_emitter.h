@@ -18,8 +18,8 @@
 namespace tl::codegen::cpu {
 
 // With k.runtime_sizes, bufs[inputs + outputs] is one more entry: a
-// `const int64_t*` dims array the function reads its loop sizes, strides,
-// offsets and i64 expr constants from (0 and 1 stay constants in the code);
+// `const int64_t*` dims array the function reads its loop sizes, strides and
+// offsets from (0 and 1 stay constants in the code);
 // `dims` (may be null) receives this kernel's values for it.
 // Throws tl::Error (Internal) naming the kernel for IR it cannot lower.
 std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string& fn_name,

@@ -37,7 +37,11 @@ def _bert():
     return transformers.BertModel(cfg).eval()
 
 
-@pytest.mark.parametrize("make", [_gpt2, _bert], ids=["gpt2", "bert"])
+# NOTE: GPT-2 is slow (~45 s on the 2-core CI machine): this transformers version breaks its
+# graph ~10 times a call and every size captures each frame again (layer 2 removes that).
+@pytest.mark.parametrize(
+    "make", [pytest.param(_gpt2, marks=pytest.mark.slow), _bert], ids=["gpt2", "bert"]
+)
 def test_sequence_and_batch_sweep_matches_eager_and_reuses_kernels(make):
     model = make()
     compiled = torchlite.compile(model)

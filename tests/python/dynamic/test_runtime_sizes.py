@@ -41,6 +41,11 @@ def _layer_norm_rows(x):
 
 def _view_heads(x):
     b, s, h = x.shape
+    return (x.view(b, s, 2, h // 2).transpose(1, 2) + 1).exp()
+
+
+def _reshape_transposed(x):
+    b, s, h = x.shape
     return (x.view(b, s, 2, h // 2).transpose(1, 2) + 1).reshape(b * 2, s, h // 2).exp()
 
 
@@ -105,6 +110,13 @@ def test_sizes_zero_and_one_are_specialised_and_correct():
 def test_a_mean_over_a_changing_dim_stays_correct():
     # The divisor is a constant in the kernel, so these kernels differ per size (not shared).
     _sweep(lambda x: x.mean(-1) * 3, lambda n: (torch.randn(5, n),), [6, 11, 3, 40], dynamic=True)
+
+
+def test_a_reshape_of_a_transposed_view_stays_correct():
+    # A gather whose index math divides by sizes: divisors stay constants (speed), so its
+    # kernel compiles per size; the pointwise kernel before it is shared.
+    compiles = _sweep(_reshape_transposed, lambda n: (torch.randn(2, n, 8),), [13, 37, 6, 21])
+    assert compiles[2:] == [1, 1], compiles
 
 
 def test_torchlite_mark_dynamic_makes_the_first_compile_dynamic():
