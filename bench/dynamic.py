@@ -9,7 +9,9 @@ recompiles (docs/internals/dynamic-shapes.md), so later lengths reuse them.
 """
 
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -18,6 +20,13 @@ import torchlite
 
 
 def make_model(layers: int, device: str):
+    # NOTE: the torchvision workaround is shared with the tests (bench/model_corpus.py does the same).
+    sys.path.append(
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python")
+    )
+    from torchvision_compat import work_around_mismatched_torchvision
+
+    work_around_mismatched_torchvision()
     from transformers import GPT2Config, GPT2Model
 
     cfg = GPT2Config(n_layer=layers, n_embd=128, n_head=4, vocab_size=1000, n_positions=1024)
