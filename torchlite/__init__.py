@@ -10,6 +10,7 @@ from torchlite import (
 )
 from torchlite.backends import list_backends, register_backend
 from torchlite.compiler import compile, disable
+from torchlite.dynamic import mark_dynamic, mark_static
 from torchlite.errors import InternalError, Unsupported
 from torchlite.explain import BreakReason, ExplainOutput, explain
 from torchlite.optimized_module import OptimizedModule
@@ -28,6 +29,8 @@ __all__ = [
     "disable",
     "explain",
     "list_backends",
+    "mark_dynamic",
+    "mark_static",
     "register_backend",
     "reset",
     "reset_counters",

@@ -91,6 +91,7 @@ class _CompileCall:
             None,
             values,
             (args["mode"] or "default") if builtin else "default",
+            args.get("dynamic"),
         )
 
     def __call__(self, f: Callable) -> Any:
@@ -126,13 +127,22 @@ def compile(
     """Compiles a function or nn.Module; same signature and forms as torch.compile.
 
     `@torchlite.compile`, `@torchlite.compile(fullgraph=True)`, `torchlite.compile(fn)` and
-    `torchlite.compile(module)` (an nn.Module sharing the original's state). `dynamic` is
-    accepted for compatibility; shapes are specialised and a new shape recompiles. For the
+    `torchlite.compile(module)` (an nn.Module sharing the original's state). `dynamic`: None
+    (default) compiles for the first call's sizes and, once a frame recompiles or an input is
+    marked (torchlite.mark_dynamic), builds CPU kernels that take their sizes at run time, so
+    later sizes reuse them; True does so from the first call; False never
+    (docs/internals/dynamic-shapes.md). For the
     torchlite backend, `options` sets compile-scope settings ({"channels_last": False}, see
     torchlite.settings.table()) and `mode` selects a preset of them.
     """
     _check_options(fullgraph, dynamic, mode, options)
-    args = {"fullgraph": fullgraph, "backend": backend, "mode": mode, "options": options}
+    args = {
+        "fullgraph": fullgraph,
+        "dynamic": dynamic,
+        "backend": backend,
+        "mode": mode,
+        "options": options,
+    }
     # NOTE: a bad backend, mode or option fails here, before anything is wrapped.
     backend_fn, _ = backends.resolve(backend, mode, options)
     settings.resolve(mode, options if backend_fn is None else None)

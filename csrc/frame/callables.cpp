@@ -267,7 +267,7 @@ PyTypeObject* disabled_function_type() { return g_disabled_type; }
 
 PyObject* new_config(PyObject* backend, const std::string& backend_name, bool fullgraph,
                      int cache_size_limit, PyObject* recorder, const Settings& settings,
-                     const std::string& mode) {
+                     const std::string& mode, int dynamic) {
   auto c = std::make_shared<CompileConfig>();
   c->id = g_next_config_id++;
   // NOTE: None (not NULL) marks the builtin runner / no recorder.
@@ -278,6 +278,7 @@ PyObject* new_config(PyObject* backend, const std::string& backend_name, bool fu
   c->recorder = PyRef::borrow(recorder ? recorder : Py_None);
   c->settings = settings;
   c->mode = mode;
+  c->dynamic = dynamic;
   auto* obj = PyObject_New(ConfigObject, g_config_type);
   if (!obj) return nullptr;
   new (&obj->config) ConfigPtr(std::move(c));

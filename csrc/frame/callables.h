@@ -24,7 +24,7 @@ PyTypeObject* disabled_function_type();  // borrowed
 // for none).
 PyObject* new_config(PyObject* backend, const std::string& backend_name, bool fullgraph,
                      int cache_size_limit, PyObject* recorder, const Settings& settings,
-                     const std::string& mode);
+                     const std::string& mode, int dynamic = -1);
 // The config held by a Config object, or nullptr if `obj` is not one (borrows).
 const ConfigPtr* config_of(PyObject* obj);
 // The wrapped callable of a CompiledFunction/DisabledFunction, or nullptr

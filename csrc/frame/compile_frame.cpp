@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "frame/captured_frame.h"
 #include "frame/code_cache.h"
+#include "frame/dynamic_policy.h"
 #include "frame/resume_frame.h"
 #include "pipeline/compile_graph.h"
 
@@ -252,12 +253,18 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
   PyRef backend_fn;
   std::unique_ptr<runtime::CompiledGraph> kernels;
   if (has_ops) {
+    DynamicChoice dyn = choose_dynamic(code, *config, res);
+    entry.runtime_sizes = dyn.runtime_sizes;
     if (config->backend && config->backend.get() != Py_None)
       backend_fn = compile_with_backend(res, *config);
     else {
+      if (dyn.runtime_sizes && log_enabled("recompiles"))
+        log_event("recompiles", utf8(code->co_qualname) +
+                                    ": kernels take their sizes at run time (" + dyn.why + ")");
       pipeline::Executable ex = pipeline::compile_graph(
           res.graph,
-          pipeline::PassContext{config->settings, config->mode, dump_folder, config->graph_pool});
+          pipeline::PassContext{config->settings, config->mode, dump_folder, config->graph_pool,
+                                dyn.runtime_sizes});
       if (config->recorder && config->recorder.get() != Py_None)
         note_cuda_graphs(config->recorder.get(), ex.cuda_graphs);
       kernels = std::move(ex.kernels);

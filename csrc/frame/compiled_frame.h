@@ -25,6 +25,9 @@ struct CompileConfig {
   std::string mode = "default";
   // settings.cuda_graphs: the one memory pool of every graph this compile() call records.
   std::shared_ptr<runtime::CudaGraphPool> graph_pool = std::make_shared<runtime::CudaGraphPool>();
+  // torchlite.compile(dynamic=...): -1 None (automatic), 0 False, 1 True
+  // (frame/dynamic_policy.h).
+  int dynamic = -1;
 };
 
 // A captured frame, compiled: reads its inputs from the frame by source, runs
@@ -44,6 +47,10 @@ struct CacheEntry {
   // Weakrefs to the objects the guards match by identity; when one dies, the
   // entry is removed from its code object (frame/entry_reaper.h).
   std::vector<PyRef> watchers;
+  // Its CPU kernels take their sizes at run time (frame/dynamic_policy.h): a
+  // recompile for another size costs no kernel compile, so past the cache
+  // size limit such entries make room instead of the frame running eagerly.
+  bool runtime_sizes = false;
 };
 
 }  // namespace tl::frame

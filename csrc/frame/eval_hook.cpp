@@ -23,6 +23,7 @@
 #include "frame/c_stack.h"
 #include "frame/code_cache.h"
 #include "frame/compile_frame.h"
+#include "frame/dynamic_policy.h"
 #include "frame/entry_reaper.h"
 #include "frame/frame_access.h"
 
@@ -251,7 +252,16 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
     // identical kernels are shared) before the rest run eagerly.
     limit = std::max(limit, kLoopBodyLimit);
   }
-  if (count_entries_for_objects(st, config->id, view) >= limit || n >= kMaxEntriesPerCode) {
+  bool over = count_entries_for_objects(st, config->id, view) >= limit || n >= kMaxEntriesPerCode;
+  if (over && config->dynamic != 0 && evict_for_new_size(st, config->id, reason)) {
+    over = false;
+    n--;
+    if (log_enabled("recompiles"))
+      log_event("recompiles", utf8(fi.code->co_name) +
+                                  ": at the cache size limit, the least recently used size's entry "
+                                  "makes room (its kernels take runtime sizes)");
+  }
+  if (over) {
     counters().eager_fallbacks++;
     if (!st.warned_limit) {
       st.warned_limit = true;

@@ -167,7 +167,8 @@ std::vector<bool> inner_exprs(const Kernel& k) {
 
 std::string Kernel::str() const {
   std::ostringstream os;
-  os << "kernel " << name << fmt_ints(shape) << " reduce=" << reduction_axes << ":\n";
+  os << "kernel " << name << fmt_ints(shape) << " reduce=" << reduction_axes
+     << (runtime_sizes ? " sizes=runtime" : "") << ":\n";
   for (size_t i = 0; i < inputs.size(); ++i)
     os << "  in" << i << " : " << fmt_view(inputs[i]) << "\n";
   for (size_t i = 0; i < exprs.size(); ++i) {

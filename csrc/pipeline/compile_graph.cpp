@@ -1,5 +1,6 @@
 #include "pipeline/compile_graph.h"
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <mutex>
@@ -274,6 +275,17 @@ Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ct
     use_cuda_graphs(ex, ctx, trace);
     return ex;
   }
+  // NOTE: CPU only for now; CUDA kernels keep their sizes in the code. So do
+  // kernels with index math (gathers, coordinates): their expressions hold
+  // size-derived constants, and divisions by them ran ~3x slower as loaded
+  // numbers (docs/internals/dynamic-shapes.md).
+  auto index_math = [](const ir::Kernel& k) {
+    return std::any_of(k.exprs.begin(), k.exprs.end(), [](const ir::Expr& e) {
+      return e.op == ir::ExprOp::Gather || e.op == ir::ExprOp::Index;
+    });
+  };
+  for (auto& fk : st.partition.kernels)
+    fk.kernel.runtime_sizes = ctx.runtime_sizes && !device->cuda && !index_math(fk.kernel);
   trace.kernels("lowered.txt", st.partition);
   log_kernels(st.partition);
   ex.kernels = std::make_unique<runtime::CompiledGraph>(graph, std::move(st.partition));

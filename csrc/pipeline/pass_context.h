@@ -23,6 +23,9 @@ struct PassContext {
   // The CUDA graph memory pool of the model being compiled (settings.cuda_graphs); null: a
   // fresh one for this graph.
   std::shared_ptr<runtime::CudaGraphPool> graph_pool;
+  // Kernels take their sizes as arguments (ir::Kernel::runtime_sizes): set by
+  // the frame layer's dynamic-shape policy (docs/internals/dynamic-shapes.md).
+  bool runtime_sizes = false;
 };
 
 }  // namespace tl::pipeline

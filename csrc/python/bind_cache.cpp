@@ -78,6 +78,16 @@ void bind_cache(py::module_& m) {
 #endif
       },
       "CPU kernels whose JIT code is mapped now.");
+  m.def(
+      "llvm_compiles",
+      [] {
+#ifdef TORCHLITE_HAVE_LLVM
+        return runtime::cpu::llvm_compiles();
+#else
+        return int64_t{0};
+#endif
+      },
+      "CPU kernels LLVM compiled in this process (not reused, not from the disk cache).");
 }
 
 }  // namespace tl::python

@@ -65,17 +65,19 @@ void bind_frame(py::module_& m) {
   m.def(
       "make_config",
       [](py::object backend, const std::string& backend_name, bool fullgraph, int cache_size_limit,
-         py::object recorder, py::object settings, const std::string& mode) {
+         py::object recorder, py::object settings, const std::string& mode, py::object dynamic) {
+        int dyn = dynamic.is_none() ? -1 : (py::cast<bool>(dynamic) ? 1 : 0);
         PyObject* c = frame::new_config(backend.ptr(), backend_name, fullgraph, cache_size_limit,
-                                        recorder.ptr(), settings_from_dict(settings), mode);
+                                        recorder.ptr(), settings_from_dict(settings), mode, dyn);
         if (!c) throw py::error_already_set();
         return py::reinterpret_steal<py::object>(c);
       },
       py::arg("backend"), py::arg("backend_name"), py::arg("fullgraph"),
       py::arg("cache_size_limit"), py::arg("recorder"), py::arg("settings") = py::none(),
-      py::arg("mode") = "default",
+      py::arg("mode") = "default", py::arg("dynamic") = py::none(),
       "The options of one torchlite.compile() call; backend None is the builtin runner.\n"
-      "settings: {name: value} over the process settings (None: those alone).");
+      "settings: {name: value} over the process settings (None: those alone).\n"
+      "dynamic: None (automatic), True or False (docs/internals/dynamic-shapes.md).");
   m.def(
       "reset",
       [] {

@@ -248,7 +248,7 @@ void CompiledGraph::compile_cpu() {
   for (auto& fk : partition_.kernels) kernels.push_back(&fk.kernel);
   cpu::CompiledKernels compiled = cpu::compile_kernels(kernels);
   for (auto& s : steps_)
-    if (s.kernel >= 0) s.fn = compiled.fns[s.kernel];
+    if (s.kernel >= 0) s.fn = compiled.fns[s.kernel], s.dims = compiled.dims[s.kernel];
   kernel_code_ = std::move(compiled.owner);
 #else
   TL_THROW(NotImplemented) << "this torchlite build has no LLVM, so it cannot compile CPU kernels";
@@ -332,7 +332,7 @@ bool CompiledGraph::fast_alloc(RunState& rs) const {
 // Returns false with the Python error set.
 bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, RunState& rs) {
   std::vector<char*> bufs;
-  bufs.reserve(s.in_slots.size() + s.out_slots.size());
+  bufs.reserve(s.in_slots.size() + s.out_slots.size() + 1);
   auto data_ptr = [&](PyObject* t) {
     if (!t) {  // a skipped empty factory (skip_empty_factories)
       bufs.push_back(nullptr);
@@ -373,6 +373,8 @@ bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, RunSta
   }
   if (s.outer == 0) return true;
   if (device_.cuda) return launch_cuda(s, bufs, rs);
+  // NOTE: the kernel only reads its dims array (kernel_emitter.h).
+  if (!s.dims.empty()) bufs.push_back(reinterpret_cast<char*>(const_cast<int64_t*>(s.dims.data())));
 #ifdef TORCHLITE_HAVE_LLVM
   if (s.outer * s.red < cpu::kSerialElements) {
     s.fn(0, s.outer, bufs.data());

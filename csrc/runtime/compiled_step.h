@@ -30,8 +30,9 @@ using KernelPtr = void (*)(int64_t begin, int64_t end, char* const* bufs);
 struct CompiledGraph::Step {
   std::optional<NodeCall> call;  // an extern node, or a kernel:
   int kernel = -1;
-  KernelPtr fn = nullptr;  // on the CPU
-  cuda::LoadedKernel cu;   // on CUDA
+  KernelPtr fn = nullptr;     // on the CPU
+  std::vector<int64_t> dims;  // CPU kernels with runtime sizes: their dims array
+  cuda::LoadedKernel cu;      // on CUDA
   std::vector<int> in_slots, out_slots;
   // Per input: bytes past the slot's data pointer where the input starts (a
   // view that was never made, read through its base; view_steps.cpp).

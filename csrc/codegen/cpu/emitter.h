@@ -3,6 +3,7 @@
 // analysis, expressions, outer rows; reduce_emitter.cpp: accumulators and
 // reduction passes). Internal to codegen/cpu.
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,12 +19,15 @@ class Emitter {
   // Offsets moved `j` steps along the last outer axis.
   using Shift = std::function<Offsets(const Offsets&, llvm::Value*)>;
 
-  Emitter(const ir::Kernel& k, llvm::Function* f)
+  // `dims` (may be null) receives the numbers a kernel with runtime sizes
+  // reads from its dims array, in the order of that array.
+  Emitter(const ir::Kernel& k, llvm::Function* f, std::vector<int64_t>* dims = nullptr)
       : k_(k),
         s_(coalesce(k, /*index_buffers=*/true)),
         b_(f->getContext()),
         f_(f),
-        n_in_(k.inputs.size()) {}
+        n_in_(k.inputs.size()),
+        dims_out_(dims) {}
   void run();
 
  private:
@@ -39,6 +43,18 @@ class Emitter {
   void store_outputs(int pass);
   void plan_stash();
   llvm::Value* div_by_reduction(int i);
+  // A size, stride or offset of the loop space: a constant, or (runtime sizes,
+  // values other than 0 and 1) a number read from the dims array once, in the
+  // entry block. `site` names where it is used, so each site has one slot.
+  llvm::Value* num(int64_t site, int64_t v);
+  llvm::Value* outer_size(size_t d) { return num(static_cast<int64_t>(d), s_.outer[d]); }
+  llvm::Value* red_size(size_t d) { return num((1 << 20) + static_cast<int64_t>(d), s_.red[d]); }
+  llvm::Value* stride(size_t bi, size_t axis) {
+    return num((2 << 20) + static_cast<int64_t>(bi * 64 + axis), s_.strides[bi][axis]);
+  }
+  llvm::Value* offset(size_t bi) {
+    return num((3 << 20) + static_cast<int64_t>(bi), s_.offsets[bi]);
+  }
   void rows(llvm::Value* begin, llvm::Value* end);
   // One row starting at outer linear index `idx`; returns the next row's index.
   llvm::Value* row(llvm::Value* idx, llvm::Value* end);
@@ -81,6 +97,10 @@ class Emitter {
   // it again (softmax's exp); -1 otherwise.
   std::vector<int> stash_, stash_pass_;
   std::vector<Acc> acc_;
+  std::vector<int64_t>* dims_out_;
+  llvm::BasicBlock* entry_ = nullptr;
+  llvm::Value* dims_ = nullptr;             // the dims array (runtime sizes)
+  std::map<int64_t, llvm::Value*> params_;  // site -> its loaded number
 };
 
 }  // namespace tl::codegen::cpu

@@ -22,11 +22,34 @@ void Emitter::run() {
   auto* entry = llvm::BasicBlock::Create(b_.getContext(), "entry", f_);
   b_.SetInsertPoint(entry);
   llvm::Value* bufs = f_->getArg(2);
-  for (size_t i = 0; i < k_.inputs.size() + k_.outputs.size(); ++i)
+  size_t n_bufs = k_.inputs.size() + k_.outputs.size();
+  for (size_t i = 0; i < n_bufs; ++i)
     ptrs_.push_back(b_.CreateLoad(b_.getPtrTy(), b_.CreateConstGEP1_64(b_.getPtrTy(), bufs, i)));
+  // NOTE: the dims array travels as one more entry of `bufs`, so the kernel
+  // ABI (runtime/cpu/jit.h) is the same with and without runtime sizes.
+  if (k_.runtime_sizes)
+    dims_ = b_.CreateLoad(b_.getPtrTy(), b_.CreateConstGEP1_64(b_.getPtrTy(), bufs, n_bufs));
   make_accumulators();
+  // The entry block ends in a branch to the body; num() loads the dims there.
+  entry_ = entry;
+  auto* body = llvm::BasicBlock::Create(b_.getContext(), "body", f_);
+  b_.CreateBr(body);
+  b_.SetInsertPoint(body);
   rows(f_->getArg(0), f_->getArg(1));
   b_.CreateRetVoid();
+}
+
+llvm::Value* Emitter::num(int64_t site, int64_t v) {
+  if (!k_.runtime_sizes || v == 0 || v == 1) return b_.getInt64(v);
+  auto [it, fresh] = params_.try_emplace(site, nullptr);
+  if (!fresh) return it->second;
+  int64_t slot = static_cast<int64_t>(params_.size()) - 1;
+  if (dims_out_) dims_out_->push_back(v);
+  Builder at_entry(entry_->getTerminator());
+  it->second = at_entry.CreateLoad(at_entry.getInt64Ty(),
+                                   at_entry.CreateConstGEP1_64(at_entry.getInt64Ty(), dims_, slot),
+                                   "dim" + std::to_string(slot));
+  return it->second;
 }
 
 void Emitter::fail(size_t i, const std::string& why) { expr_error(k_, "kernel", i, why); }
@@ -98,23 +121,22 @@ void Emitter::rows(llvm::Value* begin, llvm::Value* end) {
 
 llvm::Value* Emitter::row(llvm::Value* idx, llvm::Value* end) {
   size_t last = s_.outer.size() - 1;
-  llvm::Value* c_last = b_.CreateURem(idx, b_.getInt64(s_.outer[last]));
-  llvm::Value* rest = b_.CreateUDiv(idx, b_.getInt64(s_.outer[last]));
+  llvm::Value* c_last = b_.CreateURem(idx, outer_size(last));
+  llvm::Value* rest = b_.CreateUDiv(idx, outer_size(last));
   std::vector<llvm::Value*> base;
-  for (int64_t off : s_.offsets) base.push_back(b_.getInt64(off));
+  for (size_t bi = 0; bi < s_.offsets.size(); ++bi) base.push_back(offset(bi));
   for (size_t d = last; d-- > 0;) {
-    llvm::Value* cd = b_.CreateURem(rest, b_.getInt64(s_.outer[d]));
-    rest = b_.CreateUDiv(rest, b_.getInt64(s_.outer[d]));
+    llvm::Value* cd = b_.CreateURem(rest, outer_size(d));
+    rest = b_.CreateUDiv(rest, outer_size(d));
     for (size_t bi = 0; bi < base.size(); ++bi)
-      base[bi] = b_.CreateNSWAdd(base[bi], b_.CreateNSWMul(cd, b_.getInt64(s_.strides[bi][d])));
+      base[bi] = b_.CreateNSWAdd(base[bi], b_.CreateNSWMul(cd, stride(bi, d)));
   }
-  llvm::Value* row_end =
-      b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.getInt64(s_.outer[last]),
-                               b_.CreateNSWAdd(c_last, b_.CreateNSWSub(end, idx)));
-  Shift at = [&](const Offsets& off, llvm::Value* j) {
+  llvm::Value* row_end = b_.CreateBinaryIntrinsic(
+      llvm::Intrinsic::smin, outer_size(last), b_.CreateNSWAdd(c_last, b_.CreateNSWSub(end, idx)));
+  Shift at = [&, last](const Offsets& off, llvm::Value* j) {
     std::vector<llvm::Value*> out(off.size());
     for (size_t bi = 0; bi < off.size(); ++bi)
-      out[bi] = b_.CreateNSWAdd(off[bi], b_.CreateNSWMul(j, b_.getInt64(s_.strides[bi][last])));
+      out[bi] = b_.CreateNSWAdd(off[bi], b_.CreateNSWMul(j, stride(bi, last)));
     return out;
   };
   if (s_.red.empty()) {
@@ -175,7 +197,7 @@ std::vector<llvm::Value*> Emitter::row_invariants(const Offsets& row_start) {
 }
 
 std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string& fn_name,
-                                          llvm::LLVMContext& ctx) {
+                                          llvm::LLVMContext& ctx, std::vector<int64_t>* dims) {
   auto m = std::make_unique<llvm::Module>("torchlite", ctx);
   auto* i64 = llvm::Type::getInt64Ty(ctx);
   auto* ptr = llvm::PointerType::get(ctx, 0);
@@ -184,7 +206,7 @@ std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string
   f->setDoesNotThrow();
   f->addParamAttr(2, llvm::Attribute::NoCapture);
   f->addParamAttr(2, llvm::Attribute::ReadOnly);
-  Emitter(k, f).run();
+  Emitter(k, f, dims).run();
   std::string err;
   llvm::raw_string_ostream os(err);
   if (llvm::verifyFunction(*f, &os)) {

@@ -137,11 +137,11 @@ void Emitter::reduction_loops(size_t d, const Offsets& off, llvm::Value* rlin,
     return;
   }
   size_t axis = s_.outer.size() + d;
-  emit_for(b_, b_.getInt64(0), b_.getInt64(s_.red[d]), [&](llvm::Value* c) {
+  emit_for(b_, b_.getInt64(0), red_size(d), [&](llvm::Value* c) {
     std::vector<llvm::Value*> inner(off.size());
     for (size_t bi = 0; bi < off.size(); ++bi)
-      inner[bi] = b_.CreateNSWAdd(off[bi], b_.CreateNSWMul(c, b_.getInt64(s_.strides[bi][axis])));
-    llvm::Value* r = b_.CreateNSWAdd(b_.CreateNSWMul(rlin, b_.getInt64(s_.red[d])), c);
+      inner[bi] = b_.CreateNSWAdd(off[bi], b_.CreateNSWMul(c, stride(bi, axis)));
+    llvm::Value* r = b_.CreateNSWAdd(b_.CreateNSWMul(rlin, red_size(d)), c);
     reduction_loops(d + 1, inner, r, body);
   });
 }

@@ -109,6 +109,7 @@ struct Job {
   const ir::Kernel* kernel = nullptr;
   std::string key, symbol, ll_path;
   std::string object;
+  std::vector<int64_t> dims;
   bool disk_hit = false;
   std::shared_ptr<LinkedKernel> code;
   std::exception_ptr error;
@@ -133,7 +134,10 @@ std::string module_text(const llvm::Module& m) {
 }
 
 // Optimises and compiles the job's module (its function already renamed) to an object.
+std::atomic<int64_t> g_llvm_compiles{0};
+
 void compile_object(Job& job, llvm::Module& m, const std::string& dump) {
+  g_llvm_compiles++;
   try {
     auto tm = codegen::cpu::host_target_machine();
     codegen::cpu::optimize_module(m, *tm);
@@ -148,8 +152,9 @@ void compile_object(Job& job, llvm::Module& m, const std::string& dump) {
   }
 }
 
-std::unique_ptr<llvm::Module> emit_module(const Job& job, llvm::LLVMContext& ctx) {
-  auto m = codegen::cpu::emit_kernel(*job.kernel, "tl_kernel", ctx);
+std::unique_ptr<llvm::Module> emit_module(Job& job, llvm::LLVMContext& ctx) {
+  job.dims.clear();
+  auto m = codegen::cpu::emit_kernel(*job.kernel, "tl_kernel", ctx, &job.dims);
   if (!job.symbol.empty()) m->getFunction("tl_kernel")->setName(job.symbol);
   return m;
 }
@@ -232,6 +237,8 @@ void set_dump_dir(const std::string& dir) {
 
 int64_t live_kernels() { return g_live.load(); }
 
+int64_t llvm_compiles() { return g_llvm_compiles.load(); }
+
 void forget_linked_kernels() {
   std::lock_guard<std::mutex> lock(g_mu);
   g_linked.clear();
@@ -269,6 +276,7 @@ CompiledKernels compile_kernels(const std::vector<const ir::Kernel*>& kernels) {
     for (auto& job : jobs) {
       link(job, cache);
       out.fns.push_back(job.code->fn);
+      out.dims.push_back(job.dims);
       code->push_back(job.code);
       if (job.disk_hit) counters().cache_hits++;
     }

@@ -20,6 +20,9 @@ using KernelFn = void (*)(int64_t begin, int64_t end, char* const* bufs);
 // different graphs share one.
 struct CompiledKernels {
   std::vector<KernelFn> fns;
+  // Per kernel: its dims array (codegen/cpu/kernel_emitter.h), empty unless
+  // the kernel takes runtime sizes; pass it as the entry after the outputs.
+  std::vector<std::vector<int64_t>> dims;
   std::shared_ptr<const void> owner;  // call fns only while holding it
 };
 
@@ -33,6 +36,9 @@ CompiledKernels compile_kernels(const std::vector<const ir::Kernel*>& kernels);
 
 // Kernels whose code is mapped now (tests: code is freed with its last owner).
 int64_t live_kernels();
+// Kernels LLVM optimised and compiled in this process (neither linked already
+// nor loaded from the disk cache): tests of runtime sizes count them.
+int64_t llvm_compiles();
 
 // Folder for `.ll` dumps, "" for none; overrides the trace/debug_dir settings
 // (kernel_dump_dir in core/flags.h).

@@ -24,6 +24,8 @@ void run_kernel(const ir::Kernel& k, std::vector<void*> bufs) {
 #ifdef TORCHLITE_HAVE_LLVM
   runtime::set_cache_dir("");
   auto fns = runtime::cpu::compile_kernels({&k});
+  // A kernel with runtime sizes reads its dims array after the outputs.
+  if (!fns.dims[0].empty()) bufs.push_back(fns.dims[0].data());
   runtime::cpu::parallel_run(fns.fns[0], outer_numel(k), reduction_numel(k),
                              reinterpret_cast<char* const*>(bufs.data()), 2);
 #endif

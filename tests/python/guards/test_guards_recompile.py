@@ -19,8 +19,8 @@ def _scaled(x):
     return x * SCALE + 1
 
 
-def _compiled_pointwise():
-    return torchlite.compile(lambda x: (x * 2).sin() + 1)
+def _compiled_pointwise(**kwargs):
+    return torchlite.compile(lambda x: (x * 2).sin() + 1, **kwargs)
 
 
 # --- tensor guards ---------------------------------------------------------------------------
@@ -288,7 +288,9 @@ def test_cache_limit_warns_once_naming_the_guard_and_stays_correct(monkeypatch):
     def f(x):
         return x * 2 + 1
 
-    fn = torchlite.compile(f)
+    # NOTE: dynamic=False: with the default, a size-only miss past the limit replaces the oldest
+    # runtime-sizes entry instead (tests/python/dynamic).
+    fn = torchlite.compile(f, dynamic=False)
     before = counters()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -310,7 +312,7 @@ def test_cache_limit_warns_once_naming_the_guard_and_stays_correct(monkeypatch):
 
 def test_cache_limit_is_configurable(monkeypatch):
     monkeypatch.setattr(torchlite.config, "cache_size_limit", 2)
-    fn = _compiled_pointwise()
+    fn = _compiled_pointwise(dynamic=False)
     before = counters()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

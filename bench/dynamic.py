@@ -1,0 +1,93 @@
+"""Changing sequence lengths: eager vs torchlite (dynamic=False, default) [vs torch.compile].
+
+One process, CPU by default. A small GPT-2 (transformers) runs a sweep of sequence lengths in a
+row (first calls included), then a length never seen: its first call and its steady per-call
+time. torchlite's default compiles kernels that take their sizes at run time once a frame
+recompiles (docs/internals/dynamic-shapes.md), so later lengths reuse them.
+
+    python bench/dynamic.py [--layers 2] [--lengths 37,61,...] [--torch-compile] [--device cuda]
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+import torchlite
+
+
+def make_model(layers: int, device: str):
+    # NOTE: the torchvision workaround is shared with the tests (bench/model_corpus.py does the same).
+    sys.path.append(
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python")
+    )
+    from torchvision_compat import work_around_mismatched_torchvision
+
+    work_around_mismatched_torchvision()
+    from transformers import GPT2Config, GPT2Model
+
+    cfg = GPT2Config(n_layer=layers, n_embd=128, n_head=4, vocab_size=1000, n_positions=1024)
+    return GPT2Model(cfg).eval().to(device)
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, ids, device) -> float:
+    start = time.perf_counter()
+    with torch.no_grad():
+        fn(ids)
+    sync(device)
+    return time.perf_counter() - start
+
+
+def run(name, fn, lengths, unseen, batch, device, llvm=None):
+    ids = {n: torch.randint(0, 1000, (batch, n), device=device) for n in [*lengths, unseen]}
+    before = torchlite._C.llvm_compiles()
+    sweep = sum(timed(fn, ids[n], device) for n in lengths)
+    first = timed(fn, ids[unseen], device)
+    steady = statistics.median(timed(fn, ids[unseen], device) for _ in range(10))
+    compiles = torchlite._C.llvm_compiles() - before
+    print(
+        f"{name:<28} sweep {sweep:8.2f} s   unseen first {first * 1e3:9.1f} ms   "
+        f"steady {steady * 1e3:8.2f} ms   llvm kernels {compiles}"
+    )
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--lengths", default="37,61,88,101,127,150,173,199,230,255,301,340")
+    p.add_argument("--unseen", type=int, default=211)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--torch-compile", action="store_true")
+    a = p.parse_args()
+    lengths = [int(n) for n in a.lengths.split(",")]
+    torch.manual_seed(0)
+    model = make_model(a.layers, a.device)
+    run("eager", model, lengths, a.unseen, a.batch, a.device)
+    for dynamic in (False, None):
+        torchlite.reset()
+        run(
+            f"torchlite dynamic={dynamic}",
+            torchlite.compile(model, dynamic=dynamic),
+            lengths,
+            a.unseen,
+            a.batch,
+            a.device,
+        )
+    torchlite.reset()
+    static = torchlite.compile(model, dynamic=False)
+    run("torchlite static (unseen)", static, [a.unseen], a.unseen, a.batch, a.device)
+    if a.torch_compile:
+        run("torch.compile", torch.compile(model), lengths, a.unseen, a.batch, a.device)
+
+
+if __name__ == "__main__":
+    main()

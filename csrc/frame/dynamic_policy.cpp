@@ -1,0 +1,118 @@
+#include "frame/dynamic_policy.h"
+
+#include <algorithm>
+
+#include "core/errors.h"
+#include "frame/code_cache.h"
+
+namespace tl::frame {
+namespace {
+
+// getattr(obj, name) or null (the AttributeError cleared). Borrows obj.
+PyRef attr_or_null(PyObject* obj, const char* name) {
+  PyRef v = PyRef::steal(PyObject_GetAttrString(obj, name));
+  if (!v) PyErr_Clear();
+  return v;
+}
+
+// A non-empty set/list/tuple attribute (torch's mark_dynamic stores sets).
+bool has_marks(PyObject* t, const char* name) {
+  PyRef v = attr_or_null(t, name);
+  if (!v || v.get() == Py_None) return false;
+  Py_ssize_t n = PyObject_Length(v.get());
+  if (n < 0) PyErr_Clear();
+  return n > 0;
+}
+
+// An int attribute of a _DimRange, or `dflt` when it is None or missing.
+long long range_field(PyObject* r, const char* name, long long dflt) {
+  PyRef v = attr_or_null(r, name);
+  if (!v || !PyLong_Check(v.get())) return dflt;
+  long long x = PyLong_AsLongLong(v.get());
+  if (x == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return dflt;
+  }
+  return x;
+}
+
+// Raises the user's error when a size is outside a mark_dynamic range.
+void check_ranges(PyObject* t, const std::string& where) {
+  PyRef ranges = attr_or_null(t, "_dynamo_dynamic_range");
+  if (!ranges || ranges.get() == Py_None) return;
+  PyRef it = PyRef::steal(PyObject_GetIter(ranges.get()));
+  if (!it) {
+    PyErr_Clear();
+    return;
+  }
+  PyRef shape = attr_or_null(t, "shape");
+  Py_ssize_t rank = shape ? PyObject_Length(shape.get()) : -1;
+  if (rank < 0) {
+    PyErr_Clear();
+    return;
+  }
+  while (PyRef r = PyRef::steal(PyIter_Next(it.get()))) {
+    long long dim = range_field(r.get(), "dim", -1);
+    if (dim < 0 || dim >= rank) continue;
+    PyRef size = PyRef::steal(PySequence_GetItem(shape.get(), static_cast<Py_ssize_t>(dim)));
+    long long n = size ? PyLong_AsLongLong(size.get()) : -1;
+    if (n == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      continue;
+    }
+    long long lo = range_field(r.get(), "min", 0);
+    long long hi = range_field(r.get(), "max", -1);
+    if (n < lo || (hi >= 0 && n > hi))
+      TL_THROW(Value) << "torchlite: " << where << ".size(" << dim << ") is " << n
+                      << ", outside the range mark_dynamic gave it (min=" << lo
+                      << ", max=" << (hi >= 0 ? std::to_string(hi) : std::string("None"))
+                      << "); call mark_dynamic with a range that holds every size you pass";
+  }
+  if (PyErr_Occurred()) PyErr_Clear();
+}
+
+bool has_earlier_entry(PyCodeObject* code, int config_id) {
+  ExtraState* st = find_extra(code);
+  if (!st) return false;
+  return std::any_of(st->entries.begin(), st->entries.end(),
+                     [&](const auto& e) { return e && e->config && e->config->id == config_id; });
+}
+
+}  // namespace
+
+DynamicChoice choose_dynamic(PyCodeObject* code, const CompileConfig& config,
+                             const capture::CaptureResult& res) {
+  bool marked = false;
+  std::vector<ir::Node*> ph = res.graph ? res.graph->placeholders() : std::vector<ir::Node*>{};
+  for (size_t i = 0; i < res.example_inputs.size(); ++i) {
+    PyObject* t = res.example_inputs[i].get();
+    if (!t) continue;
+    std::string where = i < ph.size() && ph[i]->source ? ph[i]->source->str() : "an input";
+    check_ranges(t, where);
+    marked = marked || has_marks(t, "_dynamo_dynamic_indices") ||
+             has_marks(t, "_dynamo_weak_dynamic_indices");
+  }
+  if (config.dynamic == 0) return {false, ""};
+  if (config.dynamic == 1) return {true, "dynamic=True"};
+  if (marked) return {true, "an input is marked dynamic"};
+  if (has_earlier_entry(code, config.id))
+    return {true, "automatic: the frame was compiled before (a new size)"};
+  return {false, ""};
+}
+
+bool evict_for_new_size(ExtraState& st, int config_id, const std::string& reason) {
+  if (reason.find("size mismatch") == std::string::npos) return false;
+  for (size_t i = st.entries.size(); i-- > 0;) {
+    // NOTE: the first entry of a frame has constant sizes (the fastest code for
+    // the first size seen); it stays, and the oldest runtime-sizes entry goes.
+    if (st.entries[i]->config->id != config_id || !st.entries[i]->runtime_sizes) continue;
+    // NOTE: destroyed after the list is consistent again: destroying an entry can run Python.
+    std::shared_ptr<CacheEntry> evicted = std::move(st.entries[i]);
+    st.entries.erase(st.entries.begin() + static_cast<std::ptrdiff_t>(i));
+    st.version++;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace tl::frame

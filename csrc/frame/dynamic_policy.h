@@ -1,0 +1,37 @@
+#pragma once
+// Dynamic shapes, first slice (docs/internals/dynamic-shapes.md): decides
+// whether a capture's CPU kernels take their sizes at run time, so that one
+// compiled kernel serves every size of the same structure, and checks the
+// ranges mark_dynamic(min=, max=) gave.
+#include <Python.h>
+
+#include <string>
+
+#include "capture/capture.h"
+#include "frame/compiled_frame.h"
+
+namespace tl::frame {
+
+struct DynamicChoice {
+  bool runtime_sizes = false;
+  std::string why;  // for the recompiles log: "automatic: ...", "dynamic=True", ...
+};
+
+// dynamic=False: never. dynamic=True: always. dynamic=None (automatic): when an
+// input is marked dynamic (torchlite.mark_dynamic, torch._dynamo.mark_dynamic
+// or maybe_mark_dynamic), or when `code` already has an entry of this config
+// (a recompile; misses are almost always new sizes). Throws ValueError naming
+// the input and the dimension when an input's size is outside its
+// mark_dynamic range. Borrows `code`.
+DynamicChoice choose_dynamic(PyCodeObject* code, const CompileConfig& config,
+                             const capture::CaptureResult& res);
+
+struct ExtraState;
+
+// At the cache size limit, after a miss on `reason`: when the miss is a tensor
+// size mismatch and an entry of `config_id` has runtime sizes, removes the
+// least recently used such entry (a new size then recompiles without a kernel
+// compile, instead of the frame running eagerly) and returns true.
+bool evict_for_new_size(ExtraState& st, int config_id, const std::string& reason);
+
+}  // namespace tl::frame
