@@ -1,0 +1,269 @@
+"""Meta results inferred in C++ (capture/fast_meta.cpp) against torch's own meta kernels:
+sizes, strides, dtype, requires_grad, leaf-ness and freshness must be identical, and a call
+torch rejects must never be answered."""
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchlite
+
+DTYPES = [
+    torch.bool,
+    torch.uint8,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+]
+
+
+def meta(shape, dtype=torch.float32, layout="contiguous", requires_grad=False):
+    """A meta tensor of `shape` in one of several layouts."""
+    if layout == "contiguous":
+        t = torch.empty(shape, dtype=dtype, device="meta")
+    elif layout == "transposed":
+        t = torch.empty(shape[::-1], dtype=dtype, device="meta").permute(
+            *reversed(range(len(shape)))
+        )
+    elif layout == "channels_last":
+        t = torch.empty(shape, dtype=dtype, device="meta").to(memory_format=torch.channels_last)
+    elif layout == "sliced":  # not dense
+        big = torch.empty((*shape[:-1], shape[-1] * 2), dtype=dtype, device="meta")
+        t = big[..., ::2]
+    elif layout == "expanded":
+        t = torch.empty((*shape[:-1], 1), dtype=dtype, device="meta").expand(shape)
+    else:
+        raise ValueError(layout)
+    if requires_grad:
+        t = t.detach().requires_grad_()
+    return t
+
+
+def describe(r):
+    if not isinstance(r, torch.Tensor):
+        return ("not a tensor", type(r))
+    return (
+        tuple(r.shape),
+        r.stride(),
+        r.storage_offset(),
+        r.dtype,
+        r.device,
+        r.requires_grad,
+        r.is_leaf,
+        r._base is None,
+    )
+
+
+def compare(target, *args, method="", **kwargs):
+    """Runs the call both ways; returns whether the fast path answered it."""
+    self = args[0] if method else None
+    rest = args[1:] if method else args
+    fast = torchlite._C.fast_meta(target, method, self, tuple(rest), kwargs or None)
+    try:
+        real = getattr(self, method)(*rest, **kwargs) if method else target(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - any error torch raises must not be answered
+        assert fast is None, f"fast meta answered a call torch rejects ({e})"
+        return False
+    if fast is None:
+        return False
+    assert describe(fast) == describe(real), (target, method, describe(fast), describe(real))
+    return True
+
+
+UNARY = [
+    torch.abs, torch.neg, torch.floor, torch.ceil, torch.trunc, torch.sign, torch.relu,
+    torch.sin, torch.cos, torch.exp, torch.log, torch.sqrt, torch.rsqrt, torch.sigmoid,
+    torch.tanh, torch.erf, torch.reciprocal, torch.log1p, torch.expm1, torch.isnan,
+    torch.isinf, torch.isfinite, torch.logical_not, F.gelu, F.silu, F.relu, F.mish,
+    F.hardswish, F.hardsigmoid, F.relu6, F.sigmoid, F.tanh, torch.tan, torch.exp2,
+]  # fmt: skip
+LAYOUTS = ["contiguous", "transposed", "channels_last", "sliced", "expanded"]
+
+
+@pytest.mark.parametrize("fn", UNARY, ids=lambda f: f.__name__)
+def test_unary_ops_match_meta_over_dtypes_and_layouts(fn):
+    answered = 0
+    for dtype, layout in itertools.product(DTYPES, LAYOUTS):
+        answered += compare(fn, meta((2, 3, 4, 5), dtype, layout))
+    answered += compare(fn, meta((), torch.float32))
+    answered += compare(fn, meta((7,), torch.float32))
+    answered += compare(fn, meta((3, 1, 4, 1), torch.float32))
+    assert answered >= 5
+
+
+def test_unary_methods_and_keyword_forms_match_meta():
+    x = meta((4, 8))
+    for name in ["exp", "sigmoid", "relu", "neg", "abs", "tanh", "rsqrt", "isnan"]:
+        assert compare(None, x, method=name)
+    assert compare(F.gelu, x, approximate="tanh")
+    assert compare(F.silu, x, inplace=False)
+    assert not compare(F.silu, x, inplace=True)  # in place: left to torch
+
+
+SHAPE_PAIRS = [
+    ((4, 8), (4, 8)),
+    ((4, 8), (8,)),
+    ((4, 1), (1, 8)),
+    ((2, 3, 4, 5), (5,)),
+    ((2, 3, 4, 5), (3, 1, 1)),
+    ((4, 8), ()),
+    ((), (4, 8)),
+    ((3, 1, 4), (1, 1, 4)),
+]
+BINARY = [
+    torch.add, torch.sub, torch.mul, torch.div, torch.true_divide, torch.maximum, torch.minimum,
+    torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge, torch.logical_and,
+    torch.logical_or, torch.logical_xor, torch.pow, torch.floor_divide, torch.remainder,
+    torch.atan2,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fn", BINARY, ids=lambda f: f.__name__)
+def test_binary_ops_match_meta_over_dtype_pairs_and_broadcasting(fn):
+    answered = 0
+    for da, db in itertools.product(DTYPES, DTYPES):
+        answered += compare(fn, meta((4, 8), da), meta((8,), db))
+        answered += compare(fn, meta((4, 8), da), meta((), db))
+    for sa, sb in SHAPE_PAIRS:
+        answered += compare(fn, meta(sa), meta(sb))
+    for dtype, scalar in itertools.product(DTYPES, [True, 3, -2, 2.5]):
+        answered += compare(fn, meta((4, 8), dtype), scalar)
+        answered += compare(fn, scalar, meta((4, 8), dtype))
+    assert answered >= 20
+
+
+@pytest.mark.parametrize("fn", [torch.add, torch.mul, torch.gt, torch.maximum, torch.div])
+def test_binary_output_strides_follow_input_layouts(fn):
+    answered = 0
+    shape = (2, 3, 4, 5)
+    for la, lb in itertools.product(LAYOUTS, LAYOUTS):
+        answered += compare(fn, meta(shape, layout=la), meta(shape, layout=lb))
+        answered += compare(fn, meta(shape, layout=la), meta((5,), layout="contiguous"))
+        answered += compare(fn, meta(shape, layout=la), meta((3, 1, 1)))
+    for sa, sb in [((2, 1, 4, 1), (2, 3, 1, 5)), ((1, 3, 1, 5), (2, 1, 4, 1))]:
+        for la, lb in itertools.product(["contiguous", "channels_last"], repeat=2):
+            answered += compare(fn, meta(sa, layout=la), meta(sb, layout=lb))
+    assert answered >= 40
+
+
+def test_operator_and_dunder_forms_match_meta():
+    import operator
+
+    x, y = meta((4, 8)), meta((8,), torch.float16)
+    i = meta((4, 8), torch.int64)
+    for op in [operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
+               operator.mod, operator.pow, operator.lt, operator.eq, operator.ge]:  # fmt: skip
+        assert compare(op, x, y)
+        assert compare(op, x, 2)
+        compare(op, i, 2)
+        compare(op, 2.5, i)
+    for name in ["__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rtruediv__",
+                 "__pow__", "__rpow__", "__gt__"]:  # fmt: skip
+        assert compare(None, x, 2.0, method=name)
+        compare(None, i, 3, method=name)
+    assert compare(operator.neg, x)
+    assert compare(torch.add, x, y, alpha=2)
+    assert not compare(torch.add, i, i, alpha=0.5)  # torch raises
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_where_masked_fill_clamp_match_meta(dtype):
+    mask = meta((4, 8), torch.bool)
+    for layout in LAYOUTS:
+        x = meta((4, 8), dtype, layout if layout != "channels_last" else "contiguous")
+        compare(torch.where, mask, x, meta((8,), dtype))
+        compare(torch.where, mask, x, 0.0)
+        compare(torch.where, meta((8,), torch.bool), 1, x)
+        compare(None, x, mask, 0, method="where")
+        compare(None, x, mask, 1.5, method="masked_fill")
+        compare(None, x, mask, True, method="masked_fill")
+        compare(None, x, meta((8,), torch.bool), -3, method="masked_fill")
+        compare(torch.masked_fill, x, mask, 2)
+        compare(None, x, 0, 1, method="clamp")
+        compare(None, x, 0.5, method="clamp")
+        compare(torch.clamp, x, max=2)
+        compare(torch.clamp, x, min=-1.5, max=2)
+        compare(torch.clamp_min, x, 0)
+        compare(None, x, 0.0, method="clamp_max")
+    assert compare(torch.where, mask, meta((4, 8)), 0.0)
+    assert compare(None, meta((4, 8)), mask, float("-inf"), method="masked_fill")
+    assert compare(torch.clamp, meta((4, 8)), 0, 6)
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "amax", "amin"])
+def test_reductions_match_meta_over_dims_keepdim_dtype(name):
+    answered = 0
+    dims = [None, 0, -1, 1, (0, 2), [1, -1], (0, 1, 2, 3), (), []]
+    for dtype, layout in itertools.product(DTYPES, LAYOUTS):
+        x = meta((2, 3, 4, 5), dtype, layout)
+        for dim, keepdim in itertools.product(dims, [False, True]):
+            if dim is None:
+                answered += compare(None, x, method=name)
+                answered += compare(getattr(torch, name), x)
+            else:
+                answered += compare(None, x, dim, keepdim, method=name)
+                answered += compare(getattr(torch, name), x, dim=dim, keepdim=keepdim)
+        if name in ("sum", "mean"):
+            for out in [torch.float64, torch.int64, torch.float16]:
+                answered += compare(None, x, -1, dtype=out, method=name)
+    assert answered >= 50
+
+
+def test_softmax_layer_norm_cat_stack_tril_match_meta():
+    for dtype, layout in itertools.product(DTYPES, LAYOUTS):
+        x = meta((2, 3, 4, 5), dtype, layout)
+        for dim in [0, -1, 1]:
+            compare(F.softmax, x, dim)
+            compare(F.log_softmax, x, dim=dim)
+            compare(torch.softmax, x, dim, dtype=torch.float64)
+            compare(None, x, dim, method="softmax")
+        compare(F.layer_norm, x, (5,))
+        compare(F.layer_norm, x, [4, 5], meta((4, 5), dtype), meta((4, 5), dtype), 1e-6)
+        compare(F.layer_norm, x, (5,), weight=meta((5,), torch.float32))
+        for dim in [0, 1, -1]:
+            compare(torch.cat, [x, x], dim)
+            compare(torch.cat, (x, meta((2, 3, 4, 5), dtype)), dim=dim)
+            compare(torch.stack, [x, x], dim)
+        compare(torch.tril, x)
+        compare(None, x, 1, method="triu")
+        compare(torch.triu, x, diagonal=-1)
+    x = meta((4, 8))
+    assert compare(F.softmax, x, -1)
+    assert compare(F.layer_norm, x, (8,), meta((8,)), meta((8,)))
+    assert compare(torch.cat, [x, meta((2, 8))])
+    assert compare(torch.stack, [x, x], 1)
+    assert compare(torch.tril, x)
+
+
+@pytest.mark.parametrize("grad_mode", [True, False])
+def test_requires_grad_follows_grad_mode_and_dtype(grad_mode):
+    x = meta((4, 8), requires_grad=True)
+    w = meta((8,), requires_grad=True)
+    with torch.set_grad_enabled(grad_mode):
+        assert compare(torch.add, x, 1.0)
+        assert compare(torch.mul, meta((4, 8)), w)
+        assert compare(torch.gt, x, 0)  # bool: never requires grad
+        assert compare(torch.sum, x, -1)
+        assert compare(F.layer_norm, meta((4, 8)), (8,), w, None)
+        assert compare(torch.where, meta((4, 8), torch.bool), x, 0.0)
+        assert compare(F.gelu, x)
+        assert compare(torch.cat, [x, meta((4, 8))])
+    with torch.inference_mode():
+        assert compare(torch.add, meta((4, 8)), 1.0)
+
+
+def test_subclasses_and_non_meta_tensors_are_left_to_torch():
+    class Sub(torch.Tensor):
+        pass
+
+    x = meta((4, 8)).as_subclass(Sub)
+    assert torchlite._C.fast_meta(torch.add, "", None, (x, 1.0), None) is None
+    y = torch.empty(4, 8)
+    assert torchlite._C.fast_meta(torch.add, "", None, (y, 1.0), None) is None
+    assert torchlite._C.fast_meta(torch.add, "", None, (meta((0, 8)), 1.0), None) is None
