@@ -166,6 +166,7 @@ struct Result {
   Layout layout;
   DType dtype;
   bool requires_grad;
+  std::optional<Dims> viewed_as;  // the op returns a view of this size of its result
 };
 
 // Autograd records the op when grad mode is on, an input needs grad and the
@@ -503,6 +504,41 @@ Result tri(const OpRule&, const Call& c) {
   return r;
 }
 
+// F.linear as torch composes it (Linear.cpp): addmm for 2-d input with bias;
+// for contiguous input with a 1-d bias addmm on the input flattened to 2-d and
+// the result viewed back; otherwise matmul (a fresh result), plus bias in place.
+Result linear(const OpRule&, const Call& c) {
+  c.only_keywords({"weight", "bias"});
+  if (c.args.empty() || c.args.size() > 3) throw NotHandled();
+  Tensor x = read_tensor(c.args[0]);
+  PyObject* w_obj = c.arg(1, "weight");
+  if (!w_obj) throw NotHandled();
+  Tensor w = read_tensor(w_obj);
+  std::vector<const Tensor*> inputs = {&x, &w};
+  std::optional<Tensor> b;
+  PyObject* b_obj = c.arg(2, "bias");
+  if (b_obj && b_obj != Py_None) b = read_tensor(b_obj);
+  const Dims& xs = x.layout.sizes;
+  if (xs.empty() || w.layout.sizes.size() != 2 || w.layout.sizes[1] != xs.back())
+    throw NotHandled();
+  int64_t n = w.layout.sizes[0];
+  if (!is_float(x.dtype) || w.dtype != x.dtype) throw NotHandled();
+  if (b) {
+    if (b->dtype != x.dtype || b->layout.sizes != Dims{n}) throw NotHandled();
+    inputs.push_back(&*b);
+  }
+  Dims sizes = xs;
+  sizes.back() = n;
+  Result r{{sizes, contiguous_strides(sizes)}, x.dtype, false};
+  r.requires_grad = needs_grad(inputs, x.dtype);
+  if (b && xs.size() != 2 && is_contiguous(x.layout)) {
+    Dims flat = {numel(xs) / xs.back(), n};
+    r.viewed_as = sizes;
+    r.layout = {flat, contiguous_strides(flat)};
+  }
+  return r;
+}
+
 Result infer(const OpRule& rule, const Call& c, bool method) {
   switch (rule.family) {
     case OpFamily::Unary:
@@ -526,6 +562,8 @@ Result infer(const OpRule& rule, const Call& c, bool method) {
       return join(rule, c);
     case OpFamily::Tri:
       return tri(rule, c);
+    case OpFamily::Linear:
+      return linear(rule, c);
   }
   throw NotHandled();
 }
@@ -553,10 +591,14 @@ PyRef make(const Result& r) {
   if (!pos || !kw) throw PythonError();
   PyRef t = PyRef::steal(PyObject_Call(api.empty_strided.get(), pos.get(), kw.get()));
   if (!t) throw PythonError();
-  if (!r.requires_grad) return t;
-  PyRef c = PyRef::steal(PyObject_CallMethod(t.get(), "clone", nullptr));
-  if (!c) throw PythonError();
-  return c;
+  if (r.requires_grad) t = PyRef::steal(PyObject_CallMethod(t.get(), "clone", nullptr));
+  if (t && r.viewed_as) {
+    PyRef shape = int_tuple(*r.viewed_as);
+    t = PyRef::steal(PyObject_CallMethodOneArg(
+        t.get(), PyRef::steal(PyUnicode_FromString("view")).get(), shape.get()));
+  }
+  if (!t) throw PythonError();
+  return t;
 }
 
 }  // namespace

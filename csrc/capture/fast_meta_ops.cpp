@@ -73,6 +73,7 @@ const std::vector<Named>& ops() {
     t.push_back({"stack", r(F::Stack, P::NoOpmath)});
     t.push_back({"tril", with(r(F::Tri), false, false, false, 'l')});
     t.push_back({"triu", with(r(F::Tri), false, false, false, 'u')});
+    t.push_back({"linear", with(r(F::Linear), true, false, false)});
     for (Named& n : t) n.rule.name = n.name;
     return t;
   }();
@@ -124,9 +125,10 @@ const Tables& tables() {
     PyRef nn_c = import("torch._C._nn");
     for (const Named& n : ops()) {
       const OpRule* rule = &n.rule;
-      bool nn_only = rule->family == F::LayerNorm || std::string(n.name) == "relu6" ||
-                     std::string(n.name) == "silu" || std::string(n.name) == "mish" ||
-                     std::string(n.name) == "hardswish" || std::string(n.name) == "hardsigmoid";
+      bool nn_only = rule->family == F::LayerNorm || rule->family == F::Linear ||
+                     std::string(n.name) == "relu6" || std::string(n.name) == "silu" ||
+                     std::string(n.name) == "mish" || std::string(n.name) == "hardswish" ||
+                     std::string(n.name) == "hardsigmoid";
       if (!nn_only && rule->family != F::Softmax) add_function(*t, api.torch.get(), n.name, rule);
       add_function(*t, functional.get(), n.name, rule);
       if (std::string(n.name) == "gelu") add_function(*t, nn_c.get(), n.name, rule);

@@ -19,7 +19,8 @@ enum class OpFamily {
   LayerNorm,
   Cat,
   Stack,
-  Tri
+  Tri,
+  Linear
 };
 
 struct OpRule {

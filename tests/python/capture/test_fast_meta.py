@@ -267,3 +267,21 @@ def test_subclasses_and_non_meta_tensors_are_left_to_torch():
     y = torch.empty(4, 8)
     assert torchlite._C.fast_meta(torch.add, "", None, (y, 1.0), None) is None
     assert torchlite._C.fast_meta(torch.add, "", None, (meta((0, 8)), 1.0), None) is None
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_linear_matches_meta_including_views_of_its_flattened_result(grad):
+    answered = 0
+    for dtype, layout in itertools.product(DTYPES, LAYOUTS):
+        w = meta((6, 5), dtype, requires_grad=grad and dtype.is_floating_point)
+        b = meta((6,), dtype)
+        for shape in [(4, 5), (2, 3, 5), (2, 3, 4, 5), (5,)]:
+            x = meta(shape, dtype, layout if len(shape) == 4 else "contiguous")
+            answered += compare(F.linear, x, w, b)
+            answered += compare(F.linear, x, w)
+            answered += compare(F.linear, x, w, bias=None)
+        answered += compare(F.linear, meta((2, 3, 5), dtype, "transposed"), w, b)
+        answered += compare(F.linear, meta((2, 3, 5), dtype), meta((5, 6), dtype, "transposed"), b)
+        compare(F.linear, meta((2, 3, 5), dtype), w, meta((3, 6), dtype))
+        compare(F.linear, meta((2, 3, 5), dtype), w, meta((6,), torch.float64))
+    assert answered >= 40
