@@ -6,7 +6,8 @@ are built, and stops when the first (compiling) call returns. `dynamo` says whet
 `torch._dynamo` was imported by then: importing it alone costs seconds, and torchlite's capture
 no longer needs it for the ops it infers in C++ (capture/fast_meta.cpp).
 
-    python bench/cold_start.py [--cases pointwise,mlp,bert,resnet18] [--warm]
+    python bench/cold_start.py [--cases pointwise,mlp,bert,resnet18] [--modes eager,torchlite]
+                               [--warm]
 
 --warm also runs torchlite a second time on the first run's disk cache.
 """
@@ -114,6 +115,7 @@ def run(case, mode, cache):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--warm", action="store_true")
     ap.add_argument("--child", nargs=2, metavar=("CASE", "MODE"))
     a = ap.parse_args()
@@ -123,7 +125,7 @@ def main():
     print(f"{'case':<10} {'mode':<16} {'first call s':>12}  torch._dynamo imported (before/after)")
     for case in a.cases.split(","):
         with tempfile.TemporaryDirectory(prefix="tl_cold_") as cache:
-            modes = MODES + (["torchlite (warm)"] if a.warm else [])
+            modes = a.modes.split(",") + (["torchlite (warm)"] if a.warm else [])
             for mode in modes:
                 r = run(case, mode.replace(" (warm)", ""), cache)
                 if "error" in r:

@@ -33,6 +33,13 @@ void bind_capture(py::module_& m) {
       "self.<method>(*args, **kwargs) when method is not empty), or None when it leaves the "
       "call to torch's meta kernel.");
   m.def(
+      "check_fast_meta",
+      [](const std::string& op, const py::object& fast, const py::object& real) {
+        capture::check_fast_meta(op, fast.ptr(), real.ptr());
+      },
+      py::arg("op"), py::arg("fast"), py::arg("real"),
+      "Raises InternalError when the two meta results differ as TORCHLITE_CHECK_META checks.");
+  m.def(
       "disassemble",
       [](const py::object& code) {
         PyCodeObject* co = as_code(code);

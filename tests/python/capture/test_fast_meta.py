@@ -285,3 +285,68 @@ def test_linear_matches_meta_including_views_of_its_flattened_result(grad):
         compare(F.linear, meta((2, 3, 5), dtype), w, meta((3, 6), dtype))
         compare(F.linear, meta((2, 3, 5), dtype), w, meta((6,), torch.float64))
     assert answered >= 40
+
+
+def test_check_reports_any_difference_as_internal_error():
+    x = meta((4, 8))
+    torchlite._C.check_fast_meta("add", x, meta((4, 8)))
+    for other in [meta((8, 4)).t(), meta((4, 8), torch.float64), meta((4, 8), requires_grad=True)]:
+        with pytest.raises(torchlite.InternalError, match="fast meta inference of add differs"):
+            torchlite._C.check_fast_meta("add", x, other)
+    with pytest.raises(torchlite.InternalError, match="differs"):
+        torchlite._C.check_fast_meta("t", x, meta((8, 4)).t())  # a view, not a fresh tensor
+
+
+def test_compiled_models_match_eager_with_every_fast_answer_checked(monkeypatch):
+    monkeypatch.setattr(torchlite.config, "check_meta", True)
+    from helpers import check
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(16)
+            self.up = torch.nn.Linear(16, 32)
+            self.down = torch.nn.Linear(32, 16)
+
+        def forward(self, x, mask):
+            h = self.down(F.gelu(self.up(self.norm(x))))
+            h = h.masked_fill(mask, 0.0).softmax(-1) + torch.where(x > 0, x, 0.1 * x)
+            s = torch.cat([h, x.clamp(-1, 1)], -1).sum(-1, keepdim=True)
+            return (h * s.rsqrt().abs()).tril(), s.mean(), (x.amax(1) > 0).sum()
+
+    torch.manual_seed(0)
+    m = Block()
+    for shape in [(2, 5, 16), (3, 7, 16)]:
+        check(m, torch.randn(shape), torch.rand(shape) > 0.5)
+        with torch.no_grad():
+            check(m, torch.randn(shape), torch.rand(shape) > 0.5)
+
+
+def test_fresh_process_compiles_pointwise_and_mlp_without_importing_dynamo():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    script = """
+import sys, torch, torchlite
+import torch.nn.functional as F
+f = torchlite.compile(lambda x: (torch.sigmoid(x * 2 + 1) * x - torch.tanh(x)).relu())
+x = torch.randn(8, 16)
+torch.testing.assert_close(f(x), (torch.sigmoid(x * 2 + 1) * x - torch.tanh(x)).relu())
+m = torch.nn.Sequential(torch.nn.LayerNorm(16), torch.nn.Linear(16, 32), torch.nn.GELU(),
+                        torch.nn.Linear(32, 16))
+with torch.no_grad():  # NOTE: in grad mode the compiled backward's joint trace imports it
+    torch.testing.assert_close(torchlite.compile(m)(x), m(x))
+print("torch._dynamo" in sys.modules)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**__import__("os").environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"
