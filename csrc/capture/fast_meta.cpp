@@ -192,6 +192,14 @@ DType default_float() {
   return dt;
 }
 
+// NOTE: ops that copy a contiguous input as is (x.contiguous() returns x) keep
+// its strides of size-1 dimensions, whatever they are; answered only when
+// those are the canonical ones, so the result is plainly contiguous.
+void require_canonical_if_contiguous(const Tensor& t) {
+  if (is_contiguous(t.layout) && t.layout.strides != contiguous_strides(t.layout.sizes))
+    throw NotHandled();
+}
+
 int64_t wrap_dim(PyObject* o, size_t ndim) {
   if (!PyLong_CheckExact(o)) throw NotHandled();
   long long d = PyLong_AsLongLong(o);
@@ -216,6 +224,13 @@ Result elementwise(const OpRule& rule, const std::vector<Operand>& ops,
       tensors.push_back(&*op.tensor);
       if (rule.float_only && !is_float(op.tensor->dtype)) throw NotHandled();
       if (rule.no_bool && op.tensor->dtype == DType::Bool) throw NotHandled();
+      // NOTE: strides of size-1 dimensions decide ties, and some of these ops
+      // (where, relu) lay out through TensorIterator, others through torch's
+      // prims: answered only when such strides are the canonical ones.
+      const Dims& sz = op.tensor->layout.sizes;
+      if (std::find(sz.begin(), sz.end(), 1) != sz.end() &&
+          op.tensor->layout.strides != contiguous_strides(sz))
+        throw NotHandled();
     } else if (rule.tensors_only) {
       throw NotHandled();
     }
@@ -395,6 +410,7 @@ Result softmax(const OpRule&, const Call& c) {
   if (!dim || x.layout.sizes.empty()) throw NotHandled();  // dim=None warns and guesses
   wrap_dim(dim, x.layout.sizes.size());
   if (!is_float(x.dtype)) throw NotHandled();
+  require_canonical_if_contiguous(x);
   DType out = x.dtype;
   PyObject* dt = c.kw("dtype");
   if (dt && dt != Py_None) {
@@ -411,6 +427,7 @@ Result layer_norm(const OpRule&, const Call& c) {
   if (c.args.empty() || c.args.size() > 5) throw NotHandled();
   Tensor x = read_tensor(c.args[0]);
   if (!is_float(x.dtype)) throw NotHandled();
+  require_canonical_if_contiguous(x);
   PyObject* shape_obj = c.arg(1, "normalized_shape");
   if (!shape_obj) throw NotHandled();
   Dims normalized;
@@ -497,6 +514,7 @@ Result tri(const OpRule&, const Call& c) {
   if (c.args.empty() || c.args.size() > 2) throw NotHandled();
   Tensor x = read_tensor(c.args[0]);
   if (x.layout.sizes.size() < 2) throw NotHandled();
+  require_canonical_if_contiguous(x);
   PyObject* diag = c.arg(1, "diagonal");
   if (diag && !PyLong_CheckExact(diag)) throw NotHandled();
   Result r{{x.layout.sizes, contiguous_strides(x.layout.sizes)}, x.dtype, false};

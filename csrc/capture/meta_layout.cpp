@@ -137,8 +137,9 @@ Dims elementwise_strides(const std::vector<Layout>& operands) {
   size_t ndim = shape.size();
   if (ndim == 0) return {};
   if (ndim == 1) return {1};
-  if (operands.size() == 1 && is_non_overlapping_and_dense(operands[0])) return operands[0].strides;
-  // One operand that is not dense: empty_like, which permutes the same way.
+  // NOTE: no shortcut for one dense operand: torch's elementwise prims lay out
+  // even a single operand by permutation, which differs from copying its strides
+  // in the strides of size-1 dimensions.
   std::vector<size_t> perm = logical_to_physical(operands);
   Dims physical(ndim);
   for (size_t i = 0; i < ndim; ++i) physical[i] = shape[perm[i]];

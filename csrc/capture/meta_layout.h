@@ -27,7 +27,8 @@ std::optional<Dims> broadcast_shapes(const std::vector<const Dims*>& shapes);
 Layout expand_to(const Layout& t, const Dims& shape);
 
 // Strides of an elementwise result over `operands`, all already expanded to
-// one shape (compute_elementwise_output_strides). Needs at least one operand.
+// one shape (the logical-to-physical permutation of torch's elementwise prims,
+// then empty_permuted). Needs at least one operand.
 Dims elementwise_strides(const std::vector<Layout>& operands);
 
 }  // namespace tl::capture

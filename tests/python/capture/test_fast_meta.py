@@ -36,6 +36,9 @@ def meta(shape, dtype=torch.float32, layout="contiguous", requires_grad=False):
     elif layout == "sliced":  # not dense
         big = torch.empty((*shape[:-1], shape[-1] * 2), dtype=dtype, device="meta")
         t = big[..., ::2]
+    elif layout == "odd_unit_strides":  # size-1 dimensions with strides no copy would give
+        strides = [17 if n == 1 else s for n, s in zip(shape, torch.empty(shape).stride())]
+        t = torch.empty(4096, dtype=dtype, device="meta").as_strided(shape, strides)
     elif layout == "expanded":
         t = torch.empty((*shape[:-1], 1), dtype=dtype, device="meta").expand(shape)
     else:
@@ -84,6 +87,7 @@ UNARY = [
     F.hardswish, F.hardsigmoid, F.relu6, F.sigmoid, F.tanh, torch.tan, torch.exp2,
 ]  # fmt: skip
 LAYOUTS = ["contiguous", "transposed", "channels_last", "sliced", "expanded"]
+UNIT_SHAPES = [(2, 1, 4, 1), (1, 1, 4), (1, 3, 1, 5), (1, 1)]
 
 
 @pytest.mark.parametrize("fn", UNARY, ids=lambda f: f.__name__)
@@ -94,6 +98,11 @@ def test_unary_ops_match_meta_over_dtypes_and_layouts(fn):
     answered += compare(fn, meta((), torch.float32))
     answered += compare(fn, meta((7,), torch.float32))
     answered += compare(fn, meta((3, 1, 4, 1), torch.float32))
+    for shape, layout in itertools.product(UNIT_SHAPES, ["odd_unit_strides", "channels_last"]):
+        if layout == "channels_last" and len(shape) != 4:
+            continue
+        answered += compare(fn, meta(shape, torch.float32, layout))
+        answered += compare(fn, meta(shape, torch.int64, layout))
     assert answered >= 5
 
 
@@ -146,6 +155,13 @@ def test_binary_output_strides_follow_input_layouts(fn):
         answered += compare(fn, meta(shape, layout=la), meta(shape, layout=lb))
         answered += compare(fn, meta(shape, layout=la), meta((5,), layout="contiguous"))
         answered += compare(fn, meta(shape, layout=la), meta((3, 1, 1)))
+    for shape in UNIT_SHAPES:
+        u = meta(shape, layout="odd_unit_strides")
+        answered += compare(fn, u, 1.5)
+        answered += compare(fn, u, meta(shape))
+        answered += compare(fn, meta(shape), u)
+        answered += compare(fn, u, meta(shape[-1:]))
+        answered += compare(fn, u, meta((), torch.float64))
     for sa, sb in [((2, 1, 4, 1), (2, 3, 1, 5)), ((1, 3, 1, 5), (2, 1, 4, 1))]:
         for la, lb in itertools.product(["contiguous", "channels_last"], repeat=2):
             answered += compare(fn, meta(sa, layout=la), meta(sb, layout=lb))
@@ -233,6 +249,18 @@ def test_softmax_layer_norm_cat_stack_tril_match_meta():
         compare(torch.tril, x)
         compare(None, x, 1, method="triu")
         compare(torch.triu, x, diagonal=-1)
+    for shape in UNIT_SHAPES:
+        u = meta(shape, layout="odd_unit_strides")
+        compare(F.softmax, u, -1)
+        compare(F.layer_norm, u, shape[-1:])
+        compare(torch.tril, u)
+        compare(torch.cat, [u, u], -1)
+        compare(torch.stack, [u, u])
+        compare(torch.sum, u, -1)
+        compare(torch.amax, u, 0, True)
+        compare(torch.where, meta(shape, torch.bool), u, 0.0)
+        compare(None, u, meta(shape, torch.bool), 0.0, method="masked_fill")
+        compare(torch.clamp, u, 0.0)
     x = meta((4, 8))
     assert compare(F.softmax, x, -1)
     assert compare(F.layer_norm, x, (8,), meta((8,)), meta((8,)))
@@ -275,6 +303,9 @@ def test_linear_matches_meta_including_views_of_its_flattened_result(grad):
     for dtype, layout in itertools.product(DTYPES, LAYOUTS):
         w = meta((6, 5), dtype, requires_grad=grad and dtype.is_floating_point)
         b = meta((6,), dtype)
+        odd = meta((2, 1, 1, 5), dtype, "odd_unit_strides")
+        answered += compare(F.linear, odd, w, b)
+        answered += compare(F.linear, odd, w)
         for shape in [(4, 5), (2, 3, 5), (2, 3, 4, 5), (5,)]:
             x = meta(shape, dtype, layout if len(shape) == 4 else "contiguous")
             answered += compare(F.linear, x, w, b)
