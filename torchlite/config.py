@@ -45,6 +45,8 @@ cache_dir: str = _env["cache_dir"]
 cache_max_mb: int = _env["cache_max_mb"]
 # TORCHLITE_DISABLE=1: torchlite.compile returns its input unchanged.
 disable: bool = _env["disable"]
+# TORCHLITE_CHECK_META=1: every meta result capture infers in C++ is checked against torch's.
+check_meta: bool = _env["check_meta"]
 # Idle memory the CPU buffer pool keeps, in MB (TORCHLITE_CPU_POOL_MB; read at its first use).
 cpu_pool_mb: int = _env["cpu_pool_mb"]
 # 256: LLVM's vector width for CPU kernels; 0: 512 on AVX-512 (read at the first CPU compile).

@@ -8,8 +8,10 @@
 #include <unordered_set>
 #include <vector>
 
+#include "capture/fast_meta.h"
 #include "capture/torch_api.h"
 #include "core/errors.h"
+#include "core/flags.h"
 
 namespace tl::capture {
 namespace {
@@ -382,6 +384,13 @@ PyRef meta_call(PyObject* target, const std::string& method, PyObject* self, PyO
         !name.empty() && !in_place(name) && !(kwargs && PyDict_GetItemString(kwargs, "out"));
   }
   if (!cacheable) return call_now(target, method, self, pos, kwargs);
+  if (PyRef fast = fast_meta_call(target, method, self, pos, kwargs)) {
+    if (process_settings().check_meta) {
+      PyRef real = call_now(target, method, self, pos, kwargs);
+      check_fast_meta(name, fast.get(), real.get());
+    }
+    return fast;
+  }
 
   KeyBuilder kb;
   try {

@@ -61,6 +61,9 @@ const std::vector<SettingSpec> kSpecs = {
      "it. 0: no cap."},
     {"disable", &S::disable, kProcess, "TORCHLITE_DISABLE", "off",
      "torchlite.compile returns its input unchanged."},
+    {"check_meta", &S::check_meta, kProcess, "TORCHLITE_CHECK_META", "off",
+     "Capture infers common ops' meta results in C++; on: each such answer is checked against "
+     "torch's meta kernel and a difference raises InternalError (slow: for tests)."},
     {"cpu_pool_mb", &S::cpu_pool_mb, kProcess, "TORCHLITE_CPU_POOL_MB", "`1024`",
      "Idle memory kept by the CPU pool of large kernel outputs (MB; 0 turns it off). Read when "
      "the pool is first used."},

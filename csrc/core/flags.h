@@ -34,6 +34,7 @@ struct Settings {
   std::string cache_dir;  // "" turns the disk cache off
   int64_t cache_max_mb = 4096;
   bool disable = false;
+  bool check_meta = false;
   int64_t cpu_pool_mb = 1024;
   int64_t cpu_vector_bits = 0;  // 0: 512 on AVX-512 hosts, else LLVM's choice
   std::string nvrtc;

@@ -1,4 +1,5 @@
 #include "capture/bytecode.h"
+#include "capture/fast_meta.h"
 #include "python/bindings.h"
 
 namespace py = pybind11;
@@ -17,6 +18,27 @@ PyCodeObject* as_code(const py::object& obj) {  // borrows obj
 }  // namespace
 
 void bind_capture(py::module_& m) {
+  m.def(
+      "fast_meta",
+      [](const py::object& target, const std::string& method, const py::object& self,
+         const py::tuple& args, const py::object& kwargs) -> py::object {
+        PyRef r =
+            capture::fast_meta_call(target.ptr(), method, self.is_none() ? nullptr : self.ptr(),
+                                    args.ptr(), kwargs.is_none() ? nullptr : kwargs.ptr());
+        if (!r) return py::none();
+        return py::reinterpret_steal<py::object>(r.release());
+      },
+      py::arg("target"), py::arg("method"), py::arg("self"), py::arg("args"), py::arg("kwargs"),
+      "The meta result capture infers in C++ for target(*args, **kwargs) (or "
+      "self.<method>(*args, **kwargs) when method is not empty), or None when it leaves the "
+      "call to torch's meta kernel.");
+  m.def(
+      "check_fast_meta",
+      [](const std::string& op, const py::object& fast, const py::object& real) {
+        capture::check_fast_meta(op, fast.ptr(), real.ptr());
+      },
+      py::arg("op"), py::arg("fast"), py::arg("real"),
+      "Raises InternalError when the two meta results differ as TORCHLITE_CHECK_META checks.");
   m.def(
       "disassemble",
       [](const py::object& code) {

@@ -88,6 +88,7 @@ def test_every_setting_is_read_from_its_environment_variable(tmp_path):
         "cache_dir": str(tmp_path / "cache"),
         "cache_max_mb": 5,
         "disable": True,
+        "check_meta": True,
         "cpu_pool_mb": 7,
         "cpu_vector_bits": 256,
         "nvrtc": "/nowhere/libnvrtc.so",

@@ -18,14 +18,16 @@ def test_repeated_layers_reuse_meta_results():
     w = torch.randn(16, 8)
     b = torch.randn(16)
 
+    # NOTE: ops that capture/fast_meta.cpp infers itself (linear, relu, layer_norm) never
+    # reach the cache; these still run torch's meta kernels.
     def fn(x, y):
-        a = F.layer_norm(F.linear(x, w, b).relu(), (16,))
-        c = F.layer_norm(F.linear(y, w, b).relu(), (16,))
-        return a + c
+        a = torch.cumsum(torch.matmul(x, w.t()), -1).roll(1, 0)
+        c = torch.cumsum(torch.matmul(y, w.t()), -1).roll(1, 0)
+        return a + c + b
 
     before = hits()
     check(fn, torch.randn(2, 5, 8), torch.randn(2, 5, 8))
-    assert hits() - before >= 3  # the second linear, relu and layer_norm
+    assert hits() - before >= 3  # the second matmul, cumsum and roll
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
@@ -120,17 +122,18 @@ def test_rebuilt_trace_values_alias_like_the_first():
         return gm.forward
 
     def fn(x, y):
-        return x.t(), y.t(), y[1:], F.linear(x, w), F.linear(y, w)
+        # NOTE: cumsum still runs torch's meta kernel (linear is inferred by fast_meta.cpp)
+        return x.t(), y.t(), y[1:], torch.cumsum(x @ w.t(), 0), torch.cumsum(y @ w.t(), 0)
 
     torchlite.reset()
     before = hits()
     torchlite.compile(fn, backend=backend)(torch.randn(2, 3, 4)[0], torch.randn(3, 4))
     assert hits() - before >= 2
-    vals = [n.meta["example_value"] for n in seen["ops"][:5]]
+    vals = [seen["nodes"][k] for k in ("t", "t_1", "getitem", "cumsum", "cumsum_1")]
     x_val, y_val = (v for k, v in seen["nodes"].items() if k in ("x", "y"))
     xt, yt, ysl, lx, ly = vals
     for view, base in ((xt, x_val), (yt, y_val), (ysl, y_val)):
         assert view._is_view() and view._base is base
     assert ysl.storage_offset() == 4 and yt.stride() == (1, 4)
-    # F.linear on 2-d input: a fresh tensor each, never one shared with the first call
+    # a fresh tensor each, never one shared with the first call
     assert lx._base is None and ly._base is None and lx is not ly
