@@ -92,6 +92,9 @@ class ExplainOutput:
     # "name: why" for each frame that runs eagerly from its next call on (many breaks, tiny
     # graphs between them: faster eagerly)
     eager_frames: list[str] = dataclasses.field(default_factory=list)
+    # "name: how" for each graph autograd records: "compiled forward and backward", or
+    # "op by op: why" (compiled_backward off, or the joint graph could not be built)
+    training: list[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_records(cls, records: list[dict], eager_at=None) -> "ExplainOutput":
@@ -115,6 +118,11 @@ class ExplainOutput:
                 for r in records
                 if r.get("eager_frame")
             ],
+            training=[
+                f"{r['code_name'].split(' (')[0]}: {r['training']}"
+                for r in records
+                if r.get("training")
+            ],
         )
 
     @property
@@ -137,6 +145,9 @@ class ExplainOutput:
         if self.eager_frames:
             lines.append("Frames run eagerly:")
             lines += [f"  {e}" for e in self.eager_frames]
+        if self.training:
+            lines.append("Training (graphs autograd records):")
+            lines += [f"  {t}" for t in self.training]
         for i, r in enumerate(self.frames, 1):
             where = f"{r['code_name']} ({r['filename']}:{r['firstlineno']})"
             lines.append(f"Frame {i}: {where}, {r['ops']} ops, {r['capture_ms']:.2f} ms to capture")

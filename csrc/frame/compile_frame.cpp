@@ -97,6 +97,16 @@ void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult
   if (PyList_Append(recorder, d.get()) < 0) throw PythonError();
 }
 
+// Adds how the graph just recorded trains ("compiled forward and backward" or
+// "op by op: why") to its explain record.
+void record_training(PyObject* recorder, const std::string& training) {
+  Py_ssize_t n = PyList_Size(recorder);
+  if (n <= 0) return;
+  PyRef value = PyRef::steal(PyUnicode_FromString(training.c_str()));
+  if (!value || PyDict_SetItemString(PyList_GET_ITEM(recorder, n - 1), "training", value.get()) < 0)
+    throw PythonError();
+}
+
 PyRef compile_with_backend(const capture::CaptureResult& res, const CompileConfig& config) {
   PyRef bridge;
   GraphWrapper wrap;
@@ -249,6 +259,8 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
           res.graph, pipeline::PassContext{config->settings, config->mode, dump_folder});
       kernels = std::move(ex.kernels);
       backend_fn = std::move(ex.training_fn);  // NOTE: called like a backend's callable
+      if (config->recorder && config->recorder.get() != Py_None && !ex.training.empty())
+        record_training(config->recorder.get(), ex.training);
     }
     counters().graphs++;
   }

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from test_training_models import MODELS
+from test_training_trace import _joint_of
 from train_check import compiled_backward_used, train_parity
 
 import torchlite
@@ -21,7 +22,7 @@ def test_small_model_training_steps_match_eager_on_cuda(name):
     assert compiled_backward_used(out)
 
 
-@pytest.mark.parametrize("name", ["mlp", "layernorm_mlp", "attention"])
+@pytest.mark.parametrize("name", ["mlp", "layernorm_mlp", "attention", "sdpa"])
 def test_bf16_autocast_training_steps_match_eager_on_cuda(name):
     torch.manual_seed(0)
     build, make_inputs = MODELS[name]
@@ -54,3 +55,35 @@ def test_forward_and_backward_halves_both_run_fused_kernels_on_cuda():
     torch.testing.assert_close(x.grad, ref_x.grad, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(w.grad, ref_w.grad, rtol=1e-3, atol=1e-3)
     assert run is not None and torchlite.counters()["kernels"] >= 2
+
+
+def _sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True).float().square()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sdpa_joint_uses_the_fused_cuda_kernel_and_its_backward(dtype):
+    # NOTE: on meta tensors torch's SDPA would pick its math path (matmuls, softmax); the
+    # joint graph must hold the kernel torch picks on the GPU (flash, memory-efficient or cuDNN)
+    # and that kernel's backward op.
+    args = [torch.randn(2, 4, 64, 64, dtype=dtype, device="cuda", requires_grad=True)]
+    args += [torch.randn_like(args[0], requires_grad=True) for _ in range(2)]
+    joint = _joint_of(_sdpa, *args)
+    assert joint.reason is None
+    text = str(joint.graph)
+    assert "bmm" not in text and "softmax" not in text, text
+    assert any(
+        k in text
+        for k in ("_flash_attention_backward", "_efficient_attention_backward", "cudnn_attention")
+    ), text
+    ref = [a.detach().clone().requires_grad_() for a in args]
+    torchlite.reset()
+    out = torchlite.compile(_sdpa)(*args)
+    expected = _sdpa(*ref)
+    assert compiled_backward_used(out)
+    tol = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(out, expected, **tol)
+    out.sum().backward()
+    expected.sum().backward()
+    for a, r in zip(args, ref, strict=True):
+        torch.testing.assert_close(a.grad, r.grad, **tol)

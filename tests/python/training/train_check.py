@@ -21,6 +21,14 @@ def _autocast(device: str, dtype: torch.dtype | None):
     return torch.autocast(device, dtype=dtype)
 
 
+def _tensors(out) -> list:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if hasattr(out, "logits"):
+        return [out.logits]
+    return [o for o in out if isinstance(o, torch.Tensor)] if isinstance(out, tuple) else []
+
+
 def compiled_backward_used(out: torch.Tensor) -> bool:
     """True when `out` came from torchlite's compiled forward (its grad_fn is the link)."""
     return out.grad_fn is not None and "CompiledTraining" in type(out.grad_fn).__name__
@@ -67,6 +75,8 @@ def train_parity(
         with _autocast(device, autocast):
             out_e = eager(*inputs)
             out_c = compiled(*inputs)
+        for e, c in zip(_tensors(out_e), _tensors(out_c), strict=True):
+            assert c.dtype == e.dtype, f"output dtype, step {step}: {c.dtype} != {e.dtype}"
         loss_e, loss_c = loss_fn(out_e), loss_fn(out_c)
         torch.testing.assert_close(
             loss_c, loss_e, rtol=rtol, atol=atol, msg=_named(f"loss, step {step}")
