@@ -174,8 +174,23 @@ def _mutated_args(func) -> list[int]:
     ]
 
 
+# In-place ops whose out-of-place variant has another overload name.
+_FUNCTIONAL_OVERLOADS = {aten.bernoulli_.float: aten.bernoulli.p}
+
+
+def _with_defaults(func, args: tuple) -> tuple:
+    """`args` with the positional arguments the call left out filled from func's schema."""
+    schema = [a for a in func._schema.arguments if not a.kwarg_only]
+    missing = schema[len(args) :]
+    if not missing or any(not a.has_default_value() for a in missing):
+        return args
+    return (*args, *(a.default_value for a in missing))
+
+
 def _functional_variant(func):
     """aten.add_.Tensor -> aten.add.Tensor, aten.copy_.default -> aten.copy.default."""
+    if func in _FUNCTIONAL_OVERLOADS:
+        return _FUNCTIONAL_OVERLOADS[func]
     name = func.overloadpacket.__name__
     if not name.endswith("_") or name.startswith("_"):
         return None
@@ -314,12 +329,16 @@ class _Recorder(TorchDispatchMode):
         if id(target) in self.inputs:
             self.mutated.add(self.inputs[id(target)])
         out = func(*args, **kwargs)
+        args = _with_defaults(func, args)  # NOTE: bernoulli_(x) means bernoulli(x, 0.5)
         node_out = functional(*args, **kwargs)  # NOTE: only for its metadata
         self.record(functional, args, kwargs, node_out)
         node = self.env[id(node_out)]
         self.bind(target, node)
         return out
 
+
+# torch functions whose ATen decomposition depends on the device (see _DeviceChoices).
+_CHOSEN_BY_DEVICE = {torch._C._nn.scaled_dot_product_attention, F.dropout, torch.dropout}
 
 # Ops a sub-trace logs that change nothing (device queries, autograd's saved-tensor detaches).
 _NOT_REPLAYED = {aten.detach.default, aten.alias.default}
@@ -339,16 +358,17 @@ class _OpLog(TorchDispatchMode):
         return out
 
 
-class _FusedAttention(TorchFunctionMode):
-    """Keeps `scaled_dot_product_attention` fused in the joint graph.
+class _DeviceChoices(TorchFunctionMode):
+    """Ops whose ATen decomposition torch chooses by device run as on the real device.
 
-    On meta tensors torch's SDPA picks its math path (matmuls and a softmax), whatever the
-    real device would run. So each call runs once more on fake tensors of the real device,
-    where torch's own backend choice (flash, memory-efficient, cuDNN, CPU flash, or math) and
-    its mask/padding preparation happen, below autograd; the ATen ops it ran are then replayed
-    on the meta tensors above autograd. The joint graph gets the fused forward op as one extern
-    call, and autograd puts that op's own backward (e.g. aten._efficient_attention_backward)
-    into the backward graph.
+    On meta tensors torch's SDPA picks its math path (matmuls and a softmax) and dropout its
+    generic path (bernoulli_ noise), whatever the real device would run. So each such call runs
+    once more on fake tensors of the real device, where torch's own choice (flash,
+    memory-efficient, cuDNN or CPU-flash attention; CUDA's fused native_dropout) and its
+    mask/padding preparation happen, below autograd; the ATen ops it ran are then replayed on
+    the meta tensors above autograd. The joint graph gets the fused forward op as one extern
+    call, and autograd puts that op's own backward (e.g. aten._efficient_attention_backward,
+    native_dropout_backward) into the backward graph; random ops draw as eager's do.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -358,7 +378,7 @@ class _FusedAttention(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is torch._C._nn.scaled_dot_product_attention:
+        if func in _CHOSEN_BY_DEVICE:
             out = self.fused(func, args, kwargs)
             if out is not None:
                 return out
@@ -392,7 +412,7 @@ class _FusedAttention(TorchFunctionMode):
         def meta_of(a):
             if isinstance(a, torch.Tensor):
                 if id(a) not in mapped:
-                    raise _Unsupported("attention: a tensor the fused call made is not traced")
+                    raise _Unsupported(f"{func.__name__}: a tensor its ATen ops made is not traced")
                 return mapped[id(a)]
             return a
 
@@ -487,7 +507,7 @@ def _trace(graph) -> JointTrace:
         with (
             torch.autograd.graph.saved_tensors_hooks(_identity, _identity),
             rec,
-            _FusedAttention(device),
+            _DeviceChoices(device),
         ):
             outs = gm.forward(*primals)  # NOTE: no module hooks (global ones too)
         final_grad_mode = torch.is_grad_enabled()

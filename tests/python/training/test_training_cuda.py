@@ -87,3 +87,27 @@ def test_sdpa_joint_uses_the_fused_cuda_kernel_and_its_backward(dtype):
     expected.sum().backward()
     for a, r in zip(args, ref, strict=True):
         torch.testing.assert_close(a.grad, r.grad, **tol)
+
+
+def _dropout_block(x, w):
+    h = F.dropout(F.gelu(x @ w), 0.2, training=True)
+    return h, h.square().sum(-1)
+
+
+def test_dropout_draws_eagers_bits_with_the_compiled_backward_on_cuda():
+    # NOTE: the joint graph keeps the ATen op torch picks on the GPU (native_dropout), so a
+    # compiled step under torch.manual_seed draws the same mask as eager.
+    x = torch.randn(64, 32, device="cuda")
+    w = torch.randn(32, 64, device="cuda", requires_grad=True)
+    ref_w = w.detach().clone().requires_grad_()
+    torchlite.reset()
+    torch.manual_seed(5)
+    h, out = torchlite.compile(_dropout_block)(x, w)
+    torch.manual_seed(5)
+    h_e, out_e = _dropout_block(x, ref_w)
+    assert compiled_backward_used(out)
+    torch.testing.assert_close(h != 0, h_e != 0, rtol=0, atol=0)
+    torch.testing.assert_close(out, out_e, rtol=1e-4, atol=1e-4)
+    out.sum().backward()
+    out_e.sum().backward()
+    torch.testing.assert_close(w.grad, ref_w.grad, rtol=1e-4, atol=1e-4)

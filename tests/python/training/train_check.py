@@ -46,6 +46,7 @@ def train_parity(
     dtype: torch.dtype = torch.float32,
     device: str = "cpu",
     autocast: torch.dtype | None = None,
+    seed_each_step: bool = False,
 ) -> torch.Tensor:
     """Trains a copy of `model` eagerly and another compiled for `steps` steps on the same
     inputs, checking each loss, then every gradient, parameter and buffer. Returns the last
@@ -73,7 +74,11 @@ def train_parity(
             for i in make_inputs()
         ]
         with _autocast(device, autocast):
+            if seed_each_step:  # NOTE: random ops (dropout) then draw the same in both runs
+                torch.manual_seed(1000 + step)
             out_e = eager(*inputs)
+            if seed_each_step:
+                torch.manual_seed(1000 + step)
             out_c = compiled(*inputs)
         for e, c in zip(_tensors(out_e), _tensors(out_c), strict=True):
             assert c.dtype == e.dtype, f"output dtype, step {step}: {c.dtype} != {e.dtype}"
