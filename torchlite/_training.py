@@ -21,13 +21,26 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import fx
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from torchlite import _C
 from torchlite.fx_interop import graph_to_module
 
 aten = torch.ops.aten
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """cuda and cuda:0 are one device when cuda:0 is current."""
+    if a.type != b.type:
+        return False
+    if a.index is None or b.index is None:
+        current = torch.cuda.current_device() if a.type == "cuda" else 0
+        return (a.index if a.index is not None else current) == (
+            b.index if b.index is not None else current
+        )
+    return a.index == b.index
 
 
 class _Unsupported(Exception):
@@ -161,13 +174,32 @@ def _mutated_args(func) -> list[int]:
     ]
 
 
+# In-place ops whose out-of-place variant has another overload name.
+_FUNCTIONAL_OVERLOADS = {aten.bernoulli_.float: aten.bernoulli.p}
+
+
+def _with_defaults(func, args: tuple) -> tuple:
+    """`args` with the positional arguments the call left out filled from func's schema."""
+    schema = [a for a in func._schema.arguments if not a.kwarg_only]
+    missing = schema[len(args) :]
+    if not missing or any(not a.has_default_value() for a in missing):
+        return args
+    return (*args, *(a.default_value for a in missing))
+
+
 def _functional_variant(func):
     """aten.add_.Tensor -> aten.add.Tensor, aten.copy_.default -> aten.copy.default."""
+    if func in _FUNCTIONAL_OVERLOADS:
+        return _FUNCTIONAL_OVERLOADS[func]
     name = func.overloadpacket.__name__
     if not name.endswith("_") or name.startswith("_"):
         return None
     packet = getattr(aten, name[:-1], None)
     return getattr(packet, func._overloadname, None) if packet is not None else None
+
+
+# torch.tensor(data) calls in a graph up to this size are made again by the compiled forward.
+_MAX_CONSTANT_ELEMENTS = 4096
 
 
 class _Recorder(TorchDispatchMode):
@@ -208,7 +240,10 @@ class _Recorder(TorchDispatchMode):
                 return node
             if a.device.type != "meta" and a.numel() == 1:
                 return a.clone()  # NOTE: a real scalar tensor made by a decomposition
-            raise _Unsupported(f"a tensor not produced in the graph reaches {type(a).__name__}")
+            raise _Unsupported(
+                f"a {a.device.type} tensor of shape {tuple(a.shape)} that the graph did not make "
+                "reaches an op"
+            )
         if isinstance(a, torch.device) and a.type == "meta":
             return self.device
         return a
@@ -224,6 +259,13 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        device = kwargs.get("device")
+        if isinstance(device, torch.device) and _same_device(device, self.device):
+            # NOTE: a factory of the graph (torch.zeros(..., device=x.device)) runs on meta
+            # like everything else; value() records the graph's device for it.
+            kwargs = {**kwargs, "device": torch.device("meta")}
+        if func is aten.lift_fresh.default and args[0].device.type != "meta":
+            return self.record_constant(args[0])
         decomposition = self.decompositions.get(func)
         if decomposition is not None:
             with self:
@@ -242,6 +284,18 @@ class _Recorder(TorchDispatchMode):
             return self.record_mutation(func, args, kwargs, mutated)
         out = func(*args, **kwargs)
         self.record(func, args, kwargs, out)
+        return out
+
+    def record_constant(self, t: torch.Tensor) -> torch.Tensor:
+        """`torch.tensor(data)` in the graph (a real tensor lifted into the trace): recorded
+        as the same call, so the compiled forward makes it again; a meta stand-in flows on."""
+        if t.numel() > _MAX_CONSTANT_ELEMENTS:
+            raise _Unsupported(f"the graph makes a constant tensor of {t.numel()} elements")
+        node = self.graph.call_function(
+            torch.tensor, (t.tolist(),), {"dtype": t.dtype, "device": t.device}
+        )
+        out = torch.empty(t.shape, dtype=t.dtype, device="meta")
+        self.bind(out, node)
         return out
 
     def record(self, func, args, kwargs, out) -> None:
@@ -275,11 +329,107 @@ class _Recorder(TorchDispatchMode):
         if id(target) in self.inputs:
             self.mutated.add(self.inputs[id(target)])
         out = func(*args, **kwargs)
+        args = _with_defaults(func, args)  # NOTE: bernoulli_(x) means bernoulli(x, 0.5)
         node_out = functional(*args, **kwargs)  # NOTE: only for its metadata
         self.record(functional, args, kwargs, node_out)
         node = self.env[id(node_out)]
         self.bind(target, node)
         return out
+
+
+# torch functions whose ATen decomposition depends on the device (see _DeviceChoices).
+_CHOSEN_BY_DEVICE = {torch._C._nn.scaled_dot_product_attention, F.dropout, torch.dropout}
+
+# Ops a sub-trace logs that change nothing (device queries, autograd's saved-tensor detaches).
+_NOT_REPLAYED = {aten.detach.default, aten.alias.default}
+
+
+class _OpLog(TorchDispatchMode):
+    """Logs the ATen ops run under it (below autograd) with their arguments and results."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.ops.append((func, args, kwargs, out))
+        return out
+
+
+class _DeviceChoices(TorchFunctionMode):
+    """Ops whose ATen decomposition torch chooses by device run as on the real device.
+
+    On meta tensors torch's SDPA picks its math path (matmuls and a softmax) and dropout its
+    generic path (bernoulli_ noise), whatever the real device would run. So each such call runs
+    once more on fake tensors of the real device, where torch's own choice (flash,
+    memory-efficient, cuDNN or CPU-flash attention; CUDA's fused native_dropout) and its
+    mask/padding preparation happen, below autograd; the ATen ops it ran are then replayed on
+    the meta tensors above autograd. The joint graph gets the fused forward op as one extern
+    call, and autograd puts that op's own backward (e.g. aten._efficient_attention_backward,
+    native_dropout_backward) into the backward graph; random ops draw as eager's do.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device = device
+        self.fake_mode = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _CHOSEN_BY_DEVICE:
+            out = self.fused(func, args, kwargs)
+            if out is not None:
+                return out
+        return func(*args, **kwargs)
+
+    def fake(self, t: torch.Tensor) -> torch.Tensor:
+        f = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=self.device)
+        return f.requires_grad_(t.requires_grad) if t.is_floating_point() else f
+
+    def fused(self, func, args: tuple, kwargs: dict):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        flat, spec = tree_flatten((args, kwargs))
+        metas = [a for a in flat if isinstance(a, torch.Tensor)]
+        if any(m.device.type != "meta" for m in metas):
+            return None
+        if self.fake_mode is None:
+            self.fake_mode = FakeTensorMode()
+        log = _OpLog()
+        with _disable_current_modes(), self.fake_mode:
+            fakes = {id(m): self.fake(m) for m in metas}
+            f_args, f_kwargs = tree_unflatten(
+                [fakes[id(a)] if isinstance(a, torch.Tensor) else a for a in flat], spec
+            )
+            with log:
+                f_out = func(*f_args, **f_kwargs)
+        mapped = {id(fakes[id(m)]): m for m in metas}
+        keep = []  # NOTE: the logged fakes stay alive while ids map them
+
+        def meta_of(a):
+            if isinstance(a, torch.Tensor):
+                if id(a) not in mapped:
+                    raise _Unsupported(f"{func.__name__}: a tensor its ATen ops made is not traced")
+                return mapped[id(a)]
+            return a
+
+        for op, o_args, o_kwargs, o_out in log.ops:
+            outs = [o for o in tree_flatten(o_out)[0] if isinstance(o, torch.Tensor)]
+            if not outs:
+                continue  # NOTE: device queries and other non-tensor results
+            if op in _NOT_REPLAYED:
+                mapped[id(o_out)] = meta_of(o_args[0])
+                keep.append(o_out)
+                continue
+            result = op(*tree_map(meta_of, o_args), **tree_map(meta_of, o_kwargs))
+            for o, r in zip(tree_flatten(o_out)[0], tree_flatten(result)[0], strict=True):
+                if isinstance(o, torch.Tensor):
+                    mapped[id(o)] = r
+                    keep.append(o)
+        return meta_of(f_out)
 
 
 @dataclass
@@ -354,7 +504,11 @@ def _trace(graph) -> JointTrace:
     grad_mode = torch.is_grad_enabled()
     try:
         # NOTE: the user's saved-tensor hooks must not see the trace's meta tensors.
-        with torch.autograd.graph.saved_tensors_hooks(_identity, _identity), rec:
+        with (
+            torch.autograd.graph.saved_tensors_hooks(_identity, _identity),
+            rec,
+            _DeviceChoices(device),
+        ):
             outs = gm.forward(*primals)  # NOTE: no module hooks (global ones too)
         final_grad_mode = torch.is_grad_enabled()
     finally:
@@ -410,13 +564,21 @@ def _trace(graph) -> JointTrace:
     )
 
 
+def _trace_without_autocast(graph) -> JointTrace:
+    # NOTE: the captured graph holds every cast autocast made as an explicit node (see
+    # csrc/capture/autocast.cpp); tracing it under the user's autocast region (the compile
+    # happens inside it) must not cast again, in forward or in backward.
+    with torch._C._DisableAutocast():
+        return _trace(graph)
+
+
 def trace_joint(graph) -> JointTrace:
     """The joint graph of `graph` (a captured _C.Graph autograd records), or a JointTrace whose
     `reason` says why there is none (the graph then runs op by op through torch's autograd).
     An op whose derivative torch does not implement, or that eager would reject, lands here too:
     at run time eager raises the same error."""
     try:
-        return _trace(graph)
+        return _trace_without_autocast(graph)
     except _Unsupported as e:
         return JointTrace(reason=str(e))
     except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:
@@ -469,7 +631,7 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
         @staticmethod
         def backward(ctx, *grad_outputs):
             tangents = [grad_outputs[i].contiguous() for i in differentiable]
-            with torch.no_grad():
+            with torch.no_grad(), torch._C._DisableAutocast():
                 grads = backward(*ctx.saved_tensors, *tangents)
             if torch.is_grad_enabled():
                 grads = _second_derivative_error(grads)
@@ -491,7 +653,10 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
         # entered under no_grad and switches it on; the graph may also leave it switched off.
         torch._C._set_grad_enabled(True)
         try:
-            outs = CompiledTraining.apply(*inputs)
+            # NOTE: the joint graph holds every cast autocast made at capture as an explicit
+            # node; its extern ops (a decomposition's float32 bmm) must not be cast again.
+            with torch._C._DisableAutocast():
+                outs = CompiledTraining.apply(*inputs)
         finally:
             torch._C._set_grad_enabled(final_grad_mode)
         return outs

@@ -97,6 +97,9 @@ class ExplainOutput:
     # Under cuda_graphs (mode="reduce-overhead"): per graph, "recorded after a warm-up call"
     # or "not used: <why>"
     cuda_graphs: list[str] = dataclasses.field(default_factory=list)
+    # "name: how" for each graph autograd records: "compiled forward and backward", or
+    # "op by op: why" (compiled_backward off, or the joint graph could not be built)
+    training: list[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_records(cls, records: list[dict], eager_at=None) -> "ExplainOutput":
@@ -121,6 +124,11 @@ class ExplainOutput:
                 if r.get("eager_frame")
             ],
             cuda_graphs=[r["cuda_graphs"] for r in with_graph if r.get("cuda_graphs")],
+            training=[
+                f"{r['code_name'].split(' (')[0]}: {r['training']}"
+                for r in records
+                if r.get("training")
+            ],
         )
 
     @property
@@ -147,6 +155,9 @@ class ExplainOutput:
         if self.cuda_graphs:
             lines.append("CUDA graphs:")
             lines += [f"  graph {i}: {c}" for i, c in enumerate(self.cuda_graphs, 1)]
+        if self.training:
+            lines.append("Training (graphs autograd records):")
+            lines += [f"  {t}" for t in self.training]
         for i, r in enumerate(self.frames, 1):
             where = f"{r['code_name']} ({r['filename']}:{r['firstlineno']})"
             lines.append(f"Frame {i}: {where}, {r['ops']} ops, {r['capture_ms']:.2f} ms to capture")

@@ -48,9 +48,16 @@ bool detail::is_autograd_function_apply(PyObject* fn) {
     PyRef descr = PyRef::steal(
         PyObject_GetAttrString(function_attr("Function"), "__dict__"));  // mappingproxy
     PyObject* cm = descr ? PyMapping_GetItemString(descr.get(), "apply") : nullptr;
-    PyObject* f = cm ? PyObject_GetAttrString(cm, "__func__") : nullptr;
-    Py_XDECREF(cm);
-    if (!f) throw PythonError();
+    if (!cm) throw PythonError();
+    // NOTE: a Python classmethod up to torch 2.13; from 2.14 a C one (classmethod_descriptor,
+    // no __func__): a call through it is a C callable, never this function, so it matches
+    // nothing and such calls graph-break as other C callables do.
+    PyObject* f = PyObject_GetAttrString(cm, "__func__");
+    if (!f) {
+      PyErr_Clear();
+      return cm;  // NOTE: kept for the process lifetime, like the class
+    }
+    Py_DECREF(cm);
     return f;  // NOTE: kept for the process lifetime, like the class
   }();
   return fn == apply;

@@ -98,13 +98,13 @@ void record(PyObject* recorder, PyCodeObject* code, const capture::CaptureResult
   if (PyList_Append(recorder, d.get()) < 0) throw PythonError();
 }
 
-// Adds "cuda_graphs" (the pipeline's decision, "" when off) to the record just made.
-void note_cuda_graphs(PyObject* recorder, const std::string& decision) {
+// Adds `key: text` to the explain record just made (the pipeline's CUDA graph
+// decision, how the graph trains).
+void add_to_record(PyObject* recorder, const char* key, const std::string& text) {
   Py_ssize_t n = PyList_Size(recorder);
   if (n <= 0 || !PyDict_Check(PyList_GET_ITEM(recorder, n - 1))) return;
-  PyRef text = PyRef::steal(PyUnicode_FromString(decision.c_str()));
-  if (!text ||
-      PyDict_SetItemString(PyList_GET_ITEM(recorder, n - 1), "cuda_graphs", text.get()) < 0)
+  PyRef value = PyRef::steal(PyUnicode_FromString(text.c_str()));
+  if (!value || PyDict_SetItemString(PyList_GET_ITEM(recorder, n - 1), key, value.get()) < 0)
     throw PythonError();
 }
 
@@ -262,11 +262,13 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
         log_event("recompiles", utf8(code->co_qualname) +
                                     ": kernels take their sizes at run time (" + dyn.why + ")");
       pipeline::Executable ex = pipeline::compile_graph(
-          res.graph,
-          pipeline::PassContext{config->settings, config->mode, dump_folder, config->graph_pool,
-                                dyn.runtime_sizes});
-      if (config->recorder && config->recorder.get() != Py_None)
-        note_cuda_graphs(config->recorder.get(), ex.cuda_graphs);
+          res.graph, pipeline::PassContext{config->settings, config->mode, dump_folder,
+                                           config->graph_pool, dyn.runtime_sizes});
+      if (config->recorder && config->recorder.get() != Py_None) {
+        if (!ex.cuda_graphs.empty())
+          add_to_record(config->recorder.get(), "cuda_graphs", ex.cuda_graphs);
+        if (!ex.training.empty()) add_to_record(config->recorder.get(), "training", ex.training);
+      }
       kernels = std::move(ex.kernels);
       backend_fn = std::move(ex.training_fn);  // NOTE: called like a backend's callable
     }

@@ -233,6 +233,7 @@ Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ct
   if (ex.no_kernels.rfind(kTracked, 0) == 0) {
     std::string why;
     ex.training_fn = training_fn(graph, ctx, why);
+    ex.training = ex.training_fn ? "compiled forward and backward" : "op by op: " + why;
     trace.note(ex.training_fn ? "training: compiled forward and backward (see joint.txt)"
                               : "training: op by op (" + why + ")");
     if (ex.training_fn) ex.no_kernels = "compiled forward and backward";

@@ -26,6 +26,9 @@ struct Executable {
   // the graph's inputs and returning its outputs through a compiled forward
   // and backward (python/bind_training.cpp); null: op by op.
   PyRef training_fn;
+  // For a graph autograd records: "compiled forward and backward", or "op by op: <why>"
+  // (explain shows it per graph); "" for other graphs.
+  std::string training;
 };
 
 // Builds Executable::training_fn for a graph autograd records; returns null

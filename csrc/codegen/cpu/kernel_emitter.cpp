@@ -100,6 +100,10 @@ llvm::Value* Emitter::value(int i) {
 }
 
 void Emitter::store_outputs(int pass) {
+  // NOTE: a stashed value is read (and cached for this point) before any output of this pass
+  // overwrites it with its scaled value.
+  for (size_t i = 0; i < stash_.size(); ++i)
+    if (pass != 0 && stash_[i] >= 0 && cur_pass_ > stash_pass_[i]) value(static_cast<int>(i));
   for (size_t i = 0; i < stash_.size(); ++i)
     if (stash_[i] >= 0 && stash_pass_[i] == pass) {
       int o = stash_[i];

@@ -99,7 +99,10 @@ void Emitter::plan_stash() {
     const auto& out = k_.outputs[o];
     const ir::Expr& e = k_.exprs[out.expr];
     int q = plan_.out_pass[o];
-    if (q < 2 || (e.op != ExprOp::Div && e.op != ExprOp::Mul)) continue;
+    // NOTE: from pass q on the output holds the scaled value, so `a` is only read back from
+    // it when no later pass needs `a` (softmax, then its output scaled and fed to a second
+    // softmax in the same kernel, read the scaled values as `a`).
+    if (q < 2 || q != plan_.n_passes || (e.op != ExprOp::Div && e.op != ExprOp::Mul)) continue;
     int a = e.operands[0], s = e.operands[1];
     const ir::Expr& ea = k_.exprs[a];
     if (!plan_.varies[a] || plan_.varies[s] || ea.op == ExprOp::Load || ea.op == ExprOp::Cast)

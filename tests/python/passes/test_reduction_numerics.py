@@ -252,3 +252,24 @@ def test_cuda_kernels_of_row_ops_compile_to_ptx(op, layout, dtype):
     assert kernels, "no fused kernel"
     for name, _source, ptx, _launch in kernels:
         assert f".entry {name}(" in ptx.decode()
+
+
+def _softmax_fed_to_softmax(x, c):
+    s = torch.softmax(x, -1)
+    return torch.softmax(s * c, -1), s, (s * c).log_softmax(-1)
+
+
+@pytest.mark.parametrize("outputs", [1, 2, 3])
+def test_softmax_output_fed_to_a_second_softmax_in_one_kernel(outputs):
+    # NOTE: the CPU emitter stores a softmax's exp into its output and scales it in place in
+    # the next pass; a later pass of the same kernel (a second softmax over the scaled values)
+    # must not read the scaled values back as the exp (it did: found by a training graph that
+    # saves the first softmax for backward).
+    def fn(x, c):
+        return _softmax_fed_to_softmax(x, c)[:outputs]
+
+    x, c = torch.randn(3, 8), torch.rand(8) + 0.5
+    torchlite.reset()
+    got = torchlite.compile(fn)(x, c)
+    for g, e in zip(got, fn(x, c), strict=True):
+        torch.testing.assert_close(g, e)

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from test_training_models import MODELS
+from test_training_trace import _joint_of
 from train_check import compiled_backward_used, train_parity
 
 import torchlite
@@ -21,7 +22,7 @@ def test_small_model_training_steps_match_eager_on_cuda(name):
     assert compiled_backward_used(out)
 
 
-@pytest.mark.parametrize("name", ["mlp", "layernorm_mlp", "attention"])
+@pytest.mark.parametrize("name", ["mlp", "layernorm_mlp", "attention", "sdpa"])
 def test_bf16_autocast_training_steps_match_eager_on_cuda(name):
     torch.manual_seed(0)
     build, make_inputs = MODELS[name]
@@ -54,3 +55,59 @@ def test_forward_and_backward_halves_both_run_fused_kernels_on_cuda():
     torch.testing.assert_close(x.grad, ref_x.grad, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(w.grad, ref_w.grad, rtol=1e-3, atol=1e-3)
     assert run is not None and torchlite.counters()["kernels"] >= 2
+
+
+def _sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True).float().square()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sdpa_joint_uses_the_fused_cuda_kernel_and_its_backward(dtype):
+    # NOTE: on meta tensors torch's SDPA would pick its math path (matmuls, softmax); the
+    # joint graph must hold the kernel torch picks on the GPU (flash, memory-efficient or cuDNN)
+    # and that kernel's backward op.
+    args = [torch.randn(2, 4, 64, 64, dtype=dtype, device="cuda", requires_grad=True)]
+    args += [torch.randn_like(args[0], requires_grad=True) for _ in range(2)]
+    joint = _joint_of(_sdpa, *args)
+    assert joint.reason is None
+    text = str(joint.graph)
+    assert "bmm" not in text and "softmax" not in text, text
+    assert any(
+        k in text
+        for k in ("_flash_attention_backward", "_efficient_attention_backward", "cudnn_attention")
+    ), text
+    ref = [a.detach().clone().requires_grad_() for a in args]
+    torchlite.reset()
+    out = torchlite.compile(_sdpa)(*args)
+    expected = _sdpa(*ref)
+    assert compiled_backward_used(out)
+    tol = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(out, expected, **tol)
+    out.sum().backward()
+    expected.sum().backward()
+    for a, r in zip(args, ref, strict=True):
+        torch.testing.assert_close(a.grad, r.grad, **tol)
+
+
+def _dropout_block(x, w):
+    h = F.dropout(F.gelu(x @ w), 0.2, training=True)
+    return h, h.square().sum(-1)
+
+
+def test_dropout_draws_eagers_bits_with_the_compiled_backward_on_cuda():
+    # NOTE: the joint graph keeps the ATen op torch picks on the GPU (native_dropout), so a
+    # compiled step under torch.manual_seed draws the same mask as eager.
+    x = torch.randn(64, 32, device="cuda")
+    w = torch.randn(32, 64, device="cuda", requires_grad=True)
+    ref_w = w.detach().clone().requires_grad_()
+    torchlite.reset()
+    torch.manual_seed(5)
+    h, out = torchlite.compile(_dropout_block)(x, w)
+    torch.manual_seed(5)
+    h_e, out_e = _dropout_block(x, ref_w)
+    assert compiled_backward_used(out)
+    torch.testing.assert_close(h != 0, h_e != 0, rtol=0, atol=0)
+    torch.testing.assert_close(out, out_e, rtol=1e-4, atol=1e-4)
+    out.sum().backward()
+    out_e.sum().backward()
+    torch.testing.assert_close(w.grad, ref_w.grad, rtol=1e-4, atol=1e-4)

@@ -21,6 +21,14 @@ def _autocast(device: str, dtype: torch.dtype | None):
     return torch.autocast(device, dtype=dtype)
 
 
+def _tensors(out) -> list:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if hasattr(out, "logits"):
+        return [out.logits]
+    return [o for o in out if isinstance(o, torch.Tensor)] if isinstance(out, tuple) else []
+
+
 def compiled_backward_used(out: torch.Tensor) -> bool:
     """True when `out` came from torchlite's compiled forward (its grad_fn is the link)."""
     return out.grad_fn is not None and "CompiledTraining" in type(out.grad_fn).__name__
@@ -38,6 +46,7 @@ def train_parity(
     dtype: torch.dtype = torch.float32,
     device: str = "cpu",
     autocast: torch.dtype | None = None,
+    seed_each_step: bool = False,
 ) -> torch.Tensor:
     """Trains a copy of `model` eagerly and another compiled for `steps` steps on the same
     inputs, checking each loss, then every gradient, parameter and buffer. Returns the last
@@ -65,8 +74,14 @@ def train_parity(
             for i in make_inputs()
         ]
         with _autocast(device, autocast):
+            if seed_each_step:  # NOTE: random ops (dropout) then draw the same in both runs
+                torch.manual_seed(1000 + step)
             out_e = eager(*inputs)
+            if seed_each_step:
+                torch.manual_seed(1000 + step)
             out_c = compiled(*inputs)
+        for e, c in zip(_tensors(out_e), _tensors(out_c), strict=True):
+            assert c.dtype == e.dtype, f"output dtype, step {step}: {c.dtype} != {e.dtype}"
         loss_e, loss_c = loss_fn(out_e), loss_fn(out_c)
         torch.testing.assert_close(
             loss_c, loss_e, rtol=rtol, atol=atol, msg=_named(f"loss, step {step}")
