@@ -598,3 +598,59 @@ def test_keyboard_interrupt_while_guards_run_reaches_the_caller():
             compiled(torch.ones(4), ks)
     finally:
         Flaky.boom = False
+
+
+# --- a consumer kernel merged with the producer of a value it reads through memory (seed 44448) --
+# `p` is read through a view that loads memory at computed offsets (flip, steps) or strides; the
+# consumer group also reads `a`, which `p`'s group computes, so the two groups were merged into
+# one kernel that read `p` before anything stored it.
+
+VIEWS_BETWEEN = {
+    "flip": lambda p: p.flip(0),
+    "flip_both": lambda p: p.flip(0, 1),
+    "transpose": lambda p: p.transpose(0, 1),
+    "t_contiguous": lambda p: p.t().contiguous(),
+    "permute": lambda p: p.permute(1, 0),
+    "step_slice": lambda p: p[::2].repeat(2, 1),
+    "narrow": lambda p: torch.cat([p[1:], p[:1]]),
+    "expand": lambda p: p[:1].expand(6, 6),
+    "roll": lambda p: p.roll(1, 0),
+}
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS_BETWEEN))
+@pytest.mark.parametrize("consumer", ["clone", "pointwise", "reduction", "matmul"])
+def test_value_read_through_view_by_a_sibling_consumer_of_its_input(view, consumer):
+    def fn(y, w):
+        a = 3 * y
+        p = VIEWS_BETWEEN[view](torch.minimum(a, w))
+        if consumer == "clone":
+            q = p.clone()
+        elif consumer == "pointwise":
+            q = p * 2 + 1
+        elif consumer == "reduction":
+            q = p.sum(1, keepdim=True)
+        else:
+            q = p @ a
+        return torch.maximum(q, a.exp())
+
+    check_program(fn, lambda: (torch.randn(6, 6), torch.randn(6, 6)))
+
+
+def test_minimum_flipped_then_maximum_with_exp_of_its_input():
+    def fn(y, b, n):
+        a = n * y
+        b = torch.minimum(a, b).flip(0)
+        return torch.maximum(b.clone(), a.exp())
+
+    check_program(fn, lambda: (torch.randn(4), torch.randn(4), 3))
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS_BETWEEN))
+def test_reduction_read_through_view_by_a_sibling_consumer(view):
+    def fn(y):
+        a = y.sin()
+        r = a.sum(0, keepdim=True) * a  # a reduction and a pointwise reader of `a`
+        return VIEWS_BETWEEN[view](r) + a.cos()
+
+    check_program(fn, lambda: (torch.randn(6, 6),))
