@@ -5,6 +5,7 @@
 
 #include "capture/autocast.h"
 #include "capture/eager_checks.h"
+#include "capture/effect_order.h"
 #include "capture/graph_break.h"
 #include "capture/meta_cache.h"
 #include "capture/torch_api.h"
@@ -734,6 +735,7 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
                                          "() needs the tensor's values, which are not known "
                                          "while tracing");
   }
+  check_effect_order(*this, op_name, args);
   // Device: the real device of the result. Meta execution swaps devices for "meta".
   PyRef device;
   bool has_tensor = false;
