@@ -5,6 +5,7 @@
 
 #include "capture/autocast.h"
 #include "capture/eager_checks.h"
+#include "capture/effect_order.h"
 #include "capture/graph_break.h"
 #include "capture/meta_cache.h"
 #include "capture/torch_api.h"
@@ -112,6 +113,16 @@ const std::unordered_set<std::string>& data_dependent_methods() {
       "data_ptr",  "storage",   "untyped_storage", "bincount", "unique_consecutive",
       "argwhere",  "__array__", "__len__"};
   return names;
+}
+
+// NOTE: functions, classes and plain objects hash and compare by address (builtin functions
+// by the address of their self and C function): looking one up in a dict (a registry keyed by
+// class, typing's cache keyed by function on 3.12) runs no user code and gives the same answer
+// while the key lives (the Dict value holds it).
+bool compared_by_identity(PyObject* k) {
+  PyTypeObject* t = Py_TYPE(k);
+  return PyCFunction_CheckExact(k) || (t->tp_hash == PyBaseObject_Type.tp_hash &&
+                                       t->tp_richcompare == PyBaseObject_Type.tp_richcompare);
 }
 
 std::string fn_short_name(PyObject* fn) {
@@ -555,8 +566,13 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
     Py_ssize_t pos = 0;
     while (PyDict_Next(obj, &pos, &k, &val)) {
       // NOTE: bytes keys too: os.environ keeps its variables in a dict of bytes.
-      if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k) && !PyBytes_CheckExact(k)) {
-        graph_break("unsupported_value", "dict with keys other than str/int/bytes");
+      if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k) && !PyBytes_CheckExact(k) &&
+          !compared_by_identity(k)) {
+        graph_break(
+            "unsupported_value",
+            std::string("dict with a key of type ") + Py_TYPE(k)->tp_name +
+                " (keys must be str, int, bytes or objects compared by identity)",
+            "Key the dict by a name (str) or an int, or read it outside the compiled code.");
       }
       v->keys.push_back(PyRef::borrow(k));
       v->items.push_back(wrap(val, ir::Source::item(src, PyRef::borrow(k))));
@@ -734,6 +750,7 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
                                          "() needs the tensor's values, which are not known "
                                          "while tracing");
   }
+  check_effect_order(*this, op_name, args);
   // Device: the real device of the result. Meta execution swaps devices for "meta".
   PyRef device;
   bool has_tensor = false;

@@ -2,32 +2,13 @@
 
 #include "core/errors.h"
 #include "guards/fetch.h"
+#include "ir/effects.h"
 
 namespace tl::frame {
 namespace {
 int line_of(const std::string& location) {
   auto colon = location.rfind(':');
   return colon == std::string::npos ? -1 : std::atoi(location.c_str() + colon + 1);
-}
-
-// A node whose run is visible after the graph: an in-place op (`add_`, `x[i] = v`, `out=`,
-// `inplace=True`), a random draw (it advances the generator) or one that runs hooks.
-bool visible_effect(const ir::Node& n) {
-  if (n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) return false;
-  const std::string& t = n.target_name;
-  if (t.size() > 1 && t.back() == '_' && t[t.size() - 2] != '_') return true;
-  // operator.iadd and the other augmented assignments (`x += y` on a tensor), __iadd__
-  const std::string last = t.substr(t.rfind('.') == std::string::npos ? 0 : t.rfind('.') + 1);
-  if (last.rfind("__i", 0) == 0 ||
-      (last.size() > 2 && last[0] == 'i' && t.rfind("operator.", 0) == 0))
-    return true;
-  for (const char* word :
-       {"setitem", "rand", "dropout", "bernoulli", "normal", "multinomial", "poisson", "uniform",
-        "exponential", "cauchy", "geometric", "hook", "backward", "grad", "seed", "print"})
-    if (t.find(word) != std::string::npos) return true;
-  for (const auto& [k, v] : n.kwargs)
-    if (k == "out" || k == "inplace") return true;
-  return false;
 }
 
 // torchlite's own InternalError or Unsupported (module _C) is pending: from a kernel, a bug
@@ -46,7 +27,7 @@ bool failed_before_any_effect(const ir::Graph& graph, const ir::Node* failed) {
   int effects = 0;
   bool failed_is_it = false;
   for (const auto& n : graph.nodes()) {
-    if (!visible_effect(*n)) continue;
+    if (!ir::visible_effect(*n)) continue;
     ++effects;
     failed_is_it = n->target_name == failed->target_name && n->location == failed->location &&
                    n->target_name.find("rand") == std::string::npos;

@@ -265,6 +265,26 @@ class Fuser {
     return most;
   }
 
+  // True if every member of group `to` that reads a member of `from` can take it
+  // from the merged kernel's registers: at the map `from` computes it at.
+  // NOTE: a read through memory (a gather, e.g. flip, or a strided view) needs
+  // the value stored by an earlier kernel, and a reduction or a value read at
+  // another map would be recomputed at the wrong index; both keep the groups apart.
+  bool reads_agree(int from, int to) {
+    for (const Node* u : f_.groups[to].members) {
+      auto lit = f_.lowerings.find(u);
+      if (lit == f_.lowerings.end()) continue;  // the absorbed tuple of a getitem
+      for (const Node* n : lit->second.inputs) {
+        if (group(n) != from) continue;
+        bool reads = false;
+        auto m = map_from_user(n, u, f_.groups[to], &reads);
+        if (!reads) continue;
+        if (!m || *m != f_.groups[from].maps.at(n)) return false;
+      }
+    }
+    return true;
+  }
+
   // Horizontal fusion of two consumer groups of n (now in gi) with one layout.
   void try_merge(const Node* n, int gi, int hj) {
     Group &g = f_.groups[gi], &h = f_.groups[hj];
@@ -273,6 +293,7 @@ class Fuser {
     if (!mh || *mh != g.maps.at(n)) return;
     if (reaches(outside_users(g.members, gi, hj), hj)) return;
     if (reaches(outside_users(h.members, gi, hj), gi)) return;
+    if (!reads_agree(gi, hj) || !reads_agree(hj, gi)) return;
     for (const Node* m : h.members) {
       g.members.push_back(m);
       f_.group_of[m] = gi;

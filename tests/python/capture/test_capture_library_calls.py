@@ -113,6 +113,38 @@ def test_typing_generics_as_values_and_passed_through():
     assert _graphs_and_breaks(fn, torch.randn(3)) == (1, 0)
 
 
+# NOTE: Python 3.12's typing keeps its caches in a module dict keyed by function
+# (`_caches[func](*args)` in _tp_cache): a dict keyed by objects compared by identity.
+SCALE_BY_ACTIVATION = {torch.nn.ReLU: 2.0, torch.nn.GELU: 3.0, torch.sigmoid: 4.0}
+
+
+def test_dict_keyed_by_classes_and_functions_is_read_in_graph():
+    act = torch.nn.GELU()
+
+    def fn(x):
+        return x.sin() * SCALE_BY_ACTIVATION[type(act)] + SCALE_BY_ACTIVATION[torch.sigmoid]
+
+    check(fn, torch.randn(3))
+    assert _graphs_and_breaks(fn, torch.randn(3)) == (1, 0)
+
+
+def test_dict_keyed_by_classes_guards_its_entries():
+    def fn(x):
+        return x * SCALE_BY_ACTIVATION[torch.nn.GELU] + len(SCALE_BY_ACTIVATION)
+
+    compiled = torchlite.compile(fn)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), fn(x))
+    try:
+        SCALE_BY_ACTIVATION[torch.nn.GELU] = 7.0
+        torch.testing.assert_close(compiled(x), fn(x))
+        SCALE_BY_ACTIVATION[torch.nn.SiLU] = 1.0
+        torch.testing.assert_close(compiled(x), fn(x))
+    finally:
+        SCALE_BY_ACTIVATION[torch.nn.GELU] = 3.0
+        SCALE_BY_ACTIVATION.pop(torch.nn.SiLU, None)
+
+
 # --- nn.Module instances built inside forward ----------------------------------------------------
 
 REGISTERED = []

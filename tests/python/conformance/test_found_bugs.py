@@ -331,6 +331,78 @@ def test_runtime_error_after_earlier_inplace_op_mutates_input_once(inplace):
     torch.testing.assert_close(x, expected)
 
 
+class _Box:
+    pass
+
+
+_BOX = _Box()
+G_SEEN = 0
+
+
+def _reset_box():
+    global G_SEEN
+    G_SEEN = 0
+    _BOX.__dict__.clear()
+
+
+@pytest.mark.parametrize("effect", ["list", "dict", "global", "attribute"])
+@pytest.mark.parametrize("inplace", ["method", "augmented", "setitem"])
+@pytest.mark.parametrize("raising", ["getitem", "index_select", "embedding", "one_hot"])
+def test_side_effects_between_inplace_op_and_runtime_error_are_kept(effect, inplace, raising):
+    def fn(x, ks, d):
+        global G_SEEN
+        if inplace == "method":
+            x.mul_(2)
+        elif inplace == "augmented":
+            x += 1
+        else:
+            x[0] = 5.0
+        if effect == "list":
+            ks.append(len(ks))
+        elif effect == "dict":
+            d["seen"] = x.shape[0]
+        elif effect == "global":
+            G_SEEN += 1
+        else:
+            _BOX.seen = ks[0]
+        idx = torch.tensor([1, 9])  # 9 is out of range only when the op runs
+        if raising == "getitem":
+            y = x[idx]
+        elif raising == "index_select":
+            y = x.index_select(0, idx)
+        elif raising == "embedding":
+            y = torch.nn.functional.embedding(idx, x.view(4, 1))
+        else:
+            y = torch.nn.functional.one_hot(idx, 4).float() @ x
+        ks.append(-1)  # never reached in eager
+        return y
+
+    # NOTE: the in-place op rules out an eager rerun (it would apply twice): the exception,
+    # the tensor's value and every side effect before the failing op must still be eager's.
+    check_program(
+        fn,
+        lambda: (torch.randn(4), [7], {}),
+        setup=_reset_box,
+        observe=lambda: (G_SEEN, dict(_BOX.__dict__)),
+    )
+
+
+@pytest.mark.parametrize("effects", ["inplace_only", "python_only", "both"])
+def test_index_after_effects_breaks_only_when_both_kinds_came_first(effects):
+    def fn(x, ks):
+        if effects != "python_only":
+            x.mul_(2)
+        if effects != "inplace_only":
+            ks.append(1)
+        return x[torch.tensor([0, 3])] + 1
+
+    check_program(fn, lambda: (torch.randn(4), [0]))
+    report = torchlite.explain(fn)(torch.randn(4), [0])
+    # NOTE: alone, an in-place op is fine (it happened, then the error, as in eager) and so are
+    # Python side effects (the frame reruns eagerly); together the index runs in CPython.
+    assert report.graph_break_count == (1 if effects == "both" else 0)
+
+
 G_LIST2 = [1, 2]
 
 
@@ -598,3 +670,59 @@ def test_keyboard_interrupt_while_guards_run_reaches_the_caller():
             compiled(torch.ones(4), ks)
     finally:
         Flaky.boom = False
+
+
+# --- a consumer kernel merged with the producer of a value it reads through memory (seed 44448) --
+# `p` is read through a view that loads memory at computed offsets (flip, steps) or strides; the
+# consumer group also reads `a`, which `p`'s group computes, so the two groups were merged into
+# one kernel that read `p` before anything stored it.
+
+VIEWS_BETWEEN = {
+    "flip": lambda p: p.flip(0),
+    "flip_both": lambda p: p.flip(0, 1),
+    "transpose": lambda p: p.transpose(0, 1),
+    "t_contiguous": lambda p: p.t().contiguous(),
+    "permute": lambda p: p.permute(1, 0),
+    "step_slice": lambda p: p[::2].repeat(2, 1),
+    "narrow": lambda p: torch.cat([p[1:], p[:1]]),
+    "expand": lambda p: p[:1].expand(6, 6),
+    "roll": lambda p: p.roll(1, 0),
+}
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS_BETWEEN))
+@pytest.mark.parametrize("consumer", ["clone", "pointwise", "reduction", "matmul"])
+def test_value_read_through_view_by_a_sibling_consumer_of_its_input(view, consumer):
+    def fn(y, w):
+        a = 3 * y
+        p = VIEWS_BETWEEN[view](torch.minimum(a, w))
+        if consumer == "clone":
+            q = p.clone()
+        elif consumer == "pointwise":
+            q = p * 2 + 1
+        elif consumer == "reduction":
+            q = p.sum(1, keepdim=True)
+        else:
+            q = p @ a
+        return torch.maximum(q, a.exp())
+
+    check_program(fn, lambda: (torch.randn(6, 6), torch.randn(6, 6)))
+
+
+def test_minimum_flipped_then_maximum_with_exp_of_its_input():
+    def fn(y, b, n):
+        a = n * y
+        b = torch.minimum(a, b).flip(0)
+        return torch.maximum(b.clone(), a.exp())
+
+    check_program(fn, lambda: (torch.randn(4), torch.randn(4), 3))
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS_BETWEEN))
+def test_reduction_read_through_view_by_a_sibling_consumer(view):
+    def fn(y):
+        a = y.sin()
+        r = a.sum(0, keepdim=True) * a  # a reduction and a pointwise reader of `a`
+        return VIEWS_BETWEEN[view](r) + a.cos()
+
+    check_program(fn, lambda: (torch.randn(6, 6),))

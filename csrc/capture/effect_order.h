@@ -1,0 +1,21 @@
+#pragma once
+// Ops that check their operands' values when they run (an index out of range, a class id past
+// the number of classes) can raise where the trace saw nothing wrong. A graph that raises after
+// it already mutated a tensor (`x.add_(1); ks.append(1); x[idx]`) cannot be rerun eagerly (the
+// mutation would happen twice), and the Python side effects recorded before the failing op are
+// replayed only after a graph that returns: they would be lost. Such an op is left to CPython
+// (a graph break before it), so the graph before it runs whole and its effects are applied first.
+#include <string>
+#include <vector>
+
+#include "capture/context.h"
+
+namespace tl::capture {
+
+// Throws GraphBreak "effect_order" when `op` (a torch function's or Tensor method's name, args
+// as recorded) checks values at run time, traced code has made Python side effects, and the
+// graph so far has a visible effect.
+void check_effect_order(CaptureContext& ctx, const std::string& op,
+                        const std::vector<ValuePtr>& args);
+
+}  // namespace tl::capture
