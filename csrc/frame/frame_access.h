@@ -58,6 +58,10 @@ int tl_frame_can_skip_eval(PyThreadState* tstate, TlFrame* frame);
 // is not in a state it can release (a bug: the frame is then leaked).
 int tl_frame_release_unevaluated(PyThreadState* tstate, TlFrame* frame);
 
+// Adds a traceback entry for (funcname, filename, lineno) to the exception
+// being raised, as CPython's own C code does (3.13 made the function internal).
+void tl_traceback_add(const char* funcname, const char* filename, int lineno);
+
 // The interpreter's C recursion budget (3.12's C_RECURSION_LIMIT; 0 on 3.11).
 int tl_c_recursion_limit(void);
 // Test support: the thread's data-stack top, as an integer.
