@@ -265,10 +265,13 @@ std::optional<LoopBody> outline_loop(const BreakSite& site) {
   };
   auto leaves = [&](int t) { return t == head || !member[t]; };
   auto stub_label = [&](int t) { return t == head ? cont_label : exit_label(t); };
-  std::vector<Instr> orig = rw.original();
+  const std::vector<std::vector<Instr>> orig = rw.original_groups();
   for (int i = 0; i < n; ++i) {
     if (!member[i]) continue;
-    Instr in = orig[i];
+    // NOTE: a 3.13 superinstruction comes as two plain instructions: the
+    // first, like any other, neither jumps nor returns.
+    out.insert(out.end(), orig[i].begin(), orig[i].end() - 1);
+    Instr in = orig[i].back();
     const int line = in.line;
     if (is_return(in.opcode)) {
       loop.returns = true;

@@ -157,6 +157,15 @@ class Rewriter {
   // renumbered slots may not fit a nibble); the second half has no label.
   std::vector<Instr> original() const {
     std::vector<Instr> out;
+    for (const auto& group : original_groups()) out.insert(out.end(), group.begin(), group.end());
+    return out;
+  }
+
+  // The same, one group per original instruction (two instructions for a
+  // superinstruction, one otherwise), indexed like bytecode().insts.
+  std::vector<std::vector<Instr>> original_groups() const {
+    std::vector<std::vector<Instr>> out;
+    out.reserve(asm_.insts.size());
     for (Instr in : asm_.insts) {
       unsigned f = capture::opcode_flags(in.opcode);
       if (f & capture::kLocalPair) {
@@ -164,14 +173,13 @@ class Rewriter {
         Instr a = in, b = in;
         a.opcode = first, a.arg = new_fast(in.arg >> 4);
         b.opcode = second, b.arg = new_fast(in.arg & 15), b.label = kNoLabel;
-        out.push_back(a);
-        out.push_back(b);
+        out.push_back({a, b});
         continue;
       }
       // NOTE: 3.13 loads a cell or free variable for a closure with LOAD_FAST.
       if (f & capture::kLocal) in.arg = new_fast(in.arg);
       if (f & capture::kFree) in.arg = in.arg - nlocals_ + static_cast<int>(varnames_.size());
-      out.push_back(in);
+      out.push_back({in});
     }
     return out;
   }

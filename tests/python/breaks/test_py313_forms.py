@@ -9,6 +9,7 @@ The same sources compile to the older forms on 3.11/3.12, so every test runs the
 
 import dis
 import sys
+import traceback
 
 import pytest
 import torch
@@ -109,7 +110,8 @@ def _break_with_null_on_the_stack(x):
 
 
 def test_break_with_a_null_and_a_callable_on_the_stack():
-    check_resume(_break_with_null_on_the_stack, torch.randn(6), graphs=at_least_one())
+    # The inlined call breaks twice: at print() inside it, and its caller at the CALL.
+    check_resume(_break_with_null_on_the_stack, torch.randn(6), graphs=3, breaks=2)
 
 
 class _Base(torch.nn.Module):
@@ -233,9 +235,19 @@ def _loop_with_break_inside(x, ws):
     return y - 1
 
 
+LOOP_GRAPHS = 4  # before the loop, the body before and after print(), after the loop
+
+
 def test_loop_end_after_a_break_in_the_body():
     uses(_loop_with_break_inside, "END_FOR")
-    check_resume(_loop_with_break_inside, torch.randn(4), [torch.randn(4) for _ in range(3)])
+    check_resume(
+        _loop_with_break_inside,
+        torch.randn(4),
+        [torch.randn(4) for _ in range(2)],
+        graphs=LOOP_GRAPHS,
+        breaks=2,
+        loop_body=True,
+    )
 
 
 def _loop_exits(x, n):
@@ -269,10 +281,8 @@ def test_error_points_at_the_users_line():
     compiled = torchlite.compile(_shape_error)
     with pytest.raises(RuntimeError) as info:
         compiled(torch.randn(3, 4), torch.randn(5, 6))
-    lines = [(t.filename, t.lineno) for t in info.traceback]
-    assert (_shape_error.__code__.co_filename, lineno_of(_shape_error, "# ERROR")) in [
-        (str(f), n + 1) for f, n in lines
-    ]
+    frames = [(f.filename, f.lineno) for f in traceback.extract_tb(info.value.__traceback__)]
+    assert (_shape_error.__code__.co_filename, lineno_of(_shape_error, "# ERROR")) in frames
 
 
 def _gen(x):
@@ -289,8 +299,8 @@ def test_generator_inside_a_compiled_frame():
     compiled = torchlite.compile(_uses_generator)
     x = torch.randn(4)
     torch.testing.assert_close(compiled(x), _uses_generator(x))
-    g = torchlite.compile(_gen)(x)  # a generator function itself runs in CPython
-    torch.testing.assert_close(list(g)[2], x * 2)
+    with pytest.raises(TypeError, match="generator function"):
+        torchlite.compile(_gen)
 
 
 # --- the interpreter check ---------------------------------------------------------------------
@@ -319,7 +329,3 @@ def test_unknown_python_version_is_refused(monkeypatch):
 
 def test_running_python_is_accepted():
     _interpreter.check_supported()
-
-
-def at_least_one():
-    return None
