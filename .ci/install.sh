@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what torchlite needs on a fresh Debian 12 machine with Python 3.11 or 3.12, then
+# Installs what torchlite needs on a fresh Debian 12 machine with Python 3.11, 3.12 or 3.13, then
 # builds and installs torchlite in editable mode. Prints the Python to use on its last line.
 #   bash .ci/install.sh           # for the demo: torch, pytest
 #   bash .ci/install.sh --tests   # also Catch2, clang-format, ruff and the model-test packages
@@ -43,13 +43,19 @@ if [[ "${TORCHLITE_SKIP_INSTALL:-0}" != 1 ]]; then
   pip=("$py" -m pip install -q --disable-pip-version-check)
   log "pip install build tools, torch, pytest"
   "${pip[@]}" setuptools wheel "pybind11>=2.11" "cmake>=3.24" ninja >&2
-  "${pip[@]}" torch==2.13.0 pytest >&2
+  # NOTE: torch 2.13.0 is the tested release; where it has no wheel for this Python (or a
+  # local cap excludes it), the newest 2.x this index offers for it (2.14.1 on 3.13 here).
+  "${pip[@]}" torch==2.13.0 pytest >&2 || {
+    log "no torch 2.13.0 for $("$py" -c 'import sys; print(sys.version.split()[0])'): newest torch 2.x"
+    "${pip[@]}" "torch>=2.13,<3" pytest >&2
+  }
+  torch_pin="torch==$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')"
   if [[ $tests == 1 ]]; then
     log "pip install ruff timm transformers"
     "${pip[@]}" ruff >&2
     # NOTE: torch pinned again: else timm's newest torchvision upgrades it (to a CUDA build
     # with triton, whose bundled LLVM crashes the C++ test binary that links LLVM 19).
-    "${pip[@]}" timm transformers torch==2.13.0 >&2
+    "${pip[@]}" timm transformers "$torch_pin" >&2
     # NVRTC compiles the CUDA kernels to PTX in CI (no GPU needed); optional: a failed install only skips those tests.
     "${pip[@]}" nvidia-cuda-nvrtc >&2 || log "nvidia-cuda-nvrtc not installed: CUDA code generation tests will skip"
     # NOTE: PyPI's torchvision is a CUDA build; next to the CPU-only torch its C ops do not

@@ -3,6 +3,10 @@
 model = torchlite.compile(model)       # or @torchlite.compile on a function
 """
 
+from torchlite._interpreter import check_supported as _check_supported
+
+_check_supported()
+
 from torchlite import (
     _C,  # noqa: F401
     cache,

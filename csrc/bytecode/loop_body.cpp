@@ -108,7 +108,11 @@ class Emit {
   // by calling int() on it (CALL is the only instruction that consumes one).
   Emit& pop(const std::string& slots, const LoopConsts& k) {
     for (auto c = slots.rbegin(); c != slots.rend(); ++c) {
-      if (*c == kNull) op(LOAD_CONST, k.int_type()).call(0);
+      if (*c == kNull) {
+        op(LOAD_CONST, k.int_type());
+        if (kNullAboveCallable) op(SWAP, 2);
+        call(0);
+      }
       op(POP_TOP);
     }
     return *this;
@@ -261,10 +265,13 @@ std::optional<LoopBody> outline_loop(const BreakSite& site) {
   };
   auto leaves = [&](int t) { return t == head || !member[t]; };
   auto stub_label = [&](int t) { return t == head ? cont_label : exit_label(t); };
-  std::vector<Instr> orig = rw.original();
+  const std::vector<std::vector<Instr>> orig = rw.original_groups();
   for (int i = 0; i < n; ++i) {
     if (!member[i]) continue;
-    Instr in = orig[i];
+    // NOTE: a 3.13 superinstruction comes as two plain instructions: the
+    // first, like any other, neither jumps nor returns.
+    out.insert(out.end(), orig[i].begin(), orig[i].end() - 1);
+    Instr in = orig[i].back();
     const int line = in.line;
     if (is_return(in.opcode)) {
       loop.returns = true;
@@ -339,7 +346,10 @@ void insert_loop_call(std::vector<Instr>& insts, const LoopBody& loop, const Rew
   e.at(stub);
   const bool pass_item = loop.is_for && !loop.item_stored;
   if (pass_item) e.op(STORE_FAST, item);
-  e.op(PUSH_NULL).op(LOAD_FAST, body_slot);
+  if (kNullAboveCallable)
+    e.op(LOAD_FAST, body_slot).op(PUSH_NULL);
+  else
+    e.op(PUSH_NULL).op(LOAD_FAST, body_slot);
   int depth = static_cast<int>(site_stack.size()) + 2, nargs = 0;
   for (int p : loop.params) e.op(kLoadChecked, rw.slot_of_original(p)), ++depth, ++nargs;
   for (size_t j = 0; j < loop.outer.size(); ++j) {

@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "bytecode/rewriter.h"
 #include "capture/opcode_tables.h"
 #include "core/errors.h"
 
@@ -27,6 +28,9 @@ bool pushes_nothing(int opcode) {
     case POP_TOP:
     case POP_EXCEPT:
     case STORE_FAST:
+#ifdef STORE_FAST_STORE_FAST
+    case STORE_FAST_STORE_FAST:
+#endif
     case STORE_DEREF:
     case STORE_GLOBAL:
     case STORE_ATTR:
@@ -108,6 +112,9 @@ class Flow {
 #endif
 #ifdef LOAD_FAST_AND_CLEAR
       case LOAD_FAST_AND_CLEAR:
+#endif
+#ifdef LOAD_FAST_LOAD_FAST
+      case LOAD_FAST_LOAD_FAST:
 #endif
         return INT_MAX;
       case SWAP:
@@ -389,10 +396,20 @@ class Binding {
   }
 
   // State after instruction i; `check` raises on a read of a maybe-unbound local.
-  State step(int i, State s, bool check) {
-    const auto& in = bc_.insts[i];
-    const int d = flow_.depth(i);
+  State step(int i, State s, bool check) { return step_at(bc_.insts[i], flow_.depth(i), s, check); }
+
+  // The same for an instruction entered with `d` values on the stack.
+  State step_at(const capture::Instruction& in, int d, State s, bool check) {
     unsigned flags = capture::opcode_flags(in.opcode);
+    if (flags & capture::kLocalPair) {
+      // A 3.13 superinstruction: its two halves in turn.
+      auto [op1, op2] = Rewriter::split_pair(in.opcode);
+      capture::Instruction first = in, second = in;
+      first.opcode = op1, first.arg = in.arg >> 4;
+      second.opcode = op2, second.arg = in.arg & 15;
+      s = step_at(first, d, std::move(s), check);
+      return step_at(second, op1 == LOAD_FAST ? d + 1 : d - 1, std::move(s), check);
+    }
     switch (in.opcode) {
       case LOAD_FAST:
 #ifdef LOAD_FAST_CHECK

@@ -42,6 +42,10 @@ Effect effect_of(const capture::Instruction& in) {
   switch (in.opcode) {
     case CALL:
       return {a + 2, v(1)};
+#ifdef CALL_KW
+    case CALL_KW:  // 3.13: the keyword names tuple above the arguments
+      return {a + 3, v(1)};
+#endif
     case CALL_FUNCTION_EX:
       return {3 + (a & 1), v(1)};
     case BINARY_OP:
@@ -61,6 +65,14 @@ Effect effect_of(const capture::Instruction& in) {
     case CALL_INTRINSIC_1:
 #endif
       return {1, v(1)};
+#ifdef TO_BOOL
+    case TO_BOOL:
+    case CONVERT_VALUE:
+    case FORMAT_SIMPLE:
+      return {1, v(1)};
+    case FORMAT_WITH_SPEC:
+      return {2, v(1)};
+#endif
     case LOAD_ATTR:
 #if PY_VERSION_HEX >= 0x030C0000
       // NOTE: a method lookup pushes (function, self) or (NULL, attribute):
@@ -69,7 +81,8 @@ Effect effect_of(const capture::Instruction& in) {
 #endif
       return {1, v(1)};
     case LOAD_GLOBAL:
-      return {0, (a & 1) ? "NV" : "V"};
+      if (!(a & 1)) return {0, "V"};
+      return {0, kNullAboveCallable ? "VN" : "NV"};
     case LOAD_FAST:
 #ifdef LOAD_FAST_CHECK
     case LOAD_FAST_CHECK:
@@ -111,8 +124,10 @@ Effect effect_of(const capture::Instruction& in) {
       return {1, v(a)};
     case UNPACK_EX:
       return {1, v((a & 0xFF) + (a >> 8) + 1)};
+#ifdef FORMAT_VALUE
     case FORMAT_VALUE:
       return {(a & 0x04) ? 2 : 1, v(1)};
+#endif
     case BEFORE_WITH:
       return {1, v(2)};
 #ifdef BINARY_SLICE
@@ -244,18 +259,15 @@ void append_stub(std::vector<Instr>& out, int label, const std::string& post, in
   size_t first = out.size();
   for (int i = static_cast<int>(post.size()) - 1; i >= 0; --i) {
     if (post[i] == static_cast<char>(Slot::Null)) {
-      add(LOAD_CONST, int_const);
-#ifdef PRECALL
-      add(PRECALL, 0);
-#endif
-      add(CALL, 0);
+      drop_null(out, int_const, line);
       add(POP_TOP, 0);
     } else {
       add(STORE_FAST, rw.slot(rw.fresh("tmp" + std::to_string(i))));
     }
   }
-  add(PUSH_NULL, 0);
+  if (!kNullAboveCallable) add(PUSH_NULL, 0);
   add(LOAD_FAST, resume_slot);
+  if (kNullAboveCallable) add(PUSH_NULL, 0);
   int n = 0;
   for (int s : local_slots) add(LOAD_FAST, s), ++n;
   for (size_t i = 0; i < post.size(); ++i)
@@ -300,6 +312,9 @@ std::vector<Successor> after_loop(const LoopBody& loop, const capture::Bytecode&
     int end = bc.insts[loop.head].jump_target;
 #ifdef END_FOR
     if (bc.insts[end].opcode == END_FOR) ++end;  // FOR_ITER jumps over it
+#if PY_VERSION_HEX >= 0x030D0000
+    if (bc.insts[end].opcode == POP_TOP) ++end;  // 3.13: and the POP_TOP after it
+#endif
 #endif
     out.push_back({end, loop.outer, true});
   }
@@ -320,13 +335,28 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
   if (!site.region) {
     if (site.stack.find(static_cast<char>(Slot::Iter)) != std::string::npos)
       throw CannotResume("break with a loop iterator on the stack");
+#ifdef KW_NAMES
     while (last + 1 < static_cast<int>(bc.insts.size()) && (bc.insts[last].opcode == KW_NAMES
 #ifdef PRECALL
                                                             || bc.insts[last].opcode == PRECALL
 #endif
                                                             ))
       ++last;
+#endif
     Effect e = effect_of(bc.insts[last]);
+#ifdef TO_BOOL
+    // NOTE: 3.13 tests truth in TO_BOOL (or a COMPARE_OP with its to-bool bit)
+    // and jumps on the exact bool after it: a break there runs both, so the
+    // code after the branch is not traced once per bool value.
+    const bool to_bool = bc.insts[last].opcode == TO_BOOL ||
+                         (bc.insts[last].opcode == COMPARE_OP && (bc.insts[last].arg & 16));
+    if (to_bool && last + 1 < static_cast<int>(bc.insts.size()) &&
+        (bc.insts[last + 1].opcode == POP_JUMP_IF_TRUE ||
+         bc.insts[last + 1].opcode == POP_JUMP_IF_FALSE)) {
+      ++last;
+      e = {e.pops, "", true, true, e.pops};
+    }
+#endif
     if (e.pops > static_cast<int>(site.stack.size()))
       throw CannotResume("stack shallower than the breaking instruction needs");
     std::string below = site.stack.substr(0, site.stack.size() - e.pops);
@@ -419,14 +449,22 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
       out->resume_lines.push_back(rw.line_near(e.entry));
       int label = exit_labels[x];
       if (e.jump) {
-        // NOTE: 3.12's FOR_ITER jumps over the END_FOR at its target.
-#ifdef END_FOR
+        // NOTE: 3.12's FOR_ITER jumps over the END_FOR at its target (3.13: over
+        // END_FOR and POP_TOP), which pop the last item and the iterator.
+#if PY_VERSION_HEX >= 0x030D0000
         Instr end_for = Rewriter::make(END_FOR, 0, loop->line);
-#else
-        Instr end_for = Rewriter::make(NOP, 0, loop->line);
-#endif
         end_for.label = label;
         a.insts.push_back(end_for);
+        a.insts.push_back(Rewriter::make(POP_TOP, 0, loop->line));
+#elif defined(END_FOR)
+        Instr end_for = Rewriter::make(END_FOR, 0, loop->line);
+        end_for.label = label;
+        a.insts.push_back(end_for);
+#else
+        Instr end_for = Rewriter::make(NOP, 0, loop->line);
+        end_for.label = label;
+        a.insts.push_back(end_for);
+#endif
         label += 1;
       }
       append_stub(a.insts, label, e.stack, rw.slot(rw.fresh("exit" + std::to_string(x))),

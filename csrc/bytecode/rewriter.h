@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bytecode/assembler.h"
@@ -22,6 +23,13 @@ namespace tl::bytecode {
 // Labels of generated instructions start here; original instructions keep
 // their indices as labels.
 constexpr int kFirstNewLabel = 1 << 24;
+
+// NOTE: 3.13 pushes a call's NULL (or self) after the callable; 3.11/3.12 before it.
+constexpr bool kNullAboveCallable = PY_VERSION_HEX >= 0x030D0000;
+
+// Drops a NULL on top of the stack: only CALL consumes one, so call int()
+// with it (3.13: as its self_or_null slot) and pop the 0 it returns.
+inline void drop_null(std::vector<Instr>& out, int int_const, int line);
 
 #ifdef POP_JUMP_FORWARD_IF_TRUE
 constexpr int kPopJumpIfTrue = POP_JUMP_FORWARD_IF_TRUE;
@@ -145,16 +153,45 @@ class Rewriter {
   }
 
   // The original instructions (labels: their indices) with renumbered locals.
+  // 3.13's two-local superinstructions come out as their two halves (the
+  // renumbered slots may not fit a nibble); the second half has no label.
   std::vector<Instr> original() const {
     std::vector<Instr> out;
-    const int new_nlocals = static_cast<int>(varnames_.size());
+    for (const auto& group : original_groups()) out.insert(out.end(), group.begin(), group.end());
+    return out;
+  }
+
+  // The same, one group per original instruction (two instructions for a
+  // superinstruction, one otherwise), indexed like bytecode().insts.
+  std::vector<std::vector<Instr>> original_groups() const {
+    std::vector<std::vector<Instr>> out;
+    out.reserve(asm_.insts.size());
     for (Instr in : asm_.insts) {
       unsigned f = capture::opcode_flags(in.opcode);
-      if (f & capture::kLocal) in.arg = old_to_new_.at(in.arg);
-      if (f & capture::kFree) in.arg = in.arg - nlocals_ + new_nlocals;
-      out.push_back(in);
+      if (f & capture::kLocalPair) {
+        auto [first, second] = split_pair(in.opcode);
+        Instr a = in, b = in;
+        a.opcode = first, a.arg = new_fast(in.arg >> 4);
+        b.opcode = second, b.arg = new_fast(in.arg & 15), b.label = kNoLabel;
+        out.push_back({a, b});
+        continue;
+      }
+      // NOTE: 3.13 loads a cell or free variable for a closure with LOAD_FAST.
+      if (f & capture::kLocal) in.arg = new_fast(in.arg);
+      if (f & capture::kFree) in.arg = in.arg - nlocals_ + static_cast<int>(varnames_.size());
+      out.push_back({in});
     }
     return out;
+  }
+
+  // The two instructions a 3.13 superinstruction stands for.
+  static std::pair<int, int> split_pair(int opcode) {
+#ifdef LOAD_FAST_LOAD_FAST
+    if (opcode == LOAD_FAST_LOAD_FAST) return {LOAD_FAST, LOAD_FAST};
+    if (opcode == STORE_FAST_STORE_FAST) return {STORE_FAST, STORE_FAST};
+    if (opcode == STORE_FAST_LOAD_FAST) return {STORE_FAST, LOAD_FAST};
+#endif
+    TL_CHECK(false) << "no superinstruction: " << capture::opcode_name(opcode);
   }
 
   const std::vector<ExceptionBlock>& blocks() const { return asm_.blocks; }
@@ -212,7 +249,23 @@ class Rewriter {
   std::vector<std::string> names_;
   std::vector<std::string> varnames_;
   std::vector<int> old_to_new_;
+
+  // A renumbered fast-locals slot: plain locals by the table, cells and free
+  // variables (after the plain locals) shifted with them.
+  int new_fast(int s) const {
+    if (s < nlocals_) return old_to_new_.at(s);
+    return s - nlocals_ + static_cast<int>(varnames_.size());
+  }
 };
+
+inline void drop_null(std::vector<Instr>& out, int int_const, int line) {
+  out.push_back(Rewriter::make(LOAD_CONST, int_const, line));
+  if (kNullAboveCallable) out.push_back(Rewriter::make(SWAP, 2, line));
+#ifdef PRECALL
+  out.push_back(Rewriter::make(PRECALL, 0, line));
+#endif
+  out.push_back(Rewriter::make(CALL, 0, line));
+}
 
 inline std::vector<std::string> numbered(const Rewriter& rw, const char* base, size_t n) {
   std::vector<std::string> out;

@@ -43,24 +43,38 @@ bool returns_an_input(const ValuePtr& out, const std::vector<ValuePtr>& args) {
 
 }  // namespace
 
-bool detail::is_autograd_function_apply(PyObject* fn) {
+namespace {
+// Function.apply as torch defines it: up to torch 2.13 a Python classmethod
+// (its __func__ is kept), from 2.14 a C classmethod (the descriptor is kept).
+PyObject* function_apply() {
   static PyObject* apply = [] {
     PyRef descr = PyRef::steal(
         PyObject_GetAttrString(function_attr("Function"), "__dict__"));  // mappingproxy
     PyObject* cm = descr ? PyMapping_GetItemString(descr.get(), "apply") : nullptr;
     if (!cm) throw PythonError();
-    // NOTE: a Python classmethod up to torch 2.13; from 2.14 a C one (classmethod_descriptor,
-    // no __func__): a call through it is a C callable, never this function, so it matches
-    // nothing and such calls graph-break as other C callables do.
+    if (Py_TYPE(cm) == &PyClassMethodDescr_Type) return cm;
     PyObject* f = PyObject_GetAttrString(cm, "__func__");
-    if (!f) {
-      PyErr_Clear();
-      return cm;  // NOTE: kept for the process lifetime, like the class
-    }
     Py_DECREF(cm);
+    if (!f) throw PythonError();
     return f;  // NOTE: kept for the process lifetime, like the class
   }();
-  return fn == apply;
+  return apply;
+}
+}  // namespace
+
+bool detail::is_autograd_function_apply(PyObject* fn) { return fn == function_apply(); }
+
+PyObject* detail::autograd_function_of_c_apply(PyObject* fn) {
+  PyObject* apply = function_apply();
+  if (Py_TYPE(apply) != &PyClassMethodDescr_Type || !PyCFunction_Check(fn)) return nullptr;
+  // `Cls.apply` of a C classmethod: a builtin method bound to the class, running the
+  // descriptor's C function.
+  auto* descr = reinterpret_cast<PyMethodDescrObject*>(apply);
+  PyObject* self = PyCFunction_GET_SELF(fn);
+  if (!self || !PyType_Check(self) ||
+      reinterpret_cast<PyCFunctionObject*>(fn)->m_ml->ml_meth != descr->d_method->ml_meth)
+    return nullptr;
+  return self;
 }
 
 ValuePtr Tracer::call_autograd_function(const ValuePtr& cls, std::vector<ValuePtr>& args,

@@ -237,6 +237,8 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
       graph_break("unsupported_callable", "torch.autocast.__enter__() called outside a with");
   }
   if (self && is_autograd_function_apply(fn)) return call_autograd_function(self, args, kwargs);
+  if (PyObject* cls = self ? nullptr : autograd_function_of_c_apply(fn))
+    return call_autograd_function(Value::constant(PyRef::borrow(cls)), args, kwargs);
   if (self) return std::nullopt;
 
   if (is_lru_cache_wrapper(fn)) return call_lru_cached(fn, args, kwargs);

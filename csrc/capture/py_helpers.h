@@ -52,6 +52,9 @@ PyObject* model_output_base(PyObject* cls);
 bool is_lru_cache_wrapper(PyObject* fn);
 // autograd_function.cpp: torch.autograd.Function.apply's function (borrowed).
 bool is_autograd_function_apply(PyObject* fn);
+// The torch.autograd.Function subclass (borrowed) when `fn` is `Cls.apply` and
+// torch defines apply in C (torch 2.14), else null.
+PyObject* autograd_function_of_c_apply(PyObject* fn);
 // A fresh `set` value of constants (tensors and other traced values are refused).
 ValuePtr make_set(const std::vector<ValuePtr>& items);
 void set_add(const ValuePtr& set, const ValuePtr& item);

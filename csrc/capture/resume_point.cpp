@@ -51,6 +51,7 @@ BreakPoint break_point(const Bytecode& bc, int index, std::string& why) {
     }
   }
   if (at.region) return at;
+#ifdef KW_NAMES
   if (bc.insts[at.index].opcode == CALL) {
     while (at.index > 0 && (bc.insts[at.index - 1].opcode == KW_NAMES
 #ifdef PRECALL
@@ -59,6 +60,7 @@ BreakPoint break_point(const Bytecode& bc, int index, std::string& why) {
                             ))
       --at.index;
   }
+#endif
   return at;
 }
 

@@ -1,4 +1,4 @@
-// Opcode semantics of the capture interpreter (CPython 3.11 and 3.12).
+// Opcode semantics of the capture interpreter (CPython 3.11, 3.12 and 3.13).
 #include "capture/tracer.h"
 
 #include <opcode.h>
@@ -49,6 +49,12 @@ class ExcInfoScope {
 };
 
 ValuePtr none_value() { return Value::constant(PyRef::borrow(Py_None)); }
+
+ValuePtr bool_value(bool b) { return Value::constant(PyRef::borrow(b ? Py_True : Py_False)); }
+
+// NOTE: 3.13 puts the NULL (or self) of a call above the callable:
+// `callable, self_or_null, args`; 3.11/3.12 put it below: `NULL|method, callable|self, args`.
+constexpr bool kNullAboveCallable = PY_VERSION_HEX >= 0x030D0000;
 
 }  // namespace
 
@@ -284,15 +290,8 @@ void Tracer::step(const Instruction& inst) {
 #ifdef LOAD_FAST_CHECK
     case LOAD_FAST_CHECK:
 #endif
-    {
-      ValuePtr v = locals_[arg];
-      if (!v)
-        graph_break("user_exception", "local variable '" +
-                                          utf8(PyTuple_GET_ITEM(code_->co_localsplusnames, arg)) +
-                                          "' referenced before assignment");
-      push(v);
+      push(load_fast(arg));
       return;
-    }
 #ifdef LOAD_FAST_AND_CLEAR
     case LOAD_FAST_AND_CLEAR:
       push(locals_[arg]);
@@ -302,6 +301,21 @@ void Tracer::step(const Instruction& inst) {
     case STORE_FAST:
       locals_[arg] = pop();
       return;
+#ifdef LOAD_FAST_LOAD_FAST
+    // 3.13 superinstructions: two fast locals, the first in the high nibble.
+    case LOAD_FAST_LOAD_FAST:
+      push(load_fast(arg >> 4));
+      push(load_fast(arg & 15));
+      return;
+    case STORE_FAST_STORE_FAST:
+      locals_[arg >> 4] = pop();
+      locals_[arg & 15] = pop();
+      return;
+    case STORE_FAST_LOAD_FAST:
+      locals_[arg >> 4] = pop();
+      push(load_fast(arg & 15));
+      return;
+#endif
     case DELETE_FAST:
       locals_[arg] = nullptr;
       return;
@@ -326,8 +340,9 @@ void Tracer::step(const Instruction& inst) {
       push(locals_[arg]);
       return;
     case LOAD_GLOBAL: {
-      if (arg & 1) push(nullptr);
+      if ((arg & 1) && !kNullAboveCallable) push(nullptr);
       push(load_global(name_at(arg >> 1)));
+      if ((arg & 1) && kNullAboveCallable) push(nullptr);
       return;
     }
     case STORE_GLOBAL: {
@@ -350,8 +365,11 @@ void Tracer::step(const Instruction& inst) {
     case LOAD_ATTR: {
       ValuePtr obj = pop();
 #if PY_VERSION_HEX >= 0x030C0000
-      if (arg & 1) push(nullptr);
+      // NOTE: a method lookup is modelled as (NULL, bound attribute), which
+      // CALL treats like (function, self).
+      if ((arg & 1) && !kNullAboveCallable) push(nullptr);
       push(get_attr(obj, name_at(arg >> 1)));
+      if ((arg & 1) && kNullAboveCallable) push(nullptr);
 #else
       push(get_attr(obj, name_at(arg)));
 #endif
@@ -365,8 +383,9 @@ void Tracer::step(const Instruction& inst) {
       if (!fn->is_const() || fn->obj.get() != reinterpret_cast<PyObject*>(&PySuper_Type))
         graph_break("unsupported_callable", "super is shadowed by another object");
       ValuePtr sup = make_super(cls, self);
-      if (arg & 1) push(nullptr);
+      if ((arg & 1) && !kNullAboveCallable) push(nullptr);
       push(get_attr(sup, name_at(arg >> 2)));
+      if ((arg & 1) && kNullAboveCallable) push(nullptr);
       return;
     }
 #endif
@@ -395,12 +414,24 @@ void Tracer::step(const Instruction& inst) {
       return;
 #endif
     case UNARY_NOT:
-      push(Value::constant(PyRef::borrow(truth(pop()) ? Py_False : Py_True)));
+      push(bool_value(!truth(pop())));
       return;
+#ifdef TO_BOOL
+    // NOTE: 3.13's conditional jumps and UNARY_NOT take an exact bool: the truth
+    // test happens here, so a break on it runs TO_BOOL natively and the jump
+    // after it only ever sees a bool.
+    case TO_BOOL:
+      push(bool_value(truth(pop())));
+      return;
+#endif
     case COMPARE_OP: {
       ValuePtr b = pop();
       ValuePtr a = pop();
-#if PY_VERSION_HEX >= 0x030C0000
+#if PY_VERSION_HEX >= 0x030D0000
+      // op << 5 | 16 when the result feeds a jump (converted to bool) | a specialization mask.
+      ValuePtr r = compare(arg >> 5, a, b);
+      push((arg & 16) ? bool_value(truth(r)) : r);
+#elif PY_VERSION_HEX >= 0x030C0000
       push(compare(arg >> 4, a, b));
 #else
       push(compare(arg, a, b));
@@ -682,22 +713,29 @@ void Tracer::step(const Instruction& inst) {
       for (int i = before - 1; i >= 0; --i) push(items[i]);
       return;
     }
+#ifdef FORMAT_VALUE
     case FORMAT_VALUE: {
       ValuePtr spec = (arg & 0x04) ? pop() : nullptr;
       ValuePtr v = pop();
-      if (!v->is_const() || (spec && !spec->is_const()))
-        graph_break("unsupported_value", "f-string of a " + v->type_name() + " value");
-      PyRef obj = v->obj;
-      int conv = arg & 0x03;
-      if (conv == 1) obj = PyRef::steal(PyObject_Str(obj.get()));
-      if (conv == 2) obj = PyRef::steal(PyObject_Repr(obj.get()));
-      if (conv == 3) obj = PyRef::steal(PyObject_ASCII(obj.get()));
-      if (!obj) throw PythonError();
-      PyRef out = PyRef::steal(PyObject_Format(obj.get(), spec ? spec->obj.get() : nullptr));
-      if (!out) throw PythonError();
-      push(Value::constant(out));
+      push(format_value(convert_value(v, arg & 0x03), spec));
       return;
     }
+#else
+    // 3.13 splits FORMAT_VALUE: CONVERT_VALUE (!s, !r, !a), then FORMAT_SIMPLE or
+    // FORMAT_WITH_SPEC.
+    case CONVERT_VALUE:
+      push(convert_value(pop(), arg));
+      return;
+    case FORMAT_SIMPLE:
+      push(format_value(pop(), nullptr));
+      return;
+    case FORMAT_WITH_SPEC: {
+      ValuePtr spec = pop();
+      ValuePtr v = pop();
+      push(format_value(v, spec));
+      return;
+    }
+#endif
     case BUILD_STRING: {
       PyRef parts = PyRef::steal(PyTuple_New(arg));
       for (int i = 0; i < arg; ++i) {
@@ -712,9 +750,19 @@ void Tracer::step(const Instruction& inst) {
       push(Value::constant(s));
       return;
     }
+#ifdef KW_NAMES
     case KW_NAMES:
       kw_names_ = const_at(arg);
       return;
+#endif
+#ifdef CALL_KW
+    case CALL_KW: {  // 3.13: the keyword names tuple sits on top of the arguments
+      ValuePtr names = pop();
+      TL_CHECK(names->is_const() && PyTuple_Check(names->obj.get())) << "CALL_KW without names";
+      do_call(arg, names->obj.get());
+      return;
+    }
+#endif
     case CALL: {
       // NOTE: cleared before the call: a call that raises into a handler of this frame must
       // not leave its keyword names to the handler's next CALL.
@@ -729,6 +777,15 @@ void Tracer::step(const Instruction& inst) {
     case MAKE_FUNCTION:
       do_make_function(arg);
       return;
+#ifdef SET_FUNCTION_ATTRIBUTE
+    case SET_FUNCTION_ATTRIBUTE: {  // 3.13: MAKE_FUNCTION's flags, one instruction each
+      ValuePtr fn = pop();
+      ValuePtr attr = pop();
+      set_function_attribute(fn, arg, attr);
+      push(fn);
+      return;
+    }
+#endif
     case JUMP_FORWARD:
     case JUMP_BACKWARD:
     case JUMP_BACKWARD_NO_INTERRUPT:
@@ -833,14 +890,20 @@ void Tracer::step(const Instruction& inst) {
       pop();
       pc_ = inst.jump_target;
 #ifdef END_FOR
+      // CPython jumps over the END_FOR (3.13: END_FOR, POP_TOP) at the target.
       if (pc_ < bc_.insts.size() && bc_.insts[pc_].opcode == END_FOR) ++pc_;
+#if PY_VERSION_HEX >= 0x030D0000
+      if (pc_ < bc_.insts.size() && bc_.insts[pc_].opcode == POP_TOP) ++pc_;
+#endif
 #endif
       return;
     }
 #ifdef END_FOR
-    case END_FOR:
+    case END_FOR:  // 3.12: pops the value and the iterator; 3.13: the value (POP_TOP follows)
       pop();
+#if PY_VERSION_HEX < 0x030D0000
       pop();
+#endif
       return;
 #endif
     case BEFORE_WITH: {
@@ -967,13 +1030,44 @@ ValuePtr Tracer::load_global(const std::string& name) {
   graph_break("user_exception", "name '" + name + "' is not defined");
 }
 
+ValuePtr Tracer::load_fast(int slot) {
+  ValuePtr v = locals_[slot];
+  if (!v)
+    graph_break("user_exception", "local variable '" +
+                                      utf8(PyTuple_GET_ITEM(code_->co_localsplusnames, slot)) +
+                                      "' referenced before assignment");
+  return v;
+}
+
+ValuePtr Tracer::convert_value(const ValuePtr& v, int conversion) {
+  if (!v->is_const())
+    graph_break("unsupported_value", "f-string of a " + v->type_name() + " value");
+  PyRef obj = v->obj;
+  if (conversion == 1) obj = PyRef::steal(PyObject_Str(obj.get()));
+  if (conversion == 2) obj = PyRef::steal(PyObject_Repr(obj.get()));
+  if (conversion == 3) obj = PyRef::steal(PyObject_ASCII(obj.get()));
+  if (!obj) throw PythonError();
+  return obj.get() == v->obj.get() ? v : Value::constant(obj);
+}
+
+ValuePtr Tracer::format_value(const ValuePtr& v, const ValuePtr& spec) {
+  if (!v->is_const() || (spec && !spec->is_const()))
+    graph_break("unsupported_value", "f-string of a " + v->type_name() + " value");
+  PyRef out = PyRef::steal(PyObject_Format(v->obj.get(), spec ? spec->obj.get() : nullptr));
+  if (!out) throw PythonError();
+  return Value::constant(out);
+}
+
 void Tracer::do_call(int argc, PyObject* kw_names) {
   std::vector<ValuePtr> args(stack_.end() - argc, stack_.end());
   stack_.resize(stack_.size() - argc);
   ValuePtr a = pop();
   ValuePtr b = pop();
   ValuePtr fn;
-  if (b) {
+  if (kNullAboveCallable) {  // b: the callable, a: self or NULL
+    fn = b;
+    if (a) args.insert(args.begin(), a);
+  } else if (b) {
     fn = b;
     args.insert(args.begin(), a);
   } else {
@@ -993,8 +1087,14 @@ void Tracer::do_call(int argc, PyObject* kw_names) {
 void Tracer::do_call_ex(int flags) {
   ValuePtr kw = (flags & 1) ? pop() : nullptr;
   ValuePtr pos = pop();
-  ValuePtr fn = pop();
-  ValuePtr below = pop();
+  ValuePtr fn, below;
+  if (kNullAboveCallable) {
+    pop();  // 3.13: the NULL pushed after the callable
+    fn = pop();
+  } else {
+    fn = pop();
+    below = pop();
+  }
   if (below) {  // 3.11 method form: (fn, self) below the args tuple
     ValuePtr self = fn;
     fn = below;
@@ -1019,16 +1119,32 @@ void Tracer::do_make_function(int flags) {
   ValuePtr fn = Value::of_kind(VKind::Function);
   fn->obj = code->obj;
   TL_CHECK(code->is_const() && PyCode_Check(code->obj.get())) << "MAKE_FUNCTION without code";
-  if (flags & 0x08) fn->cells = pop()->items;
-  if (flags & 0x04) pop();  // annotations
-  if (flags & 0x02) {
-    ValuePtr kwd = pop();
-    if (kwd->kind != VKind::Dict) graph_break("unsupported_value", "keyword defaults");
-    fn->keys = kwd->keys;
-    fn->kwdefaults = kwd->items;
-  }
-  if (flags & 0x01) fn->items = iterate(pop());
+  // NOTE: 3.11/3.12 pop the attributes named by `flags` from the top down
+  // (3.13 passes flags 0 and sets each with SET_FUNCTION_ATTRIBUTE).
+  for (int flag : {0x08, 0x04, 0x02, 0x01})
+    if (flags & flag) set_function_attribute(fn, flag, pop());
   push(fn);
+}
+
+void Tracer::set_function_attribute(const ValuePtr& fn, int flag, const ValuePtr& attr) {
+  TL_CHECK(fn && fn->kind == VKind::Function) << "function attribute on a non-function";
+  switch (flag) {
+    case 0x08:  // closure
+      fn->cells = attr->items;
+      return;
+    case 0x04:  // annotations
+      return;
+    case 0x02:  // keyword-only defaults
+      if (attr->kind != VKind::Dict) graph_break("unsupported_value", "keyword defaults");
+      fn->keys = attr->keys;
+      fn->kwdefaults = attr->items;
+      return;
+    case 0x01:  // positional defaults
+      fn->items = iterate(attr);
+      return;
+    default:
+      graph_break("unsupported_bytecode", "function attribute " + std::to_string(flag));
+  }
 }
 
 }  // namespace tl::capture

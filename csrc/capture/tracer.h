@@ -79,6 +79,12 @@ class Tracer {
   void do_call(int argc, PyObject* kw_names);
   void do_call_ex(int flags);
   void do_make_function(int flags);
+  void set_function_attribute(const ValuePtr& fn, int flag, const ValuePtr& attr);
+  // The fast local at `slot`; a graph break (the user's UnboundLocalError) when unbound.
+  ValuePtr load_fast(int slot);
+  // f-string steps: !s/!r/!a (conversion 1/2/3, 0: none), then format() with `spec`.
+  ValuePtr convert_value(const ValuePtr& v, int conversion);
+  ValuePtr format_value(const ValuePtr& v, const ValuePtr& spec);
   void store_subscript(const ValuePtr& container, const ValuePtr& index, const ValuePtr& value);
   void store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
   ValuePtr load_global(const std::string& name);

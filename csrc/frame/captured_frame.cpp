@@ -1,6 +1,7 @@
 #include "frame/captured_frame.h"
 
 #include "core/errors.h"
+#include "frame/frame_access.h"
 #include "guards/fetch.h"
 #include "ir/effects.h"
 
@@ -250,7 +251,7 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame) {
         if (n) {
           int line = line_of(n->location);
           std::string file = n->location.substr(0, n->location.rfind(':'));
-          _PyTraceback_Add(func_name_.c_str(), file.empty() ? filename_.c_str() : file.c_str(),
+          tl_traceback_add(func_name_.c_str(), file.empty() ? filename_.c_str() : file.c_str(),
                            line);
         }
         throw;

@@ -3,8 +3,13 @@
 // C (C11 atomics). See docs in frame_access.h and reference/frame-layer.md §1-2.
 #include <Python.h>
 
-#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030D0000
-#error "torchlite's frame layer supports CPython 3.11 and 3.12 only"
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000
+#error \
+    "torchlite's frame layer supports CPython 3.11 to 3.13 only (docs/internals/python-versions.md)"
+#endif
+#ifdef Py_GIL_DISABLED
+// NOTE: the hook, the code cache and the tracer all rely on the GIL.
+#error "torchlite does not support the free-threaded build (3.13t)"
 #endif
 
 #define Py_BUILD_CORE 1
@@ -17,17 +22,31 @@
 // clang-format off
 #include <internal/pycore_pystate.h>
 #include <internal/pycore_frame.h>
+#if PY_VERSION_HEX >= 0x030D0000
+#include <internal/pycore_traceback.h>  // 3.13 moved _PyTraceback_Add here
+#endif
 // clang-format on
 
 #include "frame/frame_access.h"
 
+// 3.12 and later: the evaluator clears and pops the frame it is given.
 #define TL_PY312 (PY_VERSION_HEX >= 0x030C0000)
+// 3.13: the code object sits in f_executable, the position in instr_ptr.
+#define TL_PY313 (PY_VERSION_HEX >= 0x030D0000)
+
+static PyCodeObject* frame_code(TlFrame* frame) {
+#if TL_PY313
+  return _PyFrame_GetCode(frame);
+#else
+  return frame->f_code;
+#endif
+}
 
 // Written with the GIL held, when the hook is installed.
 static _PyFrameEvalFunction g_previous_eval = NULL;
 
 void tl_frame_read(TlFrame* frame, TlFrameInfo* out) {
-  PyCodeObject* code = frame->f_code;
+  PyCodeObject* code = frame_code(frame);
 #if TL_PY312
   PyObject* func = frame->f_funcobj;
 #else
@@ -42,7 +61,15 @@ void tl_frame_read(TlFrame* frame, TlFrameInfo* out) {
   out->closure = (func && PyFunction_Check(func)) ? ((PyFunctionObject*)func)->func_closure : NULL;
 }
 
-int tl_frame_started(TlFrame* frame) { return _PyInterpreterFrame_LASTI(frame) >= 0; }
+int tl_frame_started(TlFrame* frame) {
+#if TL_PY313
+  // NOTE: 3.13 starts a frame with instr_ptr at the first code unit (3.12
+  // starts prev_instr one before it, LASTI -1).
+  return frame->instr_ptr > _PyCode_CODE(_PyFrame_GetCode(frame));
+#else
+  return _PyInterpreterFrame_LASTI(frame) >= 0;
+#endif
+}
 
 int tl_frame_has_frame_object(TlFrame* frame) { return frame->frame_obj != NULL; }
 
@@ -71,7 +98,7 @@ int tl_eval_hook_installed(_PyFrameEvalFunction hook) {
 }
 
 #if TL_PY312
-// ceval.c's PY_EVAL_C_STACK_UNITS (not in any header): what each entry into
+// ceval.c's PY_EVAL_C_STACK_UNITS (not in any header; 2 in 3.12 and 3.13): what each entry into
 // _PyEval_EvalFrameDefault takes from c_recursion_remaining.
 #define TL_EVAL_C_STACK_UNITS 2
 #endif
@@ -120,7 +147,7 @@ int tl_frame_release_unevaluated(PyThreadState* tstate, TlFrame* frame) {
   // Re-implements ceval.c's clear_thread_frame for a frame that never ran:
   // _PyFrame_ClearExceptCode + Py_DECREF(f_code) + _PyThreadState_PopFrame,
   // none of which libpython exports.
-  PyCodeObject* code = frame->f_code;
+  PyCodeObject* code = frame_code(frame);
   PyObject** base = (PyObject**)frame;
   if (frame->owner != FRAME_OWNED_BY_THREAD || frame->frame_obj != NULL ||
       frame_opens_chunk(tstate, frame) || base + code->co_framesize != tstate->datastack_top ||
@@ -147,11 +174,17 @@ int tl_frame_release_unevaluated(PyThreadState* tstate, TlFrame* frame) {
 }
 
 int tl_c_recursion_limit(void) {
-#if TL_PY312
+#if TL_PY313
+  return Py_C_RECURSION_LIMIT;
+#elif TL_PY312
   return C_RECURSION_LIMIT;
 #else
   return 0;
 #endif
+}
+
+void tl_traceback_add(const char* funcname, const char* filename, int lineno) {
+  _PyTraceback_Add(funcname, filename, lineno);
 }
 
 Py_ssize_t tl_datastack_top(PyThreadState* tstate) { return (Py_ssize_t)tstate->datastack_top; }

@@ -41,24 +41,29 @@ void tl_uninstall_eval_hook(_PyFrameEvalFunction hook);
 int tl_eval_hook_installed(_PyFrameEvalFunction hook);
 // Evaluates the frame with the evaluator that was installed before ours
 // (normally _PyEval_EvalFrameDefault). Returns a new reference or NULL with
-// an exception set. The evaluator takes over the frame's teardown on 3.12.
-// On 3.12 the frame's C-recursion charge is refunded while it runs (see the
+// an exception set. The evaluator takes over the frame's teardown on 3.12 and 3.13.
+// On 3.12 and 3.13 the frame's C-recursion charge is refunded while it runs (see the
 // definition for why); on 3.11 this is a tail call.
 PyObject* tl_eval_default(PyThreadState* tstate, TlFrame* frame, int throwflag);
 
-// 3.12: nonzero when the hook may skip evaluating the frame and release it
+// 3.12, 3.13: nonzero when the hook may skip evaluating the frame and release it
 // itself with tl_frame_release_unevaluated. That is refused when a
 // PyFrameObject exists (its data would have to be handed over) or when the
 // frame opens a data-stack chunk (popping it frees the chunk through a
 // non-exported allocator). 3.11: always nonzero (the caller releases).
 int tl_frame_can_skip_eval(PyThreadState* tstate, TlFrame* frame);
-// 3.12: clears (decrefs locals, function, code) and pops a frame the hook did
+// 3.12, 3.13: clears (decrefs locals, function, code) and pops a frame the hook did
 // not evaluate; the frame must be on top of the data stack. 3.11: no-op (the
 // caller, _PyEval_Vector, clears and pops). Returns 0, or -1 when the frame
 // is not in a state it can release (a bug: the frame is then leaked).
 int tl_frame_release_unevaluated(PyThreadState* tstate, TlFrame* frame);
 
-// The interpreter's C recursion budget (3.12's C_RECURSION_LIMIT; 0 on 3.11).
+// Adds a traceback entry for (funcname, filename, lineno) to the exception
+// being raised, as CPython's own C code does (3.13 made the function internal).
+void tl_traceback_add(const char* funcname, const char* filename, int lineno);
+
+// The interpreter's C recursion budget (3.12 C_RECURSION_LIMIT, 3.13 Py_C_RECURSION_LIMIT; 0
+// on 3.11).
 int tl_c_recursion_limit(void);
 // Test support: the thread's data-stack top, as an integer.
 Py_ssize_t tl_datastack_top(PyThreadState* tstate);

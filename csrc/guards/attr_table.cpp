@@ -1,5 +1,7 @@
 #include "guards/attr_table.h"
 
+#include <atomic>
+
 #include "core/errors.h"
 #include "guards/leaf_guard.h"
 
@@ -12,6 +14,16 @@ struct AttrTable::Entry {
 };
 
 uint64_t dict_version_of(PyObject* dict) {
+#if PY_VERSION_HEX >= 0x030D0000
+  // NOTE: on 3.13 an instance __dict__ that shares the object's inline values
+  // (a split dict: ma_values set) does not change its version when
+  // `obj.attr = v` stores into those values. Such a dict gets a number never
+  // seen before, so its guard always takes the slow path (the items).
+  if (reinterpret_cast<PyDictObject*>(dict)->ma_values != nullptr) {
+    static std::atomic<uint64_t> unique{0};
+    return (uint64_t{1} << 63) | unique.fetch_add(1, std::memory_order_relaxed);
+  }
+#endif
   // NOTE: ma_version_tag is deprecated on 3.12 but still bumped on every store
   // (reference/frame-layer.md); on 3.12 its low bits also hold dict-watcher
   // flags, which only makes the slow path run once more.

@@ -205,13 +205,25 @@ bool call_result_equals(PyObject* fn, PyObject* want) {
 // The set `v` holds exactly `items` (a tuple), in that iteration order.
 bool set_matches(PyObject* v, PyObject* items, bool by_value) {
   if (!PySet_CheckExact(v) || PySet_GET_SIZE(v) != PyTuple_GET_SIZE(items)) return false;
-  Py_ssize_t pos = 0, i = 0;
+  Py_ssize_t i = 0;
+#if PY_VERSION_HEX >= 0x030D0000
+  // NOTE: 3.13 made _PySet_NextEntry internal; the set iterator walks the same order.
+  PyRef it = PyRef::steal(PyObject_GetIter(v));
+  if (!it) throw PythonError();
+  while (PyRef key = PyRef::steal(PyIter_Next(it.get()))) {
+    PyObject* want = PyTuple_GET_ITEM(items, i++);
+    if (by_value ? !equals_exact(key.get(), want) : key.get() != want) return false;
+  }
+  if (PyErr_Occurred()) throw PythonError();
+#else
+  Py_ssize_t pos = 0;
   PyObject* key;
   Py_hash_t hash;
   while (_PySet_NextEntry(v, &pos, &key, &hash)) {
     PyObject* want = PyTuple_GET_ITEM(items, i++);
     if (by_value ? !equals_exact(key, want) : key != want) return false;
   }
+#endif
   return true;
 }
 
