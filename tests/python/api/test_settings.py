@@ -1,6 +1,7 @@
 """One settings table (csrc/core/flags.cpp): every setting through torchlite.config, the
 environment and options=; no getenv elsewhere in csrc/; the README's table agrees with it."""
 
+import json
 import os
 import pathlib
 import re
@@ -188,3 +189,20 @@ def _readme_rows():
 def test_readme_environment_table_matches_the_settings_table():
     table = {s["env"]: s["default_text"] for s in TABLE.values() if s["env"]}
     assert _readme_rows() == table
+
+
+def test_documented_on_off_defaults_are_the_real_defaults():
+    # NOTE: a fresh interpreter with no TORCHLITE_* variables: config holds the real defaults.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHLITE_")}
+    names = [
+        n for n, s in TABLE.items() if s["type"] == "bool" and s["default_text"] in ("on", "off")
+    ]
+    code = (
+        "import json, torchlite; print(json.dumps({n: getattr(torchlite.config, n) for n in %r}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code % names], env=env, capture_output=True, text=True, check=True
+    )
+    actual = json.loads(out.stdout.strip().splitlines()[-1])
+    documented = {n: TABLE[n]["default_text"] == "on" for n in names}
+    assert names and actual == documented
