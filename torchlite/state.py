@@ -10,7 +10,8 @@ def reset() -> None:
 
 def counters() -> dict[str, int]:
     """A snapshot: frames, graphs, graph_breaks, recompiles, cache_hits, kernels,
-    eager_fallbacks, capture_ns."""
+    eager_fallbacks, capture_ns, ... size_instances (graphs a size-generic entry compiled for
+    new sizes without capturing again)."""
     return dict(_C.counters())
 
 

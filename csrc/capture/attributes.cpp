@@ -188,6 +188,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         PyRef r = PyRef::steal(PyObject_GetAttrString(meta, name.c_str()));
         if (!r) throw PythonError();
         if (PyCallable_Check(r.get())) break;  // is_complex() is a method
+        if (name == "shape") ctx_.reads_sizes = true;
         return ctx_.from_result(r.get());
       }
       if (name == "is_cuda" || name == "is_cpu" || name == "is_meta") {
@@ -252,6 +253,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         graph_break("unsupported_value", "Tensor." + name + " is not captured");
       // NOTE: sizes follow from the guarded shape and dtype; any other data attribute
       // (retains_grad, a Python attribute...) describes the real tensor, not the meta one.
+      if (name == "nbytes") ctx_.reads_sizes = true;
       if (name == "itemsize" || name == "nbytes") return ctx_.from_result(probe.get());
       if (!PyCallable_Check(probe.get()))
         graph_break("unsupported_value", "Tensor." + name + " is not captured");

@@ -377,6 +377,7 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
   out.graph = ctx.graph_ptr();
   out.guards = std::move(ctx.guards());
   out.example_inputs = ctx.example_inputs();
+  out.reads_sizes = ctx.reads_sizes;
   return top_index;
 }
 

@@ -55,6 +55,7 @@ struct CaptureResult {
   std::optional<ResumePlan> resume;
   std::string no_resume;
   double capture_ms = 0;
+  bool reads_sizes = false;  // CaptureContext::reads_sizes
 };
 
 // `code` and `func` are borrowed. Throws tl::Error only for internal errors;

@@ -860,8 +860,13 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
   }
 
   if (!contains_tensor(result.get()) && !(result.get() == Py_None && has_tensor)) {
+    // NOTE: a number or sequence computed from tensors (x.size(0), x.numel(), x.stride())
+    // holds their sizes.
+    if (has_tensor && result.get() != Py_None) reads_sizes = true;
     return from_result(result.get());
   }
+  // NOTE: how many results chunk/split/unbind give follows from a size.
+  if (PyTuple_Check(result.get()) || PyList_Check(result.get())) reads_sizes = true;
   if (op_name.find("scaled_dot_product_attention") != std::string::npos)
     result = fused_attention_layout(std::move(result), args.empty() ? nullptr : args[0]->meta.get(),
                                     device.get());
@@ -880,8 +885,10 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
   // An op that returns one of its tensor arguments (x.add_(1), out=, a no-op .to() or
   // .contiguous()) returns that very object in eager: `y is x` must hold.
   auto returns_arg = [&](const ValuePtr& a) {
-    if (out->is_tensor() && a && a->is_tensor() && a->meta.get() == result.get())
+    if (out->is_tensor() && a && a->is_tensor() && a->meta.get() == result.get()) {
       out->same_object = a->same_object ? a->same_object : a;
+      reads_sizes = true;  // NOTE: whether .contiguous() copies can follow from the sizes
+    }
   };
   for (auto& a : args) returns_arg(a);
   for (auto& kv : kwargs) returns_arg(kv.second);

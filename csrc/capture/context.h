@@ -107,6 +107,11 @@ class CaptureContext {
   // left suspended where CPython would run cleanup code when freeing it.
   std::vector<std::shared_ptr<Tracer>> generators;
 
+  // The trace read a size of a tensor (shape, size(), len(), numel(), an op returning a number
+  // or a sequence whose length follows from a size): its graph may hold the sizes of this call
+  // and must not serve other sizes (frame/size_generic.h).
+  bool reads_sizes = false;
+
   std::string location;  // "file.py:42" of the instruction being traced
   std::string filename;
   int lineno = -1;

@@ -24,6 +24,8 @@ struct Counters {
   std::atomic<int64_t> cuda_graph_replays{0};     // calls served by replaying one
   std::atomic<int64_t> autotune_trials{0};  // launch configurations timed (runtime/cuda_autotune.h)
   std::atomic<int64_t> autotune_cached{0};  // choices read from the disk cache instead
+  // Graphs a size-generic entry compiled for new sizes without a capture (frame/size_generic.h).
+  std::atomic<int64_t> size_instances{0};
 
   std::vector<std::pair<std::string, int64_t>> snapshot() const;
   void reset();

@@ -234,16 +234,22 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame) {
     static_assert(sizeof(PyRef) == sizeof(PyObject*), "PyRef must be a bare pointer");
     auto* raw = reinterpret_cast<PyObject* const*>(inputs.data());
     if (runner_ || compiled_) {
+      std::shared_ptr<runtime::CompiledGraph> compiled = compiled_;
+      if (sizes_ && compiled) {
+        compiled = sizes_->get(raw, inputs.size(), compiled_);
+        if (!compiled) throw RunEagerly{};  // NOTE: before anything ran
+      }
+      const ir::Graph& graph = compiled && compiled != compiled_ ? compiled->graph() : *graph_;
       try {
-        outputs = compiled_ ? compiled_->run(raw, inputs.size()) : runner_->run(raw, inputs.size());
+        outputs = compiled ? compiled->run(raw, inputs.size()) : runner_->run(raw, inputs.size());
       } catch (const PythonError&) {
-        const ir::Node* n = compiled_ ? compiled_->failed_node() : runner_->failed_node();
+        const ir::Node* n = compiled ? compiled->failed_node() : runner_->failed_node();
         // NOTE: side effects are replayed after the graph, so the ones eager makes before the
         // failing op would be lost (`ks.append(1); x.add_(x[1])`): run eagerly instead when
         // that is still possible.
         // (Not for a torchlite bug: that must be seen, not hidden by an eager run.)
         if (!fatal_python_error_pending() && !torchlite_error_pending() &&
-            failed_before_any_effect(*graph_, n)) {
+            failed_before_any_effect(graph, n)) {
           PyErr_Clear();
           throw RunEagerly{};
         }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "frame/compiled_frame.h"
+#include "frame/size_generic.h"
 #include "guards/fetch.h"
 #include "ir/graph.h"
 #include "ir/residual.h"
@@ -24,6 +25,8 @@ class CapturedFrame : public CompiledFrame {
                 std::unique_ptr<runtime::CompiledGraph> compiled, std::string func_name,
                 std::string filename);
   PyObject* run(const ir::FrameView& frame) override;
+  // A size-generic entry (frame/size_generic.h): graphs for other input sizes come from here.
+  void set_size_instances(std::shared_ptr<SizeInstances> s) { sizes_ = std::move(s); }
 
   // Thrown by run_graph, with no Python error set, when the graph raised before anything it
   // ran was visible: the frame then runs eagerly instead (CompiledFrame::run returns nullptr
@@ -58,7 +61,8 @@ class CapturedFrame : public CompiledFrame {
   std::vector<ir::SideEffect> side_effects_;
   PyRef backend_fn_;
   std::unique_ptr<runtime::GraphRunner> runner_;
-  std::unique_ptr<runtime::CompiledGraph> compiled_;
+  std::shared_ptr<runtime::CompiledGraph> compiled_;
+  std::shared_ptr<SizeInstances> sizes_;
   std::string func_name_;
   std::string filename_;
 };

@@ -15,6 +15,7 @@
 #include "frame/code_cache.h"
 #include "frame/dynamic_policy.h"
 #include "frame/resume_frame.h"
+#include "frame/size_generic.h"
 #include "pipeline/compile_graph.h"
 
 namespace tl::frame {
@@ -252,9 +253,18 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
     log_event("graph", utf8(code->co_qualname) + ":\n" + res.graph->str());
   PyRef backend_fn;
   std::unique_ptr<runtime::CompiledGraph> kernels;
+  std::shared_ptr<SizeInstances> generic;
   if (has_ops) {
     DynamicChoice dyn = choose_dynamic(code, *config, res);
     entry.runtime_sizes = dyn.runtime_sizes;
+    // NOTE: kept before compile_graph's passes rewrite the graph: new sizes replay it.
+    std::string blocker = !dyn.runtime_sizes ? "static sizes"
+                          : codes            ? "a graph break"
+                                             : size_generic_blocker(res, *config);
+    std::shared_ptr<const ir::Graph> captured = blocker.empty() ? clone_graph(*res.graph) : nullptr;
+    if (dyn.runtime_sizes && !blocker.empty() && log_enabled("recompiles"))
+      log_event("recompiles",
+                utf8(code->co_qualname) + ": sizes stay exact in the guards (" + blocker + ")");
     if (config->backend && config->backend.get() != Py_None)
       backend_fn = compile_with_backend(res, *config);
     else {
@@ -271,6 +281,23 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
       }
       kernels = std::move(ex.kernels);
       backend_fn = std::move(ex.training_fn);  // NOTE: called like a backend's callable
+      if (captured && kernels && !backend_fn) {
+        std::string dims = make_sizes_dynamic(res, dyn.all_dims);
+        if (!dims.empty()) {
+          generic = std::make_shared<SizeInstances>(
+              captured,
+              pipeline::PassContext{config->settings, config->mode, "", config->graph_pool, true},
+              utf8(code->co_qualname));
+          generic->remember_first(res.example_inputs);
+          if (log_enabled("recompiles"))
+            log_event("recompiles",
+                      utf8(code->co_qualname) + ": one entry for every size of " + dims);
+          // NOTE: explain() and the trace show the guards as they are checked.
+          if (config->recorder && config->recorder.get() != Py_None)
+            add_to_record(config->recorder.get(), "guards", res.guards.str());
+          if (!dump_folder.empty()) write_dump(dump_folder + "guards.txt", res.guards.str());
+        }
+      }
     }
     counters().graphs++;
   }
@@ -279,9 +306,11 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
         res.graph, std::move(res.side_effects), std::move(backend_fn), std::move(kernels),
         utf8(code->co_name), utf8(code->co_filename), std::move(*res.resume), *codes, config);
   } else {
-    entry.compiled = std::make_shared<CapturedFrame>(
+    auto frame = std::make_shared<CapturedFrame>(
         res.graph, std::move(res.result), std::move(res.side_effects), std::move(backend_fn),
         std::move(kernels), utf8(code->co_name), utf8(code->co_filename));
+    if (generic) frame->set_size_instances(std::move(generic));
+    entry.compiled = std::move(frame);
   }
   entry.guards = std::move(res.guards);
   return entry;

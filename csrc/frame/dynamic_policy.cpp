@@ -92,12 +92,12 @@ DynamicChoice choose_dynamic(PyCodeObject* code, const CompileConfig& config,
     marked = marked || has_marks(t, "_dynamo_dynamic_indices") ||
              has_marks(t, "_dynamo_weak_dynamic_indices");
   }
-  if (config.dynamic == 0) return {false, ""};
-  if (config.dynamic == 1) return {true, "dynamic=True"};
-  if (marked) return {true, "an input is marked dynamic"};
+  if (config.dynamic == 0) return {false, false, ""};
+  if (config.dynamic == 1) return {true, true, "dynamic=True"};
+  if (marked) return {true, false, "an input is marked dynamic"};
   if (has_earlier_entry(code, config.id))
-    return {true, "automatic: the frame was compiled before (a new size)"};
-  return {false, ""};
+    return {true, true, "automatic: the frame was compiled before (a new size)"};
+  return {false, false, ""};
 }
 
 bool evict_for_new_size(ExtraState& st, int config_id, const std::string& reason) {

@@ -14,6 +14,9 @@ namespace tl::frame {
 
 struct DynamicChoice {
   bool runtime_sizes = false;
+  // Every dimension may change (dynamic=True, automatic), not only the marked ones: which
+  // dimensions a size-generic entry lets change (frame/size_generic.h).
+  bool all_dims = false;
   std::string why;  // for the recompiles log: "automatic: ...", "dynamic=True", ...
 };
 

@@ -158,6 +158,15 @@ void GuardSet::add_equals_match(ir::SourcePtr s, PyObject* value) {
 void GuardSet::add_tensor_match(ir::SourcePtr s, PyObject* tensor) {
   impl_->add(s, LeafGuard::tensor_match(tensor));
 }
+bool GuardSet::make_sizes_dynamic(const ir::SourcePtr& s,
+                                  std::vector<TensorMatch::DynamicDim> dims) {
+  for (LeafGuard& g : impl_->node_for(s).guards) {
+    if (g.kind != GuardKind::TensorMatch || !g.tensor) continue;
+    g.tensor = std::make_shared<const TensorMatch>(g.tensor->with_dynamic_dims(std::move(dims)));
+    return true;
+  }
+  return false;
+}
 void GuardSet::add_dict_version(ir::SourcePtr s, PyObject* dict) {
   impl_->add(s, LeafGuard::dict_version(dict));
 }

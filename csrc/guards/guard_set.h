@@ -7,6 +7,7 @@
 
 #include "core/py_ref.h"
 #include "guards/attr_table.h"
+#include "guards/tensor_match.h"
 #include "ir/frame_view.h"
 #include "ir/source.h"
 
@@ -26,6 +27,9 @@ class GuardSet {
   void add_equals_match(ir::SourcePtr s, PyObject* value);  // type(v) is type(value) and v == value
   // type, dtype, device, sizes, strides and requires_grad of a real tensor.
   void add_tensor_match(ir::SourcePtr s, PyObject* tensor);
+  // A size-generic entry (frame/size_generic.h): the TENSOR_MATCH on `s` lets `dims` change
+  // (TensorMatch::with_dynamic_dims). False when `s` has no TENSOR_MATCH.
+  bool make_sizes_dynamic(const ir::SourcePtr& s, std::vector<TensorMatch::DynamicDim> dims);
   // The dict (e.g. a module's __dict__) has not been written since now.
   void add_dict_version(ir::SourcePtr s, PyObject* dict);
   // The dict (or dict subclass) at `s` has the keys it has now, in the same order. Borrows.

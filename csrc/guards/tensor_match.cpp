@@ -170,8 +170,13 @@ bool TensorMatch::check(PyObject* v) const {
     }
     if ((read(v, kRequiresGrad).get() == Py_True) != requires_grad_) return false;
     if (read_inference(v) != inference_) return false;
-    if (!ints_equal(read(v, kShape).get(), sizes_) || !ints_equal(read_strides(v).get(), strides_))
+    if (!dynamic_.empty()) {
+      if (!dynamic_layout_ok(to_ints(read(v, kShape).get()), to_ints(read_strides(v).get())))
+        return false;
+    } else if (!ints_equal(read(v, kShape).get(), sizes_) ||
+               !ints_equal(read_strides(v).get(), strides_)) {
       return false;
+    }
     return !check_layout_ || read(v, kLayout).get() == layout_.get();
   } catch (const PythonError&) {
     // A tensor of the right type whose metadata cannot be read (a sparse or
@@ -212,6 +217,11 @@ std::string TensorMatch::first_difference(PyObject* v) const {
   std::vector<Py_ssize_t> sizes = to_ints(read(v, kShape).get());
   if (sizes.size() != sizes_.size())
     return expected("rank", std::to_string(sizes_.size()), std::to_string(sizes.size()));
+  if (!dynamic_.empty()) {
+    std::string why = dynamic_difference(sizes, to_ints(read_strides(v).get()));
+    if (!why.empty()) return why;
+    return expected("layout", repr(layout_.get()), repr(read(v, kLayout).get()));
+  }
   if (sizes != sizes_) return mismatch_at("size", sizes_, sizes);
   std::vector<Py_ssize_t> strides = to_ints(read_strides(v).get());
   if (strides != strides_) return mismatch_at("stride", strides_, strides);
@@ -225,6 +235,16 @@ std::string TensorMatch::str() const {
   std::string s = meta.str() + " stride=" + join(strides_) + " " + repr(device_.get());
   s += requires_grad_ ? " requires_grad=True" : " requires_grad=False";
   if (inference_) s += " inference=True";
+  if (!dynamic_.empty()) {
+    std::ostringstream os;
+    os << " dynamic=";
+    for (size_t i = 0; i < dynamic_.size(); ++i) {
+      const DynamicDim& d = dynamic_[i];
+      os << (i ? "," : "") << d.dim << ":" << d.min << "..";
+      if (d.max >= 0) os << d.max;
+    }
+    s += os.str();
+  }
   if (std::string(reinterpret_cast<PyTypeObject*>(type_.get())->tp_name) != "Tensor")
     s += std::string(" type=") + reinterpret_cast<PyTypeObject*>(type_.get())->tp_name;
   return s;
@@ -233,11 +253,66 @@ std::string TensorMatch::str() const {
 bool TensorMatch::same_as(const TensorMatch& o) const {
   if (type_.get() != o.type_.get() || dtype_.get() != o.dtype_.get() || cpu_ != o.cpu_ ||
       layout_.get() != o.layout_.get() || requires_grad_ != o.requires_grad_ ||
-      inference_ != o.inference_ || sizes_ != o.sizes_ || strides_ != o.strides_)
+      inference_ != o.inference_ || sizes_ != o.sizes_ || strides_ != o.strides_ ||
+      dynamic_.size() != o.dynamic_.size())
     return false;
+  for (size_t i = 0; i < dynamic_.size(); ++i)
+    if (dynamic_[i].dim != o.dynamic_[i].dim || dynamic_[i].min != o.dynamic_[i].min ||
+        dynamic_[i].max != o.dynamic_[i].max)
+      return false;
   int eq = PyObject_RichCompareBool(device_.get(), o.device_.get(), Py_EQ);
   if (eq < 0) throw PythonError();
   return eq == 1;
+}
+
+TensorMatch TensorMatch::with_dynamic_dims(std::vector<DynamicDim> dims) const {
+  TensorMatch out = *this;
+  for (DynamicDim& d : dims) d.min = std::max<int64_t>(d.min, 2);
+  std::sort(dims.begin(), dims.end(),
+            [](const DynamicDim& a, const DynamicDim& b) { return a.dim < b.dim; });
+  out.dynamic_ = std::move(dims);
+  return out;
+}
+
+namespace {
+// torch's contiguous strides of `sizes` (size-0 and size-1 dims count as 1).
+std::vector<Py_ssize_t> dense_strides(const std::vector<Py_ssize_t>& sizes) {
+  std::vector<Py_ssize_t> out(sizes.size());
+  Py_ssize_t step = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    out[i] = step;
+    step *= std::max<Py_ssize_t>(sizes[i], 1);
+  }
+  return out;
+}
+}  // namespace
+
+bool TensorMatch::dynamic_layout_ok(const std::vector<Py_ssize_t>& sizes,
+                                    const std::vector<Py_ssize_t>& strides) const {
+  return dynamic_difference(sizes, strides).empty();
+}
+
+std::string TensorMatch::dynamic_difference(const std::vector<Py_ssize_t>& sizes,
+                                            const std::vector<Py_ssize_t>& strides) const {
+  if (sizes.size() != sizes_.size())
+    return "rank mismatch: expected " + std::to_string(sizes_.size()) + ", got " +
+           std::to_string(sizes.size());
+  size_t k = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (k < dynamic_.size() && dynamic_[k].dim == static_cast<int>(i)) {
+      const DynamicDim& d = dynamic_[k++];
+      if (sizes[i] < d.min || (d.max >= 0 && sizes[i] > d.max))
+        return "size mismatch at dim " + std::to_string(i) + ": expected " + std::to_string(d.min) +
+               ".." + (d.max < 0 ? std::string("") : std::to_string(d.max)) + " (dynamic), got " +
+               std::to_string(sizes[i]);
+    } else if (sizes[i] != sizes_[i]) {
+      return mismatch_at("size", sizes_, sizes);
+    }
+  }
+  // NOTE: the entry was traced on a contiguous tensor; its graphs are compiled per layout
+  // (frame/size_generic.h), but only contiguous layouts are promised to it.
+  if (strides != dense_strides(sizes)) return mismatch_at("stride", dense_strides(sizes), strides);
+  return "";
 }
 
 }  // namespace tl::guards

@@ -3,6 +3,7 @@
 // and strides of a real tensor, read through the C-API (no libtorch).
 #include <Python.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,18 @@ namespace tl::guards {
 class TensorMatch {
  public:
   explicit TensorMatch(PyObject* tensor);  // borrows; records its properties now
+
+  // A dimension whose size may change (a size-generic entry, frame/size_generic.h): any size
+  // in [min, max] (max < 0: no bound) passes; min is at least 2 (0 and 1 stay exact).
+  struct DynamicDim {
+    int dim = 0;
+    int64_t min = 2, max = -1;
+  };
+  // This guard with `dims` dynamic: their sizes are checked against the ranges, the other
+  // sizes exactly, and the strides must be the contiguous strides of the tensor's sizes.
+  // Call only on a guard whose recorded strides are contiguous.
+  TensorMatch with_dynamic_dims(std::vector<DynamicDim> dims) const;
+  bool is_dynamic() const { return !dynamic_.empty(); }
 
   // Borrows v. A tensor whose metadata cannot be read fails (error cleared).
   bool check(PyObject* v) const;
@@ -42,6 +55,11 @@ class TensorMatch {
   PyRef layout_;               // torch.strided, ...
   bool check_layout_ = false;  // see the constructor
   std::vector<Py_ssize_t> sizes_, strides_;
+  std::vector<DynamicDim> dynamic_;  // empty: sizes and strides exactly as recorded
+  bool dynamic_layout_ok(const std::vector<Py_ssize_t>& sizes,
+                         const std::vector<Py_ssize_t>& strides) const;
+  std::string dynamic_difference(const std::vector<Py_ssize_t>& sizes,
+                                 const std::vector<Py_ssize_t>& strides) const;
   // The C getters and stride method `type_` resolves to at add time: calling
   // them directly skips attribute lookup (~2x faster). Valid while the type's
   // version tag is unchanged, i.e. nobody patched torch.Tensor since.

@@ -1,0 +1,293 @@
+#include "frame/size_generic.h"
+
+#include <set>
+#include <unordered_map>
+
+#include "capture/torch_api.h"
+#include "core/counters.h"
+#include "core/errors.h"
+#include "core/log.h"
+#include "passes/graph_rewrite.h"
+#include "pipeline/compile_graph.h"
+
+namespace tl::frame {
+namespace {
+
+// Ops whose result at other sizes is the same op applied to the other sizes: no size baked
+// into their arguments by the trace (the trace reading one is CaptureResult::reads_sizes),
+// no in-place update, no alias-or-copy answer that follows from strides.
+const std::set<std::string>& generic_functions() {
+  static const std::set<std::string> names = {
+      "operator.add", "operator.sub", "operator.mul", "operator.truediv", "operator.neg",
+      "operator.matmul", "operator.pow", "operator.getitem", "operator.gt", "operator.lt",
+      "operator.ge", "operator.le", "operator.eq", "operator.ne",
+      // torch.*
+      "torch.add", "torch.sub", "torch.mul", "torch.div", "torch.neg", "torch.relu",
+      "torch.sigmoid", "torch.tanh", "torch.exp", "torch.log", "torch.sqrt", "torch.rsqrt",
+      "torch.abs", "torch.pow", "torch.matmul", "torch.mm", "torch.bmm", "torch.softmax",
+      "torch.log_softmax", "torch.where", "torch.maximum", "torch.minimum", "torch.clamp",
+      "torch.sin", "torch.cos", "torch.erf", "torch.sum", "torch.mean", "torch.amax", "torch.amin",
+      "torch.transpose", "torch.permute", "torch.cat", "torch.layer_norm",
+      "torch._set_grad_enabled",
+      // torch.nn.functional and its C entry points
+      "torch.nn.functional.relu", "torch.nn.functional.gelu", "torch.nn.functional.silu",
+      "torch.nn.functional.softmax", "torch.nn.functional.log_softmax",
+      "torch.nn.functional.layer_norm", "torch.nn.functional.linear", "torch.nn.functional.sigmoid",
+      "torch.nn.functional.tanh", "torch._C._nn.linear", "torch._C._nn.gelu", "torch._C._nn.silu"};
+  return names;
+}
+
+const std::set<std::string>& generic_methods() {
+  static const std::set<std::string> names = {
+      "add",       "sub",         "mul",  "div",   "neg",       "relu",    "sigmoid", "tanh",
+      "exp",       "log",         "sqrt", "rsqrt", "abs",       "pow",     "softmax", "log_softmax",
+      "sum",       "mean",        "amax", "amin",  "transpose", "permute", "t",       "matmul",
+      "unsqueeze", "__getitem__", "gelu", "silu",  "clamp",     "sin",     "cos"};
+  return names;
+}
+
+// Borrowed `o`: its shape and strides appended to `key`; false for a non-tensor.
+bool append_layout(PyObject* o, std::vector<int64_t>& key) {
+  PyRef shape = PyRef::steal(PyObject_GetAttrString(o, "shape"));
+  PyRef stride = shape ? PyRef::steal(PyObject_CallMethod(o, "stride", nullptr)) : PyRef();
+  if (!shape || !stride || !PyTuple_Check(shape.get()) || !PyTuple_Check(stride.get())) {
+    PyErr_Clear();
+    return false;
+  }
+  key.push_back(PyTuple_GET_SIZE(shape.get()));
+  for (PyObject* t : {shape.get(), stride.get()})
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); ++i) {
+      key.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(t, i)));
+      if (PyErr_Occurred()) throw PythonError();
+    }
+  return true;
+}
+
+std::vector<int64_t> layout_key(PyObject* const* inputs, size_t n) {
+  std::vector<int64_t> key;
+  for (size_t i = 0; i < n; ++i)
+    if (!append_layout(inputs[i], key)) key.push_back(-1);
+  return key;
+}
+
+// getattr(t, name) as a set of ints (torch's mark_dynamic/mark_static attributes).
+std::set<int64_t> index_set(PyObject* t, const char* name) {
+  std::set<int64_t> out;
+  PyRef v = PyRef::steal(PyObject_GetAttrString(t, name));
+  PyRef it = v && v.get() != Py_None ? PyRef::steal(PyObject_GetIter(v.get())) : PyRef();
+  while (it) {
+    PyRef item = PyRef::steal(PyIter_Next(it.get()));
+    if (!item) break;
+    long long d = PyLong_AsLongLong(item.get());
+    if (d == -1 && PyErr_Occurred()) break;
+    out.insert(d);
+  }
+  PyErr_Clear();
+  return out;
+}
+
+// mark_dynamic(t, dim, min=, max=): the range of `dim`, else [2, no bound].
+guards::TensorMatch::DynamicDim dim_range(PyObject* t, int dim) {
+  guards::TensorMatch::DynamicDim d{dim, 2, -1};
+  PyRef ranges = PyRef::steal(PyObject_GetAttrString(t, "_dynamo_dynamic_range"));
+  PyRef it =
+      ranges && ranges.get() != Py_None ? PyRef::steal(PyObject_GetIter(ranges.get())) : PyRef();
+  auto field = [](PyObject* r, const char* name, long long dflt) {
+    PyRef v = PyRef::steal(PyObject_GetAttrString(r, name));
+    long long x = v && PyLong_Check(v.get()) ? PyLong_AsLongLong(v.get()) : dflt;
+    PyErr_Clear();
+    return x;
+  };
+  while (it) {
+    PyRef r = PyRef::steal(PyIter_Next(it.get()));
+    if (!r) break;
+    if (field(r.get(), "dim", -1) != dim) continue;
+    d.min = std::max<int64_t>(2, field(r.get(), "min", 2));
+    d.max = field(r.get(), "max", -1);
+  }
+  PyErr_Clear();
+  return d;
+}
+
+bool contiguous(const ir::TensorMeta& m) {
+  int64_t step = 1;
+  for (size_t i = m.sizes.size(); i-- > 0;) {
+    if (m.strides[i] != step) return false;
+    step *= std::max<int64_t>(m.sizes[i], 1);
+  }
+  return true;
+}
+
+ir::Arg copy_arg(const ir::Arg& a, const std::unordered_map<const ir::Node*, ir::Node*>& map) {
+  ir::Arg out = a;
+  if (a.kind == ir::Arg::Kind::Node) out.node = map.at(a.node);
+  for (ir::Arg& item : out.items) item = copy_arg(item, map);
+  return out;
+}
+
+}  // namespace
+
+std::string size_generic_blocker(const capture::CaptureResult& res, const CompileConfig& config) {
+  if (res.graph_break) return "a graph break";
+  if (res.reads_sizes) return "the trace reads a tensor size";
+  if (config.backend && config.backend.get() != Py_None) return "a backend= compiler";
+  if (!res.graph) return "no graph";
+  for (const auto& n : res.graph->nodes()) {
+    if (n->op == ir::OpKind::Placeholder) {
+      if (!n->meta) return "a non-tensor input";
+      if (passes::device_type(n->meta->device.get()) != "cpu") return "a tensor not on the CPU";
+      continue;
+    }
+    if (n->op == ir::OpKind::Output) continue;
+    bool ok = n->op == ir::OpKind::CallMethod ? generic_methods().count(n->target_name) > 0
+                                              : generic_functions().count(n->target_name) > 0;
+    if (!ok) return "the op " + n->target_name + " is not known to be size-generic";
+    if (n->meta && n->meta->requires_grad) return "autograd records the graph";
+  }
+  return "";
+}
+
+std::string make_sizes_dynamic(capture::CaptureResult& res, bool all_dims) {
+  std::string made;
+  std::vector<ir::Node*> ph = res.graph->placeholders();
+  for (size_t i = 0; i < ph.size() && i < res.example_inputs.size(); ++i) {
+    PyObject* t = res.example_inputs[i].get();
+    if (!t || !ph[i]->meta || !ph[i]->source || !contiguous(*ph[i]->meta)) continue;
+    std::set<int64_t> marked = index_set(t, "_dynamo_dynamic_indices");
+    for (int64_t d : index_set(t, "_dynamo_weak_dynamic_indices")) marked.insert(d);
+    std::set<int64_t> fixed = index_set(t, "_dynamo_static_indices");
+    // NOTE: a model's parameters keep their sizes: automatic dims are the inputs' only.
+    int is_param = PyObject_IsInstance(t, capture::torch_api().parameter_type.get());
+    if (is_param < 0) throw PythonError();
+    if (is_param && marked.empty()) continue;
+    std::vector<guards::TensorMatch::DynamicDim> dims;
+    const std::vector<int64_t>& sizes = ph[i]->meta->sizes;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      if (sizes[d] < 2 || fixed.count(static_cast<int64_t>(d))) continue;
+      if (!all_dims && !marked.count(static_cast<int64_t>(d))) continue;
+      guards::TensorMatch::DynamicDim r = dim_range(t, static_cast<int>(d));
+      if (sizes[d] < r.min || (r.max >= 0 && sizes[d] > r.max)) continue;
+      dims.push_back(r);
+    }
+    if (dims.empty()) continue;
+    std::string names;
+    for (const auto& d : dims)
+      names += (names.empty() && made.empty() ? "" : ", ") + ph[i]->source->str() + ".size(" +
+               std::to_string(d.dim) + ")";
+    if (res.guards.make_sizes_dynamic(ph[i]->source, std::move(dims))) made += names;
+  }
+  return made;
+}
+
+std::shared_ptr<ir::Graph> clone_graph(const ir::Graph& g) {
+  auto out = std::make_shared<ir::Graph>();
+  std::unordered_map<const ir::Node*, ir::Node*> map;
+  for (const auto& n : g.nodes()) {
+    std::vector<ir::Arg> args;
+    for (const ir::Arg& a : n->args) args.push_back(copy_arg(a, map));
+    std::vector<std::pair<std::string, ir::Arg>> kwargs;
+    for (const auto& [k, a] : n->kwargs) kwargs.emplace_back(k, copy_arg(a, map));
+    ir::Node* c = nullptr;
+    switch (n->op) {
+      case ir::OpKind::Placeholder:
+        c = out->add_placeholder(n->name, n->source);
+        break;
+      case ir::OpKind::CallFunction:
+        c = out->add_call_function(n->target, std::move(args), std::move(kwargs));
+        break;
+      case ir::OpKind::CallMethod:
+        c = out->add_call_method(n->target_name, std::move(args), std::move(kwargs));
+        break;
+      case ir::OpKind::Output:
+        c = out->set_output(std::move(args));
+        break;
+    }
+    c->name = n->name;
+    c->target_name = n->target_name;
+    c->meta = n->meta;
+    c->example = n->example;
+    c->source = n->source;
+    c->location = n->location;
+    map[n.get()] = c;
+  }
+  return out;
+}
+
+SizeInstances::SizeInstances(std::shared_ptr<const ir::Graph> captured, pipeline::PassContext ctx,
+                             std::string func_name)
+    : captured_(std::move(captured)), ctx_(std::move(ctx)), func_name_(std::move(func_name)) {
+  ctx_.runtime_sizes = true;
+  ctx_.trace_dir = "";  // NOTE: the capture's trace shows the first compile
+}
+
+void SizeInstances::remember_first(const std::vector<PyRef>& example_inputs) {
+  std::vector<PyObject*> raw;
+  for (const PyRef& r : example_inputs) raw.push_back(r.get());
+  first_key_ = layout_key(raw.data(), raw.size());
+}
+
+std::shared_ptr<runtime::CompiledGraph> SizeInstances::get(
+    PyObject* const* inputs, size_t n, const std::shared_ptr<runtime::CompiledGraph>& first) {
+  std::vector<int64_t> key = layout_key(inputs, n);
+  if (key == first_key_) return first;
+  auto it = by_layout_.find(key);
+  if (it != by_layout_.end()) return it->second;
+  // NOTE: null (these sizes run eagerly) is kept too, so it is not retried on every call.
+  std::shared_ptr<runtime::CompiledGraph> made = instantiate(inputs, n);
+  // NOTE: a bound on the compiled graphs kept per entry (a size sweep that never ends).
+  constexpr size_t kMaxLayouts = 64;
+  if (by_layout_.size() >= kMaxLayouts) by_layout_.clear();
+  by_layout_.emplace(std::move(key), made);
+  return made;
+}
+
+std::shared_ptr<runtime::CompiledGraph> SizeInstances::instantiate(PyObject* const* inputs,
+                                                                   size_t n) {
+  std::shared_ptr<ir::Graph> g = clone_graph(*captured_);
+  std::vector<ir::Node*> ph = g->placeholders();
+  TL_CHECK(ph.size() == n) << "a size-generic graph got " << n << " inputs for " << ph.size()
+                           << " placeholders";
+  PyRef empty_strided = passes::torch_fn("empty_strided");
+  for (size_t i = 0; i < n; ++i) {
+    PyRef shape = PyRef::steal(PyObject_GetAttrString(inputs[i], "shape"));
+    PyRef stride =
+        shape ? PyRef::steal(PyObject_CallMethod(inputs[i], "stride", nullptr)) : PyRef();
+    if (!stride) throw PythonError();
+    PyRef args = PyRef::steal(PyTuple_Pack(2, shape.get(), stride.get()));
+    PyRef kwargs = PyRef::steal(
+        Py_BuildValue("{s:O,s:s}", "dtype", ph[i]->meta->dtype.get(), "device", "meta"));
+    if (!args || !kwargs) throw PythonError();
+    PyRef ex = PyRef::steal(PyObject_Call(empty_strided.get(), args.get(), kwargs.get()));
+    if (!ex) throw PythonError();
+    ph[i]->meta = passes::meta_of(ex.get(), ph[i]->meta->device, ph[i]->meta->requires_grad);
+    ph[i]->example = ex;
+  }
+  for (const auto& node : g->nodes()) {
+    if (node->op != ir::OpKind::CallFunction && node->op != ir::OpKind::CallMethod) continue;
+    // NOTE: a grad-mode switch has no value to recompute (and must not run here).
+    if (node->target_name == "torch._set_grad_enabled") continue;
+    PyRef ex = passes::run_on_examples(*node, {});
+    if (!ex) {
+      if (log_enabled("recompiles"))
+        log_event("recompiles", func_name_ + ": " + node->target_name + " (" + node->location +
+                                    ") raised at the new sizes: this call runs eagerly");
+      return nullptr;
+    }
+    PyRef device = node->meta ? node->meta->device : PyRef();
+    node->example = ex;
+    if (device) node->meta = passes::meta_of(ex.get(), device, false);
+  }
+  pipeline::Executable ex = pipeline::compile_graph(g, ctx_);
+  if (!ex.kernels || ex.training_fn) {
+    if (log_enabled("recompiles"))
+      log_event("recompiles", func_name_ + ": no kernels at the new sizes (" + ex.no_kernels +
+                                  "): they run eagerly");
+    return nullptr;
+  }
+  counters().size_instances++;
+  if (log_enabled("recompiles"))
+    log_event("recompiles", func_name_ + ": compiled for new sizes without a capture");
+  return std::shared_ptr<runtime::CompiledGraph>(std::move(ex.kernels));
+}
+
+}  // namespace tl::frame

@@ -1,0 +1,69 @@
+#pragma once
+// Size-generic entries (docs/internals/dynamic-shapes.md, layer 2, first slice): a capture
+// whose graph does not depend on the sizes of its inputs serves every size of their dynamic
+// dimensions from one cache entry. A new size then costs no capture: the entry replays the
+// captured graph on meta tensors of the new sizes (torch's own shape rules, op by op) and
+// compiles it, its kernels found in the JIT cache (layer 1: runtime sizes).
+//
+// When a capture may be size-generic (size_generic_blocker):
+// - the trace read no size (CaptureResult::reads_sizes: shape, size(), len(), numel(), an op
+//   answering with a number or with a tuple whose length follows from a size); reading one
+//   keeps the entry exact (today's guards), which is always correct;
+// - no graph break, the builtin compiler, CPU tensor inputs, no op autograd records (inference:
+//   no_grad or no input that requires grad);
+// - every op is one whose meaning at other sizes is the same op on other sizes (pointwise,
+//   reductions, softmax, norms, matmul, transpose/permute, indexing): a fixed list, no
+//   in-place op, no factory, no view whose copy-or-alias answer follows from the strides.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capture/capture.h"
+#include "frame/compiled_frame.h"
+#include "ir/graph.h"
+#include "pipeline/pass_context.h"
+#include "runtime/compiled_graph.h"
+
+namespace tl::frame {
+
+// Why `res` cannot serve other sizes, or "" when it can (see above).
+std::string size_generic_blocker(const capture::CaptureResult& res, const CompileConfig& config);
+
+// Lets the dynamic dimensions of res's tensor inputs change in its guards: every dimension of
+// size >= 2 under dynamic=True or an automatic recompile (`all_dims`), else the dimensions
+// marked with mark_dynamic; never mark_static ones; only contiguous CPU tensors. Returns the
+// dimensions made dynamic ("L['x'].size(0), ..."), "" when none (the entry stays exact).
+std::string make_sizes_dynamic(capture::CaptureResult& res, bool all_dims);
+
+// A deep copy of `g` (nodes, arguments, metadata, examples).
+std::shared_ptr<ir::Graph> clone_graph(const ir::Graph& g);
+
+// The compiled graphs of one size-generic capture, one per layout of its inputs.
+class SizeInstances {
+ public:
+  // `captured`: the graph as captured (before compile_graph's passes), kept to replay.
+  SizeInstances(std::shared_ptr<const ir::Graph> captured, pipeline::PassContext ctx,
+                std::string func_name);
+  // The graph compiled for `inputs` (borrowed, one per placeholder): `first` for the layout it
+  // was compiled for (remember_first), else one compiled now or earlier. Null when the graph's
+  // ops raise at these sizes or compile to no kernels: the frame then runs eagerly (eager
+  // raises the real error).
+  // Throws tl::Error on a compile failure.
+  std::shared_ptr<runtime::CompiledGraph> get(PyObject* const* inputs, size_t n,
+                                              const std::shared_ptr<runtime::CompiledGraph>& first);
+  void remember_first(const std::vector<PyRef>& example_inputs);
+
+ private:
+  std::shared_ptr<runtime::CompiledGraph> instantiate(PyObject* const* inputs, size_t n);
+  std::shared_ptr<const ir::Graph> captured_;
+  pipeline::PassContext ctx_;
+  std::string func_name_;
+  std::vector<int64_t> first_key_;
+  // NOTE: read and written under the GIL only. A compile may release it: two threads may
+  // then compile one layout twice, and the second result is dropped; a graph being run is
+  // kept alive by the caller's shared_ptr when the map is cleared.
+  std::map<std::vector<int64_t>, std::shared_ptr<runtime::CompiledGraph>> by_layout_;
+};
+
+}  // namespace tl::frame

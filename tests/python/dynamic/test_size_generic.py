@@ -1,0 +1,189 @@
+"""Dynamic shapes, layer 2, first slice (docs/internals/dynamic-shapes.md): a capture whose graph
+does not depend on its inputs' sizes serves every size from one cache entry. A new size costs no
+capture (counters()["frames"] stays put): the entry replays its graph at the new sizes and
+compiles it (counters()["size_instances"]). A trace that reads a size keeps exact guards. Every
+size is checked against eager."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchlite
+from torchlite import _C
+
+pytestmark = pytest.mark.skipif(
+    not _C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op"
+)
+
+W = torch.randn(16, 12)
+
+
+def _mlp_block(x):
+    h = F.gelu(F.linear(x, W.t()) + 1)
+    return torch.softmax(h * 0.5, dim=-1) + F.layer_norm(h, (12,)).relu()
+
+
+def _rows(x):
+    return (x * x).sum(-1) + x.amax(-1) - x.mean(dim=-1)
+
+
+def _two_inputs(x, y):
+    return (x @ y).tanh() + 1
+
+
+def _sizes_read(x):
+    b, t = x.shape[:2]
+    return (x.view(b, t, 2, -1).transpose(1, 2) * 2).sum(-1)
+
+
+def _branch_on_size(x):
+    if x.size(0) > 6:
+        return x * 2
+    return x - 1
+
+
+def _len_branch(x):
+    return x + len(x)
+
+
+def _count(fn, make_args, sizes, dynamic=None, compiled=None):
+    """Runs `fn` compiled at each size, checks it against eager; returns the captures and the
+    graphs compiled for new sizes without capture."""
+    compiled = compiled or torchlite.compile(fn, dynamic=dynamic)
+    before = dict(torchlite.counters())
+    for n in sizes:
+        args = make_args(n)
+        torch.testing.assert_close(compiled(*args), fn(*args), atol=1e-5, rtol=1e-5)
+    after = torchlite.counters()
+    return after["frames"] - before["frames"], after["size_instances"] - before["size_instances"]
+
+
+SIZES = [5, 9, 17, 3, 40, 11, 64, 7, 33, 2]
+
+
+def test_a_size_sweep_captures_twice_and_matches_eager():
+    frames, instances = _count(_mlp_block, lambda n: (torch.randn(2, n, 16),), SIZES)
+    assert frames == 2, frames
+    assert instances == len(SIZES) - 2, instances
+
+
+def test_batch_and_length_change_together_in_one_entry():
+    sizes = [(2, 5), (3, 9), (4, 4), (7, 2), (2, 31)]
+    frames, instances = _count(_rows, lambda s: (torch.randn(*s),), sizes)
+    assert (frames, instances) == (2, 3)
+
+
+def test_dynamic_true_captures_once():
+    frames, _ = _count(_two_inputs, lambda n: (torch.randn(n, 6), torch.randn(6, n)), [4, 8, 13])
+    torchlite.reset()
+    frames_true, instances = _count(
+        _two_inputs, lambda n: (torch.randn(n, 6), torch.randn(6, n)), [4, 8, 13], dynamic=True
+    )
+    assert (frames, frames_true, instances) == (2, 1, 2)
+
+
+def test_dynamic_false_captures_every_size():
+    frames, instances = _count(_rows, lambda n: (torch.randn(3, n),), [4, 8, 13], dynamic=False)
+    assert (frames, instances) == (3, 0)
+
+
+def test_sizes_zero_and_one_are_specialised():
+    sizes = [4, 6, 1, 7, 0, 9, 1, 5]
+    frames, instances = _count(_rows, lambda n: (torch.randn(n, 5),), sizes, dynamic=True)
+    # 4 (all sizes >= 2), 1 (dim 0 exact), 0 (exact): three captures; 6, 7, 9, 5 reuse the first.
+    assert frames == 3 and instances == 4, (frames, instances)
+
+
+def test_a_trace_that_reads_sizes_keeps_exact_guards_and_stays_correct():
+    frames, instances = _count(_sizes_read, lambda n: (torch.randn(2, n, 8),), [3, 5, 8, 5])
+    assert (frames, instances) == (3, 0)
+
+
+@pytest.mark.parametrize("fn", [_branch_on_size, _len_branch])
+def test_a_branch_on_a_size_recaptures_across_the_threshold(fn):
+    # Every size is its own capture: the branch read the size, so the guards keep it exact.
+    frames, instances = _count(fn, lambda n: (torch.randn(n, 3),), [4, 5, 8, 9, 3, 7])
+    assert (frames, instances) == (6, 0)
+
+
+def test_mismatched_sizes_raise_as_eager_does():
+    compiled = torchlite.compile(_two_inputs, dynamic=True)
+    compiled(torch.randn(4, 6), torch.randn(6, 4))
+    x, y = torch.randn(5, 6), torch.randn(7, 4)  # inner sizes disagree: eager raises
+    with pytest.raises(RuntimeError) as got:
+        compiled(x, y)
+    with pytest.raises(RuntimeError) as want:
+        _two_inputs(x, y)
+    assert str(got.value) == str(want.value)
+
+
+def test_a_broadcast_or_a_mismatch_at_new_sizes_is_what_eager_does():
+    # Traced with equal dims (no broadcast); later 5 against 1 broadcasts and 3 against 7 raises.
+    def add(x, y):
+        return x + y * 2
+
+    compiled = torchlite.compile(add)
+    frames, instances = _count(
+        add,
+        lambda s: (torch.randn(s[0], 4), torch.randn(s[1], 4)),
+        [(6, 6), (5, 5), (5, 1), (8, 8)],
+        compiled=compiled,
+    )
+    assert (frames, instances) == (3, 1)
+    with pytest.raises(RuntimeError, match="must match the size"):
+        compiled(torch.randn(3, 4), torch.randn(7, 4))
+
+
+def test_non_contiguous_inputs_recapture_and_stay_correct():
+    frames, instances = _count(
+        _rows, lambda n: (torch.randn(6, n).t() if n % 2 else torch.randn(n, 6),), [4, 8, 5, 10]
+    )
+    assert instances == 1 and frames == 3, (frames, instances)
+
+
+def test_mark_dynamic_makes_the_first_capture_generic_within_its_range():
+    def make(n):
+        x = torch.randn(n, 6)
+        torchlite.mark_dynamic(x, 0, min=2, max=40)
+        return (x,)
+
+    compiled = torchlite.compile(_rows)
+    frames, instances = _count(_rows, make, [4, 12, 40, 2], compiled=compiled)
+    assert (frames, instances) == (1, 3)
+    with pytest.raises(ValueError, match=r"L\['x'\]\.size\(0\) is 41, outside the range"):
+        x = torch.randn(41, 6)
+        torchlite.mark_dynamic(x, 0, min=2, max=40)
+        compiled(x)
+
+
+def test_mark_dynamic_leaves_unmarked_dims_exact():
+    def make(n):
+        x = torch.randn(4, n)
+        torchlite.mark_dynamic(x, 0)
+        return (x,)
+
+    frames, instances = _count(_rows, make, [5, 6, 7])
+    assert (frames, instances) == (3, 0)
+
+
+def test_modules_in_eval_share_one_entry_across_lengths():
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 8)
+    ).eval()
+    compiled = torchlite.compile(model)
+    before = torchlite.counters()["frames"]
+    with torch.no_grad():
+        for n in [3, 7, 12, 5, 30]:
+            x = torch.randn(2, n, 16)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    assert torchlite.counters()["frames"] - before == 2
+
+
+def test_explain_shows_the_dynamic_dims():
+    def fn(x):
+        return _rows(x)
+
+    x = torch.randn(3, 7)
+    torchlite.mark_dynamic(x, 1, max=50)
+    guards = torchlite.explain(fn)(x).guards
+    assert any("TENSOR_MATCH L['x']" in g and "dynamic=1:2..50" in g for g in guards), guards
