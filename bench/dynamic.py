@@ -5,6 +5,10 @@ row (first calls included), then a length never seen: its first call and its ste
 time. torchlite's default compiles kernels that take their sizes at run time once a frame
 recompiles (docs/internals/dynamic-shapes.md), so later lengths reuse them.
 
+A second section runs a feed-forward block that reads no size (Linear, GELU, LayerNorm,
+Linear): its second capture serves every later length from one cache entry (layer 2's
+size-generic entries), so "captures" stays at 2 for the sweep.
+
     python bench/dynamic.py [--layers 2] [--lengths 37,61,...] [--torch-compile] [--device cuda]
 """
 
@@ -33,6 +37,19 @@ def make_model(layers: int, device: str):
     return GPT2Model(cfg).eval().to(device)
 
 
+def make_block(device: str):
+    return (
+        torch.nn.Sequential(
+            torch.nn.Linear(128, 512),
+            torch.nn.GELU(),
+            torch.nn.LayerNorm(512),
+            torch.nn.Linear(512, 128),
+        )
+        .eval()
+        .to(device)
+    )
+
+
 def sync(device):
     if device == "cuda":
         torch.cuda.synchronize()
@@ -46,16 +63,19 @@ def timed(fn, ids, device) -> float:
     return time.perf_counter() - start
 
 
-def run(name, fn, lengths, unseen, batch, device, llvm=None):
-    ids = {n: torch.randint(0, 1000, (batch, n), device=device) for n in [*lengths, unseen]}
+def run(name, fn, lengths, unseen, batch, device, llvm=None, make=None):
+    make = make or (lambda n: torch.randint(0, 1000, (batch, n), device=device))
+    ids = {n: make(n) for n in [*lengths, unseen]}
     before = torchlite._C.llvm_compiles()
+    frames = torchlite.counters()["frames"]
     sweep = sum(timed(fn, ids[n], device) for n in lengths)
     first = timed(fn, ids[unseen], device)
     steady = statistics.median(timed(fn, ids[unseen], device) for _ in range(10))
     compiles = torchlite._C.llvm_compiles() - before
+    frames = torchlite.counters()["frames"] - frames
     print(
         f"{name:<28} sweep {sweep:8.2f} s   unseen first {first * 1e3:9.1f} ms   "
-        f"steady {steady * 1e3:8.2f} ms   llvm kernels {compiles}"
+        f"steady {steady * 1e3:8.2f} ms   llvm kernels {compiles}   captures {frames}"
     )
 
 
@@ -87,6 +107,31 @@ def main():
     run("torchlite static (unseen)", static, [a.unseen], a.unseen, a.batch, a.device)
     if a.torch_compile:
         run("torch.compile", torch.compile(model), lengths, a.unseen, a.batch, a.device)
+
+    block = make_block(a.device)
+    print("feed-forward block (reads no size):")
+
+    def make(n):
+        return torch.randn(a.batch, n, 128, device=a.device)
+
+    run("eager", block, lengths, a.unseen, a.batch, a.device, make=make)
+    for dynamic in (False, None):
+        torchlite.reset()
+        compiled = torchlite.compile(block, dynamic=dynamic)
+        run(
+            f"torchlite dynamic={dynamic}",
+            compiled,
+            lengths,
+            a.unseen,
+            a.batch,
+            a.device,
+            make=make,
+        )
+    torchlite.reset()
+    static = torchlite.compile(block, dynamic=False)
+    run("torchlite static (unseen)", static, [a.unseen], a.unseen, a.batch, a.device, make=make)
+    if a.torch_compile:
+        run("torch.compile", torch.compile(block), lengths, a.unseen, a.batch, a.device, make=make)
 
 
 if __name__ == "__main__":

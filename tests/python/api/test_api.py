@@ -275,6 +275,7 @@ def test_counters_have_the_documented_keys():
         "cuda_graph_replays",
         "autotune_trials",
         "autotune_cached",
+        "size_instances",
     }
     torchlite.reset_counters()
     assert set(torchlite.counters()) == keys
