@@ -127,6 +127,16 @@ def main():
             a.device,
             make=make,
         )
+
+    # Layer 1 alone (a capture per new size, kernels shared): mark_static keeps the sizes exact.
+    def make_static(n):
+        x = make(n)
+        torchlite.mark_static(x, [0, 1, 2])
+        return x
+
+    torchlite.reset()
+    compiled = torchlite.compile(block)
+    run("torchlite layer 1 only", compiled, lengths, a.unseen, a.batch, a.device, make=make_static)
     torchlite.reset()
     static = torchlite.compile(block, dynamic=False)
     run("torchlite static (unseen)", static, [a.unseen], a.unseen, a.batch, a.device, make=make)

@@ -306,11 +306,11 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
         res.graph, std::move(res.side_effects), std::move(backend_fn), std::move(kernels),
         utf8(code->co_name), utf8(code->co_filename), std::move(*res.resume), *codes, config);
   } else {
-    auto frame = std::make_shared<CapturedFrame>(
+    auto captured_frame = std::make_shared<CapturedFrame>(
         res.graph, std::move(res.result), std::move(res.side_effects), std::move(backend_fn),
         std::move(kernels), utf8(code->co_name), utf8(code->co_filename));
-    if (generic) frame->set_size_instances(std::move(generic));
-    entry.compiled = std::move(frame);
+    if (generic) captured_frame->set_size_instances(std::move(generic));
+    entry.compiled = std::move(captured_frame);
   }
   entry.guards = std::move(res.guards);
   return entry;

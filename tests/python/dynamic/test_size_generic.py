@@ -187,3 +187,15 @@ def test_explain_shows_the_dynamic_dims():
     torchlite.mark_dynamic(x, 1, max=50)
     guards = torchlite.explain(fn)(x).guards
     assert any("TENSOR_MATCH L['x']" in g and "dynamic=1:2..50" in g for g in guards), guards
+
+
+def test_mark_static_dims_stay_exact_under_dynamic_true():
+    def make(s):
+        x = torch.randn(*s)
+        torchlite.mark_static(x, 1)
+        return (x,)
+
+    compiled = torchlite.compile(_rows, dynamic=True)
+    # (3, 5) captures; (4, 5) and (9, 5) change dim 0 only; (4, 6) changes the static dim 1.
+    frames, instances = _count(_rows, make, [(3, 5), (4, 5), (9, 5), (4, 6)], compiled=compiled)
+    assert (frames, instances) == (2, 2)
