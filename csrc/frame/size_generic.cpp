@@ -3,6 +3,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "capture/meta_cache.h"
 #include "capture/torch_api.h"
 #include "core/counters.h"
 #include "core/errors.h"
@@ -116,6 +117,67 @@ bool contiguous(const ir::TensorMeta& m) {
     step *= std::max<int64_t>(m.sizes[i], 1);
   }
   return true;
+}
+
+// The value an argument had in the replayed graph (new reference; null with the Python error
+// set on failure): a node's example, a constant, or a container of them.
+PyRef example_of(const ir::Arg& a) {
+  switch (a.kind) {
+    case ir::Arg::Kind::Node:
+      return a.node->example;
+    case ir::Arg::Kind::Const:
+      return a.value;
+    case ir::Arg::Kind::Tuple:
+    case ir::Arg::Kind::List: {
+      PyRef out = PyRef::steal(a.kind == ir::Arg::Kind::Tuple ? PyTuple_New(a.items.size())
+                                                              : PyList_New(a.items.size()));
+      for (size_t i = 0; out && i < a.items.size(); ++i) {
+        PyRef item = example_of(a.items[i]);
+        if (!item) return {};
+        if (a.kind == ir::Arg::Kind::Tuple)
+          PyTuple_SET_ITEM(out.get(), i, item.release());
+        else
+          PyList_SET_ITEM(out.get(), i, item.release());
+      }
+      return out;
+    }
+    case ir::Arg::Kind::Dict: {
+      PyRef d = PyRef::steal(PyDict_New());
+      for (size_t i = 0; d && i < a.items.size(); ++i) {
+        PyRef v = example_of(a.items[i]);
+        if (!v || PyDict_SetItem(d.get(), a.keys[i].get(), v.get()) < 0) return {};
+      }
+      return d;
+    }
+  }
+  return {};
+}
+
+// n's result on its arguments' examples, through capture's meta path (C++ shape rules for
+// common ops, a cache of torch's meta results, else the meta op): new reference, or null
+// with no Python error set when the op raises at these sizes.
+PyRef replay_meta(const ir::Node& n) {
+  bool method = n.op == ir::OpKind::CallMethod;
+  size_t first = method ? 1 : 0;
+  if (n.args.size() < first) return {};
+  PyRef self = method ? example_of(n.args[0]) : PyRef();
+  PyRef pos = PyRef::steal(PyTuple_New(n.args.size() - first));
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  bool ok = pos && kwargs && (!method || self);
+  for (size_t i = first; ok && i < n.args.size(); ++i) {
+    PyRef v = example_of(n.args[i]);
+    ok = static_cast<bool>(v);
+    if (ok) PyTuple_SET_ITEM(pos.get(), i - first, v.release());
+  }
+  for (const auto& [k, a] : n.kwargs) {
+    PyRef v = ok ? example_of(a) : PyRef();
+    ok = v && PyDict_SetItemString(kwargs.get(), k.c_str(), v.get()) == 0;
+  }
+  PyRef r = ok ? capture::meta_call(n.target.get(), method ? n.target_name : "", self.get(),
+                                    pos.get(), n.kwargs.empty() ? nullptr : kwargs.get(), true)
+               : PyRef();
+  if (!r) PyErr_Clear();
+  return r;
 }
 
 ir::Arg copy_arg(const ir::Arg& a, const std::unordered_map<const ir::Node*, ir::Node*>& map) {
@@ -266,7 +328,7 @@ std::shared_ptr<runtime::CompiledGraph> SizeInstances::instantiate(PyObject* con
     if (node->op != ir::OpKind::CallFunction && node->op != ir::OpKind::CallMethod) continue;
     // NOTE: a grad-mode switch has no value to recompute (and must not run here).
     if (node->target_name == "torch._set_grad_enabled") continue;
-    PyRef ex = passes::run_on_examples(*node, {});
+    PyRef ex = replay_meta(*node);
     if (!ex) {
       if (log_enabled("recompiles"))
         log_event("recompiles", func_name_ + ": " + node->target_name + " (" + node->location +
