@@ -91,9 +91,7 @@ def run_row(name, make_opt, params, grads, args) -> None:
         if mode == "torchlite":
             step = torchlite.compile(opt.step)
         elif mode == "torch.compile":
-            import torch._dynamo
-
-            torch._dynamo.reset()
+            torch.compiler.reset()
             step = torch.compile(opt.step)
         else:
             step = opt.step
