@@ -267,16 +267,15 @@ class CompiledOptimizerStep:
 
     def _step_tensors(self, opt, group, params, state_names, update, device) -> None:
         states = [opt.state[p] for p in params]
-        steps = []
+        step_t, steps = [], []
         if "exp_avg" in state_names:
             step_t = [st["step"] for st in states]
-            torch._foreach_add_(step_t, 1.0)
-            steps = [t.item() for t in step_t]
+            steps = [t.item() + 1 for t in step_t]  # this step's count (stored once it runs)
         tensors = {"param": params, "grad": [p.grad for p in params]}
         for name in state_names:
             tensors[name] = [st[name] for st in states]
-        scalars = _Scalars(None)
-        step_keys = _adam_scalars(scalars, group, steps) if steps else [0] * len(params)
+        values = _Scalars(None)
+        step_keys = _adam_scalars(values, group, steps) if steps else [0] * len(params)
         flat = [t for name in tensors for t in tensors[name]]
         key = (
             tuple(state_names),
@@ -286,18 +285,19 @@ class CompiledOptimizerStep:
         )
         compiled = self.cache.get(key)
         if compiled is None:
-            _check_unaliased(tensors, state_names)
-            compiled, order = self._compile(group, tensors, state_names, update, step_keys, device)
+            # NOTE: parameters that are views of one storage (legal for torch.optim) still get
+            # kernels, with the copies back run as torch's copy_.
+            unaliased = _unaliased(tensors, state_names)
+            compiled, order = self._compile(group, tensors, update, step_keys, device, unaliased)
             self.cache[key] = compiled = (compiled, order)
         compiled, order = compiled
-        values = _Scalars(None)
-        if steps:
-            _adam_scalars(values, group, steps)
-        _fill_scalars(values, group, update, order)
+        _fill_scalars(values, group, order)
         scal = torch.tensor(values.values, dtype=torch.float64, device=device)
+        if step_t:
+            torch._foreach_add_(step_t, 1.0)  # NOTE: as torch's _multi_tensor_adam
         compiled(*flat, scal)
 
-    def _compile(self, group, tensors, state_names, update, step_keys, device):
+    def _compile(self, group, tensors, update, step_keys, device, unaliased):
         b = _Builder()
         inputs = {
             name: [b.input(f"{name}{i}", t) for i, t in enumerate(ts)]
@@ -307,7 +307,7 @@ class CompiledOptimizerStep:
         scal_example = torch.empty(2 * len(set(step_keys)) + 16, dtype=torch.float64)
         s = _Scalars(b)
         s.node = b.input("scalars", scal_example)
-        if "exp_avg" in state_names:
+        if "exp_avg" in tensors:
             for k in sorted(set(step_keys)):
                 s(f"step_size{k}", 0.0)
                 s(f"bc2_sqrt{k}", 0.0)
@@ -327,7 +327,9 @@ class CompiledOptimizerStep:
                 node.meta["val"] = s.node.meta["val"][node.args[1]]
         gm = fx.GraphModule(torch.nn.Module(), b.graph)
         graph, extras = _C.graph_from_fx(gm, device)
-        compiled = _C.FxCompiled(graph, extras, self.settings, "default", inputs_unaliased=True)
+        compiled = _C.FxCompiled(
+            graph, extras, self.settings, "default", inputs_unaliased=unaliased
+        )
         self.last_compiled = compiled
         return compiled, order
 
@@ -340,7 +342,7 @@ def _structure(group: dict) -> tuple:
     return flags + (group.get("weight_decay", 0) != 0, group.get("momentum", 0) != 0, small)
 
 
-def _fill_scalars(values: _Scalars, group: dict, update: Callable, order: list[str]) -> None:
+def _fill_scalars(values: _Scalars, group: dict, order: list[str]) -> None:
     """Every scalar slot of `order`, computed from the group's current hyperparameters."""
     lr = _num(group["lr"])
     wd = group["weight_decay"]
@@ -366,18 +368,15 @@ def _fill_scalars(values: _Scalars, group: dict, update: Callable, order: list[s
     values.values = out
 
 
-def _check_unaliased(tensors: dict, written: list[str]) -> None:
-    """The graph writes params and state in place: no written tensor may share memory with
-    another input (torch.optim forbids duplicate parameters; this also covers storage views)."""
-    seen: dict[int, str] = {}
+def _unaliased(tensors: dict, written: list[str]) -> bool:
+    """True when no tensor the step writes (parameters, state) shares a storage with another
+    input: then kernels may store into them (PassContext::inputs_unaliased)."""
+    seen: dict[int, bool] = {}  # storage -> written
     for name, ts in tensors.items():
+        writes = name == "param" or name in written
         for t in ts:
             ptr = t.untyped_storage().data_ptr()
-            writes = name == "param" or name in written
-            prev = seen.get(ptr)
-            if prev is not None and (writes or prev == "w"):
-                raise RuntimeError(
-                    "torchlite.compile(optimizer.step): two tensors of one step share memory "
-                    f"({name}); compile steps over parameters and state that do not alias"
-                )
-            seen[ptr] = "w" if writes else "r"
+            if ptr in seen and (writes or seen[ptr]):
+                return False
+            seen[ptr] = writes or seen.get(ptr, False)
+    return True

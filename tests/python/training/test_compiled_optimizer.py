@@ -169,14 +169,20 @@ def test_closure_is_called_and_its_loss_returned():
     assert all(p.grad is not None for p in params)
 
 
-def test_aliased_parameters_are_refused_with_a_clear_error():
+def test_parameters_sharing_a_storage_are_updated_through_copies():
     base = torch.randn(10)
     a = torch.nn.Parameter(base[:5].detach())
     b = torch.nn.Parameter(base[5:].detach())  # the same storage as a
-    opt = torch.optim.SGD([a, b], lr=0.1)
-    a.grad, b.grad = torch.ones(5), torch.ones(5)
-    with pytest.raises(RuntimeError, match="share memory"):
-        torchlite.compile(opt.step)()
+    ra, rb = torch.nn.Parameter(a.detach().clone()), torch.nn.Parameter(b.detach().clone())
+    opt, ref = torch.optim.Adam([a, b], lr=0.1), torch.optim.Adam([ra, rb], lr=0.1)
+    step = torchlite.compile(opt.step)
+    for i in range(3):
+        set_grads([a, b], [ra, rb], i)
+        step()
+        ref.step()
+        check_state(opt, ref)
+    assert step.last_compiled.in_place_stores == 0 and step.last_compiled.kernel_count == 2
+    torch.testing.assert_close(base, torch.cat([ra.detach(), rb.detach()]))
 
 
 def test_copy_of_optimizer_is_independent():
