@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from torchlite import _C, _install, backends, config, settings
+from torchlite import _C, _install, _optimizer, backends, config, settings
 from torchlite.optimized_module import OptimizedModule
 
 MODES = (None, *settings.PRESETS)
@@ -153,6 +153,10 @@ def compile(
         if disable or config.disable:
             return obj
         _install.sync()
+        if backend == "torchlite" and _optimizer.optimizer_of(obj) is not None:
+            return _optimizer.CompiledOptimizerStep(
+                obj, _optimizer.optimizer_of(obj), mode, options
+            )
         return _wrap(obj, _CompileCall(args))
 
     return wrap if model_or_fn is None else wrap(model_or_fn)

@@ -143,6 +143,9 @@ struct Kernel {
   // run time instead of writing it into the code, so the code of two kernels
   // that differ only in those numbers is the same (one compile serves both).
   bool runtime_sizes = false;
+  // Some output is stored into an input's buffer (each element read before it
+  // is written, at the same point): the CUDA text drops __restrict__.
+  bool aliased_io = false;
 
   int64_t outer_numel() const;      // product of the pointwise axes
   int64_t reduction_numel() const;  // product of the reduction axes (1 if none)

@@ -8,10 +8,11 @@
 #include "core/errors.h"
 #include "passes/fuse.h"
 #include "passes/graph_info.h"
+#include "passes/store_in_place.h"
 
 namespace tl::passes {
 
-Partition partition_graph(const ir::Graph& graph) {
+Partition partition_graph(const ir::Graph& graph, bool inputs_unaliased) {
   GraphInfo info = analyze_graph(graph);
   Fusion fusion = fuse(graph, info);
   Partition p;
@@ -44,6 +45,7 @@ Partition partition_graph(const ir::Graph& graph) {
     int gi = group_of(n.get());
     if (gi < 0 || fusion.groups[gi].members.back() == n.get()) emit(n.get());
   }
+  if (inputs_unaliased) store_in_place(graph, info, fusion, p);
   return p;
 }
 

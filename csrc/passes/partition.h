@@ -17,6 +17,9 @@ struct FusedKernel {
   // their TensorMeta (sizes, strides, dtype, device) says how to allocate them.
   std::vector<const ir::Node*> outputs;
   std::vector<const ir::Node*> members;  // every graph node fused into the kernel
+  // Empty, or per output: the graph input whose buffer the output is stored
+  // into instead of a fresh one (passes/store_in_place.h), or null.
+  std::vector<const ir::Node*> store_into;
 };
 
 struct PlanItem {
@@ -27,11 +30,12 @@ struct PlanItem {
 struct Partition {
   std::vector<FusedKernel> kernels;
   // Every op node of the graph is covered exactly once, except lowered nodes
-  // whose value nothing reads (never run).
+  // whose value nothing reads (never run) and copies a kernel's store does.
   std::vector<PlanItem> order;
 };
 
-// Never fails on unknown ops: they become extern nodes.
-Partition partition_graph(const ir::Graph& graph);
+// Never fails on unknown ops: they become extern nodes. `inputs_unaliased`: the
+// caller promises no two inputs share memory (passes/store_in_place.h).
+Partition partition_graph(const ir::Graph& graph, bool inputs_unaliased = false);
 
 }  // namespace tl::passes

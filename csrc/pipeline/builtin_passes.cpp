@@ -56,7 +56,7 @@ std::vector<Pass> builtin_passes() {
        {},
        kAnyDevice,
        nullptr,
-       [](G& g, St& st) { st.partition = passes::partition_graph(g); }},
+       [](G& g, St& st) { st.partition = passes::partition_graph(g, st.ctx.inputs_unaliased); }},
   };
 }
 

@@ -26,6 +26,10 @@ struct PassContext {
   // Kernels take their sizes as arguments (ir::Kernel::runtime_sizes): set by
   // the frame layer's dynamic-shape policy (docs/internals/dynamic-shapes.md).
   bool runtime_sizes = false;
+  // The caller promises no two graph inputs share memory (the compiled optimizer
+  // step checks its tensors): kernels may then store into an input's buffer
+  // (passes/store_in_place.h).
+  bool inputs_unaliased = false;
 };
 
 }  // namespace tl::pipeline

@@ -233,11 +233,13 @@ py::tuple graph_from_fx(py::object gm, py::object device) {
 class FxCompiled {
  public:
   // The same compile_graph as the frame hook's (passes, verify, trace, kernels).
-  FxCompiled(GraphHandle graph, py::list extra_inputs, py::object settings, const std::string& mode)
+  FxCompiled(GraphHandle graph, py::list extra_inputs, py::object settings, const std::string& mode,
+             bool inputs_unaliased)
       : graph_(graph) {
     for (py::handle v : extra_inputs) extras_.push_back(PyRef::borrow(v.ptr()));
     n_inputs_ = graph->placeholders().size() - extras_.size();
     pipeline::PassContext ctx{settings_from_dict(settings), mode, ""};
+    ctx.inputs_unaliased = inputs_unaliased;
     if (ctx.settings.trace)
       ctx.trace_dir = pipeline::new_trace_folder(ctx.settings.debug_dir, "fx");
     pipeline::Executable ex = pipeline::compile_graph(graph, ctx);
@@ -273,6 +275,13 @@ class FxCompiled {
   }
 
   size_t kernel_count() const { return compiled_ ? compiled_->partition().kernels.size() : 0; }
+  size_t in_place_stores() const {
+    size_t n = 0;
+    if (compiled_)
+      for (const auto& k : compiled_->partition().kernels)
+        for (const ir::Node* t : k.store_into) n += t != nullptr;
+    return n;
+  }
   const GraphHandle& graph() const { return graph_; }
   const std::vector<std::string>& passes() const { return passes_; }
 
@@ -295,11 +304,14 @@ void bind_fx(py::module_& m) {
         "Raises Unsupported for symbolic shapes and values it cannot represent. `device`: the\n"
         "real device of values whose examples are meta tensors (a joint graph traced on meta).");
   py::class_<FxCompiled>(m, "FxCompiled")
-      .def(py::init<GraphHandle, py::list, py::object, const std::string&>(), py::arg("graph"),
-           py::arg("extra_inputs") = py::list(), py::arg("settings") = py::none(),
-           py::arg("mode") = "default")
+      .def(py::init<GraphHandle, py::list, py::object, const std::string&, bool>(),
+           py::arg("graph"), py::arg("extra_inputs") = py::list(), py::arg("settings") = py::none(),
+           py::arg("mode") = "default", py::arg("inputs_unaliased") = false,
+           "inputs_unaliased: the caller promises no two inputs share memory, so a kernel may\n"
+           "store a value copied into an input (`x.copy_(v)` at the end) into x's buffer.")
       .def("__call__", &FxCompiled::call)
       .def_property_readonly("kernel_count", &FxCompiled::kernel_count)
+      .def_property_readonly("in_place_stores", &FxCompiled::in_place_stores)
       .def_property_readonly("passes", &FxCompiled::passes)
       .def_property_readonly("graph", &FxCompiled::graph);
 }

@@ -177,9 +177,14 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
           p.layout_sizes = m.sizes, p.layout_strides = m.strides;
         }
       }
-      for (auto* out : fk.outputs) {
+      for (size_t o = 0; o < fk.outputs.size(); ++o) {
+        const ir::Node* out = fk.outputs[o];
         const ir::TensorMeta& m = kernel_meta(out, k.name, dev);
         s.allocs.push_back(alloc_of(m));
+        if (o < fk.store_into.size() && fk.store_into[o]) {
+          s.allocs.back().into_slot = slot_of(fk.store_into[o], k.name);
+          values_.use(s.allocs.back().into_slot, idx);
+        }
         s.out_slots.push_back(static_cast<int>(n_values_++));
         slots[out] = s.out_slots.back();
       }
@@ -351,7 +356,8 @@ bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, RunSta
   for (size_t i = 0; i < s.out_slots.size(); ++i) {
     const Alloc& a = s.allocs[i];
     PyRef out;
-    if (a.pooled) {
+    if (a.into_slot >= 0) out = values[a.into_slot];
+    if (!out && a.pooled) {
       try {
         out = pooled_empty_strided(a.size_list, a.stride_list, a.type);
       } catch (const PythonError&) {

@@ -20,6 +20,7 @@ struct Alloc {
   bool pooled = false;
   std::vector<int64_t> size_list, stride_list;
   ir::ScalarType type = ir::ScalarType::F32;
+  int into_slot = -1;  // >= 0: no allocation, the kernel stores into this input (store_in_place.h)
 };
 
 PyRef int_tuple(const std::vector<int64_t>& v);

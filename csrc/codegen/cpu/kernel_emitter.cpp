@@ -1,9 +1,11 @@
 #include "codegen/cpu/kernel_emitter.h"
 
+#include <llvm/IR/Instructions.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
 #include <algorithm>
+#include <set>
 
 #include "codegen/cpu/emitter.h"
 #include "core/dump_dir.h"
@@ -200,6 +202,37 @@ std::vector<llvm::Value*> Emitter::row_invariants(const Offsets& row_start) {
   return out;
 }
 
+// NOTE: a kernel that stores into an input it reads (ir::Kernel::aliased_io) gives LLVM two
+// pointers to the same memory, so its loop vectoriser's runtime overlap check fails and the
+// scalar loop runs. A pointwise kernel's inner loop reads and writes only its own element
+// (store_in_place checks the input is read where the output is stored), so its iterations
+// are independent: said with llvm.loop.parallel_accesses, the loop vectorises unchecked.
+namespace {
+void mark_parallel_inner_loops(llvm::Function& f) {
+  llvm::LLVMContext& c = f.getContext();
+  llvm::MDNode* group = llvm::MDNode::getDistinct(c, {});
+  for (llvm::BasicBlock& bb : f)
+    for (llvm::Instruction& inst : bb)
+      if (llvm::isa<llvm::LoadInst>(inst) || llvm::isa<llvm::StoreInst>(inst))
+        inst.setMetadata(llvm::LLVMContext::MD_access_group, group);
+  llvm::MDNode* parallel =
+      llvm::MDNode::get(c, {llvm::MDString::get(c, "llvm.loop.parallel_accesses"), group});
+  std::set<const llvm::BasicBlock*> seen;  // NOTE: emit_loop makes a loop's blocks after its cond
+  for (llvm::BasicBlock& bb : f) {
+    seen.insert(&bb);
+    auto* br = llvm::dyn_cast<llvm::BranchInst>(bb.getTerminator());
+    // emit_for's back edge: the unconditional branch to its earlier `for.cond` block.
+    if (!br || br->isConditional() || !seen.count(br->getSuccessor(0)) ||
+        !br->getSuccessor(0)->getName().starts_with("for.cond"))
+      continue;
+    llvm::TempMDTuple self = llvm::MDNode::getTemporary(c, {});
+    llvm::MDNode* id = llvm::MDNode::getDistinct(c, {self.get(), parallel});
+    id->replaceOperandWith(0, id);
+    br->setMetadata(llvm::LLVMContext::MD_loop, id);
+  }
+}
+}  // namespace
+
 std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string& fn_name,
                                           llvm::LLVMContext& ctx, std::vector<int64_t>* dims) {
   auto m = std::make_unique<llvm::Module>("torchlite", ctx);
@@ -211,6 +244,7 @@ std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string
   f->addParamAttr(2, llvm::Attribute::NoCapture);
   f->addParamAttr(2, llvm::Attribute::ReadOnly);
   Emitter(k, f, dims).run();
+  if (k.aliased_io && k.reduction_axes == 0) mark_parallel_inner_loops(*f);
   std::string err;
   llvm::raw_string_ostream os(err);
   if (llvm::verifyFunction(*f, &os)) {

@@ -75,12 +75,13 @@ void Writer::choose_index_type() {
 
 std::string Writer::params() const {
   std::string p;
+  const std::string ptr = k_.aliased_io ? "* " : "* __restrict__ ";
   for (int b = 0; b < n_in_; ++b)
-    p += std::string(b ? ", " : "") + "const " + mem_type(k_.inputs[b].type) + "* __restrict__ in" +
+    p += std::string(b ? ", " : "") + "const " + mem_type(k_.inputs[b].type) + ptr + "in" +
          std::to_string(b);
   for (size_t o = 0; o < k_.outputs.size(); ++o)
-    p += std::string(p.empty() ? "" : ", ") + mem_type(k_.outputs[o].view.type) +
-         "* __restrict__ out" + std::to_string(o);
+    p += std::string(p.empty() ? "" : ", ") + mem_type(k_.outputs[o].view.type) + ptr + "out" +
+         std::to_string(o);
   return p;
 }
 

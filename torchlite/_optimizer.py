@@ -1,0 +1,382 @@
+"""Compiled optimizer steps: `torchlite.compile(opt.step)` for SGD, Adam and AdamW.
+
+Each param group's update (per device) is one graph of pointwise ops, written in the order
+torch's own `_foreach_*` / single-tensor implementations apply them, that ends with
+`state.copy_(new_state)` for every parameter and state tensor it changes. compile_graph fuses
+each tensor's update into one kernel, and the `store_in_place` pass makes that kernel store
+its results straight into the parameter and state buffers (the graph is compiled with
+`inputs_unaliased`, checked here), so a step reads each tensor once and writes it once.
+
+Every number that can change between steps (lr, betas, eps, weight decay, the bias
+corrections of Adam's step count) is an element of one float64 tensor input, so an LR
+scheduler or a new step count reuses the compiled graph; what changes the ops (maximize,
+amsgrad, nesterov, whether weight decay is on, which parameters have gradients and their
+layouts) keys the cache. Anything else (closures aside, which run first as eager does: hooks,
+fused/differentiable/capturable groups, sparse or complex tensors, SGD's first step that
+creates its momentum buffers) runs torch's own step, so the result is always eager's.
+"""
+
+import operator
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import fx
+
+from torchlite import _C, settings
+
+
+def optimizer_of(fn: Any) -> torch.optim.Optimizer | None:
+    """The optimizer whose step `fn` is (a bound `opt.step`, or the wrapper an LR scheduler
+    puts in its place) when torchlite compiles that optimizer's steps; else None."""
+    opt, func = getattr(fn, "__self__", None), getattr(fn, "__func__", None)
+    if opt is None and getattr(fn, "_wrapped_by_lr_sched", False):
+        for cell in getattr(fn, "__closure__", None) or ():
+            v = cell.cell_contents
+            if isinstance(v, weakref.ref) and isinstance(v(), torch.optim.Optimizer):
+                opt = v()
+            elif callable(v):
+                func = v
+    # NOTE: exactly torch's classes and their own step: a subclass may change the update.
+    if type(opt) not in _UPDATES or func is not type(opt).step:
+        return None
+    return opt
+
+
+class _Builder:
+    """An fx graph of torch ops on meta examples (what graph_from_fx reads)."""
+
+    def __init__(self):
+        self.graph = fx.Graph()
+
+    def input(self, name: str, example: torch.Tensor) -> fx.Node:
+        node = self.graph.placeholder(name)
+        node.meta["val"] = torch.empty_strided(
+            example.shape, example.stride(), dtype=example.dtype, device="meta"
+        )
+        return node
+
+    def op(self, fn: Callable, *args: Any) -> fx.Node:
+        vals = [a.meta["val"] if isinstance(a, fx.Node) else a for a in args]
+        node = self.graph.call_function(fn, tuple(args))
+        node.meta["val"] = fn(*vals)
+        return node
+
+    def copy_into(self, dst: fx.Node, src: fx.Node) -> None:
+        node = self.graph.call_method("copy_", (dst, src))
+        node.meta["val"] = dst.meta["val"]
+
+
+class _Scalars:
+    """The per-step numbers: slots of one float64 tensor, read in the graph as scal[k]."""
+
+    def __init__(self, builder: _Builder | None):
+        self.values: list[float] = []
+        self.builder = builder
+        self.node: fx.Node | None = None
+        self.slots: dict[str, Any] = {}
+
+    def __call__(self, name: str, value: float) -> Any:
+        if name not in self.slots:
+            self.slots[name] = len(self.values)
+            if self.builder is not None:
+                self.slots[name] = self.builder.op(operator.getitem, self.node, len(self.values))
+            self.values.append(float(value))
+        return self.slots[name]
+
+
+def _lerp(b: _Builder, start, end, weight, small: bool):
+    # NOTE: ATen's lerp: start + w * (end - start) for |w| < 0.5, else end - (end - start) * (1 - w).
+    diff = b.op(torch.sub, end, start)
+    if small:
+        return b.op(torch.add, start, b.op(torch.mul, weight, diff))
+    return b.op(torch.sub, end, b.op(torch.mul, diff, weight))
+
+
+def _adam_update(b, s, t, group, step_key):
+    """One parameter's Adam/AdamW update, op for op as torch's _multi_tensor_adam."""
+    beta1, beta2 = group["betas"]
+    wd = group["weight_decay"]
+    g = t["grad"]
+    if group["maximize"]:
+        g = b.op(torch.neg, g)
+    p = t["param"]
+    if wd != 0:
+        if group["decoupled_weight_decay"]:
+            p = b.op(torch.mul, p, s("decay", 1 - _num(group["lr"]) * wd))
+        else:
+            g = b.op(torch.add, g, b.op(torch.mul, s("wd", wd), p))
+    small = abs(1 - _num(beta1)) < 0.5
+    m = _lerp(b, t["exp_avg"], g, s("lerp_w", 1 - _num(beta1) if small else _num(beta1)), small)
+    v = b.op(torch.mul, t["exp_avg_sq"], s("beta2", beta2))
+    v = b.op(
+        torch.add, v, b.op(torch.mul, b.op(torch.mul, s("one_minus_beta2", 1 - _num(beta2)), g), g)
+    )
+    outs = {"param": p, "exp_avg": m, "exp_avg_sq": v}
+    if group["amsgrad"]:
+        vmax = b.op(torch.maximum, t["max_exp_avg_sq"], v)
+        outs["max_exp_avg_sq"] = vmax
+        v = vmax
+    denom = b.op(torch.div, b.op(torch.sqrt, v), s.slots[f"bc2_sqrt{step_key}"])
+    denom = b.op(torch.add, denom, s("eps", group["eps"]))
+    upd = b.op(torch.div, b.op(torch.mul, s.slots[f"step_size{step_key}"], m), denom)
+    outs["param"] = b.op(torch.add, p, upd)
+    return outs
+
+
+def _adam_scalars(s: _Scalars, group: dict, steps: list[float]) -> list[int]:
+    """Bias-correction slots per distinct step count; returns each parameter's step key."""
+    beta1, beta2 = (_num(x) for x in group["betas"])
+    lr = _num(group["lr"])
+    keys, seen = [], {}
+    for step in steps:
+        if step not in seen:
+            k = seen[step] = len(seen)
+            s(f"step_size{k}", (lr / (1 - beta1**step)) * -1)
+            s(f"bc2_sqrt{k}", (1 - beta2**step) ** 0.5)
+        keys.append(seen[step])
+    return keys
+
+
+def _sgd_update(b, s, t, group, step_key):
+    """One parameter's SGD update, op for op as torch's _multi_tensor_sgd."""
+    g = t["grad"]
+    if group["maximize"]:
+        g = b.op(torch.neg, g)
+    p = t["param"]
+    if group["weight_decay"] != 0:
+        g = b.op(torch.add, g, b.op(torch.mul, s("wd", group["weight_decay"]), p))
+    outs = {}
+    momentum = group["momentum"]
+    if momentum != 0:
+        buf = b.op(torch.mul, t["momentum_buffer"], s("momentum", momentum))
+        buf = b.op(torch.add, buf, b.op(torch.mul, s("damp", 1 - group["dampening"]), g))
+        outs["momentum_buffer"] = buf
+        g = (
+            b.op(torch.add, g, b.op(torch.mul, s("momentum", momentum), buf))
+            if group["nesterov"]
+            else buf
+        )
+    outs["param"] = b.op(torch.add, p, b.op(torch.mul, s("neg_lr", -_num(group["lr"])), g))
+    return outs
+
+
+def _num(x: Any) -> float:
+    return x.item() if isinstance(x, torch.Tensor) else float(x)
+
+
+# Per optimizer class: the state tensors a step reads and writes, and the update.
+_UPDATES: dict[type, tuple[Callable[[dict], list[str]], Callable]] = {
+    torch.optim.SGD: (lambda g: ["momentum_buffer"] if g["momentum"] != 0 else [], _sgd_update),
+    torch.optim.Adam: (
+        lambda g: ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if g["amsgrad"] else []),
+        _adam_update,
+    ),
+    torch.optim.AdamW: (
+        lambda g: ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if g["amsgrad"] else []),
+        _adam_update,
+    ),
+}
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return (t.shape, t.stride(), t.dtype, t.device)
+
+
+class CompiledOptimizerStep:
+    """What torchlite.compile(opt.step) returns: calls like opt.step(closure=None)."""
+
+    def __init__(
+        self, fn: Callable, opt: torch.optim.Optimizer, mode: str | None, options: dict | None
+    ):
+        self.fn = fn
+        self.optimizer = opt
+        values = settings.resolve(mode, options)
+        values["cuda_graphs"] = False  # NOTE: a replay would not see the new scalars tensor
+        self.settings = values
+        self.cache: dict[tuple, Any] = {}
+        self.eager_steps = 0  # steps torch's own step ran (for tests and explain)
+        self.__wrapped__ = fn
+
+    def __call__(self, closure: Callable | None = None) -> Any:
+        opt = self.optimizer
+        opt._opt_called = True  # NOTE: what an LR scheduler's wrapped step records
+        why = self._eager_reason(opt)
+        if why:
+            self.eager_steps += 1
+            self.last_eager_reason = why
+            return type(opt).step(opt, closure)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        with torch.no_grad():
+            for group in opt.param_groups:
+                self._step_group(opt, group)
+        return loss
+
+    def _eager_reason(self, opt) -> str:
+        if opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks:
+            return "the optimizer has step hooks"
+        from torch.optim import optimizer as optim_mod
+
+        if optim_mod._global_optimizer_pre_hooks or optim_mod._global_optimizer_post_hooks:
+            return "global optimizer step hooks are registered"
+        if (
+            getattr(opt, "grad_scale", None) is not None
+            or getattr(opt, "found_inf", None) is not None
+        ):
+            return "a grad scaler drives this optimizer"
+        for group in opt.param_groups:
+            for flag in ("fused", "differentiable", "capturable"):
+                if group.get(flag):
+                    return f"a param group has {flag}=True"
+            for p in group["params"]:
+                g = p.grad
+                if g is None:
+                    continue
+                if (
+                    g.is_sparse
+                    or p.is_complex()
+                    or g.layout != torch.strided
+                    or p.layout != torch.strided
+                ):
+                    return "sparse, complex or non-strided tensors"
+                sgd_momentum = type(opt) is torch.optim.SGD and group["momentum"] != 0
+                if sgd_momentum and opt.state.get(p, {}).get("momentum_buffer") is None:
+                    return "SGD's first step creates the momentum buffers"
+        return ""
+
+    def _step_group(self, opt, group: dict) -> None:
+        names, update = _UPDATES[type(opt)]
+        state_names = names(group)
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params:
+            return
+        if type(opt) is not torch.optim.SGD:
+            # NOTE: torch's own lazy state init (zeros and a float32 step count).
+            opt._init_group(group, [], [], [], [], [], [])
+            if "decoupled_weight_decay" not in group:  # torch before AdamW became Adam's flag
+                group = {**group, "decoupled_weight_decay": type(opt) is torch.optim.AdamW}
+        by_device: dict[torch.device, list] = {}
+        for p in params:
+            by_device.setdefault(p.device, []).append(p)
+        for device, ps in by_device.items():
+            self._step_tensors(opt, group, ps, state_names, update, device)
+
+    def _step_tensors(self, opt, group, params, state_names, update, device) -> None:
+        states = [opt.state[p] for p in params]
+        step_t, steps = [], []
+        if "exp_avg" in state_names:
+            step_t = [st["step"] for st in states]
+            steps = [t.item() + 1 for t in step_t]  # this step's count (stored once it runs)
+        tensors = {"param": params, "grad": [p.grad for p in params]}
+        for name in state_names:
+            tensors[name] = [st[name] for st in states]
+        values = _Scalars(None)
+        step_keys = _adam_scalars(values, group, steps) if steps else [0] * len(params)
+        flat = [t for name in tensors for t in tensors[name]]
+        key = (
+            tuple(state_names),
+            tuple(step_keys),
+            _structure(group),
+            tuple(map(_layout, flat)),
+        )
+        compiled = self.cache.get(key)
+        if compiled is None:
+            # NOTE: parameters that are views of one storage (legal for torch.optim) still get
+            # kernels, with the copies back run as torch's copy_.
+            unaliased = _unaliased(tensors, state_names)
+            compiled, order = self._compile(group, tensors, update, step_keys, device, unaliased)
+            self.cache[key] = compiled = (compiled, order)
+        compiled, order = compiled
+        _fill_scalars(values, group, order)
+        scal = torch.tensor(values.values, dtype=torch.float64, device=device)
+        if step_t:
+            torch._foreach_add_(step_t, 1.0)  # NOTE: as torch's _multi_tensor_adam
+        compiled(*flat, scal)
+
+    def _compile(self, group, tensors, update, step_keys, device, unaliased):
+        b = _Builder()
+        inputs = {
+            name: [b.input(f"{name}{i}", t) for i, t in enumerate(ts)]
+            for name, ts in tensors.items()
+        }
+        # NOTE: a long enough example while building; its real length is set below.
+        scal_example = torch.empty(2 * len(set(step_keys)) + 16, dtype=torch.float64)
+        s = _Scalars(b)
+        s.node = b.input("scalars", scal_example)
+        if "exp_avg" in tensors:
+            for k in sorted(set(step_keys)):
+                s(f"step_size{k}", 0.0)
+                s(f"bc2_sqrt{k}", 0.0)
+        copies = []
+        n = len(tensors["param"])
+        for i in range(n):
+            t = {name: nodes[i] for name, nodes in inputs.items()}
+            outs = update(b, s, t, group, step_keys[i])
+            copies += [(t[name], out) for name, out in outs.items() if out is not t[name]]
+        for dst, src in copies:  # NOTE: after every update: in-place writes split fusion segments
+            b.copy_into(dst, src)
+        b.graph.output(())
+        order = list(s.slots)  # slot names in the scalars tensor's order
+        s.node.meta["val"] = torch.empty(len(order), dtype=torch.float64, device="meta")
+        for node in b.graph.nodes:  # the scalars' examples, now that their number is known
+            if node.op == "call_function" and node.target is operator.getitem:
+                node.meta["val"] = s.node.meta["val"][node.args[1]]
+        gm = fx.GraphModule(torch.nn.Module(), b.graph)
+        graph, extras = _C.graph_from_fx(gm, device)
+        compiled = _C.FxCompiled(
+            graph, extras, self.settings, "default", inputs_unaliased=unaliased
+        )
+        self.last_compiled = compiled
+        return compiled, order
+
+
+def _structure(group: dict) -> tuple:
+    keys = ("maximize", "amsgrad", "nesterov", "decoupled_weight_decay")
+    flags = tuple(group.get(k) for k in keys)
+    betas = group.get("betas")
+    small = abs(1 - _num(betas[0])) < 0.5 if betas else None
+    return flags + (group.get("weight_decay", 0) != 0, group.get("momentum", 0) != 0, small)
+
+
+def _fill_scalars(values: _Scalars, group: dict, order: list[str]) -> None:
+    """Every scalar slot of `order`, computed from the group's current hyperparameters."""
+    lr = _num(group["lr"])
+    wd = group["weight_decay"]
+    beta1, beta2 = (_num(x) for x in group.get("betas", (0.0, 0.0)))
+    small = abs(1 - beta1) < 0.5
+    known = {
+        "decay": lambda: 1 - lr * wd,
+        "wd": lambda: wd,
+        "lerp_w": lambda: 1 - beta1 if small else beta1,
+        "beta2": lambda: beta2,
+        "one_minus_beta2": lambda: 1 - beta2,
+        "eps": lambda: group["eps"],
+        "momentum": lambda: group["momentum"],
+        "damp": lambda: 1 - group["dampening"],
+        "neg_lr": lambda: -lr,
+    }
+    out = []
+    for name in order:
+        if name in values.slots:
+            out.append(values.values[values.slots[name]])
+        else:
+            out.append(float(known[name]()))
+    values.values = out
+
+
+def _unaliased(tensors: dict, written: list[str]) -> bool:
+    """True when no tensor the step writes (parameters, state) shares a storage with another
+    input: then kernels may store into them (PassContext::inputs_unaliased)."""
+    seen: dict[int, bool] = {}  # storage -> written
+    for name, ts in tensors.items():
+        writes = name == "param" or name in written
+        for t in ts:
+            ptr = t.untyped_storage().data_ptr()
+            if ptr in seen and (writes or seen[ptr]):
+                return False
+            seen[ptr] = writes or seen.get(ptr, False)
+    return True
