@@ -27,6 +27,10 @@ Result infer(const OpRule& rule, const Call& c, bool method) {
       return softmax(rule, c);
     case OpFamily::LayerNorm:
       return layer_norm(rule, c);
+    case OpFamily::BatchNorm:
+      return batch_norm(rule, c);
+    case OpFamily::GroupNorm:
+      return group_norm(rule, c);
     case OpFamily::Cat:
     case OpFamily::Stack:
       return join(rule, c);
@@ -52,6 +56,7 @@ PyRef int_tuple(const Dims& v) {
 // A fresh meta tensor; one that needs grad is made by autograd (a clone of a
 // leaf), so it is not a leaf, as the op's own result would not be.
 PyRef make(const Result& r) {
+  if (r.same_as) return PyRef::borrow(r.same_as);
   const TorchApi& api = torch_api();
   PyRef sizes = int_tuple(r.layout.sizes), strides = int_tuple(r.layout.strides);
   PyRef pos = PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));

@@ -72,6 +72,7 @@ struct Result {
   DType dtype;
   bool requires_grad;
   std::optional<Dims> viewed_as;  // the op returns a view of this size of its result
+  PyObject* same_as = nullptr;    // an in-place op returns this argument itself (borrowed)
 };
 
 // Autograd records the op when grad mode is on, an input needs grad and the

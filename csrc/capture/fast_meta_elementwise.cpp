@@ -56,7 +56,11 @@ Result unary(const OpRule& rule, const Call& c) {
   if (c.args.empty()) throw NotHandled();
   std::string name = rule.name;
   c.only_keywords({"inplace", "approximate"});
-  if (!is_false_or_absent(c.arg(1, "inplace")) && name != "gelu") throw NotHandled();
+  bool inplace = false;
+  if (!is_false_or_absent(c.arg(1, "inplace")) && name != "gelu") {
+    if (c.arg(1, "inplace") != Py_True) throw NotHandled();
+    inplace = true;
+  }
   if (name == "gelu") {
     PyObject* approx = c.arg(1, "approximate");
     if (approx) {
@@ -68,7 +72,17 @@ Result unary(const OpRule& rule, const Call& c) {
   if (c.args.size() > 2) throw NotHandled();
   Operand x = read_operand(c.args[0]);
   if (!x.tensor) throw NotHandled();
-  return elementwise(rule, {x});
+  Result r = elementwise(rule, {x});
+  if (inplace) {
+    // NOTE: F.relu(x, inplace=True) returns x itself; an input autograd tracks gets a new
+    // grad_fn from the real call, so that case is left to it.
+    // Writing an overlapping input (expanded) raises.
+    if (r.dtype != x.tensor->dtype || x.tensor->requires_grad ||
+        !is_non_overlapping_and_dense(x.tensor->layout))
+      throw NotHandled();
+    r.same_as = c.args[0];
+  }
+  return r;
 }
 
 Result binary(const OpRule& rule, const Call& c) {

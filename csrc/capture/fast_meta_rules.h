@@ -17,6 +17,8 @@ Result reduce(const OpRule& rule, const Call& c);
 Result softmax(const OpRule& rule, const Call& c);
 // fast_meta_norm.cpp
 Result layer_norm(const OpRule& rule, const Call& c);
+Result batch_norm(const OpRule& rule, const Call& c);
+Result group_norm(const OpRule& rule, const Call& c);
 // fast_meta_join.cpp
 Result join(const OpRule& rule, const Call& c);
 // fast_meta_matmul.cpp
