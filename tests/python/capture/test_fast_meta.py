@@ -1,4 +1,4 @@
-"""Meta results inferred in C++ (capture/fast_meta.cpp) against torch's own meta kernels:
+"""Meta results inferred in C++ (capture/fast_meta*.cpp) against torch's own meta kernels:
 sizes, strides, dtype, requires_grad, leaf-ness and freshness must be identical, and a call
 torch rejects must never be answered."""
 
