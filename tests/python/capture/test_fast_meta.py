@@ -436,8 +436,7 @@ def test_inplace_activation_returns_its_input_and_matches_meta():
     assert torchlite._C.fast_meta(F.relu, "", None, (leaf,), {"inplace": True}) is None
 
 
-@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-def test_compiled_cnn_matches_eager_with_every_fast_answer_checked(monkeypatch, layout):
+def test_compiled_cnn_matches_eager_with_every_fast_answer_checked(monkeypatch):
     monkeypatch.setattr(torchlite.config, "check_meta", True)
     from helpers import check
 
@@ -449,8 +448,6 @@ def test_compiled_cnn_matches_eager_with_every_fast_answer_checked(monkeypatch, 
         torch.nn.GroupNorm(2, 8),
         torch.nn.ReLU(inplace=True),
     ).eval()
-    x = torch.randn(2, 3, 6, 6)
-    if layout == "channels_last":
-        x = x.to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 6, 6).to(memory_format=torch.channels_last)
     with torch.no_grad():
         check(m, x)
