@@ -4,7 +4,7 @@ Each case runs in its own process (empty torchlite and inductor disk caches). Th
 after `import torch`, torchlite and the model's library are imported and the model and inputs
 are built, and stops when the first (compiling) call returns. `dynamo` says whether
 `torch._dynamo` was imported by then: importing it alone costs seconds, and torchlite's capture
-no longer needs it for the ops it infers in C++ (capture/fast_meta.cpp).
+no longer needs it for the ops it infers in C++ (capture/fast_meta*.cpp).
 
     python bench/cold_start.py [--cases pointwise,mlp,bert,resnet18] [--modes eager,torchlite]
                                [--warm]

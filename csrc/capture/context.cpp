@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "capture/autocast.h"
+#include "capture/backend_layout.h"
 #include "capture/eager_checks.h"
 #include "capture/effect_order.h"
 #include "capture/graph_break.h"
@@ -838,9 +839,18 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
     check_eager_only_errors(op_name, args);
     PyRef self = method.empty() ? PyRef() : to_meta_arg(args[0]);
     bool query = is_state_query(method, op_name, args, kwargs);
-    result = meta_call(target, method, self.get(), pos.get(),
-                       PyDict_Size(meta_kwargs.get()) ? meta_kwargs.get() : nullptr,
+    PyObject* kw = PyDict_Size(meta_kwargs.get()) ? meta_kwargs.get() : nullptr;
+    result = meta_call(target, method, self.get(), pos.get(), kw,
                        /*cacheable=*/!autocast_on && !query);
+    // NOTE: a layout that cannot be known would be a wrong stride(): run the op eagerly.
+    if (method.empty()) {
+      try {
+        result = eager_result_layout(op_name, std::move(result), device.get(), pos.get(), kw);
+      } catch (const PythonError&) {
+        graph_break("op_error", op_name + ": the layout eager's kernel gives its result could " +
+                                    "not be determined: " + exception_text());
+      }
+    }
     // NOTE: its answer is baked into the trace: it must still hold on later calls
     // (torch.autograd._profiler_enabled() once a profiler starts).
     if (query && result && is_immutable_constant(result.get()))

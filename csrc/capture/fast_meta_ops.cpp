@@ -69,6 +69,8 @@ const std::vector<Named>& ops() {
     t.push_back({"softmax", with(r(F::Softmax), true, false, false, 's')});
     t.push_back({"log_softmax", with(r(F::Softmax), true, false, false, 'l')});
     t.push_back({"layer_norm", with(r(F::LayerNorm), true, false, false)});
+    t.push_back({"batch_norm", r(F::BatchNorm)});
+    t.push_back({"group_norm", r(F::GroupNorm)});
     t.push_back({"cat", r(F::Cat, P::NoOpmath)});
     t.push_back({"stack", r(F::Stack, P::NoOpmath)});
     t.push_back({"tril", with(r(F::Tri), false, false, false, 'l')});
@@ -125,10 +127,11 @@ const Tables& tables() {
     PyRef nn_c = import("torch._C._nn");
     for (const Named& n : ops()) {
       const OpRule* rule = &n.rule;
+      if (rule->family == F::BatchNorm) continue;  // two signatures: below
       bool nn_only = rule->family == F::LayerNorm || rule->family == F::Linear ||
-                     std::string(n.name) == "relu6" || std::string(n.name) == "silu" ||
-                     std::string(n.name) == "mish" || std::string(n.name) == "hardswish" ||
-                     std::string(n.name) == "hardsigmoid";
+                     rule->family == F::GroupNorm || std::string(n.name) == "relu6" ||
+                     std::string(n.name) == "silu" || std::string(n.name) == "mish" ||
+                     std::string(n.name) == "hardswish" || std::string(n.name) == "hardsigmoid";
       if (!nn_only && rule->family != F::Softmax) add_function(*t, api.torch.get(), n.name, rule);
       add_function(*t, functional.get(), n.name, rule);
       if (std::string(n.name) == "gelu") add_function(*t, nn_c.get(), n.name, rule);
@@ -141,6 +144,15 @@ const Tables& tables() {
     // positionals.
     add_function(*t, api.torch.get(), "softmax", find("softmax"));
     add_function(*t, api.torch.get(), "log_softmax", find("log_softmax"));
+    // NOTE: F.batch_norm takes the running statistics before weight and bias.
+    static const OpRule functional_batch_norm = [] {
+      OpRule r = *find("batch_norm");
+      r.variant = 'f';
+      return r;
+    }();
+    add_function(*t, api.torch.get(), "batch_norm", find("batch_norm"));
+    add_function(*t, functional.get(), "batch_norm", &functional_batch_norm);
+    add_function(*t, api.torch.get(), "group_norm", find("group_norm"));
     PyRef op = import("operator");
     for (const char* n :
          {"add", "sub", "mul", "pow", "eq", "ne", "lt", "le", "gt", "ge", "neg", "abs"})

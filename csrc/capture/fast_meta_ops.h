@@ -17,6 +17,8 @@ enum class OpFamily {
   Reduce,
   Softmax,
   LayerNorm,
+  BatchNorm,
+  GroupNorm,
   Cat,
   Stack,
   Tri,
@@ -30,7 +32,8 @@ struct OpRule {
   bool tensors_only = false;  // no Python numbers (maximum, minimum)
   bool no_bool = false;       // raises on bool (sub, neg, floor_divide, remainder)
   char variant = 0;           // Reduce: 's' sum 'm' mean 'x' amax 'n' amin; Clamp: 'b' 'l' 'h';
-                              // Tri: 'l' 'u'; Binary: 'a' takes alpha=
+                              // Tri: 'l' 'u'; Binary: 'a' takes alpha=;
+                              // BatchNorm: 'f' F.batch_norm's argument order
   const char* name = "";
 };
 

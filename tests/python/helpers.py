@@ -42,6 +42,9 @@ def _fresh_tensor(t: torch.Tensor) -> torch.Tensor:
         else:
             lo, hi = (int(t.min()), int(t.max())) if t.numel() else (0, 0)
             out = torch.randint(lo, hi + 1, t.shape, dtype=t.dtype, device=t.device)
+        # NOTE: a dense input keeps its layout (channels-last, transposed): its stride guards
+        # still pass; empty_like gives other tensors contiguous strides, as before.
+        out = torch.empty_like(t).copy_(out)
     return out.requires_grad_(t.requires_grad)
 
 

@@ -1,4 +1,4 @@
-"""Meta results inferred in C++ (capture/fast_meta.cpp) against torch's own meta kernels:
+"""Meta results inferred in C++ (capture/fast_meta*.cpp) against torch's own meta kernels:
 sizes, strides, dtype, requires_grad, leaf-ness and freshness must be identical, and a call
 torch rejects must never be answered."""
 
@@ -112,7 +112,7 @@ def test_unary_methods_and_keyword_forms_match_meta():
         assert compare(None, x, method=name)
     assert compare(F.gelu, x, approximate="tanh")
     assert compare(F.silu, x, inplace=False)
-    assert not compare(F.silu, x, inplace=True)  # in place: left to torch
+    assert compare(F.silu, x, inplace=True)  # in place: x itself (see below)
 
 
 SHAPE_PAIRS = [
@@ -381,3 +381,73 @@ print("torch._dynamo" in sys.modules)
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+NORM_LAYOUTS = LAYOUTS + ["odd_unit_strides"]
+NORM_DTYPES = [torch.float32, torch.bfloat16, torch.int64]  # NOTE: torch's meta here is slow
+
+
+def test_batch_and_group_norm_match_meta_over_layouts_modes_and_forms():
+    answered = 0
+    for dtype, layout in itertools.product(NORM_DTYPES, NORM_LAYOUTS):
+        shape = (2, 1, 4, 1) if layout == "odd_unit_strides" else (2, 4, 3, 5)
+        grad = dtype == torch.bfloat16  # NOTE: requires_grad with and without grad mode
+        x = meta(shape, dtype, layout, requires_grad=grad)
+        c = shape[1]
+        w, b, m, v = (meta((c,), dtype) for _ in range(4))
+        for training in [False, True]:
+            answered += compare(F.batch_norm, x, m, v, w, b, training, 0.1, 1e-5)
+            answered += compare(F.batch_norm, x, m, v, weight=w, bias=b, training=training)
+            answered += compare(torch.batch_norm, x, w, b, m, v, training, 0.1, 1e-5, True)
+            answered += compare(torch.batch_norm, x, None, None, m, v, training, None, 1e-3, False)
+        answered += compare(F.batch_norm, x, m, meta((c + 1,), dtype))  # torch raises
+        answered += compare(F.batch_norm, x, m, v, meta((c,), torch.float64))
+        for groups in [2, 3]:
+            answered += compare(F.group_norm, x, groups)
+            answered += compare(F.group_norm, x, groups, w, b, 1e-6)
+            answered += compare(torch.group_norm, x, groups, weight=w, bias=None, eps=1e-3)
+    answered += compare(F.batch_norm, meta((1, 4)), None, None, training=True)  # one value
+    answered += compare(F.batch_norm, meta((8, 4)), None, None, training=True)
+    answered += compare(F.batch_norm, meta((8, 4)), None, None, training=False)  # torch raises
+    answered += compare(F.batch_norm, meta((8, 4, 6)), meta((4,)), meta((4,)))
+    answered += compare(F.group_norm, meta((8, 6, 5)), 3, meta((6,)), meta((6,)))
+    with torch.no_grad():
+        x = meta((2, 4, 3, 5), requires_grad=True)
+        answered += compare(F.batch_norm, x, meta((4,)), meta((4,)), meta((4,)), None)
+        answered += compare(F.group_norm, x, 2, meta((4,), requires_grad=True))
+    answered += compare(F.batch_norm, meta((2, 4, 3)), None, None, meta((4,), requires_grad=True))
+    answered += compare(F.batch_norm, meta((2, 4)), meta((4,), requires_grad=True), meta((4,)))
+    assert answered >= 30
+
+
+def test_inplace_activation_returns_its_input_and_matches_meta():
+    for dtype, layout in itertools.product(DTYPES, LAYOUTS):
+        x = meta((2, 3, 4, 5), dtype, layout)
+        for fn in [F.relu, F.silu, F.hardswish, F.relu6]:
+            fast = torchlite._C.fast_meta(fn, "", None, (x,), {"inplace": True})
+            if fast is not None:
+                assert fast is x
+            compare(fn, x, inplace=True)
+    x = meta((4, 8))
+    assert torchlite._C.fast_meta(F.relu, "", None, (x,), {"inplace": True}) is x
+    expanded = meta((4, 8), layout="expanded")  # torch raises on an overlapping write
+    assert not compare(F.relu, expanded, inplace=True)
+    leaf = meta((4, 8), requires_grad=True)  # autograd's bookkeeping: left to torch
+    assert torchlite._C.fast_meta(F.relu, "", None, (leaf,), {"inplace": True}) is None
+
+
+def test_compiled_cnn_matches_eager_with_every_fast_answer_checked(monkeypatch):
+    monkeypatch.setattr(torchlite.config, "check_meta", True)
+    from helpers import check
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(inplace=True),
+        torch.nn.GroupNorm(2, 8),
+        torch.nn.ReLU(inplace=True),
+    ).eval()
+    x = torch.randn(2, 3, 6, 6).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        check(m, x)

@@ -27,12 +27,6 @@ def test_fast_meta_ops_on_cuda_keep_device_and_match_eager(monkeypatch, dtype):
     check(fn, x, torch.rand(4, 8, 32, device="cuda") > 0.5)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open bug (issue 20): capture takes a convolution's output strides from torch's meta "
-    "kernel, which cannot see that cuDNN/oneDNN keep channels-last, so y.stride() differs from "
-    "eager's (on CPU too); the values match",
-)
 def test_fast_meta_channels_last_cuda_activations_match_eager(monkeypatch):
     monkeypatch.setattr(torchlite.config, "check_meta", True)
     conv = torch.nn.Conv2d(3, 8, 3).cuda().to(memory_format=torch.channels_last)
