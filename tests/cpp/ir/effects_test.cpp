@@ -72,3 +72,43 @@ TEST_CASE("dropout is a random draw unless training is the constant False", "[ir
   CHECK(visible_effect(*train));
   CHECK(visible_effect(*default_train));
 }
+
+TEST_CASE("writing a tensor the graph made is invisible; writing an input or a draw is not",
+          "[ir]") {
+  Graph g;
+  Node* x = g.add_placeholder("x", Source::local(0, "x"));
+  PyRef op_mod = eval("__import__('operator')");
+  auto op = [&](const char* name) {
+    return PyRef::steal(PyObject_GetAttrString(op_mod.get(), name));
+  };
+  Arg zero = Arg::constant(PyRef::steal(PyLong_FromLong(0)));
+  // buckets = 0; buckets += x; buckets += x  (T5's relative position buckets)
+  Node* from_number = g.add_call_function(op("iadd"), {zero, Arg::of_node(x)}, {});
+  Node* onto_fresh =
+      g.add_call_function(op("iadd"), {Arg::of_node(from_number), Arg::of_node(x)}, {});
+  CHECK_FALSE(visible_effect(*from_number));
+  CHECK_FALSE(visible_effect(*onto_fresh));
+
+  Node* product = g.add_call_function(op("mul"), {Arg::of_node(x), Arg::of_node(x)}, {});
+  Node* view = g.add_call_method("view", {Arg::of_node(product), zero}, {});
+  Node* add_on_view_of_fresh = g.add_call_method("add_", {Arg::of_node(view), zero}, {});
+  Node* setitem_fresh =
+      g.add_call_function(op("setitem"), {Arg::of_node(product), zero, Arg::of_node(x)}, {});
+  CHECK_FALSE(visible_effect(*add_on_view_of_fresh));
+  CHECK_FALSE(visible_effect(*setitem_fresh));
+
+  Node* input_view = g.add_call_method("view", {Arg::of_node(x), zero}, {});
+  Node* add_on_input = g.add_call_method("add_", {Arg::of_node(x), zero}, {});
+  Node* add_on_input_view = g.add_call_method("add_", {Arg::of_node(input_view), zero}, {});
+  Node* setitem_input =
+      g.add_call_function(op("setitem"), {Arg::of_node(input_view), zero, Arg::of_node(x)}, {});
+  Node* iadd_input = g.add_call_function(op("iadd"), {Arg::of_node(x), Arg::of_node(x)}, {});
+  CHECK(visible_effect(*add_on_input));
+  CHECK(visible_effect(*add_on_input_view));
+  CHECK(visible_effect(*setitem_input));
+  CHECK(visible_effect(*iadd_input));
+
+  // a random draw into a fresh tensor still advances the generator
+  Node* draw = g.add_call_method("normal_", {Arg::of_node(product)}, {});
+  CHECK(visible_effect(*draw));
+}

@@ -414,15 +414,37 @@ _LOOKALIKE_EFFECTS = {
     "eval_dropout_module": (lambda x: torch.nn.Dropout(0.1).eval()(x), 0),
     "add_out_none": (lambda x: torch.add(x, 1, out=None), 0),
     "relu_inplace_true": (lambda x: torch.nn.functional.relu(x.mul_(1), inplace=True), 1),
+    "number_augmented": (lambda x: _buckets(x), 0),
+    "fresh_setitem": (lambda x: _write_fresh(x), 0),
     "add_inplace": (lambda x: x.add_(1), 1),
+    "input_view_setitem": (lambda x: _write_input_view(x), 1),
 }
+
+
+def _buckets(x):
+    b = 0  # T5's relative position buckets: `+=` onto a number, then onto that new tensor
+    b += (x > 0).to(torch.long) * 3
+    b += x.to(torch.long)
+    return b * x
+
+
+def _write_fresh(x):
+    z = x * 2
+    z[1] = 5.0
+    return z
+
+
+def _write_input_view(x):
+    x.view(2, 2)[0] = 5.0
+    return x * 2
 
 
 @pytest.mark.parametrize("case", list(_LOOKALIKE_EFFECTS))
 def test_index_after_effect_lookalikes_and_python_side_effect_stays_one_graph(case):
     """Found by bench/models.py on the GPU: every transformers model broke its graph at the
     attention mask's advanced index, because the mask's `&` (operator.and_) counted as an
-    in-place op and the decorators' `kwargs.pop(...)` as a Python side effect (effect_order)."""
+    in-place op and the decorators' `kwargs.pop(...)` as a Python side effect (effect_order);
+    T5 also at its embedding, after `+=` onto a tensor it had just made."""
     op, breaks = _LOOKALIKE_EFFECTS[case]
 
     def fn(x, kw):
