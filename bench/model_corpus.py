@@ -215,12 +215,14 @@ def _text(
 
 def _bert_like(s: _Size, **extra) -> dict:
     return dict(
-        vocab_size=_VOCAB,
-        hidden_size=s.hidden,
-        num_hidden_layers=s.layers,
-        num_attention_heads=s.heads,
-        intermediate_size=s.hidden * 4,
-        max_position_embeddings=512,
+        {
+            "vocab_size": _VOCAB,
+            "hidden_size": s.hidden,
+            "num_hidden_layers": s.layers,
+            "num_attention_heads": s.heads,
+            "intermediate_size": s.hidden * 4,
+            "max_position_embeddings": 512,
+        },
         **extra,
     )
 
@@ -338,7 +340,14 @@ _ENC_DEC = {
 
 TRANSFORMERS = [
     _text("bert", "BertConfig", "BertModel", _bert_like),
-    _text("roberta", "RobertaConfig", "RobertaModel", _bert_like),
+    # NOTE: RoBERTa's positions start after its padding index (1): 512 tokens need 514 (the
+    # published config); with 512 a 512-token input indexes past the table (a CUDA assert).
+    _text(
+        "roberta",
+        "RobertaConfig",
+        "RobertaModel",
+        lambda s: _bert_like(s, max_position_embeddings=514),
+    ),
     _text(
         "distilbert",
         "DistilBertConfig",

@@ -287,7 +287,12 @@ def run_one(spec, opts, timer, profile_log, row):
 
     eager = caller(model)
     with torch.no_grad():
-        expected = eager()
+        try:
+            expected = eager()
+        except Exception as exc:  # noqa: BLE001  (a bad config fails in eager: reported)
+            row["correct"] = "eager-error"
+            row["error"] = _short_error(exc)
+            return row
         eager_err = rel_error(expected, reference) if reference is not None else 0.0
 
         def check(out) -> float:
