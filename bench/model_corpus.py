@@ -7,6 +7,9 @@ Each entry builds `(model, args, kwargs)` for one of two sizes:
 - full size (`full=True`): the published configuration at 224 px (timm) or a small but realistic
   configuration (transformers), meant for the GPU machine.
 
+`build(full, batch=, seq=)` overrides the batch size (every model) and the text length (text
+models; CLIP's text stops at its 77 positions), for benchmarks at realistic batch sizes.
+
     from model_corpus import CORPUS, load_model_libs
     load_model_libs()
     model, args, kwargs = CORPUS[0].build(full=False)
@@ -51,13 +54,16 @@ def load_model_libs() -> tuple[Any, Any]:
 class ModelSpec:
     name: str
     family: str  # "timm" or "transformers"
-    make: Callable[[bool], tuple[torch.nn.Module, tuple, dict]]
+    # make(full, batch, seq): batch/seq None keep the entry's own sizes
+    make: Callable[[bool, int | None, int | None], tuple[torch.nn.Module, tuple, dict]]
 
-    def build(self, full: bool = False, seed: int = 0) -> tuple[torch.nn.Module, tuple, dict]:
+    def build(
+        self, full: bool = False, seed: int = 0, batch: int | None = None, seq: int | None = None
+    ) -> tuple[torch.nn.Module, tuple, dict]:
         """(model in eval mode, positional args, keyword args); the same seed gives the same
         weights and inputs."""
         torch.manual_seed(seed)
-        model, args, kwargs = self.make(full)
+        model, args, kwargs = self.make(full, batch, seq)
         return model.eval(), args, kwargs
 
 
@@ -76,13 +82,13 @@ def _timm(
 ) -> ModelSpec:
     """`ci` holds create_model kwargs that shrink the model for CI (depths, widths, img_size)."""
 
-    def make(full: bool):
+    def make(full: bool, n: int | None, _seq: int | None):
         import timm
 
         kwargs = {} if full else dict(ci or {})
         model = timm.create_model(model_name or name, pretrained=False, **kwargs)
         px = full_size if full else size
-        return model, (torch.randn(batch, 3, px, px),), {}
+        return model, (torch.randn(n or batch, 3, px, px),), {}
 
     return ModelSpec(name, "timm", make)
 
@@ -189,13 +195,14 @@ def _text(
     """An encoder or decoder taking input_ids (+ attention_mask), its config made by `config`
     from _CI or _FULL; `decoder` adds decoder_input_ids for encoder-decoder models."""
 
-    def make(is_full: bool):
+    def make(is_full: bool, batch: int | None, n: int | None):
         import transformers
 
         # NOTE: use_cache=False: a forward pass, not generation; outputs are plain tensors.
         cfg = getattr(transformers, cfg_cls)(**config(_FULL if is_full else _CI), use_cache=False)
         model = getattr(transformers, model_cls)(cfg)
-        batch, n = (4, 128) if is_full else (2, seq)
+        batch = batch or (4 if is_full else 2)
+        n = n or (128 if is_full else seq)
         kwargs = {"input_ids": _ids(batch, n)}
         if mask:
             kwargs["attention_mask"] = _padded_mask(batch, n)
@@ -208,12 +215,14 @@ def _text(
 
 def _bert_like(s: _Size, **extra) -> dict:
     return dict(
-        vocab_size=_VOCAB,
-        hidden_size=s.hidden,
-        num_hidden_layers=s.layers,
-        num_attention_heads=s.heads,
-        intermediate_size=s.hidden * 4,
-        max_position_embeddings=512,
+        {
+            "vocab_size": _VOCAB,
+            "hidden_size": s.hidden,
+            "num_hidden_layers": s.layers,
+            "num_attention_heads": s.heads,
+            "intermediate_size": s.hidden * 4,
+            "max_position_embeddings": 512,
+        },
         **extra,
     )
 
@@ -236,12 +245,12 @@ def _head_dim(s: _Size) -> int:
     return s.hidden // (2 * s.heads)
 
 
-def _image_input(is_full: bool, size_ci: int = 32):
+def _image_input(is_full: bool, batch: int | None, size_ci: int = 32):
     px = 224 if is_full else size_ci
-    return torch.randn(4 if is_full else 2, 3, px, px)
+    return torch.randn(batch or (4 if is_full else 2), 3, px, px)
 
 
-def _vit(is_full: bool):
+def _vit(is_full: bool, batch: int | None, _seq: int | None):
     import transformers
 
     cfg = transformers.ViTConfig(
@@ -252,10 +261,10 @@ def _vit(is_full: bool):
         image_size=224 if is_full else 32,
         patch_size=16 if is_full else 8,
     )
-    return transformers.ViTModel(cfg), (), {"pixel_values": _image_input(is_full)}
+    return transformers.ViTModel(cfg), (), {"pixel_values": _image_input(is_full, batch)}
 
 
-def _clip(is_full: bool):
+def _clip(is_full: bool, batch: int | None, seq: int | None):
     import transformers
 
     s = _FULL if is_full else _CI
@@ -277,16 +286,17 @@ def _clip(is_full: bool):
         "patch_size": 16 if is_full else 8,
     }
     cfg = transformers.CLIPConfig(text_config=text, vision_config=vision, projection_dim=s.hidden)
-    batch, n = (4, 77) if is_full else (2, 12)
+    n = min(seq, 77) if seq else (77 if is_full else 12)
+    batch = batch or (4 if is_full else 2)
     kwargs = {
         "input_ids": _ids(batch, n),
         "attention_mask": _padded_mask(batch, n),
-        "pixel_values": _image_input(is_full),
+        "pixel_values": _image_input(is_full, batch),
     }
     return transformers.CLIPModel(cfg), (), kwargs
 
 
-def _whisper(is_full: bool):
+def _whisper(is_full: bool, batch: int | None, _seq: int | None):
     import transformers
 
     h, layers = (256, 2) if is_full else (64, 1)
@@ -309,7 +319,7 @@ def _whisper(is_full: bool):
         decoder_start_token_id=1,
         use_cache=False,
     )
-    batch = 2
+    batch = batch or 2
     kwargs = {"input_features": torch.randn(batch, 80, frames), "decoder_input_ids": _ids(batch, 8)}
     return transformers.WhisperModel(cfg), (), kwargs
 
@@ -330,7 +340,14 @@ _ENC_DEC = {
 
 TRANSFORMERS = [
     _text("bert", "BertConfig", "BertModel", _bert_like),
-    _text("roberta", "RobertaConfig", "RobertaModel", _bert_like),
+    # NOTE: RoBERTa's positions start after its padding index (1): 512 tokens need 514 (the
+    # published config); with 512 a 512-token input indexes past the table (a CUDA assert).
+    _text(
+        "roberta",
+        "RobertaConfig",
+        "RobertaModel",
+        lambda s: _bert_like(s, max_position_embeddings=514),
+    ),
     _text(
         "distilbert",
         "DistilBertConfig",

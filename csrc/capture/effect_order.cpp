@@ -82,17 +82,27 @@ bool python_effects_pending(const CaptureContext& ctx) {
                      [](const ValuePtr& c) { return c->mutated; });
 }
 
+// The first node of `graph` with a visible effect, null if none.
+const ir::Node* first_visible_effect(const ir::Graph& graph) {
+  for (const auto& n : graph.nodes())
+    if (ir::visible_effect(*n)) return n.get();
+  return nullptr;
+}
+
 }  // namespace
 
 void check_effect_order(CaptureContext& ctx, const std::string& op,
                         const std::vector<ValuePtr>& args) {
-  if (!checks_values(op, args) || !python_effects_pending(ctx) ||
-      !ir::any_visible_effect(ctx.graph()))
-    return;
+  if (!checks_values(op, args) || !python_effects_pending(ctx)) return;
+  const ir::Node* effect = first_visible_effect(ctx.graph());
+  if (!effect) return;
+  // NOTE: the reason names the in-place op, so the user (and a benchmark's break table) sees
+  // which one to move.
   graph_break("effect_order",
-              op + " checks its operands' values when it runs, after an in-place op and Python "
-                   "side effects: it runs in CPython so that, if it raises, both happened first "
-                   "as in eager",
+              op + " checks its operands' values when it runs, after an in-place op (" +
+                  effect->target_name + " at " + effect->location +
+                  ") and Python side effects: it runs in CPython so that, if it raises, both "
+                  "happened first as in eager",
               "Move the in-place update or the list/dict/attribute update after this op, or "
               "validate the indices before the compiled call.");
 }

@@ -1,13 +1,26 @@
 #pragma once
 // What running a graph node does beyond computing its result: the effects the
 // caller can see, and whether the op checks its operands' values when it runs.
+#include <string>
+
 #include "ir/graph.h"
 
 namespace tl::ir {
 
 // A node whose run is visible after the graph: an in-place op (`add_`, `x[i] = v`, `out=`,
 // `inplace=True`), a random draw (it advances the generator) or one that runs hooks.
+// `inplace=False`, `out=None` and an eval-mode dropout are not.
 bool visible_effect(const Node& n);
+
+// True when the target's name says it writes its first operand: a trailing underscore
+// (`add_`, `torch.relu_`, `copy_`), except Python's `operator.and_`, `or_`, `not_`, `is_`,
+// whose underscore only steps around a keyword (`a & b` is not in place; `a &= b` is iand).
+bool in_place_name(const std::string& target_name);
+
+// F.dropout(x, p, training, inplace) and its variants (dropout1d/2d/3d, alpha_dropout,
+// feature_alpha_dropout, torch.dropout(x, p, train)) with training a constant False: the
+// identity, the call every nn.Dropout makes in eval mode (no random draw).
+bool is_eval_dropout(const Node& n);
 
 // True if some node of `graph` has a visible effect.
 bool any_visible_effect(const Graph& graph);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "ir/effects.h"
+
 namespace tl::passes {
 namespace {
 
@@ -41,26 +43,19 @@ std::vector<const ir::Node*> node_inputs(const ir::Node& n) {
   return out;
 }
 
-bool is_eval_dropout(const ir::Node& n) {
-  const ir::Arg* training = n.args.size() > 2 ? &n.args[2] : nullptr;
-  for (const auto& [k, v] : n.kwargs)
-    if (k == "training" || k == "train") training = &v;
-  return training && training->kind == ir::Arg::Kind::Const && training->value.get() == Py_False;
-}
-
 bool is_barrier(const ir::Node& n) {
   if (n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) return false;
   const std::string& full = n.target_name;
   std::string base = full.substr(full.rfind('.') + 1);
   bool dunder = base.size() > 4 && base.rfind("__", 0) == 0;
   if (dunder) base = base.substr(2, base.size() - 4);
-  if (!base.empty() && base.back() == '_' && base.front() != '_') return true;  // add_, copy_
+  if (!dunder && ir::in_place_name(full)) return true;  // add_, copy_ (not operator.and_)
   static const char* kInplaceOperators[] = {
       "iadd", "isub", "imul",    "itruediv", "ifloordiv", "imod",    "ipow",   "iand",
       "ior",  "ixor", "ilshift", "irshift",  "imatmul",   "setitem", "delitem"};
   for (const char* op : kInplaceOperators)
     if (base == op) return true;
-  if (base.find("dropout") != std::string::npos && is_eval_dropout(n))  // the identity
+  if (base.find("dropout") != std::string::npos && ir::is_eval_dropout(n))  // the identity
     return has_kwarg(n, "out") || truthy_kwarg(n, "inplace");
   if (base == "batch_norm") {  // training mode updates the running stats in place
     const ir::Arg* training = n.args.size() > 5 ? &n.args[5] : nullptr;

@@ -23,10 +23,6 @@ GraphInfo analyze_graph(const ir::Graph& graph);
 // against every other op is observable, so they split fusion segments.
 bool is_barrier(const ir::Node& n);
 
-// A dropout call whose training flag (third argument, `training`, or torch.dropout's
-// `train`) is the constant False: it returns its input itself.
-bool is_eval_dropout(const ir::Node& n);
-
 // Every node an argument tree refers to (args and kwargs, nested).
 std::vector<const ir::Node*> node_inputs(const ir::Node& n);
 

@@ -2,6 +2,7 @@
 // per axis of the base, which axis of the view indexes it (-1: always 0).
 // Views are never stored (fuse.cpp keeps them extern when their value is
 // needed outside one kernel), so aliasing stays torch's.
+#include "ir/effects.h"
 #include "passes/alias.h"
 #include "passes/lower_data.h"
 
@@ -193,7 +194,7 @@ bool eval_dropout(RuleCtx& c) {
   const ir::Node* b = base_of(c);
   if (!b) return false;
   for (const char* kw : {"p", "training", "train", "inplace"}) c.arg(99, kw);
-  if (!is_eval_dropout(c.node)) return false;
+  if (!ir::is_eval_dropout(c.node)) return false;
   for (size_t j = 0; j < b->meta->sizes.size(); ++j)
     c.out.base_axes.push_back(b->meta->sizes[j] == 1 ? -1 : static_cast<int>(j));
   return c.all_kwargs_read();

@@ -9,6 +9,7 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/py_import.h"
+#include "ir/effects.h"
 
 namespace tl::runtime {
 namespace {
@@ -78,7 +79,7 @@ bool training_off(const ir::Node& n) {
 bool writes_in_place(const ir::Node& n) {
   if (n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) return false;
   const std::string last = last_part(n.target_name);
-  if (last.size() > 1 && last.back() == '_' && last[last.size() - 2] != '_') return true;
+  if (ir::in_place_name(n.target_name)) return true;
   if (last == "setitem" || last == "__setitem__" || last.rfind("__i", 0) == 0) return true;
   for (const auto& [k, v] : n.kwargs)
     if (k == "out") return true;

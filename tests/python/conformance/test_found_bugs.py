@@ -403,6 +403,62 @@ def test_index_after_effects_breaks_only_when_both_kinds_came_first(effects):
     assert report.graph_break_count == (1 if effects == "both" else 0)
 
 
+# (op before the side effect, graph breaks expected): ops that only look like effects by name
+# or by a spelled-out default (`a & b` is operator.and_, nn.ReLU passes inplace=False, an eval
+# nn.Dropout passes training=False) must not split the graph; true ones still do.
+_LOOKALIKE_EFFECTS = {
+    "and_mask": (lambda x: x * ((x > 0) & (x < 1)), 0),
+    "or_mask": (lambda x: x * ((x > 0) | (x < -1)), 0),
+    "relu_inplace_false": (lambda x: torch.nn.functional.relu(x, inplace=False), 0),
+    "eval_dropout": (lambda x: torch.nn.functional.dropout(x, 0.1, training=False), 0),
+    "eval_dropout_module": (lambda x: torch.nn.Dropout(0.1).eval()(x), 0),
+    "add_out_none": (lambda x: torch.add(x, 1, out=None), 0),
+    "relu_inplace_true": (lambda x: torch.nn.functional.relu(x.mul_(1), inplace=True), 1),
+    "number_augmented": (lambda x: _buckets(x), 0),
+    "fresh_setitem": (lambda x: _write_fresh(x), 0),
+    "add_inplace": (lambda x: x.add_(1), 1),
+    "input_view_setitem": (lambda x: _write_input_view(x), 1),
+}
+
+
+def _buckets(x):
+    b = 0  # T5's relative position buckets: `+=` onto a number, then onto that new tensor
+    b += (x > 0).to(torch.long) * 3
+    b += x.to(torch.long)
+    return b * x
+
+
+def _write_fresh(x):
+    z = x * 2
+    z[1] = 5.0
+    return z
+
+
+def _write_input_view(x):
+    x.view(2, 2)[0] = 5.0
+    return x * 2
+
+
+@pytest.mark.parametrize("case", list(_LOOKALIKE_EFFECTS))
+def test_index_after_effect_lookalikes_and_python_side_effect_stays_one_graph(case):
+    """Found by bench/models.py on the GPU: every transformers model broke its graph at the
+    attention mask's advanced index, because the mask's `&` (operator.and_) counted as an
+    in-place op and the decorators' `kwargs.pop(...)` as a Python side effect (effect_order);
+    T5 also at its embedding, after `+=` onto a tensor it had just made."""
+    op, breaks = _LOOKALIKE_EFFECTS[case]
+
+    def fn(x, kw):
+        y = op(x)
+        kw.pop("flag", None)
+        return y[torch.tensor([0, 3])] + 1
+
+    check_program(fn, lambda: (torch.randn(4), {"flag": True}))
+    report = torchlite.explain(fn)(torch.randn(4), {"flag": True})
+    assert report.graph_break_count == breaks, str(report)
+    if breaks:
+        assert report.break_reasons[0].kind == "effect_order"
+
+
 G_LIST2 = [1, 2]
 
 

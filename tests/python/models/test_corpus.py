@@ -35,7 +35,9 @@ _AVAILABLE = {"timm": _TIMM is not None, "transformers": _TRANSFORMERS is not No
 # NOTE: open bug (issue 22 item 3): ModelOutput.__getitem__ with a str key breaks at
 # `self.items()` of an OrderedDict subclass, and the resume function's odict_items is guarded
 # by identity, so every call captures that resume again. Checked below so a fix shows up.
-RECAPTURE_ON_SECOND_CALL = {"t5", "bart"}
+# t5 and bart left it when their graphs stopped breaking at all (effect_order look-alikes);
+# the bug itself is still open for code that breaks before such a __getitem__.
+RECAPTURE_ON_SECOND_CALL: set[str] = set()
 
 
 @pytest.mark.parametrize("spec", [pytest.param(s, id=s.name) for s in CORPUS])
