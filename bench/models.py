@@ -142,6 +142,8 @@ def run_one(spec, full, device, runs):
             row["one_graph"] = report.graph_count == 1 and report.graph_break_count == 0
         except Exception as exc:  # noqa: BLE001
             row["reason"] = f"explain failed: {_short_error(exc)}"
+        if runs <= 0:  # NOTE: --runs 0: a coverage sweep, no timings
+            return row
         row["eager_ms"] = _median_ms(lambda: model(*args, **kwargs), device, runs)
         if row["correct"] == "ok":
             row["tl_ms"] = _median_ms(lambda: compiled(*args, **kwargs), device, runs)
@@ -198,7 +200,9 @@ def main(argv=None) -> int:
     parser.add_argument("--full", action="store_true", help="published sizes (GPU machine)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--only", default="", help="comma-separated model names or families")
-    parser.add_argument("--runs", type=int, default=5, help="timed runs per model (median)")
+    parser.add_argument(
+        "--runs", type=int, default=5, help="timed runs per model (median); 0: no timings"
+    )
     parser.add_argument("--report", default=os.path.join(_HERE, "models_report.txt"))
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--extra", action="store_true", help="add the wider corpus (EXTRA)")

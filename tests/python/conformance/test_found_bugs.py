@@ -726,3 +726,20 @@ def test_reduction_read_through_view_by_a_sibling_consumer(view):
         return VIEWS_BETWEEN[view](r) + a.cos()
 
     check_program(fn, lambda: (torch.randn(6, 6),))
+
+
+@pytest.mark.parametrize("combine", ["and", "or"])
+def test_bool_operators_on_masks_are_not_in_place_ops(combine):
+    # transformers' masking_utils: `a & b` on bool masks, a Python side effect, then an
+    # advanced index. operator.and_ ends in "_" but is no in-place op: no effect_order break.
+    def fn(x, a, b, ks):
+        m = a & b if combine == "and" else a | b
+        ks.append(1)
+        return x[torch.tensor([0, 3])] + m.sum()
+
+    def inputs():
+        return torch.randn(4), torch.rand(4) > 0.5, torch.rand(4) > 0.5, [0]
+
+    check_program(fn, inputs)
+    report = torchlite.explain(fn)(*inputs())
+    assert report.graph_break_count == 0, report.break_reasons
