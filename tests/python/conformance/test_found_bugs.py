@@ -743,3 +743,37 @@ def test_bool_operators_on_masks_are_not_in_place_ops(combine):
     check_program(fn, inputs)
     report = torchlite.explain(fn)(*inputs())
     assert report.graph_break_count == 0, report.break_reasons
+
+
+@pytest.mark.parametrize("form", ["functional", "module", "functional_inplace_kw"])
+def test_dropout_in_eval_is_not_an_effect_before_an_advanced_index(form):
+    # transformers' attention: dropout with training=False, a Python side effect, then an
+    # advanced index (an embedding or mask lookup): no effect_order break in eval mode.
+    drop = torch.nn.Dropout(0.5).eval()
+
+    def fn(x, ks):
+        if form == "functional":
+            y = torch.nn.functional.dropout(x, p=0.5, training=False)
+        elif form == "module":
+            y = drop(x)
+        else:
+            y = torch.nn.functional.dropout(x, p=0.5, training=False, inplace=False)
+        ks.append(1)
+        return y[torch.tensor([0, 3])] + 1
+
+    def inputs():
+        return torch.randn(4), [0]
+
+    check_program(fn, inputs)
+    report = torchlite.explain(fn)(*inputs())
+    assert report.graph_break_count == 0, report.break_reasons
+
+
+def test_dropout_in_training_still_orders_effects_before_an_advanced_index():
+    def fn(x, ks):
+        y = torch.nn.functional.dropout(x, p=0.5, training=True)
+        ks.append(1)
+        return y[torch.tensor([0, 3])] + 1
+
+    report = torchlite.explain(fn)(torch.randn(4), [0])
+    assert report.breaks_by_kind.get("effect_order") == 1, report.break_reasons
