@@ -245,6 +245,19 @@ std::optional<ValuePtr> Tracer::created_object_method(const ValuePtr& self, cons
   return call_pure(ctx_, m.get(), args, kwargs);
 }
 
+// A set member's key: set_key's, or for a parameter read from the frame the parameter itself
+// (tensors hash by identity), pinned by an ID_MATCH: nn.Module._named_members keeps a memo set
+// of the parameters it has yielded.
+PyRef Tracer::set_member_key(const ValuePtr& item) {
+  if (PyRef c = set_key(item)) return c;
+  if (!item->is_tensor() || !item->source) return {};
+  PyObject* real = ctx_.real_input(item);
+  auto* parameter = reinterpret_cast<PyTypeObject*>(torch_api().parameter_type.get());
+  if (!real || !PyObject_TypeCheck(real, parameter)) return {};
+  ctx_.guards().add_id_match(item->source, real);
+  return PyRef::borrow(real);
+}
+
 // Methods of a set of constants: run on the real set (mutators in place, so every alias of
 // the value sees them); arguments must be constants.
 ValuePtr Tracer::call_set_method(const ValuePtr& self, const std::string& name,
@@ -276,7 +289,7 @@ ValuePtr Tracer::call_set_method(const ValuePtr& self, const std::string& name,
     graph_break("unsupported_value", "set." + name + "() on a set of modules or objects");
   std::vector<ValuePtr> consts;
   for (auto& a : args) {
-    PyRef c = single ? set_key(a) : const_tuple(a);
+    PyRef c = single ? set_member_key(a) : const_tuple(a);
     if (!c) graph_break("unsupported_value", "set." + name + "() of a " + a->type_name());
     if (name == "add" && !const_tuple(a)) self->flag = true;
     consts.push_back(Value::constant(c));

@@ -670,3 +670,34 @@ def test_torch_nn_method_called_unbound_on_a_module_is_inlined(shape):
     y = torch.randn(3, 6, 6)
     check(model, y)
     assert _graphs_and_breaks(model, y) == (1, 0)
+
+
+# --- parameters in a memo set (nn.Module.parameters() inside forward: XLNet's dtype) ------------
+
+
+class _TiedAndCountsParameters(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 4)
+        self.b.weight = self.a.weight  # tied: parameters() yields it once
+
+    def forward(self, x):
+        dtype = next(self.parameters()).dtype
+        n = len(list(self.parameters()))
+        return (self.a(x) + self.b(x)).to(dtype) * n
+
+
+def test_parameters_in_a_memo_set_are_members_by_identity():
+    model = _TiedAndCountsParameters().eval()
+    x = torch.randn(2, 4)
+    check(model, x)
+    assert _graphs_and_breaks(model, x) == (1, 0)
+    before = counters()
+    compiled = torchlite.compile(model)
+    compiled(x)
+    compiled(x)
+    assert counters()["recompiles"] == before["recompiles"]
+    # Untying changes what parameters() yields: the identity guards see it.
+    model.b.weight = torch.nn.Parameter(model.a.weight.detach().clone())
+    torch.testing.assert_close(compiled(x), model(x))

@@ -284,3 +284,37 @@ def test_dict_subclass_items_are_fed_from_storage_not_its_getitem():
         d = _ScaledGetitem(a=torch.randn(3), b=torch.randn(3))
         x = torch.randn(3)
         assert_same(compiled(d, x), _get_after_break(d, x), path=f"call {i}")
+
+
+class _MovesBufferEachCall(nn.Module):
+    """transformers' CTRL: `self.pos = self.pos.to(device, dtype)` on every forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("pos", torch.randn(8, 4))
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, idx):
+        self.pos = self.pos.to(device=x.device, dtype=x.dtype)
+        return self.lin(x) + self.pos[idx, :]
+
+
+def test_buffer_stored_back_by_a_no_op_to_is_captured_and_stable():
+    model = _MovesBufferEachCall()
+    pos = model.pos
+    x, idx = torch.randn(3, 4), torch.tensor([0, 5, 7])
+    _assert_second_call_hits_cache(model, x, idx)
+    assert model.pos is pos  # the no-op .to() stored back the same tensor, as in eager
+    report = torchlite.explain(model)(x, idx)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), report.break_reasons
+
+
+def test_buffer_stored_back_by_a_real_cast_still_matches_eager():
+    model, eager = _MovesBufferEachCall(), _MovesBufferEachCall()
+    eager.load_state_dict(model.state_dict())
+    compiled = torchlite.compile(model)
+    x, idx = torch.randn(3, 4, dtype=torch.float64), torch.tensor([1, 2, 3])
+    model.lin.double()
+    eager.lin.double()
+    assert_same(compiled(x, idx), eager(x, idx))
+    assert model.pos.dtype == torch.float64 and eager.pos.dtype == torch.float64
