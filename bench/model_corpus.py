@@ -459,4 +459,378 @@ TRANSFORMERS = [
 ]
 
 CORPUS: list[ModelSpec] = TIMM + TRANSFORMERS
-BY_NAME = {spec.name: spec for spec in CORPUS}
+
+# ---------------------------------------------------------------------------------------------
+# The wider corpus (bench/models.py --extra only, not CI): more architectures at tiny sizes, CPU.
+# One size only (`full` is ignored): a capture-coverage sweep, not a speed benchmark.
+# ---------------------------------------------------------------------------------------------
+
+_TINY_TEXT = {
+    "vocab_size": _VOCAB,
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+    "max_position_embeddings": 512,
+    **_SPECIAL,
+    "pad_token_id": 1,
+}
+
+
+def _tiny_text(
+    name: str,
+    cfg_cls: str,
+    model_cls: str,
+    seq: int = 16,
+    mask: bool = True,
+    decoder: bool = False,
+    **overrides,
+) -> ModelSpec:
+    """A text model from its config class at _TINY_TEXT sizes; `overrides` replace or add config
+    keys (None drops one). transformers maps the common names (hidden_size, ...) onto each
+    config's own through its attribute_map."""
+
+    def make(_full: bool):
+        import transformers
+
+        cfg = {**_TINY_TEXT, **overrides}
+        cfg = {k: v for k, v in cfg.items() if v is not None}
+        config = getattr(transformers, cfg_cls)(**cfg, use_cache=False)
+        model = getattr(transformers, model_cls)(config)
+        kwargs = {"input_ids": _ids(2, seq)}
+        if mask:
+            kwargs["attention_mask"] = _padded_mask(2, seq)
+        if decoder:
+            kwargs["decoder_input_ids"] = _ids(2, seq // 2)
+        return model, (), kwargs
+
+    return _tf(name, make)
+
+
+def _tiny_config_model(
+    name: str, cfg_cls: str, model_cls: str, inputs: Callable[[], dict], **cfg
+) -> ModelSpec:
+    """A non-text transformers model (vision, audio) from its config class and `cfg`."""
+
+    def make(_full: bool):
+        import transformers
+
+        config = getattr(transformers, cfg_cls)(**cfg)
+        return getattr(transformers, model_cls)(config), (), inputs()
+
+    return _tf(name, make)
+
+
+def _pixels(px: int = 32) -> Callable[[], dict]:
+    return lambda: {"pixel_values": torch.randn(2, 3, px, px)}
+
+
+_ENC_DEC_TINY = {
+    "d_model": 64,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 128,
+    "decoder_ffn_dim": 128,
+    "decoder_start_token_id": 2,
+}
+_T5_TINY = {"d_model": 64, "d_kv": 16, "d_ff": 128, "num_layers": 2, "num_heads": 4}
+_MOE_TINY = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64}
+_VIT_TINY = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 128,
+    "image_size": 32,
+    "patch_size": 8,
+}
+_AUDIO_TINY = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 128,
+    "conv_dim": (16, 16),
+    "conv_stride": (5, 2),
+    "conv_kernel": (10, 3),
+    "num_conv_pos_embeddings": 16,
+    "num_conv_pos_embedding_groups": 2,
+}
+
+EXTRA_TRANSFORMERS = [
+    # encoders
+    _tiny_text("deberta", "DebertaConfig", "DebertaModel"),
+    _tiny_text("deberta_v2", "DebertaV2Config", "DebertaV2Model"),
+    _tiny_text("mpnet", "MPNetConfig", "MPNetModel"),
+    _tiny_text("xlm_roberta", "XLMRobertaConfig", "XLMRobertaModel"),
+    _tiny_text("ernie", "ErnieConfig", "ErnieModel"),
+    _tiny_text("squeezebert", "SqueezeBertConfig", "SqueezeBertModel", embedding_size=64),
+    _tiny_text("convbert", "ConvBertConfig", "ConvBertModel", embedding_size=64),
+    _tiny_text(
+        "funnel",
+        "FunnelConfig",
+        "FunnelModel",
+        block_sizes=[1, 1],
+        d_model=64,
+        n_head=4,
+        d_head=16,
+        num_hidden_layers=None,
+    ),
+    _tiny_text(
+        "mobilebert",
+        "MobileBertConfig",
+        "MobileBertModel",
+        embedding_size=32,
+        intra_bottleneck_size=32,
+        num_feedforward_networks=1,
+    ),
+    _tiny_text("roformer", "RoFormerConfig", "RoFormerModel", embedding_size=64),
+    _tiny_text("megatron_bert", "MegatronBertConfig", "MegatronBertModel"),
+    _tiny_text(
+        "xlnet",
+        "XLNetConfig",
+        "XLNetModel",
+        d_model=64,
+        n_layer=2,
+        n_head=4,
+        d_inner=128,
+        hidden_size=None,
+        num_hidden_layers=None,
+        num_attention_heads=None,
+        max_position_embeddings=None,
+    ),
+    _tiny_text("big_bird", "BigBirdConfig", "BigBirdModel", attention_type="original_full"),
+    _tiny_text("data2vec_text", "Data2VecTextConfig", "Data2VecTextModel"),
+    _tiny_text("esm", "EsmConfig", "EsmModel", position_embedding_type="rotary"),
+    _tiny_text("longformer", "LongformerConfig", "LongformerModel", attention_window=8),
+    _tiny_text("splinter", "SplinterConfig", "SplinterModel"),
+    _tiny_text("fnet", "FNetConfig", "FNetModel", mask=False),
+    # decoders
+    _tiny_text("gptj", "GPTJConfig", "GPTJForCausalLM", rotary_dim=8),
+    _tiny_text("gpt_neox", "GPTNeoXConfig", "GPTNeoXForCausalLM"),
+    _tiny_text("bloom", "BloomConfig", "BloomForCausalLM"),
+    _tiny_text("falcon", "FalconConfig", "FalconForCausalLM"),
+    _tiny_text("codegen", "CodeGenConfig", "CodeGenForCausalLM", rotary_dim=8, n_ctx=512),
+    _tiny_text("mpt", "MptConfig", "MptForCausalLM", d_model=64, n_heads=4, n_layers=2),
+    _tiny_text("stablelm", "StableLmConfig", "StableLmForCausalLM", num_key_value_heads=4),
+    _tiny_text(
+        "mixtral", "MixtralConfig", "MixtralForCausalLM", num_key_value_heads=2, num_local_experts=4
+    ),
+    _tiny_text(
+        "qwen2_moe",
+        "Qwen2MoeConfig",
+        "Qwen2MoeForCausalLM",
+        num_key_value_heads=2,
+        shared_expert_intermediate_size=64,
+        **_MOE_TINY,
+    ),
+    _tiny_text("qwen3", "Qwen3Config", "Qwen3ForCausalLM", num_key_value_heads=2, head_dim=16),
+    _tiny_text(
+        "qwen3_moe",
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        num_key_value_heads=2,
+        head_dim=16,
+        **_MOE_TINY,
+    ),
+    _tiny_text("phi3", "Phi3Config", "Phi3ForCausalLM", num_key_value_heads=4),
+    _tiny_text(
+        "gemma2",
+        "Gemma2Config",
+        "Gemma2ForCausalLM",
+        num_key_value_heads=2,
+        head_dim=16,
+        sliding_window=8,
+    ),
+    _tiny_text(
+        "gemma3",
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        num_key_value_heads=2,
+        head_dim=16,
+        sliding_window=8,
+    ),
+    _tiny_text("olmo", "OlmoConfig", "OlmoForCausalLM"),
+    _tiny_text("olmo2", "Olmo2Config", "Olmo2ForCausalLM"),
+    _tiny_text("starcoder2", "Starcoder2Config", "Starcoder2ForCausalLM", num_key_value_heads=2),
+    _tiny_text("cohere", "CohereConfig", "CohereForCausalLM", num_key_value_heads=2),
+    _tiny_text("persimmon", "PersimmonConfig", "PersimmonForCausalLM"),
+    _tiny_text("gpt_bigcode", "GPTBigCodeConfig", "GPTBigCodeForCausalLM"),
+    _tiny_text("biogpt", "BioGptConfig", "BioGptForCausalLM"),
+    _tiny_text("xglm", "XGLMConfig", "XGLMForCausalLM", d_model=64, ffn_dim=128),
+    _tiny_text("ctrl", "CTRLConfig", "CTRLLMHeadModel", dff=128),
+    _tiny_text("granite", "GraniteConfig", "GraniteForCausalLM", num_key_value_heads=2),
+    _tiny_text("glm", "GlmConfig", "GlmForCausalLM", num_key_value_heads=2, head_dim=16),
+    _tiny_text("helium", "HeliumConfig", "HeliumForCausalLM", num_key_value_heads=2, head_dim=16),
+    _tiny_text(
+        "deepseek_v3",
+        "DeepseekV3Config",
+        "DeepseekV3ForCausalLM",
+        num_key_value_heads=4,
+        moe_intermediate_size=32,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        first_k_dense_replace=1,
+        q_lora_rank=32,
+        kv_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=16,
+    ),
+    # encoder-decoders
+    _tiny_text("mbart", "MBartConfig", "MBartModel", decoder=True, **_ENC_DEC_TINY),
+    _tiny_text("pegasus", "PegasusConfig", "PegasusModel", decoder=True, **_ENC_DEC_TINY),
+    _tiny_text("marian", "MarianConfig", "MarianModel", decoder=True, **_ENC_DEC_TINY),
+    _tiny_text("blenderbot", "BlenderbotConfig", "BlenderbotModel", decoder=True, **_ENC_DEC_TINY),
+    _tiny_text("m2m_100", "M2M100Config", "M2M100Model", decoder=True, **_ENC_DEC_TINY),
+    _tiny_text("plbart", "PLBartConfig", "PLBartModel", decoder=True, **_ENC_DEC_TINY),
+    _tiny_text("mt5", "MT5Config", "MT5Model", decoder=True, **_T5_TINY),
+    _tiny_text("longt5", "LongT5Config", "LongT5Model", decoder=True, **_T5_TINY),
+    _tiny_text(
+        "led",
+        "LEDConfig",
+        "LEDModel",
+        decoder=True,
+        attention_window=8,
+        max_encoder_position_embeddings=512,
+        max_decoder_position_embeddings=512,
+        **_ENC_DEC_TINY,
+    ),
+    # vision, audio
+    _tiny_config_model("deit", "DeiTConfig", "DeiTModel", _pixels(), **_VIT_TINY),
+    _tiny_config_model("beit", "BeitConfig", "BeitModel", _pixels(), **_VIT_TINY),
+    _tiny_config_model("dinov2", "Dinov2Config", "Dinov2Model", _pixels(), **_VIT_TINY),
+    _tiny_config_model(
+        "yolos",
+        "YolosConfig",
+        "YolosModel",
+        _pixels(),
+        **{**_VIT_TINY, "image_size": [32, 32]},
+        num_detection_tokens=4,
+    ),
+    _tiny_config_model(
+        "siglip_vision", "SiglipVisionConfig", "SiglipVisionModel", _pixels(), **_VIT_TINY
+    ),
+    _tiny_config_model(
+        "convnext",
+        "ConvNextConfig",
+        "ConvNextModel",
+        _pixels(),
+        hidden_sizes=[16, 32, 64, 128],
+        depths=[1, 1, 1, 1],
+    ),
+    _tiny_config_model(
+        "convnextv2",
+        "ConvNextV2Config",
+        "ConvNextV2Model",
+        _pixels(),
+        hidden_sizes=[16, 32, 64, 128],
+        depths=[1, 1, 1, 1],
+    ),
+    _tiny_config_model(
+        "resnet",
+        "ResNetConfig",
+        "ResNetModel",
+        _pixels(),
+        embedding_size=16,
+        hidden_sizes=[16, 32, 64, 128],
+        depths=[1, 1, 1, 1],
+    ),
+    _tiny_config_model(
+        "regnet",
+        "RegNetConfig",
+        "RegNetModel",
+        _pixels(),
+        embedding_size=16,
+        hidden_sizes=[16, 32, 64, 128],
+        depths=[1, 1, 1, 1],
+        groups_width=8,
+    ),
+    _tiny_config_model(
+        "swin",
+        "SwinConfig",
+        "SwinModel",
+        _pixels(),
+        image_size=32,
+        patch_size=4,
+        embed_dim=16,
+        depths=[1, 1],
+        num_heads=[1, 2],
+        window_size=2,
+    ),
+    _tiny_config_model(
+        "segformer",
+        "SegformerConfig",
+        "SegformerModel",
+        _pixels(),
+        num_encoder_blocks=2,
+        depths=[1, 1],
+        sr_ratios=[2, 1],
+        hidden_sizes=[16, 32],
+        patch_sizes=[7, 3],
+        strides=[4, 2],
+        num_attention_heads=[1, 2],
+        decoder_hidden_size=32,
+    ),
+    _tiny_config_model(
+        "mobilevit", "MobileViTConfig", "MobileViTModel", _pixels(64), image_size=64
+    ),
+    _tiny_config_model(
+        "wav2vec2",
+        "Wav2Vec2Config",
+        "Wav2Vec2Model",
+        lambda: {"input_values": torch.randn(2, 1600)},
+        **_AUDIO_TINY,
+    ),
+    _tiny_config_model(
+        "hubert",
+        "HubertConfig",
+        "HubertModel",
+        lambda: {"input_values": torch.randn(2, 1600)},
+        **_AUDIO_TINY,
+    ),
+]
+
+_VIT_EXTRA = {"img_size": 64, "depth": 2}
+
+EXTRA_TIMM = [
+    _timm("mobilenetv2_050"),
+    _timm("mnasnet_small"),
+    _timm("spnasnet_100"),
+    _timm("fbnetc_100"),
+    _timm("hardcorenas_a"),
+    _timm("efficientnet_lite0"),
+    _timm("tf_efficientnet_b0"),
+    _timm("gernet_s"),
+    _timm("selecsls42b"),
+    _timm("skresnet18"),
+    _timm("seresnet18", {}),
+    _timm("ecaresnet26t"),
+    _timm("resnetv2_50", {"layers": (1, 1, 1, 1)}),
+    _timm("regnetz_b16"),
+    _timm("ese_vovnet19b_dw"),
+    _timm("mobileone_s0"),
+    _timm("ghostnetv2_100"),
+    _timm("repghostnet_050"),
+    _timm("hgnetv2_b0"),
+    _timm("starnet_s1"),
+    _timm("inception_next_tiny", {}),
+    _timm("convit_tiny", _VIT_EXTRA),
+    _timm("pit_ti_224", {"img_size": 64}),
+    _timm("visformer_tiny", {"img_size": 64}),
+    _timm("gmlp_ti16_224", {"img_size": 64}),
+    _timm("resmlp_12_224", {"img_size": 64}),
+    _timm("mixnet_s"),
+    _timm("efficientformerv2_s0", {"img_size": 64}),
+    _timm("davit_tiny", {"depths": (1, 1, 1, 1)}),
+    _timm("focalnet_tiny_srf", {}),
+    _timm("gcvit_xxtiny", {"img_size": 64}),
+    _timm("mvitv2_tiny", {"img_size": 64}),
+    _timm("coatnet_nano_rw_224", {"img_size": 64}),
+    _timm("sequencer2d_s", {"layers": (1, 1, 1, 1)}),
+]
+
+EXTRA: list[ModelSpec] = EXTRA_TIMM + EXTRA_TRANSFORMERS
+BY_NAME = {spec.name: spec for spec in CORPUS + EXTRA}

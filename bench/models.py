@@ -11,7 +11,12 @@ frequent break reason. Then a summary: correct, one-graph and geomean ratios per
 
     python bench/models.py [--full] [--device cpu|cuda] [--only NAME[,NAME...]] [--runs N]
         [--precision fp32|bf16|autocast] [--batch N] [--seq N] [--no-torch-compile]
-        [--budget-s S] [--profile]
+        [--budget-s S] [--profile] [--extra | --extra-only]
+
+--extra adds the wider corpus (model_corpus.EXTRA: more timm and transformers architectures at
+tiny sizes, a CPU coverage sweep, not run by CI); --extra-only runs just that. The "2nd" column
+counts the frames captured again by a second identical call (0 when the guards are stable);
+--runs 0 skips the timings (a coverage sweep).
 
 CI-sized configurations by default (small images, tiny hidden sizes); --full builds the
 published sizes (for the GPU machine), where --batch/--seq default to 32 images and 8 x 512
@@ -63,6 +68,7 @@ model_corpus = importlib.util.module_from_spec(_spec)
 sys.modules["model_corpus"] = model_corpus
 _spec.loader.exec_module(model_corpus)
 CORPUS = model_corpus.CORPUS
+EXTRA = model_corpus.EXTRA
 model_corpus.load_model_libs()
 
 from helpers import assert_same, model_tolerance
@@ -254,6 +260,7 @@ def new_row(spec) -> dict:
         "tc_err": NAN,
         "launches": "",
         "one_graph": False,
+        "second": "-",
         "error": "",
     }
 
@@ -312,8 +319,12 @@ def run_one(spec, opts, timer, profile_log, row):
         try:
             row["tl_cold_s"] = first_call_s(compiled, device)
             row["kernels"] = torchlite.counters()["kernels"]
-            for _ in range(2):  # NOTE: the second call runs from the cache
-                row["err"] = check(compiled())
+            row["err"] = check(compiled())
+            frames = torchlite.counters()["frames"]
+            # NOTE: the second identical call runs from the cache; frames it captures again are
+            # unstable guards.
+            row["err"] = check(compiled())
+            row["second"] = torchlite.counters()["frames"] - frames
             row["correct"] = "ok"
         except (BudgetExceeded, KeyboardInterrupt):
             raise
@@ -335,6 +346,8 @@ def run_one(spec, opts, timer, profile_log, row):
             raise
         except Exception as exc:  # noqa: BLE001
             row["reason"] = f"explain failed: {_short_error(exc)}"
+        if opts.runs <= 0:  # NOTE: --runs 0: a coverage sweep, no timings
+            return row
 
         fns, names = [eager], ["eager"]
         if row["correct"] == "ok":
@@ -387,7 +400,7 @@ def _fmt(x, spec) -> str:
 def _format_row(r) -> str:
     return (
         f"{r['name']:32s} {r['family'][:5]:5s} {r['correct']:11s} {r['graphs']!s:>3s} "
-        f"{r['breaks']!s:>3s} {r['kernels']!s:>4s} {_fmt(r['eager_ms'], '9.2f')} "
+        f"{r['breaks']!s:>3s} {r['second']!s:>3s} {r['kernels']!s:>4s} {_fmt(r['eager_ms'], '9.2f')} "
         f"{_fmt(r['tl_ms'], '9.2f')} {_fmt(r['tc_ms'], '9.2f')} "
         f"{_fmt(_ratio(r['eager_ms'], r['tl_ms']), '7.2f')} "
         f"{_fmt(_ratio(r['tc_ms'], r['tl_ms']), '7.2f')} "
@@ -398,7 +411,7 @@ def _format_row(r) -> str:
 
 
 HEADER = (
-    f"{'model':32s} {'fam':5s} {'correct':11s} {'gr':>3s} {'brk':>3s} {'kern':>4s} "
+    f"{'model':32s} {'fam':5s} {'correct':11s} {'gr':>3s} {'brk':>3s} {'2nd':>3s} {'kern':>4s} "
     f"{'eager ms':>9s} {'tl ms':>9s} {'tc ms':>9s} {'tl/eag':>7s} {'tl/tc':>7s} {'tc/eag':>7s} "
     f"{'tl cold':>7s} {'tc cold':>7s} {'tl err':>8s} {'tc err':>8s} {'launch e/tl/tc':>13s}"
     "  top break reason"
@@ -418,6 +431,7 @@ def summary(rows, skipped) -> list[str]:
             continue
         ok = sum(r["correct"] == "ok" for r in fam)
         one = sum(r["one_graph"] for r in fam)
+        again = sum(isinstance(r["second"], int) and r["second"] > 0 for r in fam)
         vs_eager = _geomean(_ratio(r["eager_ms"], r["tl_ms"]) for r in fam)
         vs_tc = _geomean(_ratio(r["tc_ms"], r["tl_ms"]) for r in fam)
         below = sum(_ratio(r["tc_ms"], r["tl_ms"]) < 0.95 for r in fam)
@@ -425,7 +439,7 @@ def summary(rows, skipped) -> list[str]:
             f"{family:12s}: {ok}/{len(fam)} correct, {one}/{len(fam)} "
             f"({100 * one / len(fam):.0f}%) captured in one graph per forward; geomean "
             f"torchlite {vs_eager:.2f}x eager, {vs_tc:.2f}x torch.compile "
-            f"({below} below 0.95x torch.compile)"
+            f"({below} below 0.95x torch.compile); {again} capture again on a second call"
         )
     if rows:
         lines.append(
@@ -467,7 +481,9 @@ def main(argv=None) -> int:
     parser.add_argument("--full", action="store_true", help="published sizes (GPU machine)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--only", default="", help="comma-separated model names or families")
-    parser.add_argument("--runs", type=int, default=5, help="timed rounds per model (median)")
+    parser.add_argument(
+        "--runs", type=int, default=5, help="timed rounds per model (median); 0: no timings"
+    )
     parser.add_argument("--precision", choices=("fp32", "bf16", "autocast"), default="fp32")
     parser.add_argument("--batch", type=int, default=None, help="batch (--full: 32 / 8)")
     parser.add_argument("--seq", type=int, default=None, help="text length (--full: 512)")
@@ -483,17 +499,21 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--profile", action="store_true", help="kernel counts, profile slow rows")
     parser.add_argument("--report", default=os.path.join(_HERE, "models_report.txt"))
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--extra", action="store_true", help="add the wider corpus (EXTRA)")
+    which.add_argument("--extra-only", action="store_true", help="only the wider corpus")
     opts = parser.parse_args(argv)
     start = time.monotonic()
 
     wanted = [n for n in opts.only.split(",") if n]
-    unknown = set(wanted) - {s.name for s in CORPUS} - {s.family for s in CORPUS}
+    pool = EXTRA if opts.extra_only else CORPUS + EXTRA if opts.extra else CORPUS
+    unknown = set(wanted) - {s.name for s in pool} - {s.family for s in pool}
     if unknown:
         parser.error(f"unknown model(s): {', '.join(sorted(unknown))}")
     if wanted:  # NOTE: in the order given, so a budgeted run does the important ones first
-        specs = [s for w in wanted for s in CORPUS if s.name == w or s.family == w]
+        specs = [s for w in wanted for s in pool if s.name == w or s.family == w]
     else:
-        specs = list(CORPUS)
+        specs = list(pool)
     if opts.full:
         opts.seq = opts.seq or 512
     vision_batch = opts.batch or (32 if opts.full else None)

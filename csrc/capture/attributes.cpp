@@ -123,8 +123,62 @@ std::optional<ValuePtr> Tracer::container_attr(const ValuePtr& obj, const std::s
               "attribute '" + name + "' of a " + obj->type_name() + " (a descriptor)");
 }
 
+namespace {
+
+// The object a tensor value is in eager: an op that returned its argument (a no-op `.to()`)
+// is that argument.
+const ValuePtr& eager_object(const ValuePtr& v) { return v->same_object ? v->same_object : v; }
+
+// torch.nn.modules.module's global registration hooks for buffers, parameters and modules
+// (borrowed dicts, process lifetime), or nulls when torch has none.
+std::vector<PyObject*> module_registration_hooks() {
+  static const std::vector<PyObject*> dicts = [] {
+    std::vector<PyObject*> out;
+    PyRef m = PyRef::steal(PyImport_ImportModule("torch.nn.modules.module"));
+    if (!m) clear_expected_error();
+    for (const char* name :
+         {"_global_buffer_registration_hooks", "_global_parameter_registration_hooks",
+          "_global_module_registration_hooks"}) {
+      PyObject* d = m ? PyObject_GetAttrString(m.get(), name) : nullptr;  // NOTE: kept
+      if (!d) clear_expected_error();
+      out.push_back(d && PyDict_Check(d) ? d : nullptr);
+    }
+    return out;
+  }();
+  return dicts;
+}
+
+}  // namespace
+
+// `self.buf = self.buf.to(device, dtype)` (transformers' CTRL) stores back the tensor already
+// there when the `.to()` is a no-op: Module.__setattr__ then changes nothing but what its
+// global registration hooks would see, so with none (guarded) the store is dropped.
+bool Tracer::stores_back_same_tensor(const ValuePtr& module, const std::string& name,
+                                     const ValuePtr& v) {
+  if (!v->is_tensor()) return false;
+  static PyObject* setattr_name = PyUnicode_InternFromString("__setattr__");  // NOTE: immortal
+  auto* module_type = reinterpret_cast<PyTypeObject*>(torch_api().module_type.get());
+  if (_PyType_Lookup(Py_TYPE(module->obj.get()), setattr_name) !=
+      _PyType_Lookup(module_type, setattr_name))
+    return false;  // a __setattr__ of its own may do anything
+  for (PyObject* hooks : module_registration_hooks()) {
+    if (!hooks || PyDict_GET_SIZE(hooks) != 0) return false;
+  }
+  PyObject* d = PyObject_GenericGetDict(module->obj.get(), nullptr);
+  if (!d) throw PythonError();
+  PyRef dict = PyRef::steal(d);
+  if (PyDict_GetItemString(dict.get(), name.c_str())) return false;  // a plain attribute
+  ValuePtr current = get_attr(module, name);
+  if (!current || !current->is_tensor() || eager_object(current) != eager_object(v)) return false;
+  for (PyObject* hooks : module_registration_hooks())
+    ctx_.guards().add_dict_version(ir::Source::held(PyRef::borrow(hooks), "registration hooks"),
+                                   hooks);
+  return true;
+}
+
 void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& v) {
   if ((obj->kind == VKind::Module || obj->kind == VKind::Object) && obj->source) {
+    if (obj->kind == VKind::Module && stores_back_same_tensor(obj, name, v)) return;
     if (obj->kind == VKind::Module && (v->is_tensor() || v->kind == VKind::Module))
       graph_break("unsupported_side_effect", "assigning a tensor or module attribute (self." +
                                                  name + " = ...) in traced code");

@@ -173,6 +173,11 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   }
   if (is_plain_user_class(f) || is_ordered_dict_class(f))
     return construct_object(f, std::move(args), std::move(kwargs));
+  // NOTE: a torch.nn method called unbound on a module (`nn.LayerNorm.forward(self, x)` in a
+  // subclass's forward) is the module's own Python code, as a bound call runs it: inlined.
+  if (PyFunction_Check(f) && !args.empty() && args[0]->kind == VKind::Module &&
+      is_torch_function(f))
+    return inline_function(f, fn->source, nullptr, std::move(args), kwargs);
   if (is_torch_function(f)) {
     if (is_side_effecting_torch_fn(f))
       graph_break("unsupported_callable",

@@ -11,6 +11,7 @@
 #include "capture/meta_cache.h"
 #include "capture/torch_api.h"
 #include "core/errors.h"
+#include "guards/dict_order.h"
 
 namespace tl::capture {
 namespace {
@@ -477,6 +478,49 @@ ValuePtr CaptureContext::wrap_bound_method(PyObject* obj, const ir::SourcePtr& s
   return m;
 }
 
+ValuePtr CaptureContext::dict_subclass_items(const ValuePtr& obj, bool need_iteration_order) {
+  PyObject* d = obj->obj.get();
+  PyTypeObject* type = Py_TYPE(d);
+  if (need_iteration_order && type->tp_iter != PyDict_Type.tp_iter &&
+      !guards::iterates_like_ordered_dict(type))
+    return nullptr;
+  // NOTE: read from storage, never through a __getitem__ of the subclass (views of dicts and
+  // OrderedDicts read storage too); the guard fetches the items the same way (guards/fetch.cpp).
+  ValuePtr items = Value::of_kind(VKind::Dict);
+  for (const PyRef& k : guards::dict_keys_in_order(d)) {
+    if (!PyUnicode_CheckExact(k.get()) && !PyLong_CheckExact(k.get()))
+      graph_break("unsupported_value", std::string(type->tp_name) + " with keys other than str/int",
+                  "Key the mapping by names (str) or ints.");
+    PyObject* v = PyDict_GetItemWithError(d, k.get());  // borrowed
+    if (!v) {
+      if (PyErr_Occurred()) throw PythonError();
+      TL_CHECK(false) << "a key of a " << type->tp_name << " vanished while it was read";
+    }
+    items->keys.push_back(k);
+    items->items.push_back(wrap(v, ir::Source::item(obj->source, k)));
+  }
+  guards_.add_dict_keys(obj->source, d);
+  return items;
+}
+
+// NOTE: a dict view is a new object on every call (`out.items()` left on the stack at a graph
+// break and handed to the resume function): an ID_MATCH on it would fail on every call. It is
+// guarded as its dict (read through the `mapping` step, guards/fetch.cpp) and its type.
+ValuePtr CaptureContext::wrap_dict_view(PyObject* obj, const ir::SourcePtr& src) {
+  PyObject* d = guards::dict_view_mapping(obj);
+  if (!d) return nullptr;
+  const char* what = PyDictItems_Check(obj) ? "items" : PyDictValues_Check(obj) ? "values" : "keys";
+  ir::SourcePtr dict_src = ir::Source::attr(src, "mapping");
+  ValuePtr dict = wrap(d, dict_src);
+  if (dict->kind == VKind::Object) dict = dict_subclass_items(dict, /*need_iteration_order=*/true);
+  if (!dict || dict->kind != VKind::Dict) return nullptr;
+  guards_.add_type_match(src, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+  ValuePtr view = Value::of_kind(VKind::DictView);
+  view->self = dict;
+  view->method_name = what;
+  return view;
+}
+
 bool CaptureContext::guarded_by_structure(const ir::SourcePtr& src) const {
   if (structural_modules) return true;
   const ir::Source* root = src.get();
@@ -586,6 +630,8 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
     if (guard) guards_.add_id_match(src, obj);
     guards_.add_set_match(src, obj);
   } else if (src && guard && (v = wrap_bound_method(obj, src))) {
+    // NOTE: v is set by the condition.
+  } else if (src && guard && (v = wrap_dict_view(obj, src))) {
     // NOTE: v is set by the condition.
   } else if (PyFunction_Check(obj) || PyCFunction_Check(obj) || PyType_Check(obj) ||
              PyModule_Check(obj) || PyMethod_Check(obj) || Py_TYPE(obj) == &PyMethodDescr_Type ||

@@ -49,6 +49,11 @@ class CaptureContext {
   // A module read from `src` (non-null) is guarded by type and by each attribute the trace
   // reads (Value::flag of a Module), not by identity.
   bool guarded_by_structure(const ir::SourcePtr& src) const;
+  // The items of a dict subclass instance reached from a frame local (`obj`, with a source) as
+  // a Dict of inputs in its storage's iteration order (guards/dict_order.h), under a key guard.
+  // With `need_iteration_order`, null when its class iterates in Python code of its own (its
+  // storage then says nothing about the order it yields).
+  ValuePtr dict_subclass_items(const ValuePtr& obj, bool need_iteration_order);
   // Converts a trace-time result (no tensors inside) into a value: lists and
   // dicts become mutable List/Dict values, everything else a constant.
   ValuePtr from_result(PyObject* obj);
@@ -122,6 +127,9 @@ class CaptureContext {
   // A bound method (borrowed) read from `src`, as a Method value of its
   // guarded __self__; null for other objects.
   ValuePtr wrap_bound_method(PyObject* obj, const ir::SourcePtr& src);
+  // A dict view (borrowed) read from `src`, as a view of its guarded dict; null for other
+  // objects and for views of dicts whose iteration is not read from storage.
+  ValuePtr wrap_dict_view(PyObject* obj, const ir::SourcePtr& src);
   PyRef to_meta(PyObject* real_tensor);
   ValuePtr result_value(PyObject* meta_result, ir::Node* node, const PyRef& device);
 

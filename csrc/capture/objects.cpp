@@ -11,6 +11,7 @@
 #include "capture/tracer.h"
 #include "capture/user_exception.h"
 #include "core/errors.h"
+#include "guards/dict_order.h"
 
 namespace tl::capture {
 using namespace detail;  // NOTE: helpers of this file family only
@@ -213,25 +214,14 @@ std::optional<ValuePtr> Tracer::created_object_method(const ValuePtr& self, cons
   if (root->kind == ir::SourceKind::Local) {
     // NOTE: guarded by its keys, each item an input of its own (`L['out']['logits']`): a
     // ModelOutput is a new object on every call, so a guard on its items' identity (or its
-    // dict version) would recompile every call. The dict's own storage is read, never the
-    // subclass's Python __getitem__; the key guard checks storage order, so views and copies
-    // need a class that iterates in storage order (an OrderedDict's move_to_end changes its
-    // iteration order only).
+    // dict version) would recompile every call (CaptureContext::dict_subclass_items).
     bool order_free =
         name == "get" || name == "__getitem__" || name == "__contains__" || name == "__len__";
-    if (!order_free && Py_TYPE(self->obj.get())->tp_iter != PyDict_Type.tp_iter)
+    // NOTE: OrderedDict.copy builds type(self)(self), dict.copy a plain dict.
+    if (name == "copy" && Py_TYPE(self->obj.get())->tp_iter != PyDict_Type.tp_iter)
       return std::nullopt;
-    PyObject* d = self->obj.get();
-    PyObject *k, *v;
-    Py_ssize_t pos = 0;
-    ValuePtr items = Value::of_kind(VKind::Dict);
-    while (PyDict_Next(d, &pos, &k, &v)) {
-      if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
-        graph_break("unsupported_value", "dict subclass with keys other than str/int");
-      items->keys.push_back(PyRef::borrow(k));
-      items->items.push_back(ctx_.wrap(v, ir::Source::item(self->source, PyRef::borrow(k))));
-    }
-    ctx_.guards().add_dict_keys(self->source, d);
+    ValuePtr items = ctx_.dict_subclass_items(self, /*need_iteration_order=*/!order_free);
+    if (!items) return std::nullopt;
     return call_method_on(items, name, args, kwargs);
   }
   ctx_.guards().add_dict_version(self->source, self->obj.get());
@@ -253,6 +243,19 @@ std::optional<ValuePtr> Tracer::created_object_method(const ValuePtr& self, cons
   PyRef m = PyRef::steal(PyObject_GetAttrString(d.get(), name.c_str()));
   if (!m) throw PythonError();
   return call_pure(ctx_, m.get(), args, kwargs);
+}
+
+// A set member's key: set_key's, or for a parameter read from the frame the parameter itself
+// (tensors hash by identity), pinned by an ID_MATCH: nn.Module._named_members keeps a memo set
+// of the parameters it has yielded.
+PyRef Tracer::set_member_key(const ValuePtr& item) {
+  if (PyRef c = set_key(item)) return c;
+  if (!item->is_tensor() || !item->source) return {};
+  PyObject* real = ctx_.real_input(item);
+  auto* parameter = reinterpret_cast<PyTypeObject*>(torch_api().parameter_type.get());
+  if (!real || !PyObject_TypeCheck(real, parameter)) return {};
+  ctx_.guards().add_id_match(item->source, real);
+  return PyRef::borrow(real);
 }
 
 // Methods of a set of constants: run on the real set (mutators in place, so every alias of
@@ -286,7 +289,7 @@ ValuePtr Tracer::call_set_method(const ValuePtr& self, const std::string& name,
     graph_break("unsupported_value", "set." + name + "() on a set of modules or objects");
   std::vector<ValuePtr> consts;
   for (auto& a : args) {
-    PyRef c = single ? set_key(a) : const_tuple(a);
+    PyRef c = single ? set_member_key(a) : const_tuple(a);
     if (!c) graph_break("unsupported_value", "set." + name + "() of a " + a->type_name());
     if (name == "add" && !const_tuple(a)) self->flag = true;
     consts.push_back(Value::constant(c));

@@ -383,7 +383,7 @@ using namespace detail;  // NOTE: helpers of this file family only
 
 bool Tracer::contains(const ValuePtr& container, const ValuePtr& item) {
   if (container->kind == VKind::Set) {
-    PyRef key = set_key(item);
+    PyRef key = set_member_key(item);
     if (!key) graph_break("unsupported_value", "'in' test of a " + item->type_name() + " on a set");
     int r = PySet_Contains(container->obj.get(), key.get());
     if (r < 0) raise_current_error("'in' raised");

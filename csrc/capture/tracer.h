@@ -45,6 +45,10 @@ class Tracer {
   // module, method...). Public for the builtins table.
   ValuePtr call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr get_attr(const ValuePtr& obj, const std::string& name);
+  // The key of `item` as a member of a set (objects.cpp), or null.
+  PyRef set_member_key(const ValuePtr& item);
+  // `module.name = v` writes back the tensor `module.name` already is (attributes.cpp).
+  bool stores_back_same_tensor(const ValuePtr& module, const std::string& name, const ValuePtr& v);
   // getattr with a default: returns nullopt when the attribute does not exist.
   // `generic`: object.__getattribute__ semantics, ignoring a type's override
   // (what super().__getattribute__ runs).

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/errors.h"
+#include "guards/dict_order.h"
 #include "guards/torch_refs.h"
 
 namespace tl::guards {
@@ -91,6 +92,7 @@ FetchStep::FetchStep(const ir::Source& s) : kind_(s.kind), index_(s.index) {
     case SourceKind::Attr:
       name_ = PyRef::steal(PyUnicode_InternFromString(s.name.c_str()));
       if (!name_) throw PythonError();
+      view_mapping_ = kind_ == SourceKind::Attr && s.name == "mapping";
       break;
     case SourceKind::Item:
       key_ = s.key;
@@ -145,6 +147,10 @@ PyRef FetchStep::apply(PyObject* base, const ir::FrameView& frame) const {
 }
 
 PyRef FetchStep::get_attr(PyObject* obj) const {
+  // NOTE: `view.mapping` of a dict view is a mappingproxy in Python; the guards and inputs of a
+  // view read its dict itself (CaptureContext::wrap_dict_view), as iterating the view does.
+  if (view_mapping_)
+    if (PyObject* d = dict_view_mapping(obj)) return own(d);
   PyTypeObject* type = Py_TYPE(obj);
   unsigned char path = kGeneric;
   if (type == cached_type_ && type->tp_version_tag == cached_tag_ && cached_tag_ != 0) {
@@ -175,7 +181,9 @@ PyRef FetchStep::get_item(PyObject* obj) const {
     if (i < 0 || i >= n) return {};
     return own(list ? PyList_GET_ITEM(obj, i) : PyTuple_GET_ITEM(obj, i));
   }
-  if (PyDict_CheckExact(obj)) return dict_get(obj, key_.get());
+  // NOTE: a dict subclass too: the trace read its storage (CaptureContext::dict_subclass_items),
+  // never a __getitem__ of its own.
+  if (PyDict_Check(obj)) return dict_get(obj, key_.get());
   PyObject* v = PyObject_GetItem(obj, key_.get());
   return v ? PyRef::steal(v) : missing_or_throw(PyExc_LookupError);
 }

@@ -39,6 +39,7 @@ class FetchStep {
   PyRef name_;  // interned: Global, Builtin, Attr
   PyRef key_;   // Item: the key; Held: the object
   bool key_is_index_ = false;
+  bool view_mapping_ = false;  // Attr "mapping": a dict view's dict (get_attr)
   Py_ssize_t index_key_ = 0;
   // Attr: how the last type seen resolves attributes, valid while its
   // tp_version_tag is unchanged (0 = not cached). No reference is held: the

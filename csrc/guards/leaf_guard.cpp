@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/errors.h"
+#include "guards/dict_order.h"
 #include "guards/torch_refs.h"
 
 namespace tl::guards {
@@ -184,13 +185,13 @@ LeafGuard LeafGuard::call_result(PyObject* result) {
 LeafGuard LeafGuard::dict_keys(PyObject* dict) {
   TL_CHECK(PyDict_Check(dict)) << "DICT_KEYS needs a dict, got " << type_name(dict);
   LeafGuard g{GuardKind::DictKeys};
-  g.ref = PyRef::steal(PyTuple_New(PyDict_GET_SIZE(dict)));
+  std::vector<PyRef> keys = dict_keys_in_order(dict);
+  g.ref = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(keys.size())));
   if (!g.ref) throw PythonError();
-  PyObject *k, *v;
-  Py_ssize_t pos = 0, i = 0;
-  while (PyDict_Next(dict, &pos, &k, &v)) {
-    TL_CHECK(is_constant(k)) << "DICT_KEYS on a dict with a " << type_name(k) << " key";
-    PyTuple_SET_ITEM(g.ref.get(), i++, Py_NewRef(k));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    TL_CHECK(is_constant(keys[i].get()))
+        << "DICT_KEYS on a dict with a " << type_name(keys[i].get()) << " key";
+    PyTuple_SET_ITEM(g.ref.get(), static_cast<Py_ssize_t>(i), keys[i].release());
   }
   return g;
 }
@@ -227,8 +228,17 @@ bool set_matches(PyObject* v, PyObject* items, bool by_value) {
   return true;
 }
 
+// NOTE: in iteration order (an OrderedDict's own order, dict_order.h), the order the trace read.
 bool dict_keys_match(PyObject* v, PyObject* keys) {
   if (!PyDict_Check(v) || PyDict_GET_SIZE(v) != PyTuple_GET_SIZE(keys)) return false;
+  if (PyODict_Check(v)) {
+    std::vector<PyRef> now = dict_keys_in_order(v);
+    for (size_t i = 0; i < now.size(); ++i) {
+      PyObject* want = PyTuple_GET_ITEM(keys, static_cast<Py_ssize_t>(i));
+      if (now[i].get() != want && !equals_exact(now[i].get(), want)) return false;
+    }
+    return true;
+  }
   PyObject *k, *value;
   Py_ssize_t pos = 0, i = 0;
   while (PyDict_Next(v, &pos, &k, &value)) {

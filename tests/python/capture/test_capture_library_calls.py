@@ -636,3 +636,68 @@ def test_vars_of_an_object_without_dict_raises_type_error_like_eager():
 
     with pytest.raises(TypeError, match="__dict__"):
         torchlite.compile(fn)(torch.randn(2))
+
+
+# --- torch.nn methods called unbound on a module (SqueezeBERT's NCW LayerNorm) --------------------
+
+
+class _ChannelsFirstLayerNorm(torch.nn.LayerNorm):
+    def forward(self, x):
+        x = x.permute(0, 2, 1)
+        x = torch.nn.LayerNorm.forward(self, x)
+        return x.permute(0, 2, 1)
+
+
+class _UsesUnboundLinear(torch.nn.Linear):
+    def forward(self, x):
+        return torch.nn.Linear.forward(self, x).relu() + torch.nn.Module.__call__(self.norm, x)
+
+    def __init__(self):
+        super().__init__(6, 6)
+        self.norm = _ChannelsFirstLayerNorm(6, eps=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(2, 6, 5), (1, 6, 3)])
+def test_torch_nn_method_called_unbound_on_a_module_is_inlined(shape):
+    norm = _ChannelsFirstLayerNorm(shape[1]).eval()
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(*shape)
+    check(norm, x)
+    assert _graphs_and_breaks(norm, x) == (1, 0)
+    model = _UsesUnboundLinear().eval()
+    y = torch.randn(3, 6, 6)
+    check(model, y)
+    assert _graphs_and_breaks(model, y) == (1, 0)
+
+
+# --- parameters in a memo set (nn.Module.parameters() inside forward: XLNet's dtype) ------------
+
+
+class _TiedAndCountsParameters(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 4)
+        self.b.weight = self.a.weight  # tied: parameters() yields it once
+
+    def forward(self, x):
+        dtype = next(self.parameters()).dtype
+        n = len(list(self.parameters()))
+        return (self.a(x) + self.b(x)).to(dtype) * n
+
+
+def test_parameters_in_a_memo_set_are_members_by_identity():
+    model = _TiedAndCountsParameters().eval()
+    x = torch.randn(2, 4)
+    check(model, x)
+    assert _graphs_and_breaks(model, x) == (1, 0)
+    before = counters()
+    compiled = torchlite.compile(model)
+    compiled(x)
+    compiled(x)
+    assert counters()["recompiles"] == before["recompiles"]
+    # Untying changes what parameters() yields: the identity guards see it.
+    model.b.weight = torch.nn.Parameter(model.a.weight.detach().clone())
+    torch.testing.assert_close(compiled(x), model(x))

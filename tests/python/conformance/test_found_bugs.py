@@ -782,3 +782,54 @@ def test_reduction_read_through_view_by_a_sibling_consumer(view):
         return VIEWS_BETWEEN[view](r) + a.cos()
 
     check_program(fn, lambda: (torch.randn(6, 6),))
+
+
+@pytest.mark.parametrize("combine", ["and", "or"])
+def test_bool_operators_on_masks_are_not_in_place_ops(combine):
+    # transformers' masking_utils: `a & b` on bool masks, a Python side effect, then an
+    # advanced index. operator.and_ ends in "_" but is no in-place op: no effect_order break.
+    def fn(x, a, b, ks):
+        m = a & b if combine == "and" else a | b
+        ks.append(1)
+        return x[torch.tensor([0, 3])] + m.sum()
+
+    def inputs():
+        return torch.randn(4), torch.rand(4) > 0.5, torch.rand(4) > 0.5, [0]
+
+    check_program(fn, inputs)
+    report = torchlite.explain(fn)(*inputs())
+    assert report.graph_break_count == 0, report.break_reasons
+
+
+@pytest.mark.parametrize("form", ["functional", "module", "functional_inplace_kw"])
+def test_dropout_in_eval_is_not_an_effect_before_an_advanced_index(form):
+    # transformers' attention: dropout with training=False, a Python side effect, then an
+    # advanced index (an embedding or mask lookup): no effect_order break in eval mode.
+    drop = torch.nn.Dropout(0.5).eval()
+
+    def fn(x, ks):
+        if form == "functional":
+            y = torch.nn.functional.dropout(x, p=0.5, training=False)
+        elif form == "module":
+            y = drop(x)
+        else:
+            y = torch.nn.functional.dropout(x, p=0.5, training=False, inplace=False)
+        ks.append(1)
+        return y[torch.tensor([0, 3])] + 1
+
+    def inputs():
+        return torch.randn(4), [0]
+
+    check_program(fn, inputs)
+    report = torchlite.explain(fn)(*inputs())
+    assert report.graph_break_count == 0, report.break_reasons
+
+
+def test_dropout_in_training_still_orders_effects_before_an_advanced_index():
+    def fn(x, ks):
+        y = torch.nn.functional.dropout(x, p=0.5, training=True)
+        ks.append(1)
+        return y[torch.tensor([0, 3])] + 1
+
+    report = torchlite.explain(fn)(torch.randn(4), [0])
+    assert report.breaks_by_kind.get("effect_order") == 1, report.break_reasons

@@ -159,3 +159,162 @@ class _UsesOutputAsTuple(nn.Module):
 
 def test_dict_subclass_output_read_after_a_break_does_not_recompile():
     _assert_second_call_hits_cache(_UsesOutputAsTuple(), torch.randn(2, 4))
+
+
+class _ModelOutputLike(collections.OrderedDict):
+    """transformers' ModelOutput: a str key is read through a plain dict of its items, an int
+    through the tuple of its values."""
+
+    def __getitem__(self, k):
+        if isinstance(k, str):
+            return dict(self.items())[k]
+        return tuple(self.values())[k]
+
+
+def _output_then_break(x):
+    out = _ModelOutputLike(hidden=x + 1, pooled=x * 2)
+    print(end="")  # NOTE: a graph break: `out` reaches the resume function as a local
+    return out["hidden"] * out[1] + sum(out.values()) * len(list(out.keys()))
+
+
+def test_ordered_dict_subclass_views_after_a_break_do_not_recompile():
+    x = torch.randn(3)
+    compiled = torchlite.compile(_output_then_break)
+    for i in range(3):
+        assert_same(compiled(x), _output_then_break(x), path=f"call {i}")
+        if i == 0:
+            after_first = counters()
+    assert_counters_delta(after_first, counters(), frames=0, graphs=0, recompiles=0)
+    # The views are read in one graph after the break, not broken on.
+    report = torchlite.explain(_output_then_break)(torch.randn(3))
+    assert report.graph_break_count == 1, report.break_reasons
+
+
+def _items_left_on_stack(d, x):
+    return _sum_items(d.items(), _breaks_and_doubles(x))
+
+
+def _breaks_and_doubles(x):
+    print(end="")  # NOTE: the break leaves `d.items()` on the stack of the resume function
+    return x * 2
+
+
+def _sum_items(items, y):
+    return sum(v for _, v in items) * y
+
+
+def test_dict_view_left_on_the_resume_stack_does_not_recompile():
+    for d in (
+        {"a": torch.randn(3), "b": torch.randn(3)},
+        _ModelOutputLike(a=torch.randn(3), b=torch.randn(3)),
+    ):
+        torchlite.reset()
+        x = torch.randn(3)
+        compiled = torchlite.compile(_items_left_on_stack)
+        assert_same(compiled(d, x), _items_left_on_stack(d, x))
+        before = counters()
+        assert_same(compiled(d, x), _items_left_on_stack(d, x))
+        assert_counters_delta(before, counters(), frames=0, graphs=0, recompiles=0)
+        # The view reads the dict as it is now: new values are inputs, not constants.
+        d2 = type(d)(a=torch.randn(3), b=torch.randn(3))
+        assert_same(compiled(d2, x), _items_left_on_stack(d2, x))
+
+
+def _keys_in_order_after_break(out, x):
+    print(end="")
+    parts = []
+    for i, k in enumerate(out.keys()):
+        parts.append(out[k] * (i + 1))
+    return torch.stack(parts) + x
+
+
+def test_ordered_dict_subclass_read_in_its_own_order_after_move_to_end():
+    compiled = torchlite.compile(_keys_in_order_after_break)
+    x = torch.randn(3)
+    for last in (None, "a", None, "b"):
+        out = _ModelOutputLike(a=torch.randn(3), b=torch.randn(3), c=torch.randn(3))
+        if last:
+            out.move_to_end(last)  # NOTE: changes the iteration order, not the storage order
+        assert_same(compiled(out, x), _keys_in_order_after_break(out, x), path=f"last={last}")
+    report = torchlite.explain(_keys_in_order_after_break)(out, x)
+    assert report.graph_break_count == 1, report.break_reasons
+
+
+class _ReversedIteration(collections.OrderedDict):
+    """Iterates in its own (Python) order: must not be read from storage."""
+
+    def __iter__(self):
+        return reversed(list(super().__iter__()))
+
+    def keys(self):
+        return list(iter(self))
+
+
+def _reads_overridden_views(out, x):
+    print(end="")
+    parts = []
+    for i, k in enumerate(out.keys()):
+        parts.append(out[k] * (i + 1))
+    return torch.stack(parts) + x
+
+
+def test_subclass_overriding_iteration_is_not_read_from_storage():
+    compiled = torchlite.compile(_reads_overridden_views)
+    x = torch.randn(3)
+    for _ in range(2):
+        out = _ReversedIteration(a=torch.randn(3), b=torch.randn(3))
+        assert_same(compiled(out, x), _reads_overridden_views(out, x))
+
+
+class _ScaledGetitem(dict):
+    """`d[k]` scales, `d.get(k)` (dict's C method) reads storage."""
+
+    def __getitem__(self, k):
+        return dict.__getitem__(self, k) * 10
+
+
+def _get_after_break(d, x):
+    print(end="")
+    return d.get("a") + d["b"] + x
+
+
+def test_dict_subclass_items_are_fed_from_storage_not_its_getitem():
+    compiled = torchlite.compile(_get_after_break)
+    for i in range(3):
+        d = _ScaledGetitem(a=torch.randn(3), b=torch.randn(3))
+        x = torch.randn(3)
+        assert_same(compiled(d, x), _get_after_break(d, x), path=f"call {i}")
+
+
+class _MovesBufferEachCall(nn.Module):
+    """transformers' CTRL: `self.pos = self.pos.to(device, dtype)` on every forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("pos", torch.randn(8, 4))
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, idx):
+        self.pos = self.pos.to(device=x.device, dtype=x.dtype)
+        return self.lin(x) + self.pos[idx, :]
+
+
+def test_buffer_stored_back_by_a_no_op_to_is_captured_and_stable():
+    model = _MovesBufferEachCall()
+    pos = model.pos
+    x, idx = torch.randn(3, 4), torch.tensor([0, 5, 7])
+    _assert_second_call_hits_cache(model, x, idx)
+    assert model.pos is pos  # the no-op .to() stored back the same tensor, as in eager
+    report = torchlite.explain(model)(x, idx)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), report.break_reasons
+
+
+def test_buffer_stored_back_by_a_real_cast_still_matches_eager():
+    model, eager = _MovesBufferEachCall(), _MovesBufferEachCall()
+    eager.load_state_dict(model.state_dict())
+    compiled = torchlite.compile(model)
+    x, idx = torch.randn(3, 4, dtype=torch.float64), torch.tensor([1, 2, 3])
+    model.lin.double()
+    eager.lin.double()
+    assert_same(compiled(x, idx), eager(x, idx))
+    assert model.pos.dtype == torch.float64 and eager.pos.dtype == torch.float64

@@ -32,14 +32,6 @@ _TIMM, _TRANSFORMERS = _CORPUS.load_model_libs()
 _AVAILABLE = {"timm": _TIMM is not None, "transformers": _TRANSFORMERS is not None}
 
 
-# NOTE: open bug (issue 22 item 3): ModelOutput.__getitem__ with a str key breaks at
-# `self.items()` of an OrderedDict subclass, and the resume function's odict_items is guarded
-# by identity, so every call captures that resume again. Checked below so a fix shows up.
-# t5 and bart left it when their graphs stopped breaking at all (effect_order look-alikes);
-# the bug itself is still open for code that breaks before such a __getitem__.
-RECAPTURE_ON_SECOND_CALL: set[str] = set()
-
-
 @pytest.mark.parametrize("spec", [pytest.param(s, id=s.name) for s in CORPUS])
 def test_corpus_model_matches_eager(spec):
     if not _AVAILABLE[spec.family]:
@@ -52,8 +44,4 @@ def test_corpus_model_matches_eager(spec):
         # The second identical call hits the cache: no frame is captured again (issue 22).
         before = counters()
         assert_same(compiled(*args, **kwargs), expected, **model_tolerance(expected))
-        if spec.name in RECAPTURE_ON_SECOND_CALL:
-            grew = counters()["frames"] - before["frames"]
-            assert grew > 0, f"{spec.name} no longer recaptures: drop it from the known list"
-        else:
-            assert_counters_delta(before, counters(), frames=0, graphs=0, recompiles=0)
+        assert_counters_delta(before, counters(), frames=0, graphs=0, recompiles=0)
