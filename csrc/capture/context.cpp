@@ -20,6 +20,20 @@ PyRef call_method0(PyObject* obj, const char* name) {
   return r;
 }
 
+long long as_long_long(PyObject* o) {
+  long long v = PyLong_AsLongLong(o);
+  if (v == -1 && PyErr_Occurred()) throw PythonError();
+  return v;
+}
+
+// The address of a tensor's StorageImpl (`untyped_storage()._cdata`). Borrows `t`.
+long long storage_id(PyObject* t) {
+  PyRef storage = call_method0(t, "untyped_storage");
+  PyRef cdata = PyRef::steal(PyObject_GetAttrString(storage.get(), "_cdata"));
+  if (!cdata) throw PythonError();
+  return as_long_long(cdata.get());
+}
+
 std::vector<int64_t> int_tuple(PyObject* seq) {
   std::vector<int64_t> out;
   Py_ssize_t n = PySequence_Size(seq);
@@ -415,6 +429,15 @@ ValuePtr CaptureContext::wrap_tensor(PyObject* t, const ir::SourcePtr& src) {
   std::string key = src->str();
   auto it = inputs_by_source_.find(key);
   if (it != inputs_by_source_.end()) return it->second;
+  // NOTE: one tensor reached through two names (`v = y` handed to a resume function with `y`,
+  // `f(t, t)`) is one value, so an in-place op through one name (unsqueeze_, the overlap of
+  // `v[1:] = y[:-1]`) is seen through the other; the second name is guarded to be the object.
+  auto same = tensors_by_object_.find(t);
+  if (same != tensors_by_object_.end()) {
+    guards_.add_identity(src, same->second->source, true);
+    inputs_by_source_[key] = same->second;
+    return same->second;
+  }
   guards_.add_tensor_match(src, t);
   ir::Node* node = graph_->add_placeholder(placeholder_name(*src), src);
   PyRef device = PyRef::steal(PyObject_GetAttrString(t, "device"));
@@ -428,6 +451,12 @@ ValuePtr CaptureContext::wrap_tensor(PyObject* t, const ir::SourcePtr& src) {
   v->obj = PyRef::borrow(reinterpret_cast<PyObject*>(type));
   v->source = src;
   inputs_by_source_[key] = v;
+  tensors_by_object_[t] = v;
+  tensor_inputs_.emplace_back(src, t);
+  // The meta tensor starts its own storage at offset 0; the real one may not.
+  long long item = as_long_long(call_method0(t, "element_size").get());
+  long long offset = as_long_long(call_method0(t, "storage_offset").get());
+  real_storages_[storage_id(meta.get())] = {storage_id(t), offset * item};
   return v;
 }
 
@@ -751,6 +780,16 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
                                          "while tracing");
   }
   check_effect_order(*this, op_name, args);
+  // NOTE: these change the shape or strides of the tensor object itself; the graph would keep
+  // reading it through the node made before the change (`y.t_(); y + 1` added in the old
+  // layout). CPython runs them; the code after them sees the tensor as it now is.
+  static const std::unordered_set<std::string> metadata_inplace = {
+      "t_",          "transpose_", "swapdims_",  "swapaxes_", "squeeze_",     "unsqueeze_",
+      "as_strided_", "resize_",    "resize_as_", "set_",      "share_memory_"};
+  if (metadata_inplace.count(op_name))
+    graph_break("unsupported_side_effect",
+                op_name + "() changes the tensor's shape or strides in place; it runs in CPython",
+                "Use the out-of-place form (x = x.t()) inside compiled code.");
   // Device: the real device of the result. Meta execution swaps devices for "meta".
   PyRef device;
   bool has_tensor = false;
@@ -835,7 +874,7 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
     PyRef pos = PyRef::steal(PyTuple_New(meta_pos.size() - first));
     for (size_t i = first; i < meta_pos.size(); ++i)
       PyTuple_SET_ITEM(pos.get(), i - first, to_meta_arg(meta_pos[i]).release());
-    check_eager_only_errors(op_name, args);
+    check_eager_only_errors(*this, op_name, args);
     PyRef self = method.empty() ? PyRef() : to_meta_arg(args[0]);
     bool query = is_state_query(method, op_name, args, kwargs);
     result = meta_call(target, method, self.get(), pos.get(),
