@@ -945,3 +945,32 @@ def test_inplace_resize_then_read_matches_eager():
         return y * 1, y.shape
 
     check_program(fn, lambda: (torch.randn(4),), calls=3)
+
+
+# --- a list/dict display with a graph break inside it (seed 66751) -------------------------------
+# `{**G_D, "b": int(t)}`: the partly built dict reaches the resume function on the stack, which
+# finished it with DICT_UPDATE; that update was not a side effect, so the result lost "b".
+
+G_DISPLAY_D = {"a": 1}
+G_DISPLAY_L = [1, 2]
+
+DISPLAYS = {
+    "dict_unpack": lambda x: {**G_DISPLAY_D, "b": int(x.sum() > 0)},
+    "dict_copy_unpack": lambda x: {**dict(G_DISPLAY_D), "b": int(x.sum() > 0), "c": 2},
+    "dict_two_unpacks": lambda x: {**G_DISPLAY_D, "b": int(x.sum() > 0)},
+    "list_unpack": lambda x: [*G_DISPLAY_L, int(x.sum() > 0)],
+    "list_two_unpacks": lambda x: [*G_DISPLAY_L, *[int(x.sum() > 0)], 5],
+    "tuple_unpack": lambda x: (*G_DISPLAY_L, int(x.sum() > 0)),
+    "call_kwargs": lambda x: dict(**G_DISPLAY_D, b=int(x.sum() > 0)),
+}
+
+
+@pytest.mark.parametrize("display", sorted(DISPLAYS))
+def test_display_with_graph_break_inside_keeps_every_item(display):
+    build = DISPLAYS[display]
+
+    def fn(x):
+        made = build(x)
+        return x + 1, made, len(made)
+
+    check_program(fn, t4, calls=3)
