@@ -429,15 +429,6 @@ ValuePtr CaptureContext::wrap_tensor(PyObject* t, const ir::SourcePtr& src) {
   std::string key = src->str();
   auto it = inputs_by_source_.find(key);
   if (it != inputs_by_source_.end()) return it->second;
-  // NOTE: one tensor reached through two names (`v = y` handed to a resume function with `y`,
-  // `f(t, t)`) is one value, so an in-place op through one name (unsqueeze_, the overlap of
-  // `v[1:] = y[:-1]`) is seen through the other; the second name is guarded to be the object.
-  auto same = tensors_by_object_.find(t);
-  if (same != tensors_by_object_.end()) {
-    guards_.add_identity(src, same->second->source, true);
-    inputs_by_source_[key] = same->second;
-    return same->second;
-  }
   guards_.add_tensor_match(src, t);
   ir::Node* node = graph_->add_placeholder(placeholder_name(*src), src);
   PyRef device = PyRef::steal(PyObject_GetAttrString(t, "device"));
@@ -451,9 +442,13 @@ ValuePtr CaptureContext::wrap_tensor(PyObject* t, const ir::SourcePtr& src) {
   v->obj = PyRef::borrow(reinterpret_cast<PyObject*>(type));
   v->source = src;
   inputs_by_source_[key] = v;
-  tensors_by_object_[t] = v;
   tensor_inputs_.emplace_back(src, t);
-  // The meta tensor starts its own storage at offset 0; the real one may not.
+  // NOTE: one tensor reached through two names (`v = y` handed to a resume function beside
+  // `y`, `f(t, t)`) stays two placeholders with meta tensors of their own (one value would need
+  // an identity guard that fails on every step of a loop body over a list of tensors); the
+  // overlap checks see their memory through real_storage(), and a graph that writes tensors
+  // is guarded on how its inputs share storage (capture.cpp). The meta tensor starts its own
+  // storage at offset 0; the real one may not.
   long long item = as_long_long(call_method0(t, "element_size").get());
   long long offset = as_long_long(call_method0(t, "storage_offset").get());
   real_storages_[storage_id(meta.get())] = {storage_id(t), offset * item};
