@@ -14,6 +14,7 @@
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
 #include "core/errors.h"
+#include "ir/effects.h"
 
 namespace tl::capture {
 namespace {
@@ -322,6 +323,26 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
   return plan;
 }
 
+// A graph that writes tensors is valid only for inputs that share memory as traced (one
+// object through two names, views of one storage): reads after a write, and the overlap checks
+// of in-place ops, depend on it. Inputs read through attributes (a module's parameters and
+// buffers) are left out: they are many, and an argument aliasing them is not a pattern worth a
+// per-call cost.
+void guard_storage_aliasing(CaptureContext& ctx) {
+  if (!ir::any_visible_effect(ctx.graph())) return;
+  std::vector<ir::SourcePtr> sources;
+  std::vector<PyObject*> tensors;
+  for (const auto& [src, t] : ctx.tensor_inputs()) {
+    bool through_attr = false;
+    for (const ir::Source* s = src.get(); s; s = s->base.get())
+      through_attr = through_attr || s->kind == ir::SourceKind::Attr;
+    if (through_attr) continue;
+    sources.push_back(src);
+    tensors.push_back(t);
+  }
+  if (sources.size() >= 2) ctx.guards().add_storage_aliasing(sources, tensors);
+}
+
 // One trace of the frame into `out`. `stop_at` >= 0: stop before that
 // top-level instruction and record the plan for CPython to go on from there.
 // Returns the top-level instruction a graph break happened at, or -1.
@@ -355,6 +376,7 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
     }
     ctx.graph().set_output(rb.take_outputs());
     ctx.graph().lint();
+    guard_storage_aliasing(ctx);
   } catch (const GraphBreak& b) {
     out.graph_break = BreakInfo{b.kind(), b.reason(), ctx.filename, ctx.lineno, b.hint()};
     top_index = b.top_index;

@@ -22,6 +22,20 @@ PyRef call_method0(PyObject* obj, const char* name) {
   return r;
 }
 
+long long as_long_long(PyObject* o) {
+  long long v = PyLong_AsLongLong(o);
+  if (v == -1 && PyErr_Occurred()) throw PythonError();
+  return v;
+}
+
+// The address of a tensor's StorageImpl (`untyped_storage()._cdata`). Borrows `t`.
+long long storage_id(PyObject* t) {
+  PyRef storage = call_method0(t, "untyped_storage");
+  PyRef cdata = PyRef::steal(PyObject_GetAttrString(storage.get(), "_cdata"));
+  if (!cdata) throw PythonError();
+  return as_long_long(cdata.get());
+}
+
 std::vector<int64_t> int_tuple(PyObject* seq) {
   std::vector<int64_t> out;
   Py_ssize_t n = PySequence_Size(seq);
@@ -430,6 +444,16 @@ ValuePtr CaptureContext::wrap_tensor(PyObject* t, const ir::SourcePtr& src) {
   v->obj = PyRef::borrow(reinterpret_cast<PyObject*>(type));
   v->source = src;
   inputs_by_source_[key] = v;
+  tensor_inputs_.emplace_back(src, t);
+  // NOTE: one tensor reached through two names (`v = y` handed to a resume function beside
+  // `y`, `f(t, t)`) stays two placeholders with meta tensors of their own (one value would need
+  // an identity guard that fails on every step of a loop body over a list of tensors); the
+  // overlap checks see their memory through real_storage(), and a graph that writes tensors
+  // is guarded on how its inputs share storage (capture.cpp). The meta tensor starts its own
+  // storage at offset 0; the real one may not.
+  long long item = as_long_long(call_method0(t, "element_size").get());
+  long long offset = as_long_long(call_method0(t, "storage_offset").get());
+  real_storages_[storage_id(meta.get())] = {storage_id(t), offset * item};
   return v;
 }
 
@@ -798,6 +822,16 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
                                          "while tracing");
   }
   check_effect_order(*this, op_name, args);
+  // NOTE: these change the shape or strides of the tensor object itself; the graph would keep
+  // reading it through the node made before the change (`y.t_(); y + 1` added in the old
+  // layout). CPython runs them; the code after them sees the tensor as it now is.
+  static const std::unordered_set<std::string> metadata_inplace = {
+      "t_",          "transpose_", "swapdims_",  "swapaxes_", "squeeze_",     "unsqueeze_",
+      "as_strided_", "resize_",    "resize_as_", "set_",      "share_memory_"};
+  if (metadata_inplace.count(op_name))
+    graph_break("unsupported_side_effect",
+                op_name + "() changes the tensor's shape or strides in place; it runs in CPython",
+                "Use the out-of-place form (x = x.t()) inside compiled code.");
   // Device: the real device of the result. Meta execution swaps devices for "meta".
   PyRef device;
   bool has_tensor = false;
@@ -882,7 +916,7 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
     PyRef pos = PyRef::steal(PyTuple_New(meta_pos.size() - first));
     for (size_t i = first; i < meta_pos.size(); ++i)
       PyTuple_SET_ITEM(pos.get(), i - first, to_meta_arg(meta_pos[i]).release());
-    check_eager_only_errors(op_name, args);
+    check_eager_only_errors(*this, op_name, args);
     PyRef self = method.empty() ? PyRef() : to_meta_arg(args[0]);
     bool query = is_state_query(method, op_name, args, kwargs);
     PyObject* kw = PyDict_Size(meta_kwargs.get()) ? meta_kwargs.get() : nullptr;

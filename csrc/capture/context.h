@@ -81,6 +81,23 @@ class CaptureContext {
   // is not an input.
   std::optional<bool> same_input_tensor(const ValuePtr& a, const ValuePtr& b);
   const ir::FrameView& frame() const { return frame_; }
+  // Where the memory of a tensor input's meta storage (its `_cdata`) really is: the real
+  // storage's `_cdata` and the byte offset of the meta storage's start in it. Inputs are traced
+  // on meta tensors of their own, so this is how two inputs viewing one storage (`v = y[1:]`
+  // handed to a resume function beside `y`) are seen to overlap. nullopt for other storages.
+  struct RealStorage {
+    long long storage = 0;
+    long long byte_offset = 0;
+  };
+  std::optional<RealStorage> real_storage(long long meta_storage) const {
+    auto it = real_storages_.find(meta_storage);
+    if (it == real_storages_.end()) return std::nullopt;
+    return it->second;
+  }
+  // Tensor inputs (placeholders) in graph order with the real tensors, borrowed.
+  const std::vector<std::pair<ir::SourcePtr, PyObject*>>& tensor_inputs() const {
+    return tensor_inputs_;
+  }
   // The real tensor behind a tensor input (a placeholder read through its source), borrowed;
   // null for a tensor computed by the graph.
   PyObject* real_input(const ValuePtr& v) const {
@@ -143,6 +160,10 @@ class CaptureContext {
   std::vector<PyRef> example_inputs_;
   // Source of a tensor input -> the real tensor (borrowed: example_inputs_ holds it).
   std::unordered_map<std::string, PyObject*> input_tensors_;
+  // Tensor inputs by object: one tensor reached through two sources is one value.
+  std::unordered_map<PyObject*, ValuePtr> tensors_by_object_;
+  std::unordered_map<long long, RealStorage> real_storages_;  // see real_storage()
+  std::vector<std::pair<ir::SourcePtr, PyObject*>> tensor_inputs_;
   bool grad_enabled_ = true;
   bool initial_grad_ = true;
 };

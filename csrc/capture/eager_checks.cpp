@@ -33,9 +33,9 @@ bool writes_first_argument(const std::string& op) {
 }
 
 struct Extent {
-  long long storage = 0;           // the meta storage's identity
+  long long storage = 0;           // the storage's identity (the real one for an input's memory)
   long long first = 0, last = -1;  // bytes it may touch
-  std::vector<long long> layout;   // offset, sizes, strides
+  std::vector<long long> layout;   // byte offset, element size, sizes, strides
 };
 
 long long as_ll(PyObject* o) {
@@ -50,16 +50,23 @@ PyRef call0(PyObject* o, const char* name) {
   return r;
 }
 
-Extent extent_of(PyObject* meta) {
+// The bytes `meta` covers, placed in the real storage when it views a tensor input's memory.
+Extent extent_of(const CaptureContext& ctx, PyObject* meta) {
   Extent e;
   PyRef storage = call0(meta, "untyped_storage");
   PyRef cdata = PyRef::steal(PyObject_GetAttrString(storage.get(), "_cdata"));
   if (!cdata) throw PythonError();
   e.storage = as_ll(cdata.get());
+  long long base = 0;
+  if (auto real = ctx.real_storage(e.storage)) {
+    e.storage = real->storage;
+    base = real->byte_offset;
+  }
   long long item = as_ll(call0(meta, "element_size").get());
   long long offset = as_ll(call0(meta, "storage_offset").get());
   PyRef sizes = call0(meta, "size"), strides = call0(meta, "stride");
-  e.layout.push_back(offset);
+  e.layout.push_back(base + offset * item);
+  e.layout.push_back(item);
   long long span = 0;
   bool empty = false;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sizes.get()); ++i) {
@@ -71,23 +78,24 @@ Extent extent_of(PyObject* meta) {
     span += (n - 1) * (st < 0 ? -st : st);
   }
   if (!empty) {
-    e.first = offset * item;
-    e.last = (offset + span) * item + item - 1;
+    e.first = base + offset * item;
+    e.last = base + (offset + span) * item + item - 1;
   }
   return e;
 }
 
 // True when `operand` shares some of the memory `written` (both meta tensors) covers without
 // being the very same view: eager's in-place kernels refuse that.
-bool partly_overlaps(PyObject* written, PyObject* operand) {
+bool partly_overlaps(const CaptureContext& ctx, PyObject* written, PyObject* operand) {
   if (written == operand) return false;
-  Extent w = extent_of(written), o = extent_of(operand);
+  Extent w = extent_of(ctx, written), o = extent_of(ctx, operand);
   return o.storage == w.storage && o.layout != w.layout && o.last >= w.first && w.last >= o.first;
 }
 
 }  // namespace
 
-void check_eager_only_errors(const std::string& op_name, const std::vector<ValuePtr>& args) {
+void check_eager_only_errors(const CaptureContext& ctx, const std::string& op_name,
+                             const std::vector<ValuePtr>& args) {
   // NOTE: the check that an in-place op's operand does not partly overlap the tensor it writes
   // (`x.add_(x[1])`) runs in the CPU/CUDA kernels only: a graph raising there would drop the
   // side effects eager made before it.
@@ -106,7 +114,8 @@ void check_eager_only_errors(const std::string& op_name, const std::vector<Value
     written = args[0]->meta.get();
   }
   for (size_t i = first_operand; written && i < args.size(); ++i) {
-    if (!args[i]->is_tensor() || !args[i]->meta || !partly_overlaps(written, args[i]->meta.get()))
+    if (!args[i]->is_tensor() || !args[i]->meta ||
+        !partly_overlaps(ctx, written, args[i]->meta.get()))
       continue;
     graph_break("op_error", op_name +
                                 " with an operand sharing memory with the tensor it writes (it "

@@ -5,12 +5,15 @@
 #include <string>
 #include <vector>
 
+#include "capture/context.h"
 #include "capture/value.h"
 
 namespace tl::capture {
 
 // Throws GraphBreak ("op_error") when `op_name` applied to `args` raises in eager but not on
 // meta tensors. `op_name` is the function or method name (sub, rsub, sub_, __isub__, ...).
-void check_eager_only_errors(const std::string& op_name, const std::vector<ValuePtr>& args);
+// Overlaps between tensor inputs are found through ctx.real_storage().
+void check_eager_only_errors(const CaptureContext& ctx, const std::string& op_name,
+                             const std::vector<ValuePtr>& args);
 
 }  // namespace tl::capture

@@ -128,6 +128,11 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
         if (args[0]->kind == VKind::Dict) {
           for (size_t i = 0; i < args[0]->keys.size(); ++i)
             pairs.emplace_back(args[0]->keys[i], args[0]->items[i]);
+        } else if (args[0]->is_const() && PyDict_CheckExact(args[0]->obj.get())) {
+          PyObject *k, *v;  // borrowed
+          Py_ssize_t pos = 0;
+          while (PyDict_Next(args[0]->obj.get(), &pos, &k, &v))
+            pairs.emplace_back(PyRef::borrow(k), Value::constant(PyRef::borrow(v)));
         } else if (args[0]->is_sequence() || args[0]->kind == VKind::Iterator) {
           for (auto& pair : iterate(args[0])) {  // update([(k, v), ...])
             std::vector<ValuePtr> kv;

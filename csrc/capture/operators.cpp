@@ -163,6 +163,21 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
     call_pure(ctx_, op, {Value::constant(a->obj), Value::constant(cb)}, {});
     return a;
   }
+  if (a->kind == VKind::Dict && (name == "ior" || (name == "or_" && b->kind == VKind::Dict))) {
+    // NOTE: `d |= other` updates d itself (every name of it sees the change) and takes what
+    // dict.update takes; `d | other` is a new dict. Folding them on copies of constants lost
+    // the update of a dict argument.
+    ValuePtr target = a;
+    if (name == "or_") {
+      target = Value::of_kind(VKind::Dict);
+      target->keys = a->keys;
+      target->items = a->items;
+    }
+    std::vector<ValuePtr> args{b};
+    KwArgs kwargs;
+    call_method_on(target, "update", args, kwargs);
+    return target;
+  }
   std::vector<ValuePtr> ia, ib;
   if ((name == "add" || name == "iadd") && as_items(a, ia) && as_items(b, ib)) {
     if (name == "iadd" && a->kind == VKind::List) {

@@ -620,9 +620,12 @@ void Tracer::step(const Instruction& inst) {
       push(d);
       return;
     }
+    // NOTE: the container these build is a stack value a resume function receives when a
+    // break fell inside the display (`[*xs, int(t)]`): its changes are side effects then.
     case LIST_APPEND: {
       ValuePtr v = pop();
       top(arg)->items.push_back(v);
+      mark_mutated(top(arg));
       return;
     }
     case LIST_EXTEND: {
@@ -630,6 +633,7 @@ void Tracer::step(const Instruction& inst) {
       auto items = iterate(v);
       auto& l = top(arg);
       l->items.insert(l->items.end(), items.begin(), items.end());
+      mark_mutated(l);
       return;
     }
 #ifdef LIST_TO_TUPLE
@@ -676,6 +680,7 @@ void Tracer::step(const Instruction& inst) {
           d->items.push_back(src->items[i]);
         }
       }
+      mark_mutated(d);
       return;
     }
     case MAP_ADD: {
@@ -683,6 +688,7 @@ void Tracer::step(const Instruction& inst) {
       ValuePtr k = pop();
       if (!k->is_const()) graph_break("unsupported_value", "dict key must be a constant");
       ValuePtr& d = top(arg);
+      mark_mutated(d);
       for (size_t j = 0; j < d->keys.size(); ++j) {
         if (PyObject_RichCompareBool(d->keys[j].get(), k->obj.get(), Py_EQ) == 1) {
           d->items[j] = v;

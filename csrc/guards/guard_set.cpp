@@ -8,6 +8,7 @@
 #include "guards/fetch.h"
 #include "guards/global_state.h"
 #include "guards/leaf_guard.h"
+#include "guards/storage_aliasing.h"
 #include "guards/torch_refs.h"
 
 namespace tl::guards {
@@ -45,6 +46,7 @@ struct GuardSet::Impl {
   size_t count = 0;
   std::vector<GuardSet::IdMatchedLocal> id_locals;
   std::vector<Identity> identities;
+  std::optional<StorageAliasing> storage_aliasing;
   // Builtins the trace read: names that must stay absent from the frame's
   // globals, re-checked only when the globals dict changed.
   std::vector<PyRef> absent_globals;
@@ -235,6 +237,13 @@ void GuardSet::add_identity(ir::SourcePtr a, ir::SourcePtr b, bool same) {
   impl_->identities.push_back({la, lb, SourceFetcher(*a), SourceFetcher(*b), same});
   ++impl_->count;
 }
+void GuardSet::add_storage_aliasing(const std::vector<ir::SourcePtr>& sources,
+                                    const std::vector<PyObject*>& tensors) {
+  if (impl_->storage_aliasing) return;
+  impl_->storage_aliasing.emplace(sources, tensors);
+  ++impl_->count;
+}
+
 void GuardSet::add_global_state() {
   if (impl_->global_state) return;  // the first snapshot is the one the trace saw
   impl_->global_state.emplace();
@@ -258,6 +267,10 @@ bool GuardSet::check(const ir::FrameView& frame, bool global_state) const {
       return false;
     }
   }
+  if (im.storage_aliasing && !im.storage_aliasing->check(frame)) {
+    im.failure = im.storage_aliasing->failure();
+    return false;
+  }
   im.failure.clear();
   return true;
 }
@@ -273,6 +286,7 @@ std::string GuardSet::str() const {
     os << "GLOBAL_ABSENT G['" << PyUnicode_AsUTF8(name.get()) << "']\n";
   for (const Identity& id : impl_->identities)
     os << "IDENTITY " << id.a << (id.same ? " is " : " is not ") << id.b << "\n";
+  if (impl_->storage_aliasing) os << impl_->storage_aliasing->str() << "\n";
   return os.str();
 }
 

@@ -43,6 +43,10 @@ class GuardSet {
   // (a is b) == same: an identity test the trace answered (two tensor inputs
   // reached through different sources may be one object).
   void add_identity(ir::SourcePtr a, ir::SourcePtr b, bool same);
+  // The tensors at `sources` (`tensors`: the real ones now, borrowed) share storages as they
+  // do now (storage_aliasing.h).
+  void add_storage_aliasing(const std::vector<ir::SourcePtr>& sources,
+                            const std::vector<PyObject*>& tensors);
   // `owner.<name>` (owner is the object at `s` now, borrowed) resolved to
   // `found` (borrowed; null: absent) through the owner's module dict or class
   // MRO; `after` as in AttrTable::add. All such reads of one owner share one

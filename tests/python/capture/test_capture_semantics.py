@@ -8,6 +8,7 @@ inlined call runs its handlers at trace time, which is where these semantics mat
 
 import collections
 
+import pytest
 import torch
 from semantics_check import randn, same_as_eager
 
@@ -56,6 +57,52 @@ def _traceback_of_caught(x):
 
 def test_caught_exception_has_a_traceback():
     same_as_eager(lambda x: _traceback_of_caught(x), randn(3))
+
+
+def _raise_value_error():
+    raise ValueError("v")
+
+
+def _traceback_entries_of_caught(x):
+    try:
+        _raise_value_error()
+    except ValueError as e:
+        tb = e.__traceback__
+        inner = tb.tb_next
+        return (
+            x + 1,
+            tb.tb_lineno - _traceback_entries_of_caught.__code__.co_firstlineno,
+            inner.tb_lineno - _raise_value_error.__code__.co_firstlineno,
+            inner.tb_next is None,
+            tb.tb_lasti >= 0,
+        )
+
+
+def test_caught_exception_traceback_has_its_lines_and_next_entries():
+    same_as_eager(lambda x: _traceback_entries_of_caught(x), randn(3))
+
+
+def _traceback_replaced(x, how):
+    try:
+        try:
+            _raise_value_error()
+        except ValueError as e:
+            if how == "assign":
+                e.__traceback__ = None
+                return x + 1, e.__traceback__ is None
+            if how == "with_traceback":
+                return x + 2, e.with_traceback(None) is e, e.__traceback__ is None
+            raise e.with_traceback(None)
+    except ValueError as e2:
+        depth, tb = 0, e2.__traceback__
+        while tb is not None:
+            depth, tb = depth + 1, tb.tb_next
+        return x + 3, depth
+
+
+@pytest.mark.parametrize("how", ["assign", "with_traceback", "reraise_with_traceback"])
+def test_traceback_assigned_or_replaced_is_honoured(how):
+    same_as_eager(lambda x: _traceback_replaced(x, how), randn(3))
 
 
 def _stop_iteration_from_generator(x):

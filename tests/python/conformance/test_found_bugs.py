@@ -833,3 +833,251 @@ def test_dropout_in_training_still_orders_effects_before_an_advanced_index():
 
     report = torchlite.explain(fn)(torch.randn(4), [0])
     assert report.breaks_by_kind.get("effect_order") == 1, report.break_reasons
+
+
+# --- one tensor reached through two names, or views of one storage as two inputs (seed 63519) ---
+# A resume function receives `v1 = y` as two locals: each got a meta tensor of its own, so the
+# overlap check of `v1[1:3] = y[0:2]` missed it, the graph raised after `y.add_` and the dict
+# update made before it was lost; metadata changes (`y.unsqueeze_`) were not seen through `v1`.
+
+ALIASES = {
+    "same": lambda y: y,
+    "full_slice": lambda y: y[:],
+    "view": lambda y: y.view(4),
+}
+DICT_UPDATES = {
+    "setdefault": lambda d, v: d.setdefault("c", v),
+    "update_dict": lambda d, v: d.update({"c": v}),
+    "update_kwargs": lambda d, v: d.update(c=v),
+    "update_pairs": lambda d, v: d.update([("c", v)]),
+    "setitem": lambda d, v: d.__setitem__("c", v),
+    "pop": lambda d, v: d.pop("a", v),
+    "popitem": lambda d, v: d.popitem(),
+    "clear": lambda d, v: d.clear(),
+}
+
+
+@pytest.mark.parametrize("update", sorted(DICT_UPDATES))
+@pytest.mark.parametrize("alias", sorted(ALIASES))
+def test_dict_update_before_overlapping_setitem_through_alias_across_graph_break(alias, update):
+    make_alias, change = ALIASES[alias], DICT_UPDATES[update]
+
+    def fn(y, f, d):
+        v1 = make_alias(y)
+        change(d, int(y.mean()))  # a graph break: v1 and y reach the resume function
+        y.add_(f)
+        v1[1:3] = y[0:2]
+        return y, d
+
+    check_program(fn, lambda: (torch.randn(4), 0.5, {"a": 1, "b": 2}), calls=3)
+
+
+def test_dict_ior_before_overlapping_inplace_add_through_alias_across_graph_break():
+    def fn(y, d):
+        v1 = y
+        k = int(y.sum() > 0)
+        d |= {"k": k}
+        y.mul_(2)
+        v1[1:].add_(y[:-1])
+        return y
+
+    check_program(fn, lambda: (torch.randn(4), {}), observe=None, calls=3)
+
+
+G_DICT = {"a": 1}
+
+
+def test_global_dict_update_before_overlapping_setitem_through_alias_across_graph_break():
+    def fn(y):
+        v1 = y
+        G_DICT.update(c=int(y.mean()))
+        y.add_(1)
+        v1[1:3] = y[0:2]
+        return y
+
+    def setup():
+        G_DICT.clear()
+        G_DICT["a"] = 1
+
+    check_program(fn, t4, setup=setup, observe=lambda: dict(G_DICT), calls=3)
+
+
+METADATA_CHANGES = {
+    "unsqueeze_": lambda t: t.unsqueeze_(0),
+    "t_": lambda t: t.t_(),
+    "squeeze_": lambda t: t.squeeze_(),
+    "transpose_": lambda t: t.transpose_(0, 1),
+}
+
+
+@pytest.mark.parametrize("change", sorted(METADATA_CHANGES))
+def test_inplace_metadata_change_is_seen_through_second_name_across_graph_break(change):
+    op = METADATA_CHANGES[change]
+
+    def fn(y, ks):
+        v1 = y
+        ks.append(int(y.sum() > 0))  # graph break
+        op(y)
+        return v1.shape, v1 * 2, y.stride()
+
+    check_program(fn, lambda: (torch.randn(2, 1), []), calls=3)
+
+
+@pytest.mark.parametrize("change", sorted(METADATA_CHANGES))
+def test_inplace_metadata_change_through_list_element_seen_through_argument(change):
+    op = METADATA_CHANGES[change]
+
+    def fn(y, zs):
+        zs.append(y)
+        print(end="")  # graph break: y and zs[0] reach the resume function
+        op(zs[0])
+        return y.shape, y + 1
+
+    check_program(fn, lambda: (torch.randn(2, 1), []), calls=3)
+
+
+def _same_twice():
+    t = torch.randn(4)
+    return t, t
+
+
+def _overlapping_views():
+    t = torch.randn(5)
+    return t[:4], t[1:]
+
+
+_PAIRS = {
+    "distinct": lambda: (torch.randn(4), torch.randn(4)),
+    "same": _same_twice,
+    "views": _overlapping_views,
+}
+
+
+@pytest.mark.parametrize("order", [("distinct", "same", "views"), ("same", "views", "distinct")])
+def test_arguments_aliasing_each_other_differently_between_calls(order):
+    # The entry traced for one aliasing of the arguments must not run for another.
+    mode = [order[0]]
+
+    def fn(a, b, d):
+        d["c"] = 1
+        a.add_(1)
+        a[1:3] = b[0:2]
+        return a.unsqueeze_(0).shape, b.shape, d
+
+    def mutate(call):
+        mode[0] = order[call]
+
+    check_program(fn, lambda: (*_PAIRS[mode[0]](), {}), mutate=mutate, calls=3)
+
+
+def test_argument_passed_twice_sees_metadata_change_after_distinct_call():
+    mode = ["distinct"]
+
+    def fn(a, b):
+        a.unsqueeze_(0)
+        return b.shape, b * 2
+
+    def mutate(call):
+        mode[0] = ("distinct", "same", "distinct")[call]
+
+    check_program(fn, lambda: _PAIRS[mode[0]](), mutate=mutate, calls=3)
+
+
+# --- `d |= other` on a dict from outside the frame was folded on a copy (dict mutator probe) ----
+
+
+class _Holder:
+    def __init__(self):
+        self.d = {"a": 1}
+
+
+HOLDER = _Holder()
+
+
+@pytest.mark.parametrize(
+    "other", ["{'c': n}", "[('c', n)]", "{'a': n, 'b': x.sum()}", "zip(['c'], [x])", "d2"]
+)
+@pytest.mark.parametrize("reach", ["argument", "alias", "attribute", "nested"])
+def test_dict_inplace_or_updates_the_dict_itself(reach, other):
+    target = {
+        "argument": "d",
+        "alias": "e",
+        "attribute": "HOLDER.d",
+        "nested": "d['inner']",
+    }[reach]
+    # NOTE: `e = d` only where the alias is the target: on the old main it hid the bug.
+    alias = "    e = d\n" if reach == "alias" else ""
+    src = (
+        "def fn(x, n, d, d2):\n"
+        f"{alias}"
+        f"    {target} |= {other}\n"
+        "    merged = d | d2\n"
+        "    merged['m'] = 1\n"
+        "    return x * n, merged, len(d2)\n"
+    )
+    ns = {"HOLDER": HOLDER}
+    exec(compile(src, f"<dict_ior_{reach}>", "exec"), ns)  # noqa: S102 - the program under test
+
+    def setup():
+        HOLDER.d = {"a": 1}
+
+    check_program(
+        ns["fn"],
+        lambda: (torch.randn(4), 3, {"a": 0, "inner": {"z": 1}}, {"k": 2}),
+        setup=setup,
+        observe=lambda: HOLDER.d,
+        calls=3,
+    )
+
+
+# --- in-place changes of a tensor's shape or strides (found with the aliasing probes) ----------
+# The graph kept reading the tensor through the node made before the change: `y.t_(); y + 1`
+# added in the old layout.
+
+
+@pytest.mark.parametrize("change", sorted(METADATA_CHANGES))
+def test_inplace_metadata_change_then_read_matches_eager(change):
+    op = METADATA_CHANGES[change]
+
+    def fn(y):
+        op(y)
+        return y + torch.zeros(2, 2), y * 1, y.shape, y.stride()
+
+    check_program(fn, lambda: (torch.randn(2, 2),), calls=3)
+
+
+def test_inplace_resize_then_read_matches_eager():
+    def fn(y):
+        y.resize_(2, 2)
+        return y * 1, y.shape
+
+    check_program(fn, lambda: (torch.randn(4),), calls=3)
+
+
+# --- a list/dict display with a graph break inside it (seed 66751) -------------------------------
+# `{**G_D, "b": int(t)}`: the partly built dict reaches the resume function on the stack, which
+# finished it with DICT_UPDATE; that update was not a side effect, so the result lost "b".
+
+G_DISPLAY_D = {"a": 1}
+G_DISPLAY_L = [1, 2]
+
+DISPLAYS = {
+    "dict_unpack": lambda x: {**G_DISPLAY_D, "b": int(x.sum() > 0)},
+    "dict_copy_unpack": lambda x: {**dict(G_DISPLAY_D), "b": int(x.sum() > 0), "c": 2},
+    "dict_two_unpacks": lambda x: {**G_DISPLAY_D, "b": int(x.sum() > 0)},
+    "list_unpack": lambda x: [*G_DISPLAY_L, int(x.sum() > 0)],
+    "list_two_unpacks": lambda x: [*G_DISPLAY_L, *[int(x.sum() > 0)], 5],
+    "tuple_unpack": lambda x: (*G_DISPLAY_L, int(x.sum() > 0)),
+    "call_kwargs": lambda x: dict(**G_DISPLAY_D, b=int(x.sum() > 0)),
+}
+
+
+@pytest.mark.parametrize("display", sorted(DISPLAYS))
+def test_display_with_graph_break_inside_keeps_every_item(display):
+    build = DISPLAYS[display]
+
+    def fn(x):
+        made = build(x)
+        return x + 1, made, len(made)
+
+    check_program(fn, t4, calls=3)
