@@ -75,7 +75,8 @@ def raise_at_the_break(x):
 def _helper_raising_at_break(y):
     print("break")
     y = y * 2
-    print(undefined_name)  # noqa: F821: a NameError raised by the breaking instruction's neighbour
+    # A NameError raised by the breaking instruction's neighbour.
+    print(undefined_name)  # noqa: F821
     return y
 
 
@@ -102,7 +103,7 @@ class Net(torch.nn.Module):
 def _frames(fn, *args):
     try:
         fn(*args)
-    except Exception as e:  # noqa: BLE001: any error; the traceback is what is compared
+    except Exception as e:  # noqa: BLE001 (any error: the traceback is what is compared)
         tb = traceback.extract_tb(e.__traceback__)
         return type(e), [(f.filename, f.name, f.lineno) for f in tb]
     pytest.fail("no exception")

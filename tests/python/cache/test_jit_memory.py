@@ -83,9 +83,7 @@ def test_identical_kernels_share_code_until_the_last_user_dies():
     assert _C.live_cpu_kernels() == base
 
 
-def soak(
-    seconds: float, threads: int = 1, forks: bool = False, report=None
-) -> tuple[int, float]:
+def soak(seconds: float, threads: int = 1, forks: bool = False, report=None) -> tuple[int, float]:
     """Compile/drop/reset cycles for `seconds` on `threads` threads (with `forks`, a forked
     child compiles and checks a function of its own every 200 cycles); returns (cycles, RSS
     growth in MB after a warm-up). `report(elapsed_s, cycles, rss_mb)` is called about every
@@ -105,7 +103,7 @@ def soak(
                     torchlite.reset()
                 if forks and i % 200 == 199:
                     fork_and_check(i + 1)
-        except BaseException as e:  # noqa: BLE001: reported by the main thread
+        except BaseException as e:  # noqa: BLE001 (reported by the main thread)
             failures.append(e)
 
     for i in range(60):  # warm-up: allocator pools, torch's caches, LLVM's first use
