@@ -307,10 +307,19 @@ void unload_dead_modules() {
     std::lock_guard<std::mutex> lock(g_dead_mu);
     dead.swap(g_dead);
   }
-  for (auto [device, handle] : dead) {
-    ContextScope ctx(device);
-    unload_module(handle);
-    --g_live_modules;
+  for (size_t i = 0; i < dead.size(); ++i) {
+    try {
+      ContextScope ctx(dead[i].first);
+      unload_module(dead[i].second);
+      --g_live_modules;
+    } catch (const Error&) {
+      // NOTE: the wait failed (a stream capture in progress forbids it, or the device
+      // faulted): the rest stays queued for the next compile or reset, never unloaded
+      // while its kernels may run.
+      std::lock_guard<std::mutex> lock(g_dead_mu);
+      g_dead.insert(g_dead.end(), dead.begin() + static_cast<std::ptrdiff_t>(i), dead.end());
+      return;
+    }
   }
 }
 

@@ -43,7 +43,8 @@ std::vector<LoadedKernel> load_kernels(const std::vector<codegen::cuda::CudaKern
 
 // Unloads the modules whose last LoadedKernel is gone (each after waiting for
 // its device's queued work). Run at every compile_kernels / load_kernels and on
-// torchlite.reset(); never while a stream is being captured.
+// torchlite.reset(), not from destructors (which may run inside a stream
+// capture); when the wait fails, the modules stay queued. Never throws.
 void unload_dead_modules();
 // Modules loaded and not unloaded yet (tests: modules go with their last user).
 int64_t live_modules();
