@@ -171,6 +171,8 @@ struct Registry {
   std::map<std::string, PyRef> resumes;
   std::set<PyCodeObject*> bridge_codes;
   std::unordered_map<PyCodeObject*, std::vector<std::pair<int, bool>>> exits;
+  // Generated code (bridge, resume function, loop body) -> the code it was made from.
+  std::unordered_map<PyCodeObject*, PyCodeObject*> made_from;
   // NOTE: keys hold code addresses; keeping the codes alive keeps them unique.
   std::set<PyCodeObject*> kept;
   std::vector<PyRef> keep_alive;
@@ -245,6 +247,7 @@ PyRef resume_code(PyCodeObject* code, int entry, const std::string& stack,
     if (c == static_cast<char>(Slot::ExitFalse)) exits.emplace_back(s, false);
   }
   if (!exits.empty()) reg.exits[co] = std::move(exits);
+  reg.made_from[co] = code;
   reg.keep(code);
   reg.resumes.emplace(key, made);
   return made;
@@ -252,9 +255,11 @@ PyRef resume_code(PyCodeObject* code, int entry, const std::string& stack,
 
 // Stores the stack after the breaking instruction in temporaries (dropping
 // NULLs by calling int() on them: CALL consumes a NULL, nothing else does),
-// then returns resume(*locals, *stack).
-void append_stub(std::vector<Instr>& out, int label, const std::string& post, int resume_slot,
-                 const std::vector<int>& local_slots, const Rewriter& rw, int int_const, int line) {
+// then returns resume(*locals, *stack), the resume function made by
+// `load_resume` (Rewriter::make_function).
+void append_stub(std::vector<Instr>& out, int label, const std::string& post,
+                 const std::vector<Instr>& load_resume, const std::vector<int>& local_slots,
+                 const Rewriter& rw, int int_const, int line) {
   auto add = [&](int op, int arg) { out.push_back(Rewriter::make(op, arg, line)); };
   size_t first = out.size();
   for (int i = static_cast<int>(post.size()) - 1; i >= 0; --i) {
@@ -266,13 +271,18 @@ void append_stub(std::vector<Instr>& out, int label, const std::string& post, in
     }
   }
   if (!kNullAboveCallable) add(PUSH_NULL, 0);
-  add(LOAD_FAST, resume_slot);
+  for (const Instr& in : load_resume) out.push_back(in);
   if (kNullAboveCallable) add(PUSH_NULL, 0);
   int n = 0;
   for (int s : local_slots) add(LOAD_FAST, s), ++n;
   for (size_t i = 0; i < post.size(); ++i)
     if (post[i] != static_cast<char>(Slot::Null))
       add(LOAD_FAST, rw.slot(rw.fresh("tmp" + std::to_string(i)))), ++n;
+  // NOTE: unbound again before the call: the bridge's frame, suspended while the resume function
+  // runs, shows the user's locals only (a frame object taken at the break, f_back of the resume).
+  for (size_t i = 0; i < post.size(); ++i)
+    if (post[i] != static_cast<char>(Slot::Null))
+      add(DELETE_FAST, rw.slot(rw.fresh("tmp" + std::to_string(i))));
 #ifdef PRECALL
   add(PRECALL, n);
 #endif
@@ -391,30 +401,37 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
   }
   for (auto& s : loop_exits) tmps = std::max(tmps, s.stack.size());
 
-  rw.renumber(
-      site.locals,
-      [&] {
-        auto p = numbered(rw, "stack", count_values(site.stack));
-        for (auto& r : numbered(rw, "resume", succ.size())) p.push_back(r);
-        if (loop) p.push_back(rw.fresh("loop"));
-        for (auto& r : numbered(rw, "exit", loop_exits.size())) p.push_back(r);
-        return p;
-      }(),
-      [&] {
-        auto t = numbered(rw, "tmp", tmps);
-        if (loop)
-          for (const char* n : {"item", "status", "ret"}) t.push_back(rw.fresh(n));
-        return t;
-      }());
+  // NOTE: the resume functions are not parameters: the bridge makes each one
+  // (MAKE_FUNCTION of a constant code) where it calls it, so locals() at the
+  // break shows none of them.
+  rw.renumber(site.locals, numbered(rw, "stack", count_values(site.stack)), [&] {
+    auto t = numbered(rw, "tmp", tmps);
+    if (loop)
+      for (const char* n : {"item", "status", "ret", "loop"}) t.push_back(rw.fresh(n));
+    return t;
+  }());
   Assembly a;
-  a.insts = rw.body(site.stack, site.index, line, true);
+  // NOTE: the stack parameters are unbound once pushed, so locals()/vars() run by the breaking
+  // instruction show the user's locals only.
+  a.insts = rw.body(site.stack, site.index, line, true, true);
   a.blocks = rw.blocks();
   std::vector<int> local_slots;
   for (int s : site.locals) local_slots.push_back(rw.slot_of_original(s));
   const int int_const = rw.consts_size();
+  std::optional<LoopConsts> loop_consts;
+  if (loop) loop_consts = LoopConsts{int_const, kFirstExit + static_cast<int>(loop->exits.size())};
+  std::vector<PyObject*> consts =
+      loop_consts ? loop_consts->objects()
+                  : std::vector<PyObject*>{reinterpret_cast<PyObject*>(&PyLong_Type)};
+  // The generated codes the bridge makes functions of, appended to co_consts after `consts`.
+  std::vector<PyObject*> fn_codes;
+  const int first_code = int_const + static_cast<int>(consts.size());
+  auto load_fn = [&](PyObject* code, int at_line) {
+    fn_codes.push_back(code);
+    return rw.make_function(first_code + static_cast<int>(fn_codes.size()) - 1, at_line);
+  };
   for (size_t k = 0; k < succ.size(); ++k) {
     const int label = kFirstNewLabel + static_cast<int>(k);
-    const int resume_slot = rw.slot(rw.fresh("resume" + std::to_string(k)));
     if (!succ[k].jump) {
       // Fall-through: a jump right after the breaking instruction.
       auto pos = std::find_if(a.insts.begin(), a.insts.end(),
@@ -426,18 +443,28 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
       for (Instr& in : a.insts)
         if (in.label == last) in.target = label;
     }
-    append_stub(a.insts, label, succ[k].stack, resume_slot, local_slots, rw, int_const, line);
+    append_stub(a.insts, label, succ[k].stack, load_fn(out->resumes[k].get(), line), local_slots,
+                rw, int_const, line);
   }
-  std::vector<PyObject*> consts{reinterpret_cast<PyObject*>(&PyLong_Type)};
   if (loop) {
-    const LoopConsts k{int_const, kFirstExit + static_cast<int>(loop->exits.size())};
-    consts = k.objects();
+    const LoopConsts& k = *loop_consts;
     std::vector<int> exit_labels;
     for (size_t x = 0; x < loop_exits.size(); ++x)
       exit_labels.push_back(kFirstNewLabel + (1 << 21) + 2 * static_cast<int>(x));
-    insert_loop_call(a.insts, *loop, rw, rw.slot(rw.fresh("loop")), k, site.stack, exit_labels);
+    const int body_slot = rw.slot(rw.fresh("loop"));
+    insert_loop_call(a.insts, *loop, rw, body_slot, k, site.stack, exit_labels);
+    {
+      // The body function, made once before the loop (after the prologue).
+      std::vector<Instr> make = load_fn(loop->code.get(), loop->line);
+      make.push_back(Rewriter::make(STORE_FAST, body_slot, loop->line));
+      auto pos = std::find_if(a.insts.begin(), a.insts.end(), [](const Instr& in) {
+        return in.label == kNoLabel && in.opcode == JUMP_FORWARD;
+      });
+      a.insts.insert(pos, make.begin(), make.end());
+    }
     auto* co = reinterpret_cast<PyCodeObject*>(loop->code.get());
     if (!loop->grad_exits.empty()) registry().exits[co] = loop->grad_exits;
+    registry().made_from[co] = site.code;
     out->resumes.push_back(loop->code);
     out->resume_lines.push_back(loop->line);
     out->loop_body = true;
@@ -467,7 +494,7 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
 #endif
         label += 1;
       }
-      append_stub(a.insts, label, e.stack, rw.slot(rw.fresh("exit" + std::to_string(x))),
+      append_stub(a.insts, label, e.stack, load_fn(out->resumes.back().get(), loop->line),
                   after_slots, rw, int_const, loop->line);
     }
     if (!loop_exits.empty()) {
@@ -484,6 +511,7 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
       a.insts.insert(pos, init.begin(), init.end());
     }
   }
+  consts.insert(consts.end(), fn_codes.begin(), fn_codes.end());
   out->bridge = rw.assemble_with(
       std::move(a), rw.qualname() + " (graph break at line " + std::to_string(line) + ")", consts);
   return out;
@@ -498,11 +526,19 @@ const BridgeCode& bridge_for(const BreakSite& site) {
   if (it != reg.bridges.end()) return *it->second;
   std::unique_ptr<BridgeCode> made = make_bridge(site);
   reg.bridge_codes.insert(reinterpret_cast<PyCodeObject*>(made->bridge.get()));
+  reg.made_from[reinterpret_cast<PyCodeObject*>(made->bridge.get())] = site.code;
   reg.keep(site.code);
   return *reg.bridges.emplace(key, std::move(made)).first->second;
 }
 
 bool is_bridge(PyCodeObject* code) { return registry().bridge_codes.count(code) > 0; }
+
+PyCodeObject* user_code_of(PyCodeObject* code) {
+  auto& made_from = registry().made_from;
+  for (auto it = made_from.find(code); it != made_from.end(); it = made_from.find(code))
+    code = it->second;
+  return code;
+}
 
 const std::vector<std::pair<int, bool>>* resume_grad_exits(PyCodeObject* code) {
   auto& exits = registry().exits;

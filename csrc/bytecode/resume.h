@@ -46,8 +46,9 @@ struct BreakSite {
 };
 
 struct BridgeCode {
-  // Arguments: the passed locals, the non-Null stack slots (bottom first),
-  // then one function object per entry of `resumes`.
+  // Arguments: the passed locals, then the non-Null stack slots (bottom
+  // first). The bridge makes the functions of `resumes` itself (with its
+  // globals and closure), so no generated name is bound at the break.
   PyRef bridge;
   std::vector<PyRef> resumes;
   std::vector<int> resume_lines;  // line each resume function starts at
@@ -69,6 +70,10 @@ const BridgeCode& bridge_for(const BreakSite& site);
 
 // True for a bridge code object (borrowed).
 bool is_bridge(PyCodeObject* code);
+// The user's code a generated code object (bridge, resume function, loop
+// body; a resume function of a resume function) was made from, following the
+// chain to its end; `code` itself for any other code. Borrowed.
+PyCodeObject* user_code_of(PyCodeObject* code);
 // For a resume function's code (borrowed): its parameters that are grad-mode
 // __exit__ callables, as (localsplus slot, grad mode they restore); nullptr
 // for any other code.

@@ -118,12 +118,38 @@ class Rewriter {
 
   // The prologue (free variables, RESUME, the value stack from arguments),
   // then the original instructions with renumbered locals.
-  std::vector<Instr> body(const std::string& stack, int entry, int line, bool iter_calls) const {
-    std::vector<Instr> out = prologue(stack, line, iter_calls);
+  std::vector<Instr> body(const std::string& stack, int entry, int line, bool iter_calls,
+                          bool clear = false) const {
+    std::vector<Instr> out = prologue(stack, line, iter_calls, clear);
     Instr jump = make(JUMP_FORWARD, 0, line);
     jump.target = entry;
     out.push_back(jump);
     for (const Instr& in : original()) out.push_back(in);
+    return out;
+  }
+
+  // Pushes a new function running the code at co_consts[const_index] (made
+  // from this code, so with the same free variables) with the frame's globals
+  // and its free variables' cells as closure: what PyFunction_New plus
+  // PyFunction_SetClosure give, without passing the function as an argument.
+  std::vector<Instr> make_function(int const_index, int line) const {
+    std::vector<Instr> out;
+    const int first_free = static_cast<int>(varnames_.size());
+    for (int j = 0; j < nfree_; ++j) {
+#if PY_VERSION_HEX >= 0x030D0000
+      out.push_back(make(LOAD_FAST, first_free + j, line));  // NOTE: 3.13: a cell, as LOAD_CLOSURE
+#else
+      out.push_back(make(LOAD_CLOSURE, first_free + j, line));
+#endif
+    }
+    if (nfree_) out.push_back(make(BUILD_TUPLE, nfree_, line));
+    out.push_back(make(LOAD_CONST, const_index, line));
+#if PY_VERSION_HEX >= 0x030D0000
+    out.push_back(make(MAKE_FUNCTION, 0, line));
+    if (nfree_) out.push_back(make(SET_FUNCTION_ATTRIBUTE, 0x08, line));
+#else
+    out.push_back(make(MAKE_FUNCTION, nfree_ ? 0x08 : 0, line));
+#endif
     return out;
   }
 

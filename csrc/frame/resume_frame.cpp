@@ -30,6 +30,40 @@ bool is_exit(char c) {
          c == static_cast<char>(bytecode::Slot::ExitFalse);
 }
 
+// The code a traceback entry ran (borrowed; kept alive by the entry's frame).
+PyCodeObject* code_of(PyTracebackObject* tb) {
+  PyRef code = PyRef::steal(reinterpret_cast<PyObject*>(PyFrame_GetCode(tb->tb_frame)));
+  return reinterpret_cast<PyCodeObject*>(code.get());
+}
+
+// An exception leaving the bridge through the code after the break (a resume function or loop
+// body, captured or not) carries two entries for the user's one frame: the bridge's, at the
+// line of the break, then the resumed code's, at the line that raised. Like CPython hiding its
+// import machinery, the bridge's entry is dropped, so the traceback reads as eager's (same
+// functions, same lines). An exception raised by the breaking instruction itself keeps the
+// bridge's entry: that line is the one eager shows.
+void hide_bridge_entry(PyCodeObject* bridge) {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyRef exc = PyRef::steal(PyErr_GetRaisedException());
+  if (!exc) return;
+  PyRef tb = PyRef::steal(PyException_GetTraceback(exc.get()));
+#else
+  PyObject *type = nullptr, *value = nullptr, *raw_tb = nullptr;
+  PyErr_Fetch(&type, &value, &raw_tb);
+  PyRef tb = PyRef::steal(raw_tb);
+#endif
+  auto* head = reinterpret_cast<PyTracebackObject*>(tb.get());
+  if (head && PyTraceBack_Check(tb.get()) && head->tb_next && code_of(head) == bridge &&
+      bytecode::user_code_of(code_of(head->tb_next)) == bytecode::user_code_of(bridge))
+    tb = PyRef::borrow(reinterpret_cast<PyObject*>(head->tb_next));
+#if PY_VERSION_HEX >= 0x030C0000
+  PyException_SetTraceback(exc.get(), tb ? tb.get() : Py_None);
+  PyErr_SetRaisedException(exc.release());
+#else
+  PyErr_Restore(type, value, tb.release());
+#endif
+}
+
 }  // namespace
 
 ResumeFrame::ResumeFrame(std::shared_ptr<const ir::Graph> graph,
@@ -97,13 +131,14 @@ PyObject* ResumeFrame::run(const ir::FrameView& frame) {
       size_t next = 0;
       args[p.slot] = make_iterator(*p.residual, p.args, next);
     }
-    for (const PyRef& code : codes_.resumes) args.push_back(function_of(code.get(), frame));
     outputs.clear();  // NOTE: the graph's outputs live on only where CPython holds them
     PyRef bridge = function_of(codes_.bridge.get(), frame);
     static_assert(sizeof(PyRef) == sizeof(PyObject*), "PyRef must be a bare pointer");
     ActiveConfigScope scope(&config_);
-    return PyObject_Vectorcall(bridge.get(), reinterpret_cast<PyObject* const*>(args.data()),
-                               args.size(), nullptr);
+    PyObject* result = PyObject_Vectorcall(
+        bridge.get(), reinterpret_cast<PyObject* const*>(args.data()), args.size(), nullptr);
+    if (!result) hide_bridge_entry(reinterpret_cast<PyCodeObject*>(codes_.bridge.get()));
+    return result;
   } catch (const RunEagerly&) {
     return nullptr;
   } catch (const std::exception& e) {

@@ -9,6 +9,7 @@
 #include "frame/frame_access.h"
 #include "python/bindings.h"
 #include "runtime/buffer_pool.h"
+#include "runtime/cuda/compile.h"
 
 namespace py = pybind11;
 
@@ -84,9 +85,11 @@ void bind_frame(py::module_& m) {
         frame::reset_caches();
         capture::clear_meta_cache();
         runtime::release_idle_blocks();
+        runtime::cuda::unload_dead_modules();
       },
       "Drops every cache entry and skip decision (lazily, on the next call of each code) and "
-      "forgets traced meta results and frees the CPU buffer pool's idle blocks.");
+      "forgets traced meta results, frees the CPU buffer pool's idle blocks and unloads CUDA "
+      "modules no compiled graph uses.");
   m.def("meta_cache_hits", &capture::meta_cache_hits,
         "Meta-tensor op results reused while tracing, since the process started.");
   m.def(
@@ -98,10 +101,21 @@ void bind_frame(py::module_& m) {
         d["live_bytes"] = s.live_bytes;
         d["reused"] = s.reused;
         d["fresh"] = s.fresh;
+        d["trimmed"] = s.trimmed;
+        d["refused"] = s.refused;
         return d;
       },
-      "The CPU buffer pool (large kernel outputs): bytes idle and in tensors, and how many "
-      "allocations reused an idle block or mapped a new one.");
+      "The CPU buffer pool (large kernel outputs): bytes idle and in tensors, how many "
+      "allocations reused an idle block or mapped a new one, idle blocks freed (by age, memory "
+      "pressure or a failed allocation) and blocks freed on return instead of kept.");
+  m.def("trim_cpu_pool", &runtime::trim_idle_blocks, py::arg("older_than_seconds"),
+        "Frees the CPU buffer pool's blocks idle for at least this long; returns the bytes freed "
+        "(a background thread does this for blocks idle 10 s).");
+  m.def("set_cpu_pool_trim_seconds", &runtime::set_idle_trim_seconds, py::arg("seconds"),
+        "Tests only: the age at which the trimmer thread frees idle CPU pool blocks.");
+  m.def("memory_headroom", &runtime::memory_headroom,
+        "Bytes the process may still allocate (available memory, cgroup and address-space "
+        "limits): the CPU buffer pool keeps no more idle memory than this.");
   m.def(
       "cache_entry_count",
       [](py::object obj) { return frame::cache_entry_count(as_code(code_of(obj))); },

@@ -2,12 +2,23 @@
 
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <new>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "core/errors.h"
@@ -75,24 +86,44 @@ size_t cap_from_settings() {
 class Pool;
 Pool& pool();
 
+using Clock = std::chrono::steady_clock;
+
+// Marks an idle block's pages reclaimable: the kernel drops them under memory
+// pressure (the next write faults in zero pages), and leaves them in place
+// otherwise (reuse costs nothing). Advice only: failure keeps them resident.
+void advise_idle(void* p, size_t bytes) {
+#ifdef MADV_FREE
+  madvise(p, bytes, MADV_FREE);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
 class Pool {
  public:
   // NOTE: a child forked while another thread held the lock (a DataLoader
-  // worker) would wait on it forever; it starts with the lock free instead.
+  // worker) would wait on it forever; it starts with the lock free instead,
+  // and without the trimmer thread (threads do not survive fork), which it
+  // starts again when it first keeps a block.
   Pool() {
-    pthread_atfork(nullptr, nullptr, [] { new (&pool().mu_) std::mutex(); });
+    pthread_atfork(nullptr, nullptr, [] {
+      Pool& p = pool();
+      new (&p.mu_) std::mutex();
+      new (&p.wake_) std::condition_variable();
+      p.trimmer_running_ = false;
+    });
   }
 
   bool on() const { return cap_ > 0; }
 
   // A block of at least `bytes` (a multiple of kBlockBytes) and its size, or
-  // {nullptr, 0} when memory ran out.
+  // {nullptr, 0} when memory ran out even after freeing the idle blocks.
   std::pair<void*, size_t> take(size_t bytes) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = idle_.lower_bound(bytes);
       if (it != idle_.end() && it->first <= bytes + bytes / 4) {  // little waste
-        std::pair<void*, size_t> got{it->second, it->first};
+        std::pair<void*, size_t> got{it->second.block, it->first};
         idle_.erase(it);
         stats_.idle_bytes -= got.second;
         stats_.live_bytes += got.second;
@@ -101,6 +132,7 @@ class Pool {
       }
     }
     void* p = std::aligned_alloc(kBlockBytes, bytes);
+    if (!p && release_idle() > 0) p = std::aligned_alloc(kBlockBytes, bytes);
     if (!p) return {nullptr, 0};
 #ifdef MADV_HUGEPAGE
     madvise(p, bytes, MADV_HUGEPAGE);  // advice only: failure leaves 4 KB pages
@@ -112,26 +144,49 @@ class Pool {
   }
 
   void give_back(void* p, size_t bytes) {
+    // NOTE: read before locking (it reads /proc files); a stale answer only
+    // keeps or frees one block more.
+    const size_t headroom = memory_headroom();
+    bool pressure = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.live_bytes -= bytes;
-      if (stats_.idle_bytes + bytes <= cap_) {
-        idle_.emplace(bytes, p);
+      const size_t would_hold = stats_.idle_bytes + bytes;
+      pressure = would_hold > headroom;
+      if (would_hold <= cap_ && !pressure) {
+        advise_idle(p, bytes);
+        idle_.emplace(bytes, Idle{p, Clock::now()});
         stats_.idle_bytes += bytes;
+        start_trimmer();
+        wake_.notify_one();
         return;
       }
+      ++stats_.refused;
     }
     std::free(p);
+    if (pressure) release_idle();
   }
 
-  void release_idle() {
-    std::multimap<size_t, void*> idle;
+  // Frees idle blocks last used before `cutoff` (all of them for Clock::time_point::max()).
+  size_t release_idle(Clock::time_point cutoff = Clock::time_point::max()) {
+    std::vector<void*> dropped;
+    size_t freed = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      idle.swap(idle_);
-      stats_.idle_bytes = 0;
+      for (auto it = idle_.begin(); it != idle_.end();) {
+        if (it->second.since < cutoff) {
+          dropped.push_back(it->second.block);
+          freed += it->first;
+          it = idle_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      stats_.idle_bytes -= freed;
+      stats_.trimmed += static_cast<int64_t>(dropped.size());
     }
-    for (auto& [bytes, p] : idle) std::free(p);
+    for (void* p : dropped) std::free(p);
+    return freed;
   }
 
   PoolStats stats() {
@@ -140,11 +195,103 @@ class Pool {
   }
 
  private:
+  struct Idle {
+    void* block;
+    Clock::time_point since;  // when it came back
+  };
+
+  // Under mu_. NOTE: the thread is detached and never joined: the pool is
+  // never destroyed, and the thread touches nothing else.
+  void start_trimmer() {
+    if (trimmer_running_ || trimmer_failed_) return;
+    try {
+      std::thread([this] { trim_forever(); }).detach();
+      trimmer_running_ = true;
+    } catch (const std::system_error&) {
+      trimmer_failed_ = true;  // no thread: idle blocks still go on reset() and under pressure
+    }
+  }
+
+  void trim_forever() {
+    for (;;) {
+      Clock::duration age;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [&] { return !idle_.empty(); });
+        age = trim_age();
+        Clock::time_point oldest = Clock::time_point::max();
+        for (auto& [bytes, b] : idle_) oldest = std::min(oldest, b.since);
+        wake_.wait_until(lock, oldest + age);
+        age = trim_age();
+      }
+      release_idle(Clock::now() - age);
+    }
+  }
+
+ public:
+  void set_trim_seconds(double seconds) {
+    trim_seconds_.store(seconds);
+    wake_.notify_one();
+  }
+
+ private:
+  Clock::duration trim_age() const {
+    return std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(trim_seconds_.load()));
+  }
+
+  std::atomic<double> trim_seconds_{kIdleTrimSeconds};
   const size_t cap_ = cap_from_settings();
   std::mutex mu_;
-  std::multimap<size_t, void*> idle_;  // size -> block
+  std::condition_variable wake_;  // a block became idle
+  bool trimmer_running_ = false;
+  bool trimmer_failed_ = false;
+  std::multimap<size_t, Idle> idle_;  // size -> block
   PoolStats stats_;
 };
+
+// A number from a /proc or /sys file of one line ("max" and errors: SIZE_MAX).
+size_t read_size_file(const char* path) {
+  FILE* f = std::fopen(path, "re");
+  if (!f) return SIZE_MAX;
+  unsigned long long v = 0;
+  const bool ok = std::fscanf(f, "%llu", &v) == 1;
+  std::fclose(f);
+  return ok ? static_cast<size_t>(v) : SIZE_MAX;
+}
+
+size_t meminfo_available() {
+  FILE* f = std::fopen("/proc/meminfo", "re");
+  if (!f) return SIZE_MAX;
+  char line[256];
+  size_t out = SIZE_MAX;
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long long kb = 0;
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+      out = static_cast<size_t>(kb) << 10;
+      break;
+    }
+  }
+  std::fclose(f);
+  return out;
+}
+
+// The cgroup v2 folder of this process ("/sys/fs/cgroup" + the 0:: path).
+std::string cgroup_dir() {
+  std::string dir = "/sys/fs/cgroup";
+  FILE* f = std::fopen("/proc/self/cgroup", "re");
+  if (!f) return dir;
+  char line[4096];
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, "0::", 3) != 0) continue;
+    std::string rel(line + 3);
+    while (!rel.empty() && (rel.back() == '\n' || rel.back() == '/')) rel.pop_back();
+    dir += rel;
+    break;
+  }
+  std::fclose(f);
+  return dir;
+}
 
 // NOTE: never destroyed: tensors may give blocks back during interpreter
 // shutdown, after static destructors would have run.
@@ -233,6 +380,32 @@ PyRef pooled_empty_strided(const std::vector<int64_t>& sizes, const std::vector<
 
 PoolStats pool_stats() { return pool().stats(); }
 
-void release_idle_blocks() { pool().release_idle(); }
+size_t release_idle_blocks() { return pool().release_idle(); }
+
+void set_idle_trim_seconds(double seconds) { pool().set_trim_seconds(seconds); }
+
+size_t trim_idle_blocks(double seconds) {
+  const auto age =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  return pool().release_idle(Clock::now() - age);
+}
+
+size_t memory_headroom() {
+  size_t room = meminfo_available();
+  // NOTE: the folder is looked up once; a process does not change cgroup.
+  static const std::string cg = cgroup_dir();
+  const size_t max = read_size_file((cg + "/memory.max").c_str());
+  const size_t cur = read_size_file((cg + "/memory.current").c_str());
+  if (max != SIZE_MAX && cur != SIZE_MAX) room = std::min(room, max > cur ? max - cur : 0);
+  struct rlimit lim {};
+  if (getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    const size_t vm = read_size_file("/proc/self/statm");  // first field: pages mapped
+    if (vm != SIZE_MAX) {
+      const size_t used = vm * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+      room = std::min(room, lim.rlim_cur > used ? static_cast<size_t>(lim.rlim_cur) - used : 0);
+    }
+  }
+  return room;
+}
 
 }  // namespace tl::runtime

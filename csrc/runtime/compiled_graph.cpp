@@ -364,15 +364,23 @@ bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, RunSta
         return false;
       }
     }
-    if (!out && fast_alloc(rs)) {
-      PyObject* argv[4] = {nullptr, a.sizes.get(), a.strides.get(), a.dtype.get()};
-      out = PyRef::steal(PyObject_Vectorcall(fast_empty_strided_.get(), argv + 1,
-                                             3 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
-    } else if (!out) {
+    auto allocate = [&] {
+      if (fast_alloc(rs)) {
+        PyObject* argv[4] = {nullptr, a.sizes.get(), a.strides.get(), a.dtype.get()};
+        return PyRef::steal(PyObject_Vectorcall(fast_empty_strided_.get(), argv + 1,
+                                                3 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+      }
       PyObject* argv[5] = {nullptr, a.sizes.get(), a.strides.get(), a.dtype.get(), a.device.get()};
-      out = PyRef::steal(PyObject_Vectorcall(empty_strided_.get(), argv + 1,
-                                             2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                             alloc_kwnames_.get()));
+      return PyRef::steal(PyObject_Vectorcall(empty_strided_.get(), argv + 1,
+                                              2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                              alloc_kwnames_.get()));
+    };
+    if (!out) out = allocate();
+    // NOTE: memory the buffer pool keeps idle may be what torch's allocator lacks: free it and
+    // try once more (buffer_pool.h).
+    if (!out && !device_.cuda && release_idle_blocks() > 0) {
+      PyErr_Clear();
+      out = allocate();
     }
     if (!out || !data_ptr(out.get())) return false;
     values[s.out_slots[i]] = std::move(out);

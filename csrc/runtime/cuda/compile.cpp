@@ -30,10 +30,43 @@ struct Owner {
   std::string key, name, vector_name, vector_fallback_name;
 };
 
-std::mutex g_mu;                                          // the settings and the module tables
-std::optional<std::string> g_dump_dir;                    // set_dump_dir's override
-std::map<std::pair<int, std::string>, void*> g_modules;   // (device, key) -> CUmodule
+// A loaded CUmodule, shared by every LoadedKernel of its code. The last owner
+// gone, it is queued for unloading (unload_dead_modules): a compiled graph may
+// die on any thread, even inside a stream capture, where unloading (which waits
+// for the device) must not happen.
+struct Module {
+  int device;
+  void* handle;
+  Module(int d, void* h) : device(d), handle(h) {}
+  ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+};
+
+std::mutex g_mu;                        // the settings and the module tables
+std::optional<std::string> g_dump_dir;  // set_dump_dir's override
+std::map<std::pair<int, std::string>, std::weak_ptr<Module>> g_modules;  // (device, key)
 std::map<std::pair<int, std::string>, Owner> g_by_canon;  // (device, canon) -> loaded code
+
+// NOTE: a lock of its own: a Module may die while g_mu is held (a weak_ptr
+// locked and dropped in a lookup).
+std::mutex g_dead_mu;
+std::vector<std::pair<int, void*>> g_dead;  // (device, CUmodule) to unload
+std::atomic<int64_t> g_live_modules{0};
+
+Module::~Module() {
+  std::lock_guard<std::mutex> lock(g_dead_mu);
+  g_dead.emplace_back(device, handle);
+}
+
+// The loaded module of (device, key), or null. Under g_mu.
+std::shared_ptr<Module> live_module(int device, const std::string& key) {
+  auto it = g_modules.find({device, key});
+  if (it == g_modules.end()) return nullptr;
+  std::shared_ptr<Module> m = it->second.lock();
+  if (!m) g_modules.erase(it);
+  return m;
+}
 
 std::string dump_dir() {
   {
@@ -107,7 +140,7 @@ void emit(Job& job, const codegen::cuda::Target& t, const std::string& arch,
 void build(Job& job, int device, const std::string& arch, const DiskCache& cache) {
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    if (g_modules.count({device, job.key})) {
+    if (live_module(device, job.key)) {
       job.loaded = true;
       return;
     }
@@ -138,21 +171,24 @@ void* load_image(Job& job, const std::string& what, const std::string& arch,
 }
 
 LoadedKernel link(Job& job, int device, const std::string& arch, const DiskCache& cache) {
-  void* module = nullptr;
+  std::shared_ptr<Module> loaded;
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    auto it = g_modules.find({device, job.owner.key});
-    if (it != g_modules.end()) module = it->second;
+    loaded = live_module(device, job.owner.key);
   }
   const auto& s = job.spec;
   std::string what = "kernel " + (job.kernel ? job.kernel->name : s.name);
-  if (!module) {
-    module = load_image(job, what, arch, cache);
+  if (!loaded) {
+    // NOTE: `new`, not a temporary Module copied in: its destructor queues an unload.
+    loaded = std::shared_ptr<Module>(new Module(device, load_image(job, what, arch, cache)));
+    ++g_live_modules;
     std::lock_guard<std::mutex> lock(g_mu);
-    g_modules[{device, job.owner.key}] = module;
-    g_by_canon.emplace(std::make_pair(device, job.canon), job.owner);
+    g_modules[{device, job.owner.key}] = loaded;
+    g_by_canon[{device, job.canon}] = job.owner;
   }
+  void* module = loaded->handle;
   LoadedKernel k;
+  k.module = loaded;
   k.name = job.kernel ? job.kernel->name : s.name;
   k.fn = module_function(module, job.owner.name);
   if (!s.vector_name.empty()) k.vector_fn = module_function(module, job.owner.vector_name);
@@ -200,6 +236,7 @@ void parallel_for(std::vector<T>& items, const Fn& fn) {
 std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device) {
   std::string why;
   if (!driver_available(&why)) TL_THROW(Unsupported) << why;
+  unload_dead_modules();
   codegen::cuda::Target t = target_for(device);
   std::string arch = "sm_" + std::to_string(t.sm_major) + std::to_string(t.sm_minor);
   NvrtcVersion v = nvrtc_version();  // throws the "NVRTC was not found" message
@@ -216,11 +253,12 @@ std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device) {
     {
       std::lock_guard<std::mutex> lock(g_mu);
       auto it = g_by_canon.find({device, job.canon});
-      if (it != g_by_canon.end()) {
+      if (it != g_by_canon.end() && live_module(device, it->second.key)) {
         job.owner = it->second;
         job.loaded = job.shared = true;
         continue;
       }
+      if (it != g_by_canon.end()) g_by_canon.erase(it);  // its module was unloaded
     }
     auto [it, fresh] = first.emplace(job.canon, i);
     if (fresh)
@@ -262,6 +300,30 @@ std::vector<LoadedKernel> load_kernels(const std::vector<codegen::cuda::CudaKern
   for (size_t i = 0; i < specs.size(); ++i) jobs[i].spec = specs[i];
   return run_jobs(jobs, device);
 }
+
+void unload_dead_modules() {
+  std::vector<std::pair<int, void*>> dead;
+  {
+    std::lock_guard<std::mutex> lock(g_dead_mu);
+    dead.swap(g_dead);
+  }
+  for (size_t i = 0; i < dead.size(); ++i) {
+    try {
+      ContextScope ctx(dead[i].first);
+      unload_module(dead[i].second);
+      --g_live_modules;
+    } catch (const Error&) {
+      // NOTE: the wait failed (a stream capture in progress forbids it, or the device
+      // faulted): the rest stays queued for the next compile or reset, never unloaded
+      // while its kernels may run.
+      std::lock_guard<std::mutex> lock(g_dead_mu);
+      g_dead.insert(g_dead.end(), dead.begin() + static_cast<std::ptrdiff_t>(i), dead.end());
+      return;
+    }
+  }
+}
+
+int64_t live_modules() { return g_live_modules.load(); }
 
 void set_dump_dir(const std::string& dir) {
   std::lock_guard<std::mutex> lock(g_mu);

@@ -4,6 +4,8 @@
 // differ only in their name, like one layer's kernels in every layer, share
 // one) compiled on parallel threads, CUBINs cached on disk and modules shared
 // process-wide by cache key.
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,9 @@ struct LoadedKernel {
   unsigned grid = 1, block = 256, shared_bytes = 0;
   bool dependent_launch = false;  // CudaKernel::dependent_launch
   std::string tune_key;           // the body's hash (same for kernels differing only in name)
+  // Keeps fn's module loaded: the module is unloaded once the last kernel
+  // using it is gone (unload_dead_modules). Launch fn only while holding it.
+  std::shared_ptr<const void> module;
 };
 
 // The code generator's target for `device`: its exact compute capability and SM count.
@@ -35,6 +40,14 @@ std::vector<LoadedKernel> compile_kernels(const std::vector<const ir::Kernel*>& 
 // The same from CUDA C already written (tests, hand-written kernels).
 std::vector<LoadedKernel> load_kernels(const std::vector<codegen::cuda::CudaKernel>& specs,
                                        int device);
+
+// Unloads the modules whose last LoadedKernel is gone (each after waiting for
+// its device's queued work). Run at every compile_kernels / load_kernels and on
+// torchlite.reset(), not from destructors (which may run inside a stream
+// capture); when the wait fails, the modules stay queued. Never throws.
+void unload_dead_modules();
+// Modules loaded and not unloaded yet (tests: modules go with their last user).
+int64_t live_modules();
 
 // Folder for `.cu` dumps, "" for none (default: TORCHLITE_TRACE=1 ->
 // $TORCHLITE_DEBUG_DIR/kernels, TORCHLITE_DEBUG_DIR defaulting to ./torchlite_debug).

@@ -61,6 +61,8 @@ struct Api {
   CUresult (*CtxSetCurrent)(CUcontext);
   CUresult (*ModuleLoadData)(CUmodule*, const void*);
   CUresult (*ModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*ModuleUnload)(CUmodule);
+  CUresult (*CtxSynchronize)();
   CUresult (*FuncSetAttribute)(CUfunction, int, int);
   CUresult (*FuncGetAttribute)(int*, int, CUfunction);
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -91,18 +93,19 @@ Loaded load() {
     return l;
   }
   Api& a = l.api;
-  bool all = bind(h, "cuInit", a.Init) && bind(h, "cuGetErrorString", a.GetErrorString) &&
-             bind(h, "cuGetErrorName", a.GetErrorName) && bind(h, "cuDeviceGet", a.DeviceGet) &&
-             bind(h, "cuDeviceGetCount", a.DeviceGetCount) &&
-             bind(h, "cuDeviceGetAttribute", a.DeviceGetAttribute) &&
-             bind(h, "cuDevicePrimaryCtxRetain", a.PrimaryCtxRetain) &&
-             bind(h, "cuCtxGetCurrent", a.CtxGetCurrent) &&
-             bind(h, "cuCtxSetCurrent", a.CtxSetCurrent) &&
-             bind(h, "cuModuleLoadData", a.ModuleLoadData) &&
-             bind(h, "cuModuleGetFunction", a.ModuleGetFunction) &&
-             bind(h, "cuFuncSetAttribute", a.FuncSetAttribute) &&
-             bind(h, "cuFuncGetAttribute", a.FuncGetAttribute) &&
-             bind(h, "cuLaunchKernel", a.LaunchKernel);
+  bool all =
+      bind(h, "cuInit", a.Init) && bind(h, "cuGetErrorString", a.GetErrorString) &&
+      bind(h, "cuGetErrorName", a.GetErrorName) && bind(h, "cuDeviceGet", a.DeviceGet) &&
+      bind(h, "cuDeviceGetCount", a.DeviceGetCount) &&
+      bind(h, "cuDeviceGetAttribute", a.DeviceGetAttribute) &&
+      bind(h, "cuDevicePrimaryCtxRetain", a.PrimaryCtxRetain) &&
+      bind(h, "cuCtxGetCurrent", a.CtxGetCurrent) && bind(h, "cuCtxSetCurrent", a.CtxSetCurrent) &&
+      bind(h, "cuModuleLoadData", a.ModuleLoadData) &&
+      bind(h, "cuModuleGetFunction", a.ModuleGetFunction) &&
+      bind(h, "cuModuleUnload", a.ModuleUnload) && bind(h, "cuCtxSynchronize", a.CtxSynchronize) &&
+      bind(h, "cuFuncSetAttribute", a.FuncSetAttribute) &&
+      bind(h, "cuFuncGetAttribute", a.FuncGetAttribute) &&
+      bind(h, "cuLaunchKernel", a.LaunchKernel);
   if (!bind(h, "cuLaunchKernelEx", a.LaunchKernelEx)) a.LaunchKernelEx = nullptr;  // before 12.0
   if (!all) {
     l.why = "libcuda.so.1 lacks a driver entry point torchlite needs (driver older than CUDA 9?)";
@@ -209,6 +212,13 @@ void* load_module(const std::string& image, const std::string& what) {
   CUmodule m = nullptr;
   check(api().ModuleLoadData(&m, image.data()), "cuModuleLoadData", what);
   return m;
+}
+
+void unload_module(void* module) {
+  const Api& a = api();
+  // NOTE: kernels of the module may still be queued on a stream: wait for them first.
+  check(a.CtxSynchronize(), "cuCtxSynchronize", "unloading a module");
+  check(a.ModuleUnload(static_cast<CUmodule>(module)), "cuModuleUnload", "");
 }
 
 void* module_function(void* module, const std::string& name) {

@@ -35,8 +35,11 @@ class ContextScope {
 };
 
 // Loads a CUBIN into the primary context of the current ContextScope.
-// Modules are never unloaded: they are shared process-wide by cache key.
+// Modules are shared process-wide by cache key while any compiled graph uses
+// them (compile.h), then unloaded with unload_module.
 void* load_module(const std::string& image, const std::string& what);
+// Waits for the current context's queued work, then unloads `module` from it.
+void unload_module(void* module);
 void* module_function(void* module, const std::string& name);
 // Local memory a thread of `fn` uses (register spills, stack arrays).
 int local_bytes(void* fn);

@@ -109,13 +109,12 @@ PyRef fn_of(PyObject* code, const PyModule& m) {
   return f;
 }
 
-// run(bridge, *args, *resume functions): the result or the error's type name.
+// run(bridge, *args) (it makes its body and resume functions itself): the result or the
+// error's type name.
 std::string call_bridge(const bc::BridgeCode& codes, const PyModule& m,
                         std::vector<PyObject*> args) {
-  std::vector<PyRef> keep{fn_of(codes.bridge.get(), m)};
-  for (const PyRef& r : codes.resumes) keep.push_back(fn_of(r.get(), m));
-  args.insert(args.begin(), keep[0].get());
-  for (size_t i = 1; i < keep.size(); ++i) args.push_back(keep[i].get());
+  PyRef bridge = fn_of(codes.bridge.get(), m);
+  args.insert(args.begin(), bridge.get());
   PyRef r = PyRef::steal(PyObject_Vectorcall(m.get("run"), args.data(), args.size(), nullptr));
   PyModule::check(r);
   PyRef s = PyRef::steal(PyObject_Str(r.get()));

@@ -53,11 +53,8 @@ PyRef fn_of(PyObject* code, const PyModule& m) {
   return f;
 }
 
-// bridge(*args, *resume functions); new reference or null with an error set.
+// bridge(*args) (it makes its resume functions itself); new reference or null with an error set.
 PyRef call_bridge(const bc::BridgeCode& codes, const PyModule& m, std::vector<PyObject*> args) {
-  std::vector<PyRef> keep;
-  for (const PyRef& r : codes.resumes) keep.push_back(fn_of(r.get(), m));
-  for (const PyRef& r : keep) args.push_back(r.get());
   PyRef bridge = fn_of(codes.bridge.get(), m);
   return PyRef::steal(PyObject_Vectorcall(bridge.get(), args.data(), args.size(), nullptr));
 }
