@@ -38,21 +38,19 @@ bool failed_before_any_effect(const ir::Graph& graph, const ir::Node* failed) {
 }  // namespace
 
 CapturedFrame::CapturedFrame(std::shared_ptr<const ir::Graph> graph, ir::Residual result,
-                             std::vector<ir::SideEffect> side_effects, PyRef backend_fn,
-                             std::unique_ptr<runtime::CompiledGraph> compiled,
-                             std::string func_name, std::string filename)
+                             std::vector<ir::SideEffect> side_effects,
+                             std::unique_ptr<runtime::Executable> executable, std::string func_name,
+                             std::string filename)
     : graph_(std::move(graph)),
       result_(std::move(result)),
       side_effects_(std::move(side_effects)),
-      backend_fn_(std::move(backend_fn)),
-      compiled_(std::move(compiled)),
+      executable_(std::move(executable)),
       func_name_(std::move(func_name)),
       filename_(std::move(filename)) {
   for (ir::Node* p : graph_->placeholders()) {
     input_sources_.push_back(p->source);
     input_fetchers_.emplace_back(*p->source);
   }
-  if (!backend_fn_ && !compiled_) runner_ = std::make_unique<runtime::GraphRunner>(graph_);
 }
 
 PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& outputs,
@@ -233,39 +231,26 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame) {
     std::vector<PyRef> outputs;
     static_assert(sizeof(PyRef) == sizeof(PyObject*), "PyRef must be a bare pointer");
     auto* raw = reinterpret_cast<PyObject* const*>(inputs.data());
-    if (runner_ || compiled_) {
-      try {
-        outputs = compiled_ ? compiled_->run(raw, inputs.size()) : runner_->run(raw, inputs.size());
-      } catch (const PythonError&) {
-        const ir::Node* n = compiled_ ? compiled_->failed_node() : runner_->failed_node();
-        // NOTE: side effects are replayed after the graph, so the ones eager makes before the
-        // failing op would be lost (`ks.append(1); x.add_(x[1])`): run eagerly instead when
-        // that is still possible.
-        // (Not for a torchlite bug: that must be seen, not hidden by an eager run.)
-        if (!fatal_python_error_pending() && !torchlite_error_pending() &&
-            failed_before_any_effect(*graph_, n)) {
-          PyErr_Clear();
-          throw RunEagerly{};
-        }
-        // Point the traceback at the user's line that created the failing op.
-        if (n) {
-          int line = line_of(n->location);
-          std::string file = n->location.substr(0, n->location.rfind(':'));
-          tl_traceback_add(func_name_.c_str(), file.empty() ? filename_.c_str() : file.c_str(),
-                           line);
-        }
-        throw;
+    try {
+      outputs = executable_->run(raw, inputs.size());
+    } catch (const PythonError&) {
+      const ir::Node* n = executable_->failed_node();  // NOTE: null for a backend's callable
+      // NOTE: side effects are replayed after the graph, so the ones eager makes before the
+      // failing op would be lost (`ks.append(1); x.add_(x[1])`): run eagerly instead when
+      // that is still possible.
+      // (Not for a torchlite bug: that must be seen, not hidden by an eager run.)
+      if (!fatal_python_error_pending() && !torchlite_error_pending() &&
+          failed_before_any_effect(*graph_, n)) {
+        PyErr_Clear();
+        throw RunEagerly{};
       }
-    } else {
-      PyRef args = PyRef::steal(PyTuple_New(inputs.size()));
-      for (size_t i = 0; i < inputs.size(); ++i)
-        PyTuple_SET_ITEM(args.get(), i, PyRef(inputs[i]).release());
-      PyRef res = PyRef::steal(PyObject_Call(backend_fn_.get(), args.get(), nullptr));
-      if (!res) throw PythonError();
-      PyRef seq = PyRef::steal(PySequence_Fast(res.get(), "backend must return a tuple or list"));
-      if (!seq) throw PythonError();
-      for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq.get()); ++i)
-        outputs.push_back(PyRef::borrow(PySequence_Fast_GET_ITEM(seq.get(), i)));
+      // Point the traceback at the user's line that created the failing op.
+      if (n) {
+        int line = line_of(n->location);
+        std::string file = n->location.substr(0, n->location.rfind(':'));
+        tl_traceback_add(func_name_.c_str(), file.empty() ? filename_.c_str() : file.c_str(), line);
+      }
+      throw;
     }
     return outputs;
   }
