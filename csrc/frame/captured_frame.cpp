@@ -38,21 +38,19 @@ bool failed_before_any_effect(const ir::Graph& graph, const ir::Node* failed) {
 }  // namespace
 
 CapturedFrame::CapturedFrame(std::shared_ptr<const ir::Graph> graph, ir::Residual result,
-                             std::vector<ir::SideEffect> side_effects, PyRef backend_fn,
-                             std::unique_ptr<runtime::CompiledGraph> compiled,
-                             std::string func_name, std::string filename)
+                             std::vector<ir::SideEffect> side_effects,
+                             std::unique_ptr<runtime::Executable> executable, std::string func_name,
+                             std::string filename)
     : graph_(std::move(graph)),
       result_(std::move(result)),
       side_effects_(std::move(side_effects)),
-      backend_fn_(std::move(backend_fn)),
-      compiled_(std::move(compiled)),
+      executable_(std::move(executable)),
       func_name_(std::move(func_name)),
       filename_(std::move(filename)) {
   for (ir::Node* p : graph_->placeholders()) {
     input_sources_.push_back(p->source);
     input_fetchers_.emplace_back(*p->source);
   }
-  if (!backend_fn_ && !compiled_) runner_ = std::make_unique<runtime::GraphRunner>(graph_);
 }
 
 PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& outputs,
@@ -233,45 +231,35 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame) {
     std::vector<PyRef> outputs;
     static_assert(sizeof(PyRef) == sizeof(PyObject*), "PyRef must be a bare pointer");
     auto* raw = reinterpret_cast<PyObject* const*>(inputs.data());
-    if (runner_ || compiled_) {
-      std::shared_ptr<runtime::CompiledGraph> compiled = compiled_;
-      if (sizes_ && compiled) {
-        compiled = sizes_->get(raw, inputs.size(), compiled_);
-        if (!compiled) throw RunEagerly{};  // NOTE: before anything ran
+    // NOTE: a size-generic entry runs the instance compiled for these inputs' sizes.
+    std::shared_ptr<runtime::CompiledGraph> instance;
+    if (sizes_ && executable_->compiled()) {
+      instance = sizes_->get(raw, inputs.size(), executable_->shared_compiled());
+      if (!instance) throw RunEagerly{};  // NOTE: before anything ran
+      if (instance.get() == executable_->compiled()) instance.reset();
+    }
+    const ir::Graph& graph = instance ? instance->graph() : *graph_;
+    try {
+      outputs = instance ? instance->run(raw, inputs.size()) : executable_->run(raw, inputs.size());
+    } catch (const PythonError&) {
+      // NOTE: null for a backend's callable
+      const ir::Node* n = instance ? instance->failed_node() : executable_->failed_node();
+      // NOTE: side effects are replayed after the graph, so the ones eager makes before the
+      // failing op would be lost (`ks.append(1); x.add_(x[1])`): run eagerly instead when
+      // that is still possible.
+      // (Not for a torchlite bug: that must be seen, not hidden by an eager run.)
+      if (!fatal_python_error_pending() && !torchlite_error_pending() &&
+          failed_before_any_effect(graph, n)) {
+        PyErr_Clear();
+        throw RunEagerly{};
       }
-      const ir::Graph& graph = compiled && compiled != compiled_ ? compiled->graph() : *graph_;
-      try {
-        outputs = compiled ? compiled->run(raw, inputs.size()) : runner_->run(raw, inputs.size());
-      } catch (const PythonError&) {
-        const ir::Node* n = compiled ? compiled->failed_node() : runner_->failed_node();
-        // NOTE: side effects are replayed after the graph, so the ones eager makes before the
-        // failing op would be lost (`ks.append(1); x.add_(x[1])`): run eagerly instead when
-        // that is still possible.
-        // (Not for a torchlite bug: that must be seen, not hidden by an eager run.)
-        if (!fatal_python_error_pending() && !torchlite_error_pending() &&
-            failed_before_any_effect(graph, n)) {
-          PyErr_Clear();
-          throw RunEagerly{};
-        }
-        // Point the traceback at the user's line that created the failing op.
-        if (n) {
-          int line = line_of(n->location);
-          std::string file = n->location.substr(0, n->location.rfind(':'));
-          tl_traceback_add(func_name_.c_str(), file.empty() ? filename_.c_str() : file.c_str(),
-                           line);
-        }
-        throw;
+      // Point the traceback at the user's line that created the failing op.
+      if (n) {
+        int line = line_of(n->location);
+        std::string file = n->location.substr(0, n->location.rfind(':'));
+        tl_traceback_add(func_name_.c_str(), file.empty() ? filename_.c_str() : file.c_str(), line);
       }
-    } else {
-      PyRef args = PyRef::steal(PyTuple_New(inputs.size()));
-      for (size_t i = 0; i < inputs.size(); ++i)
-        PyTuple_SET_ITEM(args.get(), i, PyRef(inputs[i]).release());
-      PyRef res = PyRef::steal(PyObject_Call(backend_fn_.get(), args.get(), nullptr));
-      if (!res) throw PythonError();
-      PyRef seq = PyRef::steal(PySequence_Fast(res.get(), "backend must return a tuple or list"));
-      if (!seq) throw PythonError();
-      for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq.get()); ++i)
-        outputs.push_back(PyRef::borrow(PySequence_Fast_GET_ITEM(seq.get(), i)));
+      throw;
     }
     return outputs;
   }

@@ -11,18 +11,16 @@
 #include "guards/fetch.h"
 #include "ir/graph.h"
 #include "ir/residual.h"
-#include "runtime/compiled_graph.h"
-#include "runtime/graph_runner.h"
+#include "runtime/executable.h"
 
 namespace tl::frame {
 
 class CapturedFrame : public CompiledFrame {
  public:
-  // Runs the graph with `compiled` (fused kernels) when given, else with
-  // `backend_fn` when given, else op by op with the builtin GraphRunner.
+  // Runs the graph with `executable`: fused kernels, op by op, or a backend's callable.
   CapturedFrame(std::shared_ptr<const ir::Graph> graph, ir::Residual result,
-                std::vector<ir::SideEffect> side_effects, PyRef backend_fn,
-                std::unique_ptr<runtime::CompiledGraph> compiled, std::string func_name,
+                std::vector<ir::SideEffect> side_effects,
+                std::unique_ptr<runtime::Executable> executable, std::string func_name,
                 std::string filename);
   PyObject* run(const ir::FrameView& frame) override;
   // A size-generic entry (frame/size_generic.h): graphs for other input sizes come from here.
@@ -59,9 +57,7 @@ class CapturedFrame : public CompiledFrame {
   std::vector<guards::SourceFetcher> input_fetchers_;  // names interned once
   ir::Residual result_;
   std::vector<ir::SideEffect> side_effects_;
-  PyRef backend_fn_;
-  std::unique_ptr<runtime::GraphRunner> runner_;
-  std::shared_ptr<runtime::CompiledGraph> compiled_;
+  std::unique_ptr<runtime::Executable> executable_;
   std::shared_ptr<SizeInstances> sizes_;
   std::string func_name_;
   std::string filename_;

@@ -251,8 +251,7 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
   // NOTE: an empty graph before a break is not a graph (nothing to compile or count).
   if (log_enabled("graph") && has_ops)
     log_event("graph", utf8(code->co_qualname) + ":\n" + res.graph->str());
-  PyRef backend_fn;
-  std::unique_ptr<runtime::CompiledGraph> kernels;
+  std::unique_ptr<runtime::Executable> executable;
   std::shared_ptr<SizeInstances> generic;
   if (has_ops) {
     DynamicChoice dyn = choose_dynamic(code, *config, res);
@@ -266,12 +265,12 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
       log_event("recompiles",
                 utf8(code->co_qualname) + ": sizes stay exact in the guards (" + blocker + ")");
     if (config->backend && config->backend.get() != Py_None)
-      backend_fn = compile_with_backend(res, *config);
+      executable = runtime::Executable::callable(compile_with_backend(res, *config));
     else {
       if (dyn.runtime_sizes && log_enabled("recompiles"))
         log_event("recompiles", utf8(code->co_qualname) +
                                     ": kernels take their sizes at run time (" + dyn.why + ")");
-      pipeline::Executable ex = pipeline::compile_graph(
+      pipeline::CompileResult ex = pipeline::compile_graph(
           res.graph, pipeline::PassContext{config->settings, config->mode, dump_folder,
                                            config->graph_pool, dyn.runtime_sizes});
       if (config->recorder && config->recorder.get() != Py_None) {
@@ -279,9 +278,8 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
           add_to_record(config->recorder.get(), "cuda_graphs", ex.cuda_graphs);
         if (!ex.training.empty()) add_to_record(config->recorder.get(), "training", ex.training);
       }
-      kernels = std::move(ex.kernels);
-      backend_fn = std::move(ex.training_fn);  // NOTE: called like a backend's callable
-      if (captured && kernels && !backend_fn) {
+      executable = std::move(ex.executable);
+      if (captured && executable->compiled()) {
         std::string dims = make_sizes_dynamic(res, dyn.all_dims);
         if (!dims.empty()) {
           generic = std::make_shared<SizeInstances>(
@@ -300,15 +298,17 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
       }
     }
     counters().graphs++;
+  } else {
+    executable = runtime::Executable::op_by_op(res.graph);
   }
   if (codes) {
     entry.compiled = std::make_shared<ResumeFrame>(
-        res.graph, std::move(res.side_effects), std::move(backend_fn), std::move(kernels),
-        utf8(code->co_name), utf8(code->co_filename), std::move(*res.resume), *codes, config);
+        res.graph, std::move(res.side_effects), std::move(executable), utf8(code->co_name),
+        utf8(code->co_filename), std::move(*res.resume), *codes, config);
   } else {
     auto captured_frame = std::make_shared<CapturedFrame>(
-        res.graph, std::move(res.result), std::move(res.side_effects), std::move(backend_fn),
-        std::move(kernels), utf8(code->co_name), utf8(code->co_filename));
+        res.graph, std::move(res.result), std::move(res.side_effects), std::move(executable),
+        utf8(code->co_name), utf8(code->co_filename));
     if (generic) captured_frame->set_size_instances(std::move(generic));
     entry.compiled = std::move(captured_frame);
   }

@@ -67,14 +67,13 @@ void hide_bridge_entry(PyCodeObject* bridge) {
 }  // namespace
 
 ResumeFrame::ResumeFrame(std::shared_ptr<const ir::Graph> graph,
-                         std::vector<ir::SideEffect> side_effects, PyRef backend_fn,
-                         std::unique_ptr<runtime::CompiledGraph> compiled, std::string func_name,
+                         std::vector<ir::SideEffect> side_effects,
+                         std::unique_ptr<runtime::Executable> executable, std::string func_name,
                          std::string filename, capture::ResumePlan plan,
                          const bytecode::BridgeCode& codes,
                          std::shared_ptr<const CompileConfig> config)
     : CapturedFrame(std::move(graph), ir::Residual{}, std::move(side_effects),
-                    std::move(backend_fn), std::move(compiled), std::move(func_name),
-                    std::move(filename)),
+                    std::move(executable), std::move(func_name), std::move(filename)),
       plan_(std::move(plan)),
       codes_(codes),
       config_(std::move(config)) {}

@@ -18,9 +18,9 @@ class ResumeFrame : public CapturedFrame {
  public:
   // `codes` is owned by the bridge cache and lives for the process.
   ResumeFrame(std::shared_ptr<const ir::Graph> graph, std::vector<ir::SideEffect> side_effects,
-              PyRef backend_fn, std::unique_ptr<runtime::CompiledGraph> compiled,
-              std::string func_name, std::string filename, capture::ResumePlan plan,
-              const bytecode::BridgeCode& codes, std::shared_ptr<const CompileConfig> config);
+              std::unique_ptr<runtime::Executable> executable, std::string func_name,
+              std::string filename, capture::ResumePlan plan, const bytecode::BridgeCode& codes,
+              std::shared_ptr<const CompileConfig> config);
   PyObject* run(const ir::FrameView& frame) override;
 
  private:

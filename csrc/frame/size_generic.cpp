@@ -339,8 +339,8 @@ std::shared_ptr<runtime::CompiledGraph> SizeInstances::instantiate(PyObject* con
     node->example = ex;
     if (device) node->meta = passes::meta_of(ex.get(), device, false);
   }
-  pipeline::Executable ex = pipeline::compile_graph(g, ctx_);
-  if (!ex.kernels || ex.training_fn) {
+  pipeline::CompileResult ex = pipeline::compile_graph(g, ctx_);
+  if (!ex.executable->compiled() || ex.training_fn) {
     if (log_enabled("recompiles"))
       log_event("recompiles", func_name_ + ": no kernels at the new sizes (" + ex.no_kernels +
                                   "): they run eagerly");
@@ -349,7 +349,7 @@ std::shared_ptr<runtime::CompiledGraph> SizeInstances::instantiate(PyObject* con
   counters().size_instances++;
   if (log_enabled("recompiles"))
     log_event("recompiles", func_name_ + ": compiled for new sizes without a capture");
-  return std::shared_ptr<runtime::CompiledGraph>(std::move(ex.kernels));
+  return ex.executable->shared_compiled();
 }
 
 }  // namespace tl::frame

@@ -194,15 +194,16 @@ bool on_cpu(const ir::Graph& graph) {
 }
 
 // Under settings.cuda_graphs: turns CUDA graphs on for `ex` or says why not.
-void use_cuda_graphs(Executable& ex, const PassContext& ctx, Trace& trace) {
+void use_cuda_graphs(CompileResult& ex, const PassContext& ctx, Trace& trace) {
   if (!ctx.settings.cuda_graphs) return;
-  bool cuda = ex.kernels ? ex.kernels->device().cuda : !on_cpu(*ex.graph);
+  runtime::CompiledGraph* kernels = ex.executable->compiled();
+  bool cuda = kernels ? kernels->device().cuda : !on_cpu(*ex.graph);
   std::string why = runtime::cuda_graph_blocker(*ex.graph, cuda);
-  if (why.empty() && !ex.kernels) why = "the graph has no fused kernels (" + ex.no_kernels + ")";
+  if (why.empty() && !kernels) why = "the graph has no fused kernels (" + ex.no_kernels + ")";
   if (why.empty()) {
     auto pool = ctx.graph_pool ? ctx.graph_pool : std::make_shared<runtime::CudaGraphPool>();
-    ex.kernels->enable_cuda_graphs(pool, static_cast<int>(ctx.settings.cuda_graphs_limit),
-                                   ctx.trace_dir);
+    kernels->enable_cuda_graphs(pool, static_cast<int>(ctx.settings.cuda_graphs_limit),
+                                ctx.trace_dir);
     ex.cuda_graphs = "recorded after a warm-up call";
   } else {
     ex.cuda_graphs = "not used: " + why;
@@ -224,8 +225,8 @@ std::string new_trace_folder(const std::string& debug_dir, const std::string& na
   return dir.empty() ? "" : dir + "/";  // NOTE: debug output never fails a compile
 }
 
-Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ctx) {
-  Executable ex;
+CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ctx) {
+  CompileResult ex;
   ex.graph = graph;
   Trace trace(ctx);
   trace.graph("00_input.txt", *graph, nullptr);
@@ -237,6 +238,8 @@ Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ct
     trace.note(ex.training_fn ? "training: compiled forward and backward (see joint.txt)"
                               : "training: op by op (" + why + ")");
     if (ex.training_fn) ex.no_kernels = "compiled forward and backward";
+    ex.executable = ex.training_fn ? runtime::Executable::callable(ex.training_fn)
+                                   : runtime::Executable::op_by_op(graph);
     if (ctx.settings.cuda_graphs)
       ex.cuda_graphs = "not used: the graph records autograd (training graphs run without)";
     return ex;
@@ -248,6 +251,7 @@ Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ct
     ex.no_kernels = "no kernels for this graph's devices in this build";
   if (!device) {
     trace.note("none: " + ex.no_kernels);
+    ex.executable = runtime::Executable::op_by_op(graph);
     use_cuda_graphs(ex, ctx, trace);
     return ex;
   }
@@ -273,6 +277,7 @@ Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ct
   }
   if (st.partition.kernels.empty()) {
     ex.no_kernels = "nothing to fuse";
+    ex.executable = runtime::Executable::op_by_op(graph);
     use_cuda_graphs(ex, ctx, trace);
     return ex;
   }
@@ -289,11 +294,12 @@ Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ct
     fk.kernel.runtime_sizes = ctx.runtime_sizes && !device->cuda && !index_math(fk.kernel);
   trace.kernels("lowered.txt", st.partition);
   log_kernels(st.partition);
-  ex.kernels = std::make_unique<runtime::CompiledGraph>(graph, std::move(st.partition));
-  if (ctx.settings.autotune && ex.kernels->device().cuda) {
-    ex.kernels->enable_autotune(ctx.trace_dir);
+  auto kernels = std::make_unique<runtime::CompiledGraph>(graph, std::move(st.partition));
+  if (ctx.settings.autotune && kernels->device().cuda) {
+    kernels->enable_autotune(ctx.trace_dir);
     trace.note("autotune: pointwise kernels' grids timed on the first run (autotune.txt)");
   }
+  ex.executable = runtime::Executable::kernels(std::move(kernels));
   use_cuda_graphs(ex, ctx, trace);
   return ex;
 }

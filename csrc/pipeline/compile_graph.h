@@ -11,27 +11,29 @@
 
 #include "ir/graph.h"
 #include "pipeline/pass_context.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 
 namespace tl::pipeline {
 
-struct Executable {
-  std::shared_ptr<ir::Graph> graph;                 // the graph after the passes
-  std::unique_ptr<runtime::CompiledGraph> kernels;  // null: the graph runs op by op
-  std::vector<std::string> passes;                  // the passes that ran, in order
-  std::string no_kernels;                           // why kernels is null ("" when it isn't)
+// What compile_graph returns: how the graph runs, and what the compile decided.
+struct CompileResult {
+  std::shared_ptr<ir::Graph> graph;  // the graph after the passes
+  // Never null: fused kernels, op by op, or training_fn.
+  std::unique_ptr<runtime::Executable> executable;
+  std::vector<std::string> passes;  // the passes that ran, in order
+  std::string no_kernels;           // why there are no fused kernels ("" when there are)
   // settings.cuda_graphs: "recorded after a warm-up call", or "not used: <why>"; "" when off.
   std::string cuda_graphs;
   // Graphs autograd records (compiled_backward on): a Python callable taking
   // the graph's inputs and returning its outputs through a compiled forward
-  // and backward (python/bind_training.cpp); null: op by op.
+  // and backward (python/bind_training.cpp), which `executable` calls; null: op by op.
   PyRef training_fn;
   // For a graph autograd records: "compiled forward and backward", or "op by op: <why>"
   // (explain shows it per graph); "" for other graphs.
   std::string training;
 };
 
-// Builds Executable::training_fn for a graph autograd records; returns null
+// Builds CompileResult::training_fn for a graph autograd records; returns null
 // (with the reason in `why`) when the graph cannot be trained compiled. The
 // Python bindings set it at import.
 using TrainingCompiler =
@@ -41,7 +43,7 @@ void set_training_compiler(TrainingCompiler compiler);
 // Rewrites `graph` in place (passes mutate it). Throws InternalError naming
 // the pass under verify when a pass leaves a broken graph, tl::Error on a
 // code generator failure, PythonError when a pass's Python call fails.
-Executable compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ctx);
+CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ctx);
 
 // A fresh numbered folder <n>_<name> for one graph's trace in this process's
 // dump folder inside debug_dir (core/dump_dir.h), with a trailing '/'; "" when

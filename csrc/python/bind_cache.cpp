@@ -10,6 +10,7 @@
 #endif
 
 namespace py = pybind11;
+using namespace pybind11::literals;
 
 namespace tl::python {
 namespace {
@@ -22,6 +23,18 @@ runtime::EntryKind entry_kind(const std::string& kind) {
 std::string configured_dir(const std::optional<std::string>& dir) {
   return dir ? *dir : process_settings().cache_dir;
 }
+
+// The CPU JIT's counts; zeros in a build without LLVM.
+struct JitCounts {
+  int64_t live_kernels = 0, llvm_compiles = 0;
+};
+JitCounts jit_counts() {
+#ifdef TORCHLITE_HAVE_LLVM
+  return {runtime::cpu::live_kernels(), runtime::cpu::llvm_compiles()};
+#else
+  return {};
+#endif
+}
 }  // namespace
 
 void bind_cache(py::module_& m) {
@@ -30,14 +43,9 @@ void bind_cache(py::module_& m) {
       [](std::optional<std::string> dir) {
         runtime::DiskCacheInfo i =
             runtime::disk_cache_info(configured_dir(dir), process_settings().cache_max_mb << 20);
-        py::dict d;
-        d["dir"] = i.dir;
-        d["problem"] = i.problem;
-        d["cpu_entries"] = i.cpu_entries;
-        d["cuda_entries"] = i.cuda_entries;
-        d["bytes"] = i.bytes;
-        d["max_bytes"] = i.max_bytes;
-        return d;
+        return py::dict("dir"_a = i.dir, "problem"_a = i.problem, "cpu_entries"_a = i.cpu_entries,
+                        "cuda_entries"_a = i.cuda_entries, "bytes"_a = i.bytes,
+                        "max_bytes"_a = i.max_bytes);
       },
       py::arg("dir") = py::none(),
       "Entries and bytes of the disk cache at `dir` (default: the cache_dir setting); "
@@ -69,24 +77,10 @@ void bind_cache(py::module_& m) {
       },
       py::arg("kind"), py::arg("key"), "Tests: where an entry lives ('' if the cache is off).");
   m.def(
-      "live_cpu_kernels",
-      [] {
-#ifdef TORCHLITE_HAVE_LLVM
-        return runtime::cpu::live_kernels();
-#else
-        return int64_t{0};
-#endif
-      },
+      "live_cpu_kernels", [] { return jit_counts().live_kernels; },
       "CPU kernels whose JIT code is mapped now.");
   m.def(
-      "llvm_compiles",
-      [] {
-#ifdef TORCHLITE_HAVE_LLVM
-        return runtime::cpu::llvm_compiles();
-#else
-        return int64_t{0};
-#endif
-      },
+      "llvm_compiles", [] { return jit_counts().llvm_compiles; },
       "CPU kernels LLVM compiled in this process (not reused, not from the disk cache).");
 }
 

@@ -9,6 +9,7 @@
 #include "runtime/cuda/nvrtc.h"
 
 namespace py = pybind11;
+using namespace pybind11::literals;
 
 namespace tl::python {
 
@@ -70,14 +71,10 @@ void bind_cuda(py::module_& m) {
             py::gil_scoped_acquire gil;
             ptx = py::bytes(image);
           }
-          py::dict launch;
-          launch["vector_name"] = ck.vector_name;
-          launch["vector_fallback_name"] = ck.vector_fallback_name;
-          launch["aligned_params"] = ck.aligned_params;
-          launch["grid"] = ck.grid;
-          launch["block"] = ck.block;
-          launch["shared_bytes"] = ck.shared_bytes;
-          launch["dependent_launch"] = ck.dependent_launch;
+          py::dict launch(
+              "vector_name"_a = ck.vector_name, "vector_fallback_name"_a = ck.vector_fallback_name,
+              "aligned_params"_a = ck.aligned_params, "grid"_a = ck.grid, "block"_a = ck.block,
+              "shared_bytes"_a = ck.shared_bytes, "dependent_launch"_a = ck.dependent_launch);
           out.append(py::make_tuple(ck.name, ck.source, ptx, launch));
         }
         return out;

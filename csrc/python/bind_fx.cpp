@@ -9,7 +9,6 @@
 #include "ir/graph.h"
 #include "pipeline/compile_graph.h"
 #include "python/bindings.h"
-#include "runtime/graph_runner.h"
 
 namespace py = pybind11;
 
@@ -242,11 +241,9 @@ class FxCompiled {
     ctx.inputs_unaliased = inputs_unaliased;
     if (ctx.settings.trace)
       ctx.trace_dir = pipeline::new_trace_folder(ctx.settings.debug_dir, "fx");
-    pipeline::Executable ex = pipeline::compile_graph(graph, ctx);
-    compiled_ = std::move(ex.kernels);
+    pipeline::CompileResult ex = pipeline::compile_graph(graph, ctx);
+    executable_ = std::move(ex.executable);
     passes_ = std::move(ex.passes);
-    training_ = std::move(ex.training_fn);
-    if (!compiled_ && !training_) runner_ = std::make_unique<runtime::GraphRunner>(graph);
   }
 
   // Positional inputs, or one list of them (the "boxed" calling convention).
@@ -260,25 +257,14 @@ class FxCompiled {
     std::vector<PyObject*> inputs;
     for (py::handle v : flat) inputs.push_back(v.ptr());
     for (const PyRef& v : extras_) inputs.push_back(v.get());
-    if (training_) {
-      py::tuple args(inputs.size());
-      for (size_t i = 0; i < inputs.size(); ++i)
-        args[i] = py::reinterpret_borrow<py::object>(inputs[i]);
-      return py::tuple(py::reinterpret_borrow<py::object>(training_.get())(*args));
-    }
-    std::vector<PyRef> outs = compiled_ ? compiled_->run(inputs.data(), inputs.size())
-                                        : runner_->run(inputs.data(), inputs.size());
-    py::tuple result(outs.size());
-    for (size_t i = 0; i < outs.size(); ++i)
-      result[i] = py::reinterpret_steal<py::object>(outs[i].release());
-    return result;
+    return run_as_tuple(*executable_, inputs);
   }
 
-  size_t kernel_count() const { return compiled_ ? compiled_->partition().kernels.size() : 0; }
+  size_t kernel_count() const { return executable_->kernel_count(); }
   size_t in_place_stores() const {
     size_t n = 0;
-    if (compiled_)
-      for (const auto& k : compiled_->partition().kernels)
+    if (const runtime::CompiledGraph* compiled = executable_->compiled())
+      for (const auto& k : compiled->partition().kernels)
         for (const ir::Node* t : k.store_into) n += t != nullptr;
     return n;
   }
@@ -289,9 +275,7 @@ class FxCompiled {
   GraphHandle graph_;
   std::vector<PyRef> extras_;
   size_t n_inputs_ = 0;
-  std::unique_ptr<runtime::CompiledGraph> compiled_;
-  std::unique_ptr<runtime::GraphRunner> runner_;
-  PyRef training_;  // compiled forward+backward (graphs autograd records)
+  std::unique_ptr<runtime::Executable> executable_;  // kernels, op by op, or forward+backward
   std::vector<std::string> passes_;
 };
 

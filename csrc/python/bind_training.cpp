@@ -13,7 +13,6 @@
 #include "passes/partition_joint.h"
 #include "pipeline/compile_graph.h"
 #include "python/bindings.h"
-#include "runtime/graph_runner.h"
 
 namespace py = pybind11;
 
@@ -25,31 +24,23 @@ using GraphHandle = std::shared_ptr<ir::Graph>;
 // One half (forward or backward): fused kernels, or op by op.
 class CompiledHalf {
  public:
-  CompiledHalf(GraphHandle graph, pipeline::Executable ex)
-      : graph_(std::move(graph)), compiled_(std::move(ex.kernels)) {
-    if (!compiled_) runner_ = std::make_unique<runtime::GraphRunner>(graph_);
-  }
+  CompiledHalf(GraphHandle graph, pipeline::CompileResult ex)
+      : graph_(std::move(graph)), executable_(std::move(ex.executable)) {}
 
   // Positional inputs in the graph's placeholder order; a tuple of outputs.
   py::tuple call(py::args args) const {
     std::vector<PyObject*> inputs;
     inputs.reserve(args.size());
     for (py::handle v : args) inputs.push_back(v.ptr());
-    std::vector<PyRef> outs = compiled_ ? compiled_->run(inputs.data(), inputs.size())
-                                        : runner_->run(inputs.data(), inputs.size());
-    py::tuple result(outs.size());
-    for (size_t i = 0; i < outs.size(); ++i)
-      result[i] = py::reinterpret_steal<py::object>(outs[i].release());
-    return result;
+    return run_as_tuple(*executable_, inputs);
   }
 
-  size_t kernel_count() const { return compiled_ ? compiled_->partition().kernels.size() : 0; }
+  size_t kernel_count() const { return executable_->kernel_count(); }
   const GraphHandle& graph() const { return graph_; }
 
  private:
   GraphHandle graph_;
-  std::unique_ptr<runtime::CompiledGraph> compiled_;
-  std::unique_ptr<runtime::GraphRunner> runner_;
+  std::unique_ptr<runtime::Executable> executable_;
 };
 
 pipeline::PassContext sub_context(const pipeline::PassContext& ctx, const std::string& name) {
@@ -83,7 +74,7 @@ PyRef split_at_ddp_buckets(const GraphHandle& graph, const pipeline::PassContext
   auto index = std::make_shared<int>(0);
   py::cpp_function compile_piece([ctx, index](GraphHandle piece) -> py::object {
     std::string name = "bucket_piece" + std::to_string((*index)++);
-    pipeline::Executable ex = pipeline::compile_graph(piece, sub_context(ctx, name));
+    pipeline::CompileResult ex = pipeline::compile_graph(piece, sub_context(ctx, name));
     if (ex.training_fn) return py::reinterpret_borrow<py::object>(ex.training_fn.get());
     return py::cast(CompiledHalf(piece, std::move(ex)));  // NOTE: op by op under autograd
   });
@@ -115,8 +106,9 @@ PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std:
     return PyRef();
   }
   write_trace(ctx, *joint_graph, split);
-  pipeline::Executable fwd = pipeline::compile_graph(split.forward, sub_context(ctx, "forward"));
-  pipeline::Executable bwd = pipeline::compile_graph(split.backward, sub_context(ctx, "backward"));
+  pipeline::CompileResult fwd = pipeline::compile_graph(split.forward, sub_context(ctx, "forward"));
+  pipeline::CompileResult bwd =
+      pipeline::compile_graph(split.backward, sub_context(ctx, "backward"));
   if (fwd.training_fn || bwd.training_fn) {
     why = "a half of the joint graph still requires grad";
     return PyRef();

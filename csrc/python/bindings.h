@@ -3,7 +3,10 @@
 // lives in its own file and is called from module.cpp.
 #include <pybind11/pybind11.h>
 
+#include <vector>
+
 #include "core/flags.h"
+#include "runtime/executable.h"
 
 namespace tl::python {
 
@@ -23,5 +26,13 @@ void bind_training(pybind11::module_& m);      // compiled forward/backward halv
 // The process settings with `values` ({name: value}, or None) applied; throws
 // ValueError for an unknown name, TypeError for a value of the wrong type.
 Settings settings_from_dict(pybind11::handle values);
+
+// Runs `executable` on `inputs` (borrowed, in the graph's placeholder order): a tuple of the
+// outputs.
+inline pybind11::tuple run_as_tuple(runtime::Executable& executable,
+                                    const std::vector<PyObject*>& inputs) {
+  return pybind11::reinterpret_steal<pybind11::tuple>(
+      runtime::outputs_as_tuple(executable.run(inputs.data(), inputs.size())).release());
+}
 
 }  // namespace tl::python

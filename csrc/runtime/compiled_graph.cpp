@@ -1,22 +1,14 @@
 #include "runtime/compiled_graph.h"
 
-#include <algorithm>
 #include <optional>
 #include <unordered_map>
 
-#include "core/dump_dir.h"
 #include "core/errors.h"
 #include "core/py_import.h"
 #include "passes/dtype.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/compiled_step.h"
-#include "runtime/cuda/compile.h"
 #include "runtime/cuda/driver.h"
-#include "runtime/cuda_autotune.h"
-#ifdef TORCHLITE_HAVE_LLVM
-#include "runtime/cpu/jit.h"
-#include "runtime/cpu/parallel.h"
-#endif
 
 namespace tl::runtime {
 
@@ -209,9 +201,16 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
   for (size_t i = 0; i < steps_.size(); ++i) steps_[i].release_after = std::move(release[i]);
 
   if (partition_.kernels.empty()) return;
-  device_.cuda ? compile_cuda() : compile_cpu();
+  backend_ = make_kernel_backend(device_);
+  std::vector<const ir::Kernel*> kernels;
+  for (auto& fk : partition_.kernels) kernels.push_back(&fk.kernel);
+  backend_->compile(kernels);
   empty_strided_ = torch_attr("empty_strided");
   PyRef c = torch_attr("_C");
+  if (device_.cuda) {  // fast_alloc's check of the current device
+    get_device_ = PyRef::steal(PyObject_GetAttrString(c.get(), "_cuda_getDevice"));
+    if (!get_device_) throw PythonError();
+  }
   fast_empty_strided_ = private_empty_strided(c.get(), device_.cuda);
   function_modes_ = PyRef::steal(PyObject_GetAttrString(c.get(), "_len_torch_function_stack"));
   dispatch_modes_ = PyRef::steal(PyObject_GetAttrString(c.get(), "_len_torch_dispatch_stack"));
@@ -219,7 +218,6 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
     PyErr_Clear();
     fast_empty_strided_ = PyRef();
   }
-  get_num_threads_ = torch_attr("get_num_threads");
   data_ptr_name_ = PyRef::steal(PyUnicode_InternFromString("data_ptr"));
   alloc_kwnames_ = PyRef::steal(Py_BuildValue("(ss)", "dtype", "device"));
   if (!data_ptr_name_ || !alloc_kwnames_) throw PythonError();
@@ -247,41 +245,12 @@ void CompiledGraph::skip_empty_factories() {
   }
 }
 
-void CompiledGraph::compile_cpu() {
-#ifdef TORCHLITE_HAVE_LLVM
-  std::vector<const ir::Kernel*> kernels;
-  for (auto& fk : partition_.kernels) kernels.push_back(&fk.kernel);
-  cpu::CompiledKernels compiled = cpu::compile_kernels(kernels);
-  for (auto& s : steps_)
-    if (s.kernel >= 0) s.fn = compiled.fns[s.kernel], s.dims = compiled.dims[s.kernel];
-  kernel_code_ = std::move(compiled.owner);
-#else
-  TL_THROW(NotImplemented) << "this torchlite build has no LLVM, so it cannot compile CPU kernels";
-#endif
-}
-
-void CompiledGraph::compile_cuda() {
-  std::vector<const ir::Kernel*> kernels;
-  for (auto& fk : partition_.kernels) kernels.push_back(&fk.kernel);
-  std::vector<cuda::LoadedKernel> loaded = cuda::compile_kernels(kernels, device_.index);
-  for (auto& s : steps_)
-    if (s.kernel >= 0) s.cu = loaded[s.kernel];
-  // NOTE: the raw stream, not torch.cuda.current_stream(): no Stream object per call.
-  PyRef c = torch_attr("_C");
-  get_stream_ = PyRef::steal(PyObject_GetAttrString(c.get(), "_cuda_getCurrentRawStream"));
-  get_device_ = PyRef::steal(PyObject_GetAttrString(c.get(), "_cuda_getDevice"));
-  if (!get_stream_ || !get_device_) throw PythonError();
-}
-
 CompiledGraph::~CompiledGraph() = default;
 
 // Per run: values read lazily, only when a kernel needs them.
 struct CompiledGraph::RunState {
-  int num_threads = -1;
-  int fast_alloc = -1;  // fast_alloc(): not yet asked
-  void* stream = nullptr;
-  std::optional<cuda::ContextScope> context;  // the graph's device, for the whole run
-  std::vector<void*> args;
+  int fast_alloc = -1;                 // fast_alloc(): not yet asked
+  std::unique_ptr<KernelRun> kernels;  // made at the first launch
 };
 
 // Kernels bake in the strides the meta tensors predicted; a few torch ops
@@ -386,103 +355,12 @@ bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, RunSta
     values[s.out_slots[i]] = std::move(out);
   }
   if (s.outer == 0) return true;
-  if (device_.cuda) return launch_cuda(s, bufs, rs);
-  // NOTE: the kernel only reads its dims array (kernel_emitter.h).
-  if (!s.dims.empty()) bufs.push_back(reinterpret_cast<char*>(const_cast<int64_t*>(s.dims.data())));
-#ifdef TORCHLITE_HAVE_LLVM
-  if (s.outer * s.red < cpu::kSerialElements) {
-    s.fn(0, s.outer, bufs.data());
-    return true;
-  }
-  if (rs.num_threads < 0) {  // read once per run, and only when some kernel is big
-    PyRef n = PyRef::steal(PyObject_CallNoArgs(get_num_threads_.get()));
-    rs.num_threads = n ? static_cast<int>(PyLong_AsLong(n.get())) : 1;
-    if (PyErr_Occurred()) PyErr_Clear(), rs.num_threads = 1;
-  }
-  // NOTE: the GIL is released while a large kernel runs, as torch's ops do.
-  Py_BEGIN_ALLOW_THREADS cpu::parallel_run(s.fn, s.outer, s.red, bufs.data(), rs.num_threads);
-  Py_END_ALLOW_THREADS
-#endif
-      return true;
-}
-
-// Launches on torch's current stream of the graph's device (asynchronous, as
-// torch's own ops). Returns false with the Python error set.
-bool CompiledGraph::launch_cuda(const Step& s, const std::vector<char*>& bufs, RunState& rs) {
-  const cuda::LoadedKernel& k = s.cu;
-  if (k.grid == 0) return true;
-  try {
-    if (!rs.context) {
-      PyRef index = PyRef::steal(PyLong_FromLong(device_.index));
-      PyRef stream =
-          index ? PyRef::steal(PyObject_CallOneArg(get_stream_.get(), index.get())) : PyRef();
-      if (!stream) return false;
-      rs.stream = PyLong_AsVoidPtr(stream.get());
-      if (PyErr_Occurred()) return false;
-      rs.context.emplace(device_.index);
-    }
-    void* fn = k.vector_fn;
-    for (int p : k.aligned_params)
-      if (reinterpret_cast<uintptr_t>(bufs[p]) % 16 != 0) fn = nullptr;
-    rs.args.resize(bufs.size());
-    for (size_t i = 0; i < bufs.size(); ++i) rs.args[i] = const_cast<char**>(&bufs[i]);
-    const size_t idx = static_cast<size_t>(&s - steps_.data());
-    if (autotune_ && !tuned_[idx]) tune_grid(s, fn ? fn : k.fn, rs.stream, rs.args.data());
-    unsigned grid = autotune_ && grids_[idx] ? grids_[idx] : k.grid;
-    cuda::launch(fn ? fn : k.fn, grid, k.block, k.shared_bytes, rs.stream, rs.args.data(), k.name,
-                 k.dependent_launch);
-  } catch (const Error& e) {
-    set_python_error(e);  // reported like a failing torch op, naming the kernel's node
-    return false;
-  }
-  return true;
+  if (!rs.kernels) rs.kernels = backend_->start_run();
+  return rs.kernels->launch(static_cast<size_t>(s.kernel), bufs, s.outer, s.red);
 }
 
 void CompiledGraph::enable_autotune(std::string trace_dir) {
-  if (!device_.cuda) return;
-  autotune_ = true;
-  grids_.assign(steps_.size(), 0);
-  tuned_.assign(steps_.size(), 0);
-  tune_trace_dir_ = std::move(trace_dir);
-  try {
-    PyRef name = PyRef::steal(PyObject_CallFunction(
-        import_attr("torch.cuda", "get_device_name").get(), "i", device_.index));
-    const char* c = name ? PyUnicode_AsUTF8(name.get()) : nullptr;
-    gpu_name_ = c ? c : "";
-  } catch (const PythonError&) {
-  }
-  PyErr_Clear();
-  cuda::DeviceInfo d = cuda::device_info(device_.index);
-  gpu_name_ += " sm_" + std::to_string(d.sm_major) + std::to_string(d.sm_minor) + " " +
-               std::to_string(d.multiprocessors) + " SMs";
-}
-
-// Pointwise kernels only (grid-stride loops: any grid is correct, and they write only fresh
-// outputs, so trial launches change nothing). A failure keeps the code generator's grid.
-void CompiledGraph::tune_grid(const Step& s, void* fn, void* stream, void** args) {
-  const size_t idx = static_cast<size_t>(&s - steps_.data());
-  tuned_[idx] = 1;
-  const cuda::LoadedKernel& k = s.cu;
-  if (partition_.kernels[s.kernel].kernel.reduction_axes != 0 || k.tune_key.empty()) return;
-  const int64_t full = (s.outer + k.block - 1) / k.block;  // one point a thread
-  const unsigned max_grid = static_cast<unsigned>(std::clamp<int64_t>(full, 1, 1 << 30));
-  std::string line = "kernel " + k.name + ": ";
-  try {
-    GridChoice c = choose_grid(k.tune_key, gpu_name_, k.grid, max_grid, [&](unsigned g) {
-      cuda::launch(fn, g, k.block, k.shared_bytes, stream, args, k.name, k.dependent_launch);
-    });
-    grids_[idx] = c.grid;
-    line += c.report;
-  } catch (const PythonError&) {
-    if (fatal_python_error_pending()) throw;
-    PyErr_Clear();
-    line += "not tuned (a timing call failed)";
-  } catch (const Error& e) {
-    line += std::string("not tuned: ") + e.what();
-  }
-  if (tune_trace_dir_.empty()) return;
-  tune_report_ += line + "\n";
-  write_dump(tune_trace_dir_ + "autotune.txt", tune_report_);
+  if (device_.cuda && backend_) backend_->enable_autotune(std::move(trace_dir));
 }
 
 void CompiledGraph::enable_cuda_graphs(std::shared_ptr<CudaGraphPool> pool, int limit,

@@ -1,7 +1,8 @@
 #pragma once
-// Runs a partitioned graph: fused kernels through the CPU JIT on OpenMP
-// threads or as CUDA kernels on torch's current stream, extern nodes through
-// torch by vectorcall (as GraphRunner does). Kernel outputs are allocated with
+// Runs a partitioned graph: fused kernels through the KernelBackend of their
+// device (runtime/kernel_backend.h: the CPU JIT on OpenMP threads, or CUDA
+// kernels on torch's current stream), extern nodes through torch by
+// vectorcall (as GraphRunner does). Kernel outputs are allocated with
 // torch.empty_strided (torch's caching allocator on CUDA) from their node's
 // TensorMeta; values are released after their last use.
 #include <memory>
@@ -12,16 +13,11 @@
 #include "ir/graph.h"
 #include "passes/partition.h"
 #include "runtime/cuda_graphs.h"
+#include "runtime/kernel_backend.h"
 #include "runtime/node_call.h"
 #include "runtime/value_plan.h"
 
 namespace tl::runtime {
-
-// Where a graph's fused kernels run: the CPU, or CUDA device `index`.
-struct KernelDevice {
-  bool cuda = false;
-  int index = -1;
-};
 
 // The one device every tensor of `graph` lives on, when kernels can be built
 // for it in this process (CPU: a build with LLVM; CUDA: the driver loads).
@@ -59,8 +55,6 @@ class CompiledGraph {
  private:
   struct Step;
   struct RunState;
-  void compile_cpu();
-  void compile_cuda();
   std::vector<PyRef> run_steps(PyObject* const* inputs, size_t n_inputs);
   bool match_kernel_layout(const Step& s, PyRef& value);
   void skip_empty_factories();
@@ -72,8 +66,6 @@ class CompiledGraph {
   void drop_unread_views();
   bool run_kernel(const Step& s, std::vector<PyRef>& values, RunState& rs);
   bool fast_alloc(RunState& rs) const;
-  bool launch_cuda(const Step& s, const std::vector<char*>& bufs, RunState& rs);
-  void tune_grid(const Step& s, void* fn, void* stream, void** args);
   std::shared_ptr<const ir::Graph> graph_;
   passes::Partition partition_;
   std::vector<Step> steps_;
@@ -83,17 +75,12 @@ class CompiledGraph {
   bool changes_grad_mode_ = false;
   KernelDevice device_;
   const ir::Node* failed_node_ = nullptr;
-  std::shared_ptr<const void> kernel_code_;  // keeps the CPU kernels' code mapped (cpu/jit.h)
-  PyRef empty_strided_, get_num_threads_, get_stream_, data_ptr_name_, alloc_kwnames_;
+  std::unique_ptr<KernelBackend> backend_;  // compiled the kernels, launches them
+  PyRef empty_strided_, data_ptr_name_, alloc_kwnames_;
   PyRef fast_empty_strided_;  // private_empty_strided() in compiled_graph.cpp; may be null
-  PyRef get_device_;          // torch._C._cuda_getDevice (CUDA graphs)
+  PyRef get_device_;          // torch._C._cuda_getDevice (fast_alloc on CUDA)
   PyRef function_modes_, dispatch_modes_;  // torch._C._len_torch_{function,dispatch}_stack
   std::unique_ptr<CudaGraphs> cuda_graphs_;
-  // autotune: per step, the grid chosen (0: the code generator's), and whether it was tried.
-  bool autotune_ = false;
-  std::vector<unsigned> grids_;
-  std::vector<char> tuned_;
-  std::string tune_trace_dir_, tune_report_, gpu_name_;
 };
 
 }  // namespace tl::runtime

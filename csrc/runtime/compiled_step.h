@@ -7,7 +7,6 @@
 #include "core/py_ref.h"
 #include "ir/graph.h"
 #include "runtime/compiled_graph.h"
-#include "runtime/cuda/compile.h"
 #include "runtime/node_call.h"
 
 namespace tl::runtime {
@@ -26,14 +25,9 @@ struct Alloc {
 PyRef int_tuple(const std::vector<int64_t>& v);
 Alloc alloc_of(const ir::TensorMeta& m);
 
-using KernelPtr = void (*)(int64_t begin, int64_t end, char* const* bufs);
-
 struct CompiledGraph::Step {
   std::optional<NodeCall> call;  // an extern node, or a kernel:
-  int kernel = -1;
-  KernelPtr fn = nullptr;     // on the CPU
-  std::vector<int64_t> dims;  // CPU kernels with runtime sizes: their dims array
-  cuda::LoadedKernel cu;      // on CUDA
+  int kernel = -1;               // its index in the partition and the KernelBackend's batch
   std::vector<int> in_slots, out_slots;
   // Per input: bytes past the slot's data pointer where the input starts (a
   // view that was never made, read through its base; view_steps.cpp).

@@ -9,10 +9,8 @@
 
 #include <atomic>
 #include <cstring>
-#include <exception>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <unordered_map>
 
 #include "codegen/cpu/kernel_emitter.h"
@@ -23,6 +21,7 @@
 #include "core/flags.h"
 #include "core/secure_fs.h"
 #include "core/sha256.h"
+#include "runtime/compile_pool.h"
 #include "runtime/cpu/math_support.h"
 #include "runtime/disk_cache.h"
 
@@ -112,7 +111,6 @@ struct Job {
   std::vector<int64_t> dims;
   bool disk_hit = false;
   std::shared_ptr<LinkedKernel> code;
-  std::exception_ptr error;
 };
 
 // Writes a dump into `dir` ("" for none) and returns its path ("" when none).
@@ -250,24 +248,7 @@ CompiledKernels compile_kernels(const std::vector<const ir::Kernel*>& kernels) {
   // NOTE: on this thread: opening the cache and the dump folder may warn.
   DiskCache cache = DiskCache::configured();
   std::string dump = dump_dir();
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next++) < jobs.size();) {
-      try {
-        build(jobs[i], cache, dump);
-      } catch (...) {
-        jobs[i].error = std::current_exception();
-      }
-    }
-  };
-  size_t n_threads =
-      std::min<size_t>(jobs.size(), std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(work);
-  work();
-  for (auto& t : threads) t.join();
-  for (auto& job : jobs)
-    if (job.error) std::rethrow_exception(job.error);
+  compile_in_parallel(jobs.size(), [&](size_t i) { build(jobs[i], cache, dump); });
   auto code = std::make_shared<std::vector<std::shared_ptr<LinkedKernel>>>();
   CompiledKernels out;
   {

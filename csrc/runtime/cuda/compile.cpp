@@ -1,12 +1,9 @@
 #include "runtime/cuda/compile.h"
 
-#include <atomic>
-#include <exception>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include "core/counters.h"
 #include "core/dump_dir.h"
@@ -14,6 +11,7 @@
 #include "core/flags.h"
 #include "core/secure_fs.h"
 #include "core/sha256.h"
+#include "runtime/compile_pool.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/disk_cache.h"
@@ -209,30 +207,6 @@ LoadedKernel link(Job& job, int device, const std::string& arch, const DiskCache
   return k;
 }
 
-// Runs `fn` on every item on a thread pool; rethrows the first failure.
-template <class T, class Fn>
-void parallel_for(std::vector<T>& items, const Fn& fn) {
-  std::atomic<size_t> next{0};
-  std::vector<std::exception_ptr> errors(items.size());
-  auto work = [&] {
-    for (size_t i; (i = next++) < items.size();) {
-      try {
-        fn(items[i]);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    }
-  };
-  size_t n_threads =
-      std::min<size_t>(items.size(), std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < n_threads; ++i) threads.emplace_back(work);
-  work();
-  for (auto& th : threads) th.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
 std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device) {
   std::string why;
   if (!driver_available(&why)) TL_THROW(Unsupported) << why;
@@ -244,7 +218,7 @@ std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device) {
   // NOTE: on this thread: opening the cache and the dump folder may warn.
   DiskCache cache = DiskCache::configured();
   std::string dump = dump_dir();
-  parallel_for(jobs, [&](Job& job) { emit(job, t, arch, version, dump); });
+  compile_in_parallel(jobs.size(), [&](size_t i) { emit(jobs[i], t, arch, version, dump); });
   // One build per distinct kernel body: later copies use the owner's module.
   std::map<std::string, size_t> first;
   std::vector<Job*> owners;
@@ -266,7 +240,7 @@ std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device) {
     else
       job.owner = jobs[it->second].owner, job.shared = true;
   }
-  parallel_for(owners, [&](Job* job) { build(*job, device, arch, cache); });
+  compile_in_parallel(owners.size(), [&](size_t i) { build(*owners[i], device, arch, cache); });
   ContextScope ctx(device);
   std::vector<LoadedKernel> out;
   for (auto& job : jobs) {
