@@ -7,6 +7,10 @@ from torch import fx
 
 from torchlite import _C
 
+pytestmark = pytest.mark.skipif(
+    not _C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op, without kernels"
+)
+
 
 def compile_fx(fn, examples, unaliased=True):
     gm = fx.symbolic_trace(fn)

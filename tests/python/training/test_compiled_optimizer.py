@@ -89,8 +89,9 @@ def test_steps_match_eager(name):
         1 if "dampening" in name else 0
     )
     compiled = step.last_compiled
-    assert compiled.kernel_count == len(SHAPES)  # one fused kernel per parameter
-    assert compiled.in_place_stores >= len(SHAPES)
+    if torchlite._C.has_llvm:  # NOTE: without LLVM, CPU graphs run op by op (values checked above)
+        assert compiled.kernel_count == len(SHAPES)  # one fused kernel per parameter
+        assert compiled.in_place_stores >= len(SHAPES)
 
 
 @pytest.mark.parametrize("name", ["sgd_momentum", "adam", "adamw_amsgrad"])
@@ -181,7 +182,8 @@ def test_parameters_sharing_a_storage_are_updated_through_copies():
         step()
         ref.step()
         check_state(opt, ref)
-    assert step.last_compiled.in_place_stores == 0 and step.last_compiled.kernel_count == 2
+    if torchlite._C.has_llvm:
+        assert step.last_compiled.in_place_stores == 0 and step.last_compiled.kernel_count == 2
     torch.testing.assert_close(base, torch.cat([ra.detach(), rb.detach()]))
 
 
