@@ -27,6 +27,9 @@ bool writes_first_argument(const std::string& op) {
       "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod",   "ipow",
       "iand", "ior",  "ixor", "ilshift",  "irshift",   "imatmul"};
   if (augmented.count(op)) return true;
+  // NOTE: operator.and_/or_/not_ (`a | b` on masks) end in '_' only because their names are
+  // keywords: they make a new tensor (funnel broke at `mask[1:] | mask[:-1]`).
+  if (op == "and_" || op == "or_" || op == "not_") return false;
   if (op.size() > 4 && op.rfind("__", 0) == 0 && op.compare(op.size() - 2, 2, "__") == 0)
     return augmented.count(op.substr(2, op.size() - 4)) > 0;
   return op.size() > 1 && op.back() == '_' && op.front() != '_';

@@ -3,6 +3,8 @@
 Each test fails on the main branch it was found on; the seed that found it is named.
 """
 
+import operator
+
 import pytest
 import torch
 from conformance_check import check_program
@@ -1081,3 +1083,15 @@ def test_display_with_graph_break_inside_keeps_every_item(display):
         return x + 1, made, len(made)
 
     check_program(fn, t4, calls=3)
+
+
+# --- `a | b` / `a & b` of overlapping views is not an in-place op (funnel's masks) -----------
+@pytest.mark.parametrize("combine", [operator.or_, operator.and_])
+def test_bool_operators_of_overlapping_views_are_one_graph(combine):
+    def fn(x):
+        m = x > 0
+        return combine(m[1:], m[:-1]).float() + x[1:]
+
+    check_program(fn, lambda: (torch.randn(9),))
+    report = torchlite.explain(fn)(torch.randn(9))
+    assert report.graph_break_count == 0, report.break_reasons
