@@ -17,6 +17,7 @@ creates its momentum buffers) runs torch's own step, so the result is always eag
 """
 
 import operator
+import types
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +43,64 @@ def optimizer_of(fn: Any) -> torch.optim.Optimizer | None:
     if type(opt) not in _UPDATES or func is not type(opt).step:
         return None
     return opt
+
+
+def step_route(self: Any, func: Any) -> str | None:
+    """How traced code's call of `func` (bound to `self`, an object or None) runs when it is an
+    optimizer's step (csrc/capture/optimizer_step.cpp asks at capture): "compiled" (torchlite's
+    step), "eager" (torch's own step, never traced: its Python loops update real tensors);
+    None when it is not a torch.optim step."""
+    fn = func if self is None else types.MethodType(func, self)
+    if optimizer_of(fn) is not None:
+        return "compiled"
+    if getattr(func, "_wrapped_by_lr_sched", False):
+        return "eager"
+    module = getattr(func, "__module__", None) or ""
+    if isinstance(self, torch.optim.Optimizer) and module.startswith("torch.optim"):
+        return "eager"
+    return None
+
+
+def step_callable(self: Any, func: Any, route: str) -> Any:
+    """What CPython calls at an optimizer_step break (bound to the value the break hands it)."""
+    if route == "compiled":
+        return step_from_compiled_code
+    return _C.DisabledFunction(func)
+
+
+# NOTE: one compiled step per optimizer for the `opt.step()` calls of compiled code; weak keys, so
+# an optimizer (and its compiled graphs) dies with the user's last reference to it.
+_STEPS_FROM_COMPILED_CODE: "weakref.WeakKeyDictionary[torch.optim.Optimizer, Any]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def compiled_step_of(opt: torch.optim.Optimizer) -> "CompiledOptimizerStep | None":
+    """The compiled step that `opt.step()` calls in compiled code ran (None before the first)."""
+    return _STEPS_FROM_COMPILED_CODE.get(opt)
+
+
+def _step_from_compiled_code(target: Any, *args: Any, **kwargs: Any) -> Any:
+    """What CPython calls at an `optimizer_step` graph break instead of `opt.step(...)`:
+    `target` is the optimizer (a step bound from its class) or the LR scheduler's wrapper that
+    the instance holds. The guards of the frame pinned the step functions; re-checked here, and
+    anything else (a step replaced since) runs as called."""
+    if isinstance(target, torch.optim.Optimizer):
+        fn = types.MethodType(type(target).step, target)
+    else:
+        fn = target
+    opt = optimizer_of(fn)
+    if opt is None:
+        return fn(*args, **kwargs)
+    step = _STEPS_FROM_COMPILED_CODE.get(opt)
+    if step is None:
+        step = _STEPS_FROM_COMPILED_CODE[opt] = CompiledOptimizerStep(fn, opt, None, None)
+    return step(*args, **kwargs)
+
+
+# NOTE: torchlite.disable'd: a step that still runs torch's own loop (SGD's first step, hooks)
+# runs as plain eager code, not captured frame by frame.
+step_from_compiled_code = _C.DisabledFunction(_step_from_compiled_code)
 
 
 class _Builder:
@@ -204,17 +263,29 @@ class CompiledOptimizerStep:
         opt._opt_called = True  # NOTE: what an LR scheduler's wrapped step records
         why = self._eager_reason(opt)
         if why:
-            self.eager_steps += 1
-            self.last_eager_reason = why
-            return type(opt).step(opt, closure)
+            return self._eager_step(why, closure)
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         with torch.no_grad():
-            for group in opt.param_groups:
-                self._step_group(opt, group)
+            work = [w for group in opt.param_groups for w in self._prepare_group(opt, group)]
+            # NOTE: every step, not once per layout set: a gradient re-bound between steps (to
+            # another parameter's tensor, a view of a state buffer) changes which inputs share
+            # memory without changing a layout.
+            sharing = [_storage_sharing(w[2], w[3]) for w in work]
+            if "read_written" in sharing:
+                why = "a gradient shares memory with a parameter or optimizer state"
+                return self._eager_step(why, None, loss)
+            for w, shared in zip(work, sharing):
+                self._step_tensors(opt, *w, unaliased=shared == "")
         return loss
+
+    def _eager_step(self, why: str, closure: Callable | None, loss: Any = None) -> Any:
+        self.eager_steps += 1
+        self.last_eager_reason = why
+        out = type(self.optimizer).step(self.optimizer, closure)
+        return out if closure is not None else loss
 
     def _eager_reason(self, opt) -> str:
         if opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks:
@@ -248,12 +319,14 @@ class CompiledOptimizerStep:
                     return "SGD's first step creates the momentum buffers"
         return ""
 
-    def _step_group(self, opt, group: dict) -> None:
-        names, update = _UPDATES[type(opt)]
+    def _prepare_group(self, opt, group: dict) -> list[tuple]:
+        """(group, device, tensors by role, state names) per device of the group's parameters
+        that have gradients, their state made by torch's own lazy init."""
+        names, _ = _UPDATES[type(opt)]
         state_names = names(group)
         params = [p for p in group["params"] if p.grad is not None]
         if not params:
-            return
+            return []
         if type(opt) is not torch.optim.SGD:
             # NOTE: torch's own lazy state init (zeros and a float32 step count).
             opt._init_group(group, [], [], [], [], [], [])
@@ -262,18 +335,22 @@ class CompiledOptimizerStep:
         by_device: dict[torch.device, list] = {}
         for p in params:
             by_device.setdefault(p.device, []).append(p)
+        work = []
         for device, ps in by_device.items():
-            self._step_tensors(opt, group, ps, state_names, update, device)
+            states = [opt.state[p] for p in ps]
+            tensors = {"param": ps, "grad": [p.grad for p in ps]}
+            for name in state_names:
+                tensors[name] = [st[name] for st in states]
+            work.append((group, device, tensors, state_names))
+        return work
 
-    def _step_tensors(self, opt, group, params, state_names, update, device) -> None:
-        states = [opt.state[p] for p in params]
+    def _step_tensors(self, opt, group, device, tensors, state_names, unaliased: bool) -> None:
+        update = _UPDATES[type(opt)][1]
+        params = tensors["param"]
         step_t, steps = [], []
         if "exp_avg" in state_names:
-            step_t = [st["step"] for st in states]
+            step_t = [opt.state[p]["step"] for p in params]
             steps = [t.item() + 1 for t in step_t]  # this step's count (stored once it runs)
-        tensors = {"param": params, "grad": [p.grad for p in params]}
-        for name in state_names:
-            tensors[name] = [st[name] for st in states]
         values = _Scalars(None)
         step_keys = _adam_scalars(values, group, steps) if steps else [0] * len(params)
         flat = [t for name in tensors for t in tensors[name]]
@@ -282,12 +359,12 @@ class CompiledOptimizerStep:
             tuple(step_keys),
             _structure(group),
             tuple(map(_layout, flat)),
+            unaliased,
         )
         compiled = self.cache.get(key)
         if compiled is None:
             # NOTE: parameters that are views of one storage (legal for torch.optim) still get
             # kernels, with the copies back run as torch's copy_.
-            unaliased = _unaliased(tensors, state_names)
             compiled, order = self._compile(group, tensors, update, step_keys, device, unaliased)
             self.cache[key] = compiled = (compiled, order)
         compiled, order = compiled
@@ -368,15 +445,25 @@ def _fill_scalars(values: _Scalars, group: dict, order: list[str]) -> None:
     values.values = out
 
 
-def _unaliased(tensors: dict, written: list[str]) -> bool:
-    """True when no tensor the step writes (parameters, state) shares a storage with another
-    input: then kernels may store into them (PassContext::inputs_unaliased)."""
+def _storage_sharing(tensors: dict, written: list[str]) -> str:
+    """Which inputs of a step share a storage: "" none; "written" only tensors the step writes
+    (parameters that are views of one buffer: compiled without in-place stores,
+    PassContext::inputs_unaliased off); "read_written" a tensor it only reads (a gradient) with
+    one it writes (torch's step reads such a gradient part-way through its in-place updates:
+    run as torch's step)."""
     seen: dict[int, bool] = {}  # storage -> written
+    out = ""
     for name, ts in tensors.items():
         writes = name == "param" or name in written
         for t in ts:
             ptr = t.untyped_storage().data_ptr()
-            if ptr in seen and (writes or seen[ptr]):
-                return False
-            seen[ptr] = writes or seen.get(ptr, False)
-    return True
+            if ptr == 0:  # NOTE: empty storages all sit at address 0 and hold nothing
+                continue
+            prev = seen.get(ptr)
+            if prev is None:
+                seen[ptr] = writes
+            elif prev != writes:
+                return "read_written"
+            elif writes:
+                out = "written"
+    return out

@@ -1,6 +1,7 @@
 // Calling symbolic values: dispatch, partials, namedtuples, objects (modules: module_call.cpp).
 #include "capture/autocast.h"
 #include "capture/graph_break.h"
+#include "capture/optimizer_step.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
@@ -52,6 +53,14 @@ bool is_ordered_dict_class(PyObject* f) {
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwargs) {
   if (!fn) graph_break("unsupported_bytecode", "call of NULL");
+  if (auto route = optimizer_step_route(fn))
+    graph_break("optimizer_step",
+                *route == StepRoute::Compiled
+                    ? "opt.step() of a torch.optim optimizer: it runs as torchlite's compiled "
+                      "step (fused in-place kernels), between this graph and the rest of the "
+                      "function"
+                    : "opt.step() of an optimizer torchlite does not compile: torch's step "
+                      "runs eagerly, whole, between this graph and the rest of the function");
   const TorchApi& api = torch_api();
   if ((fn->kind == VKind::Object || fn->is_const()) && is_torch_operator(fn->obj.get()))
     return ctx_.call_op(fn->obj.get(), "", args, kwargs);

@@ -10,6 +10,7 @@
 #include "capture/context.h"
 #include "capture/graph_break.h"
 #include "capture/lazy_iter.h"
+#include "capture/optimizer_step.h"
 #include "capture/resume_point.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
@@ -261,8 +262,10 @@ ir::Residual iterator_at_break(ResidualBuilder& rb, const ValuePtr& it,
 }
 
 // The state CPython needs at the instruction the tracer stopped at.
+// `route_step`: the break is at an optimizer's step (optimizer_step.h), which CPython calls as
+// torchlite's compiled step instead.
 ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& tracer,
-                       PyCodeObject* code, int index, bool region) {
+                       PyCodeObject* code, int index, bool region, bool route_step) {
   ResumePlan plan;
   plan.index = index;
   plan.region = region;
@@ -307,6 +310,10 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
         plan.stack_values.emplace_back();
         plan.stack_values.back().value = iterator_at_break(rb, v, iterators, held_by_local);
       }
+    } else if (route_step && optimizer_step_route(v)) {
+      plan.stack += static_cast<char>(bytecode::Slot::Value);
+      plan.stack_values.push_back(
+          optimizer_step_call(v, [&](const ValuePtr& x) { return rb.build(x); }));
     } else {
       plan.stack += static_cast<char>(bytecode::Slot::Value);
       plan.stack_values.push_back(resume_value(rb, v));
@@ -347,7 +354,7 @@ void guard_storage_aliasing(CaptureContext& ctx) {
 // top-level instruction and record the plan for CPython to go on from there.
 // Returns the top-level instruction a graph break happened at, or -1.
 int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, int stop_at,
-          bool region, bool structural_modules) {
+          bool region, bool structural_modules, bool route_step = false) {
   CaptureContext ctx(frame);
   // NOTE: `self` of an __init__ is a new object on every call.
   ctx.structural_modules = structural_modules || utf8(code->co_name) == "__init__";
@@ -369,7 +376,7 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
     ResidualBuilder rb(ctx, tracer.stopped());
     if (tracer.stopped()) {
       out.side_effects = side_effects(ctx, rb);
-      out.resume = resume_plan(ctx, rb, tracer, code, stop_at, region);
+      out.resume = resume_plan(ctx, rb, tracer, code, stop_at, region, route_step);
     } else {
       out.result = rb.build(ret);
       out.side_effects = side_effects(ctx, rb);
@@ -476,7 +483,8 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
     at = break_point(decode(code), top_index, why);
   if (at.index >= 0) {
     CaptureResult again;
-    trace(again, code, frame, at.index, at.region, structural_modules);
+    trace(again, code, frame, at.index, at.region, structural_modules,
+          out.graph_break->kind == "optimizer_step");
     if (again.resume) {
       again.graph_break = out.graph_break;
       again.capture_ms = elapsed();
