@@ -163,6 +163,6 @@ def test_gradient_rebound_to_another_parameters_memory_runs_torchs_step():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("name", ["adamw", "sgd_momentum"])
 def test_step_inside_compiled_function_on_cuda(name):
-    _model, opt, _ = run_both(OPTIMIZERS[name], steps=4, device="cuda", tol=(1e-5, 1e-5))
+    _model, opt, _ = run_both(OPTIMIZERS[name], steps=4, device="cuda", tol=(1e-4, 1e-5))
     compiled = _optimizer.compiled_step_of(opt)
     assert compiled is not None and len(compiled.cache) == 1
