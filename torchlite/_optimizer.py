@@ -94,7 +94,8 @@ def _step_from_compiled_code(target: Any, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     step = _STEPS_FROM_COMPILED_CODE.get(opt)
     if step is None:
-        step = _STEPS_FROM_COMPILED_CODE[opt] = CompiledOptimizerStep(fn, opt, None, None)
+        step = CompiledOptimizerStep(type(opt).step, opt, None, None, weak=True)
+        _STEPS_FROM_COMPILED_CODE[opt] = step
     return step(*args, **kwargs)
 
 
@@ -247,16 +248,27 @@ class CompiledOptimizerStep:
     """What torchlite.compile(opt.step) returns: calls like opt.step(closure=None)."""
 
     def __init__(
-        self, fn: Callable, opt: torch.optim.Optimizer, mode: str | None, options: dict | None
+        self,
+        fn: Callable,
+        opt: torch.optim.Optimizer,
+        mode: str | None,
+        options: dict | None,
+        weak: bool = False,
     ):
+        # NOTE: `weak`: the step of compiled code's `opt.step()` calls, held by a weak-keyed
+        # table on the optimizer; a strong reference back would keep both alive forever.
         self.fn = fn
-        self.optimizer = opt
+        self._optimizer = weakref.ref(opt) if weak else (lambda: opt)
         values = settings.resolve(mode, options)
         values["cuda_graphs"] = False  # NOTE: a replay would not see the new scalars tensor
         self.settings = values
         self.cache: dict[tuple, Any] = {}
         self.eager_steps = 0  # steps torch's own step ran (for tests and explain)
         self.__wrapped__ = fn
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self._optimizer()
 
     def __call__(self, closure: Callable | None = None) -> Any:
         opt = self.optimizer

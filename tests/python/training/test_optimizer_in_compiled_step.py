@@ -4,6 +4,9 @@ other optimizers as torch's whole step; `opt.zero_grad()` and an LR scheduler in
 function do not recompile per step. And the compiled step's memory-sharing check runs every
 step: a gradient re-bound to another parameter's memory is seen."""
 
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -91,6 +94,15 @@ def test_frames_are_captured_once_over_the_steps():
     assert torchlite.counters()["frames"] <= frames
     report = torchlite.explain(step)(torch.randn(5, 6), torch.randn(5, 1))
     assert "optimizer_step" in [b.kind for b in report.break_reasons]
+
+
+def test_optimizer_and_its_compiled_step_are_freed():
+    _model, opt, step = run_both(OPTIMIZERS["adamw"], steps=2, with_sched=False)
+    compiled = weakref.ref(_optimizer.compiled_step_of(opt))
+    opt_ref = weakref.ref(opt)
+    del _model, opt, step
+    gc.collect()
+    assert opt_ref() is None and compiled() is None
 
 
 def test_zero_grad_without_set_to_none_and_no_scheduler():
