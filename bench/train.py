@@ -1,8 +1,10 @@
 """Training step benchmark: eager vs torchlite vs torch.compile, one process.
 
 One row per model: median step time (forward + loss.backward() + AdamW step), the speedup over
-eager, peak memory (CUDA: torch.cuda.max_memory_allocated) and the cold compile time (first
-step minus a warm step), and whether the compiled losses matched eager's over the warmup steps.
+eager (torchlite rows: the model compiled, with and without the compiled backward, and the whole
+step compiled, its AdamW step included), peak memory (CUDA: torch.cuda.max_memory_allocated)
+and the cold compile time (first step minus a warm step), and whether the compiled losses
+matched eager's over the warmup steps.
 
     python bench/train.py [--device cpu|cuda] [--only NAME[,NAME...]] [--steps N] [--no-inductor]
 
@@ -178,11 +180,15 @@ def bench_row(name, build, make_inputs, amp, device, steps, inductor):
     base = build().to(device).train()
     inputs = make_inputs(device)
     results = {}
-    # NOTE: "torchlite+bw" turns on the compiled backward (opt-in while it is slower on some models).
-    kinds = ["eager", "torchlite", "torchlite+bw"] + (["torch.compile"] if inductor else [])
+    # NOTE: "torchlite+bw" turns on the compiled backward (opt-in while it is slower on some models);
+    # "tl+bw step" compiles the whole step (forward, backward, zero_grad, AdamW's step) as one
+    # function, so opt.step() runs torchlite's compiled optimizer step.
+    kinds = ["eager", "torchlite", "torchlite+bw", "tl+bw step"]
+    kinds += ["torch.compile"] if inductor else []
     for kind in kinds:
         model = copy.deepcopy(base)
-        if kind == "eager":
+        if kind in ("eager", "tl+bw step"):
+            torchlite.reset()
             step_model = model
         elif kind.startswith("torchlite"):
             torchlite.reset()
@@ -193,8 +199,11 @@ def bench_row(name, build, make_inputs, amp, device, steps, inductor):
             torch._dynamo.reset()
             step_model = torch.compile(model)
         torch.manual_seed(1)
+        runner = Runner(model, step_model, device, amp)
+        if kind == "tl+bw step":
+            runner.step = torchlite.compile(runner.step, options={"compiled_backward": True})
         try:
-            results[kind] = _measure(Runner(model, step_model, device, amp), inputs, device, steps)
+            results[kind] = _measure(runner, inputs, device, steps)
         except Exception as e:  # noqa: BLE001 (NOTE: one failing backend must not hide the other rows)
             results[kind] = e
         del model, step_model
