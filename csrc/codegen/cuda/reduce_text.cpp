@@ -95,6 +95,20 @@ void Writer::reduction_kernel(const std::string& entry) {
     ReduceSchedule ts = tile_schedule();
     slices_ = ts.slices, tile_rows_ = ts.tile_rows;
   }
+  // NOTE: a warp row takes a lane per element (per 16-byte pack in the vector
+  // entry); a row shorter than the warp gets the fewest lanes (a power of two)
+  // that still give each one step, and the warp takes several rows: a layer
+  // norm over 40 channels in packs of 8 used 5 lanes of 32 and five shuffle
+  // rounds a reduction, now 5 of 8 and three rounds, four rows a warp.
+  row_lanes_ = 32;
+  if (rows == Rows::Warp) {
+    int64_t steps = vec_ > 0 ? (len + vec_ - 1) / vec_ : len;
+    while (row_lanes_ > 4 && row_lanes_ / 2 >= steps) row_lanes_ /= 2;
+  }
+  const int group_rows = 32 / row_lanes_;  // rows a warp holds
+  // Rows past the end in a warp's last group: its lanes still take part in the
+  // shuffles, but read and write nothing.
+  row_guard_ = group_rows > 1 && n_rows % group_rows != 0;
   block_ = rows == Rows::Tile                        ? tile_rows_ * slices_
            : rows != Rows::Block                     ? 256
            : len > 16384                             ? 1024
@@ -123,10 +137,20 @@ void Writer::reduction_kernel(const std::string& entry) {
       out_.grid = grid_for(n_rows, block_);
       break;
     case Rows::Warp:
-      line("const unsigned lane = threadIdx.x & 31;");
-      open("for (" + idx_ + " row = (" + tid + ") >> 5; row < " + nr + "; row += (" + all +
-           ") >> 5)");
-      out_.grid = grid_for(n_rows * 32, block_);
+      line("const unsigned lane = threadIdx.x & " + std::to_string(row_lanes_ - 1) + ";");
+      if (group_rows == 1) {
+        open("for (" + idx_ + " row = (" + tid + ") >> 5; row < " + nr + "; row += (" + all +
+             ") >> 5)");
+      } else {
+        // NOTE: the loop runs per warp (its first row), so a warp's lanes stay
+        // converged for the full-mask shuffles.
+        std::string g = std::to_string(group_rows);
+        open("for (" + idx_ + " row0 = ((" + tid + ") >> 5) * " + g + "; row0 < " + nr +
+             "; row0 += ((" + all + ") >> 5) * " + g + ")");
+        line("const " + idx_ + " row = row0 + (threadIdx.x & 31) / " + std::to_string(row_lanes_) +
+             ";");
+      }
+      out_.grid = grid_for((n_rows + group_rows - 1) / group_rows * 32, block_);
       break;
     case Rows::Block:
       open("for (" + idx_ + " row = blockIdx.x; row < " + nr + "; row += gridDim.x)");
@@ -165,7 +189,8 @@ void Writer::reduction_kernel(const std::string& entry) {
   for (int p : plan_.out_pass) any |= p == 0;
   if (any) {
     if (rows != Rows::Thread)
-      open(rows == Rows::Warp   ? "if (lane == 0)"
+      open(rows == Rows::Warp
+               ? (row_guard_ ? "if (lane == 0 && row < " + nr + ")" : "if (lane == 0)")
            : rows == Rows::Tile ? "if (row < " + nr + " && slice == 0)"
                                 : "if (threadIdx.x == 0)");
     store_outputs(0, [&](size_t o, const std::string& v, const std::string&) {
@@ -191,10 +216,14 @@ void Writer::reduce_pass(int p, Rows rows) {
     if (arg) line("long long " + acc_[i] + "i = 0;");
   }
   std::string len = std::to_string(product(s_.red));
-  int64_t threads = rows == Rows::Warp ? 32 : rows == Rows::Block ? block_ : 1;
+  int64_t threads = rows == Rows::Warp ? row_lanes_ : rows == Rows::Block ? block_ : 1;
   std::string first = rows == Rows::Warp ? "lane" : "threadIdx.x", V = std::to_string(vec_);
   bool guard = false;  // the unrolled loop's last step may pass the row's end
   int loops = 1;
+  if (rows == Rows::Warp && row_guard_) {  // a warp's rows past the end (reduction_kernel)
+    open("if (row < " + std::to_string(product(s_.outer)) + ")");
+    ++loops;
+  }
   // The vector entry's output packs: stored at a pack's last element. 16-bit
   // float outputs keep the pack's float32 values and convert them in pairs.
   auto in_pairs = [&](size_t buf) { return packed(buf) && ir::is_half(buffer_type(buf)); };
@@ -224,14 +253,15 @@ void Writer::reduce_pass(int p, Rows rows) {
     line("#pragma unroll");
     open("for (int j = 0; j < " + V + "; " + step + ")");
     line("const " + idx_ + " r = r0 + j;");
-    loops = 2;
+    loops += 1;
   } else {
     switch (rows) {
       case Rows::Thread:
         open("for (" + idx_ + " r = 0; r < " + len + "; ++r)");
         break;
       case Rows::Warp:
-        open("for (" + idx_ + " r = lane; r < " + len + "; r += 32)");
+        open("for (" + idx_ + " r = lane; r < " + len + "; r += " + std::to_string(row_lanes_) +
+             ")");
         break;
       case Rows::Block:
         open("for (" + idx_ + " r = threadIdx.x; r < " + len + "; r += " + std::to_string(block_) +
@@ -241,7 +271,7 @@ void Writer::reduce_pass(int p, Rows rows) {
         open("if (row < " + std::to_string(product(s_.outer)) + ")");
         line("#pragma unroll 4");  // independent loads in flight: the row is strided
         open("for (" + idx_ + " r = slice; r < " + len + "; r += " + std::to_string(slices_) + ")");
-        loops = 2;
+        loops += 1;
         break;
     }
   }
@@ -378,7 +408,7 @@ void Writer::plan_row_cache(Rows rows) {
   cache_first_.assign(n, 0);
   cache_n_ = 0;
   if (rows == Rows::Thread || rows == Rows::Tile || plan_.n_passes < 2) return;
-  int64_t threads = (rows == Rows::Warp ? 32 : block_) * std::max(vec_, 1);
+  int64_t threads = (rows == Rows::Warp ? row_lanes_ : block_) * std::max(vec_, 1);
   int64_t per_thread = (product(s_.red) + threads - 1) / threads * std::max(vec_, 1);
   if (per_thread > kCacheValues) return;
   // seen[i] after need(p): pass p evaluates expr i under the current cache.
@@ -487,7 +517,9 @@ void Writer::combine(int i, Rows rows) {
     line("__syncthreads();  // the next reduction or tile rewrites " + sh);
     return;
   }
-  open("for (int s = 16; s > 0; s >>= 1)");
+  // Warp rows of fewer lanes: xor steps below row_lanes_ stay inside the row's lanes.
+  open("for (int s = " + std::to_string(rows == Rows::Warp ? row_lanes_ / 2 : 16) +
+       "; s > 0; s >>= 1)");
   line("const " + T + " ov = (" + T + ")__shfl_xor_sync(0xffffffffu, (" + shuffle_type(t) + ")" +
        a + ", s);");
   if (arg) line("const long long oi = __shfl_xor_sync(0xffffffffu, " + ai + ", s);");
