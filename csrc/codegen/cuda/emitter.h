@@ -126,6 +126,8 @@ class Writer {
   std::string pack(size_t buf) const;
   void reduce_pass(int p, Rows rows);
   void plan_row_cache(Rows rows);
+  void plan_staged_outputs(Rows rows);
+  void write_staged_outputs(int pass);
   void combine(int i, Rows rows);
 
   const ir::Kernel& k_;
@@ -157,6 +159,10 @@ class Writer {
   int tile_rows_ = 32;      // Tile rows: neighbouring rows of a tile
   int row_lanes_ = 32;      // Warp rows: lanes a row (a warp holds 32 / row_lanes_ rows)
   bool row_guard_ = false;  // Warp rows: the last warp's rows may pass the end
+  // Tile rows: per-element outputs written through shared memory (plan_staged_outputs);
+  // stage_pitch_ elements a tile row apart there.
+  std::vector<char> staged_;
+  int stage_pitch_ = 0;
   int vec_ = 0;  // elements per 16-byte pack in the vectorised reduction entry; 0 = scalar
   std::vector<int> cache_first_;
   bool pair_mode_ = false;         // pair evaluation (pair_text.cpp) in this entry

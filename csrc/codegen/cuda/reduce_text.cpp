@@ -129,6 +129,11 @@ void Writer::reduction_kernel(const std::string& entry) {
         line("__shared__ long long shi" + std::to_string(i) + "[" + n + "];");
     }
   }
+  plan_staged_outputs(rows);
+  for (size_t o = 0; o < staged_.size(); ++o)
+    if (staged_[o])
+      line("__shared__ " + std::string(mem_type(buffer_type(n_in_ + o))) + " st" +
+           std::to_string(o) + "[" + std::to_string(stage_pitch_ * product(s_.red)) + "];");
   std::string tid = "(" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x";
   std::string all = "(" + idx_ + ")gridDim.x * " + b;
   switch (rows) {
@@ -330,6 +335,10 @@ void Writer::reduce_pass(int p, Rows rows) {
     store_outputs(p, [&](size_t o, const std::string& v, const std::string& f32) {
       std::string os = std::to_string(o), ob = O(el);
       ob += std::to_string(n_in_ + o);
+      if (!staged_.empty() && staged_[o]) {  // written out by write_staged_outputs
+        line("st" + os + "[r * " + std::to_string(stage_pitch_) + " + lane] = " + v + ";");
+        return;
+      }
       if (!packed(n_in_ + o)) {
         line("out" + os + "[" + ob + "] = " + v + ";");
         return;
@@ -352,10 +361,71 @@ void Writer::reduce_pass(int p, Rows rows) {
   });
   if (guard) close();
   for (int l = 0; l < loops; ++l) close();
+  write_staged_outputs(p);
   for (int i : mine) {
     combine(i, rows);
     done_[i] = 1;
   }
+}
+
+// NOTE: a tile's lanes take neighbouring rows, so an output laid out along
+// the row (a layer norm over a channels-first tensor permuted to channels-last
+// writes channels-last) would be stored a 2-byte element a sector per lane.
+// Such outputs go to shared memory (the tile's rows x row length, rows
+// `stage_pitch_` apart: a pitch past the row count keeps the read-back free of
+// bank conflicts) and the block then writes the tile's rows out whole, in
+// memory order. Only for one reduction axis, and up to 40 KiB a block (with
+// the tile's reduction arrays under the 48 KiB of static shared memory).
+void Writer::plan_staged_outputs(Rows rows) {
+  staged_.assign(k_.outputs.size(), 0);
+  stage_pitch_ = 0;
+  if (rows != Rows::Tile || s_.red.size() != 1) return;
+  const size_t red = s_.outer.size(), last = red - 1;
+  const int pitch = tile_rows_ + 1;
+  // The tile's reduction arrays (reduction_kernel): a value (and an index) a thread each.
+  int64_t bytes = 0, room = 46 * 1024;
+  for (const ir::Expr& e : k_.exprs)
+    if (is_reduce(e.op))
+      room -= int64_t{block_} * (is_arg_reduce(e.op) ? 8 + 8 : elem_bytes(e.type) > 4 ? 8 : 4);
+  room = std::min<int64_t>(room, 40 * 1024);
+  for (size_t o = 0; o < k_.outputs.size(); ++o) {
+    const size_t buf = n_in_ + o;
+    const int elem = elem_bytes(buffer_type(buf));
+    const int64_t across = s_.outer[last] > 1 ? s_.strides[buf][last] : 0;
+    if (plan_.out_pass[o] == 0 || s_.strides[buf][red] != 1 || across == 1) continue;
+    if (coalescing(across, elem, 32) >= 1) continue;
+    const int64_t need = int64_t{pitch} * product(s_.red) * elem;
+    if (bytes + need > room) continue;
+    bytes += need;
+    staged_[o] = 1;
+  }
+  if (bytes > 0) stage_pitch_ = pitch;
+}
+
+void Writer::write_staged_outputs(int pass) {
+  std::vector<size_t> mine;
+  for (size_t o = 0; o < staged_.size(); ++o)
+    if (staged_[o] && plan_.out_pass[o] == pass) mine.push_back(o);
+  if (mine.empty()) return;
+  const int64_t len = product(s_.red), n_rows = product(s_.outer);
+  const std::string L = std::to_string(len), tr = std::to_string(tile_rows_);
+  line("__syncthreads();  // the tile's outputs are in shared memory");
+  open("for (unsigned e = threadIdx.x; e < " + std::to_string(tile_rows_ * len) +
+       "; e += " + std::to_string(block_) + ")");
+  line("const unsigned er = e % " + L + ", et = e / " + L + ";");
+  line("const " + idx_ + " erow = tile * " + tr + " + et;");
+  open("if (erow < " + std::to_string(n_rows) + ")");
+  const std::string ob = fresh("sb") + "_", oo = fresh("so") + "_";
+  offsets(ob, "erow", s_.outer, 0, "");
+  offsets(oo, "er", s_.red, s_.outer.size(), ob);
+  for (size_t o : mine) {
+    std::string os = std::to_string(o);
+    line("out" + os + "[" + oo + std::to_string(n_in_ + o) + "] = st" + os + "[er * " +
+         std::to_string(stage_pitch_) + " + et];");
+  }
+  close();
+  close();
+  line("__syncthreads();  // the next tile rewrites the staged rows");
 }
 
 namespace {

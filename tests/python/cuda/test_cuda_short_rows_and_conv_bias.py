@@ -66,11 +66,29 @@ def test_layer_norm_over_a_permuted_channels_first_input():
     def ln2d(x, w, b):
         return F.layer_norm(x.permute(0, 2, 3, 1), (x.shape[1],), w, b, 1e-6).permute(0, 3, 1, 2)
 
-    for shape in [(8, 40, 56, 56), (3, 96, 7, 9)]:
-        x = torch.randn(*shape, device="cuda", dtype=BF16)
-        w = torch.randn(shape[1], device="cuda", dtype=BF16)
-        b = torch.randn(shape[1], device="cuda", dtype=BF16)
-        _compiled(ln2d, x, w, b, atol=2e-2, rtol=2e-2)
+    for shape in [(8, 40, 56, 56), (3, 96, 7, 9), (2, 768, 7, 7), (32, 96, 56, 56)]:
+        for dtype in (BF16, torch.float32):
+            x = torch.randn(*shape, device="cuda", dtype=dtype)
+            w = torch.randn(shape[1], device="cuda", dtype=dtype)
+            b = torch.randn(shape[1], device="cuda", dtype=dtype)
+            atol, rtol = _tol(dtype)
+            _compiled(ln2d, x, w, b, atol=atol, rtol=rtol)
+
+
+def test_patch_embedding_then_layer_norm_matches_eager():
+    # Swin's stem: one convolution (no channels-last pass), its bias and a layer norm over
+    # the permuted output, in one kernel with its output staged through shared memory.
+    w = torch.randn(96, 3, 4, 4, device="cuda", dtype=BF16) * 0.2
+    b = torch.randn(96, device="cuda", dtype=BF16)
+    lw, lb = torch.randn(96, device="cuda", dtype=BF16), torch.randn(96, device="cuda", dtype=BF16)
+
+    def stem(x):
+        y = F.conv2d(x, w, b, stride=4).permute(0, 2, 3, 1)
+        return F.layer_norm(y, (96,), lw, lb, 1e-5)
+
+    x = torch.randn(4, 3, 64, 60, device="cuda", dtype=BF16)
+    compiled = _compiled(stem, x, atol=5e-2, rtol=5e-2)
+    assert _bias_adds(compiled, x) == 0
 
 
 # ---- convolution bias into the next kernel ----

@@ -177,6 +177,18 @@ def test_tiles_over_many_rows_take_256_lanes_a_block():
     ((source, launch),) = _cuda_text(fn, x, w)
     assert "slice = threadIdx.x /" in source
     assert launch["block"] == 256
+    # Its output runs along the row (channels-last): staged in shared memory, written out whole.
+    assert "__shared__ unsigned short st0[" in source
+    assert "out0[" in source.split("the tile's outputs are in shared memory")[1]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("shape", [(32, 96, 56, 56), (3, 40, 7, 9), (2, 768, 7, 7)])
+def test_tiles_with_staged_outputs_compile(shape):
+    x = torch.randn(*shape, dtype=torch.bfloat16)
+    w = torch.randn(shape[1], dtype=torch.bfloat16)
+    fn = lambda x, w: F.layer_norm(x.permute(0, 2, 3, 1), (shape[1],), w, w)
+    assert _cuda_kernels(fn, x, w)
 
 
 @needs_nvrtc
