@@ -2,11 +2,12 @@
 process, sampled in turns (bench/gpu.py's method), plus each case's kernel schedule and the
 per-kernel check against eager (bench/kernel_check.py).
 
-    python bench/reduce_layouts.py [--quick] [--skip-inductor] [--no-kernel-check]
+    python bench/reduce_layouts.py [--quick] [--skip-inductor] [--no-kernel-check] [--only TEXT]
 
 Cases: a squeeze-excitation pooling (SiLU then a spatial mean) and batch-norm training
 statistics + SiLU over a channels-last 64x32x112x112 bf16 activation (the issue's 5.4 ms
-kernel), a spatial mean with more channels, column sums, a multi-axis sum and short rows.
+kernel), a spatial mean with more channels, column sums, a multi-axis sum, layer norms over short
+rows and over a permuted channels-first input (ConvNeXt), and short rows.
 """
 
 import argparse
@@ -33,6 +34,10 @@ def bn_stats_silu(x):
     return F.silu((x - m) * torch.rsqrt(v + 1e-5))
 
 
+def layer_norm_2d(x, w, b):
+    return F.layer_norm(x.permute(0, 2, 3, 1), (x.shape[1],), w, b, 1e-6).permute(0, 3, 1, 2)
+
+
 def cases(quick):
     n = 8 if quick else 64
 
@@ -53,6 +58,27 @@ def cases(quick):
         lambda x: x.sum((0, 2)),
         (torch.randn(256, 64, 4096, device="cuda"),),
     )
+    # Layer norms over rows shorter than a warp's packs (ConvNeXt's 40 channels, Swin's 96) and
+    # over a channels-first tensor permuted to channels-last (ConvNeXt's LayerNorm2d).
+    for rows, width in ((100352, 40), (100352, 96)):
+        yield (
+            f"layer norm {rows}x{width} bf16",
+            lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-6),
+            (
+                torch.randn(rows, width, device="cuda", dtype=BF16),
+                torch.randn(width, device="cuda", dtype=BF16),
+                torch.randn(width, device="cuda", dtype=BF16),
+            ),
+        )
+    yield (
+        f"layer norm permuted {n // 2}x40x56x56",
+        layer_norm_2d,
+        (
+            torch.randn(n // 2, 40, 56, 56, device="cuda", dtype=BF16),
+            torch.randn(40, device="cuda", dtype=BF16),
+            torch.randn(40, device="cuda", dtype=BF16),
+        ),
+    )
     yield (
         "short rows 4Mx8 bf16",
         lambda x: x.sum(-1),
@@ -65,6 +91,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-inductor", action="store_true")
     ap.add_argument("--no-kernel-check", action="store_true")
+    ap.add_argument("--only", default="", help="run the cases whose name contains this")
     a = ap.parse_args()
     props = torch.cuda.get_device_properties(0)
     print(f"torch {torch.__version__}, {props.name}, {props.multi_processor_count} SMs")
@@ -76,6 +103,8 @@ def main():
     checks = []
     with torch.no_grad():
         for name, fn, args in cases(a.quick):
+            if a.only not in name:
+                continue
             torchlite.reset()
             before = torchlite.counters()["kernels"]
             tl = torchlite.compile(fn)

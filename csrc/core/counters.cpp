@@ -18,6 +18,7 @@ std::vector<std::pair<std::string, int64_t>> Counters::snapshot() const {
           {"capture_ns", capture_ns.load()},
           {"batch_norms_folded", batch_norms_folded.load()},
           {"channels_last_convs", channels_last_convs.load()},
+          {"conv_biases_split", conv_biases_split.load()},
           {"cuda_graph_recordings", cuda_graph_recordings.load()},
           {"cuda_graph_replays", cuda_graph_replays.load()},
           {"autotune_trials", autotune_trials.load()},
@@ -26,10 +27,10 @@ std::vector<std::pair<std::string, int64_t>> Counters::snapshot() const {
 }
 
 void Counters::reset() {
-  for (auto* c :
-       {&frames, &graphs, &graph_breaks, &recompiles, &cache_hits, &kernels, &eager_fallbacks,
-        &capture_ns, &batch_norms_folded, &channels_last_convs, &cuda_graph_recordings,
-        &cuda_graph_replays, &autotune_trials, &autotune_cached, &size_instances})
+  for (auto* c : {&frames, &graphs, &graph_breaks, &recompiles, &cache_hits, &kernels,
+                  &eager_fallbacks, &capture_ns, &batch_norms_folded, &channels_last_convs,
+                  &conv_biases_split, &cuda_graph_recordings, &cuda_graph_replays, &autotune_trials,
+                  &autotune_cached, &size_instances})
     c->store(0);
 }
 

@@ -1,9 +1,11 @@
 // torchlite's own passes, in the order they run. The order matters:
 // functionalize first (later passes see out-of-place ops), the CUDA library
 // layouts before channels-last (which re-derives every layout), partition
-// last (it reads the final graph and writes the kernels).
+// last (it reads the final graph and writes the kernels); conv_bias after
+// channels-last, so its adds are traced on the convolutions' final layouts.
 #include "core/counters.h"
 #include "passes/channels_last.h"
+#include "passes/conv_bias.h"
 #include "passes/cuda_layouts.h"
 #include "passes/fold_batch_norm.h"
 #include "passes/functionalize.h"
@@ -52,6 +54,11 @@ std::vector<Pass> builtin_passes() {
        kAnyDevice,
        nullptr,
        [](G& g, St&) { passes::split_reductions(g); }},
+      {"torchlite.conv_bias",
+       {},
+       kCuda,
+       nullptr,
+       [](G& g, St&) { counters().conv_biases_split += passes::split_convolution_bias(g); }},
       {"torchlite.partition",
        {},
        kAnyDevice,

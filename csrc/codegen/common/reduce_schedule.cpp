@@ -46,6 +46,14 @@ ReduceSchedule choose_reduce_schedule(const LoopSpace& s, const std::vector<int>
     r.slices = 1;
     return r;
   }
+  // NOTE: with rows to spare, a tile takes more of them, up to 256 lanes a
+  // block: a tile of 16 rows x 2 slices was a 32-thread block, and an SM holds
+  // at most 32 blocks (half its threads). Growth stops while two blocks an SM
+  // are still left.
+  const int64_t blocks_wanted = 2 * int64_t(t.full_lanes / 2048);
+  while (r.tile_rows * r.slices * 2 <= std::min(256, t.max_lanes) &&
+         rows / (int64_t{r.tile_rows} * 2) >= blocks_wanted)
+    r.tile_rows *= 2;
   double along = 0, across = 0;
   for (size_t b = 0; b < n_inputs && b < bytes.size(); ++b) {
     double total = double(rows) * double(len) * bytes[b];

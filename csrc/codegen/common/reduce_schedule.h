@@ -23,7 +23,7 @@ enum class RowLayout { Along, Across };
 struct ReduceSchedule {
   RowLayout layout = RowLayout::Along;
   int slices = 1;         // Across: lane groups splitting a row
-  int tile_rows = 32;     // Across: neighbouring rows a group of lanes takes
+  int tile_rows = 32;     // Across: neighbouring rows a tile takes (a sector's worth or more)
   double cost_along = 0;  // the estimates compared (byte-equivalents)
   double cost_across = 0;
 };

@@ -126,6 +126,8 @@ class Writer {
   std::string pack(size_t buf) const;
   void reduce_pass(int p, Rows rows);
   void plan_row_cache(Rows rows);
+  void plan_staged_outputs(Rows rows);
+  void write_staged_outputs(int pass);
   void combine(int i, Rows rows);
 
   const ir::Kernel& k_;
@@ -153,9 +155,15 @@ class Writer {
   // values of the Loads that several passes read in `rc<expr>[cache_n_]`,
   // loaded by the first pass that reads them (cache_first_[i]; 0 = not cached).
   int cache_n_ = 0;
-  int slices_ = 1;      // Tile rows: lane groups that split each row (choose_rows)
-  int tile_rows_ = 32;  // Tile rows: neighbouring rows of a tile
-  int vec_ = 0;         // elements per 16-byte pack in the vectorised reduction entry; 0 = scalar
+  int slices_ = 1;          // Tile rows: lane groups that split each row (choose_rows)
+  int tile_rows_ = 32;      // Tile rows: neighbouring rows of a tile
+  int row_lanes_ = 32;      // Warp rows: lanes a row (a warp holds 32 / row_lanes_ rows)
+  bool row_guard_ = false;  // Warp rows: the last warp's rows may pass the end
+  // Tile rows: per-element outputs written through shared memory (plan_staged_outputs);
+  // stage_pitch_ elements a tile row apart there.
+  std::vector<char> staged_;
+  int stage_pitch_ = 0;
+  int vec_ = 0;  // elements per 16-byte pack in the vectorised reduction entry; 0 = scalar
   std::vector<int> cache_first_;
   bool pair_mode_ = false;         // pair evaluation (pair_text.cpp) in this entry
   int elem_ = 0;                   // the current scope's element in pair evaluation

@@ -95,6 +95,20 @@ void Writer::reduction_kernel(const std::string& entry) {
     ReduceSchedule ts = tile_schedule();
     slices_ = ts.slices, tile_rows_ = ts.tile_rows;
   }
+  // NOTE: a warp row takes a lane per element (per 16-byte pack in the vector
+  // entry); a row shorter than the warp gets the fewest lanes (a power of two)
+  // that still give each one step, and the warp takes several rows: a layer
+  // norm over 40 channels in packs of 8 used 5 lanes of 32 and five shuffle
+  // rounds a reduction, now 5 of 8 and three rounds, four rows a warp.
+  row_lanes_ = 32;
+  if (rows == Rows::Warp) {
+    int64_t steps = vec_ > 0 ? (len + vec_ - 1) / vec_ : len;
+    while (row_lanes_ > 4 && row_lanes_ / 2 >= steps) row_lanes_ /= 2;
+  }
+  const int group_rows = 32 / row_lanes_;  // rows a warp holds
+  // Rows past the end in a warp's last group: its lanes still take part in the
+  // shuffles, but read and write nothing.
+  row_guard_ = group_rows > 1 && n_rows % group_rows != 0;
   block_ = rows == Rows::Tile                        ? tile_rows_ * slices_
            : rows != Rows::Block                     ? 256
            : len > 16384                             ? 1024
@@ -115,6 +129,11 @@ void Writer::reduction_kernel(const std::string& entry) {
         line("__shared__ long long shi" + std::to_string(i) + "[" + n + "];");
     }
   }
+  plan_staged_outputs(rows);
+  for (size_t o = 0; o < staged_.size(); ++o)
+    if (staged_[o])
+      line("__shared__ " + std::string(mem_type(buffer_type(n_in_ + o))) + " st" +
+           std::to_string(o) + "[" + std::to_string(stage_pitch_ * product(s_.red)) + "];");
   std::string tid = "(" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x";
   std::string all = "(" + idx_ + ")gridDim.x * " + b;
   switch (rows) {
@@ -123,10 +142,20 @@ void Writer::reduction_kernel(const std::string& entry) {
       out_.grid = grid_for(n_rows, block_);
       break;
     case Rows::Warp:
-      line("const unsigned lane = threadIdx.x & 31;");
-      open("for (" + idx_ + " row = (" + tid + ") >> 5; row < " + nr + "; row += (" + all +
-           ") >> 5)");
-      out_.grid = grid_for(n_rows * 32, block_);
+      line("const unsigned lane = threadIdx.x & " + std::to_string(row_lanes_ - 1) + ";");
+      if (group_rows == 1) {
+        open("for (" + idx_ + " row = (" + tid + ") >> 5; row < " + nr + "; row += (" + all +
+             ") >> 5)");
+      } else {
+        // NOTE: the loop runs per warp (its first row), so a warp's lanes stay
+        // converged for the full-mask shuffles.
+        std::string g = std::to_string(group_rows);
+        open("for (" + idx_ + " row0 = ((" + tid + ") >> 5) * " + g + "; row0 < " + nr +
+             "; row0 += ((" + all + ") >> 5) * " + g + ")");
+        line("const " + idx_ + " row = row0 + (threadIdx.x & 31) / " + std::to_string(row_lanes_) +
+             ";");
+      }
+      out_.grid = grid_for((n_rows + group_rows - 1) / group_rows * 32, block_);
       break;
     case Rows::Block:
       open("for (" + idx_ + " row = blockIdx.x; row < " + nr + "; row += gridDim.x)");
@@ -165,7 +194,8 @@ void Writer::reduction_kernel(const std::string& entry) {
   for (int p : plan_.out_pass) any |= p == 0;
   if (any) {
     if (rows != Rows::Thread)
-      open(rows == Rows::Warp   ? "if (lane == 0)"
+      open(rows == Rows::Warp
+               ? (row_guard_ ? "if (lane == 0 && row < " + nr + ")" : "if (lane == 0)")
            : rows == Rows::Tile ? "if (row < " + nr + " && slice == 0)"
                                 : "if (threadIdx.x == 0)");
     store_outputs(0, [&](size_t o, const std::string& v, const std::string&) {
@@ -191,10 +221,14 @@ void Writer::reduce_pass(int p, Rows rows) {
     if (arg) line("long long " + acc_[i] + "i = 0;");
   }
   std::string len = std::to_string(product(s_.red));
-  int64_t threads = rows == Rows::Warp ? 32 : rows == Rows::Block ? block_ : 1;
+  int64_t threads = rows == Rows::Warp ? row_lanes_ : rows == Rows::Block ? block_ : 1;
   std::string first = rows == Rows::Warp ? "lane" : "threadIdx.x", V = std::to_string(vec_);
   bool guard = false;  // the unrolled loop's last step may pass the row's end
   int loops = 1;
+  if (rows == Rows::Warp && row_guard_) {  // a warp's rows past the end (reduction_kernel)
+    open("if (row < " + std::to_string(product(s_.outer)) + ")");
+    ++loops;
+  }
   // The vector entry's output packs: stored at a pack's last element. 16-bit
   // float outputs keep the pack's float32 values and convert them in pairs.
   auto in_pairs = [&](size_t buf) { return packed(buf) && ir::is_half(buffer_type(buf)); };
@@ -224,14 +258,15 @@ void Writer::reduce_pass(int p, Rows rows) {
     line("#pragma unroll");
     open("for (int j = 0; j < " + V + "; " + step + ")");
     line("const " + idx_ + " r = r0 + j;");
-    loops = 2;
+    loops += 1;
   } else {
     switch (rows) {
       case Rows::Thread:
         open("for (" + idx_ + " r = 0; r < " + len + "; ++r)");
         break;
       case Rows::Warp:
-        open("for (" + idx_ + " r = lane; r < " + len + "; r += 32)");
+        open("for (" + idx_ + " r = lane; r < " + len + "; r += " + std::to_string(row_lanes_) +
+             ")");
         break;
       case Rows::Block:
         open("for (" + idx_ + " r = threadIdx.x; r < " + len + "; r += " + std::to_string(block_) +
@@ -241,7 +276,7 @@ void Writer::reduce_pass(int p, Rows rows) {
         open("if (row < " + std::to_string(product(s_.outer)) + ")");
         line("#pragma unroll 4");  // independent loads in flight: the row is strided
         open("for (" + idx_ + " r = slice; r < " + len + "; r += " + std::to_string(slices_) + ")");
-        loops = 2;
+        loops += 1;
         break;
     }
   }
@@ -300,6 +335,10 @@ void Writer::reduce_pass(int p, Rows rows) {
     store_outputs(p, [&](size_t o, const std::string& v, const std::string& f32) {
       std::string os = std::to_string(o), ob = O(el);
       ob += std::to_string(n_in_ + o);
+      if (!staged_.empty() && staged_[o]) {  // written out by write_staged_outputs
+        line("st" + os + "[r * " + std::to_string(stage_pitch_) + " + lane] = " + v + ";");
+        return;
+      }
       if (!packed(n_in_ + o)) {
         line("out" + os + "[" + ob + "] = " + v + ";");
         return;
@@ -322,10 +361,71 @@ void Writer::reduce_pass(int p, Rows rows) {
   });
   if (guard) close();
   for (int l = 0; l < loops; ++l) close();
+  write_staged_outputs(p);
   for (int i : mine) {
     combine(i, rows);
     done_[i] = 1;
   }
+}
+
+// NOTE: a tile's lanes take neighbouring rows, so an output laid out along
+// the row (a layer norm over a channels-first tensor permuted to channels-last
+// writes channels-last) would be stored a 2-byte element a sector per lane.
+// Such outputs go to shared memory (the tile's rows x row length, rows
+// `stage_pitch_` apart: a pitch past the row count keeps the read-back free of
+// bank conflicts) and the block then writes the tile's rows out whole, in
+// memory order. Only for one reduction axis, and up to 40 KiB a block (with
+// the tile's reduction arrays under the 48 KiB of static shared memory).
+void Writer::plan_staged_outputs(Rows rows) {
+  staged_.assign(k_.outputs.size(), 0);
+  stage_pitch_ = 0;
+  if (rows != Rows::Tile || s_.red.size() != 1) return;
+  const size_t red = s_.outer.size(), last = red - 1;
+  const int pitch = tile_rows_ + 1;
+  // The tile's reduction arrays (reduction_kernel): a value (and an index) a thread each.
+  int64_t bytes = 0, room = 46 * 1024;
+  for (const ir::Expr& e : k_.exprs)
+    if (is_reduce(e.op))
+      room -= int64_t{block_} * (is_arg_reduce(e.op) ? 8 + 8 : elem_bytes(e.type) > 4 ? 8 : 4);
+  room = std::min<int64_t>(room, 40 * 1024);
+  for (size_t o = 0; o < k_.outputs.size(); ++o) {
+    const size_t buf = n_in_ + o;
+    const int elem = elem_bytes(buffer_type(buf));
+    const int64_t across = s_.outer[last] > 1 ? s_.strides[buf][last] : 0;
+    if (plan_.out_pass[o] == 0 || s_.strides[buf][red] != 1 || across == 1) continue;
+    if (coalescing(across, elem, 32) >= 1) continue;
+    const int64_t need = int64_t{pitch} * product(s_.red) * elem;
+    if (bytes + need > room) continue;
+    bytes += need;
+    staged_[o] = 1;
+  }
+  if (bytes > 0) stage_pitch_ = pitch;
+}
+
+void Writer::write_staged_outputs(int pass) {
+  std::vector<size_t> mine;
+  for (size_t o = 0; o < staged_.size(); ++o)
+    if (staged_[o] && plan_.out_pass[o] == pass) mine.push_back(o);
+  if (mine.empty()) return;
+  const int64_t len = product(s_.red), n_rows = product(s_.outer);
+  const std::string L = std::to_string(len), tr = std::to_string(tile_rows_);
+  line("__syncthreads();  // the tile's outputs are in shared memory");
+  open("for (unsigned e = threadIdx.x; e < " + std::to_string(tile_rows_ * len) +
+       "; e += " + std::to_string(block_) + ")");
+  line("const unsigned er = e % " + L + ", et = e / " + L + ";");
+  line("const " + idx_ + " erow = tile * " + tr + " + et;");
+  open("if (erow < " + std::to_string(n_rows) + ")");
+  const std::string ob = fresh("sb") + "_", oo = fresh("so") + "_";
+  offsets(ob, "erow", s_.outer, 0, "");
+  offsets(oo, "er", s_.red, s_.outer.size(), ob);
+  for (size_t o : mine) {
+    std::string os = std::to_string(o);
+    line("out" + os + "[" + oo + std::to_string(n_in_ + o) + "] = st" + os + "[er * " +
+         std::to_string(stage_pitch_) + " + et];");
+  }
+  close();
+  close();
+  line("__syncthreads();  // the next tile rewrites the staged rows");
 }
 
 namespace {
@@ -378,7 +478,7 @@ void Writer::plan_row_cache(Rows rows) {
   cache_first_.assign(n, 0);
   cache_n_ = 0;
   if (rows == Rows::Thread || rows == Rows::Tile || plan_.n_passes < 2) return;
-  int64_t threads = (rows == Rows::Warp ? 32 : block_) * std::max(vec_, 1);
+  int64_t threads = (rows == Rows::Warp ? row_lanes_ : block_) * std::max(vec_, 1);
   int64_t per_thread = (product(s_.red) + threads - 1) / threads * std::max(vec_, 1);
   if (per_thread > kCacheValues) return;
   // seen[i] after need(p): pass p evaluates expr i under the current cache.
@@ -487,7 +587,9 @@ void Writer::combine(int i, Rows rows) {
     line("__syncthreads();  // the next reduction or tile rewrites " + sh);
     return;
   }
-  open("for (int s = 16; s > 0; s >>= 1)");
+  // Warp rows of fewer lanes: xor steps below row_lanes_ stay inside the row's lanes.
+  open("for (int s = " + std::to_string(rows == Rows::Warp ? row_lanes_ / 2 : 16) +
+       "; s > 0; s >>= 1)");
   line("const " + T + " ov = (" + T + ")__shfl_xor_sync(0xffffffffu, (" + shuffle_type(t) + ")" +
        a + ", s);");
   if (arg) line("const long long oi = __shfl_xor_sync(0xffffffffu, " + ai + ", s);");

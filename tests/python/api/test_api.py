@@ -271,6 +271,7 @@ def test_counters_have_the_documented_keys():
         "capture_ns",
         "batch_norms_folded",
         "channels_last_convs",
+        "conv_biases_split",
         "cuda_graph_recordings",
         "cuda_graph_replays",
         "autotune_trials",

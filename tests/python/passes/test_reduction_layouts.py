@@ -146,6 +146,51 @@ def test_contiguous_rows_keep_a_warp_or_block_a_row_on_cuda():
     assert "__shfl_xor_sync" in source
 
 
+def _cuda_text(fn, *args):
+    """CUDA C and launch of each kernel, emitted without NVRTC."""
+    graph = torchlite.explain(fn)(*args).graphs[0]
+    return [(s, launch) for _, s, _, launch in _C.cuda_kernel_sources(graph, "compute_90", False)]
+
+
+@pytest.mark.parametrize("rows", [4096, 37])
+def test_rows_shorter_than_a_warp_share_one(rows):
+    # ConvNeXt's layer norm over 40 bf16 channels: 5 packs of 8 a row, so 8 lanes a row and four
+    # rows a warp (three shuffle rounds); 37 rows leave the last warp's last rows past the end.
+    x, w = torch.randn(rows, 40, dtype=torch.bfloat16), torch.randn(40, dtype=torch.bfloat16)
+    ((source, launch),) = _cuda_text(lambda x, w: F.layer_norm(x, (40,), w, w), x, w)
+    vector = source[source.index("_v(") :]
+    assert "const unsigned lane = threadIdx.x & 7;" in vector
+    assert "row0" in vector and "* 4)" in vector
+    assert "for (int s = 4; s > 0; s >>= 1)" in vector
+    assert ("if (row < 37)" in vector) == (rows == 37)
+    warps = (rows + 3) // 4
+    assert launch["grid"] == (warps * 32 + launch["block"] - 1) // launch["block"]
+    scalar = source[: source.index("_v(")]
+    assert "for (int s = 16; s > 0; s >>= 1)" in scalar  # 40 single elements: a whole warp
+
+
+def test_tiles_over_many_rows_take_256_lanes_a_block():
+    # The same layer norm over a channels-first tensor permuted to channels-last.
+    x = torch.randn(32, 40, 56, 56, dtype=torch.bfloat16)
+    w = torch.randn(40, dtype=torch.bfloat16)
+    fn = lambda x, w: F.layer_norm(x.permute(0, 2, 3, 1), (40,), w, w)
+    ((source, launch),) = _cuda_text(fn, x, w)
+    assert "slice = threadIdx.x /" in source
+    assert launch["block"] == 256
+    # Its output runs along the row (channels-last): staged in shared memory, written out whole.
+    assert "__shared__ unsigned short st0[" in source
+    assert "out0[" in source.split("the tile's outputs are in shared memory")[1]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("shape", [(32, 96, 56, 56), (3, 40, 7, 9), (2, 768, 7, 7)])
+def test_tiles_with_staged_outputs_compile(shape):
+    x = torch.randn(*shape, dtype=torch.bfloat16)
+    w = torch.randn(shape[1], dtype=torch.bfloat16)
+    fn = lambda x, w: F.layer_norm(x.permute(0, 2, 3, 1), (shape[1],), w, w)
+    assert _cuda_kernels(fn, x, w)
+
+
 @needs_nvrtc
 def test_tiled_argmax_combines_indices_through_shared_memory():
     kernels = _cuda_kernels(lambda x: x.argmax(2), _cl(8, 64, 40, 3).permute(0, 2, 3, 1))

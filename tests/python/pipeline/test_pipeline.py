@@ -138,8 +138,8 @@ def test_trace_writes_one_file_per_pass_and_the_mode(monkeypatch, tmp_path):
         "01_torchlite.functionalize.txt",
         "05_torchlite.channels_last.txt",
         "06_torchlite.split_reductions.txt",
-        "07_torchlite.partition.txt",
+        "08_torchlite.partition.txt",
     ]
     written = sorted(p.name for p in pipeline.parent.glob("[0-9][0-9]_*.txt"))
     assert written == ["00_input.txt", *ran]
-    assert "kernel " in (pipeline.parent / "07_torchlite.partition.txt").read_text()
+    assert "kernel " in (pipeline.parent / "08_torchlite.partition.txt").read_text()

@@ -60,6 +60,18 @@ TEST_CASE("a column sum over many columns takes a thread a column", "[codegen]")
   CHECK(r.slices <= 2);  // 100000 rows nearly fill the machine without splitting them
 }
 
+TEST_CASE("a tile over many rows grows to 256 lanes a block, a few rows stay one sector wide",
+          "[codegen]") {
+  // ConvNeXt's layer norm over a channels-first input: 32 x 56 x 56 rows of 40 channels.
+  auto many = schedule({32, 56, 56, 40}, 1, {125440, 56, 1, 3136}, ST::BF16);
+  CHECK(many.layout == RowLayout::Across);
+  CHECK(many.tile_rows * many.slices == 256);
+  CHECK(many.tile_rows % 16 == 0);
+  // Rows for about 2 blocks an SM (2048 lanes an SM): no growth.
+  auto few = schedule({64, 32, 112, 112}, 2, {401408, 1, 3584, 32}, ST::BF16);
+  CHECK(few.tile_rows == 16);
+}
+
 TEST_CASE("short rows stay in one lane whatever their layout", "[codegen]") {
   CHECK(schedule({4096, 8}, 1, {8, 1}).layout == RowLayout::Across);
   CHECK(schedule({4096, 8}, 1, {8, 1}).slices == 1);
