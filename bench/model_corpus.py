@@ -490,7 +490,7 @@ def _tiny_text(
     keys (None drops one). transformers maps the common names (hidden_size, ...) onto each
     config's own through its attribute_map."""
 
-    def make(_full: bool):
+    def make(_full: bool, _batch: int | None, _seq: int | None):
         import transformers
 
         cfg = {**_TINY_TEXT, **overrides}
@@ -512,7 +512,7 @@ def _tiny_config_model(
 ) -> ModelSpec:
     """A non-text transformers model (vision, audio) from its config class and `cfg`."""
 
-    def make(_full: bool):
+    def make(_full: bool, _batch: int | None, _seq: int | None):
         import transformers
 
         config = getattr(transformers, cfg_cls)(**cfg)
@@ -523,6 +523,10 @@ def _tiny_config_model(
 
 def _pixels(px: int = 32) -> Callable[[], dict]:
     return lambda: {"pixel_values": torch.randn(2, 3, px, px)}
+
+
+def _waveform() -> dict:
+    return {"input_values": torch.randn(2, 1600)}
 
 
 _ENC_DEC_TINY = {
@@ -545,6 +549,7 @@ _VIT_TINY = {
     "image_size": 32,
     "patch_size": 8,
 }
+_CONV_STAGES_TINY = {"hidden_sizes": [16, 32, 64, 128], "depths": [1, 1, 1, 1]}
 _AUDIO_TINY = {
     "hidden_size": 64,
     "num_hidden_layers": 2,
@@ -713,40 +718,15 @@ EXTRA_TRANSFORMERS = [
     _tiny_config_model(
         "siglip_vision", "SiglipVisionConfig", "SiglipVisionModel", _pixels(), **_VIT_TINY
     ),
-    _tiny_config_model(
-        "convnext",
-        "ConvNextConfig",
-        "ConvNextModel",
-        _pixels(),
-        hidden_sizes=[16, 32, 64, 128],
-        depths=[1, 1, 1, 1],
-    ),
-    _tiny_config_model(
-        "convnextv2",
-        "ConvNextV2Config",
-        "ConvNextV2Model",
-        _pixels(),
-        hidden_sizes=[16, 32, 64, 128],
-        depths=[1, 1, 1, 1],
-    ),
-    _tiny_config_model(
-        "resnet",
-        "ResNetConfig",
-        "ResNetModel",
-        _pixels(),
-        embedding_size=16,
-        hidden_sizes=[16, 32, 64, 128],
-        depths=[1, 1, 1, 1],
-    ),
-    _tiny_config_model(
-        "regnet",
-        "RegNetConfig",
-        "RegNetModel",
-        _pixels(),
-        embedding_size=16,
-        hidden_sizes=[16, 32, 64, 128],
-        depths=[1, 1, 1, 1],
-        groups_width=8,
+    # conv stages of one shape: (name, class prefix, extra config)
+    *(
+        _tiny_config_model(name, f"{cls}Config", f"{cls}Model", _pixels(), **_CONV_STAGES_TINY, **x)
+        for name, cls, x in [
+            ("convnext", "ConvNext", {}),
+            ("convnextv2", "ConvNextV2", {}),
+            ("resnet", "ResNet", {"embedding_size": 16}),
+            ("regnet", "RegNet", {"embedding_size": 16, "groups_width": 8}),
+        ]
     ),
     _tiny_config_model(
         "swin",
@@ -777,19 +757,9 @@ EXTRA_TRANSFORMERS = [
     _tiny_config_model(
         "mobilevit", "MobileViTConfig", "MobileViTModel", _pixels(64), image_size=64
     ),
-    _tiny_config_model(
-        "wav2vec2",
-        "Wav2Vec2Config",
-        "Wav2Vec2Model",
-        lambda: {"input_values": torch.randn(2, 1600)},
-        **_AUDIO_TINY,
-    ),
-    _tiny_config_model(
-        "hubert",
-        "HubertConfig",
-        "HubertModel",
-        lambda: {"input_values": torch.randn(2, 1600)},
-        **_AUDIO_TINY,
+    *(
+        _tiny_config_model(name, f"{cls}Config", f"{cls}Model", _waveform, **_AUDIO_TINY)
+        for name, cls in [("wav2vec2", "Wav2Vec2"), ("hubert", "Hubert")]
     ),
 ]
 

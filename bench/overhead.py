@@ -1,8 +1,9 @@
 """Per-call overhead and capture time: eager vs torchlite vs torch.compile(backend="eager").
 
 One process, CPU, under two minutes:
-  (a) a two-op function on an 8-element tensor and (b) a four-input function: the median
-      per-call time of many timed batches after warmup, i.e. the cost of the compiled-call path;
+  (a) a two-op function on an 8-element tensor and (b) a four-input function (b2: under
+      no_grad(), b3: writing an argument in place): the median per-call time of many timed
+      batches after warmup, i.e. the cost of the compiled-call path;
   (c) the first call of resnet18 (timm; a local ResNet-18 when timm cannot be imported):
       capture (+ one forward) from a cold cache, torchlite.reset() / torch._dynamo.reset() before.
 
@@ -27,6 +28,16 @@ def two_ops(x):
 
 def four_inputs(a, b, c, d):
     return (a + b) * c - d
+
+
+def four_inputs_in_place(a, b, c, d):
+    a.copy_(b)  # NOTE: a graph that writes an argument guards how its inputs share storage
+    return a * c - d
+
+
+def four_inputs_no_grad(a, b, c, d):
+    with torch.no_grad():
+        return (a + b) * c - d
 
 
 def per_call_us(fn, args, samples: int, inner: int, budget_s: float = 2.0) -> float:
@@ -138,6 +149,12 @@ def main():
     cases = [
         ("(a) (x * 2 + 1).relu(), 8 elems", two_ops, (torch.randn(8),)),
         ("(b) (a + b) * c - d, 4 inputs", four_inputs, tuple(torch.randn(8) for _ in range(4))),
+        ("(b2) (b) under no_grad()", four_inputs_no_grad, tuple(torch.randn(8) for _ in range(4))),
+        (
+            "(b3) a.copy_(b); a * c - d",
+            four_inputs_in_place,
+            tuple(torch.randn(8) for _ in range(4)),
+        ),
     ]
     for name, fn, args in cases:
         eager = per_call_us(fn, args, a.samples, a.inner)

@@ -335,10 +335,16 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
 // of in-place ops, depend on it. Inputs read through attributes (a module's parameters and
 // buffers) are left out: they are many, and an argument aliasing them is not a pattern worth a
 // per-call cost.
+// NOTE: the guard costs ~1 us per tensor on every call: it is made only when the graph writes
+// one of the inputs it would check (or a tensor it cannot name). A graph that writes nothing
+// of them (a random draw, no_grad(), a BatchNorm updating its buffers) gives the same answers
+// however its arguments share memory.
 void guard_storage_aliasing(CaptureContext& ctx) {
-  if (!ir::any_visible_effect(ctx.graph())) return;
+  ir::InputWrites writes = ir::written_inputs(ctx.graph());
+  if (!writes.unknown && writes.placeholders.empty()) return;
   std::vector<ir::SourcePtr> sources;
   std::vector<PyObject*> tensors;
+  bool written = writes.unknown;
   for (const auto& [src, t] : ctx.tensor_inputs()) {
     bool through_attr = false;
     for (const ir::Source* s = src.get(); s; s = s->base.get())
@@ -346,8 +352,9 @@ void guard_storage_aliasing(CaptureContext& ctx) {
     if (through_attr) continue;
     sources.push_back(src);
     tensors.push_back(t);
+    for (const ir::Node* p : writes.placeholders) written = written || p->source == src;
   }
-  if (sources.size() >= 2) ctx.guards().add_storage_aliasing(sources, tensors);
+  if (written && sources.size() >= 2) ctx.guards().add_storage_aliasing(sources, tensors);
 }
 
 // One trace of the frame into `out`. `stop_at` >= 0: stop before that

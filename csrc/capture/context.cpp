@@ -12,6 +12,7 @@
 #include "capture/torch_api.h"
 #include "core/errors.h"
 #include "guards/dict_order.h"
+#include "guards/storage_aliasing.h"
 
 namespace tl::capture {
 namespace {
@@ -26,14 +27,6 @@ long long as_long_long(PyObject* o) {
   long long v = PyLong_AsLongLong(o);
   if (v == -1 && PyErr_Occurred()) throw PythonError();
   return v;
-}
-
-// The address of a tensor's StorageImpl (`untyped_storage()._cdata`). Borrows `t`.
-long long storage_id(PyObject* t) {
-  PyRef storage = call_method0(t, "untyped_storage");
-  PyRef cdata = PyRef::steal(PyObject_GetAttrString(storage.get(), "_cdata"));
-  if (!cdata) throw PythonError();
-  return as_long_long(cdata.get());
 }
 
 std::vector<int64_t> int_tuple(PyObject* seq) {
@@ -453,7 +446,7 @@ ValuePtr CaptureContext::wrap_tensor(PyObject* t, const ir::SourcePtr& src) {
   // storage at offset 0; the real one may not.
   long long item = as_long_long(call_method0(t, "element_size").get());
   long long offset = as_long_long(call_method0(t, "storage_offset").get());
-  real_storages_[storage_id(meta.get())] = {storage_id(t), offset * item};
+  real_storages_[guards::storage_id(meta.get())] = {guards::storage_id(t), offset * item};
   return v;
 }
 

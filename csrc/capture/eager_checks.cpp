@@ -6,6 +6,7 @@
 #include "capture/context.h"
 #include "capture/graph_break.h"
 #include "core/errors.h"
+#include "guards/storage_aliasing.h"
 
 namespace tl::capture {
 namespace {
@@ -56,10 +57,7 @@ PyRef call0(PyObject* o, const char* name) {
 // The bytes `meta` covers, placed in the real storage when it views a tensor input's memory.
 Extent extent_of(const CaptureContext& ctx, PyObject* meta) {
   Extent e;
-  PyRef storage = call0(meta, "untyped_storage");
-  PyRef cdata = PyRef::steal(PyObject_GetAttrString(storage.get(), "_cdata"));
-  if (!cdata) throw PythonError();
-  e.storage = as_ll(cdata.get());
+  e.storage = guards::storage_id(meta);
   long long base = 0;
   if (auto real = ctx.real_storage(e.storage)) {
     e.storage = real->storage;

@@ -1,32 +1,46 @@
 #include "guards/storage_aliasing.h"
 
+#include <algorithm>
 #include <sstream>
-#include <unordered_map>
+#include <utility>
 
 #include "core/errors.h"
 
 namespace tl::guards {
 namespace {
 
-// The address of the tensor's StorageImpl: one per storage, also for empty ones (whose data
-// pointers are all null). Borrows `t`.
-long long storage_id(PyObject* t) {
-  PyRef storage = PyRef::steal(PyObject_CallMethod(t, "untyped_storage", nullptr));
-  PyRef cdata = storage ? PyRef::steal(PyObject_GetAttrString(storage.get(), "_cdata")) : PyRef();
-  if (!cdata) throw PythonError();
-  long long id = PyLong_AsLongLong(cdata.get());
-  if (id == -1 && PyErr_Occurred()) throw PythonError();
-  return id;
+// NOTE: interned once (under the GIL, never changed after): a name made from a C string on
+// every call cost as much as the call.
+PyObject* interned(const char* name) {
+  PyObject* s = PyUnicode_InternFromString(name);
+  if (!s) throw PythonError();
+  return s;  // NOTE: kept for the life of the process
 }
 
 long long storage_offset(PyObject* t) {
-  PyRef off = PyRef::steal(PyObject_CallMethod(t, "storage_offset", nullptr));
+  static PyObject* name = interned("storage_offset");
+  PyObject* argv[] = {t};
+  PyRef off = PyRef::steal(
+      PyObject_VectorcallMethod(name, argv, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
   long long v = off ? PyLong_AsLongLong(off.get()) : -1;
   if (!off || (v == -1 && PyErr_Occurred())) throw PythonError();
   return v;
 }
 
 }  // namespace
+
+long long storage_id(PyObject* t) {
+  static PyObject* untyped_storage = interned("untyped_storage");
+  static PyObject* cdata_name = interned("_cdata");
+  PyObject* argv[] = {t};
+  PyRef storage = PyRef::steal(PyObject_VectorcallMethod(
+      untyped_storage, argv, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+  PyRef cdata = storage ? PyRef::steal(PyObject_GetAttr(storage.get(), cdata_name)) : PyRef();
+  if (!cdata) throw PythonError();
+  long long id = PyLong_AsLongLong(cdata.get());
+  if (id == -1 && PyErr_Occurred()) throw PythonError();
+  return id;
+}
 
 StorageAliasing::StorageAliasing(const std::vector<ir::SourcePtr>& sources,
                                  const std::vector<PyObject*>& tensors) {
@@ -39,29 +53,38 @@ StorageAliasing::StorageAliasing(const std::vector<ir::SourcePtr>& sources,
 }
 
 StorageAliasing::Pattern StorageAliasing::pattern_of(const std::vector<PyObject*>& tensors) {
+  const size_t n = tensors.size();
   Pattern p;
-  std::unordered_map<long long, size_t> first;
-  std::vector<size_t> members(tensors.size(), 0);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    auto [it, fresh] = first.emplace(storage_id(tensors[i]), i);
-    p.group.push_back(it->second);
-    ++members[it->second];
+  p.group.resize(n);
+  p.offset.assign(n, -1);
+  // NOTE: sorted by storage, each run of one storage is a group led by its first input: no
+  // hash map for the few inputs a call has.
+  std::vector<std::pair<long long, size_t>> by_storage(n);
+  for (size_t i = 0; i < n; ++i) by_storage[i] = {storage_id(tensors[i]), i};
+  std::sort(by_storage.begin(), by_storage.end());
+  for (size_t run = 0; run < n;) {
+    size_t end = run + 1;
+    while (end < n && by_storage[end].first == by_storage[run].first) ++end;
+    for (size_t k = run; k < end; ++k) {
+      p.group[by_storage[k].second] = by_storage[run].second;
+      if (end - run > 1)
+        p.offset[by_storage[k].second] = storage_offset(tensors[by_storage[k].second]);
+    }
+    run = end;
   }
-  for (size_t i = 0; i < tensors.size(); ++i)
-    p.offset.push_back(members[p.group[i]] > 1 ? storage_offset(tensors[i]) : -1);
   return p;
 }
 
 bool StorageAliasing::check(const ir::FrameView& frame) const {
-  std::vector<PyRef> held;
-  std::vector<PyObject*> tensors;
+  std::vector<PyRef> held(fetchers_.size());
+  std::vector<PyObject*> tensors(fetchers_.size());
   for (size_t i = 0; i < fetchers_.size(); ++i) {
-    held.push_back(fetchers_[i](frame));
-    if (!held.back()) {
+    held[i] = fetchers_[i](frame);
+    if (!held[i]) {
       failure_ = labels_[i] + " could not be read";
       return false;
     }
-    tensors.push_back(held.back().get());
+    tensors[i] = held[i].get();
   }
   if (pattern_of(tensors) == expected_) return true;
   failure_ = "tensor inputs share memory differently than when traced (" + str() + ")";

@@ -15,6 +15,10 @@
 
 namespace tl::guards {
 
+// The address of the tensor's StorageImpl (`t.untyped_storage()._cdata`): one per storage,
+// also for empty ones (whose data pointers are all null). Borrows `t`; throws PythonError.
+long long storage_id(PyObject* t);
+
 class StorageAliasing {
  public:
   // `sources` and `tensors` (borrowed, the real inputs now) in the same order.

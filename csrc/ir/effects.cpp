@@ -1,5 +1,6 @@
 #include "ir/effects.h"
 
+#include <functional>
 #include <optional>
 
 namespace tl::ir {
@@ -42,9 +43,61 @@ std::string last_name(const std::string& t) {
   return dot == std::string::npos ? t : t.substr(dot + 1);
 }
 
+// A true `inplace=` flag (nn.ReLU(inplace=False) spells out the default).
+bool inplace_flag(const Node& n) {
+  for (const auto& [k, v] : n.kwargs)
+    if (k == "inplace" && const_bool(&v) != false) return true;
+  return false;
+}
+
+// `add_`, operator.iadd and the other augmented assignments (`x += y`), __iadd__, `x[i] = v`,
+// a true `inplace=` flag: the node writes its first operand.
+bool writes_first_operand(const Node& n) {
+  const std::string& t = n.target_name;
+  return in_place_name(t) || augmented_name(t, last_name(t)) || inplace_flag(n) ||
+         t.find("setitem") != std::string::npos;
+}
+
+// Where the tensor an in-place node writes (an operand) comes from, followed back through
+// views and in-place ops (which return their operand): a new tensor the graph made (`fresh`),
+// a graph input (`input`), or neither (both unset: not known).
+struct WriteTarget {
+  bool fresh = false;
+  const Node* input = nullptr;
+  bool other_operands = false;  // some op on the way has tensor operands besides the first
+};
+
+bool has_node(const Arg& a) {
+  if (a.kind == Arg::Kind::Node) return true;
+  for (const Arg& item : a.items)
+    if (has_node(item)) return true;
+  return false;
+}
+
+WriteTarget follow_write(const Node* cur) {
+  WriteTarget w;
+  for (int depth = 0; cur && depth < 64; ++depth) {
+    if (cur->op == OpKind::Placeholder) {
+      w.input = cur;
+      return w;
+    }
+    const std::string last = last_name(cur->target_name);
+    w.fresh =
+        fresh_result_name(last) || (augmented_name(cur->target_name, last) && !cur->args.empty() &&
+                                    cur->args[0].kind != Arg::Kind::Node);
+    if (w.fresh || cur->args.empty() || cur->args[0].kind != Arg::Kind::Node) return w;
+    // NOTE: an in-place op returns its first operand whatever the others are
+    if (!writes_first_operand(*cur)) {
+      for (size_t i = 1; i < cur->args.size(); ++i) w.other_operands |= has_node(cur->args[i]);
+      for (const auto& [k, v] : cur->kwargs) w.other_operands |= has_node(v);
+    }
+    cur = cur->args[0].node;
+  }
+  return w;
+}
+
 // True unless the tensor an in-place node writes (its first operand) is known to be a new
-// tensor the graph made: followed back through views and in-place ops (which return their
-// operand), it must reach an op with a fresh result before any graph input.
+// tensor the graph made: it must reach an op with a fresh result before any graph input.
 // NOTE: writing such a tensor is invisible after the graph (nothing outside holds it): if a
 // later op raises, an eager rerun computes it again. T5's `buckets = 0; buckets += t; buckets
 // += u` wrote only its own tensor yet broke the graph at the next embedding (effect_order).
@@ -53,18 +106,13 @@ bool writes_outside_tensor(const Node& n) {
   if (n.args[0].kind != Arg::Kind::Node)
     // `0 += t`: an augmented assignment to a number is a plain operation
     return !augmented_name(n.target_name, last_name(n.target_name));
-  const Node* cur = n.args[0].node;
-  for (int depth = 0; cur && depth < 64; ++depth) {
-    if (cur->op == OpKind::Placeholder) return true;
-    const std::string last = last_name(cur->target_name);
-    if (fresh_result_name(last)) return false;
-    if (augmented_name(cur->target_name, last) && !cur->args.empty() &&
-        cur->args[0].kind != Arg::Kind::Node)
-      return false;
-    if (cur->args.empty() || cur->args[0].kind != Arg::Kind::Node) return true;
-    cur = cur->args[0].node;
-  }
-  return true;
+  return !follow_write(n.args[0].node).fresh;
+}
+
+const Arg* out_kwarg(const Node& n) {
+  for (const auto& [k, v] : n.kwargs)
+    if (k == "out" && !is_none_or_absent(&v)) return &v;
+  return nullptr;
 }
 
 }  // namespace
@@ -90,8 +138,7 @@ bool visible_effect(const Node& n) {
   // NOTE: `operator.and_` (a mask's `a & b`) once counted as in place, so every transformers
   // model broke its graph at the mask's advanced index after `kwargs.pop(...)` (effect_order).
   const std::string last = last_name(t);
-  for (const auto& [k, v] : n.kwargs)
-    if (k == "out" && !is_none_or_absent(&v)) return true;  // `out=None` is the default
+  if (out_kwarg(n)) return true;  // `out=None` is the default
   if (last.find("dropout") != std::string::npos) return !is_eval_dropout(n);
   // NOTE: random draws first: `torch.zeros(n).normal_()` writes a new tensor but advances the
   // generator, which is visible.
@@ -99,14 +146,7 @@ bool visible_effect(const Node& n) {
        {"rand", "bernoulli", "normal", "multinomial", "poisson", "uniform", "exponential", "cauchy",
         "geometric", "hook", "backward", "grad", "seed", "print"})
     if (t.find(word) != std::string::npos) return true;
-  // In place: `add_`, operator.iadd and the other augmented assignments (`x += y`), __iadd__,
-  // `x[i] = v`, a true `inplace=` flag (nn.ReLU(inplace=False) spells out the default).
-  bool inplace_flag = false;
-  for (const auto& [k, v] : n.kwargs)
-    if (k == "inplace" && const_bool(&v) != false) inplace_flag = true;
-  if (in_place_name(t) || augmented_name(t, last) || inplace_flag ||
-      t.find("setitem") != std::string::npos)
-    return writes_outside_tensor(n);
+  if (writes_first_operand(n)) return writes_outside_tensor(n);
   return false;
 }
 
@@ -114,6 +154,42 @@ bool any_visible_effect(const Graph& graph) {
   for (const auto& n : graph.nodes())
     if (visible_effect(*n)) return true;
   return false;
+}
+
+InputWrites written_inputs(const Graph& graph) {
+  InputWrites out;
+  // NOTE: conservative: whatever cannot be followed to one input or a new tensor is unknown.
+  std::function<void(const Arg&)> add = [&](const Arg& a) {
+    if (a.kind == Arg::Kind::Const) return;  // `0 += t`, a constant: no input
+    for (const Arg& item : a.items) add(item);
+    if (a.kind != Arg::Kind::Node) return;
+    // NOTE: an op with other tensor operands on the way may return a view of one of them
+    // (torch.broadcast_tensors(a + 1, b)[1]): not followed.
+    WriteTarget w = follow_write(a.node);
+    if (w.other_operands || (!w.fresh && !w.input))
+      out.unknown = true;
+    else if (w.input)
+      out.placeholders.push_back(w.input);
+  };
+  for (const auto& n : graph.nodes()) {
+    if (!visible_effect(*n)) continue;
+    const std::string& t = n->target_name;
+    const Arg* out_arg = out_kwarg(*n);
+    bool dropout = t.find("dropout") != std::string::npos;
+    // F.dropout(x, p, training, inplace) may say inplace by position
+    bool first = writes_first_operand(*n) ||
+                 (dropout && n->args.size() > 3 && const_bool(&n->args[3]) != false);
+    if (first && !n->args.empty()) add(n->args[0]);
+    if (first && n->args.empty()) out.unknown = true;
+    if (out_arg) add(*out_arg);
+    if (first || out_arg) continue;
+    bool draws_only = dropout || t.find("set_grad_enabled") != std::string::npos;
+    for (const char* word : {"rand", "bernoulli", "normal", "multinomial", "poisson", "uniform",
+                             "exponential", "cauchy", "geometric"})
+      draws_only = draws_only || t.find(word) != std::string::npos;
+    out.unknown = out.unknown || !draws_only;
+  }
+  return out;
 }
 
 }  // namespace tl::ir

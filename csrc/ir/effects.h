@@ -2,6 +2,7 @@
 // What running a graph node does beyond computing its result: the effects the
 // caller can see, and whether the op checks its operands' values when it runs.
 #include <string>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -24,5 +25,16 @@ bool is_eval_dropout(const Node& n);
 
 // True if some node of `graph` has a visible effect.
 bool any_visible_effect(const Graph& graph);
+
+// The graph inputs the graph's visible effects write: the placeholder each in-place write
+// reaches back through views and in-place ops. `unknown` when some effect may write a tensor
+// this cannot name (a write reached through an op with other tensor operands, a hook, a
+// backward): a caller then treats every input as written. Random draws and grad-mode
+// switches write nothing.
+struct InputWrites {
+  std::vector<const Node*> placeholders;
+  bool unknown = false;
+};
+InputWrites written_inputs(const Graph& graph);
 
 }  // namespace tl::ir

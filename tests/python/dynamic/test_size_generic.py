@@ -199,3 +199,50 @@ def test_mark_static_dims_stay_exact_under_dynamic_true():
     # (3, 5) captures; (4, 5) and (9, 5) change dim 0 only; (4, 6) changes the static dim 1.
     frames, instances = _count(_rows, make, [(3, 5), (4, 5), (9, 5), (4, 6)], compiled=compiled)
     assert (frames, instances) == (2, 2)
+
+
+# Every way a trace can read a size (CaptureResult::reads_sizes): a read that did not set the
+# flag would bake the first call's size into a graph served to every size. Each reader's number
+# grows with dim 0 and feeds only size-generic ops, so a missed read gives a wrong answer.
+def _helper_rows(t):
+    return t.shape[0]
+
+
+_SIZE_READERS = {
+    "shape": lambda x: x.shape[0],
+    "getattr_shape": lambda x: getattr(x, "shape")[0],  # noqa: B009
+    "size": lambda x: x.size()[0],
+    "size_dim": lambda x: x.size(0),
+    "size_negative_dim": lambda x: x.size(-2),
+    "numel": lambda x: x.numel(),
+    "nelement": lambda x: x.nelement(),
+    "torch_numel": lambda x: torch.numel(x),
+    "stride": lambda x: x.t().stride(1) + x.stride(0),
+    "len": lambda x: len(x),
+    "nbytes": lambda x: x.nbytes,
+    "iteration": lambda x: sum(1 for _ in x),
+    "unpacking": lambda x: len([*x]),
+    "comprehension": lambda x: sum([x.size(d) for d in range(x.dim())]),
+    "inlined_helper": _helper_rows,
+    "shape_tuple_math": lambda x: x.shape[0] * x.shape[1] - x.shape[1],
+}
+
+
+@pytest.mark.parametrize("reader", sorted(_SIZE_READERS))
+def test_every_size_read_keeps_the_entry_exact(reader):
+    read = _SIZE_READERS[reader]
+
+    def fn(x):
+        return x * 2 + read(x)
+
+    frames, instances = _count(fn, lambda n: (torch.randn(n, 3),), [4, 9, 6], dynamic=True)
+    assert instances == 0, (reader, frames, instances)
+
+
+def test_the_size_readers_harness_shares_an_entry_when_no_size_is_read():
+    # The control for the test above: the same function with a constant shares one entry.
+    def fn(x):
+        return x * 2 + 3
+
+    frames, instances = _count(fn, lambda n: (torch.randn(n, 3),), [4, 9, 6], dynamic=True)
+    assert (frames, instances) == (1, 2)

@@ -5,6 +5,7 @@ filled on the first call) or builds modules of its own. Each result matches eage
 import collections
 import copy
 
+import pytest
 import torch
 from helpers import assert_counters_delta, assert_same, at_least, counters
 from torch import nn
@@ -220,26 +221,6 @@ def test_dict_view_left_on_the_resume_stack_does_not_recompile():
         assert_same(compiled(d2, x), _items_left_on_stack(d2, x))
 
 
-def _keys_in_order_after_break(out, x):
-    print(end="")
-    parts = []
-    for i, k in enumerate(out.keys()):
-        parts.append(out[k] * (i + 1))
-    return torch.stack(parts) + x
-
-
-def test_ordered_dict_subclass_read_in_its_own_order_after_move_to_end():
-    compiled = torchlite.compile(_keys_in_order_after_break)
-    x = torch.randn(3)
-    for last in (None, "a", None, "b"):
-        out = _ModelOutputLike(a=torch.randn(3), b=torch.randn(3), c=torch.randn(3))
-        if last:
-            out.move_to_end(last)  # NOTE: changes the iteration order, not the storage order
-        assert_same(compiled(out, x), _keys_in_order_after_break(out, x), path=f"last={last}")
-    report = torchlite.explain(_keys_in_order_after_break)(out, x)
-    assert report.graph_break_count == 1, report.break_reasons
-
-
 class _ReversedIteration(collections.OrderedDict):
     """Iterates in its own (Python) order: must not be read from storage."""
 
@@ -250,7 +231,7 @@ class _ReversedIteration(collections.OrderedDict):
         return list(iter(self))
 
 
-def _reads_overridden_views(out, x):
+def _keys_in_order_after_break(out, x):
     print(end="")
     parts = []
     for i, k in enumerate(out.keys()):
@@ -258,12 +239,26 @@ def _reads_overridden_views(out, x):
     return torch.stack(parts) + x
 
 
-def test_subclass_overriding_iteration_is_not_read_from_storage():
-    compiled = torchlite.compile(_reads_overridden_views)
+@pytest.mark.parametrize(
+    ("cls", "moved"),
+    [
+        # NOTE: move_to_end changes the iteration order, not the storage order
+        (_ModelOutputLike, (None, "a", None, "b")),
+        (_ReversedIteration, (None, None)),
+    ],
+    ids=["move_to_end", "overridden_iteration"],
+)
+def test_dict_subclass_after_a_break_is_read_in_its_own_iteration_order(cls, moved):
+    compiled = torchlite.compile(_keys_in_order_after_break)
     x = torch.randn(3)
-    for _ in range(2):
-        out = _ReversedIteration(a=torch.randn(3), b=torch.randn(3))
-        assert_same(compiled(out, x), _reads_overridden_views(out, x))
+    for last in moved:
+        out = cls(a=torch.randn(3), b=torch.randn(3), c=torch.randn(3))
+        if last:
+            out.move_to_end(last)
+        assert_same(compiled(out, x), _keys_in_order_after_break(out, x), path=f"last={last}")
+    if cls is _ModelOutputLike:  # read from storage: one graph after the break
+        report = torchlite.explain(_keys_in_order_after_break)(out, x)
+        assert report.graph_break_count == 1, report.break_reasons
 
 
 class _ScaledGetitem(dict):

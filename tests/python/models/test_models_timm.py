@@ -19,6 +19,9 @@ MODELS = [
     ("resnet18", {}, (2, 3, 64, 64)),
     ("vit_tiny_patch16_224", {"img_size": 64}, (2, 3, 64, 64)),
 ]
+# NOTE: resnet18 at this size is the corpus's (tests/python/models/test_corpus.py); here it runs
+# at batch one below, with a fresh input too.
+MATCHES = [m for m in MODELS if m[0] != "resnet18"]
 
 
 def _model(name, kwargs):
@@ -26,7 +29,7 @@ def _model(name, kwargs):
     return timm.create_model(name, pretrained=False, **kwargs).eval()
 
 
-@pytest.mark.parametrize(("name", "kwargs", "shape"), MODELS, ids=[m[0] for m in MODELS])
+@pytest.mark.parametrize(("name", "kwargs", "shape"), MATCHES, ids=[m[0] for m in MATCHES])
 def test_timm_model_matches_eager(name, kwargs, shape):
     model = _model(name, kwargs)
     x = torch.randn(shape)
@@ -50,6 +53,7 @@ def test_timm_model_explain_finds_graphs(name, kwargs, shape):
 
 def test_resnet18_batch_one_matches_eager():
     model = _model("resnet18", {})
-    x = torch.randn(1, 3, 96, 96)
+    compiled = torchlite.compile(model)
     with torch.no_grad():
-        assert_same(torchlite.compile(model)(x), model(x), atol=1e-4, rtol=1e-4)
+        for x in (torch.randn(1, 3, 96, 96), torch.randn(1, 3, 96, 96)):
+            assert_same(compiled(x), model(x), atol=1e-4, rtol=1e-4)
