@@ -9,7 +9,11 @@ A second section runs a feed-forward block that reads no size (Linear, GELU, Lay
 Linear): its second capture serves every later length from one cache entry (layer 2's
 size-generic entries), so "captures" stays at 2 for the sweep.
 
+A third section runs a nanoGPT-style model that reads sizes (`B, T, C = x.size()`, views,
+`arange(T)`, a causal mask sliced by T): symbolic sizes keep it at 2 captures.
+
     python bench/dynamic.py [--layers 2] [--lengths 37,61,...] [--torch-compile] [--device cuda]
+                            [--sections hf,block,nanogpt]
 """
 
 import argparse
@@ -50,6 +54,45 @@ def make_block(device: str):
     )
 
 
+class NanoGPT(torch.nn.Module):
+    """A GPT-2 written as nanoGPT does: it reads sizes (`B, T, C = x.size()`), builds views
+    from them, slices a causal mask by T and takes positions from arange(T). Symbolic sizes
+    (layer 2) keep one size-generic entry for it."""
+
+    def __init__(self, layers=2, c=128, nh=4, block=512, vocab=1000):
+        super().__init__()
+        self.nh = nh
+        self.wte = torch.nn.Embedding(vocab, c)
+        self.wpe = torch.nn.Embedding(block, c)
+        self.ln = torch.nn.ModuleList(torch.nn.LayerNorm(c) for _ in range(2 * layers + 1))
+        self.attn = torch.nn.ModuleList(torch.nn.Linear(c, 3 * c) for _ in range(layers))
+        self.proj = torch.nn.ModuleList(torch.nn.Linear(c, c) for _ in range(layers))
+        self.mlp = torch.nn.ModuleList(
+            torch.nn.Sequential(
+                torch.nn.Linear(c, 4 * c), torch.nn.GELU(), torch.nn.Linear(4 * c, c)
+            )
+            for _ in range(layers)
+        )
+        self.register_buffer("bias", torch.tril(torch.ones(block, block)).view(1, 1, block, block))
+
+    def forward(self, idx):
+        _, t = idx.size()
+        x = self.wte(idx) + self.wpe(torch.arange(0, t, device=idx.device))
+        for i in range(len(self.attn)):
+            h = self.ln[2 * i](x)
+            B, T, C = h.size()
+            q, k, v = self.attn[i](h).split(C, dim=2)
+            q = q.view(B, T, self.nh, C // self.nh).transpose(1, 2)
+            k = k.view(B, T, self.nh, C // self.nh).transpose(1, 2)
+            v = v.view(B, T, self.nh, C // self.nh).transpose(1, 2)
+            att = (q @ k.transpose(-2, -1)) * (k.size(-1) ** -0.5)
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf")).softmax(-1)
+            y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+            x = x + self.proj[i](y)
+            x = x + self.mlp[i](self.ln[2 * i + 1](x))
+        return self.ln[-1](x)
+
+
 def sync(device):
     if device == "cuda":
         torch.cuda.synchronize()
@@ -87,9 +130,35 @@ def main():
     p.add_argument("--unseen", type=int, default=211)
     p.add_argument("--device", default="cpu")
     p.add_argument("--torch-compile", action="store_true")
+    p.add_argument("--sections", default="hf,block,nanogpt", help="which sections to run")
     a = p.parse_args()
     lengths = [int(n) for n in a.lengths.split(",")]
+    sections = a.sections.split(",")
     torch.manual_seed(0)
+    if "hf" in sections:
+        hf_section(a, lengths)
+    if "block" in sections:
+        block_section(a, lengths)
+    if "nanogpt" in sections:
+        nanogpt_section(a, lengths)
+
+
+def nanogpt_section(a, lengths):
+    print("nanoGPT-style model (reads sizes: views, arange, mask slices):")
+    model = NanoGPT(a.layers).eval().to(a.device)
+    run("eager", model, lengths, a.unseen, a.batch, a.device)
+    for dynamic in (False, None):
+        torchlite.reset()
+        compiled = torchlite.compile(model, dynamic=dynamic)
+        run(f"torchlite dynamic={dynamic}", compiled, lengths, a.unseen, a.batch, a.device)
+    torchlite.reset()
+    static = torchlite.compile(model, dynamic=False)
+    run("torchlite static (unseen)", static, [a.unseen], a.unseen, a.batch, a.device)
+    if a.torch_compile:
+        run("torch.compile", torch.compile(model), lengths, a.unseen, a.batch, a.device)
+
+
+def hf_section(a, lengths):
     model = make_model(a.layers, a.device)
     run("eager", model, lengths, a.unseen, a.batch, a.device)
     for dynamic in (False, None):
@@ -108,6 +177,8 @@ def main():
     if a.torch_compile:
         run("torch.compile", torch.compile(model), lengths, a.unseen, a.batch, a.device)
 
+
+def block_section(a, lengths):
     block = make_block(a.device)
     print("feed-forward block (reads no size):")
 

@@ -242,7 +242,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         PyRef r = PyRef::steal(PyObject_GetAttrString(meta, name.c_str()));
         if (!r) throw PythonError();
         if (PyCallable_Check(r.get())) break;  // is_complex() is a method
-        if (name == "shape") ctx_.reads_sizes = true;
+        if (name == "shape") return ctx_.shape_value(obj);
         return ctx_.from_result(r.get());
       }
       if (name == "is_cuda" || name == "is_cpu" || name == "is_meta") {

@@ -106,8 +106,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         PyRef shape = PyRef::steal(PyObject_GetAttrString(v->meta.get(), "shape"));
         if (!shape || PyTuple_GET_SIZE(shape.get()) == 0)
           graph_break("user_exception", "len() of a 0-d tensor");
-        ctx_.reads_sizes = true;
-        return Value::constant(PyRef::borrow(PyTuple_GET_ITEM(shape.get(), 0)));
+        return ctx_.size_value(v, 0);
       }
       if (v->is_const() || v->kind == VKind::Module) {
         Py_ssize_t n = PyObject_Length(v->obj.get());

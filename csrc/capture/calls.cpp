@@ -51,6 +51,32 @@ bool is_ordered_dict_class(PyObject* f) {
 
 }  // namespace
 
+namespace {
+
+// The callee keeps symbolic sizes in its arguments symbolic: a torch op records them as
+// expressions, an inlined Python function traces them on. Anything else (a builtin, a
+// library function, a class) reads them as numbers: they are specialised first.
+bool keeps_sym_args(const ValuePtr& fn) {
+  switch (fn->kind) {
+    case VKind::Method:
+      if (!fn->method_name.empty()) return fn->self && fn->self->is_tensor();
+      return fn->obj && PyFunction_Check(fn->obj.get()) && !is_torch_function(fn->obj.get());
+    case VKind::Function:
+    case VKind::Module:
+      return true;
+    case VKind::Partial:
+      return fn->self && keeps_sym_args(fn->self);
+    case VKind::Const:
+    case VKind::Object:
+      return fn->obj && (is_torch_operator(fn->obj.get()) || is_torch_function(fn->obj.get()) ||
+                         PyFunction_Check(fn->obj.get()));
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwargs) {
   if (!fn) graph_break("unsupported_bytecode", "call of NULL");
   if (auto route = optimizer_step_route(fn))
@@ -61,6 +87,11 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
                       "function"
                     : "opt.step() of an optimizer torchlite does not compile: torch's step "
                       "runs eagerly, whole, between this graph and the rest of the function");
+  if (ctx_.any_sym && !keeps_sym_args(fn)) {
+    if (fn->kind == VKind::Method) ctx_.specialise(fn->self);  // x.shape.index(t)
+    for (auto& a : args) ctx_.specialise(a);
+    for (auto& kv : kwargs) ctx_.specialise(kv.second);
+  }
   const TorchApi& api = torch_api();
   if ((fn->kind == VKind::Object || fn->is_const()) && is_torch_operator(fn->obj.get()))
     return ctx_.call_op(fn->obj.get(), "", args, kwargs);

@@ -56,6 +56,10 @@ struct CaptureResult {
   std::string no_resume;
   double capture_ms = 0;
   bool reads_sizes = false;  // CaptureContext::reads_sizes
+  // CaptureContext::sym_table / sym_relations: the symbols the graph's size arguments are
+  // written in, and the relations the trace relied on.
+  std::vector<std::pair<ir::Node*, int>> sym_table;
+  std::vector<ir::SymRelation> sym_relations;
 };
 
 // `code` and `func` are borrowed. Throws tl::Error only for internal errors;

@@ -10,6 +10,7 @@
 #include "capture/graph_break.h"
 #include "capture/meta_cache.h"
 #include "capture/torch_api.h"
+#include "capture/user_exception.h"
 #include "core/errors.h"
 #include "guards/dict_order.h"
 #include "guards/storage_aliasing.h"
@@ -312,13 +313,26 @@ ir::Arg value_to_arg(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Tensor:
       return ir::Arg::of_node(v->node);
-    case VKind::Const:
-      return ir::Arg::constant(v->obj);
+    case VKind::Const: {
+      ir::Arg a = ir::Arg::constant(v->obj);
+      a.sym = v->sym;
+      if (v->sym_slice) {
+        a.sym_slice = true;
+        for (auto& it : v->items) a.items.push_back(value_to_arg(it));
+      }
+      return a;
+    }
     case VKind::Tuple:
     case VKind::List: {
       std::vector<ir::Arg> items;
-      for (auto& it : v->items) items.push_back(value_to_arg(it));
-      if (v->kind == VKind::Tuple && v->named_type &&
+      bool symbolic = false;
+      for (auto& it : v->items) {
+        items.push_back(value_to_arg(it));
+        symbolic = symbolic || items.back().sym;
+      }
+      // NOTE: a torch.Size holding symbolic sizes goes as a tuple (every op taking a Size
+      // takes one), so a new size can rewrite its items.
+      if (v->kind == VKind::Tuple && v->named_type && !symbolic &&
           v->named_type.get() == torch_api().size_type.get()) {
         return ir::Arg::constant(to_meta_arg(v));
       }
@@ -675,6 +689,87 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
   return v;
 }
 
+ValuePtr CaptureContext::size_value(const ValuePtr& t, int64_t dim) {
+  PyRef shape = PyRef::steal(PyObject_GetAttrString(t->meta.get(), "shape"));
+  if (!shape) throw PythonError();
+  Py_ssize_t rank = PyTuple_GET_SIZE(shape.get());
+  if (dim < 0) dim += rank;
+  if (dim < 0 || dim >= rank) {
+    raise_user(PyExc_IndexError, "Dimension out of range (expected to be in range of [" +
+                                     std::to_string(-rank) + ", " + std::to_string(rank - 1) +
+                                     "], but got " + std::to_string(dim) + ")");
+  }
+  PyObject* hint = PyTuple_GET_ITEM(shape.get(), dim);
+  ValuePtr v = Value::constant(PyRef::borrow(hint));
+  int64_t n = PyLong_AsLongLong(hint);
+  // NOTE: an input's sizes 0 and 1 are guarded exactly (0/1 specialisation): a constant.
+  // A size of a computed tensor is a symbol even then: it follows from the inputs' sizes.
+  if (!t->node || (t->node->op == ir::OpKind::Placeholder && n < 2)) {
+    if (!t->node) reads_sizes = true;
+    return v;
+  }
+  int index = -1;
+  for (size_t k = 0; k < sym_table.size(); ++k)
+    if (sym_table[k].first == t->node && sym_table[k].second == dim) index = static_cast<int>(k);
+  if (index < 0) {
+    index = static_cast<int>(sym_table.size());
+    sym_table.emplace_back(t->node, static_cast<int>(dim));
+  }
+  v->sym = ir::sym_symbol(index);
+  any_sym = true;
+  return v;
+}
+
+ValuePtr CaptureContext::shape_value(const ValuePtr& t) {
+  PyRef shape = PyRef::steal(PyObject_GetAttrString(t->meta.get(), "shape"));
+  if (!shape) throw PythonError();
+  std::vector<ValuePtr> items;
+  for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(shape.get()); ++d) items.push_back(size_value(t, d));
+  ValuePtr v = Value::tuple(std::move(items));
+  v->named_type = torch_api().size_type;
+  return v;
+}
+
+void CaptureContext::specialise(const ValuePtr& v) {
+  if (!any_sym || !v) return;
+  std::function<void(const ValuePtr&, int)> walk = [&](const ValuePtr& x, int depth) {
+    if (!x || depth > 32) return;
+    if (x->kind == VKind::Const) {
+      if (x->sym) {
+        ir::SymRelation r;
+        r.lhs = x->sym;
+        r.rhs = ir::sym_int(PyLong_AsLongLong(x->obj.get()));
+        r.op = 2;
+        r.where = location;
+        if (!r.lhs->constant()) sym_relations.push_back(std::move(r));
+        x->sym = nullptr;
+      }
+      if (x->sym_slice) {
+        for (auto& it : x->items) walk(it, depth + 1);
+        x->sym_slice = false;
+        x->items.clear();
+      }
+      return;
+    }
+    if (x->kind == VKind::Tuple || x->kind == VKind::List || x->kind == VKind::Dict)
+      for (auto& it : x->items) walk(it, depth + 1);
+  };
+  walk(v, 0);
+}
+
+void CaptureContext::relate(const ValuePtr& a, int op, const ValuePtr& b, bool outcome) {
+  ir::SymRelation r;
+  r.lhs = a->sym ? a->sym : ir::sym_int(PyLong_AsLongLong(a->obj.get()));
+  r.rhs = b->sym ? b->sym : ir::sym_int(PyLong_AsLongLong(b->obj.get()));
+  r.op = op;
+  r.outcome = outcome;
+  r.where = location;
+  for (const auto& o : sym_relations)
+    if (o.op == r.op && o.outcome == r.outcome && o.lhs->same_as(*r.lhs) && o.rhs->same_as(*r.rhs))
+      return;
+  sym_relations.push_back(std::move(r));
+}
+
 ValuePtr CaptureContext::from_result(PyObject* obj) {
   if (PySet_CheckExact(obj)) {  // a fresh set made at trace time: a symbolic set of its own
     ValuePtr v = Value::of_kind(VKind::Set);
@@ -815,6 +910,33 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
                                          "while tracing");
   }
   check_effect_order(*this, op_name, args);
+  // Sizes as symbolic ints (docs/internals/dynamic-shapes.md); the rank is guarded.
+  if (!method.empty() && !args.empty() && args[0]->is_tensor() && kwargs.empty()) {
+    if (method == "size" && args.size() == 1) return shape_value(args[0]);
+    if (method == "size" && args.size() == 2 && args[1]->is_const() &&
+        PyLong_Check(args[1]->obj.get())) {
+      specialise(args[1]);
+      return size_value(args[0], PyLong_AsLongLong(args[1]->obj.get()));
+    }
+    if ((method == "dim" || method == "ndimension") && args.size() == 1) {
+      PyRef shape = PyRef::steal(PyObject_GetAttrString(args[0]->meta.get(), "shape"));
+      if (!shape) throw PythonError();
+      return Value::constant(PyRef::steal(PyLong_FromSsize_t(PyTuple_GET_SIZE(shape.get()))));
+    }
+    if (method == "numel" && args.size() == 1) {
+      ValuePtr shape = shape_value(args[0]);
+      ir::SymExprPtr e = ir::sym_int(1);
+      PyRef n = PyRef::steal(PyLong_FromLong(1));
+      for (auto& d : shape->items) {
+        e = ir::sym_mul(e, d->sym ? d->sym : ir::sym_int(PyLong_AsLongLong(d->obj.get())));
+        n = PyRef::steal(PyNumber_Multiply(n.get(), d->obj.get()));
+        if (!n) throw PythonError();
+      }
+      ValuePtr v = Value::constant(n);
+      if (!e->constant()) v->sym = e;
+      return v;
+    }
+  }
   // NOTE: these change the shape or strides of the tensor object itself; the graph would keep
   // reading it through the node made before the change (`y.t_(); y + 1` added in the old
   // layout). CPython runs them; the code after them sees the tensor as it now is.
@@ -948,8 +1070,29 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
     if (has_tensor && result.get() != Py_None) reads_sizes = true;
     return from_result(result.get());
   }
-  // NOTE: how many results chunk/split/unbind give follows from a size.
-  if (PyTuple_Check(result.get()) || PyList_Check(result.get())) reads_sizes = true;
+  // NOTE: how many results chunk/split/unbind give follows from a size: the trace holds where
+  // the split dimension keeps its size and the split arguments their values.
+  if (PyTuple_Check(result.get()) || PyList_Check(result.get())) {
+    bool unbind = op_name == "unbind";
+    bool counted = (op_name == "split" || op_name == "chunk" || unbind) && !args.empty() &&
+                   args[0]->is_tensor();
+    ValuePtr dim;
+    size_t dim_pos = unbind ? 1 : 2;
+    if (counted) {
+      if (args.size() > dim_pos) dim = args[dim_pos];
+      for (auto& [k, v] : kwargs)
+        if (k == "dim") dim = v;
+      if (!dim) dim = Value::constant(PyRef::steal(PyLong_FromLong(0)));
+      counted = dim->is_const() && PyLong_Check(dim->obj.get()) && !dim->sym;
+    }
+    if (counted) {
+      for (size_t i = 1; i < args.size(); ++i) specialise(args[i]);
+      for (auto& kv : kwargs) specialise(kv.second);
+      specialise(size_value(args[0], PyLong_AsLongLong(dim->obj.get())));
+    } else {
+      reads_sizes = true;
+    }
+  }
   if (op_name.find("scaled_dot_product_attention") != std::string::npos)
     result = fused_attention_layout(std::move(result), args.empty() ? nullptr : args[0]->meta.get(),
                                     device.get());

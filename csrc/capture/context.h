@@ -134,6 +134,22 @@ class CaptureContext {
   // and must not serve other sizes (frame/size_generic.h).
   bool reads_sizes = false;
 
+  // Symbolic sizes (docs/internals/dynamic-shapes.md, layer 2): symbol k is dimension
+  // sym_table[k].second of node sym_table[k].first's result; sym_relations are what the trace
+  // decided from them. any_sym: some value carries an expression (skips the walks otherwise).
+  std::vector<std::pair<ir::Node*, int>> sym_table;
+  std::vector<ir::SymRelation> sym_relations;
+  bool any_sym = false;
+  // The size `dim` of tensor value `t` as an int value carrying its symbol.
+  ValuePtr size_value(const ValuePtr& t, int64_t dim);
+  ValuePtr shape_value(const ValuePtr& t);  // x.shape / x.size(): a torch.Size tuple of them
+  // `v` (and the values inside a tuple, list, dict or slice) is used as a plain number from
+  // here on: the trace now holds only at sizes where each expression keeps its value
+  // (a relation `expr == value` each).
+  void specialise(const ValuePtr& v);
+  // Records `a <op> b` (op as COMPARE_OP's 0..5) for two int values, at least one symbolic.
+  void relate(const ValuePtr& a, int op, const ValuePtr& b, bool outcome);
+
   std::string location;  // "file.py:42" of the instruction being traced
   std::string filename;
   int lineno = -1;

@@ -133,6 +133,12 @@ ValuePtr Tracer::call_lru_cached(PyObject* fn, std::vector<ValuePtr>& args, KwAr
 std::optional<ValuePtr> Tracer::call_numpy(PyObject* fn, std::vector<ValuePtr>& args,
                                            KwArgs& kwargs) {
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(fn));
+  // NOTE: NumPy folds numbers: a symbolic size becomes its value (np.prod(x.shape)).
+  if (ctx_.any_sym && (attr_str(type, "__module__").rfind("numpy", 0) == 0 ||
+                       attr_str(fn, "__module__").rfind("numpy", 0) == 0)) {
+    for (auto& a : args) ctx_.specialise(a);
+    for (auto& kv : kwargs) ctx_.specialise(kv.second);
+  }
   bool numpy_type = PyType_Check(fn) && attr_str(fn, "__module__") == "numpy";
   // ufuncs and array-function dispatchers (np.prod) are of numpy's own types; plain functions
   // must live in `numpy` itself (numpy.random's draw from global state).

@@ -154,8 +154,15 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
                   "operator on a tensor and a " + (a->is_tensor() ? b : a)->type_name());
     return ctx_.call_op(op, "", {a, b}, {});
   }
-  if (a->is_const() && b->is_const()) return call_pure(ctx_, op, {a, b}, {});
   std::string name = attr_str(op, "__name__");
+  if (a->is_const() && b->is_const()) {
+    if (ValuePtr r = sym_arith(name, a, b)) return r;
+    return call_pure(ctx_, op, {a, b}, {});
+  }
+  if (!((name == "add" || name == "iadd") && a->is_sequence() && b->is_sequence())) {
+    ctx_.specialise(a);
+    ctx_.specialise(b);
+  }
   if (a->kind == VKind::Set && name.size() > 1 && name[0] == 'i') {  // s |= t mutates s
     PyRef cb = const_tuple(b);
     if (!cb)
@@ -187,7 +194,12 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
     }
     ia.insert(ia.end(), ib.begin(), ib.end());
     bool list = a->kind == VKind::List || (a->is_const() && PyList_Check(a->obj.get()));
-    return list ? Value::list(std::move(ia)) : Value::tuple(std::move(ia));
+    if (list) return Value::list(std::move(ia));
+    ValuePtr t = Value::tuple(std::move(ia));
+    // NOTE: x.size()[:-1] + (h, d) is a torch.Size.
+    if (a->kind == VKind::Tuple && a->named_type.get() == torch_api().size_type.get())
+      t->named_type = a->named_type;
+    return t;
   }
   if ((name == "mul" || name == "imul") && b->is_const() && PyLong_Check(b->obj.get()) &&
       as_items(a, ia)) {
@@ -202,8 +214,54 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
               "operator " + name + " on " + a->type_name() + " and " + b->type_name());
 }
 
+namespace {
+
+bool plain_int(const ValuePtr& v) {
+  return v->is_const() && PyLong_Check(v->obj.get()) && !PyBool_Check(v->obj.get());
+}
+
+ir::SymExprPtr expr_of(const ValuePtr& v) {
+  return v->sym ? v->sym : ir::sym_int(PyLong_AsLongLong(v->obj.get()));
+}
+
+}  // namespace
+
+ValuePtr Tracer::sym_arith(const std::string& op, const ValuePtr& a, const ValuePtr& b) {
+  if (!(a->sym || b->sym) || !plain_int(a) || !plain_int(b)) return nullptr;
+  std::string name = op.size() > 1 && op[0] == 'i' && op != "invert" ? op.substr(1) : op;
+  ir::SymExprPtr ea = expr_of(a), eb = expr_of(b), e;
+  PyRef r;
+  if (name == "add") {
+    e = ir::sym_add(ea, eb);
+    r = PyRef::steal(PyNumber_Add(a->obj.get(), b->obj.get()));
+  } else if (name == "sub") {
+    e = ir::sym_add(ea, ir::sym_mul(ir::sym_int(-1), eb));
+    r = PyRef::steal(PyNumber_Subtract(a->obj.get(), b->obj.get()));
+  } else if (name == "mul") {
+    e = ir::sym_mul(ea, eb);
+    r = PyRef::steal(PyNumber_Multiply(a->obj.get(), b->obj.get()));
+  } else if ((name == "floordiv" || name == "mod") && PyObject_IsTrue(b->obj.get())) {
+    // NOTE: a divisor that is zero here raises below, in call_pure, as CPython does.
+    e = name == "mod" ? ir::sym_mod(ea, eb) : ir::sym_floordiv(ea, eb);
+    r = PyRef::steal(name == "mod" ? PyNumber_Remainder(a->obj.get(), b->obj.get())
+                                   : PyNumber_FloorDivide(a->obj.get(), b->obj.get()));
+  } else {
+    return nullptr;
+  }
+  if (!r) throw PythonError();
+  ValuePtr v = Value::constant(r);
+  if (!e->constant()) v->sym = e;
+  return v;
+}
+
 ValuePtr Tracer::unary_op(PyObject* op, const ValuePtr& a) {
   if (a->is_tensor()) return ctx_.call_op(op, "", {a}, {});
+  if (a->sym && plain_int(a) && attr_str(op, "__name__") == "neg") {
+    ValuePtr v = Value::constant(PyRef::steal(PyNumber_Negative(a->obj.get())));
+    if (!v->obj) throw PythonError();
+    v->sym = ir::sym_mul(ir::sym_int(-1), a->sym);
+    return v;
+  }
   if (a->is_const()) return call_pure(ctx_, op, {a}, {});
   graph_break("unsupported_value", "unary operator on a " + a->type_name());
 }
@@ -220,6 +278,15 @@ ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
     }
     return ctx_.call_op(fn, "", {a, b}, {});
   }
+  if ((a->sym || b->sym) && plain_int(a) && plain_int(b)) {
+    // NOTE: a decision on sizes: the entry holds where it comes out the same (`t > 16`).
+    int r = PyObject_RichCompareBool(a->obj.get(), b->obj.get(), op);
+    if (r < 0) throw PythonError();
+    ctx_.relate(a, op, b, r == 1);
+    return const_bool(r == 1);
+  }
+  ctx_.specialise(a);
+  ctx_.specialise(b);
   PyRef ca = const_tuple(a), cb = const_tuple(b);
   if (ca && cb) return call_pure(ctx_, fn, {Value::constant(ca), Value::constant(cb)}, {});
   auto custom_eq = [](const ValuePtr& v) {
@@ -291,7 +358,10 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
           throw PythonError();
         std::vector<ValuePtr> out;
         for (Py_ssize_t i = 0, j = start; i < len; ++i, j += step) out.push_back(c->items[j]);
-        return c->kind == VKind::List ? Value::list(std::move(out)) : Value::tuple(std::move(out));
+        if (c->kind == VKind::List) return Value::list(std::move(out));
+        ValuePtr t = Value::tuple(std::move(out));
+        if (c->named_type.get() == torch_api().size_type.get()) t->named_type = c->named_type;
+        return t;  // NOTE: x.shape[1:] is a torch.Size; a namedtuple's slice a plain tuple
       }
       return c->items[normalize_index(
           idx->obj.get(), c->items.size(),

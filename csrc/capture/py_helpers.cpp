@@ -64,6 +64,9 @@ bool all_const(const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
 // Runs a pure Python callable on constants at trace time.
 ValuePtr call_pure(CaptureContext& ctx, PyObject* fn, const std::vector<ValuePtr>& args,
                    const KwArgs& kwargs) {
+  // NOTE: a Python function computing on a symbolic size sees only its number.
+  for (const auto& a : args) ctx.specialise(a);
+  for (const auto& kv : kwargs) ctx.specialise(kv.second);
   PyRef pos = PyRef::steal(PyTuple_New(args.size()));
   for (size_t i = 0; i < args.size(); ++i)
     PyTuple_SET_ITEM(pos.get(), i, PyRef(args[i]->obj).release());

@@ -90,8 +90,54 @@ ValuePtr Tracer::pop() {
   TL_CHECK(!stack_.empty()) << "capture stack underflow in " << utf8(code_->co_name);
   ValuePtr v = std::move(stack_.back());
   stack_.pop_back();
+  // NOTE: symbolic sizes are specialised by default: an instruction that may read a value as
+  // a plain number (a branch, an attribute, a store, a yield) turns an expression into a
+  // relation `expr == value`. Only the instructions in sym_aware move or follow them.
+  if (!sym_aware_ && ctx_.any_sym) ctx_.specialise(v);
   return v;
 }
+
+namespace {
+
+// Instructions that keep a symbolic size symbolic: they move values, or handle expressions
+// themselves (arithmetic, comparisons, subscripts, calls: operators.cpp, calls.cpp).
+bool sym_aware(int opcode) {
+  switch (opcode) {
+    case POP_TOP:
+    case STORE_FAST:
+#ifdef STORE_FAST_STORE_FAST
+    case STORE_FAST_STORE_FAST:
+#endif
+#ifdef STORE_FAST_LOAD_FAST
+    case STORE_FAST_LOAD_FAST:
+#endif
+    case BINARY_OP:
+    case UNARY_NEGATIVE:
+    case COMPARE_OP:
+    case UNPACK_SEQUENCE:
+    case UNPACK_EX:
+    case BUILD_SLICE:
+    case BINARY_SUBSCR:
+#ifdef BINARY_SLICE
+    case BINARY_SLICE:
+#endif
+    case LIST_EXTEND:
+#ifdef LIST_TO_TUPLE
+    case LIST_TO_TUPLE:
+#endif
+    case CALL:
+#ifdef CALL_KW
+    case CALL_KW:
+#endif
+    case CALL_FUNCTION_EX:
+    case RETURN_VALUE:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
 
 ValuePtr& Tracer::top(int depth) {
   TL_CHECK(static_cast<int>(stack_.size()) >= depth) << "capture stack underflow";
@@ -239,6 +285,7 @@ void Tracer::mark_mutated(const ValuePtr& c) { c->mutated = true; }
 
 void Tracer::step(const Instruction& inst) {
   const int arg = inst.arg;
+  sym_aware_ = sym_aware(inst.opcode);
   switch (inst.opcode) {
     case NOP:
     case RESUME:
@@ -281,6 +328,8 @@ void Tracer::step(const Instruction& inst) {
 #endif
     case RETURN_VALUE:
       return_value_ = pop();
+      // NOTE: the frame's result is rebuilt from constants: a size in it holds at this size.
+      if (depth_ == 0) ctx_.specialise(return_value_);
       returned_ = true;
       return;
     case RETURN_GENERATOR:
@@ -518,6 +567,9 @@ void Tracer::step(const Instruction& inst) {
     case BINARY_SUBSCR: {
       ValuePtr idx = pop();
       ValuePtr c = pop();
+      // NOTE: a tensor op keeps a symbolic index (x[:, :t]); a list or dict picks by value.
+      if (!c->is_tensor()) ctx_.specialise(idx);
+      if (c->is_const()) ctx_.specialise(c);
       push(subscript(c, idx));
       return;
     }
@@ -553,8 +605,12 @@ void Tracer::step(const Instruction& inst) {
       ValuePtr c = pop();
       if (!start->is_const() || !end->is_const())
         graph_break("unsupported_value", "slice bounds must be known while tracing");
-      PyRef sl = PyRef::steal(PySlice_New(start->obj.get(), end->obj.get(), nullptr));
-      push(subscript(c, Value::constant(sl)));
+      if (!c->is_tensor()) {
+        ctx_.specialise(start);
+        ctx_.specialise(end);
+      }
+      if (c->is_const()) ctx_.specialise(c);
+      push(subscript(c, make_slice(start, end, Value::constant(PyRef::borrow(Py_None)))));
       return;
     }
     case STORE_SLICE: {
@@ -575,8 +631,7 @@ void Tracer::step(const Instruction& inst) {
       ValuePtr start = pop();
       if (!start->is_const() || !end->is_const() || !step->is_const())
         graph_break("unsupported_value", "slice bounds must be known while tracing");
-      push(Value::constant(
-          PyRef::steal(PySlice_New(start->obj.get(), end->obj.get(), step->obj.get()))));
+      push(make_slice(start, end, step));
       return;
     }
     case BUILD_TUPLE:
@@ -590,6 +645,7 @@ void Tracer::step(const Instruction& inst) {
     case BUILD_SET: {
       std::vector<ValuePtr> items(stack_.end() - arg, stack_.end());
       stack_.resize(stack_.size() - arg);
+      for (auto& item : items) ctx_.specialise(item);
       push(detail::make_set(items));
       return;
     }
@@ -609,6 +665,7 @@ void Tracer::step(const Instruction& inst) {
       for (int i = 0; i < arg; ++i) {
         ValuePtr k = stack_[base + 2 * i];
         if (!k->is_const()) graph_break("unsupported_value", "dict key must be a constant");
+        ctx_.specialise(k);
         detail::dict_set(d, k->obj.get(), stack_[base + 2 * i + 1]);  // {"a": 1, "a": 2}
       }
       stack_.resize(base);
@@ -636,6 +693,7 @@ void Tracer::step(const Instruction& inst) {
     }
     case LIST_EXTEND: {
       ValuePtr v = pop();
+      if (!v->is_sequence() || top(arg)->source) ctx_.specialise(v);
       auto items = iterate(v);
       auto& l = top(arg);
       l->items.insert(l->items.end(), items.begin(), items.end());
@@ -655,7 +713,8 @@ void Tracer::step(const Instruction& inst) {
         push(Value::constant(pep479_replacement(exc->obj.get())));
         return;
       }
-      if (arg == 6) {  // INTRINSIC_LIST_TO_TUPLE
+      if (arg == 6) {       // INTRINSIC_LIST_TO_TUPLE
+        sym_aware_ = true;  // NOTE: moves the items (f(*shape))
         push(Value::tuple(pop()->items));
         return;
       }
@@ -753,6 +812,7 @@ void Tracer::step(const Instruction& inst) {
       for (int i = 0; i < arg; ++i) {
         ValuePtr v = stack_[stack_.size() - arg + i];
         if (!v->is_const()) graph_break("unsupported_value", "string building on traced values");
+        ctx_.specialise(v);
         PyTuple_SET_ITEM(parts.get(), i, PyRef(v->obj).release());
       }
       stack_.resize(stack_.size() - arg);
@@ -1060,6 +1120,17 @@ ValuePtr Tracer::convert_value(const ValuePtr& v, int conversion) {
   if (conversion == 3) obj = PyRef::steal(PyObject_ASCII(obj.get()));
   if (!obj) throw PythonError();
   return obj.get() == v->obj.get() ? v : Value::constant(obj);
+}
+
+ValuePtr Tracer::make_slice(const ValuePtr& start, const ValuePtr& end, const ValuePtr& step) {
+  ValuePtr v =
+      Value::constant(PyRef::steal(PySlice_New(start->obj.get(), end->obj.get(), step->obj.get())));
+  if (!v->obj) throw PythonError();
+  if (start->sym || end->sym || step->sym) {
+    v->sym_slice = true;
+    v->items = {start, end, step};
+  }
+  return v;
 }
 
 ValuePtr Tracer::format_value(const ValuePtr& v, const ValuePtr& spec) {

@@ -142,6 +142,11 @@ class Tracer {
   void mark_mutated(const ValuePtr& container);
 
   ValuePtr pop();
+  // A slice value; keeps symbolic bounds (x[:, :t]) for a tensor subscript.
+  // `a <op> b` on ints, one a symbolic size ("add", "iadd", "sub", "mul", "floordiv", "mod"):
+  // the value with its expression; null for anything else (then specialised).
+  ValuePtr sym_arith(const std::string& op, const ValuePtr& a, const ValuePtr& b);
+  ValuePtr make_slice(const ValuePtr& start, const ValuePtr& end, const ValuePtr& step);
   ValuePtr& top(int depth = 1);
   void push(ValuePtr v) { stack_.push_back(std::move(v)); }
   std::string name_at(int index) const;  // co_names[index]
@@ -161,6 +166,7 @@ class Tracer {
   size_t pc_ = 0;
   int stop_at_ = -1;
   bool stopped_ = false;
+  bool sym_aware_ = false;  // the instruction being run follows symbolic sizes (tracer.cpp)
   bool returned_ = false;
   bool generator_ = false;
   ValuePtr yielded_;  // set by YIELD_VALUE, taken by execute()

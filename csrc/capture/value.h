@@ -67,6 +67,12 @@ struct Value {
   PyRef named_type;      // Tuple: namedtuple / torch.Size type to rebuild, or null
   ValuePtr attrs;        // Object made by traced code: its __dict__ (a Dict value)
   ValuePtr mapping;      // Object made by traced code from a dict subclass: its items (a Dict)
+  // Const int computed from tensor sizes: its expression over the capture's size symbols
+  // (CaptureContext::size_value); obj is its value at this call's sizes. A Const slice with
+  // such bounds: sym_slice, start/stop/step in items. Consumers that do not follow the
+  // expression specialise it first (CaptureContext::specialise).
+  ir::SymExprPtr sym;
+  bool sym_slice = false;
   ValuePtr same_object;  // Tensor returned by an op as one of its arguments (x.add_(1)): that
                          // argument's value, for `is` (the node still orders the mutation)
 

@@ -217,6 +217,24 @@ PyObject* CapturedFrame::run(const ir::FrameView& frame) {
   }
 }
 
+bool CapturedFrame::serves(const ir::FrameView& frame) {
+  if (!sizes_ || !executable_->compiled()) return true;
+  try {
+    std::vector<PyRef> inputs;
+    inputs.reserve(input_fetchers_.size());
+    for (size_t i = 0; i < input_fetchers_.size(); ++i) {
+      PyRef v = input_fetchers_[i](frame);
+      if (!v) return true;  // NOTE: run() reports it
+      inputs.push_back(std::move(v));
+    }
+    return sizes_->serves(reinterpret_cast<PyObject* const*>(inputs.data()), inputs.size());
+  } catch (const std::exception&) {
+    // NOTE: a compile failure at these sizes: run() compiles again and reports it.
+    PyErr_Clear();
+    return true;
+  }
+}
+
 std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame) {
   {
     std::vector<PyRef> inputs;

@@ -25,6 +25,7 @@ class CapturedFrame : public CompiledFrame {
   PyObject* run(const ir::FrameView& frame) override;
   // A size-generic entry (frame/size_generic.h): graphs for other input sizes come from here.
   void set_size_instances(std::shared_ptr<SizeInstances> s) { sizes_ = std::move(s); }
+  bool serves(const ir::FrameView& frame) override;
 
   // Thrown by run_graph, with no Python error set, when the graph raised before anything it
   // ran was visible: the frame then runs eagerly instead (CompiledFrame::run returns nullptr

@@ -287,13 +287,18 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
               pipeline::PassContext{config->settings, config->mode, "", config->graph_pool, true},
               utf8(code->co_qualname));
           generic->remember_first(res.example_inputs);
+          generic->set_symbols(res);
           if (log_enabled("recompiles"))
             log_event("recompiles",
                       utf8(code->co_qualname) + ": one entry for every size of " + dims);
-          // NOTE: explain() and the trace show the guards as they are checked.
+          // NOTE: explain() and the trace show the guards as they are checked, and the
+          // relations of sizes the entry serves only where they hold.
+          std::string shown = res.guards.str();
+          for (const ir::SymRelation& r : res.sym_relations)
+            shown += "SIZE_RELATION " + r.str() + "  # " + r.where + "\n";
           if (config->recorder && config->recorder.get() != Py_None)
-            add_to_record(config->recorder.get(), "guards", res.guards.str());
-          if (!dump_folder.empty()) write_dump(dump_folder + "guards.txt", res.guards.str());
+            add_to_record(config->recorder.get(), "guards", shown);
+          if (!dump_folder.empty()) write_dump(dump_folder + "guards.txt", shown);
         }
       }
     }

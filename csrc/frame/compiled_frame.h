@@ -38,6 +38,9 @@ class CompiledFrame {
   // Returns a new reference, or nullptr with a Python exception set, or nullptr with none
   // set: nothing visible happened, run the frame eagerly.
   virtual PyObject* run(const ir::FrameView& frame) = 0;
+  // After the guards passed: false when this entry still cannot serve the call (a
+  // size-generic entry whose trace relied on a relation of sizes that fails here).
+  virtual bool serves(const ir::FrameView& /*frame*/) { return true; }
 };
 
 struct CacheEntry {

@@ -232,7 +232,7 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
   for (size_t i = 0; i < st.entries.size(); i++) {
     std::shared_ptr<CacheEntry> e = st.entries[i];
     if (e->config->id != config->id) continue;
-    if (e->guards.check(view)) {
+    if (e->guards.check(view) && (!e->compiled || e->compiled->serves(view))) {
       counters().cache_hits++;
       move_to_front(st, e.get());
       return e;

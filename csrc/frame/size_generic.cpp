@@ -34,16 +34,23 @@ const std::set<std::string>& generic_functions() {
       "torch.nn.functional.relu", "torch.nn.functional.gelu", "torch.nn.functional.silu",
       "torch.nn.functional.softmax", "torch.nn.functional.log_softmax",
       "torch.nn.functional.layer_norm", "torch.nn.functional.linear", "torch.nn.functional.sigmoid",
-      "torch.nn.functional.tanh", "torch._C._nn.linear", "torch._C._nn.gelu", "torch._C._nn.silu"};
+      "torch.nn.functional.tanh", "torch._C._nn.linear", "torch._C._nn.gelu", "torch._C._nn.silu",
+      "operator.floordiv", "torch.tril", "torch.triu", "torch.masked_fill",
+      "torch.nn.functional.embedding", "torch.embedding",
+      // factories: their sizes are symbolic arguments, recomputed per size
+      "torch.arange", "torch.full", "torch.zeros", "torch.ones", "torch.split", "torch.chunk"};
   return names;
 }
 
 const std::set<std::string>& generic_methods() {
   static const std::set<std::string> names = {
-      "add",       "sub",         "mul",  "div",   "neg",       "relu",    "sigmoid", "tanh",
-      "exp",       "log",         "sqrt", "rsqrt", "abs",       "pow",     "softmax", "log_softmax",
-      "sum",       "mean",        "amax", "amin",  "transpose", "permute", "t",       "matmul",
-      "unsqueeze", "__getitem__", "gelu", "silu",  "clamp",     "sin",     "cos"};
+      "add", "sub", "mul", "div", "neg", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt",
+      "abs", "pow", "softmax", "log_softmax", "sum", "mean", "amax", "amin", "transpose", "permute",
+      "t", "matmul", "unsqueeze", "__getitem__", "gelu", "silu", "clamp", "sin", "cos",
+      // views whose sizes may be symbolic (view and expand always alias; reshape is checked
+      // per size: see gives_view)
+      "view", "expand", "reshape", "contiguous", "masked_fill", "tril", "triu", "float", "type_as",
+      "split", "chunk"};
   return names;
 }
 
@@ -156,6 +163,57 @@ PyRef example_of(const ir::Arg& a) {
 // n's result on its arguments' examples, through capture's meta path (C++ shape rules for
 // common ops, a cache of torch's meta results, else the meta op): new reference, or null
 // with no Python error set when the op raises at these sizes.
+bool is_factory(const std::string& name) {
+  return name == "torch.arange" || name == "torch.full" || name == "torch.zeros" ||
+         name == "torch.ones";
+}
+
+// `a` with its symbolic sizes evaluated at `symbols` (Arg::sym, Arg::sym_slice).
+void evaluate_sym_arg(ir::Arg& a, const std::vector<int64_t>& symbols) {
+  if (a.sym) {
+    a.value = PyRef::steal(PyLong_FromLongLong(a.sym->eval(symbols)));
+    if (!a.value) throw PythonError();
+    return;
+  }
+  if (a.sym_slice && a.items.size() == 3) {
+    for (ir::Arg& it : a.items) evaluate_sym_arg(it, symbols);
+    a.value = PyRef::steal(
+        PySlice_New(a.items[0].value.get(), a.items[1].value.get(), a.items[2].value.get()));
+    if (!a.value) throw PythonError();
+    return;
+  }
+  if (a.kind != ir::Arg::Kind::Const)
+    for (ir::Arg& it : a.items) evaluate_sym_arg(it, symbols);
+}
+
+// Whether method node n (reshape or contiguous) returns a view of its input at its
+// arguments' examples: 1 yes, 0 a copy, -1 unknown.
+int gives_view(const ir::Node& n) {
+  if (n.args.empty() || n.args[0].kind != ir::Arg::Kind::Node || !n.kwargs.empty()) return -1;
+  PyRef self = example_of(n.args[0]);
+  if (!self) return -1;
+  if (n.target_name == "contiguous") {
+    if (n.args.size() != 1) return -1;
+    PyRef r = PyRef::steal(PyObject_CallMethod(self.get(), "is_contiguous", nullptr));
+    if (!r) {
+      PyErr_Clear();
+      return -1;
+    }
+    return r.get() == Py_True ? 1 : 0;
+  }
+  PyRef pos = PyRef::steal(PyTuple_New(n.args.size() - 1));
+  if (!pos) throw PythonError();
+  for (size_t i = 1; i < n.args.size(); ++i) {
+    PyRef v = example_of(n.args[i]);
+    if (!v) return -1;
+    PyTuple_SET_ITEM(pos.get(), i - 1, v.release());
+  }
+  PyRef view = PyRef::steal(PyObject_GetAttrString(self.get(), "view"));
+  PyRef r = view ? PyRef::steal(PyObject_Call(view.get(), pos.get(), nullptr)) : PyRef();
+  if (!r) PyErr_Clear();
+  return r ? 1 : 0;
+}
+
 PyRef replay_meta(const ir::Node& n) {
   bool method = n.op == ir::OpKind::CallMethod;
   size_t first = method ? 1 : 0;
@@ -173,9 +231,16 @@ PyRef replay_meta(const ir::Node& n) {
     PyRef v = ok ? example_of(a) : PyRef();
     ok = v && PyDict_SetItemString(kwargs.get(), k.c_str(), v.get()) == 0;
   }
-  PyRef r = ok ? capture::meta_call(n.target.get(), method ? n.target_name : "", self.get(),
-                                    pos.get(), n.kwargs.empty() ? nullptr : kwargs.get(), true)
-               : PyRef();
+  // NOTE: a factory replays on meta (its node keeps the real device).
+  bool factory = !method && is_factory(n.target_name);
+  if (ok && factory) {
+    PyRef meta = PyRef::steal(PyUnicode_FromString("meta"));
+    ok = meta && PyDict_SetItemString(kwargs.get(), "device", meta.get()) == 0;
+  }
+  PyRef r =
+      ok ? capture::meta_call(n.target.get(), method ? n.target_name : "", self.get(), pos.get(),
+                              n.kwargs.empty() && !factory ? nullptr : kwargs.get(), true)
+         : PyRef();
   if (!r) PyErr_Clear();
   return r;
 }
@@ -192,6 +257,11 @@ ir::Arg copy_arg(const ir::Arg& a, const std::unordered_map<const ir::Node*, ir:
 std::string size_generic_blocker(const capture::CaptureResult& res, const CompileConfig& config) {
   if (res.graph_break) return "a graph break";
   if (res.reads_sizes) return "the trace reads a tensor size";
+  for (const auto& [node, dim] : res.sym_table) {
+    bool found = false;
+    for (const auto& n : res.graph->nodes()) found = found || n.get() == node;
+    if (!found) return "a size read of a value not in the graph";
+  }
   if (config.backend && config.backend.get() != Py_None) return "a backend= compiler";
   if (!res.graph) return "no graph";
   for (const auto& n : res.graph->nodes()) {
@@ -282,6 +352,41 @@ SizeInstances::SizeInstances(std::shared_ptr<const ir::Graph> captured, pipeline
   ctx_.trace_dir = "";  // NOTE: the capture's trace shows the first compile
 }
 
+void SizeInstances::set_symbols(const capture::CaptureResult& res) {
+  symbols_.clear();
+  for (const auto& [node, dim] : res.sym_table) {
+    size_t index = 0;
+    for (const auto& n : res.graph->nodes()) {
+      if (n.get() == node) break;
+      ++index;
+    }
+    symbols_.emplace_back(index, dim);
+  }
+  relations_ = res.sym_relations;
+  may_refuse_ = !relations_.empty();
+  for (const auto& n : res.graph->nodes())
+    if (n->op == ir::OpKind::CallMethod &&
+        (n->target_name == "reshape" || n->target_name == "contiguous"))
+      may_refuse_ = true;
+}
+
+bool SizeInstances::serves(PyObject* const* inputs, size_t n) {
+  if (!may_refuse_) return true;
+  std::vector<int64_t> key = layout_key(inputs, n);
+  if (key == first_key_) return true;
+  auto it = by_layout_.find(key);
+  if (it == by_layout_.end()) it = add(std::move(key), instantiate(inputs, n));
+  return it->second.served;
+}
+
+std::map<std::vector<int64_t>, SizeInstances::Instance>::iterator SizeInstances::add(
+    std::vector<int64_t> key, Instance made) {
+  // NOTE: a bound on the compiled graphs kept per entry (a size sweep that never ends).
+  constexpr size_t kMaxLayouts = 64;
+  if (by_layout_.size() >= kMaxLayouts) by_layout_.clear();
+  return by_layout_.emplace(std::move(key), std::move(made)).first;
+}
+
 void SizeInstances::remember_first(const std::vector<PyRef>& example_inputs) {
   std::vector<PyObject*> raw;
   for (const PyRef& r : example_inputs) raw.push_back(r.get());
@@ -293,18 +398,12 @@ std::shared_ptr<runtime::CompiledGraph> SizeInstances::get(
   std::vector<int64_t> key = layout_key(inputs, n);
   if (key == first_key_) return first;
   auto it = by_layout_.find(key);
-  if (it != by_layout_.end()) return it->second;
   // NOTE: null (these sizes run eagerly) is kept too, so it is not retried on every call.
-  std::shared_ptr<runtime::CompiledGraph> made = instantiate(inputs, n);
-  // NOTE: a bound on the compiled graphs kept per entry (a size sweep that never ends).
-  constexpr size_t kMaxLayouts = 64;
-  if (by_layout_.size() >= kMaxLayouts) by_layout_.clear();
-  by_layout_.emplace(std::move(key), made);
-  return made;
+  if (it == by_layout_.end()) it = add(std::move(key), instantiate(inputs, n));
+  return it->second.served ? it->second.graph : nullptr;
 }
 
-std::shared_ptr<runtime::CompiledGraph> SizeInstances::instantiate(PyObject* const* inputs,
-                                                                   size_t n) {
+SizeInstances::Instance SizeInstances::instantiate(PyObject* const* inputs, size_t n) {
   std::shared_ptr<ir::Graph> g = clone_graph(*captured_);
   std::vector<ir::Node*> ph = g->placeholders();
   TL_CHECK(ph.size() == n) << "a size-generic graph got " << n << " inputs for " << ph.size()
@@ -324,32 +423,78 @@ std::shared_ptr<runtime::CompiledGraph> SizeInstances::instantiate(PyObject* con
     ph[i]->meta = passes::meta_of(ex.get(), ph[i]->meta->device, ph[i]->meta->requires_grad);
     ph[i]->example = ex;
   }
+  // The symbols' values at these sizes, filled as the nodes they read are replayed.
+  std::vector<int64_t> symbols(symbols_.size(), 0);
+  auto bind = [&](size_t index, const ir::Node& node) {
+    for (size_t k = 0; k < symbols_.size(); ++k) {
+      if (symbols_[k].first != index) continue;
+      const std::vector<int64_t>& sizes = node.meta->sizes;
+      int d = symbols_[k].second;
+      TL_CHECK(node.meta && d >= 0 && d < static_cast<int>(sizes.size()))
+          << "size symbol of " << node.name << " out of range";
+      symbols[k] = sizes[d];
+    }
+  };
+  size_t index = 0;
   for (const auto& node : g->nodes()) {
+    size_t at = index++;
+    if (node->op == ir::OpKind::Placeholder) {
+      if (node->meta) bind(at, *node);
+      continue;
+    }
     if (node->op != ir::OpKind::CallFunction && node->op != ir::OpKind::CallMethod) continue;
     // NOTE: a grad-mode switch has no value to recompute (and must not run here).
     if (node->target_name == "torch._set_grad_enabled") continue;
+    // NOTE: the size arguments the trace computed (x.view(b, t, 4, d)) are recomputed from
+    // these sizes; the captured numbers hold only at the capture's.
+    for (ir::Arg& a : node->args) evaluate_sym_arg(a, symbols);
+    for (auto& [k, a] : node->kwargs) evaluate_sym_arg(a, symbols);
     PyRef ex = replay_meta(*node);
     if (!ex) {
+      // NOTE: with relations on sizes, the op may raise because this size is not the trace's
+      // case (a branch chose it): capture again. Without, eager raises the real error.
       if (log_enabled("recompiles"))
-        log_event("recompiles", func_name_ + ": " + node->target_name + " (" + node->location +
-                                    ") raised at the new sizes: this call runs eagerly");
-      return nullptr;
+        log_event("recompiles",
+                  func_name_ + ": " + node->target_name + " (" + node->location +
+                      ") raised at the new sizes: " +
+                      (relations_.empty() ? "this call runs eagerly" : "capturing again"));
+      return Instance{nullptr, relations_.empty()};
     }
     PyRef device = node->meta ? node->meta->device : PyRef();
+    // NOTE: reshape and contiguous give a view or a copy depending on strides: the trace
+    // relied on the answer it got; other sizes must give the same one.
+    if (node->op == ir::OpKind::CallMethod &&
+        (node->target_name == "reshape" || node->target_name == "contiguous")) {
+      int now = gives_view(*node), then = gives_view(*captured_->nodes()[at]);
+      if (now < 0 || now != then) {
+        if (log_enabled("recompiles"))
+          log_event("recompiles", func_name_ + ": " + node->target_name + " (" + node->location +
+                                      ") changes between view and copy: capturing again");
+        return Instance{nullptr, false};
+      }
+    }
     node->example = ex;
     if (device) node->meta = passes::meta_of(ex.get(), device, false);
+    if (node->meta) bind(at, *node);
+  }
+  for (const ir::SymRelation& r : relations_) {
+    if (r.holds(symbols)) continue;
+    if (log_enabled("recompiles"))
+      log_event("recompiles", func_name_ + ": the trace relied on " + r.str() + " (" + r.where +
+                                  "), false at the new sizes: capturing again");
+    return Instance{nullptr, false};
   }
   pipeline::CompileResult ex = pipeline::compile_graph(g, ctx_);
   if (!ex.executable->compiled() || ex.training_fn) {
     if (log_enabled("recompiles"))
       log_event("recompiles", func_name_ + ": no kernels at the new sizes (" + ex.no_kernels +
                                   "): they run eagerly");
-    return nullptr;
+    return Instance{nullptr, true};
   }
   counters().size_instances++;
   if (log_enabled("recompiles"))
     log_event("recompiles", func_name_ + ": compiled for new sizes without a capture");
-  return ex.executable->shared_compiled();
+  return Instance{ex.executable->shared_compiled(), true};
 }
 
 }  // namespace tl::frame

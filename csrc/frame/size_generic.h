@@ -53,9 +53,24 @@ class SizeInstances {
   std::shared_ptr<runtime::CompiledGraph> get(PyObject* const* inputs, size_t n,
                                               const std::shared_ptr<runtime::CompiledGraph>& first);
   void remember_first(const std::vector<PyRef>& example_inputs);
+  // The size symbols of res's graph (as node positions, which clone_graph keeps) and the
+  // relations its trace relied on.
+  void set_symbols(const capture::CaptureResult& res);
+  // Whether this entry holds at `inputs`' sizes: every relation the trace relied on (`t > 16`,
+  // `d == 64`) still comes out the same. False: the caller captures again. Compiles the
+  // instance for these sizes on first sight (get() then finds it).
+  bool serves(PyObject* const* inputs, size_t n);
 
  private:
-  std::shared_ptr<runtime::CompiledGraph> instantiate(PyObject* const* inputs, size_t n);
+  struct Instance {
+    std::shared_ptr<runtime::CompiledGraph> graph;  // null: runs eagerly (or not served)
+    bool served = true;
+  };
+  Instance instantiate(PyObject* const* inputs, size_t n);
+  std::map<std::vector<int64_t>, Instance>::iterator add(std::vector<int64_t> key, Instance made);
+  std::vector<std::pair<size_t, int>> symbols_;  // symbol k: (node position, dim)
+  std::vector<ir::SymRelation> relations_;
+  bool may_refuse_ = false;  // relations, or a reshape/contiguous whose view-or-copy may change
   std::shared_ptr<const ir::Graph> captured_;
   pipeline::PassContext ctx_;
   std::string func_name_;
@@ -63,7 +78,7 @@ class SizeInstances {
   // NOTE: read and written under the GIL only. A compile may release it: two threads may
   // then compile one layout twice, and the second result is dropped; a graph being run is
   // kept alive by the caller's shared_ptr when the map is cleared.
-  std::map<std::vector<int64_t>, std::shared_ptr<runtime::CompiledGraph>> by_layout_;
+  std::map<std::vector<int64_t>, Instance> by_layout_;
 };
 
 }  // namespace tl::frame

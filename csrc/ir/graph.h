@@ -11,6 +11,7 @@
 
 #include "core/py_ref.h"
 #include "ir/source.h"
+#include "ir/sym_expr.h"
 
 namespace tl::ir {
 
@@ -25,6 +26,11 @@ struct Arg {
   PyRef value;              // Const: the constant; Dict: unused
   std::vector<Arg> items;   // Tuple, List, Dict values
   std::vector<PyRef> keys;  // Dict keys (constants)
+  // Const computed from tensor sizes (docs/internals/dynamic-shapes.md): `value` is its value
+  // at the capture's sizes; a size-generic entry recomputes it from the symbols at new sizes.
+  // An int: `sym`; a slice: `sym_slice` with start, stop, step in `items`.
+  SymExprPtr sym;
+  bool sym_slice = false;
 
   static Arg of_node(Node* n);
   static Arg constant(PyRef v);

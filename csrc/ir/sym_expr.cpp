@@ -211,4 +211,37 @@ SymExprPtr sym_max(const SymExprPtr& a, const SymExprPtr& b) {
   return make(SymOp::Max, 0, by_text(b, a) ? std::vector{b, a} : std::vector{a, b});
 }
 
+bool SymRelation::holds(const std::vector<int64_t>& symbols) const {
+  int64_t a = lhs->eval(symbols), b = rhs->eval(symbols);
+  bool r = false;
+  switch (op) {
+    case 0:
+      r = a < b;
+      break;
+    case 1:
+      r = a <= b;
+      break;
+    case 2:
+      r = a == b;
+      break;
+    case 3:
+      r = a != b;
+      break;
+    case 4:
+      r = a > b;
+      break;
+    default:
+      r = a >= b;
+      break;
+  }
+  return r == outcome;
+}
+
+std::string SymRelation::str() const {
+  static const char* names[] = {"<", "<=", "==", "!=", ">", ">="};
+  static const int negated[] = {5, 4, 3, 2, 1, 0};
+  int shown = outcome ? op : negated[op];
+  return lhs->str() + " " + names[shown < 0 || shown > 5 ? 2 : shown] + " " + rhs->str();
+}
+
 }  // namespace tl::ir

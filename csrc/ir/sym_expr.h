@@ -32,6 +32,17 @@ struct SymExpr {
   bool same_as(const SymExpr& o) const;     // structural equality
 };
 
+// A relation the capture relied on between two expressions (`s0 > 16`, `s1 == 64`):
+// a size-generic entry serves only the sizes where it still comes out as `outcome`.
+struct SymRelation {
+  SymExprPtr lhs, rhs;
+  int op = 2;  // 0 <, 1 <=, 2 ==, 3 !=, 4 >, 5 >= (CPython's Py_LT..Py_GE)
+  bool outcome = true;
+  std::string where;  // "file.py:12" of the user's line
+  bool holds(const std::vector<int64_t>& symbols) const;
+  std::string str() const;  // "s0 > 16"
+};
+
 SymExprPtr sym_int(int64_t v);
 SymExprPtr sym_symbol(int index);
 SymExprPtr sym_add(const SymExprPtr& a, const SymExprPtr& b);
