@@ -923,9 +923,10 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
     result = meta_call(target, method, self.get(), pos.get(), kw,
                        /*cacheable=*/!autocast_on && !query);
     // NOTE: a layout that cannot be known would be a wrong stride(): run the op eagerly.
-    if (method.empty()) {
+    {
       try {
-        result = eager_result_layout(op_name, std::move(result), device.get(), pos.get(), kw);
+        result = eager_result_layout(op_name, method.empty() ? target : nullptr, self.get(),
+                                     std::move(result), device.get(), pos.get(), kw);
       } catch (const PythonError&) {
         graph_break("op_error", op_name + ": the layout eager's kernel gives its result could " +
                                     "not be determined: " + exception_text());
