@@ -958,6 +958,14 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
   }
   // NOTE: how many results chunk/split/unbind give follows from a size.
   if (PyTuple_Check(result.get()) || PyList_Check(result.get())) reads_sizes = true;
+  // NOTE: a result of a tensor subclass (`x.as_subclass(MyT)`) would come back from the graph
+  // as a plain tensor, losing its type and overrides.
+  if (PyObject_TypeCheck(result.get(), reinterpret_cast<PyTypeObject*>(api.tensor_type.get())) &&
+      Py_TYPE(result.get()) != reinterpret_cast<PyTypeObject*>(api.tensor_type.get()) &&
+      Py_TYPE(result.get()) != reinterpret_cast<PyTypeObject*>(api.parameter_type.get()))
+    graph_break("unsupported_value",
+                (method.empty() ? op_name : "Tensor." + method) + " returned a tensor subclass (" +
+                    Py_TYPE(result.get())->tp_name + "), which is not supported; it runs eagerly");
   if (op_name.find("scaled_dot_product_attention") != std::string::npos)
     result = fused_attention_layout(std::move(result), args.empty() ? nullptr : args[0]->meta.get(),
                                     device.get());
