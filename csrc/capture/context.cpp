@@ -646,6 +646,14 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
       v->keys.push_back(PyRef::borrow(k));
       v->items.push_back(wrap(val, ir::Source::item(src, PyRef::borrow(k))));
     }
+    // NOTE: iteration (`list(d)`, `d.values()`, `for k in d`) follows insertion order, which
+    // changes with the same keys and length (`d["a"] = d.pop("a")`): the keys are guarded in
+    // order where they are all str/int (kept as constants).
+    bool constant_keys = true;
+    for (const PyRef& k : v->keys)
+      constant_keys =
+          constant_keys && (PyUnicode_CheckExact(k.get()) || PyLong_CheckExact(k.get()));
+    if (constant_keys && !v->keys.empty()) guards_.add_dict_keys(src, obj);
     sourced_containers.push_back(v);
   } else if (src && PySet_CheckExact(obj)) {
     // A set from outside the function (a closure's, a global): what `in`, len() and

@@ -551,3 +551,21 @@ def test_guards_text_names_the_attribute_tables():
     report = str(torchlite.explain(f)(torch.randn(3)))
     assert "ATTR_TABLE G['math']: pi" in report
     assert "ATTR_TABLE G['cfgmod']: OFFSET" in report
+
+
+_ORDERED = {"a": 1.0, "b": 2.0, "c": 3.0}
+
+
+def _reinsert(key):
+    _ORDERED[key] = _ORDERED.pop(key)
+
+
+def test_dict_key_order_changed_with_same_keys_recompiles():
+    # NOTE: same keys, length and values; only the insertion order (what iteration follows)
+    # changes.
+    def fn(x):
+        first = next(iter(_ORDERED.values()))
+        names = "".join(k for k in _ORDERED)
+        return x * first + len(names.split("a")[0])
+
+    _same_after_each(fn, [lambda: _reinsert("a"), lambda: _reinsert("b")], (3,))
