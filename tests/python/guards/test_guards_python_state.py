@@ -569,3 +569,32 @@ def test_dict_key_order_changed_with_same_keys_recompiles():
         return x * first + len(names.split("a")[0])
 
     _same_after_each(fn, [lambda: _reinsert("a"), lambda: _reinsert("b")], (3,))
+
+
+class _ScaleSetting:
+    """A non-data descriptor whose answer is a class attribute read when it is accessed."""
+
+    factor = 2.0
+
+    def __get__(self, obj, owner=None):
+        return _ScaleSetting.factor * (1 if obj is None else obj.sign)
+
+
+class _UsesSetting:
+    scale = _ScaleSetting()
+
+    def __init__(self):
+        self.sign = 1
+
+
+def test_user_descriptor_reading_changed_state_recompiles():
+    holder = _UsesSetting()
+
+    def fn(x):
+        return x * holder.scale
+
+    def flip_sign():
+        holder.sign = -1
+
+    _same_after_each(fn, [lambda: setattr(_ScaleSetting, "factor", 5.0), flip_sign], (3,))
+    _ScaleSetting.factor = 2.0
