@@ -97,6 +97,81 @@ def _batch_norm(device, result, args, kwargs):
     return suggest_memory_format(x) if x.dim() in (4, 5) else None
 
 
+# NOTE: ops whose result layout is the device kernel's choice, with no backend query.
+_RUN_FOR_LAYOUT = frozenset(
+    [
+        "pad", "constant_pad_nd", "_pad_circular", "_pad_enum",
+        *(f"{kind}_pad{n}d" for kind in ("reflection", "replication") for n in (1, 2, 3)),
+        "roll", "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle",
+        *(f"{kind}_pool{n}d" for kind in ("avg", "max", "adaptive_avg", "adaptive_max")
+          for n in (1, 2, 3)),
+        "_adaptive_avg_pool2d", "_adaptive_avg_pool3d",
+        *(f"max_pool{n}d_with_indices" for n in (1, 2, 3)),
+        "fractional_max_pool2d", "fractional_max_pool3d",
+        *(f"upsample_{mode}" for mode in (
+            "nearest1d", "nearest2d", "nearest3d", "linear1d", "bilinear2d", "bicubic2d",
+            "trilinear3d")),
+        *(f"_upsample_{mode}" for mode in (
+            "nearest_exact1d", "nearest_exact2d", "nearest_exact3d", "bilinear2d_aa",
+            "bicubic2d_aa")),
+    ]
+)  # fmt: skip
+
+# NOTE: a real run allocates its input on the device once per capture; beyond this size the
+# graph breaks instead (the op then runs eagerly, with eager's layout).
+_RUN_FOR_LAYOUT_MAX_BYTES = 1 << 28
+
+
+def _real_zeros(t, device):
+    """Zeros on `device` with `t`'s sizes, strides and dtype (`t` a meta tensor)."""
+    if t.numel() == 0:
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
+    extent = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
+    if extent * t.element_size() > _RUN_FOR_LAYOUT_MAX_BYTES:
+        raise RuntimeError(f"an input of {extent} elements is too large to run for its layout")
+    return torch.zeros(extent, dtype=t.dtype, device=device).as_strided(t.shape, t.stride())
+
+
+def _format_of(real):
+    """The memory format that lays a tensor out as `real` is, or None when none does."""
+    formats = [torch.contiguous_format]
+    if real.dim() == 4:
+        formats.append(torch.channels_last)
+    if real.dim() == 5:
+        formats.append(torch.channels_last_3d)
+    for fmt in formats:
+        if torch.empty(real.shape, device="meta", memory_format=fmt).stride() == real.stride():
+            return fmt
+    return None
+
+
+def _run_for_layout(name, target, device, result, args, kwargs):
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    if all(t.is_contiguous() for t in tensors):
+        return result
+    op = getattr(torch.Tensor, name) if target is None else target
+
+    def real(a):
+        return _real_zeros(a, device) if isinstance(a, torch.Tensor) else a
+
+    with torch.no_grad():
+        out = op(*[real(a) for a in args], **{k: real(v) for k, v in kwargs.items()})
+    metas = result if isinstance(result, (tuple, list)) else (result,)
+    reals = out if isinstance(out, (tuple, list)) else (out,)
+    laid = []
+    for meta, r in zip(metas, reals, strict=True):
+        if not isinstance(meta, torch.Tensor) or meta.stride() == r.stride():
+            laid.append(meta)
+            continue
+        fmt = _format_of(r)
+        if fmt is None:
+            raise RuntimeError(f"{name} gives a result with strides {r.stride()}")
+        laid.append(meta.clone(memory_format=fmt))
+    if not isinstance(result, (tuple, list)):
+        return laid[0]
+    return type(result)(laid)
+
+
 _RULES = {
     "conv2d": _conv_rule(_conv_args),
     "conv3d": _conv_rule(_conv_args),
@@ -109,10 +184,13 @@ _RULES = {
 }
 
 
-def eager_layout(name, device, result, args, kwargs):
+def eager_layout(name, device, result, args, kwargs, target=None):
     """`result` (a meta tensor) laid out as eager's kernel for op `name` on `device` lays it
     out; `result` itself when the layouts agree or no rule applies. `args`/`kwargs` are the
-    call's meta arguments."""
+    call's meta arguments; `target` the function called (None for a Tensor method, whose
+    `args` start with the tensor)."""
+    if name in _RUN_FOR_LAYOUT and device.type in ("cpu", "cuda"):
+        return _run_for_layout(name, target, device, result, args, kwargs or {})
     rule = _RULES.get(name)
     if rule is None or not isinstance(result, torch.Tensor) or device.type not in ("cpu", "cuda"):
         return result

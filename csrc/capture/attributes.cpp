@@ -397,6 +397,16 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
           m->method_name = name;
           return m;
         }
+        // NOTE: a user descriptor's __get__ may read any state (a class attribute, a
+        // counter): it is traced, not run once and its answer kept unguarded.
+        static PyObject* get_name = PyUnicode_InternFromString("__get__");  // NOTE: immortal
+        PyObject* getter = _PyType_Lookup(Py_TYPE(descr), get_name);
+        if (getter && PyFunction_Check(getter))
+          return inline_function(
+              getter, nullptr, nullptr,
+              {Value::constant(PyRef::borrow(descr)), obj,
+               Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(type)))},
+              {});
         PyRef r = PyRef::steal(PyObject_GetAttr(o, pyname.get()));
         if (!r) throw PythonError();
         return ctx_.wrap(r.get(), src(), false);

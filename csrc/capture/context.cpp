@@ -653,6 +653,14 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
       v->keys.push_back(PyRef::borrow(k));
       v->items.push_back(wrap(val, ir::Source::item(src, PyRef::borrow(k))));
     }
+    // NOTE: iteration (`list(d)`, `d.values()`, `for k in d`) follows insertion order, which
+    // changes with the same keys and length (`d["a"] = d.pop("a")`): the keys are guarded in
+    // order where they are all str/int (kept as constants).
+    bool constant_keys = true;
+    for (const PyRef& k : v->keys)
+      constant_keys =
+          constant_keys && (PyUnicode_CheckExact(k.get()) || PyLong_CheckExact(k.get()));
+    if (constant_keys && !v->keys.empty()) guards_.add_dict_keys(src, obj);
     sourced_containers.push_back(v);
   } else if (src && PySet_CheckExact(obj)) {
     // A set from outside the function (a closure's, a global): what `in`, len() and
@@ -1038,9 +1046,10 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
     result = meta_call(target, method, self.get(), pos.get(), kw,
                        /*cacheable=*/!autocast_on && !query);
     // NOTE: a layout that cannot be known would be a wrong stride(): run the op eagerly.
-    if (method.empty()) {
+    {
       try {
-        result = eager_result_layout(op_name, std::move(result), device.get(), pos.get(), kw);
+        result = eager_result_layout(op_name, method.empty() ? target : nullptr, self.get(),
+                                     std::move(result), device.get(), pos.get(), kw);
       } catch (const PythonError&) {
         graph_break("op_error", op_name + ": the layout eager's kernel gives its result could " +
                                     "not be determined: " + exception_text());
@@ -1093,6 +1102,14 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
       reads_sizes = true;
     }
   }
+  // NOTE: a result of a tensor subclass (`x.as_subclass(MyT)`) would come back from the graph
+  // as a plain tensor, losing its type and overrides.
+  if (PyObject_TypeCheck(result.get(), reinterpret_cast<PyTypeObject*>(api.tensor_type.get())) &&
+      Py_TYPE(result.get()) != reinterpret_cast<PyTypeObject*>(api.tensor_type.get()) &&
+      Py_TYPE(result.get()) != reinterpret_cast<PyTypeObject*>(api.parameter_type.get()))
+    graph_break("unsupported_value",
+                (method.empty() ? op_name : "Tensor." + method) + " returned a tensor subclass (" +
+                    Py_TYPE(result.get())->tp_name + "), which is not supported; it runs eagerly");
   if (op_name.find("scaled_dot_product_attention") != std::string::npos)
     result = fused_attention_layout(std::move(result), args.empty() ? nullptr : args[0]->meta.get(),
                                     device.get());

@@ -237,6 +237,13 @@ struct KeyBuilder {
   }
 };
 
+bool same_storage(PyObject* a, PyObject* b) {
+  PyRef ca = attr(a, "_cdata"), cb = attr(b, "_cdata");
+  int eq = PyObject_RichCompareBool(ca.get(), cb.get(), Py_EQ);
+  if (eq < 0) throw PythonError();
+  return eq == 1;
+}
+
 PyRef root_of(PyObject* t) {
   PyRef base = attr(t, "_base");
   return base.get() == Py_None ? PyRef::borrow(t) : base;
@@ -264,6 +271,12 @@ bool describe(PyObject* out, const std::vector<PyObject*>& args, Entry& e, OutSp
   throw_if_python_error();
   PyRef base = attr(out, "_base");
   if (base.get() == Py_None) {
+    // NOTE: not a view yet sharing an argument's memory (`y.detach()`, `x.data`): a fresh
+    // rebuild would lose that, and an in-place op through it would no longer be seen as
+    // writing the argument. Such calls are not cached.
+    PyRef storage = call0(out, "untyped_storage");
+    for (PyObject* a : args)
+      if (same_storage(call0(a, "untyped_storage").get(), storage.get())) return false;
     spec.kind = OutKind::Fresh;
     return spec.offset == 0;
   }

@@ -188,6 +188,18 @@ bool clamp(RuleCtx& c) {
 
 // Casts: the target dtype is the node's own (from TensorMeta); only the
 // arguments are checked. f16/bf16 targets round through their storage type.
+// True when the cast returned its input itself (`y.to(y.dtype)`, `y.float()` of a float
+// tensor): in eager it is that tensor, and an in-place op through it writes the input, so it
+// is lowered as a view of the input rather than a copy.
+bool returned_input(RuleCtx& c, const ir::Arg* x) {
+  if (!c.node.example || !x->node->example || c.node.example.get() != x->node->example.get())
+    return false;
+  c.out.kind = OpLowering::Kind::View;
+  c.out.inputs = {x->node};
+  for (size_t i = 0; i < c.node.meta->sizes.size(); ++i) c.out.base_axes.push_back(int(i));
+  return true;
+}
+
 bool cast(RuleCtx& c) {
   const ir::Arg* x = c.arg(0, "input");
   if (!c.is_tensor(x)) return false;
@@ -195,6 +207,7 @@ bool cast(RuleCtx& c) {
     if (c.node.args[i].kind != ir::Arg::Kind::Const) return false;
   // memory_format only changes the output strides, which kernels take from the node's meta.
   for (const char* kw : {"dtype", "device", "non_blocking", "copy", "memory_format"}) c.arg(99, kw);
+  if (returned_input(c, x)) return c.all_kwargs_read();
   int v = c.value(x, compute_type(c.type_of(x)));
   return c.finish(c.cast(c.cast(v, c.out_type()), ct(c)));
 }
@@ -202,6 +215,7 @@ bool cast(RuleCtx& c) {
 bool type_as(RuleCtx& c) {
   const ir::Arg* x = c.arg(0, "input");
   if (!c.is_tensor(x) || !c.is_tensor(c.arg(1, "other"))) return false;
+  if (returned_input(c, x)) return c.all_kwargs_read();
   int v = c.value(x, compute_type(c.type_of(x)));
   return c.finish(c.cast(c.cast(v, c.out_type()), ct(c)));
 }

@@ -55,9 +55,12 @@ bool is_input_itself(const ir::Node& n) {
 bool autograd_tracks(const ir::Node& n) {
   if (!n.meta || !n.meta->requires_grad || n.op == ir::OpKind::Placeholder) return false;
   if (!n.example) return true;
-  if (attr_of(n.example.get(), "grad_fn").get() != Py_None)
-    return !is_view(n.example.get());  // views are never kernel outputs
-  if (is_view(n.example.get()) || is_input_itself(n)) return false;
+  // NOTE: views are never kernel outputs. Asked first: reading the grad_fn of a view made
+  // under no_grad whose base was then written in place raises (`x[1:] = x[:-1] + 0` on a
+  // leaf that requires grad, under no_grad).
+  if (is_view(n.example.get())) return false;
+  if (attr_of(n.example.get(), "grad_fn").get() != Py_None) return true;
+  if (is_input_itself(n)) return false;
   return true;  // a fresh leaf that requires grad (requires_grad=True, requires_grad_())
 }
 

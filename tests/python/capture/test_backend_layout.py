@@ -130,3 +130,91 @@ def test_resnet_block_outputs_and_gradients_keep_eager_strides():
     (g_comp,) = torch.autograd.grad(actual[0].square().sum(), x)
     assert g_comp.stride() == g_eager.stride()
     torch.testing.assert_close(g_comp, g_eager, atol=1e-3, rtol=1e-3)
+
+
+def volume(layout, shape=(2, 4, 4, 5, 6)):
+    x = torch.randn(shape)
+    return x.to(memory_format=torch.channels_last_3d) if layout == "channels_last" else x
+
+
+def pads_pools_shuffles(x):
+    """Ops whose eager kernel picks the result layout by device (meta answers contiguous)."""
+    outs = (
+        F.pad(x, (1, 2, 1, 1), mode="reflect"), F.pad(x, (1, 2, 1, 1), mode="replicate"),
+        F.pad(x, (1, 1, 2, 0)), F.pad(x, (1, 1, 1, 1), mode="circular"),
+        F.pixel_shuffle(x, 2), F.pixel_unshuffle(x, 2), torch.roll(x, 1, 1),
+        x.roll((1, 2), (2, 3)), torch.roll(x, 3), F.channel_shuffle(x, 2),
+        F.max_pool2d(x, 2), F.max_pool2d(x, 3, 2, 1, return_indices=True)[1],
+        F.avg_pool2d(x, 2), F.adaptive_avg_pool2d(x, (2, 3)), F.adaptive_max_pool2d(x, 3),
+        F.interpolate(x, scale_factor=2), F.interpolate(x, size=(5, 7), mode="bilinear"),
+        F.interpolate(x, scale_factor=2, mode="bicubic"), F.interpolate(x, size=(3, 3), mode="area"),
+    )  # fmt: skip
+    return outs + tuple(y.stride() for y in outs) + tuple(y.is_contiguous() for y in outs)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_pads_pools_shuffles_and_roll_keep_eager_strides(layout):
+    # NOTE: reflect/replicate pad, pixel_shuffle, roll and channel_shuffle of a channels-last
+    # input are channels-last on the CPU where meta says contiguous.
+    assert_same_layouts(pads_pools_shuffles, image(layout, (2, 4, 6, 8)))
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
+def test_3d_pads_pools_and_1d_pool_keep_eager_strides(layout):
+    def fn(v, s):
+        outs = (
+            F.pad(v, (1, 1, 1, 1, 1, 1), mode="replicate"), F.pad(v, (1, 1, 1, 1, 1, 1), mode="reflect"),
+            F.max_pool3d(v, 2), F.avg_pool3d(v, 2), F.adaptive_avg_pool3d(v, 2),
+            F.interpolate(v, scale_factor=2, mode="trilinear"), F.max_pool1d(s, 2),
+            F.avg_pool1d(s, 2), F.pad(s, (2, 1), mode="reflect"), F.interpolate(s, scale_factor=2),
+        )  # fmt: skip
+        return outs + tuple(y.stride() for y in outs)
+
+    seq = (
+        torch.randn(2, 6, 3).transpose(1, 2) if layout == "channels_last" else torch.randn(2, 3, 6)
+    )
+    assert_same_layouts(fn, volume(layout), seq)
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
+def test_traced_code_branching_on_contiguity_after_pad_and_roll_matches_eager(layout):
+    def fn(x):
+        y = F.pad(x, (1, 1, 1, 1), mode="reflect")
+        r = torch.roll(x, 1, 1)
+        a = y.view(-1) * 2 if y.is_contiguous() else y.sum(1)
+        b = r.view(2, -1) if r.is_contiguous() else r.permute(0, 2, 3, 1).reshape(2, -1)
+        return a, b, F.pixel_shuffle(x, 2).stride()
+
+    check(fn, image(layout, (2, 4, 5, 6)))
+
+
+def test_view_of_a_channels_last_pad_raises_as_in_eager():
+    def fn(x):
+        return F.pad(x, (1, 1, 1, 1), mode="replicate").view(2, -1)
+
+    x = image("channels_last", (2, 4, 5, 6))
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        fn(x)
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        torchlite.compile(fn)(x)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_pads_pools_shuffles_and_roll_keep_eager_strides_cuda(layout):
+    # NOTE: CUDA's kernels choose differently from the CPU's (reflection pad writes contiguous).
+    assert_same_layouts(pads_pools_shuffles, image(layout, (2, 4, 6, 8)).cuda())
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
+def test_3d_pads_and_pools_keep_eager_strides_cuda(layout):
+    def fn(v):
+        outs = (
+            F.pad(v, (1, 1, 1, 1, 1, 1), mode="replicate"), F.max_pool3d(v, 2),
+            F.avg_pool3d(v, 2), F.adaptive_avg_pool3d(v, 2),
+            F.interpolate(v, scale_factor=2, mode="trilinear"),
+        )  # fmt: skip
+        return outs + tuple(y.stride() for y in outs)
+
+    assert_same_layouts(fn, volume(layout).cuda())

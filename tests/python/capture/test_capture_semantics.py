@@ -312,3 +312,17 @@ def test_tensor_data_attribute_unknown_at_trace_time_is_read_for_real():
         return y + 1 if y.retains_grad else y - 1
 
     same_as_eager(fn, randn(3).requires_grad_())
+
+
+class _Tagged(torch.Tensor):
+    """A tensor subclass made inside traced code (as_subclass): its type must survive."""
+
+
+def _subclass_made_in_trace(x):
+    s = (x * 2).as_subclass(_Tagged)
+    y = s + 1
+    return type(s).__name__, type(y).__name__, y.as_subclass(torch.Tensor) * 3
+
+
+def test_tensor_subclass_made_by_as_subclass_keeps_its_type():
+    same_as_eager(_subclass_made_in_trace, randn(4))

@@ -551,3 +551,50 @@ def test_guards_text_names_the_attribute_tables():
     report = str(torchlite.explain(f)(torch.randn(3)))
     assert "ATTR_TABLE G['math']: pi" in report
     assert "ATTR_TABLE G['cfgmod']: OFFSET" in report
+
+
+_ORDERED = {"a": 1.0, "b": 2.0, "c": 3.0}
+
+
+def _reinsert(key):
+    _ORDERED[key] = _ORDERED.pop(key)
+
+
+def test_dict_key_order_changed_with_same_keys_recompiles():
+    # NOTE: same keys, length and values; only the insertion order (what iteration follows)
+    # changes.
+    def fn(x):
+        first = next(iter(_ORDERED.values()))
+        names = "".join(k for k in _ORDERED)
+        return x * first + len(names.split("a")[0])
+
+    _same_after_each(fn, [lambda: _reinsert("a"), lambda: _reinsert("b")], (3,))
+
+
+class _ScaleSetting:
+    """A non-data descriptor whose answer is a class attribute read when it is accessed."""
+
+    factor = 2.0
+
+    def __get__(self, obj, owner=None):
+        return _ScaleSetting.factor * (1 if obj is None else obj.sign)
+
+
+class _UsesSetting:
+    scale = _ScaleSetting()
+
+    def __init__(self):
+        self.sign = 1
+
+
+def test_user_descriptor_reading_changed_state_recompiles():
+    holder = _UsesSetting()
+
+    def fn(x):
+        return x * holder.scale
+
+    def flip_sign():
+        holder.sign = -1
+
+    _same_after_each(fn, [lambda: setattr(_ScaleSetting, "factor", 5.0), flip_sign], (3,))
+    _ScaleSetting.factor = 2.0
