@@ -490,7 +490,7 @@ def _tiny_text(
     keys (None drops one). transformers maps the common names (hidden_size, ...) onto each
     config's own through its attribute_map."""
 
-    def make(_full: bool):
+    def make(_full: bool, _batch: int | None = None, _seq: int | None = None):
         import transformers
 
         cfg = {**_TINY_TEXT, **overrides}
@@ -512,7 +512,7 @@ def _tiny_config_model(
 ) -> ModelSpec:
     """A non-text transformers model (vision, audio) from its config class and `cfg`."""
 
-    def make(_full: bool):
+    def make(_full: bool, _batch: int | None = None, _seq: int | None = None):
         import transformers
 
         config = getattr(transformers, cfg_cls)(**cfg)

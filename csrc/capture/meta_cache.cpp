@@ -237,6 +237,27 @@ struct KeyBuilder {
   }
 };
 
+// The address of t's storage (StorageImpl), what views and aliases of one tensor share.
+long long storage_id(PyObject* t) {
+  PyRef storage = call0(t, "untyped_storage");
+  PyRef cdata = attr(storage.get(), "_cdata");
+  long long id = PyLong_AsLongLong(cdata.get());
+  throw_if_python_error();
+  return id;
+}
+
+// True when `t` shares storage with one of `args`.
+// NOTE: `_base` alone misses aliases that are not views: `x.detach()` has no `_base` yet
+// writes x's storage. Rebuilt as a fresh tensor from the cache, `x.detach().mul_(2)` after a
+// graph break looked like a write into a new tensor, was made out of place by functionalize,
+// and x was never written.
+bool aliases_an_arg(PyObject* t, const std::vector<PyObject*>& args) {
+  const long long id = storage_id(t);
+  for (PyObject* a : args)
+    if (storage_id(a) == id) return true;
+  return false;
+}
+
 PyRef root_of(PyObject* t) {
   PyRef base = attr(t, "_base");
   return base.get() == Py_None ? PyRef::borrow(t) : base;
@@ -265,7 +286,7 @@ bool describe(PyObject* out, const std::vector<PyObject*>& args, Entry& e, OutSp
   PyRef base = attr(out, "_base");
   if (base.get() == Py_None) {
     spec.kind = OutKind::Fresh;
-    return spec.offset == 0;
+    return spec.offset == 0 && !aliases_an_arg(out, args);
   }
   for (size_t k = 0; k < args.size(); ++k) {
     if (root_of(args[k]).get() != base.get()) continue;
@@ -276,6 +297,7 @@ bool describe(PyObject* out, const std::vector<PyObject*>& args, Entry& e, OutSp
   }
   // A view of a tensor the op made itself.
   if (Py_TYPE(base.get()) != reinterpret_cast<PyTypeObject*>(ty.tensor)) return false;
+  if (aliases_an_arg(base.get(), args)) return false;
   size_t slot = 0;
   while (slot < e.new_base_ids.size() && e.new_base_ids[slot] != base.get()) ++slot;
   if (slot == e.new_base_ids.size()) {
