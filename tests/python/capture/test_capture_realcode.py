@@ -699,3 +699,28 @@ def test_model_output_nested_in_a_model_output_is_one_graph():
     assert list(out.keys()) == ["logits", "text_model_output", "vision_model_output"]
     assert_same(out.vision_model_output.last_hidden_state, m.vision(inputs[1]))
     assert _graphs_and_breaks(m, *inputs) == (1, 0)
+
+
+def test_zip_strict_over_equal_lengths_is_one_graph():
+    # torch.nn.LSTM/GRU's _weights_have_changed: `zip(names, refs, strict=True)` every forward
+    names = ("scale", "shift")
+
+    def fn(x, ws):
+        for name, w in zip(names, ws, strict=True):
+            x = x * w if name == "scale" else x + w
+        return x
+
+    check(fn, torch.randn(3), [2.0, 3.0])
+    assert _graphs_and_breaks(fn, torch.randn(3), [2.0, 3.0]) == (1, 0)
+
+
+def test_zip_strict_over_unequal_lengths_raises_as_eager():
+    def fn(x, ws):
+        for w in zip(("a", "b", "c"), ws, strict=True):
+            x = x * w[1]
+        return x
+
+    with pytest.raises(ValueError, match="shorter"):
+        fn(torch.randn(3), [2.0, 3.0])
+    with pytest.raises(ValueError, match="shorter"):
+        torchlite.compile(fn)(torch.randn(3), [2.0, 3.0])
