@@ -229,11 +229,29 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       }
       return lazy_iterator(enumerate_iter(get_iter(args[0]), start), "enumerate");
     }
-    if (name == "zip" && !kwargs.empty())
-      graph_break("unsupported_builtin", "zip() with keyword arguments (strict=)");
     if (name == "zip") {
+      bool strict = false;
+      for (auto& [k, v] : kwargs) {
+        if (k != "strict" || !v->is_const())
+          graph_break("unsupported_builtin", "zip() with a keyword argument other than strict=");
+        int on = PyObject_IsTrue(v->obj.get());
+        if (on < 0) throw PythonError();
+        strict = on == 1;
+      }
       std::vector<ValuePtr> its;
       for (auto& a : args) its.push_back(get_iter(a));
+      // NOTE: strict=True differs from zip only when the lengths differ (a ValueError once one
+      // runs out): with every length known and equal now it is zip; otherwise CPython runs it.
+      // torch.nn.LSTM/GRU's _weights_have_changed zips its weight names with strict=True.
+      for (size_t i = 0; strict && i < its.size(); ++i) {
+        auto left = remaining_items(its[i]);
+        auto first = remaining_items(its[0]);
+        bool shared = std::count(its.begin(), its.end(), its[i]) > 1;
+        if (!left || !first || left->size() != first->size() || shared)
+          graph_break("unsupported_builtin",
+                      "zip(strict=True) over iterables whose lengths are not known to be equal "
+                      "while tracing");
+      }
       return lazy_iterator(zip_iter(std::move(its)), "zip");
     }
     if (name == "reversed" && args.size() == 1) {

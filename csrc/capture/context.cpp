@@ -146,12 +146,14 @@ std::string fn_short_name(PyObject* fn) {
   return c ? c : "?";
 }
 
-// Remakes an object made by traced code. spec (borrowed): (type, attribute names, item keys);
-// values (borrowed): the attribute values then the item values. Returns a new reference.
+// Remakes an object made by traced code. spec (borrowed): (type, attribute names, item keys,
+// per item key the index of the attribute holding its value or -1); values (borrowed): the
+// attribute values then the values of the items marked -1. Returns a new reference.
 PyObject* rebuild_created_object(PyObject* spec, PyObject* values) {
   auto* type = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(spec, 0));
   PyObject* names = PyTuple_GET_ITEM(spec, 1);
   PyObject* keys = PyTuple_GET_ITEM(spec, 2);
+  PyObject* item_from_attr = PyTuple_GET_ITEM(spec, 3);
   PyRef empty = PyRef::steal(PyTuple_New(0));
   PyRef inst = PyRef::steal(type->tp_new(type, empty.get(), nullptr));
   if (!inst) return nullptr;
@@ -169,10 +171,13 @@ PyObject* rebuild_created_object(PyObject* spec, PyObject* values) {
       PyErr_SetString(PyExc_TypeError, "torchlite: cannot rebuild the items of a dict subclass");
       return nullptr;
     }
-    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(keys); ++j)
-      if (base->tp_as_mapping->mp_ass_subscript(inst.get(), PyTuple_GET_ITEM(keys, j),
-                                                PyTuple_GET_ITEM(values, na + j)) < 0)
+    Py_ssize_t next = na;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(keys); ++j) {
+      Py_ssize_t from = PyLong_AsSsize_t(PyTuple_GET_ITEM(item_from_attr, j));
+      PyObject* value = PyTuple_GET_ITEM(values, from >= 0 ? from : next++);
+      if (base->tp_as_mapping->mp_ass_subscript(inst.get(), PyTuple_GET_ITEM(keys, j), value) < 0)
         return nullptr;
+    }
   }
   return inst.release();
 }
@@ -216,12 +221,28 @@ ValuePtr lower_created_object(const ValuePtr& v) {
     PyTuple_SET_ITEM(names.get(), i, PyRef(v->attrs->keys[i]).release());
   size_t nk = v->mapping ? v->mapping->keys.size() : 0;
   PyRef keys = PyRef::steal(PyTuple_New(nk));
+  PyRef item_from_attr = PyRef::steal(PyTuple_New(nk));
+  if (!names || !keys || !item_from_attr) throw PythonError();
   for (size_t j = 0; j < nk; ++j) {
     PyTuple_SET_ITEM(keys.get(), j, PyRef(v->mapping->keys[j]).release());
-    items.push_back(v->mapping->items[j]);
+    // NOTE: a ModelOutput holds each field twice, as an attribute and as an item: one value
+    // (a nested ModelOutput, as CLIPOutput's text_model_output) rebuilt once and set in both
+    // places, not two copies (the residual builder refuses a built object referenced twice).
+    long from = -1;
+    for (size_t i = 0; i < v->attrs->keys.size() && from < 0; ++i) {
+      int same_key =
+          PyObject_RichCompareBool(v->attrs->keys[i].get(), v->mapping->keys[j].get(), Py_EQ);
+      if (same_key < 0) throw PythonError();
+      if (same_key && v->attrs->items[i].get() == v->mapping->items[j].get())
+        from = static_cast<long>(i);
+    }
+    if (from < 0) items.push_back(v->mapping->items[j]);
+    PyObject* index = PyLong_FromLong(from);
+    if (!index) throw PythonError();
+    PyTuple_SET_ITEM(item_from_attr.get(), j, index);
   }
-  PyRef spec = PyRef::steal(
-      PyTuple_Pack(3, reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())), names.get(), keys.get()));
+  PyRef spec = PyRef::steal(PyTuple_Pack(4, reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())),
+                                         names.get(), keys.get(), item_from_attr.get()));
   if (!spec) throw PythonError();
   PyRef builder = PyRef::steal(PyCFunction_New(&rebuild_def, spec.get()));
   if (!builder) throw PythonError();

@@ -289,6 +289,7 @@ bool describe(PyObject* out, const std::vector<PyObject*>& args, Entry& e, OutSp
   }
   // A view of a tensor the op made itself.
   if (Py_TYPE(base.get()) != reinterpret_cast<PyTypeObject*>(ty.tensor)) return false;
+  if (aliases_an_arg(base.get(), args)) return false;
   size_t slot = 0;
   while (slot < e.new_base_ids.size() && e.new_base_ids[slot] != base.get()) ++slot;
   if (slot == e.new_base_ids.size()) {

@@ -1,7 +1,9 @@
 #include "ir/effects.h"
 
+#include <algorithm>
 #include <functional>
 #include <optional>
+#include <vector>
 
 namespace tl::ir {
 namespace {
@@ -96,17 +98,104 @@ WriteTarget follow_write(const Node* cur) {
   return w;
 }
 
+// Adds the storage (its StorageImpl address, `_cdata`) of every tensor in `v` (a meta
+// tensor, or a tuple/list of them) to `out`. False when one cannot be read.
+bool add_storages(PyObject* v, std::vector<long long>& out) {
+  if (PyTuple_Check(v) || PyList_Check(v)) {
+    PyRef seq = PyRef::steal(PySequence_Fast(v, "example"));
+    if (!seq) return false;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq.get()); ++i)
+      if (!add_storages(PySequence_Fast_GET_ITEM(seq.get(), i), out)) return false;
+    return true;
+  }
+  if (!PyObject_HasAttrString(v, "untyped_storage")) return true;  // a number, None
+  PyRef storage = PyRef::steal(PyObject_CallMethod(v, "untyped_storage", nullptr));
+  PyRef cdata = storage ? PyRef::steal(PyObject_GetAttrString(storage.get(), "_cdata")) : PyRef();
+  long long id = cdata ? PyLong_AsLongLong(cdata.get()) : -1;
+  if (id == -1) {
+    PyErr_Clear();
+    return false;
+  }
+  out.push_back(id);
+  return true;
+}
+
+// Whether `v` (a node's example) holds a tensor on `storage`; nullopt when unknown.
+std::optional<bool> holds_storage(PyObject* v, long long storage) {
+  std::vector<long long> ids;
+  if (!v || !add_storages(v, ids)) return std::nullopt;
+  return std::find(ids.begin(), ids.end(), storage) != ids.end();
+}
+
+bool const_holds_tensor(const Arg& a) {
+  if (a.kind == Arg::Kind::Const)
+    return a.value && !PyType_Check(a.value.get()) &&
+           PyObject_HasAttrString(a.value.get(), "untyped_storage");
+  for (const Arg& item : a.items)
+    if (const_holds_tensor(item)) return true;
+  return false;
+}
+
+void node_operands(const Arg& a, std::vector<const Node*>& out) {
+  if (a.kind == Arg::Kind::Node) {
+    if (a.node) out.push_back(a.node);
+    return;
+  }
+  for (const Arg& item : a.items) node_operands(item, out);
+}
+
+// True unless `storage` (the trace-time storage of `n`'s value) was allocated by an op of the
+// graph: followed back through the operands that hold the same storage (views, in-place ops,
+// detach), every path must end at an op none of whose operands holds it, never at a graph
+// input. Unknown examples and tensor constants count as outside.
+// NOTE: the meta ops ran torch's own aliasing, so meta storages alias exactly as the real ones
+// will (fast_meta answers only fresh results or the operand itself).
+bool storage_reaches_input(const Node& n, long long storage, int depth) {
+  if (depth > 256) return true;
+  if (n.op == OpKind::Placeholder) return holds_storage(n.example.get(), storage) != false;
+  std::vector<const Node*> operands;
+  for (const Arg& a : n.args) {
+    if (const_holds_tensor(a)) return true;
+    node_operands(a, operands);
+  }
+  for (const auto& [k, a] : n.kwargs) {
+    if (const_holds_tensor(a)) return true;
+    node_operands(a, operands);
+  }
+  for (const Node* op : operands) {
+    std::optional<bool> holds = holds_storage(op->example.get(), storage);
+    if (!holds) return true;
+    if (*holds && storage_reaches_input(*op, storage, depth + 1)) return true;
+  }
+  return false;
+}
+
+// Alias analysis on the trace-time values: true unless the tensor `written` is on a storage
+// some op of the graph allocated.
+bool aliases_outside_tensor(const Node& written) {
+  if (!written.example || PyTuple_Check(written.example.get()) ||
+      PyList_Check(written.example.get()))
+    return true;
+  std::vector<long long> ids;
+  if (!add_storages(written.example.get(), ids) || ids.size() != 1) return true;
+  return storage_reaches_input(written, ids[0], 0);
+}
+
 // True unless the tensor an in-place node writes (its first operand) is known to be a new
-// tensor the graph made: it must reach an op with a fresh result before any graph input.
+// tensor the graph made: followed back through views and in-place ops (which return their
+// operand), it must reach an op with a fresh result before any graph input, or (any other op:
+// `einsum`, an embedding) the storage it writes must be one an op of the graph allocated.
 // NOTE: writing such a tensor is invisible after the graph (nothing outside holds it): if a
 // later op raises, an eager rerun computes it again. T5's `buckets = 0; buckets += t; buckets
-// += u` wrote only its own tensor yet broke the graph at the next embedding (effect_order).
+// += u` wrote only its own tensor yet broke the graph at the next embedding (effect_order), as
+// did CTRL's `inputs_embeds *= c` on an embedding's result and Funnel's `attn *= mask`.
 bool writes_outside_tensor(const Node& n) {
   if (n.args.empty()) return true;
   if (n.args[0].kind != Arg::Kind::Node)
     // `0 += t`: an augmented assignment to a number is a plain operation
     return !augmented_name(n.target_name, last_name(n.target_name));
-  return !follow_write(n.args[0].node).fresh;
+  if (follow_write(n.args[0].node).fresh) return false;
+  return aliases_outside_tensor(*n.args[0].node);
 }
 
 const Arg* out_kwarg(const Node& n) {

@@ -658,3 +658,69 @@ def test_model_output_with_layer_norm_subclass_and_modules_made_in_forward():
     m = TinyEncoder().eval()
     check(m, torch.randn(2, 4, 3, 3))
     assert _graphs_and_breaks(m, torch.randn(2, 4, 3, 3)) == (1, 0)
+
+
+@dataclasses.dataclass
+class ContrastiveOutput(OrderedDict):
+    """CLIPOutput: the two towers' ModelOutputs nested as fields of the result."""
+
+    logits: torch.Tensor | None = None
+    text_model_output: BaseModelOutputWithPast | None = None
+    vision_model_output: BaseModelOutputWithPast | None = None
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                self[field.name] = value
+
+
+class TwoTowers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.text = torch.nn.Linear(4, 4)
+        self.vision = torch.nn.Linear(4, 4)
+
+    def forward(self, t, v):
+        text = BaseModelOutputWithPast(last_hidden_state=self.text(t))
+        vision = BaseModelOutputWithPast(last_hidden_state=self.vision(v))
+        logits = text.last_hidden_state @ vision.last_hidden_state.t()
+        return ContrastiveOutput(logits=logits, text_model_output=text, vision_model_output=vision)
+
+
+def test_model_output_nested_in_a_model_output_is_one_graph():
+    # CLIP broke 11 times: each nested output is both an attribute and an item of the result,
+    # which the residual took for one object referenced twice.
+    m = TwoTowers().eval()
+    inputs = (torch.randn(3, 4), torch.randn(2, 4))
+    check(m, *inputs)
+    out = torchlite.compile(m)(*inputs)
+    assert out["text_model_output"] is out.text_model_output
+    assert list(out.keys()) == ["logits", "text_model_output", "vision_model_output"]
+    assert_same(out.vision_model_output.last_hidden_state, m.vision(inputs[1]))
+    assert _graphs_and_breaks(m, *inputs) == (1, 0)
+
+
+def test_zip_strict_over_equal_lengths_is_one_graph():
+    # torch.nn.LSTM/GRU's _weights_have_changed: `zip(names, refs, strict=True)` every forward
+    names = ("scale", "shift")
+
+    def fn(x, ws):
+        for name, w in zip(names, ws, strict=True):
+            x = x * w if name == "scale" else x + w
+        return x
+
+    check(fn, torch.randn(3), [2.0, 3.0])
+    assert _graphs_and_breaks(fn, torch.randn(3), [2.0, 3.0]) == (1, 0)
+
+
+def test_zip_strict_over_unequal_lengths_raises_as_eager():
+    def fn(x, ws):
+        for w in zip(("a", "b", "c"), ws, strict=True):
+            x = x * w[1]
+        return x
+
+    with pytest.raises(ValueError, match="shorter"):
+        fn(torch.randn(3), [2.0, 3.0])
+    with pytest.raises(ValueError, match="shorter"):
+        torchlite.compile(fn)(torch.randn(3), [2.0, 3.0])

@@ -420,7 +420,39 @@ _LOOKALIKE_EFFECTS = {
     "fresh_setitem": (lambda x: _write_fresh(x), 0),
     "add_inplace": (lambda x: x.add_(1), 1),
     "input_view_setitem": (lambda x: _write_input_view(x), 1),
+    # decided by aliasing, not by the op's name: any op that allocates its result
+    "einsum_imul": (lambda x: _scale_einsum(x, "i,i->i"), 0),
+    "softmax_view_imul": (lambda x: _scale_softmax_row(x), 0),
+    "embedding_imul": (lambda x: _scale_embedding(x), 0),
+    # einsum("i->i") returns a view of its input: writing it writes x
+    "einsum_view_of_input_imul": (lambda x: _scale_einsum(x, "i->i"), 1),
+    "detached_input_mul_": (lambda x: _scale_detached(x), 1),
 }
+
+
+def _scale_einsum(x, spec):
+    z = torch.einsum(spec, x, x) if "," in spec else torch.einsum(spec, x)
+    z *= 2
+    return z
+
+
+def _scale_softmax_row(x):
+    z = torch.softmax(x, 0)
+    z.view(2, 2)[1] *= 3  # Funnel's `attn *= mask` on a view of a fresh result
+    return z
+
+
+def _scale_embedding(x):
+    e = torch.nn.functional.embedding(torch.tensor([1, 0, 3, 2]), x.view(4, 1)).view(4)
+    e *= 2.0  # CTRL's `inputs_embeds *= sqrt(d)`
+    return e
+
+
+def _scale_detached(x):
+    # detach shares the input's storage; a wrong value on the old main: the meta cache rebuilt
+    # detach() as a fresh tensor after the break, and functionalize dropped the write
+    x.detach().mul_(2)
+    return x * 1
 
 
 def _buckets(x):
