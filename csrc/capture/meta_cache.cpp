@@ -289,7 +289,10 @@ bool describe(PyObject* out, const std::vector<PyObject*>& args, Entry& e, OutSp
   }
   // A view of a tensor the op made itself.
   if (Py_TYPE(base.get()) != reinterpret_cast<PyTypeObject*>(ty.tensor)) return false;
-  if (aliases_an_arg(base.get(), args)) return false;
+  // NOTE: a view of `x.detach()` is a view of x's memory too (no `_base` chain shows it).
+  PyRef base_storage = call0(base.get(), "untyped_storage");
+  for (PyObject* a : args)
+    if (same_storage(call0(a, "untyped_storage").get(), base_storage.get())) return false;
   size_t slot = 0;
   while (slot < e.new_base_ids.size() && e.new_base_ids[slot] != base.get()) ++slot;
   if (slot == e.new_base_ids.size()) {
