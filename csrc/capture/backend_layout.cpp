@@ -3,7 +3,7 @@
 #include <unordered_set>
 
 #include "core/errors.h"
-#include "core/py_import.h"
+#include "core/python_helpers.h"
 
 namespace tl::capture {
 namespace {
@@ -21,7 +21,7 @@ bool has_backend_layout(const std::string& op_name) {
 PyRef eager_result_layout(const std::string& op_name, PyRef result, PyObject* device, PyObject* pos,
                           PyObject* kwargs) {
   if (!result || !has_backend_layout(op_name)) return result;
-  PyRef fn = import_attr("torchlite._backend_layout", "eager_layout");
+  PyRef fn = python_helper("backend_layout.eager_layout");
   PyRef name = PyRef::steal(PyUnicode_FromString(op_name.c_str()));
   if (!name) throw PythonError();
   PyRef r = PyRef::steal(PyObject_CallFunctionObjArgs(fn.get(), name.get(), device, result.get(),
