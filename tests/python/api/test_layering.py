@@ -9,6 +9,8 @@ import itertools
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 CSRC = ROOT / "csrc"
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/', re.MULTILINE)
@@ -96,3 +98,22 @@ def test_no_csrc_file_imports_torchlite_modules_by_name():
         for m in pattern.finditer(p.read_text())
     ]
     assert not hits
+
+
+def test_an_unregistered_python_helper_is_an_error_naming_it():
+    import torch
+
+    import torchlite
+    from torchlite import _C, _backend_layout
+
+    conv = torch.nn.Conv2d(3, 4, 3)
+    x = torch.randn(2, 3, 8, 8)
+    _C.register_python_helper("backend_layout.eager_layout", None)
+    try:
+        torchlite.reset()
+        with pytest.raises(torchlite.InternalError, match="backend_layout.eager_layout"):
+            torchlite.compile(conv)(x)
+    finally:
+        _C.register_python_helper("backend_layout.eager_layout", _backend_layout.eager_layout)
+        torchlite.reset()
+    torch.testing.assert_close(torchlite.compile(conv)(x), conv(x))
