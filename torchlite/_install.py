@@ -31,6 +31,39 @@ def _show_logs() -> None:
         logger.setLevel(logging.INFO)
 
 
+def _register_python_helpers() -> None:
+    """Hands the C++ passes and capture the Python functions they call (core/python_helpers.h).
+
+    NOTE: the C++ core never imports torchlite modules by name: the package registers what it
+    needs here, at import, the way it registers the backend bridge.
+    """
+    from torchlite import (
+        _attention_mask,
+        _backend_layout,
+        _ddp_buckets,
+        _optimizer,
+        _padded_weights,
+        _training,
+    )
+
+    helpers = {
+        "attention_mask.shared_additive_mask": _attention_mask.shared_additive_mask,
+        "padded_weights.linear_into_padded_rows": _padded_weights.linear_into_padded_rows,
+        "padded_weights.padded_rows": _padded_weights.padded_rows,
+        "backend_layout.eager_layout": _backend_layout.eager_layout,
+        "ddp_buckets.split_at_buckets": _ddp_buckets.split_at_buckets,
+        "training.trace_joint": _training.trace_joint,
+        "training.make_training_function": _training.make_training_function,
+        "optimizer.step_route": _optimizer.step_route,
+        "optimizer.step_callable": _optimizer.step_callable,
+    }
+    for name, fn in helpers.items():
+        _C.register_python_helper(name, fn)
+
+
+_register_python_helpers()
+
+
 def sync() -> None:
     """Applies torchlite.config to the C++ core."""
     _C.set_log_sink(log_sink)

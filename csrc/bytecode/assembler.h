@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "capture/bytecode.h"
+#include "bytecode/decode.h"
 #include "core/py_ref.h"
 
 namespace tl::bytecode {
@@ -102,7 +102,7 @@ PyRef assemble(const Assembly& assembly, const CodeSpec& spec);
 
 // Decoded bytecode back to assembler input: labels are the instruction
 // indices, blocks come from the exception table.
-Assembly lift(const capture::Bytecode& bc);
+Assembly lift(const Bytecode& bc);
 // The non-instruction part of an existing code object (borrowed).
 CodeSpec spec_of(PyCodeObject* code);
 

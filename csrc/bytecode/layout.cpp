@@ -5,38 +5,35 @@
 #include <cstdint>
 
 #include "bytecode/assembler.h"
-#include "capture/opcode_tables.h"
+#include "bytecode/opcode_tables.h"
 #include "core/errors.h"
 
 namespace tl::bytecode {
 
 namespace {
 
-using capture::inline_cache_entries;
-using capture::opcode_flags;
-
-bool is_jump(int opcode) { return opcode_flags(opcode) & capture::kJump; }
-bool is_backward(int opcode) { return opcode_flags(opcode) & capture::kBackward; }
+bool is_jump(int opcode) { return opcode_flags(opcode) & kJump; }
+bool is_backward(int opcode) { return opcode_flags(opcode) & kBackward; }
 
 void check_instruction(const std::vector<Instr>& insts, const std::vector<int>& targets, size_t i) {
   const Instr& in = insts[i];
-  TL_CHECK(capture::is_known_opcode(in.opcode) && in.opcode != EXTENDED_ARG && in.opcode != CACHE)
+  TL_CHECK(is_known_opcode(in.opcode) && in.opcode != EXTENDED_ARG && in.opcode != CACHE)
       << "instruction " << i << ": opcode " << in.opcode << " cannot be assembled";
-  TL_CHECK(capture::has_arg(in.opcode) || in.arg == 0)
-      << "instruction " << i << ": " << capture::opcode_name(in.opcode)
-      << " takes no argument but has " << in.arg;
+  TL_CHECK(has_arg(in.opcode) || in.arg == 0)
+      << "instruction " << i << ": " << opcode_name(in.opcode) << " takes no argument but has "
+      << in.arg;
   if (!is_jump(in.opcode)) {
-    TL_CHECK(targets[i] < 0) << "instruction " << i << ": " << capture::opcode_name(in.opcode)
+    TL_CHECK(targets[i] < 0) << "instruction " << i << ": " << opcode_name(in.opcode)
                              << " is not a jump but has a target";
     return;
   }
-  TL_CHECK(targets[i] >= 0) << "instruction " << i << ": jump " << capture::opcode_name(in.opcode)
+  TL_CHECK(targets[i] >= 0) << "instruction " << i << ": jump " << opcode_name(in.opcode)
                             << " has no target";
   // NOTE: 3.11/3.12 jumps are relative and each opcode encodes one direction
   // (3.12's POP_JUMP_IF_* have no backward form), so the caller must pick it.
   bool backward_target = targets[i] <= static_cast<int>(i);
   TL_CHECK(backward_target == is_backward(in.opcode))
-      << "instruction " << i << ": " << capture::opcode_name(in.opcode) << " cannot jump "
+      << "instruction " << i << ": " << opcode_name(in.opcode) << " cannot jump "
       << (backward_target ? "backward" : "forward") << " to instruction " << targets[i];
 }
 

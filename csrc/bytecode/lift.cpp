@@ -10,9 +10,9 @@ namespace tl::bytecode {
 namespace {
 
 // Index of the instruction whose code units (caches included) end at `end`.
-int index_ending_at(const capture::Bytecode& bc, int end) {
+int index_ending_at(const Bytecode& bc, int end) {
   auto it = std::lower_bound(bc.insts.begin(), bc.insts.end(), end,
-                             [](const capture::Instruction& in, int e) { return in.offset < e; });
+                             [](const Instruction& in, int e) { return in.offset < e; });
   TL_CHECK(it != bc.insts.begin()) << "exception range ends at offset " << end;
   --it;
   TL_CHECK(it->next_offset == end)
@@ -20,7 +20,7 @@ int index_ending_at(const capture::Bytecode& bc, int end) {
   return static_cast<int>(it - bc.insts.begin());
 }
 
-int index_at(const capture::Bytecode& bc, int offset, const char* what) {
+int index_at(const Bytecode& bc, int offset, const char* what) {
   int i = bc.index_at_offset(offset);
   TL_CHECK(i >= 0) << what << " at offset " << offset << " is not an instruction";
   return i;
@@ -33,11 +33,11 @@ PyRef checked(PyObject* p) {  // steals p
 
 }  // namespace
 
-Assembly lift(const capture::Bytecode& bc) {
+Assembly lift(const Bytecode& bc) {
   Assembly out;
   out.insts.reserve(bc.insts.size());
   for (size_t i = 0; i < bc.insts.size(); ++i) {
-    const capture::Instruction& in = bc.insts[i];
+    const Instruction& in = bc.insts[i];
     Instr instr;
     instr.opcode = in.opcode;
     instr.arg = in.arg;
@@ -48,7 +48,7 @@ Assembly lift(const capture::Bytecode& bc) {
     instr.line = in.line >= 0 ? in.line : kNoLine;
     out.insts.push_back(instr);
   }
-  for (const capture::ExceptionTableEntry& e : bc.exception_table) {
+  for (const ExceptionTableEntry& e : bc.exception_table) {
     ExceptionBlock b;
     b.first = index_at(bc, e.start, "exception range start");
     b.last = index_ending_at(bc, e.end);

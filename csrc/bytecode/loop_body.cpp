@@ -8,10 +8,10 @@
 #include <iterator>
 #include <optional>
 
+#include "bytecode/decode.h"
 #include "bytecode/loop_flow.h"
+#include "bytecode/opcode_tables.h"
 #include "bytecode/rewriter.h"
-#include "capture/bytecode.h"
-#include "capture/opcode_tables.h"
 #include "core/errors.h"
 
 namespace tl::bytecode {
@@ -150,7 +150,7 @@ namespace {
 // (their __exit__ never swallows) may hold the loop: a with-block's __exit__
 // sits at its handler's depth - 1, below the loop when the block holds it.
 // (Other handlers around a loop re-raise: try blocks are regions of their own.)
-void check_no_swallowing_with(const capture::Bytecode& bc, const std::string& outer) {
+void check_no_swallowing_with(const Bytecode& bc, const std::string& outer) {
   const int n = static_cast<int>(bc.insts.size());
   for (const auto& e : bc.exception_table) {
     int h = bc.index_at_offset(e.target);
@@ -169,7 +169,7 @@ void check_no_swallowing_with(const capture::Bytecode& bc, const std::string& ou
 
 std::optional<LoopBody> outline_loop(const BreakSite& site) {
   Rewriter rw(site.code);
-  const capture::Bytecode& bc = rw.bytecode();
+  const Bytecode& bc = rw.bytecode();
   const int n = rw.size();
   const int head = site.index;
   int last = -1;

@@ -10,8 +10,8 @@
 #include <set>
 #include <string>
 
+#include "bytecode/opcode_tables.h"
 #include "bytecode/rewriter.h"
-#include "capture/opcode_tables.h"
 #include "core/errors.h"
 
 namespace tl::bytecode {
@@ -69,7 +69,7 @@ bool pushes_nothing(int opcode) {
 
 class Flow {
  public:
-  explicit Flow(const capture::Bytecode& bc) : bc_(bc), n_(static_cast<int>(bc.insts.size())) {
+  explicit Flow(const Bytecode& bc) : bc_(bc), n_(static_cast<int>(bc.insts.size())) {
     handlers_.assign(n_, Handler{});
     for (int i = 0; i < n_; ++i) {
       const int off = bc.insts[i].offset;
@@ -148,7 +148,7 @@ class Flow {
     if (in.opcode == RETURN_GENERATOR) throw CannotResume("a loop in a generator");
     int e = PyCompile_OpcodeStackEffectWithJump(in.opcode, in.arg, jump ? 1 : 0);
     if (e == PY_INVALID_STACK_EFFECT)
-      throw CannotResume(std::string("no stack effect for ") + capture::opcode_name(in.opcode));
+      throw CannotResume(std::string("no stack effect for ") + opcode_name(in.opcode));
     return e;
   }
 
@@ -176,7 +176,7 @@ class Flow {
     }
   }
 
-  const capture::Bytecode& bc_;
+  const Bytecode& bc_;
   int n_;
   std::vector<Handler> handlers_;
   std::vector<int> depth_;
@@ -337,7 +337,7 @@ class LoopAnalysis {
 // tracked by its stack position.
 class Binding {
  public:
-  Binding(const capture::Bytecode& bc, const Flow& flow, const LoopAnalysis& a, int nlocals,
+  Binding(const Bytecode& bc, const Flow& flow, const LoopAnalysis& a, int nlocals,
           const std::vector<int>& params, int entry)
       : bc_(bc), flow_(flow), a_(a), nlocals_(nlocals) {
     State start;
@@ -369,7 +369,7 @@ class Binding {
     return changed;
   }
 
-  int local_of(const capture::Instruction& in) const {
+  int local_of(const Instruction& in) const {
     if (in.arg < 0 || in.arg >= nlocals_) throw CannotResume("a loop that uses a cell variable");
     return in.arg;
   }
@@ -399,12 +399,12 @@ class Binding {
   State step(int i, State s, bool check) { return step_at(bc_.insts[i], flow_.depth(i), s, check); }
 
   // The same for an instruction entered with `d` values on the stack.
-  State step_at(const capture::Instruction& in, int d, State s, bool check) {
-    unsigned flags = capture::opcode_flags(in.opcode);
-    if (flags & capture::kLocalPair) {
+  State step_at(const Instruction& in, int d, State s, bool check) {
+    unsigned flags = opcode_flags(in.opcode);
+    if (flags & kLocalPair) {
       // A 3.13 superinstruction: its two halves in turn.
       auto [op1, op2] = Rewriter::split_pair(in.opcode);
-      capture::Instruction first = in, second = in;
+      Instruction first = in, second = in;
       first.opcode = op1, first.arg = in.arg >> 4;
       second.opcode = op2, second.arg = in.arg & 15;
       s = step_at(first, d, std::move(s), check);
@@ -453,9 +453,9 @@ class Binding {
       default:
         break;
     }
-    if (flags & (capture::kLocal | capture::kFree)) {
+    if (flags & (kLocal | kFree)) {
       if (in.opcode != LOAD_DEREF && in.opcode != STORE_DEREF)  // free variables: the same closure
-        throw CannotResume(std::string("the loop body uses ") + capture::opcode_name(in.opcode));
+        throw CannotResume(std::string("the loop body uses ") + opcode_name(in.opcode));
     }
     if (!s.saved.empty() && !pure_push(in.opcode)) {
       int after = d + PyCompile_OpcodeStackEffectWithJump(in.opcode, in.arg, 0);
@@ -512,7 +512,7 @@ class Binding {
     }
   }
 
-  const capture::Bytecode& bc_;
+  const Bytecode& bc_;
   const Flow& flow_;
   const LoopAnalysis& a_;
   int nlocals_;
@@ -522,7 +522,7 @@ class Binding {
 
 }  // namespace
 
-LoopShape analyze_loop(const capture::Bytecode& bc, const LoopBody& loop, int last, int nlocals) {
+LoopShape analyze_loop(const Bytecode& bc, const LoopBody& loop, int last, int nlocals) {
   Flow flow(bc);
   if (flow.depth(loop.head) != static_cast<int>(loop.outer.size()) + (loop.is_for ? 1 : 0))
     throw CannotResume("the stack at the loop head differs from the trace's");

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "bytecode/assembler.h"
+#include "bytecode/decode.h"
 #include "bytecode/loop_body.h"
-#include "capture/bytecode.h"
 
 namespace tl::bytecode {
 
@@ -31,6 +31,6 @@ struct LoopShape {
 // The body of the loop `loop` describes (head, entry, is_for, outer, params
 // set), whose last backward jump to the head is instruction `last`. Throws
 // CannotResume when the body cannot run as a function.
-LoopShape analyze_loop(const capture::Bytecode& bc, const LoopBody& loop, int last, int nlocals);
+LoopShape analyze_loop(const Bytecode& bc, const LoopBody& loop, int last, int nlocals);
 
 }  // namespace tl::bytecode

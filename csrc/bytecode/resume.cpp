@@ -17,10 +17,10 @@
 #include <unordered_map>
 
 #include "bytecode/assembler.h"
+#include "bytecode/decode.h"
 #include "bytecode/loop_body.h"
+#include "bytecode/opcode_tables.h"
 #include "bytecode/rewriter.h"
-#include "capture/bytecode.h"
-#include "capture/opcode_tables.h"
 #include "core/errors.h"
 
 namespace tl::bytecode {
@@ -36,7 +36,7 @@ struct Effect {
   int jump_pops = 0;
 };
 
-Effect effect_of(const capture::Instruction& in) {
+Effect effect_of(const Instruction& in) {
   const int a = in.arg;
   auto v = [](int n) { return std::string(n, 'V'); };
   switch (in.opcode) {
@@ -161,8 +161,7 @@ Effect effect_of(const capture::Instruction& in) {
       return {1, "", true, true, 1};
 #endif
     default:
-      throw CannotResume(std::string("no resume function after ") +
-                         capture::opcode_name(in.opcode));
+      throw CannotResume(std::string("no resume function after ") + opcode_name(in.opcode));
   }
 }
 
@@ -311,7 +310,7 @@ struct Successor {
 // swallows an exception goes on after the block in the bridge, which has the
 // locals the body may assign bound to the sentinel. Grad-mode with-blocks
 // never swallow one; any other value below a guarded loop may be such a block.
-std::vector<Successor> after_loop(const LoopBody& loop, const capture::Bytecode& bc) {
+std::vector<Successor> after_loop(const LoopBody& loop, const Bytecode& bc) {
   for (char c : loop.outer)
     if (loop.guarded && c != static_cast<char>(Slot::Null) &&
         c != static_cast<char>(Slot::ExitTrue) && c != static_cast<char>(Slot::ExitFalse))
@@ -333,7 +332,7 @@ std::vector<Successor> after_loop(const LoopBody& loop, const capture::Bytecode&
 
 std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
   Rewriter rw(site.code);
-  const capture::Bytecode& bc = rw.bytecode();
+  const Bytecode& bc = rw.bytecode();
   TL_CHECK(site.index >= 0 && site.index < static_cast<int>(bc.insts.size()))
       << "break at instruction " << site.index;
   auto out = std::make_unique<BridgeCode>();

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "bytecode/assembler.h"
+#include "bytecode/decode.h"
+#include "bytecode/opcode_tables.h"
 #include "bytecode/resume.h"
-#include "capture/bytecode.h"
-#include "capture/opcode_tables.h"
 #include "core/errors.h"
 #include "core/py_ref.h"
 
@@ -57,7 +57,7 @@ class Rewriter {
   static constexpr unsigned char kFastFree = 0x80;
 
   explicit Rewriter(PyCodeObject* code)
-      : code_(code), bc_(capture::decode(code)), asm_(lift(bc_)), spec_(spec_of(code)) {
+      : code_(code), bc_(decode(code)), asm_(lift(bc_)), spec_(spec_of(code)) {
     nlocals_ = code->co_nlocals;
     const char* kinds = PyBytes_AS_STRING(code->co_localspluskinds);
     for (int i = 0; i < code->co_nlocalsplus; ++i) {
@@ -79,7 +79,7 @@ class Rewriter {
   // The name of a local the generated code adds ("stack0" -> "___0_stack0").
   std::string fresh(const std::string& base) const { return prefix_ + base; }
 
-  const capture::Bytecode& bytecode() const { return bc_; }
+  const Bytecode& bytecode() const { return bc_; }
   PyCodeObject* code() const { return code_; }
   int size() const { return static_cast<int>(bc_.insts.size()); }
   int line_near(int index) const {
@@ -193,8 +193,8 @@ class Rewriter {
     std::vector<std::vector<Instr>> out;
     out.reserve(asm_.insts.size());
     for (Instr in : asm_.insts) {
-      unsigned f = capture::opcode_flags(in.opcode);
-      if (f & capture::kLocalPair) {
+      unsigned f = opcode_flags(in.opcode);
+      if (f & kLocalPair) {
         auto [first, second] = split_pair(in.opcode);
         Instr a = in, b = in;
         a.opcode = first, a.arg = new_fast(in.arg >> 4);
@@ -203,8 +203,8 @@ class Rewriter {
         continue;
       }
       // NOTE: 3.13 loads a cell or free variable for a closure with LOAD_FAST.
-      if (f & capture::kLocal) in.arg = new_fast(in.arg);
-      if (f & capture::kFree) in.arg = in.arg - nlocals_ + static_cast<int>(varnames_.size());
+      if (f & kLocal) in.arg = new_fast(in.arg);
+      if (f & kFree) in.arg = in.arg - nlocals_ + static_cast<int>(varnames_.size());
       out.push_back({in});
     }
     return out;
@@ -217,7 +217,7 @@ class Rewriter {
     if (opcode == STORE_FAST_STORE_FAST) return {STORE_FAST, STORE_FAST};
     if (opcode == STORE_FAST_LOAD_FAST) return {STORE_FAST, LOAD_FAST};
 #endif
-    TL_CHECK(false) << "no superinstruction: " << capture::opcode_name(opcode);
+    TL_CHECK(false) << "no superinstruction: " << opcode_name(opcode);
   }
 
   const std::vector<ExceptionBlock>& blocks() const { return asm_.blocks; }
@@ -265,7 +265,7 @@ class Rewriter {
 
  private:
   PyCodeObject* code_;
-  capture::Bytecode bc_;
+  Bytecode bc_;
   Assembly asm_;
   CodeSpec spec_;
   int nlocals_ = 0;

@@ -7,7 +7,7 @@
 #include <deque>
 
 #include "bytecode/assembler.h"
-#include "capture/opcode_tables.h"
+#include "bytecode/opcode_tables.h"
 #include "core/errors.h"
 
 namespace tl::bytecode {
@@ -21,7 +21,7 @@ int effect(const Instr& in, int arg, bool jump) {
   if (in.opcode == RETURN_GENERATOR) return 1;
   int e = PyCompile_OpcodeStackEffectWithJump(in.opcode, arg, jump ? 1 : 0);
   TL_CHECK(e != PY_INVALID_STACK_EFFECT)
-      << "no stack effect for " << capture::opcode_name(in.opcode) << " " << arg;
+      << "no stack effect for " << opcode_name(in.opcode) << " " << arg;
   return e;
 }
 

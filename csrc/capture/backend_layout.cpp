@@ -3,7 +3,7 @@
 #include <unordered_set>
 
 #include "core/errors.h"
-#include "core/py_import.h"
+#include "core/python_helpers.h"
 
 namespace tl::capture {
 namespace {
@@ -63,7 +63,7 @@ PyRef eager_result_layout(const std::string& op_name, PyObject* target, PyObject
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pos); ++i)
       PyTuple_SET_ITEM(args.get(), i + 1, PyRef::borrow(PyTuple_GET_ITEM(pos, i)).release());
   }
-  PyRef fn = import_attr("torchlite._backend_layout", "eager_layout");
+  PyRef fn = python_helper("backend_layout.eager_layout");
   PyRef name = PyRef::steal(PyUnicode_FromString(op_name.c_str()));
   if (!name) throw PythonError();
   PyRef r = PyRef::steal(PyObject_CallFunctionObjArgs(fn.get(), name.get(), device, result.get(),

@@ -5,8 +5,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "bytecode/decode.h"
 #include "bytecode/resume.h"
-#include "capture/bytecode.h"
 #include "capture/context.h"
 #include "capture/graph_break.h"
 #include "capture/lazy_iter.h"
@@ -489,7 +489,7 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
   if (top_index < 0)
     why = "the break is not at an instruction of the frame (" + out.graph_break->kind + ")";
   else
-    at = break_point(decode(code), top_index, why);
+    at = break_point(bytecode::decode(code), top_index, why);
   if (at.index >= 0) {
     CaptureResult again;
     trace(again, code, frame, at.index, at.region, structural_modules,

@@ -1,7 +1,7 @@
 #include "capture/optimizer_step.h"
 
 #include "core/errors.h"
-#include "core/py_import.h"
+#include "core/python_helpers.h"
 
 namespace tl::capture {
 
@@ -11,11 +11,6 @@ bool named_step(PyObject* func) {
   if (!func || !PyFunction_Check(func)) return false;
   PyObject* name = reinterpret_cast<PyFunctionObject*>(func)->func_name;
   return name && PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "step") == 0;
-}
-
-PyObject* python_helper(const char* name) {
-  PyRef fn = import_attr("torchlite._optimizer", name);
-  return fn.release();
 }
 
 }  // namespace
@@ -35,7 +30,7 @@ std::optional<StepRoute> optimizer_step_route(const ValuePtr& fn) {
   auto [self, func] = optimizer_step_parts(fn);
   if (!named_step(func)) return std::nullopt;
   // NOTE: kept for the process lifetime, like the torchlite module that holds it.
-  static PyObject* route_of = python_helper("step_route");
+  static PyObject* route_of = python_helper("optimizer.step_route").release();
   PyRef r =
       PyRef::steal(PyObject_CallFunctionObjArgs(route_of, self ? self : Py_None, func, nullptr));
   if (!r) throw PythonError();
@@ -46,7 +41,7 @@ std::optional<StepRoute> optimizer_step_route(const ValuePtr& fn) {
 }
 
 PyRef optimizer_step_callable(PyObject* self, PyObject* func, StepRoute route) {
-  static PyObject* callable_for = python_helper("step_callable");
+  static PyObject* callable_for = python_helper("optimizer.step_callable").release();
   PyRef r =
       PyRef::steal(PyObject_CallFunction(callable_for, "OOs", self ? self : Py_None, func,
                                          route == StepRoute::Compiled ? "compiled" : "eager"));

@@ -9,7 +9,7 @@ namespace tl::capture {
 namespace {
 
 // [first, last] instruction ranges that the trace cannot resume inside.
-std::vector<std::pair<int, int>> regions(const Bytecode& bc) {
+std::vector<std::pair<int, int>> regions(const bytecode::Bytecode& bc) {
   std::vector<std::pair<int, int>> out;
   const int n = static_cast<int>(bc.insts.size());
   for (int i = 0; i < n; ++i) {
@@ -32,7 +32,7 @@ std::vector<std::pair<int, int>> regions(const Bytecode& bc) {
 
 }  // namespace
 
-BreakPoint break_point(const Bytecode& bc, int index, std::string& why) {
+BreakPoint break_point(const bytecode::Bytecode& bc, int index, std::string& why) {
   BreakPoint at{index, false};
   if (index < 0 || index >= static_cast<int>(bc.insts.size())) {
     why = "break outside the frame's instructions";

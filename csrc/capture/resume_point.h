@@ -2,7 +2,7 @@
 // Where CPython takes over a frame that broke at a top-level instruction.
 #include <string>
 
-#include "capture/bytecode.h"
+#include "bytecode/decode.h"
 
 namespace tl::capture {
 
@@ -18,6 +18,6 @@ struct BreakPoint {
 // bytecode/loop_body.h). A break at a call moves back over its
 // PRECALL/KW_NAMES, which the bridge must run again. Sets `why` when there
 // is no resume point.
-BreakPoint break_point(const Bytecode& bc, int index, std::string& why);
+BreakPoint break_point(const bytecode::Bytecode& bc, int index, std::string& why);
 
 }  // namespace tl::capture

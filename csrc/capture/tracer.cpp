@@ -74,7 +74,7 @@ Tracer::Tracer(CaptureContext& ctx, PyCodeObject* code, PyObject* globals, PyObj
   if (code->co_flags & unsupported)
     graph_break("unsupported_bytecode",
                 "call to generator or coroutine function " + utf8(code->co_name));
-  bc_ = decode(code);
+  bc_ = bytecode::decode(code);
   in_try_.assign(bc_.insts.size(), false);
   for (auto& e : bc_.exception_table) {
     int h = bc_.index_at_offset(e.target);
@@ -200,7 +200,7 @@ ValuePtr Tracer::execute() {
       return nullptr;
     }
     const size_t index = pc_;
-    const Instruction& inst = bc_.insts[pc_];
+    const bytecode::Instruction& inst = bc_.insts[pc_];
     if (inst.line >= 0) {
       ctx_.filename = filename;
       ctx_.lineno = inst.line;
@@ -238,7 +238,7 @@ PyObject* Tracer::handled_exception() const {
 
 bool Tracer::enter_handler(size_t index, const UserException& e) {
   const int offset = bc_.insts[index].offset;
-  const ExceptionTableEntry* entry = nullptr;
+  const bytecode::ExceptionTableEntry* entry = nullptr;
   for (const auto& x : bc_.exception_table) {
     if (offset >= x.start && offset < x.end) {
       entry = &x;
@@ -277,13 +277,13 @@ int Tracer::break_point(size_t index) const {
   return static_cast<int>(index);
 }
 
-void Tracer::jump_if(const Instruction& inst, bool jump) {
+void Tracer::jump_if(const bytecode::Instruction& inst, bool jump) {
   if (jump) pc_ = inst.jump_target;
 }
 
 void Tracer::mark_mutated(const ValuePtr& c) { c->mutated = true; }
 
-void Tracer::step(const Instruction& inst) {
+void Tracer::step(const bytecode::Instruction& inst) {
   const int arg = inst.arg;
   sym_aware_ = sym_aware(inst.opcode);
   switch (inst.opcode) {
@@ -1070,7 +1070,8 @@ void Tracer::step(const Instruction& inst) {
       return;
     }
     default:
-      graph_break("unsupported_bytecode", std::string("bytecode ") + opcode_name(inst.opcode) +
+      graph_break("unsupported_bytecode", std::string("bytecode ") +
+                                              bytecode::opcode_name(inst.opcode) +
                                               " is not supported by the capture interpreter");
   }
 }

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "capture/bytecode.h"
+#include "bytecode/decode.h"
 #include "capture/context.h"
 
 namespace tl::capture {
@@ -79,7 +79,7 @@ class Tracer {
 
  private:
   ValuePtr execute();  // runs to the return (or, in a generator, the next yield)
-  void step(const Instruction& inst);
+  void step(const bytecode::Instruction& inst);
   void do_call(int argc, PyObject* kw_names);
   void do_call_ex(int flags);
   void do_make_function(int flags);
@@ -138,7 +138,7 @@ class Tracer {
   size_t try_region_start(size_t index) const;
   // The top-level instruction a graph break at `index` stops before.
   int break_point(size_t index) const;
-  void jump_if(const Instruction& inst, bool jump);
+  void jump_if(const bytecode::Instruction& inst, bool jump);
   void mark_mutated(const ValuePtr& container);
 
   ValuePtr pop();
@@ -157,7 +157,7 @@ class Tracer {
   PyObject* globals_;
   PyObject* builtins_;
   int depth_;
-  Bytecode bc_;
+  bytecode::Bytecode bc_;
   std::vector<bool> in_try_;  // instruction covered by a try/except handler
   std::vector<ValuePtr> stack_;
   std::vector<ValuePtr> locals_;

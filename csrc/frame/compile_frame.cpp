@@ -4,8 +4,8 @@
 #include <mutex>
 #include <sstream>
 
+#include "bytecode/decode.h"
 #include "bytecode/resume.h"
-#include "capture/bytecode.h"
 #include "capture/capture.h"
 #include "core/counters.h"
 #include "core/dump_dir.h"
@@ -41,7 +41,7 @@ std::string dump(PyCodeObject* code, const capture::CaptureResult& res, const st
       dir, utf8(code->co_name) + "_line" + std::to_string(code->co_firstlineno));
   if (base.empty()) return "";
   try {
-    write_dump(base + "bytecode.txt", capture::disassemble(capture::decode(code), code));
+    write_dump(base + "bytecode.txt", bytecode::disassemble(bytecode::decode(code), code));
   } catch (const std::exception&) {
     PyErr_Clear();
   }

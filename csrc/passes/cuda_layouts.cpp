@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/errors.h"
-#include "core/py_import.h"
+#include "core/python_helpers.h"
 #include "passes/graph_rewrite.h"
 
 namespace tl::passes {
@@ -121,7 +121,7 @@ int share_attention_masks(ir::Graph& g) {
       same = same_layout(attention_input(*n, i), attention_input(*first, i));
     if (same) it->second.users.push_back(n);
   }
-  PyRef helper = import_attr("torchlite._attention_mask", "shared_additive_mask");
+  PyRef helper = python_helper("attention_mask.shared_additive_mask");
   int shared = 0;
   for (auto& [mask, group] : groups) {
     if (group.users.size() < 2) continue;
@@ -166,7 +166,7 @@ namespace {
 // F.linear(x, w) computed into rows of `width` elements, narrowed back: no
 // weight copy (torchlite/_padded_weights.py).
 Node* product_into_padded_rows(ir::Graph& g, Node* n, const Node* x, const Node* w, int64_t width) {
-  PyRef into = import_attr("torchlite._padded_weights", "linear_into_padded_rows");
+  PyRef into = python_helper("padded_weights.linear_into_padded_rows");
   return insert_call(g, n, into, "",
                      {Arg::of_node(const_cast<Node*>(x)), Arg::of_node(const_cast<Node*>(w)),
                       Arg::constant(py_int(width))},
@@ -176,7 +176,7 @@ Node* product_into_padded_rows(ir::Graph& g, Node* n, const Node* x, const Node*
 // F.linear(x, w, b) with w and b zero-padded to `width` rows, narrowed back.
 Node* linear_of_padded_weight(ir::Graph& g, Node* n, const Node* x, const Node* w, const Node* b,
                               int64_t width) {
-  PyRef pad = import_attr("torchlite._padded_weights", "padded_rows");
+  PyRef pad = python_helper("padded_weights.padded_rows");
   auto padded_of = [&](const Node* t) {
     Node* m = const_cast<Node*>(t);
     return insert_call(g, n, pad, "", {Arg::of_node(m), Arg::constant(py_int(width))}, {},

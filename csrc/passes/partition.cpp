@@ -9,6 +9,7 @@
 #include "passes/fuse.h"
 #include "passes/graph_info.h"
 #include "passes/store_in_place.h"
+#include "passes/view_facts.h"
 
 namespace tl::passes {
 
@@ -46,6 +47,7 @@ Partition partition_graph(const ir::Graph& graph, bool inputs_unaliased) {
     if (gi < 0 || fusion.groups[gi].members.back() == n.get()) emit(n.get());
   }
   if (inputs_unaliased) store_in_place(graph, info, fusion, p);
+  describe_views(graph, p);
   return p;
 }
 

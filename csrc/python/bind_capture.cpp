@@ -1,4 +1,4 @@
-#include "capture/bytecode.h"
+#include "bytecode/decode.h"
 #include "capture/fast_meta.h"
 #include "python/bindings.h"
 
@@ -43,15 +43,15 @@ void bind_capture(py::module_& m) {
       "disassemble",
       [](const py::object& code) {
         PyCodeObject* co = as_code(code);
-        return capture::disassemble(capture::decode(co), co);
+        return bytecode::disassemble(bytecode::decode(co), co);
       },
       py::arg("code"), "dis-like listing of a code object, as torchlite decodes it.");
   m.def(
       "decode",
       [](const py::object& code) {
-        capture::Bytecode bc = capture::decode(as_code(code));
+        bytecode::Bytecode bc = bytecode::decode(as_code(code));
         py::list out;
-        for (const capture::Instruction& inst : bc.insts) {
+        for (const bytecode::Instruction& inst : bc.insts) {
           out.append(
               py::make_tuple(inst.opname, inst.arg, inst.offset, inst.jump_target, inst.line));
         }

@@ -9,6 +9,7 @@
 
 #include "core/dump_dir.h"
 #include "core/errors.h"
+#include "core/python_helpers.h"
 #include "core/secure_fs.h"
 #include "passes/partition_joint.h"
 #include "pipeline/compile_graph.h"
@@ -18,6 +19,11 @@ namespace py = pybind11;
 
 namespace tl::python {
 namespace {
+
+// A function of torchlite/_training.py or _ddp_buckets.py, registered at import.
+py::object helper(const char* name) {
+  return py::reinterpret_steal<py::object>(python_helper(name).release());
+}
 
 using GraphHandle = std::shared_ptr<ir::Graph>;
 
@@ -78,8 +84,7 @@ PyRef split_at_ddp_buckets(const GraphHandle& graph, const pipeline::PassContext
     if (ex.training_fn) return py::reinterpret_borrow<py::object>(ex.training_fn.get());
     return py::cast(CompiledHalf(piece, std::move(ex)));  // NOTE: op by op under autograd
   });
-  py::object split =
-      py::module_::import("torchlite._ddp_buckets").attr("split_at_buckets")(graph, compile_piece);
+  py::object split = helper("ddp_buckets.split_at_buckets")(graph, compile_piece);
   return split.is_none() ? PyRef() : PyRef::borrow(split.ptr());
 }
 
@@ -88,8 +93,7 @@ PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std:
     why = "split at DDP's gradient buckets";
     return split;
   }
-  py::module_ training = py::module_::import("torchlite._training");
-  py::object joint = training.attr("trace_joint")(graph);
+  py::object joint = helper("training.trace_joint")(graph);
   if (!joint.attr("reason").is_none()) {
     why = joint.attr("reason").cast<std::string>();
     return PyRef();
@@ -115,7 +119,7 @@ PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std:
   }
   py::object f = py::cast(CompiledHalf(split.forward, std::move(fwd)));
   py::object b = py::cast(CompiledHalf(split.backward, std::move(bwd)));
-  py::object fn = training.attr("make_training_function")(joint, f, b, py::cast(split.saved));
+  py::object fn = helper("training.make_training_function")(joint, f, b, py::cast(split.saved));
   return PyRef::borrow(fn.ptr());
 }
 

@@ -123,7 +123,7 @@ std::optional<KernelDevice> kernel_device(const ir::Graph& graph) {
 #endif
 }
 
-CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Partition partition)
+CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedule partition)
     : graph_(std::move(graph)), partition_(std::move(partition)) {
   SlotMap slots;
   for (auto& n : graph_->nodes())
@@ -151,7 +151,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Par
     } else {
       TL_CHECK(item.kernel >= 0 && item.kernel < static_cast<int>(partition_.kernels.size()))
           << "plan item names kernel " << item.kernel;
-      const passes::FusedKernel& fk = partition_.kernels[item.kernel];
+      const ir::ScheduledKernel& fk = partition_.kernels[item.kernel];
       std::optional<KernelDevice> dev = steps_with_kernels ? std::optional(device_) : std::nullopt;
       const ir::Kernel& k = fk.kernel;
       TL_CHECK(fk.inputs.size() == k.inputs.size() && fk.outputs.size() == k.outputs.size())

@@ -11,7 +11,7 @@
 
 #include "core/py_ref.h"
 #include "ir/graph.h"
-#include "passes/partition.h"
+#include "ir/schedule.h"
 #include "runtime/cuda_graphs.h"
 #include "runtime/kernel_backend.h"
 #include "runtime/node_call.h"
@@ -29,7 +29,7 @@ class CompiledGraph {
   // Compiles every kernel of the partition (in parallel). Throws tl::Error on
   // an LLVM or NVRTC failure, kernel tensors on several devices, CPU kernels
   // in a build without LLVM, or CUDA kernels without the driver or NVRTC.
-  CompiledGraph(std::shared_ptr<const ir::Graph> graph, passes::Partition partition);
+  CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedule partition);
   ~CompiledGraph();
   CompiledGraph(const CompiledGraph&) = delete;
   CompiledGraph& operator=(const CompiledGraph&) = delete;
@@ -49,7 +49,7 @@ class CompiledGraph {
   // the trials go to <trace_dir>autotune.txt when trace_dir is not "".
   void enable_autotune(std::string trace_dir);
   const ir::Graph& graph() const { return *graph_; }
-  const passes::Partition& partition() const { return partition_; }
+  const ir::Schedule& partition() const { return partition_; }
   const KernelDevice& device() const { return device_; }
 
  private:
@@ -67,7 +67,7 @@ class CompiledGraph {
   bool run_kernel(const Step& s, std::vector<PyRef>& values, RunState& rs);
   bool fast_alloc(RunState& rs) const;
   std::shared_ptr<const ir::Graph> graph_;
-  passes::Partition partition_;
+  ir::Schedule partition_;
   std::vector<Step> steps_;
   ValuePlan values_;
   size_t n_values_ = 0;

@@ -7,51 +7,13 @@
 #include <unordered_set>
 
 #include "core/errors.h"
-#include "passes/alias.h"
-#include "passes/graph_info.h"
-#include "passes/lowering.h"
 #include "runtime/compiled_step.h"
 
 namespace tl::runtime {
 namespace {
 
-bool is_one_of(const std::string& op, std::initializer_list<const char*> names) {
-  for (const char* n : names)
-    if (op == n) return true;
-  return false;
-}
-
-bool is_view_op(const ir::Node& n) {
-  return is_one_of(passes::op_base_name(n),
-                   {"view", "reshape", "flatten", "unflatten", "contiguous", "permute", "t",
-                    "transpose", "unsqueeze", "squeeze", "getitem", "narrow", "select"});
-}
-
-bool is_split(const ir::Node& n) {
-  return is_one_of(passes::op_base_name(n),
-                   {"split", "split_with_sizes", "chunk", "unbind", "tensor_split"});
-}
-
-// Ops whose result is a new tensor laid out as its meta value says (torch
-// allocates it contiguous): the root of a view chain rewritten into offsets.
-bool is_fresh_result_op(const ir::Node& n) {
-  for (auto& kw : n.kwargs)
-    if (kw.first == "out") return false;  // returns the tensor it was given
-  return is_one_of(passes::op_base_name(n),
-                   {"addmm", "mm", "bmm", "baddbmm", "linear", "matmul", "embedding"});
-}
-
 const ir::Node* first_node_arg(const ir::Node& n) {
   return !n.args.empty() && n.args[0].kind == ir::Arg::Kind::Node ? n.args[0].node : nullptr;
-}
-
-// The tensor a view reads (for a piece of a split, the split's input), or
-// null when `n` is no view torch made (per its meta value).
-const ir::Node* viewed_input(const ir::Node& n) {
-  const ir::Node* in = first_node_arg(n);
-  if (!in || !n.meta || !is_view_op(n)) return nullptr;
-  if (!in->meta && is_split(*in)) in = first_node_arg(*in);  // getitem of split's tuple
-  return in && in->meta && passes::alias_offset(n, *in) ? in : nullptr;
 }
 
 // The meta value of `n` is a base tensor starting at its storage's start.
@@ -86,13 +48,15 @@ int64_t span(const ir::TensorMeta& m) {
 
 // `view` reads the value `from`, which starts a kernel's output `root`, and
 // is a torch view of all of root's memory: root can be allocated as `view`.
-bool views_all_of(const ir::Node& view, const ir::Node& from, const ir::Node& root) {
-  if (first_node_arg(view) != &from || !view.meta || !root.meta || !is_view_op(view)) return false;
+bool views_all_of(const ir::Schedule& plan, const ir::Node& view, const ir::Node& from,
+                  const ir::Node& root) {
+  if (first_node_arg(view) != &from || !view.meta || !root.meta || !plan.view_fact(view).view_op)
+    return false;
   const ir::TensorMeta &v = *view.meta, &r = *root.meta;
   // NOTE: no views of values autograd records: those must keep torch's view chain.
   if (v.requires_grad || r.requires_grad || v.dtype.get() != r.dtype.get()) return false;
   int64_t n = span(r);
-  return n > 0 && span(v) == n && passes::alias_offset(view, root) == std::optional<int64_t>(0);
+  return n > 0 && span(v) == n && plan.view_offset(view, root) == std::optional<int64_t>(0);
 }
 
 }  // namespace
@@ -103,7 +67,6 @@ bool views_all_of(const ir::Node& view, const ir::Node& from, const ir::Node& ro
 // same bytes, and the view calls (~3 us each on the host) are never made.
 void CompiledGraph::fold_output_views(
     const std::unordered_map<const ir::Node*, int>& extern_step_of, const SlotMap& slots) {
-  passes::GraphInfo info = passes::analyze_graph(*graph_);
   for (auto& s : steps_) {
     if (s.kernel < 0) continue;
     const auto& outs = partition_.kernels[s.kernel].outputs;
@@ -111,11 +74,11 @@ void CompiledGraph::fold_output_views(
       std::vector<int> chain;
       const ir::Node* last = nullptr;
       for (const ir::Node* cur = outs[i];;) {
-        const auto& users = info.users_of(cur);
-        auto step = users.size() == 1 ? extern_step_of.find(users[0]) : extern_step_of.end();
-        if (step == extern_step_of.end() || !views_all_of(*users[0], *cur, *outs[i])) break;
+        const ir::Node* user = partition_.view_fact(*cur).sole_user;
+        auto step = user ? extern_step_of.find(user) : extern_step_of.end();
+        if (step == extern_step_of.end() || !views_all_of(partition_, *user, *cur, *outs[i])) break;
         chain.push_back(step->second);
-        last = cur = users[0];
+        last = cur = user;
       }
       if (!last) continue;
       s.allocs[i] = alloc_of(*last->meta);
@@ -141,22 +104,23 @@ void CompiledGraph::collapse_view_chains(
       if (slot != slots.end() && kernel_made.count(slot->second)) return n;
       auto step = extern_step_of.find(n);
       if (step == extern_step_of.end() || steps_[step->second].skip) return nullptr;
-      if (is_fresh_result_op(*n)) return starts_its_storage(*n) ? n : nullptr;
-      if (!(n = viewed_input(*n))) return nullptr;
+      if (partition_.view_fact(*n).fresh_result) return starts_its_storage(*n) ? n : nullptr;
+      if (!(n = partition_.view_fact(*n).viewed)) return nullptr;
     }
   };
   // `n`'s element offset into `root`'s memory, when the two share an element type.
   auto offset_in = [&](const ir::Node& n, const ir::Node& root) -> std::optional<int64_t> {
     if (!n.meta || n.meta->requires_grad || root.meta->dtype.get() != n.meta->dtype.get())
       return std::nullopt;
-    return passes::alias_offset(n, root);
+    return partition_.view_offset(n, root);
   };
   for (size_t idx = 0; idx < steps_.size(); ++idx) {
     Step& s = steps_[idx];
     if (s.skip) continue;
     if (s.call) {
       int depth = 0;
-      const ir::Node* root = viewed_input(*s.node) ? root_of(s.node, depth) : nullptr;
+      const ir::Node* root =
+          partition_.view_fact(*s.node).viewed ? root_of(s.node, depth) : nullptr;
       auto off = root && depth >= 2 ? offset_in(*s.node, *root) : std::nullopt;
       if (!off) continue;
       int slot = slots.at(root);
@@ -168,7 +132,8 @@ void CompiledGraph::collapse_view_chains(
     const auto& ins = partition_.kernels[s.kernel].inputs;
     for (size_t j = 0; j < ins.size(); ++j) {
       int depth = 0;
-      const ir::Node* root = viewed_input(*ins[j]) ? root_of(ins[j], depth) : nullptr;
+      const ir::Node* root =
+          partition_.view_fact(*ins[j]).viewed ? root_of(ins[j], depth) : nullptr;
       auto off = root && depth >= 1 ? offset_in(*ins[j], *root) : std::nullopt;
       int64_t size = off ? item_size(*root->meta) : -1;
       if (size <= 0) continue;
@@ -189,7 +154,8 @@ void CompiledGraph::drop_unread_views() {
     if (s.skip) continue;
     if (s.call) {
       int out = s.out_slots[0];
-      bool view = is_split(*s.node) || viewed_input(*s.node);
+      const ir::ViewFact& fact = partition_.view_fact(*s.node);
+      bool view = fact.split || fact.viewed;
       if (view && !read[out] && !values_.is_output(out)) {
         s.skip = true;
         continue;

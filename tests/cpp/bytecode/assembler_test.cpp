@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "capture/bytecode.h"
+#include "bytecode/decode.h"
 #include "core/errors.h"
 #include "py_module.h"
 
@@ -125,7 +125,8 @@ TEST_CASE("a forward jump over 300 code units gets an EXTENDED_ARG prefix", "[by
   CHECK(units[5] == 1);
   CHECK(units[6] == static_cast<char>(kPopJumpIfFalse));
   CHECK(units[7] == 302 - 256);
-  tl::capture::Bytecode decoded = tl::capture::decode(reinterpret_cast<PyCodeObject*>(code.get()));
+  tl::bytecode::Bytecode decoded =
+      tl::bytecode::decode(reinterpret_cast<PyCodeObject*>(code.get()));
   CHECK(decoded.insts[2].arg == 302);
   CHECK(decoded.insts[decoded.insts[2].jump_target].arg == 2);  // LOAD_CONST 'no'
   PyRef fn = make_function(code.get());
@@ -149,8 +150,9 @@ TEST_CASE("a loop around 300 code units jumps back through EXTENDED_ARG", "[byte
   a.insts.push_back(ins(LOAD_FAST, 1, 4));
   a.insts.push_back(ins(RETURN_VALUE));
   PyRef code = bc::assemble(a, function_spec(1, {"n", "acc"}, values("(0, 1)")));
-  tl::capture::Bytecode decoded = tl::capture::decode(reinterpret_cast<PyCodeObject*>(code.get()));
-  const tl::capture::Instruction& back = decoded.insts[decoded.insts.size() - 3];
+  tl::bytecode::Bytecode decoded =
+      tl::bytecode::decode(reinterpret_cast<PyCodeObject*>(code.get()));
+  const tl::bytecode::Instruction& back = decoded.insts[decoded.insts.size() - 3];
   REQUIRE(back.opcode == JUMP_BACKWARD);
   CHECK(back.arg > 255);
   CHECK(back.jump_target == 3);

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "bytecode/assembler.h"
-#include "capture/bytecode.h"
-#include "capture/opcode_tables.h"
+#include "bytecode/decode.h"
+#include "bytecode/opcode_tables.h"
 #include "py_module.h"
 
 using tl::PyRef;
@@ -225,7 +225,7 @@ PyRef round_trip(PyCodeObject* code, int& checked) {
     PyTuple_SET_ITEM(consts.get(), i, item.release());
   }
   spec.consts = consts;
-  PyRef fresh = bc::assemble(bc::lift(tl::capture::decode(code)), spec);
+  PyRef fresh = bc::assemble(bc::lift(tl::bytecode::decode(code)), spec);
   auto* copy = reinterpret_cast<PyCodeObject*>(fresh.get());
   INFO("code object " << qualname(code));
   PyRef want = PyRef::steal(PyCode_GetCode(code)), got = PyRef::steal(PyCode_GetCode(copy));
@@ -281,12 +281,12 @@ TEST_CASE("every code object of large standard-library modules round-trips exact
 
 TEST_CASE("the large corpus function really needs EXTENDED_ARG on jumps both ways", "[bytecode]") {
   PyModule corpus(kCorpus);
-  tl::capture::Bytecode decoded = tl::capture::decode(code_of(corpus.get("big")));
+  tl::bytecode::Bytecode decoded = tl::bytecode::decode(code_of(corpus.get("big")));
   bool forward = false, backward = false;
-  for (const tl::capture::Instruction& in : decoded.insts) {
-    unsigned flags = tl::capture::opcode_flags(in.opcode);
-    if (!(flags & tl::capture::kJump) || in.arg <= 255) continue;
-    (flags & tl::capture::kBackward ? backward : forward) = true;
+  for (const tl::bytecode::Instruction& in : decoded.insts) {
+    unsigned flags = tl::bytecode::opcode_flags(in.opcode);
+    if (!(flags & tl::bytecode::kJump) || in.arg <= 255) continue;
+    (flags & tl::bytecode::kBackward ? backward : forward) = true;
   }
   CHECK(forward);
   CHECK(backward);
@@ -294,7 +294,7 @@ TEST_CASE("the large corpus function really needs EXTENDED_ARG on jumps both way
 
 TEST_CASE("lift labels every instruction and maps the exception table onto them", "[bytecode]") {
   PyModule corpus(kCorpus);
-  tl::capture::Bytecode decoded = tl::capture::decode(code_of(corpus.get("handlers")));
+  tl::bytecode::Bytecode decoded = tl::bytecode::decode(code_of(corpus.get("handlers")));
   bc::Assembly a = bc::lift(decoded);
   REQUIRE(a.insts.size() == decoded.insts.size());
   REQUIRE(a.blocks.size() == decoded.exception_table.size());
@@ -303,7 +303,7 @@ TEST_CASE("lift labels every instruction and maps the exception table onto them"
     CHECK(a.insts[i].target == decoded.insts[i].jump_target);
   }
   for (size_t i = 0; i < a.blocks.size(); ++i) {
-    const tl::capture::ExceptionTableEntry& e = decoded.exception_table[i];
+    const tl::bytecode::ExceptionTableEntry& e = decoded.exception_table[i];
     CHECK(decoded.insts[a.blocks[i].first].offset == e.start);
     CHECK(decoded.insts[a.blocks[i].last].next_offset == e.end);
     CHECK(decoded.insts[a.blocks[i].handler].offset == e.target);

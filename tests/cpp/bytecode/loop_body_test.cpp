@@ -7,8 +7,8 @@
 #include <tuple>
 #include <vector>
 
+#include "bytecode/decode.h"
 #include "bytecode/resume.h"
-#include "capture/bytecode.h"
 #include "py_module.h"
 
 using tl::PyRef;
@@ -123,7 +123,7 @@ std::string call_bridge(const bc::BridgeCode& codes, const PyModule& m,
 
 // The loop head: the target of the last backward jump.
 int head_of(PyObject* fn) {
-  tl::capture::Bytecode b = tl::capture::decode(code_of(fn));
+  tl::bytecode::Bytecode b = tl::bytecode::decode(code_of(fn));
   int head = -1;
   for (size_t i = 0; i < b.insts.size(); ++i)
     if (b.insts[i].jump_target >= 0 && b.insts[i].jump_target <= static_cast<int>(i))

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "capture/bytecode.h"
+#include "bytecode/decode.h"
 #include "py_module.h"
 
 using tl::PyRef;
@@ -40,7 +40,7 @@ def raises(x):
 
 // Index of the first instruction named `opname` in `fn`'s code.
 int index_of(PyObject* fn, const char* opname) {
-  tl::capture::Bytecode b = tl::capture::decode(code_of(fn));
+  tl::bytecode::Bytecode b = tl::bytecode::decode(code_of(fn));
   for (size_t i = 0; i < b.insts.size(); ++i)
     if (b.insts[i].opname == opname) return static_cast<int>(i);
   FAIL("no " << opname);
@@ -69,7 +69,7 @@ TEST_CASE("bridge runs the breaking operator and its resume function returns the
   int at = index_of(mul, "BINARY_OP");
   bc::BreakSite site{code_of(mul), -1, false, "VV", {0, 1, 2}};
   // The second BINARY_OP is the multiplication.
-  tl::capture::Bytecode b = tl::capture::decode(code_of(mul));
+  tl::bytecode::Bytecode b = tl::bytecode::decode(code_of(mul));
   for (size_t i = at + 1; i < b.insts.size(); ++i)
     if (b.insts[i].opname == "BINARY_OP") site.index = static_cast<int>(i);
   const bc::BridgeCode& codes = bc::bridge_for(site);
@@ -105,7 +105,7 @@ TEST_CASE("bridge at a branch resumes on the side the condition picks") {
 TEST_CASE("bridge drops NULLs below the call's result and rebuilds them in the resume function") {
   PyModule m(kSource);
   PyObject* nested = m.get("nested");
-  tl::capture::Bytecode b = tl::capture::decode(code_of(nested));
+  tl::bytecode::Bytecode b = tl::bytecode::decode(code_of(nested));
   // The inner call: the first CALL (neg(a)), with (PRE)CALL/KW_NAMES before it.
   int at = index_of(nested, "CALL");
 #if PY_VERSION_HEX < 0x030C0000
@@ -123,7 +123,7 @@ TEST_CASE("bridge drops NULLs below the call's result and rebuilds them in the r
 TEST_CASE("an error after the break points at the user's file and line") {
   PyModule m(kSource);
   PyObject* raises = m.get("raises");
-  tl::capture::Bytecode b = tl::capture::decode(code_of(raises));
+  tl::bytecode::Bytecode b = tl::bytecode::decode(code_of(raises));
   int at = -1;
   for (size_t i = 0; i < b.insts.size(); ++i)
     if (b.insts[i].opname == "STORE_FAST") at = static_cast<int>(i) + 1;  // after y = ...

@@ -1,17 +1,15 @@
 // The decoder is checked against dis on every instruction of every code object
 // of a corpus (nested code objects included), on the Python it is built for.
-#include "capture/bytecode.h"
-
 #include <catch2/catch.hpp>
 #include <sstream>
 #include <string>
 
-#include "capture/opcode_tables.h"
+#include "bytecode/decode.h"
+#include "bytecode/opcode_tables.h"
 #include "core/errors.h"
 #include "core/py_ref.h"
 
 using tl::PyRef;
-namespace cap = tl::capture;
 
 namespace {
 
@@ -92,7 +90,7 @@ std::vector<std::string> str_list(PyObject* list) {  // borrows list
   return out;
 }
 
-std::string row(const cap::Bytecode& bc, const cap::Instruction& in) {
+std::string row(const tl::bytecode::Bytecode& bc, const tl::bytecode::Instruction& in) {
   std::ostringstream os;
   int target = in.jump_target >= 0 ? bc.insts[in.jump_target].offset : -1;
   os << in.opname << " " << in.arg << " @" << in.offset << " ->" << target << " line " << in.line
@@ -116,7 +114,7 @@ size_t check_against_dis(const std::string& src) {
   for (Py_ssize_t c = 0; c < PyList_GET_SIZE(codes.get()); ++c) {
     auto* code = reinterpret_cast<PyCodeObject*>(PyList_GET_ITEM(codes.get(), c));
     INFO("code object " << PyUnicode_AsUTF8(code->co_qualname));
-    cap::Bytecode bc = cap::decode(code);
+    tl::bytecode::Bytecode bc = tl::bytecode::decode(code);
     auto want = str_list(call_helper("expected", reinterpret_cast<PyObject*>(code)).get());
     REQUIRE(bc.insts.size() == want.size());
     for (size_t i = 0; i < want.size(); ++i) {
@@ -128,7 +126,7 @@ size_t check_against_dis(const std::string& src) {
         str_list(call_helper("expected_table", reinterpret_cast<PyObject*>(code)).get());
     REQUIRE(bc.exception_table.size() == want_table.size());
     for (size_t i = 0; i < want_table.size(); ++i) {
-      const cap::ExceptionTableEntry& e = bc.exception_table[i];
+      const tl::bytecode::ExceptionTableEntry& e = bc.exception_table[i];
       std::ostringstream os;
       os << "[" << e.start << ", " << e.end << ") -> " << e.target << " depth " << e.depth
          << (e.lasti ? " lasti" : "");
@@ -166,18 +164,19 @@ TEST_CASE("opcode table matches the opcode module of the running Python", "[capt
   for (int op = 0; op < 256; ++op) {
     PyRef py_op = PyRef::steal(PyLong_FromLong(op));
     PyRef want = call_helper("opcode_row", py_op.get());
-    unsigned f = cap::opcode_flags(op);
+    unsigned f = tl::bytecode::opcode_flags(op);
     std::ostringstream os;
-    os << op << " " << cap::opcode_name(op) << " known=" << cap::is_known_opcode(op)
-       << " caches=" << cap::inline_cache_entries(op) << " ";
+    os << op << " " << tl::bytecode::opcode_name(op)
+       << " known=" << tl::bytecode::is_known_opcode(op)
+       << " caches=" << tl::bytecode::inline_cache_entries(op) << " ";
     const char* sep = "";
-    for (auto [bit, name] : {std::pair<unsigned, const char*>{cap::kJump, "jump"},
-                             {cap::kConst, "const"},
-                             {cap::kName, "name"},
-                             {cap::kLocal | cap::kLocalPair, "local"},
-                             {cap::kFree, "free"},
-                             {cap::kCompare, "compare"},
-                             {cap::kBackward, "backward"}}) {
+    for (auto [bit, name] : {std::pair<unsigned, const char*>{tl::bytecode::kJump, "jump"},
+                             {tl::bytecode::kConst, "const"},
+                             {tl::bytecode::kName, "name"},
+                             {tl::bytecode::kLocal | tl::bytecode::kLocalPair, "local"},
+                             {tl::bytecode::kFree, "free"},
+                             {tl::bytecode::kCompare, "compare"},
+                             {tl::bytecode::kBackward, "backward"}}) {
       if (f & bit) os << sep << name, sep = ",";
     }
     CHECK(os.str() == PyUnicode_AsUTF8(want.get()));
@@ -314,11 +313,12 @@ TEST_CASE("more than 256 constants, names and locals fold EXTENDED_ARG like dis"
   PyRef codes = call_helper("all_codes", module.get());
   auto* big = reinterpret_cast<PyCodeObject*>(PyList_GET_ITEM(codes.get(), 1));
   REQUIRE(has_extended_arg_source(big));
-  cap::Bytecode bc = cap::decode(big);
+  tl::bytecode::Bytecode bc = tl::bytecode::decode(big);
   bool long_backward_jump = false, long_const = false;
-  for (const cap::Instruction& in : bc.insts) {
+  for (const tl::bytecode::Instruction& in : bc.insts) {
     CHECK(in.opcode != EXTENDED_ARG);
-    if ((cap::opcode_flags(in.opcode) & cap::kBackward) && in.arg > 255) long_backward_jump = true;
+    if ((tl::bytecode::opcode_flags(in.opcode) & tl::bytecode::kBackward) && in.arg > 255)
+      long_backward_jump = true;
     if (in.opcode == LOAD_CONST && in.arg > 255) long_const = true;
   }
   CHECK(long_backward_jump);
@@ -328,12 +328,14 @@ TEST_CASE("more than 256 constants, names and locals fold EXTENDED_ARG like dis"
 TEST_CASE("index_at_offset maps prefixes to their instruction and rejects caches", "[capture]") {
   PyRef module = compile_source(big_function_source());
   PyRef codes = call_helper("all_codes", module.get());
-  cap::Bytecode bc = cap::decode(reinterpret_cast<PyCodeObject*>(PyList_GET_ITEM(codes.get(), 1)));
+  tl::bytecode::Bytecode bc =
+      tl::bytecode::decode(reinterpret_cast<PyCodeObject*>(PyList_GET_ITEM(codes.get(), 1)));
   for (size_t i = 0; i < bc.insts.size(); ++i) {
-    const cap::Instruction& in = bc.insts[i];
-    int opcode_at = in.next_offset - 2 - 2 * cap::inline_cache_entries(in.opcode);
+    const tl::bytecode::Instruction& in = bc.insts[i];
+    int opcode_at = in.next_offset - 2 - 2 * tl::bytecode::inline_cache_entries(in.opcode);
     CHECK(bc.index_at_offset(opcode_at) == static_cast<int>(i));
-    if (cap::inline_cache_entries(in.opcode) > 0) CHECK(bc.index_at_offset(opcode_at + 2) == -1);
+    if (tl::bytecode::inline_cache_entries(in.opcode) > 0)
+      CHECK(bc.index_at_offset(opcode_at + 2) == -1);
   }
   CHECK(bc.index_at_offset(-2) == -1);
   CHECK(bc.index_at_offset(bc.insts.back().next_offset) == -1);
@@ -348,8 +350,8 @@ def f(x):
 )PY");
   PyRef codes = call_helper("all_codes", module.get());
   auto* code = reinterpret_cast<PyCodeObject*>(PyList_GET_ITEM(codes.get(), 1));
-  cap::Bytecode bc = cap::decode(code);
-  std::string text = cap::disassemble(bc, code);
+  tl::bytecode::Bytecode bc = tl::bytecode::decode(code);
+  std::string text = tl::bytecode::disassemble(bc, code);
   INFO(text);
   CHECK_THAT(text, Catch::Contains("   2     ") && Catch::Contains("RESUME"));
   CHECK_THAT(text, Catch::Contains("LOAD_FAST                     0 (x)"));
@@ -358,7 +360,7 @@ def f(x):
   CHECK_THAT(text, Catch::Contains("(+)"));
   CHECK_THAT(text, Catch::Contains(" >> "));
   int for_iter = -1;
-  for (const cap::Instruction& in : bc.insts)
+  for (const tl::bytecode::Instruction& in : bc.insts)
     if (in.opcode == FOR_ITER) for_iter = in.jump_target;
   REQUIRE(for_iter >= 0);
   CHECK_THAT(text, Catch::Contains("(to " + std::to_string(bc.insts[for_iter].offset) + ")"));
@@ -368,15 +370,15 @@ TEST_CASE("exception table listing ends with the handler ranges", "[capture]") {
   PyRef module = compile_source("def f(x):\n    try:\n        x()\n    except E:\n        pass\n");
   PyRef codes = call_helper("all_codes", module.get());
   auto* code = reinterpret_cast<PyCodeObject*>(PyList_GET_ITEM(codes.get(), 1));
-  cap::Bytecode bc = cap::decode(code);
+  tl::bytecode::Bytecode bc = tl::bytecode::decode(code);
   REQUIRE(!bc.exception_table.empty());
-  std::string text = cap::disassemble(bc, code);
+  std::string text = tl::bytecode::disassemble(bc, code);
   CHECK_THAT(text, Catch::Contains("ExceptionTable:\n  "));
   CHECK_THAT(text, Catch::Contains(" lasti\n"));
 }
 
 TEST_CASE("opcode_name names base opcodes and marks unknown numbers", "[capture]") {
-  CHECK(std::string(cap::opcode_name(LOAD_FAST)) == "LOAD_FAST");
-  CHECK(std::string(cap::opcode_name(EXTENDED_ARG)) == "EXTENDED_ARG");
-  CHECK(std::string(cap::opcode_name(-1)) == "<?>");
+  CHECK(std::string(tl::bytecode::opcode_name(LOAD_FAST)) == "LOAD_FAST");
+  CHECK(std::string(tl::bytecode::opcode_name(EXTENDED_ARG)) == "EXTENDED_ARG");
+  CHECK(std::string(tl::bytecode::opcode_name(-1)) == "<?>");
 }

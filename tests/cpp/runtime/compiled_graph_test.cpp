@@ -65,7 +65,7 @@ TEST_CASE("a fused kernel feeding an extern sum matches eager torch", "[runtime]
   int yv = b.load(b.input(ST::F32, {0, 1}), ST::F32);
   b.output(b.expr(ExprOp::Tanh, ST::F32, {b.expr(ExprOp::Add, ST::F32, {xv, yv})}), ST::F32,
            {300, 1});
-  tl::passes::Partition p;
+  tl::ir::Schedule p;
   p.kernels.push_back({b.k, {x, y}, {tanh}, {add, tanh}});
   p.order.push_back({nullptr, 0});
   p.order.push_back({sum, -1});
@@ -91,7 +91,7 @@ TEST_CASE("an extern node that raises names itself as the failed node", "[runtim
   Node* x = g->add_placeholder("x", Source::local(0, "x"));
   Node* bad = g->add_call_method("no_such_method", {Arg::of_node(x)}, {});
   g->set_output({Arg::of_node(bad)});
-  tl::passes::Partition p;
+  tl::ir::Schedule p;
   p.order.push_back({bad, -1});
   tl::runtime::CompiledGraph cg(g, std::move(p));
   PyRef xs = eval(ns.get(), "x");

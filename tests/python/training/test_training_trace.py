@@ -63,11 +63,13 @@ def _joint_of(fn, *args):
         graphs.append(result)
         return result
 
-    _training.trace_joint = spy
+    # NOTE: C++ calls the function registered at import (core/python_helpers.h), not the
+    # module attribute.
+    _C.register_python_helper("training.trace_joint", spy)
     try:
         torchlite.compile(fn)(*args)
     finally:
-        _training.trace_joint = monkey
+        _C.register_python_helper("training.trace_joint", monkey)
     (joint,) = graphs
     return joint
 

@@ -6,7 +6,7 @@
 #include <Python.h>
 #include <opcode.h>
 
-namespace tl::capture {
+namespace tl::bytecode {
 
 enum OpFlag : unsigned {
   kJump = 1u << 0,       // relative jump (3.11 to 3.13 have no absolute jumps)
@@ -28,4 +28,4 @@ int inline_cache_entries(int opcode);
 unsigned opcode_flags(int opcode);
 inline bool has_arg(int opcode) { return opcode >= HAVE_ARGUMENT; }
 
-}  // namespace tl::capture
+}  // namespace tl::bytecode

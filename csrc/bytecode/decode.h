@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace tl::capture {
+namespace tl::bytecode {
 
 struct Instruction {
   int opcode = 0;  // base opcode as in <opcode.h> of the building Python
@@ -43,4 +43,4 @@ std::string disassemble(const Bytecode& bc, PyCodeObject* code);
 // The name of an opcode of the running Python version.
 const char* opcode_name(int opcode);
 
-}  // namespace tl::capture
+}  // namespace tl::bytecode

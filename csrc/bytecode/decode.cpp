@@ -1,16 +1,16 @@
-#include "capture/bytecode.h"
+#include "bytecode/decode.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <iomanip>
 #include <sstream>
 
-#include "capture/opcode_tables.h"
+#include "bytecode/opcode_tables.h"
 #include "core/errors.h"
 #include "core/py_ref.h"
 #include "ir/graph.h"
 
-namespace tl::capture {
+namespace tl::bytecode {
 
 namespace {
 
@@ -258,4 +258,4 @@ std::string disassemble(const Bytecode& bc, PyCodeObject* code) {
   return os.str();
 }
 
-}  // namespace tl::capture
+}  // namespace tl::bytecode

@@ -1,11 +1,11 @@
-#include "capture/opcode_tables.h"
+#include "bytecode/opcode_tables.h"
 
 #include <array>
 #include <string>
 
-#include "capture/bytecode.h"
+#include "bytecode/decode.h"
 
-namespace tl::capture {
+namespace tl::bytecode {
 
 namespace {
 
@@ -461,4 +461,4 @@ const char* opcode_name(int opcode) {
   return opcode >= 0 && opcode < 256 ? table().unknown_names[opcode].c_str() : "<?>";
 }
 
-}  // namespace tl::capture
+}  // namespace tl::bytecode
