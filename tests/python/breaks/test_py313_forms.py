@@ -69,6 +69,74 @@ def test_superinstructions_in_a_resume_function():
     check_resume(_superinstructions_around_a_break, torch.randn(4), torch.randn(4), graphs=2)
 
 
+def starts_with(fn, marker, opname):
+    """On 3.13, asserts that the instruction right after the first one on `marker`'s line that
+    ends it (a CALL, or the jump of a branch) is `opname`: where the resume function starts."""
+    if not PY313:
+        return
+    line = lineno_of(fn, marker)
+    insts = list(dis.get_instructions(fn))
+    on_line = [i for i, ins in enumerate(insts) if ins.line_number == line]
+    ends = [i for i in on_line if insts[i].opname in ("CALL", "POP_JUMP_IF_FALSE")]
+    assert ends, f"{fn.__name__}: no call or jump on line {line}"
+    after = insts[ends[0] + 1]
+    if insts[ends[0]].opname == "POP_JUMP_IF_FALSE":  # both branches
+        target = next(ins for ins in insts if ins.offset == insts[ends[0]].jump_target)
+        assert target.opname == opname, (target, opname)
+    assert after.opname == opname, (after, opname)
+
+
+def _resume_at_store_fast_load_fast(x, y):
+    a = x.sin()
+    c = _noisy(a)  # BREAK: the resume function starts at STORE_FAST_LOAD_FAST (c, c)
+    return c * y + a
+
+
+def test_resume_function_starting_at_store_fast_load_fast():
+    starts_with(_resume_at_store_fast_load_fast, "# BREAK", "STORE_FAST_LOAD_FAST")
+    check_resume(
+        _resume_at_store_fast_load_fast, torch.randn(5), torch.randn(5), graphs=3, breaks=2
+    )
+
+
+POS_4 = torch.tensor([0.5, 1.0, 2.0, 0.1])
+
+
+def _branch_into_load_fast_load_fast(x, y):
+    a = x.sin()
+    b = y.cos()
+    if (a > 0).all():  # BREAK: both resume functions start at LOAD_FAST_LOAD_FAST (a, b)
+        return a * b
+    return a - b
+
+
+@pytest.mark.parametrize("x", [POS_4, -POS_4], ids=["true", "false"])
+def test_resume_functions_starting_at_load_fast_load_fast(x):
+    starts_with(_branch_into_load_fast_load_fast, "# BREAK", "LOAD_FAST_LOAD_FAST")
+    check_resume(_branch_into_load_fast_load_fast, x, torch.randn(4), graphs=2)
+
+
+def _superinstructions_past_slot_15(x, y):
+    # Sixteen locals before the break: in the resume function the passed locals and the stack
+    # values are renumbered, so a pair that fit a nibble here may not fit one there.
+    l0, l1, l2, l3, l4, l5, l6, l7 = x, x + 1, x + 2, x + 3, x + 4, x + 5, x + 6, x + 7
+    m0, m1, m2, m3, m4, m5, m6 = y, y + 1, y + 2, y + 3, y + 4, y + 5, y + 6
+    a, b = x.sin(), y.cos()
+    s = (l0 + l1 + l2 + l3 + l4 + l5 + l6 + l7) * (m0 + m1 + m2 + m3 + m4 + m5 + m6)
+    t = torch.add(s, _noisy(a))  # BREAK with torch.add, its NULL and s on the stack
+    a, b = b, a
+    return t + a * b - l7 * m6
+
+
+def test_superinstructions_with_locals_past_slot_15_after_a_break():
+    code = _superinstructions_past_slot_15.__code__
+    assert code.co_nlocals > 16
+    uses(_superinstructions_past_slot_15, "LOAD_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST")
+    check_resume(
+        _superinstructions_past_slot_15, torch.randn(4), torch.randn(4), graphs=3, breaks=2
+    )
+
+
 # --- calls: CALL_KW, the NULL above the callable, CALL_FUNCTION_EX, super() -------------------
 
 
