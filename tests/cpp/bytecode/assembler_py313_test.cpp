@@ -234,7 +234,7 @@ TEST_CASE("3.13: lifting CPython's code and assembling it again keeps every code
       "    u = f'{x!r:>{k}}'\n"
       "  def inner(v, w=k):\n"
       "    return v + w\n"
-      "  return t, u, inner(t), max(*a, default=0)\n");
+      "  return t, u, inner(t), max(a, default=0)\n");
   PyCodeObject* theirs = code_of(m.get("every"));
   bc::Assembly a = bc::lift(tl::capture::decode(theirs));
   PyRef code = bc::assemble(a, bc::spec_of(theirs));
