@@ -24,6 +24,24 @@ constexpr int kPopJumpIfFalse = POP_JUMP_IF_FALSE;
 constexpr int kPopJumpIfFalse = POP_JUMP_FORWARD_IF_FALSE;
 #endif
 
+// Appends a jump on the truth of the value on top: 3.13's POP_JUMP_IF_* only
+// accept an exact bool (an int 0 would not jump), so TO_BOOL goes first there.
+void jump_if_false(bc::Assembly& a, int target) {
+#ifdef TO_BOOL
+  a.insts.push_back(ins(TO_BOOL));
+#endif
+  a.insts.push_back(ins(kPopJumpIfFalse, 0, bc::kNoLabel, target));
+}
+
+// Index and byte offset of the jump jump_if_false appends after RESUME and one LOAD_FAST.
+#ifdef TO_BOOL
+constexpr int kJumpIndex = 3;
+constexpr int kJumpByte = 4 + 8;  // TO_BOOL and its 3 CACHE units
+#else
+constexpr int kJumpIndex = 2;
+constexpr int kJumpByte = 4;
+#endif
+
 // A tuple of Python values given as source text; new reference.
 PyRef values(const char* expr) {
   PyRef globals = PyRef::steal(PyDict_New());
@@ -64,7 +82,8 @@ int stacksize(const PyRef& code) {
 // f(cond): returns "yes" if cond else "no", with 300 NOPs in the "yes" branch.
 bc::Assembly long_branch() {
   bc::Assembly a;
-  a.insts = {ins(RESUME), ins(LOAD_FAST, 0), ins(kPopJumpIfFalse, 0, bc::kNoLabel, 1)};
+  a.insts = {ins(RESUME), ins(LOAD_FAST, 0)};
+  jump_if_false(a, 1);
   for (int i = 0; i < 300; ++i) a.insts.push_back(ins(NOP));
   a.insts.push_back(ins(LOAD_CONST, 1));
   a.insts.push_back(ins(RETURN_VALUE));
@@ -119,16 +138,16 @@ TEST_CASE("a handler assembled from scratch catches the exception", "[bytecode]"
 TEST_CASE("a forward jump over 300 code units gets an EXTENDED_ARG prefix", "[bytecode]") {
   PyRef code = bc::assemble(long_branch(), function_spec(1, {"c"}, values("(None, 'yes', 'no')")));
   std::string units = co_code(code);
-  // RESUME, LOAD_FAST, then the prefix with the high byte of 302.
-  REQUIRE(units.size() > 8);
-  CHECK(units[4] == static_cast<char>(EXTENDED_ARG));
-  CHECK(units[5] == 1);
-  CHECK(units[6] == static_cast<char>(kPopJumpIfFalse));
-  CHECK(units[7] == 302 - 256);
+  // RESUME, LOAD_FAST, (3.13: TO_BOOL,) then the prefix with the high byte of 302.
+  REQUIRE(units.size() > kJumpByte + 4);
+  CHECK(units[kJumpByte] == static_cast<char>(EXTENDED_ARG));
+  CHECK(units[kJumpByte + 1] == 1);
+  CHECK(units[kJumpByte + 2] == static_cast<char>(kPopJumpIfFalse));
+  CHECK(units[kJumpByte + 3] == 302 - 256);
   tl::bytecode::Bytecode decoded =
       tl::bytecode::decode(reinterpret_cast<PyCodeObject*>(code.get()));
-  CHECK(decoded.insts[2].arg == 302);
-  CHECK(decoded.insts[decoded.insts[2].jump_target].arg == 2);  // LOAD_CONST 'no'
+  CHECK(decoded.insts[kJumpIndex].arg == 302);
+  CHECK(decoded.insts[decoded.insts[kJumpIndex].jump_target].arg == 2);  // LOAD_CONST 'no'
   PyRef fn = make_function(code.get());
   CHECK(call_repr(fn.get(), "(True,)") == "'yes'");
   CHECK(call_repr(fn.get(), "(0,)") == "'no'");
@@ -137,8 +156,9 @@ TEST_CASE("a forward jump over 300 code units gets an EXTENDED_ARG prefix", "[by
 TEST_CASE("a loop around 300 code units jumps back through EXTENDED_ARG", "[bytecode]") {
   // acc = 0; while n: (300 NOPs) n -= 1; acc += 1; return acc
   bc::Assembly a;
-  a.insts = {ins(RESUME), ins(LOAD_CONST, 0), ins(STORE_FAST, 1), ins(LOAD_FAST, 0, 3),
-             ins(kPopJumpIfFalse, 0, bc::kNoLabel, 4)};
+  a.insts = {ins(RESUME), ins(LOAD_CONST, 0), ins(STORE_FAST, 1), ins(LOAD_FAST, 0, 3)};
+  jump_if_false(a, 4);
+  const int head_jump = static_cast<int>(a.insts.size()) - 1;
   for (int i = 0; i < 300; ++i) a.insts.push_back(ins(NOP));
   for (int v : {0, 1}) {
     a.insts.push_back(ins(LOAD_FAST, v));
@@ -156,7 +176,7 @@ TEST_CASE("a loop around 300 code units jumps back through EXTENDED_ARG", "[byte
   REQUIRE(back.opcode == JUMP_BACKWARD);
   CHECK(back.arg > 255);
   CHECK(back.jump_target == 3);
-  CHECK(decoded.insts[4].arg > 255);
+  CHECK(decoded.insts[head_jump].arg > 255);
   PyRef fn = make_function(code.get());
   CHECK(call_repr(fn.get(), "(0,)") == "0");
   CHECK(call_repr(fn.get(), "(4,)") == "4");

@@ -69,6 +69,88 @@ def test_superinstructions_in_a_resume_function():
     check_resume(_superinstructions_around_a_break, torch.randn(4), torch.randn(4), graphs=2)
 
 
+def branch_targets_start_with(fn, marker, opname):
+    """On 3.13, asserts that both sides of the conditional jump on `marker`'s line (where the
+    two resume functions start) begin with `opname`."""
+    if not PY313:
+        return
+    line = lineno_of(fn, marker)
+    insts = list(dis.get_instructions(fn))
+    i = next(
+        i for i, ins in enumerate(insts) if ins.line_number == line and "JUMP_IF" in ins.opname
+    )
+    taken = next(ins for ins in insts if ins.offset == insts[i].jump_target)
+    assert (insts[i + 1].opname, taken.opname) == (opname, opname), (insts[i + 1], taken)
+
+
+def _while_head_is_a_superinstruction(x, n):
+    i, k = 0, n
+    y = x.sin()
+    while i < k:
+        y = y + i * 2  # the loop body's head: LOAD_FAST_LOAD_FAST (y, i)
+        print("step")  # BREAK inside the loop: the body becomes a function of its own
+        i += 1
+    return y.cos()
+
+
+def test_loop_body_starting_at_load_fast_load_fast():
+    if PY313:
+        insts = list(dis.get_instructions(_while_head_is_a_superinstruction))
+        back = next(ins for ins in insts if ins.opname == "JUMP_BACKWARD")
+        head = next(ins for ins in insts if ins.offset == back.jump_target)
+        assert head.opname == "LOAD_FAST_LOAD_FAST", head
+    # Two iterations, so the backward jump lands on the superinstruction once. `i` is a guarded
+    # int: each iteration captures the body and the code after print() again (2 graphs, 1 break
+    # each), around the graphs before and after the loop.
+    check_resume(
+        _while_head_is_a_superinstruction,
+        torch.randn(4),
+        2,
+        graphs=6,
+        breaks=3,
+        loop_body=True,
+    )
+
+
+POS_4 = torch.tensor([0.5, 1.0, 2.0, 0.1])
+
+
+def _branch_into_load_fast_load_fast(x, y):
+    a = x.sin()
+    b = y.cos()
+    if (a > 0).all():  # BREAK: both resume functions start at LOAD_FAST_LOAD_FAST (a, b)
+        return a * b
+    return a - b
+
+
+@pytest.mark.parametrize("x", [POS_4, -POS_4], ids=["true", "false"])
+def test_resume_functions_starting_at_load_fast_load_fast(x):
+    branch_targets_start_with(_branch_into_load_fast_load_fast, "# BREAK", "LOAD_FAST_LOAD_FAST")
+    check_resume(_branch_into_load_fast_load_fast, x, torch.randn(4), graphs=2)
+
+
+def _superinstructions_with_many_locals(x, y):
+    # Seventeen locals: in the resume function the live locals are renumbered, so the pairs
+    # after the break name other slots there than here.
+    a, b = x.sin(), y.cos()
+    l0, l1, l2, l3, l4, l5, l6, l7 = x, x + 1, x + 2, x + 3, x + 4, x + 5, x + 6, x + 7
+    m0, m1, m2, m3, m4, m5, m6 = y, y + 1, y + 2, y + 3, y + 4, y + 5, y + 6
+    s = (l0 + l1 + l2 + l3 + l4 + l5 + l6 + l7) * (m0 + m1 + m2 + m3 + m4 + m5 + m6)
+    t = torch.add(s, _noisy(a))  # BREAK with torch.add, its NULL and s on the stack
+    a, b = b, a
+    return t + a * b - l7 * m6
+
+
+def test_superinstructions_with_many_locals_after_a_break():
+    fn = _superinstructions_with_many_locals
+    assert fn.__code__.co_nlocals > 16
+    if PY313:
+        line = lineno_of(fn, "# BREAK")
+        after = {i.opname for i in dis.get_instructions(fn) if (i.line_number or 0) > line}
+        assert {"LOAD_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST"} <= after, after
+    check_resume(fn, torch.randn(4), torch.randn(4), graphs=3, breaks=2)
+
+
 # --- calls: CALL_KW, the NULL above the callable, CALL_FUNCTION_EX, super() -------------------
 
 

@@ -5,7 +5,6 @@ the graph/break count."""
 
 import functools
 import math
-import sys
 import typing
 import weakref
 from collections import OrderedDict
@@ -103,11 +102,6 @@ def _apply(x, hint: torch.Tensor | None = None):
     return x if hint is None else x + hint
 
 
-# NOTE: 3.13's typing caches generic aliases in a dict keyed by function (`_caches[func]`), which
-# capture cannot wrap yet: typing.List[int] breaks the graph there (and runs eagerly).
-@pytest.mark.xfail(
-    sys.version_info >= (3, 13), reason="typing's _caches dict has function keys", strict=True
-)
 def test_typing_generics_as_values_and_passed_through():
     def fn(x):
         kinds = (typing.List[int], typing.Optional[torch.Tensor])  # noqa: UP006, UP045
