@@ -137,13 +137,13 @@ def volume(layout, shape=(2, 4, 4, 5, 6)):
     return x.to(memory_format=torch.channels_last_3d) if layout == "channels_last" else x
 
 
-def pads_pools_shuffles(x):
+def pads_pools_shuffles(x, channel_shuffle=True):
     """Ops whose eager kernel picks the result layout by device (meta answers contiguous)."""
     outs = (
         F.pad(x, (1, 2, 1, 1), mode="reflect"), F.pad(x, (1, 2, 1, 1), mode="replicate"),
         F.pad(x, (1, 1, 2, 0)), F.pad(x, (1, 1, 1, 1), mode="circular"),
         F.pixel_shuffle(x, 2), F.pixel_unshuffle(x, 2), torch.roll(x, 1, 1),
-        x.roll((1, 2), (2, 3)), torch.roll(x, 3), F.channel_shuffle(x, 2),
+        x.roll((1, 2), (2, 3)), torch.roll(x, 3), F.channel_shuffle(x, 2) if channel_shuffle else x,
         F.max_pool2d(x, 2), F.max_pool2d(x, 3, 2, 1, return_indices=True)[1],
         F.avg_pool2d(x, 2), F.adaptive_avg_pool2d(x, (2, 3)), F.adaptive_max_pool2d(x, 3),
         F.interpolate(x, scale_factor=2), F.interpolate(x, size=(5, 7), mode="bilinear"),
@@ -203,7 +203,24 @@ def test_view_of_a_channels_last_pad_raises_as_in_eager():
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_pads_pools_shuffles_and_roll_keep_eager_strides_cuda(layout):
     # NOTE: CUDA's kernels choose differently from the CPU's (reflection pad writes contiguous).
-    assert_same_layouts(pads_pools_shuffles, image(layout, (2, 4, 6, 8)).cuda())
+    x = image(layout, (2, 4, 6, 8)).cuda()
+    if layout != "permuted":
+        assert_same_layouts(pads_pools_shuffles, x)
+        return
+
+    # CUDA's channel_shuffle views its input: eager raises on a permuted one, and so must we.
+    def shuffle(x):
+        return F.channel_shuffle(x, 2)
+
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        shuffle(x)
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        torchlite.compile(shuffle)(x)
+
+    def without_shuffle(x):
+        return pads_pools_shuffles(x, channel_shuffle=False)
+
+    assert_same_layouts(without_shuffle, x)
 
 
 @pytest.mark.cuda
