@@ -1,5 +1,6 @@
 // Matrix products.
 #include "capture/fast_meta_rules.h"
+#include "capture/torch_api.h"
 
 namespace tl::capture::fast_meta {
 
@@ -27,7 +28,10 @@ Result linear(const OpRule&, const Call& c) {
   sizes.back() = n;
   Result r{{sizes, contiguous_strides(sizes)}, x.dtype, false};
   r.requires_grad = needs_grad(inputs, x.dtype);
-  if (b && xs.size() != 2 && is_contiguous(x.layout)) {
+  // NOTE: up to torch 2.14 linear with a bias over a >2-d input is addmm on the flattened
+  // input, viewed back; from 2.15 on its result is a fresh tensor (measured on 2.15.0).
+  const int version = torch_api().torch_version;
+  if (b && xs.size() != 2 && is_contiguous(x.layout) && version != 0 && version < 215) {
     Dims flat = {numel(xs) / xs.back(), n};
     r.viewed_as = sizes;
     r.layout = {flat, contiguous_strides(flat)};

@@ -117,12 +117,17 @@ Result batch_norm(const OpRule& rule, const Call& c) {
   return r;
 }
 
-// group_norm(input, num_groups, weight, bias, eps[, cudnn_enabled]): contiguous.
+// group_norm(input, num_groups, weight, bias, eps[, cudnn_enabled]) of a contiguous input:
+// contiguous.
+// NOTE: a channels-last input's result follows the torch version (contiguous up to 2.14,
+// channels-last from 2.15 on): the real meta kernel answers those.
 Result group_norm(const OpRule&, const Call& c) {
   c.only_keywords({"num_groups", "weight", "bias", "eps"});
   if (c.args.empty() || c.args.size() > 6) throw NotHandled();
   Tensor x = read_tensor(c.args[0]);
-  if (!is_float(x.dtype) || x.layout.sizes.size() < 2 || !plain_layout(x)) throw NotHandled();
+  if (!is_float(x.dtype) || x.layout.sizes.size() < 2 ||
+      x.layout.strides != contiguous_strides(x.layout.sizes))
+    throw NotHandled();
   PyObject* groups = c.arg(1, "num_groups");
   if (!groups || !PyLong_CheckExact(groups)) throw NotHandled();
   long long g = PyLong_AsLongLong(groups);

@@ -1,5 +1,7 @@
 #include "capture/torch_api.h"
 
+#include <cstdio>
+
 #include "core/errors.h"
 
 namespace tl::capture {
@@ -58,6 +60,10 @@ TorchApi* build() {
   PyRef file = attr(api->torch, "__file__");
   std::string f = str_of(file.get());
   api->torch_dir = f.substr(0, f.rfind('/') + 1);
+  std::string version = str_of(attr(api->torch, "__version__").get());
+  int major = 0, minor = 0;
+  if (std::sscanf(version.c_str(), "%d.%d", &major, &minor) == 2)
+    api->torch_version = major * 100 + minor;
   return api;
 }
 

@@ -27,6 +27,7 @@ struct TorchApi {
   PyRef math_module, operator_module;
   PyRef op_overload_types;  // (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
   std::string torch_dir;    // ".../site-packages/torch/" (files there are torch's own)
+  int torch_version = 0;    // major * 100 + minor (2.15 -> 215); 0 when unreadable
 };
 
 // Throws PythonError if torch cannot be imported.
