@@ -5,7 +5,7 @@
 
 #include "core/errors.h"
 #include "core/py_import.h"
-#include "passes/dtype.h"
+#include "ir/dtype.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/compiled_step.h"
 #include "runtime/cuda/driver.h"
@@ -58,7 +58,7 @@ std::pair<std::string, int> parse_device(PyObject* dev) {
 
 Alloc alloc_of(const ir::TensorMeta& m) {
   Alloc a{int_tuple(m.sizes), int_tuple(m.strides), m.dtype, m.device};
-  auto type = passes::scalar_type_of(m.dtype.get());
+  auto type = ir::scalar_type_of(m.dtype.get());
   if (type && m.device && parse_device(m.device.get()).first == "cpu" &&
       strided_extent_bytes(m.sizes, m.strides, *type) >= kMinPooledBytes) {
     a.pooled = true;

@@ -1,12 +1,11 @@
-#include "passes/dtype.h"
+#include "ir/dtype.h"
 
 #include "core/errors.h"
 #include "core/py_ref.h"
 
-namespace tl::passes {
+namespace tl::ir {
 namespace {
 
-using ir::ScalarType;
 constexpr int kNumTypes = static_cast<int>(ScalarType::Bool) + 1;
 
 // NOTE: the dtype objects are looked up once and intentionally never released:
@@ -93,4 +92,4 @@ ScalarType result_type(const std::vector<PromoteOperand>& operands) {
   return *r;
 }
 
-}  // namespace tl::passes
+}  // namespace tl::ir
