@@ -200,6 +200,21 @@ def counters() -> dict:
     return dict(torchlite.counters())
 
 
+def compiled_on_cuda(fn, *args, atol=None, rtol=None):
+    """`fn` compiled (fullgraph, fresh caches) equals eager on two calls under no_grad on the GPU;
+    returns the compiled function and how many kernels it compiled."""
+    torchlite.reset()
+    before = counters()["kernels"]
+    compiled = torchlite.compile(fn, fullgraph=True)
+    with torch.no_grad():
+        expected = fn(*args)
+        for _ in range(2):
+            actual = compiled(*args)
+            torch.cuda.synchronize()
+            assert_same(actual, expected, atol=atol, rtol=rtol, check_requires_grad=False)
+    return compiled, counters()["kernels"] - before
+
+
 def assert_counters_delta(before: dict, after: dict, **expected):
     """Asserts after[k] - before[k] for each keyword: an int is exact, `at_least(n)` a bound."""
     for key, want in expected.items():

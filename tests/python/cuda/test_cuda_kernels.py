@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import assert_same, counters
+from helpers import compiled_on_cuda, counters
 
 import torchlite
 
@@ -17,17 +17,9 @@ pytestmark = pytest.mark.cuda
 
 def _check(fn, *args, atol=None, rtol=None, kernels=True):
     """Compiled equals eager on two calls; with `kernels`, at least one CUDA kernel ran."""
-    torchlite.reset()
-    before = counters()["kernels"]
-    compiled = torchlite.compile(fn, fullgraph=True)
-    with torch.no_grad():
-        expected = fn(*args)
-        for _ in range(2):
-            actual = compiled(*args)
-            torch.cuda.synchronize()
-            assert_same(actual, expected, atol=atol, rtol=rtol, check_requires_grad=False)
+    compiled, made = compiled_on_cuda(fn, *args, atol=atol, rtol=rtol)
     if kernels:
-        assert counters()["kernels"] > before, "no fused kernel was compiled"
+        assert made > 0, "no fused kernel was compiled"
     return compiled
 
 

@@ -6,9 +6,7 @@ epilogue the fusion cost model keeps apart."""
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import assert_same, counters
-
-import torchlite
+from helpers import compiled_on_cuda
 
 pytestmark = pytest.mark.cuda
 
@@ -17,16 +15,7 @@ BF16 = torch.bfloat16
 
 def _check(fn, *args, atol=None, rtol=None, kernels=None):
     """Compiled equals eager on two calls; `kernels`: the CUDA kernels the graph compiles."""
-    torchlite.reset()
-    before = counters()["kernels"]
-    compiled = torchlite.compile(fn, fullgraph=True)
-    with torch.no_grad():
-        expected = fn(*args)
-        for _ in range(2):
-            actual = compiled(*args)
-            torch.cuda.synchronize()
-            assert_same(actual, expected, atol=atol, rtol=rtol, check_requires_grad=False)
-    made = counters()["kernels"] - before
+    _, made = compiled_on_cuda(fn, *args, atol=atol, rtol=rtol)
     assert made >= 1, "no fused kernel was compiled"
     if kernels is not None:
         assert made == kernels

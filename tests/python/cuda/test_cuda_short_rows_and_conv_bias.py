@@ -8,7 +8,7 @@ convolutions, and where the output feeds another convolution or is returned."""
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import assert_same, counters
+from helpers import compiled_on_cuda, counters
 from torch.profiler import ProfilerActivity, profile
 
 import torchlite
@@ -19,15 +19,7 @@ BF16 = torch.bfloat16
 
 
 def _compiled(fn, *args, atol=None, rtol=None):
-    torchlite.reset()
-    compiled = torchlite.compile(fn, fullgraph=True)
-    with torch.no_grad():
-        expected = fn(*args)
-        for _ in range(2):
-            actual = compiled(*args)
-            torch.cuda.synchronize()
-            assert_same(actual, expected, atol=atol, rtol=rtol, check_requires_grad=False)
-    return compiled
+    return compiled_on_cuda(fn, *args, atol=atol, rtol=rtol)[0]
 
 
 def _tol(dtype):
