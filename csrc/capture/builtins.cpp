@@ -61,6 +61,73 @@ void check_instancecheck(PyObject* cls) {
 
 }  // namespace
 
+// NOTE: the key function is the user's code: folding the call would run it once, at trace time
+// (its effects lost on later calls, what it reads unguarded). It is called here on each item in
+// eager's order, so it is traced like any call; the order then follows from the keys, compared
+// as CPython compares them (sorted: Python's own stable sort of the indices; min/max: the first
+// best, `<` for min and `>` for max, key by key).
+ValuePtr Tracer::keyed_order(PyObject* fn, const std::string& name, std::vector<ValuePtr>& args,
+                             const KwArgs& kwargs) {
+  ValuePtr key, fallback;
+  bool reverse = false;
+  for (auto& [k, v] : kwargs) {
+    if (k == "key") {
+      key = v;
+    } else if (k == "reverse" && name == "sorted" && v->is_const()) {
+      int r = PyObject_IsTrue(v->obj.get());
+      if (r < 0) raise_current_error("sorted() reverse= raised while tracing");
+      reverse = r;
+    } else if (k == "default" && name != "sorted") {
+      fallback = v;
+    } else {
+      graph_break("unsupported_value", name + "() with key= and " + k + "=");
+    }
+  }
+  if (name == "sorted" && args.size() != 1)
+    graph_break("user_exception", "sorted() takes one positional argument");
+  if (args.empty()) graph_break("user_exception", name + "() expects at least one argument");
+  if (fallback && args.size() > 1)
+    raise_user(PyExc_TypeError,
+               "Cannot specify a default for " + name + "() with multiple positional arguments");
+  std::vector<ValuePtr> items = args.size() == 1 ? iterate(args[0]) : args;
+  PyRef keys = PyRef::steal(PyList_New(0));
+  if (!keys) throw PythonError();
+  size_t best = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    ValuePtr k = call(key, {items[i]}, {});
+    if (!k->is_const())
+      graph_break("unsupported_value", name + "() with a key= that returns a " + k->type_name(),
+                  "return a Python number or string from the key");
+    ctx_.specialise(k);
+    if (PyList_Append(keys.get(), k->obj.get()) < 0) throw PythonError();
+    if (name == "sorted" || i == 0) continue;
+    int better = PyObject_RichCompareBool(k->obj.get(), PyList_GET_ITEM(keys.get(), best),
+                                          name == "min" ? Py_LT : Py_GT);
+    if (better < 0) raise_current_error(name + "() compared keys while tracing");
+    if (better) best = i;
+  }
+  if (name != "sorted") {
+    if (!items.empty()) return items[best];
+    if (fallback) return fallback;
+    raise_user(PyExc_ValueError, name + "() iterable argument is empty");
+  }
+  PyRef order = PyRef::steal(PyList_New(0));
+  for (size_t i = 0; order && i < items.size(); ++i) {
+    PyRef idx = PyRef::steal(PyLong_FromSize_t(i));
+    if (!idx || PyList_Append(order.get(), idx.get()) < 0) throw PythonError();
+  }
+  PyRef getitem = PyRef::steal(PyObject_GetAttrString(keys.get(), "__getitem__"));
+  PyRef kw = PyRef::steal(Py_BuildValue("{sOsO}", "key", getitem.get(), "reverse", C(reverse)));
+  PyRef pos = PyRef::steal(PyTuple_Pack(1, order.get()));
+  if (!getitem || !kw || !pos) throw PythonError();
+  PyRef sorted = PyRef::steal(PyObject_Call(fn, pos.get(), kw.get()));
+  if (!sorted) raise_current_error("sorted() compared keys while tracing");
+  std::vector<ValuePtr> out;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sorted.get()); ++i)
+    out.push_back(items[PyLong_AsSize_t(PyList_GET_ITEM(sorted.get(), i))]);
+  return Value::list(std::move(out));
+}
+
 ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs,
                               bool& handled) {
   handled = true;
@@ -130,6 +197,14 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         case VKind::Const:
         case VKind::Module:
         case VKind::Object:
+          // NOTE: an instance is callable while its class has a __call__, which a later
+          // `C.__call__ = ...` (or del) changes: the lookup is guarded.
+          if (v->kind == VKind::Object && v->source && v->obj) {
+            PyRef call_name = PyRef::steal(PyUnicode_FromString("__call__"));
+            PyObject* found = _PyType_Lookup(Py_TYPE(v->obj.get()), call_name.get());
+            ctx_.guards().add_attr(v->source, guards::AttrTable::Owner::Instance, v->obj.get(),
+                                   call_name.get(), found);
+          }
           if (v->obj) return const_bool(PyCallable_Check(v->obj.get()));
           break;
         default:
@@ -341,6 +416,11 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     if ((name == "int" || name == "float" || name == "bool" || name == "complex") &&
         args.size() == 1 && args[0]->is_tensor())
       graph_break("data_dependent_op", name + "() of a tensor needs its value");
+    if (name == "sorted" || name == "min" || name == "max") {
+      for (auto& [k, v] : kwargs)
+        if (k == "key" && !(v->is_const() && v->obj.get() == Py_None) && !inert_value(v))
+          return keyed_order(fn, name, args, kwargs);
+    }
     if (name == "sorted" && args.size() == 1 && !args[0]->is_const()) {
       std::vector<ValuePtr> items = iterate(args[0]);
       PyRef t = const_tuple(Value::tuple(items));

@@ -75,6 +75,30 @@ bool keeps_sym_args(const ValuePtr& fn) {
   }
 }
 
+// NOTE: a Python function of torch's own files is run while tracing, on meta tensors, and
+// recorded as one op the graph calls again on every call. That is right only while its effects
+// are on tensors: a user callback, a bound method or a mutable object among its arguments or
+// in its closure would be called or changed once, at trace time (pytree.tree_map(cb, (1, 2)),
+// a @torch.no_grad()-decorated user helper, a sourceless bound method of a scheduler), and its
+// effect would be missing on every later call. Such a call is inlined instead.
+bool runs_as_torch_op(PyObject* f, const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
+  if (!PyFunction_Check(f)) return true;
+  if (!inert_closure(f)) return false;
+  for (auto& a : args)
+    if (!inert_value(a)) return false;
+  for (auto& kv : kwargs)
+    if (!inert_value(kv.second)) return false;
+  return true;
+}
+
+// torch.compiler.disable / torch._dynamo.disable: the function must run eagerly, every call.
+bool is_dynamo_disabled(PyObject* f) {
+  if (!PyFunction_Check(f)) return false;
+  PyObject* d = reinterpret_cast<PyFunctionObject*>(f)->func_dict;
+  PyObject* flag = d ? PyDict_GetItemString(d, "_torchdynamo_disable") : nullptr;  // borrowed
+  return flag && PyObject_IsTrue(flag) == 1;
+}
+
 }  // namespace
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwargs) {
@@ -218,10 +242,15 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   if (PyFunction_Check(f) && !args.empty() && args[0]->kind == VKind::Module &&
       is_torch_function(f))
     return inline_function(f, fn->source, nullptr, std::move(args), kwargs);
+  if (is_dynamo_disabled(f))
+    graph_break("unsupported_callable",
+                "call to " + qual + ", which torch.compiler.disable keeps out of compiled code");
   if (is_torch_function(f)) {
     if (is_side_effecting_torch_fn(f))
       graph_break("unsupported_callable",
                   "call to " + qual + ", which has effects torchlite does not capture");
+    if (!runs_as_torch_op(f, args, kwargs))
+      return inline_function(f, fn->source, nullptr, std::move(args), kwargs);
     return ctx_.call_op(f, "", args, kwargs);
   }
   if (PyFunction_Check(f)) return inline_function(f, fn->source, nullptr, std::move(args), kwargs);

@@ -146,6 +146,65 @@ bool is_side_effecting_torch_fn(PyObject* fn) {
   return false;
 }
 
+namespace {
+
+bool inert_object(PyObject* o, int depth);
+
+bool inert_cells(PyObject* func, int depth) {
+  PyObject* cells = PyFunction_GET_CLOSURE(func);
+  for (Py_ssize_t i = 0; cells && i < PyTuple_GET_SIZE(cells); ++i) {
+    PyObject* c = PyCell_GET(PyTuple_GET_ITEM(cells, i));  // borrowed; null while unbound
+    if (c && !inert_object(c, depth + 1)) return false;
+  }
+  return true;
+}
+
+bool inert_object(PyObject* o, int depth) {
+  if (depth > 4) return false;
+  if (PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(torch_api().tensor_type.get())) ||
+      is_immutable_constant(o) || PyType_Check(o) || PyModule_Check(o) ||
+      Py_TYPE(o) == &PyMethodDescr_Type || Py_TYPE(o) == &PyWrapperDescr_Type ||
+      Py_TYPE(o) == &PyClassMethodDescr_Type)
+    return true;
+  if (PyCFunction_Check(o)) {  // a builtin (module self) or a C method bound to its object
+    PyObject* self = PyCFunction_GET_SELF(o);
+    return !self || PyModule_Check(self) || inert_object(self, depth + 1);
+  }
+  if (PyFunction_Check(o)) return is_torch_function(o) && inert_cells(o, depth);
+  if (PyMethod_Check(o))
+    return inert_object(PyMethod_GET_FUNCTION(o), depth + 1) &&
+           inert_object(PyMethod_GET_SELF(o), depth + 1);
+  if (PyTuple_CheckExact(o)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
+      if (!inert_object(PyTuple_GET_ITEM(o, i), depth + 1)) return false;
+    return true;
+  }
+  // NOTE: torch's C objects (torch.Generator, torch.finfo, enum-like singletons) are read, not
+  // changed, by the Python functions that take them; any other object may be changed.
+  return std::string(Py_TYPE(o)->tp_name).rfind("torch._C.", 0) == 0;
+}
+
+}  // namespace
+
+bool inert_at_trace_time(PyObject* o) { return inert_object(o, 0); }
+
+bool inert_closure(PyObject* func) { return inert_cells(func, 0); }
+
+bool inert_value(const ValuePtr& v) {
+  switch (v->kind) {
+    case VKind::Const:
+      return inert_object(v->obj.get(), 0);
+    case VKind::Tuple:
+    case VKind::List:
+    case VKind::Dict:
+      for (auto& item : v->items)
+        if (!inert_value(item)) return false;
+      return true;
+    default:
+      return true;  // a tensor, or a value to_meta_arg refuses (a graph break)
+  }
+}
+
 bool is_module_type(PyObject* t) {
   return PyType_Check(t) &&
          PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(t),

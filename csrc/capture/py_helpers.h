@@ -33,6 +33,13 @@ const std::unordered_set<std::string>& pure_builtins();
 const std::unordered_set<std::string>& forbidden_builtins();
 const std::unordered_set<std::string>& torch_side_effect_fns();
 bool is_side_effecting_torch_fn(PyObject* fn);
+// Whether running Python code on `o` at trace time leaves nothing behind that a later call
+// would miss: tensors (meta), immutable constants, types, modules, builtins, torch functions
+// whose closures hold only such values, torch's C objects. A user function, a bound method
+// of a Python object, a mutable object is not (calling or changing it is an effect).
+bool inert_at_trace_time(PyObject* o);
+bool inert_closure(PyObject* func);   // every cell of a Python function's closure
+bool inert_value(const ValuePtr& v);  // a constant that is, or a container of such values
 bool is_module_type(PyObject* t);
 bool as_items(const ValuePtr& v, std::vector<ValuePtr>& out);
 PyRef const_tuple(const ValuePtr& v);

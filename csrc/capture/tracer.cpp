@@ -543,14 +543,6 @@ void Tracer::step(const bytecode::Instruction& inst) {
           graph_break("user_exception", "'in' raised at trace time");
         }
         found = r;
-      } else if (container->is_sequence() && item->is_const()) {
-        for (auto& v : container->items) {
-          if (v->is_const()) {
-            int eq = PyObject_RichCompareBool(v->obj.get(), item->obj.get(), Py_EQ);
-            if (eq < 0) throw PythonError();
-            if (eq) found = true;
-          }
-        }
       } else if (container->kind == VKind::Module && item->is_const()) {
         int r = PySequence_Contains(container->obj.get(), item->obj.get());
         if (r < 0) {

@@ -95,6 +95,9 @@ class Tracer {
   ValuePtr inline_function(PyObject* func, ir::SourcePtr func_src, const ValuePtr& made,
                            std::vector<ValuePtr> args, const KwArgs& kwargs);
   ValuePtr call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs, bool& handled);
+  // sorted/min/max with a key= of the user's: the key traced per item (builtins.cpp).
+  ValuePtr keyed_order(PyObject* fn, const std::string& name, std::vector<ValuePtr>& args,
+                       const KwArgs& kwargs);
   ValuePtr call_method_on(const ValuePtr& self, const std::string& name,
                           std::vector<ValuePtr>& args, KwArgs& kwargs);
   ValuePtr call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs);

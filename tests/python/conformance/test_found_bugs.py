@@ -1127,3 +1127,50 @@ def test_bool_operators_of_overlapping_views_are_one_graph(combine):
     check_program(fn, lambda: (torch.randn(9),))
     report = torchlite.explain(fn)(torch.randn(9))
     assert report.graph_break_count == 0, report.break_reasons
+
+
+# --- `in` and callable() on objects with Python dunders (wrong20, issue 20 fuzz families) -------
+
+
+def test_in_list_calls_the_elements_custom_eq():
+    # `1 in [c]` compares c == 1 (element first): the constant-item fast path skipped objects.
+    calls = []
+
+    class C:
+        def __eq__(self, other):
+            calls.append(other)
+            return True
+
+        __hash__ = object.__hash__
+
+    c = C()
+
+    def fn(x):
+        return x * (1 in [c]) + x * (c in [2]) + x * (3 in (c, 4))
+
+    check_program(fn, t4, setup=calls.clear, observe=lambda: list(calls), calls=3)
+
+
+def test_in_list_of_tensors_and_constants_matches_eager():
+    def fn(x):
+        return x * (2 in [1, 2.0]) + x * (None in [x.shape[0], None])
+
+    check_program(fn, t4)
+
+
+def test_callable_follows_a_call_method_added_to_the_class():
+    class C:
+        pass
+
+    c = C()
+
+    def fn(x):
+        return x * callable(c)
+
+    def mutate(call):
+        if call == 1:
+            C.__call__ = lambda self: 1
+        else:
+            del C.__call__
+
+    check_program(fn, t4, mutate, calls=3)
