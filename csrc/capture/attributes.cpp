@@ -177,17 +177,11 @@ bool Tracer::stores_back_same_tensor(const ValuePtr& module, const std::string& 
 }
 
 void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& v) {
-  if ((obj->kind == VKind::Module || obj->kind == VKind::Object) && obj->source) {
-    if (obj->kind == VKind::Module && stores_back_same_tensor(obj, name, v)) return;
-    if (obj->kind == VKind::Module && (v->is_tensor() || v->kind == VKind::Module))
-      graph_break("unsupported_side_effect", "assigning a tensor or module attribute (self." +
-                                                 name + " = ...) in traced code");
-    ctx_.attr_overlay[{obj->obj.get(), name}] = v;
-    ctx_.keep_alive.push_back(obj->obj);
-    ctx_.effects.push_back({ir::SideEffect::Kind::SetAttr, obj->source, name, v});
-    return;
-  }
-  if (obj->kind == VKind::Object && obj->flag) {
+  // NOTE: an object's class decides what `obj.name = v` does, for objects from outside the
+  // function as for those made in it: a Python __setattr__ or a property's setter runs (a later
+  // read goes through the getter, never the stored value), any other data descriptor or a C
+  // __setattr__ breaks.
+  if (obj->kind == VKind::Object && (obj->source || obj->flag)) {
     PyTypeObject* type = Py_TYPE(obj->obj.get());
     PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
     PyRef setattr_name = PyRef::steal(PyUnicode_FromString("__setattr__"));
@@ -199,23 +193,51 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
     if (setattr != _PyType_Lookup(&PyBaseObject_Type, setattr_name.get()))
       graph_break("unsupported_side_effect", std::string("attribute assignment on a ") +
                                                  type->tp_name + ", whose __setattr__ is C code");
-    PyObject* descr = _PyType_Lookup(type, key.get());
-    if (descr && Py_TYPE(descr)->tp_descr_set) {
-      PyRef fset = PyObject_TypeCheck(descr, &PyProperty_Type)
-                       ? PyRef::steal(PyObject_GetAttrString(descr, "fset"))
-                       : PyRef();
-      if (!fset) clear_expected_error();
-      if (fset && PyFunction_Check(fset.get())) {
-        inline_function(fset.get(), nullptr, nullptr, {obj, v}, {});
-        return;
-      }
-      graph_break("unsupported_side_effect", "assignment to descriptor " + name);
-    }
-    dict_set(obj->attrs, key.get(), v);
+    store_plain_attr(obj, name, v);
+    return;
+  }
+  if ((obj->kind == VKind::Module || obj->kind == VKind::Object) && obj->source) {
+    if (obj->kind == VKind::Module && stores_back_same_tensor(obj, name, v)) return;
+    if (obj->kind == VKind::Module && (v->is_tensor() || v->kind == VKind::Module))
+      graph_break("unsupported_side_effect", "assigning a tensor or module attribute (self." +
+                                                 name + " = ...) in traced code");
+    ctx_.attr_overlay[{obj->obj.get(), name}] = v;
+    ctx_.keep_alive.push_back(obj->obj);
+    ctx_.effects.push_back({ir::SideEffect::Kind::SetAttr, obj->source, name, v});
     return;
   }
   if (is_fresh_module(obj)) return store_fresh_module_attr(obj, name, v);
   graph_break("unsupported_side_effect", "attribute assignment on a " + obj->type_name());
+}
+
+// object.__setattr__'s part of `obj.name = v` for an Object: a data descriptor of the class
+// (a property's Python setter is inlined; others break), else the instance attribute (an
+// overlay replayed after the graph for an object from outside, the traced dict for one made
+// here).
+void Tracer::store_plain_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& v) {
+  PyTypeObject* type = Py_TYPE(obj->obj.get());
+  PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
+  PyObject* descr = _PyType_Lookup(type, key.get());
+  if (descr && Py_TYPE(descr)->tp_descr_set) {
+    PyRef fset = PyObject_TypeCheck(descr, &PyProperty_Type)
+                     ? PyRef::steal(PyObject_GetAttrString(descr, "fset"))
+                     : PyRef();
+    if (!fset) clear_expected_error();
+    if (fset && PyFunction_Check(fset.get())) {
+      inline_function(fset.get(), nullptr, nullptr, {obj, v}, {});
+      return;
+    }
+    if (fset.get() == Py_None)
+      raise_user(PyExc_AttributeError, "can't set attribute '" + name + "'");
+    graph_break("unsupported_side_effect", "assignment to descriptor " + name);
+  }
+  if (obj->flag) {
+    dict_set(obj->attrs, key.get(), v);
+    return;
+  }
+  ctx_.attr_overlay[{obj->obj.get(), name}] = v;
+  ctx_.keep_alive.push_back(obj->obj);
+  ctx_.effects.push_back({ir::SideEffect::Kind::SetAttr, obj->source, name, v});
 }
 
 ValuePtr Tracer::get_attr(const ValuePtr& obj, const std::string& name) {

@@ -59,6 +59,38 @@ void check_instancecheck(PyObject* cls) {
                                             meta->tp_name + " that defines __instancecheck__");
 }
 
+// An ABC among `cls` (a class or a tuple of them): its answer follows registrations
+// (`Base.register(Other)`), which abc counts in its cache token.
+bool uses_abc_registry(PyObject* cls) {
+  if (PyTuple_Check(cls)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(cls); ++i)
+      if (uses_abc_registry(PyTuple_GET_ITEM(cls, i))) return true;
+    return false;
+  }
+  static PyObject* abc_meta = [] {  // NOTE: abc lives as long as the interpreter
+    PyRef abc = PyRef::steal(PyImport_ImportModule("abc"));
+    PyObject* m = abc ? PyObject_GetAttrString(abc.get(), "ABCMeta") : nullptr;
+    if (!m) throw PythonError();
+    return m;
+  }();
+  return PyType_Check(cls) &&
+         PyType_IsSubtype(Py_TYPE(cls), reinterpret_cast<PyTypeObject*>(abc_meta));
+}
+
+// NOTE: isinstance/issubclass of an ABC hold while no class is registered with any ABC:
+// abc.get_cache_token() (a counter of registrations) is guarded to return what it does now.
+void guard_abc_registry(guards::GuardSet& guards) {
+  static PyObject* token_fn = [] {
+    PyRef abc = PyRef::steal(PyImport_ImportModule("abc"));
+    PyObject* f = abc ? PyObject_GetAttrString(abc.get(), "get_cache_token") : nullptr;
+    if (!f) throw PythonError();
+    return f;
+  }();
+  PyRef token = PyRef::steal(PyObject_CallNoArgs(token_fn));
+  if (!token) throw PythonError();
+  guards.add_call_result(token_fn, token.get());
+}
+
 }  // namespace
 
 // NOTE: the key function is the user's code: folding the call would run it once, at trace time
@@ -212,6 +244,9 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       }
     }
     PyRef cls_ref = args.size() == 2 ? const_tuple(args[1]) : PyRef();
+    if ((name == "isinstance" || name == "issubclass") && cls_ref &&
+        uses_abc_registry(cls_ref.get()))
+      guard_abc_registry(ctx_.guards());
     if (name == "isinstance" && cls_ref) {
       const ValuePtr& v = args[0];
       PyObject* cls = cls_ref.get();

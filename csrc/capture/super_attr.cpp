@@ -95,6 +95,13 @@ ValuePtr Tracer::call_base_slot(const ValuePtr& self, const std::string& name,
     return *r;
   }
   if (name == "__init__" && args.empty()) return Value::constant(PyRef::borrow(Py_None));
+  // NOTE: object.__setattr__ runs the class's data descriptors (a property's setter) too.
+  if (name == "__setattr__" && args.size() == 2 && args[0]->is_const() &&
+      PyUnicode_Check(args[0]->obj.get()) && self->kind == VKind::Object &&
+      (self->source || self->flag)) {
+    store_plain_attr(self, utf8(args[0]->obj.get()), args[1]);
+    return Value::constant(PyRef::borrow(Py_None));
+  }
   if (name == "__setattr__" && args.size() == 2 && args[0]->is_const() && self->attrs) {
     dict_set(self->attrs, args[0]->obj.get(), args[1]);
     return Value::constant(PyRef::borrow(Py_None));

@@ -91,6 +91,7 @@ class Tracer {
   ValuePtr format_value(const ValuePtr& v, const ValuePtr& spec);
   void store_subscript(const ValuePtr& container, const ValuePtr& index, const ValuePtr& value);
   void store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
+  void store_plain_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
   ValuePtr load_global(const std::string& name);
   ValuePtr inline_function(PyObject* func, ir::SourcePtr func_src, const ValuePtr& made,
                            std::vector<ValuePtr> args, const KwArgs& kwargs);
