@@ -227,8 +227,11 @@ void Tracer::store_plain_attr(const ValuePtr& obj, const std::string& name, cons
       inline_function(fset.get(), nullptr, nullptr, {obj, v}, {});
       return;
     }
-    if (fset.get() == Py_None)
-      raise_user(PyExc_AttributeError, "can't set attribute '" + name + "'");
+    if (fset.get() == Py_None)  // CPython 3.11+'s text
+      raise_user(PyExc_AttributeError,
+                 "property '" + name + "' of '" +
+                     attr_str(reinterpret_cast<PyObject*>(type), "__qualname__") +
+                     "' object has no setter");
     graph_break("unsupported_side_effect", "assignment to descriptor " + name);
   }
   if (obj->flag) {

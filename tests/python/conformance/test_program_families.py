@@ -878,8 +878,8 @@ def test_pr_read_only_property_assignment_raises():
     def fn(x):
         try:
             a.v = 3
-        except AttributeError:
-            return x * a.v
+        except AttributeError as e:
+            return x * a.v, str(e)
         return x
 
     check_program(fn, t4)
