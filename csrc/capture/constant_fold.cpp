@@ -84,17 +84,33 @@ PyRef call_real(PyObject* target, const std::string& method, PyObject* pos, PyOb
   return result;
 }
 
-ValuePtr with_numbers(CaptureContext& ctx, const ValuePtr& v) {
+// Whether the trace knows `v`'s real value: a constant, a folded tensor, a tuple/list of those.
+bool known(const ValuePtr& v) {
+  if (!v) return false;
+  if (v->is_const()) return true;
+  if (v->is_tensor()) return static_cast<bool>(v->folded);
+  if (!v->is_sequence()) return false;
+  for (const ValuePtr& item : v->items)
+    if (!known(item)) return false;
+  return true;
+}
+
+// `v` with each folded one-element tensor (also inside a tuple/list) replaced by its number;
+// `changed` set when one was.
+ValuePtr with_numbers(CaptureContext& ctx, const ValuePtr& v, bool& changed) {
   if (!v) return v;
   if (v->is_tensor() && v->folded) {
-    auto number = folded_call(ctx, v, "item");
     PyRef numel = PyRef::steal(PyObject_CallMethod(v->folded.get(), "numel", nullptr));
     if (!numel) throw PythonError();
-    return PyLong_AsLongLong(numel.get()) == 1 && number ? *number : v;
+    if (PyLong_AsLongLong(numel.get()) != 1) return v;
+    auto number = folded_call(ctx, v, "item");
+    if (!number) return v;
+    changed = true;
+    return *number;
   }
   if (!v->is_sequence() || !any_folded(v)) return v;
   std::vector<ValuePtr> items;
-  for (const ValuePtr& item : v->items) items.push_back(with_numbers(ctx, item));
+  for (const ValuePtr& item : v->items) items.push_back(with_numbers(ctx, item, changed));
   ValuePtr copy =
       v->kind == VKind::Tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));
   copy->named_type = v->named_type;
@@ -114,10 +130,16 @@ void fold_result(CaptureContext& ctx, PyObject* target, const std::string& metho
     if (folded_operand) ctx.folding_on = false;
     return;
   }
-  if (!out || !out->is_tensor() || !node.meta || !is_cpu(out->device.get())) return;
+  if (!out || !out->is_tensor() || !node.meta) return;
+  for (const ValuePtr& a : args)
+    if (!known(a)) return;
+  for (const auto& kv : kwargs)
+    if (!known(kv.second)) return;
   int64_t numel = 1;
   for (int64_t d : node.meta->sizes) numel *= d;
-  if (numel > kMaxFoldedElements || not_a_function_of_operands(node.target_name)) return;
+  if (numel > kMaxFoldedElements || not_a_function_of_operands(node.target_name) ||
+      !is_cpu(out->device.get()))
+    return;
   std::vector<ValuePtr> sized;
   PyRef pos = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   PyRef kw = PyRef::steal(PyDict_New());
@@ -150,11 +172,14 @@ std::optional<std::pair<std::vector<ValuePtr>, FoldKwArgs>> with_folded_numbers(
   for (size_t i = first; i < args.size(); ++i) any = any || any_folded(args[i]);
   for (const auto& kv : kwargs) any = any || any_folded(kv.second);
   if (!any) return std::nullopt;
+  bool changed = false;
   std::vector<ValuePtr> new_args;
   for (size_t i = 0; i < args.size(); ++i)
-    new_args.push_back(i < first ? args[i] : with_numbers(ctx, args[i]));
+    new_args.push_back(i < first ? args[i] : with_numbers(ctx, args[i], changed));
   FoldKwArgs new_kwargs;
-  for (const auto& [k, v] : kwargs) new_kwargs.emplace_back(k, with_numbers(ctx, v));
+  for (const auto& [k, v] : kwargs) new_kwargs.emplace_back(k, with_numbers(ctx, v, changed));
+  // NOTE: nothing replaced (a folded tensor of several elements): no retry, so no loop.
+  if (!changed) return std::nullopt;
   return std::make_pair(std::move(new_args), std::move(new_kwargs));
 }
 

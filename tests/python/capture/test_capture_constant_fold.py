@@ -101,3 +101,21 @@ def test_random_draws_are_not_folded():
     got = torchlite.compile(fn)(torch.arange(6.0))
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda x: x.view(torch.tensor([2, 3])),
+        lambda x: x.reshape((torch.tensor([2, 3]),)),
+        lambda x: x.new_zeros(torch.tensor([2, 3])),
+    ],
+    ids=["view", "reshape", "new_zeros"],
+)
+def test_folded_tensor_of_several_numbers_as_a_size_raises_like_eager(op):
+    x = torch.randn(6)
+    with pytest.raises(TypeError) as eager:
+        op(x)
+    with pytest.raises(TypeError) as compiled:
+        torchlite.compile(op)(x)
+    assert type(compiled.value) is type(eager.value)
