@@ -761,6 +761,48 @@ EXTRA_TRANSFORMERS = [
         _tiny_config_model(name, f"{cls}Config", f"{cls}Model", _waveform, **_AUDIO_TINY)
         for name, cls in [("wav2vec2", "Wav2Vec2"), ("hubert", "Hubert")]
     ),
+    # added in the nineteenth session (none of these families was in the corpus)
+    _tiny_text("mamba", "MambaConfig", "MambaForCausalLM", mask=False, state_size=8),
+    _tiny_text(
+        "rwkv",
+        "RwkvConfig",
+        "RwkvForCausalLM",
+        mask=False,
+        attention_hidden_size=64,
+        context_length=64,
+    ),
+    _tiny_text("layoutlm", "LayoutLMConfig", "LayoutLMModel"),
+    _tiny_text(
+        "rembert",
+        "RemBertConfig",
+        "RemBertModel",
+        input_embedding_size=32,
+        output_embedding_size=64,
+    ),
+    _tiny_text("ibert", "IBertConfig", "IBertModel"),
+    _tiny_text("modernbert", "ModernBertConfig", "ModernBertModel", local_attention=8),
+    _tiny_text("olmoe", "OlmoeConfig", "OlmoeForCausalLM", num_experts=4, num_experts_per_tok=2),
+    _tiny_text("umt5", "UMT5Config", "UMT5Model", decoder=True, **_T5_TINY),
+    _tiny_config_model(
+        "vit_mae",
+        "ViTMAEConfig",
+        "ViTMAEModel",
+        # NOTE: the random patch masking takes its noise as an input: same draw in both runs
+        lambda: {"pixel_values": torch.randn(2, 3, 32, 32), "noise": torch.rand(2, 16)},
+        **_VIT_TINY,
+    ),
+    _tiny_config_model(
+        "swinv2",
+        "Swinv2Config",
+        "Swinv2Model",
+        _pixels(),
+        image_size=32,
+        patch_size=4,
+        embed_dim=16,
+        depths=[1, 1],
+        num_heads=[1, 2],
+        window_size=2,
+    ),
 ]
 
 _VIT_EXTRA = {"img_size": 64, "depth": 2}
@@ -800,6 +842,15 @@ EXTRA_TIMM = [
     _timm("mvitv2_tiny", {"img_size": 64}),
     _timm("coatnet_nano_rw_224", {"img_size": 64}),
     _timm("sequencer2d_s", {"layers": (1, 1, 1, 1)}),
+    # added in the nineteenth session (none of these families was in the corpus)
+    _timm("nf_regnet_b0"),
+    _timm("repvit_m1"),
+    _timm("botnet26t_256", {"img_size": 64}),
+    _timm("efficientvit_m0", {"img_size": 64}),
+    _timm("mobilevitv2_050"),
+    _timm("deit3_small_patch16_224", _VIT_EXTRA),
+    _timm("cs3darknet_s"),
+    _timm("tinynet_a"),
 ]
 
 EXTRA: list[ModelSpec] = EXTRA_TIMM + EXTRA_TRANSFORMERS

@@ -3,6 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "capture/constant_fold.h"
 #include "capture/graph_break.h"
 #include "capture/lazy_iter.h"
 #include "capture/py_helpers.h"
@@ -449,8 +450,14 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     if (name == "abs" && args.size() == 1 && args[0]->is_tensor())
       return unary_op(operator_fn("abs"), args[0]);
     if ((name == "int" || name == "float" || name == "bool" || name == "complex") &&
-        args.size() == 1 && args[0]->is_tensor())
+        args.size() == 1 && args[0]->is_tensor()) {
+      const char* dunder = name == "int"     ? "__int__"
+                           : name == "float" ? "__float__"
+                           : name == "bool"  ? "__bool__"
+                                             : "__complex__";
+      if (auto r = folded_call(ctx_, args[0], dunder)) return *r;
       graph_break("data_dependent_op", name + "() of a tensor needs its value");
+    }
     if (name == "sorted" || name == "min" || name == "max") {
       for (auto& [k, v] : kwargs)
         if (k == "key" && !(v->is_const() && v->obj.get() == Py_None) && !inert_value(v))

@@ -193,7 +193,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
     return g;
   }
   if (f == reinterpret_cast<PyObject*>(&_PyWeakref_RefType) || PyWeakref_CheckRefExact(f))
-    return call_weakref(f, args, kwargs);
+    return call_weakref(fn, args, kwargs);
   std::string qual = callable_desc(f);
   if (qual == "torch.compiler.is_compiling" ||
       qual == "torch._dynamo.external_utils.is_compiling" || qual == "torch._utils.is_compiling" ||
@@ -271,15 +271,27 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
 }
 
 // weakref.ref(obj) of an object the guards pin by identity: the real ref (CPython hands back
-// the one it already has); calling it gives the same value back. A ref read from the frame
-// breaks: its referent may die between calls, which no guard checks.
-ValuePtr Tracer::call_weakref(PyObject* f, std::vector<ValuePtr>& args, KwArgs& kwargs) {
+// the one it already has); calling it gives the same value back. Calling a ref read from the
+// frame (nn.LSTM's `_flat_weight_refs`) reads its referent through a `ref()` source, so the
+// guards check on every call what the referent is then (None once it died).
+ValuePtr Tracer::call_weakref(const ValuePtr& fn, std::vector<ValuePtr>& args, KwArgs& kwargs) {
   const char* hint = "pass the object itself, or call the weakref outside the compiled function";
+  PyObject* f = fn->obj.get();
   if (f != reinterpret_cast<PyObject*>(&_PyWeakref_RefType)) {
+    if (!args.empty() || !kwargs.empty())
+      graph_break("unsupported_callable", "calling a weakref with arguments", hint);
     auto it = ctx_.weakref_targets.find(f);
-    if (it == ctx_.weakref_targets.end() || !args.empty() || !kwargs.empty())
+    if (it != ctx_.weakref_targets.end()) return it->second.second;
+    if (!fn->source)
       graph_break("unsupported_callable", "calling a weakref that traced code did not make", hint);
-    return it->second.second;
+    ir::SourcePtr src = ir::Source::deref(fn->source);
+    PyObject* target = PyWeakref_GET_OBJECT(f);  // borrowed; Py_None once dead
+    if (target == Py_None) {
+      ctx_.guards().add_id_match(src, Py_None);
+      return Value::constant(PyRef::borrow(Py_None));
+    }
+    PyRef keep = PyRef::borrow(target);
+    return ctx_.wrap(keep.get(), src);
   }
   if (args.size() != 1 || !kwargs.empty())
     graph_break("unsupported_callable", "weakref.ref() with a callback", hint);

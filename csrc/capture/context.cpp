@@ -5,6 +5,7 @@
 
 #include "capture/autocast.h"
 #include "capture/backend_layout.h"
+#include "capture/constant_fold.h"
 #include "capture/eager_checks.h"
 #include "capture/effect_order.h"
 #include "capture/graph_break.h"
@@ -934,6 +935,10 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
   const TorchApi& api = torch_api();
   std::string op_name = method.empty() ? fn_short_name(target) : method;
   if (!method.empty() && data_dependent_methods().count(method)) {
+    static const std::unordered_set<std::string> number_reads = {
+        "item", "tolist", "__bool__", "__int__", "__float__", "__index__"};
+    if (args.size() == 1 && kwargs.empty() && number_reads.count(method))
+      if (auto r = folded_call(*this, args[0], method.c_str())) return *r;
     graph_break("data_dependent_op", "Tensor." + method +
                                          "() needs the tensor's values, which are not known "
                                          "while tracing");
@@ -1082,6 +1087,10 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
       guards_.add_call_result(target, result.get());
     if (!result) {
       std::string err = exception_text();
+      // NOTE: a folded tensor where the op wants a number (`x.view(n, torch.div(s, w))`):
+      // eager reads it through __index__; the meta tensor cannot.
+      if (auto numbers = with_folded_numbers(*this, method, args, kwargs))
+        return record_op(target, method, numbers->first, numbers->second);
       bool data_dep = err.find("data-dependent") != std::string::npos ||
                       err.find("data dependent") != std::string::npos ||
                       data_dependent_methods().count(op_name) ||
@@ -1144,8 +1153,12 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
                                       std::move(node_kwargs))
           : graph_->add_call_method(method, std::move(node_args), std::move(node_kwargs));
   node->location = location;
-  if (result.get() == Py_None) return Value::constant(PyRef::borrow(Py_None));
+  if (result.get() == Py_None) {
+    fold_result(*this, target, method, args, kwargs, *node, nullptr);
+    return Value::constant(PyRef::borrow(Py_None));
+  }
   ValuePtr out = result_value(result.get(), node, device);
+  fold_result(*this, target, method, args, kwargs, *node, out);
   // An op that returns one of its tensor arguments (x.add_(1), out=, a no-op .to() or
   // .contiguous()) returns that very object in eager: `y is x` must hold.
   auto returns_arg = [&](const ValuePtr& a) {

@@ -140,6 +140,9 @@ class CaptureContext {
   std::vector<std::pair<ir::Node*, int>> sym_table;
   std::vector<ir::SymRelation> sym_relations;
   bool any_sym = false;
+  // Off once an op wrote an operand while a folded tensor was among its operands: folded
+  // values may be stale from then on (capture/constant_fold.h).
+  bool folding_on = true;
   // The size `dim` of tensor value `t` as an int value carrying its symbol.
   ValuePtr size_value(const ValuePtr& t, int64_t dim);
   ValuePtr shape_value(const ValuePtr& t);  // x.shape / x.size(): a torch.Size tuple of them

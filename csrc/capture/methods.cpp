@@ -1,6 +1,7 @@
 // Methods of tensors, lists, dicts and tuples.
 #include <algorithm>
 
+#include "capture/constant_fold.h"
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
@@ -21,7 +22,11 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
     }
     if (name == "type" && args.empty() && kwargs.empty())
       graph_break("unsupported_value", "Tensor.type() without arguments");
-    if (name == "__len__" || name == "__bool__") graph_break("data_dependent_op", "Tensor." + name);
+    if (name == "__len__" || name == "__bool__") {
+      if (name == "__bool__" && args.empty())
+        if (auto r = folded_call(ctx_, self, "__bool__")) return *r;
+      graph_break("data_dependent_op", "Tensor." + name);
+    }
     std::vector<ValuePtr> all{self};
     all.insert(all.end(), args.begin(), args.end());
     return ctx_.call_op(nullptr, name, all, kwargs);

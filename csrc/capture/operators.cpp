@@ -1,6 +1,7 @@
 // Truth, iteration, operators and indexing over symbolic values.
 #include <algorithm>
 
+#include "capture/constant_fold.h"
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
@@ -29,6 +30,7 @@ bool Tracer::truth(const ValuePtr& v) {
       return r;
     }
     case VKind::Tensor:
+      if (auto r = folded_call(ctx_, v, "__bool__")) return (*r)->obj.get() == Py_True;
       graph_break("data_dependent_branch",
                   "branching on a tensor's value (if/while/and/or/not on a Tensor) depends on "
                   "data that is unknown while tracing");

@@ -4,6 +4,7 @@
 #include <opcode.h>
 
 #include "capture/autocast.h"
+#include "capture/constant_fold.h"
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
@@ -621,6 +622,9 @@ void Tracer::step(const bytecode::Instruction& inst) {
       ValuePtr step = arg == 3 ? pop() : Value::constant(PyRef::borrow(Py_None));
       ValuePtr end = pop();
       ValuePtr start = pop();
+      // NOTE: a bound eager reads through __index__ (a 0-d tensor of constants) has its number.
+      for (ValuePtr* bound : {&start, &end, &step})
+        if (auto number = folded_call(ctx_, *bound, "__index__")) *bound = *number;
       if (!start->is_const() || !end->is_const() || !step->is_const())
         graph_break("unsupported_value", "slice bounds must be known while tracing");
       push(make_slice(start, end, step));

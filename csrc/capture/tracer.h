@@ -103,7 +103,7 @@ class Tracer {
                           std::vector<ValuePtr>& args, KwArgs& kwargs);
   ValuePtr call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr wrap_partial(const ValuePtr& partial_const);
-  ValuePtr call_weakref(PyObject* f, std::vector<ValuePtr>& args, KwArgs& kwargs);
+  ValuePtr call_weakref(const ValuePtr& fn, std::vector<ValuePtr>& args, KwArgs& kwargs);
   std::optional<ValuePtr> super_attr(const ValuePtr& sup, const std::string& name);
   ValuePtr call_base_slot(const ValuePtr& self, const std::string& name,
                           std::vector<ValuePtr>& args);

@@ -73,6 +73,10 @@ struct Value {
   // expression specialise it first (CaptureContext::specialise).
   ir::SymExprPtr sym;
   bool sym_slice = false;
+  // Tensor computed from constants alone: its real value (a small CPU tensor), and the
+  // symbolic ints it was computed from (capture/constant_fold.h).
+  PyRef folded;
+  std::vector<ValuePtr> folded_sizes;
   ValuePtr same_object;  // Tensor returned by an op as one of its arguments (x.add_(1)): that
                          // argument's value, for `is` (the node still orders the mutation)
 

@@ -107,6 +107,7 @@ FetchStep::FetchStep(const ir::Source& s) : kind_(s.kind), index_(s.index) {
       break;
     case SourceKind::Local:
     case SourceKind::Closure:
+    case SourceKind::Deref:
       break;
   }
 }
@@ -142,6 +143,8 @@ PyRef FetchStep::apply(PyObject* base, const ir::FrameView& frame) const {
       return get_item(base);
     case SourceKind::Held:
       return key_;
+    case SourceKind::Deref:
+      return deref(base);
   }
   return {};
 }
@@ -171,6 +174,13 @@ PyRef FetchStep::get_attr(PyObject* obj) const {
   if (v) return PyRef::steal(v);
   if (PyErr_Occurred()) throw PythonError();
   return path == kModule ? module_getattr(obj, name_.get()) : PyRef();
+}
+
+// NOTE: not a weakref any more (the attribute now holds something else): missing, so the
+// guard fails and the frame is traced again.
+PyRef FetchStep::deref(PyObject* obj) const {
+  if (!PyWeakref_CheckRefExact(obj)) return {};
+  return own(PyWeakref_GET_OBJECT(obj));  // Py_None once the referent died
 }
 
 PyRef FetchStep::get_item(PyObject* obj) const {

@@ -21,7 +21,7 @@ class FetchStep {
  public:
   explicit FetchStep(const ir::Source& source);  // only this step; source.base is ignored
 
-  // Local/Closure/Global/Builtin read `frame`; Held returns its object; Attr/Item read `base`
+  // Local/Closure/Global/Builtin read `frame`; Held returns its object; Attr/Item/Deref read `base`
   // (borrowed, non-null). Returns a new reference, or null for a missing value
   // with no error set; throws PythonError for unexpected failures.
   PyRef apply(PyObject* base, const ir::FrameView& frame) const;
@@ -33,6 +33,7 @@ class FetchStep {
  private:
   PyRef get_attr(PyObject* obj) const;
   PyRef get_item(PyObject* obj) const;
+  PyRef deref(PyObject* obj) const;
 
   ir::SourceKind kind_;
   int index_ = -1;

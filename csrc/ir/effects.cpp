@@ -214,6 +214,8 @@ bool in_place_name(const std::string& target_name) {
   return last.size() > 1 && last.back() == '_' && last[last.size() - 2] != '_';
 }
 
+bool writes_operand(const Node& n) { return writes_first_operand(n) || out_kwarg(n); }
+
 bool is_eval_dropout(const Node& n) {
   const Arg* training = n.args.size() > 2 ? &n.args[2] : nullptr;
   for (const auto& [k, v] : n.kwargs)

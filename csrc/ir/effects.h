@@ -23,6 +23,10 @@ bool in_place_name(const std::string& target_name);
 // identity, the call every nn.Dropout makes in eval mode (no random draw).
 bool is_eval_dropout(const Node& n);
 
+// True when the node writes one of its operands: in place by name (`add_`), an augmented
+// assignment (`operator.iadd`), `inplace=True`, a setitem, or `out=`.
+bool writes_operand(const Node& n);
+
 // True if some node of `graph` has a visible effect.
 bool any_visible_effect(const Graph& graph);
 

@@ -54,6 +54,11 @@ SourcePtr Source::held(PyRef obj, std::string what) {
   return make(SourceKind::Held, nullptr, std::move(what), -1, std::move(obj));
 }
 
+SourcePtr Source::deref(SourcePtr weakref) {
+  TL_CHECK(weakref != nullptr);
+  return make(SourceKind::Deref, std::move(weakref), "", -1, {});
+}
+
 std::string Source::str() const {
   switch (kind) {
     case SourceKind::Local:
@@ -68,6 +73,8 @@ std::string Source::str() const {
       return base->str() + "." + name;
     case SourceKind::Item:
       return base->str() + "[" + key_repr(key.get()) + "]";
+    case SourceKind::Deref:
+      return base->str() + "()";
     case SourceKind::Held: {
       // NOTE: the address makes the text unique: sources are deduplicated by it.
       char addr[32];

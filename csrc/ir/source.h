@@ -18,6 +18,7 @@ enum class SourceKind {
   Item,     // base[key]; key is an int or str constant
   Held,     // `key` itself: an object the guard keeps alive (another module's
             // globals dict, a closure cell); `name` says what it is
+  Deref,    // base(): the referent of the weakref `base` (None once it died)
 };
 
 struct Source;
@@ -25,7 +26,7 @@ using SourcePtr = std::shared_ptr<const Source>;
 
 struct Source {
   SourceKind kind;
-  SourcePtr base;    // Attr, Item
+  SourcePtr base;    // Attr, Item, Deref
   std::string name;  // Local, Closure, Global, Builtin, Attr
   int index = -1;    // Local slot, Closure cell
   PyRef key;         // Item
@@ -37,6 +38,7 @@ struct Source {
   static SourcePtr attr(SourcePtr base, std::string name);
   static SourcePtr item(SourcePtr base, PyRef key);  // key: int or str
   static SourcePtr held(PyRef obj, std::string what);
+  static SourcePtr deref(SourcePtr weakref);
 
   // The readable form used in guards.txt and error messages.
   std::string str() const;

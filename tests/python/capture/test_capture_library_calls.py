@@ -536,6 +536,39 @@ def test_weakref_from_the_frame_is_a_clean_break():
     torch.testing.assert_close(torchlite.compile(fn)(x, weakref.ref(cfg)), fn(x, weakref.ref(cfg)))
 
 
+def test_weakref_from_the_frame_is_called_in_the_graph_and_read_on_every_call():
+    def fn(x, ref):
+        target = ref()
+        return x * (target.scale if target is not None else -1.0)
+
+    first, second = _Config(2.0), _Config(3.0)
+    assert _graphs_and_breaks(fn, torch.randn(3), weakref.ref(first)) == (1, 0)
+    compiled = torchlite.compile(fn, fullgraph=True)
+    for cfg in (first, second, first):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x, weakref.ref(cfg)), fn(x, weakref.ref(cfg)))
+    dead = _Config(4.0)
+    ref = weakref.ref(dead)
+    del dead  # NOTE: the referent dies: ref() is None, as eager sees it
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x, ref), fn(x, ref))
+
+
+def test_weakref_to_a_parameter_is_compared_by_identity_like_eager():
+    layer = torch.nn.Linear(3, 3)
+
+    def fn(x, ref):
+        return layer(x) if ref() is layer.weight else -x
+
+    x = torch.randn(2, 3)
+    compiled = torchlite.compile(fn, fullgraph=True)
+    torch.testing.assert_close(
+        compiled(x, weakref.ref(layer.weight)), fn(x, weakref.ref(layer.weight))
+    )
+    other = torch.nn.Parameter(torch.randn(3, 3))
+    torch.testing.assert_close(compiled(x, weakref.ref(other)), fn(x, weakref.ref(other)))
+
+
 # --- math on sizes --------------------------------------------------------------------------------
 
 
