@@ -315,7 +315,8 @@ bool prefers_channels_last(const std::string& device_type, PyObject* dtype,
   // channels-last (torch 2.13, loaded machine); an earlier run there: 104 against 120 ms. At
   // smaller sizes channels-last lost (b1 64px 7.5 against 4.3 ms, b2 96px 22 against 10, b8
   // 112px 49 against 40; largest conv output 6.4 MB), as mobilenetv3 at CI size: hence the
-  // 16 MB threshold between the two.
+  // 16 MB threshold between the two. Not settled: on one thread (load ~30 on 2 cores) the same
+  // case ran 0.95x inductor channels-last against 1.05x contiguous; re-measure on a quiet host.
   if (!dtype) return false;
   if (device_type == "cpu") {
     PyRef f32 = torch_fn("float32");
