@@ -1,7 +1,9 @@
 """CPU compiler benchmark: eager vs torchlite vs torch.compile (inductor), one process.
 
 For each case: the median time per call after warmup, the ratios, and the cold compile time
-(first call, from empty in-memory and on-disk caches) of torchlite and inductor.
+(first call, from empty in-memory and on-disk caches) of torchlite and inductor. The three are
+sampled in turns (a round of calls each, then the next round), so a machine whose load drifts
+shifts all three alike and the ratios stay comparable.
 
     python bench/cpu.py [--quick] [--skip-inductor]
 
@@ -39,15 +41,23 @@ def layer_norm(x, w, b):
     return F.layer_norm(x, x.shape[-1:], w, b)
 
 
-def timed(fn, args, min_runs=5, budget_s=3.0):
-    fn(*args)
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_runs or (time.perf_counter() - start < budget_s and len(times) < 200):
-        t = time.perf_counter()
+def timed_in_turns(fns, args, rounds=7, budget_s=6.0):
+    """Median ms per call of each function, sampled in turns: every round runs each function
+    for about budget_s / rounds / len(fns) seconds (at least one call)."""
+    for fn in fns:
         fn(*args)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+    per_round = budget_s / rounds / len(fns)
+    samples = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, times in zip(fns, samples):
+            start = time.perf_counter()
+            while True:
+                t = time.perf_counter()
+                fn(*args)
+                times.append(time.perf_counter() - t)
+                if time.perf_counter() - start >= per_round:
+                    break
+    return [statistics.median(times) * 1e3 for times in samples]
 
 
 def first_call_s(fn, args):
@@ -109,16 +119,18 @@ def main():
     print(head)
     with torch.no_grad():
         for name, fn, args in cases:
-            eager = timed(fn, args)
             tl = torchlite.compile(fn)
             tl_cold = first_call_s(tl, args)
-            tl_ms = timed(tl, args)
             torch.testing.assert_close(tl(*args), fn(*args), atol=1e-4, rtol=1e-4)
+            fns = [fn, tl]
             ind_ms = ind_cold = float("nan")
             if not a.skip_inductor:
                 ind = torch.compile(fn)
                 ind_cold = first_call_s(ind, args)
-                ind_ms = timed(ind, args)
+                fns.append(ind)
+            eager, tl_ms, *rest = timed_in_turns(fns, args)
+            if rest:
+                ind_ms = rest[0]
             print(
                 f"{name:28} {eager:9.2f} {tl_ms:10.2f} {ind_ms:9.2f} {eager / tl_ms:8.2f}x"
                 f" {ind_ms / tl_ms:6.2f}x {tl_cold:9.2f} {ind_cold:10.2f}",

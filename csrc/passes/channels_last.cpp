@@ -1,5 +1,6 @@
 #include "passes/channels_last.h"
 
+#include <algorithm>
 #include <optional>
 #include <unordered_map>
 
@@ -275,6 +276,7 @@ struct ConvSummary {
   std::string device;
   PyObject* dtype = nullptr;  // borrowed from a node's meta
   bool uniform = true;
+  int64_t largest_bytes = 0;  // the largest convolution output
 };
 
 ConvSummary summarize(const ir::Graph& g) {
@@ -284,6 +286,11 @@ ConvSummary summarize(const ir::Graph& g) {
     std::string dev = device_type(n->meta->device.get());
     if (s.count++ == 0) s.device = dev, s.dtype = n->meta->dtype.get();
     s.uniform = s.uniform && dev == s.device && n->meta->dtype.get() == s.dtype;
+    PyRef item = PyRef::steal(PyObject_GetAttrString(n->meta->dtype.get(), "itemsize"));
+    int64_t bytes = item ? PyLong_AsLongLong(item.get()) : -1;
+    if (bytes < 0) throw PythonError();
+    for (int64_t d : n->meta->sizes) bytes *= d;
+    s.largest_bytes = std::max(s.largest_bytes, bytes);
   }
   return s;
 }
@@ -297,17 +304,25 @@ bool tracks_grad(const ir::Graph& g) {
 }  // namespace
 
 bool prefers_channels_last(const std::string& device_type, PyObject* dtype,
-                           std::optional<bool> setting) {
+                           std::optional<bool> setting, int64_t largest_conv_bytes) {
   if (setting) return *setting;
   // NOTE: on by default for half types on CUDA: python bench/gpu.py on an H100 ran resnet50
   // (b64, bf16) in 4.8 ms channels-last against 6.3 ms without (once pointwise kernels walked
   // channels-last outputs in memory order; before, 27.5 ms).
-  // NOTE: measured off on the CPU: bench/cpu.py resnet18 (b8, 224px, 2 threads) ran 3-15%
-  // slower channels-last (oneDNN NHWC convs plus layout copies) than with contiguous convs on
-  // torch 2.14.1; on torch 2.13 13% faster there (104 against 120 ms) but slower at every
-  // smaller size tried (b1 64px 7.5 against 4.3 ms, b2 96px 22 against 10, b8 112px 49 against
-  // 40), as mobilenetv3 at CI size.
-  if (device_type != "cuda" || !dtype) return false;
+  // NOTE: on the CPU only for f32 graphs with large activations. bench/cpu.py resnet18 (b8,
+  // 224px, 2 threads; largest conv output 8x64x112x112 f32 = 25.7 MB), sampled in turns against
+  // inductor (which runs every CPU convolution channels-last): 0.91x inductor contiguous, 0.98x
+  // channels-last (torch 2.13, loaded machine); an earlier run there: 104 against 120 ms. At
+  // smaller sizes channels-last lost (b1 64px 7.5 against 4.3 ms, b2 96px 22 against 10, b8
+  // 112px 49 against 40; largest conv output 6.4 MB), as mobilenetv3 at CI size: hence the
+  // 16 MB threshold between the two. Not settled: on one thread (load ~30 on 2 cores) the same
+  // case ran 0.95x inductor channels-last against 1.05x contiguous; re-measure on a quiet host.
+  if (!dtype) return false;
+  if (device_type == "cpu") {
+    PyRef f32 = torch_fn("float32");
+    return dtype == f32.get() && largest_conv_bytes >= kCpuChannelsLastBytes;
+  }
+  if (device_type != "cuda") return false;
   PyRef size = PyRef::steal(PyObject_GetAttrString(dtype, "itemsize"));
   PyRef is_float = PyRef::steal(PyObject_GetAttrString(dtype, "is_floating_point"));
   if (!size || !is_float) throw PythonError();
@@ -321,7 +336,7 @@ int channels_last(ir::Graph& graph, std::optional<bool> setting) {
   Plan eager = plan_layout(graph, false, fake);
   if (!eager.ok) return 0;  // NOTE: capture's metadata stays; the runtime copies on mismatch
   bool apply = convs.count >= 2 && convs.uniform && !tracks_grad(graph) &&
-               prefers_channels_last(convs.device, convs.dtype, setting);
+               prefers_channels_last(convs.device, convs.dtype, setting, convs.largest_bytes);
   if (apply) {
     Plan cl = plan_layout(graph, true, fake);
     bool restorable = cl.ok && !cl.converted.empty();

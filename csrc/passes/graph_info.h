@@ -2,6 +2,7 @@
 // Facts about a captured graph that lowering and fusion share: who uses each
 // node, and the side-effect barriers no fusion or reordering may cross.
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "ir/graph.h"
@@ -14,6 +15,9 @@ struct GraphInfo {
   // Number of barriers before a node (a barrier counts itself): fusion stays
   // inside one segment, so nothing moves across a side effect.
   std::unordered_map<const ir::Node*, int> segment;
+  // Tensor values on a device other than the kernels' (a CPU tensor made in a
+  // CUDA graph before `.to(device)`): neither they nor their readers lower.
+  std::unordered_set<const ir::Node*> off_device;
   const std::vector<const ir::Node*>& users_of(const ir::Node* n) const;
 };
 

@@ -225,6 +225,9 @@ std::optional<OpLowering> lower_node(const ir::Node& n, const GraphInfo& info) {
   if (n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) return std::nullopt;
   if (!n.meta || !scalar_type_of(n.meta->dtype.get()) || numel(*n.meta) == 0) return std::nullopt;
   if (is_barrier(n)) return std::nullopt;
+  if (info.off_device.count(&n)) return std::nullopt;
+  for (const ir::Node* in : node_inputs(n))
+    if (info.off_device.count(in)) return std::nullopt;
   auto it = rules().find(op_base_name(n));
   if (it == rules().end()) return std::nullopt;
   OpLowering out;

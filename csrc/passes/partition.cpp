@@ -13,8 +13,12 @@
 
 namespace tl::passes {
 
-Partition partition_graph(const ir::Graph& graph, bool inputs_unaliased) {
+Partition partition_graph(const ir::Graph& graph, bool inputs_unaliased,
+                          const OnKernelDevice& on_device) {
   GraphInfo info = analyze_graph(graph);
+  if (on_device)
+    for (const auto& n : graph.nodes())
+      if (n->meta && !on_device(*n->meta)) info.off_device.insert(n.get());
   Fusion fusion = fuse(graph, info);
   Partition p;
   for (size_t i = 0; i < fusion.groups.size(); ++i) {

@@ -12,6 +12,7 @@
 #include "passes/partition.h"
 #include "passes/split_reductions.h"
 #include "pipeline/pass_registry.h"
+#include "runtime/compiled_graph.h"
 
 namespace tl::pipeline {
 
@@ -63,7 +64,12 @@ std::vector<Pass> builtin_passes() {
        {},
        kAnyDevice,
        nullptr,
-       [](G& g, St& st) { st.partition = passes::partition_graph(g, st.ctx.inputs_unaliased); }},
+       [](G& g, St& st) {
+         runtime::KernelDevice device = st.device;
+         st.partition = passes::partition_graph(
+             g, st.ctx.inputs_unaliased,
+             [device](const ir::TensorMeta& m) { return runtime::on_device(m, device); });
+       }},
   };
 }
 

@@ -247,7 +247,8 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
       ex.cuda_graphs = "not used: the graph records autograd (training graphs run without)";
     return ex;
   }
-  // All on the CPU (LLVM build) or on one CUDA device (driver loaded); else op by op.
+  // Kernels on the graph's CUDA device (driver loaded) or else the CPU (LLVM
+  // build); values elsewhere stay extern nodes (the partition pass).
   std::optional<runtime::KernelDevice> device;
   if (ex.no_kernels.empty()) device = runtime::kernel_device(*graph);
   if (ex.no_kernels.empty() && !device)

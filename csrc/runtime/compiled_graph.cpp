@@ -107,20 +107,38 @@ const ir::TensorMeta& kernel_meta(const ir::Node* n, const std::string& kernel,
 }  // namespace
 
 std::optional<KernelDevice> kernel_device(const ir::Graph& graph) {
-  std::optional<KernelDevice> device;
+  // NOTE: a graph on a CUDA device that also makes CPU tensors (timm's
+  // edgenext builds a mask with torch.zeros(shape) and moves it with .to())
+  // runs its kernels on the CUDA device; the CPU values stay extern nodes
+  // (passes/partition.h). Before, any second device sent the whole graph op
+  // by op.
+  std::optional<KernelDevice> cuda;
+  bool cpu = false, other = false;
   for (auto& n : graph.nodes()) {
     if (!n->meta) continue;
     std::optional<KernelDevice> d = device_of(*n->meta);
-    if (!d || (device && !same(*d, *device))) return std::nullopt;
-    device = d;
+    if (!d) {
+      other = true;  // other device types: extern nodes
+    } else if (!d->cuda) {
+      cpu = true;
+    } else if (cuda && !same(*d, *cuda)) {
+      return std::nullopt;  // several CUDA devices: op by op
+    } else {
+      cuda = d;
+    }
   }
-  if (!device) device = KernelDevice{};
-  if (device->cuda) return cuda::driver_available() ? device : std::nullopt;
+  if (cuda) return cuda::driver_available() ? cuda : std::nullopt;
+  if (other && !cpu) return std::nullopt;  // nothing here a kernel back end serves
 #ifdef TORCHLITE_HAVE_LLVM
-  return device;
+  return KernelDevice{};
 #else
   return std::nullopt;
 #endif
+}
+
+bool on_device(const ir::TensorMeta& meta, const KernelDevice& device) {
+  std::optional<KernelDevice> d = device_of(meta);
+  return d && same(*d, device);
 }
 
 CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedule partition)

@@ -19,10 +19,15 @@
 
 namespace tl::runtime {
 
-// The one device every tensor of `graph` lives on, when kernels can be built
-// for it in this process (CPU: a build with LLVM; CUDA: the driver loads).
-// nullopt for graphs mixing devices or on other devices: they run op by op.
+// The device `graph`'s kernels run on, when kernels can be built for it in
+// this process (CPU: a build with LLVM; CUDA: the driver loads): its CUDA
+// device when it has one, else the CPU. Values on other devices stay extern
+// nodes (on_device below). nullopt for graphs on several CUDA devices: they
+// run op by op.
 std::optional<KernelDevice> kernel_device(const ir::Graph& graph);
+
+// Whether a value with metadata `meta` lives on `device`.
+bool on_device(const ir::TensorMeta& meta, const KernelDevice& device);
 
 class CompiledGraph {
  public:

@@ -50,8 +50,19 @@ TEST_CASE("a view that needs the contiguous layout keeps the graph contiguous", 
   CHECK(c.conv2->meta->strides == std::vector<int64_t>{64, 16, 4, 1});
 }
 
-TEST_CASE("by default only half-precision CUDA convs prefer channels-last", "[passes]") {
+TEST_CASE("by default half-precision CUDA and large f32 CPU convs prefer channels-last",
+          "[passes]") {
+  using tl::passes::kCpuChannelsLastBytes;
   CHECK_FALSE(tl::passes::prefers_channels_last("cpu", resolve("torch.float64").get()));
+  CHECK_FALSE(tl::passes::prefers_channels_last("cpu", resolve("torch.float32").get()));
+  CHECK_FALSE(tl::passes::prefers_channels_last("cpu", resolve("torch.float32").get(), std::nullopt,
+                                                kCpuChannelsLastBytes - 1));
+  CHECK(tl::passes::prefers_channels_last("cpu", resolve("torch.float32").get(), std::nullopt,
+                                          kCpuChannelsLastBytes));
+  CHECK_FALSE(tl::passes::prefers_channels_last("cpu", resolve("torch.float64").get(), std::nullopt,
+                                                kCpuChannelsLastBytes));
+  CHECK_FALSE(tl::passes::prefers_channels_last("cpu", resolve("torch.float32").get(), false,
+                                                kCpuChannelsLastBytes));
   CHECK_FALSE(tl::passes::prefers_channels_last("cpu", resolve("torch.bfloat16").get()));
   CHECK_FALSE(tl::passes::prefers_channels_last("cuda", resolve("torch.float32").get()));
   CHECK(tl::passes::prefers_channels_last("cuda", resolve("torch.bfloat16").get()));

@@ -271,3 +271,24 @@ TEST_CASE("training-mode batch_norm is an extern barrier", "[passes]") {
   CHECK(p.kernels.empty());
   CHECK(tl::passes::is_barrier(*bn));
 }
+
+TEST_CASE("values off the kernels' device stay extern and the rest still fuses", "[passes]") {
+  // NOTE: timm's edgenext builds a CPU mask in a CUDA graph; before, the
+  // second device sent the whole graph op by op (zero kernels).
+  TestGraph t;
+  Node* x = t.input("x", {8, 16});
+  Node* a = t.op("torch.sin", {of(x)}, {8, 16});
+  Node* off = t.op("torch.cos", {of(a)}, {8, 16});   // "on the CPU"
+  Node* reader = t.op(".relu", {of(off)}, {8, 16});  // reads it: extern too
+  Node* d = t.op("operator.mul", {of(reader), integer(2)}, {8, 16});
+  Node* e = t.op("torch.exp", {of(d)}, {8, 16});
+  t.output({e});
+  const TensorMeta* off_meta = &*off->meta;
+  auto p = partition_graph(t.g, false, [&](const TensorMeta& m) { return &m != off_meta; });
+  REQUIRE(p.kernels.size() == 2);
+  CHECK(plan(p) == "k0 " + off->name + " " + reader->name + " k1");
+  CHECK(p.kernels[0].members == std::vector<const Node*>{a});
+  CHECK(p.kernels[1].members == std::vector<const Node*>{d, e});
+  // Without a device filter the five ops are one kernel.
+  CHECK(partition_graph(t.g).kernels.size() == 1);
+}

@@ -101,6 +101,30 @@ def test_view_that_needs_contiguous_input_keeps_the_eager_layout(force_channels_
     assert cl_convs() == before
 
 
+def wide_then_narrow(c):
+    # The first output is the large activation; a 1x1 conv keeps the second cheap.
+    return nn.Sequential(nn.Conv2d(3, c, 3, padding=1), nn.ReLU(), nn.Conv2d(c, 4, 1)).eval()
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize(
+    "shape, c, converted",
+    [
+        ((1, 3, 256, 256), 64, True),  # first output 64x256x256 f32 = 16 MiB: the threshold
+        ((2, 3, 181, 190), 64, True),  # 16.8 MB, odd sizes
+        ((1, 3, 255, 256), 64, False),  # just under 16 MiB
+        ((2, 3, 16, 16), 8, False),  # CI-sized: contiguous is faster there
+    ],
+)
+def test_cpu_f32_graphs_with_large_conv_outputs_run_channels_last_by_default(shape, c, converted):
+    assert torchlite.config.channels_last is None  # the device default decides
+    m = wide_then_narrow(c)
+    x = torch.randn(shape)
+    before = cl_convs()
+    check(m, x, atol=1e-4, rtol=1e-4)
+    assert cl_convs() - before == (2 if converted else 0)
+
+
 @needs_cpu_kernels
 def test_single_conv_and_float64_stay_contiguous():
     one = nn.Conv2d(3, 4, 3).eval()

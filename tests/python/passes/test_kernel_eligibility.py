@@ -160,3 +160,22 @@ def test_enable_grad_inside_no_grad_still_records():
         expected = _enable_grad_inside(w, x)
     assert out.requires_grad == expected.requires_grad
     torch.testing.assert_close(out, expected)
+
+
+def _with_a_meta_tensor(x):
+    # A value on a device without kernels ("meta") next to CPU math.
+    shape_only = torch.zeros(x.shape[0], 3, device="meta") + 1
+    return torch.sigmoid(x * 2 + 1) * x - torch.tanh(x), shape_only
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(7, 5), (2, 3, 9)])
+def test_a_value_on_another_device_leaves_the_cpu_math_compiled(shape, dtype):
+    # The other device's ops stay torch calls; before, any second device ran the graph op by op.
+    x = torch.randn(shape, dtype=dtype)
+    actual, kernels = _kernels_made(torchlite.compile(_with_a_meta_tensor, fullgraph=True), x)
+    expected = _with_a_meta_tensor(x)
+    torch.testing.assert_close(actual[0], expected[0])
+    assert actual[1].device.type == "meta" and actual[1].shape == expected[1].shape
+    assert kernels > 0
