@@ -13,7 +13,7 @@ for d in csrc/* torchlite tests/cpp tests/python bench examples; do
   printf "%7d  %s\n" "$n" "$d"
 done
 
-# Formatting and lint (STYLE.md: .clang-format, ruff): a diff fails the run, as a test does.
+# Formatting and lint (.clang-format, [tool.ruff] in pyproject.toml): a diff fails the run, as a test does.
 fmt_rc=0
 find csrc tests/cpp -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.c' \) -print0 \
   | xargs -0 clang-format --dry-run --Werror || { echo "clang-format: run clang-format -i on the files above" >&2; fmt_rc=1; }

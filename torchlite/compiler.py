@@ -41,7 +41,7 @@ def _check_callable(obj: Any, api: str) -> None:
 
 
 def _check_not_generator(obj: Any, api: str) -> None:
-    # NOTE: the frame hook never enters generator or coroutine frames (DESIGN.md, Capture).
+    # NOTE: the frame hook never enters generator or coroutine frames (docs/internals/frame.md).
     for kind, test in (
         ("generator function", inspect.isgeneratorfunction),
         ("coroutine function", inspect.iscoroutinefunction),

@@ -7,8 +7,8 @@
 // real autocast (a function called inside `with torch.autocast(...)`, whose state
 // GLOBAL_STATE guards) changes nothing: the casts it would add are already there.
 // Rejected: enter/exit nodes in the graph (every backend and the autograd split would have
-// to honour a stateful node) and hand-written copies of autocast's per-op lists (DESIGN.md:
-// torch semantics come from torch).
+// to honour a stateful node) and hand-written copies of autocast's per-op lists
+// (docs/internals/capture.md: torch semantics come from torch).
 //
 // The policy of an op comes from torch itself: the op runs once on fake tensors of the real
 // device (FakeTensorMode) with the real autocast state set, which gives the dtype autocast

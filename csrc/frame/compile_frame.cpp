@@ -304,7 +304,7 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
     }
     counters().graphs++;
   } else {
-    executable = runtime::Executable::op_by_op(res.graph);
+    executable = pipeline::op_by_op(res.graph);
   }
   if (codes) {
     entry.compiled = std::make_shared<ResumeFrame>(

@@ -1,7 +1,7 @@
 #pragma once
 // Cache miss: capture the frame, compile its graph with the configured
 // backend, and return the new cache entry. Ties capture, guards and runtime
-// together (DESIGN.md: frame/ is the only place that sees all three).
+// together (docs/internals/frame.md: frame/ is the only layer that sees all three).
 #include "frame/compiled_frame.h"
 
 namespace tl::frame {

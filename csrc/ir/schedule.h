@@ -33,7 +33,7 @@ struct ScheduleStep {
   int kernel = -1;                    // run kernels[kernel]
 };
 
-// What the runtime's view plan (runtime/view_steps.cpp: view chains folded into
+// What the memory plan (passes/memory_plan.cpp: view chains folded into
 // a kernel's allocation or one as_strided) needs to know of a node, decided by
 // the passes from its op and its trace-time value (passes/view_facts.h).
 struct ViewFact {
@@ -48,6 +48,31 @@ struct ViewFact {
   std::vector<std::pair<const Node*, int64_t>> offsets;
 };
 
+// How one step of `order` uses memory (passes/memory_plan.h), in graph nodes: the runtime
+// numbers values into slots and does what this says, deciding nothing itself.
+struct StepMemory {
+  // Never run: an empty factory only kernels read, a view folded into a kernel's allocation, or
+  // a view nothing reads any more.
+  bool skip = false;
+  // An extern whose result a kernel reads: copied into the layout of its TensorMeta (what the
+  // kernel was built for) when torch chose another on real data.
+  bool kernel_layout = false;
+  // An extern computed as one torch.as_strided of `strided_base`'s value (a fresh value it
+  // views through a chain of views) at this element offset, with its own sizes and strides.
+  const Node* strided_base = nullptr;
+  int64_t strided_offset = 0;
+  // A kernel: per output, the node whose value the output becomes and whose TensorMeta it is
+  // allocated with (the last view of a chain folded into its allocation, else the output).
+  std::vector<const Node*> outputs;
+  // A kernel: per input, the value whose buffer it reads and the bytes past its data pointer
+  // where the input starts (a view never made, read through the value it views).
+  std::vector<const Node*> inputs;
+  std::vector<int64_t> input_byte_offsets;
+  // Values (never graph inputs or outputs) released after this step: its last reader, or the
+  // step itself for a value nothing reads.
+  std::vector<const Node*> release_after;
+};
+
 struct Schedule {
   std::vector<ScheduledKernel> kernels;
   // Every op node of the graph is covered exactly once, except lowered nodes
@@ -55,6 +80,8 @@ struct Schedule {
   std::vector<ScheduleStep> order;
   // Per node of the graph; empty for a hand-made schedule (then no view folds).
   std::unordered_map<const Node*, ViewFact> views;
+  // Per step of `order` (passes::plan_memory); the runtime requires it.
+  std::vector<StepMemory> memory;
 
   const ViewFact& view_fact(const Node& n) const {
     static const ViewFact none;

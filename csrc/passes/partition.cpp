@@ -1,5 +1,6 @@
 // Lowering, fusion and scheduling in one call: kernels in the order of their
-// last member, externs in graph order, each after everything it reads.
+// last member, externs in graph order, each after everything it reads; then the
+// view facts and the memory plan the runtime executes.
 #include "passes/partition.h"
 
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include "core/errors.h"
 #include "passes/fuse.h"
 #include "passes/graph_info.h"
+#include "passes/memory_plan.h"
 #include "passes/store_in_place.h"
 #include "passes/view_facts.h"
 
@@ -52,6 +54,7 @@ Partition partition_graph(const ir::Graph& graph, bool inputs_unaliased,
   }
   if (inputs_unaliased) store_in_place(graph, info, fusion, p);
   describe_views(graph, p);
+  plan_memory(graph, p);
   return p;
 }
 

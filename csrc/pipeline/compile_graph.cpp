@@ -10,6 +10,7 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/secure_fs.h"
+#include "passes/memory_plan.h"
 #include "pipeline/pass_registry.h"
 
 namespace tl::pipeline {
@@ -127,7 +128,7 @@ class Trace {
     if (dir_.empty()) return;
     std::string out = g.str();
     if (part)
-      for (auto& k : part->kernels) out += "\n" + k.kernel.str() + "\n";
+      for (auto& k : part->kernels) out.append("\n").append(k.kernel.str()).append("\n");
     write_dump(dir_ + file, out);
   }
   void kernels(const std::string& file, const passes::Partition& part) {
@@ -222,6 +223,11 @@ void set_training_compiler(TrainingCompiler compiler) {
   g_training_compiler = std::move(compiler);
 }
 
+std::unique_ptr<runtime::Executable> op_by_op(std::shared_ptr<const ir::Graph> graph) {
+  ir::Schedule schedule = passes::op_by_op_schedule(*graph);
+  return runtime::Executable::op_by_op(std::move(graph), schedule);
+}
+
 std::string new_trace_folder(const std::string& debug_dir, const std::string& name) {
   std::string dir = process_dump_subdir(
       debug_dir, std::to_string(g_trace_folders++) + "_" + secure_fs::sanitize_name(name));
@@ -241,8 +247,8 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
     trace.note(ex.training_fn ? "training: compiled forward and backward (see joint.txt)"
                               : "training: op by op (" + why + ")");
     if (ex.training_fn) ex.no_kernels = "compiled forward and backward";
-    ex.executable = ex.training_fn ? runtime::Executable::callable(ex.training_fn)
-                                   : runtime::Executable::op_by_op(graph);
+    ex.executable =
+        ex.training_fn ? runtime::Executable::callable(ex.training_fn) : op_by_op(graph);
     if (ctx.settings.cuda_graphs)
       ex.cuda_graphs = "not used: the graph records autograd (training graphs run without)";
     return ex;
@@ -255,7 +261,7 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
     ex.no_kernels = "no kernels for this graph's devices in this build";
   if (!device) {
     trace.note("none: " + ex.no_kernels);
-    ex.executable = runtime::Executable::op_by_op(graph);
+    ex.executable = op_by_op(graph);
     use_cuda_graphs(ex, ctx, trace);
     return ex;
   }
@@ -281,7 +287,7 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
   }
   if (st.partition.kernels.empty()) {
     ex.no_kernels = "nothing to fuse";
-    ex.executable = runtime::Executable::op_by_op(graph);
+    ex.executable = op_by_op(graph);
     use_cuda_graphs(ex, ctx, trace);
     return ex;
   }

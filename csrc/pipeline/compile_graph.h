@@ -45,6 +45,10 @@ void set_training_compiler(TrainingCompiler compiler);
 // code generator failure, PythonError when a pass's Python call fails.
 CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ctx);
 
+// Runs `graph` op by op through torch, values released after their last use
+// (the memory plan of passes::op_by_op_schedule): a graph that gets no kernels.
+std::unique_ptr<runtime::Executable> op_by_op(std::shared_ptr<const ir::Graph> graph);
+
 // A fresh numbered folder <n>_<name> for one graph's trace in this process's
 // dump folder inside debug_dir (core/dump_dir.h), with a trailing '/'; "" when
 // it cannot be made (tracing never fails a compile).

@@ -28,6 +28,25 @@ void bind_passes(py::module_& m) {
             order.append("kernel " + std::to_string(item.kernel));
           }
         }
+        py::list memory;
+        auto names = [](const std::vector<const ir::Node*>& nodes) {
+          py::list out;
+          for (const ir::Node* n : nodes) out.append(n->name);
+          return out;
+        };
+        for (const ir::StepMemory& m : p.memory) {
+          py::dict step;
+          step["skip"] = m.skip;
+          step["kernel_layout"] = m.kernel_layout;
+          step["strided_base"] =
+              m.strided_base ? py::object(py::str(m.strided_base->name)) : py::object(py::none());
+          step["strided_offset"] = m.strided_offset;
+          step["outputs"] = names(m.outputs);
+          step["inputs"] = names(m.inputs);
+          step["input_byte_offsets"] = m.input_byte_offsets;
+          step["release_after"] = names(m.release_after);
+          memory.append(step);
+        }
         py::dict d;
         d["kernel_count"] = p.kernels.size();
         d["kernels"] = kernels;
@@ -35,10 +54,13 @@ void bind_passes(py::module_& m) {
         d["externs"] = externs;
         d["extern_ops"] = extern_ops;
         d["order"] = order;
+        d["memory"] = memory;
         return d;
       },
       "Lowers and fuses a captured graph: kernel_count, kernels (loop IR text), members,\n"
-      "externs (node names), extern_ops (their targets) and order.");
+      "externs (node names), extern_ops (their targets), order, and per step its memory plan\n"
+      "(ir::StepMemory: skip, kernel_layout, strided_base/offset, outputs, inputs,\n"
+      "input_byte_offsets, release_after).");
 }
 
 }  // namespace tl::python

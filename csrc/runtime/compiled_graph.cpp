@@ -143,6 +143,9 @@ bool on_device(const ir::TensorMeta& meta, const KernelDevice& device) {
 
 CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedule partition)
     : graph_(std::move(graph)), partition_(std::move(partition)) {
+  TL_CHECK(partition_.memory.size() == partition_.order.size())
+      << "a schedule of " << partition_.order.size() << " steps with a memory plan of "
+      << partition_.memory.size() << " (passes::plan_memory makes it)";
   SlotMap slots;
   for (auto& n : graph_->nodes())
     if (n->op == ir::OpKind::Placeholder) slots[n.get()] = static_cast<int>(n_inputs_++);
@@ -154,18 +157,14 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedul
     return it->second;
   };
   bool steps_with_kernels = false;
-  std::unordered_map<const ir::Node*, int> extern_step_of;
   for (auto& item : partition_.order) {
     Step s;
-    int idx = static_cast<int>(steps_.size());
     if (item.extern_node) {
       s.call.emplace(*item.extern_node, slots);
       s.node = item.extern_node;
       changes_grad_mode_ |= s.call->changes_grad_mode();
-      for (int slot : s.call->used_slots()) values_.use(slot, idx);
       s.out_slots.push_back(static_cast<int>(n_values_++));
       slots[item.extern_node] = s.out_slots.back();
-      extern_step_of[item.extern_node] = idx;
     } else {
       TL_CHECK(item.kernel >= 0 && item.kernel < static_cast<int>(partition_.kernels.size()))
           << "plan item names kernel " << item.kernel;
@@ -176,25 +175,16 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedul
           << "kernel " << k.name << ": graph values do not match its buffers";
       s.kernel = item.kernel;
       for (auto* in : fk.inputs) {
-        const ir::TensorMeta& m = kernel_meta(in, k.name, dev);
+        kernel_meta(in, k.name, dev);
         s.in_slots.push_back(slot_of(in, k.name));
         s.in_offsets.push_back(0);
-        values_.use(s.in_slots.back(), idx);
-        auto producer = extern_step_of.find(in);
-        if (producer != extern_step_of.end() && !steps_[producer->second].kernel_layout) {
-          Step& p = steps_[producer->second];
-          p.kernel_layout = alloc_of(m);
-          p.layout_sizes = m.sizes, p.layout_strides = m.strides;
-        }
       }
       for (size_t o = 0; o < fk.outputs.size(); ++o) {
         const ir::Node* out = fk.outputs[o];
         const ir::TensorMeta& m = kernel_meta(out, k.name, dev);
         s.allocs.push_back(alloc_of(m));
-        if (o < fk.store_into.size() && fk.store_into[o]) {
+        if (o < fk.store_into.size() && fk.store_into[o])
           s.allocs.back().into_slot = slot_of(fk.store_into[o], k.name);
-          values_.use(s.allocs.back().into_slot, idx);
-        }
         s.out_slots.push_back(static_cast<int>(n_values_++));
         slots[out] = s.out_slots.back();
       }
@@ -206,17 +196,8 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedul
     }
     steps_.push_back(std::move(s));
   }
-  values_.set_outputs(
-      *graph_, [&](const ir::Node* n) { return slot_of(n, "output"); },
-      static_cast<int>(steps_.size()));
-  skip_empty_factories();
-  fold_output_views(extern_step_of, slots);
-  collapse_view_chains(extern_step_of, slots);
-  drop_unread_views();
-  std::vector<std::vector<int>> produced;
-  for (auto& s : steps_) produced.push_back(s.out_slots);
-  auto release = values_.release_lists(produced, static_cast<int>(n_inputs_));
-  for (size_t i = 0; i < steps_.size(); ++i) steps_[i].release_after = std::move(release[i]);
+  outputs_.set(*graph_, [&](const ir::Node* n) { return slot_of(n, "output"); });
+  apply_memory_plan(slots);
 
   if (partition_.kernels.empty()) return;
   backend_ = make_kernel_backend(device_);
@@ -241,25 +222,50 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedul
   if (!data_ptr_name_ || !alloc_kwnames_) throw PythonError();
 }
 
-// A zero-element tensor from a factory (a KV cache's first `torch.tensor([])`,
-// then concatenated with the new keys) that only kernels read is never made:
-// kernels read none of its elements, and the factory call costs ~10 us a call.
-void CompiledGraph::skip_empty_factories() {
-  static const char* const kFactories[] = {"torch.tensor", "torch.empty", "torch.zeros",
-                                           "torch.ones", "torch.full"};
-  std::vector<char> read_by_extern(n_values_);
-  for (auto& s : steps_)
-    if (s.call)
-      for (int slot : s.call->used_slots()) read_by_extern[slot] = 1;
-  for (auto& s : steps_) {
-    if (!s.call || !s.node->meta) continue;
-    int slot = s.out_slots[0];
-    if (read_by_extern[slot] || values_.is_output(slot)) continue;
-    int64_t numel = 1;
-    for (int64_t d : s.node->meta->sizes) numel *= d;
-    bool factory = false;
-    for (const char* f : kFactories) factory |= s.node->target_name == f;
-    s.skip = factory && numel == 0;
+// The schedule's memory plan (ir::StepMemory) in slots: skipped steps, kernel
+// outputs allocated as the view folded into them, inputs read through the value
+// they view, externs made by one as_strided, and what each step releases.
+void CompiledGraph::apply_memory_plan(const SlotMap& slots) {
+  auto slot = [&](const ir::Node* n) {
+    auto it = slots.find(n);
+    TL_CHECK(n && it != slots.end())
+        << "the memory plan names " << (n ? n->name : "null") << ", a value no step produces";
+    return it->second;
+  };
+  for (size_t idx = 0; idx < steps_.size(); ++idx) {
+    Step& s = steps_[idx];
+    const ir::StepMemory& m = partition_.memory[idx];
+    s.skip = m.skip;
+    for (const ir::Node* n : m.release_after) s.release_after.push_back(slot(n));
+    if (s.call) {
+      if (m.kernel_layout) {
+        TL_CHECK(s.node->meta) << "a kernel reads " << s.node->name
+                               << ", which has no tensor metadata";
+        s.kernel_layout = alloc_of(*s.node->meta);
+        s.layout_sizes = s.node->meta->sizes, s.layout_strides = s.node->meta->strides;
+      }
+      if (m.strided_base)
+        s.call = NodeCall::as_strided(*s.node, slot(m.strided_base), s.node->meta->sizes,
+                                      s.node->meta->strides, m.strided_offset);
+      continue;
+    }
+    const ir::ScheduledKernel& fk = partition_.kernels[s.kernel];
+    TL_CHECK(m.outputs.size() == fk.outputs.size() && m.inputs.size() == fk.inputs.size() &&
+             m.input_byte_offsets.size() == fk.inputs.size())
+        << "the memory plan of kernel " << fk.kernel.name << " does not match its buffers";
+    for (size_t i = 0; i < m.outputs.size(); ++i) {
+      if (m.outputs[i] == fk.outputs[i]) continue;
+      TL_CHECK(m.outputs[i]->meta) << "kernel " << fk.kernel.name << " allocated as "
+                                   << m.outputs[i]->name << ", which has no tensor metadata";
+      int into = s.allocs[i].into_slot;
+      s.allocs[i] = alloc_of(*m.outputs[i]->meta);
+      s.allocs[i].into_slot = into;
+      s.out_slots[i] = slot(m.outputs[i]);
+    }
+    for (size_t j = 0; j < m.inputs.size(); ++j) {
+      s.in_slots[j] = slot(m.inputs[j]);
+      s.in_offsets[j] = m.input_byte_offsets[j];
+    }
   }
 }
 
@@ -422,7 +428,7 @@ std::vector<PyRef> CompiledGraph::run_steps(PyObject* const* inputs, size_t n_in
     }
     for (int slot : s.release_after) values[slot] = PyRef();
   }
-  return values_.outputs(values);
+  return outputs_.outputs(values);
 }
 
 }  // namespace tl::runtime

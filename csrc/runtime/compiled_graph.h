@@ -4,7 +4,9 @@
 // kernels on torch's current stream), extern nodes through torch by
 // vectorcall (as GraphRunner does). Kernel outputs are allocated with
 // torch.empty_strided (torch's caching allocator on CUDA) from their node's
-// TensorMeta; values are released after their last use.
+// TensorMeta; values are released after their last use. What is allocated how,
+// which steps are skipped and when values are released is the schedule's memory
+// plan (ir::StepMemory, made by passes/memory_plan.h): executed here, not decided.
 #include <memory>
 #include <optional>
 #include <vector>
@@ -13,9 +15,9 @@
 #include "ir/graph.h"
 #include "ir/schedule.h"
 #include "runtime/cuda_graphs.h"
+#include "runtime/graph_outputs.h"
 #include "runtime/kernel_backend.h"
 #include "runtime/node_call.h"
-#include "runtime/value_plan.h"
 
 namespace tl::runtime {
 
@@ -31,7 +33,8 @@ bool on_device(const ir::TensorMeta& meta, const KernelDevice& device);
 
 class CompiledGraph {
  public:
-  // Compiles every kernel of the partition (in parallel). Throws tl::Error on
+  // Compiles every kernel of the partition (in parallel). The partition must
+  // carry its memory plan (passes::plan_memory). Throws tl::Error on
   // an LLVM or NVRTC failure, kernel tensors on several devices, CPU kernels
   // in a build without LLVM, or CUDA kernels without the driver or NVRTC.
   CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedule partition);
@@ -62,19 +65,13 @@ class CompiledGraph {
   struct RunState;
   std::vector<PyRef> run_steps(PyObject* const* inputs, size_t n_inputs);
   bool match_kernel_layout(const Step& s, PyRef& value);
-  void skip_empty_factories();
-  // view_steps.cpp
-  void fold_output_views(const std::unordered_map<const ir::Node*, int>& extern_step_of,
-                         const SlotMap& slots);
-  void collapse_view_chains(const std::unordered_map<const ir::Node*, int>& extern_step_of,
-                            const SlotMap& slots);
-  void drop_unread_views();
+  void apply_memory_plan(const SlotMap& slots);
   bool run_kernel(const Step& s, std::vector<PyRef>& values, RunState& rs);
   bool fast_alloc(RunState& rs) const;
   std::shared_ptr<const ir::Graph> graph_;
   ir::Schedule partition_;
   std::vector<Step> steps_;
-  ValuePlan values_;
+  GraphOutputs outputs_;
   size_t n_values_ = 0;
   size_t n_inputs_ = 0;
   bool changes_grad_mode_ = false;

@@ -1,6 +1,6 @@
 #pragma once
 // One step of a CompiledGraph's plan (an extern call or a kernel launch),
-// shared by compiled_graph.cpp and the plan rewrites of view_steps.cpp.
+// as compiled_graph.cpp builds it from the schedule and its memory plan.
 #include <optional>
 #include <vector>
 
@@ -30,7 +30,7 @@ struct CompiledGraph::Step {
   int kernel = -1;               // its index in the partition and the KernelBackend's batch
   std::vector<int> in_slots, out_slots;
   // Per input: bytes past the slot's data pointer where the input starts (a
-  // view that was never made, read through its base; view_steps.cpp).
+  // view that was never made, read through its base; passes/memory_plan.h).
   std::vector<int64_t> in_offsets;
   std::vector<Alloc> allocs;
   int64_t outer = 1, red = 1;

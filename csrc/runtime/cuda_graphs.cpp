@@ -63,39 +63,6 @@ std::string last_part(const std::string& target) {
   return dot == std::string::npos ? target : target.substr(dot + 1);
 }
 
-const ir::Arg* arg_at(const ir::Node& n, size_t pos, const char* kw) {
-  for (const auto& [k, v] : n.kwargs)
-    if (k == kw) return &v;
-  return pos < n.args.size() ? &n.args[pos] : nullptr;
-}
-
-// dropout(x, p, training=False) and friends: no draw at all.
-bool training_off(const ir::Node& n) {
-  const ir::Arg* a = arg_at(n, 2, "training");
-  return a && a->kind == ir::Arg::Kind::Const && a->value.get() == Py_False;
-}
-
-// True for an op that writes its first argument in place (`add_`, `x[i] = v`, `copy_`, out=).
-bool writes_in_place(const ir::Node& n) {
-  if (n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) return false;
-  const std::string last = last_part(n.target_name);
-  if (ir::in_place_name(n.target_name)) return true;
-  if (last == "setitem" || last == "__setitem__" || last.rfind("__i", 0) == 0) return true;
-  for (const auto& [k, v] : n.kwargs)
-    if (k == "out") return true;
-  return false;
-}
-
-// The placeholder that `n` is (through views of it), or null for an intermediate.
-const ir::Node* root_input(const ir::Node* n) {
-  for (int depth = 0; n && depth < 64; ++depth) {
-    if (n->op == ir::OpKind::Placeholder) return n;
-    if (n->args.empty() || n->args[0].kind != ir::Arg::Kind::Node) return nullptr;
-    n = n->args[0].node;
-  }
-  return nullptr;
-}
-
 // Bytes of the tensors `a` returns (through tuples and lists).
 int64_t output_bytes(const ir::Arg& a) {
   int64_t bytes = 0;
@@ -190,7 +157,7 @@ std::string cuda_graph_blocker(const ir::Graph& graph, bool cuda) {
     }
     if (n->op != ir::OpKind::CallFunction && n->op != ir::OpKind::CallMethod) continue;
     const std::string last = last_part(n->target_name);
-    if (kRandom.count(last) && !(contains(last, "dropout") && training_off(*n)))
+    if (kRandom.count(last) && !(contains(last, "dropout") && ir::is_eval_dropout(*n)))
       return "random op " + n->target_name + where +
              " (a replay would draw the same numbers again)";
     if (kSync.count(last)) return "synchronising op " + n->target_name + where;
@@ -223,12 +190,16 @@ CudaGraphs::CudaGraphs(const ir::Graph& graph, int device, std::shared_ptr<CudaG
     : device_(device), pool_(std::move(pool)), limit_(limit), trace_dir_(std::move(trace_dir)) {
   std::unordered_map<const ir::Node*, int> index;
   for (ir::Node* p : graph.placeholders()) index[p] = static_cast<int>(index.size());
-  for (const auto& n : graph.nodes()) {
-    if (!writes_in_place(*n)) continue;
-    if (const ir::Node* root = n->args.empty() || n->args[0].kind != ir::Arg::Kind::Node
-                                   ? nullptr
-                                   : root_input(n->args[0].node))
-      mutated_inputs_.push_back(index.at(root));
+  // NOTE: one definition of "the graph writes this input" (ir/effects.h), as the storage-aliasing
+  // guard uses: `operator.iadd`, `inplace=True`, out= and writes through views all count. A write
+  // it cannot pin to one input counts against every input: a replay must never read a stale copy.
+  ir::InputWrites writes = ir::written_inputs(graph);
+  if (writes.unknown) {
+    for (size_t i = 0; i < index.size(); ++i) mutated_inputs_.push_back(static_cast<int>(i));
+  } else {
+    std::set<int> written;
+    for (const ir::Node* p : writes.placeholders) written.insert(index.at(p));
+    mutated_inputs_.assign(written.begin(), written.end());
   }
   name_ = "graph";
   for (const auto& n : graph.nodes())

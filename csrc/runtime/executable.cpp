@@ -11,9 +11,10 @@ std::unique_ptr<Executable> Executable::kernels(std::unique_ptr<CompiledGraph> c
   return ex;
 }
 
-std::unique_ptr<Executable> Executable::op_by_op(std::shared_ptr<const ir::Graph> graph) {
+std::unique_ptr<Executable> Executable::op_by_op(std::shared_ptr<const ir::Graph> graph,
+                                                 const ir::Schedule& schedule) {
   std::unique_ptr<Executable> ex(new Executable(Kind::OpByOp));
-  ex->runner_ = std::make_unique<GraphRunner>(std::move(graph));
+  ex->runner_ = std::make_unique<GraphRunner>(std::move(graph), schedule);
   return ex;
 }
 

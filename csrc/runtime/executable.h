@@ -22,7 +22,9 @@ class Executable {
   enum class Kind { Kernels, OpByOp, Callable };
 
   static std::unique_ptr<Executable> kernels(std::unique_ptr<CompiledGraph> compiled);
-  static std::unique_ptr<Executable> op_by_op(std::shared_ptr<const ir::Graph> graph);
+  // `schedule`: every op node in order with its memory plan (passes::op_by_op_schedule).
+  static std::unique_ptr<Executable> op_by_op(std::shared_ptr<const ir::Graph> graph,
+                                              const ir::Schedule& schedule);
   // `fn` returns a tuple or list of the outputs.
   static std::unique_ptr<Executable> callable(PyRef fn);
 

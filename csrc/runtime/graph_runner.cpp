@@ -13,28 +13,27 @@ struct GraphRunner::Step {
   std::vector<int> release_after;  // slots whose last use is this step
 };
 
-GraphRunner::GraphRunner(std::shared_ptr<const ir::Graph> graph) : graph_(std::move(graph)) {
+GraphRunner::GraphRunner(std::shared_ptr<const ir::Graph> graph, const ir::Schedule& schedule)
+    : graph_(std::move(graph)) {
+  TL_CHECK(schedule.kernels.empty() && schedule.memory.size() == schedule.order.size())
+      << "an op-by-op run of a schedule with kernels or without a memory plan";
   std::unordered_map<const ir::Node*, int> slots;
   for (auto& n : graph_->nodes()) {
     if (n->op == ir::OpKind::Placeholder) slots[n.get()] = static_cast<int>(n_inputs_++);
   }
   n_values_ = n_inputs_;
-  for (auto& n : graph_->nodes()) {
-    if (n->op != ir::OpKind::CallFunction && n->op != ir::OpKind::CallMethod) continue;
-    Step s{NodeCall(*n, slots)};
+  for (const ir::ScheduleStep& item : schedule.order) {
+    TL_CHECK(item.extern_node) << "an op-by-op step without a node";
+    Step s{NodeCall(*item.extern_node, slots)};
     if (s.call.changes_grad_mode()) changes_grad_mode_ = true;
     s.out_slot = static_cast<int>(n_values_++);
-    slots[n.get()] = s.out_slot;
-    int idx = static_cast<int>(steps_.size());
-    for (int slot : s.call.used_slots()) values_.use(slot, idx);
+    slots[item.extern_node] = s.out_slot;
     steps_.push_back(std::move(s));
   }
-  values_.set_outputs(
-      *graph_, [&](const ir::Node* n) { return slots.at(n); }, static_cast<int>(steps_.size()));
-  std::vector<std::vector<int>> produced;
-  for (auto& s : steps_) produced.push_back({s.out_slot});
-  auto release = values_.release_lists(produced, static_cast<int>(n_inputs_));
-  for (size_t i = 0; i < steps_.size(); ++i) steps_[i].release_after = std::move(release[i]);
+  outputs_.set(*graph_, [&](const ir::Node* n) { return slots.at(n); });
+  for (size_t i = 0; i < steps_.size(); ++i)
+    for (const ir::Node* n : schedule.memory[i].release_after)
+      steps_[i].release_after.push_back(slots.at(n));
 }
 
 GraphRunner::~GraphRunner() = default;
@@ -55,7 +54,7 @@ std::vector<PyRef> GraphRunner::run(PyObject* const* inputs, size_t n_inputs) {
     values[s.out_slot] = PyRef::steal(result);
     for (int slot : s.release_after) values[slot] = PyRef();
   }
-  return values_.outputs(values);
+  return outputs_.outputs(values);
 }
 
 }  // namespace tl::runtime

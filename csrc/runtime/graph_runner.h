@@ -1,19 +1,21 @@
 #pragma once
-// The builtin backend until code generators exist: runs a graph op by op by
-// calling each node's torch callable with vectorcall. Values are released
-// after their last use so peak memory matches eager.
+// Runs a graph op by op by calling each node's torch callable with vectorcall,
+// in the order of a schedule without kernels (passes::op_by_op_schedule),
+// releasing values where its memory plan says (after their last use, so peak
+// memory matches eager).
 #include <memory>
 #include <vector>
 
 #include "core/py_ref.h"
 #include "ir/graph.h"
-#include "runtime/value_plan.h"
+#include "ir/schedule.h"
+#include "runtime/graph_outputs.h"
 
 namespace tl::runtime {
 
 class GraphRunner {
  public:
-  explicit GraphRunner(std::shared_ptr<const ir::Graph> graph);
+  GraphRunner(std::shared_ptr<const ir::Graph> graph, const ir::Schedule& schedule);
   ~GraphRunner();
   GraphRunner(const GraphRunner&) = delete;
   GraphRunner& operator=(const GraphRunner&) = delete;
@@ -29,7 +31,7 @@ class GraphRunner {
   struct Step;
   std::shared_ptr<const ir::Graph> graph_;
   std::vector<Step> steps_;
-  ValuePlan values_;
+  GraphOutputs outputs_;
   size_t n_values_ = 0;
   size_t n_inputs_ = 0;
   bool changes_grad_mode_ = false;

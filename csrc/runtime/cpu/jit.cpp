@@ -34,18 +34,11 @@ namespace orc = llvm::orc;
 constexpr const char* kCacheFormat = "torchlite-cpu-2";
 
 struct LinkedKernel;
-std::mutex g_mu;                        // settings, the symbol table, and adding objects to the JIT
-std::optional<std::string> g_dump_dir;  // override of the settings
+std::mutex g_mu;  // the symbol table, and adding objects to the JIT
 std::unordered_map<std::string, std::weak_ptr<LinkedKernel>> g_linked;  // symbol -> live code
 std::atomic<int64_t> g_live{0};
 
-std::string dump_dir() {
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (g_dump_dir) return *g_dump_dir;
-  }
-  return kernel_dump_dir(process_settings());
-}
+std::string dump_dir() { return kernel_dump_dir(process_settings()); }
 
 // The one LLJIT of the process, started on first use; a failure to start is
 // remembered and reported on every later compile. NOTE: never destroyed:
@@ -227,11 +220,6 @@ void link(Job& job, const DiskCache& cache) {
   g_linked[job.symbol] = job.code;
 }
 }  // namespace
-
-void set_dump_dir(const std::string& dir) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_dump_dir = dir;
-}
 
 int64_t live_kernels() { return g_live.load(); }
 

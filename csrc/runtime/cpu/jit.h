@@ -40,9 +40,6 @@ int64_t live_kernels();
 // nor loaded from the disk cache): tests of runtime sizes count them.
 int64_t llvm_compiles();
 
-// Folder for `.ll` dumps, "" for none; overrides the trace/debug_dir settings
-// (kernel_dump_dir in core/flags.h).
-void set_dump_dir(const std::string& dir);
 // Tests only: forgets which kernels are linked, so the next compile of the
 // same kernel goes to the disk cache (live kernels keep their own JITDylib).
 void forget_linked_kernels();

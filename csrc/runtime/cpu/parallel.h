@@ -1,6 +1,6 @@
 #pragma once
 // Runs a JIT-compiled kernel over [0, outer_numel) on OpenMP threads. The
-// kernel itself is a serial loop over any sub-range (DESIGN decision 8).
+// kernel itself is a serial loop over any sub-range (docs/internals/codegen.md).
 #include <cstdint>
 
 #include "runtime/cpu/jit.h"

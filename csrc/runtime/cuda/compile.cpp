@@ -41,8 +41,7 @@ struct Module {
   Module& operator=(const Module&) = delete;
 };
 
-std::mutex g_mu;                        // the settings and the module tables
-std::optional<std::string> g_dump_dir;  // set_dump_dir's override
+std::mutex g_mu;                                                         // the module tables
 std::map<std::pair<int, std::string>, std::weak_ptr<Module>> g_modules;  // (device, key)
 std::map<std::pair<int, std::string>, Owner> g_by_canon;  // (device, canon) -> loaded code
 
@@ -66,13 +65,7 @@ std::shared_ptr<Module> live_module(int device, const std::string& key) {
   return m;
 }
 
-std::string dump_dir() {
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (g_dump_dir) return *g_dump_dir;
-  }
-  return kernel_dump_dir(process_settings());
-}
+std::string dump_dir() { return kernel_dump_dir(process_settings()); }
 
 struct Job {
   const ir::Kernel* kernel = nullptr;  // null: `spec` was given
@@ -298,10 +291,5 @@ void unload_dead_modules() {
 }
 
 int64_t live_modules() { return g_live_modules.load(); }
-
-void set_dump_dir(const std::string& dir) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_dump_dir = dir;
-}
 
 }  // namespace tl::runtime::cuda

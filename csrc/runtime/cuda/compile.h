@@ -49,8 +49,4 @@ void unload_dead_modules();
 // Modules loaded and not unloaded yet (tests: modules go with their last user).
 int64_t live_modules();
 
-// Folder for `.cu` dumps, "" for none (default: TORCHLITE_TRACE=1 ->
-// $TORCHLITE_DEBUG_DIR/kernels, TORCHLITE_DEBUG_DIR defaulting to ./torchlite_debug).
-void set_dump_dir(const std::string& dir);
-
 }  // namespace tl::runtime::cuda

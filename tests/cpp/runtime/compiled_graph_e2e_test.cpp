@@ -4,6 +4,7 @@
 
 #include "../passes/test_graphs.h"
 #include "core/errors.h"
+#include "passes/memory_plan.h"
 #include "passes/partition.h"
 #include "runtime/compiled_graph.h"
 #include "runtime/disk_cache.h"
@@ -57,7 +58,7 @@ size_t check_graph(TestGraph& t) {
   auto partition = tl::passes::partition_graph(t.g);
   size_t n_kernels = partition.kernels.size();
   tl::runtime::CompiledGraph compiled(g, std::move(partition));
-  tl::runtime::GraphRunner eager(g);
+  tl::runtime::GraphRunner eager(g, tl::passes::op_by_op_schedule(*g));
   auto want = eager.run(raw.data(), raw.size());
   auto got = compiled.run(raw.data(), raw.size());
   REQUIRE(got.size() == want.size());

@@ -6,6 +6,7 @@
 
 #include "../codegen/kernel_builder.h"
 #include "core/errors.h"
+#include "passes/memory_plan.h"
 #include "runtime/disk_cache.h"
 
 #ifdef TORCHLITE_HAVE_LLVM
@@ -69,6 +70,7 @@ TEST_CASE("a fused kernel feeding an extern sum matches eager torch", "[runtime]
   p.kernels.push_back({b.k, {x, y}, {tanh}, {add, tanh}});
   p.order.push_back({nullptr, 0});
   p.order.push_back({sum, -1});
+  tl::passes::plan_memory(*g, p);
 
   tl::runtime::CompiledGraph cg(g, std::move(p));
   PyRef xs = eval(ns.get(), "x"), ys = eval(ns.get(), "y");
@@ -93,6 +95,7 @@ TEST_CASE("an extern node that raises names itself as the failed node", "[runtim
   g->set_output({Arg::of_node(bad)});
   tl::ir::Schedule p;
   p.order.push_back({bad, -1});
+  tl::passes::plan_memory(*g, p);
   tl::runtime::CompiledGraph cg(g, std::move(p));
   PyRef xs = eval(ns.get(), "x");
   PyObject* inputs[] = {xs.get()};

@@ -1,4 +1,4 @@
-"""The layers of csrc/ depend on each other only down the pipeline (DESIGN.md).
+"""The layers of csrc/ depend on each other only down the pipeline (docs/internals/layering.md).
 
 CMakeLists.txt builds one static library per layer from its `tl_layer(NAME DEPS...)`
 lines; these tests read that table and check every #include of csrc/ against it, so
@@ -45,7 +45,7 @@ def test_table_covers_every_layer_in_pipeline_order():
     allowed = layer_table()
     folders = {p.name for p in CSRC.iterdir() if p.is_dir()} - {BINDINGS}
     assert set(allowed) == folders, "every csrc/ folder but python/ is one tl_layer"
-    # DESIGN.md: core <- ir <- passes <- codegen <- runtime; capture, guards and
+    # docs/internals/layering.md: core <- ir <- passes <- codegen <- runtime; capture, guards and
     # bytecode on ir; pipeline and frame tie them together.
     chain = ["core", "ir", "passes", "codegen", "runtime", "pipeline", "frame"]
     for lower, upper in itertools.pairwise(chain):

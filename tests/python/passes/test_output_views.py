@@ -1,4 +1,4 @@
-"""Views of values the compiled graph makes cost no torch calls (runtime/view_steps.cpp): a
+"""Views of values the compiled graph makes cost no torch calls (passes/memory_plan.cpp): a
 kernel output only a chain of views reads is allocated in the last view's layout; a view chain
 of a fresh value (a kernel's or a matmul's) is read by kernels at an offset into it, or made by
 one as_strided for a torch op; views no one reads are not made. Values, shapes and strides

@@ -116,6 +116,19 @@ def test_verify_through_options_names_the_pass(faulty_pass):
         torchlite.compile(_fn, options={"verify": True})(torch.randn(8))
 
 
+@needs_cpu_kernels
+def test_verify_on_the_torch_compile_path_names_the_pass(faulty_pass):
+    from torchlite import backends
+
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(_fn, backend=backends.dynamo_backend, options={"verify": True})
+        with pytest.raises(Exception, match="broken after pass 'test.reorder'"):
+            compiled(torch.randn(8))
+    finally:
+        torch._dynamo.reset()
+
+
 def test_registered_passes_run_in_pipeline_order(faulty_pass):
     names = _C.pass_names()
     assert names[0] == "torchlite.functionalize" and names[-1] == "torchlite.partition"
