@@ -22,12 +22,11 @@ namespace {
 // Ops that return their own argument for reasons the guards fix whatever the sizes: a cast
 // to the dtype/device the tensor has, dropout with training off.
 bool size_blind_identity(const std::string& name, bool method) {
-  static const std::set<std::string> methods = {"to",   "type",  "type_as", "float", "double",
-                                                "half", "bfloat16", "long", "int",  "bool",
-                                                "contiguous"};
-  static const std::set<std::string> functions = {"dropout", "alpha_dropout",
-                                                  "feature_alpha_dropout", "dropout1d",
-                                                  "dropout2d", "dropout3d"};
+  static const std::set<std::string> methods = {"to",     "type", "type_as",   "float",
+                                                "double", "half", "bfloat16",  "long",
+                                                "int",    "bool", "contiguous"};
+  static const std::set<std::string> functions = {
+      "dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d"};
   return method ? methods.count(name) > 0 : functions.count(name) > 0;
 }
 }  // namespace

@@ -313,8 +313,8 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
         }
       } else if (captured && !executable->compiled() && log_enabled("recompiles")) {
         log_event("recompiles", utf8(code->co_qualname) +
-                                    ": sizes stay exact in the guards (op by op: " +
-                                    ex.no_kernels + ")");
+                                    ": sizes stay exact in the guards (op by op: " + ex.no_kernels +
+                                    ")");
       }
       if (captured && executable->compiled()) {
         std::string dims = make_sizes_dynamic(res, dyn.all_dims);

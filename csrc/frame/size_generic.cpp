@@ -45,7 +45,9 @@ const std::set<std::string>& generic_functions() {
       // dropout outside training returns its argument (inside, autograd or RNG blocks it)
       "torch.nn.functional.dropout",
       // a tensor from constants (a size in them was specialised: a relation)
-      "torch.tensor"};
+      "torch.tensor",
+      // indexing by an index tensor: the result takes the index's sizes
+      "torch.gather", "torch.index_select"};
   return names;
 }
 
@@ -59,7 +61,7 @@ const std::set<std::string>& generic_methods() {
       "view", "expand", "reshape", "contiguous", "masked_fill", "tril", "triu", "float", "type_as",
       "split", "chunk",
       // casts: whether they copy follows from the dtype and device (guarded), not the sizes
-      "to", "type", "double", "half", "bfloat16", "long", "int", "bool"};
+      "to", "type", "double", "half", "bfloat16", "long", "int", "bool", "gather", "index_select"};
   return names;
 }
 

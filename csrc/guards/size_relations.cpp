@@ -34,8 +34,8 @@ bool SizeRelations::check(const ir::FrameView& frame) const {
   for (const ir::SymRelation& r : relations_) {
     if (r.holds(values_)) continue;
     std::ostringstream os;
-    os << "SIZE_RELATION " << r.str() << " failed (the trace relied on it at " << r.where
-       << "); ";
+    os << "SIZE_RELATION: the trace relied on " << r.str() << " (" << r.where
+       << "), false at these sizes: ";
     for (size_t k = 0; k < symbols_.size(); ++k)
       os << (k ? ", " : "") << "s" << k << " = " << symbols_[k].source->str() << ".size("
          << symbols_[k].dim << ") = " << values_[k];

@@ -23,7 +23,8 @@ class SizeRelations {
   SizeRelations(std::vector<Symbol> symbols, std::vector<ir::SymRelation> relations);
   // Every relation holds at the frame's sizes. A tensor that cannot be read fails.
   bool check(const ir::FrameView& frame) const;
-  // After check() failed: "SIZE_RELATION s0 > 8 failed (file.py:12), s0 = L['x'].size(1) = 5".
+  // After check() failed: "SIZE_RELATION: the trace relied on s0 > 8 (file.py:12), false at
+  // these sizes: s0 = L['x'].size(1) = 5".
   std::string failure() const { return failure_; }
   std::string str() const;  // one "SIZE_RELATION ..." line per relation
 
