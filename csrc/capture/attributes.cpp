@@ -332,7 +332,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         graph_break("unsupported_value", "Tensor." + name + " is not captured");
       // NOTE: sizes follow from the guarded shape and dtype; any other data attribute
       // (retains_grad, a Python attribute...) describes the real tensor, not the meta one.
-      if (name == "nbytes") ctx_.reads_sizes = true;
+      if (name == "nbytes") ctx_.read_size("Tensor.nbytes");
       if (name == "itemsize" || name == "nbytes") return ctx_.from_result(probe.get());
       if (!PyCallable_Check(probe.get()))
         graph_break("unsupported_value", "Tensor." + name + " is not captured");

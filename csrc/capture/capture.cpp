@@ -414,6 +414,7 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
   out.guards = std::move(ctx.guards());
   out.example_inputs = ctx.example_inputs();
   out.reads_sizes = ctx.reads_sizes;
+  out.reads_sizes_why = ctx.reads_sizes_why;
   out.sym_table = ctx.sym_table;
   out.sym_relations = ctx.sym_relations;
   return top_index;

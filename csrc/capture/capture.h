@@ -56,6 +56,7 @@ struct CaptureResult {
   std::string no_resume;
   double capture_ms = 0;
   bool reads_sizes = false;  // CaptureContext::reads_sizes
+  std::string reads_sizes_why;
   // CaptureContext::sym_table / sym_relations: the symbols the graph's size arguments are
   // written in, and the relations the trace relied on.
   std::vector<std::pair<ir::Node*, int>> sym_table;

@@ -1,6 +1,7 @@
 #include "capture/context.h"
 
 #include <functional>
+#include <set>
 #include <unordered_set>
 
 #include "capture/autocast.h"
@@ -17,6 +18,19 @@
 #include "guards/storage_aliasing.h"
 
 namespace tl::capture {
+
+namespace {
+// Ops that return their own argument for reasons the guards fix whatever the sizes: a cast
+// to the dtype/device the tensor has, dropout with training off.
+bool size_blind_identity(const std::string& name, bool method) {
+  static const std::set<std::string> methods = {"to",     "type", "type_as",   "float",
+                                                "double", "half", "bfloat16",  "long",
+                                                "int",    "bool", "contiguous"};
+  static const std::set<std::string> functions = {
+      "dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d"};
+  return method ? methods.count(name) > 0 : functions.count(name) > 0;
+}
+}  // namespace
 namespace {
 
 PyRef call_method0(PyObject* obj, const char* name) {
@@ -735,7 +749,7 @@ ValuePtr CaptureContext::size_value(const ValuePtr& t, int64_t dim) {
   // NOTE: an input's sizes 0 and 1 are guarded exactly (0/1 specialisation): a constant.
   // A size of a computed tensor is a symbol even then: it follows from the inputs' sizes.
   if (!t->node || (t->node->op == ir::OpKind::Placeholder && n < 2)) {
-    if (!t->node) reads_sizes = true;
+    if (!t->node) read_size("a size of a tensor not in the graph");
     return v;
   }
   int index = -1;
@@ -1106,7 +1120,8 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
   if (!contains_tensor(result.get()) && !(result.get() == Py_None && has_tensor)) {
     // NOTE: a number or sequence computed from tensors (x.size(0), x.numel(), x.stride())
     // holds their sizes.
-    if (has_tensor && result.get() != Py_None) reads_sizes = true;
+    if (has_tensor && result.get() != Py_None)
+      read_size((method.empty() ? op_name : "Tensor." + method) + " answering a number");
     return from_result(result.get());
   }
   // NOTE: how many results chunk/split/unbind give follows from a size: the trace holds where
@@ -1129,7 +1144,7 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
       for (auto& kv : kwargs) specialise(kv.second);
       specialise(size_value(args[0], PyLong_AsLongLong(dim->obj.get())));
     } else {
-      reads_sizes = true;
+      read_size((method.empty() ? op_name : "Tensor." + method) + " answering a sequence");
     }
   }
   // NOTE: a result of a tensor subclass (`x.as_subclass(MyT)`) would come back from the graph
@@ -1161,10 +1176,17 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
   fold_result(*this, target, method, args, kwargs, *node, out);
   // An op that returns one of its tensor arguments (x.add_(1), out=, a no-op .to() or
   // .contiguous()) returns that very object in eager: `y is x` must hold.
+  // NOTE: whether an op returns its argument can follow from the sizes (`.to(memory_format=)`,
+  // an in-place op's out=): a size read, unless the answer follows from what the guards and the
+  // op's constant arguments fix (a cast to the same dtype, dropout outside training) or is
+  // checked again per size (`.contiguous()`: SizeInstances' gives_view).
+  bool identity_by_dtype = size_blind_identity(method.empty() ? op_name : method, !method.empty());
+  for (auto& kv : kwargs) identity_by_dtype = identity_by_dtype && kv.first != "memory_format";
   auto returns_arg = [&](const ValuePtr& a) {
     if (out->is_tensor() && a && a->is_tensor() && a->meta.get() == result.get()) {
       out->same_object = a->same_object ? a->same_object : a;
-      reads_sizes = true;  // NOTE: whether .contiguous() copies can follow from the sizes
+      if (!identity_by_dtype)
+        read_size((method.empty() ? op_name : "Tensor." + method) + " returning its argument");
     }
   };
   for (auto& a : args) returns_arg(a);

@@ -133,6 +133,11 @@ class CaptureContext {
   // or a sequence whose length follows from a size): its graph may hold the sizes of this call
   // and must not serve other sizes (frame/size_generic.h).
   bool reads_sizes = false;
+  std::string reads_sizes_why;  // the first such read: "x.stride() at file.py:12"
+  void read_size(const std::string& what) {
+    if (!reads_sizes) reads_sizes_why = what + " at " + location;
+    reads_sizes = true;
+  }
 
   // Symbolic sizes (docs/internals/dynamic-shapes.md, layer 2): symbol k is dimension
   // sym_table[k].second of node sym_table[k].first's result; sym_relations are what the trace

@@ -166,6 +166,25 @@ std::string choose_eager(PyCodeObject* code, const capture::CaptureResult& res,
   return chain.eager_reason;
 }
 
+// An entry that runs no graph op whose outcome could depend on a size (the frame runs
+// eagerly, or its trace ran no op and read no size) serves every size of its inputs once the
+// policy makes the frame dynamic: nothing in it was decided from a size, so a new size costs
+// no capture. NOTE: an eager entry's decision to run eagerly may itself follow from a size (a
+// branch to unsupported code); at another size the frame then runs eagerly where a capture
+// might have compiled it: slower, never wrong.
+// The relations its trace relied on between the inputs' sizes become SIZE_RELATION guards;
+// an opless entry whose trace read a computed tensor's size stays exact. An eager entry
+// relaxes even then (it runs eagerly whatever the sizes).
+void relax_sizes_of_opless_entry(PyCodeObject* code, const CompileConfig& config,
+                                 capture::CaptureResult& res, const char* why, bool eager) {
+  if (!choose_dynamic(code, config, res).runtime_sizes) return;
+  if (!relations_to_guards(res) && !eager) return;
+  size_t n = res.guards.make_all_sizes_dynamic();
+  if (n && log_enabled("recompiles"))
+    log_event("recompiles", utf8(code->co_qualname) + ": one entry for every size of its " +
+                                std::to_string(n) + " tensor(s) (" + why + ")");
+}
+
 // How the frame goes on after its break, for the graph_breaks log.
 std::string after_break(const capture::CaptureResult& res, const bytecode::BridgeCode* codes) {
   if (!codes) return "the frame runs eagerly (" + res.no_resume + ")";
@@ -245,6 +264,7 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
   if (config->recorder && config->recorder.get() != Py_None)
     record(config->recorder.get(), code, res, codes != nullptr, eager_frame);
   if (res.graph_break && !codes) {
+    relax_sizes_of_opless_entry(code, *config, res, "the frame runs eagerly", true);
     entry.guards = std::move(res.guards);
     return entry;
   }
@@ -279,6 +299,23 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
         if (!ex.training.empty()) add_to_record(config->recorder.get(), "training", ex.training);
       }
       executable = std::move(ex.executable);
+      // NOTE: a graph with nothing to fuse runs op by op: the captured graph (before the passes)
+      // holds no number derived from a size when its trace read none, so it serves every size
+      // as it is, raising eager's own error where an op does.
+      if (captured && !executable->compiled() && !ex.training_fn && res.sym_table.empty() &&
+          res.sym_relations.empty()) {
+        std::string dims = make_sizes_dynamic(res, dyn.all_dims);
+        if (!dims.empty()) {
+          executable = runtime::Executable::op_by_op(captured);
+          if (log_enabled("recompiles"))
+            log_event("recompiles", utf8(code->co_qualname) + ": one entry for every size of " +
+                                        dims + " (op by op: " + ex.no_kernels + ")");
+        }
+      } else if (captured && !executable->compiled() && log_enabled("recompiles")) {
+        log_event("recompiles", utf8(code->co_qualname) +
+                                    ": sizes stay exact in the guards (op by op: " + ex.no_kernels +
+                                    ")");
+      }
       if (captured && executable->compiled()) {
         std::string dims = make_sizes_dynamic(res, dyn.all_dims);
         if (!dims.empty()) {
@@ -287,15 +324,16 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
               pipeline::PassContext{config->settings, config->mode, "", config->graph_pool, true},
               utf8(code->co_qualname));
           generic->remember_first(res.example_inputs);
-          generic->set_symbols(res);
+          generic->set_symbols(res, relations_to_guards(res));
           if (log_enabled("recompiles"))
             log_event("recompiles",
                       utf8(code->co_qualname) + ": one entry for every size of " + dims);
           // NOTE: explain() and the trace show the guards as they are checked, and the
           // relations of sizes the entry serves only where they hold.
           std::string shown = res.guards.str();
-          for (const ir::SymRelation& r : res.sym_relations)
-            shown += "SIZE_RELATION " + r.str() + "  # " + r.where + "\n";
+          if (!res.guards.has_size_relations())
+            for (const ir::SymRelation& r : res.sym_relations)
+              shown += "SIZE_RELATION " + r.str() + "  # " + r.where + "\n";
           if (config->recorder && config->recorder.get() != Py_None)
             add_to_record(config->recorder.get(), "guards", shown);
           if (!dump_folder.empty()) write_dump(dump_folder + "guards.txt", shown);
@@ -306,6 +344,8 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
   } else {
     executable = pipeline::op_by_op(res.graph);
   }
+  if ((!res.graph || res.graph->num_ops() == 0) && !res.reads_sizes)
+    relax_sizes_of_opless_entry(code, *config, res, "no op", false);
   if (codes) {
     entry.compiled = std::make_shared<ResumeFrame>(
         res.graph, std::move(res.side_effects), std::move(executable), utf8(code->co_name),

@@ -38,7 +38,16 @@ const std::set<std::string>& generic_functions() {
       "operator.floordiv", "torch.tril", "torch.triu", "torch.masked_fill",
       "torch.nn.functional.embedding", "torch.embedding",
       // factories: their sizes are symbolic arguments, recomputed per size
-      "torch.arange", "torch.full", "torch.zeros", "torch.ones", "torch.split", "torch.chunk"};
+      "torch.arange", "torch.full", "torch.zeros", "torch.ones", "torch.split", "torch.chunk",
+      // matmul-like and attention: their sizes follow from their arguments'
+      "torch.addmm", "torch.baddbmm", "torch.nn.functional.scaled_dot_product_attention",
+      "torch._C._nn.scaled_dot_product_attention",
+      // dropout outside training returns its argument (inside, autograd or RNG blocks it)
+      "torch.nn.functional.dropout",
+      // a tensor from constants (a size in them was specialised: a relation)
+      "torch.tensor",
+      // indexing by an index tensor: the result takes the index's sizes
+      "torch.gather", "torch.index_select"};
   return names;
 }
 
@@ -50,7 +59,9 @@ const std::set<std::string>& generic_methods() {
       // views whose sizes may be symbolic (view and expand always alias; reshape is checked
       // per size: see gives_view)
       "view", "expand", "reshape", "contiguous", "masked_fill", "tril", "triu", "float", "type_as",
-      "split", "chunk"};
+      "split", "chunk",
+      // casts: whether they copy follows from the dtype and device (guarded), not the sizes
+      "to", "type", "double", "half", "bfloat16", "long", "int", "bool", "gather", "index_select"};
   return names;
 }
 
@@ -165,7 +176,7 @@ PyRef example_of(const ir::Arg& a) {
 // with no Python error set when the op raises at these sizes.
 bool is_factory(const std::string& name) {
   return name == "torch.arange" || name == "torch.full" || name == "torch.zeros" ||
-         name == "torch.ones";
+         name == "torch.ones" || name == "torch.tensor";
 }
 
 // `a` with its symbolic sizes evaluated at `symbols` (Arg::sym, Arg::sym_slice).
@@ -256,7 +267,7 @@ ir::Arg copy_arg(const ir::Arg& a, const std::unordered_map<const ir::Node*, ir:
 
 std::string size_generic_blocker(const capture::CaptureResult& res, const CompileConfig& config) {
   if (res.graph_break) return "a graph break";
-  if (res.reads_sizes) return "the trace reads a tensor size";
+  if (res.reads_sizes) return "the trace reads a tensor size: " + res.reads_sizes_why;
   for (const auto& [node, dim] : res.sym_table) {
     bool found = false;
     for (const auto& n : res.graph->nodes()) found = found || n.get() == node;
@@ -311,6 +322,17 @@ std::string make_sizes_dynamic(capture::CaptureResult& res, bool all_dims) {
   return made;
 }
 
+bool relations_to_guards(capture::CaptureResult& res) {
+  std::vector<guards::SizeRelations::Symbol> symbols;
+  for (const auto& [node, dim] : res.sym_table) {
+    if (!node || node->op != ir::OpKind::Placeholder || !node->source) return false;
+    symbols.push_back({node->source, dim});
+  }
+  if (!res.sym_relations.empty())
+    res.guards.set_size_relations(guards::SizeRelations(std::move(symbols), res.sym_relations));
+  return true;
+}
+
 std::shared_ptr<ir::Graph> clone_graph(const ir::Graph& g) {
   auto out = std::make_shared<ir::Graph>();
   std::unordered_map<const ir::Node*, ir::Node*> map;
@@ -352,7 +374,7 @@ SizeInstances::SizeInstances(std::shared_ptr<const ir::Graph> captured, pipeline
   ctx_.trace_dir = "";  // NOTE: the capture's trace shows the first compile
 }
 
-void SizeInstances::set_symbols(const capture::CaptureResult& res) {
+void SizeInstances::set_symbols(const capture::CaptureResult& res, bool in_guards) {
   symbols_.clear();
   for (const auto& [node, dim] : res.sym_table) {
     size_t index = 0;
@@ -363,7 +385,9 @@ void SizeInstances::set_symbols(const capture::CaptureResult& res) {
     symbols_.emplace_back(index, dim);
   }
   relations_ = res.sym_relations;
-  may_refuse_ = !relations_.empty();
+  // NOTE: relations the guards check need no replay to refuse a size: a served call fetches
+  // its inputs once (the run), not twice (serves() and the run).
+  may_refuse_ = !relations_.empty() && !in_guards;
   for (const auto& n : res.graph->nodes())
     if (n->op == ir::OpKind::CallMethod &&
         (n->target_name == "reshape" || n->target_name == "contiguous"))

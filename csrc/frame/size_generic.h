@@ -36,6 +36,12 @@ std::string size_generic_blocker(const capture::CaptureResult& res, const Compil
 // dimensions made dynamic ("L['x'].size(0), ..."), "" when none (the entry stays exact).
 std::string make_sizes_dynamic(capture::CaptureResult& res, bool all_dims);
 
+// When every size symbol of `res` is a dimension of an input tensor: its relations become
+// SIZE_RELATION guards of res.guards (checked in C++ with the other guards, once per call) and
+// the answer is true. False (nothing changed) when a symbol is a computed tensor's size: its
+// relations are then checked by replaying the graph at the new sizes (SizeInstances).
+bool relations_to_guards(capture::CaptureResult& res);
+
 // A deep copy of `g` (nodes, arguments, metadata, examples).
 std::shared_ptr<ir::Graph> clone_graph(const ir::Graph& g);
 
@@ -55,7 +61,8 @@ class SizeInstances {
   void remember_first(const std::vector<PyRef>& example_inputs);
   // The size symbols of res's graph (as node positions, which clone_graph keeps) and the
   // relations its trace relied on.
-  void set_symbols(const capture::CaptureResult& res);
+  // `in_guards`: relations_to_guards took the relations (the guards check them).
+  void set_symbols(const capture::CaptureResult& res, bool in_guards);
   // Whether this entry holds at `inputs`' sizes: every relation the trace relied on (`t > 16`,
   // `d == 64`) still comes out the same. False: the caller captures again. Compiles the
   // instance for these sizes on first sight (get() then finds it).

@@ -47,6 +47,7 @@ struct GuardSet::Impl {
   std::vector<GuardSet::IdMatchedLocal> id_locals;
   std::vector<Identity> identities;
   std::optional<StorageAliasing> storage_aliasing;
+  std::optional<SizeRelations> size_relations;
   // Builtins the trace read: names that must stay absent from the frame's
   // globals, re-checked only when the globals dict changed.
   std::vector<PyRef> absent_globals;
@@ -169,6 +170,29 @@ bool GuardSet::make_sizes_dynamic(const ir::SourcePtr& s,
   }
   return false;
 }
+size_t GuardSet::make_all_sizes_dynamic() {
+  size_t changed = 0;
+  std::vector<Node*> todo;
+  for (auto& r : impl_->roots) todo.push_back(r.get());
+  while (!todo.empty()) {
+    Node* n = todo.back();
+    todo.pop_back();
+    for (auto& c : n->children) todo.push_back(c.get());
+    for (LeafGuard& g : n->guards) {
+      if (g.kind != GuardKind::TensorMatch || !g.tensor || g.tensor->is_dynamic()) continue;
+      TensorMatch relaxed = g.tensor->with_all_sizes_dynamic();
+      if (!relaxed.is_dynamic()) continue;
+      g.tensor = std::make_shared<const TensorMatch>(std::move(relaxed));
+      changed++;
+    }
+  }
+  return changed;
+}
+void GuardSet::set_size_relations(SizeRelations relations) {
+  if (!impl_->size_relations) ++impl_->count;
+  impl_->size_relations.emplace(std::move(relations));
+}
+bool GuardSet::has_size_relations() const { return impl_->size_relations.has_value(); }
 void GuardSet::add_dict_version(ir::SourcePtr s, PyObject* dict) {
   impl_->add(s, LeafGuard::dict_version(dict));
 }
@@ -271,6 +295,10 @@ bool GuardSet::check(const ir::FrameView& frame, bool global_state) const {
     im.failure = im.storage_aliasing->failure();
     return false;
   }
+  if (im.size_relations && !im.size_relations->check(frame)) {
+    im.failure = im.size_relations->failure();
+    return false;
+  }
   im.failure.clear();
   return true;
 }
@@ -287,6 +315,7 @@ std::string GuardSet::str() const {
   for (const Identity& id : impl_->identities)
     os << "IDENTITY " << id.a << (id.same ? " is " : " is not ") << id.b << "\n";
   if (impl_->storage_aliasing) os << impl_->storage_aliasing->str() << "\n";
+  if (impl_->size_relations) os << impl_->size_relations->str();
   return os.str();
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/py_ref.h"
 #include "guards/attr_table.h"
+#include "guards/size_relations.h"
 #include "guards/tensor_match.h"
 #include "ir/frame_view.h"
 #include "ir/source.h"
@@ -30,6 +31,13 @@ class GuardSet {
   // A size-generic entry (frame/size_generic.h): the TENSOR_MATCH on `s` lets `dims` change
   // (TensorMatch::with_dynamic_dims). False when `s` has no TENSOR_MATCH.
   bool make_sizes_dynamic(const ir::SourcePtr& s, std::vector<TensorMatch::DynamicDim> dims);
+  // Every TENSOR_MATCH on a contiguous tensor lets its sizes >= 2 change: for an entry whose
+  // code does not depend on them (one that runs the frame eagerly). Returns how many changed.
+  size_t make_all_sizes_dynamic();
+  // SIZE_RELATION: the relations the trace relied on between its inputs' sizes, checked after
+  // the other guards (size_relations.h). Replaces any set before.
+  void set_size_relations(SizeRelations relations);
+  bool has_size_relations() const;
   // The dict (e.g. a module's __dict__) has not been written since now.
   void add_dict_version(ir::SourcePtr s, PyObject* dict);
   // The dict (or dict subclass) at `s` has the keys it has now, in the same order. Borrows.

@@ -287,6 +287,14 @@ std::vector<Py_ssize_t> dense_strides(const std::vector<Py_ssize_t>& sizes) {
 }
 }  // namespace
 
+TensorMatch TensorMatch::with_all_sizes_dynamic() const {
+  std::vector<DynamicDim> dims;
+  for (size_t i = 0; i < sizes_.size(); ++i)
+    if (sizes_[i] >= 2) dims.push_back(DynamicDim{static_cast<int>(i), 2, -1});
+  if (dims.empty() || strides_ != dense_strides(sizes_)) return *this;
+  return with_dynamic_dims(std::move(dims));
+}
+
 bool TensorMatch::dynamic_layout_ok(const std::vector<Py_ssize_t>& sizes,
                                     const std::vector<Py_ssize_t>& strides) const {
   return dynamic_difference(sizes, strides).empty();

@@ -26,6 +26,9 @@ class TensorMatch {
   // Call only on a guard whose recorded strides are contiguous.
   TensorMatch with_dynamic_dims(std::vector<DynamicDim> dims) const;
   bool is_dynamic() const { return !dynamic_.empty(); }
+  // This guard with every dimension of size >= 2 dynamic (no range); itself when its recorded
+  // strides are not contiguous or no dimension qualifies.
+  TensorMatch with_all_sizes_dynamic() const;
 
   // Borrows v. A tensor whose metadata cannot be read fails (error cleared).
   bool check(PyObject* v) const;

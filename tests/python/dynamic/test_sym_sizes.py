@@ -283,7 +283,8 @@ def test_the_recompiles_log_names_the_failed_relation(monkeypatch, caplog):
         for t in [4, 5, 11]:
             compiled(torch.randn(2, t, 3))
     messages = [r.getMessage() for r in caplog.records]
-    assert any("relied on s0 <= 8" in m and "capturing again" in m for m in messages), messages
+    # NOTE: s0 is the input's size: the relation is a SIZE_RELATION guard, checked in C++.
+    assert any("relied on s0 <= 8" in m and "false at these sizes" in m for m in messages), messages
 
 
 def test_explain_lists_the_size_relations_of_a_generic_entry():
@@ -291,3 +292,51 @@ def test_explain_lists_the_size_relations_of_a_generic_entry():
     torchlite.mark_dynamic(x, 1)
     guards = torchlite.explain(_branch)(x).guards
     assert any("SIZE_RELATION s0 <= 8" in g for g in guards), guards
+
+
+def _opless_branch(x):
+    return "long" if x.size(1) > 8 else "short"
+
+
+def test_an_opless_frame_serves_every_size_while_its_relations_hold():
+    compiled = torchlite.compile(_opless_branch)
+    before = torchlite.counters()["frames"]
+    for t in [4, 5, 7, 10, 12, 3, 16, 9, 6]:
+        x = torch.randn(2, t)
+        assert compiled(x) == _opless_branch(x), t
+    # 4: exact; 5: one entry for every size where t <= 8 (a SIZE_RELATION guard); 10: the
+    # relation fails, a second entry for t > 8; the rest are served by the two.
+    assert torchlite.counters()["frames"] - before == 3
+
+
+def _cast_and_dropout(ids, weight):
+    h = F.dropout(weight.float(), 0.1, training=False).type(torch.float32)
+    return F.embedding(ids, h).sum(-1).contiguous() * 2
+
+
+def test_ops_returning_their_argument_by_dtype_stay_size_generic():
+    w = torch.randn(9, 6)
+    frames, _ = _sweep(
+        lambda ids: _cast_and_dropout(ids, w),
+        lambda t: (torch.randint(0, 9, (2, t)),),
+        [3, 5, 8, 11, 4],
+    )
+    assert frames == 2, frames
+
+
+def _embedding_only(ids, w):
+    return F.embedding(ids, w)
+
+
+def test_a_graph_with_nothing_to_fuse_serves_every_size_op_by_op():
+    w = torch.randn(9, 6)
+    frames, _ = _sweep(
+        lambda ids: _embedding_only(ids, w), lambda t: (torch.randint(0, 9, (2, t)),), [3, 5, 8, 4]
+    )
+    assert frames == 2, frames
+    # NOTE: an index out of range raises eager's error at a new size, not a wrong answer.
+    compiled = torchlite.compile(lambda ids: _embedding_only(ids, w))
+    for t in [3, 5]:
+        compiled(torch.randint(0, 9, (2, t)))
+    with pytest.raises(IndexError):
+        compiled(torch.full((2, 7), 20))
