@@ -126,3 +126,32 @@ def test_explain_says_how_each_training_graph_runs(monkeypatch):
     assert ex.training and all("op by op: compiled_backward is off" in t for t in ex.training)
     ex = torchlite.explain(lambda t: (t * 2).sin().sum())(torch.randn(3))
     assert ex.training == []  # nothing autograd records
+
+
+def _gelu_norm_block(x, w, g, b):
+    with torch.autocast("cpu", torch.bfloat16):
+        h = F.gelu(x @ w)
+    return F.layer_norm(h.float(), (h.shape[-1],), g, b).square()
+
+
+def test_decompositions_upcasts_are_recorded_as_fusable_casts():
+    # NOTE: gelu_backward's and native_layer_norm_backward's decompositions upcast with
+    # aten.to.dtype / aten._to_copy; recorded as ATen calls they ran as extern copies (BERT-base
+    # bf16 backward: ~100 a step on CUDA), recorded as `.to(dtype)` they fuse.
+    args = [torch.randn(8, 16), torch.randn(16, 32), torch.randn(32), torch.randn(32)]
+    args = [a.requires_grad_() for a in args]
+    joint = _joint_of(_gelu_norm_block, *args)
+    assert joint.reason is None
+    text = str(joint.graph)
+    assert "aten::to." not in text and "aten::_to_copy" not in text, text
+    ref = [a.detach().clone().requires_grad_() for a in args]
+    torchlite.reset()
+    out = torchlite.compile(_gelu_norm_block)(*args)
+    expected = _gelu_norm_block(*ref)
+    assert compiled_backward_used(out)
+    torch.testing.assert_close(out, expected, rtol=2e-2, atol=2e-2)
+    g = torch.randn_like(out)
+    out.backward(g)
+    expected.backward(g)
+    for a, r in zip(args, ref, strict=True):
+        torch.testing.assert_close(a.grad, r.grad, rtol=3e-2, atol=3e-2)

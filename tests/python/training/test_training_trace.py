@@ -102,3 +102,27 @@ def test_both_partitions_give_eagers_gradients(recompute):
     fn(*ref).sum().backward()
     for a, r in zip(args, ref, strict=True):
         torch.testing.assert_close(a.grad, r.grad)
+
+
+def _embed(ids, w, padding_idx):
+    return torch.nn.functional.embedding(ids, w, padding_idx=padding_idx).sin() * 3
+
+
+@pytest.mark.parametrize("padding_idx", [None, 0])
+def test_embedding_backward_stays_torchs_op_and_gives_eagers_gradient(padding_idx):
+    # NOTE: few rows, many ids: repeated indices are what the index_put decomposition serialized.
+    ids = torch.randint(0, 3, (4, 9))
+    w = torch.randn(5, 6, requires_grad=True)
+    ref = w.detach().clone().requires_grad_()
+    joint = _joint_of(_embed, ids, w, padding_idx)
+    text = str(joint.graph)
+    assert "embedding_dense_backward" in text and "index_put" not in text, text
+    torchlite.reset()
+    out = torchlite.compile(_embed)(ids, w, padding_idx)
+    expected = _embed(ids, ref, padding_idx)
+    assert compiled_backward_used(out)
+    torch.testing.assert_close(out, expected)
+    g = torch.randn_like(out)
+    out.backward(g)
+    expected.backward(g)
+    torch.testing.assert_close(w.grad, ref.grad)

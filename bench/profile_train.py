@@ -1,0 +1,212 @@
+"""Where a training step's time and memory go: one BERT MLM step (forward under bf16 autocast,
+loss.backward(), AdamW) profiled eagerly and through torchlite, with and without the compiled
+backward.
+
+    python bench/profile_train.py [--device cuda|cpu] [--out DIR] [--kinds eager,torchlite,...]
+
+Per kind it prints the median step time, peak memory, the forward's host and device time, the
+memory held after the forward, and what autograd saved for backward by dtype and shape (the
+compiled backward's saves are not seen by saved-tensor hooks: under them it runs the captured
+graph eagerly, so read its row's "memory after forward" instead). Into --out it writes
+torch.profiler tables (by self device time, by call count, by input shape) and, for torchlite
+kinds, explain()'s graphs and breaks. `--device cuda` profiles BERT-base 8x512; `cpu` a tiny
+BERT, to check the script itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import os
+import statistics
+import sys
+import time
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.join(_HERE, "..", "tests", "python"))
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+from torchvision_compat import work_around_mismatched_torchvision
+
+work_around_mismatched_torchvision()
+
+import torchlite
+
+KINDS = ("eager", "torchlite", "torchlite+bw")
+
+
+def _model(device: str):
+    import transformers
+
+    if device == "cuda":
+        return transformers.BertConfig(), 8, 512
+    cfg = transformers.BertConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=128,
+    )
+    return cfg, 2, 64
+
+
+class SavedTensors:
+    """What autograd saves for backward during one forward (saved-tensor hooks)."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple] = []
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        nbytes = t.numel() * t.element_size()
+        self.items.append((str(t.dtype), tuple(t.shape), nbytes, t.untyped_storage().data_ptr()))
+        return t
+
+    def report(self) -> str:
+        by_dtype: collections.Counter = collections.Counter()
+        count: collections.Counter = collections.Counter()
+        storages: dict[int, int] = {}
+        for dtype, _, nbytes, ptr in self.items:
+            by_dtype[dtype] += nbytes
+            count[dtype] += 1
+            storages[ptr] = max(storages.get(ptr, 0), nbytes)
+        shapes = collections.Counter((d, s) for d, s, _, _ in self.items)
+        mb = 2**20
+        return (
+            f"saved {len(self.items)} tensors, {sum(by_dtype.values()) / mb:.0f} MB "
+            f"({sum(storages.values()) / mb:.0f} MB of distinct storages); "
+            + ", ".join(f"{d}: {count[d]} / {b / mb:.0f} MB" for d, b in by_dtype.items())
+            + "\n    most saved shapes: "
+            + "; ".join(f"{d} {s} x{c}" for (d, s), c in shapes.most_common(20))
+        )
+
+
+def profile_kind(kind, base, inputs, device, out_dir, log):
+    torchlite.reset()
+    model = copy.deepcopy(base)
+    options = {"compiled_backward": kind == "torchlite+bw"}
+    step_model = model if kind == "eager" else torchlite.compile(model, options=options)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    cuda = device == "cuda"
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def forward():
+        with torch.autocast(device, dtype=torch.bfloat16):
+            return step_model(**inputs).loss
+
+    def step(saved=None):
+        with record_function("forward"):
+            if saved is None:
+                loss = forward()
+            else:
+                with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
+                    loss = forward()
+        opt.zero_grad(set_to_none=True)
+        with record_function("backward"):
+            loss.backward()
+        with record_function("optimizer"):
+            opt.step()
+
+    t = time.perf_counter()
+    step()
+    sync()
+    cold = time.perf_counter() - t
+    for _ in range(3):
+        step()
+    sync()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(5):
+        sync()
+        t = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t)
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else float("nan")
+    sync()
+    t = time.perf_counter()
+    loss = forward()
+    host = time.perf_counter() - t
+    sync()
+    fwd = time.perf_counter() - t
+    held = torch.cuda.memory_allocated() / 2**20 if cuda else float("nan")
+    del loss
+    saved = SavedTensors()
+    step(saved)
+    log(
+        f"== {kind}: step median {statistics.median(times) * 1e3:.2f} ms, cold {cold:.1f} s, "
+        f"peak {peak:.0f} MB; forward {fwd * 1e3:.2f} ms ({host * 1e3:.2f} ms host), "
+        f"memory after forward {held:.0f} MB"
+    )
+    log("  " + saved.report())
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities, record_shapes=True) as prof:
+        step()
+        sync()
+    averages = prof.key_averages()
+    launched = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy = sum(e.self_device_time_total for e in averages) / 1e3
+    log(f"  device events in one step: {len(launched)}; self device time {busy:.2f} ms")
+    name = kind.replace("+", "_")
+    with open(os.path.join(out_dir, f"prof_{name}.txt"), "w") as f:
+        f.writelines(
+            averages.table(sort_by=sort, row_limit=80, max_name_column_width=90) + "\n\n"
+            for sort in ("self_device_time_total", "count")
+        )
+        shaped = prof.key_averages(group_by_input_shape=True)
+        f.write(
+            shaped.table(
+                sort_by="self_device_time_total",
+                row_limit=60,
+                max_name_column_width=60,
+                max_shapes_column_width=100,
+            )
+        )
+    if kind != "eager":
+        torchlite.reset()
+        with torch.autocast(device, dtype=torch.bfloat16):
+            ex = torchlite.explain(model, options=options)(**inputs)
+        log(
+            f"  explain: {ex.graph_count} graphs, {ex.graph_break_count} breaks "
+            f"{ex.breaks_by_kind}, ops per graph {ex.ops_per_graph}; {ex.training}"
+        )
+        with open(os.path.join(out_dir, f"explain_{name}.txt"), "w") as f:
+            f.write(str(ex) + "\n")
+            f.writelines("\n\nGRAPH\n" + str(g) for g in ex.graphs)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
+    p.add_argument("--out", default=".")
+    p.add_argument("--kinds", default=",".join(KINDS))
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+        with open(os.path.join(args.out, "summary.txt"), "a") as summary:
+            summary.write(line + "\n")
+
+    import transformers
+
+    torch.manual_seed(0)
+    cfg, batch, seq = _model(args.device)
+    base = transformers.BertForMaskedLM(cfg).to(args.device).train()
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=args.device)
+    inputs = {"input_ids": ids, "labels": ids}
+    for kind in args.kinds.split(","):
+        profile_kind(kind, base, inputs, args.device, args.out, log)
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
