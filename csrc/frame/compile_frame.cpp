@@ -306,7 +306,7 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
           res.sym_relations.empty()) {
         std::string dims = make_sizes_dynamic(res, dyn.all_dims);
         if (!dims.empty()) {
-          executable = runtime::Executable::op_by_op(captured);
+          executable = pipeline::op_by_op(captured);
           if (log_enabled("recompiles"))
             log_event("recompiles", utf8(code->co_qualname) + ": one entry for every size of " +
                                         dims + " (op by op: " + ex.no_kernels + ")");
