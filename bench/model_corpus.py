@@ -540,6 +540,14 @@ _ENC_DEC_TINY = {
     "decoder_start_token_id": 2,
 }
 _T5_TINY = {"d_model": 64, "d_kv": 16, "d_ff": 128, "num_layers": 2, "num_heads": 4}
+_SWIN_TINY = {
+    "image_size": 32,
+    "patch_size": 4,
+    "embed_dim": 16,
+    "depths": [1, 1],
+    "num_heads": [1, 2],
+    "window_size": 2,
+}
 _MOE_TINY = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64}
 _VIT_TINY = {
     "hidden_size": 64,
@@ -733,12 +741,7 @@ EXTRA_TRANSFORMERS = [
         "SwinConfig",
         "SwinModel",
         _pixels(),
-        image_size=32,
-        patch_size=4,
-        embed_dim=16,
-        depths=[1, 1],
-        num_heads=[1, 2],
-        window_size=2,
+        **_SWIN_TINY,
     ),
     _tiny_config_model(
         "segformer",
@@ -796,12 +799,7 @@ EXTRA_TRANSFORMERS = [
         "Swinv2Config",
         "Swinv2Model",
         _pixels(),
-        image_size=32,
-        patch_size=4,
-        embed_dim=16,
-        depths=[1, 1],
-        num_heads=[1, 2],
-        window_size=2,
+        **_SWIN_TINY,
     ),
 ]
 

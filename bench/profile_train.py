@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 import copy
+import importlib.util
 import os
 import statistics
 import sys
@@ -39,19 +40,13 @@ KINDS = ("eager", "torchlite", "torchlite+bw")
 
 
 def _model(device: str):
-    import transformers
-
+    # NOTE: the configs bench/train.py times, loaded by path (this folder is not on sys.path)
+    spec = importlib.util.spec_from_file_location("bench_train", os.path.join(_HERE, "train.py"))
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
     if device == "cuda":
-        return transformers.BertConfig(), 8, 512
-    cfg = transformers.BertConfig(
-        vocab_size=1000,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=128,
-    )
-    return cfg, 2, 64
+        return train.bert_config("full"), 8, 512
+    return train.bert_config("small"), 2, 64
 
 
 class SavedTensors:

@@ -41,21 +41,26 @@ def _timm(name, **kw):
     return timm.create_model(name, pretrained=False, **kw)
 
 
-def _bert(size: str):
+def bert_config(size: str):
+    """BERT-base ("full") or a tiny BERT for CPU runs; bench/profile_train.py uses it too."""
     import transformers
 
     if size == "full":
-        cfg = transformers.BertConfig()
-    else:
-        cfg = transformers.BertConfig(
-            vocab_size=1000,
-            hidden_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=128,
-            max_position_embeddings=128,
-        )
-    return transformers.BertForMaskedLM(cfg)
+        return transformers.BertConfig()
+    return transformers.BertConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=128,
+    )
+
+
+def _bert(size: str):
+    import transformers
+
+    return transformers.BertForMaskedLM(bert_config(size))
 
 
 def _gpt2(size: str):
