@@ -4,7 +4,10 @@
 Per row: step time (median of timed batches after warm-up), peak memory allocated and
 reserved during the timed steps, and compile time (the first three calls: capture, compile,
 warm-up and, with CUDA graphs, recording). Models have random weights, in bf16:
-GPT-2 small (transformers) at 1x32 and 8x512 tokens, resnet50 (timm) at batch 1 and 64.
+GPT-2 small (transformers) at 1x32 and 8x512 tokens, resnet50 (timm) at batch 1 and 64, and a
+training step of BERT-base MLM at 8x128 tokens (forward, loss.backward(), AdamW; torchlite with
+the compiled backward, whose forward and backward CUDA graphs record; dropout off, as random
+ops are not recorded; rel err compares the first step's loss with eager's).
 
     python bench/modes.py [--models gpt2-1x32,resnet50-64] [--modes default,reduce-overhead]
                           [--impls eager,torchlite,torch] [--torch-max-autotune] [--in-process]
@@ -18,6 +21,7 @@ runs only with --torch-max-autotune.
 """
 
 import argparse
+import contextlib
 import gc
 import json
 import statistics
@@ -57,11 +61,33 @@ def resnet50(batch: int):
     return model, step
 
 
+def bert_train(batch: int, tokens: int):
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(transformers.BertConfig()).to("cuda", torch.bfloat16)
+    model.eval()  # NOTE: dropout off; gradients flow as in train mode (no batch norm)
+    ids = torch.randint(0, 30522, (batch, tokens), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def step(fn):
+        loss = fn(input_ids=ids, labels=ids).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return model, step
+
+
+TRAINING = {"bert-train-8x128"}
+
 MODELS = {
     "gpt2-1x32": lambda: gpt2(1, 32),
     "gpt2-8x512": lambda: gpt2(8, 512),
     "resnet50-1": lambda: resnet50(1),
     "resnet50-64": lambda: resnet50(64),
+    "bert-train-8x128": lambda: bert_train(8, 128),
 }
 
 
@@ -89,7 +115,7 @@ def make(impl: str, mode: str, model):
     if impl == "eager":
         return model
     if impl == "torchlite":
-        return torchlite.compile(model, mode=mode)
+        return torchlite.compile(model, mode=mode, options={"compiled_backward": True})
     return torch.compile(model, mode=mode)
 
 
@@ -106,17 +132,23 @@ def run_one(name: str, impl: str, mode: str) -> dict:
     # lazily), so rows compare what each one adds.
     base, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     model, step = MODELS[name]()
-    with torch.no_grad():
-        expected = step(model).float()
+    training = name in TRAINING
+    with torch.no_grad() if not training else contextlib.nullcontext():
+        if training:
+            eager_model, eager_step = MODELS[name]()  # the same seed: the same weights
+            expected = eager_step(eager_model).float()
+            del eager_model, eager_step
+        else:
+            expected = step(model).float()
         fn = make(impl, mode, model)
         torch.cuda.synchronize()
         start = time.perf_counter()
-        for _ in range(3):
-            out = step(fn)
+        outs = [step(fn) for _ in range(3)]
         torch.cuda.synchronize()
         compile_s = time.perf_counter() - start
+        out = outs[0] if training else outs[-1]  # a training step changes the weights
         err = ((out.float() - expected).norm() / expected.norm().clamp_min(1e-6)).item()
-        del out, expected
+        del out, outs, expected
         torch.cuda.reset_peak_memory_stats()
         ms = step_ms(step, fn)
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20

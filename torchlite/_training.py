@@ -635,11 +635,41 @@ def _second_derivative_error(grads: tuple) -> tuple:
     return out if isinstance(out, tuple) else (out,)
 
 
+_OVERWRITTEN = (
+    "torchlite: backward ran again through a training step whose saved tensors a later CUDA "
+    "graph replay has overwritten (a second backward with retain_graph=True after another "
+    "forward). Compile with mode='default' (no CUDA graphs) to keep every step's saved tensors."
+)
+
+
+class _PoolSaved:
+    """A training step's saved tensors that a CUDA graph replay of the compiled forward
+    handed out from the graph pool uncloned (docs/internals/cuda_graphs.md). C++ calls
+    on_overwrite() before a replay that could overwrite them (CudaGraphPool::keep_valid)."""
+
+    __slots__ = ("__weakref__", "consumed", "stale", "tensors")
+
+    def __init__(self, tensors: list) -> None:
+        self.tensors = tensors
+        self.consumed = False  # backward ran once: a later step no longer needs a copy
+        self.stale = False
+
+    def on_overwrite(self) -> None:
+        if self.consumed:
+            self.stale = True  # NOTE: only a second backward (retain_graph) would read them
+        else:
+            self.tensors = [t.clone() if isinstance(t, torch.Tensor) else t for t in self.tensors]
+
+
 def make_training_function(joint: JointTrace, forward, backward, saved: list[str]):
     """The callable the frame runs instead of the graph: the compiled forward under a
     torch.autograd.Function whose backward runs the compiled backward."""
     num_outputs = joint.num_outputs
     num_saved = len(saved)
+    # Under CUDA graphs: the saved values a replay hands out from the pool (not primals).
+    pool_saved = list(getattr(forward, "pool_saved", ()))
+    pool_set = set(pool_saved)
+    other_saved = [k for k in range(num_saved) if k not in pool_set]
     mutated = joint.mutated_inputs
     differentiable = joint.differentiable_outputs
     non_differentiable = [i for i in range(num_outputs) if i not in set(differentiable)]
@@ -654,7 +684,15 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
             new_values = results[num_outputs : num_outputs + len(mutated)]
             for i, v in zip(mutated, new_values, strict=True):
                 inputs[i].copy_(v)  # NOTE: an input mutation (batch norm's running stats)
-            ctx.save_for_backward(*results[len(results) - num_saved :])
+            saved_values = results[len(results) - num_saved :]
+            if pool_saved and forward.replayed:
+                holder = _PoolSaved([saved_values[k] for k in pool_saved])
+                forward.keep_valid(holder)
+                ctx.pool_saved = holder
+                ctx.save_for_backward(*[saved_values[k] for k in other_saved])
+            else:
+                ctx.pool_saved = None
+                ctx.save_for_backward(*saved_values)
             # NOTE: a fresh alias each: the same tensor may also be a differentiable output.
             outs = list(outs)
             for i in non_differentiable:
@@ -665,8 +703,21 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
         @staticmethod
         def backward(ctx, *grad_outputs):
             tangents = [grad_outputs[i].contiguous() for i in differentiable]
+            saved_values = ctx.saved_tensors
+            holder = ctx.pool_saved
+            if holder is not None:
+                if holder.stale:
+                    raise RuntimeError(_OVERWRITTEN)
+                merged: list[Any] = [None] * num_saved
+                for k, v in zip(pool_saved, holder.tensors, strict=True):
+                    merged[k] = v
+                for k, v in zip(other_saved, saved_values, strict=True):
+                    merged[k] = v
+                saved_values = merged
             with torch.no_grad(), torch._C._DisableAutocast():
-                grads = backward(*ctx.saved_tensors, *tangents)
+                grads = backward(*saved_values, *tangents)
+            if holder is not None:
+                holder.consumed = True
             if torch.is_grad_enabled():
                 grads = _second_derivative_error(grads)
             result: list[Any] = [None] * num_inputs

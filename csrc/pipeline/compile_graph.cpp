@@ -168,8 +168,8 @@ void log_kernels(const passes::Partition& part) {
 }
 
 // The compiled forward+backward of a graph autograd records, or null.
-PyRef training_fn(const std::shared_ptr<ir::Graph>& graph, const PassContext& ctx,
-                  std::string& why) {
+PyRef training_fn(const std::shared_ptr<ir::Graph>& graph, const PassContext& ctx, std::string& why,
+                  std::string& cuda_graphs) {
   TrainingCompiler compiler;
   {
     std::lock_guard<std::mutex> lock(g_training_mu);
@@ -183,7 +183,7 @@ PyRef training_fn(const std::shared_ptr<ir::Graph>& graph, const PassContext& ct
     why = "no training compiler registered";
     return PyRef();
   }
-  return compiler(graph, ctx, why);
+  return compiler(graph, ctx, why, cuda_graphs);
 }
 
 // True when some tensor of `graph` lives on the CPU.
@@ -203,13 +203,16 @@ void use_cuda_graphs(CompileResult& ex, const PassContext& ctx, Trace& trace) {
   if (!ctx.settings.cuda_graphs) return;
   runtime::CompiledGraph* kernels = ex.executable->compiled();
   bool cuda = kernels ? kernels->device().cuda : !on_cpu(*ex.graph);
-  std::string why = runtime::cuda_graph_blocker(*ex.graph, cuda);
+  std::string why = runtime::cuda_graph_blocker(*ex.graph, cuda, ctx.pool_outputs_from);
   if (why.empty() && !kernels) why = "the graph has no fused kernels (" + ex.no_kernels + ")";
   if (why.empty()) {
     auto pool = ctx.graph_pool ? ctx.graph_pool : std::make_shared<runtime::CudaGraphPool>();
     kernels->enable_cuda_graphs(pool, static_cast<int>(ctx.settings.cuda_graphs_limit),
-                                ctx.trace_dir);
-    ex.cuda_graphs = "recorded after a warm-up call";
+                                ctx.trace_dir, ctx.cuda_graph_warmups, ctx.pool_outputs_from);
+    ex.cuda_graphs =
+        ctx.cuda_graph_warmups > 1
+            ? "recorded after " + std::to_string(ctx.cuda_graph_warmups) + " warm-up calls"
+            : "recorded after a warm-up call";
   } else {
     ex.cuda_graphs = "not used: " + why;
   }
@@ -248,8 +251,8 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
     // arguments, so the dense mask lets torch pick its fused kernel and that kernel's backward.
     if (int made = passes::dense_attention_masks(*graph))
       trace.note("training: " + std::to_string(made) + " stride-0 attention mask(s) made dense");
-    std::string why;
-    ex.training_fn = training_fn(graph, ctx, why);
+    std::string why, halves_graphs;
+    ex.training_fn = training_fn(graph, ctx, why, halves_graphs);
     ex.training = ex.training_fn ? "compiled forward and backward" : "op by op: " + why;
     trace.note(ex.training_fn ? "training: compiled forward and backward (see joint.txt)"
                               : "training: op by op (" + why + ")");
@@ -257,7 +260,9 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
     ex.executable =
         ex.training_fn ? runtime::Executable::callable(ex.training_fn) : op_by_op(graph);
     if (ctx.settings.cuda_graphs)
-      ex.cuda_graphs = "not used: the graph records autograd (training graphs run without)";
+      ex.cuda_graphs = ex.training_fn
+                           ? halves_graphs
+                           : "not used: the graph records autograd and runs op by op (" + why + ")";
     return ex;
   }
   // Kernels on the graph's CUDA device (driver loaded) or else the CPU (LLVM

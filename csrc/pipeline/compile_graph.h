@@ -23,6 +23,7 @@ struct CompileResult {
   std::vector<std::string> passes;  // the passes that ran, in order
   std::string no_kernels;           // why there are no fused kernels ("" when there are)
   // settings.cuda_graphs: "recorded after a warm-up call", or "not used: <why>"; "" when off.
+  // A compiled training step: "forward: ...; backward: ..." (each half's).
   std::string cuda_graphs;
   // Graphs autograd records (compiled_backward on): a Python callable taking
   // the graph's inputs and returning its outputs through a compiled forward
@@ -34,10 +35,11 @@ struct CompileResult {
 };
 
 // Builds CompileResult::training_fn for a graph autograd records; returns null
-// (with the reason in `why`) when the graph cannot be trained compiled. The
-// Python bindings set it at import.
-using TrainingCompiler =
-    std::function<PyRef(std::shared_ptr<ir::Graph>, const PassContext&, std::string& why)>;
+// (with the reason in `why`) when the graph cannot be trained compiled. Under
+// settings.cuda_graphs it sets `cuda_graphs` to what its halves do (CompileResult::cuda_graphs
+// of each). The Python bindings set it at import.
+using TrainingCompiler = std::function<PyRef(std::shared_ptr<ir::Graph>, const PassContext&,
+                                             std::string& why, std::string& cuda_graphs)>;
 void set_training_compiler(TrainingCompiler compiler);
 
 // Rewrites `graph` in place (passes mutate it). Throws InternalError naming

@@ -30,6 +30,13 @@ struct PassContext {
   // step checks its tensors): kernels may then store into an input's buffer
   // (passes/store_in_place.h).
   bool inputs_unaliased = false;
+  // The halves of a compiled training step under cuda_graphs (python/bind_training.cpp): the
+  // forward's outputs from this index on are saved for backward and handed out from the pool
+  // uncloned (-1: every output is copied out); the backward warms up twice, so that the
+  // forward's pool tensors it reads are at their recorded addresses when it records
+  // (docs/internals/cuda_graphs.md).
+  int64_t pool_outputs_from = -1;
+  int cuda_graph_warmups = 1;
 };
 
 }  // namespace tl::pipeline

@@ -7,6 +7,7 @@
 #include "python/bindings.h"
 #include "runtime/cuda/compile.h"
 #include "runtime/cuda/driver.h"
+#include "runtime/cuda_autotune.h"
 
 namespace py = pybind11;
 
@@ -45,6 +46,19 @@ void launch_source(const std::string& source, const std::string& entry, py::list
 }  // namespace
 
 void bind_cuda_runtime(py::module_& m) {
+  m.def(
+      "_autotune_choose_grid",
+      [](const std::string& key, const std::string& gpu, unsigned default_grid, unsigned max_grid,
+         py::function time_us) {
+        runtime::GridChoice c =
+            runtime::choose_grid(key, gpu, default_grid, max_grid,
+                                 [&](unsigned grid) { return time_us(grid).cast<double>(); });
+        return py::make_tuple(c.grid, c.cached, c.report);
+      },
+      py::arg("key"), py::arg("gpu"), py::arg("default_grid"), py::arg("max_grid"),
+      py::arg("time_us"),
+      "The autotune grid choice (runtime/cuda_autotune.h) with `time_us(grid)` as the timer "
+      "(tests time nothing): (grid, read from the disk cache, report).");
   m.def(
       "cuda_driver_available",
       [] {

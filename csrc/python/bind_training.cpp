@@ -14,6 +14,7 @@
 #include "passes/partition_joint.h"
 #include "pipeline/compile_graph.h"
 #include "python/bindings.h"
+#include "runtime/compiled_graph.h"
 
 namespace py = pybind11;
 
@@ -44,7 +45,27 @@ class CompiledHalf {
   size_t kernel_count() const { return executable_->kernel_count(); }
   const GraphHandle& graph() const { return graph_; }
 
+  // A forward under CUDA graphs: the saved values (indices into `saved`) that a replay hands
+  // out from the pool uncloned; empty when there are none.
+  std::vector<int> pool_saved;
+  // Whether the last call replayed a recording, so the pool_saved values are pool tensors.
+  bool replayed() const {
+    const runtime::CudaGraphs* g = cuda_graphs();
+    return g && g->last_replayed() >= 0;
+  }
+  // After a replay: `holder.on_overwrite()` is called before any replay that could overwrite
+  // the pool tensors it holds (runtime::CudaGraphPool::keep_valid).
+  void keep_valid(py::object holder) const {
+    const runtime::CudaGraphs* g = cuda_graphs();
+    if (!g || g->last_replayed() < 0) return;
+    g->pool()->keep_valid(g->last_replayed(), holder.ptr());
+  }
+
  private:
+  const runtime::CudaGraphs* cuda_graphs() const {
+    const runtime::CompiledGraph* c = executable_->compiled();
+    return c ? c->cuda_graphs() : nullptr;
+  }
   GraphHandle graph_;
   std::unique_ptr<runtime::Executable> executable_;
 };
@@ -88,9 +109,11 @@ PyRef split_at_ddp_buckets(const GraphHandle& graph, const pipeline::PassContext
   return split.is_none() ? PyRef() : PyRef::borrow(split.ptr());
 }
 
-PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std::string& why) {
+PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std::string& why,
+                       std::string& cuda_graphs) {
   if (PyRef split = split_at_ddp_buckets(graph, ctx)) {
     why = "split at DDP's gradient buckets";
+    if (ctx.settings.cuda_graphs) cuda_graphs = "split at DDP's gradient buckets (per piece)";
     return split;
   }
   py::object joint = helper("training.trace_joint")(graph);
@@ -110,14 +133,32 @@ PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std:
     return PyRef();
   }
   write_trace(ctx, *joint_graph, split);
-  pipeline::CompileResult fwd = pipeline::compile_graph(split.forward, sub_context(ctx, "forward"));
-  pipeline::CompileResult bwd =
-      pipeline::compile_graph(split.backward, sub_context(ctx, "backward"));
+  // NOTE: under CUDA graphs the forward hands its saved values out of the pool uncloned and
+  // the backward reads them there (docs/internals/cuda_graphs.md): no copy of the activations
+  // per step. Saved primals (weights) are the caller's tensors and stay with save_for_backward.
+  const size_t num_fwd_outputs = split.forward->output()->args.size() - split.saved.size();
+  std::vector<int> pool_saved;
+  for (size_t k = 0; k < split.saved.size(); ++k) {
+    const ir::Arg& a = split.forward->output()->args[num_fwd_outputs + k];
+    if (!(a.kind == ir::Arg::Kind::Node && a.node && a.node->op == ir::OpKind::Placeholder))
+      pool_saved.push_back(static_cast<int>(k));
+  }
+  pipeline::PassContext fwd_ctx = sub_context(ctx, "forward");
+  pipeline::PassContext bwd_ctx = sub_context(ctx, "backward");
+  fwd_ctx.pool_outputs_from = static_cast<int64_t>(num_fwd_outputs);
+  bwd_ctx.cuda_graph_warmups = 2;
+  pipeline::CompileResult fwd = pipeline::compile_graph(split.forward, fwd_ctx);
+  pipeline::CompileResult bwd = pipeline::compile_graph(split.backward, bwd_ctx);
   if (fwd.training_fn || bwd.training_fn) {
     why = "a half of the joint graph still requires grad";
     return PyRef();
   }
-  py::object f = py::cast(CompiledHalf(split.forward, std::move(fwd)));
+  if (ctx.settings.cuda_graphs)
+    cuda_graphs = "forward: " + fwd.cuda_graphs + "; backward: " + bwd.cuda_graphs;
+  bool fwd_recorded = fwd.executable->compiled() && fwd.executable->compiled()->cuda_graphs();
+  CompiledHalf forward_half(split.forward, std::move(fwd));
+  if (fwd_recorded) forward_half.pool_saved = std::move(pool_saved);
+  py::object f = py::cast(std::move(forward_half));
   py::object b = py::cast(CompiledHalf(split.backward, std::move(bwd)));
   py::object fn = helper("training.make_training_function")(joint, f, b, py::cast(split.saved));
   return PyRef::borrow(fn.ptr());
@@ -129,7 +170,10 @@ void bind_training(py::module_& m) {
   py::class_<CompiledHalf>(m, "CompiledHalf")
       .def("__call__", &CompiledHalf::call)
       .def_property_readonly("kernel_count", &CompiledHalf::kernel_count)
-      .def_property_readonly("graph", &CompiledHalf::graph);
+      .def_property_readonly("graph", &CompiledHalf::graph)
+      .def_readonly("pool_saved", &CompiledHalf::pool_saved)
+      .def_property_readonly("replayed", &CompiledHalf::replayed)
+      .def("keep_valid", &CompiledHalf::keep_valid, py::arg("holder"));
   m.def(
       "partition_joint",
       [](const GraphHandle& joint, size_t num_primals, size_t num_forward_outputs, bool recompute) {
@@ -140,15 +184,15 @@ void bind_training(py::module_& m) {
       py::arg("joint"), py::arg("num_primals"), py::arg("num_forward_outputs"),
       py::arg("recompute") = true,
       "Splits a joint graph: (forward, backward, saved names, recomputed names).");
-  pipeline::set_training_compiler(
-      [](GraphHandle graph, const pipeline::PassContext& ctx, std::string& why) -> PyRef {
-        try {
-          return compile_training(std::move(graph), ctx, why);
-        } catch (py::error_already_set& e) {
-          e.restore();
-          throw PythonError();
-        }
-      });
+  pipeline::set_training_compiler([](GraphHandle graph, const pipeline::PassContext& ctx,
+                                     std::string& why, std::string& cuda_graphs) -> PyRef {
+    try {
+      return compile_training(std::move(graph), ctx, why, cuda_graphs);
+    } catch (py::error_already_set& e) {
+      e.restore();
+      throw PythonError();
+    }
+  });
 }
 
 }  // namespace tl::python

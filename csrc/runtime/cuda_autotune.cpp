@@ -26,7 +26,7 @@ constexpr int kLaunches = 10, kRepeats = 3;
 constexpr double kMinGain = 0.97;
 
 // Microseconds a launch at `grid` takes, best of kRepeats.
-double time_grid(unsigned grid, const std::function<void(unsigned)>& launch) {
+double time_launches(unsigned grid, const std::function<void(unsigned)>& launch) {
   PyRef event_type = import_attr("torch.cuda", "Event");
   PyRef kw = check(Py_BuildValue("{s:O}", "enable_timing", Py_True));
   PyRef no_args = check(PyTuple_New(0));
@@ -44,13 +44,12 @@ double time_grid(unsigned grid, const std::function<void(unsigned)>& launch) {
     if (PyErr_Occurred()) throw PythonError();
     best = std::min(best, us);
   }
-  counters().autotune_trials++;
   return best;
 }
 
 std::vector<unsigned> candidates(unsigned grid, unsigned max_grid) {
   std::vector<unsigned> out = {grid};
-  for (unsigned g : {grid / 4, grid / 2, grid * 2, grid * 4}) {
+  for (unsigned g : {grid / 8, grid / 4, grid / 2, grid * 2, grid * 4}) {
     g = std::clamp(g, 1u, std::max(grid, max_grid));
     if (std::find(out.begin(), out.end(), g) == out.end()) out.push_back(g);
   }
@@ -59,8 +58,12 @@ std::vector<unsigned> candidates(unsigned grid, unsigned max_grid) {
 
 }  // namespace
 
+std::function<double(unsigned)> launch_timer(std::function<void(unsigned)> launch) {
+  return [launch = std::move(launch)](unsigned grid) { return time_launches(grid, launch); };
+}
+
 GridChoice choose_grid(const std::string& key, const std::string& gpu, unsigned default_grid,
-                       unsigned max_grid, const std::function<void(unsigned)>& launch) {
+                       unsigned max_grid, const std::function<double(unsigned)>& time_us) {
   GridChoice c;
   DiskCache cache = DiskCache::configured();
   const std::string entry =
@@ -80,7 +83,8 @@ GridChoice choose_grid(const std::string& key, const std::string& gpu, unsigned 
   double base = 0, best = 0;
   c.grid = default_grid;
   for (unsigned g : candidates(default_grid, max_grid)) {
-    double us = time_grid(g, launch);
+    double us = time_us(g);
+    counters().autotune_trials++;
     report << "grid " << g << ": " << us << " us; ";
     if (g == default_grid) {
       base = best = us;

@@ -1,5 +1,6 @@
 #include "runtime/cuda_graphs.h"
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -125,7 +126,37 @@ int CudaGraphPool::recorded() {
   return ++recorded_;
 }
 
-std::string cuda_graph_blocker(const ir::Graph& graph, bool cuda) {
+void CudaGraphPool::keep_valid(int seq, PyObject* holder) {
+  PyRef weak = check(PyWeakref_NewRef(holder, nullptr));
+  std::lock_guard<std::mutex> lock(mu_);
+  kept_.emplace_back(seq, std::move(weak));
+}
+
+void CudaGraphPool::before_replay(int seq) {
+  std::vector<PyRef> due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kept_.empty()) return;
+    std::vector<std::pair<int, PyRef>> rest;
+    for (auto& entry : kept_) {
+      if (entry.first >= seq)
+        due.push_back(std::move(entry.second));
+      else
+        rest.push_back(std::move(entry));
+    }
+    kept_ = std::move(rest);
+  }
+  // NOTE: called without the lock: copying out runs Python, which may switch threads.
+  for (const PyRef& weak : due) {
+    PyObject* holder = PyWeakref_GetObject(weak.get());  // borrowed; None once dead
+    if (!holder) throw PythonError();
+    if (holder == Py_None) continue;
+    PyRef keep = PyRef::borrow(holder);
+    call_method(keep.get(), "on_overwrite");
+  }
+}
+
+std::string cuda_graph_blocker(const ir::Graph& graph, bool cuda, int64_t pool_outputs_from) {
   if (!cuda) return "the graph runs on the CPU";
   // NOTE: exact names (the last dotted part of the target): `getitem` is no `item`, and
   // F.normalize draws nothing.
@@ -163,8 +194,12 @@ std::string cuda_graph_blocker(const ir::Graph& graph, bool cuda) {
     if (kSync.count(last)) return "synchronising op " + n->target_name + where;
   }
   int64_t bytes = 0;
-  if (graph.output())
-    for (const ir::Arg& a : graph.output()->args) bytes += output_bytes(a);
+  if (graph.output()) {
+    const auto& outs = graph.output()->args;
+    size_t copied =
+        pool_outputs_from < 0 ? outs.size() : std::min(outs.size(), size_t(pool_outputs_from));
+    for (size_t i = 0; i < copied; ++i) bytes += output_bytes(outs[i]);
+  }
   if (bytes > kMaxOutputBytes)
     return "outputs of " + std::to_string(bytes >> 20) +
            " MB: copying them out of the pool after each replay would cost more than the "
@@ -183,11 +218,17 @@ struct CudaGraphs::Recording {
   std::vector<int> output_input;     // per output: the input it is (-1: none)
   std::vector<int> output_first;     // per output: the first output that is the same object
   std::vector<char> output_tensor;   // per output: a tensor (cloned out), else returned as is
+  int seq = 0;                       // CudaGraphPool::recorded() when made
 };
 
 CudaGraphs::CudaGraphs(const ir::Graph& graph, int device, std::shared_ptr<CudaGraphPool> pool,
-                       int limit, std::string trace_dir)
-    : device_(device), pool_(std::move(pool)), limit_(limit), trace_dir_(std::move(trace_dir)) {
+                       int limit, std::string trace_dir, int warmups, int64_t pool_outputs_from)
+    : device_(device),
+      pool_(std::move(pool)),
+      limit_(limit),
+      trace_dir_(std::move(trace_dir)),
+      warmups_(std::max(1, warmups)),
+      pool_outputs_from_(pool_outputs_from) {
   std::unordered_map<const ir::Node*, int> index;
   for (ir::Node* p : graph.placeholders()) index[p] = static_cast<int>(index.size());
   // NOTE: one definition of "the graph writes this input" (ir/effects.h), as the storage-aliasing
@@ -363,7 +404,11 @@ bool CudaGraphs::record(PyObject* const* inputs, size_t n, const RunFn& plain) {
       if (outs[k].get() == outs[j].get()) first = std::min(first, static_cast<int>(k));
     int is_tensor = PyObject_IsInstance(outs[j].get(), tensor_type.get());
     if (is_tensor < 0) throw PythonError();
-    if (is_input < 0 && is_tensor) {
+    // NOTE: a saved-for-backward output may view an input (a weight's transpose): backward only
+    // reads it, and a static buffer it views is rewritten only by this graph's replays, before
+    // which CudaGraphPool::keep_valid copies it out.
+    bool from_pool = pool_outputs_from_ >= 0 && static_cast<int64_t>(j) >= pool_outputs_from_;
+    if (is_input < 0 && is_tensor && !from_pool) {
       PyRef st = call_method(outs[j].get(), "untyped_storage");
       uintptr_t p = as_ptr(call_method(st.get(), "data_ptr").get());
       for (size_t i = 0; i < n; ++i)
@@ -381,6 +426,7 @@ bool CudaGraphs::record(PyObject* const* inputs, size_t n, const RunFn& plain) {
   ++recordings_;
   counters().cuda_graph_recordings++;
   int total = pool_->recorded();
+  rec_->seq = total;
   PyRef reserved = PyRef::steal(PyObject_CallNoArgs(torch_cuda("memory_reserved").get()));
   double mb = reserved ? PyLong_AsDouble(reserved.get()) / (1 << 20) : -1;
   PyErr_Clear();
@@ -395,6 +441,7 @@ bool CudaGraphs::record(PyObject* const* inputs, size_t n, const RunFn& plain) {
 
 std::vector<PyRef> CudaGraphs::replay(PyObject* const* inputs) {
   const Recording& r = *rec_;
+  pool_->before_replay(r.seq);  // NOTE: first: the copies below rewrite the static buffers
   if (!r.copied.empty()) {
     PyRef srcs = check(PyList_New(r.copied.size()));
     for (size_t k = 0; k < r.copied.size(); ++k)
@@ -409,9 +456,13 @@ std::vector<PyRef> CudaGraphs::replay(PyObject* const* inputs) {
   }
   method0(r.graph.get(), replay_name_.get());
   counters().cuda_graph_replays++;
+  last_replayed_ = r.seq;
   std::vector<PyRef> out(r.outputs.size());
   for (size_t j = 0; j < r.outputs.size(); ++j) {
-    if (r.output_first[j] != static_cast<int>(j))
+    bool from_pool = pool_outputs_from_ >= 0 && static_cast<int64_t>(j) >= pool_outputs_from_;
+    if (from_pool && r.output_input[j] < 0)
+      out[j] = r.outputs[j];  // NOTE: saved for backward, kept valid by keep_valid
+    else if (r.output_first[j] != static_cast<int>(j))
       out[j] = out[r.output_first[j]];
     else if (r.output_input[j] >= 0)
       out[j] = PyRef::borrow(inputs[r.output_input[j]]);
@@ -424,11 +475,12 @@ std::vector<PyRef> CudaGraphs::replay(PyObject* const* inputs) {
 }
 
 std::vector<PyRef> CudaGraphs::run(PyObject* const* inputs, size_t n, const RunFn& plain) {
+  last_replayed_ = -1;
   if (!off_.empty()) return plain(inputs, n);
-  if (!warmed_) {
+  if (warmed_ < warmups_) {
     for (size_t i = 0; i < n; ++i)
       warm_ptrs_[i] = as_ptr(method0(inputs[i], data_ptr_name_.get()).get());
-    warmed_ = true;
+    ++warmed_;
     return plain(inputs, n);
   }
   if (rec_ && matches(inputs)) return replay(inputs);

@@ -19,7 +19,10 @@ class CudaBackend : public KernelBackend {
 
   void compile(const std::vector<const ir::Kernel*>& kernels) override {
     loaded_ = compile_kernels(kernels, device_);
-    for (const ir::Kernel* k : kernels) pointwise_.push_back(k->reduction_axes == 0);
+    for (const ir::Kernel* k : kernels) {
+      pointwise_.push_back(k->reduction_axes == 0);
+      n_inputs_.push_back(k->inputs.size());
+    }
     // NOTE: the raw stream, not torch.cuda.current_stream(): no Stream object per call.
     get_stream_ = import_attr("torch._C", "_cuda_getCurrentRawStream");
   }
@@ -70,7 +73,7 @@ class CudaBackend : public KernelBackend {
         args_.resize(bufs.size());
         for (size_t i = 0; i < bufs.size(); ++i) args_[i] = &bufs[i];
         if (b_.autotune_ && !b_.tuned_[idx])
-          b_.tune_grid(idx, outer, fn ? fn : k.fn, stream_, args_.data());
+          b_.tune_grid(idx, outer, fn ? fn : k.fn, stream_, args_.data(), bufs);
         unsigned grid = b_.autotune_ && b_.grids_[idx] ? b_.grids_[idx] : k.grid;
         cuda::launch(fn ? fn : k.fn, grid, k.block, k.shared_bytes, stream_, args_.data(), k.name,
                      k.dependent_launch);
@@ -88,19 +91,31 @@ class CudaBackend : public KernelBackend {
     std::vector<void*> args_;
   };
 
-  // Pointwise kernels only (grid-stride loops: any grid is correct, and they write only fresh
-  // outputs, so trial launches change nothing). A failure keeps the code generator's grid.
-  void tune_grid(size_t idx, int64_t outer, void* fn, void* stream, void** args) {
+  // Every generated kernel is a grid-stride loop (points, rows or tiles), so any grid is
+  // correct; trial launches change nothing as long as the kernel writes only buffers it does not
+  // read (fresh outputs: a kernel storing into its own input, passes/store_in_place.h, is not
+  // tried). Reductions only try fewer blocks (more rows a block) than the code generator's one
+  // a row or tile. A failure keeps the code generator's grid.
+  void tune_grid(size_t idx, int64_t outer, void* fn, void* stream, void** args,
+                 const std::vector<char*>& bufs) {
     tuned_[idx] = 1;
     const LoadedKernel& k = loaded_[idx];
-    if (!pointwise_[idx] || k.tune_key.empty()) return;
-    const int64_t full = (outer + k.block - 1) / k.block;  // one point a thread
-    const unsigned max_grid = static_cast<unsigned>(std::clamp<int64_t>(full, 1, 1 << 30));
+    if (k.tune_key.empty()) return;
     std::string line = "kernel " + k.name + ": ";
+    const size_t n_in = std::min(n_inputs_[idx], bufs.size());
+    for (size_t o = n_in; o < bufs.size(); ++o)
+      if (std::find(bufs.begin(), bufs.begin() + n_in, bufs[o]) != bufs.begin() + n_in) {
+        note_tuning(line + "not tuned (writes a buffer it reads)");
+        return;
+      }
+    const int64_t full = (outer + k.block - 1) / k.block;  // one point a thread
+    const unsigned max_grid =
+        pointwise_[idx] ? static_cast<unsigned>(std::clamp<int64_t>(full, 1, 1 << 30)) : k.grid;
     try {
-      GridChoice c = choose_grid(k.tune_key, gpu_name_, k.grid, max_grid, [&](unsigned g) {
-        cuda::launch(fn, g, k.block, k.shared_bytes, stream, args, k.name, k.dependent_launch);
-      });
+      GridChoice c = choose_grid(
+          k.tune_key, gpu_name_, k.grid, max_grid, launch_timer([&](unsigned g) {
+            cuda::launch(fn, g, k.block, k.shared_bytes, stream, args, k.name, k.dependent_launch);
+          }));
       grids_[idx] = c.grid;
       line += c.report;
     } catch (const PythonError&) {
@@ -110,6 +125,10 @@ class CudaBackend : public KernelBackend {
     } catch (const Error& e) {
       line += std::string("not tuned: ") + e.what();
     }
+    note_tuning(line);
+  }
+
+  void note_tuning(const std::string& line) {
     if (tune_trace_dir_.empty()) return;
     tune_report_ += line + "\n";
     write_dump(tune_trace_dir_ + "autotune.txt", tune_report_);
@@ -117,7 +136,8 @@ class CudaBackend : public KernelBackend {
 
   int device_;
   std::vector<LoadedKernel> loaded_;
-  std::vector<char> pointwise_;  // per kernel: no reduction axes (autotune tries only these)
+  std::vector<char> pointwise_;   // per kernel: no reduction axes
+  std::vector<size_t> n_inputs_;  // per kernel: its first n buffers are inputs
   PyRef get_stream_;
   // autotune: per kernel, the grid chosen (0: the code generator's), and whether it was tried.
   bool autotune_ = false;

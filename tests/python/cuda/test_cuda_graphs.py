@@ -164,16 +164,143 @@ def test_explain_reports_recorded_graphs():
     assert "CUDA graphs:" in str(report)
 
 
-def test_training_graphs_run_without_and_say_why():
+def test_training_graphs_run_op_by_op_run_without_and_say_why():
     model = _model().train()
-    report = torchlite.explain(model, mode="reduce-overhead")(torch.randn(2, 64, device="cuda"))
-    assert report.cuda_graphs and all(c.startswith("not used") for c in report.cuda_graphs)
-    compiled = torchlite.compile(model, mode="reduce-overhead")
+    off = {"compiled_backward": False}
+    explain = torchlite.explain(model, mode="reduce-overhead", options=off)
+    report = explain(torch.randn(2, 64, device="cuda"))
+    assert report.cuda_graphs and all(
+        c.startswith("not used: the graph records autograd and runs op by op")
+        for c in report.cuda_graphs
+    )
+    compiled = torchlite.compile(model, mode="reduce-overhead", options=off)
     x = torch.randn(2, 64, device="cuda")
     for _ in range(3):
         out = compiled(x)
         out.sum().backward()
     torch.testing.assert_close(out, model(x))
+
+
+TRAIN = {"compiled_backward": True}
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self, d=64, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = Block(d)
+        self.head = nn.Linear(d, 10)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        a = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return self.head(self.mlp(self.norm2(x))).mean(1)
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.LayerNorm(128), nn.Linear(128, 10))
+
+
+def _pair(make):
+    import copy
+
+    torch.manual_seed(0)
+    eager = make().cuda().train()
+    model = copy.deepcopy(eager)
+    return eager, model
+
+
+def _train_steps(eager, model, batches, steps):
+    """Runs AdamW steps on both models, checking losses, grads and params after each."""
+    compiled = torchlite.compile(model, mode="reduce-overhead", options=TRAIN)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (eager, model)]
+    for _ in range(steps):
+        x, y = batches()
+        losses = []
+        for m, fn, opt in zip((eager, model), (eager, compiled), opts, strict=True):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(fn(x), y)
+            loss.backward()
+            losses.append(loss.detach())
+            opt.step()  # NOTE: in place: the next replay must read the updated weights
+        torch.testing.assert_close(losses[1], losses[0], rtol=1e-4, atol=1e-5)
+        for pe, pc in zip(eager.parameters(), model.parameters(), strict=True):
+            torch.testing.assert_close(pc.grad, pe.grad, rtol=1e-3, atol=1e-5)
+            torch.testing.assert_close(pc, pe, rtol=1e-3, atol=1e-4)
+    return compiled
+
+
+@pytest.mark.parametrize("make", [_mlp, TinyTransformer])
+def test_training_steps_replay_forward_and_backward_and_match_eager(make):
+    eager, model = _pair(make)
+    shape = (16, 32) if make is _mlp else (4, 8, 64)
+    batches = lambda: (
+        torch.randn(*shape, device="cuda"),
+        torch.randint(0, 10, (shape[0],), device="cuda"),
+    )
+    torchlite.reset_counters()
+    _train_steps(eager, model, batches, steps=6)
+    recordings, replays = _counts()
+    # forward records on step 2 and backward on step 3 (two warm-ups), then both replay
+    assert recordings >= 2 and replays >= 7, (recordings, replays)
+    report = torchlite.explain(make().cuda().train(), mode="reduce-overhead", options=TRAIN)(
+        batches()[0]
+    )
+    assert any(
+        c.startswith("forward: recorded after a warm-up call; backward: recorded after 2")
+        for c in report.cuda_graphs
+    ), report.cuda_graphs
+
+
+def test_training_step_memory_is_bounded_after_many_steps():
+    _, model = _pair(_mlp)
+    x, y = torch.randn(16, 32, device="cuda"), torch.randint(0, 10, (16,), device="cuda")
+    compiled = torchlite.compile(model, mode="reduce-overhead", options=TRAIN)
+    torchlite.reset_counters()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    used = []
+    for step in range(60):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(compiled(x.clone()), y).backward()
+        opt.step()
+        if step in (9, 59):
+            torch.cuda.synchronize()
+            used.append(torch.cuda.memory_allocated())
+    assert used[1] <= used[0] + (1 << 20), used
+    assert _counts()[1] > 0
+
+
+def test_two_forwards_before_one_backward_keep_each_steps_saved_tensors():
+    # NOTE: the second forward's replay would overwrite the first one's saved tensors in the
+    # pool; they are copied out first (CudaGraphPool::keep_valid), so both gradients are right.
+    eager, model = _pair(_mlp)
+    compiled = torchlite.compile(model, mode="reduce-overhead", options=TRAIN)
+    for _ in range(5):
+        xs = [torch.randn(16, 32, device="cuda") for _ in range(2)]
+        for m, fn in ((eager, eager), (model, compiled)):
+            m.zero_grad()
+            (fn(xs[0]).square().mean() + fn(xs[1]).exp().mean()).backward()
+        for pe, pc in zip(eager.parameters(), model.parameters(), strict=True):
+            torch.testing.assert_close(pc.grad, pe.grad, rtol=1e-3, atol=1e-5)
+
+
+def test_second_backward_after_a_later_replay_raises_clearly():
+    _, model = _pair(_mlp)
+    compiled = torchlite.compile(model, mode="reduce-overhead", options=TRAIN)
+    for _ in range(3):  # warm-ups and recordings
+        compiled(torch.randn(16, 32, device="cuda")).sum().backward()
+    kept = compiled(torch.randn(16, 32, device="cuda")).sum()
+    kept.backward(retain_graph=True)
+    kept.backward(retain_graph=True)  # nothing replayed since: still valid
+    compiled(torch.randn(16, 32, device="cuda")).sum().backward()
+    with pytest.raises(RuntimeError, match="overwritten"):
+        kept.backward()
 
 
 def test_trace_writes_the_recordings(tmp_path):
@@ -255,11 +382,19 @@ AUTOTUNE_SCRIPT = """
 import json, torch, torchlite
 def f(x, y):
     return (x * y + 1).sigmoid() * x
+def g(x, w):
+    return torch.nn.functional.layer_norm(x.softmax(-1) + x, (x.shape[-1],), w) * 2
 compiled = torchlite.compile(f, mode="max-autotune-no-cudagraphs")
 for n in (1 << 20, 3 << 16):
     x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
     for _ in range(2):
         torch.testing.assert_close(compiled(x, y), f(x, y))
+reductions = torchlite.compile(g, mode="max-autotune-no-cudagraphs")
+for rows, cols in ((8192, 768), (64, 4096), (20000, 40)):
+    w = torch.randn(cols, device="cuda")
+    for _ in range(2):
+        x = torch.randn(rows, cols, device="cuda")
+        torch.testing.assert_close(reductions(x, w), g(x, w), rtol=1e-4, atol=1e-4)
 c = torchlite.counters()
 print(json.dumps({"trials": c["autotune_trials"], "cached": c["autotune_cached"]}))
 """
@@ -297,6 +432,7 @@ def test_autotune_choices_are_cached_and_reused_by_another_process(tmp_path):
     assert first["trials"] >= 2 and first["cached"] == 0
     reports = [p.read_text() for p in (tmp_path / "dbg").rglob("autotune.txt")]
     assert reports and all("-> grid" in r for r in reports), reports
+    assert len(reports) >= 3, reports  # f at two sizes, g at three
     assert list((tmp_path / "cache" / "tune").glob("*.tune"))
     second = run()
     assert second["trials"] == 0 and second["cached"] >= len(reports)
