@@ -115,7 +115,8 @@ def make(impl: str, mode: str, model):
     if impl == "eager":
         return model
     if impl == "torchlite":
-        return torchlite.compile(model, mode=mode, options={"compiled_backward": True})
+        torchlite.config.compiled_backward = True  # NOTE: a mode and options do not combine
+        return torchlite.compile(model, mode=mode)
     return torch.compile(model, mode=mode)
 
 

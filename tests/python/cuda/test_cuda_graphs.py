@@ -166,14 +166,14 @@ def test_explain_reports_recorded_graphs():
 
 def test_training_graphs_run_op_by_op_run_without_and_say_why():
     model = _model().train()
-    off = {"compiled_backward": False}
-    explain = torchlite.explain(model, mode="reduce-overhead", options=off)
+    off = {"cuda_graphs": True, "compiled_backward": False}
+    explain = torchlite.explain(model, options=off)
     report = explain(torch.randn(2, 64, device="cuda"))
     assert report.cuda_graphs and all(
         c.startswith("not used: the graph records autograd and runs op by op")
         for c in report.cuda_graphs
     )
-    compiled = torchlite.compile(model, mode="reduce-overhead", options=off)
+    compiled = torchlite.compile(model, options=off)
     x = torch.randn(2, 64, device="cuda")
     for _ in range(3):
         out = compiled(x)
@@ -181,7 +181,8 @@ def test_training_graphs_run_op_by_op_run_without_and_say_why():
     torch.testing.assert_close(out, model(x))
 
 
-TRAIN = {"compiled_backward": True}
+# NOTE: mode="reduce-overhead" turns on cuda_graphs; a mode and options do not combine.
+TRAIN = {"cuda_graphs": True, "compiled_backward": True}
 
 
 class TinyTransformer(nn.Module):
@@ -218,7 +219,7 @@ def _pair(make):
 
 def _train_steps(eager, model, batches, steps):
     """Runs AdamW steps on both models, checking losses, grads and params after each."""
-    compiled = torchlite.compile(model, mode="reduce-overhead", options=TRAIN)
+    compiled = torchlite.compile(model, options=TRAIN)
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (eager, model)]
     for _ in range(steps):
         x, y = batches()
@@ -249,7 +250,7 @@ def test_training_steps_replay_forward_and_backward_and_match_eager(make):
     recordings, replays = _counts()
     # forward records on step 2 and backward on step 3 (two warm-ups), then both replay
     assert recordings >= 2 and replays >= 7, (recordings, replays)
-    report = torchlite.explain(make().cuda().train(), mode="reduce-overhead", options=TRAIN)(
+    report = torchlite.explain(make().cuda().train(), options=TRAIN)(
         batches()[0]
     )
     assert any(
@@ -261,7 +262,7 @@ def test_training_steps_replay_forward_and_backward_and_match_eager(make):
 def test_training_step_memory_is_bounded_after_many_steps():
     _, model = _pair(_mlp)
     x, y = torch.randn(16, 32, device="cuda"), torch.randint(0, 10, (16,), device="cuda")
-    compiled = torchlite.compile(model, mode="reduce-overhead", options=TRAIN)
+    compiled = torchlite.compile(model, options=TRAIN)
     torchlite.reset_counters()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     used = []
@@ -280,7 +281,7 @@ def test_two_forwards_before_one_backward_keep_each_steps_saved_tensors():
     # NOTE: the second forward's replay would overwrite the first one's saved tensors in the
     # pool; they are copied out first (CudaGraphPool::keep_valid), so both gradients are right.
     eager, model = _pair(_mlp)
-    compiled = torchlite.compile(model, mode="reduce-overhead", options=TRAIN)
+    compiled = torchlite.compile(model, options=TRAIN)
     for _ in range(5):
         xs = [torch.randn(16, 32, device="cuda") for _ in range(2)]
         for m, fn in ((eager, eager), (model, compiled)):
@@ -292,7 +293,7 @@ def test_two_forwards_before_one_backward_keep_each_steps_saved_tensors():
 
 def test_second_backward_after_a_later_replay_raises_clearly():
     _, model = _pair(_mlp)
-    compiled = torchlite.compile(model, mode="reduce-overhead", options=TRAIN)
+    compiled = torchlite.compile(model, options=TRAIN)
     for _ in range(3):  # warm-ups and recordings
         compiled(torch.randn(16, 32, device="cuda")).sum().backward()
     kept = compiled(torch.randn(16, 32, device="cuda")).sum()
