@@ -71,6 +71,9 @@ def bert_train(batch: int, tokens: int):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
     def step(fn):
+        # NOTE: torch.compile's CUDA graphs need the step marked in training (else its outputs
+        # of the last step are overwritten while still in use); a no-op for the others.
+        torch.compiler.cudagraph_mark_step_begin()
         loss = fn(input_ids=ids, labels=ids).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()

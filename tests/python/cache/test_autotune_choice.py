@@ -3,18 +3,18 @@ place of CUDA events: which grids are tried (reductions never more blocks than t
 the faster one kept only past the 3% margin, and the choice read back from the disk cache
 without timing, also by another process."""
 
+import os
 import subprocess
 import sys
 
 import pytest
 
-import torchlite
 from torchlite import _C
 
 
 @pytest.fixture
-def cache(monkeypatch, tmp_path):
-    monkeypatch.setattr(torchlite.config, "cache_dir", str(tmp_path / "cache"))
+def cache(use_cache, tmp_path):
+    use_cache(tmp_path / "cache")
     return tmp_path / "cache"
 
 
@@ -66,13 +66,18 @@ def test_the_key_gpu_and_default_grid_all_separate_choices(cache):
 def test_another_process_reads_the_choice_without_timing(cache):
     _C._autotune_choose_grid("kernel-e", "gpu", 264, 10000, _timer({66: 10.0}, []))
     script = (
-        "import torchlite; from torchlite import _C\n"
-        f"torchlite.config.cache_dir = {str(cache)!r}\n"
+        "from torchlite import _C\n"
         "def never(grid): raise AssertionError('timed again')\n"
         "print(_C._autotune_choose_grid('kernel-e', 'gpu', 264, 10000, never)[:2])\n"
     )
+    env = dict(os.environ, TORCHLITE_CACHE_DIR=str(cache))
     out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "(66, True)"
