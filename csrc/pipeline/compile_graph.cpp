@@ -208,7 +208,8 @@ void use_cuda_graphs(CompileResult& ex, const PassContext& ctx, Trace& trace) {
   if (why.empty()) {
     auto pool = ctx.graph_pool ? ctx.graph_pool : std::make_shared<runtime::CudaGraphPool>();
     kernels->enable_cuda_graphs(pool, static_cast<int>(ctx.settings.cuda_graphs_limit),
-                                ctx.trace_dir, ctx.cuda_graph_warmups, ctx.pool_outputs_from);
+                                ctx.trace_dir, ctx.cuda_graph_warmups, ctx.pool_outputs_from,
+                                ctx.copy_inputs_from);
     ex.cuda_graphs =
         ctx.cuda_graph_warmups > 1
             ? "recorded after " + std::to_string(ctx.cuda_graph_warmups) + " warm-up calls"

@@ -37,6 +37,9 @@ struct PassContext {
   // (docs/internals/cuda_graphs.md).
   int64_t pool_outputs_from = -1;
   int cuda_graph_warmups = 1;
+  // Inputs from this index on are always copied into static buffers (the backward's tangents:
+  // fresh every step, even where the allocator happens to give them the same address); -1: none.
+  int64_t copy_inputs_from = -1;
 };
 
 }  // namespace tl::pipeline

@@ -147,6 +147,7 @@ PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std:
   pipeline::PassContext bwd_ctx = sub_context(ctx, "backward");
   fwd_ctx.pool_outputs_from = static_cast<int64_t>(num_fwd_outputs);
   bwd_ctx.cuda_graph_warmups = 2;
+  bwd_ctx.copy_inputs_from = static_cast<int64_t>(split.saved.size());  // the tangents
   pipeline::CompileResult fwd = pipeline::compile_graph(split.forward, fwd_ctx);
   pipeline::CompileResult bwd = pipeline::compile_graph(split.backward, bwd_ctx);
   if (fwd.training_fn || bwd.training_fn) {

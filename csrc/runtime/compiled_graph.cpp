@@ -389,10 +389,11 @@ void CompiledGraph::enable_autotune(std::string trace_dir) {
 
 void CompiledGraph::enable_cuda_graphs(std::shared_ptr<CudaGraphPool> pool, int limit,
                                        std::string trace_dir, int warmups,
-                                       int64_t pool_outputs_from) {
+                                       int64_t pool_outputs_from, int64_t copy_inputs_from) {
   TL_CHECK(device_.cuda) << "CUDA graphs for a graph that runs on the CPU";
   cuda_graphs_ = std::make_unique<CudaGraphs>(*graph_, device_.index, std::move(pool), limit,
-                                              std::move(trace_dir), warmups, pool_outputs_from);
+                                              std::move(trace_dir), warmups, pool_outputs_from,
+                                              copy_inputs_from);
 }
 
 std::vector<PyRef> CompiledGraph::run(PyObject* const* inputs, size_t n_inputs) {

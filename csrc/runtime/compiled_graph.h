@@ -51,9 +51,10 @@ class CompiledGraph {
   const ir::Node* failed_node() const { return failed_node_; }
   // Records this CUDA graph's runs into CUDA graphs of `pool` from the second call on.
   // Call only when cuda_graph_blocker(graph, device().cuda) is "".
-  // `warmups` and `pool_outputs_from`: see CudaGraphs (a training step's halves).
+  // `warmups`, `pool_outputs_from`, `copy_inputs_from`: see CudaGraphs (a training step's halves).
   void enable_cuda_graphs(std::shared_ptr<CudaGraphPool> pool, int limit, std::string trace_dir,
-                          int warmups = 1, int64_t pool_outputs_from = -1);
+                          int warmups = 1, int64_t pool_outputs_from = -1,
+                          int64_t copy_inputs_from = -1);
   const CudaGraphs* cuda_graphs() const { return cuda_graphs_.get(); }
   CudaGraphs* cuda_graphs() { return cuda_graphs_.get(); }
   // Chooses the grid of each pointwise CUDA kernel on the first run (runtime/cuda_autotune.h);

@@ -222,13 +222,15 @@ struct CudaGraphs::Recording {
 };
 
 CudaGraphs::CudaGraphs(const ir::Graph& graph, int device, std::shared_ptr<CudaGraphPool> pool,
-                       int limit, std::string trace_dir, int warmups, int64_t pool_outputs_from)
+                       int limit, std::string trace_dir, int warmups, int64_t pool_outputs_from,
+                       int64_t copy_inputs_from)
     : device_(device),
       pool_(std::move(pool)),
       limit_(limit),
       trace_dir_(std::move(trace_dir)),
       warmups_(std::max(1, warmups)),
-      pool_outputs_from_(pool_outputs_from) {
+      pool_outputs_from_(pool_outputs_from),
+      copy_inputs_from_(copy_inputs_from) {
   std::unordered_map<const ir::Node*, int> index;
   for (ir::Node* p : graph.placeholders()) index[p] = static_cast<int>(index.size());
   // NOTE: one definition of "the graph writes this input" (ir/effects.h), as the storage-aliasing
@@ -249,6 +251,7 @@ CudaGraphs::CudaGraphs(const ir::Graph& graph, int device, std::shared_ptr<CudaG
       break;
     }
   warm_ptrs_.assign(index.size(), 0);
+  moved_.assign(index.size(), 0);
   data_ptr_name_ = check(PyUnicode_InternFromString("data_ptr"));
   clone_name_ = check(PyUnicode_InternFromString("clone"));
   replay_name_ = check(PyUnicode_InternFromString("replay"));
@@ -276,10 +279,15 @@ void CudaGraphs::turn_off(const std::string& why) {
 // for dynamic sizes must not replay a recording of other sizes.
 bool CudaGraphs::matches(PyObject* const* inputs) {
   const Recording& r = *rec_;
+  bool same_places = true;
   for (size_t k = 0; k < r.in_place.size(); ++k) {
     PyRef p = method0(inputs[r.in_place[k]], data_ptr_name_.get());
-    if (as_ptr(p.get()) != r.ptrs[k]) return false;
+    if (as_ptr(p.get()) != r.ptrs[k]) {
+      moved_[r.in_place[k]] = 1;  // NOTE: copied from the next recording on (cuda_graphs.h)
+      same_places = false;
+    }
   }
+  if (!same_places) return false;
   for (size_t k = 0; k < r.copied.size(); ++k) {
     PyObject* t = inputs[r.copied[k]];
     PyRef layout =
@@ -308,7 +316,8 @@ bool CudaGraphs::record(PyObject* const* inputs, size_t n, const RunFn& plain) {
   r->statics = check(PyList_New(0));
   for (size_t i = 0; i < n; ++i) {
     uintptr_t p = as_ptr(method0(inputs[i], data_ptr_name_.get()).get());
-    bool stable = p == warm_ptrs_[i];
+    bool stable = p == warm_ptrs_[i] && !moved_[i] &&
+                  !(copy_inputs_from_ >= 0 && static_cast<int64_t>(i) >= copy_inputs_from_);
     warm_ptrs_[i] = p;  // a re-recording compares with the addresses of this call
     for (int m : mutated_inputs_)
       if (m == static_cast<int>(i) && !stable) {

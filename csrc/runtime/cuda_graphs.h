@@ -6,7 +6,9 @@
 //
 // - Inputs whose address did not change between the warm-up and the recording call
 //   (parameters, buffers, a reused input) are read in place; their addresses are checked on
-//   every call and a change records again. The others are copied into static buffers.
+//   every call and a change records again, with that input copied from then on (also when a
+//   later recording finds it back at an old address). The others are copied into static
+//   buffers.
 // - Every graph of one model (one torchlite.compile() call: every size, every frame) records
 //   into one memory pool (CudaGraphPool): intermediates are shared, each graph's outputs stay
 //   reserved, so memory is bounded by the recordings, not by the calls.
@@ -72,9 +74,12 @@ class CudaGraphs {
   // throws PythonError.
   using RunFn = std::function<std::vector<PyRef>(PyObject* const*, size_t)>;
   // `warmups`: plain calls before the first recording; `pool_outputs_from`: outputs from this
-  // index on are handed out from the pool uncloned (-1: none), see CudaGraphPool::keep_valid.
+  // index on are handed out from the pool uncloned (-1: none), see CudaGraphPool::keep_valid;
+  // `copy_inputs_from`: inputs from this index on are always copied (-1: none; a backward's
+  // tangents are fresh tensors every step, whatever address the allocator gives them).
   CudaGraphs(const ir::Graph& graph, int device, std::shared_ptr<CudaGraphPool> pool, int limit,
-             std::string trace_dir, int warmups = 1, int64_t pool_outputs_from = -1);
+             std::string trace_dir, int warmups = 1, int64_t pool_outputs_from = -1,
+             int64_t copy_inputs_from = -1);
   ~CudaGraphs();
   CudaGraphs(const CudaGraphs&) = delete;
   CudaGraphs& operator=(const CudaGraphs&) = delete;
@@ -104,8 +109,9 @@ class CudaGraphs {
   std::string trace_dir_, trace_text_;
   std::vector<int> mutated_inputs_;   // placeholders the graph writes in place
   std::vector<uintptr_t> warm_ptrs_;  // data pointers seen by the warm-up call (0: none yet)
+  std::vector<char> moved_;           // per input: read in place once, then it moved
   int warmups_, warmed_ = 0;
-  int64_t pool_outputs_from_;
+  int64_t pool_outputs_from_, copy_inputs_from_;
   int last_replayed_ = -1;
   int recordings_ = 0;
   std::string off_;
