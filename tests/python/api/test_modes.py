@@ -42,6 +42,27 @@ def test_cuda_graphs_on_a_cpu_model_is_a_reported_no_op():
     assert c["cuda_graph_recordings"] == 0 and c["cuda_graph_replays"] == 0
 
 
+@pytest.mark.parametrize("compiled_backward", [True, False])
+def test_cuda_graphs_on_a_cpu_training_step_say_why_per_half(compiled_backward):
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    options = {"cuda_graphs": True, "compiled_backward": compiled_backward}
+    x = torch.randn(3, 8)
+    report = torchlite.explain(model, options=options)(x)
+    if compiled_backward:
+        cpu = "not used: the graph runs on the CPU"
+        assert report.cuda_graphs == [f"forward: {cpu}; backward: {cpu}"]
+    else:
+        assert report.cuda_graphs == [
+            "not used: the graph records autograd and runs op by op (compiled_backward is off)"
+        ]
+    compiled = torchlite.compile(model, options=options)
+    for _ in range(3):
+        expected = torch.autograd.grad(model(x).square().sum(), list(model.parameters()))
+        got = torch.autograd.grad(compiled(x).square().sum(), list(model.parameters()))
+        for g, e in zip(got, expected, strict=True):
+            torch.testing.assert_close(g, e)
+
+
 def test_default_mode_reports_nothing_about_cuda_graphs():
     report = torchlite.explain(f)(torch.randn(4, 8), torch.randn(4, 8))
     assert report.cuda_graphs == [] and "CUDA graphs" not in str(report)
