@@ -42,7 +42,7 @@ from train import _gpt2, _loss
 
 import torchlite
 
-KINDS = ["eager", "torchlite", "torchlite+bw", "torch.compile"]
+KINDS = ["eager", "tl op by op", "torchlite", "torch.compile"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,8 +204,8 @@ def ddp_rows(args, device, rank):
         ddp = DDP(model, **kw)
         if kind == "eager":
             call = ddp
-        elif kind.startswith("torchlite"):
-            call = torchlite.compile(ddp, options={"compiled_backward": kind == "torchlite+bw"})
+        elif kind in ("torchlite", "tl op by op"):
+            call = torchlite.compile(ddp, options={"compiled_backward": kind == "torchlite"})
         else:
             call = torch.compile(ddp)
         results[kind] = _run(functools.partial(_stepper, ddp, call, inputs, device, amp), args)
@@ -243,8 +243,8 @@ def fsdp_rows(args, device, rank):
         # NOTE: each block compiled (FSDP2's recommended form for torch.compile as well): the
         # all-gathers and reduce-scatters stay in FSDP's hooks around the compiled blocks
         for i, layer in enumerate(model.layers):
-            if kind.startswith("torchlite"):
-                opts = {"compiled_backward": kind == "torchlite+bw"}
+            if kind in ("torchlite", "tl op by op"):
+                opts = {"compiled_backward": kind == "torchlite"}
                 model.layers[i] = torchlite.compile(layer, options=opts)
             elif kind == "torch.compile":
                 layer.compile()

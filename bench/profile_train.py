@@ -36,7 +36,7 @@ work_around_mismatched_torchvision()
 
 import torchlite
 
-KINDS = ("eager", "torchlite", "torchlite+bw")
+KINDS = ("eager", "tl op by op", "torchlite")
 
 
 def _model(device: str):
@@ -82,7 +82,7 @@ class SavedTensors:
 def profile_kind(kind, base, inputs, device, out_dir, log):
     torchlite.reset()
     model = copy.deepcopy(base)
-    options = {"compiled_backward": kind == "torchlite+bw"}
+    options = {"compiled_backward": kind == "torchlite"}
     step_model = model if kind == "eager" else torchlite.compile(model, options=options)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     cuda = device == "cuda"

@@ -1,12 +1,17 @@
 """Training step benchmark: eager vs torchlite vs torch.compile, one process.
 
 One row per model: median step time (forward + loss.backward() + AdamW step), the speedup over
-eager (torchlite rows: the model compiled, with and without the compiled backward, and the whole
-step compiled, its AdamW step included), peak memory (CUDA: torch.cuda.max_memory_allocated)
-and the cold compile time (first step minus a warm step), and whether the compiled losses
-matched eager's over the warmup steps.
+eager (torchlite rows: the model compiled with the compiled backward (the default) and with it
+off ("tl op by op": graphs autograd records run op by op), and the whole step compiled, its
+AdamW step included), peak memory (CUDA: torch.cuda.max_memory_allocated) and the cold compile
+time (first step minus a warm step), and whether the compiled losses matched eager's over the
+warmup steps.
 
     python bench/train.py [--device cpu|cuda] [--only NAME[,NAME...]] [--steps N] [--no-inductor]
+                          [--kinds eager,torchlite,...] [--cpu-time]
+
+`--cpu-time` (CPU rows) times the process's CPU time on one thread instead of the wall clock:
+with tiny tensors that is the host cost per step, and it holds on a loaded machine.
 
 CPU rows use CI-sized models (seconds); `--device cuda` runs the issue's rows: resnet50 fp32
 bs32 and bf16 autocast bs64, BERT-base MLM bf16 8x512 (dropout on), GPT-2 bf16 8x512 with
@@ -143,7 +148,7 @@ class Runner:
         self.amp = amp
 
     def step(self, inputs):
-        # NOTE: no `with nullcontext()`: compiled whole ("tl+bw step"), a with-block on it is a
+        # NOTE: no `with nullcontext()`: compiled whole ("tl step"), a with-block on it is a
         # break that leaves the rest of the step, opt.step() included, to CPython.
         if self.amp is None:
             loss = _loss(self.step_model(**inputs))
@@ -156,56 +161,61 @@ class Runner:
         return loss.detach()
 
 
+_clock = time.perf_counter
+
+
 def _measure(runner, inputs, device, steps):
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     _sync(device)
-    t = time.perf_counter()
+    t = _clock()
     first_loss = runner.step(inputs)
     _sync(device)
-    first = time.perf_counter() - t
+    first = _clock() - t
     losses = [first_loss]
     for _ in range(2):
         losses.append(runner.step(inputs))
     times = []
     for _ in range(steps):
         _sync(device)
-        t = time.perf_counter()
+        t = _clock()
         runner.step(inputs)
         _sync(device)
-        times.append(time.perf_counter() - t)
+        times.append(_clock() - t)
     med = statistics.median(times)
     peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else float("nan")
     return med, max(first - med, 0.0), peak, [float(x) for x in losses]
 
 
-def bench_row(name, build, make_inputs, amp, device, steps, inductor):
+KINDS = ["eager", "torchlite", "tl op by op", "tl step", "torch.compile"]
+
+
+def bench_row(name, build, make_inputs, amp, device, steps, kinds):
     torch.manual_seed(0)
     base = build().to(device).train()
     inputs = make_inputs(device)
     results = {}
-    # NOTE: "torchlite+bw" turns on the compiled backward (opt-in while it is slower on some models);
-    # "tl+bw step" compiles the whole step (forward, backward, zero_grad, AdamW's step) as one
+    # NOTE: "torchlite" is the default (compiled forward and backward); "tl op by op" turns the
+    # compiled backward off (graphs autograd records run op by op through torch's autograd);
+    # "tl step" compiles the whole step (forward, backward, zero_grad, AdamW's step) as one
     # function, so opt.step() runs torchlite's compiled optimizer step.
-    kinds = ["eager", "torchlite", "torchlite+bw", "tl+bw step"]
-    kinds += ["torch.compile"] if inductor else []
     for kind in kinds:
         model = copy.deepcopy(base)
-        if kind in ("eager", "tl+bw step"):
+        if kind in ("eager", "tl step"):
             torchlite.reset()
             step_model = model
-        elif kind.startswith("torchlite"):
+        elif kind in ("torchlite", "tl op by op"):
             torchlite.reset()
             step_model = torchlite.compile(
-                model, options={"compiled_backward": kind == "torchlite+bw"}
+                model, options={"compiled_backward": kind == "torchlite"}
             )
         else:
             torch._dynamo.reset()
             step_model = torch.compile(model)
         torch.manual_seed(1)
         runner = Runner(model, step_model, device, amp)
-        if kind == "tl+bw step":
-            runner.step = torchlite.compile(runner.step, options={"compiled_backward": True})
+        if kind == "tl step":
+            runner.step = torchlite.compile(runner.step)
         try:
             results[kind] = _measure(runner, inputs, device, steps)
         except Exception as e:  # noqa: BLE001 (NOTE: one failing backend must not hide the other rows)
@@ -236,16 +246,28 @@ def main():
     p.add_argument("--only", default="")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--no-inductor", action="store_true")
+    p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated: " + ", ".join(KINDS))
+    p.add_argument("--cpu-time", action="store_true", help="CPU rows: process CPU time, 1 thread")
     args = p.parse_args()
+    global _clock
+    if args.cpu_time:
+        if args.device != "cpu":
+            p.error("--cpu-time times CPU rows only")
+        torch.set_num_threads(1)
+        _clock = time.process_time
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    if args.no_inductor:
+        kinds = [k for k in kinds if k != "torch.compile"]
+    unknown = set(kinds) - set(KINDS)
+    if unknown or "eager" not in kinds:
+        p.error(f"--kinds: unknown {sorted(unknown)} (eager must be among them)")
     rows = CUDA_ROWS if args.device == "cuda" else CPU_ROWS
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     print(f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}")
     for name, (build, make_inputs, amp) in rows.items():
         if only and not any(o.lower() in name.lower() for o in only):
             continue
-        res = bench_row(
-            name, build, make_inputs, amp, args.device, args.steps, not args.no_inductor
-        )
+        res = bench_row(name, build, make_inputs, amp, args.device, args.steps, kinds)
         print(name)
         eager = res["eager"]
         eager_ms = None if isinstance(eager, Exception) else eager[0] * 1e3

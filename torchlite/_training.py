@@ -232,6 +232,16 @@ def _functional_variant(func):
     return getattr(packet, func._overloadname, None) if packet is not None else None
 
 
+# Ops that update running statistics inside their kernel: eager leaves the version counter of
+# those buffers alone (two training forwards, then the first one's backward, works), so the
+# compiled forward's copy into them must too.
+_QUIET_MUTATIONS = {
+    aten.native_batch_norm.default,
+    aten._native_batch_norm_legit.default,
+    aten._native_batch_norm_legit_functional.default,
+    aten.cudnn_batch_norm.default,
+}
+
 # torch.tensor(data) calls in a graph up to this size are made again by the compiled forward.
 _MAX_CONSTANT_ELEMENTS = 4096
 
@@ -255,6 +265,8 @@ class _Recorder(TorchDispatchMode):
         self.stale: set[int] = set()  # views of a tensor mutated since: reading one is unsupported
         self.inputs: dict[int, int] = {}  # id(primal) -> its index
         self.mutated: set[int] = set()  # indices of primals mutated in place
+        self.quiet: set[int] = set()  # of those, mutated where eager keeps the version counter
+        self.quiet_depth = 0  # > 0 inside a decomposition of an op in _QUIET_MUTATIONS
 
     def bind(self, t: torch.Tensor, node: fx.Node, *, example: bool = True) -> None:
         self.env[id(t)] = node
@@ -302,8 +314,13 @@ class _Recorder(TorchDispatchMode):
             return self.record_constant(args[0])
         decomposition = self.decompositions.get(func)
         if decomposition is not None:
-            with self:
-                out = decomposition(*args, **kwargs)
+            quiet = func in _QUIET_MUTATIONS
+            self.quiet_depth += quiet
+            try:
+                with self:
+                    out = decomposition(*args, **kwargs)
+            finally:
+                self.quiet_depth -= quiet
             if out is not NotImplemented:
                 return out
         if func in _IDENTITIES:
@@ -362,6 +379,8 @@ class _Recorder(TorchDispatchMode):
         self.stale |= others
         if id(target) in self.inputs:
             self.mutated.add(self.inputs[id(target)])
+            if self.quiet_depth:
+                self.quiet.add(self.inputs[id(target)])
         out = func(*args, **kwargs)
         args = _with_defaults(func, args)  # NOTE: bernoulli_(x) means bernoulli(x, 0.5)
         node_out = functional(*args, **kwargs)  # NOTE: only for its metadata
@@ -476,11 +495,51 @@ class JointTrace:
     num_forward_outputs: int = 0  # graph outputs, then new values of mutated inputs
     num_outputs: int = 0  # of the captured graph
     mutated_inputs: list[int] = field(default_factory=list)
+    quiet_mutations: list[int] = field(default_factory=list)  # eager keeps their _version
     differentiable_outputs: list[int] = field(default_factory=list)
     grad_inputs: list[int] = field(default_factory=list)  # primal index of each gradient
     tangent_shapes: list[tuple] = field(default_factory=list)
     captured: Any = None  # the captured _C.Graph (run eagerly under saved-tensor hooks)
     final_grad_mode: bool = True  # grad mode the graph leaves behind (it may end in no_grad)
+
+
+def _eager_output_strides(graph) -> list:
+    """The strides capture saw eager give each output of `graph` (None where unknown)."""
+    nodes = {n["name"]: n for n in graph.nodes()}
+    (out,) = [n for n in nodes.values() if n["op"] == "output"]
+    strides = []
+    for a in out["args"]:
+        meta = nodes[a.name]["meta"] if isinstance(a, _C.NodeRef) and a.name in nodes else None
+        strides.append(tuple(meta["stride"]) if meta else None)
+    return strides
+
+
+def _dense_format(t: torch.Tensor, stride: tuple):
+    """The memory format whose dense strides for t's shape are `stride`, or None."""
+    for fmt in (torch.contiguous_format, torch.channels_last, torch.channels_last_3d):
+        if (fmt is torch.channels_last and t.dim() != 4) or (
+            fmt is torch.channels_last_3d and t.dim() != 5
+        ):
+            continue
+        dense = torch.empty(t.shape, device="meta").contiguous(memory_format=fmt)
+        if tuple(dense.stride()) == stride:
+            return fmt
+    return None
+
+
+def _with_eager_layouts(outs: list, strides: list) -> list:
+    """Outputs whose traced strides differ from eager's (a meta kernel choosing another memory
+    format, as group_norm's does for channels-last input) are copied into eager's layout, so
+    the compiled forward returns what eager returns (called under the recorder: the copy is a
+    node of the joint graph, its gradient passes through)."""
+    fixed = []
+    for o, want in zip(outs, strides, strict=True):
+        if want is not None and o.numel() > 1 and tuple(o.stride()) != want:
+            fmt = _dense_format(o, want)
+            if fmt is not None:
+                o = o.contiguous(memory_format=fmt)
+        fixed.append(o)
+    return fixed
 
 
 def _input_examples(graph) -> list[dict]:
@@ -544,12 +603,15 @@ def _trace(graph) -> JointTrace:
             _DeviceChoices(device),
         ):
             outs = gm.forward(*primals)  # NOTE: no module hooks (global ones too)
-        final_grad_mode = torch.is_grad_enabled()
+            final_grad_mode = torch.is_grad_enabled()
+            outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+            if all(isinstance(o, torch.Tensor) for o in outs):
+                torch._C._set_grad_enabled(True)  # NOTE: the outputs were computed with grad on
+                outs = _with_eager_layouts(outs, _eager_output_strides(graph))
     finally:
         torch._C._set_grad_enabled(grad_mode)  # NOTE: the graph may switch it (a no_grad block)
     if [p.requires_grad for p in primals] != flags:
         raise _Unsupported("the graph changes an input's requires_grad")
-    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
     for o in outs:
         if not isinstance(o, torch.Tensor):
             raise _Unsupported(f"the graph returns a {type(o).__name__}")
@@ -592,6 +654,7 @@ def _trace(graph) -> JointTrace:
         num_forward_outputs=len(outs) + len(mutated),
         num_outputs=len(outs),
         mutated_inputs=mutated,
+        quiet_mutations=sorted(rec.quiet),
         differentiable_outputs=differentiable,
         grad_inputs=grad_inputs,
         tangent_shapes=[tuple(t.shape) for t in tangents],
@@ -623,7 +686,7 @@ def trace_joint(graph) -> JointTrace:
 _DOUBLE_BACKWARD = (
     b"torchlite: a second derivative through a compiled graph is not supported (its backward is "
     b"compiled for first derivatives only). Compile with options={'compiled_backward': False} "
-    b"to differentiate twice."
+    b"or set TORCHLITE_COMPILED_BACKWARD=0 to differentiate twice."
 )
 
 
@@ -663,7 +726,12 @@ class _PoolSaved:
 
 def make_training_function(joint: JointTrace, forward, backward, saved: list[str]):
     """The callable the frame runs instead of the graph: the compiled forward under a
-    torch.autograd.Function whose backward runs the compiled backward."""
+    torch.autograd.Function whose backward runs the compiled backward.
+
+    NOTE: this runs on every call of a training graph, so it does the least Python work it can:
+    index lists are computed once here, context managers are replaced by their C calls, and
+    work that only some graphs need (mutated inputs, non-differentiable outputs, autocast,
+    contiguous tangents) is skipped for the others."""
     num_outputs = joint.num_outputs
     num_saved = len(saved)
     # Under CUDA graphs: the saved values a replay hands out from the pool (not primals).
@@ -671,30 +739,49 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
     pool_set = set(pool_saved)
     other_saved = [k for k in range(num_saved) if k not in pool_set]
     mutated = joint.mutated_inputs
+    num_mutated = len(mutated)
+    quiet = [mutated.index(i) for i in joint.quiet_mutations]
+    set_versions = torch._C._autograd._unsafe_set_version_counter
     differentiable = joint.differentiable_outputs
     non_differentiable = [i for i in range(num_outputs) if i not in set(differentiable)]
+    all_differentiable = not non_differentiable
     grad_slots = joint.grad_inputs
     num_inputs = joint.num_primals
+    # NOTE: a gradient for every input, in order: backward's results are autograd's answer as is.
+    grads_in_order = grad_slots == list(range(num_inputs))
+    set_grad_enabled = torch._C._set_grad_enabled
+    is_grad_enabled = torch._C.is_grad_enabled
+    any_autocast = torch._C._is_any_autocast_enabled
+    no_autocast = torch._C._DisableAutocast
 
     class CompiledTraining(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *inputs):
             results = forward(*inputs)
-            outs = results[:num_outputs]
-            new_values = results[num_outputs : num_outputs + len(mutated)]
-            for i, v in zip(mutated, new_values, strict=True):
-                inputs[i].copy_(v)  # NOTE: an input mutation (batch norm's running stats)
-            saved_values = results[len(results) - num_saved :]
-            if pool_saved and forward.replayed:
-                holder = _PoolSaved([saved_values[k] for k in pool_saved])
-                forward.keep_valid(holder)
-                ctx.pool_saved = holder
-                ctx.save_for_backward(*[saved_values[k] for k in other_saved])
+            if num_mutated:
+                targets = [inputs[i] for i in mutated]
+                versions = [targets[k]._version for k in quiet]
+                new_values = results[num_outputs : num_outputs + num_mutated]
+                for t, v in zip(targets, new_values, strict=True):
+                    t.copy_(v)  # NOTE: an input mutation (batch norm's running stats)
+                if quiet:
+                    set_versions([targets[k] for k in quiet], versions)
+            if num_saved:
+                saved_values = results[len(results) - num_saved :]
+                if pool_saved and forward.replayed:
+                    holder = _PoolSaved([saved_values[k] for k in pool_saved])
+                    forward.keep_valid(holder)
+                    ctx.pool_saved = holder
+                    ctx.save_for_backward(*[saved_values[k] for k in other_saved])
+                else:
+                    ctx.pool_saved = None
+                    ctx.save_for_backward(*saved_values)
             else:
                 ctx.pool_saved = None
-                ctx.save_for_backward(*saved_values)
+            if all_differentiable:
+                return results[:num_outputs] if len(results) != num_outputs else results
             # NOTE: a fresh alias each: the same tensor may also be a differentiable output.
-            outs = list(outs)
+            outs = list(results[:num_outputs])
             for i in non_differentiable:
                 outs[i] = outs[i].detach()
             ctx.mark_non_differentiable(*[outs[i] for i in non_differentiable])
@@ -702,7 +789,10 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
 
         @staticmethod
         def backward(ctx, *grad_outputs):
-            tangents = [grad_outputs[i].contiguous() for i in differentiable]
+            tangents = [grad_outputs[i] for i in differentiable]
+            for i, t in enumerate(tangents):
+                if not t.is_contiguous():
+                    tangents[i] = t.contiguous()
             saved_values = ctx.saved_tensors
             holder = ctx.pool_saved
             if holder is not None:
@@ -714,37 +804,59 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
                 for k, v in zip(other_saved, saved_values, strict=True):
                     merged[k] = v
                 saved_values = merged
-            with torch.no_grad(), torch._C._DisableAutocast():
-                grads = backward(*saved_values, *tangents)
+            # NOTE: autograd runs backward with grad mode on only under create_graph=True.
+            create_graph = is_grad_enabled()
+            if create_graph:
+                set_grad_enabled(False)
+            try:
+                if any_autocast():
+                    with no_autocast():
+                        grads = backward(*saved_values, *tangents)
+                else:
+                    grads = backward(*saved_values, *tangents)
+            finally:
+                if create_graph:
+                    set_grad_enabled(True)
             if holder is not None:
                 holder.consumed = True
-            if torch.is_grad_enabled():
+            if create_graph:
                 grads = _second_derivative_error(grads)
+            if grads_in_order:
+                return grads
             result: list[Any] = [None] * num_inputs
             for slot, g in zip(grad_slots, grads, strict=True):
                 result[slot] = g
             return tuple(result)
 
+    # NOTE: torch.autograd.Function.apply (Python) unwraps dead functorch wrappers input by
+    # input before the C apply: 160 us for a graph of 200 parameters. Dead wrappers never reach
+    # a compiled graph (tests/python/training/test_training_semantics.py), so outside functorch
+    # transforms the C apply is called directly.
+    c_apply = super(torch.autograd.Function, CompiledTraining).apply
+    transforms_active = torch._C._are_functorch_transforms_active
+    saved_tensor_hooks = torch._C._autograd._top_saved_tensors_default_hooks
     final_grad_mode = joint.final_grad_mode
     eager = []
 
     def run(*inputs):
-        if torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+        if saved_tensor_hooks(False) is not None:
             # NOTE: saved-tensor hooks (offloading, checkpointing) must see what eager saves.
             if not eager:
                 eager.append(graph_to_module(joint.captured).forward)
             return eager[0](*inputs)
+        apply = CompiledTraining.apply if transforms_active() else c_apply
         # NOTE: the differentiable outputs were computed with grad on, even where the graph is
         # entered under no_grad and switches it on; the graph may also leave it switched off.
-        torch._C._set_grad_enabled(True)
+        set_grad_enabled(True)
         try:
-            # NOTE: the joint graph holds every cast autocast made at capture as an explicit
-            # node; its extern ops (a decomposition's float32 bmm) must not be cast again.
-            with torch._C._DisableAutocast():
-                outs = CompiledTraining.apply(*inputs)
+            if any_autocast():
+                # NOTE: the joint graph holds every cast autocast made at capture as an explicit
+                # node; its extern ops (a decomposition's float32 bmm) must not be cast again.
+                with no_autocast():
+                    return apply(*inputs)
+            return apply(*inputs)
         finally:
-            torch._C._set_grad_enabled(final_grad_mode)
-        return outs
+            set_grad_enabled(final_grad_mode)
 
     run.forward_half = forward
     run.backward_half = backward

@@ -170,25 +170,89 @@ ValuePtr Tracer::resume() {
   return returned_ ? nullptr : v;
 }
 
+// The exception table entry covering byte `offset`, or null (CPython's table is flat: the
+// innermost handler only).
+const bytecode::ExceptionTableEntry* Tracer::handler_at(int offset) const {
+  for (const auto& e : bc_.exception_table)
+    if (offset >= e.start && offset < e.end) return &e;
+  return nullptr;
+}
+
+// True when an exception raised at `offset` leaves the frame without running user code: no
+// handler, or only the handlers CPython adds itself (an except block's cleanup that restores
+// the handled exception and re-raises; 3.12's PEP 479 wrapper of a generator body).
+bool Tracer::reraises_to_the_caller(int offset, int hops) const {
+  const bytecode::ExceptionTableEntry* e = handler_at(offset);
+  if (!e) return true;
+  int h = bc_.index_at_offset(e->target);
+  if (h < 0 || hops > 4) return false;
+  const auto& insts = bc_.insts;
+  auto is = [&](size_t i, const char* name) { return i < insts.size() && insts[i].opname == name; };
+#ifdef CALL_INTRINSIC_1
+  if (insts[h].opcode == CALL_INTRINSIC_1 && insts[h].arg == 3) return true;
+#endif
+  size_t i = static_cast<size_t>(h);
+  if (is(i, "COPY") && insts[i].arg == 3 && is(i + 1, "POP_EXCEPT") && is(i + 2, "RERAISE"))
+    return reraises_to_the_caller(insts[i + 2].offset, hops + 1);
+  return false;
+}
+
+// True when the handler at instruction `h` is a chain of `except Name:` clauses, each naming a
+// builtin subclass of Exception, ending in the re-raise of an unmatched exception that leaves
+// the frame: GeneratorExit (a BaseException) matches none of them, so closing a generator
+// suspended there runs no user code.
+// NOTE: `for a, b in zip(seq1, seq2)` over two equal-length collections.abc.Sequence objects
+// leaves the second's Sequence.__iter__ suspended inside its `try: ... except IndexError:`
+// (zip stops at the first one's end); transformers' DynamicCache(config=...) does this, which
+// sent GPT-2's whole forward to CPython in training.
+// NOTE: the names must not be globals of the generator's module (a module could rebind them;
+// builtins are not guarded either, as everywhere in capture).
+bool Tracer::handler_skips_generator_exit(int h) const {
+  const auto& insts = bc_.insts;
+  auto is = [&](size_t i, const char* name) { return i < insts.size() && insts[i].opname == name; };
+  size_t i = static_cast<size_t>(h);
+  if (!is(i, "PUSH_EXC_INFO")) return false;
+  ++i;
+  for (int clauses = 0; clauses < 8; ++clauses) {
+    if (is(i, "RERAISE") && insts[i].arg == 0)
+      return clauses > 0 && reraises_to_the_caller(insts[i].offset, 0);
+    if (!is(i, "LOAD_GLOBAL") || !is(i + 1, "CHECK_EXC_MATCH") || i + 2 >= insts.size())
+      return false;
+    const std::string& jump = insts[i + 2].opname;  // 3.11: POP_JUMP_FORWARD_IF_FALSE
+    if (jump.rfind("POP_JUMP", 0) != 0 || jump.find("IF_FALSE") == std::string::npos ||
+        insts[i + 2].jump_target < 0)
+      return false;
+    PyObject* name = PyTuple_GET_ITEM(code_->co_names, insts[i].arg >> 1);
+    if (PyDict_Check(globals_) && PyDict_GetItemWithError(globals_, name)) return false;
+    if (PyErr_Occurred()) throw PythonError();
+    PyObject* type = PyDict_Check(builtins_) ? PyDict_GetItemWithError(builtins_, name) : nullptr;
+    if (PyErr_Occurred()) throw PythonError();
+    if (!type || !PyExceptionClass_Check(type)) return false;
+    int caught = PyObject_IsSubclass(type, PyExc_Exception);
+    if (caught < 0) throw PythonError();
+    if (!caught) return false;
+    i = static_cast<size_t>(insts[i + 2].jump_target);
+  }
+  return false;
+}
+
 bool Tracer::suspended_in_handler_region() const {
   if (!generator_ || returned_ || pc_ == 0) return false;
   const int offset = bc_.insts[pc_ - 1].offset;
-  for (const auto& e : bc_.exception_table) {
-    if (offset < e.start || offset >= e.end) continue;
+  const bytecode::ExceptionTableEntry* e = handler_at(offset);
+  if (!e) return false;
+  int h = bc_.index_at_offset(e->target);
 #ifdef CALL_INTRINSIC_1
-    // 3.12 wraps every generator body in a PEP 479 handler: no user code.
-    int h = bc_.index_at_offset(e.target);
-    if (h >= 0 && bc_.insts[h].opcode == CALL_INTRINSIC_1 && bc_.insts[h].arg == 3) continue;
+  // 3.12 wraps every generator body in a PEP 479 handler: no user code.
+  if (h >= 0 && bc_.insts[h].opcode == CALL_INTRINSIC_1 && bc_.insts[h].arg == 3) return false;
 #endif
 #ifdef CLEANUP_THROW
-    // NOTE: 3.12's `yield from` (SEND) hands a close to the inner generator through a
-    // CLEANUP_THROW handler: no user code (the inner generator, traced, is checked itself).
-    // nn.Module.parameters() suspended by `next(...)` sat here and broke on 3.12.
-    if (h >= 0 && bc_.insts[h].opcode == CLEANUP_THROW) continue;
+  // NOTE: 3.12's `yield from` (SEND) hands a close to the inner generator through a
+  // CLEANUP_THROW handler: no user code (the inner generator, traced, is checked itself).
+  // nn.Module.parameters() suspended by `next(...)` sat here and broke on 3.12.
+  if (h >= 0 && bc_.insts[h].opcode == CLEANUP_THROW) return false;
 #endif
-    return true;
-  }
-  return false;
+  return h < 0 || !handler_skips_generator_exit(h);
 }
 
 ValuePtr Tracer::execute() {

@@ -154,7 +154,11 @@ class Tracer {
   ValuePtr& top(int depth = 1);
   void push(ValuePtr v) { stack_.push_back(std::move(v)); }
   std::string name_at(int index) const;  // co_names[index]
-  PyObject* const_at(int index) const;   // co_consts[index], borrowed
+  // suspended_in_handler_region's reading of exception handlers (tracer.cpp).
+  const bytecode::ExceptionTableEntry* handler_at(int offset) const;
+  bool reraises_to_the_caller(int offset, int hops) const;
+  bool handler_skips_generator_exit(int h) const;
+  PyObject* const_at(int index) const;  // co_consts[index], borrowed
 
   CaptureContext& ctx_;
   PyCodeObject* code_;

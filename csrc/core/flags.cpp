@@ -27,10 +27,10 @@ const std::vector<SettingSpec> kSpecs = {
      "more."},
     {"verify", &S::verify, kCompile, "TORCHLITE_VERIFY", "off",
      "Check the graph after every compiler pass and name the pass that broke it."},
-    {"compiled_backward", &S::compiled_backward, kCompile, "TORCHLITE_COMPILED_BACKWARD", "off",
+    {"compiled_backward", &S::compiled_backward, kCompile, "TORCHLITE_COMPILED_BACKWARD", "on",
      "On: graphs autograd records run a compiled forward and a backward traced from torch's "
-     "own derivative formulas (new; slower than op by op on some GPU models); off: they run op "
-     "by op through torch's autograd."},
+     "own derivative formulas (graphs it cannot handle run op by op, explain says why); off: "
+     "they all run op by op through torch's autograd."},
     {"recompute_in_backward", &S::recompute_in_backward, kCompile,
      "TORCHLITE_RECOMPUTE_IN_BACKWARD", "on",
      "Backward recomputes cheap pointwise values from saved ones where that stores fewer bytes; "

@@ -21,7 +21,7 @@ struct Settings {
   bool fold_batch_norm = false;
   std::optional<bool> channels_last;  // nullopt: the device's default (prefers_channels_last)
   bool verify = false;
-  bool compiled_backward = false;
+  bool compiled_backward = true;
   bool recompute_in_backward = true;
   int64_t cache_size_limit = 8;
   bool cuda_graphs = false;       // mode="reduce-overhead" / "max-autotune" turn it on

@@ -27,7 +27,7 @@ OTHER = {
     "fold_batch_norm": True,
     "channels_last": False,
     "verify": True,
-    "compiled_backward": True,
+    "compiled_backward": False,
     "recompute_in_backward": False,
     "cache_size_limit": 3,
     "cuda_graphs": True,

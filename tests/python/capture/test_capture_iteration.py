@@ -5,6 +5,10 @@ views follow their dict; autograd hooks and flags behave as in eager.
 Try statements are put in helpers: an inlined call runs its handlers at trace time.
 """
 
+import builtins
+import types
+from collections.abc import Sequence
+
 import torch
 from semantics_check import randn, same_as_eager
 
@@ -130,6 +134,77 @@ def test_generator_left_suspended_in_try_finally_runs_its_cleanup():
         return x + next(gen()), log
 
     same_as_eager(fn, randn(3))
+
+
+class _Pair(Sequence):
+    """A collections.abc.Sequence: its __iter__ is Sequence's generator with `except IndexError`."""
+
+    def __init__(self, *items):
+        self.items = items
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def __len__(self):
+        return len(self.items)
+
+
+def test_zip_of_two_abc_sequences_leaves_one_suspended_in_except_and_stays_one_graph():
+    # NOTE: zip stops at the first sequence's end and leaves the second's generator suspended
+    # inside `try: ... except IndexError:`; closing it runs no user code (GeneratorExit is not
+    # an IndexError), so the frame stays one graph (transformers' DynamicCache does this).
+    def fn(x):
+        out = x
+        for a, b in zip(_Pair(1, 2), _Pair(3.0, 4.0)):
+            out = out * a + b
+        return out
+
+    same_as_eager(fn, randn(3), fullgraph=True)
+
+
+def test_generator_suspended_in_except_that_catches_generator_exit_still_breaks():
+    def fn(x):
+        log = []
+
+        def gen():
+            try:
+                yield 1
+                yield 2
+            except BaseException:
+                log.append("closed")
+                raise
+
+        return x + next(gen()), log
+
+    same_as_eager(fn, randn(3))
+    assert torchlite.explain(fn)(randn(3)).graph_break_count >= 1
+
+
+def _gen_with_except_index_error():
+    try:
+        yield 1
+        yield 2
+    except IndexError:
+        log.append("closed")  # noqa: F821 - `log` is a global of the copy's module
+        raise
+
+
+def test_generator_whose_except_name_is_shadowed_by_a_module_global_still_breaks():
+    # NOTE: a copy of the generator whose module binds `IndexError` to BaseException: closing
+    # it runs the handler, so it must not be left to the trace.
+    log = []
+    scope = {"IndexError": BaseException, "log": log, "__builtins__": builtins}
+    gen = types.FunctionType(_gen_with_except_index_error.__code__, scope)
+
+    def fn(x):
+        return x + next(gen())
+
+    x = randn(3)
+    torch.testing.assert_close(fn(x), x + 1)
+    assert log == ["closed"]
+    torch.testing.assert_close(torchlite.compile(fn)(x), x + 1)
+    assert log == ["closed", "closed"]
+    assert torchlite.explain(fn)(x).graph_break_count >= 1
 
 
 def test_map_stepped_with_next_across_a_graph_break():

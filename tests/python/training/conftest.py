@@ -1,4 +1,5 @@
-"""The training suite runs with the compiled backward on (it is opt-in: TORCHLITE_COMPILED_BACKWARD)."""
+"""The training suite runs with the compiled backward on (the default), also where the environment
+turns it off (TORCHLITE_COMPILED_BACKWARD=0)."""
 
 import pytest
 

@@ -2,6 +2,8 @@
 .grad, requires_grad mixes, retain_graph, no_grad regions, detach, in-place ops on leaves,
 double backward and the settings that turn the compiled backward off."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -199,3 +201,76 @@ def test_a_second_derivative_mixed_with_first_order_terms_still_raises():
     (g,) = torch.autograd.grad(out.sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="second derivative through a compiled graph"):
         (g * x).sum().backward()
+
+
+def _two_outputs(x, w):
+    y = x @ w
+    return y.t(), (y * 2).sum(0), y.argmax(1)
+
+
+def test_non_contiguous_gradients_and_mixed_outputs_match_eager():
+    # NOTE: the link skips work per call where it can (contiguous tangents, outputs that are
+    # all differentiable, gradients in input order); this graph needs each of them.
+    x, w = torch.randn(4, 3), torch.randn(3, 5, requires_grad=True)
+    w_ref = w.detach().clone().requires_grad_()
+    outs = torchlite.compile(_two_outputs)(x, w)
+    ref = _two_outputs(x, w_ref)
+    assert compiled_backward_used(outs[0]) and not outs[2].requires_grad
+    grads = [torch.randn(4, 5).t(), torch.randn(5)]  # NOTE: the first is not contiguous
+    torch.autograd.backward([outs[0], outs[1]], grads)
+    torch.autograd.backward([ref[0], ref[1]], grads)
+    for o, r in zip(outs, ref, strict=True):
+        torch.testing.assert_close(o, r)
+    torch.testing.assert_close(w.grad, w_ref.grad)
+
+
+def test_a_tensor_left_over_from_a_functorch_transform_gives_eagers_result():
+    # NOTE: the link calls autograd's C apply directly, without torch's per-input unwrapping
+    # of such tensors: they must never reach a compiled training graph.
+    leaked = []
+
+    def inner(x):
+        leaked.append(x * 1.0)
+        return x.sum()
+
+    torch.func.grad(inner)(torch.randn(3))
+    w = torch.randn(3, requires_grad=True)
+    w_ref = w.detach().clone().requires_grad_()
+    out = torchlite.compile(lambda a, w: (a * w).sin().sum())(leaked[0], w)
+    ref = (leaked[0] * w_ref).sin().sum()
+    out.backward()
+    ref.backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(w.grad, w_ref.grad)
+
+
+def test_compiled_training_under_a_functorch_transform_matches_eager():
+    w = torch.randn(3, requires_grad=True)
+
+    def f(x):
+        return (x * w).sin().sum()
+
+    x = torch.randn(3)
+    torch.testing.assert_close(torch.func.grad(torchlite.compile(f))(x), torch.func.grad(f)(x))
+
+
+def test_two_training_forwards_then_the_first_backward_works_as_in_eager():
+    # NOTE: batch norm updates its running stats inside its kernel; eager keeps their version
+    # counter, so a graph that saved them stays valid after another forward.
+    def run(model):
+        x = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(0))
+        first = model(x)
+        model(x + 1)
+        first.square().sum().backward()
+        return first
+
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    eager = copy.deepcopy(block)
+    out = run(torchlite.compile(block))
+    ref = run(eager)
+    assert compiled_backward_used(out)
+    torch.testing.assert_close(out, ref)
+    for p, r in zip(block.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, r.grad)
+    torch.testing.assert_close(block[1].running_mean, eager[1].running_mean)
