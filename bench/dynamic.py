@@ -12,8 +12,12 @@ size-generic entries), so "captures" stays at 2 for the sweep.
 A third section runs a nanoGPT-style model that reads sizes (`B, T, C = x.size()`, views,
 `arange(T)`, a causal mask sliced by T): symbolic sizes keep it at 2 captures.
 
+A fourth section (`generate`) runs transformers' generate() (greedy, 32 new tokens) of a small
+GPT2LMHeadModel and LlamaForCausalLM with the dynamic KV cache and with StaticCache: the first
+generate() (captures included) and a second one, captures, and whether the tokens equal eager's.
+
     python bench/dynamic.py [--layers 2] [--lengths 37,61,...] [--torch-compile] [--device cuda]
-                            [--sections hf,block,nanogpt]
+                            [--sections hf,block,nanogpt,generate]
 """
 
 import argparse
@@ -130,7 +134,8 @@ def main():
     p.add_argument("--unseen", type=int, default=211)
     p.add_argument("--device", default="cpu")
     p.add_argument("--torch-compile", action="store_true")
-    p.add_argument("--sections", default="hf,block,nanogpt", help="which sections to run")
+    p.add_argument("--sections", default="hf,block,nanogpt,generate", help="which sections to run")
+    p.add_argument("--new-tokens", type=int, default=32)
     a = p.parse_args()
     lengths = [int(n) for n in a.lengths.split(",")]
     sections = a.sections.split(",")
@@ -141,6 +146,8 @@ def main():
         block_section(a, lengths)
     if "nanogpt" in sections:
         nanogpt_section(a, lengths)
+    if "generate" in sections:
+        generate_section(a)
 
 
 def nanogpt_section(a, lengths):
@@ -213,6 +220,76 @@ def block_section(a, lengths):
     run("torchlite static (unseen)", static, [a.unseen], a.unseen, a.batch, a.device, make=make)
     if a.torch_compile:
         run("torch.compile", torch.compile(block), lengths, a.unseen, a.batch, a.device, make=make)
+
+
+def make_decoders(layers: int, device: str):
+    make_model(layers, device)  # NOTE: the torchvision workaround, before transformers imports
+    import transformers
+
+    gpt2 = transformers.GPT2Config(
+        n_layer=layers, n_embd=128, n_head=4, vocab_size=1000, n_positions=1024
+    )
+    llama = transformers.LlamaConfig(
+        num_hidden_layers=layers,
+        hidden_size=128,
+        intermediate_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=1000,
+        max_position_embeddings=1024,
+    )
+    return {
+        "GPT2LMHeadModel": transformers.GPT2LMHeadModel(gpt2).eval().to(device),
+        "LlamaForCausalLM": transformers.LlamaForCausalLM(llama).eval().to(device),
+    }
+
+
+def generate_section(a):
+    import copy
+
+    print(f"generate(), greedy, {a.new_tokens} new tokens, prompt of 16 (first / second call):")
+    for name, model in make_decoders(a.layers, a.device).items():
+        ids = torch.randint(1, 1000, (1, 16), device=a.device)
+        for cache in ("dynamic", "static"):
+            # NOTE: disable_compile: transformers would torch.compile a static cache's forward
+            # itself on a GPU.
+            kw = {"max_new_tokens": a.new_tokens, "do_sample": False, "pad_token_id": 0}
+            kw.update(eos_token_id=None, disable_compile=True)
+            if cache == "static":
+                kw["cache_implementation"] = "static"
+
+            def gen(m, kw=kw, ids=ids):
+                start = time.perf_counter()
+                with torch.no_grad():
+                    out = m.generate(ids, **kw)
+                sync(a.device)
+                return out, time.perf_counter() - start
+
+            expected, eager_first = gen(model)
+            eager = statistics.median(gen(model)[1] for _ in range(3))
+            rows = [("eager", eager_first, eager, "", True)]
+            torchlite.reset()
+            frames = torchlite.counters()["frames"]
+            compiled = torchlite.compile(model)
+            out, first = gen(compiled)
+            second = statistics.median(gen(compiled)[1] for _ in range(3))
+            captures = torchlite.counters()["frames"] - frames
+            rows.append(
+                ("torchlite", first, second, f"captures {captures}", torch.equal(out, expected))
+            )
+            if a.torch_compile:
+                torch._dynamo.reset()
+                tc = copy.deepcopy(model)
+                tc.compile()
+                out, first = gen(tc)
+                second = statistics.median(gen(tc)[1] for _ in range(3))
+                rows.append(("torch.compile", first, second, "", torch.equal(out, expected)))
+            for who, first, second, note, same in rows:
+                print(
+                    f"  {name:<17} {cache:<8} {who:<14} first {first * 1e3:9.1f} ms   "
+                    f"second {second * 1e3:8.1f} ms   tokens {'equal' if same else 'DIFFER'}   "
+                    f"{note}"
+                )
 
 
 if __name__ == "__main__":

@@ -3,12 +3,16 @@
 It owns nothing: parameters, buffers, submodules, hooks and attributes all stay on the
 original module (`_orig_mod`), so state_dict keys, parameter objects and train/eval state are
 exactly the original's. Calling it runs `_orig_mod.__call__` (hooks included) under torchlite.
+The original's own methods reached through it (`compiled.generate(...)`) run with the module
+calls they make compiled (`_calling_compiled`).
 
 NOTE: rejected alternatives: registering `_orig_mod` as a submodule (torch's OptimizedModule)
 prefixes every state_dict key with "_orig_mod."; patching `mod.forward` in place changes the
 user's module; a shallow copy of the module desynchronises `training` and new attributes.
 """
 
+import functools
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +39,37 @@ class OptimizedModule(torch.nn.Module):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        return getattr(self.__dict__["_orig_mod"], name)
+        orig = self.__dict__["_orig_mod"]
+        value = getattr(orig, name)
+        if isinstance(value, types.MethodType) and value.__self__ is orig:
+            return self._calling_compiled(value)
+        return value
+
+    def _calling_compiled(self, method: types.MethodType) -> Callable:
+        """`method` (a method of the original module's class, such as transformers' generate())
+        run so that the module calls it makes (`self(...)`) run compiled, as torch's
+        Module.compile() does: the original's `_compiled_call_impl` is set for the call and
+        restored after it (the original module stays uncompiled outside)."""
+        d = self.__dict__
+        if "_call_impl_compiled" not in d:
+            d["_call_impl_compiled"] = d["_wrap_call"](d["_orig_mod"]._call_impl)
+        compiled_call = d["_call_impl_compiled"]
+        orig_dict = d["_orig_mod"].__dict__
+
+        @functools.wraps(method)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            missing = object()
+            before = orig_dict.get("_compiled_call_impl", missing)
+            orig_dict["_compiled_call_impl"] = compiled_call
+            try:
+                return method(*args, **kwargs)
+            finally:
+                if before is missing:
+                    orig_dict.pop("_compiled_call_impl", None)
+                else:
+                    orig_dict["_compiled_call_impl"] = before
+
+        return run
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self.__dict__:

@@ -1,4 +1,7 @@
 // Calling symbolic values: dispatch, partials, namedtuples, objects (modules: module_call.cpp).
+
+#include <cstring>
+
 #include "capture/autocast.h"
 #include "capture/graph_break.h"
 #include "capture/optimizer_step.h"
@@ -56,6 +59,23 @@ namespace {
 // The callee keeps symbolic sizes in its arguments symbolic: a torch op records them as
 // expressions, an inlined Python function traces them on. Anything else (a builtin, a
 // library function, a class) reads them as numbers: they are specialised first.
+// isinstance() and callable(): their answer follows from their arguments' types, never from
+// a number's value (`isinstance(q_offset, torch.Tensor)` on a cache length in transformers'
+// mask helpers), so a size passed to them stays symbolic.
+bool reads_only_types(PyObject* f) {
+  if (!f || !PyCFunction_Check(f)) return false;
+  PyObject* module = PyCFunction_GET_SELF(f);  // borrowed: the builtins module
+  if (!module || !PyModule_Check(module)) return false;
+  const char* name = PyModule_GetName(module);
+  if (!name) {
+    PyErr_Clear();
+    return false;
+  }
+  const char* fn = reinterpret_cast<PyCFunctionObject*>(f)->m_ml->ml_name;
+  return std::strcmp(name, "builtins") == 0 &&
+         (std::strcmp(fn, "isinstance") == 0 || std::strcmp(fn, "callable") == 0);
+}
+
 bool keeps_sym_args(const ValuePtr& fn) {
   switch (fn->kind) {
     case VKind::Method:
@@ -69,7 +89,7 @@ bool keeps_sym_args(const ValuePtr& fn) {
     case VKind::Const:
     case VKind::Object:
       return fn->obj && (is_torch_operator(fn->obj.get()) || is_torch_function(fn->obj.get()) ||
-                         PyFunction_Check(fn->obj.get()));
+                         PyFunction_Check(fn->obj.get()) || reads_only_types(fn->obj.get()));
     default:
       return false;
   }

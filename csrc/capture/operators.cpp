@@ -161,7 +161,12 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
     if (ValuePtr r = sym_arith(name, a, b)) return r;
     return call_pure(ctx_, op, {a, b}, {});
   }
-  if (!((name == "add" || name == "iadd") && a->is_sequence() && b->is_sequence())) {
+  // NOTE: a constant tuple or list counts: `(-1,) + x.shape[1:]` keeps x's sizes symbolic.
+  auto sequence = [](const ValuePtr& v) {
+    return v->is_sequence() ||
+           (v->is_const() && (PyTuple_Check(v->obj.get()) || PyList_Check(v->obj.get())));
+  };
+  if (!((name == "add" || name == "iadd") && sequence(a) && sequence(b))) {
     ctx_.specialise(a);
     ctx_.specialise(b);
   }

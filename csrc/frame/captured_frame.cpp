@@ -203,9 +203,9 @@ void CapturedFrame::replay_side_effects(const std::vector<PyRef>& outputs,
   }
 }
 
-PyObject* CapturedFrame::run(const ir::FrameView& frame) {
+PyObject* CapturedFrame::run(const ir::FrameView& frame, Served* served) {
   try {
-    std::vector<PyRef> outputs = run_graph(frame);
+    std::vector<PyRef> outputs = run_graph(frame, served);
     PyRef result = rebuild(result_, outputs, frame);
     replay_side_effects(outputs, frame);
     return result.release();
@@ -217,8 +217,8 @@ PyObject* CapturedFrame::run(const ir::FrameView& frame) {
   }
 }
 
-bool CapturedFrame::serves(const ir::FrameView& frame) {
-  if (!sizes_ || !executable_->compiled()) return true;
+bool CapturedFrame::serves(const ir::FrameView& frame, Served* keep) {
+  if (!sizes_ || !executable_->compiled() || !sizes_->may_refuse()) return true;
   try {
     std::vector<PyRef> inputs;
     inputs.reserve(input_fetchers_.size());
@@ -227,7 +227,16 @@ bool CapturedFrame::serves(const ir::FrameView& frame) {
       if (!v) return true;  // NOTE: run() reports it
       inputs.push_back(std::move(v));
     }
-    return sizes_->serves(reinterpret_cast<PyObject* const*>(inputs.data()), inputs.size());
+    std::shared_ptr<runtime::CompiledGraph> graph;
+    if (!sizes_->serves(reinterpret_cast<PyObject* const*>(inputs.data()), inputs.size(),
+                        executable_->shared_compiled(), graph))
+      return false;
+    if (keep) {
+      keep->inputs = std::move(inputs);
+      keep->chosen = true;
+      keep->graph = std::move(graph);
+    }
+    return true;
   } catch (const std::exception&) {
     // NOTE: a compile failure at these sizes: run() compiles again and reports it.
     PyErr_Clear();
@@ -235,16 +244,21 @@ bool CapturedFrame::serves(const ir::FrameView& frame) {
   }
 }
 
-std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame) {
+std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame, Served* served) {
   {
     std::vector<PyRef> inputs;
-    inputs.reserve(input_sources_.size());
-    for (size_t i = 0; i < input_fetchers_.size(); ++i) {
-      PyRef v = input_fetchers_[i](frame);
-      if (!v)
-        TL_THROW(Runtime) << "torchlite: input " << input_sources_[i]->str()
-                          << " vanished while running";
-      inputs.push_back(std::move(v));
+    bool chosen = served && served->chosen && served->inputs.size() == input_fetchers_.size();
+    if (chosen) {
+      inputs = std::move(served->inputs);  // NOTE: serves() fetched them for this call
+    } else {
+      inputs.reserve(input_sources_.size());
+      for (size_t i = 0; i < input_fetchers_.size(); ++i) {
+        PyRef v = input_fetchers_[i](frame);
+        if (!v)
+          TL_THROW(Runtime) << "torchlite: input " << input_sources_[i]->str()
+                            << " vanished while running";
+        inputs.push_back(std::move(v));
+      }
     }
     std::vector<PyRef> outputs;
     static_assert(sizeof(PyRef) == sizeof(PyObject*), "PyRef must be a bare pointer");
@@ -252,7 +266,8 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame) {
     // NOTE: a size-generic entry runs the instance compiled for these inputs' sizes.
     std::shared_ptr<runtime::CompiledGraph> instance;
     if (sizes_ && executable_->compiled()) {
-      instance = sizes_->get(raw, inputs.size(), executable_->shared_compiled());
+      instance = chosen ? std::static_pointer_cast<runtime::CompiledGraph>(served->graph)
+                        : sizes_->get(raw, inputs.size(), executable_->shared_compiled());
       if (!instance) throw RunEagerly{};  // NOTE: before anything ran
       if (instance.get() == executable_->compiled()) instance.reset();
     }

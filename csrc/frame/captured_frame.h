@@ -22,10 +22,10 @@ class CapturedFrame : public CompiledFrame {
                 std::vector<ir::SideEffect> side_effects,
                 std::unique_ptr<runtime::Executable> executable, std::string func_name,
                 std::string filename);
-  PyObject* run(const ir::FrameView& frame) override;
+  PyObject* run(const ir::FrameView& frame, Served* served) override;
   // A size-generic entry (frame/size_generic.h): graphs for other input sizes come from here.
   void set_size_instances(std::shared_ptr<SizeInstances> s) { sizes_ = std::move(s); }
-  bool serves(const ir::FrameView& frame) override;
+  bool serves(const ir::FrameView& frame, Served* keep) override;
 
   // Thrown by run_graph, with no Python error set, when the graph raised before anything it
   // ran was visible: the frame then runs eagerly instead (CompiledFrame::run returns nullptr
@@ -33,9 +33,9 @@ class CapturedFrame : public CompiledFrame {
   struct RunEagerly {};
 
  protected:
-  // Reads the inputs and runs the graph; returns its outputs. Throws
+  // Reads the inputs (or takes serves()'s) and runs the graph; returns its outputs. Throws
   // PythonError or tl::Error.
-  std::vector<PyRef> run_graph(const ir::FrameView& frame);
+  std::vector<PyRef> run_graph(const ir::FrameView& frame, Served* served);
   PyRef rebuild(const ir::Residual& r, const std::vector<PyRef>& outputs,
                 const ir::FrameView& frame);
   // Replays the side effects. Call it after every value read from the frame

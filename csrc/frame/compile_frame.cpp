@@ -175,9 +175,22 @@ std::string choose_eager(PyCodeObject* code, const capture::CaptureResult& res,
 // The relations its trace relied on between the inputs' sizes become SIZE_RELATION guards;
 // an opless entry whose trace read a computed tensor's size stays exact. An eager entry
 // relaxes even then (it runs eagerly whatever the sizes).
+//
+// An eager entry relaxes from the frame's first capture (unless dynamic=False), and for every
+// size, 0 and 1 included: it compiles nothing that constant sizes would make faster, and
+// a generation loop's wrapper frame (a prompt of 7 tokens, then 1 a step) would otherwise
+// capture again at the second call only to run eagerly again.
 void relax_sizes_of_opless_entry(PyCodeObject* code, const CompileConfig& config,
                                  capture::CaptureResult& res, const char* why, bool eager) {
-  if (!choose_dynamic(code, config, res).runtime_sizes) return;
+  bool dynamic = choose_dynamic(code, config, res).runtime_sizes;  // NOTE: checks mark ranges
+  if (eager && config.dynamic != 0) {
+    size_t n = res.guards.make_all_sizes_dynamic(0);
+    if (n && log_enabled("recompiles"))
+      log_event("recompiles", utf8(code->co_qualname) + ": one entry for every size of its " +
+                                  std::to_string(n) + " tensor(s) (" + why + ")");
+    return;
+  }
+  if (!dynamic) return;
   if (!relations_to_guards(res) && !eager) return;
   size_t n = res.guards.make_all_sizes_dynamic();
   if (n && log_enabled("recompiles"))

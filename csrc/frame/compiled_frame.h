@@ -30,17 +30,27 @@ struct CompileConfig {
   int dynamic = -1;
 };
 
+// What serves() read on its way to a yes, handed to the run() of the same call so nothing is
+// read twice (the frame hook keeps it on its stack between the two; nothing runs in between).
+struct Served {
+  std::vector<PyRef> inputs;    // the graph's inputs as fetched; empty: run() fetches them
+  bool chosen = false;          // `graph` is serves()'s choice for these inputs
+  std::shared_ptr<void> graph;  // (opaque here; null: run the frame eagerly)
+};
+
 // A captured frame, compiled: reads its inputs from the frame by source, runs
 // the graph, rebuilds the return value and replays side effects.
 class CompiledFrame {
  public:
   virtual ~CompiledFrame() = default;
   // Returns a new reference, or nullptr with a Python exception set, or nullptr with none
-  // set: nothing visible happened, run the frame eagerly.
-  virtual PyObject* run(const ir::FrameView& frame) = 0;
+  // set: nothing visible happened, run the frame eagerly. `served`: what serves() kept for
+  // this call, or null.
+  virtual PyObject* run(const ir::FrameView& frame, Served* served) = 0;
   // After the guards passed: false when this entry still cannot serve the call (a
-  // size-generic entry whose trace relied on a relation of sizes that fails here).
-  virtual bool serves(const ir::FrameView& /*frame*/) { return true; }
+  // size-generic entry whose trace relied on a relation of sizes that fails here). May fill
+  // `keep` (null: nothing is kept) for the run() that follows.
+  virtual bool serves(const ir::FrameView& /*frame*/, Served* /*keep*/) { return true; }
 };
 
 struct CacheEntry {

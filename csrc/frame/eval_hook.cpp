@@ -220,9 +220,10 @@ CacheEntry stub_compile(const TlFrameInfo& fi, const ConfigPtr& config) {
 
 // The entry to run for this frame, or nullptr to run it eagerly (cache size
 // limit). Captures on a miss. Throws PythonError/Error.
+// `served`: what the entry's serves() kept for the run that follows (null: not kept).
 std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo& fi,
                                               const ir::FrameView& view, const ConfigPtr& config,
-                                              bool* captured = nullptr) {
+                                              bool* captured = nullptr, Served* served = nullptr) {
   auto chain = st.chains.find(config->id);  // compile_frame.cpp, choose_eager
   if (chain != st.chains.end() && !chain->second.eager_reason.empty()) return nullptr;
   std::string reason;
@@ -232,7 +233,7 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
   for (size_t i = 0; i < st.entries.size(); i++) {
     std::shared_ptr<CacheEntry> e = st.entries[i];
     if (e->config->id != config->id) continue;
-    if (e->guards.check(view) && (!e->compiled || e->compiled->serves(view))) {
+    if (e->guards.check(view) && (!e->compiled || e->compiled->serves(view, served))) {
       counters().cache_hits++;
       move_to_front(st, e.get());
       return e;
@@ -338,6 +339,7 @@ struct Interception {
   ir::FrameView view{fi.localsplus, fi.nlocalsplus, fi.closure, fi.globals, fi.builtins};
   std::shared_ptr<CacheEntry> entry;
   bool captured = false;
+  Served served;  // what the entry's serves() read, for its run
   {
     // Nothing that guards, capture or warnings run is intercepted.
     ActiveConfigScope none(nullptr);
@@ -347,7 +349,7 @@ struct Interception {
         st->skip = is_internal_code(fi.code);
         st->skip_known = true;
       }
-      if (!st->skip) entry = lookup_or_compile(*st, fi, view, *config, &captured);
+      if (!st->skip) entry = lookup_or_compile(*st, fi, view, *config, &captured, &served);
     } catch (const std::exception& e) {
       set_python_error(e);
       return {false, finish_unevaluated(ts, frame, nullptr)};
@@ -361,7 +363,7 @@ struct Interception {
   {
     ActiveConfigScope none(nullptr);
     try {
-      result = compiled->run(view);
+      result = compiled->run(view, &served);
     } catch (const std::exception& e) {
       set_python_error(e);
     }

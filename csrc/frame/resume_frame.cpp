@@ -118,9 +118,9 @@ void ResumeFrame::push_stack(std::vector<PyRef>& args, const std::vector<PyRef>&
   }
 }
 
-PyObject* ResumeFrame::run(const ir::FrameView& frame) {
+PyObject* ResumeFrame::run(const ir::FrameView& frame, Served* served) {
   try {
-    std::vector<PyRef> outputs = run_graph(frame);
+    std::vector<PyRef> outputs = run_graph(frame, served);
     std::vector<PyRef> args;
     for (const auto& v : plan_.locals) args.push_back(value(v, outputs, frame));
     std::vector<PendingIterator> iterators;

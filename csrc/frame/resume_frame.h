@@ -21,7 +21,7 @@ class ResumeFrame : public CapturedFrame {
               std::unique_ptr<runtime::Executable> executable, std::string func_name,
               std::string filename, capture::ResumePlan plan, const bytecode::BridgeCode& codes,
               std::shared_ptr<const CompileConfig> config);
-  PyObject* run(const ir::FrameView& frame) override;
+  PyObject* run(const ir::FrameView& frame, Served* served) override;
 
  private:
   PyRef value(const capture::ResumeValue& v, const std::vector<PyRef>& outputs,

@@ -65,10 +65,12 @@ const std::set<std::string>& generic_methods() {
   return names;
 }
 
-// Borrowed `o`: its shape and strides appended to `key`; false for a non-tensor.
-bool append_layout(PyObject* o, std::vector<int64_t>& key) {
-  PyRef shape = PyRef::steal(PyObject_GetAttrString(o, "shape"));
-  PyRef stride = shape ? PyRef::steal(PyObject_CallMethod(o, "stride", nullptr)) : PyRef();
+// Borrowed `o`: its shape and strides (read by `shape_of` and `stride_of`) appended to `key`;
+// false for a non-tensor.
+template <class Shape, class Stride>
+bool append_layout(PyObject* o, std::vector<int64_t>& key, Shape shape_of, Stride stride_of) {
+  PyRef shape = shape_of(o);
+  PyRef stride = shape ? stride_of(o) : PyRef();
   if (!shape || !stride || !PyTuple_Check(shape.get()) || !PyTuple_Check(stride.get())) {
     PyErr_Clear();
     return false;
@@ -82,11 +84,13 @@ bool append_layout(PyObject* o, std::vector<int64_t>& key) {
   return true;
 }
 
-std::vector<int64_t> layout_key(PyObject* const* inputs, size_t n) {
-  std::vector<int64_t> key;
-  for (size_t i = 0; i < n; ++i)
-    if (!append_layout(inputs[i], key)) key.push_back(-1);
-  return key;
+PyObject* shape_name() {
+  static PyObject* const name = PyUnicode_InternFromString("shape");  // immortal by use
+  return name;
+}
+PyObject* stride_name() {
+  static PyObject* const name = PyUnicode_InternFromString("stride");  // immortal by use
+  return name;
 }
 
 // getattr(t, name) as a set of ints (torch's mark_dynamic/mark_static attributes).
@@ -230,18 +234,30 @@ PyRef replay_meta(const ir::Node& n) {
   size_t first = method ? 1 : 0;
   if (n.args.size() < first) return {};
   PyRef self = method ? example_of(n.args[0]) : PyRef();
-  PyRef pos = PyRef::steal(PyTuple_New(n.args.size() - first));
+  // NOTE: `x.to(device)` on meta keeps only its dtype change (as capture computes it: a meta
+  // tensor cannot be copied to a real device); the node keeps the real call and device.
+  bool to = method && n.target_name == "to";
+  auto is_device = [](PyObject* v) {
+    return PyUnicode_Check(v) || PyObject_TypeCheck(v, reinterpret_cast<PyTypeObject*>(
+                                                           capture::torch_api().device_type.get()));
+  };
+  std::vector<PyRef> args;
   PyRef kwargs = PyRef::steal(PyDict_New());
-  bool ok = pos && kwargs && (!method || self);
+  bool ok = kwargs && (!method || self);
   for (size_t i = first; ok && i < n.args.size(); ++i) {
     PyRef v = example_of(n.args[i]);
     ok = static_cast<bool>(v);
-    if (ok) PyTuple_SET_ITEM(pos.get(), i - first, v.release());
+    if (ok && !(to && is_device(v.get()))) args.push_back(std::move(v));
   }
   for (const auto& [k, a] : n.kwargs) {
+    if (to && k == "device") continue;
     PyRef v = ok ? example_of(a) : PyRef();
     ok = v && PyDict_SetItemString(kwargs.get(), k.c_str(), v.get()) == 0;
   }
+  PyRef pos = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  ok = ok && pos;
+  for (size_t i = 0; ok && i < args.size(); ++i)
+    PyTuple_SET_ITEM(pos.get(), static_cast<Py_ssize_t>(i), args[i].release());
   // NOTE: a factory replays on meta (its node keeps the real device).
   bool factory = !method && is_factory(n.target_name);
   if (ok && factory) {
@@ -374,6 +390,41 @@ SizeInstances::SizeInstances(std::shared_ptr<const ir::Graph> captured, pipeline
   ctx_.trace_dir = "";  // NOTE: the capture's trace shows the first compile
 }
 
+std::vector<int64_t> SizeInstances::layout_key(PyObject* const* inputs, size_t n) {
+  // NOTE: per call: through the `shape` getter and `stride` method the inputs' type resolves
+  // to (found once, valid while the type's version tag holds), not by attribute name.
+  auto fast = [&](PyObject* o) {
+    PyTypeObject* type = Py_TYPE(o);
+    if (type != layout_type_ || type->tp_version_tag != layout_tag_ || !layout_tag_) {
+      layout_type_ = type;
+      layout_tag_ = 0;
+      PyObject* shape = _PyType_Lookup(type, shape_name());    // borrowed
+      PyObject* stride = _PyType_Lookup(type, stride_name());  // borrowed
+      if (shape && Py_IS_TYPE(shape, &PyGetSetDescr_Type) &&
+          reinterpret_cast<PyGetSetDescrObject*>(shape)->d_getset->get && stride &&
+          Py_IS_TYPE(stride, &PyMethodDescr_Type)) {
+        shape_getter_ = reinterpret_cast<PyGetSetDescrObject*>(shape)->d_getset;
+        stride_method_ = PyRef::borrow(stride);
+        layout_tag_ = type->tp_version_tag;
+      }
+    }
+    return layout_tag_ != 0;
+  };
+  auto shape_of = [&](PyObject* o) {
+    return PyRef::steal(fast(o) ? shape_getter_->get(o, shape_getter_->closure)
+                                : PyObject_GetAttr(o, shape_name()));
+  };
+  auto stride_of = [&](PyObject* o) {
+    return PyRef::steal(fast(o) ? PyObject_Vectorcall(stride_method_.get(), &o, 1, nullptr)
+                                : PyObject_CallMethodNoArgs(o, stride_name()));
+  };
+  std::vector<int64_t> key;
+  key.reserve(n * 8);
+  for (size_t i = 0; i < n; ++i)
+    if (!append_layout(inputs[i], key, shape_of, stride_of)) key.push_back(-1);
+  return key;
+}
+
 void SizeInstances::set_symbols(const capture::CaptureResult& res, bool in_guards) {
   symbols_.clear();
   for (const auto& [node, dim] : res.sym_table) {
@@ -394,12 +445,17 @@ void SizeInstances::set_symbols(const capture::CaptureResult& res, bool in_guard
       may_refuse_ = true;
 }
 
-bool SizeInstances::serves(PyObject* const* inputs, size_t n) {
-  if (!may_refuse_) return true;
+bool SizeInstances::serves(PyObject* const* inputs, size_t n,
+                           const std::shared_ptr<runtime::CompiledGraph>& first,
+                           std::shared_ptr<runtime::CompiledGraph>& graph) {
   std::vector<int64_t> key = layout_key(inputs, n);
-  if (key == first_key_) return true;
+  if (key == first_key_) {
+    graph = first;
+    return true;
+  }
   auto it = by_layout_.find(key);
   if (it == by_layout_.end()) it = add(std::move(key), instantiate(inputs, n));
+  graph = it->second.graph;
   return it->second.served;
 }
 
@@ -434,9 +490,9 @@ SizeInstances::Instance SizeInstances::instantiate(PyObject* const* inputs, size
                            << " placeholders";
   PyRef empty_strided = passes::torch_fn("empty_strided");
   for (size_t i = 0; i < n; ++i) {
-    PyRef shape = PyRef::steal(PyObject_GetAttrString(inputs[i], "shape"));
+    PyRef shape = PyRef::steal(PyObject_GetAttr(inputs[i], shape_name()));
     PyRef stride =
-        shape ? PyRef::steal(PyObject_CallMethod(inputs[i], "stride", nullptr)) : PyRef();
+        shape ? PyRef::steal(PyObject_CallMethodNoArgs(inputs[i], stride_name())) : PyRef();
     if (!stride) throw PythonError();
     PyRef args = PyRef::steal(PyTuple_Pack(2, shape.get(), stride.get()));
     PyRef kwargs = PyRef::steal(

@@ -65,8 +65,12 @@ class SizeInstances {
   void set_symbols(const capture::CaptureResult& res, bool in_guards);
   // Whether this entry holds at `inputs`' sizes: every relation the trace relied on (`t > 16`,
   // `d == 64`) still comes out the same. False: the caller captures again. Compiles the
-  // instance for these sizes on first sight (get() then finds it).
-  bool serves(PyObject* const* inputs, size_t n);
+  // instance for these sizes on first sight; `graph` is then what get() would return.
+  bool serves(PyObject* const* inputs, size_t n,
+              const std::shared_ptr<runtime::CompiledGraph>& first,
+              std::shared_ptr<runtime::CompiledGraph>& graph);
+  // serves() may answer false (otherwise it is always true and need not be asked).
+  bool may_refuse() const { return may_refuse_; }
 
  private:
   struct Instance {
@@ -74,6 +78,15 @@ class SizeInstances {
     bool served = true;
   };
   Instance instantiate(PyObject* const* inputs, size_t n);
+  // The inputs' sizes and strides, one key (-1 for a non-tensor).
+  std::vector<int64_t> layout_key(PyObject* const* inputs, size_t n);
+  // layout_key's fast path: the getter and method of the last type seen, valid while its
+  // version tag is `layout_tag_` (0: none). No reference to the type is held: the tag is unique
+  // per type, so a new type at the same address cannot match.
+  PyTypeObject* layout_type_ = nullptr;
+  unsigned int layout_tag_ = 0;
+  PyGetSetDef* shape_getter_ = nullptr;
+  PyRef stride_method_;
   std::map<std::vector<int64_t>, Instance>::iterator add(std::vector<int64_t> key, Instance made);
   std::vector<std::pair<size_t, int>> symbols_;  // symbol k: (node position, dim)
   std::vector<ir::SymRelation> relations_;

@@ -22,6 +22,9 @@ struct Node {
   FetchStep step;
   std::vector<LeafGuard> guards;
   std::vector<std::unique_ptr<Node>> children;
+  // SIZE_RELATION symbols that are sizes of this value: (dim, symbol index). Read right after
+  // its guards passed, from the value already fetched.
+  std::vector<std::pair<int, size_t>> symbol_dims;
 
   explicit Node(ir::SourcePtr s) : source(s), label(s->str()), step(*s) {}
 };
@@ -48,6 +51,7 @@ struct GuardSet::Impl {
   std::vector<Identity> identities;
   std::optional<StorageAliasing> storage_aliasing;
   std::optional<SizeRelations> size_relations;
+  mutable std::vector<int64_t> symbol_values;  // one per SizeRelations symbol, per check
   // Builtins the trace read: names that must stay absent from the frame's
   // globals, re-checked only when the globals dict changed.
   std::vector<PyRef> absent_globals;
@@ -62,6 +66,7 @@ struct GuardSet::Impl {
   // `kept`: the value is read from an nn.Module matched by identity.
   bool check_node(const Node& n, PyObject* parent, const ir::FrameView& frame, bool kept) const;
   bool check_absent_globals(PyObject* globals) const;
+  bool read_symbols(const Node& n, PyObject* v) const;
   void print(const Node& n, std::ostringstream& os) const;
 };
 
@@ -99,8 +104,37 @@ bool GuardSet::Impl::check_node(const Node& n, PyObject* parent, const ir::Frame
     }
     children_kept = children_kept || (g.kind == GuardKind::IdMatch && is_module(v.get()));
   }
+  if (!n.symbol_dims.empty() && !read_symbols(n, v.get())) return false;
   for (const auto& child : n.children)
     if (!check_node(*child, v.get(), frame, children_kept)) return false;
+  return true;
+}
+
+bool GuardSet::Impl::read_symbols(const Node& n, PyObject* v) const {
+  // NOTE: through the TENSOR_MATCH's getter when there is one (it just read this tensor's
+  // metadata): no attribute lookup by name.
+  const TensorMatch* tm = nullptr;
+  for (const LeafGuard& g : n.guards)
+    if (g.kind == GuardKind::TensorMatch && g.tensor) tm = g.tensor.get();
+  static PyObject* const shape_name = PyUnicode_InternFromString("shape");  // immortal by use
+  PyRef shape = tm ? tm->shape_of(v) : PyRef::steal(PyObject_GetAttr(v, shape_name));
+  if (!shape || !PyTuple_Check(shape.get())) {
+    clear_expected_error();
+    failure = "SIZE_RELATION: " + n.label + " has no shape";
+    return false;
+  }
+  for (const auto& [dim, k] : n.symbol_dims) {
+    if (dim >= PyTuple_GET_SIZE(shape.get())) {
+      failure = "SIZE_RELATION: " + n.label + " has no size " + std::to_string(dim);
+      return false;
+    }
+    symbol_values[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.get(), dim));
+    if (symbol_values[k] == -1 && PyErr_Occurred()) {
+      clear_expected_error();
+      failure = "SIZE_RELATION: unreadable size of " + n.label;
+      return false;
+    }
+  }
   return true;
 }
 
@@ -170,7 +204,7 @@ bool GuardSet::make_sizes_dynamic(const ir::SourcePtr& s,
   }
   return false;
 }
-size_t GuardSet::make_all_sizes_dynamic() {
+size_t GuardSet::make_all_sizes_dynamic(int64_t min_size) {
   size_t changed = 0;
   std::vector<Node*> todo;
   for (auto& r : impl_->roots) todo.push_back(r.get());
@@ -180,7 +214,7 @@ size_t GuardSet::make_all_sizes_dynamic() {
     for (auto& c : n->children) todo.push_back(c.get());
     for (LeafGuard& g : n->guards) {
       if (g.kind != GuardKind::TensorMatch || !g.tensor || g.tensor->is_dynamic()) continue;
-      TensorMatch relaxed = g.tensor->with_all_sizes_dynamic();
+      TensorMatch relaxed = g.tensor->with_all_sizes_dynamic(min_size);
       if (!relaxed.is_dynamic()) continue;
       g.tensor = std::make_shared<const TensorMatch>(std::move(relaxed));
       changed++;
@@ -190,6 +224,18 @@ size_t GuardSet::make_all_sizes_dynamic() {
 }
 void GuardSet::set_size_relations(SizeRelations relations) {
   if (!impl_->size_relations) ++impl_->count;
+  std::vector<Node*> todo;
+  for (auto& r : impl_->roots) todo.push_back(r.get());
+  while (!todo.empty()) {  // NOTE: relations set before are replaced: so are their symbols
+    Node* n = todo.back();
+    todo.pop_back();
+    n->symbol_dims.clear();
+    for (auto& c : n->children) todo.push_back(c.get());
+  }
+  const auto& symbols = relations.symbols();
+  for (size_t k = 0; k < symbols.size(); ++k)
+    impl_->node_for(symbols[k].source).symbol_dims.emplace_back(symbols[k].dim, k);
+  impl_->symbol_values.assign(symbols.size(), 0);
   impl_->size_relations.emplace(std::move(relations));
 }
 bool GuardSet::has_size_relations() const { return impl_->size_relations.has_value(); }
@@ -295,7 +341,8 @@ bool GuardSet::check(const ir::FrameView& frame, bool global_state) const {
     im.failure = im.storage_aliasing->failure();
     return false;
   }
-  if (im.size_relations && !im.size_relations->check(frame)) {
+  // NOTE: the tree above read every symbol's value (Impl::read_symbols).
+  if (im.size_relations && !im.size_relations->holds(im.symbol_values)) {
     im.failure = im.size_relations->failure();
     return false;
   }

@@ -31,9 +31,10 @@ class GuardSet {
   // A size-generic entry (frame/size_generic.h): the TENSOR_MATCH on `s` lets `dims` change
   // (TensorMatch::with_dynamic_dims). False when `s` has no TENSOR_MATCH.
   bool make_sizes_dynamic(const ir::SourcePtr& s, std::vector<TensorMatch::DynamicDim> dims);
-  // Every TENSOR_MATCH on a contiguous tensor lets its sizes >= 2 change: for an entry whose
-  // code does not depend on them (one that runs the frame eagerly). Returns how many changed.
-  size_t make_all_sizes_dynamic();
+  // Every TENSOR_MATCH on a contiguous tensor lets its sizes >= `min_size` change (to any size
+  // from `min_size` up): for an entry whose code does not depend on them (one that runs the
+  // frame eagerly: min_size 0). Returns how many changed.
+  size_t make_all_sizes_dynamic(int64_t min_size = 2);
   // SIZE_RELATION: the relations the trace relied on between its inputs' sizes, checked after
   // the other guards (size_relations.h). Replaces any set before.
   void set_size_relations(SizeRelations relations);

@@ -61,6 +61,37 @@ bool ints_equal(PyObject* tuple, const std::vector<Py_ssize_t>& expected) {
   return true;
 }
 
+// A dynamic guard's layout test (dynamic_difference(...).empty()) on the shape and stride
+// tuples as read, without copying them: the per-call path of size-generic entries.
+template <class Dims>
+bool dynamic_layout_matches(PyObject* shape, PyObject* stride,
+                            const std::vector<Py_ssize_t>& recorded, const Dims& dynamic) {
+  const Py_ssize_t n = static_cast<Py_ssize_t>(recorded.size());
+  if (!PyTuple_Check(shape) || !PyTuple_Check(stride) || PyTuple_GET_SIZE(shape) != n ||
+      PyTuple_GET_SIZE(stride) != n)
+    return false;
+  size_t k = 0;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    Py_ssize_t got = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+    if (got == -1 && PyErr_Occurred()) throw PythonError();
+    if (k < dynamic.size() && dynamic[k].dim == i) {
+      const auto& d = dynamic[k++];
+      if (got < d.min || (d.max >= 0 && got > d.max)) return false;
+    } else if (got != recorded[i]) {
+      return false;
+    }
+  }
+  // NOTE: contiguous strides of the sizes (size-0 and size-1 dims count as 1).
+  Py_ssize_t step = 1;
+  for (Py_ssize_t i = n; i-- > 0;) {
+    Py_ssize_t got = PyLong_AsSsize_t(PyTuple_GET_ITEM(stride, i));
+    if (got == -1 && PyErr_Occurred()) throw PythonError();
+    if (got != step) return false;
+    step *= std::max<Py_ssize_t>(PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i)), 1);
+  }
+  return true;
+}
+
 std::string join(const std::vector<Py_ssize_t>& v) {
   std::ostringstream os;
   os << "(";
@@ -122,6 +153,16 @@ PyRef TensorMatch::read(PyObject* v, Field f) const {
   return PyRef::steal(r);
 }
 
+PyRef TensorMatch::shape_of(PyObject* v) const {
+  try {
+    PyRef shape = read(v, kShape);
+    if (PyTuple_Check(shape.get())) return shape;
+  } catch (const PythonError&) {
+    clear_expected_error();
+  }
+  return PyRef();
+}
+
 PyRef TensorMatch::read_strides(PyObject* v) const {
   PyObject* r = fast_valid() && Py_TYPE(v) == (PyTypeObject*)type_.get()
                     ? PyObject_Vectorcall(stride_method_.get(), &v, 1, nullptr)
@@ -171,7 +212,7 @@ bool TensorMatch::check(PyObject* v) const {
     if ((read(v, kRequiresGrad).get() == Py_True) != requires_grad_) return false;
     if (read_inference(v) != inference_) return false;
     if (!dynamic_.empty()) {
-      if (!dynamic_layout_ok(to_ints(read(v, kShape).get()), to_ints(read_strides(v).get())))
+      if (!dynamic_layout_matches(read(v, kShape).get(), read_strides(v).get(), sizes_, dynamic_))
         return false;
     } else if (!ints_equal(read(v, kShape).get(), sizes_) ||
                !ints_equal(read_strides(v).get(), strides_)) {
@@ -287,17 +328,15 @@ std::vector<Py_ssize_t> dense_strides(const std::vector<Py_ssize_t>& sizes) {
 }
 }  // namespace
 
-TensorMatch TensorMatch::with_all_sizes_dynamic() const {
+TensorMatch TensorMatch::with_all_sizes_dynamic(int64_t min_size) const {
   std::vector<DynamicDim> dims;
   for (size_t i = 0; i < sizes_.size(); ++i)
-    if (sizes_[i] >= 2) dims.push_back(DynamicDim{static_cast<int>(i), 2, -1});
+    if (sizes_[i] >= min_size) dims.push_back(DynamicDim{static_cast<int>(i), min_size, -1});
   if (dims.empty() || strides_ != dense_strides(sizes_)) return *this;
-  return with_dynamic_dims(std::move(dims));
-}
-
-bool TensorMatch::dynamic_layout_ok(const std::vector<Py_ssize_t>& sizes,
-                                    const std::vector<Py_ssize_t>& strides) const {
-  return dynamic_difference(sizes, strides).empty();
+  // NOTE: not with_dynamic_dims, which keeps 0 and 1 exact: here the caller chose min_size.
+  TensorMatch out = *this;
+  out.dynamic_ = std::move(dims);  // in dimension order
+  return out;
 }
 
 std::string TensorMatch::dynamic_difference(const std::vector<Py_ssize_t>& sizes,

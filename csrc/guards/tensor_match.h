@@ -26,9 +26,9 @@ class TensorMatch {
   // Call only on a guard whose recorded strides are contiguous.
   TensorMatch with_dynamic_dims(std::vector<DynamicDim> dims) const;
   bool is_dynamic() const { return !dynamic_.empty(); }
-  // This guard with every dimension of size >= 2 dynamic (no range); itself when its recorded
-  // strides are not contiguous or no dimension qualifies.
-  TensorMatch with_all_sizes_dynamic() const;
+  // This guard with every dimension of size >= `min_size` dynamic (sizes from `min_size` up, no
+  // upper bound); itself when its recorded strides are not contiguous or no dimension qualifies.
+  TensorMatch with_all_sizes_dynamic(int64_t min_size = 2) const;
 
   // Borrows v. A tensor whose metadata cannot be read fails (error cleared).
   bool check(PyObject* v) const;
@@ -37,6 +37,9 @@ class TensorMatch {
   // "f32[8,4] stride=(4,1) cpu requires_grad=False"
   std::string str() const;
   bool same_as(const TensorMatch& o) const;
+  // v.shape (a tuple) through the getter found at add time: what SIZE_RELATION guards read
+  // after check(v) passed. Null, with no error set, when it cannot be read.
+  PyRef shape_of(PyObject* v) const;
 
  private:
   enum Field { kDtype, kDevice, kRequiresGrad, kShape, kIsCpu, kLayout, kVersion, kNumFields };
@@ -59,8 +62,6 @@ class TensorMatch {
   bool check_layout_ = false;  // see the constructor
   std::vector<Py_ssize_t> sizes_, strides_;
   std::vector<DynamicDim> dynamic_;  // empty: sizes and strides exactly as recorded
-  bool dynamic_layout_ok(const std::vector<Py_ssize_t>& sizes,
-                         const std::vector<Py_ssize_t>& strides) const;
   std::string dynamic_difference(const std::vector<Py_ssize_t>& sizes,
                                  const std::vector<Py_ssize_t>& strides) const;
   // The C getters and stride method `type_` resolves to at add time: calling

@@ -20,7 +20,7 @@ namespace {
 class ConstantFrame : public frame::CompiledFrame {
  public:
   explicit ConstantFrame(PyObject* value) : value_(PyRef::borrow(value)) {}
-  PyObject* run(const ir::FrameView&) override { return Py_NewRef(value_.get()); }
+  PyObject* run(const ir::FrameView&, frame::Served*) override { return Py_NewRef(value_.get()); }
 
  private:
   PyRef value_;

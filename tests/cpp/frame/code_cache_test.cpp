@@ -25,7 +25,7 @@ class TrackedFrame : public CompiledFrame {
  public:
   explicit TrackedFrame(bool* destroyed) : destroyed_(destroyed) {}
   ~TrackedFrame() override { *destroyed_ = true; }
-  PyObject* run(const tl::ir::FrameView&) override { return nullptr; }
+  PyObject* run(const tl::ir::FrameView&, tl::frame::Served*) override { return nullptr; }
 
  private:
   bool* destroyed_;
