@@ -389,6 +389,7 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
       out.side_effects = side_effects(ctx, rb);
     }
     ctx.graph().set_output(rb.take_outputs());
+    ctx.drop_unused_inputs();
     ctx.graph().lint();
     guard_storage_aliasing(ctx);
   } catch (const GraphBreak& b) {
