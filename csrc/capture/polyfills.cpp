@@ -4,20 +4,21 @@
 
 #include "core/errors.h"
 #include "core/py_ref.h"
+#include "core/python_helpers.h"
 
 namespace tl::capture {
 namespace {
 
 struct Polyfill {
   PyRef torch_fn;  // the function user code calls
-  PyRef stand_in;  // torchlite._polyfills.<name>
+  PyRef stand_in;  // torchlite._polyfills.<name>, registered as helper "polyfills.<name>"
 };
 
-// NOTE: {module, function, stand-in}: a module that fails to import (an older torch) leaves its
-// rows out; the function is then never called by user code either.
+// NOTE: {module, function, stand-in helper (torchlite/_install.py registers it)}: a module that
+// fails to import (an older torch) leaves its rows out; user code cannot call the function then.
 constexpr const char* kTable[][3] = {
     // transformers' Mamba under torch.compiler.is_compiling(): vmap inside (generic mode)
-    {"torch._higher_order_ops.associative_scan", "associative_scan", "associative_scan"},
+    {"torch._higher_order_ops.associative_scan", "associative_scan", "polyfills.associative_scan"},
 };
 
 PyRef import_attr(const char* module, const char* name) {
@@ -31,8 +32,7 @@ std::vector<Polyfill> build() {
   std::vector<Polyfill> out;
   for (const auto& row : kTable) {
     PyRef fn = import_attr(row[0], row[1]);
-    PyRef stand_in = import_attr("torchlite._polyfills", row[2]);
-    if (fn && stand_in) out.push_back({std::move(fn), std::move(stand_in)});
+    if (fn) out.push_back({std::move(fn), python_helper(row[2])});
   }
   return out;
 }
