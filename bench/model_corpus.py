@@ -849,6 +849,9 @@ EXTRA_TIMM = [
     _timm("deit3_small_patch16_224", _VIT_EXTRA),
     _timm("cs3darknet_s"),
     _timm("tinynet_a"),
+    # added in the twentieth session (bench/capture_sweep.py): the rope grid of DINOv3 builds its
+    # coordinates with `torch.arange(..., device=None)`
+    _timm("vit_tiny_patch16_dinov3_qkvb", _VIT_EXTRA),
 ]
 
 EXTRA: list[ModelSpec] = EXTRA_TIMM + EXTRA_TRANSFORMERS

@@ -43,6 +43,7 @@ def _register_python_helpers() -> None:
         _ddp_buckets,
         _optimizer,
         _padded_weights,
+        _polyfills,
         _training,
     )
 
@@ -56,6 +57,7 @@ def _register_python_helpers() -> None:
         "training.make_training_function": _training.make_training_function,
         "optimizer.step_route": _optimizer.step_route,
         "optimizer.step_callable": _optimizer.step_callable,
+        "polyfills.associative_scan": _polyfills.associative_scan,
     }
     for name, fn in helpers.items():
         _C.register_python_helper(name, fn)

@@ -5,6 +5,7 @@
 #include "capture/autocast.h"
 #include "capture/graph_break.h"
 #include "capture/optimizer_step.h"
+#include "capture/polyfills.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
@@ -262,6 +263,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   if (PyFunction_Check(f) && !args.empty() && args[0]->kind == VKind::Module &&
       is_torch_function(f))
     return inline_function(f, fn->source, nullptr, std::move(args), kwargs);
+  if (PyObject* stand_in = polyfill_for(f))
+    return inline_function(stand_in, nullptr, nullptr, std::move(args), kwargs);
   if (is_dynamo_disabled(f))
     graph_break("unsupported_callable",
                 "call to " + qual + ", which torch.compiler.disable keeps out of compiled code");

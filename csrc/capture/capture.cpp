@@ -130,9 +130,38 @@ class ResidualBuilder {
         if (v->kind == VKind::Method)
           graph_break("unsupported_value", "returning a method from traced code");
         return build(lower_created_object(v));  // made by traced code (or a clean break)
+      case VKind::Iterator:
+        if (auto r_it = returned_iterator(v)) return *r_it;
+        graph_break("unsupported_value", "returning a " + v->type_name() + " from traced code");
       default:
         graph_break("unsupported_value", "returning a " + v->type_name() + " from traced code");
     }
+  }
+
+  // NOTE: an iterator handed back to the caller (`ModuleList.__iter__` returns
+  // `iter(self._modules.values())`) is made again by CPython over the very containers it walks,
+  // advanced as far as the trace advanced it, when each of them is the frame's own (has a
+  // source): the caller's loop then sees what eager's would. A container the trace built would
+  // be rebuilt as a copy, so that stays a break.
+  std::optional<ir::Residual> returned_iterator(const ValuePtr& it) {
+    auto live = live_iterator(it);
+    if (!live) return std::nullopt;
+    ir::Residual r;
+    r.kind = ir::Residual::Kind::Iterator;
+    r.value = live->factory;
+    r.index = static_cast<int>(live->skip);
+    for (const ValuePtr& a : live->args) {
+      if (a->kind == VKind::Iterator) {
+        auto inner = returned_iterator(a);
+        if (!inner) return std::nullopt;
+        r.items.push_back(std::move(*inner));
+      } else if (a->source) {
+        r.items.push_back(build(a));
+      } else {
+        return std::nullopt;
+      }
+    }
+    return r;
   }
 
   std::vector<ir::Arg> take_outputs() { return std::move(outputs_); }
@@ -389,6 +418,7 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
       out.side_effects = side_effects(ctx, rb);
     }
     ctx.graph().set_output(rb.take_outputs());
+    ctx.drop_unused_inputs();
     ctx.graph().lint();
     guard_storage_aliasing(ctx);
   } catch (const GraphBreak& b) {

@@ -500,6 +500,48 @@ ValuePtr CaptureContext::wrap_tensor(PyObject* t, const ir::SourcePtr& src) {
   return v;
 }
 
+namespace {
+void mark_used(const ir::Arg& a, std::unordered_set<const ir::Node*>& used) {
+  if (a.kind == ir::Arg::Kind::Node) used.insert(a.node);
+  for (const auto& item : a.items) mark_used(item, used);
+}
+}  // namespace
+
+// NOTE: a tensor the trace only looked at (an identity test such as nn.LSTM's
+// `ref() is not weight` over its weakrefs, a size folded into a constant) is decided by its
+// guards, which read it through its source anyway; as a graph input it would be fetched a
+// second time on every call for nothing. Symbols of dynamic sizes keep their node.
+int CaptureContext::drop_unused_inputs() {
+  std::unordered_set<const ir::Node*> used;
+  for (const auto& n : graph_->nodes()) {
+    for (const auto& a : n->args) mark_used(a, used);
+    for (const auto& kw : n->kwargs) mark_used(kw.second, used);
+  }
+  for (const auto& [node, dim] : sym_table) used.insert(node);
+  std::vector<ir::Node*> placeholders = graph_->placeholders();
+  TL_CHECK(placeholders.size() == example_inputs_.size())
+      << "drop_unused_inputs: " << placeholders.size() << " placeholders, "
+      << example_inputs_.size() << " example inputs";
+  std::vector<PyRef> kept;
+  std::unordered_set<const ir::Source*> dropped_sources;
+  for (size_t i = 0; i < placeholders.size(); ++i) {
+    ir::Node* p = placeholders[i];
+    if (used.count(p)) {
+      kept.push_back(example_inputs_[i]);
+      continue;
+    }
+    dropped_sources.insert(p->source.get());
+    graph_->erase(p);
+  }
+  int dropped = static_cast<int>(dropped_sources.size());
+  if (!dropped) return 0;
+  example_inputs_ = std::move(kept);
+  // NOTE: tensor_inputs_ keeps the inputs the graph still reads: the storage aliasing guard's set
+  std::erase_if(tensor_inputs_,
+                [&](const auto& in) { return dropped_sources.count(in.first.get()) > 0; });
+  return dropped;
+}
+
 std::optional<bool> CaptureContext::same_input_tensor(const ValuePtr& a, const ValuePtr& b) {
   if (!a->source || !b->source) return std::nullopt;
   auto ia = input_tensors_.find(a->source->str()), ib = input_tensors_.find(b->source->str());
@@ -1025,9 +1067,11 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
     if (PyDict_SetItemString(meta_kwargs.get(), k.c_str(), to_meta_arg(v, dev).get()) < 0)
       throw PythonError();
   }
+  // NOTE: `device=None` is the default device, as no device at all: the meta call must still
+  // get device="meta" (else it allocates a real tensor and mixes it with meta ones).
+  PyObject* given_device = PyDict_GetItemString(meta_kwargs.get(), "device");  // borrowed
   if (method.empty() && factory_functions().count(op_name) &&
-      !PyDict_GetItemString(meta_kwargs.get(), "device") &&
-      op_name.find("_like") == std::string::npos) {
+      (!given_device || given_device == Py_None) && op_name.find("_like") == std::string::npos) {
     if (PyDict_SetItemString(meta_kwargs.get(), "device", api.meta_device.get()) < 0)
       throw PythonError();
     if (!device || !has_tensor)

@@ -76,6 +76,9 @@ class CaptureContext {
   std::shared_ptr<ir::Graph> graph_ptr() { return graph_; }
   guards::GuardSet& guards() { return guards_; }
   const std::vector<PyRef>& example_inputs() const { return example_inputs_; }
+  // Drops the placeholders of tensor inputs no node uses (and their example inputs), once the
+  // graph is complete; their guards stay. Returns how many were dropped.
+  int drop_unused_inputs();
   // `a is b` for two tensor inputs (placeholders) reached through different
   // sources, answered from the real objects and guarded; nullopt when either
   // is not an input.

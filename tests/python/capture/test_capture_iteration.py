@@ -9,6 +9,7 @@ import builtins
 import types
 from collections.abc import Sequence
 
+import pytest
 import torch
 from semantics_check import randn, same_as_eager
 
@@ -352,3 +353,56 @@ def test_leaf_made_with_requires_grad_in_compiled_code_stays_a_leaf():
         results.append((w.requires_grad, w.is_leaf, loss.requires_grad, w.grad))
     assert results[1][:3] == results[0][:3]
     torch.testing.assert_close(results[1][3], results[0][3])
+
+
+def test_an_iterator_over_the_callers_containers_is_returned_without_a_break():
+    # NOTE: ModuleList.__iter__ (`iter(self._modules.values())`) is captured on its own when
+    # eagerly run code loops over a ModuleList after a graph break.
+    layers = torch.nn.ModuleList([torch.nn.Linear(2, 2) for _ in range(3)])
+    names = {"a": 1, "b": 2, "c": 3}
+
+    def advanced(m, d, k):
+        i = iter(m._modules.values())
+        for _ in range(k):
+            next(i)
+        return i, iter(d)
+
+    compiled = torchlite.compile(advanced)
+    for k in (0, 1, 1, 3):
+        got, got_keys = compiled(layers, names, k)
+        want, want_keys = advanced(layers, names, k)
+        assert type(got) is type(want)
+        assert [id(v) for v in got] == [id(v) for v in want]
+        assert list(got_keys) == list(want_keys)
+    report = torchlite.explain(advanced)(layers, names, 1)
+    assert report.graph_break_count == 0
+    report = torchlite.explain(layers.__iter__)()
+    assert report.graph_break_count == 0
+
+
+def test_a_returned_iterator_sees_later_changes_to_the_container_as_eager():
+    d = {"x": 1, "y": 2}
+
+    def values_of(d):
+        return iter(d.values())
+
+    compiled = torchlite.compile(values_of)
+    for fn in (values_of, compiled):
+        it = fn(d)
+        assert next(it) == 1
+        d["z"] = 3
+        with pytest.raises(RuntimeError, match="changed size"):
+            next(it)
+        del d["z"]
+
+
+def test_an_iterator_over_a_list_made_in_traced_code_is_still_right():
+    def fresh(x):
+        items = [x + 1, x * 2]
+        return iter(items), items
+
+    compiled = torchlite.compile(fresh)
+    x = torch.randn(3)
+    it, items = compiled(x)
+    items.append(x)  # the iterator walks the very list returned beside it, as in eager
+    assert len(list(it)) == 3

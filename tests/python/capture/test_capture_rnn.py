@@ -55,3 +55,32 @@ def test_rnn_in_a_model_keeps_its_cache_and_follows_a_replaced_weight():
         model.gru.weight_hh_l0 = torch.nn.Parameter(torch.randn_like(model.gru.weight_hh_l0))
         model.gru._init_flat_weights()
         torch.testing.assert_close(compiled(x), model(x))
+
+
+def _graph_inputs(graph) -> list[str]:
+    header = str(graph).splitlines()[0]  # graph(%a, %b):
+    return [name.strip(" %") for name in header[len("graph(") : -2].split(",") if name.strip()]
+
+
+def test_weakref_referents_and_attributes_only_compared_are_not_graph_inputs():
+    # NOTE: the forward compares each `_flat_weight_refs[i]()` with the attribute by identity;
+    # those reads are decided by guards, so only the input and `_flat_weights` enter the graph.
+    lstm = torch.nn.LSTM(4, 6, num_layers=2, bidirectional=True).eval()
+    with torch.no_grad():
+        report = torchlite.explain(lstm)(torch.randn(3, 2, 4))
+    assert report.graph_count == 1
+    inputs = _graph_inputs(report.graphs[0])
+    assert len(inputs) == 1 + len(lstm._flat_weights), inputs
+    assert not [name for name in inputs if "refs" in name]
+
+
+def test_a_tensor_only_tested_by_identity_is_guarded_not_an_input():
+    def fn(x, y):
+        return x * 2 if x is y else x - 1
+
+    x = torch.randn(4)
+    compiled = torchlite.compile(fn, fullgraph=True)
+    for a, b in [(x, x), (x, torch.randn(3)), (x, x), (torch.randn(4), torch.randn(5))]:
+        torch.testing.assert_close(compiled(a, b), fn(a, b))
+    report = torchlite.explain(fn)(x, torch.randn(3))
+    assert _graph_inputs(report.graphs[0]) == ["x"]

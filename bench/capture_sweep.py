@@ -1,0 +1,515 @@
+"""Capture-coverage sweep over models nobody here chose: a wide sample of timm architectures (one
+small variant per timm module, a few more from the big modules) and of transformers model types
+(tiny configs built from each type's config class: base models, *ForCausalLM,
+*ForSequenceClassification, encoder-decoders, image classifiers), random weights, CPU, float32,
+eval forward under torch.no_grad.
+
+For each model: eager vs torchlite.compile (correct within the corpus tolerance, or WRONG), the
+frames a second identical call captures again, and torchlite.explain's graph count, break count
+and top break reasons. Models already in bench/model_corpus.py are left out (--include-corpus
+keeps them).
+
+    python bench/capture_sweep.py [--family timm|transformers|both] [--limit N] [--only NAME,...]
+        [--timeout-s S] [--jsonl PATH] [--list]
+
+Each model runs in a worker process that writes one JSON line per model (--jsonl, default
+/tmp/capture_sweep.jsonl), so a crash of the interpreter (a segfault) costs that model only: the
+driver records it as CRASH and starts a new worker at the next model. A model that runs past
+--timeout-s is recorded as TIMEOUT. The table (model, graphs, breaks, 2nd, correct, top break
+reason) and the most frequent break reasons over the whole sweep are printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_TESTS = os.path.join(_HERE, "..", "tests", "python")
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# ---------------------------------------------------------------------------------------------
+# The sample
+# ---------------------------------------------------------------------------------------------
+
+# NOTE: name fragments of small variants, smallest first: the variant of a timm module picked is
+# the one whose best fragment comes first (ties: the shorter name).
+_SMALL = (
+    "atto",
+    "femto",
+    "pico",
+    "nano",
+    "xxtiny",
+    "xxs",
+    "tiny",
+    "xs",
+    "small",
+    "_s0",
+    "_s",
+    "b0",
+    "_t",
+    "050",
+    "075",
+    "100",
+    "18",
+    "26",
+    "34",
+    "50",
+)
+# timm modules with many distinct architectures: a few more variants each
+_BIG_MODULES = {"byobnet": 2, "efficientnet": 2, "vision_transformer": 2, "metaformer": 2}
+_MAX_PARAMS = 40e6
+# NOTE: pretrained-config names whose variants differ only in weights: drop the tag suffix
+_SKIP_TIMM_FRAGMENTS = ("_in21k", "_in22k", "_384", "_448", "_512", "_336", "_gap", "_clip")
+
+
+_LARGE = ("large", "base", "huge", "giant", "xl", "medium", "big")
+
+
+def _rank(name: str) -> tuple:
+    large = any(f in name for f in _LARGE)
+    for i, frag in enumerate(_SMALL):
+        if frag in name:
+            return (large, i, len(name), name)
+    return (large, len(_SMALL), len(name), name)
+
+
+def timm_sample(corpus_names: set[str]) -> list[str]:
+    import timm
+
+    picked = []
+    for module in timm.list_modules():
+        names = [
+            n
+            for n in timm.list_models(module=module)
+            if n not in corpus_names and not any(f in n for f in _SKIP_TIMM_FRAGMENTS)
+        ]
+        names.sort(key=_rank)
+        # NOTE: distinct architectures first: a second pick shares no prefix (before the first
+        # '_') with the first one where possible
+        chosen: list[str] = []
+        for n in names:
+            if len(chosen) >= _BIG_MODULES.get(module, 1):
+                break
+            if all(n.split("_")[0] != c.split("_")[0] for c in chosen) or len(chosen) == 0:
+                chosen.append(n)
+        picked += chosen
+    return [f"timm:{n}" for n in picked]
+
+
+# common config keys at tiny sizes; only keys the config class already has are passed
+_TINY = {
+    "hidden_size": 64,
+    "d_model": 64,
+    "n_embd": 64,
+    "dim": 64,
+    "embed_dim": 64,
+    "num_hidden_layers": 2,
+    "n_layer": 2,
+    "n_layers": 2,
+    "num_layers": 2,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "num_attention_heads": 4,
+    "n_head": 4,
+    "n_heads": 4,
+    "num_heads": 4,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "intermediate_size": 128,
+    "ffn_dim": 128,
+    "encoder_ffn_dim": 128,
+    "decoder_ffn_dim": 128,
+    "d_ff": 128,
+    "d_kv": 16,
+    "n_inner": 128,
+    "max_position_embeddings": 128,
+    "image_size": 32,
+    "patch_size": 8,
+    "num_channels": 3,
+    "use_cache": False,
+}
+_VOCAB = 512
+_BACKEND = os.environ.get("CAPTURE_SWEEP_BACKEND", "eager")
+_SEQ = 16
+
+
+def transformers_sample(corpus_names: set[str]) -> list[str]:
+    from transformers.models.auto import modeling_auto as ma
+
+    skip = corpus_names | {n.replace("-", "_") for n in corpus_names}
+    out: list[str] = []
+    groups = [
+        ("causal", ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES),
+        ("seqcls", ma.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES),
+        ("seq2seq", ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES),
+        ("imgcls", ma.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES),
+    ]
+    seen: set[str] = set()
+    for kind, mapping in groups:
+        types = []
+        for model_type in sorted(mapping):
+            if model_type in skip or model_type in seen:
+                continue
+            seen.add(model_type)
+            types.append(model_type)
+        # NOTE: an even spread over the alphabet, at most _PER_KIND[kind] of each kind
+        step = max(1, len(types) / _PER_KIND[kind])
+        picked = sorted({types[int(i * step)] for i in range(min(len(types), _PER_KIND[kind]))})
+        out += [f"tf:{kind}:{t}" for t in picked]
+    return out
+
+
+_PER_KIND = {"causal": 50, "seqcls": 25, "seq2seq": 8, "imgcls": 28}
+
+
+# ---------------------------------------------------------------------------------------------
+# Building one model
+# ---------------------------------------------------------------------------------------------
+
+
+def _build_timm(name: str):
+    import timm
+    import torch
+
+    kwargs_tries = [{"img_size": 64}, {}]
+    last = None
+    for extra in kwargs_tries:
+        try:
+            with torch.device("meta"):
+                probe = timm.create_model(name, pretrained=False, **extra)
+            params = sum(p.numel() for p in probe.parameters())
+            if params > _MAX_PARAMS:
+                raise RuntimeError(f"too big: {params / 1e6:.0f}M parameters")
+            model = timm.create_model(name, pretrained=False, **extra)
+        except TypeError as exc:
+            last = exc
+            continue
+        sizes = [64] if extra else [64, 96, model.pretrained_cfg.get("input_size", (3, 224))[-1]]
+        for px in sizes:
+            x = torch.randn(2, 3, px, px)
+            try:
+                with torch.no_grad():
+                    model.eval()(x)
+                return model, (x,), {}
+            except Exception as exc:  # noqa: BLE001  (too small an input for this model)
+                last = exc
+    raise RuntimeError(f"no working input: {last}")
+
+
+def _tiny_config(model_type: str):
+    from transformers import AutoConfig
+
+    base = AutoConfig.for_model(model_type)
+    keys = set(base.to_dict()) | set(getattr(base, "attribute_map", {}))
+    cfg = {k: v for k, v in _TINY.items() if k in keys}
+    ids = [getattr(base, k, None) for k in ("pad_token_id", "bos_token_id", "eos_token_id")]
+    ids += [getattr(base, "decoder_start_token_id", None)]
+    if "vocab_size" in keys and all(i is None or (isinstance(i, int) and i < _VOCAB) for i in ids):
+        cfg["vocab_size"] = _VOCAB
+    # NOTE: sub-configs (text_config, vision_config) are left at their defaults
+    return AutoConfig.for_model(model_type, **cfg)
+
+
+def _build_transformers(kind: str, model_type: str):
+    import torch
+    from transformers.models.auto import modeling_auto as ma
+
+    mapping = {
+        "causal": ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        "seqcls": ma.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+        "seq2seq": ma.MODEL_MAPPING_NAMES,
+        "imgcls": ma.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES,
+    }[kind]
+    import transformers
+
+    cls_name = mapping.get(model_type)
+    if isinstance(cls_name, (tuple, list)):
+        cls_name = cls_name[0]
+    if cls_name is None:
+        raise RuntimeError(f"no {kind} class")
+    cls = getattr(transformers, cls_name)
+    config = _tiny_config(model_type)
+    if kind == "seqcls":
+        config.num_labels = 3
+    if getattr(config, "pad_token_id", None) is None and kind == "seqcls":
+        config.pad_token_id = 0
+    model = cls(config).eval()
+    params = sum(p.numel() for p in model.parameters())
+    if params > _MAX_PARAMS:
+        raise RuntimeError(f"too big: {params / 1e6:.0f}M parameters")
+    vocab = getattr(config, "vocab_size", _VOCAB) or _VOCAB
+    g = torch.Generator().manual_seed(0)
+    main = getattr(model, "main_input_name", "input_ids")
+    if main == "input_ids":
+        ids = torch.randint(4, min(vocab, _VOCAB), (2, _SEQ), generator=g)
+        kwargs = {"input_ids": ids}
+        mask = torch.ones(2, _SEQ, dtype=torch.long)
+        mask[1, _SEQ - 4 :] = 0
+        kwargs["attention_mask"] = mask
+        if kind == "seq2seq" or getattr(config, "is_encoder_decoder", False):
+            kwargs["decoder_input_ids"] = torch.randint(
+                4, min(vocab, _VOCAB), (2, _SEQ // 2), generator=g
+            )
+    elif main == "pixel_values":
+        px = getattr(config, "image_size", 32)
+        px = px[0] if isinstance(px, (tuple, list)) else px
+        kwargs = {"pixel_values": torch.randn(2, getattr(config, "num_channels", 3), px, px)}
+    else:
+        raise RuntimeError(f"input {main!r} not generated by the sweep")
+    tries = [kwargs, {k: v for k, v in kwargs.items() if k != "attention_mask"}]
+    last = None
+    for kw in tries:
+        try:
+            with torch.no_grad():
+                model(**kw)
+            return model, (), kw
+        except Exception as exc:  # noqa: BLE001
+            last = exc
+    raise RuntimeError(f"eager fails: {type(last).__name__}: {last}")
+
+
+def build(name: str):
+    if name.startswith("timm:"):
+        return _build_timm(name[5:])
+    _, kind, model_type = name.split(":")
+    return _build_transformers(kind, model_type)
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker: one model at a time, one JSON line per model
+# ---------------------------------------------------------------------------------------------
+
+
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:300]
+
+
+def run_model(name: str) -> dict:
+    import torch
+    from helpers import assert_same, model_tolerance
+
+    import torchlite
+    from torchlite import _C, _install, backends, settings
+    from torchlite.explain import ExplainOutput
+
+    row = {"name": name, "correct": "-", "graphs": None, "breaks": None, "second": None}
+    torch.manual_seed(0)
+    try:
+        model, args, kwargs = build(name)
+    except Exception as exc:  # noqa: BLE001
+        row["correct"] = "skip"
+        row["error"] = _short(exc)
+        return row
+    with torch.no_grad():
+        expected = model(*args, **kwargs)
+        torchlite.reset()
+        # NOTE: torchlite.explain's own recipe (a config that records every capture), so one
+        # trace gives both the compiled result and the report; --backend eager runs the captured
+        # graphs op by op (capture coverage without kernel compiles, which dominate the time).
+        records: list[dict] = []
+        backend_fn, backend_name = (None, "torchlite")
+        if _BACKEND != "torchlite":
+            backend_fn, backend_name = backends.resolve(_BACKEND, None, None)
+        _install.sync()
+        values = settings.resolve(None, None, "capture_sweep")
+        cfg = _C.make_config(backend_fn, backend_name, False, 8, records, values, "default")
+        compiled = _C.CompiledFunction(model.__call__, cfg)
+        try:
+            assert_same(compiled(*args, **kwargs), expected, **model_tolerance(expected))
+            first = len(records)
+            report = ExplainOutput.from_records(list(records))
+            row["graphs"], row["breaks"] = report.graph_count, report.graph_break_count
+            row["reasons"] = [
+                [b.kind, b.reason[:160], f"{os.path.basename(b.filename)}:{b.lineno}"]
+                for b in report.break_reasons
+            ]
+            row["eager_frames"] = report.eager_frames
+            assert_same(compiled(*args, **kwargs), expected, **model_tolerance(expected))
+            row["second"] = len(records) - first
+            row["correct"] = "ok"
+        except AssertionError as exc:
+            row["correct"] = "WRONG"
+            row["error"] = _short(exc)
+        except Exception as exc:  # noqa: BLE001
+            row["correct"] = "ERROR"
+            row["error"] = _short(exc)
+            row["traceback"] = traceback.format_exc()[-3000:]
+    return row
+
+
+def worker(names: list[str], out_path: str, timeout_s: int) -> None:
+    sys.path.insert(0, _TESTS)
+    from torchvision_compat import work_around_mismatched_torchvision
+
+    work_around_mismatched_torchvision()
+
+    class Timeout(BaseException):
+        pass
+
+    def on_alarm(*_):
+        raise Timeout
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    with open(out_path, "a") as out:
+        for name in names:
+            out.write(json.dumps({"name": name, "started": True}) + "\n")
+            out.flush()
+            t = time.perf_counter()
+            signal.alarm(timeout_s)
+            try:
+                row = run_model(name)
+            except Timeout:
+                row = {"name": name, "correct": "TIMEOUT"}
+            finally:
+                signal.alarm(0)
+            row["seconds"] = round(time.perf_counter() - t, 1)
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            print(_format(row), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------------------
+
+
+def read_rows(path: str) -> dict[str, dict]:
+    rows: dict[str, dict] = {}
+    if not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            if row.get("started"):
+                rows.setdefault(row["name"], {"name": row["name"], "correct": "CRASH"})
+            else:
+                rows[row["name"]] = row
+    return rows
+
+
+def _top(row: dict, n: int = 1) -> str:
+    reasons = row.get("reasons") or []
+    counts = collections.Counter(f"{k}: {r}" for k, r, _ in reasons)
+    return "; ".join(f"{r} (x{c})" for r, c in counts.most_common(n))[:140]
+
+
+def _format(row: dict) -> str:
+    g = "-" if row.get("graphs") is None else row["graphs"]
+    b = "-" if row.get("breaks") is None else row["breaks"]
+    s = "-" if row.get("second") is None else row["second"]
+    tail = row.get("error", "") if row["correct"] not in ("ok",) else _top(row)
+    return f"{row['name']:44s} {g!s:>4s} {b!s:>4s} {s!s:>3s} {row['correct']:8s} {tail[:160]}"
+
+
+def report(rows: list[dict]) -> str:
+    lines = [f"{'model':44s} {'gr':>4s} {'brk':>4s} {'2nd':>3s} {'correct':8s} top break / error"]
+    lines += [_format(r) for r in rows]
+    ran = [r for r in rows if r["correct"] not in ("skip",)]
+    for fam in ("timm:", "tf:"):
+        sub = [r for r in ran if r["name"].startswith(fam)]
+        if not sub:
+            continue
+        ok = [r for r in sub if r["correct"] == "ok"]
+        one = [r for r in ok if r.get("graphs") == 1 and r.get("breaks") == 0]
+        bad = collections.Counter(r["correct"] for r in sub if r["correct"] != "ok")
+        unstable = [r for r in ok if r.get("second")]
+        lines.append(
+            f"{fam[:-1]}: {len(sub)} ran, {len(ok)} correct, {len(one)} one graph, "
+            f"{len(unstable)} recapture on a 2nd call, other: {dict(bad)}"
+        )
+    kinds = collections.Counter()
+    reasons = collections.Counter()
+    models_per_reason = collections.defaultdict(set)
+    for r in ran:
+        for k, why, _ in r.get("reasons") or []:
+            kinds[k] += 1
+            key = f"{k}: {why[:100]}"
+            reasons[key] += 1
+            models_per_reason[key].add(r["name"])
+    lines.append("Breaks by kind: " + ", ".join(f"{k} {n}" for k, n in kinds.most_common()))
+    lines.append("Most frequent break reasons (breaks, models):")
+    ranked = sorted(reasons, key=lambda k: (-len(models_per_reason[k]), -reasons[k]))
+    for key in ranked[:25]:
+        names = sorted(models_per_reason[key])
+        lines.append(f"  {reasons[key]:4d} {len(names):3d}  {key}  [{', '.join(names[:4])}]")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--family", choices=("timm", "transformers", "both"), default="both")
+    p.add_argument("--limit", type=int, default=0, help="at most N models per family")
+    p.add_argument("--only", default="", help="comma-separated names (timm:NAME, tf:KIND:TYPE)")
+    p.add_argument("--timeout-s", type=int, default=240)
+    p.add_argument("--jsonl", default="/tmp/capture_sweep.jsonl")
+    p.add_argument("--fresh", action="store_true", help="start over (else resume the jsonl)")
+    p.add_argument("--list", action="store_true", help="print the sample and exit")
+    p.add_argument("--include-corpus", action="store_true")
+    p.add_argument(
+        "--backend",
+        default="eager",
+        help="eager: captured graphs run op by op (default, fast); torchlite: compiled kernels",
+    )
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    opts, rest = p.parse_known_args()
+    if opts.worker:
+        worker(rest, opts.jsonl, opts.timeout_s)
+        return
+
+    sys.path.insert(0, _TESTS)
+    from torchvision_compat import work_around_mismatched_torchvision
+
+    work_around_mismatched_torchvision()
+    if opts.only:
+        names = opts.only.split(",")
+    else:
+        corpus: set[str] = set()
+        if not opts.include_corpus:
+            import importlib.util
+
+            spec = importlib.util.spec_from_file_location(
+                "model_corpus", os.path.join(_HERE, "model_corpus.py")
+            )
+            mc = importlib.util.module_from_spec(spec)
+            sys.modules["model_corpus"] = mc
+            spec.loader.exec_module(mc)
+            corpus = set(mc.BY_NAME)
+        names = []
+        if opts.family in ("timm", "both"):
+            got = timm_sample(corpus)
+            names += got[: opts.limit] if opts.limit else got
+        if opts.family in ("transformers", "both"):
+            got = transformers_sample(corpus)
+            names += got[: opts.limit] if opts.limit else got
+    if opts.list:
+        print("\n".join(names))
+        return
+    os.environ["CAPTURE_SWEEP_BACKEND"] = opts.backend
+    if opts.fresh and os.path.exists(opts.jsonl):
+        os.remove(opts.jsonl)
+    while True:
+        done = read_rows(opts.jsonl)
+        todo = [n for n in names if n not in done]
+        if not todo:
+            break
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--jsonl", opts.jsonl]
+        cmd += ["--timeout-s", str(opts.timeout_s), *todo]
+        subprocess.run(cmd, check=False)
+    rows = read_rows(opts.jsonl)
+    print(report([rows[n] for n in names if n in rows]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+#pragma once
+// Torch functions capture cannot trace (their eager bodies use torch.vmap, higher-order ops or C
+// state), each replaced by a plain-Python stand-in with the same signature and result
+// (torchlite/_polyfills.py) that capture inlines instead.
+#include <Python.h>
+
+namespace tl::capture {
+
+// The stand-in for `fn` (borrowed; both live as long as the process), or null when `fn` has none.
+PyObject* polyfill_for(PyObject* fn);
+
+}  // namespace tl::capture
