@@ -380,6 +380,16 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
     case VKind::Const: {
       PyRef key = idx->is_const() ? idx->obj : const_tuple(idx);
       if (!key) graph_break("unsupported_value", "indexing a constant with a traced value");
+      // NOTE: a dict subclass's missing key runs __missing__ (a defaultdict inserts its
+      // factory's value): that side effect must not happen once at trace time.
+      if (PyDict_Check(c->obj.get()) && !PyDict_CheckExact(c->obj.get())) {
+        int has = PyDict_Contains(c->obj.get(), key.get());
+        if (has < 0) raise_current_error("indexing raised");
+        if (!has)
+          graph_break("unsupported_side_effect", std::string("missing key of a ") +
+                                                     Py_TYPE(c->obj.get())->tp_name +
+                                                     " (its __missing__ runs eagerly)");
+      }
       PyRef r = PyRef::steal(PyObject_GetItem(c->obj.get(), key.get()));
       if (!r) {
         // A missing key of a watched dict (os.environ's, a registry's) must
@@ -388,8 +398,11 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
           ctx_.guards().add_dict_version(c->source, c->obj.get());
         raise_current_error("indexing raised");
       }
+      // NOTE: an item of a mutable constant (a defaultdict, a deque) can change between
+      // calls: its value is guarded; an immutable container's items cannot.
       if (c->source && (PyLong_Check(key.get()) || PyUnicode_Check(key.get())))
-        return ctx_.wrap(r.get(), ir::Source::item(c->source, key), false);
+        return ctx_.wrap(r.get(), ir::Source::item(c->source, key),
+                         !is_immutable_constant(c->obj.get()));
       return ctx_.from_result(r.get());
     }
     case VKind::Object: {

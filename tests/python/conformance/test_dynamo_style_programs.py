@@ -1,0 +1,1527 @@
+"""Programs in the spirit of Dynamo's own test suite, written for torchlite (wrong20, issue 20).
+
+Tensor subclasses with __torch_function__, nn.Module hooks and attribute changes between calls,
+grad-mode nesting and decorators, sets, dict subclasses, namedtuple/dataclass outputs, super()
+chains, class/static methods, __getattr__ overrides, global/nonlocal state, functools/itertools,
+formatted sizes, exceptions with tracebacks, asserts on tensors, data-dependent branches,
+in-place writes through views and .data/.detach(), random state and torch.Generator objects.
+Each runs eagerly and compiled (default mode and fullgraph=True, where a graph break is an
+accepted outcome), twice, with a change between the calls where the program reads state.
+
+PYTEST_DONT_REWRITE: the programs' own asserts keep their plain messages.
+"""
+
+import collections
+import dataclasses
+import functools
+import itertools
+import operator
+import typing
+
+import pytest
+import torch
+from conformance_check import check_program
+
+import torchlite
+
+
+def t4():
+    return (torch.randn(4),)
+
+
+def t23():
+    return (torch.randn(2, 3),)
+
+
+def check(fn, make_args=t4, mutate=None, *, setup=None, observe=None, calls=2):
+    """check_program in default mode, then with fullgraph=True (a graph break may raise there)."""
+    check_program(fn, make_args, mutate, setup=setup, observe=observe, calls=calls)
+    if setup is not None:
+        setup()
+    try:
+        check_program(
+            fn, make_args, mutate, setup=setup, observe=observe, calls=calls, fullgraph=True
+        )
+    except AssertionError as e:
+        # NOTE: fullgraph=True may refuse a program with Unsupported (a graph break with its
+        # reason); any other difference is a wrong result.
+        if "raised Unsupported" not in str(e):
+            raise
+
+
+# ---- tensor subclasses and __torch_function__ -------------------------------------------------
+class Doubling(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        if func is torch.add or func is torch.Tensor.add:
+            return out * 2
+        return out
+
+
+class Logged(torch.Tensor):
+    calls: typing.ClassVar[list] = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.calls.append(getattr(func, "__name__", "?"))
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_sub_torch_function_rewrites_add():
+    def fn(x):
+        y = x.as_subclass(Doubling)
+        z = torch.add(y, 1)
+        return z.as_subclass(torch.Tensor), type(z).__name__
+
+    check(fn)
+
+
+def test_sub_method_call_goes_through_torch_function():
+    def fn(x):
+        y = x.as_subclass(Doubling)
+        return y.add(3).sin().as_subclass(torch.Tensor)
+
+    check(fn)
+
+
+def test_sub_input_subclass_type_kept():
+    def fn(x):
+        return (x * 2 + 1), isinstance(x, Doubling)
+
+    check(fn, lambda: (torch.randn(3).as_subclass(Doubling),))
+
+
+def test_sub_torch_function_logs_each_call():
+    def fn(x):
+        y = x.as_subclass(Logged)
+        z = y.mul(2).relu()
+        return z.as_subclass(torch.Tensor)
+
+    check(
+        fn,
+        setup=Logged.calls.clear,
+        observe=lambda: len(Logged.calls),
+    )
+
+
+def test_sub_plain_subclass_method():
+    class WithMethod(torch.Tensor):
+        def double(self):
+            return self * 2
+
+    def fn(x):
+        y = x.as_subclass(WithMethod)
+        return y.double() + 1
+
+    check(fn)
+
+
+# ---- nn.Module hooks and attribute mutation ---------------------------------------------------
+def _lin():
+    torch.manual_seed(0)
+    return torch.nn.Linear(4, 3)
+
+
+def test_mod_forward_pre_hook_changes_input():
+    m = _lin()
+    m.register_forward_pre_hook(lambda mod, args: (args[0] * 2,))
+
+    def fn(x):
+        return m(x)
+
+    check(fn, lambda: (torch.randn(2, 4),))
+
+
+def test_mod_forward_hook_changes_output():
+    m = _lin()
+    log = []
+
+    def hook(mod, args, out):
+        log.append(tuple(out.shape))
+        return out + 1
+
+    m.register_forward_hook(hook)
+
+    def fn(x):
+        return m(x).sum(-1)
+
+    check(fn, lambda: (torch.randn(2, 4),), setup=log.clear, observe=lambda: list(log))
+
+
+def test_mod_hook_added_between_calls():
+    m = _lin()
+    handles = []
+
+    def reset():
+        for h in handles:
+            h.remove()
+        handles.clear()
+
+    def mutate(call):
+        reset()
+        handles.append(m.register_forward_hook(lambda mod, a, out: out * 10))
+
+    def fn(x):
+        return m(x)
+
+    try:
+        check(fn, lambda: (torch.randn(2, 4),), mutate, setup=reset)
+    finally:
+        reset()
+
+
+def test_mod_hook_removed_between_calls():
+    m = _lin()
+    handles = []
+
+    def setup():
+        for h in handles:
+            h.remove()
+        handles.clear()
+        handles.append(m.register_forward_pre_hook(lambda mod, a: (a[0] + 5,)))
+
+    def mutate(call):
+        for h in handles:
+            h.remove()
+        handles.clear()
+
+    def fn(x):
+        return m(x)
+
+    try:
+        check(fn, lambda: (torch.randn(2, 4),), mutate, setup=setup)
+    finally:
+        mutate(0)
+
+
+def test_mod_forward_hook_with_kwargs():
+    class M(torch.nn.Module):
+        def forward(self, x, scale=1.0):
+            return x * scale
+
+    m = M()
+    m.register_forward_pre_hook(
+        lambda mod, args, kwargs: (args, {"scale": kwargs.get("scale", 1.0) + 1}), with_kwargs=True
+    )
+
+    def fn(x):
+        return m(x, scale=3.0)
+
+    check(fn)
+
+
+def test_mod_state_dict_hook():
+    m = _lin()
+
+    def hook(mod, sd, prefix, local_metadata):
+        sd[prefix + "extra"] = torch.ones(1)
+        return sd
+
+    m._register_state_dict_hook(hook)
+
+    def fn(x):
+        sd = m.state_dict()
+        return x + len(sd), sorted(sd)
+
+    check(fn)
+
+
+def test_mod_attribute_float_changed_between_calls():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = 2.0
+            self.use_relu = True
+
+        def forward(self, x):
+            y = x * self.scale
+            return y.relu() if self.use_relu else y.tanh()
+
+    m = M()
+
+    def setup():
+        m.scale, m.use_relu = 2.0, True
+
+    def mutate(call):
+        m.scale, m.use_relu = 3.5, False
+
+    check(lambda x: m(x), t4, mutate, setup=setup)
+
+
+def test_mod_submodule_swapped_between_calls():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = torch.nn.ReLU()
+
+        def forward(self, x):
+            return self.act(x) + 1
+
+    m = M()
+
+    def setup():
+        m.act = torch.nn.ReLU()
+
+    def mutate(call):
+        m.act = torch.nn.Sigmoid()
+
+    check(lambda x: m(x), t4, mutate, setup=setup)
+
+
+def test_mod_training_flag_between_calls():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if self.training else x - 2
+
+    m = M()
+
+    def setup():
+        m.train()
+
+    def mutate(call):
+        m.eval()
+
+    check(lambda x: m(x), t4, mutate, setup=setup)
+
+
+def test_mod_buffer_updated_in_forward():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("count", torch.zeros(1))
+
+        def forward(self, x):
+            self.count += 1
+            return x * self.count
+
+    m = M()
+
+    check(lambda x: m(x), t4, setup=lambda: m.count.zero_(), observe=lambda: m.count.clone())
+
+
+def test_mod_attribute_set_in_forward():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            self.last = x.sum()
+            self.n = getattr(self, "n", 0) + 1
+            return x + self.n
+
+    m = M()
+
+    def setup():
+        m.__dict__.pop("n", None)
+        m.__dict__.pop("last", None)
+
+    check(
+        lambda x: m(x),
+        t4,
+        setup=setup,
+        observe=lambda: (getattr(m, "n", None), getattr(m, "last", None)),
+    )
+
+
+def test_mod_modulelist_and_moduledict_iteration():
+    torch.manual_seed(0)
+    layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)])
+    heads = torch.nn.ModuleDict({"b": torch.nn.Linear(4, 2), "a": torch.nn.Linear(4, 1)})
+
+    def fn(x):
+        for i, layer in enumerate(layers):
+            x = layer(x) if i % 2 == 0 else x + layer(x)
+        return {k: h(x) for k, h in heads.items()}
+
+    check(fn, lambda: (torch.randn(2, 4),))
+
+
+def test_mod_parameter_data_written_between_calls():
+    m = _lin()
+
+    def setup():
+        with torch.no_grad():
+            m.weight.fill_(0.5)
+
+    def mutate(call):
+        m.weight.data = torch.full((3, 4), -1.0)
+
+    check(lambda x: m(x), lambda: (torch.randn(2, 4),), mutate, setup=setup)
+
+
+# ---- grad modes -------------------------------------------------------------------------------
+def test_gm_nested_no_grad_enable_grad():
+    def fn(x):
+        with torch.no_grad():
+            a = x * 2
+            with torch.enable_grad():
+                b = x * 3
+            c = x * 4
+        return a, b, c, torch.is_grad_enabled()
+
+    check(fn, lambda: (torch.randn(3, requires_grad=True),))
+
+
+def test_gm_no_grad_decorator_on_helper():
+    @torch.no_grad()
+    def helper(t):
+        return t * 2, torch.is_grad_enabled()
+
+    def fn(x):
+        a, g = helper(x)
+        return a + 1, g, x * 2
+
+    check(fn, lambda: (torch.randn(3, requires_grad=True),))
+
+
+def test_gm_enable_grad_decorator_inside_no_grad():
+    @torch.enable_grad()
+    def helper(t):
+        return t.sin()
+
+    def fn(x):
+        with torch.no_grad():
+            y = helper(x)
+            z = x.cos()
+        return y, z
+
+    check(fn, lambda: (torch.randn(3, requires_grad=True),))
+
+
+def test_gm_set_grad_enabled_false():
+    def fn(x):
+        with torch.set_grad_enabled(False):
+            y = x * 2
+        return y, x * 3
+
+    check(fn, lambda: (torch.randn(3, requires_grad=True),))
+
+
+def test_gm_inference_mode_inside():
+    def fn(x):
+        with torch.inference_mode():
+            y = x * 2
+            flag = torch.is_inference_mode_enabled()
+        return y.clone(), flag, torch.is_inference_mode_enabled()
+
+    check(fn)
+
+
+def test_gm_inference_mode_decorator():
+    @torch.inference_mode()
+    def helper(t):
+        return t + 1
+
+    def fn(x):
+        return helper(x) * 1, x.requires_grad
+
+    check(fn, lambda: (torch.randn(3, requires_grad=True),))
+
+
+def test_gm_called_under_no_grad_then_grad():
+    state = {"grad": True}
+
+    def fn(x):
+        return x * 2
+
+    compiled = torchlite.compile(fn)
+    for grad in (True, False, True):
+        state["grad"] = grad
+        x = torch.randn(3, requires_grad=True)
+        with torch.set_grad_enabled(grad):
+            out = compiled(x)
+            ref = fn(x)
+        assert out.requires_grad == ref.requires_grad
+        torch.testing.assert_close(out, ref)
+
+
+def test_gm_no_grad_exception_restores_mode():
+    def fn(x):
+        try:
+            with torch.no_grad():
+                y = x * 2
+                raise ValueError("v")
+        except ValueError:
+            pass
+        return x * 3, torch.is_grad_enabled(), y
+
+    check(fn, lambda: (torch.randn(3, requires_grad=True),))
+
+
+# ---- sets and frozensets ----------------------------------------------------------------------
+def test_set_algebra():
+    def fn(x):
+        a = {1, 2, 3, 4}
+        b = frozenset({3, 4, 5})
+        u = a | b
+        i = a & b
+        d = a - b
+        s = a ^ b
+        return x * len(u) + sum(i), sorted(d), sorted(s), type(b | a).__name__, 3 in i
+
+    check(fn)
+
+
+def test_set_methods_and_mutation():
+    def fn(x):
+        s = set()
+        for v in (3, 1, 3, 2):
+            s.add(v)
+        s.discard(7)
+        s.update([9, 1])
+        s.difference_update({2})
+        t = s.copy()
+        t.remove(9)
+        return x + len(s), sorted(s), sorted(t), s.issuperset(t), t.isdisjoint({100})
+
+    check(fn)
+
+
+def test_set_of_shapes():
+    def fn(x):
+        shapes = {tuple(x.shape), (2, 3), tuple(x.t().shape)}
+        return x.sum() * len(shapes), sorted(shapes)
+
+    check(fn, t23)
+
+
+def test_set_global_mutated_between_calls():
+    allowed = {1, 2}
+
+    def setup():
+        allowed.clear()
+        allowed.update({1, 2})
+
+    def mutate(call):
+        allowed.add(3)
+
+    def fn(x):
+        return x * sum(1 for i in range(5) if i in allowed)
+
+    check(fn, t4, mutate, setup=setup)
+
+
+def test_frozenset_as_dict_key():
+    def fn(x):
+        d = {frozenset({1, 2}): x, frozenset({3}): x * 2}
+        return d[frozenset({2, 1})] + d[frozenset([3])]
+
+    check(fn)
+
+
+# ---- dict subclasses, OrderedDict, defaultdict ------------------------------------------------
+def test_dict_ordered_move_to_end():
+    def fn(x):
+        od = collections.OrderedDict(a=1, b=2, c=3)
+        od.move_to_end("a")
+        od["d"] = 4
+        od.popitem(last=False)
+        return x * od["a"], list(od.keys())
+
+    check(fn)
+
+
+def test_dict_defaultdict_list():
+    def fn(x):
+        dd = collections.defaultdict(list)
+        for i, t in enumerate(x.unbind(0)):
+            dd[i % 2].append(t)
+        return {k: torch.stack(v).sum() for k, v in dd.items()}, len(dd)
+
+    check(fn)
+
+
+def test_dict_defaultdict_int_counter():
+    def fn(x):
+        dd = collections.defaultdict(int)
+        for w in "abcab":
+            dd[w] += 1
+        return x * dd["a"] + dd["z"], dict(dd)
+
+    check(fn)
+
+
+def test_dict_subclass_missing():
+    class Default(dict):
+        def __missing__(self, key):
+            return key * 10
+
+    def fn(x):
+        d = Default(a=1)
+        return x + d["a"] + d[3], len(d)
+
+    check(fn)
+
+
+def test_dict_subclass_getitem_override():
+    class Scaled(dict):
+        def __getitem__(self, k):
+            return super().__getitem__(k) * 2
+
+    def fn(x):
+        d = Scaled(w=x)
+        return d["w"] + 1, type(d).__name__, dict.__getitem__(d, "w")
+
+    check(fn)
+
+
+def test_dict_counter():
+    def fn(x):
+        c = collections.Counter("hello world")
+        top = c.most_common(2)
+        return x * c["l"], top
+
+    check(fn)
+
+
+def test_dict_chainmap():
+    def fn(x):
+        cm = collections.ChainMap({"a": 1}, {"a": 2, "b": 3})
+        return x * cm["a"] + cm["b"], sorted(cm)
+
+    check(fn)
+
+
+def test_dict_input_mutated_in_place():
+    def fn(d):
+        d["y"] = d["x"] * 2
+        d.pop("drop", None)
+        return d["y"].sum()
+
+    check(fn, lambda: ({"x": torch.randn(3), "drop": 1},))
+
+
+def test_dict_ordered_input_changes_keys_between_calls():
+    def make():
+        return (collections.OrderedDict([("a", torch.randn(2)), ("b", torch.randn(2))]),)
+
+    def fn(d):
+        out = 0
+        for i, (k, v) in enumerate(d.items()):
+            out = out + v * (i + 1)
+        return out, list(d)
+
+    check(fn, make)
+
+
+# ---- namedtuple and dataclass outputs ---------------------------------------------------------
+Pair = collections.namedtuple("Pair", ["first", "second"])
+
+
+class Triple(typing.NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+    c: int = 3
+
+
+@dataclasses.dataclass
+class Out:
+    value: torch.Tensor
+    aux: dict
+    n: int = 0
+
+
+def test_nt_return_namedtuple():
+    def fn(x):
+        return Pair(x + 1, x * 2)
+
+    check(fn)
+
+
+def test_nt_typing_namedtuple_default_and_replace():
+    def fn(x):
+        t = Triple(x, x * 2)
+        u = t._replace(c=5)
+        return u, t.c, u.a + u.b * u.c
+
+    check(fn)
+
+
+def test_nt_namedtuple_input_fields():
+    def fn(p):
+        return p.first * p.second, p._fields, len(p)
+
+    check(fn, lambda: (Pair(torch.randn(3), torch.randn(3)),))
+
+
+def test_dc_return_dataclass():
+    def fn(x):
+        return Out(x.relu(), {"s": x.sum()}, n=x.dim())
+
+    check(fn)
+
+
+def test_dc_replace_and_fields():
+    def fn(x):
+        o = Out(x, {}, 1)
+        o2 = dataclasses.replace(o, n=4)
+        names = [f.name for f in dataclasses.fields(o2)]
+        return o2.value * o2.n, names
+
+    check(fn)
+
+
+def test_dc_post_init_and_eq():
+    @dataclasses.dataclass
+    class Cfg:
+        width: int
+        depth: int = 2
+        total: int = dataclasses.field(init=False)
+
+        def __post_init__(self):
+            self.total = self.width * self.depth
+
+    def fn(x):
+        a = Cfg(3)
+        b = Cfg(3, 2)
+        return x * a.total, a == b, repr(a)
+
+    check(fn)
+
+
+# ---- super() chains, class and static methods -------------------------------------------------
+class Base:
+    scale = 1
+
+    def f(self, x):
+        return x + self.scale
+
+    @classmethod
+    def make(cls):
+        return cls()
+
+    @staticmethod
+    def helper(x):
+        return x * 3
+
+
+class Mid(Base):
+    def f(self, x):
+        return super().f(x) * 2
+
+
+class Leaf(Mid):
+    scale = 5
+
+    def f(self, x):
+        return super().f(x) - 1
+
+    @classmethod
+    def make(cls):
+        obj = super().make()
+        obj.tag = cls.__name__
+        return obj
+
+
+def test_super_deep_chain():
+    def fn(x):
+        return Leaf().f(x), Mid().f(x)
+
+    check(fn)
+
+
+def test_super_classmethod_chain():
+    def fn(x):
+        o = Leaf.make()
+        return o.f(x), o.tag, type(o).__name__
+
+    check(fn)
+
+
+def test_super_staticmethod_via_instance_and_class():
+    def fn(x):
+        return Leaf.helper(x) + Leaf().helper(x), Base.helper(2)
+
+    check(fn)
+
+
+def test_super_class_attr_changed_between_calls():
+    def setup():
+        Leaf.scale = 5
+
+    def mutate(call):
+        Leaf.scale = 11
+
+    try:
+        check(lambda x: Leaf().f(x), t4, mutate, setup=setup)
+    finally:
+        setup()
+
+
+def test_super_diamond_mro():
+    class A:
+        def who(self):
+            return ["A"]
+
+    class B(A):
+        def who(self):
+            return ["B", *super().who()]
+
+    class C(A):
+        def who(self):
+            return ["C", *super().who()]
+
+    class D(B, C):
+        def who(self):
+            return ["D", *super().who()]
+
+    def fn(x):
+        names = D().who()
+        return x * len(names), names, [k.__name__ for k in D.__mro__]
+
+    check(fn)
+
+
+def test_super_two_arg_form():
+    class A:
+        def g(self):
+            return 1
+
+    class B(A):
+        def g(self):
+            return 2
+
+    class C(B):
+        def g(self):
+            return super(B, self).g() + 10
+
+    check(lambda x: x * C().g())
+
+
+def test_super_init_in_module_subclass():
+    class Scaled(torch.nn.Linear):
+        def __init__(self, *a, factor=2.0, **k):
+            super().__init__(*a, **k)
+            self.factor = factor
+
+        def forward(self, x):
+            return super().forward(x) * self.factor
+
+    torch.manual_seed(0)
+    m = Scaled(4, 2, factor=3.0)
+    check(lambda x: m(x), lambda: (torch.randn(3, 4),))
+
+
+def test_classmethod_created_inside():
+    class Acc:
+        def __init__(self, v):
+            self.v = v
+
+        @classmethod
+        def zero_like(cls, t):
+            return cls(torch.zeros_like(t))
+
+        def __add__(self, other):
+            return Acc(self.v + other.v)
+
+    def fn(x):
+        a = Acc.zero_like(x)
+        for t in (x, x * 2):
+            a = a + Acc(t)
+        return a.v
+
+    check(fn)
+
+
+# ---- __getattr__ / __getattribute__ -----------------------------------------------------------
+def test_ga_getattr_proxy_to_tensor():
+    class Proxy:
+        def __init__(self, t):
+            self._t = t
+
+        def __getattr__(self, name):
+            return getattr(self._t, name)
+
+    def fn(x):
+        p = Proxy(x)
+        return p.sin() + p.shape[0], p.dtype
+
+    check(fn)
+
+
+def test_ga_getattribute_counts_reads():
+    class Counting:
+        def __init__(self):
+            object.__setattr__(self, "reads", 0)
+            object.__setattr__(self, "w", 3)
+
+        def __getattribute__(self, name):
+            if name != "reads":
+                object.__setattr__(self, "reads", object.__getattribute__(self, "reads") + 1)
+            return object.__getattribute__(self, name)
+
+    def fn(x):
+        c = Counting()
+        y = x * c.w + c.w
+        return y, c.reads
+
+    check(fn)
+
+
+def test_ga_getattr_raises_attributeerror_default():
+    class Maybe:
+        def __getattr__(self, name):
+            if name.startswith("opt_"):
+                return
+            raise AttributeError(name)
+
+    def fn(x):
+        m = Maybe()
+        a = m.opt_scale
+        b = getattr(m, "missing", 7)
+        return x * (b if a is None else a), hasattr(m, "zzz"), hasattr(m, "opt_z")
+
+    check(fn)
+
+
+def test_ga_module_getattr_override():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def __getattr__(self, name):
+            if name == "alias":
+                return self.lin
+            return super().__getattr__(name)
+
+    torch.manual_seed(0)
+    m = M()
+    check(lambda x: m.alias(x) + m.lin.bias, lambda: (torch.randn(2, 4),))
+
+
+# ---- globals and nonlocals --------------------------------------------------------------------
+COUNTER = 0
+FACTOR = 2.0
+
+
+def _bump():
+    global COUNTER
+    COUNTER += 1
+    return COUNTER
+
+
+def test_gl_global_counter_incremented():
+    def setup():
+        global COUNTER
+        COUNTER = 0
+
+    def fn(x):
+        a = _bump()
+        b = _bump()
+        return x * a + b
+
+    check(fn, setup=setup, observe=lambda: COUNTER)
+
+
+def test_gl_global_factor_rebound_between_calls():
+    def setup():
+        global FACTOR
+        FACTOR = 2.0
+
+    def mutate(call):
+        global FACTOR
+        FACTOR = -0.5
+
+    def fn(x):
+        return x * FACTOR
+
+    try:
+        check(fn, t4, mutate, setup=setup)
+    finally:
+        setup()
+
+
+def test_gl_nonlocal_in_nested_closures():
+    def fn(x):
+        total = 0
+
+        def add(v):
+            nonlocal total
+            total += v
+
+            def twice():
+                nonlocal total
+                total *= 2
+
+            twice()
+
+        add(1)
+        add(3)
+        return x * total, total
+
+    check(fn)
+
+
+def test_gl_closure_cell_mutated_between_calls():
+    box = [1.0]
+
+    def make():
+        scale = box[0]
+
+        def inner(x):
+            return x * scale
+
+        return inner
+
+    state = {"f": make()}
+
+    def setup():
+        box[0] = 1.0
+        state["f"] = make()
+
+    def mutate(call):
+        box[0] = 4.0
+        state["f"] = make()
+
+    def fn(x):
+        return state["f"](x)
+
+    check(fn, t4, mutate, setup=setup)
+
+
+# ---- functools and itertools ------------------------------------------------------------------
+def test_it_reduce_tensors():
+    def fn(x):
+        parts = x.unbind(0)
+        return functools.reduce(operator.add, parts), functools.reduce(lambda a, b: a * b, parts, 1)
+
+    check(fn)
+
+
+def test_it_chain_product():
+    def fn(x):
+        acc = x
+        for a, b in itertools.product(range(2), (1, 3)):
+            acc = acc + a * b
+        items = list(itertools.chain([1, 2], (3,), range(4, 6)))
+        return acc, items, list(itertools.chain.from_iterable([[1], [2, 3]]))
+
+    check(fn)
+
+
+def test_it_zip_longest_accumulate():
+    def fn(x):
+        pairs = list(itertools.zip_longest([x, x * 2], [1], fillvalue=10))
+        acc = list(itertools.accumulate([1, 2, 3, 4]))
+        prod = list(itertools.accumulate([1, 2, 3], operator.mul))
+        out = sum(a * b for a, b in pairs)
+        return out, acc, prod
+
+    check(fn)
+
+
+def test_it_accumulate_tensors_and_islice():
+    def fn(x):
+        running = list(itertools.accumulate(x.unbind(0)))
+        first = list(itertools.islice(itertools.count(5, 2), 3))
+        return torch.stack(running), first
+
+    check(fn)
+
+
+def test_it_groupby_and_pairwise():
+    def fn(x):
+        groups = [(k, len(list(g))) for k, g in itertools.groupby("aabccc")]
+        pw = list(itertools.pairwise([1, 4, 9]))
+        return x * len(groups), groups, pw
+
+    check(fn)
+
+
+def test_it_permutations_combinations():
+    def fn(x):
+        perms = list(itertools.permutations(range(3), 2))
+        combs = list(itertools.combinations("abc", 2))
+        return x * len(perms) + len(combs), combs[-1]
+
+    check(fn)
+
+
+def test_it_partial_of_method_and_cache():
+    calls = []
+
+    @functools.cache
+    def table(n):
+        calls.append(n)
+        return tuple(range(n))
+
+    def setup():
+        calls.clear()
+        table.cache_clear()
+
+    def fn(x):
+        f = functools.partial(torch.Tensor.mul, other=2)
+        return f(x) + len(table(3)) + len(table(3))
+
+    check(fn, setup=setup, observe=lambda: list(calls))
+
+
+# ---- string formatting of sizes ----------------------------------------------------------------
+def test_fmt_sizes():
+    def fn(x):
+        s = f"{x.shape}|{x.size(0)}x{x.size(1):03d}|{list(x.shape)}|{x.dim()}"
+        t = "%s-%d" % (tuple(x.shape), x.numel())  # noqa: UP031 - %-formatting is the case
+        u = "{0}/{1!r}".format(x.shape[-1], str(x.dtype))  # noqa: UP030, UP032
+        return x * len(s), s, t, u
+
+    check(fn, t23)
+
+
+def test_fmt_size_changes_between_calls():
+    shapes = [(2, 3), (4, 5)]
+
+    def fn(x):
+        return x.sum(), f"shape={tuple(x.shape)} n={x.numel():,}"
+
+    calls = iter([0, 0, 1, 1])
+
+    def make():
+        return (torch.randn(*shapes[next(calls)]),)
+
+    check_program(fn, make)
+
+
+def test_fmt_error_message_with_shape():
+    def fn(x):
+        if x.shape[0] != 5:
+            raise ValueError(f"expected 5 rows, got {x.shape[0]} (shape {tuple(x.shape)})")
+        return x
+
+    check(fn, t23)
+
+
+# ---- exceptions and tracebacks ----------------------------------------------------------------
+def test_ex_traceback_lines_through_helpers():
+    def inner(t):
+        return t.view(7)
+
+    def middle(t):
+        return inner(t) + 1
+
+    def fn(x):
+        return middle(x)
+
+    check(fn)
+
+
+def test_ex_chained_cause_and_context():
+    def fn(x):
+        try:
+            try:
+                raise KeyError("a")
+            except KeyError as e:
+                raise ValueError("b") from e
+        except ValueError as e:
+            return (
+                x + 1,
+                type(e.__cause__).__name__,
+                type(e.__context__).__name__,
+                e.__suppress_context__,
+            )
+
+    check(fn)
+
+
+def test_ex_custom_exception_attrs():
+    class Oops(Exception):
+        def __init__(self, code, t):
+            super().__init__(f"code {code}")
+            self.code = code
+            self.t = t
+
+    def fn(x):
+        try:
+            raise Oops(3, x * 2)
+        except Oops as e:
+            return e.t + e.code, str(e), e.args
+
+    check(fn)
+
+
+def test_ex_finally_runs_on_raise():
+    log = []
+
+    def fn(x):
+        try:
+            y = x * 2
+            log.append("body")
+            return y.view(5)
+        finally:
+            log.append("finally")
+
+    check(fn, setup=log.clear, observe=lambda: list(log))
+
+
+def test_ex_exception_group_like_reraise():
+    def fn(x):
+        errors = []
+        for i in range(3):
+            try:
+                if i == 1:
+                    raise IndexError(i)
+                x = x + i
+            except IndexError as e:
+                errors.append(e.args[0])
+        if errors:
+            try:
+                raise RuntimeError(f"{len(errors)} failed")
+            except RuntimeError as e:
+                return x, str(e), errors
+        return x
+
+    check(fn)
+
+
+def test_ex_tensor_op_error_caught():
+    def fn(x):
+        try:
+            y = x @ torch.ones(3, 3)
+        except RuntimeError:
+            y = x.sum()
+        return y
+
+    check(fn)
+
+
+def test_ex_traceback_object_inspected():
+    def fn(x):
+        try:
+            raise ValueError("v")
+        except ValueError as e:
+            tb = e.__traceback__
+            return x + 1, tb is not None, tb.tb_frame.f_code.co_name
+
+    check(fn)
+
+
+# ---- asserts on tensors and data-dependent branches -------------------------------------------
+def test_assert_on_tensor_passes_and_fails():
+    def fn(x):
+        assert (x.abs() >= 0).all(), "abs"
+        assert x.sum() > 100, f"sum too small: {x.shape}"
+        return x
+
+    check(fn)
+
+
+def test_assert_shape():
+    def fn(x):
+        assert x.dim() == 2 and x.shape[1] == 3, "bad shape"
+        return x * 2
+
+    calls = iter([0, 0, 1, 1])
+
+    def make():
+        return (torch.randn(2, 3) if next(calls) == 0 else torch.randn(3),)
+
+    check_program(fn, make)
+
+
+def test_branch_on_tensor_value():
+    def fn(x):
+        if x.sum() > 0:
+            y = x * 2
+        else:
+            y = x - 100
+        if x.max().item() > 0.5:
+            y = y + 1
+        return y
+
+    flip = iter([1.0, 1.0, -1.0, -1.0])
+
+    def make():
+        return (torch.randn(4).abs() * next(flip),)
+
+    check_program(fn, make)
+
+
+def test_branch_while_on_tensor():
+    def fn(x):
+        n = 0
+        while x.norm() > 1 and n < 20:
+            x = x / 2
+            n += 1
+        return x, n
+
+    check(fn, lambda: (torch.randn(4) * 10,))
+
+
+def test_branch_bool_of_single_element():
+    def fn(x):
+        flag = x[0] > 0
+        return x + 1 if flag else x - 1, bool(flag)
+
+    check(fn)
+
+
+# ---- in-place ops on views and aliases --------------------------------------------------------
+def test_ip_write_through_slice_of_input():
+    def fn(x):
+        v = x[1:3]
+        v.mul_(10)
+        return x.sum(), v
+
+    check(fn)
+
+
+def test_ip_write_through_transpose_view():
+    def fn(x):
+        x.t()[0].fill_(7)
+        return x
+
+    check(fn, t23)
+
+
+def test_ip_alias_same_tensor_twice():
+    def fn(a, b):
+        a.add_(1)
+        return b * 2
+
+    def make():
+        t = torch.randn(3)
+        return (t, t)
+
+    check(fn, make)
+
+
+def test_ip_view_of_input_returned_then_mutated():
+    def fn(x):
+        v = x.view(2, 2)
+        x.add_(1)
+        return v, v._base is x
+
+    check(fn)
+
+
+def test_ip_unbind_views_mutated():
+    def fn(x):
+        a, b = x.unbind(0)
+        a.zero_()
+        b.add_(3)
+        return x
+
+    check(fn, t23)
+
+
+def test_ip_data_write():
+    def fn(x):
+        y = x * 2
+        x.data.mul_(3)
+        return y, x
+
+    check(fn, lambda: (torch.randn(3, requires_grad=True),))
+
+
+def test_ip_detach_write_shares_storage():
+    def fn(x):
+        d = x.detach()
+        d.add_(5)
+        return x * 1, d.requires_grad
+
+    check(fn, lambda: (torch.randn(3, requires_grad=True),))
+
+
+def test_ip_data_assignment():
+    def fn(x, y):
+        x.data = y * 2
+        return x + 1
+
+    check(fn, lambda: (torch.randn(3), torch.randn(3)))
+
+
+def test_ip_setitem_with_mask_and_index():
+    def fn(x):
+        x[x > 0] = 0.0
+        x[[0, 2]] += 1
+        return x
+
+    check(fn)
+
+
+def test_ip_out_argument():
+    def fn(x, out):
+        torch.add(x, 1, out=out)
+        return out * 2
+
+    check(fn, lambda: (torch.randn(4), torch.empty(4)))
+
+
+def test_ip_inplace_on_expanded_view_raises():
+    def fn(x):
+        e = x.unsqueeze(0).expand(3, 4)
+        e.add_(1)
+        return e
+
+    check(fn)
+
+
+# ---- random state and generators --------------------------------------------------------------
+def test_rng_manual_seed_inside():
+    def fn(x):
+        torch.manual_seed(7)
+        a = torch.rand(3)
+        b = torch.randn(3)
+        return x.sum() + a, b
+
+    check(fn, observe=lambda: torch.rand(1))
+
+
+def test_rng_global_draws_advance():
+    def fn(x):
+        return x + torch.rand(4), torch.randn(2)
+
+    check(fn, observe=lambda: torch.rand(1), calls=3)
+
+
+def test_rng_generator_object():
+    g = torch.Generator().manual_seed(3)
+
+    def setup():
+        g.manual_seed(3)
+
+    def fn(x):
+        a = torch.rand(4, generator=g)
+        b = torch.randn(4, generator=g)
+        return x + a + b
+
+    check(fn, setup=setup, observe=lambda: torch.rand(1, generator=g), calls=3)
+
+
+def test_rng_generator_created_inside():
+    def fn(x):
+        g = torch.Generator()
+        g.manual_seed(11)
+        return x * torch.rand(4, generator=g), g.initial_seed()
+
+    check(fn)
+
+
+def test_rng_get_set_state():
+    def fn(x):
+        s = torch.get_rng_state()
+        a = torch.rand(4)
+        torch.set_rng_state(s)
+        b = torch.rand(4)
+        return x + a - b
+
+    check(fn, observe=lambda: torch.rand(1))
+
+
+def test_rng_fork_rng():
+    def fn(x):
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            a = torch.rand(4)
+        return x + a, torch.rand(2)
+
+    check(fn, observe=lambda: torch.rand(1))
+
+
+def test_rng_dropout_train():
+    def fn(x):
+        return torch.nn.functional.dropout(x, 0.5, training=True)
+
+    check(fn, lambda: (torch.ones(16),), observe=lambda: torch.rand(1))
+
+
+# ---- mixed: iterating containers of modules/tensors -------------------------------------------
+def test_mix_sorted_dict_of_tensors_by_norm():
+    def fn(x):
+        d = {"a": x, "b": x * 3, "c": -x * 2}
+        order = sorted(d, key=lambda k: d[k].norm().item())
+        return order, torch.stack([d[k] for k in order])
+
+    check(fn)
+
+
+def test_mix_enumerate_reversed_zip():
+    def fn(x):
+        out = []
+        for i, (a, b) in enumerate(zip(reversed(x.unbind(0)), range(10))):
+            out.append(a * b + i)
+        return torch.stack(out)
+
+    check(fn)
+
+
+def test_mix_list_methods_on_tensors():
+    def fn(x):
+        xs = list(x.unbind(0))
+        xs.insert(1, x.sum())
+        xs.reverse()
+        last = xs.pop()
+        xs.extend([last, last * 2])
+        idx = xs.index(last)
+        return torch.stack(xs), idx, xs.count(last)
+
+    check(fn)
+
+
+def test_mix_kwargs_star_unpacking():
+    def g(a, *rest, scale=1, **kw):
+        return (a + sum(rest)) * scale + kw.get("bias", 0)
+
+    def fn(x):
+        args = (x, x * 2)
+        kw = {"scale": 3, "bias": 1}
+        return g(*args, **kw), g(x, bias=2)
+
+    check(fn)
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 5)])
+def test_mix_shapes_param(shape):
+    def fn(x):
+        return x.reshape(-1).cumsum(0)[-1] * len(x.shape)
+
+    check(fn, lambda: (torch.randn(*shape),))
+
+
+# ---- mutable C containers read by item (defaultdict, deque) ----------------------------------
+def test_cc_defaultdict_increment_in_loop():
+    def fn(x):
+        dd = collections.defaultdict(int)
+        for w in "abcab":
+            dd[w] += 1
+        return x * dd["a"] + dd["z"], dict(dd)
+
+    check(fn)
+
+
+def test_cc_defaultdict_factory_runs_per_missing_key():
+    made = []
+    dd = collections.defaultdict(lambda: made.append(1) or 3)
+
+    def setup():
+        made.clear()
+        dd.clear()
+
+    def fn(x):
+        return x * dd["k"] + len(made)
+
+    check(fn, setup=setup, observe=lambda: (list(made), dict(dd)), calls=3)
+
+
+def test_cc_defaultdict_global_value_changed_between_calls():
+    dd = collections.defaultdict(int, k=2)
+
+    def setup():
+        dd.clear()
+        dd["k"] = 2
+
+    def mutate(call):
+        dd["k"] = 10 + call
+
+    check(lambda x: x * dd["k"], t4, mutate, setup=setup, calls=3)
+
+
+def test_cc_deque_item_changed_between_calls():
+    dq = collections.deque([1, 2])
+
+    def setup():
+        dq.clear()
+        dq.extend([1, 2])
+
+    def mutate(call):
+        dq.appendleft(5 + call)
+
+    check(lambda x: x * dq[0] + dq[-1], t4, mutate, setup=setup, calls=3)
