@@ -43,6 +43,12 @@ def assert_same_value(actual, expected, path: str = "out"):
         )
         assert actual.requires_grad == expected.requires_grad, f"{path}: requires_grad differs"
         return
+    if isinstance(expected, torch.Generator):
+        assert isinstance(actual, torch.Generator), (
+            f"{path}: {type(actual).__name__}, eager Generator"
+        )
+        assert torch.equal(actual.get_state(), expected.get_state()), f"{path}: generator state"
+        return
     assert type(actual) is type(expected), (
         f"{path}: {type(actual).__name__} {actual!r}, eager {type(expected).__name__} {expected!r}"
     )

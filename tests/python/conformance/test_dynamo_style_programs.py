@@ -1525,3 +1525,832 @@ def test_cc_deque_item_changed_between_calls():
         dq.appendleft(5 + call)
 
     check(lambda x: x * dq[0] + dq[-1], t4, mutate, setup=setup, calls=3)
+
+
+# ---- gradients through compiled programs ------------------------------------------------------
+def check_grads(fn, make_args, calls=2):
+    """Compiled and eager give the same values and the same input .grad after backward()."""
+    compiled = torchlite.compile(fn)
+    for call in range(calls):
+        grads = []
+        for runner in (fn, compiled):
+            torch.manual_seed(2000 + call)
+            args = make_args()
+            out = runner(*args)
+            loss = sum(o.sum() for o in (out if isinstance(out, tuple) else (out,)))
+            loss.backward()
+            grads.append((out, [a.grad for a in args if isinstance(a, torch.Tensor)]))
+        (e_out, e_g), (c_out, c_g) = grads
+        torch.testing.assert_close(c_out, e_out)
+        for a, b in zip(c_g, e_g):
+            assert (a is None) == (b is None), f"grad presence differs: {a} vs {b}"
+            if a is not None:
+                torch.testing.assert_close(a, b)
+
+
+def _leaf(*shape):
+    return lambda: (torch.randn(*shape, requires_grad=True),)
+
+
+def test_gr_tensor_hook_inside_scales_grad():
+    def fn(x):
+        y = x * 2
+        y.register_hook(lambda g: g * 3)
+        return y.sin()
+
+    check_grads(fn, _leaf(4))
+
+
+def test_gr_no_grad_part_and_detach():
+    def fn(x):
+        with torch.no_grad():
+            s = x.sum()
+        return x * s + x.detach() ** 2
+
+    check_grads(fn, _leaf(4))
+
+
+def test_gr_inplace_on_intermediate_view():
+    def fn(x):
+        y = x * 1
+        y[1:3].mul_(5)
+        return y.exp()
+
+    check_grads(fn, _leaf(4))
+
+
+def test_gr_data_write_not_tracked():
+    def fn(x):
+        y = x * 2
+        y.data.add_(100)
+        return y * x
+
+    check_grads(fn, _leaf(4))
+
+
+def test_gr_custom_autograd_function():
+    class Clip(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            ctx.save_for_backward(t)
+            return t.clamp(-0.5, 0.5)
+
+        @staticmethod
+        def backward(ctx, g):
+            (t,) = ctx.saved_tensors
+            return g * (t.abs() < 0.5).float() * 2
+
+    check_grads(lambda x: Clip.apply(x * 3), _leaf(5))
+
+
+def test_gr_autograd_grad_inside():
+    def fn(x):
+        y = (x**3).sum()
+        (g,) = torch.autograd.grad(y, x, create_graph=True)
+        return g
+
+    check_grads(fn, _leaf(4))
+
+
+def test_gr_module_full_backward_hook():
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 4)
+    seen = []
+    m.register_full_backward_hook(lambda mod, gi, go: seen.append(go[0].shape) or (gi[0] * 2,))
+
+    def fn(x):
+        return m(x).tanh()
+
+    check_grads(fn, _leaf(2, 4))
+
+
+def test_gr_requires_grad_toggled_between_calls():
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 2)
+    compiled = torchlite.compile(lambda x: m(x).sum())
+    for rg in (True, False, True):
+        m.weight.requires_grad_(rg)
+        m.weight.grad = None
+        x = torch.randn(4, 3)
+        out = compiled(x)
+        ref = m(x).sum()
+        assert out.requires_grad == ref.requires_grad
+        torch.testing.assert_close(out, ref)
+    m.weight.requires_grad_(True)
+
+
+# ---- more module state between calls ----------------------------------------------------------
+def test_mod_parameter_replaced_between_calls():
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 2)
+    w0 = m.weight
+
+    def setup():
+        m.weight = w0
+
+    def mutate(call):
+        m.weight = torch.nn.Parameter(torch.ones(2, 4) * call)
+
+    check(lambda x: m(x), lambda: (torch.randn(3, 4),), mutate, setup=setup)
+
+
+def test_mod_new_submodule_added_between_calls():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            if hasattr(self, "extra"):
+                x = self.extra(x)
+            return x + 1
+
+    m = M()
+
+    def setup():
+        m._modules.pop("extra", None)
+
+    def mutate(call):
+        m.extra = torch.nn.Tanh()
+
+    check(lambda x: m(x), t4, mutate, setup=setup)
+
+
+def test_mod_dtype_changed_between_calls():
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 2)
+
+    def setup():
+        m.float()
+
+    def mutate(call):
+        m.double()
+
+    def make():
+        return (torch.randn(3, 4, dtype=m.weight.dtype),)
+
+    check(lambda x: m(x), make, mutate, setup=setup)
+
+
+def test_mod_hook_counts_calls_on_module_state():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x):
+            return x * 2
+
+    m = M()
+
+    def hook(mod, args):
+        mod.calls += 1
+
+    m.register_forward_pre_hook(hook)
+
+    def setup():
+        m.calls = 0
+
+    check(lambda x: m(x) + m.calls, t4, setup=setup, observe=lambda: m.calls)
+
+
+def test_mod_load_state_dict_between_calls():
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 2)
+    sd0 = {k: v.clone() for k, v in m.state_dict().items()}
+
+    def setup():
+        m.load_state_dict(sd0)
+
+    def mutate(call):
+        m.load_state_dict({"weight": torch.full((2, 4), 0.25), "bias": torch.ones(2) * call})
+
+    check(lambda x: m(x), lambda: (torch.randn(3, 4),), mutate, setup=setup)
+
+
+def test_mod_setattr_override_counts():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            object.__setattr__(self, "writes", 0)
+
+        def __setattr__(self, name, value):
+            object.__setattr__(self, "writes", self.writes + 1)
+            super().__setattr__(name, value)
+
+        def forward(self, x):
+            self.state = x.sum()
+            return x + self.writes
+
+    m = M()
+
+    def setup():
+        object.__setattr__(m, "writes", 0)
+
+    check(lambda x: m(x), t4, setup=setup, observe=lambda: m.writes)
+
+
+# ---- tensor subclasses, more ------------------------------------------------------------------
+def test_sub_torch_function_mode():
+    from torch.overrides import TorchFunctionMode
+
+    class AddToSub(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.add:
+                func = torch.sub
+            return func(*args, **(kwargs or {}))
+
+    def fn(x):
+        with AddToSub():
+            a = torch.add(x, 1)
+        return a, torch.add(x, 1)
+
+    check(fn)
+
+
+def test_sub_attribute_on_subclass_instance():
+    class Tagged(torch.Tensor):
+        pass
+
+    def fn(x):
+        y = (x * 2).as_subclass(Tagged)
+        y.tag = "t"
+        return y.as_subclass(torch.Tensor) + 1, y.tag
+
+    check(fn)
+
+
+def test_sub_python_attr_on_input_tensor():
+    def fn(x):
+        x.note = getattr(x, "note", 0) + 1
+        return x * x.note
+
+    check(fn)
+
+
+def test_sub_parameter_subclass_in_module():
+    class MyParam(torch.nn.Parameter):
+        pass
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = MyParam(torch.ones(4) * 2)
+
+        def forward(self, x):
+            return x * self.w, type(self.w).__name__
+
+    m = M()
+    check(lambda x: m(x))
+
+
+# ---- dicts, sets, namedtuples, more ------------------------------------------------------------
+def test_dict_merge_operators_and_views():
+    def fn(x):
+        a = {"a": 1, "b": 2}
+        b = {"b": 3, "c": 4}
+        m = a | b
+        a |= {"z": 0}
+        common = a.keys() & b.keys()
+        items = sorted(m.items() - a.items())
+        return x * m["b"], list(m), sorted(common), items, list(reversed(m))
+
+    check(fn)
+
+
+def test_dict_setdefault_fromkeys_popitem():
+    def fn(x):
+        d = dict.fromkeys(["p", "q"], 0)
+        d.setdefault("r", []).append(x)
+        d.setdefault("p", 9)
+        k, v = d.popitem()
+        return v[0] * 2, k, d
+
+    check(fn)
+
+
+def test_dict_tensor_keys_by_identity():
+    def fn(x):
+        y = x + 1
+        d = {x: "x", y: "y"}
+        return d[y], d[x], len(d), y in d
+
+    check(fn)
+
+
+def test_dict_view_live_after_mutation():
+    def fn(x):
+        d = {"a": x}
+        ks = d.keys()
+        vs = d.values()
+        d["b"] = x * 2
+        return len(ks), sum(vs), list(ks)
+
+    check(fn)
+
+
+def test_set_comprehension_and_sorted_strings():
+    def fn(x):
+        s = {w.upper() for w in ["a", "b", "a", "c"]}
+        t = frozenset(range(5)) - {1, 3}
+        return x * len(s), sorted(s), sorted(t), max(t), min(s)
+
+    check(fn)
+
+
+def test_set_of_tensors_identity():
+    def fn(x):
+        y = x * 2
+        s = {x, y, x}
+        s.discard(y)
+        return len(s), x in s, y in s
+
+    check(fn)
+
+
+def test_nt_asdict_make_and_eq():
+    def fn(x):
+        p = Pair._make([x, 3])
+        d = p._asdict()
+        a, b = p
+        return a * b, list(d), p == (p.first, 3), isinstance(p, tuple)
+
+    check(fn)
+
+
+def test_dc_frozen_hash_order():
+    @dataclasses.dataclass(frozen=True, order=True)
+    class Key:
+        a: int
+        b: str
+
+    def fn(x):
+        ks = sorted([Key(2, "b"), Key(1, "z"), Key(2, "a")])
+        table = {Key(1, "z"): x}
+        return table[Key(1, "z")] * ks[0].a, [k.b for k in ks], Key(1, "a") < Key(1, "b")
+
+    check(fn)
+
+
+def test_dc_input_mutated_in_place():
+    @dataclasses.dataclass
+    class State:
+        t: torch.Tensor
+        steps: int = 0
+
+    def fn(s):
+        s.t = s.t * 2
+        s.steps += 1
+        return s.t.sum()
+
+    check(fn, lambda: (State(torch.randn(3)),))
+
+
+# ---- classes, more ----------------------------------------------------------------------------
+def test_cls_classmethod_mutates_class_state():
+    class Registry:
+        count = 0
+
+        @classmethod
+        def bump(cls):
+            cls.count += 1
+            return cls.count
+
+    def setup():
+        Registry.count = 0
+
+    check(lambda x: x * Registry.bump(), setup=setup, observe=lambda: Registry.count)
+
+
+def test_cls_init_subclass_and_super():
+    registry = []
+
+    class Base:
+        def __init_subclass__(cls, **kw):
+            super().__init_subclass__(**kw)
+            registry.append(cls.__name__)
+
+        def f(self, x):
+            return x + 1
+
+    class Child(Base):
+        def f(self, x):
+            return super().f(x) * len(registry)
+
+    check(lambda x: Child().f(x))
+
+
+def test_cls_property_through_super():
+    class A:
+        @property
+        def v(self):
+            return 2
+
+    class B(A):
+        @property
+        def v(self):
+            return super().v * 10
+
+    check(lambda x: x * B().v)
+
+
+def test_cls_cached_property():
+    class Lazy:
+        def __init__(self, t):
+            self.t = t
+            self.n = 0
+
+        @functools.cached_property
+        def heavy(self):
+            self.n += 1
+            return self.t * 2
+
+    def fn(x):
+        o = Lazy(x)
+        return o.heavy + o.heavy, o.n
+
+    check(fn)
+
+
+def test_cls_singledispatch():
+    @functools.singledispatch
+    def scale(v):
+        return v
+
+    @scale.register
+    def _(v: int):
+        return v * 10
+
+    check(lambda x: x * scale(2) + scale(1.5))
+
+
+def test_cls_cmp_to_key_sorted():
+    def cmp(a, b):
+        return (a[1] > b[1]) - (a[1] < b[1])
+
+    def fn(x):
+        items = sorted([("a", 3), ("b", 1), ("c", 2)], key=functools.cmp_to_key(cmp))
+        return x * items[0][1], [k for k, _ in items]
+
+    check(fn)
+
+
+def test_cls_metaclass_call_and_attr():
+    class Meta(type):
+        def __call__(cls, *a):
+            obj = super().__call__(*a)
+            obj.made_by = "meta"
+            return obj
+
+    class W(metaclass=Meta):
+        def __init__(self, k):
+            self.k = k
+
+    def fn(x):
+        w = W(3)
+        return x * w.k, w.made_by
+
+    check(fn)
+
+
+# ---- globals, more ----------------------------------------------------------------------------
+G_TABLE = {"scale": 2}
+G_LIST = [1, 2]
+
+
+def test_gl_global_dict_value_changed_between_calls():
+    def setup():
+        G_TABLE.clear()
+        G_TABLE["scale"] = 2
+
+    def mutate(call):
+        G_TABLE["scale"] = 7
+
+    try:
+        check(lambda x: x * G_TABLE["scale"] + len(G_TABLE), t4, mutate, setup=setup)
+    finally:
+        setup()
+
+
+def test_gl_global_list_appended_in_fn():
+    def setup():
+        G_LIST[:] = [1, 2]
+
+    def fn(x):
+        G_LIST.append(len(G_LIST))
+        return x * sum(G_LIST)
+
+    try:
+        check(fn, setup=setup, observe=lambda: list(G_LIST))
+    finally:
+        setup()
+
+
+def test_gl_globals_dict_read():
+    def fn(x):
+        return x * globals()["FACTOR"]
+
+    check(fn)
+
+
+# ---- itertools / functools, more --------------------------------------------------------------
+def test_it_cycle_repeat_starmap():
+    def fn(x):
+        c = list(itertools.islice(itertools.cycle([1, 2]), 5))
+        r = list(itertools.repeat(x, 2))
+        s = list(itertools.starmap(operator.mul, [(2, 3), (4, 5)]))
+        return sum(r) * c[-1], c, s
+
+    check(fn)
+
+
+def test_it_takewhile_dropwhile_compress():
+    def fn(x):
+        vals = [1, 3, 5, 2, 7]
+        tw = list(itertools.takewhile(lambda v: v < 4, vals))
+        dw = list(itertools.dropwhile(lambda v: v < 4, vals))
+        cp = list(itertools.compress("abcde", [1, 0, 1, 0, 1]))
+        ff = list(itertools.filterfalse(lambda v: v % 2, vals))
+        return x * len(tw), dw, cp, ff
+
+    check(fn)
+
+
+def test_it_tee_and_product_repeat():
+    def fn(x):
+        a, b = itertools.tee(iter([x, x * 2, x * 3]))
+        first = next(a)
+        rest = list(b)
+        pr = list(itertools.product([0, 1], repeat=2))
+        return first + sum(rest), pr
+
+    check(fn)
+
+
+def test_it_reduce_with_initial_and_dicts():
+    def fn(x):
+        merged = functools.reduce(lambda acc, d: {**acc, **d}, [{"a": 1}, {"b": 2}, {"a": 3}], {})
+        total = functools.reduce(lambda acc, t: acc + t * merged["a"], x.unbind(0), torch.zeros(()))
+        return total, merged
+
+    check(fn)
+
+
+# ---- formatting, more -------------------------------------------------------------------------
+def test_fmt_item_and_repr():
+    def fn(x):
+        s = f"{x.sum().item():.3f} {x.shape!r} {x.size()} {x.dtype} {x.device.type:>5}"
+        return x + 1, s, str(x.shape), repr(x.shape[0]), ", ".join(str(d) for d in x.shape)
+
+    check(fn, t23)
+
+
+# ---- exceptions, more -------------------------------------------------------------------------
+def test_ex_raise_from_none_and_bare_reraise():
+    def fn(x):
+        try:
+            try:
+                {}["k"]
+            except KeyError:
+                raise ValueError("no k") from None
+        except ValueError as e:
+            try:
+                raise
+            except ValueError as e2:
+                return x + 1, e2 is e, e.__suppress_context__, e.__cause__
+
+    check(fn)
+
+
+def test_ex_try_except_else_finally_order():
+    log = []
+
+    def fn(x):
+        for v in (0, 1):
+            try:
+                if v:
+                    raise KeyError(v)
+                log.append("try")
+            except KeyError:
+                log.append("except")
+            else:
+                log.append("else")
+            finally:
+                log.append("finally")
+        return x * len(log)
+
+    check(fn, setup=log.clear, observe=lambda: list(log))
+
+
+def test_ex_error_in_comprehension_caught():
+    def fn(x):
+        try:
+            return [1 / v for v in (1, 0)]
+        except ZeroDivisionError as e:
+            return x * 2, str(e)
+
+    check(fn)
+
+
+def test_ex_exit_sees_exception_and_raises_new():
+    class Convert:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, et, ev, tb):
+            if et is KeyError:
+                raise RuntimeError("converted") from ev
+            return False
+
+    def fn(x):
+        try:
+            with Convert():
+                raise KeyError("k")
+        except RuntimeError as e:
+            return x * 3, str(e), type(e.__cause__).__name__
+
+    check(fn)
+
+
+def test_ex_generator_raises_caught_outside():
+    def gen(t):
+        yield t
+        raise ValueError("gen")
+
+    def fn(x):
+        out = []
+        try:
+            for v in gen(x):
+                out.append(v * 2)
+        except ValueError as e:
+            out.append(x + len(str(e)))
+        return out
+
+    check(fn)
+
+
+def test_ex_torch_assert():
+    def fn(x):
+        torch._assert(x.shape[0] == 4, "needs 4")
+        return x + 1
+
+    check(fn)
+
+
+# ---- data-dependent, more ---------------------------------------------------------------------
+def test_dd_boolean_mask_varies():
+    def fn(x):
+        pos = x[x > 0]
+        return pos.sum(), pos.numel(), x.nonzero().shape
+
+    check(fn, lambda: (torch.randn(8),), calls=3)
+
+
+def test_dd_tolist_and_argmax_index():
+    names = ["a", "b", "c", "d"]
+
+    def fn(x):
+        i = int(x.argmax())
+        vals = x.tolist()
+        return names[i], vals, x * vals[0]
+
+    check(fn, calls=3)
+
+
+def test_dd_any_all_branches():
+    def fn(x):
+        if (x > 1).any():
+            x = x.clamp(max=1)
+        if (x < 5).all():
+            x = x * 2
+        return x
+
+    check(fn, lambda: (torch.randn(6) * 2,), calls=3)
+
+
+# ---- in-place / views, more -------------------------------------------------------------------
+def test_ip_metadata_inplace_ops():
+    def fn(x):
+        x.unsqueeze_(0)
+        x.transpose_(0, 1)
+        return x.shape, x * 2
+
+    check(fn, t23)
+
+
+def test_ip_strided_and_diagonal_writes():
+    def fn(x):
+        x[::2].add_(1)
+        x.diagonal().zero_()
+        torch.narrow(x, 1, 0, 1).copy_(torch.full((3, 1), 9.0))
+        return x
+
+    check(fn, lambda: (torch.randn(3, 3),))
+
+
+def test_ip_input_and_its_view_both_passed():
+    def fn(base, view):
+        view.mul_(2)
+        base.add_(1)
+        return base + view
+
+    def make():
+        b = torch.randn(4)
+        return (b, b[1:3])
+
+    check(fn, make)
+
+
+def test_ip_random_fill_of_input():
+    def fn(x):
+        x.uniform_(-1, 1)
+        x[0].normal_()
+        return x * 2
+
+    check(fn, observe=lambda: torch.rand(1))
+
+
+def test_ip_requires_grad_inside():
+    def fn(x):
+        y = x.detach().clone().requires_grad_()
+        return y * 2, y.requires_grad
+
+    check(fn)
+
+
+# ---- random, more -----------------------------------------------------------------------------
+def test_rng_various_samplers():
+    def fn(x):
+        a = torch.randint(0, 10, (4,))
+        b = torch.randperm(4)
+        c = torch.bernoulli(torch.full((4,), 0.5))
+        d = torch.multinomial(torch.ones(4), 2)
+        e = torch.normal(torch.zeros(4), torch.ones(4))
+        return x + a + b + c + e, d
+
+    check(fn, observe=lambda: torch.rand(1), calls=3)
+
+
+def test_rng_generator_as_input():
+    def fn(x, g):
+        return x + torch.rand(4, generator=g)
+
+    check(fn, lambda: (torch.randn(4), torch.Generator().manual_seed(5)), calls=3)
+
+
+def test_rng_initial_seed_and_seed_inside():
+    def fn(x):
+        torch.manual_seed(123)
+        s = torch.initial_seed()
+        return x * torch.rand(1), s
+
+    check(fn, observe=lambda: torch.rand(1))
+
+
+def test_rng_python_random_inside():
+    import random
+
+    def setup():
+        random.seed(4)
+
+    def fn(x):
+        return x * random.random() + random.randint(0, 5)
+
+    check(fn, setup=setup, observe=lambda: random.random(), calls=3)
+
+
+# ---- torch function and dispatch modes the caller entered --------------------------------------
+class _AddToSub(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.add or func is torch.Tensor.add:
+            func = torch.sub
+        return func(*args, **(kwargs or {}))
+
+
+class _ZeroAdds(torch.utils._python_dispatch.TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 0 if func is torch.ops.aten.add.Tensor else out
+
+
+@pytest.mark.parametrize("mode", [_AddToSub, _ZeroAdds])
+def test_modes_active_at_call_are_honoured_then_left(mode):
+    def fn(x):
+        return torch.add(x, 1).sin() + x.add(2)
+
+    compiled = torchlite.compile(fn)
+    for active in (False, True, False, True):
+        x = torch.randn(4)
+        if active:
+            with mode():
+                out, ref = compiled(x), fn(x)
+        else:
+            out, ref = compiled(x), fn(x)
+        torch.testing.assert_close(out, ref, msg=f"mode active={active}")
+
+
+def test_modes_entered_inside_the_function():
+    def fn(x):
+        a = torch.add(x, 1)
+        with _AddToSub():
+            b = torch.add(x, 1)
+            c = x.add(1)
+        return a, b, c, torch.add(x, 1)
+
+    check(fn)
