@@ -2354,3 +2354,677 @@ def test_modes_entered_inside_the_function():
         return a, b, c, torch.add(x, 1)
 
     check(fn)
+
+
+# ---- subclasses and hooks, edge cases ----------------------------------------------------------
+def test_sub_input_torch_add_through_torch_function():
+    def fn(x):
+        return torch.add(x, 1).as_subclass(torch.Tensor), torch.mul(x, 2).as_subclass(torch.Tensor)
+
+    check(fn, lambda: (torch.randn(3).as_subclass(Doubling),))
+
+
+def test_sub_overridden_method_on_subclass_input():
+    class Odd(torch.Tensor):
+        def sigmoid(self):
+            return "not a tensor"
+
+        ndim_bonus = 10
+
+    def fn(x):
+        return x.sigmoid(), x.ndim_bonus, (x * 2).as_subclass(torch.Tensor)
+
+    check(fn, lambda: (torch.randn(3).as_subclass(Odd),))
+
+
+def test_sub_class_attribute_changed_between_calls():
+    class Scaled(torch.Tensor):
+        factor = 2
+
+    def setup():
+        Scaled.factor = 2
+
+    def mutate(call):
+        Scaled.factor = 5
+
+    def fn(x):
+        return x.as_subclass(torch.Tensor) * x.factor
+
+    check(fn, lambda: (torch.randn(3).as_subclass(Scaled),), mutate, setup=setup)
+
+
+def test_sub_disable_torch_function_subclass_inside():
+    def fn(x):
+        with torch._C.DisableTorchFunctionSubclass():
+            a = torch.add(x, 1)
+        return a.as_subclass(torch.Tensor), torch._C._is_torch_function_enabled()
+
+    check(fn, lambda: (torch.randn(3).as_subclass(Doubling),))
+
+
+def test_mod_global_forward_hook_registered_between_calls():
+    from torch.nn.modules.module import register_module_forward_hook
+
+    m = torch.nn.Tanh()
+    handles = []
+
+    def reset():
+        for h in handles:
+            h.remove()
+        handles.clear()
+
+    def mutate(call):
+        reset()
+        handles.append(register_module_forward_hook(lambda mod, a, out: out + 100))
+
+    try:
+        check(lambda x: m(x), t4, mutate, setup=reset)
+    finally:
+        reset()
+
+
+def test_mod_call_override():
+    class Twice(torch.nn.Module):
+        def forward(self, x):
+            return x + 1
+
+        def __call__(self, x):
+            return super().__call__(x) * 2
+
+    m = Twice()
+    check(lambda x: m(x))
+
+
+def test_mod_hook_on_child_sees_parent_state():
+    class Parent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.child = torch.nn.Linear(4, 4)
+            self.scale = 1.0
+
+    torch.manual_seed(0)
+    p = Parent()
+    p.child.register_forward_hook(lambda mod, a, out: out * p.scale)
+
+    def setup():
+        p.scale = 1.0
+
+    def mutate(call):
+        p.scale = -3.0
+
+    check(lambda x: p.child(x), lambda: (torch.randn(2, 4),), mutate, setup=setup)
+
+
+def test_mod_buffer_reassigned_between_calls():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("shift", torch.zeros(4))
+
+        def forward(self, x):
+            return x + self.shift
+
+    m = M()
+
+    def setup():
+        m.shift = torch.zeros(4)
+
+    def mutate(call):
+        m.shift = torch.full((4,), float(call + 1))
+
+    check(lambda x: m(x), t4, mutate, setup=setup)
+
+
+def test_mod_parametrize_weight():
+    import torch.nn.utils.parametrize as P
+
+    class Sym(torch.nn.Module):
+        def forward(self, w):
+            return w.triu() + w.triu(1).t()
+
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 3)
+    P.register_parametrization(m, "weight", Sym())
+    check(lambda x: m(x), lambda: (torch.randn(2, 3),))
+
+
+# ---- global torch state inside ----------------------------------------------------------------
+def test_state_set_default_dtype_inside():
+    def fn(x):
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            y = torch.ones(2) + x.sum()
+        finally:
+            torch.set_default_dtype(old)
+        return y, y.dtype
+
+    check(fn)
+
+
+def test_state_default_dtype_changed_between_calls():
+    def setup():
+        torch.set_default_dtype(torch.float32)
+
+    def mutate(call):
+        torch.set_default_dtype(torch.float64)
+
+    def fn(x):
+        return torch.arange(3.0) * x.sum(), torch.tensor(1.5).dtype
+
+    try:
+        check(fn, t4, mutate, setup=setup)
+    finally:
+        setup()
+
+
+def test_state_saved_tensors_hooks_inside():
+    log = []
+
+    def fn(x):
+        with torch.autograd.graph.saved_tensors_hooks(
+            lambda t: log.append("pack") or t, lambda t: log.append("unpack") or t
+        ):
+            y = x.sin() * x
+        return y
+
+    check(
+        fn,
+        lambda: (torch.randn(3, requires_grad=True),),
+        setup=log.clear,
+        observe=lambda: list(log),
+    )
+
+
+def test_state_grad_mode_left_changed_by_function():
+    def fn(x):
+        torch.set_grad_enabled(False)
+        y = x * 2
+        return y, torch.is_grad_enabled()
+
+    try:
+        check(
+            fn,
+            lambda: (torch.randn(3, requires_grad=True),),
+            setup=lambda: torch.set_grad_enabled(True),
+            observe=torch.is_grad_enabled,
+        )
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def test_state_deterministic_flag_read():
+    def setup():
+        torch.use_deterministic_algorithms(False)
+
+    def mutate(call):
+        torch.use_deterministic_algorithms(True)
+
+    def fn(x):
+        return x * (2 if torch.are_deterministic_algorithms_enabled() else 3)
+
+    try:
+        check(fn, t4, mutate, setup=setup)
+    finally:
+        setup()
+
+
+# ---- iteration protocols ----------------------------------------------------------------------
+def test_iter_user_iterable_with_getitem():
+    class Seq:
+        def __init__(self, t):
+            self.t = t
+
+        def __getitem__(self, i):
+            if i >= 3:
+                raise IndexError(i)
+            return self.t * i
+
+    def fn(x):
+        return sum(Seq(x)), list(Seq(1))
+
+    check(fn)
+
+
+def test_iter_iter_with_sentinel():
+    def fn(x):
+        vals = iter([3, 2, 0, 5])
+        got = list(iter(lambda: next(vals), 0))
+        return x * sum(got), got
+
+    check(fn)
+
+
+def test_iter_next_default_and_exhaustion():
+    def fn(x):
+        it = iter(x.unbind(0))
+        a = next(it)
+        rest = list(it)
+        return a + next(it, torch.zeros(())), len(rest)
+
+    check(fn)
+
+
+def test_iter_map_filter_zip_strict():
+    def fn(x):
+        sq = list(map(lambda t: t * t, x.unbind(0)))  # noqa: C417 - map is the case
+        pos = list(filter(lambda t: bool(t > 0), sq))
+        try:
+            list(zip([1, 2], [1], strict=True))
+        except ValueError as e:
+            msg = str(e)
+        return torch.stack(sq), len(pos), msg
+
+    check(fn)
+
+
+def test_iter_dict_iteration_mutation_raises():
+    def fn(x):
+        d = {"a": 1, "b": 2}
+        try:
+            for k in d:
+                d[k + "!"] = 0
+        except RuntimeError as e:
+            return x * len(d), str(e)
+        return x
+
+    check(fn)
+
+
+def test_iter_list_mutated_while_iterating():
+    def fn(x):
+        xs = [1, 2, 3, 4]
+        seen = []
+        for v in xs:
+            seen.append(v)
+            if v == 2:
+                xs.remove(v)
+        return x * len(seen), seen, xs
+
+    check(fn)
+
+
+# ---- numbers and operators --------------------------------------------------------------------
+def test_num_divmod_pow_round_on_sizes():
+    def fn(x):
+        n = x.shape[0]
+        q, r = divmod(n * 7, 3)
+        return x * q + r, n**2, round(n / 3, 2), -n // 3, -n % 3, abs(-n), n.bit_length()
+
+    check(fn, lambda: (torch.randn(5),))
+
+
+def test_num_tensor_scalar_ops_and_comparisons():
+    def fn(x):
+        s = x.sum()
+        return 2**s, 1 / (s + 10), s // 1, s % 1, -s, +s, abs(s), s == s, s != s + 1  # noqa: PLR0124
+
+    check(fn)
+
+
+def test_num_float_int_conversions_of_tensors():
+    def fn(x):
+        s = x.sum()
+        return int(s * 100), float(s), round(float(s), 3), bool(s > 0), complex(float(s)).real
+
+    check(fn, calls=3)
+
+
+def test_num_matmul_operator_and_inplace():
+    def fn(a, b):
+        c = a @ b
+        c @= b
+        c **= 2
+        c //= 0.5
+        return c
+
+    check(fn, lambda: (torch.randn(3, 3), torch.randn(3, 3)))
+
+
+def test_num_chained_comparisons_on_python_values():
+    def fn(x):
+        n = x.numel()
+        return x * (1 < n <= 4), 0 < n < 3, n in range(2, 10, 2), isinstance(n, bool)
+
+    check(fn)
+
+
+# ---- guards: what changes between calls -------------------------------------------------------
+def per_call(*makers):
+    """make_args for check_program giving call k (eager and compiled alike) makers[k]()."""
+    n = [0]
+
+    def make():
+        k = n[0] // 2
+        n[0] += 1
+        return makers[k]()
+
+    return make
+
+
+def test_gd_inputs_alias_only_on_second_call():
+    def fn(a, b):
+        a.add_(1)
+        return b * 2
+
+    def same():
+        t = torch.randn(4)
+        return (t, t)
+
+    check_program(fn, per_call(lambda: (torch.randn(4), torch.randn(4)), same, same), calls=3)
+
+
+def test_gd_input_view_of_other_input_on_second_call():
+    def fn(a, b):
+        a.mul_(2)
+        return a + b
+
+    def overlapping():
+        t = torch.randn(6)
+        return (t[:4], t[2:])
+
+    check_program(fn, per_call(lambda: (torch.randn(4), torch.randn(4)), overlapping), calls=2)
+
+
+def test_gd_strides_and_offset_change():
+    def fn(x):
+        return x.view(-1) if x.is_contiguous() else x.reshape(-1) * 2
+
+    check_program(
+        fn,
+        per_call(
+            lambda: (torch.randn(3, 4),),
+            lambda: (torch.randn(4, 3).t(),),
+            lambda: (torch.randn(5, 4)[1:4],),
+        ),
+        calls=3,
+    )
+
+
+def test_gd_dtype_and_requires_grad_change():
+    def fn(x):
+        return x * 2, x.dtype, x.requires_grad
+
+    check_program(
+        fn,
+        per_call(
+            lambda: (torch.randn(3),),
+            lambda: (torch.randn(3, dtype=torch.float64),),
+            lambda: (torch.randn(3, requires_grad=True),),
+            lambda: (torch.randint(0, 5, (3,)),),
+        ),
+        calls=4,
+    )
+
+
+def test_gd_optional_tensor_argument():
+    def fn(x, bias=None):
+        return x * 2 if bias is None else x * 2 + bias
+
+    check_program(
+        fn,
+        per_call(
+            lambda: (torch.randn(3), None),
+            lambda: (torch.randn(3), torch.ones(3)),
+            lambda: (torch.randn(3), None),
+        ),
+        calls=3,
+    )
+
+
+def test_gd_list_length_and_tuple_contents_change():
+    def fn(xs, spec):
+        out = sum(xs)
+        for k, v in spec:
+            out = out * v if k == "mul" else out + v
+        return out
+
+    check_program(
+        fn,
+        per_call(
+            lambda: ([torch.randn(2)] * 2, (("mul", 2),)),
+            lambda: ([torch.randn(2)] * 3, (("add", 2), ("mul", 3))),
+        ),
+    )
+
+
+def test_gd_function_defaults_changed_between_calls():
+    def helper(t, k=2):
+        return t * k
+
+    def setup():
+        helper.__defaults__ = (2,)
+
+    def mutate(call):
+        helper.__defaults__ = (9,)
+
+    check(lambda x: helper(x), t4, mutate, setup=setup)
+
+
+def test_gd_kwdefaults_changed_between_calls():
+    def helper(t, *, k=2):
+        return t * k
+
+    def setup():
+        helper.__kwdefaults__ = {"k": 2}
+
+    def mutate(call):
+        helper.__kwdefaults__ = {"k": -1}
+
+    check(lambda x: helper(x), t4, mutate, setup=setup)
+
+
+def test_gd_partial_keywords_changed_between_calls():
+    p = functools.partial(torch.mul, other=2)
+
+    def setup():
+        p.keywords["other"] = 2
+
+    def mutate(call):
+        p.keywords["other"] = 5
+
+    check(lambda x: p(x), t4, mutate, setup=setup)
+
+
+def test_gd_closure_cell_contents_set_between_calls():
+    k = 2
+
+    def helper(t):
+        return t * k
+
+    def setup():
+        helper.__closure__[0].cell_contents = 2
+
+    def mutate(call):
+        helper.__closure__[0].cell_contents = 7
+
+    check(lambda x: helper(x), t4, mutate, setup=setup)
+
+
+def test_gd_code_replaced_between_calls():
+    def helper(t):
+        return t + 1
+
+    def other(t):
+        return t - 1
+
+    code0 = helper.__code__
+
+    def setup():
+        helper.__code__ = code0
+
+    def mutate(call):
+        helper.__code__ = other.__code__
+
+    check(lambda x: helper(x), t4, mutate, setup=setup)
+
+
+def test_gd_instance_method_shadowed_between_calls():
+    class Obj:
+        def act(self, t):
+            return t + 1
+
+    o = Obj()
+
+    def setup():
+        o.__dict__.pop("act", None)
+
+    def mutate(call):
+        o.act = lambda t: t * 100
+
+    check(lambda x: o.act(x), t4, mutate, setup=setup)
+
+
+def test_gd_global_tensor_changed_in_place_and_rebound():
+    box = {"t": torch.ones(4)}
+
+    def setup():
+        box["t"] = torch.ones(4)
+
+    def mutate(call):
+        if call == 1:
+            box["t"].mul_(3)
+        else:
+            box["t"] = torch.full((4,), 5.0)
+
+    check(lambda x: x + box["t"], t4, mutate, setup=setup, calls=3)
+
+
+def test_gd_global_tensor_requires_grad_toggled():
+    w = torch.ones(4)
+
+    def setup():
+        w.requires_grad_(False)
+
+    def mutate(call):
+        w.requires_grad_(True)
+
+    try:
+        check(lambda x: (x * w).sum(), t4, mutate, setup=setup)
+    finally:
+        setup()
+
+
+def test_gd_enum_value_branch():
+    import enum
+
+    class Mode(enum.Enum):
+        A = 1
+        B = 2
+
+    cfg = {"mode": Mode.A}
+
+    def setup():
+        cfg["mode"] = Mode.A
+
+    def mutate(call):
+        cfg["mode"] = Mode.B
+
+    def fn(x):
+        return x * 2 if cfg["mode"] is Mode.A else x - 2
+
+    check(fn, t4, mutate, setup=setup)
+
+
+def test_gd_object_attr_deleted_between_calls():
+    class Cfg:
+        pass
+
+    c = Cfg()
+
+    def setup():
+        c.scale = 3
+
+    def mutate(call):
+        del c.scale
+
+    check(lambda x: x * getattr(c, "scale", -1) + hasattr(c, "scale"), t4, mutate, setup=setup)
+
+
+def test_gd_slots_object_attr_changed():
+    class P:
+        __slots__ = ("a",)
+
+        def __init__(self):
+            self.a = 1
+
+    p = P()
+
+    def setup():
+        p.a = 1
+
+    def mutate(call):
+        p.a = 4
+
+    check(lambda x: x * p.a, t4, mutate, setup=setup)
+
+
+def test_gd_property_backing_changed():
+    class C:
+        def __init__(self):
+            self._v = 2
+
+        @property
+        def v(self):
+            return self._v * 10
+
+    c = C()
+
+    def setup():
+        c._v = 2
+
+    def mutate(call):
+        c._v = 3
+
+    check(lambda x: x * c.v, t4, mutate, setup=setup)
+
+
+# ---- torch.func and other higher-order calls --------------------------------------------------
+def test_hop_jacrev_jacfwd_of_a_torch_builtin():
+    # NOTE: the transforms' wrappers carry torch.sin's names (functools.wraps): recorded as
+    # torch.sin they computed sin, not its Jacobian.
+    from torch.func import jacfwd, jacrev
+
+    check(lambda x: (jacrev(torch.sin)(x), jacfwd(torch.cos)(x)))
+
+
+def test_hop_vmap_of_a_torch_builtin():
+    from torch.func import vmap
+
+    check(lambda a, b: vmap(torch.dot)(a, b), lambda: (torch.randn(3, 4), torch.randn(3, 4)))
+
+
+def test_hop_vmap_grad_of_lambdas():
+    from torch.func import grad, vmap
+
+    def fn(x):
+        per_row = vmap(lambda r: (r.sin() * r).sum())(x)
+        g = grad(lambda t: (t**3).sum())(x[0])
+        return per_row, g
+
+    check(fn, lambda: (torch.randn(3, 4),))
+
+
+def test_hop_functional_call_with_swapped_weights():
+    from torch.func import functional_call
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 2)
+
+    def fn(x, w):
+        return functional_call(lin, {"weight": w, "bias": torch.zeros(2)}, (x,)), lin(x)
+
+    check(fn, lambda: (torch.randn(3, 4), torch.randn(2, 4)))
+
+
+def test_hop_checkpoint_values_and_grads():
+    from torch.utils.checkpoint import checkpoint
+
+    check_grads(lambda x: checkpoint(lambda t: t.sin().cos() * t, x, use_reentrant=False), _leaf(4))
+
+
+def test_hop_cond_both_branches():
+    def fn(x):
+        return torch.cond(x.sum() > 0, lambda t: t + 1, lambda t: t * -3, (x,))
+
+    check_program(fn, per_call(lambda: (torch.rand(4),), lambda: (-torch.rand(4),)), calls=2)
