@@ -3028,3 +3028,41 @@ def test_hop_cond_both_branches():
         return torch.cond(x.sum() > 0, lambda t: t + 1, lambda t: t * -3, (x,))
 
     check_program(fn, per_call(lambda: (torch.rand(4),), lambda: (-torch.rand(4),)), calls=2)
+
+
+# ---- sequence + and * ----------------------------------------------------------------------------
+def test_seq_size_repeat_and_concat_stay_sizes():
+    def fn(x):
+        return x.shape * 2, 2 * x.shape, (1,) + x.shape, x.shape + (5,), x.shape * 0
+
+    check(fn)
+
+
+def test_seq_repeat_with_count_first():
+    def fn(x):
+        return x * len(2 * [1, 2]), 2 * [1, 2], 3 * (1,), [x] * 2, 2 * [x]
+
+    check(fn)
+
+
+def test_seq_list_imul_iadd_change_the_list_in_place():
+    def fn(x):
+        xs = [1, x]
+        alias = xs
+        xs *= 2
+        xs += (3,)
+        return x * len(alias), alias
+
+    check(fn)
+
+
+def test_seq_list_plus_tuple_raises():
+    def fn(x):
+        xs = [x]
+        try:
+            xs = xs + (x,)
+        except TypeError as e:
+            return x, str(e)
+        return xs
+
+    check(fn)
