@@ -3066,3 +3066,47 @@ def test_seq_list_plus_tuple_raises():
         return xs
 
     check(fn)
+
+
+# ---- OrderedDict order after move_to_end ----------------------------------------------------------
+def test_od_reordered_ordered_dict_iterates_in_its_order():
+    od = collections.OrderedDict(a=1, b=2, c=3)
+
+    def setup():
+        od.clear()
+        od.update(a=1, b=2, c=3)
+        od.move_to_end("a")
+
+    def mutate(call):
+        od.move_to_end("b", last=False)
+
+    def fn(x):
+        return x * od["a"], list(od), [v for v in od.values()], list(od.items())
+
+    check(fn, t4, mutate, setup=setup)
+
+
+def test_od_reordered_ordered_dict_argument():
+    def make():
+        d = collections.OrderedDict(a=torch.randn(2), b=torch.randn(2))
+        d.move_to_end("a")
+        return (d,)
+
+    def fn(d):
+        out = []
+        for i, (k, v) in enumerate(d.items()):
+            out.append((k, v * (i + 1)))
+        return out
+
+    check(fn, make)
+
+
+def test_mod_hook_registered_with_prepend_runs_first():
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 4)
+    log = []
+    m.register_forward_hook(lambda mod, a, o: log.append("second") or o * 2)
+    m.register_forward_hook(lambda mod, a, o: log.append("first") or o + 1, prepend=True)
+    m.register_forward_pre_hook(lambda mod, a: log.append("pre-second"))
+    m.register_forward_pre_hook(lambda mod, a: log.append("pre-first"), prepend=True)
+    check(lambda x: m(x), lambda: (torch.randn(2, 4),), setup=log.clear, observe=lambda: list(log))
