@@ -3110,3 +3110,10 @@ def test_mod_hook_registered_with_prepend_runs_first():
     m.register_forward_pre_hook(lambda mod, a: log.append("pre-second"))
     m.register_forward_pre_hook(lambda mod, a: log.append("pre-first"), prepend=True)
     check(lambda x: m(x), lambda: (torch.randn(2, 4),), setup=log.clear, observe=lambda: list(log))
+
+
+def test_seq_shape_kept_in_a_set_stays_a_size():
+    def fn(x):
+        return x, sorted({x.shape, (4,), tuple(x.shape)}), {x.shape: 1}
+
+    check(fn)
