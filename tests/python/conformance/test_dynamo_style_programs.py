@@ -3117,3 +3117,17 @@ def test_seq_shape_kept_in_a_set_stays_a_size():
         return x, sorted({x.shape, (4,), tuple(x.shape)}), {x.shape: 1}
 
     check(fn)
+
+
+def test_modes_device_context_places_factories():
+    # NOTE: `with torch.device(...)` is a torch function mode: factories inside the compiled
+    # function must land on its device, as in eager.
+    def fn(x):
+        return torch.ones(2).device.type, x.device.type
+
+    compiled = torchlite.compile(fn)
+    x = torch.randn(2)
+    assert compiled(x) == fn(x) == ("cpu", "cpu")
+    with torch.device("meta"):
+        assert compiled(x) == fn(x) == ("meta", "cpu")
+    assert compiled(x) == ("cpu", "cpu")
