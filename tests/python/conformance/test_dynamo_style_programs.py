@@ -3023,13 +3023,6 @@ def test_hop_checkpoint_values_and_grads():
     check_grads(lambda x: checkpoint(lambda t: t.sin().cos() * t, x, use_reentrant=False), _leaf(4))
 
 
-def test_hop_cond_both_branches():
-    def fn(x):
-        return torch.cond(x.sum() > 0, lambda t: t + 1, lambda t: t * -3, (x,))
-
-    check_program(fn, per_call(lambda: (torch.rand(4),), lambda: (-torch.rand(4),)), calls=2)
-
-
 # ---- sequence + and * ----------------------------------------------------------------------------
 def test_seq_size_repeat_and_concat_stay_sizes():
     def fn(x):
