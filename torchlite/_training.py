@@ -254,6 +254,9 @@ class _Recorder(TorchDispatchMode):
     value; a mutated graph input is remembered so the wrapper copies the result back into it.
     """
 
+    # NOTE: torchlite's own mode: compiled frames run under it (guards/global_state.cpp).
+    _torchlite_transparent_mode = True
+
     def __init__(self, device: torch.device, decompositions: dict) -> None:
         super().__init__()
         self.graph = fx.Graph()
@@ -400,6 +403,9 @@ _NOT_REPLAYED = {aten.detach.default, aten.alias.default}
 class _OpLog(TorchDispatchMode):
     """Logs the ATen ops run under it (below autograd) with their arguments and results."""
 
+    # NOTE: torchlite's own mode: compiled frames run under it (guards/global_state.cpp).
+    _torchlite_transparent_mode = True
+
     def __init__(self) -> None:
         super().__init__()
         self.ops: list[tuple] = []
@@ -423,6 +429,9 @@ class _DeviceChoices(TorchFunctionMode):
     call, and autograd puts that op's own backward (e.g. aten._efficient_attention_backward,
     native_dropout_backward) into the backward graph; random ops draw as eager's do.
     """
+
+    # NOTE: torchlite's own mode: compiled frames run under it (guards/global_state.cpp).
+    _torchlite_transparent_mode = True
 
     def __init__(self, device: torch.device) -> None:
         super().__init__()

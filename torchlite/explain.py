@@ -62,6 +62,9 @@ class _EagerOps(TorchFunctionMode):
     Ops fused into torchlite kernels make no torch call at all.
     """
 
+    # NOTE: torchlite's own mode: compiled frames run under it (guards/global_state.cpp).
+    _torchlite_transparent_mode = True
+
     def __init__(self) -> None:
         super().__init__()
         self.at: collections.Counter = collections.Counter()

@@ -15,6 +15,7 @@
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
 #include "core/errors.h"
+#include "guards/global_state.h"
 #include "ir/effects.h"
 
 namespace tl::capture {
@@ -506,6 +507,19 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
     return out;
   }
   torch_api();  // import torch before anything is traced
+  // NOTE: a TorchFunctionMode or TorchDispatchMode the caller entered (or the frame's own
+  // with-block, run eagerly at its break) must see every op: the frame runs eagerly while
+  // one is active; the global-state guard sends calls without one back to capture.
+  if (guards::torch_modes_active()) {
+    out.guards.add_global_state();
+    out.graph_break = BreakInfo{"unsupported_value",
+                                "a torch function or dispatch mode is active (it must see "
+                                "every op)",
+                                utf8(code->co_filename), code->co_firstlineno};
+    out.no_resume = "a torch function or dispatch mode is active";
+    out.capture_ms = elapsed();
+    return out;
+  }
   DeferSavedTensorHooks defer_hooks;
   int top_index = trace(out, code, frame, -1, false, structural_modules);
   if (!out.graph_break) {

@@ -716,9 +716,15 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
     guards_.add_length_match(src, PyDict_Size(obj));
     v = Value::of_kind(VKind::Dict);
     v->source = src;
-    PyObject *k, *val;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(obj, &pos, &k, &val)) {
+    // NOTE: in iteration order: an OrderedDict's differs from its storage's after move_to_end
+    // (a hook registered with prepend=True runs first).
+    for (const PyRef& key : guards::dict_keys_in_order(obj)) {
+      PyObject* k = key.get();
+      PyObject* val = PyDict_GetItemWithError(obj, k);  // borrowed
+      if (!val) {
+        if (PyErr_Occurred()) throw PythonError();
+        continue;
+      }
       // NOTE: bytes keys too: os.environ keeps its variables in a dict of bytes.
       if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k) && !PyBytes_CheckExact(k) &&
           !compared_by_identity(k)) {

@@ -148,6 +148,27 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
 
 // ---------------------------------------------------------------- operators
 
+namespace {
+
+// 'l' for a list, 't' for a tuple (a namedtuple, a torch.Size), 0 for anything else: + and *
+// on sequences keep to their family.
+char sequence_family(const ValuePtr& v) {
+  if (v->kind == VKind::List || (v->is_const() && PyList_Check(v->obj.get()))) return 'l';
+  if (v->kind == VKind::Tuple || (v->is_const() && PyTuple_Check(v->obj.get()))) return 't';
+  return 0;
+}
+
+bool is_torch_size(const ValuePtr& v) {
+  PyObject* size = torch_api().size_type.get();
+  return v->named_type.get() == size ||
+         (v->is_const() && reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get())) == size);
+}
+
+// An int (or bool) a sequence can be repeated by.
+bool plain_count(const ValuePtr& v) { return v->is_const() && PyLong_Check(v->obj.get()); }
+
+}  // namespace
+
 ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
   if (a->is_tensor() || b->is_tensor()) {
     if (!(a->is_tensor() || a->is_const() || a->is_sequence()) ||
@@ -193,27 +214,51 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
     return target;
   }
   std::vector<ValuePtr> ia, ib;
-  if ((name == "add" || name == "iadd") && as_items(a, ia) && as_items(b, ib)) {
-    if (name == "iadd" && a->kind == VKind::List) {
+  const char fa = sequence_family(a), fb = sequence_family(b);
+  // NOTE: `list += iterable` extends the list in place; other concatenations need two
+  // sequences of one family (list + tuple raises TypeError, left to the constant path).
+  const bool extends = name == "iadd" && fa == 'l' && fb;
+  if ((name == "add" || name == "iadd") && fa && (fa == fb || extends) && as_items(a, ia) &&
+      as_items(b, ib)) {
+    if (name == "iadd" && fa == 'l') {
+      if (a->kind != VKind::List)
+        graph_break("unsupported_side_effect", "+= on a list constant (it changes in place)");
       a->items.insert(a->items.end(), ib.begin(), ib.end());
       mark_mutated(a);
       return a;
     }
     ia.insert(ia.end(), ib.begin(), ib.end());
-    bool list = a->kind == VKind::List || (a->is_const() && PyList_Check(a->obj.get()));
-    if (list) return Value::list(std::move(ia));
+    if (fa == 'l') return Value::list(std::move(ia));
     ValuePtr t = Value::tuple(std::move(ia));
-    // NOTE: x.size()[:-1] + (h, d) is a torch.Size.
-    if (a->kind == VKind::Tuple && a->named_type.get() == torch_api().size_type.get())
-      t->named_type = a->named_type;
+    // NOTE: x.size()[:-1] + (h, d) and (n,) + x.shape are torch.Sizes.
+    if (is_torch_size(a) || is_torch_size(b)) t->named_type = torch_api().size_type;
     return t;
   }
-  if ((name == "mul" || name == "imul") && b->is_const() && PyLong_Check(b->obj.get()) &&
-      as_items(a, ia)) {
-    long n = PyLong_AsLong(b->obj.get());
-    std::vector<ValuePtr> out;
-    for (long i = 0; i < n; ++i) out.insert(out.end(), ia.begin(), ia.end());
-    return a->kind == VKind::List ? Value::list(std::move(out)) : Value::tuple(std::move(out));
+  if (name == "mul" || name == "imul") {
+    // seq * n and n * seq; `list *= n` repeats the list in place.
+    const bool seq_first = fa && plain_count(b);
+    const ValuePtr* seq = seq_first ? &a : (name == "mul" && fb && plain_count(a)) ? &b : nullptr;
+    if (seq && as_items(*seq, ia)) {
+      long n = PyLong_AsLong((seq_first ? b : a)->obj.get());
+      if (n == -1 && PyErr_Occurred()) throw PythonError();
+      if (n > 0 && ia.size() * static_cast<size_t>(n) > (1u << 20))
+        graph_break("unsupported_value", "repeating a sequence to over a million items");
+      std::vector<ValuePtr> out;
+      for (long i = 0; i < n; ++i) out.insert(out.end(), ia.begin(), ia.end());
+      if (sequence_family(*seq) == 'l') {
+        if (name == "imul") {
+          if (a->kind != VKind::List)
+            graph_break("unsupported_side_effect", "*= on a list constant (it changes in place)");
+          a->items = std::move(out);
+          mark_mutated(a);
+          return a;
+        }
+        return Value::list(std::move(out));
+      }
+      ValuePtr t = Value::tuple(std::move(out));
+      if (is_torch_size(*seq)) t->named_type = torch_api().size_type;
+      return t;
+    }
   }
   PyRef ca = const_tuple(a), cb = const_tuple(b);
   if (ca && cb) return call_pure(ctx_, op, {Value::constant(ca), Value::constant(cb)}, {});
@@ -385,6 +430,16 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
     case VKind::Const: {
       PyRef key = idx->is_const() ? idx->obj : const_tuple(idx);
       if (!key) graph_break("unsupported_value", "indexing a constant with a traced value");
+      // NOTE: a dict subclass's missing key runs __missing__ (a defaultdict inserts its
+      // factory's value): that side effect must not happen once at trace time.
+      if (PyDict_Check(c->obj.get()) && !PyDict_CheckExact(c->obj.get())) {
+        int has = PyDict_Contains(c->obj.get(), key.get());
+        if (has < 0) raise_current_error("indexing raised");
+        if (!has)
+          graph_break("unsupported_side_effect", std::string("missing key of a ") +
+                                                     Py_TYPE(c->obj.get())->tp_name +
+                                                     " (its __missing__ runs eagerly)");
+      }
       PyRef r = PyRef::steal(PyObject_GetItem(c->obj.get(), key.get()));
       if (!r) {
         // A missing key of a watched dict (os.environ's, a registry's) must
@@ -393,8 +448,11 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
           ctx_.guards().add_dict_version(c->source, c->obj.get());
         raise_current_error("indexing raised");
       }
+      // NOTE: an item of a mutable constant (a defaultdict, a deque) can change between
+      // calls: its value is guarded; an immutable container's items cannot.
       if (c->source && (PyLong_Check(key.get()) || PyUnicode_Check(key.get())))
-        return ctx_.wrap(r.get(), ir::Source::item(c->source, key), false);
+        return ctx_.wrap(r.get(), ir::Source::item(c->source, key),
+                         !is_immutable_constant(c->obj.get()));
       return ctx_.from_result(r.get());
     }
     case VKind::Object: {

@@ -246,6 +246,12 @@ PyRef const_tuple(const ValuePtr& v) {
     PyTuple_SET_ITEM(t.get(), i, item.release());
   }
   if (v->kind == VKind::List) return PyRef::steal(PySequence_List(t.get()));
+  // NOTE: a shape stays a torch.Size (kept in a set, compared, returned as a constant).
+  if (v->named_type && v->named_type.get() == torch_api().size_type.get()) {
+    PyRef size = PyRef::steal(PyObject_CallOneArg(v->named_type.get(), t.get()));
+    if (!size) throw PythonError();
+    return size;
+  }
   return t;
 }
 

@@ -8,14 +8,19 @@ namespace {
 // torch's query functions, looked up once on first use; owned by a table that
 // is never freed (it must outlive every GuardSet; Py_Finalize is not run).
 struct Queries {
-  PyObject* grad = nullptr;            // torch.is_grad_enabled()
-  PyObject* inference = nullptr;       // torch.is_inference_mode_enabled()
-  PyObject* default_dtype = nullptr;   // torch.get_default_dtype()
-  PyObject* any_autocast = nullptr;    // torch._C._is_any_autocast_enabled(), may be null
-  PyObject* autocast = nullptr;        // torch.is_autocast_enabled(device_type)
-  PyObject* autocast_dtype = nullptr;  // torch.get_autocast_dtype(device_type), may be null
-  PyObject* cpu = nullptr;             // "cpu"
-  PyObject* cuda = nullptr;            // "cuda"
+  PyObject* grad = nullptr;              // torch.is_grad_enabled()
+  PyObject* inference = nullptr;         // torch.is_inference_mode_enabled()
+  PyObject* default_dtype = nullptr;     // torch.get_default_dtype()
+  PyObject* any_autocast = nullptr;      // torch._C._is_any_autocast_enabled(), may be null
+  PyObject* autocast = nullptr;          // torch.is_autocast_enabled(device_type)
+  PyObject* autocast_dtype = nullptr;    // torch.get_autocast_dtype(device_type), may be null
+  PyObject* function_mode = nullptr;     // torch._C._is_torch_function_mode_enabled(), may be null
+  PyObject* function_modes = nullptr;    // torch._C._len_torch_function_stack()
+  PyObject* function_mode_at = nullptr;  // torch._C._get_function_stack_at(i)
+  PyObject* dispatch_modes = nullptr;    // torch._C._len_torch_dispatch_stack(), may be null
+  PyObject* dispatch_mode_at = nullptr;  // torch._C._get_dispatch_stack_at(i)
+  PyObject* cpu = nullptr;               // "cpu"
+  PyObject* cuda = nullptr;              // "cuda"
 };
 
 PyObject* must_get(PyObject* obj, const char* name) {
@@ -40,6 +45,17 @@ const Queries& queries() {
   if (!n->autocast_dtype) PyErr_Clear();  // older torch: the dtype is not guarded
   n->any_autocast = PyObject_GetAttrString(c.get(), "_is_any_autocast_enabled");
   if (!n->any_autocast) PyErr_Clear();  // older torch: query cpu and cuda instead
+  // NOTE: all four or none (an older torch without them: modes are not guarded).
+  n->function_mode = PyObject_GetAttrString(c.get(), "_is_torch_function_mode_enabled");
+  n->function_modes = PyObject_GetAttrString(c.get(), "_len_torch_function_stack");
+  n->function_mode_at = PyObject_GetAttrString(c.get(), "_get_function_stack_at");
+  n->dispatch_modes = PyObject_GetAttrString(c.get(), "_len_torch_dispatch_stack");
+  n->dispatch_mode_at = PyObject_GetAttrString(c.get(), "_get_dispatch_stack_at");
+  if (!n->function_mode || !n->function_modes || !n->function_mode_at || !n->dispatch_modes ||
+      !n->dispatch_mode_at) {
+    PyErr_Clear();
+    n->function_mode = n->dispatch_modes = nullptr;
+  }
   n->cpu = PyUnicode_InternFromString("cpu");
   n->cuda = PyUnicode_InternFromString("cuda");
   q = n;
@@ -66,6 +82,35 @@ PyRef autocast_dtype(const Queries& q, bool enabled, PyObject* device) {
   return call(q.autocast_dtype, device);
 }
 
+// Whether a mode of a mode stack (stack_len() entries, stack_at(i) each) acts on the frame's
+// ops: torchlite's own modes (explain's op counter, the training recorder) are marked
+// `_torchlite_transparent_mode` and let capture go on.
+bool stack_has_user_mode(PyObject* stack_len, PyObject* stack_at) {
+  PyRef n = call(stack_len);
+  long len = PyLong_AsLong(n.get());
+  if (len == -1 && PyErr_Occurred()) throw PythonError();
+  for (long i = 0; i < len; ++i) {
+    PyRef index = PyRef::steal(PyLong_FromLong(i));
+    if (!index) throw PythonError();
+    PyRef mode = call(stack_at, index.get());
+    PyRef mark = PyRef::steal(PyObject_GetAttrString(mode.get(), "_torchlite_transparent_mode"));
+    if (!mark) PyErr_Clear();
+    if (mark.get() != Py_True) return true;
+  }
+  return false;
+}
+
+bool modes_active(const Queries& q) {
+  if (q.function_mode && call_bool(q.function_mode) &&
+      stack_has_user_mode(q.function_modes, q.function_mode_at))
+    return true;
+  if (!q.dispatch_modes) return false;
+  PyRef n = call(q.dispatch_modes);
+  long len = PyLong_AsLong(n.get());
+  if (len == -1 && PyErr_Occurred()) throw PythonError();
+  return len != 0 && stack_has_user_mode(q.dispatch_modes, q.dispatch_mode_at);
+}
+
 const char* py_bool(bool b) { return b ? "True" : "False"; }
 
 std::string str_of(PyObject* v) {
@@ -76,10 +121,13 @@ std::string str_of(PyObject* v) {
 }
 }  // namespace
 
+bool torch_modes_active() { return modes_active(queries()); }
+
 GlobalState::GlobalState() {
   const Queries& q = queries();
   grad_ = call_bool(q.grad);
   inference_ = call_bool(q.inference);
+  modes_ = modes_active(q);
   default_dtype_ = call(q.default_dtype);
   any_autocast_ = any_autocast(q);
   if (any_autocast_) {
@@ -94,6 +142,7 @@ bool GlobalState::check() const {
   const Queries& q = queries();
   if (call_bool(q.grad) != grad_) return false;
   if (call_bool(q.inference) != inference_) return false;
+  if (modes_active(q) != modes_) return false;
   if (call(q.default_dtype).get() != default_dtype_.get()) return false;  // dtypes are singletons
   if (!any_autocast_) return !any_autocast(q);
   if (call_bool(q.autocast, q.cpu) != autocast_cpu_ ||
@@ -110,6 +159,8 @@ std::string GlobalState::mismatch() const {
     return std::string("grad mode changed (was ") + py_bool(grad_) + ")";
   if (call_bool(q.inference) != inference_)
     return std::string("inference mode changed (was ") + py_bool(inference_) + ")";
+  if (modes_active(q) != modes_)
+    return std::string("a torch function or dispatch mode ") + (modes_ ? "was left" : "is active");
   PyRef dtype = call(q.default_dtype);
   if (dtype.get() != default_dtype_.get())
     return "default dtype changed (was " + str_of(default_dtype_.get()) + ", now " +
@@ -125,6 +176,7 @@ std::string GlobalState::str() const {
   std::string s = std::string("GLOBAL_STATE grad_mode=") + py_bool(grad_) +
                   " inference_mode=" + py_bool(inference_) +
                   " default_dtype=" + str_of(default_dtype_.get());
+  if (modes_) s += " torch_modes=True";
   if (!any_autocast_) return s + " autocast=False";
   s += " autocast_cpu=" + std::string(py_bool(autocast_cpu_)) +
        " autocast_cuda=" + py_bool(autocast_cuda_);

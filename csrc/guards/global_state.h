@@ -8,6 +8,11 @@
 
 namespace tl::guards {
 
+// Whether a torch function mode or a torch dispatch mode is active now (a
+// TorchFunctionMode or TorchDispatchMode context): it sees every op the frame
+// runs, which a captured graph would bypass. Throws PythonError on failure.
+bool torch_modes_active();
+
 class GlobalState {
  public:
   GlobalState();  // records the state now; imports torch; throws PythonError on failure
@@ -19,6 +24,7 @@ class GlobalState {
  private:
   bool grad_ = false;
   bool inference_ = false;
+  bool modes_ = false;  // torch_modes_active(): such a frame runs eagerly
   PyRef default_dtype_;
   bool any_autocast_ = false;
   bool autocast_cpu_ = false;

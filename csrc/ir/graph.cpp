@@ -121,6 +121,31 @@ std::string TensorMeta::str() const {
   return os.str();
 }
 
+namespace {
+
+// Whether `module`.`qualname` (module in sys.modules, attributes followed) is `fn` itself.
+bool name_leads_to(const std::string& module, const std::string& qualname, PyObject* fn) {
+  if (module.empty() || qualname.find('<') != std::string::npos) return false;
+  PyRef name = PyRef::steal(PyUnicode_FromString(module.c_str()));
+  if (!name) {
+    PyErr_Clear();
+    return false;
+  }
+  PyRef cur = PyRef::steal(PyImport_GetModule(name.get()));  // never imports
+  size_t start = 0;
+  while (cur && start <= qualname.size()) {
+    size_t dot = qualname.find('.', start);
+    std::string part = qualname.substr(start, dot == std::string::npos ? dot : dot - start);
+    cur = PyRef::steal(PyObject_GetAttrString(cur.get(), part.c_str()));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (!cur) PyErr_Clear();
+  return cur && cur.get() == fn;
+}
+
+}  // namespace
+
 std::string callable_name(PyObject* fn) {
   PyRef mod = PyRef::steal(PyObject_GetAttrString(fn, "__module__"));
   if (!mod) PyErr_Clear();
@@ -144,6 +169,15 @@ std::string callable_name(PyObject* fn) {
     std::string p = plain ? utf8(plain.get()) : "";
     if (!plain) PyErr_Clear();
     if (!p.empty() && p.find('<') == std::string::npos) n = p;
+  }
+  // NOTE: functools.wraps copies the wrapped function's names: torch.func.jacrev(torch.sin)
+  // calls itself torch.sin. Passes know ops by name, so a Python function whose name does not
+  // lead back to it is named for its code instead.
+  if (PyFunction_Check(fn) && !name_leads_to(m, n, fn)) {
+    PyObject* globals_name = PyDict_GetItemString(PyFunction_GET_GLOBALS(fn), "__name__");
+    auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn));
+    m = globals_name && PyUnicode_Check(globals_name) ? utf8(globals_name) : "";
+    n = utf8(code->co_qualname);
   }
   return m.empty() ? n : m + "." + n;
 }

@@ -11,6 +11,7 @@ PYTEST_DONT_REWRITE: plain asserts keep their messages.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import traceback
 
@@ -42,9 +43,21 @@ def assert_same_value(actual, expected, path: str = "out"):
         )
         assert actual.requires_grad == expected.requires_grad, f"{path}: requires_grad differs"
         return
+    if isinstance(expected, torch.Generator):
+        assert isinstance(actual, torch.Generator), (
+            f"{path}: {type(actual).__name__}, eager Generator"
+        )
+        assert torch.equal(actual.get_state(), expected.get_state()), f"{path}: generator state"
+        return
     assert type(actual) is type(expected), (
         f"{path}: {type(actual).__name__} {actual!r}, eager {type(expected).__name__} {expected!r}"
     )
+    if dataclasses.is_dataclass(expected):
+        for f in dataclasses.fields(expected):
+            assert_same_value(
+                getattr(actual, f.name), getattr(expected, f.name), f"{path}.{f.name}"
+            )
+        return
     if isinstance(expected, dict):
         assert list(actual) == list(expected), f"{path}: keys {list(actual)} != {list(expected)}"
         for k in expected:

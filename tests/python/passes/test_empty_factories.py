@@ -16,6 +16,10 @@ needs_cpu_kernels = pytest.mark.skipif(
 
 
 class _Record(TorchDispatchMode):
+    # NOTE: an observer of what the compiled code runs: without the mark, a frame called under a
+    # mode runs eagerly (the mode must see every op).
+    _torchlite_transparent_mode = True
+
     def __init__(self):
         super().__init__()
         self.ops = []

@@ -23,8 +23,11 @@ class _CountViews(torch.overrides.TorchFunctionMode):
     """Counts calls of the view methods on tensors (the runtime calls them by name).
 
     NOTE: a torch function mode, not wrappers set on torch.Tensor: replacing a Tensor method
-    changes what the compiled code must call, so the guards (rightly) recompile.
+    changes what the compiled code must call, so the guards (rightly) recompile. Marked
+    transparent: without the mark, a frame called under a mode runs eagerly.
     """
+
+    _torchlite_transparent_mode = True
 
     def __init__(self):
         super().__init__()
