@@ -733,6 +733,30 @@ class _PoolSaved:
             self.tensors = [t.clone() if isinstance(t, torch.Tensor) else t for t in self.tensors]
 
 
+def _saved_layouts(backward, num_saved: int) -> list[tuple[int, torch.memory_format]]:
+    """(index, memory format) of each saved input of the backward whose traced (meta) value is
+    dense in the contiguous or a channels-last layout."""
+    out = []
+    placeholders = [n for n in backward.graph.nodes() if n["op"] == "placeholder"]
+    for k, node in enumerate(placeholders[:num_saved]):
+        meta = node["meta"]
+        if not meta or not isinstance(meta.get("shape"), tuple) or not meta["shape"]:
+            continue
+        try:
+            probe = torch.empty_strided(meta["shape"], meta["stride"], device="meta")
+        except (RuntimeError, TypeError, ValueError):
+            continue  # NOTE: no concrete layout was traced (symbolic sizes): nothing to restore
+        for fmt in (torch.contiguous_format, torch.channels_last, torch.channels_last_3d):
+            if fmt is torch.channels_last and probe.dim() != 4:
+                continue
+            if fmt is torch.channels_last_3d and probe.dim() != 5:
+                continue
+            if probe.is_contiguous(memory_format=fmt):
+                out.append((k, fmt))
+                break
+    return out
+
+
 def make_training_function(joint: JointTrace, forward, backward, saved: list[str]):
     """The callable the frame runs instead of the graph: the compiled forward under a
     torch.autograd.Function whose backward runs the compiled backward.
@@ -762,6 +786,16 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
     is_grad_enabled = torch._C.is_grad_enabled
     any_autocast = torch._C._is_any_autocast_enabled
     no_autocast = torch._C._DisableAutocast
+
+    # NOTE: the backward was traced on meta tensors, and some derivative formulas pick their
+    # layout handling by what they saw there (group norm's makes its input contiguous on the
+    # CPU only, so on meta it records nothing for an input meta calls contiguous). The forward
+    # run op by op may hand back a layout its meta value did not have (a CPU convolution with a
+    # channels-last weight returns channels-last; its meta value is contiguous), and a torch
+    # backward kernel given layouts its trace did not expect computes wrong values silently
+    # (CPU native_group_norm_backward with a contiguous gradient and a channels-last input).
+    # So each saved value is brought back to its traced layout where the two differ.
+    relayout = _saved_layouts(backward, num_saved)
 
     class CompiledTraining(torch.autograd.Function):
         @staticmethod
@@ -803,6 +837,12 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
                 if not t.is_contiguous():
                     tangents[i] = t.contiguous()
             saved_values = ctx.saved_tensors
+            if relayout:
+                saved_values = list(saved_values)
+                for k, fmt in relayout:
+                    v = saved_values[k]
+                    if not v.is_contiguous(memory_format=fmt):
+                        saved_values[k] = v.contiguous(memory_format=fmt)
             holder = ctx.pool_saved
             if holder is not None:
                 if holder.stale:
