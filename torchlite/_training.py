@@ -737,7 +737,10 @@ def _saved_layouts(backward, num_saved: int) -> list[tuple[int, torch.memory_for
     """(index, memory format) of each saved input of the backward whose traced (meta) value is
     dense in the contiguous or a channels-last layout."""
     out = []
-    placeholders = [n for n in backward.graph.nodes() if n["op"] == "placeholder"]
+    graph = getattr(backward, "graph", None)  # NOTE: tests hand in plain functions
+    if graph is None:
+        return out
+    placeholders = [n for n in graph.nodes() if n["op"] == "placeholder"]
     for k, node in enumerate(placeholders[:num_saved]):
         meta = node["meta"]
         if not meta or not isinstance(meta.get("shape"), tuple) or not meta["shape"]:
@@ -837,12 +840,6 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
                 if not t.is_contiguous():
                     tangents[i] = t.contiguous()
             saved_values = ctx.saved_tensors
-            if relayout:
-                saved_values = list(saved_values)
-                for k, fmt in relayout:
-                    v = saved_values[k]
-                    if not v.is_contiguous(memory_format=fmt):
-                        saved_values[k] = v.contiguous(memory_format=fmt)
             holder = ctx.pool_saved
             if holder is not None:
                 if holder.stale:
@@ -853,6 +850,12 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
                 for k, v in zip(other_saved, saved_values, strict=True):
                     merged[k] = v
                 saved_values = merged
+            if relayout:
+                saved_values = list(saved_values)
+                for k, fmt in relayout:
+                    v = saved_values[k]
+                    if not v.is_contiguous(memory_format=fmt):
+                        saved_values[k] = v.contiguous(memory_format=fmt)
             # NOTE: autograd runs backward with grad mode on only under create_graph=True.
             create_graph = is_grad_enabled()
             if create_graph:

@@ -1603,13 +1603,34 @@ def test_gr_custom_autograd_function():
     check_grads(lambda x: Clip.apply(x * 3), _leaf(5))
 
 
-def test_gr_autograd_grad_inside():
-    def fn(x):
-        y = (x**3).sum()
-        (g,) = torch.autograd.grad(y, x, create_graph=True)
-        return g
+def _grad_inside(x):
+    y = (x**3).sum()
+    (g,) = torch.autograd.grad(y, x, create_graph=True)
+    return g
 
-    check_grads(fn, _leaf(4))
+
+def test_gr_autograd_grad_inside_raises_clearly_under_the_compiled_backward():
+    # NOTE: a second derivative through a compiled backward is refused with a clear error, as
+    # torch.compile's is (issue 21 allows an error or a fallback, never a wrong value).
+    x = torch.randn(4, requires_grad=True)
+    with pytest.raises(RuntimeError, match="second derivative.*compiled_backward"):
+        torchlite.compile(_grad_inside)(x).sum().backward()
+
+
+def test_gr_autograd_grad_inside_matches_eager_op_by_op():
+    def fn(x):
+        return _grad_inside(x)
+
+    compiled = torchlite.compile(fn, options={"compiled_backward": False})
+    for call in range(2):
+        torch.manual_seed(2000 + call)
+        xe = torch.randn(4, requires_grad=True)
+        xc = xe.detach().clone().requires_grad_()
+        e, c = fn(xe), compiled(xc)
+        torch.testing.assert_close(c, e)
+        e.sum().backward()
+        c.sum().backward()
+        torch.testing.assert_close(xc.grad, xe.grad)
 
 
 def test_gr_module_full_backward_hook():
