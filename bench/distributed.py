@@ -6,7 +6,7 @@ gradient all-reduces or reduce-scatters + AdamW step), the speedup over eager, p
 per GPU, cold compile time, and whether the losses of the warmup steps matched eager's.
 
     python bench/distributed.py [--device cuda|cpu] [--nprocs 2] [--only ddp,fsdp] [--tiny]
-                                [--steps N] [--no-inductor] [--fsdp-layers N]
+                                [--steps N] [--no-inductor] [--fsdp-layers N] [--profile]
 
 Rows (per GPU): DDP of GPT-2 (124M) under bf16 autocast, batch 8x512: eager DDP,
 torchlite.compile(DDP(model)) (eager backward; with +bw the compiled backward split at DDP's
@@ -137,8 +137,8 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def _measure(step, device, steps):
-    """(median seconds, cold compile seconds, peak MB, warmup losses)."""
+def _measure(step, device, steps, profile=False):
+    """(median seconds, cold compile seconds, peak MB, warmup losses, profile summary)."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     dist.barrier()
@@ -160,7 +160,40 @@ def _measure(step, device, steps):
     med = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
     dist.all_reduce(med, op=dist.ReduceOp.MAX)
     peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else math.nan
-    return med.item(), max(first - med.item(), 0.0), peak, losses
+    prof = _profile(step, device) if profile and device.type == "cuda" else None
+    return med.item(), max(first - med.item(), 0.0), peak, losses, prof
+
+
+def _profile(step, device, steps=3):
+    """Per step: compute kernel time, communication kernel time, kernel launches.
+
+    Step time minus compute kernel time is what communication and the host add: a step whose
+    all-reduces overlap backward spends little more than its compute kernels.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    dist.barrier()
+    _sync(device)
+    with profile(activities=acts) as prof:
+        for _ in range(steps):
+            step()
+        _sync(device)
+    compute = comm = 0.0
+    launches = 0
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+        if "nccl" in e.name.lower():
+            comm += us
+        else:
+            compute += us
+            launches += 1
+    return (
+        f"compute kernels {compute / steps / 1e3:7.2f} ms/step, communication kernels"
+        f" {comm / steps / 1e3:7.2f} ms/step, {launches // steps} launches/step"
+    )
 
 
 def _stepper(model, call, inputs, device, amp):
@@ -258,7 +291,7 @@ def _run(make_step, args):
     device = make_step.args[3]
     torch.manual_seed(1 + dist.get_rank())  # NOTE: dropout draws the same bits in every row
     try:
-        return _measure(make_step(), device, args.steps)
+        return _measure(make_step(), device, args.steps, args.profile)
     except Exception as e:  # noqa: BLE001 (NOTE: one failing backend must not hide the other rows)
         return e
 
@@ -271,7 +304,7 @@ def _free(device):
 def _fmt(kind, r, eager):
     if isinstance(r, Exception):
         return f"  {kind:<14} FAILED: {type(r).__name__}: {str(r).splitlines()[0][:120]}"
-    med, cold, peak, losses = r
+    med, cold, peak, losses, prof = r
     ok = not isinstance(eager, Exception)
     speed = f"{eager[0] / med:5.2f}x" if ok else "     "
     match = ok and all(
@@ -281,7 +314,7 @@ def _fmt(kind, r, eager):
     return (
         f"  {kind:<14} {med * 1e3:9.2f} ms/step  {speed}{mem}  cold compile {cold:6.2f} s"
         f"  losses {'match' if match else 'DIFFER'} ({', '.join(f'{x:.4f}' for x in losses)})"
-    )
+    ) + (f"\n  {'':<14} {prof}" if prof else "")
 
 
 def worker(rank, args, init):
@@ -334,6 +367,9 @@ def main(argv=None):
     p.add_argument("--no-inductor", action="store_true")
     p.add_argument("--fsdp-layers", type=int, default=24)
     p.add_argument("--fsdp-batch", type=int, default=8)
+    p.add_argument(
+        "--profile", action="store_true", help="also print kernel time, communication, launches"
+    )
     args = p.parse_args(argv)
     args.only = [s.strip() for s in args.only.split(",") if s.strip()]
     args.kinds = [
