@@ -181,15 +181,17 @@ def _profile(step, device, steps=3):
         _sync(device)
     compute = comm = 0.0
     launches = 0
-    for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CUDA:
+    # NOTE: key_averages' self device time sits on the kernel rows only (the ops that launch
+    # them have none of their own), so the sum counts every kernel once
+    for row in prof.key_averages():
+        us = row.self_device_time_total
+        if us <= 0:
             continue
-        us = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
-        if "nccl" in e.name.lower():
+        if "nccl" in row.key.lower():
             comm += us
         else:
             compute += us
-            launches += 1
+            launches += row.count
     return (
         f"compute kernels {compute / steps / 1e3:7.2f} ms/step, communication kernels"
         f" {comm / steps / 1e3:7.2f} ms/step, {launches // steps} launches/step"
