@@ -138,6 +138,15 @@ _SAME_ARGS = {
     aten.squeeze.dim: torch.squeeze,
     aten.mean.dim: torch.mean,
     aten.gelu.default: F.gelu,
+    # NOTE: joins and splits (rotary embeddings' `cat((-x2, x1))` and chunk's backward): as
+    # ATen calls they ran as torch's copy kernels, four per attention layer and step.
+    aten.cat.default: torch.cat,
+    aten.stack.default: torch.stack,
+    aten.split.Tensor: torch.split,
+    aten.split_with_sizes.default: torch.split_with_sizes,
+    aten.unbind.int: torch.unbind,
+    aten.select.int: torch.select,
+    aten.rsub.Scalar: torch.rsub,
     aten.view.default: _method("view"),
     aten._unsafe_view.default: _method("view"),
     aten.expand.default: _method("expand"),
@@ -197,7 +206,55 @@ def _torch_level(func, args: tuple, kwargs: dict):
         return _method("to"), (args[0], dtype), {}
     if func is aten.clone.default and not kwargs:
         return torch.clone, args, {}
+    narrow = _slice_as_narrow(func, args, kwargs)
+    if narrow is not None:
+        return torch.narrow, narrow, {}
+    pad = _slice_backward_as_pad(func, args, kwargs)
+    if pad is not None:
+        return torch.constant_pad_nd, pad, {}
     return func, args, kwargs
+
+
+def _slice_backward_as_pad(func, args: tuple, kwargs: dict):
+    """`aten.slice_backward(g, sizes, dim, start, end, 1)` (g placed into zeros) as
+    constant_pad_nd's arguments, else None: the pad lowers as a fused select."""
+    if func is not aten.slice_backward.default or kwargs or len(args) != 6:
+        return None
+    g, sizes, dim, start, end, step = args
+    if not isinstance(g, torch.Tensor) or step != 1:
+        return None
+    if not all(type(v) is int for v in (dim, start, end, *sizes)):
+        return None
+    rank, size = len(sizes), sizes[dim]
+    dim = dim + rank if dim < 0 else dim
+    lo = min(max(start + size if start < 0 else start, 0), size)
+    if lo + g.shape[dim] > size:
+        return None
+    pad = [0] * (2 * (rank - dim))
+    pad[-2], pad[-1] = lo, size - lo - g.shape[dim]
+    return g, pad, 0.0
+
+
+def _slice_as_narrow(func, args: tuple, kwargs: dict):
+    """`aten.slice.Tensor(x, dim, start, end, 1)` as torch.narrow's arguments (bounds clamped
+    as slicing clamps them), else None: torch has no slice function, and narrow lowers as a
+    view."""
+    if func is not aten.slice.Tensor or kwargs:
+        return None
+    if len(args) > 5:
+        return None
+    x, dim, start, end, step = (*args, *(None, 0, None, None, 1)[len(args) :])
+    if not isinstance(x, torch.Tensor) or step != 1 or x.dim() == 0:
+        return None
+    if not all(v is None or type(v) is int for v in (dim, start, end)):
+        return None  # NOTE: symbolic bounds keep the ATen op
+    size = x.shape[dim]
+    if type(size) is not int:
+        return None
+    lo, hi = (0 if start is None else start), (size if end is None else end)
+    lo, hi = (lo + size if lo < 0 else lo), (hi + size if hi < 0 else hi)
+    lo, hi = min(max(lo, 0), size), min(max(hi, 0), size)
+    return x, dim, lo, max(hi - lo, 0)
 
 
 def _mutated_args(func) -> list[int]:

@@ -155,3 +155,43 @@ def test_decompositions_upcasts_are_recorded_as_fusable_casts():
     expected.backward(g)
     for a, r in zip(args, ref, strict=True):
         torch.testing.assert_close(a.grad, r.grad, rtol=3e-2, atol=3e-2)
+
+
+def _rotary_block(x, cos, sin, w):
+    # NOTE: rotary embedding (chunk + cat), a stacked/unbound pair, slices with clamped and
+    # negative bounds, rsub: each recorded as an ATen call by the joint trace
+    q = x @ w
+    q1, q2 = q.chunk(2, dim=-1)
+    r = q * cos + torch.cat((-q2, q1), dim=-1) * sin
+    a, b = torch.stack((r, q), dim=0).unbind(0)
+    s = a[:, 1:] + b[:, :-1]
+    t = s[..., 2:100] * (1 - s[..., -4:-2].sum(-1, keepdim=True))
+    return t.square().mean(-1) + torch.split(s, [3, s.shape[-1] - 3], dim=-1)[1].sum(-1)
+
+
+@pytest.mark.parametrize("shape", [(4, 9, 16), (2, 5, 8)])
+def test_joins_splits_and_slices_are_recorded_as_fusable_ops(shape):
+    # NOTE: as ATen calls, cat/split/slice ran as torch's copy kernels between the compiled
+    # kernels (a Llama block: four CatArrayBatchedCopy launches per layer and step on CUDA)
+    b, s, d = shape
+    args = [torch.randn(b, s, d), torch.randn(s, d), torch.randn(s, d), torch.randn(d, d)]
+    args[0].requires_grad_()
+    args[3].requires_grad_()
+    joint = _joint_of(_rotary_block, *args)
+    assert joint.reason is None
+    text = str(joint.graph)
+    for op in ("aten::cat", "aten::slice", "aten::split", "aten::stack", "aten::unbind"):
+        assert op not in text, (op, text)
+    ref = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    torchlite.reset()
+    out = torchlite.compile(_rotary_block)(*args)
+    expected = _rotary_block(*ref)
+    assert compiled_backward_used(out)
+    torch.testing.assert_close(out, expected)
+    g = torch.randn_like(out)
+    out.backward(g)
+    expected.backward(g)
+    for a, r in zip(args, ref, strict=True):
+        if a.requires_grad:
+            # NOTE: float32 sums of squares in another order
+            torch.testing.assert_close(a.grad, r.grad, rtol=1e-4, atol=1e-4)
