@@ -43,6 +43,28 @@ std::vector<const ir::Node*> node_inputs(const ir::Node& n) {
   return out;
 }
 
+// F.batch_norm(input, running_mean, running_var, weight, bias, training, ...): in
+// inference, or in training with no running statistics to update (nf-resnet's weight
+// standardization, `BatchNorm(track_running_stats=False)`), it writes nothing.
+static bool batch_norm_without_effects(const ir::Node& n) {
+  auto arg = [&](size_t pos, const char* name) -> const ir::Arg* {
+    for (const auto& [k, v] : n.kwargs)
+      if (k == name) return &v;
+    return pos < n.args.size() ? &n.args[pos] : nullptr;
+  };
+  auto is_const = [](const ir::Arg* a, PyObject* v) {
+    return a && a->kind == ir::Arg::Kind::Const && a->value.get() == v;
+  };
+  if (n.target_name != "torch.nn.functional.batch_norm") {
+    const ir::Arg* training = arg(5, "training");
+    return is_const(training, Py_False);  // torch.batch_norm: same position
+  }
+  const ir::Arg* training = arg(5, "training");
+  if (is_const(training, Py_False)) return true;
+  const ir::Arg *mean = arg(1, "running_mean"), *var = arg(2, "running_var");
+  return is_const(training, Py_True) && is_const(mean, Py_None) && is_const(var, Py_None);
+}
+
 bool is_barrier(const ir::Node& n) {
   if (n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) return false;
   const std::string& full = n.target_name;
@@ -58,11 +80,7 @@ bool is_barrier(const ir::Node& n) {
   if (base.find("dropout") != std::string::npos && ir::is_eval_dropout(n))  // the identity
     return has_kwarg(n, "out") || truthy_kwarg(n, "inplace");
   if (base == "batch_norm") {  // training mode updates the running stats in place
-    const ir::Arg* training = n.args.size() > 5 ? &n.args[5] : nullptr;
-    for (const auto& [k, v] : n.kwargs)
-      if (k == "training") training = &v;
-    if (!training || training->kind != ir::Arg::Kind::Const || training->value.get() != Py_False)
-      return true;
+    if (!batch_norm_without_effects(n)) return true;
   }
   static const char* kStateful[] = {"grad_enabled", "rand",    "bernoulli",    "normal",
                                     "multinomial",  "dropout", "seed",         "autocast",

@@ -196,7 +196,22 @@ bool rms_norm(RuleCtx& c) {
   return affine(c, &r, c.arg(2, "weight"), nullptr, t) && c.finish(r);
 }
 
-// F.batch_norm in inference: per-channel (axis 1) statistics, pointwise.
+// F.batch_norm in training mode without running statistics (nf-resnet's weight
+// standardization, `BatchNorm(track_running_stats=False)`): each channel normalized
+// over every other axis with its biased variance, as eager does.
+int batch_statistics(RuleCtx& c, const ir::Arg* x, double eps, ScalarType t) {
+  const auto& sizes = x->node->meta->sizes;
+  std::vector<int64_t> dims{0};
+  for (size_t d = 2; d < sizes.size(); ++d) dims.push_back(static_cast<int64_t>(d));
+  if (!setup(c, x, dims)) return -1;
+  // NOTE: eager raises for one value per channel; extern keeps that error.
+  if (reduced_numel(c.out) <= 1) return -1;
+  c.out.full_result = true;
+  return normalized(c, c.value(x, t), eps, t);
+}
+
+// F.batch_norm: in inference, per-channel (axis 1) running statistics, pointwise; in
+// training, only without running statistics to update (batch_statistics).
 bool batch_norm(RuleCtx& c) {
   // NOTE: torch.batch_norm orders its arguments differently.
   if (c.node.target_name != "torch.nn.functional.batch_norm") return false;
@@ -206,13 +221,19 @@ bool batch_norm(RuleCtx& c) {
   c.arg(6, "momentum");
   double eps = c.number(c.arg(7, "eps")).value_or(1e-5);
   ScalarType t = compute_type(c.out_type());
-  if (!c.is_tensor(x) || !c.is_tensor(mean) || !c.is_tensor(var) || !training || *training != 0)
+  if (!c.is_tensor(x) || !training || !ir::is_floating(t) || x->node->meta->sizes.size() < 2)
     return false;
-  if (!ir::is_floating(t) || x->node->meta->sizes.size() < 2) return false;
-  int v = c.value(x, t);
-  int r = c.binary(ExprOp::Sub, v, c.value(mean, t));
-  int rstd = c.unary(ExprOp::Rsqrt, c.binary(ExprOp::Add, c.value(var, t), c.constant(eps, t)));
-  r = c.binary(ExprOp::Mul, r, rstd);
+  int r = -1;
+  if (*training != 0) {
+    if (none_to_null(mean) || none_to_null(var)) return false;
+    if ((r = batch_statistics(c, x, eps, t)) < 0) return false;
+  } else {
+    if (!c.is_tensor(mean) || !c.is_tensor(var)) return false;
+    int v = c.value(x, t);
+    r = c.binary(ExprOp::Sub, v, c.value(mean, t));
+    int rstd = c.unary(ExprOp::Rsqrt, c.binary(ExprOp::Add, c.value(var, t), c.constant(eps, t)));
+    r = c.binary(ExprOp::Mul, r, rstd);
+  }
   if (!affine(c, &r, c.arg(3, "weight"), c.arg(4, "bias"), t)) return false;
   c.out.input_axes.assign(c.out.inputs.size(), {});
   for (size_t i = 1; i < c.out.inputs.size(); ++i) {
