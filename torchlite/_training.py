@@ -146,7 +146,6 @@ _SAME_ARGS = {
     aten.split_with_sizes.default: torch.split_with_sizes,
     aten.unbind.int: torch.unbind,
     aten.select.int: torch.select,
-    aten.rsub.Scalar: torch.rsub,
     aten.view.default: _method("view"),
     aten._unsafe_view.default: _method("view"),
     aten.expand.default: _method("expand"),
@@ -206,6 +205,9 @@ def _torch_level(func, args: tuple, kwargs: dict):
         return _method("to"), (args[0], dtype), {}
     if func is aten.clone.default and not kwargs:
         return torch.clone, args, {}
+    if func is aten.rsub.Scalar and len(args) <= 3:
+        # NOTE: alpha is positional in the ATen schema, keyword-only in torch.rsub
+        return torch.rsub, args[:2], {**kwargs, **({"alpha": args[2]} if args[2:] else {})}
     narrow = _slice_as_narrow(func, args, kwargs)
     if narrow is not None:
         return torch.narrow, narrow, {}

@@ -195,3 +195,34 @@ def test_joins_splits_and_slices_are_recorded_as_fusable_ops(shape):
         if a.requires_grad:
             # NOTE: float32 sums of squares in another order
             torch.testing.assert_close(a.grad, r.grad, rtol=1e-4, atol=1e-4)
+
+
+_ATEN = torch.ops.aten
+_X = torch.randn(3, 4, 5)
+
+
+@pytest.mark.parametrize(
+    "func,args",
+    [
+        (_ATEN.rsub.Scalar, (_X, 1.5, 2)),
+        (_ATEN.rsub.Scalar, (_X, 1.5)),
+        (_ATEN.slice.Tensor, (_X, 1, -3, 2**63 - 1)),
+        (_ATEN.slice.Tensor, (_X, 2, 1, 3, 1)),
+        (_ATEN.slice.Tensor, (_X, -1, 4, 2)),
+        (_ATEN.slice.Tensor, (_X, 0)),
+        (_ATEN.slice_backward.default, (_X[:, 1:3], [3, 4, 5], 1, 1, 3, 1)),
+        (_ATEN.slice_backward.default, (_X[..., -2:], [3, 4, 5], -1, -2, 2**63 - 1, 1)),
+        (_ATEN.cat.default, ([_X, _X[:, :2]], 1)),
+        (_ATEN.split.Tensor, (_X, 2, 1)),
+        (_ATEN.split_with_sizes.default, (_X, [1, 4], 2)),
+        (_ATEN.unbind.int, (_X, 1)),
+        (_ATEN.select.int, (_X, 2, -1)),
+        (_ATEN.stack.default, ([_X, _X], 3)),
+    ],
+)
+def test_aten_calls_recorded_as_torch_level_ops_compute_the_same(func, args):
+    from torchlite._training import _torch_level
+
+    target, t_args, t_kwargs = _torch_level(func, args, {})
+    assert target is not func
+    torch.testing.assert_close(target(*t_args, **t_kwargs), func(*args))
