@@ -510,6 +510,9 @@ class JointTrace:
     tangent_shapes: list[tuple] = field(default_factory=list)
     captured: Any = None  # the captured _C.Graph (run eagerly under saved-tensor hooks)
     final_grad_mode: bool = True  # grad mode the graph leaves behind (it may end in no_grad)
+    # (position among the captured graph's outputs, primal index) of each input it returns
+    # itself; num_outputs and differentiable_outputs count the other outputs only.
+    passthrough: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _eager_output_strides(graph) -> list:
@@ -624,8 +627,14 @@ def _trace(graph) -> JointTrace:
     for o in outs:
         if not isinstance(o, torch.Tensor):
             raise _Unsupported(f"the graph returns a {type(o).__name__}")
-        if id(o) in rec.inputs:
-            raise _Unsupported("the graph returns one of its inputs itself")
+    # NOTE: an input returned as is (a graph after a break hands the caller's logits back
+    # beside the loss) is no output of the joint graph: the call returns the input object
+    # itself, as eager does, around the compiled forward.
+    passthrough = [(i, rec.inputs[id(o)]) for i, o in enumerate(outs) if id(o) in rec.inputs]
+    if passthrough:
+        returned = {i for i, _ in passthrough}
+        outs = [o for i, o in enumerate(outs) if i not in returned]
+    for o in outs:
         if any(i in rec.inputs for i in rec.alias_groups.get(id(o), ())):
             raise _Unsupported("the graph returns a view of an input (autograd's view tracking)")
     mutated = sorted(rec.mutated)
@@ -667,6 +676,7 @@ def _trace(graph) -> JointTrace:
         differentiable_outputs=differentiable,
         grad_inputs=grad_inputs,
         tangent_shapes=[tuple(t.shape) for t in tangents],
+        passthrough=passthrough,
     )
 
 
@@ -890,6 +900,8 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
     final_grad_mode = joint.final_grad_mode
     eager = []
 
+    passthrough = joint.passthrough
+
     def run(*inputs):
         if saved_tensor_hooks(False) is not None:
             # NOTE: saved-tensor hooks (offloading, checkpointing) must see what eager saves.
@@ -905,10 +917,17 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
                 # NOTE: the joint graph holds every cast autocast made at capture as an explicit
                 # node; its extern ops (a decomposition's float32 bmm) must not be cast again.
                 with no_autocast():
-                    return apply(*inputs)
-            return apply(*inputs)
+                    results = apply(*inputs)
+            else:
+                results = apply(*inputs)
         finally:
             set_grad_enabled(final_grad_mode)
+        if not passthrough:
+            return results
+        outs = list(results)
+        for position, primal in passthrough:
+            outs.insert(position, inputs[primal])
+        return tuple(outs)
 
     run.forward_half = forward
     run.backward_half = backward

@@ -61,6 +61,51 @@ const std::unordered_set<std::string>& value_checking_ops() {
   return names;
 }
 
+// Of those, the ops whose CUDA kernels report a bad value through a device-side assert: on
+// CUDA eager does not raise at the op either (the assert surfaces at a later synchronisation,
+// and leaves the CUDA context unusable), so the op runs in the graph like any other.
+const std::unordered_set<std::string>& device_assert_ops() {
+  static const std::unordered_set<std::string> names = {
+      "getitem",         "setitem",       "__getitem__",        "__setitem__",
+      "index_select",    "gather",        "take_along_dim",     "scatter",
+      "scatter_",        "scatter_add",   "scatter_add_",       "scatter_reduce",
+      "scatter_reduce_", "index_add",     "index_add_",         "index_copy",
+      "index_copy_",     "index_fill",    "index_fill_",        "index_put",
+      "index_put_",      "embedding",     "nll_loss",           "nll_loss_nd",
+      "nll_loss2d",      "cross_entropy", "cross_entropy_loss",
+  };
+  return names;
+}
+
+// True when `v` holds at least one tensor, all of them on a CUDA device, and no list (a list
+// index is made into a tensor when the op runs).
+bool on_cuda_only(const ValuePtr& v, bool& any_tensor) {
+  if (!v) return true;
+  if (v->is_tensor()) {
+    any_tensor = true;
+    PyRef type =
+        v->device ? PyRef::steal(PyObject_GetAttrString(v->device.get(), "type")) : PyRef();
+    if (!type) {
+      PyErr_Clear();
+      return false;
+    }
+    return PyUnicode_Check(type.get()) && PyUnicode_CompareWithASCIIString(type.get(), "cuda") == 0;
+  }
+  if (v->kind == VKind::List) return false;
+  if (v->kind == VKind::Tuple)
+    return std::all_of(v->items.begin(), v->items.end(),
+                       [&](const ValuePtr& item) { return on_cuda_only(item, any_tensor); });
+  return true;
+}
+
+bool raises_later_on_cuda(const std::string& op, const std::vector<ValuePtr>& args) {
+  if (!device_assert_ops().count(op)) return false;
+  bool any_tensor = false;
+  for (const ValuePtr& a : args)
+    if (!on_cuda_only(a, any_tensor)) return false;
+  return any_tensor;
+}
+
 // An index that is not only ints and slices: advanced indexing checks bounds when it runs.
 bool advanced_index(const ValuePtr& idx) {
   if (!idx) return false;
@@ -76,10 +121,25 @@ bool checks_values(const std::string& op, const std::vector<ValuePtr>& args) {
   return value_checking_ops().count(op) > 0;
 }
 
-bool python_effects_pending(const CaptureContext& ctx) {
-  return !ctx.effects.empty() ||
-         std::any_of(ctx.sourced_containers.begin(), ctx.sourced_containers.end(),
-                     [](const ValuePtr& c) { return c->mutated; });
+// The first Python side effect the graph's replay would make ("self.x = ...", "a mutated
+// L['kwargs']"), empty when there is none.
+std::string first_python_effect(const CaptureContext& ctx) {
+  for (const PendingEffect& e : ctx.effects) {
+    std::string target = e.target ? e.target->str() : "";
+    switch (e.kind) {
+      case ir::SideEffect::Kind::SetAttr:
+        return target + "." + e.name + " = ...";
+      case ir::SideEffect::Kind::SetGlobal:
+        return "global " + e.name + " = ...";
+      case ir::SideEffect::Kind::DelAttr:
+        return "del " + target + "." + e.name;
+      default:
+        return "an update of " + target;
+    }
+  }
+  for (const ValuePtr& c : ctx.sourced_containers)
+    if (c->mutated) return "an update of " + (c->source ? c->source->str() : "a container");
+  return "";
 }
 
 // The first node of `graph` with a visible effect, null if none.
@@ -93,16 +153,18 @@ const ir::Node* first_visible_effect(const ir::Graph& graph) {
 
 void check_effect_order(CaptureContext& ctx, const std::string& op,
                         const std::vector<ValuePtr>& args) {
-  if (!checks_values(op, args) || !python_effects_pending(ctx)) return;
+  if (!checks_values(op, args) || raises_later_on_cuda(op, args)) return;
+  std::string python_effect = first_python_effect(ctx);
+  if (python_effect.empty()) return;
   const ir::Node* effect = first_visible_effect(ctx.graph());
   if (!effect) return;
-  // NOTE: the reason names the in-place op, so the user (and a benchmark's break table) sees
-  // which one to move.
+  // NOTE: the reason names the in-place op and the Python effect, so the user (and a
+  // benchmark's break table) sees which one to move.
   graph_break("effect_order",
               op + " checks its operands' values when it runs, after an in-place op (" +
-                  effect->target_name + " at " + effect->location +
-                  ") and Python side effects: it runs in CPython so that, if it raises, both "
-                  "happened first as in eager",
+                  effect->target_name + " at " + effect->location + ") and Python side effects (" +
+                  python_effect +
+                  "): it runs in CPython so that, if it raises, both happened first as in eager",
               "Move the in-place update or the list/dict/attribute update after this op, or "
               "validate the indices before the compiled call.");
 }

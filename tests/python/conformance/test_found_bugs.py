@@ -1174,3 +1174,50 @@ def test_callable_follows_a_call_method_added_to_the_class():
             del C.__call__
 
     check_program(fn, t4, mutate, calls=3)
+
+
+class _Collector:
+    """transformers' CompileableContextVar: an attribute set around the forward (BERT, GPT-2)."""
+
+    value = None
+
+
+COLLECTOR = _Collector()
+
+
+def _loss_after_effects(x, w, target):
+    COLLECTOR.value = "collecting"  # NOTE: a Python side effect
+    w.add_(1)  # NOTE: a visible effect: an input written in place
+    return torch.nn.functional.cross_entropy(x @ w, target)
+
+
+def _effects_inputs(device):
+    def make():
+        return (
+            torch.randn(6, 4, device=device),
+            torch.randn(4, 5, device=device),
+            torch.randint(0, 5, (6,), device=device),
+        )
+
+    return make
+
+
+def test_loss_after_effects_on_the_cpu_runs_in_cpython():
+    # NOTE: CPU cross_entropy raises on a bad class id; the write and the attribute must then
+    # have happened as in eager, so the loss runs after the graph.
+    check_program(_loss_after_effects, _effects_inputs("cpu"), observe=lambda: COLLECTOR.value)
+    report = torchlite.explain(_loss_after_effects)(*_effects_inputs("cpu")())
+    assert [b.kind for b in report.break_reasons] == ["effect_order"], str(report)
+    assert ".value = ..." in report.break_reasons[0].reason  # NOTE: the effect is named
+
+
+@pytest.mark.cuda
+def test_loss_after_effects_on_cuda_stays_in_the_graph():
+    # NOTE: on CUDA a bad class id is a device-side assert, never an exception at the op: eager
+    # reaches the later Python effects too, so there is nothing to order (BERT and GPT-2's
+    # training steps broke here at their loss).
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    check_program(_loss_after_effects, _effects_inputs("cuda"), observe=lambda: COLLECTOR.value)
+    report = torchlite.explain(_loss_after_effects)(*_effects_inputs("cuda")())
+    assert report.graph_break_count == 0, str(report)

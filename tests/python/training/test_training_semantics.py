@@ -274,3 +274,31 @@ def test_two_training_forwards_then_the_first_backward_works_as_in_eager():
     for p, r in zip(block.parameters(), eager.parameters(), strict=True):
         torch.testing.assert_close(p.grad, r.grad)
     torch.testing.assert_close(block[1].running_mean, eager[1].running_mean)
+
+
+def _loss_after_a_break(x, w):
+    y = torch.tanh(x @ w)
+    print(end="")  # NOTE: a graph break: the second graph takes y as an input
+    loss = y.float().square().mean()
+    return loss, y
+
+
+def test_graph_returning_its_input_itself_keeps_the_compiled_backward():
+    x, w = torch.randn(4, 3), torch.randn(3, 5, requires_grad=True)
+    ex = torchlite.explain(_loss_after_a_break)(x, w)
+    assert ex.graph_count == 2
+    assert all(t.endswith(": compiled forward and backward") for t in ex.training), ex.training
+    assert len(ex.training) == 2
+    compiled = torchlite.compile(_loss_after_a_break)
+    for shape in [(4, 3), (6, 3)]:
+        x = torch.randn(shape)
+        w_ref = w.detach().clone().requires_grad_()
+        w.grad = None
+        loss, y = compiled(x, w)
+        ref_loss, ref_y = _loss_after_a_break(x, w_ref)
+        assert compiled_backward_used(loss)
+        torch.testing.assert_close(loss, ref_loss)
+        torch.testing.assert_close(y, ref_y)
+        (loss + y.sum()).backward()
+        (ref_loss + ref_y.sum()).backward()
+        torch.testing.assert_close(w.grad, w_ref.grad)
