@@ -80,6 +80,12 @@ def kernel_category(name: str) -> str:
     return "generated (torchlite)"
 
 
+def _annotation(name: str) -> bool:
+    """A record_function range shown on the device timeline (this script's regions, inductor's
+    `## Call CompiledFxGraph ##`, the optimizer's step), not a kernel."""
+    return name in ("forward", "backward", "optimizer") or name.startswith(("##", "Optimizer."))
+
+
 def kernel_summary(prof) -> str:
     """Device kernels of one profiled step by family: count and device time, and the torch
     kernels (unfused ops) by name."""
@@ -88,7 +94,7 @@ def kernel_summary(prof) -> str:
     torch_kernels: collections.Counter = collections.Counter()
     torch_time: collections.Counter = collections.Counter()
     for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CUDA:
+        if e.device_type != torch.autograd.DeviceType.CUDA or _annotation(e.name):
             continue
         cat = kernel_category(e.name)
         count[cat] += 1
@@ -111,7 +117,10 @@ def kernel_summary(prof) -> str:
 def region_host_times(prof) -> str:
     """Host (CPU) time of the step's record_function regions."""
     want = ("forward", "backward", "optimizer")
-    got = {e.key: e.cpu_time_total / 1e3 for e in prof.key_averages() if e.key in want}
+    got: dict[str, float] = {}
+    for e in prof.key_averages():
+        if e.key in want:  # NOTE: each region is also listed as a device-side annotation
+            got[e.key] = max(got.get(e.key, 0.0), e.cpu_time_total / 1e3)
     return ", ".join(f"{k} {got.get(k, float('nan')):.2f} ms" for k in want)
 
 
@@ -218,8 +227,12 @@ def profile_kind(kind, base, inputs, device, out_dir, log):
         step()
         sync()
     averages = prof.key_averages()
-    launched = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    busy = sum(e.self_device_time_total for e in averages) / 1e3
+    launched = [
+        e
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA and not _annotation(e.name)
+    ]
+    busy = sum(e.device_time_total for e in launched) / 1e3
     log(f"  device events in one step: {len(launched)}; self device time {busy:.2f} ms")
     log(f"  host time by region: {region_host_times(prof)}")
     if cuda:
