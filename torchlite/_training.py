@@ -808,7 +808,12 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
     # backward kernel given layouts its trace did not expect computes wrong values silently
     # (CPU native_group_norm_backward with a contiguous gradient and a channels-last input).
     # So each saved value is brought back to its traced layout where the two differ.
+    # NOTE: per-call work, so the compiled backward checks and copies in C++ (CompiledHalf);
+    # a plain function (tests) gets the same done here.
     relayout = _saved_layouts(backward, num_saved)
+    if relayout and hasattr(backward, "set_relayout"):
+        backward.set_relayout(relayout)
+        relayout = []
 
     class CompiledTraining(torch.autograd.Function):
         @staticmethod
