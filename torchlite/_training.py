@@ -77,10 +77,42 @@ _DECOMPOSED = [
 ]
 
 
+def _nll_loss_backward_without_one_hot(torch_decomposition):
+    """aten.nll_loss_backward for (N, C) inputs as one pointwise expression.
+
+    NOTE: torch._decomp's version fills a dense zero gradient and scatters -1 into it: two extern
+    ops writing the whole (N, C) gradient (GPT-2's 4096x50257 logits: 823 MB of float32 a step)
+    that the softmax backward then reads twice. Comparing each column with the class index is
+    pointwise, so the loss gradient fuses into log_softmax's backward. Other shapes keep torch's
+    decomposition."""
+
+    def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+        if self.dim() != 2 or target.dim() != 1:
+            return torch_decomposition(
+                grad_output, self, target, weight, reduction, ignore_index, total_weight
+            )
+        scale = grad_output / total_weight if reduction == 1 else grad_output  # NOTE: 1 is mean
+        if reduction == 0:  # NOTE: none: one gradient per row
+            scale = scale.unsqueeze(1)
+        if weight is not None:
+            scale = scale * weight.reshape(1, -1)
+        index = target.unsqueeze(1)
+        index = torch.where(index != ignore_index, index, -1)  # NOTE: -1 matches no class
+        classes = torch.arange(self.shape[1], device=self.device)
+        grad = torch.where(classes == index, -scale, 0)
+        return grad if grad.dtype == self.dtype else grad.to(self.dtype)
+
+    return nll_loss_backward
+
+
 def _decompositions() -> dict:
     from torch._decomp import get_decompositions
 
-    return get_decompositions(_DECOMPOSED)
+    table = get_decompositions(_DECOMPOSED)
+    table[aten.nll_loss_backward.default] = _nll_loss_backward_without_one_hot(
+        table[aten.nll_loss_backward.default]
+    )
+    return table
 
 
 def _method(name: str):

@@ -61,51 +61,6 @@ const std::unordered_set<std::string>& value_checking_ops() {
   return names;
 }
 
-// Of those, the ops whose CUDA kernels report a bad value through a device-side assert: on
-// CUDA eager does not raise at the op either (the assert surfaces at a later synchronisation,
-// and leaves the CUDA context unusable), so the op runs in the graph like any other.
-const std::unordered_set<std::string>& device_assert_ops() {
-  static const std::unordered_set<std::string> names = {
-      "getitem",         "setitem",       "__getitem__",        "__setitem__",
-      "index_select",    "gather",        "take_along_dim",     "scatter",
-      "scatter_",        "scatter_add",   "scatter_add_",       "scatter_reduce",
-      "scatter_reduce_", "index_add",     "index_add_",         "index_copy",
-      "index_copy_",     "index_fill",    "index_fill_",        "index_put",
-      "index_put_",      "embedding",     "nll_loss",           "nll_loss_nd",
-      "nll_loss2d",      "cross_entropy", "cross_entropy_loss",
-  };
-  return names;
-}
-
-// True when `v` holds at least one tensor, all of them on a CUDA device, and no list (a list
-// index is made into a tensor when the op runs).
-bool on_cuda_only(const ValuePtr& v, bool& any_tensor) {
-  if (!v) return true;
-  if (v->is_tensor()) {
-    any_tensor = true;
-    PyRef type =
-        v->device ? PyRef::steal(PyObject_GetAttrString(v->device.get(), "type")) : PyRef();
-    if (!type) {
-      PyErr_Clear();
-      return false;
-    }
-    return PyUnicode_Check(type.get()) && PyUnicode_CompareWithASCIIString(type.get(), "cuda") == 0;
-  }
-  if (v->kind == VKind::List) return false;
-  if (v->kind == VKind::Tuple)
-    return std::all_of(v->items.begin(), v->items.end(),
-                       [&](const ValuePtr& item) { return on_cuda_only(item, any_tensor); });
-  return true;
-}
-
-bool raises_later_on_cuda(const std::string& op, const std::vector<ValuePtr>& args) {
-  if (!device_assert_ops().count(op)) return false;
-  bool any_tensor = false;
-  for (const ValuePtr& a : args)
-    if (!on_cuda_only(a, any_tensor)) return false;
-  return any_tensor;
-}
-
 // An index that is not only ints and slices: advanced indexing checks bounds when it runs.
 bool advanced_index(const ValuePtr& idx) {
   if (!idx) return false;
@@ -153,7 +108,7 @@ const ir::Node* first_visible_effect(const ir::Graph& graph) {
 
 void check_effect_order(CaptureContext& ctx, const std::string& op,
                         const std::vector<ValuePtr>& args) {
-  if (!checks_values(op, args) || raises_later_on_cuda(op, args)) return;
+  if (!checks_values(op, args)) return;
   std::string python_effect = first_python_effect(ctx);
   if (python_effect.empty()) return;
   const ir::Node* effect = first_visible_effect(ctx.graph());

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from train_check import compiled_backward_used
 
@@ -302,3 +303,34 @@ def test_graph_returning_its_input_itself_keeps_the_compiled_backward():
         (loss + y.sum()).backward()
         (ref_loss + ref_y.sum()).backward()
         torch.testing.assert_close(w.grad, w_ref.grad)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("ignore_index", [-100, 2])
+def test_nll_loss_gradient_matches_eager(reduction, weighted, ignore_index):
+    # NOTE: the compiled backward builds nll_loss's gradient pointwise (class index compared
+    # with each column) instead of torch._decomp's zero fill and scatter.
+    def fn(logits, target, weight):
+        loss = F.cross_entropy(
+            logits.float() * 2,
+            target,
+            weight=weight,
+            reduction=reduction,
+            ignore_index=ignore_index,
+        )
+        return loss if reduction != "none" else loss.square().sum()
+
+    compiled = torchlite.compile(fn)
+    for n, c in [(6, 5), (9, 7)]:
+        logits = torch.randn(n, c, requires_grad=True)
+        target = torch.randint(0, c, (n,))
+        target[0] = ignore_index if ignore_index >= 0 else -100
+        weight = torch.rand(c) if weighted else None
+        ref = logits.detach().clone().requires_grad_()
+        out, expected = compiled(logits, target, weight), fn(ref, target, weight)
+        assert compiled_backward_used(out)
+        torch.testing.assert_close(out, expected)
+        out.backward()
+        expected.backward()
+        torch.testing.assert_close(logits.grad, ref.grad)
