@@ -1,16 +1,20 @@
-"""Where a training step's time and memory go: one BERT MLM step (forward under bf16 autocast,
-loss.backward(), AdamW) profiled eagerly and through torchlite, with and without the compiled
-backward.
+"""Where a training step's time and memory go: one BERT MLM or GPT-2 LM step (forward under
+bf16 autocast, loss.backward(), AdamW) profiled eagerly, through torchlite (with and without the
+compiled backward) and through torch.compile.
 
-    python bench/profile_train.py [--device cuda|cpu] [--out DIR] [--kinds eager,torchlite,...]
+    python bench/profile_train.py [--device cuda|cpu] [--model bert|gpt2] [--out DIR]
+                                  [--kinds eager,torchlite,...]
 
 Per kind it prints the median step time, peak memory, the forward's host and device time, the
 memory held after the forward, and what autograd saved for backward by dtype and shape (the
 compiled backward's saves are not seen by saved-tensor hooks: under them it runs the captured
 graph eagerly, so read its row's "memory after forward" instead). Into --out it writes
 torch.profiler tables (by self device time, by call count, by input shape) and, for torchlite
-kinds, explain()'s graphs and breaks. `--device cuda` profiles BERT-base 8x512; `cpu` a tiny
-BERT, to check the script itself.
+kinds, explain()'s graphs and breaks. Per kind it also sorts the step's device kernels into
+matmuls, attention, torch's own kernels (ops torchlite or inductor left unfused), generated
+kernels and copies, with counts and device time, and prints the host time of the forward,
+backward and optimizer regions. `--device cuda` profiles BERT-base or GPT-2 at 8x512; `cpu`
+tiny configs, to check the script itself.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import collections
 import copy
 import importlib.util
 import os
+import re
 import statistics
 import sys
 import time
@@ -36,17 +41,87 @@ work_around_mismatched_torchvision()
 
 import torchlite
 
-KINDS = ("eager", "tl op by op", "torchlite")
+KINDS = ("eager", "tl op by op", "torchlite", "torch.compile")
 
 
-def _model(device: str):
+def _model(device: str, name: str):
+    """(model, batch, sequence length, vocabulary size)."""
     # NOTE: the configs bench/train.py times, loaded by path (this folder is not on sys.path)
     spec = importlib.util.spec_from_file_location("bench_train", os.path.join(_HERE, "train.py"))
     train = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train)
-    if device == "cuda":
-        return train.bert_config("full"), 8, 512
-    return train.bert_config("small"), 2, 64
+    size = "full" if device == "cuda" else "small"
+    batch, seq = (8, 512) if device == "cuda" else (2, 64)
+    if name == "gpt2":
+        model = train._gpt2(size)
+        return model, batch, seq, model.config.vocab_size
+    import transformers
+
+    cfg = train.bert_config(size)
+    return transformers.BertForMaskedLM(cfg), batch, seq, cfg.vocab_size
+
+
+_MATMUL = re.compile(r"gemm|nvjet|cutlass|xmma|cublas|sm90_|sm80_|wgmma", re.IGNORECASE)
+_ATTENTION = re.compile(r"flash|fmha|attention|efficient_attention", re.IGNORECASE)
+
+
+def kernel_category(name: str) -> str:
+    """Which family a device kernel belongs to, by its name."""
+    if name.startswith(("Memcpy", "Memset")):
+        return "copy/memset"
+    if _ATTENTION.search(name):
+        return "attention"
+    if _MATMUL.search(name):
+        return "matmul"
+    if name.startswith("triton"):
+        return "generated (triton)"
+    if "at::native" in name or "at::" in name or "elementwise_kernel" in name:
+        return "torch kernels"
+    return "generated (torchlite)"
+
+
+def _annotation(name: str) -> bool:
+    """A record_function range shown on the device timeline (this script's regions, inductor's
+    `## Call CompiledFxGraph ##`, the optimizer's step), not a kernel."""
+    return name in ("forward", "backward", "optimizer") or name.startswith(("##", "Optimizer."))
+
+
+def kernel_summary(prof) -> str:
+    """Device kernels of one profiled step by family: count and device time, and the torch
+    kernels (unfused ops) by name."""
+    count: collections.Counter = collections.Counter()
+    busy: collections.Counter = collections.Counter()
+    torch_kernels: collections.Counter = collections.Counter()
+    torch_time: collections.Counter = collections.Counter()
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA or _annotation(e.name):
+            continue
+        cat = kernel_category(e.name)
+        count[cat] += 1
+        busy[cat] += e.device_time_total
+        if cat == "torch kernels":
+            short = re.sub(r"<.*", "", e.name)[:90]
+            torch_kernels[short] += 1
+            torch_time[short] += e.device_time_total
+    lines = [
+        f"    {cat:<24} {count[cat]:5d} kernels {busy[cat] / 1e3:8.2f} ms"
+        for cat in sorted(count, key=lambda c: -busy[c])
+    ]
+    lines += [
+        f"      torch {torch_time[k] / 1e3:7.2f} ms x{c:<4d} {k}"
+        for k, c in sorted(torch_kernels.items(), key=lambda kv: -torch_time[kv[0]])[:25]
+    ]
+    return "\n".join(lines)
+
+
+def region_host_times(prof) -> str:
+    """Host (CPU) time of the step's record_function regions."""
+    want = ("forward", "backward", "optimizer")
+    got: dict[str, float] = {}
+    for e in prof.key_averages():
+        if e.key in want:  # NOTE: each region is also listed as a device-side annotation
+            got[e.key] = max(got.get(e.key, 0.0), e.cpu_time_total / 1e3)
+    return ", ".join(f"{k} {got.get(k, float('nan')):.2f} ms" for k in want)
 
 
 class SavedTensors:
@@ -83,7 +158,13 @@ def profile_kind(kind, base, inputs, device, out_dir, log):
     torchlite.reset()
     model = copy.deepcopy(base)
     options = {"compiled_backward": kind == "torchlite"}
-    step_model = model if kind == "eager" else torchlite.compile(model, options=options)
+    if kind == "eager":
+        step_model = model
+    elif kind == "torch.compile":
+        torch._dynamo.reset()
+        step_model = torch.compile(model)
+    else:
+        step_model = torchlite.compile(model, options=options)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     cuda = device == "cuda"
 
@@ -146,10 +227,17 @@ def profile_kind(kind, base, inputs, device, out_dir, log):
         step()
         sync()
     averages = prof.key_averages()
-    launched = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    busy = sum(e.self_device_time_total for e in averages) / 1e3
+    launched = [
+        e
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA and not _annotation(e.name)
+    ]
+    busy = sum(e.device_time_total for e in launched) / 1e3
     log(f"  device events in one step: {len(launched)}; self device time {busy:.2f} ms")
-    name = kind.replace("+", "_")
+    log(f"  host time by region: {region_host_times(prof)}")
+    if cuda:
+        log(kernel_summary(prof))
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", kind)
     with open(os.path.join(out_dir, f"prof_{name}.txt"), "w") as f:
         f.writelines(
             averages.table(sort_by=sort, row_limit=80, max_name_column_width=90) + "\n\n"
@@ -164,7 +252,7 @@ def profile_kind(kind, base, inputs, device, out_dir, log):
                 max_shapes_column_width=100,
             )
         )
-    if kind != "eager":
+    if kind not in ("eager", "torch.compile"):
         torchlite.reset()
         with torch.autocast(device, dtype=torch.bfloat16):
             ex = torchlite.explain(model, options=options)(**inputs)
@@ -182,6 +270,7 @@ def main():
     p.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     p.add_argument("--out", default=".")
     p.add_argument("--kinds", default=",".join(KINDS))
+    p.add_argument("--model", default="bert", choices=["bert", "gpt2"])
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -190,12 +279,10 @@ def main():
         with open(os.path.join(args.out, "summary.txt"), "a") as summary:
             summary.write(line + "\n")
 
-    import transformers
-
     torch.manual_seed(0)
-    cfg, batch, seq = _model(args.device)
-    base = transformers.BertForMaskedLM(cfg).to(args.device).train()
-    ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=args.device)
+    model, batch, seq, vocab = _model(args.device, args.model)
+    base = model.to(args.device).train()
+    ids = torch.randint(0, vocab, (batch, seq), device=args.device)
     inputs = {"input_ids": ids, "labels": ids}
     for kind in args.kinds.split(","):
         profile_kind(kind, base, inputs, args.device, args.out, log)

@@ -77,10 +77,42 @@ _DECOMPOSED = [
 ]
 
 
+def _nll_loss_backward_without_one_hot(torch_decomposition):
+    """aten.nll_loss_backward for (N, C) inputs as one pointwise expression.
+
+    NOTE: torch._decomp's version fills a dense zero gradient and scatters -1 into it: two extern
+    ops writing the whole (N, C) gradient (GPT-2's 4096x50257 logits: 823 MB of float32 a step)
+    that the softmax backward then reads twice. Comparing each column with the class index is
+    pointwise, so the loss gradient fuses into log_softmax's backward. Other shapes keep torch's
+    decomposition."""
+
+    def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+        if self.dim() != 2 or target.dim() != 1:
+            return torch_decomposition(
+                grad_output, self, target, weight, reduction, ignore_index, total_weight
+            )
+        scale = grad_output / total_weight if reduction == 1 else grad_output  # NOTE: 1 is mean
+        if reduction == 0:  # NOTE: none: one gradient per row
+            scale = scale.unsqueeze(1)
+        if weight is not None:
+            scale = scale * weight.reshape(1, -1)
+        index = target.unsqueeze(1)
+        index = torch.where(index != ignore_index, index, -1)  # NOTE: -1 matches no class
+        classes = torch.arange(self.shape[1], device=self.device)
+        grad = torch.where(classes == index, -scale, 0)
+        return grad if grad.dtype == self.dtype else grad.to(self.dtype)
+
+    return nll_loss_backward
+
+
 def _decompositions() -> dict:
     from torch._decomp import get_decompositions
 
-    return get_decompositions(_DECOMPOSED)
+    table = get_decompositions(_DECOMPOSED)
+    table[aten.nll_loss_backward.default] = _nll_loss_backward_without_one_hot(
+        table[aten.nll_loss_backward.default]
+    )
+    return table
 
 
 def _method(name: str):
@@ -569,6 +601,9 @@ class JointTrace:
     tangent_shapes: list[tuple] = field(default_factory=list)
     captured: Any = None  # the captured _C.Graph (run eagerly under saved-tensor hooks)
     final_grad_mode: bool = True  # grad mode the graph leaves behind (it may end in no_grad)
+    # (position among the captured graph's outputs, primal index) of each input it returns
+    # itself; num_outputs and differentiable_outputs count the other outputs only.
+    passthrough: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _eager_output_strides(graph) -> list:
@@ -683,8 +718,14 @@ def _trace(graph) -> JointTrace:
     for o in outs:
         if not isinstance(o, torch.Tensor):
             raise _Unsupported(f"the graph returns a {type(o).__name__}")
-        if id(o) in rec.inputs:
-            raise _Unsupported("the graph returns one of its inputs itself")
+    # NOTE: an input returned as is (a graph after a break hands the caller's logits back
+    # beside the loss) is no output of the joint graph: the call returns the input object
+    # itself, as eager does, around the compiled forward.
+    passthrough = [(i, rec.inputs[id(o)]) for i, o in enumerate(outs) if id(o) in rec.inputs]
+    if passthrough:
+        returned = {i for i, _ in passthrough}
+        outs = [o for i, o in enumerate(outs) if i not in returned]
+    for o in outs:
         if any(i in rec.inputs for i in rec.alias_groups.get(id(o), ())):
             raise _Unsupported("the graph returns a view of an input (autograd's view tracking)")
     mutated = sorted(rec.mutated)
@@ -726,6 +767,7 @@ def _trace(graph) -> JointTrace:
         differentiable_outputs=differentiable,
         grad_inputs=grad_inputs,
         tangent_shapes=[tuple(t.shape) for t in tangents],
+        passthrough=passthrough,
     )
 
 
@@ -857,7 +899,12 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
     # backward kernel given layouts its trace did not expect computes wrong values silently
     # (CPU native_group_norm_backward with a contiguous gradient and a channels-last input).
     # So each saved value is brought back to its traced layout where the two differ.
+    # NOTE: per-call work, so the compiled backward checks and copies in C++ (CompiledHalf);
+    # a plain function (tests) gets the same done here.
     relayout = _saved_layouts(backward, num_saved)
+    if relayout and hasattr(backward, "set_relayout"):
+        backward.set_relayout(relayout)
+        relayout = []
 
     class CompiledTraining(torch.autograd.Function):
         @staticmethod
@@ -949,6 +996,8 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
     final_grad_mode = joint.final_grad_mode
     eager = []
 
+    passthrough = joint.passthrough
+
     def run(*inputs):
         if saved_tensor_hooks(False) is not None:
             # NOTE: saved-tensor hooks (offloading, checkpointing) must see what eager saves.
@@ -964,10 +1013,17 @@ def make_training_function(joint: JointTrace, forward, backward, saved: list[str
                 # NOTE: the joint graph holds every cast autocast made at capture as an explicit
                 # node; its extern ops (a decomposition's float32 bmm) must not be cast again.
                 with no_autocast():
-                    return apply(*inputs)
-            return apply(*inputs)
+                    results = apply(*inputs)
+            else:
+                results = apply(*inputs)
         finally:
             set_grad_enabled(final_grad_mode)
+        if not passthrough:
+            return results
+        outs = list(results)
+        for position, primal in passthrough:
+            outs.insert(position, inputs[primal])
+        return tuple(outs)
 
     run.forward_half = forward
     run.backward_half = backward

@@ -32,6 +32,8 @@ cuda_graphs: bool = _env["cuda_graphs"]
 cuda_graphs_limit: int = _env["cuda_graphs_limit"]
 # Time grid sizes of generated pointwise CUDA kernels, cached on disk (TORCHLITE_AUTOTUNE).
 autotune: bool = _env["autotune"]
+# False: CPU graphs run op by op through torch, as in a build without LLVM (TORCHLITE_CPU_KERNELS).
+cpu_kernels: bool = _env["cpu_kernels"]
 
 # --- process scope ---------------------------------------------------------------------------
 # TORCHLITE_TRACE=1: dump graphs (after every pass), guards, lowered IR, kernels to debug_dir.

@@ -76,10 +76,25 @@ bool checks_values(const std::string& op, const std::vector<ValuePtr>& args) {
   return value_checking_ops().count(op) > 0;
 }
 
-bool python_effects_pending(const CaptureContext& ctx) {
-  return !ctx.effects.empty() ||
-         std::any_of(ctx.sourced_containers.begin(), ctx.sourced_containers.end(),
-                     [](const ValuePtr& c) { return c->mutated; });
+// The first Python side effect the graph's replay would make ("self.x = ...", "a mutated
+// L['kwargs']"), empty when there is none.
+std::string first_python_effect(const CaptureContext& ctx) {
+  for (const PendingEffect& e : ctx.effects) {
+    std::string target = e.target ? e.target->str() : "";
+    switch (e.kind) {
+      case ir::SideEffect::Kind::SetAttr:
+        return target + "." + e.name + " = ...";
+      case ir::SideEffect::Kind::SetGlobal:
+        return "global " + e.name + " = ...";
+      case ir::SideEffect::Kind::DelAttr:
+        return "del " + target + "." + e.name;
+      default:
+        return "an update of " + target;
+    }
+  }
+  for (const ValuePtr& c : ctx.sourced_containers)
+    if (c->mutated) return "an update of " + (c->source ? c->source->str() : "a container");
+  return "";
 }
 
 // The first node of `graph` with a visible effect, null if none.
@@ -93,16 +108,18 @@ const ir::Node* first_visible_effect(const ir::Graph& graph) {
 
 void check_effect_order(CaptureContext& ctx, const std::string& op,
                         const std::vector<ValuePtr>& args) {
-  if (!checks_values(op, args) || !python_effects_pending(ctx)) return;
+  if (!checks_values(op, args)) return;
+  std::string python_effect = first_python_effect(ctx);
+  if (python_effect.empty()) return;
   const ir::Node* effect = first_visible_effect(ctx.graph());
   if (!effect) return;
-  // NOTE: the reason names the in-place op, so the user (and a benchmark's break table) sees
-  // which one to move.
+  // NOTE: the reason names the in-place op and the Python effect, so the user (and a
+  // benchmark's break table) sees which one to move.
   graph_break("effect_order",
               op + " checks its operands' values when it runs, after an in-place op (" +
-                  effect->target_name + " at " + effect->location +
-                  ") and Python side effects: it runs in CPython so that, if it raises, both "
-                  "happened first as in eager",
+                  effect->target_name + " at " + effect->location + ") and Python side effects (" +
+                  python_effect +
+                  "): it runs in CPython so that, if it raises, both happened first as in eager",
               "Move the in-place update or the list/dict/attribute update after this op, or "
               "validate the indices before the compiled call.");
 }

@@ -217,6 +217,14 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
     if (level < 0) return std::nullopt;
     PyRef enabled = PyRef::steal(PyObject_CallMethod(self->obj.get(), "isEnabledFor", "i", level));
     if (!enabled) throw PythonError();
+    // NOTE: transformers' Logger.warning_once/info_once are lru_cache wrappers: run with the
+    // logger and constant arguments at trace time, they write once, as eager does on its
+    // first call, and every later call (the compiled one included) is a cache hit that writes
+    // nothing. GPT-2's loss_function property calls one on every forward: a break per step.
+    if (enabled.get() == Py_True && self->source && is_lru_cache_wrapper(fn)) {
+      args.insert(args.begin(), self);
+      return call_lru_cached(fn, args, kwargs);
+    }
     if (enabled.get() == Py_True || !self->source)
       graph_break("logging_call",
                   "logger." + name + "() at an enabled level writes output; it runs eagerly");

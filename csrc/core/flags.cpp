@@ -46,6 +46,9 @@ const std::vector<SettingSpec> kSpecs = {
     {"autotune", &S::autotune, kCompile, "TORCHLITE_AUTOTUNE", "off",
      "Time launch configurations of generated CUDA kernels on the first run and keep the "
      "fastest, cached on disk (mode='max-autotune' turns it on)."},
+    {"cpu_kernels", &S::cpu_kernels, kCompile, "TORCHLITE_CPU_KERNELS", "on",
+     "Off: graphs on the CPU run op by op through torch, as in a build without LLVM (the GPU "
+     "machine's CPU path; for tests of that path on an LLVM build)."},
     {"trace", &S::trace, kProcess, "TORCHLITE_TRACE", "off",
      "Dump graphs (after every pass), guards, lowered IR, kernels and timings to debug_dir."},
     {"debug_dir", &S::debug_dir, kProcess, "TORCHLITE_DEBUG_DIR", "`./torchlite_debug`",

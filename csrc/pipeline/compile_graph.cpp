@@ -270,6 +270,10 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
   // build); values elsewhere stay extern nodes (the partition pass).
   std::optional<runtime::KernelDevice> device;
   if (ex.no_kernels.empty()) device = runtime::kernel_device(*graph);
+  if (device && !device->cuda && !ctx.settings.cpu_kernels) {
+    device.reset();
+    ex.no_kernels = "cpu_kernels is off";
+  }
   if (ex.no_kernels.empty() && !device)
     ex.no_kernels = "no kernels for this graph's devices in this build";
   if (!device) {

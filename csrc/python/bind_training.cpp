@@ -39,7 +39,18 @@ class CompiledHalf {
     std::vector<PyObject*> inputs;
     inputs.reserve(args.size());
     for (py::handle v : args) inputs.push_back(v.ptr());
+    std::vector<PyRef> relaid;  // NOTE: owns the copies `inputs` points at
+    relayout_inputs(inputs, relaid);
     return run_as_tuple(*executable_, inputs);
+  }
+
+  // A backward: before each call, input `index` is made dense in `memory_format` (a
+  // torch.memory_format) unless it already is. NOTE: the layout the backward was traced with;
+  // a forward run op by op can hand back another (torchlite/_training.py, _saved_layouts).
+  void set_relayout(const std::vector<std::pair<size_t, py::object>>& relayout) {
+    relayout_.clear();
+    for (const auto& [index, format] : relayout)
+      relayout_.push_back({index, PyRef::borrow(format.ptr())});
   }
 
   size_t kernel_count() const { return executable_->kernel_count(); }
@@ -62,6 +73,33 @@ class CompiledHalf {
   }
 
  private:
+  struct Relayout {
+    size_t index;
+    PyRef format;
+  };
+
+  void relayout_inputs(std::vector<PyObject*>& inputs, std::vector<PyRef>& relaid) const {
+    if (relayout_.empty()) return;
+    static PyObject* is_contiguous = PyUnicode_InternFromString("is_contiguous");
+    static PyObject* contiguous = PyUnicode_InternFromString("contiguous");
+    static PyObject* kwnames = Py_BuildValue("(s)", "memory_format");
+    if (!is_contiguous || !contiguous || !kwnames) throw PythonError();
+    for (const Relayout& r : relayout_) {
+      if (r.index >= inputs.size()) continue;
+      PyObject* argv[] = {nullptr, inputs[r.index], r.format.get()};  // NOTE: argv[0] spare
+      const size_t nargs = 1 | PY_VECTORCALL_ARGUMENTS_OFFSET;
+      PyRef dense =
+          PyRef::steal(PyObject_VectorcallMethod(is_contiguous, argv + 1, nargs, kwnames));
+      if (!dense) throw PythonError();
+      if (dense.get() == Py_True) continue;
+      PyRef copy = PyRef::steal(PyObject_VectorcallMethod(contiguous, argv + 1, nargs, kwnames));
+      if (!copy) throw PythonError();
+      inputs[r.index] = copy.get();
+      relaid.push_back(std::move(copy));
+    }
+  }
+
+  std::vector<Relayout> relayout_;
   const runtime::CudaGraphs* cuda_graphs() const {
     const runtime::CompiledGraph* c = executable_->compiled();
     return c ? c->cuda_graphs() : nullptr;
@@ -174,7 +212,8 @@ void bind_training(py::module_& m) {
       .def_property_readonly("graph", &CompiledHalf::graph)
       .def_readonly("pool_saved", &CompiledHalf::pool_saved)
       .def_property_readonly("replayed", &CompiledHalf::replayed)
-      .def("keep_valid", &CompiledHalf::keep_valid, py::arg("holder"));
+      .def("keep_valid", &CompiledHalf::keep_valid, py::arg("holder"))
+      .def("set_relayout", &CompiledHalf::set_relayout, py::arg("relayout"));
   m.def(
       "partition_joint",
       [](const GraphHandle& joint, size_t num_primals, size_t num_forward_outputs, bool recompute) {

@@ -221,6 +221,50 @@ def test_module_with_parameters_built_in_forward_breaks_and_keeps_the_rng():
     assert "__init__" in report.break_reasons[0].hint
 
 
+@pytest.mark.parametrize(
+    "make_loss",
+    [
+        lambda: torch.nn.CrossEntropyLoss(),
+        lambda: torch.nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1),
+        lambda: torch.nn.NLLLoss(reduction="sum"),
+        lambda: torch.nn.MSELoss(),
+    ],
+    ids=["cross_entropy", "cross_entropy_options", "nll_sum", "mse"],
+)
+def test_loss_modules_built_in_forward_are_captured_with_their_gradients(make_loss):
+    # NOTE: BERT's MLM head builds CrossEntropyLoss() in forward; its absent class weight is
+    # registered as the buffer None, which once broke the graph as "holds buffers".
+    def fn(logits, target):
+        loss_fn = make_loss()
+        if isinstance(loss_fn, torch.nn.MSELoss):
+            return loss_fn(logits.softmax(-1), torch.nn.functional.one_hot(target, 5).float())
+        if isinstance(loss_fn, torch.nn.NLLLoss):
+            return loss_fn(logits.log_softmax(-1), target)
+        return loss_fn(logits, target)
+
+    for n in (6, 9):
+        logits = torch.randn(n, 5, requires_grad=True)
+        target = torch.randint(0, 5, (n,))
+        ref_logits = logits.detach().clone().requires_grad_()
+        out = torchlite.compile(fn)(logits, target)
+        expected = fn(ref_logits, target)
+        torch.testing.assert_close(out, expected)
+        out.backward()
+        expected.backward()
+        torch.testing.assert_close(logits.grad, ref_logits.grad)
+    assert _graphs_and_breaks(fn, logits, target) == (1, 0)
+
+
+def test_module_with_a_tensor_weight_built_in_forward_still_breaks():
+    def fn(logits, target, weight):
+        return torch.nn.CrossEntropyLoss(weight=weight)(logits, target)
+
+    args = torch.randn(6, 5), torch.randint(0, 5, (6,)), torch.rand(5)
+    torch.testing.assert_close(torchlite.compile(fn)(*args), fn(*args))
+    kinds = [b.kind for b in torchlite.explain(fn)(*args).break_reasons]
+    assert kinds and kinds[0] == "module_built_in_forward"
+
+
 def test_module_built_in_forward_holding_a_tensor_breaks():
     class Bad(torch.nn.Module):
         def __init__(self, t):

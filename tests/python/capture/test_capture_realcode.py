@@ -282,6 +282,67 @@ def test_disabled_logging_call_is_skipped_and_enabled_one_breaks():
     assert_same(torchlite.compile(loud)(x), loud(x))
 
 
+class _OnceLogger(logging.Logger):
+    """A logger with transformers' warning_once: an lru_cache wrapper around warning."""
+
+    @functools.lru_cache(None)  # noqa: B019 (NOTE: transformers' own form: one write per message)
+    def warning_once(self, *args):
+        self.warning(*args)
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_warning_once_through_lru_cache_writes_once_without_a_break():
+    log = _OnceLogger("torchlite.tests.realcode.once")
+    log.setLevel(logging.WARNING)
+    sink = _Collect()
+    log.addHandler(sink)
+    log.propagate = False
+
+    def fn(x):
+        log.warning_once("loss_type is unset")
+        return x * 2
+
+    x = torch.randn(3)
+    assert _graphs_and_breaks(fn, x) == (1, 0)
+    assert sink.messages == ["loss_type is unset"]  # NOTE: eager's first call writes it once
+    compiled = torchlite.compile(fn)
+    for _ in range(3):
+        y = torch.randn(4)
+        assert_same(compiled(y), fn(y))
+    assert sink.messages == ["loss_type is unset"]
+
+    def other(x):
+        log.warning_once("another message %s", x.shape[0])
+        return x + 1
+
+    assert_same(torchlite.compile(other)(x), x + 1)
+    assert sink.messages == ["loss_type is unset", "another message 3"]
+
+
+def test_warning_once_of_a_tensor_value_still_breaks():
+    log = _OnceLogger("torchlite.tests.realcode.once_tensor")
+    log.setLevel(logging.WARNING)
+    sink = _Collect()
+    log.addHandler(sink)
+    log.propagate = False
+
+    def fn(x):
+        log.warning_once("value %s", x.sum())
+        return x * 2
+
+    x = torch.randn(3)
+    assert _graphs_and_breaks(fn, x)[1] >= 1
+    assert_same(torchlite.compile(fn)(x), x * 2)
+
+
 def test_logging_level_change_recompiles():
     def fn(x):
         LOG.info("now visible")

@@ -1174,3 +1174,38 @@ def test_callable_follows_a_call_method_added_to_the_class():
             del C.__call__
 
     check_program(fn, t4, mutate, calls=3)
+
+
+class _Collector:
+    """transformers' CompileableContextVar: an attribute set around the forward (BERT, GPT-2)."""
+
+    value = None
+
+
+COLLECTOR = _Collector()
+
+
+def _loss_after_effects(x, w, target):
+    COLLECTOR.value = "collecting"  # NOTE: a Python side effect
+    w.add_(1)  # NOTE: a visible effect: an input written in place
+    return torch.nn.functional.cross_entropy(x @ w, target)
+
+
+def _effects_inputs(device):
+    def make():
+        return (
+            torch.randn(6, 4, device=device),
+            torch.randn(4, 5, device=device),
+            torch.randint(0, 5, (6,), device=device),
+        )
+
+    return make
+
+
+def test_loss_after_effects_runs_in_cpython_and_names_the_effect():
+    # NOTE: cross_entropy raises on a bad class id; the write and the attribute must then have
+    # happened as in eager, so the loss runs after the graph, and the reason names both.
+    check_program(_loss_after_effects, _effects_inputs("cpu"), observe=lambda: COLLECTOR.value)
+    report = torchlite.explain(_loss_after_effects)(*_effects_inputs("cpu")())
+    assert [b.kind for b in report.break_reasons] == ["effect_order"], str(report)
+    assert ".value = ..." in report.break_reasons[0].reason  # NOTE: the effect is named

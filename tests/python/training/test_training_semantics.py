@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from train_check import compiled_backward_used
 
@@ -274,3 +275,62 @@ def test_two_training_forwards_then_the_first_backward_works_as_in_eager():
     for p, r in zip(block.parameters(), eager.parameters(), strict=True):
         torch.testing.assert_close(p.grad, r.grad)
     torch.testing.assert_close(block[1].running_mean, eager[1].running_mean)
+
+
+def _loss_after_a_break(x, w):
+    y = torch.tanh(x @ w)
+    print(end="")  # NOTE: a graph break: the second graph takes y as an input
+    loss = y.float().square().mean()
+    return loss, y
+
+
+def test_graph_returning_its_input_itself_keeps_the_compiled_backward():
+    x, w = torch.randn(4, 3), torch.randn(3, 5, requires_grad=True)
+    ex = torchlite.explain(_loss_after_a_break)(x, w)
+    assert ex.graph_count == 2
+    assert all(t.endswith(": compiled forward and backward") for t in ex.training), ex.training
+    assert len(ex.training) == 2
+    compiled = torchlite.compile(_loss_after_a_break)
+    for shape in [(4, 3), (6, 3)]:
+        x = torch.randn(shape)
+        w_ref = w.detach().clone().requires_grad_()
+        w.grad = None
+        loss, y = compiled(x, w)
+        ref_loss, ref_y = _loss_after_a_break(x, w_ref)
+        assert compiled_backward_used(loss)
+        torch.testing.assert_close(loss, ref_loss)
+        torch.testing.assert_close(y, ref_y)
+        (loss + y.sum()).backward()
+        (ref_loss + ref_y.sum()).backward()
+        torch.testing.assert_close(w.grad, w_ref.grad)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("ignore_index", [-100, 2])
+def test_nll_loss_gradient_matches_eager(reduction, weighted, ignore_index):
+    # NOTE: the compiled backward builds nll_loss's gradient pointwise (class index compared
+    # with each column) instead of torch._decomp's zero fill and scatter.
+    def fn(logits, target, weight):
+        loss = F.cross_entropy(
+            logits.float() * 2,
+            target,
+            weight=weight,
+            reduction=reduction,
+            ignore_index=ignore_index,
+        )
+        return loss if reduction != "none" else loss.square().sum()
+
+    compiled = torchlite.compile(fn)
+    for n, c in [(6, 5), (9, 7)]:
+        logits = torch.randn(n, c, requires_grad=True)
+        target = torch.randint(0, c, (n,))
+        target[0] = ignore_index if ignore_index >= 0 else -100
+        weight = torch.rand(c) if weighted else None
+        ref = logits.detach().clone().requires_grad_()
+        out, expected = compiled(logits, target, weight), fn(ref, target, weight)
+        assert compiled_backward_used(out)
+        torch.testing.assert_close(out, expected)
+        out.backward()
+        expected.backward()
+        torch.testing.assert_close(logits.grad, ref.grad)
