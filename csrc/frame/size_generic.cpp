@@ -47,7 +47,9 @@ const std::set<std::string>& generic_functions() {
       // a tensor from constants (a size in them was specialised: a relation)
       "torch.tensor",
       // indexing by an index tensor: the result takes the index's sizes
-      "torch.gather", "torch.index_select"};
+      "torch.gather", "torch.index_select",
+      // a bounds check of an index op's indices (capture/index_bounds.h): no result
+      "torchlite._index_bounds.check_index_bounds"};
   return names;
 }
 
