@@ -11,11 +11,11 @@ import torch
 
 def check_index_bounds(index: torch.Tensor, size: int, dim: int, op: str) -> None:
     if index.device.type == "meta" or index.numel() == 0:
-        return None
+        return
     low, high = torch.aminmax(index.reshape(-1))
     if bool(low < 0) or bool(high >= size):
         raise IndexError(
             f"{op}(): an index is out of range for dimension {dim} with size {size} "
             f"(indices from {int(low)} to {int(high)})"
         )
-    return None
+    return
