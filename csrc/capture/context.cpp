@@ -352,6 +352,7 @@ ir::Arg value_to_arg(const ValuePtr& v) {
     case VKind::Const: {
       ir::Arg a = ir::Arg::constant(v->obj);
       a.sym = v->sym;
+      a.fsym = v->fsym;
       if (v->sym_slice) {
         a.sym_slice = true;
         for (auto& it : v->items) a.items.push_back(value_to_arg(it));
@@ -364,7 +365,7 @@ ir::Arg value_to_arg(const ValuePtr& v) {
       bool symbolic = false;
       for (auto& it : v->items) {
         items.push_back(value_to_arg(it));
-        symbolic = symbolic || items.back().sym;
+        symbolic = symbolic || items.back().sym || items.back().fsym;
       }
       // NOTE: a torch.Size holding symbolic sizes goes as a tuple (every op taking a Size
       // takes one), so a new size can rewrite its items.
@@ -852,6 +853,21 @@ void CaptureContext::specialise(const ValuePtr& v) {
         r.where = location;
         if (!r.lhs->constant()) sym_relations.push_back(std::move(r));
         x->sym = nullptr;
+      }
+      if (x->fsym) {
+        // NOTE: the float holds only where every size it came from keeps its value.
+        std::vector<std::pair<ir::SymExprPtr, int64_t>> parts;
+        x->fsym->int_parts(parts);
+        for (auto& [e, hint] : parts) {
+          if (e->constant()) continue;
+          ir::SymRelation r;
+          r.lhs = e;
+          r.rhs = ir::sym_int(hint);
+          r.op = 2;
+          r.where = location;
+          sym_relations.push_back(std::move(r));
+        }
+        x->fsym = nullptr;
       }
       if (x->sym_slice) {
         for (auto& it : x->items) walk(it, depth + 1);
