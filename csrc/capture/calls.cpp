@@ -122,6 +122,33 @@ bool is_dynamo_disabled(PyObject* f) {
 
 }  // namespace
 
+// `math.sqrt(d)` or `float(d)` of an int or float computed from sizes: CPython's value,
+// carrying its float expression (ir/sym_float.h); null for any other call.
+ValuePtr float_of_size(const ValuePtr& fn, const ValuePtr& arg) {
+  if (!(fn->is_const() || fn->kind == VKind::Object) || !fn->obj) return nullptr;
+  if (!arg->is_const() || !(arg->sym || arg->fsym)) return nullptr;
+  // NOTE: looked up once under the GIL and never changed.
+  static PyObject* sqrt = [] {
+    PyRef math = PyRef::steal(PyImport_ImportModule("math"));
+    PyObject* f = math ? PyObject_GetAttrString(math.get(), "sqrt") : nullptr;
+    if (!f) PyErr_Clear();
+    return f;  // NOTE: kept for the life of the process
+  }();
+  bool is_sqrt = sqrt && fn->obj.get() == sqrt;
+  if (!is_sqrt && fn->obj.get() != reinterpret_cast<PyObject*>(&PyFloat_Type)) return nullptr;
+  ir::SymFloatPtr e = float_expr(arg);
+  if (!e) return nullptr;
+  PyRef r = PyRef::steal(PyObject_CallOneArg(fn->obj.get(), arg->obj.get()));
+  if (!r) {
+    PyErr_Clear();  // NOTE: the ordinary call raises it again (math.sqrt(-1))
+    return nullptr;
+  }
+  if (!PyFloat_CheckExact(r.get())) return nullptr;
+  ValuePtr v = Value::constant(r);
+  v->fsym = is_sqrt ? ir::sym_float_sqrt(e) : e;
+  return v;
+}
+
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwargs) {
   if (!fn) graph_break("unsupported_bytecode", "call of NULL");
   if (auto route = optimizer_step_route(fn))
@@ -132,6 +159,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
                       "function"
                     : "opt.step() of an optimizer torchlite does not compile: torch's step "
                       "runs eagerly, whole, between this graph and the rest of the function");
+  if (ctx_.any_sym && args.size() == 1 && kwargs.empty())
+    if (ValuePtr f = float_of_size(fn, args[0])) return f;
   if (ctx_.any_sym && !keeps_sym_args(fn)) {
     if (fn->kind == VKind::Method) ctx_.specialise(fn->self);  // x.shape.index(t)
     for (auto& a : args) ctx_.specialise(a);

@@ -44,12 +44,42 @@ class ResidualBuilder {
 
   // True when `src` reads through a container of the frame that the trace changed: the value
   // re-read there after the side effects are replayed is another one (`t = xs[0]; xs[0] = y`).
+  // Not when the container still holds, at the item `src` goes through, the very value read
+  // there (`kwargs.pop("return_dict")` leaves `kwargs["cache"]` as it was).
   bool read_through_mutated(const ir::SourcePtr& src) const {
     for (const ValuePtr& c : ctx_.sourced_containers) {
       if (!c->mutated || !c->source) continue;
       const std::string container = c->source->str();
-      for (const ir::Source* s = src->base.get(); s; s = s->base.get())
-        if (s == c->source.get() || s->str() == container) return true;
+      const ir::Source* child = src.get();
+      for (const ir::Source* s = src->base.get(); s; child = s, s = s->base.get())
+        if (s == c->source.get() || s->str() == container) {
+          if (!still_holds(*c, *child)) return true;
+          break;
+        }
+    }
+    return false;
+  }
+
+  // True when the list or dict value `c` still holds, where `item` (an Item source on `c`'s
+  // own source) reads, the value the trace read from there.
+  static bool still_holds(const Value& c, const ir::Source& item) {
+    if (item.kind != ir::SourceKind::Item || !item.key) return false;
+    const std::string read = item.str();
+    auto is_read_value = [&](const ValuePtr& v) {
+      return v && v->source && (v->source.get() == &item || v->source->str() == read);
+    };
+    if (c.kind == VKind::Dict) {
+      for (size_t i = 0; i < c.keys.size() && i < c.items.size(); ++i) {
+        int same = PyObject_RichCompareBool(c.keys[i].get(), item.key.get(), Py_EQ);
+        if (same < 0) throw PythonError();
+        if (same) return is_read_value(c.items[i]);
+      }
+      return false;
+    }
+    if (c.kind == VKind::List && PyLong_Check(item.key.get())) {
+      long long i = PyLong_AsLongLong(item.key.get());
+      if (i < 0 || i >= static_cast<long long>(c.items.size())) return false;
+      return is_read_value(c.items[static_cast<size_t>(i)]);
     }
     return false;
   }

@@ -26,7 +26,7 @@ bool any_folded(const ValuePtr& v) {
 PyRef real_value(const ValuePtr& v, std::vector<ValuePtr>& sized) {
   if (!v) return {};
   if (v->is_const()) {
-    if (v->sym || v->sym_slice) sized.push_back(v);
+    if (v->sym || v->fsym || v->sym_slice) sized.push_back(v);
     return v->obj;
   }
   if (v->is_tensor()) {

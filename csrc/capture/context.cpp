@@ -352,6 +352,7 @@ ir::Arg value_to_arg(const ValuePtr& v) {
     case VKind::Const: {
       ir::Arg a = ir::Arg::constant(v->obj);
       a.sym = v->sym;
+      a.fsym = v->fsym;
       if (v->sym_slice) {
         a.sym_slice = true;
         for (auto& it : v->items) a.items.push_back(value_to_arg(it));
@@ -364,7 +365,7 @@ ir::Arg value_to_arg(const ValuePtr& v) {
       bool symbolic = false;
       for (auto& it : v->items) {
         items.push_back(value_to_arg(it));
-        symbolic = symbolic || items.back().sym;
+        symbolic = symbolic || items.back().sym || items.back().fsym;
       }
       // NOTE: a torch.Size holding symbolic sizes goes as a tuple (every op taking a Size
       // takes one), so a new size can rewrite its items.
@@ -511,6 +512,23 @@ void mark_used(const ir::Arg& a, std::unordered_set<const ir::Node*>& used) {
 // `ref() is not weight` over its weakrefs, a size folded into a constant) is decided by its
 // guards, which read it through its source anyway; as a graph input it would be fetched a
 // second time on every call for nothing. Symbols of dynamic sizes keep their node.
+void CaptureContext::move_node_before(ir::Node* n, const ir::Node* pos) {
+  if (n->op != ir::OpKind::Placeholder) {
+    graph_->move_before(n, pos);
+    return;
+  }
+  std::vector<ir::Node*> before = graph_->placeholders();
+  TL_CHECK(before.size() == example_inputs_.size())
+      << "move_node_before: " << before.size() << " placeholders, " << example_inputs_.size()
+      << " example inputs";
+  std::unordered_map<const ir::Node*, PyRef> example;
+  for (size_t i = 0; i < before.size(); ++i) example[before[i]] = example_inputs_[i];
+  graph_->move_before(n, pos);
+  std::vector<PyRef> reordered;
+  for (ir::Node* p : graph_->placeholders()) reordered.push_back(example.at(p));
+  example_inputs_ = std::move(reordered);
+}
+
 int CaptureContext::drop_unused_inputs() {
   std::unordered_set<const ir::Node*> used;
   for (const auto& n : graph_->nodes()) {
@@ -836,6 +854,21 @@ void CaptureContext::specialise(const ValuePtr& v) {
         if (!r.lhs->constant()) sym_relations.push_back(std::move(r));
         x->sym = nullptr;
       }
+      if (x->fsym) {
+        // NOTE: the float holds only where every size it came from keeps its value.
+        std::vector<std::pair<ir::SymExprPtr, int64_t>> parts;
+        x->fsym->int_parts(parts);
+        for (auto& [e, hint] : parts) {
+          if (e->constant()) continue;
+          ir::SymRelation r;
+          r.lhs = e;
+          r.rhs = ir::sym_int(hint);
+          r.op = 2;
+          r.where = location;
+          sym_relations.push_back(std::move(r));
+        }
+        x->fsym = nullptr;
+      }
       if (x->sym_slice) {
         for (auto& it : x->items) walk(it, depth + 1);
         x->sym_slice = false;
@@ -1005,7 +1038,7 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
                                          "() needs the tensor's values, which are not known "
                                          "while tracing");
   }
-  check_effect_order(*this, op_name, args);
+  check_effect_order(*this, op_name, args, !kwargs.empty());
   // Sizes as symbolic ints (docs/internals/dynamic-shapes.md); the rank is guarded.
   if (!method.empty() && !args.empty() && args[0]->is_tensor() && kwargs.empty()) {
     if (method == "size" && args.size() == 1) return shape_value(args[0]);

@@ -79,6 +79,9 @@ class CaptureContext {
   // Drops the placeholders of tensor inputs no node uses (and their example inputs), once the
   // graph is complete; their guards stay. Returns how many were dropped.
   int drop_unused_inputs();
+  // Moves node `n` of the graph before `pos`, keeping the example inputs in the order of the
+  // placeholders when `n` is one.
+  void move_node_before(ir::Node* n, const ir::Node* pos);
   // `a is b` for two tensor inputs (placeholders) reached through different
   // sources, answered from the real objects and guarded; nullopt when either
   // is not an input.

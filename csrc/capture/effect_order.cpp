@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "capture/graph_break.h"
+#include "capture/index_bounds.h"
 #include "ir/effects.h"
 
 namespace tl::capture {
@@ -107,12 +108,13 @@ const ir::Node* first_visible_effect(const ir::Graph& graph) {
 }  // namespace
 
 void check_effect_order(CaptureContext& ctx, const std::string& op,
-                        const std::vector<ValuePtr>& args) {
+                        const std::vector<ValuePtr>& args, bool keywords) {
   if (!checks_values(op, args)) return;
   std::string python_effect = first_python_effect(ctx);
   if (python_effect.empty()) return;
   const ir::Node* effect = first_visible_effect(ctx.graph());
   if (!effect) return;
+  if (!keywords && check_indices_first(ctx, op, args, *effect)) return;
   // NOTE: the reason names the in-place op and the Python effect, so the user (and a
   // benchmark's break table) sees which one to move.
   graph_break("effect_order",

@@ -4,7 +4,8 @@
 // it already mutated a tensor (`x.add_(1); ks.append(1); x[idx]`) cannot be rerun eagerly (the
 // mutation would happen twice), and the Python side effects recorded before the failing op are
 // replayed only after a graph that returns: they would be lost. Such an op is left to CPython
-// (a graph break before it), so the graph before it runs whole and its effects are applied first.
+// (a graph break before it), so the graph before it runs whole and its effects are applied first,
+// unless its indices can be checked before the graph's first effect (capture/index_bounds.h).
 #include <string>
 #include <vector>
 
@@ -14,8 +15,9 @@ namespace tl::capture {
 
 // Throws GraphBreak "effect_order" when `op` (a torch function's or Tensor method's name, args
 // as recorded) checks values at run time, traced code has made Python side effects, and the
-// graph so far has a visible effect.
+// graph so far has a visible effect, unless the op's indices can be checked before that effect
+// (capture/index_bounds.h). `keywords`: the call has keyword arguments.
 void check_effect_order(CaptureContext& ctx, const std::string& op,
-                        const std::vector<ValuePtr>& args);
+                        const std::vector<ValuePtr>& args, bool keywords);
 
 }  // namespace tl::capture

@@ -278,9 +278,45 @@ ir::SymExprPtr expr_of(const ValuePtr& v) {
 
 }  // namespace
 
+// `a op b` with a float result and at least one operand computed from sizes (`d ** -0.5`,
+// `1 / math.sqrt(d)`, `t / 2`): the value CPython gives, carrying its float expression. Null
+// for anything else.
+ValuePtr float_sym_arith(const std::string& name, const ValuePtr& a, const ValuePtr& b) {
+  if (!(a->sym || b->sym || a->fsym || b->fsym)) return nullptr;
+  ir::SymFloatPtr fa = float_expr(a), fb = float_expr(b);
+  if (!fa || !fb) return nullptr;
+  static const std::pair<const char*, ir::FloatOp> ops[] = {{"add", ir::FloatOp::Add},
+                                                            {"sub", ir::FloatOp::Sub},
+                                                            {"mul", ir::FloatOp::Mul},
+                                                            {"truediv", ir::FloatOp::Div},
+                                                            {"pow", ir::FloatOp::Pow}};
+  const ir::FloatOp* op = nullptr;
+  for (const auto& [n, o] : ops)
+    if (name == n) op = &o;
+  if (!op) return nullptr;
+  PyObject *x = a->obj.get(), *y = b->obj.get();
+  PyRef r = PyRef::steal(*op == ir::FloatOp::Add   ? PyNumber_Add(x, y)
+                         : *op == ir::FloatOp::Sub ? PyNumber_Subtract(x, y)
+                         : *op == ir::FloatOp::Mul ? PyNumber_Multiply(x, y)
+                         : *op == ir::FloatOp::Div ? PyNumber_TrueDivide(x, y)
+                                                   : PyNumber_Power(x, y, Py_None));
+  // NOTE: an error (1 / 0) is raised again by call_pure, as CPython raises it.
+  if (!r) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  // NOTE: only float results: int results are the int path's (`t * 2`, `t ** 2`), a complex
+  // one (`(-t) ** 0.5`) is no float.
+  if (!PyFloat_CheckExact(r.get())) return nullptr;
+  ValuePtr v = Value::constant(r);
+  v->fsym = ir::sym_float_binary(*op, fa, fb);
+  return v;
+}
+
 ValuePtr Tracer::sym_arith(const std::string& op, const ValuePtr& a, const ValuePtr& b) {
-  if (!(a->sym || b->sym) || !plain_int(a) || !plain_int(b)) return nullptr;
   std::string name = op.size() > 1 && op[0] == 'i' && op != "invert" ? op.substr(1) : op;
+  if (ValuePtr f = float_sym_arith(name, a, b)) return f;
+  if (!(a->sym || b->sym) || !plain_int(a) || !plain_int(b)) return nullptr;
   ir::SymExprPtr ea = expr_of(a), eb = expr_of(b), e;
   PyRef r;
   if (name == "add") {

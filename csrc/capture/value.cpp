@@ -74,4 +74,21 @@ std::string Value::type_name() const {
   return Py_TYPE(obj.get())->tp_name;
 }
 
+ir::SymFloatPtr float_expr(const ValuePtr& v) {
+  if (!v || !v->is_const()) return nullptr;
+  if (v->fsym) return v->fsym;
+  PyObject* o = v->obj.get();
+  if (PyFloat_CheckExact(o)) return ir::sym_float_const(PyFloat_AS_DOUBLE(o));
+  if (!PyLong_CheckExact(o)) return nullptr;
+  int overflow = 0;
+  long long n = PyLong_AsLongLongAndOverflow(o, &overflow);
+  if (overflow || (n == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  // NOTE: CPython converts an int to float exactly only below 2**53.
+  if (n > (1LL << 53) || n < -(1LL << 53)) return nullptr;
+  return v->sym ? ir::sym_float_of_int(v->sym, n) : ir::sym_float_const(static_cast<double>(n));
+}
+
 }  // namespace tl::capture

@@ -73,6 +73,9 @@ struct Value {
   // expression specialise it first (CaptureContext::specialise).
   ir::SymExprPtr sym;
   bool sym_slice = false;
+  // Const float computed from such ints (`d ** -0.5`, `math.sqrt(d)`): its expression; obj is
+  // its value at this call's sizes. Specialised like `sym`.
+  ir::SymFloatPtr fsym;
   // Tensor computed from constants alone: its real value (a small CPU tensor), and the
   // symbolic ints it was computed from (capture/constant_fold.h).
   PyRef folded;
@@ -93,5 +96,9 @@ struct Value {
   // "Tensor", "list", "int", ... for messages.
   std::string type_name() const;
 };
+
+// The float expression of an int or float constant (its `sym` or `fsym`, else its value);
+// null for anything else, or an int too large for a float expression.
+ir::SymFloatPtr float_expr(const ValuePtr& v);
 
 }  // namespace tl::capture

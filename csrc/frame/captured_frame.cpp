@@ -1,5 +1,6 @@
 #include "frame/captured_frame.h"
 
+#include "capture/index_bounds.h"
 #include "core/errors.h"
 #include "frame/frame_access.h"
 #include "guards/fetch.h"
@@ -281,8 +282,13 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame, Served* 
       // failing op would be lost (`ks.append(1); x.add_(x[1])`): run eagerly instead when
       // that is still possible.
       // (Not for a torchlite bug: that must be seen, not hidden by an eager run.)
+      // A bounds check placed before the graph's first effect (capture/index_bounds.h) that
+      // failed where the steps ran it, before any effect: eager raises the op's own error.
+      bool check_first =
+          n && capture::is_index_bounds_check(*n) &&
+          (instance ? instance->failed_before_effects() : executable_->failed_before_effects());
       if (!fatal_python_error_pending() && !torchlite_error_pending() &&
-          failed_before_any_effect(graph, n)) {
+          (check_first || failed_before_any_effect(graph, n))) {
         PyErr_Clear();
         throw RunEagerly{};
       }

@@ -1,5 +1,6 @@
 #include "frame/size_generic.h"
 
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -47,7 +48,9 @@ const std::set<std::string>& generic_functions() {
       // a tensor from constants (a size in them was specialised: a relation)
       "torch.tensor",
       // indexing by an index tensor: the result takes the index's sizes
-      "torch.gather", "torch.index_select"};
+      "torch.gather", "torch.index_select",
+      // a bounds check of an index op's indices (capture/index_bounds.h): no result
+      "torchlite._index_bounds.check_index_bounds"};
   return names;
 }
 
@@ -183,22 +186,33 @@ bool is_factory(const std::string& name) {
          name == "torch.ones" || name == "torch.tensor";
 }
 
-// `a` with its symbolic sizes evaluated at `symbols` (Arg::sym, Arg::sym_slice).
-void evaluate_sym_arg(ir::Arg& a, const std::vector<int64_t>& symbols) {
+// `a` with its symbolic sizes evaluated at `symbols` (Arg::sym, Arg::sym_slice, Arg::fsym);
+// false where a float of them cannot be computed as CPython would (it raises there).
+bool evaluate_sym_arg(ir::Arg& a, const std::vector<int64_t>& symbols) {
+  if (a.fsym) {
+    std::optional<double> v = a.fsym->eval(symbols);
+    if (!v) return false;
+    a.value = PyRef::steal(PyFloat_FromDouble(*v));
+    if (!a.value) throw PythonError();
+    return true;
+  }
   if (a.sym) {
     a.value = PyRef::steal(PyLong_FromLongLong(a.sym->eval(symbols)));
     if (!a.value) throw PythonError();
-    return;
+    return true;
   }
   if (a.sym_slice && a.items.size() == 3) {
-    for (ir::Arg& it : a.items) evaluate_sym_arg(it, symbols);
+    for (ir::Arg& it : a.items)
+      if (!evaluate_sym_arg(it, symbols)) return false;
     a.value = PyRef::steal(
         PySlice_New(a.items[0].value.get(), a.items[1].value.get(), a.items[2].value.get()));
     if (!a.value) throw PythonError();
-    return;
+    return true;
   }
+  bool ok = true;
   if (a.kind != ir::Arg::Kind::Const)
-    for (ir::Arg& it : a.items) evaluate_sym_arg(it, symbols);
+    for (ir::Arg& it : a.items) ok = evaluate_sym_arg(it, symbols) && ok;
+  return ok;
 }
 
 // Whether method node n (reshape or contiguous) returns a view of its input at its
@@ -527,8 +541,16 @@ SizeInstances::Instance SizeInstances::instantiate(PyObject* const* inputs, size
     if (node->target_name == "torch._set_grad_enabled") continue;
     // NOTE: the size arguments the trace computed (x.view(b, t, 4, d)) are recomputed from
     // these sizes; the captured numbers hold only at the capture's.
-    for (ir::Arg& a : node->args) evaluate_sym_arg(a, symbols);
-    for (auto& [k, a] : node->kwargs) evaluate_sym_arg(a, symbols);
+    bool computed = true;
+    for (ir::Arg& a : node->args) computed = evaluate_sym_arg(a, symbols) && computed;
+    for (auto& [k, a] : node->kwargs) computed = evaluate_sym_arg(a, symbols) && computed;
+    if (!computed) {
+      if (log_enabled("recompiles"))
+        log_event("recompiles", func_name_ + ": a float computed from sizes for " +
+                                    node->target_name + " (" + node->location +
+                                    ") raises at the new sizes: capturing again");
+      return Instance{nullptr, false};
+    }
     PyRef ex = replay_meta(*node);
     if (!ex) {
       // NOTE: with relations on sizes, the op may raise because this size is not the trace's

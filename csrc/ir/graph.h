@@ -12,6 +12,7 @@
 #include "core/py_ref.h"
 #include "ir/source.h"
 #include "ir/sym_expr.h"
+#include "ir/sym_float.h"
 
 namespace tl::ir {
 
@@ -31,6 +32,7 @@ struct Arg {
   // An int: `sym`; a slice: `sym_slice` with start, stop, step in `items`.
   SymExprPtr sym;
   bool sym_slice = false;
+  SymFloatPtr fsym;  // a float computed from sizes (`d ** -0.5`), recomputed as `sym` is
 
   static Arg of_node(Node* n);
   static Arg constant(PyRef v);

@@ -6,6 +6,7 @@
 #include "core/errors.h"
 #include "core/py_import.h"
 #include "ir/dtype.h"
+#include "ir/effects.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/compiled_step.h"
 #include "runtime/cuda/driver.h"
@@ -141,6 +142,22 @@ bool on_device(const ir::TensorMeta& meta, const KernelDevice& device) {
   return d && same(*d, device);
 }
 
+namespace {
+
+// True when running `item` is visible after the graph: an extern or a kernel member with a
+// visible effect, or a kernel storing into an input.
+bool step_has_effect(const ir::Schedule& schedule, const ir::ScheduleStep& item) {
+  if (item.extern_node) return ir::visible_effect(*item.extern_node);
+  const ir::ScheduledKernel& k = schedule.kernels.at(item.kernel);
+  for (const ir::Node* m : k.members)
+    if (ir::visible_effect(*m)) return true;
+  for (const ir::Node* into : k.store_into)
+    if (into) return true;
+  return false;
+}
+
+}  // namespace
+
 CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedule partition)
     : graph_(std::move(graph)), partition_(std::move(partition)) {
   TL_CHECK(partition_.memory.size() == partition_.order.size())
@@ -159,6 +176,8 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedul
   bool steps_with_kernels = false;
   for (auto& item : partition_.order) {
     Step s;
+    if (first_effect_ < 0 && step_has_effect(partition_, item))
+      first_effect_ = static_cast<int>(steps_.size());
     if (item.extern_node) {
       s.call.emplace(*item.extern_node, slots);
       s.node = item.extern_node;
@@ -196,6 +215,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedul
     }
     steps_.push_back(std::move(s));
   }
+  if (first_effect_ < 0) first_effect_ = static_cast<int>(steps_.size());
   outputs_.set(*graph_, [&](const ir::Node* n) { return slot_of(n, "output"); });
   apply_memory_plan(slots);
 
@@ -407,6 +427,7 @@ std::vector<PyRef> CompiledGraph::run(PyObject* const* inputs, size_t n_inputs) 
 std::vector<PyRef> CompiledGraph::run_steps(PyObject* const* inputs, size_t n_inputs) {
   TL_CHECK(n_inputs == n_inputs_) << "graph expects " << n_inputs_ << " inputs, got " << n_inputs;
   failed_node_ = nullptr;
+  failed_step_ = -1;
   std::vector<PyRef> values(n_values_);
   for (size_t i = 0; i < n_inputs; ++i) values[i] = PyRef::borrow(inputs[i]);
   int grad_before = changes_grad_mode_ ? grad_enabled() : -1;
@@ -425,6 +446,7 @@ std::vector<PyRef> CompiledGraph::run_steps(PyObject* const* inputs, size_t n_in
     }
     if (!ok) {
       failed_node_ = s.node;
+      failed_step_ = static_cast<int>(&s - steps_.data());
       restore_grad_mode(grad_before);
       throw PythonError();
     }

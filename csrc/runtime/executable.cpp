@@ -47,6 +47,11 @@ const ir::Node* Executable::failed_node() const {
   return runner_ ? runner_->failed_node() : nullptr;
 }
 
+bool Executable::failed_before_effects() const {
+  if (compiled_) return compiled_->failed_before_effects();
+  return runner_ && runner_->failed_before_effects();
+}
+
 PyRef outputs_as_tuple(std::vector<PyRef> outputs) {
   PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(outputs.size())));
   if (!tuple) throw PythonError();

@@ -36,6 +36,9 @@ class Executable {
   // The node that raised in the last failed run (for a kernel: its first
   // output node); null for a callable.
   const ir::Node* failed_node() const;
+  // True when the last failed run raised before anything visible ran (no in-place write, no
+  // random draw yet, in the order the steps ran); false for a callable.
+  bool failed_before_effects() const;
 
   Kind kind() const { return kind_; }
   // The fused kernels; null unless kind() is Kernels.

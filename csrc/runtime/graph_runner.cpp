@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "core/errors.h"
+#include "ir/effects.h"
 #include "runtime/node_call.h"
 
 namespace tl::runtime {
@@ -24,12 +25,15 @@ GraphRunner::GraphRunner(std::shared_ptr<const ir::Graph> graph, const ir::Sched
   n_values_ = n_inputs_;
   for (const ir::ScheduleStep& item : schedule.order) {
     TL_CHECK(item.extern_node) << "an op-by-op step without a node";
+    if (first_effect_ < 0 && ir::visible_effect(*item.extern_node))
+      first_effect_ = static_cast<int>(steps_.size());
     Step s{NodeCall(*item.extern_node, slots)};
     if (s.call.changes_grad_mode()) changes_grad_mode_ = true;
     s.out_slot = static_cast<int>(n_values_++);
     slots[item.extern_node] = s.out_slot;
     steps_.push_back(std::move(s));
   }
+  if (first_effect_ < 0) first_effect_ = static_cast<int>(steps_.size());
   outputs_.set(*graph_, [&](const ir::Node* n) { return slots.at(n); });
   for (size_t i = 0; i < steps_.size(); ++i)
     for (const ir::Node* n : schedule.memory[i].release_after)
@@ -44,10 +48,12 @@ std::vector<PyRef> GraphRunner::run(PyObject* const* inputs, size_t n_inputs) {
   std::vector<PyRef> values(n_values_);
   for (size_t i = 0; i < n_inputs; ++i) values[i] = PyRef::borrow(inputs[i]);
   int grad_before = changes_grad_mode_ ? grad_enabled() : -1;
+  failed_step_ = -1;
   for (auto& s : steps_) {
     PyObject* result = s.call.call(values);
     if (!result) {
       failed_node_ = s.call.node();
+      failed_step_ = static_cast<int>(&s - steps_.data());
       restore_grad_mode(grad_before);
       throw PythonError();
     }

@@ -25,6 +25,8 @@ class GraphRunner {
   // set, and `failed_node` names the node that raised.
   std::vector<PyRef> run(PyObject* const* inputs, size_t n_inputs);
   const ir::Node* failed_node() const { return failed_node_; }
+  // True when the last failed run failed before any node with a visible effect ran.
+  bool failed_before_effects() const { return failed_step_ >= 0 && failed_step_ < first_effect_; }
   const ir::Graph& graph() const { return *graph_; }
 
  private:
@@ -36,6 +38,8 @@ class GraphRunner {
   size_t n_inputs_ = 0;
   bool changes_grad_mode_ = false;
   const ir::Node* failed_node_ = nullptr;
+  int failed_step_ = -1;
+  int first_effect_ = -1;  // the first step with a visible effect; steps_.size() if none
 };
 
 }  // namespace tl::runtime

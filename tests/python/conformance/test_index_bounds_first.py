@@ -1,0 +1,94 @@
+"""An index op after an in-place op and Python side effects (transformers' StaticCache filling
+its cache lazily) is checked before the graph's first effect instead of breaking the graph
+(csrc/capture/index_bounds.h): one graph when the indices are in range, and eager's error with
+eager's state (attributes written, counters advanced) when they are not."""
+
+import pytest
+import torch
+from conformance_check import check_program
+
+import torchlite
+
+_CACHES = []  # the caches of the latest run, for observe()
+
+
+class _Cache:
+    """A StaticCache layer: buffers made on first use, a length counter updated in place."""
+
+    def __init__(self, size, start, read_after_write=False):
+        self.size = size
+        self.length = torch.tensor(start)
+        self.ready = False
+        self.read_after_write = read_after_write
+
+    def update(self, k):
+        if not self.ready:
+            self.buf = torch.zeros(self.size, k.shape[1])
+            self.ready = True
+        n = k.shape[0]
+        if self.read_after_write:
+            # NOTE: the positions read the counter after its update: a check of them before the
+            # update would see other values.
+            self.length.add_(n)
+            pos = torch.arange(n) + self.length
+        else:
+            pos = torch.arange(n) + self.length
+            self.length.add_(n)
+        self.buf.index_copy_(0, pos, k)
+        return self.buf
+
+
+def _fill(k):
+    total = k.sum()
+    for c in _CACHES:
+        total = total + c.update(k * 2).sum()
+    return total
+
+
+def _observe():
+    return [(c.ready, c.length.clone(), getattr(c, "buf", None)) for c in _CACHES]
+
+
+def _inputs(rows, starts, size=8, read_after_write=False):
+    def make():
+        _CACHES[:] = [_Cache(size, s, read_after_write) for s in starts]
+        return (torch.randn(rows, 3),)
+
+    return make
+
+
+@pytest.mark.parametrize("starts", [(0,), (0, 2), (5, 1)], ids=["one", "two", "two-late"])
+def test_index_copy_after_lazy_init_and_counter_update_is_one_graph(starts):
+    check_program(_fill, _inputs(3, starts), observe=_observe)
+    report = torchlite.explain(_fill)(*_inputs(3, starts)())
+    assert report.graph_break_count == 0, report.break_reasons
+
+
+@pytest.mark.parametrize(
+    "starts", [(6,), (0, 6), (6, 0), (-1,)], ids=["one", "second", "first", "negative"]
+)
+def test_out_of_range_indices_raise_eagers_error_with_eagers_state(starts):
+    # NOTE: eager raises at index_copy_ after the buffers were made and the counters advanced;
+    # the compiled call must leave the same attributes and counters, and raise the same error.
+    check_program(_fill, _inputs(3, starts), observe=_observe)
+
+
+@pytest.mark.parametrize("start", [0, 5, 6])
+def test_indices_read_after_the_update_are_not_checked_before_it(start):
+    # start 5: the positions before the update (5..7) are in range, after it (8..10) they are
+    # not: a check made before the update would pass and the graph would raise after it.
+    check_program(_fill, _inputs(3, (start,), read_after_write=True), observe=_observe)
+
+
+def test_bounds_failure_runs_the_frame_eagerly_once():
+    compiled = torchlite.compile(_fill)
+    compiled(*_inputs(3, (0,))())
+    (k,) = _inputs(3, (7,))()
+    with pytest.raises(IndexError):
+        compiled(k)
+    # NOTE: one eager run: the counter advanced once, as eager's.
+    assert int(_CACHES[0].length) == 10 and _CACHES[0].ready
+    (k,) = _inputs(3, (1,))()
+    expected = _fill(k)
+    _inputs(3, (1,))()
+    torch.testing.assert_close(compiled(k), expected)
