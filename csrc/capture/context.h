@@ -204,5 +204,9 @@ PyRef to_meta_arg(const ValuePtr& v, bool for_device_kwarg = false);
 ValuePtr lower_created_object(const ValuePtr& v);
 // True for immutable types whose values may be folded at trace time.
 bool is_immutable_constant(PyObject* obj);
+// True for a Python function defined inside another function (its qualname has "<locals>"):
+// one object per run of the code that defines it, so it is guarded by its code, and its
+// defaults and closure are read through its source, never by identity.
+bool is_local_function(PyObject* obj);
 
 }  // namespace tl::capture
