@@ -327,6 +327,7 @@ std::vector<ir::SideEffect> side_effects(CaptureContext& ctx, ResidualBuilder& r
     s.kind = e.kind;
     s.target = e.target;
     s.name = e.name;
+    s.key = e.key;
     s.value = rb.build(e.value);
     out.push_back(std::move(s));
   }

@@ -34,6 +34,7 @@ struct PendingEffect {
   ir::SourcePtr target;
   std::string name;
   ValuePtr value;
+  PyRef key;  // BaseSetItem
 };
 
 class CaptureContext {

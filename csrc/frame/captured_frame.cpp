@@ -269,6 +269,17 @@ void CapturedFrame::replay_side_effects(const std::vector<PyRef>& outputs,
         PyDict_Clear(target);
         if (PyDict_Update(target, value) < 0) throw PythonError();
         break;
+      case K::BaseSetItem: {
+        // NOTE: the C base's own slot (dict's or OrderedDict's, which keeps its order list),
+        // never the subclass's __setitem__: what the traced super().__setitem__ did.
+        PyTypeObject* base = Py_TYPE(target);
+        while (base && (base->tp_flags & Py_TPFLAGS_HEAPTYPE)) base = base->tp_base;
+        TL_CHECK(base && base->tp_as_mapping && base->tp_as_mapping->mp_ass_subscript)
+            << "a dict subclass without a C item slot";
+        if (base->tp_as_mapping->mp_ass_subscript(target, e.key.get(), value) < 0)
+          throw PythonError();
+        break;
+      }
       case K::SetCell:
       case K::DeleteCell:
         TL_CHECK(frame.closure && e.index >= 0 && e.index < PyTuple_GET_SIZE(frame.closure))

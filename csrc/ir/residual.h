@@ -82,11 +82,14 @@ struct SideEffect {
     SetCell,      // the frame's free variable `index`: its cell's contents = value (unbound:
                   // DeleteCell)
     DeleteCell,
+    BaseSetItem,  // target[key] = value through the first C base of target's type (dict or
+                  // OrderedDict): `super().__setitem__` of a dict subclass
   };
   Kind kind = Kind::SetAttr;
   SourcePtr target;  // SetAttr, ReplaceList, ReplaceDict, DelAttr
   std::string name;  // SetAttr, SetGlobal, DelAttr
   int index = -1;    // SetCell, DeleteCell
+  PyRef key;         // BaseSetItem
   Residual value;
 };
 
