@@ -764,7 +764,7 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
              (Py_TYPE(obj)->tp_flags & Py_TPFLAGS_HEAPTYPE) == 0 ||
              std::string(Py_TYPE(obj)->tp_name) == "functools.partial") {
     v = Value::constant(PyRef::borrow(obj), src);
-    if (src && guard && is_local_function(obj)) {
+    if (src && guard && guarded_by_code(obj, src)) {
       // NOTE: made anew each time its definition runs (a closure made before a graph break
       // reaches the code after it as a new object on every call): the code object is what
       // stays; inline_function reads its defaults and cells through `src`.
@@ -1253,8 +1253,16 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
   return out;
 }
 
-bool is_local_function(PyObject* obj) {
-  if (!PyFunction_Check(obj)) return false;
+bool guarded_by_code(PyObject* obj, const ir::SourcePtr& src) {
+  if (!src || !PyFunction_Check(obj)) return false;
+  // NOTE: a local, an item of containers a local holds, or a cell of such a function (a
+  // recursive local function is in its own closure); not an attribute of an object
+  const ir::Source* root = src.get();
+  while (root->base && (root->kind == ir::SourceKind::Item ||
+                        (root->kind == ir::SourceKind::Attr &&
+                         (root->name == "cell_contents" || root->name == "__closure__"))))
+    root = root->base.get();
+  if (root->kind != ir::SourceKind::Local && root->kind != ir::SourceKind::Closure) return false;
   PyObject* q = PyFunction_GET_CODE(obj)
                     ? reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(obj))->co_qualname
                     : nullptr;

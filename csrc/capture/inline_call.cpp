@@ -94,7 +94,7 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
   // (CaptureContext::wrap): its defaults and cells are read through its source, and guarded
   // as values. Any other function's are read from the tuple, dict and cells it holds now;
   // assigning __defaults__ or __kwdefaults__ later must recompile.
-  const bool through_source = func && func_src && is_local_function(func);
+  const bool through_source = func && guarded_by_code(func, func_src);
   if (!through_source && func &&
       (PyFunction_GET_DEFAULTS(func) || PyFunction_GET_KW_DEFAULTS(func)))
     ctx_.guards().add_function_defaults(ir::Source::held(PyRef::borrow(func), "function " + fname),
