@@ -64,9 +64,15 @@ def build(case):
         )
         return transformers.BertModel(cfg).eval(), (torch.randint(0, 1000, (2, 16)),)
     if case in ("resnet18", "resnet50"):
-        import timm
+        try:
+            import timm
 
-        return timm.create_model(case, pretrained=False).eval(), (torch.randn(1, 3, 64, 64),)
+            model = timm.create_model(case, pretrained=False)
+        except ImportError:  # NOTE: torchvision's, where timm is not installed
+            import torchvision
+
+            model = getattr(torchvision.models, case)()
+        return model.eval(), (torch.randn(1, 3, 64, 64),)
     raise ValueError(case)
 
 
