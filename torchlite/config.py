@@ -53,9 +53,6 @@ cpu_pool_mb: int = _env["cpu_pool_mb"]
 cpu_vector_bits: int = _env["cpu_vector_bits"]
 # libnvrtc.so to load (TORCHLITE_NVRTC), and a CUDA toolkit to search (CUDA_HOME).
 nvrtc: str = _env["nvrtc"]
-# Load NVRTC on a background thread while the first graph of a CUDA process is captured
-# (TORCHLITE_NVRTC_WARMUP).
-nvrtc_warmup: bool = _env["nvrtc_warmup"]
 cuda_home: str = _env["cuda_home"]
 
 del _env

@@ -74,9 +74,6 @@ const std::vector<SettingSpec> kSpecs = {
      "compile."},
     {"nvrtc", &S::nvrtc, kProcess, "TORCHLITE_NVRTC", "search",
      "Path of libnvrtc.so to use. Read when NVRTC is first loaded."},
-    {"nvrtc_warmup", &S::nvrtc_warmup, kProcess, "TORCHLITE_NVRTC_WARMUP", "on",
-     "Load NVRTC and compile a tiny program on a background thread when the first graph is "
-     "captured in a process that initialised CUDA, overlapping it with capture."},
     {"cuda_home", &S::cuda_home, kProcess, "CUDA_HOME", "unset",
      "A CUDA toolkit whose lib64/ is searched for libnvrtc (after the nvidia wheels)."},
 };

@@ -38,7 +38,6 @@ struct Settings {
   int64_t cpu_pool_mb = 1024;
   int64_t cpu_vector_bits = 0;  // 0: 512 on AVX-512 hosts, else LLVM's choice
   std::string nvrtc;
-  bool nvrtc_warmup = true;
   std::string cuda_home;
 };
 

@@ -1,7 +1,6 @@
 #include "frame/compile_frame.h"
 
 #include <algorithm>
-#include <atomic>
 #include <mutex>
 #include <sstream>
 
@@ -11,16 +10,13 @@
 #include "core/counters.h"
 #include "core/dump_dir.h"
 #include "core/errors.h"
-#include "core/flags.h"
 #include "core/log.h"
-#include "core/py_import.h"
 #include "frame/captured_frame.h"
 #include "frame/code_cache.h"
 #include "frame/dynamic_policy.h"
 #include "frame/resume_frame.h"
 #include "frame/size_generic.h"
 #include "pipeline/compile_graph.h"
-#include "runtime/cuda/nvrtc.h"
 
 namespace tl::frame {
 namespace {
@@ -217,24 +213,6 @@ std::string after_break(const capture::CaptureResult& res, const bytecode::Bridg
          "block)";
 }
 
-// Starts NVRTC's background warm-up at the first capture of a process that
-// initialised CUDA (a CPU-only process never loads NVRTC). NOTE: on an H100 a
-// fresh process spent XXX ms loading NVRTC and in its first compile.
-void warm_cuda_compiler() {
-  static std::atomic<bool> done{false};
-  if (done.load(std::memory_order_relaxed)) return;
-  if (!process_settings().nvrtc_warmup) {
-    done = true;
-    return;
-  }
-  PyRef initialized =
-      PyRef::steal(PyObject_CallNoArgs(import_attr("torch.cuda", "is_initialized").get()));
-  if (!initialized) throw PythonError();
-  if (initialized.get() != Py_True) return;
-  done = true;
-  runtime::cuda::start_nvrtc_warmup();
-}
-
 }  // namespace
 
 void set_graph_wrapper(GraphWrapper wrapper) {
@@ -257,7 +235,6 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
   // A bridge runs natively (it holds the breaking instruction); no guards.
   if (bytecode::is_bridge(code)) return entry;
   counters().frames++;
-  warm_cuda_compiler();
   capture::CaptureResult res = capture::capture_frame(code, func, frame, structural_modules);
   counters().capture_ns += static_cast<int64_t>(res.capture_ms * 1e6);
   // NOTE: kernels' .ll and .cu files go to <debug_dir>/kernels (core/flags.h).

@@ -29,9 +29,6 @@ codegen::cuda::Target target_of(const std::string& arch) {
 
 void bind_cuda(py::module_& m) {
   m.def(
-      "_nvrtc_warmup_started", [] { return runtime::cuda::nvrtc_warmup_started(); },
-      "Whether NVRTC's background warm-up (setting nvrtc_warmup) has started in this process.");
-  m.def(
       "nvrtc_available", [] { return runtime::cuda::nvrtc_available(); },
       "Whether NVRTC could be loaded (see nvrtc_version for why not).");
   m.def(

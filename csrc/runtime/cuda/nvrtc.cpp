@@ -7,10 +7,8 @@
 #include <dlfcn.h>
 #include <link.h>
 
-#include <atomic>
 #include <filesystem>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "core/errors.h"
@@ -257,35 +255,5 @@ std::string nvrtc_compile(const std::string& source, const std::string& kernel_n
   if (ptx && !image.empty() && image.back() == '\0') image.pop_back();
   return image;
 }
-
-namespace {
-std::atomic<bool> g_warmup_started{false};
-std::thread* g_warmup = nullptr;  // NOTE: never freed; joined by join_warmup at exit
-
-// A Py_AtExit hook: the thread must not be inside libnvrtc while the process tears down.
-void join_warmup() {
-  if (g_warmup && g_warmup->joinable()) g_warmup->join();
-}
-}  // namespace
-
-void start_nvrtc_warmup() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    g_warmup_started = true;
-    g_warmup = new std::thread([] {
-      try {
-        if (!nvrtc().handle) return;
-        // NOTE: a virtual architecture every NVRTC from 11.2 to 13 accepts; the point is the
-        // library's own set-up (builtins, headers), not this program.
-        nvrtc_compile("extern \"C\" __global__ void tl_warmup(float* x) { x[0] = 1.0f; }",
-                      "tl_warmup", "compute_80");
-      } catch (...) {
-      }
-    });
-    Py_AtExit(join_warmup);
-  });
-}
-
-bool nvrtc_warmup_started() { return g_warmup_started.load(); }
 
 }  // namespace tl::runtime::cuda

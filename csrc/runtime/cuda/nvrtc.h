@@ -30,13 +30,4 @@ std::string nvrtc_compile(const std::string& source, const std::string& kernel_n
 std::string nvrtc_compile(const std::string& source, const std::string& kernel_name,
                           const std::string& arch, const std::vector<std::string>& extra_options);
 
-// Loads NVRTC and compiles a tiny program on a background thread, once per
-// process, so that the library's load and first-compile set-up overlap the
-// capture of the first CUDA graph instead of delaying its kernels. Later
-// NVRTC calls wait for the load (its lock) but not for the tiny compile.
-// Errors are swallowed: the real compile reports them. Joined at interpreter exit.
-void start_nvrtc_warmup();
-// Whether start_nvrtc_warmup() has run in this process.
-bool nvrtc_warmup_started();
-
 }  // namespace tl::runtime::cuda
