@@ -11,8 +11,8 @@ kernel), a spatial mean with more channels, column sums, a multi-axis sum, layer
 rows and over a permuted channels-first input (ConvNeXt), and short rows.
 
 --device cpu runs the fusion cost model's prologue cases at CPU sizes (f32, wall-clock medians
-in turns): a SiLU before a spatial mean over channels-last and contiguous tensors, a broadcast
-producer recomputed per row, and a broadcast producer re-reading large inputs
+in turns): a SiLU before a spatial mean over channels-last and contiguous tensors (kept fused),
+a broadcast producer recomputed per row, and a broadcast producer re-reading large inputs
 (docs/reductions.md, section 3).
 """
 
@@ -60,9 +60,9 @@ def cpu_cases(quick):
         (torch.randn(rows, 2048), torch.randn(2048)),
     )
     yield (
-        f"broadcast re-read producer {n}x512x1024",
+        f"broadcast re-read producer {n // 2}x1024x2048",
         lambda x, a, b: (x * (a * b)).sum(-1),
-        (torch.randn(n, 512, 1024), torch.randn(512, 1024), torch.randn(512, 1024)),
+        (torch.randn(n // 2, 1024, 2048), torch.randn(1024, 2048), torch.randn(1024, 2048)),
     )
 
 

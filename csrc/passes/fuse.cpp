@@ -6,7 +6,6 @@
 #include "passes/dtype.h"
 #include "passes/fuse_plan.h"
 #include "passes/fusion_cost.h"
-#include "passes/graph_rewrite.h"
 
 namespace tl::passes {
 namespace {
@@ -268,22 +267,7 @@ class Fuser {
       for (const Node* in : lit->second.inputs)
         if (in != n && group(in) != gi) c.other_bytes += read_bytes(in, c.points);
     }
-    c.scalar_rows = device_type(n->meta->device.get()) == "cpu" && strided_rows(l, n, p);
     return price_prologue(c).fuse;
-  }
-
-  // True when an input of `l` (node n, placed by `p`) that varies along the
-  // kernel's innermost reduced axis is not contiguous along it.
-  static bool strided_rows(const OpLowering& l, const Node* n, const Plan& p) {
-    int inner = static_cast<int>(p.shape.size()) - 1;
-    for (size_t i = 0; i < l.inputs.size(); ++i) {
-      auto m = operand_map(l, i, sizes(n), p.map);
-      if (!m) continue;
-      const std::vector<int64_t>& st = l.inputs[i]->meta->strides;
-      for (size_t j = 0; j < m->size() && j < st.size(); ++j)
-        if ((*m)[j] == inner && st[j] != 1) return true;
-    }
-    return false;
   }
 
   static double numel(const Node* n) {

@@ -1,6 +1,6 @@
 #pragma once
 // The fusion cost model: whether a producer joining a reduction kernel pays
-// (price_prologue: recomputed broadcasts, unvectorised strided rows), and whether joining a
+// (price_prologue: broadcasts recomputed or re-reading large inputs per row), and whether joining a
 // reduction to the group that reads its result (a per-element epilogue: batch norm's normalise +
 // SiLU, softmax's division done by hand) makes one kernel cheaper than the two it replaces. Fusion
 // is not free there: the fused kernel runs one row per outer point, so the epilogue inherits the
@@ -41,17 +41,14 @@ constexpr int64_t kLanesPerRow = 1024;
 // bandwidth saturates from about a quarter of that).
 constexpr double kFullLanes = 65536;
 // Cache a value re-read by many points of a kernel stays in (an H100's L2 is 50 MB,
-// a CPU core's L2 1–2 MB): re-reads of smaller values cost no memory traffic.
-constexpr double kCacheBytes = 1 << 20;
+// a CPU's L2 1–2 MB a core and its L3 tens of MB): re-reads of smaller values cost no
+// memory traffic.
+constexpr double kCacheBytes = 4 << 20;
 // Compute priced as bytes (roofline: a kernel costs the larger of its bytes and
 // its compute). A simple op on a vector lane is ~1/16 of a 4-byte load's time on
 // either device; a transcendental (exp, tanh, erf, ...) ~16 simple ops.
 constexpr double kOpBytes = 0.125;
 constexpr double kHeavyOpBytes = 2;
-// A CPU reduction over a row laid out with a stride (a spatial mean of a
-// channels-last tensor) runs one point at a time: what its body computes
-// costs a vector's width more than in a vectorised pointwise kernel.
-constexpr double kScalarRowFactor = 8;
 // A kernel launch priced as bytes moved (a few microseconds at ~2 TB/s are ~8 MB;
 // a CPU call costs far less, so the value sits between).
 constexpr double kLaunchBytes = 1 << 20;
@@ -76,7 +73,6 @@ struct PrologueCase {
   double out_bytes = 4;      // per element: its value
   double out_read_bytes = 4;  // per point: its stored value as the kernel would read it
   bool stored = false;        // its value is written out anyway (read outside the kernel)
-  bool scalar_rows = false;   // the kernel walks strided rows one point at a time (CPU)
 };
 
 struct PrologueChoice {

@@ -48,40 +48,25 @@ TEST_CASE("long rows with many rows and one pass still fuse when lanes fill the 
 
 namespace {
 // SiLU (sigmoid + mul) over f32 points, read by a spatial mean of the same points.
-PrologueCase silu_into_mean(double points, bool scalar_rows) {
+PrologueCase silu_into_mean(double points) {
   PrologueCase c;
   c.points = c.numel = points;
   c.op_bytes = kHeavyOpBytes + kOpBytes;
   c.other_ops = 2 * kOpBytes;  // the sum and the division by the count
   c.in_bytes = c.in_elem_bytes = c.out_bytes = c.out_read_bytes = 4;
-  c.scalar_rows = scalar_rows;
   return c;
 }
 }  // namespace
 
-TEST_CASE("a SiLU stays out of a CPU spatial mean over a channels-last tensor", "[passes]") {
-  // 8x32x56x56: each row (a channel) is strided, so the fused body would run unvectorised.
-  auto ch = price_prologue(silu_into_mean(8.0 * 32 * 56 * 56, true));
-  CHECK_FALSE(ch.fuse);
-  CHECK(ch.fused > ch.unfused);
-}
-
-TEST_CASE("the same SiLU fuses where rows are vectorised (GPU tiles, contiguous rows)",
+TEST_CASE("a SiLU before a spatial mean stays fused: apart it is written and read back",
           "[passes]") {
-  auto ch = price_prologue(silu_into_mean(8.0 * 32 * 56 * 56, false));
+  auto ch = price_prologue(silu_into_mean(8.0 * 32 * 56 * 56));
   CHECK(ch.fuse);
-  // Fused it moves the input once; apart, the SiLU's value is written and read back.
   CHECK(ch.unfused - ch.fused > 8.0 * 32 * 56 * 56 * 4);
 }
 
-TEST_CASE("a cheap producer fuses even into strided CPU rows", "[passes]") {
-  PrologueCase c = silu_into_mean(8.0 * 32 * 56 * 56, true);
-  c.op_bytes = kOpBytes;  // x * 2
-  CHECK(price_prologue(c).fuse);
-}
-
 TEST_CASE("small kernels keep fusing: a launch costs more than their work", "[passes]") {
-  CHECK(price_prologue(silu_into_mean(2 * 8 * 8, true)).fuse);
+  CHECK(price_prologue(silu_into_mean(2 * 8 * 8)).fuse);
 }
 
 TEST_CASE(
@@ -109,9 +94,9 @@ TEST_CASE(
 }
 
 TEST_CASE("a broadcast producer that re-reads large inputs per row is stored once", "[passes]") {
-  // y = a * b over 1024x1024 f32 (4 MB each, past the cache), read by each of 64 rows' points.
+  // y = a * b over 2048x1024 f32 (8 MB each, re-read from memory), read by each of 64 rows.
   PrologueCase c;
-  c.numel = 1024.0 * 1024;
+  c.numel = 2048.0 * 1024;
   c.points = 64 * c.numel;
   c.op_bytes = kOpBytes;
   c.other_bytes = 4;
