@@ -3,11 +3,17 @@ process, sampled in turns (bench/gpu.py's method), plus each case's kernel sched
 per-kernel check against eager (bench/kernel_check.py).
 
     python bench/reduce_layouts.py [--quick] [--skip-inductor] [--no-kernel-check] [--only TEXT]
+                                   [--device cpu]
 
 Cases: a squeeze-excitation pooling (SiLU then a spatial mean) and batch-norm training
 statistics + SiLU over a channels-last 64x32x112x112 bf16 activation (the issue's 5.4 ms
 kernel), a spatial mean with more channels, column sums, a multi-axis sum, layer norms over short
 rows and over a permuted channels-first input (ConvNeXt), and short rows.
+
+--device cpu runs the fusion cost model's prologue cases at CPU sizes (f32, wall-clock medians
+in turns): a SiLU before a spatial mean over channels-last and contiguous tensors (kept fused),
+a broadcast producer recomputed per row, and a broadcast producer re-reading large inputs
+(docs/reductions.md, section 3).
 """
 
 import argparse
@@ -36,6 +42,43 @@ def bn_stats_silu(x):
 
 def layer_norm_2d(x, w, b):
     return F.layer_norm(x.permute(0, 2, 3, 1), (x.shape[1],), w, b, 1e-6).permute(0, 3, 1, 2)
+
+
+def heavy_weights(w):
+    return torch.exp(torch.sin(w)) * torch.tanh(w) * torch.erf(w)
+
+
+def cpu_cases(quick):
+    n = 2 if quick else 8
+    x = torch.randn(n, 32, 56, 56)
+    yield f"SE pool cl {n}x32x56x56 f32", se_pool, (x.to(memory_format=torch.channels_last),)
+    yield f"SE pool contiguous {n}x32x56x56 f32", se_pool, (x,)
+    rows = 256 if quick else 2048
+    yield (
+        f"broadcast heavy producer {rows}x2048",
+        lambda x, w: (x * heavy_weights(w)).sum(-1),
+        (torch.randn(rows, 2048), torch.randn(2048)),
+    )
+    yield (
+        f"broadcast re-read producer {n // 2}x1024x2048",
+        lambda x, a, b: (x * (a * b)).sum(-1),
+        (torch.randn(n // 2, 1024, 2048), torch.randn(1024, 2048), torch.randn(1024, 2048)),
+    )
+
+
+def cpu_interleaved_ms(fns, args, rounds=7, iters=5):
+    """Median wall-clock ms a call of each function, sampled in turns."""
+    import statistics
+    import time
+
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            for _ in range(iters):
+                fn(*args)
+            times[i].append((time.perf_counter() - start) * 1e3 / iters)
+    return [statistics.median(t) for t in times]
 
 
 def cases(quick):
@@ -92,9 +135,15 @@ def main():
     ap.add_argument("--skip-inductor", action="store_true")
     ap.add_argument("--no-kernel-check", action="store_true")
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     a = ap.parse_args()
-    props = torch.cuda.get_device_properties(0)
-    print(f"torch {torch.__version__}, {props.name}, {props.multi_processor_count} SMs")
+    cpu = a.device == "cpu"
+    if cpu:
+        print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads")
+    else:
+        props = torch.cuda.get_device_properties(0)
+        print(f"torch {torch.__version__}, {props.name}, {props.multi_processor_count} SMs")
+    timed = cpu_interleaved_ms if cpu else gpu.interleaved_ms
     print(
         f"{'case':34} {'eager ms':>9} {'torchlite':>10} {'inductor':>9} {'eager/tl':>9}"
         f" {'ind/tl':>7} {'kernels':>7} {'tl err':>8}",
@@ -102,7 +151,7 @@ def main():
     )
     checks = []
     with torch.no_grad():
-        for name, fn, args in cases(a.quick):
+        for name, fn, args in (cpu_cases if cpu else cases)(a.quick):
             if a.only not in name:
                 continue
             torchlite.reset()
@@ -113,18 +162,18 @@ def main():
             err = gpu.rel_err(tl(*args), fn(*args))
             ind_ms = float("nan")
             if a.skip_inductor:
-                eager, tl_ms = gpu.interleaved_ms([fn, tl], args)
+                eager, tl_ms = timed([fn, tl], args)
             else:
                 ind = torch.compile(fn)
                 ind(*args)
-                eager, tl_ms, ind_ms = gpu.interleaved_ms([fn, tl, ind], args)
+                eager, tl_ms, ind_ms = timed([fn, tl, ind], args)
                 torch._dynamo.reset()
             print(
                 f"{name:34} {eager:9.3f} {tl_ms:10.3f} {ind_ms:9.3f} {eager / tl_ms:8.2f}x"
                 f" {ind_ms / tl_ms:6.2f}x {kernels:7d} {err:8.1e}",
                 flush=True,
             )
-            if not a.no_kernel_check:
+            if not (a.no_kernel_check or cpu):
                 checks.append((name, kernel_check.check_kernels(fn, args)))
     losers = []
     for name, rows in checks:

@@ -133,6 +133,29 @@ void apply(Node& n, const Rewrite& r) {
       it = it->first == "inplace" ? n.kwargs.erase(it) : it + 1;
 }
 
+// The example of an in-place activation made out-of-place, without a meta
+// run, when torch's rule gives it: a unary float op keeps its dense operand's
+// dtype and layout (TensorIterator follows the input's strides). Null otherwise.
+PyRef dense_activation_result(const Node& m, const Rewrite& r) {
+  if (!r.drop_inplace_kwarg || m.target_name.find("dropout") != std::string::npos) return {};
+  const Node* in = m.args[0].node;
+  if (!in->meta || !in->example) return {};
+  for (size_t i = 1; i < m.args.size(); ++i)
+    if (m.args[i].kind != Arg::Kind::Const) return {};
+  for (const auto& kv : m.kwargs)
+    if (kv.second.kind != Arg::Kind::Const) return {};
+  const ir::TensorMeta& t = *in->meta;
+  bool dense = t.strides == contiguous_strides(t.sizes) ||
+               (t.sizes.size() == 4 && t.strides == channels_last_strides(t.sizes));
+  PyRef is_float = PyRef::steal(PyObject_GetAttrString(t.dtype.get(), "is_floating_point"));
+  if (!is_float) throw PythonError();
+  if (!dense || is_float.get() != Py_True) return {};
+  PyRef empty_like = torch_fn("empty_like");
+  PyRef ex = PyRef::steal(PyObject_CallOneArg(empty_like.get(), in->example.get()));
+  if (!ex) throw PythonError();
+  return ex;
+}
+
 bool same_meta(const ir::TensorMeta& a, const ir::TensorMeta& b) {
   if (a.sizes != b.sizes || a.dtype.get() != b.dtype.get()) return false;
   for (size_t d = 0; d < a.sizes.size(); ++d)
@@ -176,14 +199,21 @@ int functionalize(ir::Graph& graph) {
     if (!ok || ops.empty()) continue;
     // The out-of-place result must look exactly like the in-place one
     // (dtype: `half += float` stays half; strides: the operand's). Checked on
-    // a copy of each node before the graph changes.
+    // a copy of each node before the graph changes; its result becomes the
+    // node's example. NOTE: not run again after the rewrite: every operand it
+    // is redirected to has the metadata of the one the trial read (in-place
+    // results are their operand), and meta runs of decomposed ops (relu goes
+    // through torch._refs) cost ~8 ms each on a cold process.
+    std::vector<PyRef> examples;
     for (auto& [m, r] : ops) {
       Node trial = *m;
       apply(trial, r);
-      PyRef ex = run_on_examples(trial, {});
+      PyRef ex = dense_activation_result(trial, r);
+      if (!ex) ex = run_on_examples(trial, {});
       ok = ok && ex && m->meta &&
            same_meta(meta_of(ex.get(), m->meta->device, m->meta->requires_grad), *m->meta);
       if (!ok) break;
+      examples.push_back(std::move(ex));
     }
     if (!ok) continue;
     // Every later read of a group member reads the newest version.
@@ -200,8 +230,8 @@ int functionalize(ir::Graph& graph) {
       for (auto& a : n->args) redirect(a, group, latest);
       for (auto& kv : n->kwargs) redirect(kv.second, group, latest);
       if (next < ops.size() && ops[next].first == n) {
-        apply(*n, ops[next++].second);
-        n->example = run_on_examples(*n, {});
+        apply(*n, ops[next].second);
+        n->example = std::move(examples[next++]);
         latest = n;
       }
     }

@@ -211,7 +211,7 @@ class Fuser {
     }
     unit.push_back(n);
     if (!plan || reaches(outside_users(unit, gi, gi), gi)) return false;
-    if (!epilogue_pays(n, gi, *plan)) return false;
+    if (!epilogue_pays(n, gi, *plan) || !prologue_pays(n, gi, *plan)) return false;
     commit(n, gi, std::move(*plan));
     return true;
   }
@@ -241,6 +241,91 @@ class Fuser {
     c.out_bytes = bytes_per_point(stored_members);
     c.reduce_passes = reduction_depth(l.body);
     return price_epilogue(c).fuse;
+  }
+
+  // A pointwise producer joining a reduction kernel is computed at every point
+  // that reads it, in the reduction's schedule: kept only when the cost model
+  // prices that below a kernel of its own whose value the reduction reads.
+  bool prologue_pays(const Node* n, int gi, const Plan& p) {
+    const OpLowering& l = f_.lowerings.at(n);
+    if (l.kind != Kind::Pointwise || p.nred == 0) return true;
+    PrologueCase c;
+    for (int64_t d : p.shape) c.points *= double(d);
+    c.numel = numel(n);
+    c.op_bytes = body_cost(l.body);
+    c.out_bytes = elem_bytes(n);
+    c.out_read_bytes = read_bytes(n, c.points);
+    c.stored = stored(n, gi);
+    for (const Node* in : l.inputs) {
+      c.in_bytes += read_bytes(in, c.points);
+      if (numel(in) == c.numel) c.in_elem_bytes += elem_bytes(in);
+    }
+    for (const Node* m : f_.groups[gi].members) {
+      auto lit = f_.lowerings.find(m);
+      if (lit == f_.lowerings.end()) continue;
+      c.other_ops += body_cost(lit->second.body);
+      for (const Node* in : lit->second.inputs)
+        if (in != n && group(in) != gi) c.other_bytes += read_bytes(in, c.points);
+    }
+    return price_prologue(c).fuse;
+  }
+
+  static double numel(const Node* n) {
+    double e = 1;
+    for (int64_t d : sizes(n)) e *= double(d);
+    return e;
+  }
+
+  static double elem_bytes(const Node* n) {
+    auto t = n->meta ? scalar_type_of(n->meta->dtype.get()) : std::nullopt;
+    return t ? ir::scalar_type_size(*t) : 4;
+  }
+
+  // Bytes a kernel of `points` points reads of `n` per point: small values are
+  // read from memory once and then hit the cache; larger ones at every point.
+  static double read_bytes(const Node* n, double points) {
+    double footprint = numel(n) * elem_bytes(n);
+    return footprint <= kCacheBytes ? footprint / points : elem_bytes(n);
+  }
+
+  // A body's compute per evaluation (loads and constants are free).
+  static double body_cost(const std::vector<ir::Expr>& body) {
+    double cost = 0;
+    for (const ir::Expr& e : body) {
+      switch (e.op) {
+        case ir::ExprOp::Load:
+        case ir::ExprOp::Constant:
+        case ir::ExprOp::Index:
+          break;
+        case ir::ExprOp::Exp:
+        case ir::ExprOp::Exp2:
+        case ir::ExprOp::Expm1:
+        case ir::ExprOp::Log:
+        case ir::ExprOp::Log2:
+        case ir::ExprOp::Log10:
+        case ir::ExprOp::Log1p:
+        case ir::ExprOp::Sin:
+        case ir::ExprOp::Cos:
+        case ir::ExprOp::Tan:
+        case ir::ExprOp::Asin:
+        case ir::ExprOp::Acos:
+        case ir::ExprOp::Atan:
+        case ir::ExprOp::Sinh:
+        case ir::ExprOp::Cosh:
+        case ir::ExprOp::Tanh:
+        case ir::ExprOp::Sigmoid:
+        case ir::ExprOp::Erf:
+        case ir::ExprOp::Erfc:
+        case ir::ExprOp::Erfinv:
+        case ir::ExprOp::Pow:
+        case ir::ExprOp::Atan2:
+          cost += kHeavyOpBytes;
+          break;
+        default:
+          cost += kOpBytes;
+      }
+    }
+    return cost;
   }
 
   static double bytes_per_point(const std::vector<const Node*>& nodes) {

@@ -26,4 +26,18 @@ EpilogueChoice price_epilogue(const EpilogueCase& c) {
   return ch;
 }
 
+PrologueChoice price_prologue(const PrologueCase& c) {
+  PrologueChoice ch;
+  // NOTE: roofline per kernel: the larger of its bytes and its compute. Fused, the producer's
+  // inputs are read (and its body run) at every point; apart, the kernel reads its value.
+  double fused_bytes = c.other_bytes + c.in_bytes;
+  double fused_ops = c.other_ops + c.op_bytes;
+  ch.fused = c.points * std::max(fused_bytes, fused_ops) + (c.stored ? c.numel * c.out_bytes : 0);
+  double apart_bytes = c.other_bytes + c.out_read_bytes;
+  double producer = c.numel * std::max(c.in_elem_bytes + c.out_bytes, c.op_bytes);
+  ch.unfused = c.points * std::max(apart_bytes, c.other_ops) + producer + kLaunchBytes;
+  ch.fuse = ch.fused <= ch.unfused;
+  return ch;
+}
+
 }  // namespace tl::passes

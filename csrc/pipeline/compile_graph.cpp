@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <mutex>
 #include <sstream>
@@ -143,6 +144,18 @@ class Trace {
   std::string dir_;
   std::ostringstream log_;
 };
+
+// Milliseconds since `t0`, for the trace's timings.
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string ms_text(double ms) {
+  std::ostringstream os;
+  os.precision(1);
+  os << std::fixed << ms << " ms";
+  return os.str();
+}
 
 std::string numbered(size_t index, const std::string& name) {
   std::string nn = std::to_string(index);
@@ -296,10 +309,12 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
       trace.note("  " + file + ": skipped (off in settings)");
       continue;
     }
+    auto t0 = std::chrono::steady_clock::now();
     p.run(*graph, st);
+    double ms = ms_since(t0);
     ex.passes.push_back(p.name);
     if (ctx.settings.verify) verify_after(p.name, *graph, st);
-    trace.note("  " + file + ": ran");
+    trace.note("  " + file + ": ran (" + ms_text(ms) + ")");
     trace.graph(file, *graph, st.partition.kernels.empty() ? nullptr : &st.partition);
   }
   if (st.partition.kernels.empty()) {
@@ -321,7 +336,11 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
     fk.kernel.runtime_sizes = ctx.runtime_sizes && !device->cuda && !index_math(fk.kernel);
   trace.kernels("lowered.txt", st.partition);
   log_kernels(st.partition);
+  size_t n_kernels = st.partition.kernels.size();
+  auto t0 = std::chrono::steady_clock::now();
   auto kernels = std::make_unique<runtime::CompiledGraph>(graph, std::move(st.partition));
+  trace.note("kernels: " + std::to_string(n_kernels) + " built in " + ms_text(ms_since(t0)) +
+             " (code generation, compile or disk cache, link)");
   if (ctx.settings.autotune && kernels->device().cuda) {
     kernels->enable_autotune(ctx.trace_dir);
     trace.note("autotune: pointwise kernels' grids timed on the first run (autotune.txt)");

@@ -104,6 +104,9 @@ struct Job {
   std::vector<int64_t> dims;
   bool disk_hit = false;
   std::shared_ptr<LinkedKernel> code;
+  // The emitted module, from prepare() to build() (null once compiled).
+  std::unique_ptr<llvm::LLVMContext> context;
+  std::unique_ptr<llvm::Module> module;
 };
 
 // Writes a dump into `dir` ("" for none) and returns its path ("" when none).
@@ -150,15 +153,22 @@ std::unique_ptr<llvm::Module> emit_module(Job& job, llvm::LLVMContext& ctx) {
   return m;
 }
 
-void build(Job& job, const DiskCache& cache, const std::string& dump) {
-  llvm::LLVMContext ctx;
-  auto m = emit_module(job, ctx);
+// Emits the job's module and names it by the hash of its text.
+void prepare(Job& job) {
+  job.context = std::make_unique<llvm::LLVMContext>();
+  job.module = emit_module(job, *job.context);
   job.key = to_hex(Sha256()
-                       .update(module_text(*m))
+                       .update(module_text(*job.module))
                        .update(std::string("\n") + LLVM_VERSION_STRING + "\n" +
                                codegen::cpu::host_target_id() + "\n" + kCacheFormat)
                        .final());
   job.symbol = "tl_k" + job.key.substr(0, 32);
+}
+
+// The object of a prepared job: already linked, from the disk cache, or compiled.
+void build(Job& job, const DiskCache& cache, const std::string& dump) {
+  std::unique_ptr<llvm::LLVMContext> ctx = std::move(job.context);  // declared first: outlives m
+  std::unique_ptr<llvm::Module> m = std::move(job.module);
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (auto it = g_linked.find(job.symbol); it != g_linked.end())
@@ -236,7 +246,15 @@ CompiledKernels compile_kernels(const std::vector<const ir::Kernel*>& kernels) {
   // NOTE: on this thread: opening the cache and the dump folder may warn.
   DiskCache cache = DiskCache::configured();
   std::string dump = dump_dir();
-  compile_in_parallel(jobs.size(), [&](size_t i) { build(jobs[i], cache, dump); });
+  compile_in_parallel(jobs.size(), [&](size_t i) { prepare(jobs[i]); });
+  // NOTE: one build per distinct kernel: a model repeats its blocks, and resnet18's 18 kernels
+  // are 13 distinct codes; the copies link to the first one's object below.
+  std::vector<size_t> owners;
+  std::unordered_map<std::string, size_t> owner_of;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    if (owner_of.emplace(jobs[i].key, i).second) owners.push_back(i);
+  compile_in_parallel(owners.size(), [&](size_t i) { build(jobs[owners[i]], cache, dump); });
+  for (auto& job : jobs) job.module.reset(), job.context.reset();
   auto code = std::make_shared<std::vector<std::shared_ptr<LinkedKernel>>>();
   CompiledKernels out;
   {
