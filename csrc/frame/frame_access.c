@@ -45,6 +45,15 @@ static PyCodeObject* frame_code(TlFrame* frame) {
 // Written with the GIL held, when the hook is installed.
 static _PyFrameEvalFunction g_previous_eval = NULL;
 
+// The frame this thread is handing to another PEP 523 evaluator (torch.compile's), while that
+// evaluator has not yet started it. NOTE: two hooks that each installed over the other (ours
+// inside a torch.compile region, Dynamo's inside our compiled call) each record the other as
+// the evaluator to chain to; a frame that neither takes is then handed back and forth forever
+// through tail calls, a hang with no stack growth (torch.cond, whose eager path runs Dynamo,
+// did so after a mix of both compilers in one process). Seeing the frame it just handed on
+// come back, the hook runs it with CPython's own evaluator: each hook has seen it once.
+static _Thread_local TlFrame* t_handed_on = NULL;
+
 void tl_frame_read(TlFrame* frame, TlFrameInfo* out) {
   PyCodeObject* code = frame_code(frame);
 #if TL_PY312
@@ -93,6 +102,27 @@ void tl_uninstall_eval_hook(_PyFrameEvalFunction hook) {
       interp, g_previous_eval ? g_previous_eval : _PyEval_EvalFrameDefault);
 }
 
+static _PyFrameEvalFunction g_test_chain_previous = NULL;
+
+static PyObject* test_chaining_eval(PyThreadState* tstate, TlFrame* frame, int throwflag) {
+  _PyFrameEvalFunction prev = g_test_chain_previous;
+  return (prev ? prev : _PyEval_EvalFrameDefault)(tstate, frame, throwflag);
+}
+
+void tl_test_chaining_evaluator(int on) {
+  PyInterpreterState* interp = PyInterpreterState_Get();
+  _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+  if (on) {
+    if (current == test_chaining_eval) return;
+    g_test_chain_previous = current;
+    _PyInterpreterState_SetEvalFrameFunc(interp, test_chaining_eval);
+  } else if (current != g_test_chain_previous) {
+    _PyInterpreterState_SetEvalFrameFunc(
+        interp, g_test_chain_previous ? g_test_chain_previous : _PyEval_EvalFrameDefault);
+    g_test_chain_previous = NULL;
+  }
+}
+
 int tl_eval_hook_installed(_PyFrameEvalFunction hook) {
   return _PyInterpreterState_GetEvalFrameFunc(PyInterpreterState_Get()) == hook;
 }
@@ -103,9 +133,21 @@ int tl_eval_hook_installed(_PyFrameEvalFunction hook) {
 #define TL_EVAL_C_STACK_UNITS 2
 #endif
 
+// Hands the frame to the foreign evaluator `prev`, remembering it (t_handed_on). Not a tail
+// call, so the mark is cleared when `prev` returns; only frames run while another PEP 523 user
+// is installed take this path.
+static PyObject* eval_foreign(_PyFrameEvalFunction prev, PyThreadState* tstate, TlFrame* frame,
+                              int throwflag) {
+  TlFrame* outer = t_handed_on;
+  t_handed_on = frame;
+  PyObject* result = prev(tstate, frame, throwflag);
+  t_handed_on = outer;
+  return result;
+}
+
 PyObject* tl_eval_default(PyThreadState* tstate, TlFrame* frame, int throwflag) {
   _PyFrameEvalFunction prev = g_previous_eval;
-  if (prev == NULL) prev = _PyEval_EvalFrameDefault;
+  if (prev == NULL || frame == t_handed_on) prev = _PyEval_EvalFrameDefault;
 #if TL_PY312
   // Without a hook CPython runs a Python-to-Python call inside the caller's
   // evaluator, at no C-recursion cost; under one, each call enters the
@@ -117,12 +159,15 @@ PyObject* tl_eval_default(PyThreadState* tstate, TlFrame* frame, int throwflag) 
   // below them may go a little deeper than eager's, never past the budget a
   // thread starts with.
   tstate->c_recursion_remaining += TL_EVAL_C_STACK_UNITS;
-  PyObject* result = prev(tstate, frame, throwflag);
+  PyObject* result = prev == _PyEval_EvalFrameDefault
+                         ? prev(tstate, frame, throwflag)
+                         : eval_foreign(prev, tstate, frame, throwflag);
   tstate->c_recursion_remaining -= TL_EVAL_C_STACK_UNITS;
   return result;
 #else
   // NOTE: a tail call: the hook's pass-through adds no C frame of its own.
-  return prev(tstate, frame, throwflag);
+  if (prev == _PyEval_EvalFrameDefault) return prev(tstate, frame, throwflag);
+  return eval_foreign(prev, tstate, frame, throwflag);
 #endif
 }
 

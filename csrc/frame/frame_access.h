@@ -67,6 +67,10 @@ void tl_traceback_add(const char* funcname, const char* filename, int lineno);
 int tl_c_recursion_limit(void);
 // Test support: the thread's data-stack top, as an integer.
 Py_ssize_t tl_datastack_top(PyThreadState* tstate);
+// Test support: a second PEP 523 evaluator that behaves as torch.compile's shim does
+// (on: records the installed evaluator and installs itself; every frame goes to the recorded
+// one; off: puts the recorded one back unless it is installed, and forgets it).
+void tl_test_chaining_evaluator(int on);
 
 #ifdef __cplusplus
 }

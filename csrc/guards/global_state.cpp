@@ -1,6 +1,7 @@
 #include "guards/global_state.h"
 
 #include "core/errors.h"
+#include "core/torch_state.h"
 
 namespace tl::guards {
 
@@ -8,16 +9,16 @@ namespace {
 // torch's query functions, looked up once on first use; owned by a table that
 // is never freed (it must outlive every GuardSet; Py_Finalize is not run).
 struct Queries {
-  PyObject* grad = nullptr;              // torch.is_grad_enabled()
-  PyObject* inference = nullptr;         // torch.is_inference_mode_enabled()
-  PyObject* default_dtype = nullptr;     // torch.get_default_dtype()
-  PyObject* any_autocast = nullptr;      // torch._C._is_any_autocast_enabled(), may be null
+  NoArgsQuery grad;                      // torch.is_grad_enabled()
+  NoArgsQuery inference;                 // torch.is_inference_mode_enabled()
+  NoArgsQuery default_dtype;             // torch.get_default_dtype()
+  NoArgsQuery any_autocast;              // torch._C._is_any_autocast_enabled(), may be absent
   PyObject* autocast = nullptr;          // torch.is_autocast_enabled(device_type)
   PyObject* autocast_dtype = nullptr;    // torch.get_autocast_dtype(device_type), may be null
-  PyObject* function_mode = nullptr;     // torch._C._is_torch_function_mode_enabled(), may be null
-  PyObject* function_modes = nullptr;    // torch._C._len_torch_function_stack()
+  NoArgsQuery function_mode;             // torch._C._is_torch_function_mode_enabled()
+  NoArgsQuery function_modes;            // torch._C._len_torch_function_stack()
   PyObject* function_mode_at = nullptr;  // torch._C._get_function_stack_at(i)
-  PyObject* dispatch_modes = nullptr;    // torch._C._len_torch_dispatch_stack(), may be null
+  NoArgsQuery dispatch_modes;            // torch._C._len_torch_dispatch_stack(), may be absent
   PyObject* dispatch_mode_at = nullptr;  // torch._C._get_dispatch_stack_at(i)
   PyObject* cpu = nullptr;               // "cpu"
   PyObject* cuda = nullptr;              // "cuda"
@@ -37,24 +38,28 @@ const Queries& queries() {
   PyRef c = PyRef::steal(PyImport_ImportModule("torch._C"));
   if (!c) throw PythonError();
   auto* n = new Queries();
-  n->grad = must_get(torch.get(), "is_grad_enabled");
-  n->inference = must_get(torch.get(), "is_inference_mode_enabled");
-  n->default_dtype = must_get(torch.get(), "get_default_dtype");
+  n->grad = NoArgsQuery(must_get(torch.get(), "is_grad_enabled"));
+  n->inference = NoArgsQuery(must_get(torch.get(), "is_inference_mode_enabled"));
+  n->default_dtype = NoArgsQuery(must_get(torch.get(), "get_default_dtype"));
   n->autocast = must_get(torch.get(), "is_autocast_enabled");
   n->autocast_dtype = PyObject_GetAttrString(torch.get(), "get_autocast_dtype");
   if (!n->autocast_dtype) PyErr_Clear();  // older torch: the dtype is not guarded
-  n->any_autocast = PyObject_GetAttrString(c.get(), "_is_any_autocast_enabled");
-  if (!n->any_autocast) PyErr_Clear();  // older torch: query cpu and cuda instead
-  // NOTE: all four or none (an older torch without them: modes are not guarded).
-  n->function_mode = PyObject_GetAttrString(c.get(), "_is_torch_function_mode_enabled");
-  n->function_modes = PyObject_GetAttrString(c.get(), "_len_torch_function_stack");
+  PyObject* any_autocast = PyObject_GetAttrString(c.get(), "_is_any_autocast_enabled");
+  if (!any_autocast) PyErr_Clear();  // older torch: query cpu and cuda instead
+  n->any_autocast = NoArgsQuery(any_autocast);
+  // NOTE: all five or none (an older torch without them: modes are not guarded).
+  PyObject* function_mode = PyObject_GetAttrString(c.get(), "_is_torch_function_mode_enabled");
+  PyObject* function_modes = PyObject_GetAttrString(c.get(), "_len_torch_function_stack");
   n->function_mode_at = PyObject_GetAttrString(c.get(), "_get_function_stack_at");
-  n->dispatch_modes = PyObject_GetAttrString(c.get(), "_len_torch_dispatch_stack");
+  PyObject* dispatch_modes = PyObject_GetAttrString(c.get(), "_len_torch_dispatch_stack");
   n->dispatch_mode_at = PyObject_GetAttrString(c.get(), "_get_dispatch_stack_at");
-  if (!n->function_mode || !n->function_modes || !n->function_mode_at || !n->dispatch_modes ||
+  if (!function_mode || !function_modes || !n->function_mode_at || !dispatch_modes ||
       !n->dispatch_mode_at) {
     PyErr_Clear();
-    n->function_mode = n->dispatch_modes = nullptr;
+  } else {
+    n->function_mode = NoArgsQuery(function_mode);
+    n->function_modes = NoArgsQuery(function_modes);
+    n->dispatch_modes = NoArgsQuery(dispatch_modes);
   }
   n->cpu = PyUnicode_InternFromString("cpu");
   n->cuda = PyUnicode_InternFromString("cuda");
@@ -69,7 +74,14 @@ PyRef call(PyObject* fn, PyObject* arg = nullptr) {
   return PyRef::steal(r);
 }
 
+PyRef call(const NoArgsQuery& query) {
+  PyObject* r = query.call();
+  if (!r) throw PythonError();
+  return PyRef::steal(r);
+}
+
 bool call_bool(PyObject* fn, PyObject* arg = nullptr) { return call(fn, arg).get() == Py_True; }
+bool call_bool(const NoArgsQuery& query) { return call(query).get() == Py_True; }
 
 bool any_autocast(const Queries& q) {
   if (q.any_autocast) return call_bool(q.any_autocast);
@@ -85,7 +97,7 @@ PyRef autocast_dtype(const Queries& q, bool enabled, PyObject* device) {
 // Whether a mode of a mode stack (stack_len() entries, stack_at(i) each) acts on the frame's
 // ops: torchlite's own modes (explain's op counter, the training recorder) are marked
 // `_torchlite_transparent_mode` and let capture go on.
-bool stack_has_user_mode(PyObject* stack_len, PyObject* stack_at) {
+bool stack_has_user_mode(const NoArgsQuery& stack_len, PyObject* stack_at) {
   PyRef n = call(stack_len);
   long len = PyLong_AsLong(n.get());
   if (len == -1 && PyErr_Occurred()) throw PythonError();
@@ -100,15 +112,13 @@ bool stack_has_user_mode(PyObject* stack_len, PyObject* stack_at) {
   return false;
 }
 
+// NOTE: asked on every guard check, so the common case (no mode on either stack) is the one
+// cheap check of core/torch_state.h; the stacks are walked only when one is not empty.
 bool modes_active(const Queries& q) {
-  if (q.function_mode && call_bool(q.function_mode) &&
-      stack_has_user_mode(q.function_modes, q.function_mode_at))
+  if (!q.function_mode || torch_mode_stacks_empty()) return false;
+  if (call_bool(q.function_mode) && stack_has_user_mode(q.function_modes, q.function_mode_at))
     return true;
-  if (!q.dispatch_modes) return false;
-  PyRef n = call(q.dispatch_modes);
-  long len = PyLong_AsLong(n.get());
-  if (len == -1 && PyErr_Occurred()) throw PythonError();
-  return len != 0 && stack_has_user_mode(q.dispatch_modes, q.dispatch_mode_at);
+  return stack_has_user_mode(q.dispatch_modes, q.dispatch_mode_at);
 }
 
 const char* py_bool(bool b) { return b ? "True" : "False"; }

@@ -143,6 +143,9 @@ void bind_frame(py::module_& m) {
         "1: on a miss, cache a graph break guarded by argument types instead of capturing; "
         "2: every capture raises ValueError; 0: capture normally.");
   m.def("_test_datastack_top", [] { return tl_datastack_top(PyThreadState_Get()); });
+  m.def("_test_chaining_evaluator", &tl_test_chaining_evaluator, py::arg("on"),
+        "Installs (1) or removes (0) a second frame evaluator that, as torch.compile's, hands "
+        "every frame to the evaluator it replaced.");
   m.def("_test_c_recursion_limit", &tl_c_recursion_limit);
   m.def(
       "_test_c_stack_address",

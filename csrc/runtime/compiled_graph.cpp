@@ -5,6 +5,7 @@
 
 #include "core/errors.h"
 #include "core/py_import.h"
+#include "core/torch_state.h"
 #include "ir/dtype.h"
 #include "ir/effects.h"
 #include "runtime/buffer_pool.h"
@@ -231,12 +232,8 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedul
     if (!get_device_) throw PythonError();
   }
   fast_empty_strided_ = private_empty_strided(c.get(), device_.cuda);
-  function_modes_ = PyRef::steal(PyObject_GetAttrString(c.get(), "_len_torch_function_stack"));
-  dispatch_modes_ = PyRef::steal(PyObject_GetAttrString(c.get(), "_len_torch_dispatch_stack"));
-  if (!function_modes_ || !dispatch_modes_) {
-    PyErr_Clear();
-    fast_empty_strided_ = PyRef();
-  }
+  // NOTE: without the mode-stack queries a mode could not be seen: allocate through torch.
+  if (!torch_has_mode_stack_queries()) fast_empty_strided_ = PyRef();
   data_ptr_name_ = PyRef::steal(PyUnicode_InternFromString("data_ptr"));
   alloc_kwnames_ = PyRef::steal(Py_BuildValue("(ss)", "dtype", "device"));
   if (!data_ptr_name_ || !alloc_kwnames_) throw PythonError();
@@ -330,11 +327,11 @@ bool CompiledGraph::match_kernel_layout(const Step& s, PyRef& value) {
 bool CompiledGraph::fast_alloc(RunState& rs) const {
   if (!fast_empty_strided_) return false;
   if (rs.fast_alloc < 0) {
-    rs.fast_alloc = 1;
-    for (const PyRef& stack_len : {function_modes_, dispatch_modes_}) {
-      PyRef n = PyRef::steal(PyObject_CallNoArgs(stack_len.get()));
-      if (!n || PyLong_AsLong(n.get()) != 0) rs.fast_alloc = 0;
-      if (PyErr_Occurred()) PyErr_Clear();
+    try {
+      rs.fast_alloc = torch_mode_stacks_empty() ? 1 : 0;
+    } catch (const PythonError&) {
+      PyErr_Clear();
+      rs.fast_alloc = 0;
     }
     if (rs.fast_alloc && device_.cuda) {
       PyRef dev = PyRef::steal(PyObject_CallNoArgs(get_device_.get()));

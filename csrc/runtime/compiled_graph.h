@@ -90,7 +90,6 @@ class CompiledGraph {
   PyRef empty_strided_, data_ptr_name_, alloc_kwnames_;
   PyRef fast_empty_strided_;  // private_empty_strided() in compiled_graph.cpp; may be null
   PyRef get_device_;          // torch._C._cuda_getDevice (fast_alloc on CUDA)
-  PyRef function_modes_, dispatch_modes_;  // torch._C._len_torch_{function,dispatch}_stack
   std::unique_ptr<CudaGraphs> cuda_graphs_;
 };
 

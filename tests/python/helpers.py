@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+import subprocess
+import sys
 
 import torch
 
@@ -332,3 +334,23 @@ def model_tolerance(expected) -> dict:
     reach 1e9, and a channels-last convolution (oneDNN's NHWC algorithm, which eager also runs
     for channels-last tensors) moves them by 2e-6 of that, as eager in that layout does."""
     return {"atol": 1e-4 * max(1.0, _output_scale(expected)), "rtol": 1e-4}
+
+
+# ---------------------------------------------------------------------------------------------
+# Subprocesses
+# ---------------------------------------------------------------------------------------------
+
+
+def run_python(script: str, env: dict, timeout: float = 120) -> str:
+    """Runs `script` with this interpreter in a fresh process under `env`; asserts exit code 0
+    (the failure shows the end of its stderr) and returns its stdout."""
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout

@@ -5,12 +5,11 @@ import json
 import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import run_python
 
 import torchlite
 from torchlite import _C, config, settings
@@ -102,16 +101,7 @@ def test_every_setting_is_read_from_its_environment_variable(tmp_path):
         env[TABLE[name]["env"]] = ENV_TEXT.get(value, str(value)) if value is not True else "1"
     names = sorted(values)
     script = f"import torchlite; print({{n: getattr(torchlite.config, n) for n in {names!r}}})"
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert eval(out.stdout) == values
+    assert eval(run_python(script, env)) == values
 
 
 @needs_cpu_kernels
@@ -201,9 +191,6 @@ def test_documented_on_off_defaults_are_the_real_defaults():
     code = (
         "import json, torchlite; print(json.dumps({n: getattr(torchlite.config, n) for n in %r}))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code % names], env=env, capture_output=True, text=True, check=True
-    )
-    actual = json.loads(out.stdout.strip().splitlines()[-1])
+    actual = json.loads(run_python(code % names, env).strip().splitlines()[-1])
     documented = {n: TABLE[n]["default_text"] == "on" for n in names}
     assert names and actual == documented

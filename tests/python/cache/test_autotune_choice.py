@@ -4,10 +4,9 @@ the faster one kept only past the 3% margin, and the choice read back from the d
 without timing, also by another process."""
 
 import os
-import subprocess
-import sys
 
 import pytest
+from helpers import run_python
 
 from torchlite import _C
 
@@ -71,13 +70,5 @@ def test_another_process_reads_the_choice_without_timing(cache):
         "print(_C._autotune_choose_grid('kernel-e', 'gpu', 264, 10000, never)[:2])\n"
     )
     env = dict(os.environ, TORCHLITE_CACHE_DIR=str(cache))
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "(66, True)"
+    out = run_python(script, env)
+    assert out.strip().splitlines()[-1] == "(66, True)"

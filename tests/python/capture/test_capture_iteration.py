@@ -44,6 +44,23 @@ def test_extend_with_map_sees_the_list_growing():
     same_as_eager(fn, randn(3), fullgraph=True)
 
 
+def test_extend_with_map_whose_function_mutates_a_nonlocal():
+    def fn(x):
+        n = 0
+
+        def count(v):
+            nonlocal n
+            n += 1
+            return v * n
+
+        y = [x]
+        y.extend(map(count, [x, x * 2, x * 3]))
+        return y, n
+
+    same_as_eager(fn, randn(3), fullgraph=True)
+    same_as_eager(fn, randn(3))
+
+
 def test_extend_with_generator_reading_the_last_item():
     def fn(x):
         y = [x]

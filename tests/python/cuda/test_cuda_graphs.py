@@ -4,6 +4,7 @@ stays bounded, and graphs that cannot be recorded run without, with the reason r
 
 import pytest
 import torch
+from helpers import run_python
 from torch import nn
 
 import torchlite
@@ -420,8 +421,6 @@ def test_autotune_choices_are_cached_and_reused_by_another_process(tmp_path):
     import json
     import os
     import pathlib
-    import subprocess
-    import sys
 
     root = pathlib.Path(__file__).resolve().parents[3]
     env = dict(
@@ -433,16 +432,8 @@ def test_autotune_choices_are_cached_and_reused_by_another_process(tmp_path):
     )
 
     def run():
-        out = subprocess.run(
-            [sys.executable, "-c", AUTOTUNE_SCRIPT],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        out = run_python(AUTOTUNE_SCRIPT, env, timeout=300)
+        return json.loads(out.strip().splitlines()[-1])
 
     first = run()
     assert first["trials"] >= 2 and first["cached"] == 0
