@@ -135,6 +135,11 @@ bool is_side_effecting_torch_fn(PyObject* fn) {
   std::string mod = attr_str(fn, "__module__");
   std::string name = attr_str(fn, "__name__");
   if (torch_side_effect_fns().count(name)) return true;
+  // NOTE: torch's stack pushes and pops (saved-tensor hooks' __enter__/__exit__ call
+  // torch._C._autograd._push_/_pop_saved_tensors_default_hooks) change thread state: run at
+  // trace time they took effect once, during capture (the user's pack hooks were popped
+  // before the compiled graph ran, and never called).
+  if (name.rfind("_push_", 0) == 0 || name.rfind("_pop_", 0) == 0) return true;
   // Queries such as torch.backends.mha.get_fastpath_enabled() or
   // torch.cuda.is_available() only read global state: they run at trace time.
   if (name.rfind("get_", 0) == 0 || name.rfind("is_", 0) == 0) return false;

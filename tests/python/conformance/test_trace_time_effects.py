@@ -211,3 +211,42 @@ def test_key_function_edge_cases_match_eager():
         return sorted([1, "a"], key=lambda v: v)
 
     check_program(mixed, t3)
+
+
+_hook_log: list = []
+
+
+def _pack(t):
+    _hook_log.append("pack")
+    return t
+
+
+def _unpack(t):
+    _hook_log.append("unpack")
+    return t
+
+
+def _under_saved_tensors_hooks(x):
+    with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
+        y = x.sin() * x
+    return y
+
+
+def test_saved_tensors_hooks_see_every_call_the_first_included():
+    # NOTE: the with-block's __exit__ (torch._C._autograd._pop_saved_tensors_default_hooks) ran
+    # at trace time: the user's hooks were popped before the first call's graph ran, which then
+    # saved its tensors without calling them.
+    torchlite.reset()
+    compiled = torchlite.compile(_under_saved_tensors_hooks)
+    for _ in range(3):
+        x = torch.randn(4, requires_grad=True)
+        _hook_log.clear()
+        expected = _under_saved_tensors_hooks(x)
+        eager_log = list(_hook_log)
+        _hook_log.clear()
+        out = compiled(x)
+        assert _hook_log == eager_log
+        torch.testing.assert_close(out, expected)
+        _hook_log.clear()
+        out.sum().backward()
+        assert _hook_log.count("unpack") == eager_log.count("pack")
