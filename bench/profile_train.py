@@ -2,7 +2,7 @@
 bf16 autocast, loss.backward(), AdamW) profiled eagerly, through torchlite (with and without the
 compiled backward) and through torch.compile.
 
-    python bench/profile_train.py [--device cuda|cpu] [--model bert|gpt2] [--out DIR]
+    python bench/profile_train.py [--device cuda|cpu] [--model bert|gpt2|llama] [--out DIR]
                                   [--kinds eager,torchlite,...]
 
 Per kind it prints the median step time, peak memory, the forward's host and device time, the
@@ -14,7 +14,9 @@ kinds, explain()'s graphs and breaks. Per kind it also sorts the step's device k
 matmuls, attention, torch's own kernels (ops torchlite or inductor left unfused), generated
 kernels and copies, with counts and device time, and prints the host time of the forward,
 backward and optimizer regions. `--device cuda` profiles BERT-base or GPT-2 at 8x512; `cpu`
-tiny configs, to check the script itself.
+tiny configs, to check the script itself. `--model llama` is one GPU's share of
+bench/distributed.py's FSDP2 row: 4 of its Llama-style blocks (d 4096) with bf16 parameters at
+8x512, each block compiled on its own as FSDP2 compiles them.
 """
 
 from __future__ import annotations
@@ -44,14 +46,29 @@ import torchlite
 KINDS = ("eager", "tl op by op", "torchlite", "torch.compile")
 
 
+def _load(name: str):
+    """A sibling bench script as a module (this folder is not on sys.path)."""
+    spec = importlib.util.spec_from_file_location(
+        f"bench_{name}", os.path.join(_HERE, f"{name}.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _model(device: str, name: str):
     """(model, batch, sequence length, vocabulary size)."""
-    # NOTE: the configs bench/train.py times, loaded by path (this folder is not on sys.path)
-    spec = importlib.util.spec_from_file_location("bench_train", os.path.join(_HERE, "train.py"))
-    train = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train)
     size = "full" if device == "cuda" else "small"
     batch, seq = (8, 512) if device == "cuda" else (2, 64)
+    if name == "llama":
+        dist = _load("distributed")
+        if device == "cuda":
+            cfg = {"vocab": 32000, "d": 4096, "layers": 4, "heads": 32, "inter": 11008}
+        else:
+            cfg = {"vocab": 256, "d": 64, "layers": 2, "heads": 4, "inter": 128}
+        model = dist.Llama(**cfg).to(torch.bfloat16 if device == "cuda" else torch.float32)
+        return model, batch, seq, cfg["vocab"]
+    train = _load("train")  # NOTE: the configs bench/train.py times
     if name == "gpt2":
         model = train._gpt2(size)
         return model, batch, seq, model.config.vocab_size
@@ -158,13 +175,21 @@ def profile_kind(kind, base, inputs, device, out_dir, log):
     torchlite.reset()
     model = copy.deepcopy(base)
     options = {"compiled_backward": kind == "torchlite"}
-    if kind == "eager":
-        step_model = model
-    elif kind == "torch.compile":
+    per_block = hasattr(model, "layers")  # NOTE: the Llama blocks, compiled one by one as FSDP2's
+    step_model = model
+    if kind == "torch.compile":
         torch._dynamo.reset()
-        step_model = torch.compile(model)
-    else:
-        step_model = torchlite.compile(model, options=options)
+        if per_block:
+            for layer in model.layers:
+                layer.compile()
+        else:
+            step_model = torch.compile(model)
+    elif kind != "eager":
+        if per_block:
+            for i, layer in enumerate(model.layers):
+                model.layers[i] = torchlite.compile(layer, options=options)
+        else:
+            step_model = torchlite.compile(model, options=options)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     cuda = device == "cuda"
 
@@ -174,7 +199,8 @@ def profile_kind(kind, base, inputs, device, out_dir, log):
 
     def forward():
         with torch.autocast(device, dtype=torch.bfloat16):
-            return step_model(**inputs).loss
+            out = step_model(**inputs)
+        return out if isinstance(out, torch.Tensor) else out.loss
 
     def step(saved=None):
         with record_function("forward"):
@@ -270,7 +296,7 @@ def main():
     p.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     p.add_argument("--out", default=".")
     p.add_argument("--kinds", default=",".join(KINDS))
-    p.add_argument("--model", default="bert", choices=["bert", "gpt2"])
+    p.add_argument("--model", default="bert", choices=["bert", "gpt2", "llama"])
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
 

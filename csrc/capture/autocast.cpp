@@ -216,10 +216,17 @@ void key_of(const ValuePtr& v, std::string& key) {
   }
 }
 
-// Fake tensor (real device) or constant for one argument; new reference.
-PyRef fake_arg(const ValuePtr& v) {
+bool castable_dtype(PyObject* dtype) {
+  static PyObject* f64 = attr_of(torch_api().torch.get(), "float64");
+  return dtype != f64 && is_floating(dtype);
+}
+
+// Fake tensor (real device) or constant for one argument; new reference. `dtype` (when set)
+// replaces the dtype of every tensor autocast may cast, `device` (when set) the device.
+PyRef fake_arg(const ValuePtr& v, PyObject* dtype = nullptr, PyObject* device = nullptr) {
   if (v->is_tensor()) {
     const ir::TensorMeta& m = *v->node->meta;
+    PyObject* dt = dtype && castable_dtype(m.dtype.get()) ? dtype : m.dtype.get();
     PyRef size = checked(PyTuple_New(m.sizes.size()));
     PyRef stride = checked(PyTuple_New(m.strides.size()));
     for (size_t i = 0; i < m.sizes.size(); ++i)
@@ -227,20 +234,20 @@ PyRef fake_arg(const ValuePtr& v) {
     for (size_t i = 0; i < m.strides.size(); ++i)
       PyTuple_SET_ITEM(stride.get(), i, checked(PyLong_FromLongLong(m.strides[i])).release());
     PyRef args = checked(PyTuple_Pack(2, size.get(), stride.get()));
-    PyRef kw =
-        checked(Py_BuildValue("{s:O,s:O}", "dtype", m.dtype.get(), "device", v->device.get()));
+    PyRef kw = checked(
+        Py_BuildValue("{s:O,s:O}", "dtype", dt, "device", device ? device : v->device.get()));
     return checked(PyObject_Call(torch_api().empty_strided.get(), args.get(), kw.get()));
   }
   if (v->is_sequence()) {
     PyRef out = checked(PyList_New(v->items.size()));
     for (size_t i = 0; i < v->items.size(); ++i)
-      PyList_SET_ITEM(out.get(), i, fake_arg(v->items[i]).release());
+      PyList_SET_ITEM(out.get(), i, fake_arg(v->items[i], dtype, device).release());
     return v->kind == VKind::Tuple ? checked(PyList_AsTuple(out.get())) : out;
   }
   if (v->kind == VKind::Dict) {
     PyRef d = checked(PyDict_New());
     for (size_t i = 0; i < v->items.size(); ++i)
-      if (PyDict_SetItem(d.get(), v->keys[i].get(), fake_arg(v->items[i]).get()) < 0)
+      if (PyDict_SetItem(d.get(), v->keys[i].get(), fake_arg(v->items[i], dtype, device).get()) < 0)
         throw PythonError();
     return d;
   }
@@ -259,11 +266,16 @@ PyObject* first_float(PyObject* r) {
   return nullptr;
 }
 
-// Runs the op on fake (or meta, `fake` false) tensors; returns its first floating dtype
-// (borrowed), null when it has none, or throws PythonError when the op raised.
+// Runs the op on fake (or meta, `fake` false) tensors, every castable one of dtype `uniform`
+// when that is set; returns its first floating dtype (borrowed), null when it has none, or
+// throws PythonError when the op raised.
 PyObject* run_for_dtype(PyObject* target, const std::string& method,
-                        const std::vector<ValuePtr>& args, const KwArgs& kwargs, bool fake) {
-  auto arg = [&](const ValuePtr& v) { return fake ? fake_arg(v) : to_meta_arg(v); };
+                        const std::vector<ValuePtr>& args, const KwArgs& kwargs, bool fake,
+                        PyObject* uniform = nullptr) {
+  auto arg = [&](const ValuePtr& v) {
+    if (fake) return fake_arg(v, uniform);
+    return uniform ? fake_arg(v, uniform, torch_api().meta_device.get()) : to_meta_arg(v);
+  };
   size_t first = method.empty() ? 0 : 1;
   PyRef pos = checked(PyTuple_New(args.size() - first));
   for (size_t i = first; i < args.size(); ++i)
@@ -275,6 +287,19 @@ PyObject* run_for_dtype(PyObject* target, const std::string& method,
                             : checked(PyObject_GetAttrString(arg(args[0]).get(), method.c_str()));
   PyRef r = checked(PyObject_Call(fn.get(), pos.get(), kw.get()));
   return first_float(r.get());
+}
+
+// A floating input whose dtype is not `dt` and that autocast may cast, borrowed; or null.
+PyObject* other_castable_dtype(const std::vector<ValuePtr>& args, const KwArgs& kwargs,
+                               PyObject* dt) {
+  std::vector<const Value*> tensors;
+  for (auto& a : args) tensors_of(a, tensors);
+  for (auto& [k, v] : kwargs) tensors_of(v, tensors);
+  for (const Value* t : tensors) {
+    PyObject* d = t->node->meta->dtype.get();
+    if (d != dt && castable_dtype(d)) return d;
+  }
+  return nullptr;
 }
 
 struct Policy {
@@ -300,9 +325,25 @@ Policy probe(PyObject* target, const std::string& method, const std::vector<Valu
   if (PyObject_SetAttrString(log, "disabled", Py_True) < 0) throw PythonError();
   checked(PyObject_CallMethod(mode, "__enter__", nullptr));
   PyObject* dt = nullptr;
+  // NOTE: meta kernels accept mixed dtypes (mm of bf16 and float32 gives bf16 on meta, raises
+  // on a real device), so `linear(bf16 activation, float32 weight)` would look uncast below.
+  // The op runs again with every castable input of that other dtype: when autocast then changes
+  // the result's dtype, the op is on one of autocast's cast lists and its inputs are cast (an op
+  // autocast leaves alone, batch_norm with float32 running statistics say, keeps its inputs).
+  PyObject* other = nullptr;
+  PyObject* uniform_dt = nullptr;
   bool ok = true;
   try {
     dt = run_for_dtype(target, method, args, kwargs, true);
+    other = dt ? other_castable_dtype(args, kwargs, dt) : nullptr;
+    if (other) {
+      try {
+        uniform_dt = run_for_dtype(target, method, args, kwargs, true, other);
+      } catch (const PythonError&) {
+        clear_expected_error();
+        other = nullptr;  // NOTE: no evidence either way: the inputs are kept
+      }
+    }
   } catch (const PythonError&) {
     ok = false;
   }
@@ -328,6 +369,15 @@ Policy probe(PyObject* target, const std::string& method, const std::vector<Valu
     clear_expected_error();
   }
   p.cast = !plain || PyObject_RichCompareBool(plain, dt, Py_EQ) != 1;
+  if (!p.cast && other && uniform_dt) {
+    PyObject* uniform_plain = nullptr;
+    try {
+      uniform_plain = run_for_dtype(target, method, args, kwargs, false, other);
+    } catch (const PythonError&) {
+      clear_expected_error();
+    }
+    p.cast = uniform_plain && PyObject_RichCompareBool(uniform_plain, uniform_dt, Py_EQ) != 1;
+  }
   return p;
 }
 

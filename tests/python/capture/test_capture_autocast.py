@@ -121,6 +121,56 @@ def test_conv_under_autocast_and_gradients_match_eager():
     assert_same(x.grad, x2.grad, atol=1e-2, rtol=1e-2)
 
 
+class BiasFree(nn.Module):
+    """Layers without bias: every later layer sees a bf16 activation beside a float32 weight,
+    which meta kernels accept (mm of bf16 and float32 gives bf16 on meta) and a real CPU kernel
+    rejects, so only autocast's own cast of the weight makes it run."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(16, 16, bias=False)
+        self.l2 = nn.Linear(16, 8, bias=False)
+        self.w = nn.Parameter(torch.randn(8, 8) / 3)
+        self.conv1 = nn.Conv2d(3, 4, 3, bias=False)
+        self.conv2 = nn.Conv2d(4, 4, 3, bias=False)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x, img):
+        with torch.autocast("cpu", dtype=BF16):
+            h = self.l2(self.l1(x))
+            mats = (h @ self.w, torch.mm(h, self.w), torch.bmm(h[None], self.w[None]))
+            # NOTE: batch norm is on none of autocast's lists: its float32 running statistics
+            # must not become bf16 copies (the update would be lost)
+            feat = self.bn(self.conv2(self.conv1(img).relu()))
+        return mats, feat.float().mean((2, 3))
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_mixed_bf16_activation_and_float32_weight_are_cast_as_autocast_does(grad):
+    torch.manual_seed(0)
+    model = BiasFree().train()
+    twin = BiasFree().train()
+    twin.load_state_dict(model.state_dict())
+    x, img = torch.randn(4, 16), torch.randn(2, 3, 10, 10)
+    torchlite.reset()
+    compiled = torchlite.compile(model, fullgraph=True)
+    for _ in range(2):
+        with torch.set_grad_enabled(grad):
+            out, expected = compiled(x, img), twin(x, img)
+        assert_same(out, expected, atol=2e-2, rtol=2e-2)
+        assert [t.dtype for t in out[0]] == [BF16] * 3
+        torch.testing.assert_close(model.bn.running_mean, twin.bn.running_mean)
+        assert model.bn.running_mean.dtype == torch.float32
+        if grad:
+            loss = sum(t.float().square().sum() for t in out[0]) + out[1].square().sum()
+            ref = sum(t.float().square().sum() for t in expected[0]) + expected[1].square().sum()
+            loss.backward()
+            ref.backward()
+            for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+                torch.testing.assert_close(p.grad, q.grad, atol=5e-2, rtol=5e-2, msg=name)
+                p.grad = q.grad = None
+
+
 def test_torch_amp_autocast_and_deprecated_cpu_amp_autocast():
     torch.manual_seed(0)
     head = Head()
