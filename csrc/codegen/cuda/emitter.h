@@ -46,6 +46,12 @@ class Writer {
   }
   std::string index_value(int64_t axis) const;
   std::string value(int i);
+  // Whether expr i reads memory that no line of this scope has read yet (a Load or Gather
+  // below it, reductions aside); `seen` marks the exprs visited.
+  bool reads_unread(int i, std::vector<char>& seen) const;
+  bool checks_unchecked(int i, std::vector<char>& seen) const;  // an index check below i, likewise
+  // A Where whose operands read memory, as an if/else that computes only the chosen operand.
+  std::string branching_where(int i);
   std::string operand(int i, ST t) { return convert(value(i), type(i), t); }
   // Writes each output of `pass` through `store(o, memory_value, f32)`; f32 is
   // the float32 value a float16/bfloat16 output rounds (empty for other types),
@@ -165,6 +171,9 @@ class Writer {
   int stage_pitch_ = 0;
   int vec_ = 0;  // elements per 16-byte pack in the vectorised reduction entry; 0 = scalar
   std::vector<int> cache_first_;
+  // Where reading memory branches (branching_where): in scopes whose element references are
+  // plain text (the scalar pointwise entry), not where a reference loads a pack on first use.
+  bool branch_wheres_ = false;
   bool pair_mode_ = false;         // pair evaluation (pair_text.cpp) in this entry
   int elem_ = 0;                   // the current scope's element in pair evaluation
   Scope other_;                    // the other element's scope

@@ -296,6 +296,49 @@ TEST_CASE("an embedding row gather checks its index with a device-side assert", 
   CHECK_THROWS_WITH(b.k.verify(), Catch::Contains("check_index is not on i64"));
 }
 
+namespace {
+// stack([x0, x1, x2], dim=1) over [4, 3, 64]: where(i == 0, x0, where(i == 1, x1, x2)) with
+// each part's producer (x * 2) fused; `checked` puts an index check into part 1's operand.
+ir::Kernel stack_of_three(bool checked) {
+  KernelBuilder b("stack3", {4, 3, 64});
+  int idx = b.expr(ExprOp::Index, ST::I64, {});
+  b.k.exprs[idx].ivalue = 1;
+  std::vector<int> parts;
+  for (int p = 0; p < 3; ++p) {
+    int x = b.load(b.input(ST::F32, {64, 0, 1}), ST::F32);
+    parts.push_back(b.expr(ExprOp::Mul, ST::F32, {x, b.constant(2, ST::F32)}));
+  }
+  if (checked) {
+    int bound = b.expr(ExprOp::CheckIndex, ST::I64, {idx, b.constant(3, ST::I64)});
+    parts[1] = b.expr(ExprOp::Add, ST::F32, {parts[1], b.expr(ExprOp::Cast, ST::F32, {bound})});
+  }
+  auto is = [&](int k) { return b.expr(ExprOp::Eq, ST::Bool, {idx, b.constant(k, ST::I64)}); };
+  int inner = b.expr(ExprOp::Where, ST::F32, {is(1), parts[1], parts[2]});
+  b.output(b.expr(ExprOp::Where, ST::F32, {is(0), parts[0], inner}), ST::F32, b.contiguous());
+  b.k.verify();
+  return b.k;
+}
+}  // namespace
+
+TEST_CASE("a where over parts that read memory reads only the chosen part", "[codegen][cuda]") {
+  CudaKernel ck = emit(stack_of_three(false));
+  INFO(ck.source);
+  // The scalar entry: per point an if/else per Where, each part loaded in its branch.
+  CHECK(count(ck.source, "else {") >= 2);
+  REQUIRE_NVRTC_OR_SKIP();
+  compile(ck);
+}
+
+TEST_CASE("a where whose discarded part checks an index computes both parts", "[codegen][cuda]") {
+  // NOTE: torch's kernel asserts on a bad index also where the value is discarded
+  CudaKernel ck = emit(stack_of_three(true));
+  INFO(ck.source);
+  CHECK(ck.source.find("else {") == std::string::npos);
+  CHECK(ck.source.find("tl_check_index(") != std::string::npos);
+  REQUIRE_NVRTC_OR_SKIP();
+  compile(ck);
+}
+
 TEST_CASE("sizes past 2^31 elements switch to 64-bit indices", "[codegen][cuda]") {
   REQUIRE_NVRTC_OR_SKIP();
   KernelBuilder b("big", {int64_t{3} << 30});
