@@ -343,7 +343,9 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
              " (code generation, compile or disk cache, link)");
   if (ctx.settings.autotune && kernels->device().cuda) {
     kernels->enable_autotune(ctx.trace_dir);
-    trace.note("autotune: pointwise kernels' grids timed on the first run (autotune.txt)");
+    trace.note(
+        "autotune: kernels' launches (grids; pointwise block sizes) timed on the first run "
+        "(autotune.txt)");
   }
   ex.executable = runtime::Executable::kernels(std::move(kernels));
   use_cuda_graphs(ex, ctx, trace);

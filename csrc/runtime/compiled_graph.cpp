@@ -401,7 +401,10 @@ bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, RunSta
 }
 
 void CompiledGraph::enable_autotune(std::string trace_dir) {
-  if (device_.cuda && backend_) backend_->enable_autotune(std::move(trace_dir));
+  if (!device_.cuda || !backend_) return;
+  std::vector<const ir::Kernel*> kernels;
+  for (auto& fk : partition_.kernels) kernels.push_back(&fk.kernel);
+  backend_->enable_autotune(std::move(trace_dir), kernels);
 }
 
 void CompiledGraph::enable_cuda_graphs(std::shared_ptr<CudaGraphPool> pool, int limit,
