@@ -95,7 +95,10 @@ def bert_train(batch: int, tokens: int):
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            return loss.detach()
+            # NOTE: a copy: torch.compile's CUDA graphs overwrite the loss at the next step,
+            # and the first step's loss is compared with eager's after three steps (it raised
+            # "accessing tensor output of CUDAGraphs that has been overwritten").
+            return loss.detach().clone()
 
         return step
 
