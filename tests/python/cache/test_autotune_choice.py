@@ -31,7 +31,8 @@ def test_the_fastest_grid_is_kept_and_cached(cache):
         "kernel-a", "gpu", 264, 100000, _timer({528: 80.0, 1056: 90.0}, tried)
     )
     assert (grid, cached) == (528, False)
-    assert sorted(tried) == [33, 66, 132, 264, 528, 1056]
+    assert sorted(tried) == [33, 66, 132, 264, 264, 528, 1056]  # the default first and last
+    assert tried[0] == tried[-1] == 264
     assert "-> grid 528" in report
     again = []
     grid, cached, report = _C._autotune_choose_grid(
@@ -135,3 +136,18 @@ def test_another_process_reads_the_launch_without_timing(cache):
     env = dict(os.environ, TORCHLITE_CACHE_DIR=str(cache))
     out = run_python(script, env)
     assert out.strip().splitlines()[-1] == "(2, 66, True)"
+
+
+def test_a_default_timed_faster_at_the_end_is_kept(cache):
+    # NOTE: a GPU clocking up during the trials: every timing faster than the one before. The
+    # last candidates beat the default's first time by more than the margin, not its second.
+    calls = []
+
+    def drifting(variant, grid):
+        calls.append((variant, grid))
+        return 100.0 - 1.5 * len(calls)
+
+    variant, grid, _, report = _C._autotune_choose_launch("pw-f", "gpu", BUILDS, drifting)
+    assert (variant, grid) == (0, 264), report
+    assert calls[0] == calls[-1] == (0, 264) and len(calls) == 19
+    assert "block 256 grid 264 again:" in report
