@@ -7,6 +7,8 @@
 // kernel on its real buffers (pointwise kernels only write fresh outputs, so a launch can be
 // repeated), cached in the disk cache (runtime/disk_cache.h) under the kernel's body, its
 // default grid and the GPU, so another process reads the choice instead of timing again.
+// Pointwise kernels are also built at other block sizes (a constant of their text); the
+// choice is then a (build, grid) pair (choose_launch).
 #include <functional>
 #include <string>
 #include <vector>
@@ -46,11 +48,13 @@ GridChoice choose_grid(const std::string& key, const std::string& gpu, unsigned 
 
 // choose_grid over several builds of one kernel: every variant's grids (its grid / 8 to its
 // grid * 4, capped at its max_grid) are timed by `time_us(variant, grid)`; the first variant
-// at its own grid is the default, kept unless another launch is at least 3% faster. Cached
-// under the key, the variants (labels and grids) and the GPU. `variants` not empty.
+// at its own grid is the default, timed first and again last, kept unless another launch is
+// at least 3% faster than its faster time. Cached under the key, the variants (labels and
+// grids) and the GPU. `variants` not empty. choose_grid is its one-variant case.
 LaunchChoice choose_launch(const std::string& key, const std::string& gpu,
                            const std::vector<LaunchVariant>& variants,
                            const std::function<double(size_t, unsigned)>& time_us);
+
 // A timer for choose_grid: `launch(grid)` launches the kernel once on torch's current stream;
 // the time is the best of 3 runs of 10 back-to-back launches, measured with CUDA events.
 std::function<double(unsigned)> launch_timer(std::function<void(unsigned)> launch);
