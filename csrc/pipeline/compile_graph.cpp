@@ -342,7 +342,7 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
   trace.note("kernels: " + std::to_string(n_kernels) + " built in " + ms_text(ms_since(t0)) +
              " (code generation, compile or disk cache, link)");
   if (ctx.settings.autotune && kernels->device().cuda) {
-    kernels->enable_autotune(ctx.trace_dir);
+    kernels->enable_autotune(ctx.trace_dir, ctx.settings.autotune_blocks);
     trace.note(
         "autotune: kernels' launches (grids; pointwise block sizes) timed on the first run "
         "(autotune.txt)");

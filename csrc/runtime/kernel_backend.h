@@ -44,8 +44,8 @@ class KernelBackend {
   // CUDA: times each kernel's launch configuration on its first launch
   // (runtime/cuda_autotune.h; pointwise kernels are also built at other block
   // sizes, from `kernels`, the ones compile() was given, read during the call
-  // only), the trials written to <trace_dir>autotune.txt when trace_dir is
-  // not ""; the CPU has nothing to tune.
+  // only; empty: no other builds), the trials written to
+  // <trace_dir>autotune.txt when trace_dir is not ""; the CPU has nothing to tune.
   virtual void enable_autotune(std::string trace_dir,
                                const std::vector<const ir::Kernel*>& kernels) {}
 };
