@@ -11,14 +11,20 @@ the compiled backward, whose forward and backward CUDA graphs record; dropout of
 ops are not recorded; rel err compares the first step's loss with eager's).
 
     python bench/modes.py [--models gpt2-1x32,resnet50-64] [--modes default,reduce-overhead]
-                          [--impls eager,torchlite,torch] [--torch-max-autotune] [--in-process]
+                          [--impls eager,torchlite,torch] [--in-process] [--budget-s 300]
+                          [--torch-max-autotune-s 240] [--step-budget-s 3]
+
+Rows run cheapest first: eager and torchlite for every model, then torch.compile's default
+and reduce-overhead, then torch.compile's max-autotune (it benchmarks Triton configurations
+for minutes per model). With --budget-s, rows not started within it print "skipped
+(budget)". torch.compile's max-autotune always runs in its own process, stopped after
+--torch-max-autotune-s (0: skipped), where its compile time is printed and its step is
+timed once (a short timing budget). A markdown summary of every row follows the table.
 
 Each row runs in a fresh process (cold compile, memory counted from zero: compiled models'
 caches are released lazily, so rows sharing a process see each other's leftovers);
---in-process runs them all in this one (faster, memory columns then approximate).
-
-torch.compile's max-autotune benchmarks Triton configurations for minutes per model, so it
-runs only with --torch-max-autotune.
+--in-process runs them all in this one (faster: models are built once and copied per row;
+memory columns then approximate).
 """
 
 import argparse
@@ -40,26 +46,34 @@ MODES = ["default", "reduce-overhead", "max-autotune"]
 def gpt2(batch: int, tokens: int):
     import transformers
 
+    torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
     model = model.to("cuda", torch.bfloat16)
     ids = torch.randint(0, 50257, (batch, tokens), device="cuda")
 
-    def step(fn):
-        return fn(ids, use_cache=False).logits
+    def stepper(model):
+        def step(fn):
+            return fn(ids, use_cache=False).logits
 
-    return model, step
+        return step
+
+    return model, stepper
 
 
 def resnet50(batch: int):
     import timm
 
+    torch.manual_seed(0)
     model = timm.create_model("resnet50", pretrained=False).eval().to("cuda", torch.bfloat16)
     x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=torch.bfloat16)
 
-    def step(fn):
-        return fn(x)
+    def stepper(model):
+        def step(fn):
+            return fn(x)
 
-    return model, step
+        return step
+
+    return model, stepper
 
 
 def bert_train(batch: int, tokens: int):
@@ -69,19 +83,26 @@ def bert_train(batch: int, tokens: int):
     model = transformers.BertForMaskedLM(transformers.BertConfig()).to("cuda", torch.bfloat16)
     model.eval()  # NOTE: dropout off; gradients flow as in train mode (no batch norm)
     ids = torch.randint(0, 30522, (batch, tokens), device="cuda")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
-    def step(fn):
-        # NOTE: torch.compile's CUDA graphs need the step marked in training (else its outputs
-        # of the last step are overwritten while still in use); a no-op for the others.
-        torch.compiler.cudagraph_mark_step_begin()
-        loss = fn(input_ids=ids, labels=ids).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss.detach()
+    def stepper(model):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
-    return model, step
+        def step(fn):
+            # NOTE: torch.compile's CUDA graphs need the step marked in training (else its
+            # outputs of the last step are overwritten while still in use); a no-op otherwise.
+            torch.compiler.cudagraph_mark_step_begin()
+            loss = fn(input_ids=ids, labels=ids).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            # NOTE: a copy: torch.compile's CUDA graphs overwrite the loss at the next step,
+            # and the first step's loss is compared with eager's after three steps (it raised
+            # "accessing tensor output of CUDAGraphs that has been overwritten").
+            return loss.detach().clone()
+
+        return step
+
+    return model, stepper
 
 
 TRAINING = {"bert-train-8x128"}
@@ -93,6 +114,18 @@ MODELS = {
     "resnet50-64": lambda: resnet50(64),
     "bert-train-8x128": lambda: bert_train(8, 128),
 }
+
+_BUILT: dict = {}  # --in-process: each model built once (random init is seconds), copied per row
+
+
+def build(name: str):
+    """A fresh copy of the model and its step maker (the same weights on every call)."""
+    import copy
+
+    if name not in _BUILT:
+        _BUILT[name] = MODELS[name]()
+    model, stepper = _BUILT[name]
+    return copy.deepcopy(model), stepper
 
 
 def step_ms(step, fn, budget_s: float = 3.0) -> float:
@@ -146,17 +179,19 @@ def reset() -> None:
     torch.cuda.empty_cache()
 
 
-def run_one(name: str, impl: str, mode: str) -> dict:
+def run_one(name: str, impl: str, mode: str, budget_s: float = 3.0) -> dict:
     # NOTE: memory is counted above what earlier rows left (a compiled function's caches go
     # lazily), so rows compare what each one adds.
+    reset()
     base, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
-    model, step = MODELS[name]()
+    model, stepper = build(name)
+    step = stepper(model)
     training = name in TRAINING
     with torch.no_grad() if not training else contextlib.nullcontext():
         if training:
-            eager_model, eager_step = MODELS[name]()  # the same seed: the same weights
-            expected = eager_step(eager_model).float()
-            del eager_model, eager_step
+            eager_model, eager_stepper = build(name)  # the same weights
+            expected = eager_stepper(eager_model)(eager_model).float()
+            del eager_model, eager_stepper
         else:
             expected = step(model).float()
         fn = make(impl, mode, model)
@@ -169,12 +204,12 @@ def run_one(name: str, impl: str, mode: str) -> dict:
         err = ((out.float() - expected).norm() / expected.norm().clamp_min(1e-6)).item()
         del out, outs, expected
         torch.cuda.reset_peak_memory_stats()
-        ms = step_ms(step, fn)
-        ms_single = single_step_ms(step, fn)
+        ms = step_ms(step, fn, budget_s)
+        ms_single = single_step_ms(step, fn, 20 if budget_s >= 1 else 5)
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
         reserved = (torch.cuda.max_memory_reserved() - base_reserved) / 2**20
     counters = torchlite.counters() if impl == "torchlite" else {}
-    del fn, model
+    del fn, model, step
     reset()
     return {
         "ms": ms,
@@ -187,12 +222,12 @@ def run_one(name: str, impl: str, mode: str) -> dict:
     }
 
 
-def row_in_subprocess(name: str, impl: str, mode: str) -> dict:
+def row_in_subprocess(name: str, impl: str, mode: str, budget_s: float, timeout: float) -> dict:
     out = subprocess.run(
-        [sys.executable, __file__, "--row", name, impl, mode],
+        [sys.executable, __file__, "--row", name, impl, mode, str(budget_s)],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
         check=False,
     )
     if out.returncode != 0:
@@ -200,48 +235,112 @@ def row_in_subprocess(name: str, impl: str, mode: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def plan(models, modes, impls) -> list:
+    """Rows, cheapest first: eager and torchlite of every model, then torch.compile's default
+    and reduce-overhead, then its max-autotune (minutes a model)."""
+    first = [
+        (name, impl, "-" if impl == "eager" else mode)
+        for name in models
+        for impl in impls
+        if impl != "torch"
+        for mode in (modes if impl != "eager" else modes[:1])
+    ]
+    torch_rows = [(n, "torch", m) for n in models for m in modes if m != "max-autotune"]
+    torch_rows += [(n, "torch", m) for n in models for m in modes if m == "max-autotune"]
+    return first + (torch_rows if "torch" in impls else [])
+
+
+def markdown(models, modes, results) -> str:
+    """One line per model and mode: step ms (compile s) of each, peak MB, torchlite/torch."""
+    lines = [
+        (
+            "| model | mode | eager ms | torchlite ms (compile s) | torch.compile ms (compile s) "
+            "| tl / tc | peak MB eager / tl / tc |"
+        ),
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(r, key="ms"):
+        if r is None:
+            return "—"
+        if "note" in r:
+            return r["note"] if key == "ms" else "—"
+        return f"{r[key]:.3f} ({r['compile_s']:.1f} s)" if key == "ms" else f"{r[key]:.0f}"
+
+    for name in models:
+        eager = results.get((name, "eager", "-"))
+        for mode in modes:
+            tl, tc = results.get((name, "torchlite", mode)), results.get((name, "torch", mode))
+            ratio = (
+                f"{tl['ms'] / tc['ms']:.2f}x"
+                if tl and tc and "ms" in tl and "ms" in tc and tc["ms"] > 0
+                else "—"
+            )
+            peaks = " / ".join(cell(r, "peak_mb") for r in (eager, tl, tc))
+            e = f"{eager['ms']:.3f}" if eager and "ms" in eager else "—"
+            lines.append(f"| {name} | {mode} | {e} | {cell(tl)} | {cell(tc)} | {ratio} | {peaks} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--row":
-        print(json.dumps(run_one(*sys.argv[2:])))
+    if len(sys.argv) == 6 and sys.argv[1] == "--row":
+        print(json.dumps(run_one(*sys.argv[2:5], float(sys.argv[5]))))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--impls", default="eager,torchlite,torch")
-    parser.add_argument("--torch-max-autotune", action="store_true")
     parser.add_argument("--in-process", action="store_true")
+    parser.add_argument("--budget-s", type=float, default=0, help="0: no limit")
+    parser.add_argument("--torch-max-autotune-s", type=float, default=600)
+    parser.add_argument("--step-budget-s", type=float, default=3.0)
     args = parser.parse_args()
+    models, modes = args.models.split(","), args.modes.split(",")
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
     header = (
-        f"{'model':<12} {'mode':<16} {'impl':<10} {'step ms':>9} {'1-step ms':>10} {'peak MB':>9} "
-        f"{'reserved MB':>12} {'compile s':>10} {'rel err':>8} {'replays':>8}"
+        f"{'model':<16} {'mode':<16} {'impl':<10} {'step ms':>9} {'1-step ms':>10} "
+        f"{'peak MB':>9} {'reserved MB':>12} {'compile s':>10} {'rel err':>8} {'replays':>8}"
     )
     print(header)
-    for name in args.models.split(","):
-        eager_done = False
-        for mode in args.modes.split(","):
-            for impl in args.impls.split(","):
-                if impl == "eager" and eager_done:
-                    continue
-                row = f"{name:<12} {mode if impl != 'eager' else '-':<16} {impl:<10}"
-                if impl == "torch" and mode == "max-autotune" and not args.torch_max_autotune:
-                    print(f"{row} skipped (minutes to compile; --torch-max-autotune)", flush=True)
-                    continue
-                torchlite.reset_counters()
+    began = time.perf_counter()
+    results = {}
+    for name, impl, mode in plan(models, modes, args.impls.split(",")):
+        row = f"{name:<16} {mode:<16} {impl:<10}"
+        left = args.budget_s - (time.perf_counter() - began) if args.budget_s else 1e9
+        torch_max = impl == "torch" and mode == "max-autotune"
+        if left <= 0 or (torch_max and min(left, args.torch_max_autotune_s) < 30):
+            results[(name, impl, mode)] = {"note": "skipped (budget)"}
+            print(f"{row} skipped (budget)", flush=True)
+            continue
+        torchlite.reset_counters()
+        try:
+            if torch_max:
+                # NOTE: its own process, to stop it; timed once (its compile is the story)
+                timeout = min(left, args.torch_max_autotune_s)
                 try:
-                    run = run_one if args.in_process else row_in_subprocess
-                    r = run(name, impl, mode)
-                except Exception as e:  # noqa: BLE001 (a failing row must not hide the others)
-                    print(f"{row} FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
-                    reset()
+                    r = row_in_subprocess(name, impl, mode, 0.5, timeout)
+                except subprocess.TimeoutExpired:
+                    results[(name, impl, mode)] = {"note": f"compile > {timeout:.0f} s"}
+                    print(f"{row} stopped: compile took more than {timeout:.0f} s", flush=True)
                     continue
-                eager_done |= impl == "eager"
-                print(
-                    f"{row} {r['ms']:9.3f} {r['ms_single']:10.3f} {r['peak_mb']:9.0f} "
-                    f"{r['reserved_mb']:12.0f} "
-                    f"{r['compile_s']:10.2f} {r['rel_err']:8.4f} {r['replays']:8d}",
-                    flush=True,
-                )
+            elif args.in_process:
+                r = run_one(name, impl, mode, args.step_budget_s)
+            else:
+                r = row_in_subprocess(name, impl, mode, args.step_budget_s, 900)
+        except Exception as e:  # noqa: BLE001 (a failing row must not hide the others)
+            results[(name, impl, mode)] = {"note": "failed"}
+            print(f"{row} FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            reset()
+            continue
+        results[(name, impl, mode)] = r
+        print(
+            f"{row} {r['ms']:9.3f} {r['ms_single']:10.3f} {r['peak_mb']:9.0f} "
+            f"{r['reserved_mb']:12.0f} "
+            f"{r['compile_s']:10.2f} {r['rel_err']:8.4f} {r['replays']:8d}",
+            flush=True,
+        )
+    print(f"\n# {time.perf_counter() - began:.0f} s\n")
+    print(markdown(models, modes, results))
 
 
 if __name__ == "__main__":

@@ -30,8 +30,11 @@ cache_size_limit: int = _env["cache_size_limit"]
 # mode="reduce-overhead"), and how often one graph may record before it runs without.
 cuda_graphs: bool = _env["cuda_graphs"]
 cuda_graphs_limit: int = _env["cuda_graphs_limit"]
-# Time grid sizes of generated pointwise CUDA kernels, cached on disk (TORCHLITE_AUTOTUNE).
+# Time launch configurations (grids; pointwise block sizes) of generated CUDA kernels, cached
+# on disk (TORCHLITE_AUTOTUNE).
 autotune: bool = _env["autotune"]
+# Under autotune, also try pointwise kernels' block sizes (TORCHLITE_AUTOTUNE_BLOCKS).
+autotune_blocks: bool = _env["autotune_blocks"]
 # False: CPU graphs run op by op through torch, as in a build without LLVM (TORCHLITE_CPU_KERNELS).
 cpu_kernels: bool = _env["cpu_kernels"]
 

@@ -342,8 +342,10 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
   trace.note("kernels: " + std::to_string(n_kernels) + " built in " + ms_text(ms_since(t0)) +
              " (code generation, compile or disk cache, link)");
   if (ctx.settings.autotune && kernels->device().cuda) {
-    kernels->enable_autotune(ctx.trace_dir);
-    trace.note("autotune: pointwise kernels' grids timed on the first run (autotune.txt)");
+    kernels->enable_autotune(ctx.trace_dir, ctx.settings.autotune_blocks);
+    trace.note(
+        "autotune: kernels' launches (grids; pointwise block sizes) timed on the first run "
+        "(autotune.txt)");
   }
   ex.executable = runtime::Executable::kernels(std::move(kernels));
   use_cuda_graphs(ex, ctx, trace);

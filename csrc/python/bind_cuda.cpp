@@ -56,8 +56,10 @@ void bind_cuda(py::module_& m) {
       "`options`; raises ValueError with NVRTC's log and the numbered source on an error.");
   m.def(
       "cuda_kernel_sources",
-      [](const std::shared_ptr<ir::Graph>& g, const std::string& arch, bool compile) {
+      [](const std::shared_ptr<ir::Graph>& g, const std::string& arch, bool compile,
+         int pointwise_block) {
         codegen::cuda::Target target = target_of(arch);
+        if (pointwise_block > 0) target.pointwise_block = pointwise_block;
         passes::Partition p = passes::partition_graph(*g);
         std::vector<codegen::cuda::CudaKernel> kernels;
         for (const auto& k : p.kernels)
@@ -80,8 +82,10 @@ void bind_cuda(py::module_& m) {
         return out;
       },
       py::arg("graph"), py::arg("arch") = "compute_90", py::arg("compile") = true,
+      py::arg("pointwise_block") = 0,
       "Lowers and fuses a captured graph and emits CUDA C for each kernel: a list of\n"
-      "(name, source, ptx or None, launch dict), NVRTC-compiled for `arch` when `compile`.");
+      "(name, source, ptx or None, launch dict), NVRTC-compiled for `arch` when `compile`;\n"
+      "pointwise kernels `pointwise_block` threads a block when > 0 (max-autotune's builds).");
 }
 
 }  // namespace tl::python

@@ -60,6 +60,21 @@ void bind_cuda_runtime(py::module_& m) {
       "The autotune grid choice (runtime/cuda_autotune.h) with `time_us(grid)` as the timer "
       "(tests time nothing): (grid, read from the disk cache, report).");
   m.def(
+      "_autotune_choose_launch",
+      [](const std::string& key, const std::string& gpu, const std::vector<py::tuple>& variants,
+         py::function time_us) {
+        std::vector<runtime::LaunchVariant> vs;
+        for (const py::tuple& v : variants)
+          vs.push_back({v[0].cast<std::string>(), v[1].cast<unsigned>(), v[2].cast<unsigned>()});
+        runtime::LaunchChoice c = runtime::choose_launch(
+            key, gpu, vs, [&](size_t v, unsigned grid) { return time_us(v, grid).cast<double>(); });
+        return py::make_tuple(c.variant, c.grid, c.cached, c.report);
+      },
+      py::arg("key"), py::arg("gpu"), py::arg("variants"), py::arg("time_us"),
+      "The autotune choice over several builds of a kernel (runtime/cuda_autotune.h): "
+      "`variants` a list of (label, default grid, max grid), `time_us(variant, grid)` the "
+      "timer: (variant, grid, read from the disk cache, report).");
+  m.def(
       "cuda_driver_available",
       [] {
         std::string why;

@@ -400,8 +400,12 @@ bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, RunSta
   return rs.kernels->launch(static_cast<size_t>(s.kernel), bufs, s.outer, s.red);
 }
 
-void CompiledGraph::enable_autotune(std::string trace_dir) {
-  if (device_.cuda && backend_) backend_->enable_autotune(std::move(trace_dir));
+void CompiledGraph::enable_autotune(std::string trace_dir, bool blocks) {
+  if (!device_.cuda || !backend_) return;
+  std::vector<const ir::Kernel*> kernels;  // none: no other builds
+  if (blocks)
+    for (auto& fk : partition_.kernels) kernels.push_back(&fk.kernel);
+  backend_->enable_autotune(std::move(trace_dir), kernels);
 }
 
 void CompiledGraph::enable_cuda_graphs(std::shared_ptr<CudaGraphPool> pool, int limit,

@@ -60,9 +60,11 @@ class CompiledGraph {
                           int64_t copy_inputs_from = -1);
   const CudaGraphs* cuda_graphs() const { return cuda_graphs_.get(); }
   CudaGraphs* cuda_graphs() { return cuda_graphs_.get(); }
-  // Chooses the grid of each pointwise CUDA kernel on the first run (runtime/cuda_autotune.h);
+  // Chooses the launch configuration (grid; block size of pointwise kernels) of each CUDA
+  // kernel on the first run (runtime/cuda_autotune.h);
   // the trials go to <trace_dir>autotune.txt when trace_dir is not "".
-  void enable_autotune(std::string trace_dir);
+  // `blocks`: pointwise kernels are also built at other block sizes.
+  void enable_autotune(std::string trace_dir, bool blocks);
   const ir::Graph& graph() const { return *graph_; }
   const ir::Schedule& partition() const { return partition_; }
   const KernelDevice& device() const { return device_; }

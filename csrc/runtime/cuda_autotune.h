@@ -7,8 +7,11 @@
 // kernel on its real buffers (pointwise kernels only write fresh outputs, so a launch can be
 // repeated), cached in the disk cache (runtime/disk_cache.h) under the kernel's body, its
 // default grid and the GPU, so another process reads the choice instead of timing again.
+// Pointwise kernels are also built at other block sizes (a constant of their text); the
+// choice is then a (build, grid) pair (choose_launch).
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace tl::runtime {
 
@@ -16,6 +19,21 @@ struct GridChoice {
   unsigned grid = 0;
   bool cached = false;  // read from the disk cache, no timing
   std::string report;   // one line for the trace: the trials and their times
+};
+
+// One build of a kernel to try (pointwise kernels are also built at other block sizes, a
+// compile-time constant of their text): its name in the report ("block 128"; "" for a kernel
+// with one build), the code generator's grid for it and the most blocks worth trying.
+struct LaunchVariant {
+  std::string label;
+  unsigned grid = 1, max_grid = 1;
+};
+
+struct LaunchChoice {
+  size_t variant = 0;  // index into the variants
+  unsigned grid = 0;
+  bool cached = false;
+  std::string report;
 };
 
 // `key`: the kernel body's hash (LoadedKernel::tune_key); `gpu`: the device's name and SM
@@ -27,6 +45,15 @@ struct GridChoice {
 // PythonError or tl::Error (the caller then keeps the default grid).
 GridChoice choose_grid(const std::string& key, const std::string& gpu, unsigned default_grid,
                        unsigned max_grid, const std::function<double(unsigned)>& time_us);
+
+// choose_grid over several builds of one kernel: every variant's grids (its grid / 8 to its
+// grid * 4, capped at its max_grid) are timed by `time_us(variant, grid)`; the first variant
+// at its own grid is the default, timed first and again last, kept unless another launch is
+// at least 3% faster than its faster time. Cached under the key, the variants (labels and
+// grids) and the GPU. `variants` not empty. choose_grid is its one-variant case.
+LaunchChoice choose_launch(const std::string& key, const std::string& gpu,
+                           const std::vector<LaunchVariant>& variants,
+                           const std::function<double(size_t, unsigned)>& time_us);
 
 // A timer for choose_grid: `launch(grid)` launches the kernel once on torch's current stream;
 // the time is the best of 3 runs of 10 back-to-back launches, measured with CUDA events.

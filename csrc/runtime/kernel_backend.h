@@ -41,10 +41,13 @@ class KernelBackend {
   virtual void compile(const std::vector<const ir::Kernel*>& kernels) = 0;
   // One run's launches go through the KernelRun; it lives until the run ends.
   virtual std::unique_ptr<KernelRun> start_run() = 0;
-  // CUDA: times each pointwise kernel's grid on its first launch
-  // (runtime/cuda_autotune.h), the trials written to <trace_dir>autotune.txt
-  // when trace_dir is not ""; the CPU has nothing to tune.
-  virtual void enable_autotune(std::string trace_dir) {}
+  // CUDA: times each kernel's launch configuration on its first launch
+  // (runtime/cuda_autotune.h; pointwise kernels are also built at other block
+  // sizes, from `kernels`, the ones compile() was given, read during the call
+  // only; empty: no other builds), the trials written to
+  // <trace_dir>autotune.txt when trace_dir is not ""; the CPU has nothing to tune.
+  virtual void enable_autotune(std::string trace_dir,
+                               const std::vector<const ir::Kernel*>& kernels) {}
 };
 
 // Throws tl::Error (NotImplemented) for CPU kernels in a build without LLVM.

@@ -15,6 +15,9 @@ namespace tl::codegen::cuda {
 struct Target {
   int sm_major = 9, sm_minor = 0;  // compute capability
   int multiprocessors = 132;       // bounds grid sizes of grid-stride loops
+  // Threads a block of pointwise kernels (a compile-time constant of their text); max-autotune
+  // builds each pointwise kernel at a few block sizes and launches the fastest.
+  int pointwise_block = 256;
 };
 
 struct CudaKernel {

@@ -490,7 +490,7 @@ CudaKernel Writer::run() {
   choose_index_type();
   os_ << prelude() << "\n";
   if (k_.reduction_axes == 0) {
-    block_ = 256;
+    block_ = target_.pointwise_block;
     int width = 1;
     bool vector = vector_width(&width);
     int widest = 1;

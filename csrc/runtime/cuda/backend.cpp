@@ -29,11 +29,15 @@ class CudaBackend : public KernelBackend {
 
   std::unique_ptr<KernelRun> start_run() override { return std::make_unique<Run>(*this); }
 
-  void enable_autotune(std::string trace_dir) override {
+  void enable_autotune(std::string trace_dir,
+                       const std::vector<const ir::Kernel*>& kernels) override {
     autotune_ = true;
     grids_.assign(loaded_.size(), 0);
+    chosen_.assign(loaded_.size(), 0);
     tuned_.assign(loaded_.size(), 0);
+    variants_.assign(loaded_.size(), {});
     tune_trace_dir_ = std::move(trace_dir);
+    build_block_variants(kernels);
     try {
       PyRef name = PyRef::steal(
           PyObject_CallFunction(import_attr("torch.cuda", "get_device_name").get(), "i", device_));
@@ -67,16 +71,13 @@ class CudaBackend : public KernelBackend {
           if (PyErr_Occurred()) return false;
           context_.emplace(b_.device_);
         }
-        void* fn = k.vector_fn;
-        for (int p : k.aligned_params)
-          if (reinterpret_cast<uintptr_t>(bufs[p]) % 16 != 0) fn = nullptr;
         args_.resize(bufs.size());
         for (size_t i = 0; i < bufs.size(); ++i) args_[i] = &bufs[i];
-        if (b_.autotune_ && !b_.tuned_[idx])
-          b_.tune_grid(idx, outer, fn ? fn : k.fn, stream_, args_.data(), bufs);
-        unsigned grid = b_.autotune_ && b_.grids_[idx] ? b_.grids_[idx] : k.grid;
-        cuda::launch(fn ? fn : k.fn, grid, k.block, k.shared_bytes, stream_, args_.data(), k.name,
-                     k.dependent_launch);
+        if (b_.autotune_ && !b_.tuned_[idx]) b_.tune(idx, outer, stream_, args_.data(), bufs);
+        const LoadedKernel& l = b_.autotune_ ? b_.build(idx, b_.chosen_[idx]) : k;
+        unsigned grid = b_.autotune_ && b_.grids_[idx] ? b_.grids_[idx] : l.grid;
+        cuda::launch(entry(l, bufs), grid, l.block, l.shared_bytes, stream_, args_.data(), l.name,
+                     l.dependent_launch);
       } catch (const Error& e) {
         set_python_error(e);  // reported like a failing torch op, naming the kernel's node
         return false;
@@ -91,13 +92,51 @@ class CudaBackend : public KernelBackend {
     std::vector<void*> args_;
   };
 
+  // The vector entry where every packed pointer is 16-byte aligned, else the scalar one.
+  static void* entry(const LoadedKernel& k, const std::vector<char*>& bufs) {
+    if (!k.vector_fn) return k.fn;
+    for (int p : k.aligned_params)
+      if (reinterpret_cast<uintptr_t>(bufs[p]) % 16 != 0) return k.fn;
+    return k.vector_fn;
+  }
+
+  // Build `v` of kernel `idx`: 0 the code generator's, else variants_[idx][v - 1].
+  const LoadedKernel& build(size_t idx, size_t v) const {
+    return v == 0 ? loaded_[idx] : variants_[idx][v - 1];
+  }
+
+  // Pointwise kernels again at other block sizes (their text holds the block size), compiled
+  // together on the compile pool (disk cache first). A failure leaves the one build.
+  void build_block_variants(const std::vector<const ir::Kernel*>& kernels) {
+    std::vector<const ir::Kernel*> pointwise;
+    std::vector<size_t> index;
+    for (size_t i = 0; i < kernels.size() && i < loaded_.size(); ++i)
+      if (pointwise_[i] && loaded_[i].grid > 0 && !loaded_[i].tune_key.empty()) {
+        pointwise.push_back(kernels[i]);
+        index.push_back(i);
+      }
+    if (pointwise.empty()) return;
+    for (int block : kPointwiseBlocks) {
+      std::vector<LoadedKernel> built;
+      try {
+        built = compile_block_variants(pointwise, device_, block);
+      } catch (const Error& e) {
+        note_tuning("block " + std::to_string(block) + " builds failed: " + e.what());
+        continue;
+      }
+      for (size_t j = 0; j < built.size() && j < index.size(); ++j)
+        if (built[j].block != loaded_[index[j]].block)
+          variants_[index[j]].push_back(std::move(built[j]));
+    }
+  }
+
   // Every generated kernel is a grid-stride loop (points, rows or tiles), so any grid is
   // correct; trial launches change nothing as long as the kernel writes only buffers it does not
   // read (fresh outputs: a kernel storing into its own input, passes/store_in_place.h, is not
   // tried). Reductions only try fewer blocks (more rows a block) than the code generator's one
-  // a row or tile. A failure keeps the code generator's grid.
-  void tune_grid(size_t idx, int64_t outer, void* fn, void* stream, void** args,
-                 const std::vector<char*>& bufs) {
+  // a row or tile; pointwise kernels also try their other builds' block sizes. A failure keeps
+  // the code generator's launch.
+  void tune(size_t idx, int64_t outer, void* stream, void** args, const std::vector<char*>& bufs) {
     tuned_[idx] = 1;
     const LoadedKernel& k = loaded_[idx];
     if (k.tune_key.empty()) return;
@@ -108,14 +147,24 @@ class CudaBackend : public KernelBackend {
         note_tuning(line + "not tuned (writes a buffer it reads)");
         return;
       }
-    const int64_t full = (outer + k.block - 1) / k.block;  // one point a thread
-    const unsigned max_grid =
-        pointwise_[idx] ? static_cast<unsigned>(std::clamp<int64_t>(full, 1, 1 << 30)) : k.grid;
+    std::vector<LaunchVariant> variants;
+    for (size_t v = 0; v <= variants_[idx].size(); ++v) {
+      const LoadedKernel& b = build(idx, v);
+      const int64_t full = (outer + b.block - 1) / b.block;  // one point a thread
+      const unsigned max_grid =
+          pointwise_[idx] ? static_cast<unsigned>(std::clamp<int64_t>(full, 1, 1 << 30)) : b.grid;
+      std::string label = variants_[idx].empty() ? "" : "block " + std::to_string(b.block);
+      variants.push_back({label, b.grid, max_grid});
+    }
     try {
-      GridChoice c = choose_grid(
-          k.tune_key, gpu_name_, k.grid, max_grid, launch_timer([&](unsigned g) {
-            cuda::launch(fn, g, k.block, k.shared_bytes, stream, args, k.name, k.dependent_launch);
-          }));
+      LaunchChoice c = choose_launch(k.tune_key, gpu_name_, variants, [&](size_t v, unsigned g) {
+        const LoadedKernel& b = build(idx, v);
+        void* fn = entry(b, bufs);
+        return launch_timer([&](unsigned grid) {
+          cuda::launch(fn, grid, b.block, b.shared_bytes, stream, args, b.name, b.dependent_launch);
+        })(g);
+      });
+      chosen_[idx] = c.variant;
       grids_[idx] = c.grid;
       line += c.report;
     } catch (const PythonError&) {
@@ -139,9 +188,15 @@ class CudaBackend : public KernelBackend {
   std::vector<char> pointwise_;   // per kernel: no reduction axes
   std::vector<size_t> n_inputs_;  // per kernel: its first n buffers are inputs
   PyRef get_stream_;
-  // autotune: per kernel, the grid chosen (0: the code generator's), and whether it was tried.
+  // Block sizes pointwise kernels are also built at under autotune (the code generator's is
+  // 256: Target::pointwise_block).
+  static constexpr int kPointwiseBlocks[] = {128, 512};
+  // autotune: per kernel, the build and grid chosen (0: the code generator's), its other
+  // builds, and whether it was tried.
   bool autotune_ = false;
   std::vector<unsigned> grids_;
+  std::vector<size_t> chosen_;
+  std::vector<std::vector<LoadedKernel>> variants_;
   std::vector<char> tuned_;
   std::string tune_trace_dir_, tune_report_, gpu_name_;
 };

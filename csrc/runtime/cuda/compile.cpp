@@ -1,5 +1,6 @@
 #include "runtime/cuda/compile.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -200,11 +201,12 @@ LoadedKernel link(Job& job, int device, const std::string& arch, const DiskCache
   return k;
 }
 
-std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device) {
+std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device, int pointwise_block = 0) {
   std::string why;
   if (!driver_available(&why)) TL_THROW(Unsupported) << why;
   unload_dead_modules();
   codegen::cuda::Target t = target_for(device);
+  if (pointwise_block > 0) t.pointwise_block = pointwise_block;
   std::string arch = "sm_" + std::to_string(t.sm_major) + std::to_string(t.sm_minor);
   NvrtcVersion v = nvrtc_version();  // throws the "NVRTC was not found" message
   std::string version = "nvrtc " + std::to_string(v.major) + "." + std::to_string(v.minor);
@@ -238,9 +240,9 @@ std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device) {
   std::vector<LoadedKernel> out;
   for (auto& job : jobs) {
     out.push_back(link(job, device, arch, cache));
-    if (job.disk_hit || job.shared) counters().cache_hits++;
+    if (pointwise_block == 0 && (job.disk_hit || job.shared)) counters().cache_hits++;
   }
-  counters().kernels += static_cast<int64_t>(jobs.size());
+  if (pointwise_block == 0) counters().kernels += static_cast<int64_t>(jobs.size());
   return out;
 }
 }  // namespace
@@ -259,6 +261,13 @@ std::vector<LoadedKernel> compile_kernels(const std::vector<const ir::Kernel*>& 
   std::vector<Job> jobs(kernels.size());
   for (size_t i = 0; i < kernels.size(); ++i) jobs[i].kernel = kernels[i];
   return run_jobs(jobs, device);
+}
+
+std::vector<LoadedKernel> compile_block_variants(const std::vector<const ir::Kernel*>& kernels,
+                                                 int device, int pointwise_block) {
+  std::vector<Job> jobs(kernels.size());
+  for (size_t i = 0; i < kernels.size(); ++i) jobs[i].kernel = kernels[i];
+  return run_jobs(jobs, device, std::max(1, pointwise_block));
 }
 
 std::vector<LoadedKernel> load_kernels(const std::vector<codegen::cuda::CudaKernel>& specs,

@@ -37,6 +37,11 @@ codegen::cuda::Target target_for(int device);
 std::vector<LoadedKernel> compile_kernels(const std::vector<const ir::Kernel*>& kernels,
                                           int device);
 
+// The same with pointwise kernels `pointwise_block` threads a block (Target::pointwise_block):
+// max-autotune's other launch configurations. Not counted in counters().kernels.
+std::vector<LoadedKernel> compile_block_variants(const std::vector<const ir::Kernel*>& kernels,
+                                                 int device, int pointwise_block);
+
 // The same from CUDA C already written (tests, hand-written kernels).
 std::vector<LoadedKernel> load_kernels(const std::vector<codegen::cuda::CudaKernel>& specs,
                                        int device);

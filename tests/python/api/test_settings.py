@@ -32,6 +32,7 @@ OTHER = {
     "cuda_graphs": True,
     "cuda_graphs_limit": 3,
     "autotune": True,
+    "autotune_blocks": False,
     "cpu_kernels": False,
 }
 ENV_TEXT = {False: "0", True: "1", 3: "3"}

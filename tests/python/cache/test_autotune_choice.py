@@ -31,7 +31,8 @@ def test_the_fastest_grid_is_kept_and_cached(cache):
         "kernel-a", "gpu", 264, 100000, _timer({528: 80.0, 1056: 90.0}, tried)
     )
     assert (grid, cached) == (528, False)
-    assert sorted(tried) == [33, 66, 132, 264, 528, 1056]
+    assert sorted(tried) == [33, 66, 132, 264, 264, 528, 1056]  # the default first and last
+    assert tried[0] == tried[-1] == 264
     assert "-> grid 528" in report
     again = []
     grid, cached, report = _C._autotune_choose_grid(
@@ -72,3 +73,81 @@ def test_another_process_reads_the_choice_without_timing(cache):
     env = dict(os.environ, TORCHLITE_CACHE_DIR=str(cache))
     out = run_python(script, env)
     assert out.strip().splitlines()[-1] == "(66, True)"
+
+
+# Pointwise kernels are built at several block sizes under max-autotune: each build's grids
+# are timed and the fastest (build, grid) pair kept, cached like the grid alone.
+BUILDS = [("block 256", 264, 4000), ("block 128", 528, 8000), ("block 512", 132, 2000)]
+
+
+def _launch_timer(times, tried):
+    def time_us(variant, grid):
+        tried.append((variant, grid))
+        return times.get((variant, grid), 100.0)
+
+    return time_us
+
+
+def test_every_build_is_timed_and_the_fastest_launch_cached(cache):
+    tried = []
+    variant, grid, cached, report = _C._autotune_choose_launch(
+        "pw-a", "gpu", BUILDS, _launch_timer({(1, 1056): 70.0, (2, 132): 80.0}, tried)
+    )
+    assert (variant, grid, cached) == (1, 1056, False)
+    assert {v for v, _ in tried} == {0, 1, 2}
+    assert tried[0] == (0, 264)  # the default first: the others are measured against it
+    assert sorted(g for v, g in tried if v == 2) == [16, 33, 66, 132, 264, 528]
+    assert "-> block 128 grid 1056" in report
+    again = []
+    out = _C._autotune_choose_launch("pw-a", "gpu", BUILDS, _launch_timer({}, again))
+    assert out[:3] == (1, 1056, True) and again == []
+    assert "block 128 grid 1056 (disk cache)" in out[3]
+
+
+def test_another_build_needs_a_clear_gain_too(cache):
+    variant, grid, _, _ = _C._autotune_choose_launch(
+        "pw-b", "gpu", BUILDS, _launch_timer({(2, 264): 98.0}, [])
+    )
+    assert (variant, grid) == (0, 264)
+
+
+def test_other_builds_or_gpus_are_separate_choices(cache):
+    _C._autotune_choose_launch("pw-c", "gpu", BUILDS, _launch_timer({(1, 528): 10.0}, []))
+    for gpu, builds in (("gpu-2", BUILDS), ("gpu", BUILDS[:2]), ("gpu", [BUILDS[0]])):
+        tried = []
+        _C._autotune_choose_launch("pw-c", gpu, builds, _launch_timer({}, tried))
+        assert tried, (gpu, builds)
+
+
+def test_one_build_is_the_grid_choice(cache):
+    # NOTE: reductions have one build: their choice is the grid-only one, cached alike
+    _C._autotune_choose_grid("red-d", "gpu", 4096, 4096, _timer({1024: 10.0}, []))
+    out = _C._autotune_choose_launch("red-d", "gpu", [("", 4096, 4096)], _launch_timer({}, []))
+    assert out[:3] == (0, 1024, True)
+
+
+def test_another_process_reads_the_launch_without_timing(cache):
+    _C._autotune_choose_launch("pw-e", "gpu", BUILDS, _launch_timer({(2, 66): 10.0}, []))
+    script = (
+        "from torchlite import _C\n"
+        "def never(variant, grid): raise AssertionError('timed again')\n"
+        f"print(_C._autotune_choose_launch('pw-e', 'gpu', {BUILDS!r}, never)[:3])\n"
+    )
+    env = dict(os.environ, TORCHLITE_CACHE_DIR=str(cache))
+    out = run_python(script, env)
+    assert out.strip().splitlines()[-1] == "(2, 66, True)"
+
+
+def test_a_default_timed_faster_at_the_end_is_kept(cache):
+    # NOTE: a GPU clocking up during the trials: every timing faster than the one before. The
+    # last candidates beat the default's first time by more than the margin, not its second.
+    calls = []
+
+    def drifting(variant, grid):
+        calls.append((variant, grid))
+        return 100.0 - 1.5 * len(calls)
+
+    variant, grid, _, report = _C._autotune_choose_launch("pw-f", "gpu", BUILDS, drifting)
+    assert (variant, grid) == (0, 264), report
+    assert calls[0] == calls[-1] == (0, 264) and len(calls) == 19
+    assert "block 256 grid 264 again:" in report

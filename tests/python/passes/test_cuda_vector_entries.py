@@ -206,3 +206,22 @@ def test_other_rows_have_no_register_cap(cols):
     assert launch["block"] != 128 or cols <= 1024
     assert launch["vector_fallback_name"] == ""
     assert "," not in _bounds(source, name + "_v")
+
+
+@pytest.mark.parametrize("block", [128, 512])
+def test_pointwise_kernels_build_at_other_block_sizes(block):
+    # NOTE: max-autotune builds pointwise kernels at other block sizes (a constant of their
+    # text: the launch bounds and the grid-stride step) and times each build's grids.
+    def f(x, y):
+        return (x * y + 1).sigmoid()
+
+    torchlite.reset()
+    x, y = torch.randn(1 << 16), torch.randn(1 << 16)
+    with torch.no_grad():
+        (graph,) = torchlite.explain(f)(x, y).graphs
+    ((_, default, _, launch),) = _C.cuda_kernel_sources(graph, "compute_90", False)
+    ((_, source, _, other),) = _C.cuda_kernel_sources(graph, "compute_90", False, block)
+    assert launch["block"] == 256 and other["block"] == block
+    assert f"__launch_bounds__({block})" in source and "__launch_bounds__(256)" in default
+    assert other["grid"] == -(-launch["grid"] * 256 // block)  # the same points a thread
+    assert f"blockIdx.x * {block} + threadIdx.x" in source
