@@ -33,6 +33,7 @@ OTHER = {
     "cuda_graphs_limit": 3,
     "autotune": True,
     "cpu_kernels": False,
+    "pad_matmuls": False,
 }
 ENV_TEXT = {False: "0", True: "1", 3: "3"}
 
