@@ -60,7 +60,15 @@ def _outputs(res):
     return list(res) if isinstance(res, tuple) else [res]
 
 
-def _check_training(fn, make, options, device="cpu", dtype=torch.float32, **tol):
+def _close(got, expect, rel):
+    if rel is None:
+        torch.testing.assert_close(got, expect)
+    else:  # NOTE: half precision: the padded and unpadded cuBLAS kernels round differently
+        scale = expect.float().abs().max().item()
+        torch.testing.assert_close(got.float(), expect.float(), rtol=rel, atol=rel * scale)
+
+
+def _check_training(fn, make, options, device="cpu", dtype=torch.float32, rel=None):
     torch.manual_seed(0)
     args = [a.to(device, dtype) for a in make()]
     eager_args = [a.clone().requires_grad_() for a in args]
@@ -70,13 +78,13 @@ def _check_training(fn, make, options, device="cpu", dtype=torch.float32, **tol)
     got = _outputs(torchlite.compile(fn, options=options)(*comp_args))
     assert compiled_backward_used(got[0])
     for e, g in zip(expect, got, strict=True):
-        torch.testing.assert_close(g, e, **tol)
+        _close(g, e, rel)
         assert g.stride() == e.stride()  # NOTE: outputs are copied back into eager's layout
     seeds = [torch.randn_like(e) for e in expect]
     torch.autograd.backward(expect, seeds)
     torch.autograd.backward(got, seeds)
     for e, g in zip(eager_args, comp_args, strict=True):
-        torch.testing.assert_close(g.grad, e.grad, **tol)
+        _close(g.grad, e.grad, rel)
     return got
 
 
@@ -150,12 +158,11 @@ def test_cuda_vocabulary_head_is_padded_by_default_and_matches_eager():
     torchlite.reset_counters()
     _check_training(
         head,
-        lambda: [torch.randn(4, 256, 512), torch.randn(10007, 512) * 0.05],
+        lambda: [torch.randn(8, 256, 768), torch.randn(10007, 768) * 0.05],
         {},
         device="cuda",
         dtype=torch.bfloat16,
-        rtol=2e-2,
-        atol=2e-2,
+        rel=3e-2,
     )
     assert torchlite.counters()["matmuls_padded"] == 3  # forward, grad of x, grad of w
 
@@ -170,7 +177,6 @@ def test_cuda_small_product_is_not_padded():
         {},
         device="cuda",
         dtype=torch.bfloat16,
-        rtol=2e-2,
-        atol=2e-2,
+        rel=3e-2,
     )
     assert torchlite.counters()["matmuls_padded"] == 0
