@@ -99,6 +99,21 @@ std::vector<int64_t> dense_order(const ir::TensorMeta& m) {
   return order;
 }
 
+// Which sizes of a matrix are a contiguous width cuBLAS reads (its columns'
+// for a row-major one, its rows' for a transposed one, both for any other
+// layout: the padding copies those dense).
+struct Widths {
+  bool rows = false, cols = false;
+};
+
+Widths widths_of(const ir::TensorMeta& m) {
+  const bool row_major = m.strides[1] == 1 || m.sizes[1] == 1;
+  const bool col_major = m.strides[0] == 1 || m.sizes[0] == 1;
+  if (row_major && !col_major) return {false, true};
+  if (col_major && !row_major) return {true, false};
+  return {true, true};
+}
+
 // The product's operands in torch's argument order.
 struct Product {
   Node* node = nullptr;
@@ -308,7 +323,12 @@ int pad_unaligned_matmuls(ir::Graph& g, std::optional<bool> setting) {
     if (elem == 0 || p.a->meta->dtype.get() != meta.dtype.get() ||
         p.b->meta->dtype.get() != meta.dtype.get())
       continue;
-    const int64_t mp = aligned(p.m), kp = aligned(p.k), np = aligned(p.n);
+    // NOTE: a size matters where it is the contiguous width of an operand or of the (row-major)
+    // result: M only for a transposed `a` (the backward's grad_w = g.t() @ x).
+    const Widths wa = widths_of(*p.a->meta), wb = widths_of(*p.b->meta);
+    const bool pad_m = wa.rows, pad_k = wa.cols || wb.rows;
+    const int64_t mp = pad_m ? aligned(p.m) : p.m, kp = pad_k ? aligned(p.k) : p.k;
+    const int64_t np = aligned(p.n);
     if (mp == p.m && kp == p.k && np == p.n) continue;
     Examples changed;
     std::vector<Node*> restore;

@@ -2,7 +2,9 @@
 // Matrix products whose sizes are not multiples of 8 elements (a vocabulary
 // of 50257 words) send cuBLAS to its align-1 kernels, 3-5x slower in half
 // precision. This pass zero-pads the operands of torch.mm / torch.addmm up to
-// multiples of 8 (as inductor's pad_mm does) and narrows the product back:
+// multiples of 8 (as inductor's pad_mm does) where a size is a contiguous
+// width (an operand's rows or columns as laid out, or the result's row) and
+// narrows the product back:
 // the values are eager's (the padded products meet only zeros). Training's
 // joint trace records every linear and its gradients as these two ops, so the
 // forward and backward halves both get it.

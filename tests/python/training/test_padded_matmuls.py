@@ -115,15 +115,28 @@ def _padded_shapes(dump):
 def test_forced_padding_pads_forward_and_both_gradients(tmp_path, monkeypatch):
     fn, make = CASES["lm_head"]
     dumps = _pass_dumps(tmp_path, monkeypatch, fn, make, {"pad_matmuls": True})
-    # forward: x (10 rows) and the head's weight (37 rows, padded through the transpose)
-    assert _padded_shapes(dumps["forward"]) == ["f32[16,16]", "f32[40,16]"], dumps["forward"]
+    # forward: only the head's weight (37 rows, padded through the transpose): x's 10 rows are
+    # no contiguous width of a row-major operand
+    assert _padded_shapes(dumps["forward"]) == ["f32[40,16]"], dumps["forward"]
     assert "narrow" in dumps["forward"]
-    # backward: the logits' gradient padded once for both products (K of grad_x, M of grad_w),
-    # x for grad_w's K and the weight for grad_x's N
-    assert _padded_shapes(dumps["backward"]) == ["f32[16,16]", "f32[16,40]", "f32[40,16]"], dumps[
-        "backward"
-    ]
+    # backward: the logits' gradient padded once for both products (K of grad_x; M of grad_w,
+    # whose `a` is its transpose) and the weight for grad_x's K
+    assert _padded_shapes(dumps["backward"]) == ["f32[10,40]", "f32[40,16]"], dumps["backward"]
     assert torchlite.counters()["matmuls_padded"] == 3
+
+
+@needs_cpu_kernels
+def test_unaligned_row_count_alone_is_left_alone(tmp_path, monkeypatch):
+    # 10 rows of a row-major x are no width cuBLAS aligns: nothing to pad, forward or backward
+    dumps = _pass_dumps(
+        tmp_path,
+        monkeypatch,
+        _odd_inner,
+        lambda: [torch.randn(10, 16), torch.randn(16, 24)],
+        {"pad_matmuls": True},
+    )
+    assert "constant_pad_nd" not in dumps["forward"] + dumps["backward"]
+    assert torchlite.counters()["matmuls_padded"] == 0
 
 
 @needs_cpu_kernels
