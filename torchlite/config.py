@@ -37,6 +37,9 @@ autotune: bool = _env["autotune"]
 autotune_blocks: bool = _env["autotune_blocks"]
 # False: CPU graphs run op by op through torch, as in a build without LLVM (TORCHLITE_CPU_KERNELS).
 cpu_kernels: bool = _env["cpu_kernels"]
+# None: half-precision CUDA matrix products with sizes not a multiple of 8 run on zero-padded
+# operands where that is cheaper (TORCHLITE_PAD_MATMULS); True: every such product; False: never.
+pad_matmuls: bool | None = _env["pad_matmuls"]
 
 # --- process scope ---------------------------------------------------------------------------
 # TORCHLITE_TRACE=1: dump graphs (after every pass), guards, lowered IR, kernels to debug_dir.

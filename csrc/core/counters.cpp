@@ -19,6 +19,7 @@ std::vector<std::pair<std::string, int64_t>> Counters::snapshot() const {
           {"batch_norms_folded", batch_norms_folded.load()},
           {"channels_last_convs", channels_last_convs.load()},
           {"conv_biases_split", conv_biases_split.load()},
+          {"matmuls_padded", matmuls_padded.load()},
           {"cuda_graph_recordings", cuda_graph_recordings.load()},
           {"cuda_graph_replays", cuda_graph_replays.load()},
           {"autotune_trials", autotune_trials.load()},
@@ -29,8 +30,8 @@ std::vector<std::pair<std::string, int64_t>> Counters::snapshot() const {
 void Counters::reset() {
   for (auto* c : {&frames, &graphs, &graph_breaks, &recompiles, &cache_hits, &kernels,
                   &eager_fallbacks, &capture_ns, &batch_norms_folded, &channels_last_convs,
-                  &conv_biases_split, &cuda_graph_recordings, &cuda_graph_replays, &autotune_trials,
-                  &autotune_cached, &size_instances})
+                  &conv_biases_split, &matmuls_padded, &cuda_graph_recordings, &cuda_graph_replays,
+                  &autotune_trials, &autotune_cached, &size_instances})
     c->store(0);
 }
 

@@ -52,6 +52,13 @@ const std::vector<SettingSpec> kSpecs = {
     {"cpu_kernels", &S::cpu_kernels, kCompile, "TORCHLITE_CPU_KERNELS", "on",
      "Off: graphs on the CPU run op by op through torch, as in a build without LLVM (the GPU "
      "machine's CPU path; for tests of that path on an LLVM build)."},
+    {"pad_matmuls", &S::pad_matmuls, kCompile, "TORCHLITE_PAD_MATMULS",
+     "on for CUDA f16/bf16 where cheaper",
+     "None: matrix products (mm, addmm: every linear of a training step, forward and backward) "
+     "whose sizes are not multiples of 8 are computed on zero-padded operands and narrowed back "
+     "on CUDA in float16/bfloat16 where a cost model says the padding pays (cuBLAS's align-1 "
+     "kernels are 3-5x slower); True: every such floating product on any device; False: never "
+     "(half-precision inference linears included)."},
     {"trace", &S::trace, kProcess, "TORCHLITE_TRACE", "off",
      "Dump graphs (after every pass), guards, lowered IR, kernels and timings to debug_dir."},
     {"debug_dir", &S::debug_dir, kProcess, "TORCHLITE_DEBUG_DIR", "`./torchlite_debug`",

@@ -24,11 +24,12 @@ struct Settings {
   bool compiled_backward = true;
   bool recompute_in_backward = true;
   int64_t cache_size_limit = 8;
-  bool cuda_graphs = false;       // mode="reduce-overhead" / "max-autotune" turn it on
-  int64_t cuda_graphs_limit = 8;  // recordings of one graph before it runs without
-  bool autotune = false;          // mode="max-autotune" / "max-autotune-no-cudagraphs"
-  bool autotune_blocks = true;    // autotune also tries pointwise kernels' block sizes
-  bool cpu_kernels = true;        // off: CPU graphs run op by op, as in a build without LLVM
+  bool cuda_graphs = false;         // mode="reduce-overhead" / "max-autotune" turn it on
+  int64_t cuda_graphs_limit = 8;    // recordings of one graph before it runs without
+  bool autotune = false;            // mode="max-autotune" / "max-autotune-no-cudagraphs"
+  bool autotune_blocks = true;      // autotune also tries pointwise kernels' block sizes
+  bool cpu_kernels = true;          // off: CPU graphs run op by op, as in a build without LLVM
+  std::optional<bool> pad_matmuls;  // nullopt: CUDA f16/bf16 products where padding pays
   // Process scope: the runtime reads them (torchlite.config or the environment only).
   bool trace = false;
   std::string debug_dir = "./torchlite_debug";

@@ -9,6 +9,7 @@
 #include "passes/cuda_layouts.h"
 #include "passes/fold_batch_norm.h"
 #include "passes/functionalize.h"
+#include "passes/pad_matmuls.h"
 #include "passes/partition.h"
 #include "passes/split_reductions.h"
 #include "pipeline/pass_registry.h"
@@ -34,10 +35,20 @@ std::vector<Pass> builtin_passes() {
          passes::share_attention_masks(g);
        }},
       {"torchlite.pad_linears",
-       {},
+       {"pad_matmuls"},
        kCuda,
-       nullptr,
+       [](const Settings& s) { return s.pad_matmuls != false; },
        [](G& g, St&) { passes::pad_unaligned_linears(g); }},
+      {"torchlite.pad_matmuls",
+       {"pad_matmuls"},
+       kAnyDevice,
+       nullptr,
+       [](G& g, St& st) {
+         // NOTE: the padding is sized for this graph's sizes; a size-generic graph has none.
+         if (!st.ctx.runtime_sizes)
+           counters().matmuls_padded +=
+               passes::pad_unaligned_matmuls(g, st.ctx.settings.pad_matmuls);
+       }},
       {"torchlite.fold_batch_norm",
        {"fold_batch_norm"},
        kAnyDevice,

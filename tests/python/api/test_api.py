@@ -272,6 +272,7 @@ def test_counters_have_the_documented_keys():
         "batch_norms_folded",
         "channels_last_convs",
         "conv_biases_split",
+        "matmuls_padded",
         "cuda_graph_recordings",
         "cuda_graph_replays",
         "autotune_trials",

@@ -34,6 +34,7 @@ OTHER = {
     "autotune": True,
     "autotune_blocks": False,
     "cpu_kernels": False,
+    "pad_matmuls": False,
 }
 ENV_TEXT = {False: "0", True: "1", 3: "3"}
 
