@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+import os
 import subprocess
 import sys
 
@@ -341,16 +342,25 @@ def model_tolerance(expected) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_python(script: str, env: dict, timeout: float = 120) -> str:
-    """Runs `script` with this interpreter in a fresh process under `env`; asserts exit code 0
-    (the failure shows the end of its stderr) and returns its stdout."""
+def run_python_process(
+    script: str, env: dict, timeout: float = 120, args=(), umask: int | None = None
+) -> subprocess.CompletedProcess:
+    """Runs `script` with this interpreter in a fresh process under `env` (argv: `args`; umask
+    set in the child when given); asserts exit code 0 (the failure shows the end of its
+    stderr) and returns the finished process (text stdout and stderr)."""
     out = subprocess.run(
-        [sys.executable, "-c", script],
+        [sys.executable, "-c", script, *map(str, args)],
         env=env,
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
+        preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
+    return out
+
+
+def run_python(script: str, env: dict, timeout: float = 120) -> str:
+    """`run_python_process`'s stdout."""
+    return run_python_process(script, env, timeout).stdout

@@ -6,10 +6,10 @@ import os
 import pwd
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_python_process
 
 from torchlite import _C
 
@@ -37,17 +37,7 @@ def run_child(env: dict, code: str = CHILD, args=(2.0, 64), timeout=120, umask=N
     (parsed last stdout line, stderr). Fails the test on a non-zero exit or a timeout."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("TORCHLITE_")}
     full.update(env, PYTHONPATH=str(ROOT))
-    pre = (lambda: os.umask(umask)) if umask is not None else None
-    r = subprocess.run(
-        [sys.executable, "-c", code, *map(str, args)],
-        check=False,
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        preexec_fn=pre,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = run_python_process(code, full, timeout, args=args, umask=umask)
     return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
 
 

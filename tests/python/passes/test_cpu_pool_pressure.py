@@ -5,14 +5,12 @@ idle blocks."""
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
 import torch
-from helpers import assert_same
+from helpers import assert_same, run_python
 
 import torchlite
 from torchlite import _C
@@ -133,16 +131,8 @@ LIMITED = textwrap.dedent(
 
 def test_pool_under_an_address_space_limit_keeps_little_and_retries_failed_allocations():
     env = dict(os.environ, MALLOC_ARENA_MAX="1", OMP_NUM_THREADS="1")
-    r = subprocess.run(
-        [sys.executable, "-c", LIMITED],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    keep, retry = (json.loads(line) for line in r.stdout.strip().splitlines()[-2:])
+    out = run_python(LIMITED, env, timeout=300)
+    keep, retry = (json.loads(line) for line in out.strip().splitlines()[-2:])
     # keep: the second block was freed on return instead of kept (the pool would have held
     # more than the room left).
     assert keep["refused"] >= 1, keep
