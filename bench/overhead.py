@@ -4,10 +4,13 @@ One process, CPU, under two minutes:
   (a) a two-op function on an 8-element tensor and (b) a four-input function (b2: under
       no_grad(), b3: writing an argument in place): the median per-call time of many timed
       batches after warmup, i.e. the cost of the compiled-call path;
+  (d) a tiny pre-norm transformer block (layer norms, linears, SDPA, GELU, residuals) under
+      no_grad, where host time dominates: per-call time of eager, torchlite and torch.compile
+      (inductor, default mode) on --device (on CUDA each batch of calls ends in a synchronize);
   (c) the first call of resnet18 (timm; a local ResNet-18 when timm cannot be imported):
       capture (+ one forward) from a cold cache, torchlite.reset() / torch._dynamo.reset() before.
 
-    python bench/overhead.py [--samples 200] [--inner 50]
+    python bench/overhead.py [--samples 200] [--inner 50] [--device cpu|cuda] [--only-block]
 """
 
 import argparse
@@ -40,7 +43,26 @@ def four_inputs_no_grad(a, b, c, d):
         return (a + b) * c - d
 
 
-def per_call_us(fn, args, samples: int, inner: int, budget_s: float = 2.0) -> float:
+class TinyBlock(nn.Module):
+    """A pre-norm transformer block at sizes where each op takes about as long to call as to
+    compute: 6 extern ops (4 linears, SDPA, the output projection) with fused kernels between."""
+
+    def __init__(self, d=64, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+def per_call_us(fn, args, samples: int, inner: int, budget_s: float = 2.0, sync=None) -> float:
     """Median over timed batches of `inner` calls, in microseconds per call.
 
     NOTE: batches, not single calls, so the timer's own cost is negligible; fewer batches
@@ -57,6 +79,8 @@ def per_call_us(fn, args, samples: int, inner: int, budget_s: float = 2.0) -> fl
         start = time.perf_counter_ns()
         for _ in range(inner):
             fn(*args)
+        if sync:
+            sync()
         times.append((time.perf_counter_ns() - start) / inner)
     return statistics.median(times) / 1e3
 
@@ -134,11 +158,30 @@ def row(name, unit, eager, tl, tc):
     print(f"{name:34} {unit:8} {e} {tl:12.2f} {tc:14.2f} {ratio(tl)} {ratio(tc)}  {tc / tl:8.2f}x")
 
 
+def block_case(a) -> None:
+    """(d): the tiny block at two sizes, compiled outputs checked against eager first."""
+    sync = torch.cuda.synchronize if a.device == "cuda" else None
+    for batch, seq in ((1, 16), (4, 64)):
+        model = TinyBlock().to(a.device).eval()
+        x = torch.randn(batch, seq, 64, device=a.device)
+        with torch.no_grad():
+            torchlite.reset()
+            torch._dynamo.reset()
+            fns = [model, torchlite.compile(model), torch.compile(model)]
+            want = model(x)
+            for f in fns[1:]:
+                torch.testing.assert_close(f(x), want, rtol=1e-4, atol=1e-4)
+            us = [per_call_us(f, (x,), a.samples, a.inner, sync=sync) for f in fns]
+        row(f"(d) tiny block {batch}x{seq}x64, {a.device}", "us/call", *us)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--samples", type=int, default=200)
     p.add_argument("--inner", type=int, default=50)
     p.add_argument("--skip-model", action="store_true")
+    p.add_argument("--device", default="cpu", help="device of the block case (d)")
+    p.add_argument("--only-block", action="store_true", help="only the block case (d)")
     a = p.parse_args()
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
@@ -156,13 +199,14 @@ def main():
             tuple(torch.randn(8) for _ in range(4)),
         ),
     ]
-    for name, fn, args in cases:
+    for name, fn, args in [] if a.only_block else cases:
         eager = per_call_us(fn, args, a.samples, a.inner)
         tl = per_call_us(torchlite.compile(fn), args, a.samples, a.inner)
         torch._dynamo.reset()
         tc = per_call_us(torch.compile(fn, backend="eager"), args, a.samples, a.inner)
         row(name, "us/call", eager, tl, tc)
-    if a.skip_model:
+    block_case(a)
+    if a.skip_model or a.only_block:
         return
     model, label = resnet18()
     model.eval()

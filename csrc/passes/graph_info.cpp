@@ -85,8 +85,9 @@ bool is_barrier(const ir::Node& n) {
   static const char* kStateful[] = {"grad_enabled", "rand",    "bernoulli",    "normal",
                                     "multinomial",  "dropout", "seed",         "autocast",
                                     "poisson",      "uniform", "instance_norm"};
+  // NOTE: F.normalize is not a draw from a normal distribution (base names, not substrings).
   for (const char* s : kStateful)
-    if (full.find(s) != std::string::npos) return true;
+    if (full.find(s) != std::string::npos && base != "normalize") return true;
   return has_kwarg(n, "out") || truthy_kwarg(n, "inplace");
 }
 

@@ -1,6 +1,6 @@
 // Reduction rules. A reduction's body runs over its operand's shape (`space`)
 // and folds `reduce_dims`; fuse.cpp makes those the kernel's trailing axes.
-// softmax, log_softmax, logsumexp, layer_norm and rms_norm are one kernel each:
+// softmax, log_softmax, logsumexp, layer_norm, rms_norm and normalize are one kernel each:
 // two chained reductions (the second reads the first's result) plus a
 // pointwise tail over the full row (see the execution model in loop_ir.h).
 #include "passes/lower_reduction.h"
@@ -196,6 +196,31 @@ bool rms_norm(RuleCtx& c) {
   return affine(c, &r, c.arg(2, "weight"), nullptr, t) && c.finish(r);
 }
 
+// F.normalize(x, p=2, dim, eps): x / max(||x||_2 over dim, eps). Before, it ran as torch's
+// Python function: four torch ops (norm, clamp_min, expand_as, div), four launches (XCiT's
+// cross-covariance attention normalizes q and k in every block; CLIP and cosine attention too).
+bool normalize(RuleCtx& c) {
+  if (c.node.target_name != "torch.nn.functional.normalize") return false;
+  bool ok = true;
+  const ir::Arg* x = c.arg(0, "input");
+  auto p = c.number(c.arg(1, "p")).value_or(2.0);
+  const ir::Arg* dim_arg = c.arg(2, "dim");
+  auto dims = dim_arg ? c.ints(none_to_null(dim_arg)) : std::vector<int64_t>{1};
+  double eps = c.number(c.arg(3, "eps")).value_or(1e-12);
+  ok = !none_to_null(c.arg(4, "out"));
+  ScalarType t = compute_type(c.out_type());
+  if (!ok || p != 2.0 || !dims || dims->empty() || !ir::is_floating(t) || !setup(c, x, dims))
+    return false;
+  c.out.full_result = true;
+  int v = c.value(x, t);
+  int norm = c.unary(ExprOp::Sqrt, c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Mul, v, v)));
+  // NOTE: eager's norm and clamp_min return the input's type: a bf16/f16 norm is rounded
+  // before the division, as here.
+  if (c.out_type() != t) norm = c.cast(c.cast(norm, c.out_type()), t);
+  norm = c.binary(ExprOp::Maximum, norm, c.constant(eps, t));
+  return c.finish(c.binary(ExprOp::Div, v, norm));
+}
+
 // F.batch_norm in training mode without running statistics (nf-resnet's weight
 // standardization, `BatchNorm(track_running_stats=False)`): each channel normalized
 // over every other axis with its biased variance, as eager does.
@@ -252,6 +277,7 @@ void add_reduction_rules(RuleTable& t) {
   for (const char* n : {"amin", "min"}) t[n] = reduce<ExprOp::ReduceMin>;
   t["softmax"] = softmax<false>, t["log_softmax"] = softmax<true>, t["logsumexp"] = logsumexp;
   t["layer_norm"] = layer_norm, t["rms_norm"] = rms_norm, t["batch_norm"] = batch_norm;
+  t["normalize"] = normalize;
   add_statistics_rules(t);
   add_tuple_rules(t);
 }

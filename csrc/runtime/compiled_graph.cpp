@@ -235,8 +235,9 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedul
   // NOTE: without the mode-stack queries a mode could not be seen: allocate through torch.
   if (!torch_has_mode_stack_queries()) fast_empty_strided_ = PyRef();
   data_ptr_name_ = PyRef::steal(PyUnicode_InternFromString("data_ptr"));
+  stride_name_ = PyRef::steal(PyUnicode_InternFromString("stride"));
   alloc_kwnames_ = PyRef::steal(Py_BuildValue("(ss)", "dtype", "device"));
-  if (!data_ptr_name_ || !alloc_kwnames_) throw PythonError();
+  if (!data_ptr_name_ || !stride_name_ || !alloc_kwnames_) throw PythonError();
 }
 
 // The schedule's memory plan (ir::StepMemory) in slots: skipped steps, kernel
@@ -299,7 +300,10 @@ struct CompiledGraph::RunState {
 // inputs return channels-last while their meta says contiguous). Such a result
 // is copied into the predicted layout. Returns false with the Python error set.
 bool CompiledGraph::match_kernel_layout(const Step& s, PyRef& value) {
-  PyRef stride = PyRef::steal(PyObject_CallMethod(value.get(), "stride", nullptr));
+  // NOTE: by vectorcall with the interned name: no format string parsed, no name made per call.
+  PyObject* argv[2] = {nullptr, value.get()};
+  PyRef stride = PyRef::steal(PyObject_VectorcallMethod(
+      stride_name_.get(), argv + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
   if (!stride || !PyTuple_Check(stride.get())) return stride ? true : false;
   Py_ssize_t n = PyTuple_GET_SIZE(stride.get());
   if (n != static_cast<Py_ssize_t>(s.layout_strides.size())) return true;  // not a kernel layout
@@ -311,9 +315,9 @@ bool CompiledGraph::match_kernel_layout(const Step& s, PyRef& value) {
   if (PyErr_Occurred()) return false;
   if (same) return true;
   const Alloc& a = *s.kernel_layout;
-  PyObject* argv[5] = {nullptr, a.sizes.get(), a.strides.get(), a.dtype.get(), a.device.get()};
+  PyObject* args[5] = {nullptr, a.sizes.get(), a.strides.get(), a.dtype.get(), a.device.get()};
   PyRef copy = PyRef::steal(PyObject_Vectorcall(
-      empty_strided_.get(), argv + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, alloc_kwnames_.get()));
+      empty_strided_.get(), args + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, alloc_kwnames_.get()));
   if (!copy) return false;
   PyRef done = PyRef::steal(PyObject_CallMethod(copy.get(), "copy_", "O", value.get()));
   if (!done) return false;

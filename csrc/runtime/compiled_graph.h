@@ -89,7 +89,7 @@ class CompiledGraph {
   int failed_step_ = -1;
   int first_effect_ = -1;  // the first step with a visible effect; steps_.size() if none
   std::unique_ptr<KernelBackend> backend_;  // compiled the kernels, launches them
-  PyRef empty_strided_, data_ptr_name_, alloc_kwnames_;
+  PyRef empty_strided_, data_ptr_name_, stride_name_, alloc_kwnames_;
   PyRef fast_empty_strided_;  // private_empty_strided() in compiled_graph.cpp; may be null
   PyRef get_device_;          // torch._C._cuda_getDevice (fast_alloc on CUDA)
   std::unique_ptr<CudaGraphs> cuda_graphs_;
