@@ -21,6 +21,9 @@
 namespace tl::capture {
 namespace {
 
+// CO_FAST_CELL of co_localspluskinds (declared only in an internal CPython header).
+constexpr char kFastCell = 0x40;
+
 std::string utf8(PyObject* s) {
   const char* c = PyUnicode_AsUTF8(s);
   if (!c) throw PythonError();
@@ -419,13 +422,29 @@ std::vector<ValuePtr> frame_cells(const Tracer& tracer, PyCodeObject* code) {
   const char* kinds = PyBytes_AS_STRING(code->co_localspluskinds);
   const auto& locals = tracer.locals();
   for (int i = 0; i < code->co_nlocalsplus; ++i) {
-    if (!(kinds[i] & 0x40)) continue;  // CO_FAST_CELL
+    if (!(kinds[i] & kFastCell)) continue;
     const ValuePtr& c = i < static_cast<int>(locals.size()) ? locals[i] : nullptr;
     // NOTE: 3.12 inlines a comprehension whose variable a closure captures as a cell the
     // comprehension makes and drops: stopped inside it, the slot holds another value.
     if (!c || c->kind != VKind::Cell || c->source)
       graph_break("unsupported_value", "a cell variable in flux at a graph break");
     out.push_back(c);
+  }
+  return out;
+}
+
+// The plain locals the resume function takes, ascending: the bound ones that are not cells. A
+// cell (an argument one included) goes on as a cell of the bridge's closure (frame_cells,
+// ResidualBuilder::add_frame_cells).
+std::vector<int> passed_locals(const Tracer& tracer, PyCodeObject* code) {
+  std::vector<int> out;
+  const char* kinds = PyBytes_AS_STRING(code->co_localspluskinds);
+  const auto& locals = tracer.locals();
+  for (int i = 0; i < code->co_nlocals && i < static_cast<int>(locals.size()); ++i) {
+    if (!locals[i] || (kinds[i] & kFastCell)) continue;
+    if (locals[i]->kind == VKind::Cell)
+      graph_break("unsupported_value", "a cell object in a plain local at a graph break");
+    out.push_back(i);
   }
   return out;
 }
@@ -442,16 +461,15 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
   std::unordered_set<const Value*> iterators;
   // NOTE: the locals are passed first; an iterator over a list or dict one of them holds
   // iterates that very object (ResumeLocal), not a second copy of it.
+  // NOTE: a position counts the locals passed (passed_locals), never a slot skipped there: an
+  // argument that is a cell ahead of the list would shift every index after it.
+  const std::vector<int> passed = passed_locals(tracer, code);
+  const auto& locals = tracer.locals();
   std::unordered_map<const Value*, int> held_by_local;
-  {
-    const auto& locals = tracer.locals();
-    int position = 0;
-    for (int i = 0; i < code->co_nlocals && i < static_cast<int>(locals.size()); ++i) {
-      if (!locals[i]) continue;
-      if (locals[i]->kind == VKind::List || locals[i]->kind == VKind::Dict)
-        held_by_local.emplace(locals[i].get(), position);
-      ++position;
-    }
+  for (size_t position = 0; position < passed.size(); ++position) {
+    const ValuePtr& v = locals[passed[position]];
+    if (v->kind == VKind::List || v->kind == VKind::Dict)
+      held_by_local.emplace(v.get(), static_cast<int>(position));
   }
   for (const ValuePtr& v : tracer.stack()) {
     if (!v) {
@@ -488,11 +506,7 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
       plan.stack_values.push_back(resume_value(rb, v));
     }
   }
-  const auto& locals = tracer.locals();
-  for (int i = 0; i < code->co_nlocals && i < static_cast<int>(locals.size()); ++i) {
-    if (!locals[i]) continue;
-    // NOTE: an argument that is a cell goes on as one (ResidualBuilder::add_frame_cells).
-    if (locals[i]->kind == VKind::Cell) continue;
+  for (int i : passed) {
     plan.local_slots.push_back(i);
     plan.locals.push_back(resume_value(rb, locals[i]));
   }
