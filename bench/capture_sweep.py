@@ -208,18 +208,38 @@ def _build_timm(name: str):
     raise RuntimeError(f"no working input: {last}")
 
 
-def _tiny_config(model_type: str):
-    from transformers import AutoConfig
-
-    base = AutoConfig.for_model(model_type)
-    keys = set(base.to_dict()) | set(getattr(base, "attribute_map", {}))
+def _tiny_keys(config) -> dict:
+    """The _TINY keys the config (or sub-config) class has, and a small vocabulary where its
+    special token ids allow one."""
+    keys = set(config.to_dict()) | set(getattr(config, "attribute_map", {}))
     cfg = {k: v for k, v in _TINY.items() if k in keys}
-    ids = [getattr(base, k, None) for k in ("pad_token_id", "bos_token_id", "eos_token_id")]
-    ids += [getattr(base, "decoder_start_token_id", None)]
+    ids = [getattr(config, k, None) for k in ("pad_token_id", "bos_token_id", "eos_token_id")]
+    ids += [getattr(config, "decoder_start_token_id", None)]
     if "vocab_size" in keys and all(i is None or (isinstance(i, int) and i < _VOCAB) for i in ids):
         cfg["vocab_size"] = _VOCAB
-    # NOTE: sub-configs (text_config, vision_config) are left at their defaults
-    return AutoConfig.for_model(model_type, **cfg)
+    return cfg
+
+
+def _tiny_config(model_type: str):
+    from transformers import AutoConfig, PretrainedConfig
+
+    base = AutoConfig.for_model(model_type)
+    cfg = _tiny_keys(base)
+    # NOTE: multimodal models nest their towers' configs (text_config, vision_config,
+    # audio_config, encoder/decoder): shrunk the same way, or they run at full size (minutes
+    # each on the CPU)
+    for name in getattr(base, "sub_configs", {}) or {}:
+        sub = getattr(base, name, None)
+        if isinstance(sub, PretrainedConfig):
+            d = sub.to_dict()
+            d.update(_tiny_keys(sub))
+            cfg[name] = d
+    try:
+        return AutoConfig.for_model(model_type, **cfg)
+    except Exception:  # noqa: BLE001  (a parent that checks its towers' sizes against its own)
+        return AutoConfig.for_model(
+            model_type, **{k: v for k, v in cfg.items() if not isinstance(v, dict)}
+        )
 
 
 def _build_transformers(kind: str, model_type: str):

@@ -216,6 +216,10 @@ std::optional<LoopBody> outline_loop(const BreakSite& site) {
     }
   }
   const LoopShape shape = analyze_loop(bc, loop, last, site.code->co_nlocals);
+  // NOTE: an argument that is a cell reaches the body as a free variable, never as a local
+  // it could hand back (3.12 saves and restores one around an inlined comprehension).
+  for (int x : shape.assigned)
+    if (rw.is_cell(x)) throw CannotResume("a loop that stores a cell variable as a local");
   loop.guarded = shape.outer_handler >= 0;
   const std::vector<bool>& member = shape.member;
   for (int x : shape.assigned)

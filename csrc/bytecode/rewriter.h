@@ -60,12 +60,30 @@ class Rewriter {
       : code_(code), bc_(decode(code)), asm_(lift(bc_)), spec_(spec_of(code)) {
     nlocals_ = code->co_nlocals;
     const char* kinds = PyBytes_AS_STRING(code->co_localspluskinds);
+    int nfree_original = 0;
     for (int i = 0; i < code->co_nlocalsplus; ++i) {
-      if (kinds[i] & kFastCell) throw CannotResume("the function has cell variables");
-      if (kinds[i] & kFastFree) ++nfree_;
+      if (kinds[i] & kFastCell) cells_.push_back(i);
+      if (kinds[i] & kFastFree) ++nfree_original;
     }
+    first_free_ = code->co_nlocalsplus - nfree_original;
+    // NOTE: the frame's cells become free variables of the generated code, ahead of its own
+    // free variables: the caller passes the cell objects in the closure, so functions made
+    // before the break (holding those cells) and the code after it share every later write.
+    nfree_ = static_cast<int>(cells_.size()) + nfree_original;
     PyRef names = checked(PyCode_GetVarnames(code));
     for (int i = 0; i < nlocals_; ++i) names_.push_back(utf8(PyTuple_GET_ITEM(names.get(), i)));
+    {
+      PyRef freevars = checked(PyTuple_New(nfree_));
+      int j = 0;
+      for (int s : cells_)
+        PyTuple_SET_ITEM(freevars.get(), j++,
+                         Py_NewRef(PyTuple_GET_ITEM(code->co_localsplusnames, s)));
+      for (int s = first_free_; s < code->co_nlocalsplus; ++s)
+        PyTuple_SET_ITEM(freevars.get(), j++,
+                         Py_NewRef(PyTuple_GET_ITEM(code->co_localsplusnames, s)));
+      spec_.freevars = freevars;
+      spec_.cellvars = checked(PyTuple_New(0));
+    }
     // A resume function's own arguments are locals of the code built from
     // it: new names get a prefix no original local has.
     for (int level = 0;; ++level) {
@@ -94,7 +112,8 @@ class Rewriter {
     old_to_new_.assign(nlocals_, -1);
     varnames_.clear();
     for (int s : passed) {
-      TL_CHECK(s >= 0 && s < nlocals_) << "passed local " << s << " is not a plain local";
+      TL_CHECK(s >= 0 && s < nlocals_ && !is_cell(s))
+          << "passed local " << s << " is not a plain local";
       is_passed[s] = true;
       old_to_new_[s] = static_cast<int>(varnames_.size());
       varnames_.push_back(names_[s]);
@@ -102,7 +121,7 @@ class Rewriter {
     argcount_ = static_cast<int>(varnames_.size() + extra_params.size());
     for (auto& n : extra_params) varnames_.push_back(n);
     for (int s = 0; s < nlocals_; ++s) {
-      if (is_passed[s]) continue;
+      if (is_passed[s] || is_cell(s)) continue;  // NOTE: an argument that is a cell is free
       old_to_new_[s] = static_cast<int>(varnames_.size());
       varnames_.push_back(names_[s]);
     }
@@ -115,6 +134,10 @@ class Rewriter {
     TL_CHECK(false) << "no local " << name;
   }
   int slot_of_original(int s) const { return old_to_new_.at(s); }
+  // True for a slot of the original code that is a cell (an argument one included).
+  bool is_cell(int s) const { return std::binary_search(cells_.begin(), cells_.end(), s); }
+  // The original code's cell slots, ascending: the first free variables of generated code.
+  const std::vector<int>& cells() const { return cells_; }
 
   // The prologue (free variables, RESUME, the value stack from arguments),
   // then the original instructions with renumbered locals.
@@ -204,7 +227,7 @@ class Rewriter {
       }
       // NOTE: 3.13 loads a cell or free variable for a closure with LOAD_FAST.
       if (f & kLocal) in.arg = new_fast(in.arg);
-      if (f & kFree) in.arg = in.arg - nlocals_ + static_cast<int>(varnames_.size());
+      if (f & kFree) in.arg = new_fast(in.arg);
       out.push_back({in});
     }
     return out;
@@ -269,18 +292,24 @@ class Rewriter {
   Assembly asm_;
   CodeSpec spec_;
   int nlocals_ = 0;
-  int nfree_ = 0;
+  int nfree_ = 0;       // free variables of generated code: cells_, then the original's
+  int first_free_ = 0;  // the original's first free-variable slot
+  std::vector<int> cells_;
   int argcount_ = 0;
   std::string prefix_;
   std::vector<std::string> names_;
   std::vector<std::string> varnames_;
   std::vector<int> old_to_new_;
 
-  // A renumbered fast-locals slot: plain locals by the table, cells and free
-  // variables (after the plain locals) shifted with them.
+  // A renumbered fast-locals slot: plain locals by the table; cells, then free variables,
+  // after the plain locals.
   int new_fast(int s) const {
+    const int first = static_cast<int>(varnames_.size());
+    auto cell = std::lower_bound(cells_.begin(), cells_.end(), s);
+    if (cell != cells_.end() && *cell == s) return first + static_cast<int>(cell - cells_.begin());
     if (s < nlocals_) return old_to_new_.at(s);
-    return s - nlocals_ + static_cast<int>(varnames_.size());
+    TL_CHECK(s >= first_free_) << "slot " << s << " is neither a local, a cell nor free";
+    return first + static_cast<int>(cells_.size()) + (s - first_free_);
   }
 };
 

@@ -21,6 +21,9 @@
 namespace tl::capture {
 namespace {
 
+// CO_FAST_CELL of co_localspluskinds (declared only in an internal CPython header).
+constexpr char kFastCell = 0x40;
+
 std::string utf8(PyObject* s) {
   const char* c = PyUnicode_AsUTF8(s);
   if (!c) throw PythonError();
@@ -161,6 +164,10 @@ class ResidualBuilder {
         if (v->kind == VKind::Method)
           graph_break("unsupported_value", "returning a method from traced code");
         return build(lower_created_object(v));  // made by traced code (or a clean break)
+      case VKind::Function:
+        r.kind = ir::Residual::Kind::Function;
+        r.index = function_index(v);
+        return r;
       case VKind::Iterator:
         if (auto r_it = returned_iterator(v)) return *r_it;
         graph_break("unsupported_value", "returning a " + v->type_name() + " from traced code");
@@ -197,7 +204,94 @@ class ResidualBuilder {
 
   std::vector<ir::Arg> take_outputs() { return std::move(outputs_); }
 
+  // The frame's own cell variables at a break (Cell values, in slot order): the first cells of
+  // the closures, which the code after the break takes as its first free variables.
+  void add_frame_cells(const std::vector<ValuePtr>& cells) {
+    TL_CHECK(closures_.cells.empty()) << "frame cells after other cells";
+    for (const ValuePtr& c : cells) {
+      TL_CHECK(c && c->kind == VKind::Cell && !c->source) << "a frame's cell slot holds no cell";
+      made_cell(c);
+    }
+  }
+  ir::MadeClosures take_closures() { return std::move(closures_); }
+
  private:
+  // The cell `c` (a Cell value) as a function made by the trace refers to it.
+  ir::MadeClosures::CellRef cell_ref(const ValuePtr& c) {
+    using K = ir::MadeClosures::CellRef::Kind;
+    ir::MadeClosures::CellRef ref;
+    if (!c || c->kind != VKind::Cell)
+      graph_break("unsupported_value", "a function made in traced code with a malformed closure");
+    if (!c->source) {
+      ref.kind = K::Made;
+      ref.index = made_cell(c);
+      return ref;
+    }
+    if (c->source->kind == ir::SourceKind::Closure) {
+      ref.kind = K::FrameFree;
+      ref.index = c->source->index;
+      return ref;
+    }
+    // NOTE: a cell of a function the trace inlined: the source reads its contents.
+    if (c->source->kind == ir::SourceKind::Attr && c->source->name == "cell_contents") {
+      const ir::SourcePtr& cell = c->source->base;
+      if (cell->kind == ir::SourceKind::Held && cell->key && PyCell_Check(cell->key.get())) {
+        ref.kind = K::Object;
+        ref.object = cell->key;
+      } else {
+        ref.kind = K::Fetched;
+        ref.source = cell;
+      }
+      return ref;
+    }
+    graph_break("unsupported_value", "a function made in traced code closes over " +
+                                         c->source->str() + ", which cannot be passed on");
+  }
+
+  // The index of the cell made at run time for `c` (a Cell value made by the trace).
+  int made_cell(const ValuePtr& c) {
+    auto it = cell_index_.find(c.get());
+    if (it != cell_index_.end()) return it->second;
+    const int index = static_cast<int>(closures_.cells.size());
+    cell_index_.emplace(c.get(), index);
+    closures_.cells.emplace_back();
+    if (c->cell_contents) {
+      ir::Residual contents = build(c->cell_contents);  // NOTE: may add cells (no reference kept)
+      closures_.cells[index].bound = true;
+      closures_.cells[index].contents = std::move(contents);
+    }
+    return index;
+  }
+
+  // The index of the function made at run time for `v` (a Function value): one object however
+  // many places name it.
+  int function_index(const ValuePtr& v) {
+    auto it = function_index_.find(v.get());
+    if (it != function_index_.end()) return it->second;
+    const int index = static_cast<int>(closures_.functions.size());
+    function_index_.emplace(v.get(), index);
+    closures_.functions.emplace_back();
+    ir::MadeClosures::Function f;
+    f.code = v->obj;
+    f.globals = v->globals;
+    f.defaults.value = PyRef::borrow(Py_None);
+    f.kwdefaults.value = PyRef::borrow(Py_None);
+    if (!v->items.empty()) f.defaults = build(Value::tuple(v->items));
+    if (!v->kwdefaults.empty()) {
+      ir::Residual kw;
+      kw.kind = ir::Residual::Kind::Dict;
+      kw.keys = v->keys;
+      for (const ValuePtr& d : v->kwdefaults) kw.items.push_back(build(d));
+      f.kwdefaults = std::move(kw);
+    }
+    for (const ValuePtr& c : v->cells) f.closure.push_back(cell_ref(c));
+    closures_.functions[index] = std::move(f);
+    return index;
+  }
+
+  ir::MadeClosures closures_;
+  std::unordered_map<const Value*, int> cell_index_;
+  std::unordered_map<const Value*, int> function_index_;
   CaptureContext& ctx_;
   bool at_break_;
   std::unordered_set<const Value*> rebuilt_;
@@ -266,6 +360,7 @@ std::vector<ir::SideEffect> side_effects(CaptureContext& ctx, ResidualBuilder& r
     s.kind = e.kind;
     s.target = e.target;
     s.name = e.name;
+    s.key = e.key;
     s.value = rb.build(e.value);
     out.push_back(std::move(s));
   }
@@ -321,6 +416,39 @@ ir::Residual iterator_at_break(ResidualBuilder& rb, const ValuePtr& it,
   return rb.build(Value::tuple(std::move(*items)));
 }
 
+// The frame's cell variables where the trace stopped, in slot order.
+std::vector<ValuePtr> frame_cells(const Tracer& tracer, PyCodeObject* code) {
+  std::vector<ValuePtr> out;
+  const char* kinds = PyBytes_AS_STRING(code->co_localspluskinds);
+  const auto& locals = tracer.locals();
+  for (int i = 0; i < code->co_nlocalsplus; ++i) {
+    if (!(kinds[i] & kFastCell)) continue;
+    const ValuePtr& c = i < static_cast<int>(locals.size()) ? locals[i] : nullptr;
+    // NOTE: 3.12 inlines a comprehension whose variable a closure captures as a cell the
+    // comprehension makes and drops: stopped inside it, the slot holds another value.
+    if (!c || c->kind != VKind::Cell || c->source)
+      graph_break("unsupported_value", "a cell variable in flux at a graph break");
+    out.push_back(c);
+  }
+  return out;
+}
+
+// The plain locals the resume function takes, ascending: the bound ones that are not cells. A
+// cell (an argument one included) goes on as a cell of the bridge's closure (frame_cells,
+// ResidualBuilder::add_frame_cells).
+std::vector<int> passed_locals(const Tracer& tracer, PyCodeObject* code) {
+  std::vector<int> out;
+  const char* kinds = PyBytes_AS_STRING(code->co_localspluskinds);
+  const auto& locals = tracer.locals();
+  for (int i = 0; i < code->co_nlocals && i < static_cast<int>(locals.size()); ++i) {
+    if (!locals[i] || (kinds[i] & kFastCell)) continue;
+    if (locals[i]->kind == VKind::Cell)
+      graph_break("unsupported_value", "a cell object in a plain local at a graph break");
+    out.push_back(i);
+  }
+  return out;
+}
+
 // The state CPython needs at the instruction the tracer stopped at.
 // `route_step`: the break is at an optimizer's step (optimizer_step.h), which CPython calls as
 // torchlite's compiled step instead.
@@ -333,16 +461,15 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
   std::unordered_set<const Value*> iterators;
   // NOTE: the locals are passed first; an iterator over a list or dict one of them holds
   // iterates that very object (ResumeLocal), not a second copy of it.
+  // NOTE: a position counts the locals passed (passed_locals), never a slot skipped there: an
+  // argument that is a cell ahead of the list would shift every index after it.
+  const std::vector<int> passed = passed_locals(tracer, code);
+  const auto& locals = tracer.locals();
   std::unordered_map<const Value*, int> held_by_local;
-  {
-    const auto& locals = tracer.locals();
-    int position = 0;
-    for (int i = 0; i < code->co_nlocals && i < static_cast<int>(locals.size()); ++i) {
-      if (!locals[i]) continue;
-      if (locals[i]->kind == VKind::List || locals[i]->kind == VKind::Dict)
-        held_by_local.emplace(locals[i].get(), position);
-      ++position;
-    }
+  for (size_t position = 0; position < passed.size(); ++position) {
+    const ValuePtr& v = locals[passed[position]];
+    if (v->kind == VKind::List || v->kind == VKind::Dict)
+      held_by_local.emplace(v.get(), static_cast<int>(position));
   }
   for (const ValuePtr& v : tracer.stack()) {
     if (!v) {
@@ -379,11 +506,7 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
       plan.stack_values.push_back(resume_value(rb, v));
     }
   }
-  const auto& locals = tracer.locals();
-  for (int i = 0; i < code->co_nlocals && i < static_cast<int>(locals.size()); ++i) {
-    if (!locals[i]) continue;
-    if (locals[i]->kind == VKind::Cell)
-      graph_break("unsupported_value", "cell variable at a graph break");
+  for (int i : passed) {
     plan.local_slots.push_back(i);
     plan.locals.push_back(resume_value(rb, locals[i]));
   }
@@ -442,12 +565,16 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
                     "cleanup when it is freed)");
     ResidualBuilder rb(ctx, tracer.stopped());
     if (tracer.stopped()) {
+      std::vector<ValuePtr> cells_at_break = frame_cells(tracer, code);
+      rb.add_frame_cells(cells_at_break);
       out.side_effects = side_effects(ctx, rb);
       out.resume = resume_plan(ctx, rb, tracer, code, stop_at, region, route_step);
+      out.resume->frame_cells = static_cast<int>(cells_at_break.size());
     } else {
       out.result = rb.build(ret);
       out.side_effects = side_effects(ctx, rb);
     }
+    out.closures = rb.take_closures();
     ctx.graph().set_output(rb.take_outputs());
     ctx.drop_unused_inputs();
     ctx.graph().lint();

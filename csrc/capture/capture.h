@@ -39,6 +39,9 @@ struct ResumePlan {
   std::vector<int> local_slots;           // bound plain locals, ascending
   std::vector<ResumeValue> locals;        // one per local_slots entry
   bool grad_mode = true;                  // grad mode at the break, inside every with-block
+  // The frame's cell variables: the first `frame_cells` cells of CaptureResult::closures, passed
+  // on as the first cells of the bridge's closure.
+  int frame_cells = 0;
 };
 
 struct CaptureResult {
@@ -46,6 +49,7 @@ struct CaptureResult {
   guards::GuardSet guards;
   ir::Residual result;                       // the frame's return value (no graph break)
   std::vector<ir::SideEffect> side_effects;  // replayed after the graph, in order
+  ir::MadeClosures closures;                 // cells and functions the residuals above name
   std::vector<PyRef> example_inputs;         // real tensors, one per placeholder
   // Set: the trace stopped at a graph break. With `resume` also set, `graph`
   // and `side_effects` are what ran before it and `resume` says how CPython

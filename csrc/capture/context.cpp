@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <set>
+#include <string_view>
 #include <unordered_set>
 
 #include "capture/autocast.h"
@@ -781,7 +782,15 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
              (Py_TYPE(obj)->tp_flags & Py_TPFLAGS_HEAPTYPE) == 0 ||
              std::string(Py_TYPE(obj)->tp_name) == "functools.partial") {
     v = Value::constant(PyRef::borrow(obj), src);
-    if (src && guard) guards_.add_id_match(src, obj);
+    if (src && guard && guarded_by_code(obj, src)) {
+      // NOTE: made anew each time its definition runs (a closure made before a graph break
+      // reaches the code after it as a new object on every call): the code object is what
+      // stays; inline_function reads its defaults and cells through `src`.
+      guards_.add_type_match(src, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+      guards_.add_id_match(ir::Source::attr(src, "__code__"), PyFunction_GET_CODE(obj));
+    } else if (src && guard) {
+      guards_.add_id_match(src, obj);
+    }
   } else if (src) {
     v = Value::of_kind(VKind::Object);
     v->obj = PyRef::borrow(obj);
@@ -1275,6 +1284,27 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
   for (auto& a : args) returns_arg(a);
   for (auto& kv : kwargs) returns_arg(kv.second);
   return out;
+}
+
+bool guarded_by_code(PyObject* obj, const ir::SourcePtr& src) {
+  if (!src || !PyFunction_Check(obj)) return false;
+  // NOTE: a local, an item of containers a local holds, or a cell of such a function (a
+  // recursive local function is in its own closure); not an attribute of an object
+  const ir::Source* root = src.get();
+  while (root->base && (root->kind == ir::SourceKind::Item ||
+                        (root->kind == ir::SourceKind::Attr &&
+                         (root->name == "cell_contents" || root->name == "__closure__"))))
+    root = root->base.get();
+  if (root->kind != ir::SourceKind::Local && root->kind != ir::SourceKind::Closure) return false;
+  PyObject* q = PyFunction_GET_CODE(obj)
+                    ? reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(obj))->co_qualname
+                    : nullptr;
+  const char* c = q ? PyUnicode_AsUTF8(q) : nullptr;
+  if (!c) {
+    PyErr_Clear();
+    return false;
+  }
+  return std::string_view(c).find("<locals>") != std::string_view::npos;
 }
 
 }  // namespace tl::capture

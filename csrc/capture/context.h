@@ -34,6 +34,7 @@ struct PendingEffect {
   ir::SourcePtr target;
   std::string name;
   ValuePtr value;
+  PyRef key;  // BaseSetItem
 };
 
 class CaptureContext {
@@ -207,5 +208,12 @@ PyRef to_meta_arg(const ValuePtr& v, bool for_device_kwarg = false);
 ValuePtr lower_created_object(const ValuePtr& v);
 // True for immutable types whose values may be folded at trace time.
 bool is_immutable_constant(PyObject* obj);
+// True for a Python function defined inside another function (its qualname has "<locals>")
+// held by a frame local or free variable (`src` is one, or an item of a container it holds): one
+// object per run of the code that defines it (a closure made before a graph break reaches the
+// resume function anew on every call), so it is guarded by its code, and its defaults and closure
+// are read through `src`, never by identity. One held by a module or a global (a hook) is kept:
+// guarded by identity.
+bool guarded_by_code(PyObject* obj, const ir::SourcePtr& src);
 
 }  // namespace tl::capture

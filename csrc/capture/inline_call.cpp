@@ -90,20 +90,26 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
   }
   // Defaults.
   std::vector<ValuePtr> defaults;
-  // NOTE: the defaults below are read from the tuple and dict the function holds now;
+  // NOTE: a function defined in a function is a new object each run, guarded by its code
+  // (CaptureContext::wrap): its defaults and cells are read through its source, and guarded
+  // as values. Any other function's are read from the tuple, dict and cells it holds now;
   // assigning __defaults__ or __kwdefaults__ later must recompile.
-  if (func && (PyFunction_GET_DEFAULTS(func) || PyFunction_GET_KW_DEFAULTS(func)))
+  const bool through_source = func && guarded_by_code(func, func_src);
+  if (!through_source && func &&
+      (PyFunction_GET_DEFAULTS(func) || PyFunction_GET_KW_DEFAULTS(func)))
     ctx_.guards().add_function_defaults(ir::Source::held(PyRef::borrow(func), "function " + fname),
                                         func);
   if (func) {
     PyObject* d = PyFunction_GET_DEFAULTS(func);
     if (d) {
+      ir::SourcePtr tuple = through_source
+                                ? ir::Source::attr(func_src, "__defaults__")
+                                : ir::Source::held(PyRef::borrow(d), "defaults of " + fname);
+      if (through_source) ctx_.guards().add_length_match(tuple, PyTuple_GET_SIZE(d));
       for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(d); ++i)
-        defaults.push_back(
-            ctx_.wrap(PyTuple_GET_ITEM(d, i),
-                      ir::Source::item(ir::Source::held(PyRef::borrow(d), "defaults of " + fname),
-                                       PyRef::steal(PyLong_FromSsize_t(i))),
-                      false));
+        defaults.push_back(ctx_.wrap(PyTuple_GET_ITEM(d, i),
+                                     ir::Source::item(tuple, PyRef::steal(PyLong_FromSsize_t(i))),
+                                     through_source));
     }
   } else {
     defaults = made->items;
@@ -124,9 +130,11 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
       PyObject* kwd = PyFunction_GET_KW_DEFAULTS(func);
       PyObject* v = kwd ? PyDict_GetItemString(kwd, n.c_str()) : nullptr;
       if (v) {
+        ir::SourcePtr dict = through_source
+                                 ? ir::Source::attr(func_src, "__kwdefaults__")
+                                 : ir::Source::held(PyRef::borrow(kwd), "kwdefaults of " + fname);
         locals[i] = ctx_.wrap(
-            v, ir::Source::item(ir::Source::held(PyRef::borrow(kwd), "kwdefaults of " + fname),
-                                PyRef::steal(PyUnicode_FromString(n.c_str()))));  // a dict: mutable
+            v, ir::Source::item(dict, PyRef::steal(PyUnicode_FromString(n.c_str()))));  // mutable
         filled = true;
       }
     } else {
@@ -147,25 +155,25 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
   if (func) {
     PyObject* closure = PyFunction_GET_CLOSURE(func);
     if (closure) {
+      ir::SourcePtr tuple = through_source ? ir::Source::attr(func_src, "__closure__") : nullptr;
+      if (tuple) ctx_.guards().add_length_match(tuple, PyTuple_GET_SIZE(closure));
       for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(closure); ++i) {
         PyObject* cell = PyTuple_GET_ITEM(closure, i);
         PyObject* contents = PyCell_GET(cell);
-        if (!contents) {
-          cells.push_back(Value::cell(nullptr));
-          continue;
-        }
-        ValuePtr cv = ctx_.wrap(
-            contents,
-            ir::Source::attr(ir::Source::held(PyRef::borrow(cell), "cell"), "cell_contents"));
-        ValuePtr c = Value::cell(cv);
-        c->source = cv->source;
+        ir::SourcePtr cell_src = tuple
+                                     ? ir::Source::item(tuple, PyRef::steal(PyLong_FromSsize_t(i)))
+                                     : ir::Source::held(PyRef::borrow(cell), "cell");
+        ir::SourcePtr contents_src = ir::Source::attr(cell_src, "cell_contents");
+        // NOTE: an empty cell keeps its source too: a write to it is a write to the real cell
+        // (a graph break), never one the trace alone would see.
+        ValuePtr c = Value::cell(contents ? ctx_.wrap(contents, contents_src) : nullptr);
+        c->source = contents_src;
         cells.push_back(c);
       }
     }
   } else {
     cells = made->cells;
   }
-  (void)func_src;
   if (code->co_flags & CO_GENERATOR) {
     // NOTE: the body runs only when the generator is iterated, one yield at a time.
     auto body = std::make_shared<Tracer>(ctx_, code, globals, builtins_, depth_ + 1, true);

@@ -164,9 +164,17 @@ std::optional<ValuePtr> Tracer::created_object_method(const ValuePtr& self, cons
   if (self->kind != VKind::Object) return std::nullopt;
   if (self->mapping) {
     if (name == "__setitem__" && args.size() == 2) {
-      store_subscript(self->mapping, args[0], args[1]);
+      base_setitem(self, args[0], args[1]);
       return none();
     }
+    // NOTE: one read from the frame holds its items since its first write (base_setitem):
+    // reads use them; other writes are not replayed, so they break.
+    static const std::unordered_set<std::string> readers = {
+        "get", "__getitem__", "__contains__", "keys", "values", "items", "__len__", "__iter__"};
+    if (self->source && !readers.count(name))
+      graph_break("unsupported_side_effect", self->type_name() + "." + name +
+                                                 "() after an item "
+                                                 "assignment");
     if (name == "__len__") return const_int(self->mapping->items.size());
     if (name == "__iter__") return get_iter(self->mapping);
     if (name == "__init__" || name == "update") {

@@ -530,6 +530,28 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
   }
 }
 
+void Tracer::base_setitem(const ValuePtr& obj, const ValuePtr& key, const ValuePtr& value) {
+  if (!obj->source) {
+    TL_CHECK(obj->mapping) << "dict.__setitem__ on an object without items";
+    return store_subscript(obj->mapping, key, value);
+  }
+  if (!key->is_const() ||
+      !(PyUnicode_CheckExact(key->obj.get()) || PyLong_CheckExact(key->obj.get())))
+    graph_break("unsupported_side_effect",
+                "item assignment on a " + obj->type_name() + " with a key other than a str or int");
+  // NOTE: from the first write on, the object's items are the trace's (symbolic), so reads
+  // after it see it; the real object gets the writes when the effects are replayed.
+  if (!obj->mapping) {
+    obj->mapping = ctx_.dict_subclass_items(obj, /*need_iteration_order=*/true);
+    if (!obj->mapping)
+      graph_break("unsupported_side_effect", "item assignment on a " + obj->type_name() +
+                                                 ", which iterates in an order of its own");
+  }
+  store_subscript(obj->mapping, key, value);
+  ctx_.keep_alive.push_back(obj->obj);
+  ctx_.effects.push_back({ir::SideEffect::Kind::BaseSetItem, obj->source, "", value, key->obj});
+}
+
 void Tracer::store_subscript(const ValuePtr& c, const ValuePtr& idx, const ValuePtr& v) {
   if (c->is_tensor()) {
     ctx_.call_op(operator_fn("setitem"), "", {c, idx, v}, {});
@@ -538,6 +560,10 @@ void Tracer::store_subscript(const ValuePtr& c, const ValuePtr& idx, const Value
   if (c->kind == VKind::Object && c->flag) {
     if (call_dunder(c, "__setitem__", {idx, v})) return;
     if (c->mapping) return store_subscript(c->mapping, idx, v);
+  }
+  if (c->kind == VKind::Object && c->source && PyDict_Check(c->obj.get())) {
+    if (call_dunder(c, "__setitem__", {idx, v})) return;
+    return base_setitem(c, idx, v);
   }
   if (!idx->is_const()) graph_break("unsupported_value", "index must be a constant");
   if (c->kind == VKind::List) {

@@ -95,6 +95,13 @@ ValuePtr Tracer::call_base_slot(const ValuePtr& self, const std::string& name,
     return *r;
   }
   if (name == "__init__" && args.empty()) return Value::constant(PyRef::borrow(Py_None));
+  // NOTE: `super().__setitem__` of a dict subclass (transformers' ModelOutput) read from the
+  // frame: the C base's item store.
+  if (name == "__setitem__" && args.size() == 2 && self->kind == VKind::Object && self->source &&
+      PyDict_Check(self->obj.get())) {
+    base_setitem(self, args[0], args[1]);
+    return Value::constant(PyRef::borrow(Py_None));
+  }
   // NOTE: object.__setattr__ runs the class's data descriptors (a property's setter) too.
   if (name == "__setattr__" && args.size() == 2 && args[0]->is_const() &&
       PyUnicode_Check(args[0]->obj.get()) && self->kind == VKind::Object &&

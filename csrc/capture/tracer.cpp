@@ -1262,6 +1262,7 @@ void Tracer::do_make_function(int flags) {
   ValuePtr code = pop();
   ValuePtr fn = Value::of_kind(VKind::Function);
   fn->obj = code->obj;
+  fn->globals = PyRef::borrow(globals_);
   TL_CHECK(code->is_const() && PyCode_Check(code->obj.get())) << "MAKE_FUNCTION without code";
   // NOTE: 3.11/3.12 pop the attributes named by `flags` from the top down
   // (3.13 passes flags 0 and sets each with SET_FUNCTION_ATTRIBUTE).

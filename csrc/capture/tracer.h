@@ -90,6 +90,10 @@ class Tracer {
   ValuePtr convert_value(const ValuePtr& v, int conversion);
   ValuePtr format_value(const ValuePtr& v, const ValuePtr& spec);
   void store_subscript(const ValuePtr& container, const ValuePtr& index, const ValuePtr& value);
+  // dict.__setitem__ (the C base's) on an Object of a dict subclass: on one made by the trace
+  // its symbolic items; on one read from the frame, those items (read once, then kept) and a
+  // BaseSetItem effect replayed after the graph.
+  void base_setitem(const ValuePtr& obj, const ValuePtr& key, const ValuePtr& value);
   void store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
   void store_plain_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
   ValuePtr load_global(const std::string& name);

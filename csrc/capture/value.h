@@ -54,6 +54,7 @@ struct Value {
   std::vector<PyRef> keys;           // Dict keys; Function: kwdefault names
   std::vector<ValuePtr> kwdefaults;  // Function
   std::vector<ValuePtr> cells;       // Function closure cells
+  PyRef globals;                     // Function: the globals of the frame that made it
   size_t pos = 0;                    // Iterator
   std::shared_ptr<LazyIter> lazy;    // Iterator: after items[pos..], null once exhausted
   // Method

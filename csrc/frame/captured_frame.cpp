@@ -39,12 +39,13 @@ bool failed_before_any_effect(const ir::Graph& graph, const ir::Node* failed) {
 }  // namespace
 
 CapturedFrame::CapturedFrame(std::shared_ptr<const ir::Graph> graph, ir::Residual result,
-                             std::vector<ir::SideEffect> side_effects,
+                             std::vector<ir::SideEffect> side_effects, ir::MadeClosures closures,
                              std::unique_ptr<runtime::Executable> executable, std::string func_name,
                              std::string filename)
     : graph_(std::move(graph)),
       result_(std::move(result)),
       side_effects_(std::move(side_effects)),
+      closures_(std::move(closures)),
       executable_(std::move(executable)),
       func_name_(std::move(func_name)),
       filename_(std::move(filename)) {
@@ -54,8 +55,72 @@ CapturedFrame::CapturedFrame(std::shared_ptr<const ir::Graph> graph, ir::Residua
   }
 }
 
+CapturedFrame::Made CapturedFrame::make_closures(const std::vector<PyRef>& outputs,
+                                                 const ir::FrameView& frame) {
+  Made m;
+  if (closures_.empty()) return m;
+  using K = ir::MadeClosures::CellRef::Kind;
+  for (size_t i = 0; i < closures_.cells.size(); ++i) {
+    m.cells.push_back(PyRef::steal(PyCell_New(nullptr)));
+    if (!m.cells.back()) throw PythonError();
+  }
+  // NOTE: functions first, empty cells in their closures; then their defaults and the cells'
+  // contents, which may name any function (a recursive local function is in its own cell).
+  for (const ir::MadeClosures::Function& f : closures_.functions) {
+    PyRef fn = PyRef::steal(PyFunction_New(f.code.get(), f.globals.get()));
+    if (!fn) throw PythonError();
+    if (!f.closure.empty()) {
+      PyRef cells = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(f.closure.size())));
+      if (!cells) throw PythonError();
+      for (size_t i = 0; i < f.closure.size(); ++i) {
+        const ir::MadeClosures::CellRef& c = f.closure[i];
+        PyObject* cell = nullptr;
+        PyRef fetched;
+        if (c.kind == K::Made) {
+          cell = m.cells.at(c.index).get();
+        } else if (c.kind == K::FrameFree) {
+          TL_CHECK(frame.closure && c.index < PyTuple_GET_SIZE(frame.closure))
+              << "free variable " << c.index << " out of the frame's closure";
+          cell = PyTuple_GET_ITEM(frame.closure, c.index);
+        } else if (c.kind == K::Fetched) {
+          fetched = guards::fetch(*c.source, frame);
+          if (!fetched || !PyCell_Check(fetched.get()))
+            TL_THROW(Runtime) << "torchlite: the cell " << c.source->str()
+                              << " vanished while running";
+          cell = fetched.get();
+        } else {
+          cell = c.object.get();
+        }
+        PyTuple_SET_ITEM(cells.get(), static_cast<Py_ssize_t>(i), Py_NewRef(cell));
+      }
+      if (PyFunction_SetClosure(fn.get(), cells.get()) < 0) throw PythonError();
+    }
+    m.functions.push_back(std::move(fn));
+  }
+  auto is_none = [](const ir::Residual& r) {
+    return r.kind == ir::Residual::Kind::Const && r.value.get() == Py_None;
+  };
+  for (size_t i = 0; i < closures_.functions.size(); ++i) {
+    const ir::MadeClosures::Function& f = closures_.functions[i];
+    if (!is_none(f.defaults) &&
+        PyFunction_SetDefaults(m.functions[i].get(), rebuild(f.defaults, outputs, frame, m).get()) <
+            0)
+      throw PythonError();
+    if (!is_none(f.kwdefaults) &&
+        PyFunction_SetKwDefaults(m.functions[i].get(),
+                                 rebuild(f.kwdefaults, outputs, frame, m).get()) < 0)
+      throw PythonError();
+  }
+  for (size_t i = 0; i < closures_.cells.size(); ++i)
+    if (closures_.cells[i].bound &&
+        PyCell_Set(m.cells[i].get(),
+                   rebuild(closures_.cells[i].contents, outputs, frame, m).get()) < 0)
+      throw PythonError();
+  return m;
+}
+
 PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& outputs,
-                             const ir::FrameView& frame) {
+                             const ir::FrameView& frame, const Made& made) {
   using K = ir::Residual::Kind;
   switch (r.kind) {
     case K::GraphOutput:
@@ -74,7 +139,7 @@ PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& ou
       PyRef out = PyRef::steal(list ? PyList_New(r.items.size()) : PyTuple_New(r.items.size()));
       if (!out) throw PythonError();
       for (size_t i = 0; i < r.items.size(); ++i) {
-        PyObject* item = rebuild(r.items[i], outputs, frame).release();
+        PyObject* item = rebuild(r.items[i], outputs, frame, made).release();
         if (list)
           PyList_SET_ITEM(out.get(), i, item);
         else
@@ -94,23 +159,28 @@ PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& ou
     case K::Dict: {
       PyRef d = PyRef::steal(PyDict_New());
       for (size_t i = 0; i < r.items.size(); ++i)
-        if (PyDict_SetItem(d.get(), r.keys[i].get(), rebuild(r.items[i], outputs, frame).get()) < 0)
+        if (PyDict_SetItem(d.get(), r.keys[i].get(),
+                           rebuild(r.items[i], outputs, frame, made).get()) < 0)
           throw PythonError();
       return d;
     }
     case K::Slice: {
-      PyRef s = PyRef::steal(PySlice_New(rebuild(r.items[0], outputs, frame).get(),
-                                         rebuild(r.items[1], outputs, frame).get(),
-                                         rebuild(r.items[2], outputs, frame).get()));
+      PyRef s = PyRef::steal(PySlice_New(rebuild(r.items[0], outputs, frame, made).get(),
+                                         rebuild(r.items[1], outputs, frame, made).get(),
+                                         rebuild(r.items[2], outputs, frame, made).get()));
       if (!s) throw PythonError();
       return s;
     }
     case K::Iterator: {
       std::vector<PyRef> args;
-      iterator_args(r, outputs, frame, args);
+      iterator_args(r, outputs, frame, made, args);
       size_t next = 0;
       return make_iterator(r, args, next);
     }
+    case K::Function:
+      TL_CHECK(r.index >= 0 && r.index < static_cast<int>(made.functions.size()))
+          << "made function " << r.index << " out of range";
+      return made.functions[r.index];
     case K::ResumeLocal:
       TL_CHECK(false) << "a resume function's local outside its loop iterator";
   }
@@ -118,17 +188,17 @@ PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& ou
 }
 
 void CapturedFrame::iterator_args(const ir::Residual& r, const std::vector<PyRef>& outputs,
-                                  const ir::FrameView& frame, std::vector<PyRef>& args,
-                                  const std::vector<PyRef>* locals) {
+                                  const ir::FrameView& frame, const Made& made,
+                                  std::vector<PyRef>& args, const std::vector<PyRef>* locals) {
   for (const ir::Residual& a : r.items) {
     if (a.kind == ir::Residual::Kind::Iterator) {
-      iterator_args(a, outputs, frame, args, locals);
+      iterator_args(a, outputs, frame, made, args, locals);
     } else if (a.kind == ir::Residual::Kind::ResumeLocal) {
       TL_CHECK(locals && a.index >= 0 && a.index < static_cast<int>(locals->size()))
           << "resume local " << a.index << " out of range";
       args.push_back((*locals)[a.index]);
     } else {
-      args.push_back(rebuild(a, outputs, frame));
+      args.push_back(rebuild(a, outputs, frame, made));
     }
   }
 }
@@ -162,14 +232,16 @@ PyRef CapturedFrame::make_iterator(const ir::Residual& r, const std::vector<PyRe
 }
 
 void CapturedFrame::replay_side_effects(const std::vector<PyRef>& outputs,
-                                        const ir::FrameView& frame) {
+                                        const ir::FrameView& frame, const Made& made) {
   using K = ir::SideEffect::Kind;
   // Every value and target first, then every effect: one effect must not change what
   // another one's sources name.
   std::vector<PyRef> values, targets;
   for (const ir::SideEffect& e : side_effects_) {
-    values.push_back(e.kind == K::DelAttr ? PyRef() : rebuild(e.value, outputs, frame));
-    if (e.kind == K::SetGlobal) {
+    values.push_back(e.kind == K::DelAttr || e.kind == K::DeleteCell
+                         ? PyRef()
+                         : rebuild(e.value, outputs, frame, made));
+    if (e.kind == K::SetGlobal || e.kind == K::SetCell || e.kind == K::DeleteCell) {
       targets.emplace_back();
       continue;
     }
@@ -198,6 +270,23 @@ void CapturedFrame::replay_side_effects(const std::vector<PyRef>& outputs,
         PyDict_Clear(target);
         if (PyDict_Update(target, value) < 0) throw PythonError();
         break;
+      case K::BaseSetItem: {
+        // NOTE: the C base's own slot (dict's or OrderedDict's, which keeps its order list),
+        // never the subclass's __setitem__: what the traced super().__setitem__ did.
+        PyTypeObject* base = Py_TYPE(target);
+        while (base && (base->tp_flags & Py_TPFLAGS_HEAPTYPE)) base = base->tp_base;
+        TL_CHECK(base && base->tp_as_mapping && base->tp_as_mapping->mp_ass_subscript)
+            << "a dict subclass without a C item slot";
+        if (base->tp_as_mapping->mp_ass_subscript(target, e.key.get(), value) < 0)
+          throw PythonError();
+        break;
+      }
+      case K::SetCell:
+      case K::DeleteCell:
+        TL_CHECK(frame.closure && e.index >= 0 && e.index < PyTuple_GET_SIZE(frame.closure))
+            << "free variable " << e.index << " out of the frame's closure";
+        if (PyCell_Set(PyTuple_GET_ITEM(frame.closure, e.index), value) < 0) throw PythonError();
+        break;
       default:
         break;
     }
@@ -207,8 +296,9 @@ void CapturedFrame::replay_side_effects(const std::vector<PyRef>& outputs,
 PyObject* CapturedFrame::run(const ir::FrameView& frame, Served* served) {
   try {
     std::vector<PyRef> outputs = run_graph(frame, served);
-    PyRef result = rebuild(result_, outputs, frame);
-    replay_side_effects(outputs, frame);
+    Made made = make_closures(outputs, frame);
+    PyRef result = rebuild(result_, outputs, frame, made);
+    replay_side_effects(outputs, frame, made);
     return result.release();
   } catch (const RunEagerly&) {
     return nullptr;

@@ -19,7 +19,7 @@ class CapturedFrame : public CompiledFrame {
  public:
   // Runs the graph with `executable`: fused kernels, op by op, or a backend's callable.
   CapturedFrame(std::shared_ptr<const ir::Graph> graph, ir::Residual result,
-                std::vector<ir::SideEffect> side_effects,
+                std::vector<ir::SideEffect> side_effects, ir::MadeClosures closures,
                 std::unique_ptr<runtime::Executable> executable, std::string func_name,
                 std::string filename);
   PyObject* run(const ir::FrameView& frame, Served* served) override;
@@ -33,22 +33,30 @@ class CapturedFrame : public CompiledFrame {
   struct RunEagerly {};
 
  protected:
+  // The cells and functions of the closures (ir::MadeClosures) for one run, made before any
+  // residual names them; every rebuild of the run takes them.
+  struct Made {
+    std::vector<PyRef> cells, functions;
+  };
+  Made make_closures(const std::vector<PyRef>& outputs, const ir::FrameView& frame);
+
   // Reads the inputs (or takes serves()'s) and runs the graph; returns its outputs. Throws
   // PythonError or tl::Error.
   std::vector<PyRef> run_graph(const ir::FrameView& frame, Served* served);
   PyRef rebuild(const ir::Residual& r, const std::vector<PyRef>& outputs,
-                const ir::FrameView& frame);
+                const ir::FrameView& frame, const Made& made);
   // Replays the side effects. Call it after every value read from the frame
   // by source has been rebuilt: a source names the object the trace read at
   // the frame's start, which an effect may take out of reach (`args.clear()`
   // before a break that hands `args[0]` on).
-  void replay_side_effects(const std::vector<PyRef>& outputs, const ir::FrameView& frame);
+  void replay_side_effects(const std::vector<PyRef>& outputs, const ir::FrameView& frame,
+                           const Made& made);
   // An Iterator residual in two steps: its arguments rebuilt (with the other values, before
   // the side effects are replayed), then the iterator made and advanced (after them, over the
   // containers as the trace left them). make_iterator reads `args` from `next` on. `locals`:
   // the resume's local arguments (what a ResumeLocal names), else null.
   void iterator_args(const ir::Residual& r, const std::vector<PyRef>& outputs,
-                     const ir::FrameView& frame, std::vector<PyRef>& args,
+                     const ir::FrameView& frame, const Made& made, std::vector<PyRef>& args,
                      const std::vector<PyRef>* locals = nullptr);
   PyRef make_iterator(const ir::Residual& r, const std::vector<PyRef>& args, size_t& next);
 
@@ -58,6 +66,7 @@ class CapturedFrame : public CompiledFrame {
   std::vector<guards::SourceFetcher> input_fetchers_;  // names interned once
   ir::Residual result_;
   std::vector<ir::SideEffect> side_effects_;
+  ir::MadeClosures closures_;
   std::unique_ptr<runtime::Executable> executable_;
   std::shared_ptr<SizeInstances> sizes_;
   std::string func_name_;

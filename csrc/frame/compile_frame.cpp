@@ -361,12 +361,12 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
     relax_sizes_of_opless_entry(code, *config, res, "no op", false);
   if (codes) {
     entry.compiled = std::make_shared<ResumeFrame>(
-        res.graph, std::move(res.side_effects), std::move(executable), utf8(code->co_name),
-        utf8(code->co_filename), std::move(*res.resume), *codes, config);
+        res.graph, std::move(res.side_effects), std::move(res.closures), std::move(executable),
+        utf8(code->co_name), utf8(code->co_filename), std::move(*res.resume), *codes, config);
   } else {
     auto captured_frame = std::make_shared<CapturedFrame>(
-        res.graph, std::move(res.result), std::move(res.side_effects), std::move(executable),
-        utf8(code->co_name), utf8(code->co_filename));
+        res.graph, std::move(res.result), std::move(res.side_effects), std::move(res.closures),
+        std::move(executable), utf8(code->co_name), utf8(code->co_filename));
     if (generic) captured_frame->set_size_instances(std::move(generic));
     entry.compiled = std::move(captured_frame);
   }

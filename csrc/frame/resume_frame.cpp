@@ -12,11 +12,22 @@ PyRef checked(PyObject* p) {  // steals p
   return PyRef::steal(p);
 }
 
-// A function running `code` (borrowed) with the frame's globals and closure;
-// new reference.
-PyRef function_of(PyObject* code, const ir::FrameView& frame) {
+// A function running `code` (borrowed) with the frame's globals, and as closure `cells` (the
+// frame's cell variables) then the frame's own closure; new reference.
+PyRef function_of(PyObject* code, const ir::FrameView& frame, const std::vector<PyRef>& cells) {
   PyRef fn = checked(PyFunction_New(code, frame.globals));
-  if (frame.closure && PyFunction_SetClosure(fn.get(), frame.closure) < 0) throw PythonError();
+  if (cells.empty()) {
+    if (frame.closure && PyFunction_SetClosure(fn.get(), frame.closure) < 0) throw PythonError();
+    return fn;
+  }
+  const Py_ssize_t nfree = frame.closure ? PyTuple_GET_SIZE(frame.closure) : 0;
+  const auto ncells = static_cast<Py_ssize_t>(cells.size());
+  PyRef closure = checked(PyTuple_New(ncells + nfree));
+  for (Py_ssize_t i = 0; i < ncells; ++i)
+    PyTuple_SET_ITEM(closure.get(), i, Py_NewRef(cells[i].get()));
+  for (Py_ssize_t i = 0; i < nfree; ++i)
+    PyTuple_SET_ITEM(closure.get(), ncells + i, Py_NewRef(PyTuple_GET_ITEM(frame.closure, i)));
+  if (PyFunction_SetClosure(fn.get(), closure.get()) < 0) throw PythonError();
   return fn;
 }
 
@@ -67,20 +78,20 @@ void hide_bridge_entry(PyCodeObject* bridge) {
 }  // namespace
 
 ResumeFrame::ResumeFrame(std::shared_ptr<const ir::Graph> graph,
-                         std::vector<ir::SideEffect> side_effects,
+                         std::vector<ir::SideEffect> side_effects, ir::MadeClosures closures,
                          std::unique_ptr<runtime::Executable> executable, std::string func_name,
                          std::string filename, capture::ResumePlan plan,
                          const bytecode::BridgeCode& codes,
                          std::shared_ptr<const CompileConfig> config)
-    : CapturedFrame(std::move(graph), ir::Residual{}, std::move(side_effects),
+    : CapturedFrame(std::move(graph), ir::Residual{}, std::move(side_effects), std::move(closures),
                     std::move(executable), std::move(func_name), std::move(filename)),
       plan_(std::move(plan)),
       codes_(codes),
       config_(std::move(config)) {}
 
 PyRef ResumeFrame::value(const capture::ResumeValue& v, const std::vector<PyRef>& outputs,
-                         const ir::FrameView& frame) {
-  PyRef base = rebuild(v.value, outputs, frame);
+                         const ir::FrameView& frame, const Made& made) {
+  PyRef base = rebuild(v.value, outputs, frame, made);
   if (v.func) return checked(PyMethod_New(v.func.get(), base.get()));
   if (!v.attr.empty()) return checked(PyObject_GetAttrString(base.get(), v.attr.c_str()));
   return base;
@@ -91,7 +102,8 @@ PyRef ResumeFrame::value(const capture::ResumeValue& v, const std::vector<PyRef>
 // outside it; the bridge's (and the resume function's) own exception table
 // calls that __exit__ as the original with-block would.
 void ResumeFrame::push_stack(std::vector<PyRef>& args, const std::vector<PyRef>& outputs,
-                             const ir::FrameView& frame, std::vector<PendingIterator>& iterators) {
+                             const ir::FrameView& frame, const Made& made,
+                             std::vector<PendingIterator>& iterators) {
   const std::string& s = plan_.stack;
   std::vector<bool> restores;
   for (char c : s)
@@ -109,10 +121,10 @@ void ResumeFrame::push_stack(std::vector<PyRef>& args, const std::vector<PyRef>&
     } else if (plan_.stack_values[j].value.kind == ir::Residual::Kind::Iterator) {
       const ir::Residual& r = plan_.stack_values[j].value;
       iterators.push_back({args.size(), &r, {}});
-      iterator_args(r, outputs, frame, iterators.back().args, &args);
+      iterator_args(r, outputs, frame, made, iterators.back().args, &args);
       args.emplace_back();
     } else {
-      args.push_back(value(plan_.stack_values[j], outputs, frame));
+      args.push_back(value(plan_.stack_values[j], outputs, frame, made));
     }
     ++j;
   }
@@ -121,17 +133,22 @@ void ResumeFrame::push_stack(std::vector<PyRef>& args, const std::vector<PyRef>&
 PyObject* ResumeFrame::run(const ir::FrameView& frame, Served* served) {
   try {
     std::vector<PyRef> outputs = run_graph(frame, served);
+    Made made = make_closures(outputs, frame);
     std::vector<PyRef> args;
-    for (const auto& v : plan_.locals) args.push_back(value(v, outputs, frame));
+    for (const auto& v : plan_.locals) args.push_back(value(v, outputs, frame, made));
     std::vector<PendingIterator> iterators;
-    push_stack(args, outputs, frame, iterators);
-    replay_side_effects(outputs, frame);
+    push_stack(args, outputs, frame, made, iterators);
+    replay_side_effects(outputs, frame, made);
     for (PendingIterator& p : iterators) {
       size_t next = 0;
       args[p.slot] = make_iterator(*p.residual, p.args, next);
     }
     outputs.clear();  // NOTE: the graph's outputs live on only where CPython holds them
-    PyRef bridge = function_of(codes_.bridge.get(), frame);
+    TL_CHECK(static_cast<int>(made.cells.size()) >= plan_.frame_cells)
+        << "fewer cells than the frame has";
+    PyRef bridge =
+        function_of(codes_.bridge.get(), frame,
+                    std::vector<PyRef>(made.cells.begin(), made.cells.begin() + plan_.frame_cells));
     static_assert(sizeof(PyRef) == sizeof(PyObject*), "PyRef must be a bare pointer");
     ActiveConfigScope scope(&config_);
     PyObject* result = PyObject_Vectorcall(

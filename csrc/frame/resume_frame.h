@@ -18,14 +18,14 @@ class ResumeFrame : public CapturedFrame {
  public:
   // `codes` is owned by the bridge cache and lives for the process.
   ResumeFrame(std::shared_ptr<const ir::Graph> graph, std::vector<ir::SideEffect> side_effects,
-              std::unique_ptr<runtime::Executable> executable, std::string func_name,
-              std::string filename, capture::ResumePlan plan, const bytecode::BridgeCode& codes,
-              std::shared_ptr<const CompileConfig> config);
+              ir::MadeClosures closures, std::unique_ptr<runtime::Executable> executable,
+              std::string func_name, std::string filename, capture::ResumePlan plan,
+              const bytecode::BridgeCode& codes, std::shared_ptr<const CompileConfig> config);
   PyObject* run(const ir::FrameView& frame, Served* served) override;
 
  private:
   PyRef value(const capture::ResumeValue& v, const std::vector<PyRef>& outputs,
-              const ir::FrameView& frame);
+              const ir::FrameView& frame, const Made& made);
   // A loop iterator's arguments, rebuilt; the iterator is made after the side effects and
   // put at args[slot].
   struct PendingIterator {
@@ -34,7 +34,8 @@ class ResumeFrame : public CapturedFrame {
     std::vector<PyRef> args;
   };
   void push_stack(std::vector<PyRef>& args, const std::vector<PyRef>& outputs,
-                  const ir::FrameView& frame, std::vector<PendingIterator>& iterators);
+                  const ir::FrameView& frame, const Made& made,
+                  std::vector<PendingIterator>& iterators);
 
   capture::ResumePlan plan_;
   const bytecode::BridgeCode& codes_;

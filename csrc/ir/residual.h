@@ -25,6 +25,7 @@ struct Residual {
                   // an item of this kind is made the same way (a loop's iterator at a break)
     ResumeLocal,  // in an Iterator: the object passed for the resume's local `index` (a list or
                   // dict made by the trace that a local holds too: one object, not two)
+    Function,     // function `index` of the frame's MadeClosures (one object however often named)
   };
   Kind kind = Kind::Const;
   int index = -1;
@@ -32,6 +33,42 @@ struct Residual {
   SourcePtr source;
   std::vector<Residual> items;
   std::vector<PyRef> keys;
+};
+
+// Closure cells and functions that traced code made and that outlive the trace (locals and
+// stack at a graph break, the result, side effects). They are made once per run, before any
+// residual names them, so every reference to one is the same object: a function made before a
+// break and the code after it share each cell, and see every later write.
+struct MadeClosures {
+  struct CellRef {
+    enum class Kind {
+      Made,       // cells[index]
+      FrameFree,  // the frame's free variable `index` (its __closure__ cell)
+      Object,     // `object`: a cell of a function the trace read (kept alive)
+      Fetched,    // the cell `source` reads (`L['f'].__closure__[0]`)
+    };
+    Kind kind = Kind::Made;
+    int index = -1;
+    PyRef object;
+    SourcePtr source;
+  };
+  struct Cell {
+    bool bound = false;  // unbound: an empty cell
+    Residual contents;
+  };
+  struct Function {
+    PyRef code;
+    PyRef globals;        // the globals of the frame that made it
+    Residual defaults;    // a Tuple, or none (Const None)
+    Residual kwdefaults;  // a Dict, or none (Const None)
+    std::vector<CellRef> closure;
+  };
+  // At a graph break the first cells are the frame's own cell variables, in slot order (they
+  // become the first free variables of the code that goes on, bytecode/rewriter.h). Functions
+  // are listed after the functions their defaults name.
+  std::vector<Cell> cells;
+  std::vector<Function> functions;
+  bool empty() const { return cells.empty() && functions.empty(); }
 };
 
 // A mutation the traced code made to something that outlives the frame.
@@ -42,10 +79,17 @@ struct SideEffect {
     ReplaceList,  // target[:] = value
     ReplaceDict,  // target.clear(); target.update(value)
     DelAttr,      // delattr(target, name)
+    SetCell,      // the frame's free variable `index`: its cell's contents = value (unbound:
+                  // DeleteCell)
+    DeleteCell,
+    BaseSetItem,  // target[key] = value through the first C base of target's type (dict or
+                  // OrderedDict): `super().__setitem__` of a dict subclass
   };
   Kind kind = Kind::SetAttr;
   SourcePtr target;  // SetAttr, ReplaceList, ReplaceDict, DelAttr
   std::string name;  // SetAttr, SetGlobal, DelAttr
+  int index = -1;    // SetCell, DeleteCell
+  PyRef key;         // BaseSetItem
   Residual value;
 };
 
