@@ -188,7 +188,10 @@ def test_hook_adds_no_c_stack_to_a_python_call():
         """,
     )
     outside, inside = map(float, out.split())
-    assert 0 < outside <= 512, out
+    # NOTE: CPython's evaluator frame alone: about 400 bytes on 3.11/3.12, 560 on 3.13 (measured
+    # on x86-64 GCC builds); a hook that called instead of jumping would add its own frame to each one
+    evaluator_frame = 640 if sys.version_info >= (3, 13) else 512
+    assert 0 < outside <= evaluator_frame, out
     assert inside == outside, out
 
 
