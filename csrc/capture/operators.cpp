@@ -432,6 +432,27 @@ ValuePtr Tracer::custom_equality(bool eq, const ValuePtr& a, const ValuePtr& b) 
   return const_bool(r == 1);
 }
 
+// As CPython's dict merge: a dict subclass that keeps dict's iteration hands over its storage
+// as it is; another (an OrderedDict subclass such as transformers' ModelOutput) is read through
+// keys() and then obj[key] for each key, which runs a Python __getitem__ of its class.
+ValuePtr Tracer::mapping_items(const ValuePtr& obj) {
+  PyTypeObject* type = Py_TYPE(obj->obj.get());
+  if (type->tp_iter == PyDict_Type.tp_iter) return obj->mapping;
+  PyRef keys_name = PyRef::steal(PyUnicode_FromString("keys"));
+  if (!keys_name) throw PythonError();
+  PyObject* keys = _PyType_Lookup(type, keys_name.get());
+  if (keys && PyFunction_Check(keys))
+    graph_break("unsupported_value",
+                std::string("** on a ") + type->tp_name + " with its own keys()");
+  ValuePtr d = Value::of_kind(VKind::Dict);
+  const std::vector<PyRef> order = obj->mapping->keys;  // NOTE: __getitem__ may not change them
+  for (const PyRef& key : order) {
+    d->keys.push_back(key);
+    d->items.push_back(subscript(obj, Value::constant(key)));
+  }
+  return d;
+}
+
 ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
   switch (c->kind) {
     case VKind::Tensor:

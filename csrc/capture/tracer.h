@@ -72,6 +72,8 @@ class Tracer {
                                       std::vector<ValuePtr> args);
   ValuePtr object_iter(const ValuePtr& v);  // iter() of a user-defined class's object
   ValuePtr subscript(const ValuePtr& container, const ValuePtr& index);
+  // What `{**obj}` reads from a dict subclass instance whose items are traced (a Dict).
+  ValuePtr mapping_items(const ValuePtr& obj);
   bool contains(const ValuePtr& container, const ValuePtr& item);  // `item in container`
   CaptureContext& ctx() { return ctx_; }
   // True while the instruction being traced lies inside a try block.
