@@ -437,7 +437,12 @@ ValuePtr Tracer::custom_equality(bool eq, const ValuePtr& a, const ValuePtr& b) 
 // keys() and then obj[key] for each key, which runs a Python __getitem__ of its class.
 ValuePtr Tracer::mapping_items(const ValuePtr& obj) {
   PyTypeObject* type = Py_TYPE(obj->obj.get());
-  if (type->tp_iter == PyDict_Type.tp_iter) return obj->mapping;
+  // NOTE: one read from the frame: its items under a guard on its keys (not kept in `mapping`,
+  // which would make later writes to it replayable)
+  ValuePtr items = obj->mapping;
+  if (!items && obj->source) items = ctx_.dict_subclass_items(obj, /*need_iteration_order=*/true);
+  if (!items) graph_break("unsupported_value", std::string("** on a ") + type->tp_name);
+  if (type->tp_iter == PyDict_Type.tp_iter) return items;
   PyRef keys_name = PyRef::steal(PyUnicode_FromString("keys"));
   if (!keys_name) throw PythonError();
   PyObject* keys = _PyType_Lookup(type, keys_name.get());
@@ -445,7 +450,7 @@ ValuePtr Tracer::mapping_items(const ValuePtr& obj) {
     graph_break("unsupported_value",
                 std::string("** on a ") + type->tp_name + " with its own keys()");
   ValuePtr d = Value::of_kind(VKind::Dict);
-  const std::vector<PyRef> order = obj->mapping->keys;  // NOTE: __getitem__ may not change them
+  const std::vector<PyRef> order = items->keys;  // NOTE: a copy: __getitem__ could change them
   for (const PyRef& key : order) {
     d->keys.push_back(key);
     d->items.push_back(subscript(obj, Value::constant(key)));

@@ -789,7 +789,8 @@ void Tracer::step(const bytecode::Instruction& inst) {
     case DICT_MERGE: {
       ValuePtr src = pop();
       ValuePtr& d = top(arg);
-      if (src->kind == VKind::Object && src->mapping) src = mapping_items(src);
+      if (src->kind == VKind::Object && src->obj && PyDict_Check(src->obj.get()))
+        src = mapping_items(src);
       if (src->kind != VKind::Dict) graph_break("unsupported_value", "** on a non-dict value");
       for (size_t i = 0; i < src->keys.size(); ++i) {
         bool replaced = false;

@@ -76,3 +76,27 @@ def test_unpacking_a_traced_dict_subclass_is_one_graph(fn):
     x = torch.randn(3, 4)
     assert_same(compiled(x), fn(x))
     assert_counters_delta(before, counters(), graphs=1, graph_breaks=0)
+
+
+def _from_caller(out, d):
+    return _consume(**out), {**d}
+
+
+def test_unpacking_dict_subclasses_the_caller_passed_in_follows_their_keys():
+    torchlite.reset()
+    compiled = torchlite.compile(_from_caller)
+    x = torch.randn(3, 4)
+    cases = [
+        (BaseModelOutputWithPooling(last_hidden_state=x, pooler_output=x[0]), Plain(a=x)),
+        (BaseModelOutputWithPooling(last_hidden_state=x.cos()), Plain(a=x, b=x * 2)),
+        (BaseModelOutputWithPooling(last_hidden_state=x, pooler_output=x[1] * 3), Plain(a=x)),
+    ]
+    before = counters()
+    assert_same(compiled(*cases[0]), _from_caller(*cases[0]))
+    assert_counters_delta(before, counters(), graphs=1, graph_breaks=0)
+    for out, d in cases:  # NOTE: other keys recompile (guarded), the same keys reuse the entry
+        assert_same(compiled(out, d), _from_caller(out, d))
+    before = counters()
+    out, d = cases[0]
+    assert_same(compiled(out, d), _from_caller(out, d))
+    assert_counters_delta(before, counters(), graphs=0, graph_breaks=0, recompiles=0)
