@@ -46,10 +46,9 @@ class Writer {
   }
   std::string index_value(int64_t axis) const;
   std::string value(int i);
-  // Whether expr i reads memory that no line of this scope has read yet (a Load or Gather
-  // below it, reductions aside); `seen` marks the exprs visited.
-  bool reads_unread(int i, std::vector<char>& seen) const;
-  bool checks_unchecked(int i, std::vector<char>& seen) const;  // an index check below i, likewise
+  // Whether an expr at or below i that no line of this scope has computed yet satisfies `hit`
+  // (a Load or Gather: memory not read yet; CheckIndex), reductions aside; `seen` marks visits.
+  bool uncomputed_below(int i, bool (*hit)(ir::ExprOp), std::vector<char>& seen) const;
   // A Where whose operands read memory, as an if/else that computes only the chosen operand.
   std::string branching_where(int i);
   std::string operand(int i, ST t) { return convert(value(i), type(i), t); }

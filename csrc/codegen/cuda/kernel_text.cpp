@@ -154,9 +154,11 @@ std::string Writer::value(int i) {
   } else if (e.op == ExprOp::Where && branch_wheres_ && !pair_mode_) {
     // NOTE: an index check stops the kernel as torch's own kernel would, also for an element
     // whose value the Where discards: such a Where computes both operands.
+    auto reads = [](ExprOp op) { return op == ExprOp::Load || is_gather(op); };
+    auto checks = [](ExprOp op) { return op == ExprOp::CheckIndex; };
     std::vector<char> seen(k_.exprs.size(), 0), checked(k_.exprs.size(), 0);
-    if ((reads_unread(ops[1], seen) || reads_unread(ops[2], seen)) &&
-        !checks_unchecked(ops[1], checked) && !checks_unchecked(ops[2], checked))
+    if ((uncomputed_below(ops[1], reads, seen) || uncomputed_below(ops[2], reads, seen)) &&
+        !uncomputed_below(ops[1], checks, checked) && !uncomputed_below(ops[2], checks, checked))
       return branching_where(i);
     v = "(" + operand(ops[0], ST::Bool) + " ? " + operand(ops[1], e.type) + " : " +
         operand(ops[2], e.type) + ")";
@@ -187,25 +189,14 @@ std::string Writer::value(int i) {
   return cache_[i] = name;
 }
 
-bool Writer::reads_unread(int i, std::vector<char>& seen) const {
+bool Writer::uncomputed_below(int i, bool (*hit)(ExprOp), std::vector<char>& seen) const {
   if (!cache_[i].empty() || seen[i]) return false;
   seen[i] = 1;
   const ir::Expr& e = k_.exprs[i];
-  if (e.op == ExprOp::Load || is_gather(e.op)) return true;
+  if (hit(e.op)) return true;
   if (is_reduce(e.op)) return false;
   for (int o : e.operands)
-    if (reads_unread(o, seen)) return true;
-  return false;
-}
-
-bool Writer::checks_unchecked(int i, std::vector<char>& seen) const {
-  if (!cache_[i].empty() || seen[i]) return false;
-  seen[i] = 1;
-  const ir::Expr& e = k_.exprs[i];
-  if (e.op == ExprOp::CheckIndex) return true;
-  if (is_reduce(e.op)) return false;
-  for (int o : e.operands)
-    if (checks_unchecked(o, seen)) return true;
+    if (uncomputed_below(o, hit, seen)) return true;
   return false;
 }
 

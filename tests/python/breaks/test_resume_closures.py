@@ -5,10 +5,19 @@ and the code after it share every cell, and see each other's writes, as in eager
 import zlib
 
 import torch
-from helpers import counters
+from helpers import assert_same, clone_args, counters
 from resume_check import check_resume, inputs, resume_frames
 
 import torchlite
+
+
+def _matches_eager_on(fn, calls):
+    """One compiled `fn` called with each argument tuple of `calls` (the frame's breaks and
+    resume functions taken in turn) gives eager's values, the returned Python values included."""
+    torchlite.reset()
+    compiled = torchlite.compile(fn)
+    for i, args in enumerate(calls):
+        assert_same(compiled(*clone_args(args)), fn(*clone_args(args)), path=f"call {i}")
 
 
 def _break():
@@ -277,14 +286,8 @@ def _random_program_51(x, y, flag):
 
 
 def test_argument_cell_and_a_loop_over_a_local_list_that_breaks():
-    torchlite.reset()
-    compiled = torchlite.compile(_random_program_51)
-    for flag in (False, True, False):
-        for _ in range(2):
-            x, y = inputs(4), inputs(4)
-            torch.testing.assert_close(
-                compiled(x.clone(), y, flag), _random_program_51(x.clone(), y, flag)
-            )
+    flags = (False, False, True, True, False, False)
+    _matches_eager_on(_random_program_51, [(inputs(4), inputs(4), f) for f in flags])
 
 
 def _argument_cell_ahead_of_two_lists(x, k):
@@ -303,14 +306,8 @@ def _argument_cell_ahead_of_two_lists(x, k):
 
 def test_loop_over_a_list_after_an_argument_cell_iterates_that_list():
     # one place off, the loop would iterate `ys` (the next local): a wrong value, not an error
-    torchlite.reset()
-    compiled = torchlite.compile(_argument_cell_ahead_of_two_lists)
-    for scale in (1.0, -1.0, 3.0):
-        x = inputs(5) * scale
-        got, ys = compiled(x.clone(), 2.0)
-        expected, ys_e = _argument_cell_ahead_of_two_lists(x.clone(), 2.0)
-        torch.testing.assert_close(got, expected)
-        assert ys == ys_e
+    calls = [(inputs(5) * s, 2.0) for s in (1.0, -1.0, 3.0)]
+    _matches_eager_on(_argument_cell_ahead_of_two_lists, calls)
 
 
 def _argument_cell_fresh_iterator(x, k):
@@ -327,14 +324,7 @@ def _argument_cell_fresh_iterator(x, k):
 
 
 def test_fresh_iterator_of_a_local_list_after_an_argument_cell():
-    torchlite.reset()
-    compiled = torchlite.compile(_argument_cell_fresh_iterator)
-    for _ in range(3):
-        x = inputs(4)
-        got, other = compiled(x, 3.0)
-        expected, other_e = _argument_cell_fresh_iterator(x, 3.0)
-        torch.testing.assert_close(got, expected)
-        assert other == other_e
+    _matches_eager_on(_argument_cell_fresh_iterator, [(inputs(4), 3.0) for _ in range(3)])
 
 
 def _closure_in_a_branch_then_while(x, flag):
@@ -356,11 +346,8 @@ def _closure_in_a_branch_then_while(x, flag):
 
 
 def test_cell_bound_in_one_branch_only_and_a_while_loop_that_breaks():
-    torchlite.reset()
-    compiled = torchlite.compile(_closure_in_a_branch_then_while)
-    for flag in (True, False, True, False):
-        x = inputs(4)
-        torch.testing.assert_close(compiled(x, flag), _closure_in_a_branch_then_while(x, flag))
+    calls = [(inputs(4), f) for f in (True, False, True, False)]
+    _matches_eager_on(_closure_in_a_branch_then_while, calls)
 
 
 def _cell_bound_after_a_loop_that_breaks(x, k):
@@ -379,14 +366,8 @@ def _cell_bound_after_a_loop_that_breaks(x, k):
 
 
 def test_cell_still_unbound_at_a_break_in_a_loop():
-    torchlite.reset()
-    compiled = torchlite.compile(_cell_bound_after_a_loop_that_breaks)
-    for scale in (1.0, 4.0, 1.0):
-        x = inputs(4) * scale
-        got, vs = compiled(x, 1.0)
-        expected, vs_e = _cell_bound_after_a_loop_that_breaks(x, 1.0)
-        torch.testing.assert_close(got, expected)
-        assert vs == vs_e
+    calls = [(inputs(4) * s, 1.0) for s in (1.0, 4.0, 1.0)]
+    _matches_eager_on(_cell_bound_after_a_loop_that_breaks, calls)
 
 
 def _nonlocal_bumped_in_a_loop_that_breaks(x, k):
@@ -406,14 +387,8 @@ def _nonlocal_bumped_in_a_loop_that_breaks(x, k):
 
 
 def test_cell_written_in_a_loop_that_breaks():
-    torchlite.reset()
-    compiled = torchlite.compile(_nonlocal_bumped_in_a_loop_that_breaks)
-    for scale in (1.0, -1.0, 5.0):
-        x = inputs(4) * scale
-        got, n = compiled(x, 0.5)
-        expected, n_e = _nonlocal_bumped_in_a_loop_that_breaks(x, 0.5)
-        torch.testing.assert_close(got, expected)
-        assert n == n_e
+    calls = [(inputs(4) * s, 0.5) for s in (1.0, -1.0, 5.0)]
+    _matches_eager_on(_nonlocal_bumped_in_a_loop_that_breaks, calls)
 
 
 def _closures_from_a_comprehension_then_a_loop(x, k):
@@ -429,11 +404,5 @@ def _closures_from_a_comprehension_then_a_loop(x, k):
 
 
 def test_closures_made_by_a_comprehension_and_a_loop_that_breaks():
-    torchlite.reset()
-    compiled = torchlite.compile(_closures_from_a_comprehension_then_a_loop)
-    for scale in (1.0, -1.0, 1.0):
-        x = inputs(4) * scale
-        got, ws = compiled(x, 1)
-        expected, ws_e = _closures_from_a_comprehension_then_a_loop(x, 1)
-        torch.testing.assert_close(got, expected)
-        assert ws == ws_e
+    calls = [(inputs(4) * s, 1) for s in (1.0, -1.0, 1.0)]
+    _matches_eager_on(_closures_from_a_comprehension_then_a_loop, calls)
