@@ -56,7 +56,8 @@ LaunchChoice choose_launch(const std::string& key, const std::string& gpu,
                            const std::function<double(size_t, unsigned)>& time_us);
 
 // A timer for choose_grid: `launch(grid)` launches the kernel once on torch's current stream;
-// the time is the best of 3 runs of 10 back-to-back launches, measured with CUDA events.
+// the time is the best of 3 runs of 10 back-to-back launches, measured with CUDA events behind a
+// spinning kernel that holds the stream while they are queued (device time, not launch rate).
 std::function<double(unsigned)> launch_timer(std::function<void(unsigned)> launch);
 
 }  // namespace tl::runtime
