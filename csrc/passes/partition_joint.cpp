@@ -56,37 +56,8 @@ bool cheap(const ir::Node& n, const GraphInfo& info) {
                l->kind == OpLowering::Kind::StridedView);
 }
 
-// A reduction whose result is no smaller than a quarter of what it reads (log_softmax and
-// softmax normalise rows: same size) may be recomputed, as AOTAutograd's partitioner allows
-// (it bans only reductions whose output is 4x smaller than their input). NOTE: a cross entropy
-// over bf16 logits otherwise saves its float32 log_softmax: 2x the logits' bytes (GPT-2 8x512:
-// 822 MB) where the logits themselves are kept anyway.
-bool normalizing_reduction(const ir::Node& n, const GraphInfo& info) {
-  if (n.op == ir::OpKind::Placeholder || !n.meta || is_barrier(n)) return false;
-  std::optional<OpLowering> l = lower_node(n, info);
-  if (!l || l->kind != OpLowering::Kind::Reduction) return false;
-  int64_t read = 0;
-  for (const ir::Node* in : node_inputs(n)) read += in->meta ? bytes_of(*in) : 0;
-  return bytes_of(n) * 4 >= read;
-}
-
-// The bytes that saving `n` adds when it is not saved yet: its own, or, for a cheap value,
-// what saving its inputs instead adds when that is less (looked through `depth` cheap ops).
-int64_t stored_bytes(const ir::Node* n, const NodeSet& saved, const GraphInfo& info, int depth) {
-  if (saved.count(n)) return 0;
-  int64_t own = bytes_of(*n);
-  if (depth == 0 || !cheap(*n, info)) return own;
-  int64_t via_inputs = 0;
-  for (const ir::Node* in : node_inputs(*n)) {
-    if (!in->meta) return own;
-    via_inputs += stored_bytes(in, saved, info, depth - 1);
-  }
-  return std::min(own, via_inputs);
-}
-
 // The forward values backward reads, then (recompute) greedily replaces a
-// cheap one by its inputs while that stores no more bytes, and a normalizing
-// reduction by its inputs when that stores fewer (it costs a pass over them).
+// cheap one by its inputs while that stores no more bytes.
 std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet& fwd, NodeSet& bwd,
                                           bool recompute,
                                           std::vector<const ir::Node*>& recomputed) {
@@ -100,20 +71,14 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
     changed = false;
     for (auto& up : joint.nodes()) {
       const ir::Node* n = up.get();
-      if (!saved.count(n)) continue;
-      bool pointwise = cheap(*n, info);
-      if (!pointwise && !normalizing_reduction(*n, info)) continue;
+      if (!saved.count(n) || !cheap(*n, info)) continue;
       int64_t added = 0;
       bool tensors_only = true;
       for (const ir::Node* in : node_inputs(*n)) {
-        if (!in->meta) {
-          tensors_only = false;
-          continue;
-        }
-        if (pointwise && !saved.count(in)) added += bytes_of(*in);
-        if (!pointwise) added += stored_bytes(in, saved, info, 4);
+        if (!in->meta) tensors_only = false;
+        if (!saved.count(in)) added += bytes_of(*in);
       }
-      if (!tensors_only || added > bytes_of(*n) || (!pointwise && added == bytes_of(*n))) continue;
+      if (!tensors_only || added > bytes_of(*n)) continue;
       saved.erase(n);
       for (const ir::Node* in : node_inputs(*n)) saved.insert(in);
       bwd.insert(n);
