@@ -1047,7 +1047,7 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
                                          "() needs the tensor's values, which are not known "
                                          "while tracing");
   }
-  check_effect_order(*this, op_name, args, !kwargs.empty());
+  check_effect_order(*this, op_name, args, kwargs);
   // Sizes as symbolic ints (docs/internals/dynamic-shapes.md); the rank is guarded.
   if (!method.empty() && !args.empty() && args[0]->is_tensor() && kwargs.empty()) {
     if (method == "size" && args.size() == 1) return shape_value(args[0]);

@@ -5,6 +5,7 @@
 
 #include "capture/graph_break.h"
 #include "capture/index_bounds.h"
+#include "capture/py_helpers.h"
 #include "ir/effects.h"
 
 namespace tl::capture {
@@ -77,6 +78,38 @@ bool checks_values(const std::string& op, const std::vector<ValuePtr>& args) {
   return value_checking_ops().count(op) > 0;
 }
 
+// Ops whose CUDA kernels check their indices only with device-side asserts (CUDA_KERNEL_ASSERT),
+// as torchlite's generated kernels do (tl_check_index): eager raises nothing where the op runs;
+// the assert surfaces at a later synchronisation and leaves the CUDA context unusable, so there
+// is no state at the op for a graph break to keep (and a check before the first effect would
+// synchronise every call).
+bool asserts_on_device(const std::string& op, const std::vector<ValuePtr>& args,
+                       const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  static const std::unordered_set<std::string> names = {
+      "index_select", "gather",      "scatter",     "scatter_",      "scatter_add",
+      "scatter_add_", "index_add",   "index_add_",  "index_copy",    "index_copy_",
+      "index_fill",   "index_fill_", "embedding",   "nll_loss",      "nll_loss_nd",
+      "nll_loss2d",   "getitem",     "__getitem__", "cross_entropy", "cross_entropy_loss"};
+  if (!names.count(op)) return false;
+  std::vector<ValuePtr> operands(args);
+  for (const auto& kv : kwargs) operands.push_back(kv.second);
+  // NOTE: an index tuple's tensors are operands too; a list index is made a tensor by torch's
+  // indexing code on the host: left to the break.
+  if (operands.size() > 1 && operands[1] && operands[1]->kind == VKind::Tuple) {
+    std::vector<ValuePtr> items = operands[1]->items;
+    operands.insert(operands.end(), items.begin(), items.end());
+  }
+  bool any_tensor = false;
+  for (const ValuePtr& v : operands) {
+    if (!v) continue;
+    if (v->kind == VKind::List) return false;
+    if (!v->is_tensor()) continue;
+    if (detail::attr_str(v->device.get(), "type") != "cuda") return false;
+    any_tensor = true;
+  }
+  return any_tensor;
+}
+
 // The first Python side effect the graph's replay would make ("self.x = ...", "a mutated
 // L['kwargs']"), empty when there is none.
 std::string first_python_effect(const CaptureContext& ctx) {
@@ -108,13 +141,14 @@ const ir::Node* first_visible_effect(const ir::Graph& graph) {
 }  // namespace
 
 void check_effect_order(CaptureContext& ctx, const std::string& op,
-                        const std::vector<ValuePtr>& args, bool keywords) {
-  if (!checks_values(op, args)) return;
+                        const std::vector<ValuePtr>& args,
+                        const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  if (!checks_values(op, args) || asserts_on_device(op, args, kwargs)) return;
   std::string python_effect = first_python_effect(ctx);
   if (python_effect.empty()) return;
   const ir::Node* effect = first_visible_effect(ctx.graph());
   if (!effect) return;
-  if (!keywords && check_indices_first(ctx, op, args, *effect)) return;
+  if (check_indices_first(ctx, op, args, kwargs, *effect)) return;
   // NOTE: the reason names the in-place op and the Python effect, so the user (and a
   // benchmark's break table) sees which one to move.
   graph_break("effect_order",

@@ -7,6 +7,7 @@
 // (a graph break before it), so the graph before it runs whole and its effects are applied first,
 // unless its indices can be checked before the graph's first effect (capture/index_bounds.h).
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "capture/context.h"
@@ -16,8 +17,10 @@ namespace tl::capture {
 // Throws GraphBreak "effect_order" when `op` (a torch function's or Tensor method's name, args
 // as recorded) checks values at run time, traced code has made Python side effects, and the
 // graph so far has a visible effect, unless the op's indices can be checked before that effect
-// (capture/index_bounds.h). `keywords`: the call has keyword arguments.
+// (capture/index_bounds.h), or the op checks its indices only with device-side asserts (CUDA
+// operands), which eager never raises where the op runs.
 void check_effect_order(CaptureContext& ctx, const std::string& op,
-                        const std::vector<ValuePtr>& args, bool keywords);
+                        const std::vector<ValuePtr>& args,
+                        const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
 
 }  // namespace tl::capture

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -35,10 +36,10 @@ bool fresh_op(const ir::Node& n) {
   for (const auto& kv : n.kwargs)
     if (kv.first == "out") return false;
   static const std::unordered_set<std::string> names = {
-      "add",       "sub",       "rsub",  "mul",   "neg",   "abs",     "floor_divide",
-      "floordiv",  "remainder", "mod",   "clamp", "clip",  "minimum", "maximum",
-      "where",     "arange",    "zeros", "ones",  "full",  "empty",   "zeros_like",
-      "ones_like", "full_like", "cat",   "stack", "cumsum"};
+      "add",       "sub",       "rsub",  "mul",   "neg",    "abs",     "floor_divide",
+      "floordiv",  "remainder", "mod",   "clamp", "clip",   "minimum", "maximum",
+      "where",     "arange",    "zeros", "ones",  "full",   "empty",   "zeros_like",
+      "ones_like", "full_like", "cat",   "stack", "cumsum", "pad",     "constant_pad_nd"};
   return names.count(base_name(n.target_name)) > 0;
 }
 
@@ -101,6 +102,59 @@ ir::Arg remapped(const ir::Arg& a, const std::unordered_map<const ir::Node*, ir:
   return out;
 }
 
+// What an index op checks when it runs: every value of `index` in [0, self.size(dim)), or equal
+// to `ignore` (a Python int; None when no value is exempt).
+struct IndexUse {
+  ValuePtr self;
+  int64_t dim = 0;
+  ValuePtr index;
+  PyRef ignore;
+};
+
+bool const_int(const ValuePtr& v) {
+  return v && v->is_const() && !v->sym && PyLong_Check(v->obj.get()) && !PyBool_Check(v->obj.get());
+}
+
+std::optional<IndexUse> dim_index_use(const std::string& op, const std::vector<ValuePtr>& args,
+                                      const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  if (!dim_index_ops().count(op) || !kwargs.empty() || args.size() < 3) return std::nullopt;
+  const ValuePtr &self = args[0], &dim = args[1], &index = args[2];
+  if (!self || !index || !self->is_tensor() || !index->is_tensor() || !index->node ||
+      !const_int(dim))
+    return std::nullopt;
+  return IndexUse{self, PyLong_AsLongLong(dim->obj.get()), index, PyRef::borrow(Py_None)};
+}
+
+// nll_loss(input, target, weight, size_average, ignore_index, reduce, reduction) and
+// cross_entropy (the same, then label_smoothing) with class-index targets: each target is a
+// class of input's class dimension (1, or 0 for one unbatched row) or ignore_index. Class
+// probabilities (a floating target) are not checked: left to the break.
+std::optional<IndexUse> class_target_use(
+    const std::string& op, const std::vector<ValuePtr>& args,
+    const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  if ((op != "nll_loss" && op != "cross_entropy") || args.size() < 2) return std::nullopt;
+  const ValuePtr &input = args[0], &target = args[1];
+  if (!input || !target || !input->is_tensor() || !target->is_tensor() || !target->node)
+    return std::nullopt;
+  PyRef dtype = PyRef::steal(PyObject_GetAttrString(target->meta.get(), "dtype"));
+  PyRef floating =
+      dtype ? PyRef::steal(PyObject_GetAttrString(dtype.get(), "is_floating_point")) : PyRef();
+  if (!floating) throw PythonError();
+  if (floating.get() != Py_False) return std::nullopt;
+  ValuePtr ignore = args.size() > 4 ? args[4] : nullptr;
+  static const std::unordered_set<std::string> known = {
+      "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing"};
+  for (const auto& kv : kwargs) {
+    if (!known.count(kv.first)) return std::nullopt;
+    if (kv.first == "ignore_index") ignore = kv.second;
+  }
+  PyRef ignore_obj = ignore ? ignore->obj : PyRef::steal(PyLong_FromLong(-100));
+  if (ignore && !const_int(ignore)) return std::nullopt;
+  PyRef ndim = PyRef::steal(PyObject_GetAttrString(input->meta.get(), "ndim"));
+  if (!ndim || !ignore_obj) throw PythonError();
+  return IndexUse{input, PyLong_AsLongLong(ndim.get()) >= 2 ? 1 : 0, target, ignore_obj};
+}
+
 }  // namespace
 
 bool is_index_bounds_check(const ir::Node& n) {
@@ -109,14 +163,13 @@ bool is_index_bounds_check(const ir::Node& n) {
 }
 
 bool check_indices_first(CaptureContext& ctx, const std::string& op,
-                         const std::vector<ValuePtr>& args, const ir::Node& first_effect) {
-  if (!dim_index_ops().count(op) || args.size() < 3) return false;
-  const ValuePtr& self = args[0];
-  const ValuePtr& dim = args[1];
-  const ValuePtr& index = args[2];
-  if (!self || !dim || !index || !self->is_tensor() || !index->is_tensor() || !index->node)
-    return false;
-  if (!dim->is_const() || !PyLong_Check(dim->obj.get()) || dim->sym) return false;
+                         const std::vector<ValuePtr>& args,
+                         const std::vector<std::pair<std::string, ValuePtr>>& kwargs,
+                         const ir::Node& first_effect) {
+  std::optional<IndexUse> use = dim_index_use(op, args, kwargs);
+  if (!use) use = class_target_use(op, args, kwargs);
+  if (!use) return false;
+  const ValuePtr& index = use->index;
   ir::Graph& g = ctx.graph();
   const int effect_at = first_effect.id;
 
@@ -181,7 +234,7 @@ bool check_indices_first(CaptureContext& ctx, const std::string& op,
       if (!pin_sizes(ctx, kv.second)) return false;
   }
   // NOTE: the size the indices are checked against, a plain number: a relation keeps it.
-  ValuePtr size = ctx.size_value(self, PyLong_AsLongLong(dim->obj.get()));
+  ValuePtr size = ctx.size_value(use->self, use->dim);
   ctx.specialise(size);
 
   std::unordered_map<const ir::Node*, ir::Node*> copies;
@@ -208,11 +261,13 @@ bool check_indices_first(CaptureContext& ctx, const std::string& op,
   auto idx = copies.find(index->node);
   ir::Node* checked = idx == copies.end() ? index->node : idx->second;
   PyRef op_name = PyRef::steal(PyUnicode_FromString(op.c_str()));
-  if (!op_name) throw PythonError();
-  ir::Node* check = g.add_call_function(python_helper("index_bounds.check"),
-                                        {ir::Arg::of_node(checked), ir::Arg::constant(size->obj),
-                                         ir::Arg::constant(dim->obj), ir::Arg::constant(op_name)},
-                                        {});
+  PyRef dim_obj = PyRef::steal(PyLong_FromLongLong(use->dim));
+  if (!op_name || !dim_obj) throw PythonError();
+  ir::Node* check = g.add_call_function(
+      python_helper("index_bounds.check"),
+      {ir::Arg::of_node(checked), ir::Arg::constant(size->obj), ir::Arg::constant(dim_obj),
+       ir::Arg::constant(op_name), ir::Arg::constant(use->ignore)},
+      {});
   check->location = ctx.location;
   ctx.move_node_before(check, effect);
   return true;

@@ -9,18 +9,23 @@
 // error with eager's state (frame/captured_frame.cpp). When it passes, the op cannot raise on
 // its indices.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "capture/context.h"
 
 namespace tl::capture {
 
-// Adds the check for `op(args)` (a torch function's or Tensor method's name, no keywords) before
+// Adds the check for `op(args, kwargs)` (a torch function's or Tensor method's name) before
 // `first_effect`, a node of the capture's graph; false (the graph unchanged) when `op` is not an
-// index op this knows, or its indices cannot be computed there with the values they have at
-// the op: the caller then breaks the graph as before.
+// index op this knows (dim-index ops without keywords; nll_loss/cross_entropy with class-index
+// targets, checked against the class count and ignore_index), or its indices cannot be
+// computed there with the values they have at the op: the caller then breaks the graph as
+// before.
 bool check_indices_first(CaptureContext& ctx, const std::string& op,
-                         const std::vector<ValuePtr>& args, const ir::Node& first_effect);
+                         const std::vector<ValuePtr>& args,
+                         const std::vector<std::pair<std::string, ValuePtr>>& kwargs,
+                         const ir::Node& first_effect);
 
 // True for a node `check_indices_first` made (frame/captured_frame.cpp runs the frame eagerly
 // when it raises before any effect ran).

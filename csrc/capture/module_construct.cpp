@@ -98,16 +98,17 @@ void check_tensor_free(PyObject* m, const std::string& what) {
     if (!dp || !*dp) continue;
     for (const char* name : {"_parameters", "_buffers"}) {
       PyObject* d = PyDict_GetItemString(*dp, name);
-      // NOTE: a None entry (CrossEntropyLoss()'s absent class weight) holds no tensor, but
-      // capturing loss modules built in forward made BERT's MLM training step break at the
-      // loss's effect_order check instead, into 10 graphs and 14 breaks (4 and 5 this way) and
-      // slower than eager on an H100: kept as a break until effect_order lets the loss join
-      // the graph.
-      if (d && PyDict_Check(d) && PyDict_Size(d) > 0)
-        graph_break("module_built_in_forward",
-                    what + " holds " + (name[1] == 'p' ? "parameters" : "buffers") +
-                        ", which eager makes anew on every call",
-                    kHint);
+      if (!d || !PyDict_Check(d)) continue;
+      // NOTE: a None entry holds no tensor: CrossEntropyLoss() registers its absent class
+      // weight as the buffer None (BERT and other transformers models build one per forward).
+      PyObject *k, *val;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(d, &pos, &k, &val))
+        if (val != Py_None)
+          graph_break("module_built_in_forward",
+                      what + " holds " + (name[1] == 'p' ? "parameters" : "buffers") +
+                          ", which eager makes anew on every call",
+                      kHint);
     }
     PyObject *k, *val;
     Py_ssize_t pos = 0;

@@ -231,10 +231,9 @@ def test_module_with_parameters_built_in_forward_breaks_and_keeps_the_rng():
     ],
     ids=["cross_entropy", "cross_entropy_options", "nll_sum", "mse"],
 )
-def test_loss_modules_built_in_forward_match_eager_with_their_gradients(make_loss):
+def test_loss_modules_built_in_forward_are_captured_with_their_gradients(make_loss):
     # NOTE: BERT's MLM head builds CrossEntropyLoss() in forward; its absent class weight is
-    # registered as the buffer None, which breaks the graph as "holds buffers" (kept: see
-    # check_tensor_free in csrc/capture/module_construct.cpp).
+    # registered as the buffer None, which once broke the graph as "holds buffers".
     def fn(logits, target):
         loss_fn = make_loss()
         if isinstance(loss_fn, torch.nn.MSELoss):
@@ -253,6 +252,7 @@ def test_loss_modules_built_in_forward_match_eager_with_their_gradients(make_los
         out.backward()
         expected.backward()
         torch.testing.assert_close(logits.grad, ref_logits.grad)
+    assert _graphs_and_breaks(fn, logits, target) == (1, 0)
 
 
 def test_module_with_a_tensor_weight_built_in_forward_still_breaks():

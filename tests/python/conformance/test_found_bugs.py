@@ -1202,10 +1202,27 @@ def _effects_inputs(device):
     return make
 
 
-def test_loss_after_effects_runs_in_cpython_and_names_the_effect():
+def test_loss_after_effects_checks_its_targets_before_them():
     # NOTE: cross_entropy raises on a bad class id; the write and the attribute must then have
-    # happened as in eager, so the loss runs after the graph, and the reason names both.
+    # happened as in eager: the targets are checked before the graph's first effect (a bad one
+    # runs the frame eagerly), so the loss stays in the graph.
     check_program(_loss_after_effects, _effects_inputs("cpu"), observe=lambda: COLLECTOR.value)
     report = torchlite.explain(_loss_after_effects)(*_effects_inputs("cpu")())
+    assert report.graph_break_count == 0, str(report)
+
+
+def _loss_of_targets_made_after_effects(x, w, target):
+    COLLECTOR.value = "collecting"
+    w.add_(1)
+    logits = x @ w
+    return torch.nn.functional.cross_entropy(logits, logits.argmax(1))
+
+
+def test_loss_of_targets_made_after_effects_runs_in_cpython_and_names_the_effect():
+    # NOTE: targets computed from the written tensor cannot be checked before the write: the
+    # loss runs after the graph, and the reason names both effects.
+    fn = _loss_of_targets_made_after_effects
+    check_program(fn, _effects_inputs("cpu"), observe=lambda: COLLECTOR.value)
+    report = torchlite.explain(fn)(*_effects_inputs("cpu")())
     assert [b.kind for b in report.break_reasons] == ["effect_order"], str(report)
     assert ".value = ..." in report.break_reasons[0].reason  # NOTE: the effect is named

@@ -92,3 +92,56 @@ def test_bounds_failure_runs_the_frame_eagerly_once():
     expected = _fill(k)
     _inputs(3, (1,))()
     torch.testing.assert_close(compiled(k), expected)
+
+
+_LOG = []  # the Python side effect of _dropout_then_loss, for observe()
+
+
+def _dropout_then_loss(x, target, kind):
+    # NOTE: transformers' loss after a training forward: dropout (a random draw, a visible
+    # effect) and a Python side effect (its output collector's global), then the loss, whose
+    # class targets eager checks when it runs.
+    _LOG.append(len(_LOG))
+    h = torch.nn.functional.dropout(x, 0.25, training=True)
+    if kind == "cross_entropy":
+        return torch.nn.functional.cross_entropy(h, target, ignore_index=-1, reduction="sum")
+    if kind == "padded_shift":  # GPT-2's label shift: pad with ignore_index, drop the first
+        shifted = torch.nn.functional.pad(target, (0, 1), value=-100)[..., 1:].contiguous()
+        return torch.nn.functional.cross_entropy(h.view(-1, h.shape[-1]), shifted.view(-1))
+    if kind == "nll_positional":
+        return torch.nn.functional.nll_loss(h.log_softmax(-1), target, None, None, 2)
+    if kind == "module":  # BERT's MLM head builds its loss module in forward
+        return torch.nn.CrossEntropyLoss()(h, target)
+    return torch.nn.functional.cross_entropy(h[0], target[0])  # one unbatched row
+
+
+_LOSS_KINDS = ["cross_entropy", "padded_shift", "nll_positional", "module", "unbatched"]
+
+
+def _loss_inputs(kind, bad=None):
+    def make():
+        _LOG.clear()
+        x = torch.randn(2, 3, 5) if kind == "padded_shift" else torch.randn(4, 5)
+        target = torch.randint(0, 5, x.shape[:-1])
+        target[0] = {"cross_entropy": -1, "nll_positional": 2}.get(kind, target[0])
+        if bad is not None:
+            target[0] = bad
+        return x, target, kind
+
+    return make
+
+
+@pytest.mark.parametrize("kind", _LOSS_KINDS)
+def test_loss_targets_after_dropout_and_python_side_effect_are_one_graph(kind):
+    check_program(_dropout_then_loss, _loss_inputs(kind), observe=lambda: list(_LOG))
+    report = torchlite.explain(_dropout_then_loss)(*_loss_inputs(kind)())
+    assert report.graph_break_count == 0, report.break_reasons
+    assert report.graph_count == 1
+
+
+@pytest.mark.parametrize("bad", [5, -2, 99], ids=["classes", "negative", "far"])
+@pytest.mark.parametrize("kind", _LOSS_KINDS)
+def test_loss_targets_out_of_range_raise_eagers_error_with_eagers_state(kind, bad):
+    # NOTE: eager raises at the loss after the log entry and the dropout's draw: the compiled
+    # call leaves the same log and raises the same error (check_program compares both).
+    check_program(_dropout_then_loss, _loss_inputs(kind, bad), observe=lambda: list(_LOG))
