@@ -282,6 +282,17 @@ PyRef replay_meta(const ir::Node& n) {
       ok ? capture::meta_call(n.target.get(), method ? n.target_name : "", self.get(), pos.get(),
                               n.kwargs.empty() && !factory ? nullptr : kwargs.get(), true)
          : PyRef();
+  // NOTE: as capture predicts it (a `transpose(1, 2).contiguous()` after it is then a view at
+  // every size, as it was at the capture's: gives_view).
+  if (r && n.meta && n.target_name.find("scaled_dot_product_attention") != std::string::npos &&
+      !n.args.empty() && n.args[0].kind == ir::Arg::Kind::Node && n.args[0].node->example) {
+    try {
+      r = capture::fused_attention_layout(std::move(r), n.args[0].node->example.get(),
+                                          n.meta->device.get());
+    } catch (const PythonError&) {
+      r = PyRef();
+    }
+  }
   if (!r) PyErr_Clear();
   return r;
 }

@@ -164,9 +164,28 @@ def test_an_attention_block_sweep_compiles_twice_on_the_gpu():
     model = _Attention().cuda().eval()
     compiles, frames = _sweep(model, lambda n: (_cuda(2, n, 64),), [8, 13, 37, 64, 5, 101])
     assert sum(frames) == 2, frames
-    # Kernels whose index math divides by sizes (the head transposes) keep their sizes in the
-    # text; everything else is shared.
-    assert sum(compiles[2:]) <= 2 * (len(compiles) - 2), compiles
+    assert compiles[2:] == [0] * (len(compiles) - 2), compiles
+
+
+class _Embed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(100, 32)
+        self.wpe = nn.Embedding(256, 32)
+
+    def forward(self, ids):
+        pos = torch.arange(ids.size(1), device=ids.device)
+        return (self.wte(ids) + self.wpe(pos)).relu()
+
+
+def test_gathers_take_their_sizes_at_run_time_too():
+    # An embedding's gather and positions from arange (index math): one program for every length.
+    model = _Embed().cuda()
+    compiles, frames = _sweep(
+        model, lambda n: (torch.randint(0, 100, (2, n), device="cuda"),), [8, 13, 37, 64, 5, 101]
+    )
+    assert sum(frames) == 2, frames
+    assert compiles[2:] == [0] * (len(compiles) - 2), compiles
 
 
 def _break_between_graphs(x):
