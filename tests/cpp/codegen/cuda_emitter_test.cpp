@@ -462,3 +462,35 @@ TEST_CASE("reductions with runtime sizes share a text across row counts, 64-bit 
   compile(big);
   compile(emit(sized_softmax(1000, 4096)));  // block rows, row cache
 }
+
+TEST_CASE("gathers and coordinates with runtime sizes share a text across row counts",
+          "[codegen][cuda]") {
+  // An embedding row gather over [rows, 64] and a stack (coordinates) over [rows, 3, 64].
+  auto embed = [](int64_t rows) {
+    KernelBuilder b("embed_rt", {rows, 64});
+    b.k.runtime_sizes = true;
+    int idx = b.load(b.input(ST::I64, {1, 0}), ST::I64);
+    int weight = b.input(ST::F32, {0, 1});
+    int off = b.expr(ExprOp::Mul, ST::I64, {idx, b.constant(64, ST::I64)});
+    int g = b.expr(ExprOp::Gather, ST::F32, {off});
+    b.k.exprs[g].buffer = weight;
+    b.output(g, ST::F32, b.contiguous());
+    return emit(b.k);
+  };
+  auto stack = [](int64_t rows) {
+    ir::Kernel k = stack_of_three(false);
+    k.shape[0] = rows;
+    for (auto& in : k.inputs) in.strides = {64, 0, 1};
+    k.outputs[0].view.strides = {3 * 64, 64, 1};
+    k.runtime_sizes = true;
+    return emit(k);
+  };
+  CudaKernel e16 = embed(16), e37 = embed(37), s4 = stack(4), s101 = stack(101);
+  CHECK(e16.source == e37.source);
+  CHECK(e16.dims != e37.dims);
+  CHECK(s4.source == s101.source);
+  CHECK(s4.dims != s101.dims);
+  REQUIRE_NVRTC_OR_SKIP();
+  compile(e37);
+  compile(s101);
+}
