@@ -290,9 +290,10 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
     DynamicChoice dyn = choose_dynamic(code, *config, res);
     entry.runtime_sizes = dyn.runtime_sizes;
     // NOTE: kept before compile_graph's passes rewrite the graph: new sizes replay it.
-    std::string blocker = !dyn.runtime_sizes     ? "static sizes"
-                          : codes && !res.resume ? "a graph break"
-                                                 : size_generic_blocker(res, *config, codes);
+    std::string blocker = !dyn.runtime_sizes ? "static sizes"
+                          : codes && !res.resume
+                              ? "a graph break"
+                              : size_generic_blocker(res, *config, codes != nullptr);
     std::shared_ptr<const ir::Graph> captured = blocker.empty() ? clone_graph(*res.graph) : nullptr;
     if (dyn.runtime_sizes && !blocker.empty() && log_enabled("recompiles"))
       log_event("recompiles",

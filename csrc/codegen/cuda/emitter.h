@@ -78,8 +78,9 @@ class Writer {
                size_t first_axis, const std::string& base_prefix);
   std::string fresh(const std::string& stem) { return stem + std::to_string(tmp_++); }
   // Number `v` of the loop space as text: the literal, or with runtime sizes (values other
-  // than 0 and 1) the slot of the dims parameter that `site` (what the number is: "o0" the
-  // first outer size, ...) got on first use, its value appended to out_.dims.
+  // than 0 and 1) the slot of the dims parameter that `site` (what the number is: "a2" loop
+  // axis 2's size, "s1_2" buffer 1's stride along it, "f1" its offset, "n" the points, "rows",
+  // "len", ...) got on first use, its value appended to out_.dims.
   std::string num(const std::string& site, int64_t v);
 
   // kernel_text.cpp: pointwise
