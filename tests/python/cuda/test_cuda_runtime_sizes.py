@@ -198,3 +198,41 @@ def test_a_graph_break_sweep_captures_and_compiles_each_side_twice():
     compiles, frames = _sweep(_break_between_graphs, lambda n: (_cuda(n, 40),), SEQ_LENS)
     assert frames[:2] == [2, 2] and frames[2:] == [0] * (len(SEQ_LENS) - 2), frames
     assert compiles[2:] == [0] * (len(SEQ_LENS) - 2), compiles
+
+
+def _hf_model(name):
+    transformers = pytest.importorskip("transformers")
+    if name == "gpt2":
+        cfg = transformers.GPT2Config(
+            n_layer=2, n_embd=64, n_head=2, vocab_size=100, n_positions=256, attn_pdrop=0.0
+        )
+        return transformers.GPT2Model(cfg).eval().cuda()
+    cfg = transformers.BertConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=2,
+        intermediate_size=128,
+        vocab_size=100,
+        max_position_embeddings=256,
+    )
+    return transformers.BertModel(cfg).eval().cuda()
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_transformers_sweep_captures_and_compiles_nothing_after_the_second_length(name):
+    model = _hf_model(name)
+    compiled = torchlite.compile(model)
+    compiles, frames = [], []
+    for seq in [5, 9, 13, 17, 22, 30, 41, 50]:
+        ids = torch.randint(0, 100, (2, seq), device="cuda")
+        before = dict(torchlite.counters())
+        with torch.no_grad():
+            out = compiled(ids).last_hidden_state
+            ref = model(ids).last_hidden_state
+        torch.cuda.synchronize()
+        after = torchlite.counters()
+        compiles.append(after["nvrtc_compiles"] - before["nvrtc_compiles"])
+        frames.append(after["frames"] - before["frames"])
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    assert frames[2:] == [0] * 6, frames
+    assert compiles[2:] == [0] * 6, compiles
