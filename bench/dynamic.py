@@ -17,7 +17,14 @@ GPT2LMHeadModel and LlamaForCausalLM with the dynamic KV cache and with StaticCa
 generate() (captures included) and a second one, captures, and whether the tokens equal eager's.
 
     python bench/dynamic.py [--layers 2] [--lengths 37,61,...] [--torch-compile] [--device cuda]
-                            [--sections hf,block,nanogpt,generate]
+                            [--sections hf,block,nanogpt,generate] [--dtype bfloat16]
+                            [--n-embd 128] [--batch 2] [--no-static-sweep]
+
+Columns: the sweep's wall time (first calls included), the unseen length's first call and its
+steady time (median of 10), LLVM kernels and CUDA programs (NVRTC) compiled in the sweep plus the
+unseen length, and captures (torchlite frames). `--no-static-sweep` skips torchlite's
+dynamic=False sweep (a compile per length: slow); "torchlite static (unseen)" is compiled for the
+unseen length alone, the steady-state reference.
 """
 
 import argparse
@@ -30,8 +37,10 @@ import torch
 
 import torchlite
 
+DTYPE = torch.float32
 
-def make_model(layers: int, device: str):
+
+def make_model(layers: int, device: str, n_embd: int = 128):
     # NOTE: the torchvision workaround is shared with the tests (bench/model_corpus.py does the same).
     sys.path.append(
         os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python")
@@ -41,8 +50,14 @@ def make_model(layers: int, device: str):
     work_around_mismatched_torchvision()
     from transformers import GPT2Config, GPT2Model
 
-    cfg = GPT2Config(n_layer=layers, n_embd=128, n_head=4, vocab_size=1000, n_positions=1024)
-    return GPT2Model(cfg).eval().to(device)
+    cfg = GPT2Config(
+        n_layer=layers,
+        n_embd=n_embd,
+        n_head=max(4, n_embd // 64),
+        vocab_size=1000,
+        n_positions=1024,
+    )
+    return GPT2Model(cfg).eval().to(device=device, dtype=DTYPE)
 
 
 def make_block(device: str):
@@ -114,15 +129,19 @@ def run(name, fn, lengths, unseen, batch, device, llvm=None, make=None):
     make = make or (lambda n: torch.randint(0, 1000, (batch, n), device=device))
     ids = {n: make(n) for n in [*lengths, unseen]}
     before = torchlite._C.llvm_compiles()
+    nvrtc = torchlite.counters()["nvrtc_compiles"]
     frames = torchlite.counters()["frames"]
     sweep = sum(timed(fn, ids[n], device) for n in lengths)
     first = timed(fn, ids[unseen], device)
     steady = statistics.median(timed(fn, ids[unseen], device) for _ in range(10))
     compiles = torchlite._C.llvm_compiles() - before
+    nvrtc = torchlite.counters()["nvrtc_compiles"] - nvrtc
     frames = torchlite.counters()["frames"] - frames
     print(
         f"{name:<28} sweep {sweep:8.2f} s   unseen first {first * 1e3:9.1f} ms   "
-        f"steady {steady * 1e3:8.2f} ms   llvm kernels {compiles}   captures {frames}"
+        f"steady {steady * 1e3:8.2f} ms   llvm kernels {compiles}   nvrtc {nvrtc}   "
+        f"captures {frames}",
+        flush=True,
     )
 
 
@@ -136,7 +155,17 @@ def main():
     p.add_argument("--torch-compile", action="store_true")
     p.add_argument("--sections", default="hf,block,nanogpt,generate", help="which sections to run")
     p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--dtype", default="float32", help="of the models' weights and inputs")
+    p.add_argument("--n-embd", type=int, default=128, help="GPT-2 section's hidden size")
+    p.add_argument("--no-static-sweep", action="store_true", help="skip dynamic=False sweeps")
     a = p.parse_args()
+    global DTYPE
+    DTYPE = getattr(torch, a.dtype)
+    print(
+        f"device {a.device} ({torch.cuda.get_device_name() if a.device == 'cuda' else 'CPU'}), "
+        f"{a.dtype}, batch {a.batch}, layers {a.layers}, lengths {a.lengths}, unseen {a.unseen}",
+        flush=True,
+    )
     lengths = [int(n) for n in a.lengths.split(",")]
     sections = a.sections.split(",")
     torch.manual_seed(0)
@@ -152,9 +181,9 @@ def main():
 
 def nanogpt_section(a, lengths):
     print("nanoGPT-style model (reads sizes: views, arange, mask slices):")
-    model = NanoGPT(a.layers).eval().to(a.device)
+    model = NanoGPT(a.layers).eval().to(device=a.device, dtype=DTYPE)
     run("eager", model, lengths, a.unseen, a.batch, a.device)
-    for dynamic in (False, None):
+    for dynamic in (None,) if a.no_static_sweep else (False, None):
         torchlite.reset()
         compiled = torchlite.compile(model, dynamic=dynamic)
         run(f"torchlite dynamic={dynamic}", compiled, lengths, a.unseen, a.batch, a.device)
@@ -166,9 +195,10 @@ def nanogpt_section(a, lengths):
 
 
 def hf_section(a, lengths):
-    model = make_model(a.layers, a.device)
+    print(f"transformers GPT-2 (n_embd {a.n_embd}):")
+    model = make_model(a.layers, a.device, a.n_embd)
     run("eager", model, lengths, a.unseen, a.batch, a.device)
-    for dynamic in (False, None):
+    for dynamic in (None,) if a.no_static_sweep else (False, None):
         torchlite.reset()
         run(
             f"torchlite dynamic={dynamic}",
@@ -186,14 +216,14 @@ def hf_section(a, lengths):
 
 
 def block_section(a, lengths):
-    block = make_block(a.device)
+    block = make_block(a.device).to(DTYPE)
     print("feed-forward block (reads no size):")
 
     def make(n):
-        return torch.randn(a.batch, n, 128, device=a.device)
+        return torch.randn(a.batch, n, 128, device=a.device, dtype=DTYPE)
 
     run("eager", block, lengths, a.unseen, a.batch, a.device, make=make)
-    for dynamic in (False, None):
+    for dynamic in (None,) if a.no_static_sweep else (False, None):
         torchlite.reset()
         compiled = torchlite.compile(block, dynamic=dynamic)
         run(

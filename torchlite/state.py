@@ -11,7 +11,8 @@ def reset() -> None:
 def counters() -> dict[str, int]:
     """A snapshot: frames, graphs, graph_breaks, recompiles, cache_hits, kernels,
     eager_fallbacks, capture_ns, ... size_instances (graphs a size-generic entry compiled for
-    new sizes without capturing again)."""
+    new sizes without capturing again), nvrtc_compiles (CUDA programs NVRTC compiled: not
+    read from the disk cache, not shared with a loaded module)."""
     return dict(_C.counters())
 
 

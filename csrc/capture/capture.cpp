@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -449,6 +450,34 @@ std::vector<int> passed_locals(const Tracer& tracer, PyCodeObject* code) {
   return out;
 }
 
+// Every size value CPython receives at a break (the locals, the stack, the frame's cells: what
+// the resume function goes on with) is a plain number from here on: each symbolic one is
+// specialised (a relation `expr == value`), so an entry serving other sizes (a size-generic
+// graph before the break) never hands the resume function this call's number at another size.
+// A lazy iterator may hold sizes where the walk cannot see: the entry then keeps exact sizes.
+void specialise_at_break(CaptureContext& ctx, const Tracer& tracer,
+                         const std::vector<ValuePtr>& cells) {
+  if (!ctx.any_sym) return;
+  std::unordered_set<const Value*> seen;
+  std::function<void(const ValuePtr&)> walk = [&](const ValuePtr& v) {
+    if (!v || !seen.insert(v.get()).second) return;
+    if (v->is_const()) {
+      ctx.specialise(v);
+      return;
+    }
+    for (const ValuePtr& s : v->folded_sizes) ctx.specialise(s);
+    if (v->kind == VKind::Iterator && v->lazy)
+      ctx.read_size("a lazy iterator live at a graph break");
+    for (const auto* list : {&v->items, &v->kwdefaults, &v->cells})
+      for (const ValuePtr& x : *list) walk(x);
+    for (const ValuePtr& x : {v->self, v->cell_contents, v->attrs, v->mapping, v->same_object})
+      walk(x);
+  };
+  for (const ValuePtr& v : tracer.stack()) walk(v);
+  for (const ValuePtr& v : tracer.locals()) walk(v);
+  for (const ValuePtr& v : cells) walk(v);
+}
+
 // The state CPython needs at the instruction the tracer stopped at.
 // `route_step`: the break is at an optimizer's step (optimizer_step.h), which CPython calls as
 // torchlite's compiled step instead.
@@ -566,6 +595,7 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
     ResidualBuilder rb(ctx, tracer.stopped());
     if (tracer.stopped()) {
       std::vector<ValuePtr> cells_at_break = frame_cells(tracer, code);
+      specialise_at_break(ctx, tracer, cells_at_break);
       rb.add_frame_cells(cells_at_break);
       out.side_effects = side_effects(ctx, rb);
       out.resume = resume_plan(ctx, rb, tracer, code, stop_at, region, route_step);

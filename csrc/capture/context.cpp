@@ -985,8 +985,6 @@ ValuePtr CaptureContext::call_op(PyObject* target, const std::string& method,
   return r;
 }
 
-namespace {
-
 // On CUDA the fused attention kernels return another layout than the meta
 // kernel's dense [B, H, N, D] (measured on torch 2.11): cuDNN and flash (the
 // half-precision default) give q's layout when q is dense and [B, H, N, D]
@@ -1030,8 +1028,6 @@ PyRef fused_attention_layout(PyRef result, PyObject* q, PyObject* device) {
   if (!t) throw PythonError();
   return t;
 }
-
-}  // namespace
 
 ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
                                    const std::vector<ValuePtr>& args,

@@ -24,14 +24,15 @@ std::vector<std::pair<std::string, int64_t>> Counters::snapshot() const {
           {"cuda_graph_replays", cuda_graph_replays.load()},
           {"autotune_trials", autotune_trials.load()},
           {"autotune_cached", autotune_cached.load()},
-          {"size_instances", size_instances.load()}};
+          {"size_instances", size_instances.load()},
+          {"nvrtc_compiles", nvrtc_compiles.load()}};
 }
 
 void Counters::reset() {
   for (auto* c : {&frames, &graphs, &graph_breaks, &recompiles, &cache_hits, &kernels,
                   &eager_fallbacks, &capture_ns, &batch_norms_folded, &channels_last_convs,
                   &conv_biases_split, &matmuls_padded, &cuda_graph_recordings, &cuda_graph_replays,
-                  &autotune_trials, &autotune_cached, &size_instances})
+                  &autotune_trials, &autotune_cached, &size_instances, &nvrtc_compiles})
     c->store(0);
 }
 

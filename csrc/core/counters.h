@@ -28,6 +28,9 @@ struct Counters {
   std::atomic<int64_t> autotune_cached{0};  // choices read from the disk cache instead
   // Graphs a size-generic entry compiled for new sizes without a capture (frame/size_generic.h).
   std::atomic<int64_t> size_instances{0};
+  // CUDA programs NVRTC compiled (not read from the disk cache or shared with a loaded module):
+  // with runtime sizes, a new size of a dynamic graph compiles none (runtime/cuda/compile.h).
+  std::atomic<int64_t> nvrtc_compiles{0};
 
   std::vector<std::pair<std::string, int64_t>> snapshot() const;
   void reset();

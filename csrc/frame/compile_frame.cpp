@@ -291,8 +291,9 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
     entry.runtime_sizes = dyn.runtime_sizes;
     // NOTE: kept before compile_graph's passes rewrite the graph: new sizes replay it.
     std::string blocker = !dyn.runtime_sizes ? "static sizes"
-                          : codes            ? "a graph break"
-                                             : size_generic_blocker(res, *config);
+                          : codes && !res.resume
+                              ? "a graph break"
+                              : size_generic_blocker(res, *config, codes != nullptr);
     std::shared_ptr<const ir::Graph> captured = blocker.empty() ? clone_graph(*res.graph) : nullptr;
     if (dyn.runtime_sizes && !blocker.empty() && log_enabled("recompiles"))
       log_event("recompiles",
@@ -360,9 +361,11 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
   if ((!res.graph || res.graph->num_ops() == 0) && !res.reads_sizes)
     relax_sizes_of_opless_entry(code, *config, res, "no op", false);
   if (codes) {
-    entry.compiled = std::make_shared<ResumeFrame>(
+    auto resume_frame = std::make_shared<ResumeFrame>(
         res.graph, std::move(res.side_effects), std::move(res.closures), std::move(executable),
         utf8(code->co_name), utf8(code->co_filename), std::move(*res.resume), *codes, config);
+    if (generic) resume_frame->set_size_instances(std::move(generic));
+    entry.compiled = std::move(resume_frame);
   } else {
     auto captured_frame = std::make_shared<CapturedFrame>(
         res.graph, std::move(res.result), std::move(res.side_effects), std::move(res.closures),

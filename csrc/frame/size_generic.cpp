@@ -282,6 +282,17 @@ PyRef replay_meta(const ir::Node& n) {
       ok ? capture::meta_call(n.target.get(), method ? n.target_name : "", self.get(), pos.get(),
                               n.kwargs.empty() && !factory ? nullptr : kwargs.get(), true)
          : PyRef();
+  // NOTE: as capture predicts it (a `transpose(1, 2).contiguous()` after it is then a view at
+  // every size, as it was at the capture's: gives_view).
+  if (r && n.meta && n.target_name.find("scaled_dot_product_attention") != std::string::npos &&
+      !n.args.empty() && n.args[0].kind == ir::Arg::Kind::Node && n.args[0].node->example) {
+    try {
+      r = capture::fused_attention_layout(std::move(r), n.args[0].node->example.get(),
+                                          n.meta->device.get());
+    } catch (const PythonError&) {
+      r = PyRef();
+    }
+  }
   if (!r) PyErr_Clear();
   return r;
 }
@@ -295,8 +306,9 @@ ir::Arg copy_arg(const ir::Arg& a, const std::unordered_map<const ir::Node*, ir:
 
 }  // namespace
 
-std::string size_generic_blocker(const capture::CaptureResult& res, const CompileConfig& config) {
-  if (res.graph_break) return "a graph break";
+std::string size_generic_blocker(const capture::CaptureResult& res, const CompileConfig& config,
+                                 bool resumes) {
+  if (res.graph_break && !resumes) return "a graph break";
   if (res.reads_sizes) return "the trace reads a tensor size: " + res.reads_sizes_why;
   for (const auto& [node, dim] : res.sym_table) {
     bool found = false;
@@ -308,7 +320,10 @@ std::string size_generic_blocker(const capture::CaptureResult& res, const Compil
   for (const auto& n : res.graph->nodes()) {
     if (n->op == ir::OpKind::Placeholder) {
       if (!n->meta) return "a non-tensor input";
-      if (passes::device_type(n->meta->device.get()) != "cpu") return "a tensor not on the CPU";
+      // NOTE: CPU and CUDA kernels both take their sizes at run time (a new size compiles
+      // no kernel whose text it shares with an earlier one).
+      std::string device = passes::device_type(n->meta->device.get());
+      if (device != "cpu" && device != "cuda") return "a tensor on " + device;
       continue;
     }
     if (n->op == ir::OpKind::Output) continue;
@@ -348,6 +363,16 @@ std::string make_sizes_dynamic(capture::CaptureResult& res, bool all_dims) {
       names += (names.empty() && made.empty() ? "" : ", ") + ph[i]->source->str() + ".size(" +
                std::to_string(d.dim) + ")";
     if (res.guards.make_sizes_dynamic(ph[i]->source, std::move(dims))) made += names;
+  }
+  // NOTE: a tensor the graph does not read (a resume function's argument used only before the
+  // break, an input dropped as unused) is guarded for what the trace read of it: a size read
+  // is a symbol (with its relations) or makes the entry exact (reads_sizes), so its sizes may
+  // change as freely as the graph inputs'.
+  if (!made.empty() && all_dims) {
+    std::set<std::string> graph_inputs;
+    for (ir::Node* p : ph)
+      if (p->source) graph_inputs.insert(p->source->str());
+    res.guards.make_sizes_dynamic_except(graph_inputs);
   }
   return made;
 }

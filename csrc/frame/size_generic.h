@@ -9,8 +9,8 @@
 // - the trace read no size (CaptureResult::reads_sizes: shape, size(), len(), numel(), an op
 //   answering with a number or with a tuple whose length follows from a size); reading one
 //   keeps the entry exact (today's guards), which is always correct;
-// - no graph break, the builtin compiler, CPU tensor inputs, no op autograd records (inference:
-//   no_grad or no input that requires grad);
+// - no graph break, the builtin compiler, CPU or CUDA tensor inputs, no op autograd records
+//   (inference: no_grad or no input that requires grad);
 // - every op is one whose meaning at other sizes is the same op on other sizes (pointwise,
 //   reductions, softmax, norms, matmul, transpose/permute, indexing): a fixed list, no
 //   in-place op, no factory, no view whose copy-or-alias answer follows from the strides.
@@ -27,12 +27,15 @@
 
 namespace tl::frame {
 
-// Why `res` cannot serve other sizes, or "" when it can (see above).
-std::string size_generic_blocker(const capture::CaptureResult& res, const CompileConfig& config);
+// Why `res` cannot serve other sizes, or "" when it can (see above). `resumes`: res broke and
+// goes on in a resume function (bytecode/resume.h); its graph before the break may still serve
+// every size (every size value handed to CPython there was specialised: capture.cpp).
+std::string size_generic_blocker(const capture::CaptureResult& res, const CompileConfig& config,
+                                 bool resumes = false);
 
 // Lets the dynamic dimensions of res's tensor inputs change in its guards: every dimension of
 // size >= 2 under dynamic=True or an automatic recompile (`all_dims`), else the dimensions
-// marked with mark_dynamic; never mark_static ones; only contiguous CPU tensors. Returns the
+// marked with mark_dynamic; never mark_static ones; only contiguous tensors. Returns the
 // dimensions made dynamic ("L['x'].size(0), ..."), "" when none (the entry stays exact).
 std::string make_sizes_dynamic(capture::CaptureResult& res, bool all_dims);
 

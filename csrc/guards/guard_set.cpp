@@ -205,6 +205,9 @@ bool GuardSet::make_sizes_dynamic(const ir::SourcePtr& s,
   return false;
 }
 size_t GuardSet::make_all_sizes_dynamic(int64_t min_size) {
+  return make_sizes_dynamic_except({}, min_size);
+}
+size_t GuardSet::make_sizes_dynamic_except(const std::set<std::string>& kept, int64_t min_size) {
   size_t changed = 0;
   std::vector<Node*> todo;
   for (auto& r : impl_->roots) todo.push_back(r.get());
@@ -212,6 +215,7 @@ size_t GuardSet::make_all_sizes_dynamic(int64_t min_size) {
     Node* n = todo.back();
     todo.pop_back();
     for (auto& c : n->children) todo.push_back(c.get());
+    if (kept.count(n->label)) continue;
     for (LeafGuard& g : n->guards) {
       if (g.kind != GuardKind::TensorMatch || !g.tensor || g.tensor->is_dynamic()) continue;
       TensorMatch relaxed = g.tensor->with_all_sizes_dynamic(min_size);

@@ -2,6 +2,7 @@
 // The guards of one cache entry: built by capture while tracing, evaluated in
 // C++ on every call before the compiled entry may run.
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,8 @@ class GuardSet {
   // from `min_size` up): for an entry whose code does not depend on them (one that runs the
   // frame eagerly: min_size 0). Returns how many changed.
   size_t make_all_sizes_dynamic(int64_t min_size = 2);
+  // The same for the TENSOR_MATCHes whose source is none of `kept` (by str()).
+  size_t make_sizes_dynamic_except(const std::set<std::string>& kept, int64_t min_size = 2);
   // SIZE_RELATION: the relations the trace relied on between its inputs' sizes, checked after
   // the other guards (size_relations.h). Replaces any set before.
   void set_size_relations(SizeRelations relations);

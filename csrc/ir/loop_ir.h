@@ -138,8 +138,8 @@ struct Kernel {
     BufferView view;
   };
   std::vector<Output> outputs;
-  // Dynamic shapes (docs/internals/dynamic-shapes.md): the CPU code generator
-  // passes every size, stride and offset other than 0 and 1 to the kernel at
+  // Dynamic shapes (docs/internals/dynamic-shapes.md): the code generators (CPU
+  // and CUDA) pass every size, stride and offset other than 0 and 1 to the kernel at
   // run time instead of writing it into the code, so the code of two kernels
   // that differ only in those numbers is the same (one compile serves both).
   bool runtime_sizes = false;

@@ -323,8 +323,12 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
     use_cuda_graphs(ex, ctx, trace);
     return ex;
   }
-  // NOTE: CPU only for now; CUDA kernels keep their sizes in the code. So do
-  // kernels with index math (gathers, coordinates): their expressions hold
+  // NOTE: on the GPU every kernel takes its sizes at run time: a division by a
+  // number read from the (constant-bank) dims parameter costs some instructions,
+  // a kernel compiled per size costs an NVRTC compile (tens of ms) at every new
+  // size (an embedding's gather, a mask built from arange). On the CPU, kernels
+  // with index math (gathers, coordinates) keep their sizes in the code: their
+  // expressions hold
   // size-derived constants, and divisions by them ran ~3x slower as loaded
   // numbers (docs/internals/dynamic-shapes.md).
   auto index_math = [](const ir::Kernel& k) {
@@ -333,7 +337,7 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
     });
   };
   for (auto& fk : st.partition.kernels)
-    fk.kernel.runtime_sizes = ctx.runtime_sizes && !device->cuda && !index_math(fk.kernel);
+    fk.kernel.runtime_sizes = ctx.runtime_sizes && (device->cuda || !index_math(fk.kernel));
   trace.kernels("lowered.txt", st.partition);
   log_kernels(st.partition);
   size_t n_kernels = st.partition.kernels.size();

@@ -25,7 +25,8 @@ struct CudaKernel {
   std::string source;  // whole translation unit; no #include (NVRTC gets no system headers)
   // Entry parameters, for both entries: one pointer per kernel input, then one
   // per output, in Kernel::inputs / Kernel::outputs order. Shapes and strides
-  // are compile-time constants (graphs are specialised on them by guards).
+  // are compile-time constants (graphs are specialised on them by guards),
+  // unless the kernel has runtime sizes (below).
   //
   // The vectorised entry (16-byte loads/stores) exists when `vector_name` is
   // not empty; the runtime may launch it only when every pointer listed in
@@ -44,6 +45,16 @@ struct CudaKernel {
   // with programmatic stream serialization (overlapping the previous kernel's
   // tail). Hand-written kernels leave it false and are launched plainly.
   bool dependent_launch = false;
+  // Runtime sizes (ir::Kernel::runtime_sizes): the loop space's sizes, strides and offsets
+  // other than 0 and 1 are not in the text; every entry takes them as one more parameter after
+  // the outputs, a `tl_dims<T, N>` passed by value holding these N numbers in order, each
+  // `dim_bytes` wide (4: the kernel's 32-bit index type, 8: 64-bit). The text still holds every
+  // decision taken from the sizes (index width, vector entry, row strategy, unrolling), so two
+  // kernels with the same text are the same function of (buffers, dims): one compiled program
+  // serves every size that gives that text. Empty: no such parameter. The launch shape (grid)
+  // is this size's.
+  std::vector<int64_t> dims;
+  int dim_bytes = 8;
 };
 
 // Throws tl::Error (Internal) naming the kernel and the expr it cannot emit.

@@ -4,6 +4,7 @@
 // reduction passes). Internal to codegen/cuda.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -76,6 +77,11 @@ class Writer {
   void offsets(const std::string& prefix, const std::string& lin, const std::vector<int64_t>& sizes,
                size_t first_axis, const std::string& base_prefix);
   std::string fresh(const std::string& stem) { return stem + std::to_string(tmp_++); }
+  // Number `v` of the loop space as text: the literal, or with runtime sizes (values other
+  // than 0 and 1) the slot of the dims parameter that `site` (what the number is: "a2" loop
+  // axis 2's size, "s1_2" buffer 1's stride along it, "f1" its offset, "n" the points, "rows",
+  // "len", ...) got on first use, its value appended to out_.dims.
+  std::string num(const std::string& site, int64_t v);
 
   // kernel_text.cpp: pointwise
   void pointwise_scalar(int unroll);  // points per thread per loop step
@@ -178,6 +184,7 @@ class Writer {
   Scope other_;                    // the other element's scope
   std::vector<std::string> pair_;  // exprs' pair words in this step
   CudaKernel out_;
+  std::map<std::string, size_t> slots_;  // num(): site -> index in out_.dims
 };
 
 }  // namespace tl::codegen::cuda

@@ -12,6 +12,9 @@ namespace tl::codegen::cuda {
 using ir::ExprOp;
 
 namespace {
+// The dims parameter as params() writes it; run() gives it its type.
+constexpr const char* kDimsParam = ", const TL_DIMS tl_d";
+
 bool is_index(ExprOp op) { return op == ExprOp::Index; }
 bool is_gather(ExprOp op) { return op == ExprOp::Gather; }
 
@@ -82,7 +85,19 @@ std::string Writer::params() const {
   for (size_t o = 0; o < k_.outputs.size(); ++o)
     p += std::string(p.empty() ? "" : ", ") + mem_type(k_.outputs[o].view.type) + ptr + "out" +
          std::to_string(o);
+  // NOTE: the dims type's length is known once every entry is written: run() fills it in (or
+  // drops the parameter when no number went to it).
+  if (k_.runtime_sizes) p += kDimsParam;
   return p;
+}
+
+std::string Writer::num(const std::string& site, int64_t v) {
+  if (!k_.runtime_sizes || v == 0 || v == 1 || v < 0) return std::to_string(v);
+  auto [it, fresh] = slots_.try_emplace(site, out_.dims.size());
+  if (fresh) out_.dims.push_back(v);
+  TL_CHECK(out_.dims[it->second] == v)
+      << "kernel " << k_.name << ": size site " << site << " holds two numbers";
+  return "tl_d.v[" + std::to_string(it->second) + "]";
 }
 
 std::string Writer::signature(const std::string& name, int block) const {
@@ -107,7 +122,8 @@ void Writer::offsets(const std::string& prefix, const std::string& lin,
       coord[0] = rest;
       break;
     }
-    std::string c = fresh("c"), q = fresh("q"), n = std::to_string(sizes[d]);
+    std::string c = fresh("c"), q = fresh("q");
+    std::string n = num("a" + std::to_string(first_axis + d), sizes[d]);
     line("const " + idx_ + " " + c + " = " + rest + " % " + n + ";");
     line("const " + idx_ + " " + q + " = " + rest + " / " + n + ";");
     coord[d] = c;
@@ -115,10 +131,13 @@ void Writer::offsets(const std::string& prefix, const std::string& lin,
   }
   for (size_t b = 0; b < s_.strides.size(); ++b) {
     std::string bs = std::to_string(b);
-    std::string v = base_prefix.empty() ? std::to_string(s_.offsets[b]) : base_prefix + bs;
+    std::string v = base_prefix.empty() ? num("f" + bs, s_.offsets[b]) : base_prefix + bs;
     for (size_t d = 0; d < sizes.size(); ++d) {
-      int64_t st = s_.strides[b][first_axis + d];
-      if (st != 0) v += " + " + coord[d] + (st == 1 ? "" : " * " + std::to_string(st));
+      size_t axis = first_axis + d;
+      int64_t st = s_.strides[b][axis];
+      if (st != 0)
+        v += " + " + coord[d] +
+             (st == 1 ? "" : " * " + num("s" + bs + "_" + std::to_string(axis), st));
     }
     line("const " + idx_ + " " + prefix + bs + " = " + v + ";");
   }
@@ -295,7 +314,7 @@ constexpr int kScalarUnroll = 4, kVectorUnroll = 2;
 constexpr int kMaxPacksInFlight = 8;
 
 void Writer::pointwise_scalar(int unroll) {
-  std::string b = std::to_string(block_), n = std::to_string(k_.outer_numel());
+  std::string b = std::to_string(block_), n = num("n", k_.outer_numel());
   open_kernel(name_, block_);
   line("const " + idx_ + " step = (" + idx_ + ")gridDim.x * " + b + ";");
   open("for (" + idx_ + " i = (" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x; i < " + n +
@@ -387,8 +406,8 @@ int Writer::vector_unroll() const {
 void Writer::pointwise_vector(int width) {
   size_t inner = s_.outer.size() - 1;
   int64_t numel = k_.outer_numel();
-  std::string b = std::to_string(block_), n = std::to_string(numel);
-  std::string w = std::to_string(width), nv = std::to_string(numel / width);
+  std::string b = std::to_string(block_), n = num("n", numel);
+  std::string w = std::to_string(width), nv = num("nv", numel / width);
   std::string tid = "(" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x";
   auto in_packs = [&](size_t buf) { return !is_coordinate(buf) && s_.strides[buf][inner] == 1; };
   auto pack_type = [&](size_t buf) {
@@ -466,7 +485,9 @@ void Writer::pointwise_vector(int width) {
       line(u ? "if (" + live(u) + ") " + st : st);
     }
   close();
-  if (numel % width != 0) {  // the scalar tail (one axis only: see vector_width)
+  // The scalar tail (one axis only: see vector_width). NOTE: always there with runtime sizes
+  // (it runs no step when numel is whole packs), so one text serves every numel.
+  if (numel % width != 0 || k_.runtime_sizes) {
     open("for (" + idx_ + " i = " + nv + " * " + w + " + " + tid + "; i < " + n + "; i += step)");
     point_at("i");
     close();
@@ -533,6 +554,15 @@ CudaKernel Writer::run() {
   out_.name = name_;
   out_.block = block_;
   out_.source = os_.str();
+  if (k_.runtime_sizes) {
+    const std::string dims =
+        out_.dims.empty() ? "" : "tl_dims<" + idx_ + ", " + std::to_string(out_.dims.size()) + ">";
+    const std::string marker = kDimsParam;
+    std::string with = out_.dims.empty() ? "" : ", const " + dims + " tl_d";
+    for (size_t at; (at = out_.source.find(marker)) != std::string::npos;)
+      out_.source.replace(at, marker.size(), with);
+    out_.dim_bytes = idx_ == "unsigned" ? 4 : 8;
+  }
   out_.dependent_launch = target_.sm_major >= 9;
   return out_;
 }

@@ -107,15 +107,16 @@ void Writer::reduction_kernel(const std::string& entry) {
   }
   const int group_rows = 32 / row_lanes_;  // rows a warp holds
   // Rows past the end in a warp's last group: its lanes still take part in the
-  // shuffles, but read and write nothing.
-  row_guard_ = group_rows > 1 && n_rows % group_rows != 0;
+  // shuffles, but read and write nothing. NOTE: with runtime sizes the guard is always
+  // there, so the text (one compile) serves row counts that are multiples and others.
+  row_guard_ = group_rows > 1 && (k_.runtime_sizes || n_rows % group_rows != 0);
   block_ = rows == Rows::Tile                        ? tile_rows_ * slices_
            : rows != Rows::Block                     ? 256
            : len > 16384                             ? 1024
            : len > 8192                              ? 512
            : len > 2048 && len <= 128 * kCacheValues ? 128
                                                      : 256;
-  std::string b = std::to_string(block_), nr = std::to_string(n_rows);
+  std::string b = std::to_string(block_), nr = num("rows", n_rows);
   open_kernel(entry, block_);
   if (rows == Rows::Block || rows == Rows::Tile) {
     // Block rows: a value a warp; tiles: a value a thread (slice x row).
@@ -167,7 +168,7 @@ void Writer::reduction_kernel(const std::string& entry) {
       int64_t tiles = (n_rows + tile_rows_ - 1) / tile_rows_;
       std::string tr = std::to_string(tile_rows_);
       line("const unsigned lane = threadIdx.x % " + tr + ", slice = threadIdx.x / " + tr + ";");
-      open("for (" + idx_ + " tile = blockIdx.x; tile < " + std::to_string(tiles) +
+      open("for (" + idx_ + " tile = blockIdx.x; tile < " + num("tiles", tiles) +
            "; tile += gridDim.x)");
       line("const " + idx_ + " row = tile * " + tr + " + lane;");
       out_.grid = std::clamp<int64_t>(tiles, 1, (int64_t{1} << 31) - 1);
@@ -220,13 +221,13 @@ void Writer::reduce_pass(int p, Rows rows) {
     line(std::string(reg_type(t)) + " " + acc_[i] + " = " + reduce_identity(e.op, t) + ";");
     if (arg) line("long long " + acc_[i] + "i = 0;");
   }
-  std::string len = std::to_string(product(s_.red));
+  std::string len = num("len", product(s_.red));
   int64_t threads = rows == Rows::Warp ? row_lanes_ : rows == Rows::Block ? block_ : 1;
   std::string first = rows == Rows::Warp ? "lane" : "threadIdx.x", V = std::to_string(vec_);
   bool guard = false;  // the unrolled loop's last step may pass the row's end
   int loops = 1;
   if (rows == Rows::Warp && row_guard_) {  // a warp's rows past the end (reduction_kernel)
-    open("if (row < " + std::to_string(product(s_.outer)) + ")");
+    open("if (row < " + num("rows", product(s_.outer)) + ")");
     ++loops;
   }
   // The vector entry's output packs: stored at a pack's last element. 16-bit
@@ -250,7 +251,7 @@ void Writer::reduce_pass(int p, Rows rows) {
     else
       line("const " + idx_ + " r = " + first + " + (" + idx_ + ")j * " + std::to_string(threads) +
            ";");
-    guard = product(s_.red) % (threads * std::max(vec_, 1)) != 0;
+    guard = k_.runtime_sizes || product(s_.red) % (threads * std::max(vec_, 1)) != 0;
     if (guard) open("if (r < " + len + ")");
   } else if (vec_) {
     open("for (" + idx_ + " r0 = " + first + " * " + V + "; r0 < " + len +
@@ -273,7 +274,7 @@ void Writer::reduce_pass(int p, Rows rows) {
              ")");
         break;
       case Rows::Tile:
-        open("if (row < " + std::to_string(product(s_.outer)) + ")");
+        open("if (row < " + num("rows", product(s_.outer)) + ")");
         line("#pragma unroll 4");  // independent loads in flight: the row is strided
         open("for (" + idx_ + " r = slice; r < " + len + "; r += " + std::to_string(slices_) + ")");
         loops += 1;

@@ -187,6 +187,8 @@ TL_D long long tl_ipow(long long base, long long e) {
   return (long long)r;
 }
 template <class T, int V> struct alignas(sizeof(T) * V) tl_pack { T e[V]; };
+// The loop space's numbers of a kernel with runtime sizes, passed by value (CudaKernel::dims).
+template <class T, int N> struct tl_dims { T v[N]; };
 // Two neighbouring 16-bit elements in one word (lo at the lower address), and
 // back to float32.
 TL_D unsigned tl_join(unsigned short lo, unsigned short hi) { return (unsigned)lo | ((unsigned)hi << 16); }

@@ -71,13 +71,11 @@ class CudaBackend : public KernelBackend {
           if (PyErr_Occurred()) return false;
           context_.emplace(b_.device_);
         }
-        args_.resize(bufs.size());
-        for (size_t i = 0; i < bufs.size(); ++i) args_[i] = &bufs[i];
-        if (b_.autotune_ && !b_.tuned_[idx]) b_.tune(idx, outer, stream_, args_.data(), bufs);
+        if (b_.autotune_ && !b_.tuned_[idx]) b_.tune(idx, outer, stream_, bufs);
         const LoadedKernel& l = b_.autotune_ ? b_.build(idx, b_.chosen_[idx]) : k;
         unsigned grid = b_.autotune_ && b_.grids_[idx] ? b_.grids_[idx] : l.grid;
-        cuda::launch(entry(l, bufs), grid, l.block, l.shared_bytes, stream_, args_.data(), l.name,
-                     l.dependent_launch);
+        cuda::launch(entry(l, bufs), grid, l.block, l.shared_bytes, stream_,
+                     launch_args(l, bufs, args_), l.name, l.dependent_launch);
       } catch (const Error& e) {
         set_python_error(e);  // reported like a failing torch op, naming the kernel's node
         return false;
@@ -91,6 +89,16 @@ class CudaBackend : public KernelBackend {
     std::optional<ContextScope> context_;  // the graph's device, for the whole run
     std::vector<void*> args_;
   };
+
+  // The kernel parameters of one launch of `k` in `args`: the buffers' pointers, then its dims
+  // (runtime sizes: passed by value, so a launch queued or recorded keeps its own copy).
+  static void** launch_args(const LoadedKernel& k, std::vector<char*>& bufs,
+                            std::vector<void*>& args) {
+    args.resize(bufs.size());
+    for (size_t i = 0; i < bufs.size(); ++i) args[i] = &bufs[i];
+    if (!k.dims.empty()) args.push_back(const_cast<unsigned char*>(k.dims.data()));
+    return args.data();
+  }
 
   // The vector entry where every packed pointer is 16-byte aligned, else the scalar one.
   static void* entry(const LoadedKernel& k, const std::vector<char*>& bufs) {
@@ -136,7 +144,7 @@ class CudaBackend : public KernelBackend {
   // tried). Reductions only try fewer blocks (more rows a block) than the code generator's one
   // a row or tile; pointwise kernels also try their other builds' block sizes. A failure keeps
   // the code generator's launch.
-  void tune(size_t idx, int64_t outer, void* stream, void** args, const std::vector<char*>& bufs) {
+  void tune(size_t idx, int64_t outer, void* stream, std::vector<char*>& bufs) {
     tuned_[idx] = 1;
     const LoadedKernel& k = loaded_[idx];
     if (k.tune_key.empty()) return;
@@ -160,6 +168,8 @@ class CudaBackend : public KernelBackend {
       LaunchChoice c = choose_launch(k.tune_key, gpu_name_, variants, [&](size_t v, unsigned g) {
         const LoadedKernel& b = build(idx, v);
         void* fn = entry(b, bufs);
+        std::vector<void*> arg_list;
+        void** args = launch_args(b, bufs, arg_list);
         return launch_timer([&](unsigned grid) {
           cuda::launch(fn, grid, b.block, b.shared_bytes, stream, args, b.name, b.dependent_launch);
         })(g);

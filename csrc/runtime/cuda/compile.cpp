@@ -91,6 +91,10 @@ void write_source(const std::string& dir, const Job& job) {
       << "\n// launch: grid=" << s.grid << " block=" << s.block
       << " shared_bytes=" << s.shared_bytes << " entry=" << s.name
       << (s.dependent_launch ? " dependent_launch=1" : "");
+  if (!s.dims.empty()) {
+    out << " dims=";
+    for (size_t i = 0; i < s.dims.size(); ++i) out << (i ? "," : "") << s.dims[i];
+  }
   if (!s.vector_name.empty()) {
     out << " vector_entry=" << s.vector_name;
     if (!s.vector_fallback_name.empty())
@@ -143,6 +147,7 @@ void build(Job& job, int device, const std::string& arch, const DiskCache& cache
     return;
   }
   job.image = nvrtc_compile(job.spec.source, job.spec.name, arch);
+  counters().nvrtc_compiles++;
   cache.store(EntryKind::CudaImage, job.key, job.image);
 }
 
@@ -157,6 +162,7 @@ void* load_image(Job& job, const std::string& what, const std::string& arch,
     cache.discard(EntryKind::CudaImage, job.key);
     job.disk_hit = false;
     job.image = nvrtc_compile(job.spec.source, job.spec.name, arch);
+    counters().nvrtc_compiles++;
     cache.store(EntryKind::CudaImage, job.key, job.image);
     return load_module(job.image, what);
   }
@@ -189,6 +195,14 @@ LoadedKernel link(Job& job, int device, const std::string& arch, const DiskCache
   k.aligned_params = s.aligned_params;
   k.dependent_launch = s.dependent_launch;
   k.tune_key = job.canon;
+  TL_CHECK(s.dim_bytes == 4 || s.dim_bytes == 8) << what << ": dims of " << s.dim_bytes << " bytes";
+  for (int64_t v : s.dims) {
+    // NOTE: little-endian, as the device reads the parameter (x86-64 and aarch64 hosts).
+    uint64_t u = static_cast<uint64_t>(v);
+    TL_CHECK(s.dim_bytes == 8 || u <= 0xffffffffu) << what << ": size " << v << " in 32 bits";
+    for (int b = 0; b < s.dim_bytes; ++b)
+      k.dims.push_back(static_cast<unsigned char>(u >> (8 * b)));
+  }
   TL_CHECK(s.grid >= 0 && s.grid <= 0x7fffffff && s.block > 0 && s.shared_bytes >= 0)
       << what << ": bad launch shape grid=" << s.grid << " block=" << s.block;
   k.grid = static_cast<unsigned>(s.grid);

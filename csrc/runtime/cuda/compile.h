@@ -21,7 +21,10 @@ struct LoadedKernel {
   std::vector<int> aligned_params;  // vector_fn only when these pointers are 16-byte aligned
   unsigned grid = 1, block = 256, shared_bytes = 0;
   bool dependent_launch = false;  // CudaKernel::dependent_launch
-  std::string tune_key;           // the body's hash (same for kernels differing only in name)
+  // Runtime sizes: the entries' last parameter (CudaKernel::dims, each number dim_bytes wide),
+  // passed by value at every launch; empty: no such parameter.
+  std::vector<unsigned char> dims;
+  std::string tune_key;  // the body's hash (same for kernels differing only in name)
   // Keeps fn's module loaded: the module is unloaded once the last kernel
   // using it is gone (unload_dead_modules). Launch fn only while holding it.
   std::shared_ptr<const void> module;
@@ -31,9 +34,10 @@ struct LoadedKernel {
 codegen::cuda::Target target_for(int device);
 
 // Emits, compiles (disk cache first) and loads every kernel for `device`.
-// Bumps counters().kernels per kernel and counters().cache_hits per CUBIN read
-// from disk or body already compiled. Throws tl::Error: Unsupported when NVRTC or the driver is
-// missing, Value with NVRTC's log and the numbered source on a compile error.
+// Bumps counters().kernels per kernel, counters().cache_hits per CUBIN read
+// from disk or body already compiled, counters().nvrtc_compiles per NVRTC compile. Throws
+// tl::Error: Unsupported when NVRTC or the driver is missing, Value with NVRTC's log and the
+// numbered source on a compile error.
 std::vector<LoadedKernel> compile_kernels(const std::vector<const ir::Kernel*>& kernels,
                                           int device);
 

@@ -1,6 +1,7 @@
 // The CUDA C emitter, checked without a GPU: each kernel is compiled by NVRTC
 // to PTX for compute_90 and the PTX must hold its entry points. Skips (with a
 // warning) only when NVRTC cannot be loaded.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "codegen/cuda/cuda_kernel.h"
@@ -373,4 +374,123 @@ TEST_CASE("NVRTC reports its version and builds a cubin for sm_90", "[codegen][c
   CHECK(cubin.substr(0, 4) ==
         "\x7f"
         "ELF");
+}
+
+namespace {
+
+// (x * 2 + 1).relu() - sigmoid(x) over a contiguous [a, b, c], runtime sizes on or off.
+ir::Kernel sized_pointwise(int64_t a, int64_t b, int64_t c, bool runtime) {
+  KernelBuilder kb("sized_pw", {a, b, c});
+  kb.k.runtime_sizes = runtime;
+  int x = kb.load(kb.input(ST::F32, kb.contiguous()), ST::F32);
+  int y = kb.expr(
+      ExprOp::Add, ST::F32,
+      {kb.expr(ExprOp::Mul, ST::F32, {x, kb.constant(2, ST::F32)}), kb.constant(1, ST::F32)});
+  int z = kb.expr(ExprOp::Sub, ST::F32,
+                  {kb.expr(ExprOp::Relu, ST::F32, {y}), kb.expr(ExprOp::Sigmoid, ST::F32, {x})});
+  kb.output(z, ST::F32, kb.contiguous());
+  return kb.k;
+}
+
+// softmax over the rows of a contiguous [rows, len] with runtime sizes.
+ir::Kernel sized_softmax(int64_t rows, int64_t len) {
+  KernelBuilder kb("sized_softmax", {rows, len}, 1);
+  kb.k.runtime_sizes = true;
+  int x = kb.load(kb.input(ST::F32, {len, 1}), ST::F32);
+  int mx = kb.expr(ExprOp::ReduceMax, ST::F32, {x});
+  int e = kb.expr(ExprOp::Exp, ST::F32, {kb.expr(ExprOp::Sub, ST::F32, {x, mx})});
+  int s = kb.expr(ExprOp::ReduceSum, ST::F32, {e});
+  kb.output(kb.expr(ExprOp::Div, ST::F32, {e, s}), ST::F32, {len, 1});
+  return kb.k;
+}
+
+}  // namespace
+
+TEST_CASE("pointwise kernels with runtime sizes have one text for every size", "[codegen][cuda]") {
+  // Odd lengths and numels that are not whole 16-byte packs: the same text, each size's dims.
+  const std::vector<std::vector<int64_t>> sizes = {
+      {3, 37, 16}, {3, 101, 16}, {7, 5, 9}, {2, 13, 9}};
+  std::vector<CudaKernel> ks;
+  for (const auto& s : sizes) ks.push_back(emit(sized_pointwise(s[0], s[1], s[2], true)));
+  for (size_t i = 0; i < ks.size(); ++i) {
+    INFO(ks[i].source);
+    CHECK(ks[i].source == ks[0].source);
+    CHECK(ks[i].vector_name == ks[0].vector_name);
+    CHECK(ks[i].dim_bytes == 4);
+    const int64_t numel = sizes[i][0] * sizes[i][1] * sizes[i][2];
+    REQUIRE(!ks[i].dims.empty());
+    CHECK(ks[i].dims[0] == numel);  // the first number the text reads: the loop's end
+    // No size of its own in the text: it reads them from its dims parameter.
+    if (numel >= 1000) CHECK(ks[i].source.find(std::to_string(numel)) == std::string::npos);
+    CHECK(ks[i].source.find("const tl_dims<unsigned, " + std::to_string(ks[i].dims.size()) +
+                            "> tl_d)") != std::string::npos);
+  }
+  CHECK(ks[0].dims != ks[1].dims);
+  CHECK(ks[0].grid < ks[1].grid);  // the launch shape is each size's own
+  // Static kernels keep their numbers in the text and take no dims.
+  CudaKernel a = emit(sized_pointwise(3, 37, 16, false)),
+             b = emit(sized_pointwise(3, 101, 16, false));
+  CHECK(a.source != b.source);
+  CHECK(a.dims.empty());
+  CHECK(a.source.find("tl_d.v[") == std::string::npos);
+  REQUIRE_NVRTC_OR_SKIP();
+  compile(ks[0]);
+}
+
+TEST_CASE("reductions with runtime sizes share a text across row counts, 64-bit when needed",
+          "[codegen][cuda]") {
+  // Row counts that are and are not multiples of a warp's rows: one text (the row guard is
+  // always written with runtime sizes).
+  CudaKernel first = emit(sized_softmax(37, 128));
+  for (int64_t rows : {64, 129, 1000, 3}) {
+    CudaKernel ck = emit(sized_softmax(rows, 128));
+    INFO(ck.source);
+    CHECK(ck.source == first.source);
+    REQUIRE(!ck.dims.empty());
+    CHECK(std::find(ck.dims.begin(), ck.dims.end(), rows) != ck.dims.end());
+  }
+  // Rows of another length change the text where the code generator decides from it.
+  CudaKernel shorter = emit(sized_softmax(37, 20));
+  CHECK(shorter.source != first.source);
+  // Past 2^31 elements: 64-bit indices and 64-bit dims (another text).
+  CudaKernel big = emit(sized_softmax(int64_t{1} << 24, 128));
+  CHECK(big.dim_bytes == 8);
+  CHECK(big.source.find("tl_dims<unsigned long long, ") != std::string::npos);
+  CHECK(first.dim_bytes == 4);
+  REQUIRE_NVRTC_OR_SKIP();
+  compile(first);
+  compile(big);
+  compile(emit(sized_softmax(1000, 4096)));  // block rows, row cache
+}
+
+TEST_CASE("gathers and coordinates with runtime sizes share a text across row counts",
+          "[codegen][cuda]") {
+  // An embedding row gather over [rows, 64] and a stack (coordinates) over [rows, 3, 64].
+  auto embed = [](int64_t rows) {
+    KernelBuilder b("embed_rt", {rows, 64});
+    b.k.runtime_sizes = true;
+    int idx = b.load(b.input(ST::I64, {1, 0}), ST::I64);
+    int weight = b.input(ST::F32, {0, 1});
+    int off = b.expr(ExprOp::Mul, ST::I64, {idx, b.constant(64, ST::I64)});
+    int g = b.expr(ExprOp::Gather, ST::F32, {off});
+    b.k.exprs[g].buffer = weight;
+    b.output(g, ST::F32, b.contiguous());
+    return emit(b.k);
+  };
+  auto stack = [](int64_t rows) {
+    ir::Kernel k = stack_of_three(false);
+    k.shape[0] = rows;
+    for (auto& in : k.inputs) in.strides = {64, 0, 1};
+    k.outputs[0].view.strides = {3 * 64, 64, 1};
+    k.runtime_sizes = true;
+    return emit(k);
+  };
+  CudaKernel e16 = embed(16), e37 = embed(37), s4 = stack(4), s101 = stack(101);
+  CHECK(e16.source == e37.source);
+  CHECK(e16.dims != e37.dims);
+  CHECK(s4.source == s101.source);
+  CHECK(s4.dims != s101.dims);
+  REQUIRE_NVRTC_OR_SKIP();
+  compile(e37);
+  compile(s101);
 }

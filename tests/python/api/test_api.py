@@ -278,6 +278,7 @@ def test_counters_have_the_documented_keys():
         "autotune_trials",
         "autotune_cached",
         "size_instances",
+        "nvrtc_compiles",
     }
     torchlite.reset_counters()
     assert set(torchlite.counters()) == keys
