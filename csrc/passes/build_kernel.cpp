@@ -57,10 +57,11 @@ class Emitter {
     return cast(v, t);
   }
 
+  // Shifted axes (AxisMap::shift) are left out: shift_offset() adds them.
   ir::BufferView view(const Node* n, const std::vector<int64_t>& strides, const AxisMap& map) {
     ir::BufferView v{dtype(n), std::vector<int64_t>(g_.shape.size(), 0), 0};
     for (size_t j = 0; j < map.size(); ++j)
-      if (map[j] >= 0) v.strides[map[j]] += strides[j];
+      if (map[j] >= 0 && map.shift_of(j).bound == 0) v.strides[map[j]] += strides[j];
     return v;
   }
 
@@ -77,13 +78,8 @@ class Emitter {
     switch (l.kind) {
       case OpLowering::Kind::StridedView:
         return load(l.inputs[0], n, map, l.view_offset);
-      case OpLowering::Kind::View: {
-        AxisMap bm;
-        const auto& bs = l.inputs[0]->meta->sizes;
-        for (size_t j = 0; j < l.base_axes.size(); ++j)
-          bm.push_back(l.base_axes[j] < 0 || bs[j] == 1 ? -1 : map[l.base_axes[j]]);
-        return value(l.inputs[0], bm);
-      }
+      case OpLowering::Kind::View:
+        return value(l.inputs[0], view_base_map(l, l.inputs[0]->meta->sizes, map));
       case OpLowering::Kind::Pointwise: {
         std::vector<bool> loaded(l.inputs.size(), false);
         for (const Expr& e : l.body)
@@ -107,11 +103,50 @@ class Emitter {
 
   // Reads `buffer`'s memory as laid out by `layout`'s TensorMeta (the buffer
   // itself, or a strided view of it), in the compute type.
+  // A shifted map reads through a Gather at the clamped coordinates.
   int load(const Node* buffer, const Node* layout, const AxisMap& map, int64_t offset = 0) {
     int idx = input(buffer, layout, map, offset);
-    Expr e{ExprOp::Load, out_.kernel.inputs[idx].type};
+    int extra = shift_offset(layout->meta->strides, map);
+    Expr e{extra < 0 ? ExprOp::Load : ExprOp::Gather, out_.kernel.inputs[idx].type};
+    if (extra >= 0) e.operands = {extra};
     e.buffer = idx;
     return cast(push(e), compute_type(e.type));
+  }
+
+  int i64(int64_t v) {
+    Expr e{ExprOp::Constant, ScalarType::I64};
+    e.ivalue = v;
+    return push(e);
+  }
+  int binary(ExprOp op, int a, int b) { return push(Expr{op, ScalarType::I64, {a, b}}); }
+
+  // Node axis j's coordinate under `map`: the kernel index (0 for a size-1
+  // axis), shifted and clamped into [0, bound) where the map shifts it.
+  int coordinate(const AxisMap& map, size_t j) {
+    int a = map[j];
+    if (a < 0) return i64(0);
+    Expr e{ExprOp::Index, ScalarType::I64};
+    e.ivalue = a;
+    int v = push(e);
+    AxisShift s = map.shift_of(j);
+    if (s.bound == 0) return v;
+    if (s.offset != 0) v = binary(ExprOp::Add, v, i64(s.offset));
+    if (s.offset < 0) v = binary(ExprOp::Maximum, v, i64(0));
+    if (g_.shape[a] - 1 + s.offset > s.bound - 1) v = binary(ExprOp::Minimum, v, i64(s.bound - 1));
+    return v;
+  }
+
+  // The element offset of the shifted axes of `map` (strides: the layout's),
+  // or -1 if none is shifted.
+  int shift_offset(const std::vector<int64_t>& strides, const AxisMap& map) {
+    int off = -1;
+    for (size_t j = 0; j < map.size(); ++j) {
+      if (map[j] < 0 || map.shift_of(j).bound == 0 || strides[j] == 0) continue;
+      int t = coordinate(map, j);
+      if (strides[j] != 1) t = binary(ExprOp::Mul, t, i64(strides[j]));
+      off = off < 0 ? t : binary(ExprOp::Add, off, t);
+    }
+    return off;
   }
 
   // The kernel input reading `buffer` through `layout`'s strides (+ `offset`).
@@ -145,16 +180,15 @@ class Emitter {
       TL_CHECK(n || (e.op != ExprOp::Index && e.op != ExprOp::Gather))
           << "index/gather outside a pointwise lowering";
       if (e.op == ExprOp::Index) {
-        int a = map[e.ivalue];
-        e.ivalue = a < 0 ? 0 : a;
-        local[i] = push(a < 0 ? Expr{ExprOp::Constant, ScalarType::I64} : e);
+        local[i] = coordinate(map, static_cast<size_t>(e.ivalue));
         continue;
       }
       if (e.op == ExprOp::Gather) {
         const Node* src = l.inputs[e.buffer];
         auto m = operand_map(l, e.buffer, n->meta->sizes, map);
         TL_CHECK(m) << "gather of " << src->name << " has no axis map";
-        Expr g{ExprOp::Gather, dtype(src), {local[e.operands[0]]}};
+        int by = local[e.operands[0]], shift = shift_offset(src->meta->strides, *m);
+        Expr g{ExprOp::Gather, dtype(src), {shift < 0 ? by : binary(ExprOp::Add, by, shift)}};
         g.buffer = input(src, src, *m, 0);
         local[i] = cast(push(g), e.type);
         continue;

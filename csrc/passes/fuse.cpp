@@ -56,13 +56,8 @@ class Fuser {
         return operand_map(l, i, l.space, g.space_maps.at(u));
       case Kind::StridedView:
         return std::nullopt;
-      case Kind::View: {
-        AxisMap m;
-        const AxisMap& um = g.maps.at(u);
-        for (size_t j = 0; j < l.base_axes.size(); ++j)
-          m.push_back(l.base_axes[j] < 0 || sizes(n)[j] == 1 ? -1 : um[l.base_axes[j]]);
-        return m;
-      }
+      case Kind::View:
+        return view_base_map(l, sizes(n), g.maps.at(u));
     }
     return std::nullopt;
   }
@@ -494,6 +489,37 @@ Fusion Fuser::finish() {
 
 }  // namespace
 
+bool AxisMap::shifted() const {
+  for (const AxisShift& s : shift)
+    if (s.bound > 0) return true;
+  return false;
+}
+
+void AxisMap::add(int a, AxisShift s) {
+  push_back(a);
+  if (a < 0 || s.bound <= 0) return;
+  shift.resize(size() - 1);
+  shift.push_back(s);
+}
+
+bool AxisMap::operator==(const AxisMap& o) const {
+  if (static_cast<const std::vector<int>&>(*this) != o) return false;
+  for (size_t j = 0; j < size(); ++j)
+    if (!(shift_of(j) == o.shift_of(j))) return false;
+  return true;
+}
+
+std::weak_ordering AxisMap::operator<=>(const AxisMap& o) const {
+  const std::vector<int>& a = *this;
+  const std::vector<int>& b = o;
+  if (a != b) return a < b ? std::weak_ordering::less : std::weak_ordering::greater;
+  for (size_t j = 0; j < size(); ++j) {
+    AxisShift x = shift_of(j), y = o.shift_of(j);
+    if (!(x == y)) return x < y ? std::weak_ordering::less : std::weak_ordering::greater;
+  }
+  return std::weak_ordering::equivalent;
+}
+
 std::optional<AxisMap> broadcast_map(const std::vector<int64_t>& from,
                                      const std::vector<int64_t>& to, const AxisMap& to_map) {
   if (from.size() > to.size()) return std::nullopt;
@@ -501,7 +527,7 @@ std::optional<AxisMap> broadcast_map(const std::vector<int64_t>& from,
   AxisMap m;
   for (size_t j = 0; j < from.size(); ++j) {
     if (from[j] != 1 && from[j] != to[j + off]) return std::nullopt;
-    m.push_back(from[j] == 1 ? -1 : to_map[j + off]);
+    m.add(from[j] == 1 ? -1 : to_map[j + off], to_map.shift_of(j + off));
   }
   return m;
 }
@@ -511,10 +537,28 @@ std::optional<AxisMap> operand_map(const OpLowering& l, size_t i,
   const std::vector<int64_t>& from = l.inputs[i]->meta->sizes;
   if (i >= l.input_axes.size() || l.input_axes[i].empty())
     return broadcast_map(from, target, target_map);
+  bool own = i < l.input_shifts.size() && !l.input_shifts[i].empty();
   AxisMap m;
   for (size_t j = 0; j < from.size(); ++j) {
     int a = l.input_axes[i][j];
-    m.push_back(a < 0 || from[j] == 1 ? -1 : target_map[a]);
+    AxisShift s = a < 0 ? AxisShift{} : target_map.shift_of(a);
+    if (own && l.input_shifts[i][j].bound > 0) {
+      // NOTE: the part's own clamp is the tighter one (its coordinates are a
+      // subrange of the node's), so it replaces the node's bound.
+      s.offset += l.input_shifts[i][j].offset;
+      s.bound = l.input_shifts[i][j].bound;
+    }
+    m.add(a < 0 || from[j] == 1 ? -1 : target_map[a], s);
+  }
+  return m;
+}
+
+AxisMap view_base_map(const OpLowering& l, const std::vector<int64_t>& base_sizes,
+                      const AxisMap& map) {
+  AxisMap m;
+  for (size_t j = 0; j < l.base_axes.size(); ++j) {
+    int a = l.base_axes[j];
+    m.add(a < 0 || base_sizes[j] == 1 ? -1 : map[a], a < 0 ? AxisShift{} : map.shift_of(a));
   }
   return m;
 }

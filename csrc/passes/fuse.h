@@ -4,6 +4,7 @@
 // from the group's iteration space (broadcasts and views compose), the group's
 // reduction axes allow it, and no path leaves the group and comes back (which
 // would need the group to run twice). Barriers split segments no group spans.
+#include <compare>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -16,7 +17,25 @@
 namespace tl::passes {
 
 // A node axis -> kernel axis map; -1 where the node's index is always 0.
-using AxisMap = std::vector<int>;
+// `shift` (empty: none; else one per node axis) offsets and clamps the node's
+// coordinate along an axis: a cat part's producer computed in the cat's kernel
+// is indexed by the cat's coordinate minus the part's start. Such a value is
+// never stored or reduced at its shifted map (fuse_plan.cpp).
+// NOTE: a vector of axes with the shifts beside it, so the many places that
+// only relabel axes stay as they are.
+struct AxisMap : std::vector<int> {
+  using std::vector<int>::vector;
+  std::vector<AxisShift> shift;
+  AxisShift shift_of(size_t j) const { return j < shift.size() ? shift[j] : AxisShift{}; }
+  bool shifted() const;
+  // Appends node axis -> kernel axis `a` with shift `s` (dropped where a < 0).
+  void add(int a, AxisShift s);
+  bool operator==(const AxisMap& o) const;
+  bool operator!=(const AxisMap& o) const { return !(*this == o); }
+  // NOTE: its own <=>, or std::pair and std::map keys would order by the
+  // vector's and ignore the shifts.
+  std::weak_ordering operator<=>(const AxisMap& o) const;
+};
 
 struct Group {
   std::vector<int64_t> shape;  // kernel axes (no size-1 axes); the last `nred` are reduced
@@ -48,6 +67,11 @@ std::optional<AxisMap> broadcast_map(const std::vector<int64_t>& from,
 // shape, or a reduction's space) are mapped by `target_map`.
 std::optional<AxisMap> operand_map(const OpLowering& l, size_t i,
                                    const std::vector<int64_t>& target, const AxisMap& target_map);
+
+// How a View node's base (inputs[0], of sizes `base_sizes`) is indexed when
+// the view is indexed by `map`.
+AxisMap view_base_map(const OpLowering& l, const std::vector<int64_t>& base_sizes,
+                      const AxisMap& map);
 
 // Loop IR for one group; `index` names it. Members whose value is used
 // outside the group become outputs.

@@ -38,6 +38,9 @@ std::optional<Plan> plan_join(const OpLowering& l, const std::vector<int64_t>& n
   Plan p{m, {}, g.shape, g.nred, {}};
   int rank = static_cast<int>(g.shape.size());
   if (!distinct(m)) return std::nullopt;
+  // A value read at a shifted map exists there only: stored, it would land at
+  // the reader's coordinates, and a reduction's space would need the shift too.
+  if (m.shifted() && (store || l.kind == Kind::Reduction)) return std::nullopt;
   std::vector<int> red_axes, cur_red;  // kernel axes (old layout) to be reduced
   std::vector<int64_t> appended;       // or new reduction axes
   for (int a = rank - g.nred; a < rank; ++a) cur_red.push_back(a);

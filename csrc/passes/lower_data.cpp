@@ -2,7 +2,8 @@
 // Pointwise body over the result's shape that reads its inputs at remapped
 // coordinates. Shifted or permuted coordinates go through Gather (offsets built
 // from Index exprs and clamped into the input, so an operand a Where discards
-// is still a safe read); stack uses plain loads, so its producers fuse.
+// is still a safe read); stack uses plain loads and cat loads at shifted
+// (clamped) coordinates, so their producers fuse.
 // Output strides are the node's (meta) strides, as for every stored value.
 #include "passes/lower_data.h"
 
@@ -66,15 +67,20 @@ struct Body {
 
   // A tensor operand loaded with explicit axes (per operand axis, the node
   // axis indexing it), so it fuses with its producer; -1 if not a tensor.
-  int load(const ir::Arg* a, std::vector<int> axes, ScalarType t) {
+  // With `shifts` (per operand axis), read at shifted coordinates (a cat part).
+  int load(const ir::Arg* a, std::vector<int> axes, ScalarType t,
+           std::vector<AxisShift> shifts = {}) {
     if (!c.is_tensor(a)) return -1;
     int v = c.value(a, t);
     size_t i = 0;
     while (c.out.inputs[i] != a->node) ++i;
     c.out.input_axes.resize(c.out.inputs.size());
+    c.out.input_shifts.resize(c.out.inputs.size());
     auto& slot = c.out.input_axes[i];
-    if (!slot.empty() && slot != axes) return -1;
+    auto& shift_slot = c.out.input_shifts[i];
+    if (!slot.empty() && (slot != axes || shift_slot != shifts)) return -1;
     slot = std::move(axes);
+    shift_slot = std::move(shifts);
     return v;
   }
 
@@ -347,14 +353,23 @@ bool cat(RuleCtx& c) {
     return v >= 0 && c.finish(v);
   }
   int i = c.index(static_cast<int>(*d));
-  int64_t total = c.node.meta->sizes[*d], off = 0;
+  int64_t off = 0;
   std::vector<int> vals;
   std::vector<int64_t> ends;
   for (const ir::Arg* p : parts) {
     int64_t n = p->node->meta->sizes[*d];
-    std::vector<int> coord(rank, -1);
-    if (n != total) coord[*d] = b.clamp(b.sub(i, b.k(off)), 0, n - 1);
-    vals.push_back(b.read(p->node, coord, identity_axes(rank)));
+    // A part is loaded at a shifted coordinate, so its producer computes in
+    // this kernel (rotary's rotate_half: `-x2` fuses instead of being stored
+    // for a gather). A node that is two parts is read from memory for the others.
+    std::vector<AxisShift> shifts(rank);
+    shifts[*d] = AxisShift{-off, n};
+    int v = b.load(p, identity_axes(rank), b.out(), std::move(shifts));
+    if (v < 0) {
+      std::vector<int> coord(rank, -1);
+      coord[*d] = b.clamp(b.sub(i, b.k(off)), 0, n - 1);
+      v = b.read(p->node, coord, identity_axes(rank));
+    }
+    vals.push_back(v);
     off += n;
     ends.push_back(off);
   }

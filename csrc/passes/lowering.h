@@ -14,6 +14,19 @@
 
 namespace tl::passes {
 
+// An operand read at a shifted coordinate along one axis (a cat part at its
+// place in the result): the operand's coordinate is the node's plus `offset`,
+// clamped into [0, bound) so that a point a Where discards still reads inside
+// every buffer the operand's producers read. bound == 0: no shift.
+struct AxisShift {
+  int64_t offset = 0;
+  int64_t bound = 0;
+  bool operator==(const AxisShift& o) const { return offset == o.offset && bound == o.bound; }
+  bool operator<(const AxisShift& o) const {
+    return offset != o.offset ? offset < o.offset : bound < o.bound;
+  }
+};
+
 struct OpLowering {
   enum class Kind {
     Pointwise,    // body over the node's shape; inputs broadcast to it
@@ -30,6 +43,9 @@ struct OpLowering {
   // Pointwise, optional: per input (empty: broadcast right-aligned), per input
   // axis, the node axis indexing it or -1 (batch_norm's per-channel stats).
   std::vector<std::vector<int>> input_axes;
+  // Pointwise, optional: per input (empty: none), per input axis, the shift of
+  // its coordinate (only with input_axes).
+  std::vector<std::vector<AxisShift>> input_shifts;
   std::vector<int> base_axes;          // View: per inputs[0] axis, the node axis indexing it, or -1
   std::vector<int64_t> space;          // Reduction: the iteration space (operand shape)
   std::vector<int> reduce_dims;        // Reduction: reduced space axes, sorted

@@ -56,8 +56,60 @@ bool cheap(const ir::Node& n, const GraphInfo& info) {
                l->kind == OpLowering::Kind::StridedView);
 }
 
+// The cheap forward values behind `n` that recomputing n needs, back to values
+// already saved or not cheap (then inputs of the recomputation); `deep`: through
+// up to kMaxChain values, else n alone. Empty if an input is not a tensor.
+constexpr size_t kMaxChain = 8;
+std::vector<const ir::Node*> recompute_chain(const ir::Node* n, const NodeSet& saved,
+                                             const GraphInfo& info, bool deep, NodeSet& frontier) {
+  std::vector<const ir::Node*> chain{n};
+  NodeSet in_chain{n};
+  for (size_t k = 0; k < chain.size(); ++k)
+    for (const ir::Node* in : node_inputs(*chain[k])) {
+      if (!in->meta) return {};
+      if (in_chain.count(in) || frontier.count(in)) continue;
+      if (!deep || saved.count(in) || chain.size() >= kMaxChain || !cheap(*in, info)) {
+        frontier.insert(in);
+      } else {
+        chain.push_back(in);
+        in_chain.insert(in);
+      }
+    }
+  for (const ir::Node* c : chain) frontier.erase(c);
+  return chain;
+}
+
+// True when an op that is not cheap (a matmul) reads `n` in the forward,
+// directly or through views: the forward stores n anyway, so saving it costs
+// no bandwidth, and recomputing it in backward would store it once more.
+bool read_by_extern(const ir::Node* n, const NodeSet& fwd, const GraphInfo& info) {
+  for (const ir::Node* u : info.users_of(n)) {
+    if (!fwd.count(u) || u->op == ir::OpKind::Output) continue;
+    std::optional<OpLowering> l = lower_node(*u, info);
+    if (!l || l->kind == OpLowering::Kind::Reduction) return true;
+    bool view = l->kind == OpLowering::Kind::View || l->kind == OpLowering::Kind::StridedView;
+    if (view && read_by_extern(u, fwd, info)) return true;
+  }
+  return false;
+}
+
+// True when saving forward value `n` stores nothing the forward does not store
+// already: an input, a matmul's or reduction's result, a pointwise value read by
+// one, or a view of such a value.
+bool free_to_save(const ir::Node* n, const NodeSet& fwd, const GraphInfo& info) {
+  if (n->op == ir::OpKind::Placeholder) return true;
+  std::optional<OpLowering> l = lower_node(*n, info);
+  if (!l || l->kind == OpLowering::Kind::Reduction) return true;
+  if (l->kind == OpLowering::Kind::Pointwise) return read_by_extern(n, fwd, info);
+  return !l->inputs.empty() && free_to_save(l->inputs[0], fwd, info);
+}
+
 // The forward values backward reads, then (recompute) greedily replaces a
-// cheap one by its inputs while that stores no more bytes.
+// cheap one by the inputs of its recomputation while that stores no more
+// bytes: its own inputs, or, for a value the forward stores only to save it,
+// those of a chain of cheap values behind it (a silu's bf16 output is
+// recomputed from the saved gate through its f32 cast, sigmoid and product,
+// where saving the f32 product alone would store more).
 std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet& fwd, NodeSet& bwd,
                                           bool recompute,
                                           std::vector<const ir::Node*>& recomputed) {
@@ -67,22 +119,43 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
     if (bwd.count(n.get()))
       for (const ir::Node* in : node_inputs(*n))
         if (fwd.count(in)) saved.insert(in);
+  NodeSet replaced;  // each value is replaced once at most, so the loop ends
   for (bool changed = recompute; changed;) {
     changed = false;
     for (auto& up : joint.nodes()) {
       const ir::Node* n = up.get();
-      if (!saved.count(n) || !cheap(*n, info)) continue;
-      int64_t added = 0;
-      bool tensors_only = true;
-      for (const ir::Node* in : node_inputs(*n)) {
-        if (!in->meta) tensors_only = false;
-        if (!saved.count(in)) added += bytes_of(*in);
+      if (!saved.count(n) || replaced.count(n) || !cheap(*n, info)) continue;
+      std::vector<const ir::Node*> best;
+      NodeSet best_frontier;
+      int64_t best_added = bytes_of(*n) + 1;
+      // NOTE: a value the forward stores anyway (a matmul's input) is only
+      // replaced by values it stores anyway too: else the forward would store
+      // more (SwiGLU's silu output beside the product the down projection reads).
+      const bool pointwise = lower_node(*n, info)->kind == OpLowering::Kind::Pointwise;
+      const bool anyway = pointwise && read_by_extern(n, fwd, info);
+      for (bool deep : {false, true}) {
+        if (deep && (anyway || !pointwise)) continue;
+        NodeSet frontier;
+        std::vector<const ir::Node*> chain = recompute_chain(n, saved, info, deep, frontier);
+        if (chain.empty()) continue;
+        int64_t added = 0, stored = 0;  // stored: bytes the forward would store only to save
+        for (const ir::Node* in : frontier) {
+          if (saved.count(in)) continue;
+          added += bytes_of(*in);
+          if (anyway && !free_to_save(in, fwd, info)) stored += bytes_of(*in);
+        }
+        if (added < best_added && stored == 0) {
+          best_added = added;
+          best = std::move(chain);
+          best_frontier = std::move(frontier);
+        }
       }
-      if (!tensors_only || added > bytes_of(*n)) continue;
+      if (best.empty()) continue;
       saved.erase(n);
-      for (const ir::Node* in : node_inputs(*n)) saved.insert(in);
-      bwd.insert(n);
-      recomputed.push_back(n);
+      replaced.insert(n);
+      for (const ir::Node* in : best_frontier) saved.insert(in);
+      for (const ir::Node* c : best)
+        if (bwd.insert(c).second) recomputed.push_back(c);
       changed = true;
     }
   }

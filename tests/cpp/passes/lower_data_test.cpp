@@ -8,7 +8,7 @@ using namespace tl::ir;
 using namespace tl::testing;
 using tl::passes::partition_graph;
 
-TEST_CASE("cat along rows reads each part through a clamped gather", "[passes]") {
+TEST_CASE("cat along rows reads each part at clamped rows", "[passes]") {
   TestGraph t;
   Node* x = t.input("x", {2, 3});
   Node* y = t.input("y", {1, 3});
@@ -19,7 +19,7 @@ TEST_CASE("cat along rows reads each part through a clamped gather", "[passes]")
   const std::string s = p.kernels[0].kernel.str();
   CHECK(s.find("index(axis0)") != std::string::npos);
   CHECK(s.find("gather(in0") != std::string::npos);
-  CHECK(s.find("gather(in1") != std::string::npos);
+  CHECK(s.find("load(in1)") != std::string::npos);  // one row: no row index to shift
   CHECK(s.find("where(") != std::string::npos);
   CHECK(s.find("in0 : f32 strides=[0,1]") != std::string::npos);  // rows come from the gather
 }
@@ -58,4 +58,23 @@ TEST_CASE("a gathered producer is stored, not fused into the gathering kernel", 
   auto p = partition_graph(t.g);
   REQUIRE(p.kernels.size() == 2);
   CHECK(p.kernels[1].inputs == std::vector<const Node*>{a});
+}
+
+TEST_CASE("a cat part's producer computes in the cat's kernel at clamped coordinates", "[passes]") {
+  TestGraph t;
+  Node* x = t.input("x", {2, 3});
+  Node* y = t.input("y", {1, 3});
+  Node* a = t.op("torch.neg", {of(y)}, {1, 3});
+  Node* b = t.op("torch.exp", {of(x)}, {2, 3});
+  Node* c = t.op("torch.cat", {Arg::list({of(b), of(a)})}, {3, 3});
+  t.output({c});
+  auto p = partition_graph(t.g);
+  REQUIRE(p.kernels.size() == 1);
+  CHECK(p.kernels[0].members.size() == 3);
+  const std::string s = p.kernels[0].kernel.str();
+  CHECK(s.find("neg(") != std::string::npos);
+  CHECK(s.find("exp(") != std::string::npos);
+  // x's rows are clamped into [0, 2); y has one row, read without a row index
+  CHECK(s.find("minimum(") != std::string::npos);
+  CHECK(s.find("gather(in0") != std::string::npos);
 }

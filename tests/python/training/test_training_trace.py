@@ -126,3 +126,38 @@ def test_embedding_backward_stays_torchs_op_and_gives_eagers_gradient(padding_id
     out.backward(g)
     expected.backward(g)
     torch.testing.assert_close(w.grad, ref.grad)
+
+
+def _swiglu(x, wg, wu, wd):
+    return (torch.nn.functional.silu(x @ wg) * (x @ wu)) @ wd
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_partition_saves_what_a_matmul_reads_and_recomputes_the_silu(dtype):
+    """The down projection's input (silu(gate) * up) is stored by the forward anyway: saving it
+    costs nothing, where saving the silu output instead would store one more tensor (and make
+    backward recompute the product). The silu is recomputed from the saved gate, through its
+    casts and sigmoid (a chain: saving its float32 product alone would store more)."""
+    args = [torch.randn(4, 8, dtype=dtype, requires_grad=True)]
+    args += [torch.randn(s, dtype=dtype, requires_grad=True) for s in ((8, 6), (8, 6), (6, 8))]
+    joint = _joint_of(_swiglu, *args)
+    _, _, saved, recomputed = _C.partition_joint(joint.graph, joint.num_primals, 1, True)
+    assert sorted(n for n in saved if not n.startswith("primal")) == ["mm", "mm_1", "mul_1"]
+    assert "sigmoid" in recomputed
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_swiglu_gradients_match_eager(dtype):
+    args = [torch.randn(4, 8, dtype=dtype)] + [
+        torch.randn(s, dtype=dtype) for s in ((8, 6), (8, 6), (6, 8))
+    ]
+
+    def grads(fn):
+        leaves = [a.clone().requires_grad_() for a in args]
+        out = fn(*leaves)
+        return [out, *torch.autograd.grad(out.float().square().sum(), leaves)]
+
+    torchlite.reset()
+    tol = {"atol": 3e-2, "rtol": 3e-2} if dtype == torch.bfloat16 else {}
+    for got, want in zip(grads(torchlite.compile(_swiglu)), grads(_swiglu), strict=True):
+        torch.testing.assert_close(got, want, **tol)

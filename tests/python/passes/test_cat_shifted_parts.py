@@ -1,0 +1,142 @@
+"""cat loads each part at a shifted, clamped coordinate (csrc/passes/lower_data.cpp `cat`,
+AxisMap::shift in csrc/passes/fuse.h): a part's producer computes in the cat's kernel instead
+of being stored for a gather. Values equal eager's (forward and gradients), and the kernel
+counts show what fused."""
+
+import pytest
+import torch
+
+import torchlite
+from torchlite import _C
+
+pytestmark = pytest.mark.skipif(
+    not _C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op"
+)
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rope(q, cos, sin):
+    return q * cos + rotate_half(q) * sin
+
+
+def run(fn, *args):
+    torchlite.reset()
+    torchlite.reset_counters()
+    out = torchlite.compile(fn)(*args)
+    assert torchlite.counters()["graph_breaks"] == 0
+    return out, torchlite.counters()["kernels"]
+
+
+def close(out, expected):
+    if expected.dtype == torch.bfloat16:
+        torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
+    else:
+        torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 8), (3, 7, 6), (1, 2, 3, 10)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_rotate_half_is_one_kernel(shape, dtype):
+    q = torch.randn(shape, dtype=dtype)
+    cos, sin = torch.randn(shape[-2:], dtype=dtype), torch.randn(shape[-2:], dtype=dtype)
+    out, kernels = run(rope, q, cos, sin)
+    close(out, rope(q, cos, sin))
+    assert kernels == 1  # the `-x2` part computes in the cat's kernel
+
+
+def three_parts(x, y):
+    return torch.cat([x.sin(), y[:, :3] * 2, x[:, 1:5].exp() + 1], 1) - 1
+
+
+def rows(x, y):
+    return torch.cat([x[:2].cos(), -y, x * y], 0)
+
+
+def leading(x, y):
+    return torch.cat([x.unsqueeze(0) * 3, (x - y).unsqueeze(0).abs()], 0)
+
+
+def nested(x, y):
+    return torch.cat([torch.cat([x.sin(), -y[:, 1:]], 1), x.cos()], 1)
+
+
+@pytest.mark.parametrize("fn", [three_parts, rows, leading, nested])
+@pytest.mark.parametrize("shape", [(5, 7), (3, 9)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cat_of_computed_parts_is_one_kernel(fn, shape, dtype):
+    x, y = torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype)
+    out, kernels = run(fn, x, y)
+    close(out, fn(x, y))
+    assert kernels == 1
+
+
+def test_a_node_that_is_two_parts_is_stored_once():
+    # the second place reads it from memory, so its producer cannot compute in the cat's kernel
+    def fn(x):
+        a = x.sin()
+        return torch.cat([a, a, x], 1)
+
+    x = torch.randn(4, 5)
+    out, kernels = run(fn, x)
+    close(out, fn(x))
+    assert kernels == 2
+
+
+def test_a_reduced_part_is_its_own_kernel():
+    def fn(x):
+        return torch.cat([x.sum(1, keepdim=True), x * 2], 1) + 1
+
+    x = torch.randn(6, 5)
+    out, kernels = run(fn, x)
+    close(out, fn(x))
+    assert kernels == 2
+
+
+def test_a_part_read_elsewhere_is_stored_unshifted():
+    def fn(x, y):
+        a = x.exp()
+        return torch.cat([y, a], 1), a * 2
+
+    x, y = torch.randn(4, 3), torch.randn(4, 5)
+    (c, d), kernels = run(fn, x, y)
+    ec, ed = fn(x, y)
+    close(c, ec)
+    close(d, ed)
+    assert kernels <= 2
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_cat_summed_over_its_axis(dim):
+    def fn(x, y):
+        return torch.cat([x.sin(), y * 2], dim).sum(dim)
+
+    x, y = torch.randn(5, 6), torch.randn(5, 6)
+    out, _ = run(fn, x, y)
+    close(out, fn(x, y))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 8), (2, 7, 6)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_training_gradients_match_and_fuse(shape, dtype):
+    q = torch.randn(shape, dtype=dtype)
+    cos, sin = torch.randn(shape[-2:], dtype=dtype), torch.randn(shape[-2:], dtype=dtype)
+
+    def loss_and_grad(fn):
+        x = q.clone().requires_grad_()
+        out = fn(x, cos, sin)
+        (g,) = torch.autograd.grad(out.float().square().sum(), x)
+        return out, g
+
+    torchlite.reset()
+    torchlite.reset_counters()
+    out, g = loss_and_grad(torchlite.compile(rope))
+    kernels = torchlite.counters()["kernels"]
+    eout, eg = loss_and_grad(rope)
+    close(out, eout)
+    close(g, eg)
+    # before parts fused: the forward's `neg` was a kernel of its own (5 in all)
+    assert kernels == 4
