@@ -391,10 +391,12 @@ bool is_index_type(ScalarType t) { return t == ScalarType::I64 || t == ScalarTyp
 // x read with its axis `dim` taken from `idx` (an i64 expr). An index outside
 // x stops the kernel with a device-side assert, as torch's CUDA kernels do
 // (CheckIndex), and is clamped as well so no read leaves x.
-int read_indexed(Body& b, const Node* x, size_t dim, int idx, const std::vector<int>& direct) {
+// `check` false: the indices are proven in bounds (CPU kernels hold no CheckIndex).
+int read_indexed(Body& b, const Node* x, size_t dim, int idx, const std::vector<int>& direct,
+                 bool check = true) {
   const auto& s = x->meta->sizes;
   std::vector<int> coord(s.size(), -1);
-  int checked = b.c.binary(ExprOp::CheckIndex, idx, b.k(s[dim]));
+  int checked = check ? b.c.binary(ExprOp::CheckIndex, idx, b.k(s[dim])) : idx;
   coord[dim] = b.clamp(checked, 0, s[dim] - 1);
   return b.read(x, coord, direct);
 }
@@ -403,6 +405,8 @@ int read_indexed(Body& b, const Node* x, size_t dim, int idx, const std::vector<
 // torch's own kernel with a device-side assert, and ours stops the same way.
 // On the CPU torch raises IndexError, which a kernel cannot.
 bool on_cuda(const RuleCtx& c) { return device_type(c.node.meta->device.get()) == "cuda"; }
+
+std::optional<std::pair<int64_t, int64_t>> value_range(const Node* n, int depth = 0);
 
 bool index_select(RuleCtx& c) {
   if (!on_cuda(c)) return false;
@@ -435,7 +439,6 @@ bool gather(RuleCtx& c) {
 // F.embedding(input, weight, padding_idx, max_norm, ...) and
 // torch.embedding(weight, indices, ...): a row gather of a 2-D weight.
 bool embedding(RuleCtx& c) {
-  if (!on_cuda(c)) return false;
   bool functional = c.node.target_name.find("functional") != std::string::npos;
   const ir::Arg* index = functional ? c.arg(0, "input") : c.arg(1, "indices");
   const ir::Arg* weight = functional ? c.arg(1, "weight") : c.arg(0, "weight");
@@ -449,15 +452,22 @@ bool embedding(RuleCtx& c) {
   if (weight->node->meta->sizes.size() != 2 || !is_index_type(c.type_of(index))) return false;
   size_t q = index->node->meta->sizes.size();
   if (c.node.meta->sizes.size() != q + 1) return false;
+  // NOTE: on the CPU only position ids the graph proves in range (bart's arange + 2).
+  const bool cuda = on_cuda(c);
+  if (!cuda) {
+    auto r = value_range(index->node);
+    if (!r || r->first < 0 || r->second >= weight->node->meta->sizes[0]) return false;
+  }
   Body b{c};
   int idx = b.load(index, identity_axes(q), kI64);
-  return idx >= 0 && c.finish(read_indexed(b, weight->node, 0, idx, {-1, static_cast<int>(q)}));
+  return idx >= 0 &&
+         c.finish(read_indexed(b, weight->node, 0, idx, {-1, static_cast<int>(q)}, cuda));
 }
 
 // The values an integer tensor can hold, [lo, hi], when the graph says so:
 // arange, a constant added or subtracted, and views, expands and same-type
 // casts of such values (transformers' mask functions index by aranges).
-std::optional<std::pair<int64_t, int64_t>> value_range(const Node* n, int depth = 0) {
+std::optional<std::pair<int64_t, int64_t>> value_range(const Node* n, int depth) {
   if (!n || !n->meta || depth > 16) return std::nullopt;
   auto t = scalar_type_of(n->meta->dtype.get());
   if (!t || !is_index_type(*t) || n->args.empty()) return std::nullopt;

@@ -186,3 +186,21 @@ def test_eval_dropout_and_views_after_a_linear_are_no_steps_of_their_own():
     assert not any("dropout" in name or name.startswith("view") for name in ran), ran
     # the query is made from the linear's output by one as_strided
     assert any(m["strided_base"] == "linear" for m in steps.values()), steps
+
+
+def positions(ids, table):
+    # NOTE: bart's learned positions: `arange(n).expand(batch, -1) + 2` as embedding indices
+    pos = torch.arange(ids.shape[1]).expand(ids.shape[0], -1) + 2
+    return F.embedding(ids, table) + F.embedding(pos, table)
+
+
+@needs_cpu_kernels
+def test_position_embedding_by_an_arange_lowers_on_the_cpu_and_token_ids_stay_torch():
+    ids, table = torch.randint(0, 20, (2, 6)), torch.randn(20, 8)
+    check(positions, ids, table, fresh=False)
+    externs = summary(positions, ids, table)["extern_ops"]
+    # the token ids' only: their values are unknown
+    assert sum(op.endswith("embedding") for op in externs) == 1, externs
+    torchlite.reset()
+    with pytest.raises(IndexError):
+        torchlite.compile(positions)(torch.full((2, 6), 20), table)
