@@ -6,6 +6,8 @@
 // Output strides are the node's (meta) strides, as for every stored value.
 #include "passes/lower_data.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "core/errors.h"
@@ -464,9 +466,12 @@ bool embedding(RuleCtx& c) {
          c.finish(read_indexed(b, weight->node, 0, idx, {-1, static_cast<int>(q)}, cuda));
 }
 
+constexpr int64_t kRangeLimit = 1000000000000000;  // 1e15: sums of two stay far from overflow
+
 // The values an integer tensor can hold, [lo, hi], when the graph says so:
 // arange, a constant added or subtracted, and views, expands and same-type
 // casts of such values (transformers' mask functions index by aranges).
+
 std::optional<std::pair<int64_t, int64_t>> value_range(const Node* n, int depth) {
   if (!n || !n->meta || depth > 16) return std::nullopt;
   auto t = scalar_type_of(n->meta->dtype.get());
@@ -504,6 +509,10 @@ std::optional<std::pair<int64_t, int64_t>> value_range(const Node* n, int depth)
       if (!s2) return std::nullopt;
       step = *s2;
     }
+    if (std::fabs(static_cast<double>(start)) +
+            std::fabs(static_cast<double>(step)) * static_cast<double>(n->meta->sizes[0]) >
+        static_cast<double>(kRangeLimit))
+      return std::nullopt;
     int64_t last = start + step * (n->meta->sizes[0] - 1);
     return std::make_pair(std::min(start, last), std::max(start, last));
   }
@@ -515,11 +524,17 @@ std::optional<std::pair<int64_t, int64_t>> value_range(const Node* n, int depth)
     if (const Node* other = node_arg(1)) {
       auto r2 = value_range(other, depth + 1);
       if (!r2) return std::nullopt;
-      if (name == "add") return std::make_pair(r->first + r2->first, r->second + r2->second);
-      return std::make_pair(r->first - r2->second, r->second - r2->first);
+      // NOTE: every bound returned is at most 1e15 in magnitude, so these sums cannot overflow.
+      auto sum = name == "add" ? std::make_pair(r->first + r2->first, r->second + r2->second)
+                               : std::make_pair(r->first - r2->second, r->second - r2->first);
+      if (std::llabs(sum.first) > kRangeLimit || std::llabs(sum.second) > kRangeLimit)
+        return std::nullopt;
+      return sum;
     }
-    if (!k || std::llabs(*k) > (int64_t{1} << 40)) return std::nullopt;
+    if (!k || std::llabs(*k) > kRangeLimit) return std::nullopt;
     int64_t d = name == "add" ? *k : -*k;
+    if (std::llabs(r->first + d) > kRangeLimit || std::llabs(r->second + d) > kRangeLimit)
+      return std::nullopt;
     return std::make_pair(r->first + d, r->second + d);
   }
   // Views and same-type copies read only values of their input.

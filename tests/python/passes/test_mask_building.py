@@ -133,6 +133,18 @@ def test_advanced_index_by_unknown_values_stays_torch_on_the_cpu_and_raises_as_e
         torchlite.compile(gather_rows)(x, torch.tensor([5, 0, 1]))
 
 
+def gather_past_the_end(x):
+    return x[torch.arange(x.shape[0] + 1)] * 2  # one index too many: IndexError in eager
+
+
+@needs_cpu_kernels
+def test_advanced_index_by_an_arange_past_the_end_stays_torch_on_the_cpu_and_raises():
+    x = torch.randn(5, 3)
+    torchlite.reset()
+    with pytest.raises(IndexError):
+        torchlite.compile(gather_past_the_end)(x)
+
+
 FACTORIES = {
     "new_ones_bool": lambda x: x.new_ones((), dtype=torch.bool) & (x > 0),
     "ones": lambda x: x + torch.ones(x.shape[-1]),
