@@ -43,6 +43,29 @@ PyRef attr_of(PyObject* owner, const std::string& name) {
   return r;
 }
 
+// operator.iadd -> operator.add and the other augmented assignments.
+std::optional<Rewrite> operator_rewrite(const Node& n) {
+  if (n.op != ir::OpKind::CallFunction) return std::nullopt;
+  static const std::unordered_map<std::string, const char*> kOperators = {
+      {"operator.iadd", "add"},
+      {"operator.isub", "sub"},
+      {"operator.imul", "mul"},
+      {"operator.itruediv", "truediv"},
+      {"operator.ifloordiv", "floordiv"},
+      {"operator.imod", "mod"},
+      {"operator.ipow", "pow"},
+      {"operator.iand", "and_"},
+      {"operator.ior", "or_"},
+      {"operator.ixor", "xor"}};
+  auto it = kOperators.find(n.target_name);
+  if (it == kOperators.end()) return std::nullopt;
+  PyRef op = PyRef::steal(PyImport_ImportModule("operator"));
+  if (!op) throw PythonError();
+  PyRef fn = attr_of(op.get(), it->second);
+  if (!fn) return std::nullopt;
+  return Rewrite{fn, "", false};
+}
+
 std::optional<Rewrite> rewrite_for(const Node& n) {
   if (n.args.empty() || n.args[0].kind != Arg::Kind::Node) return std::nullopt;
   const std::string& t = n.target_name;
@@ -65,24 +88,7 @@ std::optional<Rewrite> rewrite_for(const Node& n) {
     return Rewrite{{}, base, false};
   }
   if (n.op != ir::OpKind::CallFunction) return std::nullopt;
-  static const std::unordered_map<std::string, const char*> kOperators = {
-      {"operator.iadd", "add"},
-      {"operator.isub", "sub"},
-      {"operator.imul", "mul"},
-      {"operator.itruediv", "truediv"},
-      {"operator.ifloordiv", "floordiv"},
-      {"operator.imod", "mod"},
-      {"operator.ipow", "pow"},
-      {"operator.iand", "and_"},
-      {"operator.ior", "or_"},
-      {"operator.ixor", "xor"}};
-  if (auto it = kOperators.find(t); it != kOperators.end()) {
-    PyRef op = PyRef::steal(PyImport_ImportModule("operator"));
-    if (!op) throw PythonError();
-    PyRef fn = attr_of(op.get(), it->second);
-    if (!fn) return std::nullopt;
-    return Rewrite{fn, "", false};
-  }
+  if (auto r = operator_rewrite(n)) return r;
   if (functional_activation(t)) {
     bool inplace = false;
     for (const auto& [k, v] : n.kwargs) inplace |= k == "inplace" && is_true(v);
@@ -166,6 +172,19 @@ bool same_meta(const ir::TensorMeta& a, const ir::TensorMeta& b) {
 }  // namespace
 
 int functionalize(ir::Graph& graph) {
+  int rewritten = 0;
+  // NOTE: `acc = 0; acc += t` (T5's relative position buckets): a Python number cannot be
+  // changed in place, so this is `0 + t`, a new tensor no one else sees.
+  for (auto& up : graph.nodes()) {
+    Node& n = *up;
+    if (n.args.size() != 2 || n.args[0].kind != Arg::Kind::Const) continue;
+    PyObject* lhs = n.args[0].value.get();
+    if (!PyLong_Check(lhs) && !PyFloat_Check(lhs) && !PyBool_Check(lhs)) continue;
+    if (auto r = operator_rewrite(n)) {
+      apply(n, *r);
+      ++rewritten;
+    }
+  }
   // Nodes by the storage of their example: an in-place op's result shares
   // its operand's storage, and so does every view of either.
   std::unordered_map<uintptr_t, std::vector<Node*>> by_storage;
@@ -176,7 +195,6 @@ int functionalize(ir::Graph& graph) {
     storage[up.get()] = s;
     by_storage[s].push_back(up.get());
   }
-  int rewritten = 0;
   for (auto& [s, members] : by_storage) {
     if (members.size() < 2) continue;
     // The group's first member made the storage; every later one must be an

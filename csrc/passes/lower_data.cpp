@@ -7,6 +7,8 @@
 // Output strides are the node's (meta) strides, as for every stored value.
 #include "passes/lower_data.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "core/errors.h"
@@ -406,10 +408,12 @@ bool is_index_type(ScalarType t) { return t == ScalarType::I64 || t == ScalarTyp
 // x read with its axis `dim` taken from `idx` (an i64 expr). An index outside
 // x stops the kernel with a device-side assert, as torch's CUDA kernels do
 // (CheckIndex), and is clamped as well so no read leaves x.
-int read_indexed(Body& b, const Node* x, size_t dim, int idx, const std::vector<int>& direct) {
+// `check` false: the indices are proven in bounds (CPU kernels hold no CheckIndex).
+int read_indexed(Body& b, const Node* x, size_t dim, int idx, const std::vector<int>& direct,
+                 bool check = true) {
   const auto& s = x->meta->sizes;
   std::vector<int> coord(s.size(), -1);
-  int checked = b.c.binary(ExprOp::CheckIndex, idx, b.k(s[dim]));
+  int checked = check ? b.c.binary(ExprOp::CheckIndex, idx, b.k(s[dim])) : idx;
   coord[dim] = b.clamp(checked, 0, s[dim] - 1);
   return b.read(x, coord, direct);
 }
@@ -418,6 +422,8 @@ int read_indexed(Body& b, const Node* x, size_t dim, int idx, const std::vector<
 // torch's own kernel with a device-side assert, and ours stops the same way.
 // On the CPU torch raises IndexError, which a kernel cannot.
 bool on_cuda(const RuleCtx& c) { return device_type(c.node.meta->device.get()) == "cuda"; }
+
+std::optional<std::pair<int64_t, int64_t>> value_range(const Node* n, int depth = 0);
 
 bool index_select(RuleCtx& c) {
   if (!on_cuda(c)) return false;
@@ -450,7 +456,6 @@ bool gather(RuleCtx& c) {
 // F.embedding(input, weight, padding_idx, max_norm, ...) and
 // torch.embedding(weight, indices, ...): a row gather of a 2-D weight.
 bool embedding(RuleCtx& c) {
-  if (!on_cuda(c)) return false;
   bool functional = c.node.target_name.find("functional") != std::string::npos;
   const ir::Arg* index = functional ? c.arg(0, "input") : c.arg(1, "indices");
   const ir::Arg* weight = functional ? c.arg(1, "weight") : c.arg(0, "weight");
@@ -464,12 +469,169 @@ bool embedding(RuleCtx& c) {
   if (weight->node->meta->sizes.size() != 2 || !is_index_type(c.type_of(index))) return false;
   size_t q = index->node->meta->sizes.size();
   if (c.node.meta->sizes.size() != q + 1) return false;
+  // NOTE: on the CPU only position ids the graph proves in range (bart's arange + 2).
+  const bool cuda = on_cuda(c);
+  if (!cuda) {
+    auto r = value_range(index->node);
+    if (!r || r->first < 0 || r->second >= weight->node->meta->sizes[0]) return false;
+  }
   Body b{c};
   int idx = b.load(index, identity_axes(q), kI64);
-  return idx >= 0 && c.finish(read_indexed(b, weight->node, 0, idx, {-1, static_cast<int>(q)}));
+  return idx >= 0 &&
+         c.finish(read_indexed(b, weight->node, 0, idx, {-1, static_cast<int>(q)}, cuda));
+}
+
+constexpr int64_t kRangeLimit = 1000000000000000;  // 1e15: sums of two stay far from overflow
+
+// The values an integer tensor can hold, [lo, hi], when the graph says so:
+// arange, a constant added or subtracted, and views, expands and same-type
+// casts of such values (transformers' mask functions index by aranges).
+
+std::optional<std::pair<int64_t, int64_t>> value_range(const Node* n, int depth) {
+  if (!n || !n->meta || depth > 16) return std::nullopt;
+  auto t = scalar_type_of(n->meta->dtype.get());
+  if (!t || !is_index_type(*t) || n->args.empty()) return std::nullopt;
+  const std::string name = op_base_name(*n);
+  auto int_arg = [&](size_t i) -> std::optional<int64_t> {
+    if (i >= n->args.size() || n->args[i].kind != ir::Arg::Kind::Const) return std::nullopt;
+    PyObject* v = n->args[i].value.get();
+    if (!PyLong_Check(v) || PyBool_Check(v)) return std::nullopt;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+      PyErr_Clear();
+      return std::nullopt;
+    }
+    return x;
+  };
+  auto node_arg = [&](size_t i) -> const Node* {
+    return i < n->args.size() && n->args[i].kind == ir::Arg::Kind::Node ? n->args[i].node : nullptr;
+  };
+  if (name == "arange") {
+    if (n->meta->sizes.size() != 1 || n->meta->sizes[0] < 1 || n->args.size() > 3)
+      return std::nullopt;
+    for (const auto& kw : n->kwargs)
+      if (kw.first == "start" || kw.first == "end" || kw.first == "step" || kw.first == "out")
+        return std::nullopt;
+    int64_t start = 0, step = 1;
+    if (n->args.size() >= 2) {
+      auto s0 = int_arg(0);
+      if (!s0) return std::nullopt;
+      start = *s0;
+    }
+    if (n->args.size() == 3) {
+      auto s2 = int_arg(2);
+      if (!s2) return std::nullopt;
+      step = *s2;
+    }
+    if (std::fabs(static_cast<double>(start)) +
+            std::fabs(static_cast<double>(step)) * static_cast<double>(n->meta->sizes[0]) >
+        static_cast<double>(kRangeLimit))
+      return std::nullopt;
+    int64_t last = start + step * (n->meta->sizes[0] - 1);
+    return std::make_pair(std::min(start, last), std::max(start, last));
+  }
+  const Node* in = node_arg(0);
+  auto r = in ? value_range(in, depth + 1) : std::nullopt;
+  if (!r) return std::nullopt;
+  if ((name == "add" || name == "sub") && n->args.size() == 2 && n->kwargs.empty()) {
+    auto k = int_arg(1);
+    if (const Node* other = node_arg(1)) {
+      auto r2 = value_range(other, depth + 1);
+      if (!r2) return std::nullopt;
+      // NOTE: every bound returned is at most 1e15 in magnitude, so these sums cannot overflow.
+      auto sum = name == "add" ? std::make_pair(r->first + r2->first, r->second + r2->second)
+                               : std::make_pair(r->first - r2->second, r->second - r2->first);
+      if (std::llabs(sum.first) > kRangeLimit || std::llabs(sum.second) > kRangeLimit)
+        return std::nullopt;
+      return sum;
+    }
+    if (!k || std::llabs(*k) > kRangeLimit) return std::nullopt;
+    int64_t d = name == "add" ? *k : -*k;
+    if (std::llabs(r->first + d) > kRangeLimit || std::llabs(r->second + d) > kRangeLimit)
+      return std::nullopt;
+    return std::make_pair(r->first + d, r->second + d);
+  }
+  // Views and same-type copies read only values of their input.
+  bool plain_index = name != "getitem";
+  if (name == "getitem" && n->args.size() == 2) {
+    const ir::Arg& idx = n->args[1];
+    plain_index = idx.kind != ir::Arg::Kind::Node;
+    for (const ir::Arg& a : idx.items) plain_index = plain_index && a.kind == ir::Arg::Kind::Const;
+  }
+  static const char* kViews[] = {"getitem", "view",   "reshape",   "unsqueeze",
+                                 "squeeze", "expand", "expand_as", "contiguous",
+                                 "clone",   "to",     "narrow",    "flatten"};
+  bool is_view = false;
+  for (const char* v : kViews) is_view = is_view || name == v;
+  if (!is_view || !plain_index || in->meta->dtype.get() != n->meta->dtype.get())
+    return std::nullopt;
+  return r;
 }
 
 }  // namespace
+
+// x[i0, i1, ...] with integer tensors indexing x's leading axes (broadcast
+// together): a Gather at those coordinates. Negative indices count from the
+// end, as in torch. On CUDA a bad index stops the kernel as torch's does; on
+// the CPU (where torch raises IndexError) only indices the graph proves in
+// bounds (value_range) are lowered.
+bool tensor_index(RuleCtx& c) {
+  if (c.node.args.size() != 2 || !c.node.kwargs.empty()) return false;
+  const ir::Arg& x_arg = c.node.args[0];
+  const ir::Arg& idx = c.node.args[1];
+  std::vector<const ir::Arg*> parts;
+  if (idx.kind == ir::Arg::Kind::Node) {
+    parts.push_back(&idx);
+  } else if (idx.kind == ir::Arg::Kind::Tuple) {
+    for (const ir::Arg& a : idx.items) parts.push_back(&a);
+  }
+  if (parts.empty() || !c.is_tensor(&x_arg) || c.type_of(&x_arg) != c.out_type()) return false;
+  const Node* x = x_arg.node;
+  const auto& xs = x->meta->sizes;
+  const auto& out = c.node.meta->sizes;
+  if (parts.size() > xs.size()) return false;
+  std::vector<int64_t> bshape;  // the indices' broadcast shape
+  for (const ir::Arg* p : parts) {
+    if (!c.is_tensor(p) || !is_index_type(c.type_of(p))) return false;
+    const auto& s = p->node->meta->sizes;
+    if (s.size() > bshape.size()) bshape.insert(bshape.begin(), s.size() - bshape.size(), 1);
+    for (size_t j = 0; j < s.size(); ++j) {
+      int64_t& b = bshape[bshape.size() - s.size() + j];
+      if (s[j] != 1 && b != 1 && s[j] != b) return false;
+      if (s[j] != 1) b = s[j];
+    }
+  }
+  const size_t rb = bshape.size(), k = parts.size();
+  if (out.size() != rb + xs.size() - k) return false;
+  for (size_t j = 0; j < rb; ++j)
+    if (out[j] != bshape[j]) return false;
+  for (size_t j = k; j < xs.size(); ++j)
+    if (out[rb + j - k] != xs[j]) return false;
+  const bool cuda = on_cuda(c);
+  if (!cuda)
+    for (size_t i = 0; i < k; ++i) {
+      auto r = value_range(parts[i]->node);
+      if (!r || r->first < -xs[i] || r->second >= xs[i]) return false;
+    }
+  c.out = OpLowering{};
+  Body b{c};
+  std::vector<int> coord(xs.size(), -1), direct(xs.size(), -1);
+  for (size_t i = 0; i < k; ++i) {
+    const auto& s = parts[i]->node->meta->sizes;
+    std::vector<int> axes(s.size());
+    for (size_t j = 0; j < s.size(); ++j) axes[j] = static_cast<int>(rb - s.size() + j);
+    int v = b.load(parts[i], axes, kI64);
+    if (v < 0) return false;
+    // NOTE: negative indices count from the end, as x[-1] does.
+    v = c.where(c.binary(ExprOp::Lt, v, b.k(0)), b.add(v, b.k(xs[i])), v);
+    // NOTE: CPU kernels hold no CheckIndex; there the indices were proven in bounds.
+    if (cuda) v = c.binary(ExprOp::CheckIndex, v, b.k(xs[i]));
+    coord[i] = b.clamp(v, 0, xs[i] - 1);
+  }
+  for (size_t j = k; j < xs.size(); ++j) direct[j] = static_cast<int>(rb + j - k);
+  return c.finish(b.read(x, coord, direct));
+}
 
 bool copy_by_linear_index(RuleCtx& c, const Node* x) {
   Body b{c};

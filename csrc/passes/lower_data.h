@@ -9,4 +9,7 @@ namespace tl::passes {
 // x's sizes, addresses x through a Gather.
 bool copy_by_linear_index(RuleCtx& c, const ir::Node* x);
 
+// getitem with integer tensors indexing x's leading axes (x[batch, kv]).
+bool tensor_index(RuleCtx& c);
+
 }  // namespace tl::passes

@@ -1,7 +1,9 @@
 // Factories whose values are a function of the point's coordinates, so they
 // fuse into the kernels that read them instead of being made in memory first:
 // torch.arange (an attention mask built from position indices is one kernel
-// with no inputs, not five aranges and a comparison).
+// with no inputs, not five aranges and a comparison), and tensors of one value
+// (torch.ones/zeros/full, their _like and new_ forms: transformers' mask
+// functions start from `q_idx.new_ones(())`).
 #include <cmath>
 
 #include "passes/dtype.h"
@@ -80,8 +82,52 @@ bool arange(RuleCtx& c) {
   return c.finish(c.cast(v, compute_type(t)));
 }
 
+// Reads the keywords every factory takes; false for `out=` or a layout,
+// requires_grad or pinned memory this kernel cannot give.
+bool plain_factory_kwargs(RuleCtx& c) {
+  for (const char* kw : {"dtype", "device", "memory_format"}) c.arg(99, kw);  // meta has them
+  if (c.arg(99, "out") || !strided_layout(c.arg(99, "layout"))) return false;
+  for (const char* kw : {"requires_grad", "pin_memory"})
+    if (!ir::is_none_or_absent(c.arg(99, kw)) && c.number(c.arg(99, kw)).value_or(1) != 0)
+      return false;
+  return true;
+}
+
+// Whether `v` in `t` is exactly `v`: bool 0/1, integers the type holds, and for
+// floating types integers up to exact_integer_limit or an infinity, so rounding
+// through the compute type cannot differ from torch's (which rounds once).
+bool exact_in(double v, ScalarType t) {
+  if (t == ScalarType::Bool) return v == 0 || v == 1;
+  if (ir::is_floating(t) && std::isinf(v)) return true;
+  if (!is_integral(v)) return false;
+  if (t == ScalarType::U8) return v >= 0 && v <= 255;
+  return std::fabs(v) <= exact_integer_limit(t) || (t == ScalarType::I64 && std::fabs(v) < 9.2e18);
+}
+
+bool filled(RuleCtx& c, std::optional<double> v) {
+  const ScalarType t = c.out_type();
+  if (!v || !exact_in(*v, t) || !plain_factory_kwargs(c)) return false;
+  return c.finish(c.constant(*v, compute_type(t)));
+}
+
+// ones/zeros(*size), ones_like/zeros_like(x), x.new_ones/new_zeros(size): the
+// shape and dtype are the node's (its meta), so only the value is read here.
+bool ones(RuleCtx& c) { return filled(c, 1.0); }
+bool zeros(RuleCtx& c) { return filled(c, 0.0); }
+
+// full(size, fill), full_like(x, fill), x.new_full(size, fill).
+bool full(RuleCtx& c) {
+  const size_t pos = op_base_name(c.node) == "new_full" ? 2 : 1;  // after self and size
+  return filled(c, c.number(c.arg(pos, "fill_value")));
+}
+
 }  // namespace
 
-void add_factory_rules(RuleTable& t) { t["arange"] = arange; }
+void add_factory_rules(RuleTable& t) {
+  t["arange"] = arange;
+  for (const char* n : {"ones", "ones_like", "new_ones"}) t[n] = ones;
+  for (const char* n : {"zeros", "zeros_like", "new_zeros"}) t[n] = zeros;
+  for (const char* n : {"full", "full_like", "new_full"}) t[n] = full;
+}
 
 }  // namespace tl::passes

@@ -79,6 +79,9 @@ bool alias_view(RuleCtx& c) {
     return true;
   }
   ok = ok && strided_view(c, base);
+  if (!ok && op_base_name(c.node) == "getitem" && !c.node.args.empty() &&
+      c.node.args[0].kind == ir::Arg::Kind::Node && c.node.args[0].node->meta && tensor_index(c))
+    return true;
   if (!ok && prev_getitem && op_base_name(c.node) == "getitem") return prev_getitem(c);
   return ok;
 }

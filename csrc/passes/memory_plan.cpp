@@ -22,17 +22,19 @@ const ir::Node* first_node_arg(const ir::Node& n) {
   return !n.args.empty() && n.args[0].kind == ir::Arg::Kind::Node ? n.args[0].node : nullptr;
 }
 
-// The meta value of `n` is a base tensor starting at its storage's start.
+// The meta value of `n` starts at its storage's start (as_strided offsets and
+// kernel byte offsets from it are then the same). NOTE: a view of its own fresh storage at offset 0
+// counts too: F.linear of a 3-D input returns addmm's 2-D result viewed back to 3-D, and the views
+// after it (transformers' q/k/v `view(...).transpose(1, 2)`) are then one as_strided call.
 bool starts_its_storage(const ir::Node& n) {
   PyObject* ex = n.example.get();
   if (!n.meta || !ex) return false;
-  PyRef base = PyRef::steal(PyObject_GetAttrString(ex, "_base"));
   PyRef off = PyRef::steal(PyObject_CallMethod(ex, "storage_offset", nullptr));
-  if (!base || !off || !PyLong_Check(off.get())) {
+  if (!off || !PyLong_Check(off.get())) {
     PyErr_Clear();
     return false;
   }
-  return base.get() == Py_None && PyLong_AsLongLong(off.get()) == 0;
+  return PyLong_AsLongLong(off.get()) == 0;
 }
 
 int64_t item_size(const ir::TensorMeta& m) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "ir/effects.h"
 #include "passes/alias.h"
 #include "passes/graph_info.h"
 #include "passes/lowering.h"
@@ -18,9 +19,12 @@ bool is_one_of(const std::string& op, std::initializer_list<const char*> names) 
 }
 
 bool is_view_op(const ir::Node& n) {
-  return is_one_of(op_base_name(n),
-                   {"view", "reshape", "flatten", "unflatten", "contiguous", "permute", "t",
-                    "transpose", "unsqueeze", "squeeze", "getitem", "narrow", "select"});
+  const std::string name = op_base_name(n);
+  // NOTE: eval-mode dropout returns its input itself (F.dropout between a linear and
+  // the kernel that reads it would otherwise be called through torch on every run).
+  if (name.find("dropout") != std::string::npos) return ir::is_eval_dropout(n);
+  return is_one_of(name, {"view", "reshape", "flatten", "unflatten", "contiguous", "permute", "t",
+                          "transpose", "unsqueeze", "squeeze", "getitem", "narrow", "select"});
 }
 
 bool is_split(const ir::Node& n) {

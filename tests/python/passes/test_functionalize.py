@@ -113,3 +113,21 @@ def test_resnet_basic_block_fuses_relu_and_residual(monkeypatch):
     x = torch.randn(2, 8, 6, 6)
     # relu, then (+= shortcut, relu): two kernels; in place they would all run as torch ops.
     assert run(m, x) == 2
+
+
+def buckets(relative_position):
+    # NOTE: T5's relative position buckets: a Python number accumulated with `+=`.
+    acc = 0
+    acc += (relative_position > 0).to(torch.long) * 16
+    scale = 1.5
+    scale *= relative_position.abs().float()
+    return acc + torch.where(relative_position.abs() < 4, relative_position, 4), scale
+
+
+@needs_cpu_kernels
+def test_augmented_assignment_to_a_python_number_is_an_out_of_place_op_that_fuses():
+    pos = torch.arange(12)[None, :] - torch.arange(12)[:, None]
+    assert run(buckets, pos) <= 2  # one kernel per output
+    graph = torchlite.explain(buckets)(pos).graphs[0]
+    externs = torchlite._C.partition_summary(graph)["externs"]
+    assert not any(e.startswith(("iadd", "imul")) for e in externs), externs
