@@ -149,6 +149,37 @@ class Tracer {
   // The top-level instruction a graph break at `index` stops before.
   int break_point(size_t index) const;
   void jump_if(const bytecode::Instruction& inst, bool jump);
+  // data_dependent_assert.cpp: an `assert` on a tensor's value becomes a check the graph runs.
+  // Where the assertion holds: the instruction it goes on at, and the truth `cond` has then.
+  struct AssertSite {
+    size_t holds_at;
+    bool holds_if;
+  };
+  // The assert whose conditional jump is instruction `jump` when `cond` (the value the jump
+  // tests) can be checked in the graph there; nullopt otherwise (the jump is no assert's, the
+  // value is no one-element traced tensor, or the graph already has a visible effect).
+  std::optional<AssertSite> assert_site(size_t jump, const ValuePtr& cond);
+  // At the conditional jump being run: records the check of `cond` and goes on where the
+  // assertion holds; false (nothing done) when assert_site() says no.
+  bool check_assertion(const ValuePtr& cond);
+  // At a CALL of `Tensor.item()` (`fn`, no arguments) whose number only feeds an assert
+  // (`assert t.item() <= n`, `assert not t.item()`): pushes the tensor in its place and returns
+  // true; the comparison then runs on the tensor as Python compares the number
+  // (item_comparison).
+  bool begin_item_assert(const ValuePtr& fn, const std::vector<ValuePtr>& args,
+                         const KwArgs& kwargs);
+  // COMPARE_OP of that assert: `a`/`b` (one of them the pushed tensor) replaced by operands
+  // whose tensor comparison gives Python's answer; a graph break (at the item() call) when no
+  // exact one exists.
+  void item_comparison(ValuePtr& a, ValuePtr& b);
+  // The item() call such an assert started at (top-level index of this tracer's code), the
+  // COMPARE_OP (-1: none) and the tensor pushed; a break before the jump breaks at the call, so
+  // CPython never sees the tensor where the number belongs.
+  struct PendingItem {
+    int call = -1;
+    int compare = -1;
+    const Value* value = nullptr;
+  };
   void mark_mutated(const ValuePtr& container);
 
   ValuePtr pop();
@@ -189,6 +220,7 @@ class Tracer {
   // exc_info), or null: PUSH_EXC_INFO saves it, POP_EXCEPT restores it.
   ValuePtr handled_exc_;
   int try_start_ = -1;  // top level: the try statement whose handler runs now
+  PendingItem pending_item_;
 };
 
 }  // namespace tl::capture

@@ -1,0 +1,204 @@
+// An `assert` on a tensor's value, checked when the graph runs instead of breaking it.
+//
+// `assert lengths.max().item() <= slen` (XLM's and FlauBERT's embeddings), `assert (x > 0).all()`:
+// the truth of the condition is data the trace does not have. Breaking there splits the frame
+// (and, inside an inlined call, every caller up to the top). Dynamo puts `_assert_async` in its
+// graph for a tensor condition and breaks on `.item()` unless scalars are captured; here both
+// become one graph: the trace goes on as if the assertion held, and the graph gets a check of
+// the condition at the assert (torchlite/_asserts.py). A failing check raises before anything
+// visible has run (no check is added once the graph has an in-place op or a random draw), so
+// the frame runs eagerly from its start (frame/captured_frame.cpp) and raises eager's own
+// AssertionError, with the message as the user wrote it. Not in a graph autograd records (its
+// joint trace keeps torch's ops only): there the assert breaks the graph as before.
+//
+// `.item()` itself is kept out of the graph: when the number it returns only feeds the assert
+// (compared with a plain int or float, or tested for truth), the comparison runs on the tensor
+// cast to what Python compares in (an int64 for integers and bools, a float64 for floats: a
+// float32 tensor compared with a Python float in float32 would round the float), and where no
+// cast compares exactly (an integer against a float), the frame breaks at `.item()` as before.
+#include "capture/data_dependent_assert.h"
+
+#include <opcode.h>
+
+#include "capture/graph_break.h"
+#include "capture/py_helpers.h"
+#include "capture/tracer.h"
+#include "core/errors.h"
+#include "core/python_helpers.h"
+#include "ir/effects.h"
+
+namespace tl::capture {
+namespace {
+
+bool is_conditional_jump(const bytecode::Instruction& inst, bool& if_true) {
+  const std::string& op = inst.opname;
+  if (op.rfind("POP_JUMP", 0) != 0 || inst.jump_target < 0) return false;
+  if_true = op.find("IF_TRUE") != std::string::npos;
+  return if_true || op.find("IF_FALSE") != std::string::npos;
+}
+
+// An instruction that pushes one value without touching the stack below (the other operand of
+// the comparison, loaded after the item() call).
+bool pushes_operand(const bytecode::Instruction& inst) {
+  switch (inst.opcode) {
+    case LOAD_FAST:
+    case LOAD_CONST:
+    case LOAD_DEREF:
+#ifdef LOAD_FAST_CHECK
+    case LOAD_FAST_CHECK:
+#endif
+      return true;
+    case LOAD_GLOBAL:
+      return (inst.arg & 1) == 0;  // NOTE: bit 0 pushes a NULL too (3.11+)
+    default:
+      return false;
+  }
+}
+
+// An attribute read of the value on top (`self.max_len`): replaces it, no method form.
+bool reads_attribute(const bytecode::Instruction& inst) {
+  if (inst.opcode != LOAD_ATTR) return false;
+#if PY_VERSION_HEX >= 0x030C0000
+  return (inst.arg & 1) == 0;
+#else
+  return true;
+#endif
+}
+
+long long meta_numel(const ValuePtr& t) {
+  PyRef n = PyRef::steal(PyObject_CallMethod(t->meta.get(), "numel", nullptr));
+  if (!n) throw PythonError();
+  long long v = PyLong_AsLongLong(n.get());
+  if (v == -1 && PyErr_Occurred()) throw PythonError();
+  return v;
+}
+
+// How `t.item()` compares: as a Python int ("long": integer and bool tensors), a Python float
+// ("double": floating tensors), or not at all (complex, unsigned wider than 8 bits: "").
+std::string item_kind(const ValuePtr& t) {
+  PyRef dtype = PyRef::steal(PyObject_GetAttrString(t->meta.get(), "dtype"));
+  PyRef name = dtype ? PyRef::steal(PyObject_Str(dtype.get())) : PyRef();
+  if (!name) throw PythonError();
+  const std::string s = detail::utf8(name.get());
+  for (const char* i : {"torch.bool", "torch.uint8", "torch.int8", "torch.int16", "torch.int32",
+                        "torch.int64"})
+    if (s == i) return "long";
+  for (const char* f : {"torch.float16", "torch.bfloat16", "torch.float32", "torch.float64"})
+    if (s == f) return "double";
+  return "";
+}
+
+// True when autograd may record the graph (grad mode on and an input that requires grad, a
+// parameter included): its joint trace records torch's ops only, so a check would vanish from
+// the compiled training step (torchlite/_training.py refuses such a graph as a backstop).
+bool training_graph(const CaptureContext& ctx) {
+  if (!ctx.grad_enabled()) return false;
+  for (const auto& [src, t] : ctx.tensor_inputs()) {
+    PyRef rg = PyRef::steal(PyObject_GetAttrString(t, "requires_grad"));
+    if (!rg) throw PythonError();
+    if (rg.get() == Py_True) return true;
+  }
+  return false;
+}
+
+[[noreturn]] void item_break() {
+  graph_break("data_dependent_op",
+              "Tensor.item() needs the tensor's values, which are not known while tracing");
+}
+
+}  // namespace
+
+bool is_assertion_check(const ir::Node& n) {
+  if (n.op != ir::OpKind::CallFunction || !n.target) return false;
+  return n.target.get() == python_helper("asserts.check").get();
+}
+
+std::optional<Tracer::AssertSite> Tracer::assert_site(size_t jump, const ValuePtr& cond) {
+  const auto& insts = bc_.insts;
+  bool if_true = false;
+  if (jump >= insts.size() || !is_conditional_jump(insts[jump], if_true)) return std::nullopt;
+  if (!cond || !cond->is_tensor() || cond->folded || !cond->node || !cond->meta)
+    return std::nullopt;
+  const size_t target = static_cast<size_t>(insts[jump].jump_target);
+  auto raises = [&](size_t i) {
+    return i < insts.size() && insts[i].opcode == LOAD_ASSERTION_ERROR;
+  };
+  // NOTE: only an assert statement emits LOAD_ASSERTION_ERROR; `assert a and b` tests `a` with
+  // a jump to it, `b` with a jump over it.
+  const bool fall_raises = raises(jump + 1), target_raises = raises(target);
+  if (fall_raises == target_raises) return std::nullopt;
+  // NOTE: bool() of a tensor of several elements raises: left to CPython.
+  if (meta_numel(cond) != 1) return std::nullopt;
+  if (ir::any_visible_effect(ctx_.graph()) || training_graph(ctx_)) return std::nullopt;
+  if (fall_raises) return AssertSite{target, if_true};
+  return AssertSite{jump + 1, !if_true};
+}
+
+bool Tracer::check_assertion(const ValuePtr& cond) {
+  std::optional<AssertSite> site = assert_site(pc_ - 1, cond);
+  if (!site) return false;
+  PyRef holds_if = PyRef::borrow(site->holds_if ? Py_True : Py_False);
+  ir::Node* check = ctx_.graph().add_call_function(
+      python_helper("asserts.check"), {ir::Arg::of_node(cond->node), ir::Arg::constant(holds_if)},
+      {});
+  check->location = ctx_.location;
+  pc_ = site->holds_at;
+  pending_item_ = PendingItem{};
+  return true;
+}
+
+bool Tracer::begin_item_assert(const ValuePtr& fn, const std::vector<ValuePtr>& args,
+                               const KwArgs& kwargs) {
+  if (fn->kind != VKind::Method || fn->flag || fn->method_name != "item" || !fn->self ||
+      !fn->self->is_tensor() || !args.empty() || !kwargs.empty())
+    return false;
+  const ValuePtr& t = fn->self;
+  if (t->folded || !t->node) return false;
+  const auto& insts = bc_.insts;
+  size_t i = pc_;
+  int compare = -1;
+  if (i < insts.size() && pushes_operand(insts[i])) {
+    ++i;
+    while (i < insts.size() && reads_attribute(insts[i])) ++i;
+    if (i >= insts.size() || insts[i].opcode != COMPARE_OP) return false;
+  }
+  if (i < insts.size() && insts[i].opcode == COMPARE_OP) compare = static_cast<int>(i++);
+#ifdef TO_BOOL
+  if (i < insts.size() && insts[i].opcode == TO_BOOL) ++i;
+#endif
+  if (!assert_site(i, t)) return false;
+  if (compare >= 0 && item_kind(t).empty()) return false;
+  // NOTE: a copy, so the comparison finds it by identity whatever else the stack holds.
+  ValuePtr pushed = Value::tensor(t->node, t->meta, t->device);
+  pending_item_ = PendingItem{static_cast<int>(pc_ - 1), compare, pushed.get()};
+  push(std::move(pushed));
+  return true;
+}
+
+void Tracer::item_comparison(ValuePtr& a, ValuePtr& b) {
+  const bool left = a.get() == pending_item_.value;
+  TL_CHECK(left != (b.get() == pending_item_.value)) << "item() comparison lost its operand";
+  ValuePtr& item = left ? a : b;
+  const ValuePtr& other = left ? b : a;
+  if (!other->is_const() || other->sym_slice) item_break();
+  PyObject* o = other->obj.get();
+  const std::string kind = item_kind(item);
+  bool exact = false;
+  if (PyBool_Check(o)) {
+    exact = true;
+  } else if (PyLong_CheckExact(o)) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (v == -1 && PyErr_Occurred()) throw PythonError();
+    // NOTE: a float64 holds every int up to 2**53 exactly, as Python's float/int compare does.
+    const long long kExactInDouble = 1LL << 53;
+    exact = overflow == 0 && (kind == "long" || (v <= kExactInDouble && v >= -kExactInDouble));
+  } else if (PyFloat_CheckExact(o)) {
+    // NOTE: an int64 in a float64 rounds past 2**53, where Python compares exactly.
+    exact = kind == "double";
+  }
+  if (!exact) item_break();
+  item = ctx_.call_op(nullptr, kind, {item}, {});
+}
+
+}  // namespace tl::capture
