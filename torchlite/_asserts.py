@@ -6,10 +6,17 @@ yet), which raises eager's own error: its message, evaluated as the user wrote i
 """
 
 import torch
+from torch._guards import detect_fake_mode
 
 
 def check_assertion(cond: torch.Tensor, holds_if: bool) -> None:
     if cond.device.type == "meta":
+        return
+    if detect_fake_mode((cond,)) is not None:
+        # NOTE: traced again by another backend (`backend="inductor"`): a check it keeps.
+        torch._assert_async(
+            cond if holds_if else torch.logical_not(cond), "assertion failed in compiled code"
+        )
         return
     if bool(cond) is not holds_if:
         raise AssertionError("assertion on a tensor's value failed in compiled code")

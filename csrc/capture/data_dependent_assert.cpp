@@ -80,8 +80,8 @@ std::string item_kind(const ValuePtr& t) {
   PyRef name = dtype ? PyRef::steal(PyObject_Str(dtype.get())) : PyRef();
   if (!name) throw PythonError();
   const std::string s = detail::utf8(name.get());
-  for (const char* i : {"torch.bool", "torch.uint8", "torch.int8", "torch.int16", "torch.int32",
-                        "torch.int64"})
+  for (const char* i :
+       {"torch.bool", "torch.uint8", "torch.int8", "torch.int16", "torch.int32", "torch.int64"})
     if (s == i) return "long";
   for (const char* f : {"torch.float16", "torch.bfloat16", "torch.float32", "torch.float64"})
     if (s == f) return "double";

@@ -225,3 +225,14 @@ def test_where_autograd_records_the_assert_breaks_and_stays_correct():
     with pytest.raises(AssertionError) as got:
         torchlite.compile(_tensor_condition)(bad)
     assert str(got.value) == str(want.value)
+
+
+def test_another_backend_keeps_the_check():
+    # NOTE: a backend's graph is traced again on fake tensors: the check becomes
+    # torch._assert_async, which raises a RuntimeError (no eager rerun there).
+    torchlite.reset()
+    compiled = torchlite.compile(_tensor_condition, backend="aot_eager")
+    x = torch.rand(5) + 0.5
+    assert_same(compiled(x), _tensor_condition(x))
+    with pytest.raises((AssertionError, RuntimeError)):
+        compiled(torch.tensor([1.0, float("-inf")]))
