@@ -236,3 +236,18 @@ def test_another_backend_keeps_the_check():
     assert_same(compiled(x), _tensor_condition(x))
     with pytest.raises((AssertionError, RuntimeError)):
         compiled(torch.tensor([1.0, float("-inf")]))
+
+
+def test_a_failed_check_leaves_the_compiled_entry_in_use():
+    torchlite.reset()
+    compiled = torchlite.compile(_lengths_in_range)
+    good = torch.tensor([4, 6])
+    assert_same(compiled(IDS, good), _lengths_in_range(IDS, good))
+    with pytest.raises(AssertionError):
+        compiled(IDS, torch.tensor([4, 7]))
+    before = counters()
+    assert_same(compiled(IDS, good), _lengths_in_range(IDS, good))
+    after = counters()
+    assert after["frames"] == before["frames"] and after["graphs"] == before["graphs"]
+    assert after["cache_hits"] == before["cache_hits"] + 1, (before, after)
+    assert after["eager_fallbacks"] == before["eager_fallbacks"], (before, after)
