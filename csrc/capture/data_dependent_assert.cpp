@@ -22,6 +22,7 @@
 
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
+#include "capture/torch_api.h"
 #include "capture/tracer.h"
 #include "core/errors.h"
 #include "core/python_helpers.h"
@@ -113,12 +114,25 @@ bool is_assertion_check(const ir::Node& n) {
   return n.target.get() == python_helper("asserts.check").get();
 }
 
+bool Tracer::checkable(const ValuePtr& cond) {
+  if (!cond || !cond->is_tensor() || cond->folded || !cond->node || !cond->meta) return false;
+  // NOTE: bool() of a tensor of several elements raises: left to CPython.
+  if (meta_numel(cond) != 1) return false;
+  return !ir::any_visible_effect(ctx_.graph()) && !training_graph(ctx_);
+}
+
+void Tracer::add_check(const ValuePtr& cond, bool holds_if) {
+  PyRef flag = PyRef::borrow(holds_if ? Py_True : Py_False);
+  ir::Node* check = ctx_.graph().add_call_function(
+      python_helper("asserts.check"), {ir::Arg::of_node(cond->node), ir::Arg::constant(flag)}, {});
+  check->location = ctx_.location;
+}
+
 std::optional<Tracer::AssertSite> Tracer::assert_site(size_t jump, const ValuePtr& cond) {
   const auto& insts = bc_.insts;
   bool if_true = false;
   if (jump >= insts.size() || !is_conditional_jump(insts[jump], if_true)) return std::nullopt;
-  if (!cond || !cond->is_tensor() || cond->folded || !cond->node || !cond->meta)
-    return std::nullopt;
+  if (!cond || !cond->is_tensor()) return std::nullopt;
   const size_t target = static_cast<size_t>(insts[jump].jump_target);
   auto raises = [&](size_t i) {
     return i < insts.size() && insts[i].opcode == LOAD_ASSERTION_ERROR;
@@ -126,10 +140,7 @@ std::optional<Tracer::AssertSite> Tracer::assert_site(size_t jump, const ValuePt
   // NOTE: only an assert statement emits LOAD_ASSERTION_ERROR; `assert a and b` tests `a` with
   // a jump to it, `b` with a jump over it.
   const bool fall_raises = raises(jump + 1), target_raises = raises(target);
-  if (fall_raises == target_raises) return std::nullopt;
-  // NOTE: bool() of a tensor of several elements raises: left to CPython.
-  if (meta_numel(cond) != 1) return std::nullopt;
-  if (ir::any_visible_effect(ctx_.graph()) || training_graph(ctx_)) return std::nullopt;
+  if (fall_raises == target_raises || !checkable(cond)) return std::nullopt;
   if (fall_raises) return AssertSite{target, if_true};
   return AssertSite{jump + 1, !if_true};
 }
@@ -137,22 +148,42 @@ std::optional<Tracer::AssertSite> Tracer::assert_site(size_t jump, const ValuePt
 bool Tracer::check_assertion(const ValuePtr& cond) {
   std::optional<AssertSite> site = assert_site(pc_ - 1, cond);
   if (!site) return false;
-  PyRef holds_if = PyRef::borrow(site->holds_if ? Py_True : Py_False);
-  ir::Node* check = ctx_.graph().add_call_function(
-      python_helper("asserts.check"), {ir::Arg::of_node(cond->node), ir::Arg::constant(holds_if)},
-      {});
-  check->location = ctx_.location;
+  add_check(cond, site->holds_if);
   pc_ = site->holds_at;
   pending_item_ = PendingItem{};
   return true;
 }
 
+bool Tracer::call_torch_assert(PyObject* fn, const std::vector<ValuePtr>& args,
+                               const KwArgs& kwargs) {
+  static PyObject* torch_assert = PyObject_GetAttrString(torch_api().torch.get(), "_assert");
+  if (!torch_assert) PyErr_Clear();
+  if (!torch_assert || fn != torch_assert || !kwargs.empty() || args.size() != 2 ||
+      !args[1]->is_const() || !checkable(args[0]))
+    return false;
+  add_check(args[0], true);
+  return true;
+}
+
 bool Tracer::begin_item_assert(const ValuePtr& fn, const std::vector<ValuePtr>& args,
                                const KwArgs& kwargs) {
-  if (fn->kind != VKind::Method || fn->flag || fn->method_name != "item" || !fn->self ||
-      !fn->self->is_tensor() || !args.empty() || !kwargs.empty())
+  // `t.item()`, or `int(t)` of an integer tensor and `float(t)` of a floating one (the same
+  // number; int() of a float truncates, and raises on NaN).
+  ValuePtr t;
+  if (fn->kind == VKind::Method && !fn->flag && fn->method_name == "item" && fn->self &&
+      fn->self->is_tensor() && args.empty() && kwargs.empty()) {
+    t = fn->self;
+  } else if (fn->is_const() && args.size() == 1 && kwargs.empty() && args[0]->is_tensor() &&
+             (fn->obj.get() == reinterpret_cast<PyObject*>(&PyLong_Type) ||
+              fn->obj.get() == reinterpret_cast<PyObject*>(&PyFloat_Type))) {
+    t = args[0];
+    if (!t->folded && t->meta &&
+        item_kind(t) !=
+            (fn->obj.get() == reinterpret_cast<PyObject*>(&PyLong_Type) ? "long" : "double"))
+      return false;
+  } else {
     return false;
-  const ValuePtr& t = fn->self;
+  }
   if (t->folded || !t->node) return false;
   const auto& insts = bc_.insts;
   size_t i = pc_;

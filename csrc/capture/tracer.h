@@ -159,10 +159,17 @@ class Tracer {
   // tests) can be checked in the graph there; nullopt otherwise (the jump is no assert's, the
   // value is no one-element traced tensor, or the graph already has a visible effect).
   std::optional<AssertSite> assert_site(size_t jump, const ValuePtr& cond);
+  // `cond` can be checked in the graph: a one-element traced tensor, no visible effect in the
+  // graph yet, and autograd will not record it.
+  bool checkable(const ValuePtr& cond);
+  void add_check(const ValuePtr& cond, bool holds_if);  // the check node, at the graph's end
+  // `torch._assert(cond, message)` on a checkable tensor: its check recorded, true.
+  bool call_torch_assert(PyObject* fn, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   // At the conditional jump being run: records the check of `cond` and goes on where the
   // assertion holds; false (nothing done) when assert_site() says no.
   bool check_assertion(const ValuePtr& cond);
-  // At a CALL of `Tensor.item()` (`fn`, no arguments) whose number only feeds an assert
+  // At a CALL of `Tensor.item()` (`fn`, no arguments; or `int(t)`/`float(t)` giving the same
+  // number) whose number only feeds an assert
   // (`assert t.item() <= n`, `assert not t.item()`): pushes the tensor in its place and returns
   // true; the comparison then runs on the tensor as Python compares the number
   // (item_comparison).

@@ -251,3 +251,39 @@ def test_a_failed_check_leaves_the_compiled_entry_in_use():
     assert after["frames"] == before["frames"] and after["graphs"] == before["graphs"]
     assert after["cache_hits"] == before["cache_hits"] + 1, (before, after)
     assert after["eager_fallbacks"] == before["eager_fallbacks"], (before, after)
+
+
+def _torch_assert(x):
+    y = x.abs() + 1
+    torch._assert((y >= 1).all(), "below one")
+    return y.log()
+
+
+def _int_of_a_max(ids):
+    assert int(ids.max()) < 10, "id too large"
+    return ids.float() * 2
+
+
+def _int_of_a_float(x):
+    assert int(x.max()) < 3  # truncates (2.5 passes): left to CPython
+    return x * 2
+
+
+def test_torch_assert_on_a_tensor_is_checked_in_the_graph():
+    x = torch.randn(6)
+    _one_graph(_torch_assert, x)
+    check(_torch_assert, x)
+    _raises_like_eager(_torch_assert, torch.tensor([1.0, float("nan")]))
+
+
+def test_int_of_an_integer_tensor_in_an_assert():
+    ids = torch.tensor([1, 4, 9])
+    _one_graph(_int_of_a_max, ids)
+    check(_int_of_a_max, ids, fresh=False)
+    _raises_like_eager(_int_of_a_max, torch.tensor([1, 10]))
+
+
+def test_int_of_a_float_tensor_is_left_to_cpython():
+    x = torch.tensor([2.5, 1.0])
+    check(_int_of_a_float, x, fullgraph=False, fresh=False)
+    _raises_like_eager(_int_of_a_float, torch.tensor([3.5, 1.0]))
