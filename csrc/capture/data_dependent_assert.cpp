@@ -208,7 +208,7 @@ bool Tracer::begin_item_assert(const ValuePtr& fn, const std::vector<ValuePtr>& 
 
 void Tracer::item_comparison(ValuePtr& a, ValuePtr& b) {
   const bool left = a.get() == pending_item_.value;
-  TL_CHECK(left != (b.get() == pending_item_.value)) << "item() comparison lost its operand";
+  if (left == (b.get() == pending_item_.value)) item_break();  // NOTE: not the pushed tensor
   ValuePtr& item = left ? a : b;
   const ValuePtr& other = left ? b : a;
   if (!other->is_const() || other->sym_slice) item_break();
