@@ -8,8 +8,9 @@
 // the condition at the assert (torchlite/_asserts.py). A failing check raises before anything
 // visible has run (no check is added once the graph has an in-place op or a random draw), so
 // the frame runs eagerly from its start (frame/captured_frame.cpp) and raises eager's own
-// AssertionError, with the message as the user wrote it. Not in a graph autograd records (its
-// joint trace keeps torch's ops only): there the assert breaks the graph as before.
+// AssertionError, with the message as the user wrote it. Not in a graph autograd may record
+// (grad mode on with a trainable module or input: its joint trace keeps torch's ops only):
+// there the assert breaks the graph as before; models run under torch.no_grad() get the check.
 //
 // `.item()` itself is kept out of the graph: when the number it returns only feeds the assert
 // (compared with a plain int or float, or tested for truth), the comparison runs on the tensor
@@ -89,9 +90,42 @@ std::string item_kind(const ValuePtr& t) {
   return "";
 }
 
-// True when autograd may record the graph (grad mode on and an input that requires grad, a
-// parameter included): its joint trace records torch's ops only, so a check would vanish from
-// the compiled training step (torchlite/_training.py refuses such a graph as a backstop).
+// A module with a parameter that requires grad, among `o` or the items of a tuple, list or dict
+// `o` is (a decorator's `*args`, `**kwargs`).
+bool holds_trainable_module(PyObject* o, int depth = 0) {
+  if (PyTuple_Check(o) || PyList_Check(o)) {
+    PyRef seq = PyRef::steal(PySequence_Fast(o, "items"));
+    if (!seq) throw PythonError();
+    for (Py_ssize_t i = 0; depth == 0 && i < PySequence_Fast_GET_SIZE(seq.get()); ++i)
+      if (holds_trainable_module(PySequence_Fast_GET_ITEM(seq.get(), i), 1)) return true;
+    return false;
+  }
+  if (PyDict_Check(o)) {
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (depth == 0 && PyDict_Next(o, &pos, &k, &v))
+      if (holds_trainable_module(v, 1)) return true;
+    return false;
+  }
+  int is_module = PyObject_IsInstance(o, torch_api().module_type.get());
+  if (is_module < 0) throw PythonError();
+  if (!is_module) return false;
+  PyRef params = PyRef::steal(PyObject_CallMethod(o, "parameters", nullptr));
+  PyRef it = params ? PyRef::steal(PyObject_GetIter(params.get())) : PyRef();
+  if (!it) throw PythonError();
+  while (PyRef p = PyRef::steal(PyIter_Next(it.get()))) {
+    PyRef rg = PyRef::steal(PyObject_GetAttrString(p.get(), "requires_grad"));
+    if (!rg) throw PythonError();
+    if (rg.get() == Py_True) return true;
+  }
+  if (PyErr_Occurred()) throw PythonError();
+  return false;
+}
+
+// True when autograd may record the graph: grad mode on and an input that requires grad, or a
+// module of the frame with such parameters (read later, they make it a training graph). Its
+// joint trace records torch's ops only, so a check would vanish from the compiled training
+// step (torchlite/_training.py refuses such a graph as a backstop, which runs it op by op).
 bool training_graph(const CaptureContext& ctx) {
   if (!ctx.grad_enabled()) return false;
   for (const auto& [src, t] : ctx.tensor_inputs()) {
@@ -99,6 +133,9 @@ bool training_graph(const CaptureContext& ctx) {
     if (!rg) throw PythonError();
     if (rg.get() == Py_True) return true;
   }
+  const ir::FrameView& frame = ctx.frame();
+  for (int i = 0; i < frame.nlocals; ++i)
+    if (frame.locals[i] && holds_trainable_module(frame.locals[i])) return true;
   return false;
 }
 

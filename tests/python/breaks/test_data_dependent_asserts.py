@@ -166,7 +166,8 @@ class _Embeddings(torch.nn.Module):
 def test_item_against_a_module_attribute():
     module = _Embeddings()
     ids = torch.tensor([[1, 2, 9], [0, 3, 4]])
-    _one_graph(module, ids)
+    with torch.no_grad():  # NOTE: a trainable module in grad mode keeps the break
+        _one_graph(module, ids)
     torchlite.reset()
     compiled = torchlite.compile(module)
     with torch.no_grad():
@@ -287,3 +288,33 @@ def test_int_of_a_float_tensor_is_left_to_cpython():
     x = torch.tensor([2.5, 1.0])
     check(_int_of_a_float, x, fullgraph=False, fresh=False)
     _raises_like_eager(_int_of_a_float, torch.tensor([3.5, 1.0]))
+
+
+class _CheckedFirst(torch.nn.Module):
+    """The assert comes before any parameter is read (XLM's forward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 3)
+
+    def forward(self, ids, x):
+        assert ids.max().item() < 10
+        return self.proj(x).tanh()
+
+
+def test_a_trainable_module_keeps_its_training_graph():
+    module = _CheckedFirst()
+    ids, x = torch.tensor([1, 9]), torch.randn(2, 4)
+    torchlite.reset()
+    report = torchlite.explain(module)(ids, x)
+    assert report.graph_break_count == 1, str(report)  # the break as before, not op by op
+    assert not any("checks an assert" in str(t) for t in report.training), report.training
+    compiled = torchlite.compile(module)
+    out = compiled(ids, x)
+    out.sum().backward()
+    grads = [p.grad.clone() for p in module.parameters()]
+    module.zero_grad()
+    module(ids, x).sum().backward()
+    assert_same(grads, [p.grad for p in module.parameters()])
+    with torch.no_grad():
+        _one_graph(module, ids, x)
