@@ -319,6 +319,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   bool handled = false;
   ValuePtr r = call_builtin(f, args, kwargs, handled);
   if (handled) return r;
+  if (auto folded = call_numpy_method(fn, args, kwargs)) return *folded;
   graph_break("unsupported_callable", "call to " + qual + " (" + Py_TYPE(f)->tp_name +
                                           "), which torchlite cannot trace; it runs eagerly");
 }

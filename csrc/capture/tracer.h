@@ -136,6 +136,8 @@ class Tracer {
                                        std::vector<ValuePtr>& args, KwArgs& kwargs);
   ValuePtr call_lru_cached(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs);
   std::optional<ValuePtr> call_numpy(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs);
+  std::optional<ValuePtr> call_numpy_method(const ValuePtr& fn, std::vector<ValuePtr>& args,
+                                            KwArgs& kwargs);
   // autograd_function.cpp: Function.apply of class `cls`, inlined when autograd won't record.
   ValuePtr call_autograd_function(const ValuePtr& cls, std::vector<ValuePtr>& args, KwArgs& kwargs);
   // Starts the handler covering instruction `index` for an exception raised by
