@@ -649,6 +649,12 @@ void Tracer::step(const bytecode::Instruction& inst) {
     case DELETE_SUBSCR: {
       ValuePtr idx = pop();
       ValuePtr c = pop();
+      // NOTE: a dict subclass made by traced code (an OrderedDict): its own __delitem__ in
+      // Python, else dict's, on its symbolic items.
+      if (c->kind == VKind::Object && c->flag) {
+        if (call_dunder(c, "__delitem__", {idx})) return;
+        if (c->mapping) c = c->mapping;
+      }
       if (c->kind == VKind::Dict && idx->is_const()) {
         for (size_t i = 0; i < c->keys.size(); ++i) {
           int eq = PyObject_RichCompareBool(c->keys[i].get(), idx->obj.get(), Py_EQ);
