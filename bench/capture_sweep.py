@@ -109,6 +109,7 @@ def timm_sample(corpus_names: set[str]) -> list[str]:
 # common config keys at tiny sizes; only keys the config class already has are passed
 _TINY = {
     "hidden_size": 64,
+    "cross_attention_hidden_size": 64,  # a decoder reading an encoder of hidden_size
     "d_model": 64,
     "n_embd": 64,
     "dim": 64,
@@ -235,11 +236,19 @@ def _tiny_config(model_type: str):
             d.update(_tiny_keys(sub))
             cfg[name] = d
     try:
-        return AutoConfig.for_model(model_type, **cfg)
+        config = AutoConfig.for_model(model_type, **cfg)
     except Exception:  # noqa: BLE001  (a parent that checks its towers' sizes against its own)
-        return AutoConfig.for_model(
+        config = AutoConfig.for_model(
             model_type, **{k: v for k, v in cfg.items() if not isinstance(v, dict)}
         )
+    # NOTE: a parent that rejects its towers as dicts (t5gemma's encoder/decoder) still gets
+    # them shrunk: set on the towers it built (else 2B parameters a side, ~17 GB, a timeout)
+    for name in getattr(config, "sub_configs", {}) or {}:
+        sub = getattr(config, name, None)
+        if isinstance(sub, PretrainedConfig):
+            for k, v in _tiny_keys(sub).items():
+                setattr(sub, k, v)
+    return config
 
 
 def _build_transformers(kind: str, model_type: str):

@@ -38,6 +38,7 @@ def _register_python_helpers() -> None:
     needs here, at import, the way it registers the backend bridge.
     """
     from torchlite import (
+        _asserts,
         _attention_mask,
         _backend_layout,
         _ddp_buckets,
@@ -55,6 +56,7 @@ def _register_python_helpers() -> None:
         "backend_layout.eager_layout": _backend_layout.eager_layout,
         "ddp_buckets.split_at_buckets": _ddp_buckets.split_at_buckets,
         "index_bounds.check": _index_bounds.check_index_bounds,
+        "asserts.check": _asserts.check_assertion,
         "training.trace_joint": _training.trace_joint,
         "training.make_training_function": _training.make_training_function,
         "optimizer.step_route": _optimizer.step_route,

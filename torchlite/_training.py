@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from torchlite import _C
+from torchlite import _C, _asserts
 from torchlite.fx_interop import graph_to_module
 
 aten = torch.ops.aten
@@ -696,6 +696,10 @@ def _trace(graph) -> JointTrace:
     for n in graph.nodes():
         if n["op"] == "call_method" and n["target"] in _AUTOGRAD_STATE_METHODS:
             raise _Unsupported(f"the graph calls Tensor.{n['target']} (autograd state)")
+        # NOTE: capture adds none where autograd records (csrc/capture/data_dependent_assert.cpp);
+        # the recorder would drop it (no torch op), so such a graph runs op by op.
+        if n["op"] == "call_function" and n["target"] is _asserts.check_assertion:
+            raise _Unsupported("the graph checks an assert on a tensor's value")
     flags = [p.requires_grad for p in primals]
     grad_mode = torch.is_grad_enabled()
     try:

@@ -250,6 +250,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
       qual == "torch._dynamo.is_compiling")
     return const_bool(true);
   if (auto r = call_library(f, nullptr, args, kwargs)) return *r;
+  if (call_torch_assert(f, args, kwargs)) return none();  // data_dependent_assert.cpp
   if (is_partial_type(reinterpret_cast<PyObject*>(Py_TYPE(f))))
     return call(wrap_partial(fn), std::move(args), std::move(kwargs));
   if (is_partial_type(f)) {
@@ -318,6 +319,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   bool handled = false;
   ValuePtr r = call_builtin(f, args, kwargs, handled);
   if (handled) return r;
+  if (auto folded = call_numpy_method(fn, args, kwargs)) return *folded;
   graph_break("unsupported_callable", "call to " + qual + " (" + Py_TYPE(f)->tp_name +
                                           "), which torchlite cannot trace; it runs eagerly");
 }

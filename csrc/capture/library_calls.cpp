@@ -130,6 +130,51 @@ ValuePtr Tracer::call_lru_cached(PyObject* fn, std::vector<ValuePtr>& args, KwAr
 // folded at trace time; the arguments are guarded constants, so the result is too. An array
 // result is made read-only: it is shared by every call, where eager makes a fresh one, so
 // code that would write to it (np.add(a, 1, out=a)) raises at trace time and runs eagerly.
+// `arr.sum()`, `arr.tolist()`... on an array NumPy folding made in traced code (read-only, no
+// source: nothing can change it) or on a NumPy scalar, with constant arguments: folded as the
+// NumPy call was. An array
+// from outside, or one that can be written, keeps its break.
+std::optional<ValuePtr> Tracer::call_numpy_method(const ValuePtr& fn, std::vector<ValuePtr>& args,
+                                                  KwArgs& kwargs) {
+  PyObject* f = fn->obj.get();
+  if (fn->source || !f || !PyCFunction_Check(f)) return std::nullopt;
+  PyObject* self = PyCFunction_GET_SELF(f);
+  static PyObject* scalar_type = module_attr("numpy", "generic");  // np.float64(1.5): immutable
+  if (!self) return std::nullopt;
+  int scalar = scalar_type ? PyObject_IsInstance(self, scalar_type) : 0;
+  if (scalar < 0) throw PythonError();
+  bool array = attr_str(reinterpret_cast<PyObject*>(Py_TYPE(self)), "__name__") == "ndarray" &&
+               attr_str(reinterpret_cast<PyObject*>(Py_TYPE(self)), "__module__") == "numpy";
+  if (!scalar && (!array || is_writeable_array(self))) return std::nullopt;
+  static const std::unordered_set<std::string> reads = {
+      "sum",       "mean",    "prod",   "max",    "min",     "std",     "var",
+      "any",       "all",     "argmax", "argmin", "cumsum",  "cumprod", "round",
+      "clip",      "tolist",  "item",   "astype", "reshape", "ravel",   "flatten",
+      "transpose", "squeeze", "copy",   "dot",    "nonzero", "__len__"};
+  if (!reads.count(attr_str(f, "__name__"))) return std::nullopt;
+  std::vector<ValuePtr> consts;
+  KwArgs kw;
+  for (auto& a : args) {
+    PyRef c = a->is_tensor() ? PyRef() : const_tuple(a);
+    if (!c || is_writeable_array(c.get())) return std::nullopt;
+    consts.push_back(Value::constant(c));
+  }
+  for (auto& [k, v] : kwargs) {
+    PyRef c = v->is_tensor() ? PyRef() : const_tuple(v);
+    if (!c || is_writeable_array(c.get())) return std::nullopt;
+    kw.emplace_back(k, Value::constant(c));
+  }
+  ValuePtr r = call_pure(ctx_, f, consts, kw);
+  if (!r->is_const()) return r;
+  PyObject* o = r->obj.get();
+  // NOTE: copy(), astype() and flatten() make writeable arrays: read-only like every fold's.
+  if (attr_str(reinterpret_cast<PyObject*>(Py_TYPE(o)), "__name__") == "ndarray" &&
+      PyObject_SetAttrString(PyRef::steal(PyObject_GetAttrString(o, "flags")).get(), "writeable",
+                             Py_False) < 0)
+    throw PythonError();
+  return r;
+}
+
 std::optional<ValuePtr> Tracer::call_numpy(PyObject* fn, std::vector<ValuePtr>& args,
                                            KwArgs& kwargs) {
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(fn));

@@ -287,8 +287,14 @@ ValuePtr Tracer::execute() {
         user->chained = true;
         chain_context(user->exception(), handled_exception());
       }
-      if (user && enter_handler(index, *user)) continue;
-      if (depth_ == 0 && b.top_index < 0) b.top_index = break_point(index);
+      if (user && enter_handler(index, *user)) {
+        pending_item_ = PendingItem{};
+        continue;
+      }
+      // NOTE: between an assert's item() call and its jump the stack holds a tensor where
+      // CPython would have the number: the break is at the call.
+      if (depth_ == 0 && b.top_index < 0)
+        b.top_index = break_point(pending_item_.call >= 0 ? pending_item_.call : index);
       throw;
     }
   }
@@ -541,16 +547,19 @@ void Tracer::step(const bytecode::Instruction& inst) {
     // test happens here, so a break on it runs TO_BOOL natively and the jump
     // after it only ever sees a bool.
     case TO_BOOL:
+      // NOTE: an assert's tensor condition goes to its jump as it is (data_dependent_assert.cpp).
+      if (assert_site(pc_, top())) return;
       push(bool_value(truth(pop())));
       return;
 #endif
     case COMPARE_OP: {
       ValuePtr b = pop();
       ValuePtr a = pop();
+      if (pending_item_.compare == static_cast<int>(pc_ - 1)) item_comparison(a, b);
 #if PY_VERSION_HEX >= 0x030D0000
       // op << 5 | 16 when the result feeds a jump (converted to bool) | a specialization mask.
       ValuePtr r = compare(arg >> 5, a, b);
-      push((arg & 16) ? bool_value(truth(r)) : r);
+      push((arg & 16) && !assert_site(pc_, r) ? bool_value(truth(r)) : r);
 #elif PY_VERSION_HEX >= 0x030C0000
       push(compare(arg >> 4, a, b));
 #else
@@ -640,6 +649,12 @@ void Tracer::step(const bytecode::Instruction& inst) {
     case DELETE_SUBSCR: {
       ValuePtr idx = pop();
       ValuePtr c = pop();
+      // NOTE: a dict subclass made by traced code (an OrderedDict): its own __delitem__ in
+      // Python, else dict's, on its symbolic items.
+      if (c->kind == VKind::Object && c->flag) {
+        if (call_dunder(c, "__delitem__", {idx})) return;
+        if (c->mapping) c = c->mapping;
+      }
       if (c->kind == VKind::Dict && idx->is_const()) {
         for (size_t i = 0; i < c->keys.size(); ++i) {
           int eq = PyObject_RichCompareBool(c->keys[i].get(), idx->obj.get(), Py_EQ);
@@ -927,13 +942,17 @@ void Tracer::step(const bytecode::Instruction& inst) {
       return;
 #ifdef POP_JUMP_FORWARD_IF_TRUE
     case POP_JUMP_FORWARD_IF_TRUE:
-    case POP_JUMP_BACKWARD_IF_TRUE:
-      jump_if(inst, truth(pop()));
+    case POP_JUMP_BACKWARD_IF_TRUE: {
+      ValuePtr v = pop();
+      if (!check_assertion(v)) jump_if(inst, truth(v));
       return;
+    }
     case POP_JUMP_FORWARD_IF_FALSE:
-    case POP_JUMP_BACKWARD_IF_FALSE:
-      jump_if(inst, !truth(pop()));
+    case POP_JUMP_BACKWARD_IF_FALSE: {
+      ValuePtr v = pop();
+      if (!check_assertion(v)) jump_if(inst, !truth(v));
       return;
+    }
     case POP_JUMP_FORWARD_IF_NONE:
     case POP_JUMP_BACKWARD_IF_NONE: {
       ValuePtr v = pop();
@@ -959,12 +978,16 @@ void Tracer::step(const bytecode::Instruction& inst) {
         pop();
       return;
 #else
-    case POP_JUMP_IF_TRUE:
-      jump_if(inst, truth(pop()));
+    case POP_JUMP_IF_TRUE: {
+      ValuePtr v = pop();
+      if (!check_assertion(v)) jump_if(inst, truth(v));
       return;
-    case POP_JUMP_IF_FALSE:
-      jump_if(inst, !truth(pop()));
+    }
+    case POP_JUMP_IF_FALSE: {
+      ValuePtr v = pop();
+      if (!check_assertion(v)) jump_if(inst, !truth(v));
       return;
+    }
     case POP_JUMP_IF_NONE: {
       ValuePtr v = pop();
       jump_if(inst, v->is_const() && v->obj.get() == Py_None);
@@ -1227,6 +1250,7 @@ void Tracer::do_call(int argc, PyObject* kw_names) {
       kwargs.emplace_back(utf8(PyTuple_GET_ITEM(kw_names, i)), args[first + i]);
     args.resize(first);
   }
+  if (begin_item_assert(fn, args, kwargs)) return;
   push(call(fn, std::move(args), std::move(kwargs)));
 }
 

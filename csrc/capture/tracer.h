@@ -136,6 +136,8 @@ class Tracer {
                                        std::vector<ValuePtr>& args, KwArgs& kwargs);
   ValuePtr call_lru_cached(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs);
   std::optional<ValuePtr> call_numpy(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs);
+  std::optional<ValuePtr> call_numpy_method(const ValuePtr& fn, std::vector<ValuePtr>& args,
+                                            KwArgs& kwargs);
   // autograd_function.cpp: Function.apply of class `cls`, inlined when autograd won't record.
   ValuePtr call_autograd_function(const ValuePtr& cls, std::vector<ValuePtr>& args, KwArgs& kwargs);
   // Starts the handler covering instruction `index` for an exception raised by
@@ -149,6 +151,44 @@ class Tracer {
   // The top-level instruction a graph break at `index` stops before.
   int break_point(size_t index) const;
   void jump_if(const bytecode::Instruction& inst, bool jump);
+  // data_dependent_assert.cpp: an `assert` on a tensor's value becomes a check the graph runs.
+  // Where the assertion holds: the instruction it goes on at, and the truth `cond` has then.
+  struct AssertSite {
+    size_t holds_at;
+    bool holds_if;
+  };
+  // The assert whose conditional jump is instruction `jump` when `cond` (the value the jump
+  // tests) can be checked in the graph there; nullopt otherwise (the jump is no assert's, the
+  // value is no one-element traced tensor, or the graph already has a visible effect).
+  std::optional<AssertSite> assert_site(size_t jump, const ValuePtr& cond);
+  // `cond` can be checked in the graph: a one-element traced tensor, no visible effect in the
+  // graph yet, and autograd will not record it.
+  bool checkable(const ValuePtr& cond);
+  void add_check(const ValuePtr& cond, bool holds_if);  // the check node, at the graph's end
+  // `torch._assert(cond, message)` on a checkable tensor: its check recorded, true.
+  bool call_torch_assert(PyObject* fn, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
+  // At the conditional jump being run: records the check of `cond` and goes on where the
+  // assertion holds; false (nothing done) when assert_site() says no.
+  bool check_assertion(const ValuePtr& cond);
+  // At a CALL of `Tensor.item()` (`fn`, no arguments; or `int(t)`/`float(t)` giving the same
+  // number) whose number only feeds an assert
+  // (`assert t.item() <= n`, `assert not t.item()`): pushes the tensor in its place and returns
+  // true; the comparison then runs on the tensor as Python compares the number
+  // (item_comparison).
+  bool begin_item_assert(const ValuePtr& fn, const std::vector<ValuePtr>& args,
+                         const KwArgs& kwargs);
+  // COMPARE_OP of that assert: `a`/`b` (one of them the pushed tensor) replaced by operands
+  // whose tensor comparison gives Python's answer; a graph break (at the item() call) when no
+  // exact one exists.
+  void item_comparison(ValuePtr& a, ValuePtr& b);
+  // The item() call such an assert started at (top-level index of this tracer's code), the
+  // COMPARE_OP (-1: none) and the tensor pushed; a break before the jump breaks at the call, so
+  // CPython never sees the tensor where the number belongs.
+  struct PendingItem {
+    int call = -1;
+    int compare = -1;
+    const Value* value = nullptr;
+  };
   void mark_mutated(const ValuePtr& container);
 
   ValuePtr pop();
@@ -189,6 +229,7 @@ class Tracer {
   // exc_info), or null: PUSH_EXC_INFO saves it, POP_EXCEPT restores it.
   ValuePtr handled_exc_;
   int try_start_ = -1;  // top level: the try statement whose handler runs now
+  PendingItem pending_item_;
 };
 
 }  // namespace tl::capture

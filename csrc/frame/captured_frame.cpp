@@ -1,5 +1,6 @@
 #include "frame/captured_frame.h"
 
+#include "capture/data_dependent_assert.h"
 #include "capture/index_bounds.h"
 #include "core/errors.h"
 #include "frame/frame_access.h"
@@ -374,8 +375,9 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame, Served* 
       // (Not for a torchlite bug: that must be seen, not hidden by an eager run.)
       // A bounds check placed before the graph's first effect (capture/index_bounds.h) that
       // failed where the steps ran it, before any effect: eager raises the op's own error.
+      // So does the check of an assert on a tensor's value (capture/data_dependent_assert.h).
       bool check_first =
-          n && capture::is_index_bounds_check(*n) &&
+          n && (capture::is_index_bounds_check(*n) || capture::is_assertion_check(*n)) &&
           (instance ? instance->failed_before_effects() : executable_->failed_before_effects());
       if (!fatal_python_error_pending() && !torchlite_error_pending() &&
           (check_first || failed_before_any_effect(graph, n))) {

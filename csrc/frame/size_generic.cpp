@@ -50,7 +50,9 @@ const std::set<std::string>& generic_functions() {
       // indexing by an index tensor: the result takes the index's sizes
       "torch.gather", "torch.index_select",
       // a bounds check of an index op's indices (capture/index_bounds.h): no result
-      "torchlite._index_bounds.check_index_bounds"};
+      "torchlite._index_bounds.check_index_bounds",
+      // the check of an assert on a tensor's value (capture/data_dependent_assert.h): no result
+      "torchlite._asserts.check_assertion"};
   return names;
 }
 

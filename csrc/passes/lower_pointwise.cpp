@@ -149,6 +149,34 @@ bool logic(RuleCtx& c) {
   return c.finish(c.binary(boolean ? LogicalOp : BitOp, va, c.value(b, t)));
 }
 
+// A constant int that `where`/`masked_fill` convert to their result type `t` with torch's
+// overflow check (eager raises "value cannot be converted to type int8_t without overflow"
+// where a kernel would wrap): true when it fits, or when it is no int constant.
+bool fits_result(RuleCtx& c, const ir::Arg* a, ScalarType t) {
+  if (!a || a->kind != ir::Arg::Kind::Const || ir::is_floating(t) || t == ScalarType::Bool)
+    return true;
+  std::optional<double> v = c.number(a);
+  if (!v) return true;
+  double lo = 0, hi = 0;
+  switch (t) {
+    case ScalarType::I8:
+      lo = -128, hi = 127;
+      break;
+    case ScalarType::I16:
+      lo = -32768, hi = 32767;
+      break;
+    case ScalarType::I32:
+      lo = -2147483648.0, hi = 2147483647.0;
+      break;
+    case ScalarType::U8:
+      lo = 0, hi = 255;
+      break;
+    default:
+      return true;  // NOTE: int64 holds every int number() returns
+  }
+  return *v >= lo && *v <= hi;
+}
+
 bool where(RuleCtx& c) {
   bool method = c.node.op == ir::OpKind::CallMethod;  // x.where(cond, y)
   const ir::Arg* cond = c.arg(method ? 1 : 0, "condition");
@@ -156,6 +184,7 @@ bool where(RuleCtx& c) {
   const ir::Arg* b = c.arg(2, "other");
   if (!c.is_tensor(cond) || c.type_of(cond) != ScalarType::Bool) return false;
   if (!c.is_operand(a) || !c.is_operand(b)) return false;
+  if (!fits_result(c, a, c.out_type()) || !fits_result(c, b, c.out_type())) return false;
   return c.finish(c.where(c.value(cond, ScalarType::Bool), c.value(a, ct(c)), c.value(b, ct(c))));
 }
 
@@ -164,7 +193,7 @@ bool masked_fill(RuleCtx& c) {
   const ir::Arg* mask = c.arg(1, "mask");
   const ir::Arg* v = c.arg(2, "value");
   if (!c.is_tensor(x) || !c.is_tensor(mask) || c.type_of(mask) != ScalarType::Bool) return false;
-  if (!c.is_operand(v)) return false;
+  if (!c.is_operand(v) || !fits_result(c, v, c.out_type())) return false;
   return c.finish(c.where(c.value(mask, ScalarType::Bool), c.value(v, ct(c)), c.value(x, ct(c))));
 }
 

@@ -86,6 +86,10 @@ std::optional<double> RuleCtx::number(const ir::Arg* a) const {
       PyErr_Clear();
       return std::nullopt;
     }
+    // NOTE: past 2**53 a double rounds the int, and eager converts the exact value to the op's
+    // dtype (`int32_tensor == 2**53 + 1` compares with 1, its low 32 bits): left to torch.
+    const long long kExactInDouble = 1LL << 53;
+    if (x > kExactInDouble || x < -kExactInDouble) return std::nullopt;
     return static_cast<double>(x);
   }
   if (PyFloat_Check(v)) return PyFloat_AS_DOUBLE(v);

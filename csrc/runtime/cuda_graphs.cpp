@@ -167,19 +167,11 @@ std::string cuda_graph_blocker(const ir::Graph& graph, bool cuda, int64_t pool_o
       "normal_",       "uniform_",       "multinomial", "poisson",    "exponential_",
       "cauchy_",       "geometric_",     "log_normal_", "random_",    "seed",
       "manual_seed",   "rrelu",          "rrelu_"};
-  static const std::set<std::string> kSync = {"item",
-                                              "tolist",
-                                              "nonzero",
-                                              "masked_select",
-                                              "unique",
-                                              "unique_consecutive",
-                                              "bincount",
-                                              "synchronize",
-                                              "numpy",
-                                              "cpu",
-                                              "_local_scalar_dense",
-                                              "nonzero_static",
-                                              "argwhere"};
+  static const std::set<std::string> kSync = {
+      "item", "tolist", "nonzero", "masked_select", "unique", "unique_consecutive", "bincount",
+      "synchronize", "numpy", "cpu", "_local_scalar_dense", "nonzero_static", "argwhere",
+      // run-time checks reading a value on the host (a replay would skip them)
+      "check_assertion", "check_index_bounds"};
   for (const auto& n : graph.nodes()) {
     std::string where = n->location.empty() ? "" : " at " + n->location;
     if (n->op == ir::OpKind::Placeholder) {

@@ -445,6 +445,38 @@ def test_numpy_array_folded_once_is_not_shared_mutably():
         torch.testing.assert_close(compiled(x), fn(x))
 
 
+def test_methods_of_an_array_made_in_traced_code_are_folded():
+    np = pytest.importorskip("numpy")
+
+    def fn(x):
+        a = np.array([1.0, 2.0, 4.0])
+        b = a.astype(np.float32).reshape(3, 1)
+        return x * float(a.sum()) + torch.tensor(b.tolist()) + a.max().item()
+
+    check(fn, torch.randn(3, 2))
+    assert _graphs_and_breaks(fn, torch.randn(3, 2)) == (1, 0)
+
+
+_OUTSIDE = None
+
+
+def test_methods_of_an_array_from_outside_keep_their_break():
+    np = pytest.importorskip("numpy")
+    global _OUTSIDE
+    _OUTSIDE = np.array([1.0, 2.0])
+
+    def fn(x):
+        return x * float(_OUTSIDE.sum())
+
+    compiled = torchlite.compile(fn)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), fn(x))
+    _OUTSIDE[0] = 10.0  # written between calls: the sum must follow
+    torch.testing.assert_close(compiled(x), fn(x))
+    report = torchlite.explain(fn)(x)
+    assert report.graph_break_count == 1, str(report)
+
+
 # --- generators with `yield from`, Tensor.grad ---------------------------------------------------
 
 

@@ -785,3 +785,27 @@ def test_zip_strict_over_unequal_lengths_raises_as_eager():
         fn(torch.randn(3), [2.0, 3.0])
     with pytest.raises(ValueError, match="shorter"):
         torchlite.compile(fn)(torch.randn(3), [2.0, 3.0])
+
+
+# --- input checks with `assert` on tensor values (XLM's embeddings) -------------------------------
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_xlm_style_asserts_on_lengths_stay_in_one_graph(causal):
+    from realcode_asserts import TinyXLM
+
+    model = TinyXLM(causal=causal).eval()
+    ids = torch.tensor([[5, 6, 7, 8, 2, 2], [9, 10, 11, 12, 13, 14]])
+    torchlite.reset()
+    with torch.no_grad():
+        report = torchlite.explain(model)(ids)
+        assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+        compiled = torchlite.compile(model)
+        assert_same(compiled(ids), model(ids))
+        first = counters()
+        lengths = torch.tensor([3, 6])
+        assert_same(compiled(ids), model(ids))
+        assert counters()["frames"] == first["frames"]
+        assert_same(compiled(ids, lengths), model(ids, lengths))
+        with pytest.raises(AssertionError):
+            compiled(ids, torch.tensor([3, 7]))  # a length past the sequence, as eager raises

@@ -139,3 +139,51 @@ def test_transformers_model_output_post_init_and_setitem():
     for a, b in zip(r, e):
         torch.testing.assert_close(a, b)
     _same_state(got, want)
+
+
+# --- del of an item of a dict subclass made in traced code ---------------------------------------
+
+
+class _Tracked(OrderedDict):
+    """A subclass whose own __delitem__ (Python) must run."""
+
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        self["deleted"] = key
+
+
+def _ordered_del(x):
+    d = OrderedDict(a=x, b=x * 2, c=x + 1)
+    del d["a"]
+    d["a"] = x * 3  # re-inserted at the end
+    return [(k, v.sum()) for k, v in d.items()], len(d)
+
+
+def _own_delitem(x):
+    d = _Tracked(a=x, b=x * 2)
+    del d["a"]
+    return list(d.keys()), d["b"] + 1
+
+
+@pytest.mark.parametrize("fn", [_ordered_del, _own_delitem])
+def test_del_of_an_item_made_in_traced_code_stays_in_the_graph(fn):
+    x = torch.randn(3)
+    torchlite.reset()
+    report = torchlite.explain(fn)(x)
+    assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+    assert_same(torchlite.compile(fn)(x), fn(x))
+
+
+def _del_missing(x):
+    d = OrderedDict(a=x)
+    try:
+        del d["b"]
+    except KeyError:
+        return x + 1
+    return x
+
+
+def test_del_of_a_missing_key_raises_as_eager():
+    x = torch.randn(3)
+    torchlite.reset()
+    assert_same(torchlite.compile(_del_missing)(x), _del_missing(x))

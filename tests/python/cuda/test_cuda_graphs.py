@@ -174,6 +174,24 @@ def test_random_ops_run_without_graphs_and_say_why():
     assert _counts() == (0, 0)
 
 
+def _checked(x):
+    assert (x > 0).all(), "non-positive input"
+    return x.log() * 2
+
+
+def test_asserts_on_values_run_without_graphs_and_stay_checked():
+    # NOTE: a replay runs kernels only: the check of an assert (a host read) would be skipped.
+    report = torchlite.explain(_checked, mode="reduce-overhead")(torch.rand(64, device="cuda") + 1)
+    assert report.graph_count == 1, str(report)
+    assert any("check_assertion" in c for c in report.cuda_graphs), report.cuda_graphs
+    compiled = torchlite.compile(_checked, mode="reduce-overhead")
+    for _ in range(3):
+        x = torch.rand(64, device="cuda") + 1
+        torch.testing.assert_close(compiled(x), _checked(x))
+    with pytest.raises(AssertionError, match="non-positive input"):
+        compiled(-torch.rand(64, device="cuda"))
+
+
 def test_huge_outputs_run_without_graphs_and_say_why():
     def f(x):
         return x.unsqueeze(0).expand(80, -1, -1) * 2  # 80 x 1 M floats: 320 MB out
