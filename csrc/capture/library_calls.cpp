@@ -66,6 +66,18 @@ bool is_writeable_array(PyObject* o) {
   return w.get() == Py_True;
 }
 
+// A folded NumPy result that is an array is made read-only, as every fold's is: a later write
+// to it would change a constant the graph already holds (copy(), astype() and flatten() make
+// writeable arrays).
+ValuePtr read_only_if_array(ValuePtr r) {
+  if (!r->is_const()) return r;
+  PyObject* o = r->obj.get();
+  if (attr_str(reinterpret_cast<PyObject*>(Py_TYPE(o)), "__name__") != "ndarray") return r;
+  PyRef flags = PyRef::steal(PyObject_GetAttrString(o, "flags"));
+  if (!flags || PyObject_SetAttrString(flags.get(), "writeable", Py_False) < 0) throw PythonError();
+  return r;
+}
+
 }  // namespace
 
 bool detail::is_lru_cache_wrapper(PyObject* fn) {  // functools.lru_cache / functools.cache
@@ -164,15 +176,7 @@ std::optional<ValuePtr> Tracer::call_numpy_method(const ValuePtr& fn, std::vecto
     if (!c || is_writeable_array(c.get())) return std::nullopt;
     kw.emplace_back(k, Value::constant(c));
   }
-  ValuePtr r = call_pure(ctx_, f, consts, kw);
-  if (!r->is_const()) return r;
-  PyObject* o = r->obj.get();
-  // NOTE: copy(), astype() and flatten() make writeable arrays: read-only like every fold's.
-  if (attr_str(reinterpret_cast<PyObject*>(Py_TYPE(o)), "__name__") == "ndarray" &&
-      PyObject_SetAttrString(PyRef::steal(PyObject_GetAttrString(o, "flags")).get(), "writeable",
-                             Py_False) < 0)
-    throw PythonError();
-  return r;
+  return read_only_if_array(call_pure(ctx_, f, consts, kw));
 }
 
 std::optional<ValuePtr> Tracer::call_numpy(PyObject* fn, std::vector<ValuePtr>& args,
@@ -235,14 +239,7 @@ std::optional<ValuePtr> Tracer::call_numpy(PyObject* fn, std::vector<ValuePtr>& 
                   "constants");
     kw.emplace_back(k, Value::constant(c));
   }
-  ValuePtr r = call_pure(ctx_, fn, consts, kw);
-  if (!r->is_const()) return r;
-  PyObject* o = r->obj.get();
-  if (attr_str(reinterpret_cast<PyObject*>(Py_TYPE(o)), "__name__") == "ndarray" &&
-      PyObject_SetAttrString(PyRef::steal(PyObject_GetAttrString(o, "flags")).get(), "writeable",
-                             Py_False) < 0)
-    throw PythonError();
-  return r;
+  return read_only_if_array(call_pure(ctx_, fn, consts, kw));
 }
 
 std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
