@@ -168,27 +168,26 @@ def _lambda_made_before_the_break_returned(x):
     return f(x), f
 
 
-def test_lambda_returned_out_sees_the_cell_it_closes_over():
+def _returned_function_matches_eager(fn, probe):
+    """fn(x) returns (value, function): both the value and the function, called on
+    probe(x), match eager's over three calls."""
     torchlite.reset()
-    compiled = torchlite.compile(_lambda_returned)
+    compiled = torchlite.compile(fn)
     for _ in range(3):
         x = inputs(5)
         y, f = compiled(x)
-        ye, fe = _lambda_returned(x)
+        ye, fe = fn(x)
         torch.testing.assert_close(y, ye)
-        t = inputs(5)
+        t = probe(x)
         torch.testing.assert_close(f(t), fe(t))
 
 
+def test_lambda_returned_out_sees_the_cell_it_closes_over():
+    _returned_function_matches_eager(_lambda_returned, lambda x: inputs(5))
+
+
 def test_lambda_made_before_the_break_sees_the_write_after_it():
-    torchlite.reset()
-    compiled = torchlite.compile(_lambda_made_before_the_break_returned)
-    for _ in range(3):
-        x = inputs(5)
-        y, f = compiled(x)
-        ye, fe = _lambda_made_before_the_break_returned(x)
-        torch.testing.assert_close(y, ye)
-        torch.testing.assert_close(f(x), fe(x))
+    _returned_function_matches_eager(_lambda_made_before_the_break_returned, lambda x: x)
 
 
 def _outer(x):
