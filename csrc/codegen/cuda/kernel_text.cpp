@@ -498,7 +498,6 @@ void Writer::gather_pack(int u, int i, int width, const std::string& name,
   const ir::Expr& e = k_.exprs[i];
   size_t inner = s_.outer.size() - 1;
   std::string su = std::to_string(u), b = std::to_string(e.buffer), w = std::to_string(width);
-  int64_t st = s_.strides[e.buffer][inner];
   // Element `j` (a literal or the loop variable) of the pack: its coordinate
   // buffers' offsets, and the gather's element offset.
   auto element = [&, su](const std::string& j) -> ElemRef {
@@ -536,7 +535,6 @@ void Writer::gather_pack(int u, int i, int width, const std::string& name,
   close();
   close();
   close();
-  (void)st;
 }
 
 int Writer::vector_unroll() const {
