@@ -100,6 +100,24 @@ class Writer {
   bool vector_width(int* width) const;
   int vector_unroll() const;  // packs per thread per step of the vectorised entry
   void pointwise_vector(int width);
+  // How an i64 expr changes from one element of a pack to the next (along the
+  // innermost loop axis): not at all, by exactly 1, by 0 or 1, or otherwise.
+  enum class Steps { Zero, Unit, ZeroOrUnit, Other };
+  Steps inner_steps(int i) const;
+  // A Gather the vectorised entry reads a pack at a time (its element offsets
+  // step by 0 or 1 along the pack).
+  bool packable_gather(int i) const;
+  // Vectorised entry, step u: reads Gather i's pack into `name` (one 16-byte
+  // load when its offsets are contiguous and aligned, one element when they are
+  // all one, else element by element).
+  void gather_pack(int u, int i, int width, const std::string& name, const std::string& guard);
+  // True when expr i has one value over a pack (coordinates of other axes, constants).
+  bool pack_uniform(int i) const;
+  // Vectorised entry, step u: per expr, the condition (C text, computed here at the
+  // pack's first element) under which some output uses its value; empty: always.
+  // Only Wheres with a pack-uniform condition (stack's part, a cat along an outer axis)
+  // narrow it, so a pack reads the parts its outputs take.
+  std::vector<std::string> pack_guards(int u);
   int64_t grid_for(int64_t threads, int block) const;
 
   // pair_text.cpp: two neighbouring elements per step of the vectorised
@@ -152,7 +170,12 @@ class Writer {
   ElemRef ref_;
   std::string lin_outer_, lin_red_, off_;
   bool half_outputs_ = false;  // every output is float16/bfloat16 (cheaper exp, see value())
-  int gathers_ = 0;            // Gather exprs: no vector entry then
+  int gathers_ = 0;            // Gather exprs: a vector entry only if all are packable
+  std::vector<char> loaded_;   // per input: some Load reads it (not only Gathers)
+  // Vectorised entry: per Gather expr, the pack holding its elements (else empty).
+  std::vector<std::string> gather_pack_;
+  // Where a Gather's element offset starts (buffer b): empty means off_ + b.
+  std::function<std::string(int b)> gather_base_;
   int64_t gather_low_ = 0, gather_high_ = 0;  // the constant offsets Gathers add
   std::vector<std::string> cache_;            // expr values of the current scope
   std::vector<std::string> acc_;              // reduction accumulators (row scope)

@@ -45,6 +45,9 @@ void Writer::analyse() {
   // NOTE: a Gather by a constant (what `cat` with an empty operand, or a slice
   // the lowering reads through a gather, leaves) is a load at a fixed extra
   // offset: it only widens the index type when that offset does.
+  loaded_.assign(k_.inputs.size(), 0);
+  for (const ir::Expr& e : k_.exprs)
+    if (e.op == ExprOp::Load) loaded_[e.buffer] = 1;
   for (const ir::Expr& e : k_.exprs) {
     if (!is_gather(e.op)) continue;
     const ir::Expr& by = k_.exprs[e.operands.at(0)];
@@ -152,13 +155,18 @@ std::string Writer::value(int i) {
   if (e.op == ExprOp::Load) {
     ST t = k_.inputs[e.buffer].type;
     v = convert(from_memory(ref_(e.buffer), t), t, e.type);
+  } else if (is_gather(e.op) && i < static_cast<int>(gather_pack_.size()) &&
+             !gather_pack_[i].empty()) {
+    ST t = k_.inputs[e.buffer].type;
+    v = convert(from_memory(gather_pack_[i] + ".e[j]", t), t, e.type);
   } else if (is_gather(e.op)) {
     ST t = k_.inputs[e.buffer].type;
     std::string b = std::to_string(e.buffer);
+    std::string base = gather_base_ ? gather_base_(e.buffer) : off_ + b;
     const ir::Expr& by = k_.exprs[ops[0]];
     std::string at = by.op == ExprOp::Constant
-                         ? off_ + b + " + (" + idx_ + ")" + operand(ops[0], ST::I64)
-                         : "(long long)" + off_ + b + " + " + operand(ops[0], ST::I64);
+                         ? base + " + (" + idx_ + ")" + operand(ops[0], ST::I64)
+                         : "(long long)" + base + " + " + operand(ops[0], ST::I64);
     v = convert(from_memory("in" + b + "[" + at + "]", t), t, e.type);
   } else if (is_index(e.op)) {
     v = index_value(e.ivalue);
@@ -380,8 +388,13 @@ int Writer::pack_width(size_t axis) const {
 // be whole packs; the others must be broadcast along it (per-channel
 // parameters in a channels-last kernel) and are read once per element.
 bool Writer::vector_width(int* width) const {
-  if (k_.reduction_axes != 0 || gathers_ > 0) return false;
+  if (k_.reduction_axes != 0) return false;
   size_t inner = s_.outer.size() - 1;
+  // NOTE: a cat's parts are Gathers at clamped, shifted coordinates
+  // (build_kernel.cpp): their offsets run contiguously inside a part, so they
+  // move in packs. Other gathers (pool windows) keep the scalar entry.
+  for (size_t i = 0; i < k_.exprs.size(); ++i)
+    if (is_gather(k_.exprs[i].op) && !packable_gather(static_cast<int>(i))) return false;
   // NOTE: an operand walking the inner axis with another stride (a transpose)
   // keeps the scalar entry: read by element from packs' rows it made
   // mixer_s16_224 and beit_base_patch16_224 slower than eager on an H100.
@@ -396,10 +409,158 @@ bool Writer::vector_width(int* width) const {
   return true;
 }
 
+Writer::Steps Writer::inner_steps(int i) const {
+  const ir::Expr& e = k_.exprs[i];
+  const auto& ops = e.operands;
+  size_t inner = s_.outer.size() - 1;
+  auto both = [&](Steps a, Steps b) { return a == Steps::Zero && b == Steps::Zero; };
+  switch (e.op) {
+    case ExprOp::Constant:
+      return Steps::Zero;
+    case ExprOp::Index: {
+      auto it = s_.index_buffer.find(e.ivalue);
+      if (it == s_.index_buffer.end()) return Steps::Other;
+      int64_t st = s_.strides[it->second][inner];
+      return st == 0 ? Steps::Zero : st == 1 ? Steps::Unit : Steps::Other;
+    }
+    case ExprOp::Cast:
+      return ir::is_floating(e.type) || ir::is_floating(type(ops[0])) ? Steps::Other
+                                                                      : inner_steps(ops[0]);
+    case ExprOp::Add: {
+      Steps a = inner_steps(ops[0]), b = inner_steps(ops[1]);
+      return a == Steps::Zero ? b : b == Steps::Zero ? a : Steps::Other;
+    }
+    case ExprOp::Sub: {
+      Steps a = inner_steps(ops[0]), b = inner_steps(ops[1]);
+      return b == Steps::Zero ? a : Steps::Other;
+    }
+    case ExprOp::Mul: {
+      Steps a = inner_steps(ops[0]), b = inner_steps(ops[1]);
+      if (both(a, b)) return Steps::Zero;
+      auto one = [&](int o) {
+        return k_.exprs[o].op == ExprOp::Constant && k_.exprs[o].ivalue == 1;
+      };
+      return one(ops[1]) ? a : one(ops[0]) ? b : Steps::Other;
+    }
+    case ExprOp::Maximum:
+    case ExprOp::Minimum: {  // a clamp: a unit run that stops
+      Steps a = inner_steps(ops[0]), b = inner_steps(ops[1]);
+      if (both(a, b)) return Steps::Zero;
+      Steps other = a == Steps::Zero ? b : b == Steps::Zero ? a : Steps::Other;
+      return other == Steps::Unit || other == Steps::ZeroOrUnit ? Steps::ZeroOrUnit : Steps::Other;
+    }
+    default:
+      return Steps::Other;
+  }
+}
+
+bool Writer::packable_gather(int i) const {
+  const ir::Expr& e = k_.exprs[i];
+  if (ir::is_floating(type(e.operands[0]))) return false;
+  int64_t st = s_.strides[e.buffer][s_.outer.size() - 1];
+  Steps by = inner_steps(e.operands[0]);
+  return (st == 0 && by != Steps::Other) || (st == 1 && by == Steps::Zero);
+}
+
+bool Writer::pack_uniform(int i) const {
+  const ir::Expr& e = k_.exprs[i];
+  if (e.op == ExprOp::Constant) return true;
+  if (e.op == ExprOp::Index) return inner_steps(i) == Steps::Zero;
+  if (e.op == ExprOp::Load || is_gather(e.op) || is_reduce(e.op) || e.op == ExprOp::CheckIndex ||
+      ir::is_floating(e.type))
+    return false;
+  for (int o : e.operands)
+    if (!pack_uniform(o)) return false;
+  return !e.operands.empty();
+}
+
+std::vector<std::string> Writer::pack_guards(int u) {
+  const size_t n = k_.exprs.size();
+  constexpr size_t kMaxGuard = 300;  // longer conditions: read always
+  std::vector<std::string> need(n);
+  std::vector<char> always(n, 0), reached(n, 0);
+  for (const auto& o : k_.outputs) always[o.expr] = reached[o.expr] = 1;
+  std::string su = std::to_string(u);
+  // Only coordinates along other axes are read here (pack_uniform): the pack's offsets.
+  new_scope([su](int buf) { return "o" + su + "_" + std::to_string(buf); }, "i" + su);
+  auto give = [&](int from, int to, const std::string& cond) {
+    if (always[to]) return;
+    std::string mine = always[from] ? "" : need[from];
+    std::string term = mine.empty() ? cond : cond.empty() ? mine : mine + " && " + cond;
+    if (term.empty() || (reached[to] && need[to].size() + term.size() > kMaxGuard)) {
+      always[to] = 1;
+      need[to].clear();
+    } else {
+      need[to] = reached[to] ? "(" + need[to] + ") || (" + term + ")" : term;
+    }
+    reached[to] = 1;
+  };
+  for (size_t i = n; i-- > 0;) {
+    if (!reached[i]) continue;
+    const ir::Expr& e = k_.exprs[i];
+    if (e.op == ExprOp::Where && pack_uniform(e.operands[0])) {
+      std::string c = value(e.operands[0]);
+      give(int(i), e.operands[0], "");
+      give(int(i), e.operands[1], c);
+      give(int(i), e.operands[2], "!" + c);
+      continue;
+    }
+    for (int o : e.operands) give(int(i), o, "");
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (!reached[i] || always[i]) need[i].clear();
+  return need;
+}
+
+void Writer::gather_pack(int u, int i, int width, const std::string& name,
+                         const std::string& guard) {
+  const ir::Expr& e = k_.exprs[i];
+  size_t inner = s_.outer.size() - 1;
+  std::string su = std::to_string(u), b = std::to_string(e.buffer), w = std::to_string(width);
+  // Element `j` (a literal or the loop variable) of the pack: its coordinate
+  // buffers' offsets, and the gather's element offset.
+  auto element = [&, su](const std::string& j) -> ElemRef {
+    return [this, su, j, inner](int buf) {
+      int64_t s = s_.strides[buf][inner];
+      std::string o = "o" + su + "_" + std::to_string(buf);
+      return "(" + o + (s == 0 ? "" : " + " + j + " * " + std::to_string(s)) + ")";
+    };
+  };
+  auto address = [&](const std::string& j) {
+    new_scope(element(j), "i" + su + " + " + j);
+    std::string base = element(j)(e.buffer);
+    return "(long long)" + base + " + " + operand(e.operands[0], ST::I64);
+  };
+  std::string pack = std::string("tl_pack<") + mem_type(k_.inputs[e.buffer].type) + ", " + w + ">";
+  line(pack + " " + name + (guard.empty() ? ";" : "{};"));
+  open(guard.empty() ? "" : "if (" + guard + ")");
+  std::string a0 = fresh("a"), a1 = fresh("a");
+  line("const long long " + a0 + " = " + address("0") + ";");
+  line("const long long " + a1 + " = " + address(std::to_string(width - 1)) + ";");
+  // NOTE: offsets stepping by 0 or 1 (packable_gather) span width - 1 only when
+  // every step is 1, and none only when all are one element.
+  open("if (" + a1 + " - " + a0 + " == " + std::to_string(width - 1) + " && " + a0 + " % " + w +
+       " == 0)");
+  line(name + " = *reinterpret_cast<const " + pack + "*>(in" + b + " + " + a0 + ");");
+  close();
+  open("else if (" + a1 + " == " + a0 + ")");
+  line("#pragma unroll");
+  line("for (int j = 0; j < " + w + "; ++j) " + name + ".e[j] = in" + b + "[" + a0 + "];");
+  close();
+  open("else");
+  line("#pragma unroll");
+  open("for (int j = 0; j < " + w + "; ++j)");
+  line(name + ".e[j] = in" + b + "[" + address("j") + "];");
+  close();
+  close();
+  close();
+}
+
 int Writer::vector_unroll() const {
   size_t inner = s_.outer.size() - 1;
   int packed = 0;
-  for (int b = 0; b < n_in_; ++b) packed += s_.strides[b][inner] == 1;
+  for (int b = 0; b < n_in_; ++b) packed += loaded_[b] && s_.strides[b][inner] == 1;
+  packed += gathers_;
   return packed * kVectorUnroll > kMaxPacksInFlight ? 1 : kVectorUnroll;
 }
 
@@ -409,7 +570,10 @@ void Writer::pointwise_vector(int width) {
   std::string b = std::to_string(block_), n = num("n", numel);
   std::string w = std::to_string(width), nv = num("nv", numel / width);
   std::string tid = "(" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x";
-  auto in_packs = [&](size_t buf) { return !is_coordinate(buf) && s_.strides[buf][inner] == 1; };
+  auto in_packs = [&](size_t buf) {
+    bool gathered_only = static_cast<int>(buf) < n_in_ && !loaded_[buf];
+    return !is_coordinate(buf) && !gathered_only && s_.strides[buf][inner] == 1;
+  };
   auto pack_type = [&](size_t buf) {
     return std::string("tl_pack<") + mem_type(buffer_type(buf)) + ", " + w + ">";
   };
@@ -437,12 +601,34 @@ void Writer::pointwise_vector(int width) {
     line("const " + idx_ + " i" + su + " = " +
          (u ? "(" + live(u) + " ? " + at + " : " + nv + " - 1)" : "q") + " * " + w + ";");
     offsets("o" + su + "_", "i" + su, s_.outer, 0, "");
-    for (int in = 0; in < n_in_; ++in)
-      if (in_packs(in))
-        line("const " + pack_type(in) + " p" + su + "_" + std::to_string(in) +
-             " = *reinterpret_cast<const " + pack_type(in) + "*>(in" + std::to_string(in) + " + o" +
-             su + "_" + std::to_string(in) + ");");
+    const std::vector<std::string> guard = pack_guards(u);
+    for (int in = 0; in < n_in_; ++in) {
+      if (!in_packs(in)) continue;
+      // A pack some output takes; when only under a condition, read only then.
+      std::string when;
+      bool always = false, used = false;
+      for (size_t x = 0; x < k_.exprs.size(); ++x) {
+        const ir::Expr& e = k_.exprs[x];
+        if (e.op != ExprOp::Load || e.buffer != in) continue;
+        used = true;
+        if (guard[x].empty()) always = true;
+        when = when.empty() ? guard[x] : "(" + when + ") || (" + guard[x] + ")";
+      }
+      std::string p = "p" + su + "_" + std::to_string(in);
+      std::string load = "*reinterpret_cast<const " + pack_type(in) + "*>(in" + std::to_string(in) +
+                         " + o" + su + "_" + std::to_string(in) + ")";
+      if (always || !used) {
+        line("const " + pack_type(in) + " " + p + " = " + load + ";");
+      } else {
+        line(pack_type(in) + " " + p + "{};");
+        line("if (" + when + ") " + p + " = " + load + ";");
+      }
+    }
+    for (size_t g = 0; g < k_.exprs.size(); ++g)
+      if (is_gather(k_.exprs[g].op))
+        gather_pack(u, static_cast<int>(g), width, "g" + su + "_" + std::to_string(g), guard[g]);
   }
+  gather_pack_.assign(k_.exprs.size(), std::string());
   // 16-bit float outputs: float32 values, converted in pairs after the loop.
   auto in_pairs = [&](size_t buf) { return in_packs(buf) && ir::is_half(buffer_type(buf)); };
   for (int u = 0; u < unroll; ++u) {
@@ -454,6 +640,8 @@ void Writer::pointwise_vector(int width) {
       else if (in_packs(n_in_ + o))
         line(pack_type(n_in_ + o) + " " + p + ";");
     }
+    for (size_t g = 0; g < k_.exprs.size(); ++g)
+      if (is_gather(k_.exprs[g].op)) gather_pack_[g] = "g" + su + "_" + std::to_string(g);
     line("#pragma unroll");
     open("for (int j = 0; j < " + w + "; ++j)");
     new_scope([&](int buf) { return element(u, buf); }, "i" + su + " + j");
@@ -485,6 +673,7 @@ void Writer::pointwise_vector(int width) {
       line(u ? "if (" + live(u) + ") " + st : st);
     }
   close();
+  gather_pack_.clear();
   // The scalar tail (one axis only: see vector_width). NOTE: always there with runtime sizes
   // (it runs no step when numel is whole packs), so one text serves every numel.
   if (numel % width != 0 || k_.runtime_sizes) {
@@ -493,8 +682,11 @@ void Writer::pointwise_vector(int width) {
     close();
   }
   close();
-  for (size_t buf = 0; buf < s_.strides.size(); ++buf)
-    if (in_packs(buf)) out_.aligned_params.push_back(static_cast<int>(buf));
+  for (size_t buf = 0; buf < s_.strides.size(); ++buf) {
+    bool gathered = false;
+    for (const ir::Expr& e : k_.exprs) gathered |= is_gather(e.op) && e.buffer == int(buf);
+    if (in_packs(buf) || gathered) out_.aligned_params.push_back(static_cast<int>(buf));
+  }
 }
 
 CudaKernel Writer::run() {

@@ -225,3 +225,40 @@ def test_pointwise_kernels_build_at_other_block_sizes(block):
     assert f"__launch_bounds__({block})" in source and "__launch_bounds__(256)" in default
     assert other["grid"] == -(-launch["grid"] * 256 // block)  # the same points a thread
     assert f"blockIdx.x * {block} + threadIdx.x" in source
+
+
+def _rope(q, cos, sin):
+    h = q.shape[-1] // 2
+    return q * cos + torch.cat((-q[..., h:], q[..., :h]), dim=-1) * sin
+
+
+def test_cat_parts_move_in_packs():
+    """A cat's parts are gathers at shifted, clamped offsets that run contiguously inside a
+    part: the vector entry reads each in one 16-byte load where its offsets are contiguous and
+    aligned, one element where they are all one (the part a point does not take)."""
+    q = torch.randn(2, 4, 8, 64, dtype=BF16)
+    cs = [torch.randn(8, 64, dtype=BF16) for _ in range(2)]
+    ((name, source, launch),) = _kernels(_rope, q, *cs)
+    vec = _vector_source(name, source, launch)
+    packed = re.findall(
+        r"= \*reinterpret_cast<const tl_pack<unsigned short, 8>\*>\(in(\d+) \+ a", vec
+    )
+    assert len(packed) == 2, vec  # both parts, `-x2` computed in this kernel
+    assert "in" + packed[0] + "[a" in vec  # the one-element read of a part not taken
+
+
+def test_window_gathers_keep_the_scalar_entry():
+    x = torch.randn(2, 16, 8, 8, dtype=BF16)
+    ((_, _, launch),) = _kernels(lambda x: F.max_pool2d(x, 2), x)
+    assert not launch["vector_name"]
+
+
+def test_stack_packs_read_only_the_part_their_point_takes():
+    """stack's parts are chosen by a coordinate of another axis than the packs': one value a
+    pack, so each part's pack is read only when the pack takes that part."""
+    a, b, c = (torch.randn(4, 64, dtype=BF16) for _ in range(3))
+    fn = lambda a, b, c: torch.stack([a * 2, b + 1, c.exp()], 1)
+    ((name, source, launch),) = _kernels(fn, a, b, c)
+    vec = _vector_source(name, source, launch)
+    guarded = re.findall(r"if \([^\n]*\) p0_(\d+) = \*reinterpret_cast", vec)
+    assert sorted(guarded) == ["0", "1", "2"], vec

@@ -1,0 +1,90 @@
+"""cat with computed parts on the GPU (csrc/passes/lower_data.cpp `cat`, the packed gathers of
+csrc/codegen/cuda/kernel_text.cpp): rotary's rotate_half and cats along the innermost or an outer
+axis, with aligned and misaligned inputs and parts that are not whole packs, equal eager forward
+and in training, in one kernel where the parts' producers fuse."""
+
+import pytest
+import torch
+from helpers import compiled_on_cuda
+
+import torchlite
+
+pytestmark = pytest.mark.cuda
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rope(q, cos, sin):
+    return q * cos + rotate_half(q) * sin
+
+
+def rope_of_qkv(qkv, cos, sin):
+    b, s, _ = qkv.shape
+    q, k, v = qkv.view(b, s, 3, 4, -1).unbind(2)
+    q, k = (rope(t.transpose(1, 2), cos, sin) for t in (q, k))
+    return q + k * v.transpose(1, 2)
+
+
+def tol(dtype):
+    return {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "shape,offset", [((2, 4, 16, 64), 0), ((2, 3, 5, 14), 0), ((2, 4, 8, 64), 1)]
+)
+def test_rotary_is_one_kernel_and_matches_eager(dtype, shape, offset):
+    n = torch.Size(shape).numel()
+    q = torch.randn(n + offset, device="cuda", dtype=dtype)[offset:].view(shape)
+    cos = torch.randn(shape[-2:], device="cuda", dtype=dtype)
+    sin = torch.randn(shape[-2:], device="cuda", dtype=dtype)
+    _, made = compiled_on_cuda(rope, q, cos, sin, **tol(dtype))
+    assert made == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_of_a_transposed_projection_matches_eager(dtype):
+    qkv = torch.randn(2, 16, 3 * 4 * 32, device="cuda", dtype=dtype)
+    cos = torch.randn(16, 32, device="cuda", dtype=dtype)
+    sin = torch.randn(16, 32, device="cuda", dtype=dtype)
+    compiled_on_cuda(rope_of_qkv, qkv, cos, sin, **tol(dtype))
+
+
+CATS = {
+    "inner": lambda x, y: torch.cat([x.sin(), -y, x * 2], -1),
+    "outer": lambda x, y: torch.cat([x.cos(), (x - y).abs()], 0) + 1,
+    "middle": lambda x, y: torch.cat([x.unsqueeze(1) * 3, y.unsqueeze(1).exp()], 1),
+    "stack": lambda x, y: torch.stack([x.sin(), y * 2, x - y], 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CATS))
+@pytest.mark.parametrize("cols", [64, 13])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cat_of_computed_parts_is_one_kernel(name, cols, dtype):
+    x = torch.randn(37, cols, device="cuda", dtype=dtype)
+    y = torch.randn(37, cols, device="cuda", dtype=dtype)
+    _, made = compiled_on_cuda(CATS[name], x, y, **tol(dtype))
+    assert made == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_training_gradients_match_eager(dtype):
+    qkv = torch.randn(2, 16, 3 * 4 * 32, device="cuda", dtype=dtype)
+    cos = torch.randn(16, 32, device="cuda", dtype=dtype)
+    sin = torch.randn(16, 32, device="cuda", dtype=dtype)
+
+    def grads(fn):
+        x = qkv.clone().requires_grad_()
+        out = fn(x, cos, sin)
+        (g,) = torch.autograd.grad(out.float().square().sum(), x)
+        return out, g
+
+    torchlite.reset()
+    out, g = grads(torchlite.compile(rope_of_qkv))
+    eout, eg = grads(rope_of_qkv)
+    torch.testing.assert_close(out, eout, **tol(dtype))
+    torch.testing.assert_close(g, eg, **tol(dtype))
