@@ -158,6 +158,8 @@ def test_swiglu_gradients_match_eager(dtype):
         return [out, *torch.autograd.grad(out.float().square().sum(), leaves)]
 
     torchlite.reset()
-    tol = {"atol": 3e-2, "rtol": 3e-2} if dtype == torch.bfloat16 else {}
+    # NOTE: float32 allows matmul summation-order rounding (1e-5 relative): the GPU
+    # machine's CPU graphs (no LLVM there) differed from eager by 4.7e-6.
+    tol = {"atol": 3e-2, "rtol": 3e-2} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
     for got, want in zip(grads(torchlite.compile(_swiglu)), grads(_swiglu), strict=True):
         torch.testing.assert_close(got, want, **tol)
