@@ -40,7 +40,8 @@ struct LaunchChoice {
 // count; `time_us(grid)` times the kernel at that grid (launch_timer below on a GPU; tests
 // pass a fake one). Grids tried: default_grid / 8 to default_grid * 4, capped at `max_grid`
 // (a reduction passes its default: more blocks than rows or tiles would idle). Keeps
-// `default_grid` unless another grid is at least 3% faster; the choice goes to the disk cache,
+// `default_grid` unless another grid is at least 3% faster, and untried when the default runs
+// under 5 us (launch-bound: see kMinTunedUs); the choice goes to the disk cache,
 // and a later call with the same key, grid and GPU reads it without timing. Throws
 // PythonError or tl::Error (the caller then keeps the default grid).
 GridChoice choose_grid(const std::string& key, const std::string& gpu, unsigned default_grid,

@@ -151,3 +151,20 @@ def test_a_default_timed_faster_at_the_end_is_kept(cache):
     assert (variant, grid) == (0, 264), report
     assert calls[0] == calls[-1] == (0, 264) and len(calls) == 19
     assert "block 256 grid 264 again:" in report
+
+
+def test_a_launch_bound_kernel_keeps_its_default_untried(cache):
+    # A default launch under 5 us is mostly launch gap in a replay: no other grid or build is
+    # tried, however much faster the trials alone would look, and the choice is cached.
+    tried = []
+    variant, grid, cached, report = _C._autotune_choose_launch(
+        "pw-short", "gpu", BUILDS, _launch_timer({(0, 264): 3.0, (1, 1056): 1.0}, tried)
+    )
+    assert (variant, grid, cached) == (0, 264, False)
+    assert tried == [(0, 264)]
+    assert "kept -> block 256 grid 264" in report
+    out = _C._autotune_choose_launch("pw-short", "gpu", BUILDS, _launch_timer({}, []))
+    assert out[:3] == (0, 264, True)
+    tried = []
+    grid, _, _ = _C._autotune_choose_grid("short", "gpu", 264, 10000, _timer({264: 4.0}, tried))
+    assert (grid, tried) == (264, [264])
