@@ -261,6 +261,10 @@ class CompiledOptimizerStep:
         self._optimizer = weakref.ref(opt) if weak else (lambda: opt)
         values = settings.resolve(mode, options)
         values["cuda_graphs"] = False  # NOTE: a replay would not see the new scalars tensor
+        # NOTE: the parameters' updates are the same kernel over different tensors: one launch
+        # for all of them (passes/group_kernels.h) instead of one per parameter.
+        if "group_kernels" not in (options or {}):
+            values["group_kernels"] = True
         self.settings = values
         self.cache: dict[tuple, Any] = {}
         self.eager_steps = 0  # steps torch's own step ran (for tests and explain)
