@@ -11,6 +11,7 @@ steps (same gradients, same number of steps).
                               [--gpt2 [--embd N --vocab N --blocks N]] [--dtype float32|bfloat16]
                               [--modes eager,torchlite,torch.compile]
 
+`--modes` may add "torchlite ungrouped" (one launch per parameter, for comparison).
 `--gpt2`: the parameters of a GPT-2 (default GPT-2 small: 148 tensors of 15 shapes, 124M values;
 `--embd/--vocab/--blocks` shrink it for the CPU). The torchlite row also prints its kernel
 launches per step (counters()["kernel_launches"]): one per parameter without horizontal fusion,
@@ -111,6 +112,8 @@ def run_row(name, make_opt, params, grads, args) -> None:
                 g["foreach"] = False
         if mode == "torchlite":
             step = torchlite.compile(opt.step)
+        elif mode == "torchlite ungrouped":  # one launch per parameter (no horizontal fusion)
+            step = torchlite.compile(opt.step, options={"group_kernels": False})
         elif mode == "torch.compile":
             torch.compiler.reset()
             step = torch.compile(opt.step)
@@ -121,12 +124,12 @@ def run_row(name, make_opt, params, grads, args) -> None:
         # torchlite's counts its kernel launches.
         before = torchlite.counters()["kernel_launches"]
         step()
-        if mode == "torchlite":
+        if mode.startswith("torchlite"):
             launches[mode] = torchlite.counters()["kernel_launches"] - before
         finals[mode] = [p.detach() for p in ps]
     eager = results["eager"][1]
     for mode, (first, warm, best) in results.items():
-        cold = f"{first - warm / 1e3:6.2f} s" if mode in ("torchlite", "torch.compile") else "-"
+        cold = f"{first - warm / 1e3:6.2f} s" if "compile" in mode or "lite" in mode else "-"
         match = "-"
         extra = f"  launches/step {launches[mode]}" if mode in launches else ""
         if mode != "eager":
