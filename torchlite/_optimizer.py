@@ -366,7 +366,8 @@ class CompiledOptimizerStep:
         step_t, steps = [], []
         if "exp_avg" in state_names:
             step_t = [opt.state[p]["step"] for p in params]
-            steps = [t.item() + 1 for t in step_t]  # this step's count (stored once it runs)
+            # this step's count (stored once it runs); NOTE: one stack, not an item() per tensor
+            steps = [v + 1 for v in torch.stack(step_t).tolist()]
         values = _Scalars(None)
         step_keys = _adam_scalars(values, group, steps) if steps else [0] * len(params)
         flat = [t for name in tensors for t in tensors[name]]
