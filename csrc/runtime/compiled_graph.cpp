@@ -405,7 +405,18 @@ bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, RunSta
       PyErr_Clear();
       out = allocate();
     }
-    if (!out || !data_ptr(out.get())) return false;
+    if (!out) return false;
+    // NOTE: an output stored into an input the kernel also reads at its start (an optimizer's
+    // parameter and state) has that input's pointer: no second data_ptr() call.
+    const size_t n_in = s.in_slots.size();
+    size_t same = n_in;
+    if (a.into_slot >= 0)
+      for (size_t j = 0; j < n_in && same == n_in; ++j)
+        if (s.in_slots[j] == a.into_slot && s.in_offsets[j] == 0 && bufs[j]) same = j;
+    if (same < n_in)
+      bufs.push_back(bufs[same]);
+    else if (!data_ptr(out.get()))
+      return false;
     values[s.out_slots[i]] = std::move(out);
   }
   if (!rs.kernels && (s.outer != 0 || !rs.group.empty())) rs.kernels = backend_->start_run();
