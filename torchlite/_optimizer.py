@@ -261,6 +261,10 @@ class CompiledOptimizerStep:
         self._optimizer = weakref.ref(opt) if weak else (lambda: opt)
         values = settings.resolve(mode, options)
         values["cuda_graphs"] = False  # NOTE: a replay would not see the new scalars tensor
+        # NOTE: the parameters' updates are the same kernel over different tensors: one launch
+        # for all of them (passes/group_kernels.h) instead of one per parameter.
+        if "group_kernels" not in (options or {}):
+            values["group_kernels"] = True
         self.settings = values
         self.cache: dict[tuple, Any] = {}
         self.eager_steps = 0  # steps torch's own step ran (for tests and explain)
@@ -362,7 +366,8 @@ class CompiledOptimizerStep:
         step_t, steps = [], []
         if "exp_avg" in state_names:
             step_t = [opt.state[p]["step"] for p in params]
-            steps = [t.item() + 1 for t in step_t]  # this step's count (stored once it runs)
+            # this step's count (stored once it runs); NOTE: one stack, not an item() per tensor
+            steps = [v + 1 for v in torch.stack(step_t).tolist()]
         values = _Scalars(None)
         step_keys = _adam_scalars(values, group, steps) if steps else [0] * len(params)
         flat = [t for name in tensors for t in tensors[name]]

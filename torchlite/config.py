@@ -24,6 +24,8 @@ verify: bool = _env["verify"]
 compiled_backward: bool = _env["compiled_backward"]
 # Backward recomputes cheap pointwise values where that saves memory (off: save all it reads).
 recompute_in_backward: bool = _env["recompute_in_backward"]
+# Independent pointwise kernels with the same body run as one launch (TORCHLITE_GROUP_KERNELS).
+group_kernels: bool = _env["group_kernels"]
 # Cache entries (guard sets) per code object; past this the code runs eagerly with a warning.
 cache_size_limit: int = _env["cache_size_limit"]
 # Record compiled CUDA graphs into CUDA graphs after a warm-up call (TORCHLITE_CUDA_GRAPHS;

@@ -25,14 +25,32 @@ std::vector<std::pair<std::string, int64_t>> Counters::snapshot() const {
           {"autotune_trials", autotune_trials.load()},
           {"autotune_cached", autotune_cached.load()},
           {"size_instances", size_instances.load()},
-          {"nvrtc_compiles", nvrtc_compiles.load()}};
+          {"nvrtc_compiles", nvrtc_compiles.load()},
+          {"launches_grouped", launches_grouped.load()},
+          {"kernel_launches", kernel_launches.load()}};
 }
 
 void Counters::reset() {
-  for (auto* c : {&frames, &graphs, &graph_breaks, &recompiles, &cache_hits, &kernels,
-                  &eager_fallbacks, &capture_ns, &batch_norms_folded, &channels_last_convs,
-                  &conv_biases_split, &matmuls_padded, &cuda_graph_recordings, &cuda_graph_replays,
-                  &autotune_trials, &autotune_cached, &size_instances, &nvrtc_compiles})
+  for (auto* c : {&frames,
+                  &graphs,
+                  &graph_breaks,
+                  &recompiles,
+                  &cache_hits,
+                  &kernels,
+                  &eager_fallbacks,
+                  &capture_ns,
+                  &batch_norms_folded,
+                  &channels_last_convs,
+                  &conv_biases_split,
+                  &matmuls_padded,
+                  &cuda_graph_recordings,
+                  &cuda_graph_replays,
+                  &autotune_trials,
+                  &autotune_cached,
+                  &size_instances,
+                  &nvrtc_compiles,
+                  &launches_grouped,
+                  &kernel_launches})
     c->store(0);
 }
 

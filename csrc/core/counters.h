@@ -31,6 +31,11 @@ struct Counters {
   // CUDA programs NVRTC compiled (not read from the disk cache or shared with a loaded module):
   // with runtime sizes, a new size of a dynamic graph compiles none (runtime/cuda/compile.h).
   std::atomic<int64_t> nvrtc_compiles{0};
+  // Kernel launches horizontal fusion saved at compile (passes/group_kernels.h): per group of n
+  // kernels launched as one, n - 1.
+  std::atomic<int64_t> launches_grouped{0};
+  // Launches of generated kernels (a group launch counts once; CUDA may split a large group).
+  std::atomic<int64_t> kernel_launches{0};
 
   std::vector<std::pair<std::string, int64_t>> snapshot() const;
   void reset();

@@ -31,6 +31,9 @@ const std::vector<SettingSpec> kSpecs = {
      "On: graphs autograd records run a compiled forward and a backward traced from torch's "
      "own derivative formulas (graphs it cannot handle run op by op, explain says why); off: "
      "they all run op by op through torch's autograd."},
+    {"group_kernels", &S::group_kernels, kCompile, "TORCHLITE_GROUP_KERNELS", "off",
+     "Independent pointwise kernels with the same body over different tensors run as one launch "
+     "(the compiled optimizer step turns it on for its per-parameter updates)."},
     {"recompute_in_backward", &S::recompute_in_backward, kCompile,
      "TORCHLITE_RECOMPUTE_IN_BACKWARD", "on",
      "Backward recomputes cheap pointwise values from saved ones where that stores fewer bytes; "

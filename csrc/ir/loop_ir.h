@@ -146,6 +146,11 @@ struct Kernel {
   // Some output is stored into an input's buffer (each element read before it
   // is written, at the same point): the CUDA text drops __restrict__.
   bool aliased_io = false;
+  // Launched together with other kernels of the same code over other buffers, one launch for
+  // all (passes/group_kernels.h: an optimizer's per-parameter updates): the CUDA text adds an
+  // entry that reads a table of the members' buffers and dims. Pointwise kernels with runtime
+  // sizes only.
+  bool grouped = false;
 
   int64_t outer_numel() const;      // product of the pointwise axes
   int64_t reduction_numel() const;  // product of the reduction axes (1 if none)

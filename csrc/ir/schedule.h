@@ -31,6 +31,10 @@ struct ScheduledKernel {
 struct ScheduleStep {
   const Node* extern_node = nullptr;  // run this node through torch, or
   int kernel = -1;                    // run kernels[kernel]
+  // A kernel launched in one launch with the kernel of the next step (passes/group_kernels.h):
+  // the runtime prepares both steps' buffers, then launches the run of such steps, ending at
+  // the first step without the flag, at once.
+  bool launch_with_next = false;
 };
 
 // What the memory plan (passes/memory_plan.cpp: view chains folded into

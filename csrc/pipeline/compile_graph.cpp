@@ -7,11 +7,13 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/counters.h"
 #include "core/dump_dir.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/secure_fs.h"
 #include "passes/cuda_layouts.h"
+#include "passes/group_kernels.h"
 #include "passes/memory_plan.h"
 #include "pipeline/pass_registry.h"
 
@@ -338,6 +340,11 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
   };
   for (auto& fk : st.partition.kernels)
     fk.kernel.runtime_sizes = ctx.runtime_sizes && (device->cuda || !index_math(fk.kernel));
+  if (ctx.settings.group_kernels) {
+    size_t saved = passes::group_kernels(st.partition);
+    counters().launches_grouped += static_cast<int64_t>(saved);
+    trace.note("group_kernels: " + std::to_string(saved) + " launches saved");
+  }
   trace.kernels("lowered.txt", st.partition);
   log_kernels(st.partition);
   size_t n_kernels = st.partition.kernels.size();

@@ -4,6 +4,7 @@
 
 #include "codegen/cuda/cuda_kernel.h"
 #include "core/errors.h"
+#include "passes/group_kernels.h"
 #include "passes/partition.h"
 #include "python/bindings.h"
 #include "runtime/cuda/nvrtc.h"
@@ -57,10 +58,11 @@ void bind_cuda(py::module_& m) {
   m.def(
       "cuda_kernel_sources",
       [](const std::shared_ptr<ir::Graph>& g, const std::string& arch, bool compile,
-         int pointwise_block) {
+         int pointwise_block, bool group_kernels) {
         codegen::cuda::Target target = target_of(arch);
         if (pointwise_block > 0) target.pointwise_block = pointwise_block;
         passes::Partition p = passes::partition_graph(*g);
+        if (group_kernels) passes::group_kernels(p);
         std::vector<codegen::cuda::CudaKernel> kernels;
         for (const auto& k : p.kernels)
           kernels.push_back(codegen::cuda::emit_cuda_kernel(k.kernel, k.kernel.name, target));
@@ -76,16 +78,19 @@ void bind_cuda(py::module_& m) {
           py::dict launch(
               "vector_name"_a = ck.vector_name, "vector_fallback_name"_a = ck.vector_fallback_name,
               "aligned_params"_a = ck.aligned_params, "grid"_a = ck.grid, "block"_a = ck.block,
-              "shared_bytes"_a = ck.shared_bytes, "dependent_launch"_a = ck.dependent_launch);
+              "shared_bytes"_a = ck.shared_bytes, "dependent_launch"_a = ck.dependent_launch,
+              "group_name"_a = ck.group.name, "group_members"_a = ck.group.members,
+              "group_bytes"_a = ck.group.bytes);
           out.append(py::make_tuple(ck.name, ck.source, ptx, launch));
         }
         return out;
       },
       py::arg("graph"), py::arg("arch") = "compute_90", py::arg("compile") = true,
-      py::arg("pointwise_block") = 0,
+      py::arg("pointwise_block") = 0, py::arg("group_kernels") = false,
       "Lowers and fuses a captured graph and emits CUDA C for each kernel: a list of\n"
       "(name, source, ptx or None, launch dict), NVRTC-compiled for `arch` when `compile`;\n"
-      "pointwise kernels `pointwise_block` threads a block when > 0 (max-autotune's builds).");
+      "pointwise kernels `pointwise_block` threads a block when > 0 (max-autotune's builds);\n"
+      "`group_kernels`: passes::group_kernels first (grouped kernels get a group entry).");
 }
 
 }  // namespace tl::python

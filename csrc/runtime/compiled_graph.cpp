@@ -3,6 +3,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "core/counters.h"
 #include "core/errors.h"
 #include "core/py_import.h"
 #include "core/torch_state.h"
@@ -194,6 +195,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedul
       TL_CHECK(fk.inputs.size() == k.inputs.size() && fk.outputs.size() == k.outputs.size())
           << "kernel " << k.name << ": graph values do not match its buffers";
       s.kernel = item.kernel;
+      s.launch_with_next = item.launch_with_next;
       for (auto* in : fk.inputs) {
         kernel_meta(in, k.name, dev);
         s.in_slots.push_back(slot_of(in, k.name));
@@ -293,6 +295,13 @@ CompiledGraph::~CompiledGraph() = default;
 struct CompiledGraph::RunState {
   int fast_alloc = -1;                 // fast_alloc(): not yet asked
   std::unique_ptr<KernelRun> kernels;  // made at the first launch
+  // A group of kernels launched at once (Step::launch_with_next): the members prepared so far.
+  // Values their steps released wait for the launch (their memory must not be reused by a
+  // later member's output before the members run).
+  std::vector<size_t> group;
+  std::vector<std::vector<char*>> group_bufs;
+  std::vector<int64_t> group_outer;
+  std::vector<int> deferred_release;
 };
 
 // Kernels bake in the strides the meta tensors predicted; a few torch ops
@@ -396,11 +405,36 @@ bool CompiledGraph::run_kernel(const Step& s, std::vector<PyRef>& values, RunSta
       PyErr_Clear();
       out = allocate();
     }
-    if (!out || !data_ptr(out.get())) return false;
+    if (!out) return false;
+    // NOTE: an output stored into an input the kernel also reads at its start (an optimizer's
+    // parameter and state) has that input's pointer: no second data_ptr() call.
+    const size_t n_in = s.in_slots.size();
+    size_t same = n_in;
+    if (a.into_slot >= 0)
+      for (size_t j = 0; j < n_in && same == n_in; ++j)
+        if (s.in_slots[j] == a.into_slot && s.in_offsets[j] == 0 && bufs[j]) same = j;
+    if (same < n_in)
+      bufs.push_back(bufs[same]);
+    else if (!data_ptr(out.get()))
+      return false;
     values[s.out_slots[i]] = std::move(out);
   }
+  if (!rs.kernels && (s.outer != 0 || !rs.group.empty())) rs.kernels = backend_->start_run();
+  if (s.launch_with_next || !rs.group.empty()) {
+    if (s.outer != 0) {
+      rs.group.push_back(static_cast<size_t>(s.kernel));
+      rs.group_bufs.push_back(std::move(bufs));
+      rs.group_outer.push_back(s.outer);
+    }
+    if (s.launch_with_next || rs.group.empty()) return true;
+    bool ok = rs.kernels->launch_group(rs.group, rs.group_bufs, rs.group_outer);
+    rs.group.clear();
+    rs.group_bufs.clear();
+    rs.group_outer.clear();
+    return ok;
+  }
   if (s.outer == 0) return true;
-  if (!rs.kernels) rs.kernels = backend_->start_run();
+  counters().kernel_launches++;
   return rs.kernels->launch(static_cast<size_t>(s.kernel), bufs, s.outer, s.red);
 }
 
@@ -455,7 +489,14 @@ std::vector<PyRef> CompiledGraph::run_steps(PyObject* const* inputs, size_t n_in
       restore_grad_mode(grad_before);
       throw PythonError();
     }
+    if (!rs.group.empty()) {  // a group's members are prepared, not launched yet
+      rs.deferred_release.insert(rs.deferred_release.end(), s.release_after.begin(),
+                                 s.release_after.end());
+      continue;
+    }
     for (int slot : s.release_after) values[slot] = PyRef();
+    for (int slot : rs.deferred_release) values[slot] = PyRef();
+    rs.deferred_release.clear();
   }
   return outputs_.outputs(values);
 }

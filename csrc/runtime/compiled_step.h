@@ -34,6 +34,7 @@ struct CompiledGraph::Step {
   std::vector<int64_t> in_offsets;
   std::vector<Alloc> allocs;
   int64_t outer = 1, red = 1;
+  bool launch_with_next = false;  // launched at once with the next step (ir::ScheduleStep)
   bool skip = false;  // never made: an empty factory only kernels read, or a view no one needs
   const ir::Node* node = nullptr;  // reported when the step fails
   std::vector<int> release_after;  // slots whose last use is this step

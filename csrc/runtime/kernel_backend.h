@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/counters.h"
 #include "ir/loop_ir.h"
 
 namespace tl::runtime {
@@ -31,6 +32,18 @@ class KernelRun {
   // `bufs` holds its inputs' then its outputs' data pointers (the call may
   // append to it). Returns false with the Python error set.
   virtual bool launch(size_t k, std::vector<char*>& bufs, int64_t outer, int64_t red) = 0;
+  // Runs pointwise kernels `ks` (a group: passes/group_kernels.h), kernel ks[i] over
+  // `outer[i]` points of buffers bufs[i], as one launch where the back end can (the calls may
+  // append to each bufs[i]); the members are independent, so any order is right. Counts its
+  // launches in counters().kernel_launches. This default launches them one by one.
+  virtual bool launch_group(const std::vector<size_t>& ks, std::vector<std::vector<char*>>& bufs,
+                            const std::vector<int64_t>& outer) {
+    for (size_t i = 0; i < ks.size(); ++i) {
+      counters().kernel_launches++;
+      if (!launch(ks[i], bufs[i], outer[i], 1)) return false;
+    }
+    return true;
+  }
 };
 
 class KernelBackend {

@@ -55,6 +55,20 @@ struct CudaKernel {
   // is this size's.
   std::vector<int64_t> dims;
   int dim_bytes = 8;
+  // Grouped kernels (ir::Kernel::grouped): one more entry, `group.name`, whose one parameter
+  // is a table of up to `members` kernels of this code (passed by value, `bytes` long):
+  //   char* p[members][buffers];        at 0: each member's inputs', then outputs' pointers
+  //   tl_dims d[members];               at dims_at: each member's dims (absent without dims)
+  //   unsigned first[members + 1];      at first_at: each member's first block; the rest the
+  //                                     grid's size
+  // Member m runs blocks [first[m], first[m + 1]): ceil(outer / points_per_block) of them, at
+  // most max_blocks. The runtime launches members whose LoadedKernels share this code.
+  struct Group {
+    std::string name;  // empty: no group entry
+    int members = 0, buffers = 0;
+    int dims_at = 0, first_at = 0, bytes = 0;
+    int64_t points_per_block = 0, max_blocks = 0;
+  } group;
 };
 
 // Throws tl::Error (Internal) naming the kernel and the expr it cannot emit.

@@ -85,6 +85,9 @@ class Writer {
 
   // kernel_text.cpp: pointwise
   void pointwise_scalar(int unroll);  // points per thread per loop step
+  // The group entry (ir::Kernel::grouped): the scalar loop over one member of a table of
+  // members (CudaKernel::group), chosen by the block's index.
+  void pointwise_group(int unroll);
   // Computes and stores every output at outer linear index `lin` (a loop variable).
   void point_at(const std::string& lin);
   ST buffer_type(size_t buf) const;  // buffers: inputs, then outputs
@@ -165,6 +168,8 @@ class Writer {
   LoopSpace s_;  // index buffers in pointwise kernels only (coordinate_buffers)
   int n_in_;
   std::string idx_ = "unsigned";  // index type: 32-bit unless sizes need 64
+  // The scalar pointwise loop's block index and block count (the group entry: the member's).
+  std::string block_id_ = "blockIdx.x", blocks_ = "gridDim.x";
   std::ostringstream os_;
   std::string indent_;
   ElemRef ref_;

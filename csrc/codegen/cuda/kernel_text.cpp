@@ -323,9 +323,9 @@ constexpr int kMaxPacksInFlight = 8;
 
 void Writer::pointwise_scalar(int unroll) {
   std::string b = std::to_string(block_), n = num("n", k_.outer_numel());
-  open_kernel(name_, block_);
-  line("const " + idx_ + " step = (" + idx_ + ")gridDim.x * " + b + ";");
-  open("for (" + idx_ + " i = (" + idx_ + ")blockIdx.x * " + b + " + threadIdx.x; i < " + n +
+  if (block_id_ == "blockIdx.x") open_kernel(name_, block_);
+  line("const " + idx_ + " step = (" + idx_ + ")" + blocks_ + " * " + b + ";");
+  open("for (" + idx_ + " i = (" + idx_ + ")" + block_id_ + " * " + b + " + threadIdx.x; i < " + n +
        "; i += " + std::to_string(unroll) + " * step)");
   std::vector<std::pair<std::string, std::string>> stores;  // (guard, statement)
   branch_wheres_ = true;
@@ -346,6 +346,74 @@ void Writer::pointwise_scalar(int unroll) {
     line(guard.empty() ? statement : "if (" + guard + ") " + statement);
   close();
   close();
+}
+
+// NOTE: the table is the entry's by-value parameter (at most 4 KB), so a launch queued or
+// recorded keeps its own copy and needs no device memory; a larger group is several launches.
+constexpr int kGroupParamBytes = 4096;
+constexpr int kGroupMaxMembers = 64;
+
+void Writer::pointwise_group(int unroll) {
+  const size_t at = static_cast<size_t>(os_.tellp());
+  const std::string ptr = k_.aliased_io ? "* " : "* __restrict__ ";
+  const std::string gname = name_ + "_g", tname = "tl_group_" + name_;
+  const std::string bs = std::to_string(block_);
+  open("extern \"C\" __global__ void __launch_bounds__(" + bs + ") " + gname + "(const " + tname +
+       " g)");
+  if (target_.sm_major >= 9) line("tl_after_prior_grid();");
+  // The member whose blocks hold this one: the last m with first[m] <= blockIdx.x.
+  line("unsigned tl_lo = 0, tl_hi = TL_GROUP_MEMBERS - 1;");
+  open("while (tl_lo < tl_hi)");
+  line("const unsigned tl_mid = (tl_lo + tl_hi + 1) / 2;");
+  line("if (g.first[tl_mid] <= blockIdx.x) tl_lo = tl_mid; else tl_hi = tl_mid - 1;");
+  close();
+  line("const unsigned tl_bid = blockIdx.x - g.first[tl_lo];");
+  line("const unsigned tl_nb = g.first[tl_lo + 1] - g.first[tl_lo];");
+  for (int b = 0; b < n_in_; ++b) {
+    const std::string t = mem_type(k_.inputs[b].type), i = std::to_string(b);
+    line("const " + t + ptr + "in" + i + " = reinterpret_cast<const " + t + "*>(g.p[tl_lo][" + i +
+         "]);");
+  }
+  for (size_t o = 0; o < k_.outputs.size(); ++o) {
+    const std::string t = mem_type(k_.outputs[o].view.type);
+    line(t + ptr + "out" + std::to_string(o) + " = reinterpret_cast<" + t + "*>(g.p[tl_lo][" +
+         std::to_string(n_in_ + o) + "]);");
+  }
+  line("TL_GROUP_DIMS");
+  block_id_ = "tl_bid";
+  blocks_ = "tl_nb";
+  pointwise_scalar(unroll);  // writes the loop and closes the entry
+  block_id_ = "blockIdx.x";
+  blocks_ = "gridDim.x";
+  // The table's layout, now that every entry has named its dims.
+  const int nb = static_cast<int>(n_memory());
+  const int nd = static_cast<int>(out_.dims.size());
+  const int db = idx_ == "unsigned" ? 4 : 8;
+  const int per = nb * 8 + nd * db + 4;
+  const int members = std::min(kGroupMaxMembers, (kGroupParamBytes - 4 - 8) / per);
+  CudaKernel::Group& g = out_.group;
+  g.name = gname;
+  g.members = members;
+  g.buffers = nb;
+  g.dims_at = members * nb * 8;
+  g.first_at = g.dims_at + members * nd * db;
+  g.bytes = (g.first_at + 4 * (members + 1) + 7) / 8 * 8;
+  g.points_per_block = int64_t{block_} * unroll;
+  g.max_blocks = ((int64_t{1} << 31) - 1) / (int64_t{block_} * 8);
+  std::string text = os_.str();
+  std::string body = text.substr(at);
+  const std::string dims_type = "tl_dims<" + idx_ + ", " + std::to_string(nd) + ">";
+  auto replace = [&](const std::string& what, const std::string& with) {
+    for (size_t p; (p = body.find(what)) != std::string::npos;) body.replace(p, what.size(), with);
+  };
+  replace("TL_GROUP_MEMBERS", std::to_string(members));
+  replace("TL_GROUP_DIMS", nd ? "const " + dims_type + " tl_d = g.d[tl_lo];" : "");
+  std::string table = "struct " + tname + " {\n  char* p[" + std::to_string(members) + "][" +
+                      std::to_string(nb) + "];\n";
+  if (nd) table += "  " + dims_type + " d[" + std::to_string(members) + "];\n";
+  table += "  unsigned first[" + std::to_string(members + 1) + "];\n};\n";
+  os_.str("");
+  os_ << text.substr(0, at) << table << body;
 }
 
 std::string Writer::at_offset(const std::string& prefix, int buf) const {
@@ -710,6 +778,10 @@ CudaKernel Writer::run() {
       os_ << "\n";
       pointwise_vector(width);
       out_.vector_name = name_ + "_v";
+    }
+    if (k_.grouped && k_.runtime_sizes) {
+      os_ << "\n";
+      pointwise_group(scalar_unroll);
     }
     // One step of the grid-stride loop per thread: `unroll` points or packs each.
     int unroll = vector ? vector_unroll() : scalar_unroll;

@@ -1,5 +1,6 @@
 #include "runtime/cpu/backend.h"
 
+#include "core/counters.h"
 #include "core/errors.h"
 #include "core/py_import.h"
 #include "runtime/cpu/jit.h"
@@ -31,17 +32,40 @@ class CpuBackend : public KernelBackend {
         fn(0, outer, bufs.data());
         return true;
       }
-      if (num_threads_ < 0) {  // read once per run, and only when some kernel is big
-        PyRef n = PyRef::steal(PyObject_CallNoArgs(b_.get_num_threads_.get()));
-        num_threads_ = n ? static_cast<int>(PyLong_AsLong(n.get())) : 1;
-        if (PyErr_Occurred()) PyErr_Clear(), num_threads_ = 1;
-      }
+      if (num_threads_ < 0) read_threads();  // once per run, and only when some kernel is big
       // NOTE: the GIL is released while a large kernel runs, as torch's ops do.
       Py_BEGIN_ALLOW_THREADS parallel_run(fn, outer, red, bufs.data(), num_threads_);
       Py_END_ALLOW_THREADS return true;
     }
 
+    bool launch_group(const std::vector<size_t>& ks, std::vector<std::vector<char*>>& bufs,
+                      const std::vector<int64_t>& outer) override {
+      counters().kernel_launches++;
+      std::vector<GroupPiece> members;
+      int64_t work = 0;
+      for (size_t i = 0; i < ks.size(); ++i) {
+        const std::vector<int64_t>& dims = b_.compiled_.dims[ks[i]];
+        if (!dims.empty())
+          bufs[i].push_back(reinterpret_cast<char*>(const_cast<int64_t*>(dims.data())));
+        members.push_back({b_.compiled_.fns[ks[i]], bufs[i].data(), 0, outer[i]});
+        work += outer[i];
+      }
+      if (work < kSerialElements) {
+        parallel_run_group(members, 1);
+        return true;
+      }
+      if (num_threads_ < 0) read_threads();
+      Py_BEGIN_ALLOW_THREADS parallel_run_group(members, num_threads_);
+      Py_END_ALLOW_THREADS return true;
+    }
+
    private:
+    void read_threads() {
+      PyRef n = PyRef::steal(PyObject_CallNoArgs(b_.get_num_threads_.get()));
+      num_threads_ = n ? static_cast<int>(PyLong_AsLong(n.get())) : 1;
+      if (PyErr_Occurred()) PyErr_Clear(), num_threads_ = 1;
+    }
+
     const CpuBackend& b_;
     int num_threads_ = -1;
   };

@@ -1,8 +1,10 @@
 #include "runtime/cuda/backend.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 
+#include "core/counters.h"
 #include "core/dump_dir.h"
 #include "core/errors.h"
 #include "core/py_import.h"
@@ -61,16 +63,7 @@ class CudaBackend : public KernelBackend {
       const LoadedKernel& k = b_.loaded_[idx];
       if (k.grid == 0) return true;
       try {
-        if (!context_) {
-          PyRef index = PyRef::steal(PyLong_FromLong(b_.device_));
-          PyRef stream = index
-                             ? PyRef::steal(PyObject_CallOneArg(b_.get_stream_.get(), index.get()))
-                             : PyRef();
-          if (!stream) return false;
-          stream_ = PyLong_AsVoidPtr(stream.get());
-          if (PyErr_Occurred()) return false;
-          context_.emplace(b_.device_);
-        }
+        if (!ensure_context()) return false;
         if (b_.autotune_ && !b_.tuned_[idx]) b_.tune(idx, outer, stream_, bufs);
         const LoadedKernel& l = b_.autotune_ ? b_.build(idx, b_.chosen_[idx]) : k;
         unsigned grid = b_.autotune_ && b_.grids_[idx] ? b_.grids_[idx] : l.grid;
@@ -83,8 +76,87 @@ class CudaBackend : public KernelBackend {
       return true;
     }
 
+    // Members sharing one code with a group entry go in launches of up to group.members
+    // kernels, each a table passed by value; any other member is launched alone.
+    bool launch_group(const std::vector<size_t>& ks, std::vector<std::vector<char*>>& bufs,
+                      const std::vector<int64_t>& outer) override {
+      std::vector<char> done(ks.size(), 0);
+      for (size_t i = 0; i < ks.size(); ++i) {
+        if (done[i]) continue;
+        const LoadedKernel& head = b_.loaded_[ks[i]];
+        std::vector<size_t> members;
+        for (size_t j = i; j < ks.size(); ++j)
+          if (!done[j] && head.group_fn && b_.loaded_[ks[j]].group_fn == head.group_fn &&
+              bufs[j].size() == static_cast<size_t>(head.group.buffers))
+            members.push_back(j), done[j] = 1;
+        counters().kernel_launches++;
+        if (members.size() < 2) {  // members[0] is i when there is one
+          done[i] = 1;
+          if (!launch(ks[i], bufs[i], outer[i], 1)) return false;
+          continue;
+        }
+        for (size_t from = 0; from < members.size(); from += head.group.members) {
+          size_t to = std::min(members.size(), from + static_cast<size_t>(head.group.members));
+          if (from > 0) counters().kernel_launches++;
+          if (!launch_table(head, ks, bufs, outer, members, from, to)) return false;
+        }
+      }
+      return true;
+    }
+
    private:
+    bool launch_table(const LoadedKernel& head, const std::vector<size_t>& ks,
+                      std::vector<std::vector<char*>>& bufs, const std::vector<int64_t>& outer,
+                      const std::vector<size_t>& members, size_t from, size_t to) {
+      const auto& g = head.group;
+      table_.assign(static_cast<size_t>(g.bytes), 0);
+      unsigned char* t = table_.data();
+      uint64_t block = 0;
+      for (size_t m = from; m < to; ++m) {
+        const size_t j = members[m], slot = m - from;
+        std::memcpy(t + slot * g.buffers * 8, bufs[j].data(), g.buffers * sizeof(char*));
+        const std::vector<unsigned char>& dims = b_.loaded_[ks[j]].dims;
+        if (!dims.empty())
+          std::memcpy(t + g.dims_at + slot * dims.size(), dims.data(), dims.size());
+        const uint32_t first = static_cast<uint32_t>(block);
+        std::memcpy(t + g.first_at + slot * 4, &first, 4);
+        int64_t blocks = (outer[j] + g.points_per_block - 1) / g.points_per_block;
+        block += static_cast<uint64_t>(std::clamp<int64_t>(blocks, 1, g.max_blocks));
+      }
+      if (block > 0x7fffffffu) {  // NOTE: far past any optimizer's size: launched one by one
+        for (size_t m = from; m < to; ++m)
+          if (!launch(ks[members[m]], bufs[members[m]], outer[members[m]], 1)) return false;
+        return true;
+      }
+      const uint32_t total = static_cast<uint32_t>(block);
+      for (int slot = static_cast<int>(to - from); slot <= g.members; ++slot)
+        std::memcpy(t + g.first_at + slot * 4, &total, 4);
+      try {
+        if (!ensure_context()) return false;
+        void* arg = t;
+        cuda::launch(head.group_fn, total, head.block, 0, stream_, &arg, head.name,
+                     head.dependent_launch);
+      } catch (const Error& e) {
+        set_python_error(e);
+        return false;
+      }
+      return true;
+    }
+
+    bool ensure_context() {
+      if (context_) return true;
+      PyRef index = PyRef::steal(PyLong_FromLong(b_.device_));
+      PyRef stream =
+          index ? PyRef::steal(PyObject_CallOneArg(b_.get_stream_.get(), index.get())) : PyRef();
+      if (!stream) return false;
+      stream_ = PyLong_AsVoidPtr(stream.get());
+      if (PyErr_Occurred()) return false;
+      context_.emplace(b_.device_);
+      return true;
+    }
+
     CudaBackend& b_;
+    std::vector<unsigned char> table_;
     void* stream_ = nullptr;
     std::optional<ContextScope> context_;  // the graph's device, for the whole run
     std::vector<void*> args_;

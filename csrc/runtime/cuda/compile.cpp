@@ -26,7 +26,7 @@ constexpr unsigned kDefaultSharedLimit = 48 * 1024;  // above it a kernel must o
 
 // Where a kernel's code lives: the module's cache key and its entry names.
 struct Owner {
-  std::string key, name, vector_name, vector_fallback_name;
+  std::string key, name, vector_name, vector_fallback_name, group_name;
 };
 
 // A loaded CUmodule, shared by every LoadedKernel of its code. The last owner
@@ -127,8 +127,10 @@ void emit(Job& job, const codegen::cuda::Target& t, const std::string& arch,
   // The entries' names relative to the kernel's own: one source may hold several entries.
   const auto& sp = job.spec;
   job.canon = sha256_hex(without(sp.source, sp.name) + "\n" + without(sp.vector_name, sp.name) +
-                         "\n" + without(sp.vector_fallback_name, sp.name) + salt);
-  job.owner = {job.key, job.spec.name, job.spec.vector_name, job.spec.vector_fallback_name};
+                         "\n" + without(sp.vector_fallback_name, sp.name) + "\n" +
+                         without(sp.group.name, sp.name) + salt);
+  job.owner = {job.key, job.spec.name, job.spec.vector_name, job.spec.vector_fallback_name,
+               job.spec.group.name};
   if (!dump.empty()) write_source(dump, job);
 }
 
@@ -192,6 +194,10 @@ LoadedKernel link(Job& job, int device, const std::string& arch, const DiskCache
   if (!s.vector_name.empty()) k.vector_fn = module_function(module, job.owner.vector_name);
   if (k.vector_fn && !job.owner.vector_fallback_name.empty() && local_bytes(k.vector_fn) > 0)
     k.vector_fn = module_function(module, job.owner.vector_fallback_name);
+  if (!s.group.name.empty()) {
+    k.group_fn = module_function(module, job.owner.group_name);
+    k.group = s.group;
+  }
   k.aligned_params = s.aligned_params;
   k.dependent_launch = s.dependent_launch;
   k.tune_key = job.canon;

@@ -15,9 +15,11 @@
 namespace tl::runtime::cuda {
 
 struct LoadedKernel {
-  std::string name;                 // the loop-IR kernel's name, for errors
-  void* fn = nullptr;               // CUfunction of the scalar entry
-  void* vector_fn = nullptr;        // the 16-byte vector entry, or null
+  std::string name;           // the loop-IR kernel's name, for errors
+  void* fn = nullptr;         // CUfunction of the scalar entry
+  void* vector_fn = nullptr;  // the 16-byte vector entry, or null
+  void* group_fn = nullptr;   // the group entry (CudaKernel::group), or null
+  codegen::cuda::CudaKernel::Group group;
   std::vector<int> aligned_params;  // vector_fn only when these pointers are 16-byte aligned
   unsigned grid = 1, block = 256, shared_bytes = 0;
   bool dependent_launch = false;  // CudaKernel::dependent_launch

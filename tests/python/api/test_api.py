@@ -279,6 +279,8 @@ def test_counters_have_the_documented_keys():
         "autotune_cached",
         "size_instances",
         "nvrtc_compiles",
+        "launches_grouped",
+        "kernel_launches",
     }
     torchlite.reset_counters()
     assert set(torchlite.counters()) == keys

@@ -28,6 +28,7 @@ OTHER = {
     "verify": True,
     "compiled_backward": False,
     "recompute_in_backward": False,
+    "group_kernels": True,
     "cache_size_limit": 3,
     "cuda_graphs": True,
     "cuda_graphs_limit": 3,
