@@ -99,27 +99,50 @@ bool raises_from(const std::vector<bytecode::Instruction>& insts, size_t from, s
   return false;
 }
 
-// `STORE_FAST x; LOAD_FAST x` from `i` (pytest's rewritten assert keeps each step in a local
-// `@py_assertN` and loads it back): stepped over, x added to `kept`.
+bool loads_local(const bytecode::Instruction& inst, int local) {
+  bool loads = inst.opcode == LOAD_FAST;
+#ifdef LOAD_FAST_CHECK
+  loads = loads || inst.opcode == LOAD_FAST_CHECK;
+#endif
+  return loads && inst.arg == local;
+}
+
+// `STORE_FAST x; LOAD_FAST x` from `i`, with constants stored to other locals in between
+// (pytest's rewritten assert keeps each step in a local `@py_assertN` and loads it back:
+// `@py_assert7 = t.item(); @py_assert10 = False; @py_assert9 = @py_assert7 > @py_assert10`):
+// stepped over, x added to `kept`.
 size_t skip_store_load(const std::vector<bytecode::Instruction>& insts, size_t i,
                        std::vector<int>& kept) {
-  while (i < insts.size()) {
+  const size_t n = insts.size();
+  while (i < n) {
 #ifdef STORE_FAST_LOAD_FAST
+    // NOTE: 3.13 fuses a store and the next load of fast locals below 16.
     if (insts[i].opcode == STORE_FAST_LOAD_FAST && (insts[i].arg >> 4) == (insts[i].arg & 15)) {
       kept.push_back(insts[i].arg & 15);
       ++i;
       continue;
     }
 #endif
-    if (i + 1 >= insts.size() || insts[i].opcode != STORE_FAST) break;
-    const bytecode::Instruction& load = insts[i + 1];
-    bool loads = load.opcode == LOAD_FAST;
-#ifdef LOAD_FAST_CHECK
-    loads = loads || load.opcode == LOAD_FAST_CHECK;
+    if (insts[i].opcode != STORE_FAST) break;
+    const int x = insts[i].arg;
+    size_t j = i + 1;
+    while (j + 1 < n && insts[j].opcode == LOAD_CONST) {
+      const bytecode::Instruction& store = insts[j + 1];
+      if (store.opcode == STORE_FAST && store.arg != x) {
+        j += 2;
+        continue;
+      }
+#ifdef STORE_FAST_LOAD_FAST
+      if (store.opcode == STORE_FAST_LOAD_FAST && (store.arg >> 4) != x && (store.arg & 15) == x) {
+        kept.push_back(x);
+        return skip_store_load(insts, j + 2, kept);
+      }
 #endif
-    if (!loads || load.arg != insts[i].arg) break;
-    kept.push_back(insts[i].arg);
-    i += 2;
+      break;
+    }
+    if (j >= n || !loads_local(insts[j], x)) break;
+    kept.push_back(x);
+    i = j + 1;
   }
   return i;
 }

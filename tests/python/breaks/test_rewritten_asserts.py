@@ -26,6 +26,12 @@ def _max_item_below(x, n):
     return x * 2
 
 
+def _sum_item_above_zero(x):
+    # NOTE: pytest keeps the constant in a local of its own between the number and the compare
+    assert x.sum().item() > 0, "negative sum"
+    return x * 3
+
+
 def _lengths_in_range(ids, lengths):
     slen = ids.size(1)
     assert lengths.max().item() <= slen
@@ -104,6 +110,14 @@ def test_a_rewritten_item_assert_is_one_graph(n):
     _one_graph(_max_item_below, x, n)
     check(_max_item_below, x, n, fresh=False)
     _raises_like_eager(AssertionError, _max_item_below, torch.rand(8) + 5, n)
+
+
+def test_a_rewritten_item_assert_against_a_constant_is_one_graph():
+    _rewritten(_sum_item_above_zero)
+    x = torch.rand(6)
+    _one_graph(_sum_item_above_zero, x)
+    check(_sum_item_above_zero, x)
+    _raises_like_eager(AssertionError, _sum_item_above_zero, -torch.rand(6))
 
 
 def test_a_rewritten_item_assert_against_a_size_is_one_graph():
