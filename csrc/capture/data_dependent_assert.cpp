@@ -8,7 +8,10 @@
 // the condition at the assert (torchlite/_asserts.py). A failing check raises before anything
 // visible has run (no check is added once the graph has an in-place op or a random draw), so
 // the frame runs eagerly from its start (frame/captured_frame.cpp) and raises eager's own
-// AssertionError, with the message as the user wrote it. Not in a graph autograd may record
+// AssertionError, with the message as the user wrote it. The same holds for any branch that only
+// raises: pytest's rewrite of an assert in a test module (`@py_assert1 = x > 0; ...; if not
+// @py_assert8: raise AssertionError(<explanation>)`, every step kept in a local) and a model's
+// own `if (ids < 0).any(): raise ValueError(...)`. Not in a graph autograd may record
 // (grad mode on with a trainable module or input: its joint trace keeps torch's ops only):
 // there the assert breaks the graph as before; models run under torch.no_grad() get the check.
 //
@@ -20,6 +23,8 @@
 #include "capture/data_dependent_assert.h"
 
 #include <opcode.h>
+
+#include <algorithm>
 
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
@@ -55,6 +60,115 @@ bool pushes_operand(const bytecode::Instruction& inst) {
     default:
       return false;
   }
+}
+
+// The code from `from` always ends by raising an exception (`raise AssertionError(...)`): it only
+// jumps forward and within itself, returns nowhere and reaches a `raise <exception>` before
+// `limit`. An assert statement's failing branch is one (LOAD_ASSERTION_ERROR ... RAISE_VARARGS),
+// so is pytest's rewrite of it (`if not @py_assert1: ... raise AssertionError(<explanation>)`)
+// and a plain `if (x < 0).any(): raise ValueError(...)`. When the check of such a branch fails,
+// the frame runs eagerly from its start, so what the branch does is not traced: only that it is
+// the exceptional way out (taken rarely, ending the call) makes checking worth it.
+bool raises_from(const std::vector<bytecode::Instruction>& insts, size_t from, size_t limit) {
+  constexpr size_t kMaxBlock = 1024;  // NOTE: pytest's message building for a long assert
+  limit = std::min({limit, insts.size(), from + kMaxBlock});
+  size_t furthest = from;  // the furthest jump target seen inside the block
+  for (size_t i = from; i < limit; ++i) {
+    const bytecode::Instruction& inst = insts[i];
+    if (inst.jump_target >= 0) {
+      if (static_cast<size_t>(inst.jump_target) <= i) return false;  // a loop
+      furthest = std::max(furthest, static_cast<size_t>(inst.jump_target));
+      continue;
+    }
+    switch (inst.opcode) {
+      case RAISE_VARARGS:
+        if (inst.arg == 0) return false;  // NOTE: a bare `raise` re-raises what a handler caught
+        if (furthest <= i) return true;   // NOTE: else a jump skips this raise
+        break;
+      case RETURN_VALUE:
+#ifdef RETURN_CONST
+      case RETURN_CONST:
+#endif
+      case YIELD_VALUE:
+      case RERAISE:
+        return false;
+      default:
+        break;
+    }
+  }
+  return false;
+}
+
+bool loads_local(const bytecode::Instruction& inst, int local) {
+  bool loads = inst.opcode == LOAD_FAST;
+#ifdef LOAD_FAST_CHECK
+  loads = loads || inst.opcode == LOAD_FAST_CHECK;
+#endif
+  return loads && inst.arg == local;
+}
+
+// `STORE_FAST x; LOAD_FAST x` from `i`, with constants stored to other locals in between
+// (pytest's rewritten assert keeps each step in a local `@py_assertN` and loads it back:
+// `@py_assert7 = t.item(); @py_assert10 = False; @py_assert9 = @py_assert7 > @py_assert10`):
+// stepped over, x added to `kept`.
+size_t skip_store_load(const std::vector<bytecode::Instruction>& insts, size_t i,
+                       std::vector<int>& kept) {
+  const size_t n = insts.size();
+  while (i < n) {
+#ifdef STORE_FAST_LOAD_FAST
+    // NOTE: 3.13 fuses a store and the next load of fast locals below 16.
+    if (insts[i].opcode == STORE_FAST_LOAD_FAST && (insts[i].arg >> 4) == (insts[i].arg & 15)) {
+      kept.push_back(insts[i].arg & 15);
+      ++i;
+      continue;
+    }
+#endif
+    if (insts[i].opcode != STORE_FAST) break;
+    const int x = insts[i].arg;
+    size_t j = i + 1;
+    while (j + 1 < n && insts[j].opcode == LOAD_CONST) {
+      const bytecode::Instruction& store = insts[j + 1];
+      if (store.opcode == STORE_FAST && store.arg != x) {
+        j += 2;
+        continue;
+      }
+#ifdef STORE_FAST_LOAD_FAST
+      if (store.opcode == STORE_FAST_LOAD_FAST && (store.arg >> 4) != x && (store.arg & 15) == x) {
+        kept.push_back(x);
+        return skip_store_load(insts, j + 2, kept);
+      }
+#endif
+      break;
+    }
+    if (j >= n || !loads_local(insts[j], x)) break;
+    kept.push_back(x);
+    i = j + 1;
+  }
+  return i;
+}
+
+// Every local of `kept` is stored again from instruction `i` on before anything else runs
+// (pytest's `@py_assert1 = @py_assert3 = None` where its assert holds): none of them is ever
+// read while it holds the tensor the trace put where CPython has a number.
+bool stored_again(const std::vector<bytecode::Instruction>& insts, size_t i,
+                  const std::vector<int>& kept) {
+  std::vector<int> stored;
+  for (; i < insts.size(); ++i) {
+    const bytecode::Instruction& inst = insts[i];
+    if (inst.opcode == STORE_FAST) {
+      stored.push_back(inst.arg);
+#ifdef STORE_FAST_STORE_FAST
+    } else if (inst.opcode == STORE_FAST_STORE_FAST) {
+      stored.push_back(inst.arg >> 4);
+      stored.push_back(inst.arg & 15);
+#endif
+    } else if (inst.opcode != LOAD_CONST && inst.opcode != COPY && inst.opcode != NOP) {
+      break;
+    }
+  }
+  for (int k : kept)
+    if (std::find(stored.begin(), stored.end(), k) == stored.end()) return false;
+  return true;
 }
 
 // An attribute read of the value on top (`self.max_len`): replaces it, no method form.
@@ -171,12 +285,9 @@ std::optional<Tracer::AssertSite> Tracer::assert_site(size_t jump, const ValuePt
   if (jump >= insts.size() || !is_conditional_jump(insts[jump], if_true)) return std::nullopt;
   if (!cond || !cond->is_tensor()) return std::nullopt;
   const size_t target = static_cast<size_t>(insts[jump].jump_target);
-  auto raises = [&](size_t i) {
-    return i < insts.size() && insts[i].opcode == LOAD_ASSERTION_ERROR;
-  };
-  // NOTE: only an assert statement emits LOAD_ASSERTION_ERROR; `assert a and b` tests `a` with
-  // a jump to it, `b` with a jump over it.
-  const bool fall_raises = raises(jump + 1), target_raises = raises(target);
+  // NOTE: `assert a and b` tests `a` with a jump to the raise, `b` with a jump over it.
+  const bool fall_raises = target > jump + 1 && raises_from(insts, jump + 1, target);
+  const bool target_raises = raises_from(insts, target, insts.size());
   if (fall_raises == target_raises || !checkable(cond)) return std::nullopt;
   if (fall_raises) return AssertSite{target, if_true};
   return AssertSite{jump + 1, !if_true};
@@ -223,18 +334,23 @@ bool Tracer::begin_item_assert(const ValuePtr& fn, const std::vector<ValuePtr>& 
   }
   if (t->folded || !t->node) return false;
   const auto& insts = bc_.insts;
-  size_t i = pc_;
+  std::vector<int> kept;  // locals holding the number or the comparison (pytest's rewrite)
+  size_t i = skip_store_load(insts, pc_, kept);
   int compare = -1;
   if (i < insts.size() && pushes_operand(insts[i])) {
     ++i;
     while (i < insts.size() && reads_attribute(insts[i])) ++i;
     if (i >= insts.size() || insts[i].opcode != COMPARE_OP) return false;
   }
-  if (i < insts.size() && insts[i].opcode == COMPARE_OP) compare = static_cast<int>(i++);
+  if (i < insts.size() && insts[i].opcode == COMPARE_OP) {
+    compare = static_cast<int>(i++);
+    i = skip_store_load(insts, i, kept);
+  }
 #ifdef TO_BOOL
   if (i < insts.size() && insts[i].opcode == TO_BOOL) ++i;
 #endif
-  if (!assert_site(i, t)) return false;
+  std::optional<AssertSite> site = assert_site(i, t);
+  if (!site || !stored_again(insts, site->holds_at, kept)) return false;
   if (compare >= 0 && item_kind(t).empty()) return false;
   // NOTE: a copy, so the comparison finds it by identity whatever else the stack holds.
   ValuePtr pushed = Value::tensor(t->node, t->meta, t->device);

@@ -158,8 +158,9 @@ class Tracer {
     bool holds_if;
   };
   // The assert whose conditional jump is instruction `jump` when `cond` (the value the jump
-  // tests) can be checked in the graph there; nullopt otherwise (the jump is no assert's, the
-  // value is no one-element traced tensor, or the graph already has a visible effect).
+  // tests) can be checked in the graph there; nullopt otherwise (neither side of the jump is a
+  // branch that only raises, the value is no one-element traced tensor, or the graph already
+  // has a visible effect).
   std::optional<AssertSite> assert_site(size_t jump, const ValuePtr& cond);
   // `cond` can be checked in the graph: a one-element traced tensor, no visible effect in the
   // graph yet, and autograd will not record it.

@@ -4,12 +4,16 @@ bools, NaN, huge ints, a size or an attribute; an in-place update before or afte
 Each is compiled and run four times against eager on inputs that pass and fail: the result or
 the exception (type and message) and the arguments after the call must match. Seeds 51, 1082,
 1328, 1491 and 2063 compare an int32/uint8 tensor with 2**53 + 1, which a kernel computed with
-a rounded constant (eager compares with the int's low bits)."""
+a rounded constant (eager compares with the int's low bits). Seeds also run as pytest rewrites
+the assert ("pytest") and as `if not (cond): raise ValueError(...)` ("raise")."""
 
+import ast
 import random
+import re
 
 import pytest
 import torch
+from _pytest.assertion.rewrite import rewrite_asserts
 
 import torchlite
 
@@ -37,7 +41,7 @@ class _Holder:
     v = 4
 
 
-def _program(seed: int):
+def _program(seed: int, form: str = "assert"):
     r = random.Random(seed)
     cond = r.choice(CONDS).format(op=r.choice(OPS), c=r.choice(CONSTS))
     pre = r.choice(["", "x = x * 1", "buf.add_(1)", "y0 = x + 1"])
@@ -52,9 +56,16 @@ def _program(seed: int):
     stmt = f"assert {cond}{msg}"
     if r.random() < 0.25 and not cond.startswith("not"):
         stmt = f"torch._assert({cond}, 'm')"
+    if form == "raise":
+        stmt = f"if not ({cond}):\n        raise ValueError('v=' + str(n))"
     src = f"def f(x, buf, n, holder):\n    {pre}\n    {stmt}\n    {post}\n"
     scope = {"torch": torch}
-    exec(src, scope)  # noqa: S102  (a generated test program)
+    tree = ast.parse(src)
+    if form == "pytest":
+        # NOTE: as pytest rewrites an assert in a test module: steps kept in `@py_assertN`
+        # locals, then `if not @py_assertN: raise AssertionError(<explanation>)`.
+        rewrite_asserts(tree, src.encode())
+    exec(compile(tree, "<program>", "exec"), scope)  # noqa: S102  (a generated test program)
     return src, scope["f"], r
 
 
@@ -75,12 +86,16 @@ def _outcome(fn, args):
     try:
         return ("ok", fn(*args))
     except Exception as e:  # noqa: BLE001  (eager's own exception is the expected result)
-        return ("raised", type(e).__name__, str(e))
+        # NOTE: pytest's explanation names objects with their addresses.
+        return ("raised", type(e).__name__, re.sub(r" at 0x[0-9a-f]+", "", str(e)))
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_assert_program_matches_eager(seed):
-    src, fn, r = _program(seed)
+@pytest.mark.parametrize(
+    "seed,form",
+    [(s, "assert") for s in SEEDS] + [(s, f) for s in SEEDS[:60] for f in ("pytest", "raise")],
+)
+def test_assert_program_matches_eager(seed, form):
+    src, fn, r = _program(seed, form)
     dtype = r.choice(DTYPES)
     gen = torch.Generator().manual_seed(seed)
     torchlite.reset()
@@ -96,6 +111,11 @@ def test_assert_program_matches_eager(seed):
         assert got[0] == want[0], f"{where}\neager {want}\ncompiled {got}"
         if want[0] == "ok":
             torch.testing.assert_close(got[1], want[1], equal_nan=True, msg=where)
+        elif form == "pytest":
+            # NOTE: pytest's explanation after the user's message prints the values, where a
+            # compiled reduction may differ from eager's in the last bits (a break at .item()).
+            assert got[1] == want[1], f"{where}\neager {want}\ncompiled {got}"
+            assert got[2].split("assert ")[0] == want[2].split("assert ")[0], where
         else:
             assert got[1:] == want[1:], f"{where}\neager {want}\ncompiled {got}"
         torch.testing.assert_close(comp_args[1], eager_args[1], msg=where)
