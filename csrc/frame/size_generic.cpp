@@ -466,16 +466,22 @@ std::vector<int64_t> SizeInstances::layout_key(PyObject* const* inputs, size_t n
   return key;
 }
 
-void SizeInstances::set_symbols(const capture::CaptureResult& res, bool in_guards) {
-  symbols_.clear();
+std::vector<std::pair<size_t, int>> symbol_positions(const capture::CaptureResult& res) {
+  std::vector<std::pair<size_t, int>> out;
   for (const auto& [node, dim] : res.sym_table) {
     size_t index = 0;
     for (const auto& n : res.graph->nodes()) {
       if (n.get() == node) break;
       ++index;
     }
-    symbols_.emplace_back(index, dim);
+    out.emplace_back(index, dim);
   }
+  return out;
+}
+
+void SizeInstances::set_symbols(const capture::CaptureResult& res,
+                                std::vector<std::pair<size_t, int>> positions, bool in_guards) {
+  symbols_ = std::move(positions);
   relations_ = res.sym_relations;
   // NOTE: relations the guards check need no replay to refuse a size: a served call fetches
   // its inputs once (the run), not twice (serves() and the run).
