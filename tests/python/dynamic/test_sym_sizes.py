@@ -362,3 +362,20 @@ def test_relations_over_sizes_of_several_inputs_hold_at_every_size():
     # NOTE: the first two cases capture (exact, then size-generic); each case where a relation
     # comes out the other way captures once more; cases on a known side capture nothing.
     assert torchlite.counters()["frames"] - before <= 5
+
+
+def _split_sum_then_sizes(x):
+    s = x.mean()  # a whole-tensor mean of long rows: split_reductions adds nodes before y
+    y = x * 2
+    b, t = y.shape  # symbols of a computed tensor (y), found by their node's position
+    return y.view(b, t // 4, 4).sum(-1) * s + t
+
+
+def test_sizes_of_a_value_after_a_node_the_passes_insert_stay_bound_to_it():
+    # compile_graph's passes insert nodes (the split mean's partials) ahead of y: the symbols'
+    # node positions are taken before them, so each new size replays with y's sizes, compiles,
+    # and matches eager (they pointed past y: the view raised at every new size and ran eagerly).
+    sizes = [512, 640, 768, 896, 1024]
+    captures, instances = _sweep(_split_sum_then_sizes, lambda n: (torch.randn(64, n),), sizes)
+    assert captures == 2
+    assert instances == len(sizes) - 2
