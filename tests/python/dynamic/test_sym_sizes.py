@@ -379,3 +379,43 @@ def test_sizes_of_a_value_after_a_node_the_passes_insert_stay_bound_to_it():
     captures, instances = _sweep(_split_sum_then_sizes, lambda n: (torch.randn(64, n),), sizes)
     assert captures == 2
     assert instances == len(sizes) - 2
+
+
+def _renames_a_keyword(func):
+    # transformers' deprecate_kwarg: looks a key up in **kwargs and hands them all on.
+    def wrapped(*args, **kwargs):
+        if "old_length" in kwargs:
+            kwargs["length"] = kwargs.pop("old_length")
+        return func(*args, **kwargs)
+
+    return wrapped
+
+
+@_renames_a_keyword
+def _causal_ones(length, dtype):
+    return torch.ones(length, length, dtype=dtype).tril()
+
+
+def _sizes_through_kwargs(x):
+    return torch.matmul(x, _causal_ones(length=x.size(1), dtype=x.dtype)) * 2
+
+
+def test_a_key_looked_up_in_kwargs_holding_sizes_keeps_them_symbolic():
+    # `key in kwargs` reads the keys only and `f(*args, **kwargs)` moves the values: the sizes
+    # among them stay symbolic (before, each became a relation `s == value` and every length
+    # captured again: transformers 5.17's causal mask, built through deprecate_kwarg).
+    sizes = [4, 9, 13, 6, 17, 30]
+    captures, instances = _sweep(_sizes_through_kwargs, lambda n: (torch.randn(3, n),), sizes)
+    assert captures == 2
+    assert instances == len(sizes) - 2
+
+
+def _size_in_a_tuple(x):
+    t = x.size(1)
+    return x * 2 if t in (4, 6) else x * 3
+
+
+def test_a_size_looked_up_in_a_tuple_is_a_relation():
+    # `t in (4, 6)` compares t with each item: the outcome holds only where t keeps its value.
+    captures, _ = _sweep(_size_in_a_tuple, lambda n: (torch.randn(2, n),), [4, 5, 6, 7, 6, 4])
+    assert captures >= 3
