@@ -87,6 +87,10 @@ class SizeInstances {
     bool served = true;
   };
   Instance instantiate(PyObject* const* inputs, size_t n);
+  // For the recompiles log: " (the trace relied on <relation>, <where>)" for a relation false
+  // at `symbols` whatever the unbound ones are, else "".
+  std::string failed_relation(const std::vector<int64_t>& symbols,
+                              const std::vector<bool>& bound) const;
   // The inputs' sizes and strides, one key (-1 for a non-tensor).
   std::vector<int64_t> layout_key(PyObject* const* inputs, size_t n);
   // layout_key's fast path: the getter and method of the last type seen, valid while its

@@ -419,3 +419,22 @@ def test_a_size_looked_up_in_a_tuple_is_a_relation():
     # `t in (4, 6)` compares t with each item: the outcome holds only where t keeps its value.
     captures, _ = _sweep(_size_in_a_tuple, lambda n: (torch.randn(2, n),), [4, 5, 6, 7, 6, 4])
     assert captures >= 3
+
+
+def _specialised_size_of_a_computed_tensor(x):
+    y = x * 2
+    n = int(y.size(1))  # int() specialises: the relation s == n, not checked by the guards
+    return torch.matmul(y, torch.ones(n, n))
+
+
+def test_the_recompiles_log_names_the_relation_behind_an_op_raising_at_new_sizes(
+    monkeypatch, caplog
+):
+    monkeypatch.setattr(config, "logs", "recompiles")
+    compiled = torchlite.compile(_specialised_size_of_a_computed_tensor)
+    with caplog.at_level(logging.INFO, logger="torchlite"):
+        for t in [4, 5, 11]:
+            x = torch.randn(2, t)
+            torch.testing.assert_close(compiled(x), _specialised_size_of_a_computed_tensor(x))
+    raised = [r.getMessage() for r in caplog.records if "raised at the new sizes" in r.getMessage()]
+    assert raised and all("the trace relied on s" in m and "== 5" in m for m in raised), raised
