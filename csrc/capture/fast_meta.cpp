@@ -38,6 +38,10 @@ Result infer(const OpRule& rule, const Call& c, bool method) {
       return tri(rule, c);
     case OpFamily::Linear:
       return linear(rule, c);
+    case OpFamily::Addmm:
+      return addmm(rule, c);
+    case OpFamily::Attention:
+      return attention(rule, c);
   }
   throw NotHandled();
 }

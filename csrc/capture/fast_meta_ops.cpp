@@ -76,6 +76,8 @@ const std::vector<Named>& ops() {
     t.push_back({"tril", with(r(F::Tri), false, false, false, 'l')});
     t.push_back({"triu", with(r(F::Tri), false, false, false, 'u')});
     t.push_back({"linear", with(r(F::Linear), true, false, false)});
+    t.push_back({"addmm", r(F::Addmm)});
+    t.push_back({"scaled_dot_product_attention", r(F::Attention)});
     for (Named& n : t) n.rule.name = n.name;
     return t;
   }();
@@ -127,7 +129,9 @@ const Tables& tables() {
     PyRef nn_c = import("torch._C._nn");
     for (const Named& n : ops()) {
       const OpRule* rule = &n.rule;
-      if (rule->family == F::BatchNorm) continue;  // two signatures: below
+      // NOTE: two signatures (batch norm), or functions only (below).
+      if (rule->family == F::BatchNorm || rule->family == F::Addmm || rule->family == F::Attention)
+        continue;
       bool nn_only = rule->family == F::LayerNorm || rule->family == F::Linear ||
                      rule->family == F::GroupNorm || std::string(n.name) == "relu6" ||
                      std::string(n.name) == "silu" || std::string(n.name) == "mish" ||
@@ -153,6 +157,11 @@ const Tables& tables() {
     add_function(*t, api.torch.get(), "batch_norm", find("batch_norm"));
     add_function(*t, functional.get(), "batch_norm", &functional_batch_norm);
     add_function(*t, api.torch.get(), "group_norm", find("group_norm"));
+    add_function(*t, api.torch.get(), "addmm", find("addmm"));
+    add_function(*t, functional.get(), "scaled_dot_product_attention",
+                 find("scaled_dot_product_attention"));
+    add_function(*t, nn_c.get(), "scaled_dot_product_attention",
+                 find("scaled_dot_product_attention"));
     PyRef op = import("operator");
     for (const char* n :
          {"add", "sub", "mul", "pow", "eq", "ne", "lt", "le", "gt", "ge", "neg", "abs"})

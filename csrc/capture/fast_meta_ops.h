@@ -22,7 +22,9 @@ enum class OpFamily {
   Cat,
   Stack,
   Tri,
-  Linear
+  Linear,
+  Addmm,
+  Attention
 };
 
 struct OpRule {

@@ -23,5 +23,7 @@ Result group_norm(const OpRule& rule, const Call& c);
 Result join(const OpRule& rule, const Call& c);
 // fast_meta_matmul.cpp
 Result linear(const OpRule& rule, const Call& c);
+Result addmm(const OpRule& rule, const Call& c);
+Result attention(const OpRule& rule, const Call& c);
 
 }  // namespace tl::capture::fast_meta

@@ -115,6 +115,7 @@ bool sym_aware(int opcode) {
     case BINARY_OP:
     case UNARY_NEGATIVE:
     case COMPARE_OP:
+    case CONTAINS_OP:
     case UNPACK_SEQUENCE:
     case UNPACK_EX:
     case BUILD_SLICE:
@@ -123,6 +124,12 @@ bool sym_aware(int opcode) {
     case BINARY_SLICE:
 #endif
     case LIST_EXTEND:
+    case LIST_APPEND:
+    case MAP_ADD:
+    // NOTE: `f(*args, **kwargs)` and `{**a}` move the values (keys are compared): a wrapper
+    // handing its **kwargs on (transformers' deprecate_kwarg) keeps the sizes in them.
+    case DICT_MERGE:
+    case DICT_UPDATE:
 #ifdef LIST_TO_TUPLE
     case LIST_TO_TUPLE:
 #endif
@@ -601,8 +608,13 @@ void Tracer::step(const bytecode::Instruction& inst) {
       return;
     }
     case CONTAINS_OP: {
+      // NOTE: `key in d` compares the keys (constants) only: d's values, sizes among them (a
+      // **kwargs handed on: transformers' deprecate_kwarg asks `old_name in kwargs`), keep
+      // their symbols. Any other container is compared item by item: its sizes specialise.
       ValuePtr container = pop();
       ValuePtr item = pop();
+      ctx_.specialise(item);
+      if (container->kind != VKind::Dict) ctx_.specialise(container);
       bool found = false;
       if (container->kind == VKind::Dict && item->is_const()) {
         for (auto& k : container->keys) {
@@ -829,6 +841,7 @@ void Tracer::step(const bytecode::Instruction& inst) {
       ValuePtr v = pop();
       ValuePtr k = pop();
       if (!k->is_const()) graph_break("unsupported_value", "dict key must be a constant");
+      ctx_.specialise(k);  // NOTE: hashed and compared: only its value (the item keeps its size)
       ValuePtr& d = top(arg);
       mark_mutated(d);
       for (size_t j = 0; j < d->keys.size(); ++j) {

@@ -295,6 +295,14 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
                               ? "a graph break"
                               : size_generic_blocker(res, *config, codes != nullptr);
     std::shared_ptr<const ir::Graph> captured = blocker.empty() ? clone_graph(*res.graph) : nullptr;
+    // NOTE: before compile_graph: its passes insert and erase nodes of res.graph (a symbol's
+    // node may be gone after them), while new sizes replay the clone.
+    std::vector<std::pair<size_t, int>> positions;
+    bool relations_in_guards = false;
+    if (captured) {
+      positions = symbol_positions(res);
+      relations_in_guards = relations_to_guards(res);
+    }
     if (dyn.runtime_sizes && !blocker.empty() && log_enabled("recompiles"))
       log_event("recompiles",
                 utf8(code->co_qualname) + ": sizes stay exact in the guards (" + blocker + ")");
@@ -338,7 +346,7 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
               pipeline::PassContext{config->settings, config->mode, "", config->graph_pool, true},
               utf8(code->co_qualname));
           generic->remember_first(res.example_inputs);
-          generic->set_symbols(res, relations_to_guards(res));
+          generic->set_symbols(res, std::move(positions), relations_in_guards);
           if (log_enabled("recompiles"))
             log_event("recompiles",
                       utf8(code->co_qualname) + ": one entry for every size of " + dims);

@@ -466,16 +466,22 @@ std::vector<int64_t> SizeInstances::layout_key(PyObject* const* inputs, size_t n
   return key;
 }
 
-void SizeInstances::set_symbols(const capture::CaptureResult& res, bool in_guards) {
-  symbols_.clear();
+std::vector<std::pair<size_t, int>> symbol_positions(const capture::CaptureResult& res) {
+  std::vector<std::pair<size_t, int>> out;
   for (const auto& [node, dim] : res.sym_table) {
     size_t index = 0;
     for (const auto& n : res.graph->nodes()) {
       if (n.get() == node) break;
       ++index;
     }
-    symbols_.emplace_back(index, dim);
+    out.emplace_back(index, dim);
   }
+  return out;
+}
+
+void SizeInstances::set_symbols(const capture::CaptureResult& res,
+                                std::vector<std::pair<size_t, int>> positions, bool in_guards) {
+  symbols_ = std::move(positions);
   relations_ = res.sym_relations;
   // NOTE: relations the guards check need no replay to refuse a size: a served call fetches
   // its inputs once (the run), not twice (serves() and the run).
@@ -524,6 +530,24 @@ std::shared_ptr<runtime::CompiledGraph> SizeInstances::get(
   return it->second.served ? it->second.graph : nullptr;
 }
 
+std::string SizeInstances::failed_relation(const std::vector<int64_t>& symbols,
+                                           const std::vector<bool>& bound) const {
+  // NOTE: for the log only. A relation false whatever the symbols not replayed yet are (two
+  // far-apart values) is one these sizes break: the usual reason an op then raises (a size
+  // the trace specialised kept its old value).
+  std::vector<int64_t> low = symbols, high = symbols;
+  for (size_t k = 0; k < bound.size(); ++k)
+    if (!bound[k]) low[k] = 2, high[k] = int64_t{1} << 20;
+  for (const ir::SymRelation& r : relations_) {
+    try {
+      if (!r.holds(low) && !r.holds(high))
+        return " (the trace relied on " + r.str() + ", " + r.where + ")";
+    } catch (const std::exception&) {  // NOTE: a division by zero at these values
+    }
+  }
+  return "";
+}
+
 SizeInstances::Instance SizeInstances::instantiate(PyObject* const* inputs, size_t n) {
   std::shared_ptr<ir::Graph> g = clone_graph(*captured_);
   std::vector<ir::Node*> ph = g->placeholders();
@@ -546,9 +570,11 @@ SizeInstances::Instance SizeInstances::instantiate(PyObject* const* inputs, size
   }
   // The symbols' values at these sizes, filled as the nodes they read are replayed.
   std::vector<int64_t> symbols(symbols_.size(), 0);
+  std::vector<bool> bound(symbols_.size(), false);
   auto bind = [&](size_t index, const ir::Node& node) {
     for (size_t k = 0; k < symbols_.size(); ++k) {
       if (symbols_[k].first != index) continue;
+      bound[k] = true;
       const std::vector<int64_t>& sizes = node.meta->sizes;
       int d = symbols_[k].second;
       TL_CHECK(node.meta && d >= 0 && d < static_cast<int>(sizes.size()))
@@ -586,7 +612,8 @@ SizeInstances::Instance SizeInstances::instantiate(PyObject* const* inputs, size
         log_event("recompiles",
                   func_name_ + ": " + node->target_name + " (" + node->location +
                       ") raised at the new sizes: " +
-                      (relations_.empty() ? "this call runs eagerly" : "capturing again"));
+                      (relations_.empty() ? "this call runs eagerly"
+                                          : "capturing again" + failed_relation(symbols, bound)));
       return Instance{nullptr, relations_.empty()};
     }
     PyRef device = node->meta ? node->meta->device : PyRef();

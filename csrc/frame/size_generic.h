@@ -45,6 +45,11 @@ std::string make_sizes_dynamic(capture::CaptureResult& res, bool all_dims);
 // relations are then checked by replaying the graph at the new sizes (SizeInstances).
 bool relations_to_guards(capture::CaptureResult& res);
 
+// Each size symbol of res's graph as (position of its node in the graph, dimension): what
+// clone_graph keeps. Taken before compile_graph, whose passes insert and erase nodes (a dense
+// attention mask, a padded linear): positions counted after them point at other nodes.
+std::vector<std::pair<size_t, int>> symbol_positions(const capture::CaptureResult& res);
+
 // A deep copy of `g` (nodes, arguments, metadata, examples).
 std::shared_ptr<ir::Graph> clone_graph(const ir::Graph& g);
 
@@ -62,10 +67,11 @@ class SizeInstances {
   std::shared_ptr<runtime::CompiledGraph> get(PyObject* const* inputs, size_t n,
                                               const std::shared_ptr<runtime::CompiledGraph>& first);
   void remember_first(const std::vector<PyRef>& example_inputs);
-  // The size symbols of res's graph (as node positions, which clone_graph keeps) and the
-  // relations its trace relied on.
+  // The size symbols of res's graph (`positions`: symbol_positions, taken before the passes)
+  // and the relations its trace relied on.
   // `in_guards`: relations_to_guards took the relations (the guards check them).
-  void set_symbols(const capture::CaptureResult& res, bool in_guards);
+  void set_symbols(const capture::CaptureResult& res, std::vector<std::pair<size_t, int>> positions,
+                   bool in_guards);
   // Whether this entry holds at `inputs`' sizes: every relation the trace relied on (`t > 16`,
   // `d == 64`) still comes out the same. False: the caller captures again. Compiles the
   // instance for these sizes on first sight; `graph` is then what get() would return.
@@ -81,6 +87,10 @@ class SizeInstances {
     bool served = true;
   };
   Instance instantiate(PyObject* const* inputs, size_t n);
+  // For the recompiles log: " (the trace relied on <relation>, <where>)" for a relation false
+  // at `symbols` whatever the unbound ones are, else "".
+  std::string failed_relation(const std::vector<int64_t>& symbols,
+                              const std::vector<bool>& bound) const;
   // The inputs' sizes and strides, one key (-1 for a non-tensor).
   std::vector<int64_t> layout_key(PyObject* const* inputs, size_t n);
   // layout_key's fast path: the getter and method of the last type seen, valid while its

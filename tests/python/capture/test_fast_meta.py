@@ -318,6 +318,68 @@ def test_linear_matches_meta_including_views_of_its_flattened_result(grad):
     assert answered >= 40
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_addmm_matches_meta_over_dtypes_layouts_and_bias_shapes(grad):
+    answered = 0
+    for dtype, layout in itertools.product(DTYPES, ["contiguous", "transposed", "sliced"]):
+        x = meta((7, 5), dtype, layout, requires_grad=grad and dtype.is_floating_point)
+        w = meta((5, 6), dtype, "transposed" if layout == "contiguous" else "contiguous")
+        for b in [meta((6,), dtype), meta((7, 6), dtype), meta((1, 6), dtype), meta((7, 1), dtype)]:
+            answered += compare(torch.addmm, b, x, w)
+        compare(torch.addmm, meta((6,), dtype), x, meta((4, 6), dtype))  # torch raises
+        compare(torch.addmm, meta((5,), dtype), x, w)  # the bias does not broadcast
+        compare(torch.addmm, meta((2, 7, 6), dtype), x, w)
+        compare(torch.addmm, meta((6,), torch.float64), x, w)
+        compare(torch.addmm, meta((6,), dtype), x, w, beta=0.5, alpha=2)
+    assert answered >= 4 * 3 * 4
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_attention_matches_meta_over_layouts_masks_and_arguments(grad):
+    sdpa = F.scaled_dot_product_attention
+    answered = 0
+    for dtype in [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int64]:
+        rg = grad and dtype.is_floating_point
+        q4 = meta((2, 3, 5, 8), dtype, requires_grad=rg)
+        # a query sliced from a packed projection and transposed (GPT-2's layout)
+        packed = meta((2, 5, 3 * 24), dtype).split(24, dim=2)[0]
+        q_view = packed.view(2, 5, 3, 8).transpose(1, 2)
+        k4, v4 = meta((2, 3, 7, 8), dtype), meta((2, 3, 7, 6), dtype, "transposed")
+        for q in [q4, q_view]:
+            answered += compare(sdpa, q, k4, v4)
+            answered += compare(sdpa, q, k4, v4, is_causal=True)
+            answered += compare(sdpa, q, k4, v4, None, 0.0, False, scale=0.25)
+            compare(sdpa, q, k4, v4, None, 0.0, False, 0.25)  # scale is keyword-only
+            answered += compare(sdpa, q, k4, v4, attn_mask=None, dropout_p=0.0, scale=None)
+            for mask in [
+                meta((7,), torch.bool),
+                meta((5, 7), torch.bool),
+                meta((2, 1, 5, 7), torch.bool),
+                meta((2, 1, 5, 7), dtype),
+                meta((5, 7), dtype, "expanded"),
+            ]:
+                answered += compare(sdpa, q, k4, v4, attn_mask=mask)
+                compare(sdpa, q, k4, v4, attn_mask=mask, is_causal=True)  # torch raises
+            compare(sdpa, q, k4, v4, attn_mask=meta((5, 6), torch.bool))  # no broadcast
+            compare(sdpa, q, k4, v4, attn_mask=meta((5, 7), torch.int32))
+        answered += compare(
+            sdpa, meta((4, 5, 8), dtype), meta((4, 7, 8), dtype), meta((4, 7, 2), dtype)
+        )
+        compare(sdpa, q4, meta((2, 3, 7, 4), dtype), v4)  # head sizes differ: torch raises
+        compare(sdpa, q4, k4, meta((2, 3, 6, 6), dtype))  # key and value lengths differ
+        compare(sdpa, q4, meta((1, 3, 7, 8), dtype), meta((1, 3, 7, 6), dtype))  # broadcast
+        compare(sdpa, q4, k4.to(torch.float32 if dtype != torch.float32 else torch.float16), v4)
+        compare(
+            sdpa,
+            meta((2, 4, 5, 8), dtype),
+            meta((2, 2, 7, 8), dtype),
+            meta((2, 2, 7, 6), dtype),
+            enable_gqa=True,
+        )
+        compare(sdpa, meta((5, 8), dtype), meta((7, 8), dtype), meta((7, 6), dtype))
+    assert answered >= 4 * (2 * 9 + 1)
+
+
 def test_check_reports_any_difference_as_internal_error():
     x = meta((4, 8))
     torchlite._C.check_fast_meta("add", x, meta((4, 8)))

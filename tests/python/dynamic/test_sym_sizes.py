@@ -362,3 +362,79 @@ def test_relations_over_sizes_of_several_inputs_hold_at_every_size():
     # NOTE: the first two cases capture (exact, then size-generic); each case where a relation
     # comes out the other way captures once more; cases on a known side capture nothing.
     assert torchlite.counters()["frames"] - before <= 5
+
+
+def _split_sum_then_sizes(x):
+    s = x.mean()  # a whole-tensor mean of long rows: split_reductions adds nodes before y
+    y = x * 2
+    b, t = y.shape  # symbols of a computed tensor (y), found by their node's position
+    return y.view(b, t // 4, 4).sum(-1) * s + t
+
+
+def test_sizes_of_a_value_after_a_node_the_passes_insert_stay_bound_to_it():
+    # compile_graph's passes insert nodes (the split mean's partials) ahead of y: the symbols'
+    # node positions are taken before them, so each new size replays with y's sizes, compiles,
+    # and matches eager (they pointed past y: the view raised at every new size and ran eagerly).
+    sizes = [512, 640, 768, 896, 1024]
+    captures, instances = _sweep(_split_sum_then_sizes, lambda n: (torch.randn(64, n),), sizes)
+    assert captures == 2
+    assert instances == len(sizes) - 2
+
+
+def _renames_a_keyword(func):
+    # transformers' deprecate_kwarg: looks a key up in **kwargs and hands them all on.
+    def wrapped(*args, **kwargs):
+        if "old_length" in kwargs:
+            kwargs["length"] = kwargs.pop("old_length")
+        return func(*args, **kwargs)
+
+    return wrapped
+
+
+@_renames_a_keyword
+def _causal_ones(length, dtype):
+    return torch.ones(length, length, dtype=dtype).tril()
+
+
+def _sizes_through_kwargs(x):
+    return torch.matmul(x, _causal_ones(length=x.size(1), dtype=x.dtype)) * 2
+
+
+def test_a_key_looked_up_in_kwargs_holding_sizes_keeps_them_symbolic():
+    # `key in kwargs` reads the keys only and `f(*args, **kwargs)` moves the values: the sizes
+    # among them stay symbolic (before, each became a relation `s == value` and every length
+    # captured again: transformers 5.17's causal mask, built through deprecate_kwarg).
+    sizes = [4, 9, 13, 6, 17, 30]
+    captures, instances = _sweep(_sizes_through_kwargs, lambda n: (torch.randn(3, n),), sizes)
+    assert captures == 2
+    assert instances == len(sizes) - 2
+
+
+def _size_in_a_tuple(x):
+    t = x.size(1)
+    return x * 2 if t in (4, 6) else x * 3
+
+
+def test_a_size_looked_up_in_a_tuple_is_a_relation():
+    # `t in (4, 6)` compares t with each item: the outcome holds only where t keeps its value.
+    captures, _ = _sweep(_size_in_a_tuple, lambda n: (torch.randn(2, n),), [4, 5, 6, 7, 6, 4])
+    assert captures >= 3
+
+
+def _specialised_size_of_a_computed_tensor(x):
+    y = x * 2
+    n = int(y.size(1))  # int() specialises: the relation s == n, not checked by the guards
+    return torch.matmul(y, torch.ones(n, n))
+
+
+def test_the_recompiles_log_names_the_relation_behind_an_op_raising_at_new_sizes(
+    monkeypatch, caplog
+):
+    monkeypatch.setattr(config, "logs", "recompiles")
+    compiled = torchlite.compile(_specialised_size_of_a_computed_tensor)
+    with caplog.at_level(logging.INFO, logger="torchlite"):
+        for t in [4, 5, 11]:
+            x = torch.randn(2, t)
+            torch.testing.assert_close(compiled(x), _specialised_size_of_a_computed_tensor(x))
+    raised = [r.getMessage() for r in caplog.records if "raised at the new sizes" in r.getMessage()]
+    assert raised and all("the trace relied on s" in m and "== 5" in m for m in raised), raised
