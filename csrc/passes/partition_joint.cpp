@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "passes/graph_info.h"
+#include "passes/graph_rewrite.h"
 #include "passes/lowering.h"
 
 namespace tl::passes {
@@ -202,6 +203,30 @@ class Copier {
   }
   ir::Arg of(const ir::Node* n) const { return arg(ir::Arg::of_node(const_cast<ir::Node*>(n))); }
 
+  // `torch.zeros(n's sizes, dtype=, device=)` in place of placeholder n.
+  void zeros(const ir::Node& n) {
+    TL_CHECK(n.meta) << "partition_joint: tangent " << n.name << " is not a tensor";
+    std::vector<ir::Arg> sizes;
+    for (int64_t s : n.meta->sizes) {
+      PyRef v = PyRef::steal(PyLong_FromLongLong(s));
+      if (!v) throw PythonError();
+      sizes.push_back(ir::Arg::constant(std::move(v)));
+    }
+    std::vector<std::pair<std::string, ir::Arg>> kwargs;
+    kwargs.emplace_back("dtype", ir::Arg::constant(n.meta->dtype));
+    kwargs.emplace_back("device", ir::Arg::constant(n.meta->device));
+    std::vector<ir::Arg> args;
+    args.push_back(ir::Arg::list(std::move(sizes)));
+    ir::Node* c = dst_.add_call_function(torch_fn("zeros"), std::move(args), std::move(kwargs));
+    c->target_name = "torch.zeros";
+    finish(n, c);
+    zero_.insert(c);
+  }
+  // Maps n to what `a` maps to (no node): n's value is a's.
+  void same_as(const ir::Node& n, const ir::Node* a) { map_[&n] = map_.at(a); }
+  bool is_zero(const ir::Node* copied) const { return zero_.count(copied) > 0; }
+  ir::Node* mapped(const ir::Node* n) const { return map_.at(n); }
+
  private:
   void finish(const ir::Node& from, ir::Node* to) {
     to->meta = from.meta;
@@ -211,7 +236,25 @@ class Copier {
   }
   ir::Graph& dst_;
   std::unordered_map<const ir::Node*, ir::Node*> map_;
+  NodeSet zero_;  // zeros() nodes of the copy
 };
+
+// `a + b` (torch.add or Tensor.add, no alpha) where one operand is a zero of
+// the copy and the other has the sum's sizes and dtype: that other operand.
+const ir::Node* sum_with_zero(const ir::Node& n, const Copier& c) {
+  if (n.op == ir::OpKind::Placeholder || !n.meta || n.args.size() != 2 || !n.kwargs.empty())
+    return nullptr;
+  if (n.target_name != "torch.add" && !(n.op == ir::OpKind::CallMethod && n.target_name == "add"))
+    return nullptr;
+  for (int k : {0, 1}) {
+    const ir::Arg &z = n.args[k], &other = n.args[1 - k];
+    if (z.kind != ir::Arg::Kind::Node || other.kind != ir::Arg::Kind::Node) return nullptr;
+    if (!c.is_zero(c.mapped(z.node)) || !other.node->meta) continue;
+    const ir::TensorMeta &m = *other.node->meta, &out = *n.meta;
+    if (m.sizes == out.sizes && m.dtype.get() == out.dtype.get()) return other.node;
+  }
+  return nullptr;
+}
 
 }  // namespace
 
@@ -271,6 +314,34 @@ JointSplit partition_joint(const ir::Graph& joint, size_t num_primals, size_t nu
   split.forward->lint();
   split.backward->lint();
   return split;
+}
+
+std::shared_ptr<ir::Graph> with_zero_tangents(const ir::Graph& backward, size_t num_saved,
+                                              const std::vector<bool>& zero) {
+  std::vector<ir::Node*> inputs = backward.placeholders();
+  TL_CHECK(inputs.size() == num_saved + zero.size())
+      << "with_zero_tangents: " << inputs.size() << " inputs for " << num_saved << " saved and "
+      << zero.size() << " tangents";
+  auto g = std::make_shared<ir::Graph>();
+  Copier c(*g);
+  int index = 0;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (i < num_saved || !zero[i - num_saved]) c.input(*inputs[i], index++);
+  for (size_t i = num_saved; i < inputs.size(); ++i)
+    if (zero[i - num_saved]) c.zeros(*inputs[i]);
+  for (auto& n : backward.nodes()) {
+    if (n->op == ir::OpKind::Output || n->op == ir::OpKind::Placeholder) continue;
+    if (const ir::Node* other = sum_with_zero(*n, c)) {
+      c.same_as(*n, other);
+    } else {
+      c.copy(*n);
+    }
+  }
+  std::vector<ir::Arg> outs;
+  for (const ir::Arg& a : backward.output()->args) outs.push_back(c.arg(a));
+  g->set_output(std::move(outs));
+  g->lint();
+  return g;
 }
 
 }  // namespace tl::passes
