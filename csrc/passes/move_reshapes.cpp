@@ -112,8 +112,16 @@ std::optional<std::vector<int64_t>> operand_sizes(const std::vector<int64_t>& a,
 // Pointwise with operands broadcast right-aligned, and a value per element
 // that does not depend on the element's coordinates (no arange-like index,
 // no gather): what a reshape commutes with.
+// A view that is its input as it is (`.to` its own dtype) counts too.
 bool plain_pointwise(const Node& p, const GraphInfo& info) {
   std::optional<OpLowering> l = lower_node(p, info);
+  if (l && l->kind == OpLowering::Kind::View && l->inputs.size() == 1 &&
+      l->inputs[0]->meta->sizes == p.meta->sizes &&
+      l->inputs[0]->meta->dtype.get() == p.meta->dtype.get()) {
+    for (size_t j = 0; j < l->base_axes.size(); ++j)
+      if (l->base_axes[j] != static_cast<int>(j) && p.meta->sizes[j] != 1) return false;
+    return true;
+  }
   if (!l || l->kind != OpLowering::Kind::Pointwise) return false;
   for (const auto& axes : l->input_axes)
     if (!axes.empty()) return false;
@@ -135,7 +143,9 @@ class Mover {
       changed = false;
       GraphInfo info = analyze_graph(g_);
       std::vector<Node*> nodes;
-      for (const auto& n : g_.nodes()) nodes.push_back(n.get());
+      // NOTE: consumers first, so a reshape pair around a pointwise op collapses
+      // before the inner one moves up on its own.
+      for (auto it = g_.nodes().rbegin(); it != g_.nodes().rend(); ++it) nodes.push_back(it->get());
       for (Node* r : nodes) {
         if (rejected_.count(r->name)) continue;
         if (rewrite(r, info)) {
@@ -190,15 +200,30 @@ class Mover {
     return hoist(r, base, info);
   }
 
-  // reshape(p(a, ...)) -> p(reshape(a), ...) where p is read by the reshape alone.
-  bool hoist(Node* r, const Node* p, const GraphInfo& info) {
+  using Moves = std::vector<std::pair<const Node*, std::vector<int64_t>>>;
+
+  // A value kernels read from memory: a graph input, an op no kernel computes
+  // (a matmul), or a reshape (reshapes of reshapes collapse).
+  static bool in_memory(const Node* x, const GraphInfo& info) {
+    return x->op == ir::OpKind::Placeholder || !lower_node(*x, info) || reshape_base(*x);
+  }
+
+  // The operands of p to reshape (with their sizes after the move) when p,
+  // read by `reader` alone, moves below a reshape of its value to `to`; nullopt
+  // when it cannot. NOTE: each operand to reshape must be in memory or move
+  // too (to kMaxDepth): a reshape of a value a kernel computes (a reduction's
+  // result) would stop fusion there instead, splitting that kernel's epilogue.
+  static constexpr int kMaxDepth = 16;
+  std::optional<Moves> plan_move(const Node* p, const Node* reader, const std::vector<int64_t>& to,
+                                 const GraphInfo& info, int depth) {
+    if (depth > kMaxDepth || !p->meta) return std::nullopt;
     const auto& pu = info.users_of(p);
-    if (pu.size() != 1 || pu[0] != r || info.segment.at(p) != info.segment.at(r)) return false;
-    if (!plain_pointwise(*p, info)) return false;
+    if (pu.empty() || info.segment.at(p) != info.segment.at(reader)) return std::nullopt;
+    for (const Node* u : pu)
+      if (u != reader) return std::nullopt;
+    if (!plain_pointwise(*p, info)) return std::nullopt;
     const std::vector<int64_t>& from = p->meta->sizes;
-    const std::vector<int64_t>& to = r->meta->sizes;
-    // Each tensor operand's sizes after the move; nested tensors are not moved.
-    std::vector<std::pair<const Node*, std::vector<int64_t>>> moved;
+    Moves moved;  // NOTE: nested tensor arguments are not moved
     auto plan = [&](const Arg& a) {
       if (a.kind != Arg::Kind::Node) {
         for (const Arg& item : a.items)
@@ -216,14 +241,23 @@ class Mover {
            numel(x->meta->sizes) == 1))
         return true;
       if (!contiguous(*x->meta)) return false;
+      if (!in_memory(x, info) && !plan_move(x, p, *sizes, info, depth + 1)) return false;
       moved.emplace_back(x, std::move(*sizes));
       return true;
     };
     for (const Arg& a : p->args)
-      if (!plan(a)) return false;
+      if (!plan(a)) return std::nullopt;
     for (const auto& kv : p->kwargs)
-      if (!plan(kv.second)) return false;
+      if (!plan(kv.second)) return std::nullopt;
+    return moved;
+  }
 
+  // reshape(p(a, ...)) -> p(reshape(a), ...) where p is read by the reshape alone.
+  bool hoist(Node* r, const Node* p, const GraphInfo& info) {
+    std::optional<Moves> plan = plan_move(p, r, r->meta->sizes, info, 0);
+    if (!plan) return false;
+    const Moves& moved = *plan;
+    const std::vector<int64_t>& to = r->meta->sizes;
     std::vector<Node*> made;
     std::unordered_map<const Node*, Node*> reshaped;
     for (const auto& [x, sizes] : moved) {
