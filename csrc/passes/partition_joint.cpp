@@ -57,6 +57,21 @@ bool cheap(const ir::Node& n, const GraphInfo& info) {
                l->kind == OpLowering::Kind::StridedView);
 }
 
+// A reduction whose result is no smaller than a quarter of what it reads
+// (log_softmax and softmax normalise rows: their result is their input's
+// size), which AOTAutograd's partitioner also lets backward recompute (it bans
+// only reductions whose result is 4x smaller than their input). NOTE: a cross
+// entropy over bf16 logits otherwise saves its float32 log_softmax: twice the
+// logits' bytes (GPT-2 8x512: 822 MB), where the logits are stored anyway.
+bool normalizing_reduction(const ir::Node& n, const GraphInfo& info) {
+  if (n.op == ir::OpKind::Placeholder || !n.meta || is_barrier(n)) return false;
+  std::optional<OpLowering> l = lower_node(n, info);
+  if (!l || l->kind != OpLowering::Kind::Reduction) return false;
+  int64_t read = 0;
+  for (const ir::Node* in : node_inputs(n)) read += in->meta ? bytes_of(*in) : 0;
+  return bytes_of(n) * 4 >= read;
+}
+
 // The cheap forward values behind `n` that recomputing n needs, back to values
 // already saved or not cheap (then inputs of the recomputation); `deep`: through
 // up to kMaxChain values, else n alone. Empty if an input is not a tensor.
@@ -125,17 +140,23 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
     changed = false;
     for (auto& up : joint.nodes()) {
       const ir::Node* n = up.get();
-      if (!saved.count(n) || replaced.count(n) || !cheap(*n, info)) continue;
+      if (!saved.count(n) || replaced.count(n)) continue;
+      // NOTE: a normalizing reduction costs a pass over its inputs to recompute: only
+      // replaced by cheap values behind it when that stores fewer bytes (its input's
+      // cast and reshapes fuse into the recomputation: passes/move_reshapes.h).
+      const bool normalizing = !cheap(*n, info) && normalizing_reduction(*n, info);
+      if (!normalizing && !cheap(*n, info)) continue;
       std::vector<const ir::Node*> best;
       NodeSet best_frontier;
-      int64_t best_added = bytes_of(*n) + 1;
+      int64_t best_added = bytes_of(*n) + (normalizing ? 0 : 1);
       // NOTE: a value the forward stores anyway (a matmul's input) is only
       // replaced by values it stores anyway too: else the forward would store
       // more (SwiGLU's silu output beside the product the down projection reads).
-      const bool pointwise = lower_node(*n, info)->kind == OpLowering::Kind::Pointwise;
+      const bool pointwise =
+          !normalizing && lower_node(*n, info)->kind == OpLowering::Kind::Pointwise;
       const bool anyway = pointwise && read_by_extern(n, fwd, info);
       for (bool deep : {false, true}) {
-        if (deep && (anyway || !pointwise)) continue;
+        if (deep && (anyway || !(pointwise || normalizing))) continue;
         NodeSet frontier;
         std::vector<const ir::Node*> chain = recompute_chain(n, saved, info, deep, frontier);
         if (chain.empty()) continue;
@@ -143,7 +164,7 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
         for (const ir::Node* in : frontier) {
           if (saved.count(in)) continue;
           added += bytes_of(*in);
-          if (anyway && !free_to_save(in, fwd, info)) stored += bytes_of(*in);
+          if ((anyway || normalizing) && !free_to_save(in, fwd, info)) stored += bytes_of(*in);
         }
         if (added < best_added && stored == 0) {
           best_added = added;
