@@ -112,11 +112,15 @@ std::optional<std::vector<int64_t>> operand_sizes(const std::vector<int64_t>& a,
 // Pointwise with operands broadcast right-aligned, and a value per element
 // that does not depend on the element's coordinates (no arange-like index,
 // no gather): what a reshape commutes with.
-// A view that is its input as it is (`.to` its own dtype) counts too.
+// A conversion that is its input as it is (`.to` its own dtype) counts too.
 bool plain_pointwise(const Node& p, const GraphInfo& info) {
   std::optional<OpLowering> l = lower_node(p, info);
+  // NOTE: only dtype conversions: a view op with sizes among its arguments (an
+  // expand to its own sizes) would be rebuilt with the old sizes.
+  static const std::unordered_set<std::string> kConversions = {
+      "to", "type", "type_as", "float", "double", "half", "bfloat16", "contiguous"};
   if (l && l->kind == OpLowering::Kind::View && l->inputs.size() == 1 &&
-      l->inputs[0]->meta->sizes == p.meta->sizes &&
+      kConversions.count(op_base_name(p)) && l->inputs[0]->meta->sizes == p.meta->sizes &&
       l->inputs[0]->meta->dtype.get() == p.meta->dtype.get()) {
     for (size_t j = 0; j < l->base_axes.size(); ++j)
       if (l->base_axes[j] != static_cast<int>(j) && p.meta->sizes[j] != 1) return false;
