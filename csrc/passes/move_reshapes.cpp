@@ -146,48 +146,58 @@ class Mover {
     for (bool changed = true; changed;) {
       changed = false;
       GraphInfo info = analyze_graph(g_);
+      touched_.clear();
       std::vector<Node*> nodes;
       // NOTE: consumers first, so a reshape pair around a pointwise op collapses
       // before the inner one moves up on its own.
       for (auto it = g_.nodes().rbegin(); it != g_.nodes().rend(); ++it) nodes.push_back(it->get());
       for (Node* r : nodes) {
-        if (rejected_.count(r->name)) continue;
+        // NOTE: `info` holds for the nodes no rewrite of this round touched (an
+        // erased node's address may be reused by a new node: touched as well).
+        if (touched_.count(r) || rejected_.count(r->name)) continue;
+        stale_ = false;
         if (rewrite(r, info)) {
           ++count;
           changed = true;
-          break;  // NOTE: the graph changed: analyze it again
+        } else if (!stale_) {
+          rejected_.insert(r->name);
         }
-        rejected_.insert(r->name);
       }
     }
     return count;
   }
 
  private:
-  std::vector<Node*> users(const Node* n) const {
+  // False, and `stale_` set, when `n` changed in this round: try again in the next.
+  bool fresh(const Node* n) {
+    if (touched_.count(n)) stale_ = true;
+    return !stale_;
+  }
+
+  std::vector<Node*> users(const Node* n, const GraphInfo& info) const {
     std::vector<Node*> out;
-    for (const auto& u : g_.nodes()) {
-      std::vector<const Node*> in = node_inputs(*u);
-      if (std::find(in.begin(), in.end(), n) != in.end()) out.push_back(u.get());
-    }
+    for (const Node* u : info.users_of(n))
+      if (std::find(out.begin(), out.end(), u) == out.end()) out.push_back(const_cast<Node*>(u));
     return out;
   }
 
-  void replace(Node* r, Node* with) {
-    replace_uses(users(r), r, with);
+  void replace(Node* r, Node* with, const GraphInfo& info) {
+    replace_uses(users(r, info), r, with);
     g_.erase(r);
   }
 
   bool rewrite(Node* r, const GraphInfo& info) {
     const Node* base = reshape_base(*r);
-    if (!base) return false;
+    if (!base || !fresh(base)) return false;
+    touched_.insert(r);  // NOTE: whatever happens now, r is looked at again next round
+    touched_.insert(base);
     const std::vector<int64_t>& to = r->meta->sizes;
     // A reshape to its base's sizes: the base (not where the graph returns the
     // reshape: a caller may tell a view from its base).
     if (to == base->meta->sizes) {
       for (const Node* u : info.users_of(r))
-        if (u->op == ir::OpKind::Output) return false;
-      replace(r, const_cast<Node*>(base));
+        if (u->op == ir::OpKind::Output) return untouch(r, base);
+      replace(r, const_cast<Node*>(base), info);
       return true;
     }
     // A reshape of a reshape of a contiguous value: one reshape of that value.
@@ -195,13 +205,22 @@ class Mover {
       Node* one =
           insert_call(g_, r, PyRef(), "reshape",
                       {Arg::of_node(const_cast<Node*>(inner)), int_tuple(to)}, {}, r->meta->device);
-      replace(r, one);
-      if (users(base).empty()) g_.erase(base);
+      touched_.insert(one);
+      touched_.insert(inner);
+      replace(r, one, info);
+      const auto& bu = info.users_of(base);
+      if (std::all_of(bu.begin(), bu.end(), [&](const Node* u) { return u == r; })) g_.erase(base);
       return true;
     }
     // NOTE: a reshape that only inserts or drops size-1 axes fuses as it is.
-    if (without_ones(to) == without_ones(base->meta->sizes)) return false;
-    return hoist(r, base, info);
+    if (without_ones(to) == without_ones(base->meta->sizes)) return untouch(r, base);
+    return hoist(r, base, info) || untouch(r, base);
+  }
+
+  bool untouch(const Node* r, const Node* base) {
+    touched_.erase(r);
+    touched_.erase(base);
+    return false;
   }
 
   using Moves = std::vector<std::pair<const Node*, std::vector<int64_t>>>;
@@ -220,7 +239,7 @@ class Mover {
   static constexpr int kMaxDepth = 16;
   std::optional<Moves> plan_move(const Node* p, const Node* reader, const std::vector<int64_t>& to,
                                  const GraphInfo& info, int depth) {
-    if (depth > kMaxDepth || !p->meta) return std::nullopt;
+    if (depth > kMaxDepth || !p->meta || (depth > 0 && !fresh(p))) return std::nullopt;
     const auto& pu = info.users_of(p);
     if (pu.empty() || info.segment.at(p) != info.segment.at(reader)) return std::nullopt;
     for (const Node* u : pu)
@@ -244,7 +263,7 @@ class Mover {
           (without_leading_ones(*sizes) == without_leading_ones(x->meta->sizes) ||
            numel(x->meta->sizes) == 1))
         return true;
-      if (!contiguous(*x->meta)) return false;
+      if (!contiguous(*x->meta) || !fresh(x)) return false;
       if (!in_memory(x, info) && !plan_move(x, p, *sizes, info, depth + 1)) return false;
       moved.emplace_back(x, std::move(*sizes));
       return true;
@@ -290,8 +309,11 @@ class Mover {
       for (auto it = made.rbegin(); it != made.rend(); ++it) g_.erase(*it);
       return false;
     }
-    replace(r, q);
+    replace(r, q, info);
     g_.erase(p);
+    touched_.insert(q);
+    for (const auto& [x, _] : moved) touched_.insert(x);
+    for (Node* v : made) touched_.insert(v);
     return true;
   }
 
@@ -308,6 +330,8 @@ class Mover {
   ir::Graph& g_;
   // Nodes (by name: an erased node's address may be reused) that had no rewrite.
   std::unordered_set<std::string> rejected_;
+  std::unordered_set<const Node*> touched_;  // changed this round: `info` is stale for them
+  bool stale_ = false;
 };
 
 }  // namespace
