@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "passes/graph_info.h"
+#include "passes/graph_rewrite.h"
 #include "passes/lowering.h"
 
 namespace tl::passes {
@@ -54,6 +55,21 @@ bool cheap(const ir::Node& n, const GraphInfo& info) {
   std::optional<OpLowering> l = lower_node(n, info);
   return l && (l->kind == OpLowering::Kind::Pointwise || l->kind == OpLowering::Kind::View ||
                l->kind == OpLowering::Kind::StridedView);
+}
+
+// A reduction whose result is no smaller than a quarter of what it reads
+// (log_softmax and softmax normalise rows: their result is their input's
+// size), which AOTAutograd's partitioner also lets backward recompute (it bans
+// only reductions whose result is 4x smaller than their input). NOTE: a cross
+// entropy over bf16 logits otherwise saves its float32 log_softmax: twice the
+// logits' bytes (GPT-2 8x512: 822 MB), where the logits are stored anyway.
+bool normalizing_reduction(const ir::Node& n, const GraphInfo& info) {
+  if (n.op == ir::OpKind::Placeholder || !n.meta || is_barrier(n)) return false;
+  std::optional<OpLowering> l = lower_node(n, info);
+  if (!l || l->kind != OpLowering::Kind::Reduction) return false;
+  int64_t read = 0;
+  for (const ir::Node* in : node_inputs(n)) read += in->meta ? bytes_of(*in) : 0;
+  return bytes_of(n) * 4 >= read;
 }
 
 // The cheap forward values behind `n` that recomputing n needs, back to values
@@ -124,17 +140,23 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
     changed = false;
     for (auto& up : joint.nodes()) {
       const ir::Node* n = up.get();
-      if (!saved.count(n) || replaced.count(n) || !cheap(*n, info)) continue;
+      if (!saved.count(n) || replaced.count(n)) continue;
+      // NOTE: a normalizing reduction costs a pass over its inputs to recompute: only
+      // replaced by cheap values behind it when that stores fewer bytes (its input's
+      // cast and reshapes fuse into the recomputation: passes/move_reshapes.h).
+      const bool normalizing = !cheap(*n, info) && normalizing_reduction(*n, info);
+      if (!normalizing && !cheap(*n, info)) continue;
       std::vector<const ir::Node*> best;
       NodeSet best_frontier;
-      int64_t best_added = bytes_of(*n) + 1;
+      int64_t best_added = bytes_of(*n) + (normalizing ? 0 : 1);
       // NOTE: a value the forward stores anyway (a matmul's input) is only
       // replaced by values it stores anyway too: else the forward would store
       // more (SwiGLU's silu output beside the product the down projection reads).
-      const bool pointwise = lower_node(*n, info)->kind == OpLowering::Kind::Pointwise;
+      const bool pointwise =
+          !normalizing && lower_node(*n, info)->kind == OpLowering::Kind::Pointwise;
       const bool anyway = pointwise && read_by_extern(n, fwd, info);
       for (bool deep : {false, true}) {
-        if (deep && (anyway || !pointwise)) continue;
+        if (deep && (anyway || !(pointwise || normalizing))) continue;
         NodeSet frontier;
         std::vector<const ir::Node*> chain = recompute_chain(n, saved, info, deep, frontier);
         if (chain.empty()) continue;
@@ -142,7 +164,7 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
         for (const ir::Node* in : frontier) {
           if (saved.count(in)) continue;
           added += bytes_of(*in);
-          if (anyway && !free_to_save(in, fwd, info)) stored += bytes_of(*in);
+          if ((anyway || normalizing) && !free_to_save(in, fwd, info)) stored += bytes_of(*in);
         }
         if (added < best_added && stored == 0) {
           best_added = added;
@@ -202,6 +224,30 @@ class Copier {
   }
   ir::Arg of(const ir::Node* n) const { return arg(ir::Arg::of_node(const_cast<ir::Node*>(n))); }
 
+  // `torch.zeros(n's sizes, dtype=, device=)` in place of placeholder n.
+  void zeros(const ir::Node& n) {
+    TL_CHECK(n.meta) << "partition_joint: tangent " << n.name << " is not a tensor";
+    std::vector<ir::Arg> sizes;
+    for (int64_t s : n.meta->sizes) {
+      PyRef v = PyRef::steal(PyLong_FromLongLong(s));
+      if (!v) throw PythonError();
+      sizes.push_back(ir::Arg::constant(std::move(v)));
+    }
+    std::vector<std::pair<std::string, ir::Arg>> kwargs;
+    kwargs.emplace_back("dtype", ir::Arg::constant(n.meta->dtype));
+    kwargs.emplace_back("device", ir::Arg::constant(n.meta->device));
+    std::vector<ir::Arg> args;
+    args.push_back(ir::Arg::list(std::move(sizes)));
+    ir::Node* c = dst_.add_call_function(torch_fn("zeros"), std::move(args), std::move(kwargs));
+    c->target_name = "torch.zeros";
+    finish(n, c);
+    zero_.insert(c);
+  }
+  // Maps n to what `a` maps to (no node): n's value is a's.
+  void same_as(const ir::Node& n, const ir::Node* a) { map_[&n] = map_.at(a); }
+  bool is_zero(const ir::Node* copied) const { return zero_.count(copied) > 0; }
+  ir::Node* mapped(const ir::Node* n) const { return map_.at(n); }
+
  private:
   void finish(const ir::Node& from, ir::Node* to) {
     to->meta = from.meta;
@@ -211,7 +257,25 @@ class Copier {
   }
   ir::Graph& dst_;
   std::unordered_map<const ir::Node*, ir::Node*> map_;
+  NodeSet zero_;  // zeros() nodes of the copy
 };
+
+// `a + b` (torch.add or Tensor.add, no alpha) where one operand is a zero of
+// the copy and the other has the sum's sizes and dtype: that other operand.
+const ir::Node* sum_with_zero(const ir::Node& n, const Copier& c) {
+  if (n.op == ir::OpKind::Placeholder || !n.meta || n.args.size() != 2 || !n.kwargs.empty())
+    return nullptr;
+  if (n.target_name != "torch.add" && !(n.op == ir::OpKind::CallMethod && n.target_name == "add"))
+    return nullptr;
+  for (int k : {0, 1}) {
+    const ir::Arg &z = n.args[k], &other = n.args[1 - k];
+    if (z.kind != ir::Arg::Kind::Node || other.kind != ir::Arg::Kind::Node) return nullptr;
+    if (!c.is_zero(c.mapped(z.node)) || !other.node->meta) continue;
+    const ir::TensorMeta &m = *other.node->meta, &out = *n.meta;
+    if (m.sizes == out.sizes && m.dtype.get() == out.dtype.get()) return other.node;
+  }
+  return nullptr;
+}
 
 }  // namespace
 
@@ -271,6 +335,34 @@ JointSplit partition_joint(const ir::Graph& joint, size_t num_primals, size_t nu
   split.forward->lint();
   split.backward->lint();
   return split;
+}
+
+std::shared_ptr<ir::Graph> with_zero_tangents(const ir::Graph& backward, size_t num_saved,
+                                              const std::vector<bool>& zero) {
+  std::vector<ir::Node*> inputs = backward.placeholders();
+  TL_CHECK(inputs.size() == num_saved + zero.size())
+      << "with_zero_tangents: " << inputs.size() << " inputs for " << num_saved << " saved and "
+      << zero.size() << " tangents";
+  auto g = std::make_shared<ir::Graph>();
+  Copier c(*g);
+  int index = 0;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (i < num_saved || !zero[i - num_saved]) c.input(*inputs[i], index++);
+  for (size_t i = num_saved; i < inputs.size(); ++i)
+    if (zero[i - num_saved]) c.zeros(*inputs[i]);
+  for (auto& n : backward.nodes()) {
+    if (n->op == ir::OpKind::Output || n->op == ir::OpKind::Placeholder) continue;
+    if (const ir::Node* other = sum_with_zero(*n, c)) {
+      c.same_as(*n, other);
+    } else {
+      c.copy(*n);
+    }
+  }
+  std::vector<ir::Arg> outs;
+  for (const ir::Arg& a : backward.output()->args) outs.push_back(c.arg(a));
+  g->set_output(std::move(outs));
+  g->lint();
+  return g;
 }
 
 }  // namespace tl::passes

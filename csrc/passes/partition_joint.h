@@ -26,4 +26,14 @@ struct JointSplit {
 JointSplit partition_joint(const ir::Graph& joint, size_t num_primals, size_t num_forward_outputs,
                            bool recompute);
 
+// `backward` (saved..., tangents...) -> gradients, with the tangents marked in `zero` (one flag
+// per tangent) a constant zero instead of an input, and a gradient sum with such a zero (autograd
+// adding an output's tangent to what flows back through a later use of it) the other operand
+// itself. NOTE: autograd hands no gradient for an output nothing differentiated (a model's
+// logits beside its loss); a zero made in memory is as large as that output (GPT-2 8x512's
+// bf16 logits: 411 MB) and is read by the sum, where a constant costs nothing. With no flag
+// set: a copy of `backward`.
+std::shared_ptr<ir::Graph> with_zero_tangents(const ir::Graph& backward, size_t num_saved,
+                                              const std::vector<bool>& zero);
+
 }  // namespace tl::passes

@@ -9,6 +9,7 @@
 #include "passes/cuda_layouts.h"
 #include "passes/fold_batch_norm.h"
 #include "passes/functionalize.h"
+#include "passes/move_reshapes.h"
 #include "passes/pad_matmuls.h"
 #include "passes/partition.h"
 #include "passes/split_reductions.h"
@@ -71,6 +72,14 @@ std::vector<Pass> builtin_passes() {
        kCuda,
        nullptr,
        [](G& g, St&) { counters().conv_biases_split += passes::split_convolution_bias(g); }},
+      {"torchlite.move_reshapes",
+       {},
+       kAnyDevice,
+       nullptr,
+       [](G& g, St& st) {
+         // NOTE: the moved reshapes take this graph's sizes; a size-generic graph has none.
+         if (!st.ctx.runtime_sizes) passes::move_reshapes(g);
+       }},
       {"torchlite.partition",
        {},
        kAnyDevice,

@@ -147,6 +147,31 @@ PyRef split_at_ddp_buckets(const GraphHandle& graph, const pipeline::PassContext
   return split.is_none() ? PyRef() : PyRef::borrow(split.ptr());
 }
 
+// A function (one flag per tangent -> CompiledHalf) compiling the backward with the flagged
+// tangents constant zeros (passes::with_zero_tangents), which the training function calls when
+// autograd hands it no gradient for an output; None for a size-generic graph (its zeros would
+// need the run's sizes: there autograd materializes them).
+// NOTE: called before the backward compiles: compile_graph's passes rewrite the graph they
+// compile, and the variants start from the backward as the partitioner made it.
+py::object zero_tangent_backwards(const passes::JointSplit& split,
+                                  const pipeline::PassContext& ctx) {
+  if (ctx.runtime_sizes) return py::none();
+  const size_t num_saved = split.saved.size();
+  const size_t num_tangents = split.backward->placeholders().size() - num_saved;
+  GraphHandle backward = passes::with_zero_tangents(*split.backward, num_saved,
+                                                    std::vector<bool>(num_tangents, false));
+  auto count = std::make_shared<int>(0);
+  return py::cpp_function([backward, num_saved, ctx, count](const std::vector<bool>& zero) {
+    GraphHandle g = passes::with_zero_tangents(*backward, num_saved, zero);
+    pipeline::PassContext bwd_ctx = sub_context(ctx, "backward_zeros" + std::to_string((*count)++));
+    bwd_ctx.cuda_graph_warmups = 2;
+    bwd_ctx.copy_inputs_from = static_cast<int64_t>(num_saved);
+    pipeline::CompileResult ex = pipeline::compile_graph(g, bwd_ctx);
+    TL_CHECK(!ex.training_fn) << "a backward with zero tangents requires grad";
+    return py::cast(CompiledHalf(g, std::move(ex)));
+  });
+}
+
 PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std::string& why,
                        std::string& cuda_graphs) {
   if (PyRef split = split_at_ddp_buckets(graph, ctx)) {
@@ -186,6 +211,7 @@ PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std:
   fwd_ctx.pool_outputs_from = static_cast<int64_t>(num_fwd_outputs);
   bwd_ctx.cuda_graph_warmups = 2;
   bwd_ctx.copy_inputs_from = static_cast<int64_t>(split.saved.size());  // the tangents
+  py::object zero_tangents = zero_tangent_backwards(split, ctx);
   pipeline::CompileResult fwd = pipeline::compile_graph(split.forward, fwd_ctx);
   pipeline::CompileResult bwd = pipeline::compile_graph(split.backward, bwd_ctx);
   if (fwd.training_fn || bwd.training_fn) {
@@ -199,7 +225,8 @@ PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std:
   if (fwd_recorded) forward_half.pool_saved = std::move(pool_saved);
   py::object f = py::cast(std::move(forward_half));
   py::object b = py::cast(CompiledHalf(split.backward, std::move(bwd)));
-  py::object fn = helper("training.make_training_function")(joint, f, b, py::cast(split.saved));
+  py::object fn =
+      helper("training.make_training_function")(joint, f, b, py::cast(split.saved), zero_tangents);
   return PyRef::borrow(fn.ptr());
 }
 

@@ -163,3 +163,64 @@ def test_swiglu_gradients_match_eager(dtype):
     tol = {"atol": 3e-2, "rtol": 3e-2} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
     for got, want in zip(grads(torchlite.compile(_swiglu)), grads(_swiglu), strict=True):
         torch.testing.assert_close(got, want, **tol)
+
+
+def _cross_entropy_of_half_logits(x, w, t):
+    logits = x @ w
+    return torch.nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]), t)
+
+
+def _half_logits_args():
+    return [
+        torch.randn(2, 3, 8, dtype=torch.bfloat16, requires_grad=True),
+        torch.randn(8, 12, dtype=torch.bfloat16, requires_grad=True),
+        torch.randint(0, 12, (6,)),
+    ]
+
+
+def test_partition_recomputes_the_float_log_softmax_of_half_logits():
+    # NOTE: saved, the float32 log_softmax of bf16 logits stores twice the logits' bytes (GPT-2
+    # 8x512 with labels: 822 MB, peak memory above eager's); backward recomputes it from the
+    # product the forward stores anyway, as AOTAutograd's partitioner may (its output is no
+    # smaller than its input).
+    joint = _joint_of(_cross_entropy_of_half_logits, *_half_logits_args())
+    _, _, saved, recomputed = _C.partition_joint(joint.graph, joint.num_primals, 1, True)
+    assert any(n.startswith("log_softmax") for n in recomputed), (saved, recomputed)
+    assert not any(n.startswith("log_softmax") for n in saved), saved
+    assert any(n.startswith(("mm", "bmm", "matmul")) for n in saved), saved
+
+
+def test_partition_keeps_saving_a_reduction_much_smaller_than_its_input():
+    x = torch.randn(6, 16, requires_grad=True)
+    joint = _joint_of(lambda x: (x * x.sum(-1, keepdim=True)).tanh(), x)
+    _, _, saved, recomputed = _C.partition_joint(joint.graph, joint.num_primals, 1, True)
+    assert not any(n.startswith("sum") for n in recomputed), (saved, recomputed)
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize("shape", [(2, 3, 8), (3, 5, 7)])
+def test_recomputed_log_softmax_gives_eagers_gradients_with_its_cast_fused(
+    monkeypatch, tmp_path, shape
+):
+    monkeypatch.setattr(config, "trace", True)
+    monkeypatch.setattr(config, "debug_dir", str(tmp_path))
+    args = [
+        torch.randn(shape, dtype=torch.bfloat16, requires_grad=True),
+        torch.randn(shape[-1], 13, dtype=torch.bfloat16, requires_grad=True),
+        torch.randint(0, 13, (shape[0] * shape[1],)),
+    ]
+    ref = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    torchlite.reset()
+    out = torchlite.compile(_cross_entropy_of_half_logits)(*args)
+    assert compiled_backward_used(out)
+    expected = _cross_entropy_of_half_logits(*ref)
+    torch.testing.assert_close(out, expected)
+    out.backward()
+    expected.backward()
+    for a, r in zip(args[:2], ref[:2], strict=True):
+        torch.testing.assert_close(a.grad, r.grad, atol=2e-2, rtol=2e-2)
+    (folder,) = {p.parent for p in tmp_path.glob("run-*/*/partition.txt")}
+    lowered = (folder / "backward" / "lowered.txt").read_text().splitlines()
+    # one kernel: the log_softmax recomputed from the bf16 logits (its float32 cast and the
+    # reshapes around it fused in), its backward and the cast back, none written out between
+    assert sum(line.startswith("kernel ") for line in lowered) == 1, lowered

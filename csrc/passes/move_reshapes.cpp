@@ -1,0 +1,341 @@
+#include "passes/move_reshapes.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/errors.h"
+#include "passes/graph_info.h"
+#include "passes/graph_rewrite.h"
+#include "passes/lowering.h"
+
+namespace tl::passes {
+namespace {
+
+using ir::Arg;
+using ir::Node;
+
+int64_t numel(const std::vector<int64_t>& v) {
+  int64_t n = 1;
+  for (int64_t x : v) n *= x;
+  return n;
+}
+
+bool contiguous(const ir::TensorMeta& m) {
+  int64_t expected = 1;
+  for (size_t i = m.sizes.size(); i-- > 0;) {
+    if (m.sizes[i] != 1 && m.strides[i] != expected) return false;
+    expected *= m.sizes[i];
+  }
+  return true;
+}
+
+std::vector<int64_t> without_ones(const std::vector<int64_t>& v) {
+  std::vector<int64_t> out;
+  for (int64_t x : v)
+    if (x != 1) out.push_back(x);
+  return out;
+}
+
+std::vector<int64_t> without_leading_ones(const std::vector<int64_t>& v) {
+  size_t k = 0;
+  while (k < v.size() && v[k] == 1) ++k;
+  return {v.begin() + static_cast<std::ptrdiff_t>(k), v.end()};
+}
+
+// A reshape of a contiguous base to contiguous sizes with the same elements
+// in the same order: the base node, else null.
+const Node* reshape_base(const Node& r) {
+  static const std::unordered_set<std::string> kNames = {
+      "view", "reshape", "flatten", "unflatten", "view_as", "reshape_as", "_unsafe_view"};
+  if (r.op != ir::OpKind::CallFunction && r.op != ir::OpKind::CallMethod) return nullptr;
+  if (!r.meta || r.args.empty() || !kNames.count(op_base_name(r))) return nullptr;
+  const Arg& a = r.args[0];
+  if (a.kind != Arg::Kind::Node || !a.node->meta) return nullptr;
+  const ir::TensorMeta &m = *r.meta, &b = *a.node->meta;
+  if (m.dtype.get() != b.dtype.get() || numel(m.sizes) != numel(b.sizes) || numel(m.sizes) == 0)
+    return nullptr;  // NOTE: view(dtype) reinterprets bits
+  if (!contiguous(m) || !contiguous(b)) return nullptr;
+  return a.node;
+}
+
+Arg int_tuple(const std::vector<int64_t>& v) {
+  std::vector<Arg> items;
+  for (int64_t x : v) {
+    PyRef i = PyRef::steal(PyLong_FromLongLong(x));
+    if (!i) throw PythonError();
+    items.push_back(Arg::constant(std::move(i)));
+  }
+  return Arg::tuple(std::move(items));
+}
+
+// The sizes an operand of sizes `a`, broadcast (right-aligned) to `from`,
+// takes when `from` is reshaped to `to`: per run of axes whose sizes multiply
+// to the same count on both sides, the operand's axes there are all full
+// (then `to`'s sizes) or all broadcast (then 1s). nullopt for any other.
+std::optional<std::vector<int64_t>> operand_sizes(const std::vector<int64_t>& a,
+                                                  const std::vector<int64_t>& from,
+                                                  const std::vector<int64_t>& to) {
+  if (a.size() > from.size()) return std::nullopt;
+  std::vector<int64_t> pa(from.size() - a.size(), 1);
+  pa.insert(pa.end(), a.begin(), a.end());
+  std::vector<int64_t> out;
+  size_t i = 0, j = 0;
+  while (i < from.size() || j < to.size()) {
+    const size_t i0 = i, j0 = j;
+    int64_t pf = 1, pt = 1;
+    if (i < from.size()) pf *= from[i++];
+    if (j < to.size()) pt *= to[j++];
+    while (pf != pt) {
+      if (pf < pt) {
+        if (i >= from.size()) return std::nullopt;
+        pf *= from[i++];
+      } else {
+        if (j >= to.size()) return std::nullopt;
+        pt *= to[j++];
+      }
+    }
+    bool full = true, ones = true;
+    for (size_t k = i0; k < i; ++k) {
+      full = full && pa[k] == from[k];
+      ones = ones && pa[k] == 1;
+    }
+    if (!full && !ones) return std::nullopt;
+    for (size_t k = j0; k < j; ++k) out.push_back(full ? to[k] : 1);
+  }
+  return out;
+}
+
+// Pointwise with operands broadcast right-aligned, and a value per element
+// that does not depend on the element's coordinates (no arange-like index,
+// no gather): what a reshape commutes with.
+// A conversion that is its input as it is (`.to` its own dtype) counts too.
+bool plain_pointwise(const Node& p, const GraphInfo& info) {
+  std::optional<OpLowering> l = lower_node(p, info);
+  // NOTE: only dtype conversions: a view op with sizes among its arguments (an
+  // expand to its own sizes) would be rebuilt with the old sizes.
+  static const std::unordered_set<std::string> kConversions = {
+      "to", "type", "type_as", "float", "double", "half", "bfloat16", "contiguous"};
+  if (l && l->kind == OpLowering::Kind::View && l->inputs.size() == 1 &&
+      kConversions.count(op_base_name(p)) && l->inputs[0]->meta->sizes == p.meta->sizes &&
+      l->inputs[0]->meta->dtype.get() == p.meta->dtype.get()) {
+    for (size_t j = 0; j < l->base_axes.size(); ++j)
+      if (l->base_axes[j] != static_cast<int>(j) && p.meta->sizes[j] != 1) return false;
+    return true;
+  }
+  if (!l || l->kind != OpLowering::Kind::Pointwise) return false;
+  for (const auto& axes : l->input_axes)
+    if (!axes.empty()) return false;
+  for (const auto& shifts : l->input_shifts)
+    if (!shifts.empty()) return false;
+  for (const ir::Expr& e : l->body)
+    if (e.op == ir::ExprOp::Index || e.op == ir::ExprOp::Gather || e.op == ir::ExprOp::CheckIndex)
+      return false;
+  return true;
+}
+
+class Mover {
+ public:
+  explicit Mover(ir::Graph& g) : g_(g) {}
+
+  int run() {
+    int count = 0;
+    for (bool changed = true; changed;) {
+      changed = false;
+      GraphInfo info = analyze_graph(g_);
+      touched_.clear();
+      std::vector<Node*> nodes;
+      // NOTE: consumers first, so a reshape pair around a pointwise op collapses
+      // before the inner one moves up on its own.
+      for (auto it = g_.nodes().rbegin(); it != g_.nodes().rend(); ++it) nodes.push_back(it->get());
+      for (Node* r : nodes) {
+        // NOTE: `info` holds for the nodes no rewrite of this round touched (an
+        // erased node's address may be reused by a new node: touched as well).
+        if (touched_.count(r) || rejected_.count(r->name)) continue;
+        stale_ = false;
+        if (rewrite(r, info)) {
+          ++count;
+          changed = true;
+        } else if (!stale_) {
+          rejected_.insert(r->name);
+        }
+      }
+    }
+    return count;
+  }
+
+ private:
+  // False, and `stale_` set, when `n` changed in this round: try again in the next.
+  bool fresh(const Node* n) {
+    if (touched_.count(n)) stale_ = true;
+    return !stale_;
+  }
+
+  std::vector<Node*> users(const Node* n, const GraphInfo& info) const {
+    std::vector<Node*> out;
+    for (const Node* u : info.users_of(n))
+      if (std::find(out.begin(), out.end(), u) == out.end()) out.push_back(const_cast<Node*>(u));
+    return out;
+  }
+
+  void replace(Node* r, Node* with, const GraphInfo& info) {
+    replace_uses(users(r, info), r, with);
+    g_.erase(r);
+  }
+
+  bool rewrite(Node* r, const GraphInfo& info) {
+    const Node* base = reshape_base(*r);
+    if (!base || !fresh(base)) return false;
+    touched_.insert(r);  // NOTE: whatever happens now, r is looked at again next round
+    touched_.insert(base);
+    const std::vector<int64_t>& to = r->meta->sizes;
+    // A reshape to its base's sizes: the base (not where the graph returns the
+    // reshape: a caller may tell a view from its base).
+    if (to == base->meta->sizes) {
+      for (const Node* u : info.users_of(r))
+        if (u->op == ir::OpKind::Output) return untouch(r, base);
+      replace(r, const_cast<Node*>(base), info);
+      return true;
+    }
+    // A reshape of a reshape of a contiguous value: one reshape of that value.
+    if (const Node* inner = reshape_base(*base)) {
+      Node* one =
+          insert_call(g_, r, PyRef(), "reshape",
+                      {Arg::of_node(const_cast<Node*>(inner)), int_tuple(to)}, {}, r->meta->device);
+      touched_.insert(one);
+      touched_.insert(inner);
+      replace(r, one, info);
+      const auto& bu = info.users_of(base);
+      if (std::all_of(bu.begin(), bu.end(), [&](const Node* u) { return u == r; })) g_.erase(base);
+      return true;
+    }
+    // NOTE: a reshape that only inserts or drops size-1 axes fuses as it is.
+    if (without_ones(to) == without_ones(base->meta->sizes)) return untouch(r, base);
+    return hoist(r, base, info) || untouch(r, base);
+  }
+
+  bool untouch(const Node* r, const Node* base) {
+    touched_.erase(r);
+    touched_.erase(base);
+    return false;
+  }
+
+  using Moves = std::vector<std::pair<const Node*, std::vector<int64_t>>>;
+
+  // A value kernels read from memory: a graph input, an op no kernel computes
+  // (a matmul), or a reshape (reshapes of reshapes collapse).
+  static bool in_memory(const Node* x, const GraphInfo& info) {
+    return x->op == ir::OpKind::Placeholder || !lower_node(*x, info) || reshape_base(*x);
+  }
+
+  // The operands of p to reshape (with their sizes after the move) when p,
+  // read by `reader` alone, moves below a reshape of its value to `to`; nullopt
+  // when it cannot. NOTE: each operand to reshape must be in memory or move
+  // too (to kMaxDepth): a reshape of a value a kernel computes (a reduction's
+  // result) would stop fusion there instead, splitting that kernel's epilogue.
+  static constexpr int kMaxDepth = 16;
+  std::optional<Moves> plan_move(const Node* p, const Node* reader, const std::vector<int64_t>& to,
+                                 const GraphInfo& info, int depth) {
+    if (depth > kMaxDepth || !p->meta || (depth > 0 && !fresh(p))) return std::nullopt;
+    const auto& pu = info.users_of(p);
+    if (pu.empty() || info.segment.at(p) != info.segment.at(reader)) return std::nullopt;
+    for (const Node* u : pu)
+      if (u != reader) return std::nullopt;
+    if (!plain_pointwise(*p, info)) return std::nullopt;
+    const std::vector<int64_t>& from = p->meta->sizes;
+    Moves moved;  // NOTE: nested tensor arguments are not moved
+    auto plan = [&](const Arg& a) {
+      if (a.kind != Arg::Kind::Node) {
+        for (const Arg& item : a.items)
+          if (!node_inputs_of(item).empty()) return false;
+        return true;
+      }
+      const Node* x = a.node;
+      if (!x->meta) return false;
+      auto sizes = operand_sizes(x->meta->sizes, from, to);
+      if (!sizes) return false;
+      // NOTE: an operand that broadcasts to the new sizes as it is stays (a one-element operand
+      // keeps its rank: type promotion tells a 0-d tensor from others).
+      if (x->meta->sizes.size() <= to.size() &&
+          (without_leading_ones(*sizes) == without_leading_ones(x->meta->sizes) ||
+           numel(x->meta->sizes) == 1))
+        return true;
+      if (!contiguous(*x->meta) || !fresh(x)) return false;
+      if (!in_memory(x, info) && !plan_move(x, p, *sizes, info, depth + 1)) return false;
+      moved.emplace_back(x, std::move(*sizes));
+      return true;
+    };
+    for (const Arg& a : p->args)
+      if (!plan(a)) return std::nullopt;
+    for (const auto& kv : p->kwargs)
+      if (!plan(kv.second)) return std::nullopt;
+    return moved;
+  }
+
+  // reshape(p(a, ...)) -> p(reshape(a), ...) where p is read by the reshape alone.
+  bool hoist(Node* r, const Node* p, const GraphInfo& info) {
+    std::optional<Moves> plan = plan_move(p, r, r->meta->sizes, info, 0);
+    if (!plan) return false;
+    const Moves& moved = *plan;
+    const std::vector<int64_t>& to = r->meta->sizes;
+    std::vector<Node*> made;
+    std::unordered_map<const Node*, Node*> reshaped;
+    for (const auto& [x, sizes] : moved) {
+      if (reshaped.count(x)) continue;
+      Node* v =
+          insert_call(g_, r, PyRef(), "reshape",
+                      {Arg::of_node(const_cast<Node*>(x)), int_tuple(sizes)}, {}, r->meta->device);
+      reshaped[x] = v;
+      made.push_back(v);
+    }
+    auto swap = [&](Arg a) {
+      if (a.kind == Arg::Kind::Node && reshaped.count(a.node)) a.node = reshaped.at(a.node);
+      return a;
+    };
+    std::vector<Arg> args;
+    for (const Arg& a : p->args) args.push_back(swap(a));
+    std::vector<std::pair<std::string, Arg>> kwargs;
+    for (const auto& [k, v] : p->kwargs) kwargs.emplace_back(k, swap(v));
+    const bool method = p->op == ir::OpKind::CallMethod;
+    Node* q = insert_call(g_, r, method ? PyRef() : p->target, method ? p->target_name : "",
+                          std::move(args), std::move(kwargs), r->meta->device);
+    q->target_name = p->target_name;
+    q->location = p->location;
+    if (q->meta->sizes != to || q->meta->dtype.get() != p->meta->dtype.get()) {
+      g_.erase(q);  // NOTE: not the op it was (a rule's view of it was wrong): left as it was
+      for (auto it = made.rbegin(); it != made.rend(); ++it) g_.erase(*it);
+      return false;
+    }
+    replace(r, q, info);
+    g_.erase(p);
+    touched_.insert(q);
+    for (const auto& [x, _] : moved) touched_.insert(x);
+    for (Node* v : made) touched_.insert(v);
+    return true;
+  }
+
+  static std::vector<const Node*> node_inputs_of(const Arg& a) {
+    std::vector<const Node*> out;
+    if (a.kind == Arg::Kind::Node) out.push_back(a.node);
+    for (const Arg& item : a.items) {
+      auto more = node_inputs_of(item);
+      out.insert(out.end(), more.begin(), more.end());
+    }
+    return out;
+  }
+
+  ir::Graph& g_;
+  // Nodes (by name: an erased node's address may be reused) that had no rewrite.
+  std::unordered_set<std::string> rejected_;
+  std::unordered_set<const Node*> touched_;  // changed this round: `info` is stale for them
+  bool stale_ = false;
+};
+
+}  // namespace
+
+int move_reshapes(ir::Graph& g) { return Mover(g).run(); }
+
+}  // namespace tl::passes
