@@ -15,18 +15,45 @@ namespace {
 using ir::Arg;
 using ir::Node;
 
-// A product torch computes through bmm: a bmm, or a matmul of two operands of
-// at least three dims (a matmul with a matrix or vector operand folds into mm
-// and reads its operand through a reshape torch only makes where it is a view).
-bool batched_product(const Node& n) {
-  if ((n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) || !n.meta) return false;
+// How torch reads a product's operand: through bmm (a bmm, or a matmul of
+// two operands of at least three dims: [batch, rows, cols] by a reshape),
+// folded (a linear, or a matmul by a matrix or vector: [rows, cols] by a
+// reshape of its leading dims), or not at all here (2-d products read
+// transposed operands as they are).
+enum class Read { None, Batched, Folded };
+
+bool is_call(const Node& n) {
+  return (n.op == ir::OpKind::CallFunction || n.op == ir::OpKind::CallMethod) && n.meta;
+}
+
+bool is_linear(const Node& n) {
+  return n.target_name == "torch._C._nn.linear" || n.target_name == "torch.nn.functional.linear";
+}
+
+bool is_bmm(const Node& n) { return n.target_name == "torch.bmm" || n.target_name == "bmm"; }
+
+bool is_matmul(const Node& n) {
   const std::string& t = n.target_name;
-  const bool bmm = t == "torch.bmm" || t == "bmm";
-  const bool matmul = t == "torch.matmul" || t == "matmul" || t == "operator.matmul";
-  if ((!bmm && !matmul) || find_arg(n, 2, "out")) return false;
-  const Node* a = tensor_arg(n, 0, "input");
-  const Node* b = tensor_arg(n, 1, bmm ? "mat2" : "other");
-  return a && b && a->meta->sizes.size() >= 3 && b->meta->sizes.size() >= 3;
+  return t == "torch.matmul" || t == "matmul" || t == "operator.matmul";
+}
+
+// The product's two operands (a linear's input and weight).
+std::pair<const Node*, const Node*> operands(const Node& n) {
+  if (is_linear(n)) return {tensor_arg(n, 0, "input"), tensor_arg(n, 1, "weight")};
+  return {tensor_arg(n, 0, "input"), tensor_arg(n, 1, is_bmm(n) ? "mat2" : "other")};
+}
+
+Read read_of(const Node& n) {
+  if (!is_call(n) || (!is_bmm(n) && !is_matmul(n) && !is_linear(n)) ||
+      find_arg(n, 99, "out"))  // NOTE: keyword-only
+    return Read::None;
+  auto [a, b] = operands(n);
+  if (!a || !b) return Read::None;
+  const size_t ra = a->meta->sizes.size(), rb = b->meta->sizes.size();
+  if (ra >= 3 && rb >= 3 && !is_linear(n)) return Read::Batched;
+  // NOTE: a matmul of a matrix by a batch folds the batch's transpose: left to torch.
+  if (ra >= 3 && rb <= 2) return Read::Folded;
+  return Read::None;
 }
 
 // The batch sizes both operands are broadcast to (torch's rule, right-aligned).
@@ -57,6 +84,20 @@ bool read_as_is(const ir::TensorMeta& m) {
   const int64_t rs = m.strides[r - 2], cs = m.strides[r - 1];
   if (rows <= 1 || cols <= 1) return true;  // NOTE: torch's checks differ there: leave it to it
   return (cs == 1 && rs >= cols) || (rs == 1 && cs >= rows);
+}
+
+// Whether torch folds `m`'s leading dims into the rows of one matrix by a
+// view. A linear with a bias also wants `m` contiguous: else torch runs a
+// matmul and then adds the bias in a kernel of its own.
+bool folds_as_is(const ir::TensorMeta& m, bool biased) {
+  if (biased) return m.strides == contiguous_strides(m.sizes);
+  int64_t prev = -1;
+  for (size_t i = 0; i + 1 < m.sizes.size(); ++i) {
+    if (m.sizes[i] == 1) continue;
+    if (prev >= 0 && m.strides[prev] != m.strides[i] * m.sizes[i]) return false;
+    prev = static_cast<int64_t>(i);
+  }
+  return true;
 }
 
 int64_t numel(const ir::TensorMeta& m) {
@@ -98,21 +139,28 @@ Node* dense_copy(ir::Graph& g, Node* x, const Node* pos) {
 int lay_out_matmul_operands(ir::Graph& g) {
   std::vector<Node*> products;
   for (auto& n : g.nodes())
-    if (batched_product(*n)) products.push_back(n.get());
+    if (read_of(*n) != Read::None) products.push_back(n.get());
   int copied = 0;
   for (Node* p : products) {
-    const Node* a = tensor_arg(*p, 0, "input");
-    const Node* b =
-        tensor_arg(*p, 1, p->target_name.find("bmm") != std::string::npos ? "mat2" : "other");
-    const std::vector<int64_t> batch = broadcast_batch(*a->meta, *b->meta);
+    auto [a, b] = operands(*p);
     std::unordered_map<const Node*, Node*> copies;  // operand -> its copy (x @ x: one)
-    for (const Node* x : {a, b}) {
-      const auto& m = *x->meta;
-      // NOTE: an operand broadcast over the batch is expanded and copied by torch whatever its
-      // layout (a copy here would not save that one); empty ones copy nothing.
-      const std::vector<int64_t> own(m.sizes.begin(), m.sizes.end() - 2);
-      if (own != batch || numel(m) == 0 || read_as_is(m) || copies.count(x)) continue;
-      copies[x] = dense_copy(g, const_cast<Node*>(x), p);
+    if (read_of(*p) == Read::Folded) {
+      const bool biased = is_linear(*p) && tensor_arg(*p, 2, "bias");
+      if (numel(*a->meta) > 0 && !folds_as_is(*a->meta, biased)) {
+        copies[a] = insert_call(g, p, {}, "contiguous", {Arg::of_node(const_cast<Node*>(a))}, {},
+                                a->meta->device);
+        copies[a]->meta->requires_grad = a->meta->requires_grad;
+      }
+    } else {
+      const std::vector<int64_t> batch = broadcast_batch(*a->meta, *b->meta);
+      for (const Node* x : {a, b}) {
+        const auto& m = *x->meta;
+        // NOTE: an operand broadcast over the batch is expanded and copied by torch whatever its
+        // layout (a copy here would not save that one); empty ones copy nothing.
+        const std::vector<int64_t> own(m.sizes.begin(), m.sizes.end() - 2);
+        if (own != batch || numel(m) == 0 || read_as_is(m) || copies.count(x)) continue;
+        copies[x] = dense_copy(g, const_cast<Node*>(x), p);
+      }
     }
     if (copies.empty()) continue;
     Examples changed;

@@ -8,8 +8,11 @@
 // explicitly before the product (`contiguous`, through a transpose when its
 // rows are the inner dim), so the copy is a torchlite kernel that fuses into
 // the kernel producing the value (swin's `q * scale`, xcit's normalized q and
-// k) and the product reads it as it is. Values are eager's; only the layout
-// the product reads changes (its result's layout does not).
+// k) and the product reads it as it is. The same for a linear (or a matmul by
+// a matrix) whose 3+-d input torch cannot fold into rows by a view, or, with a
+// bias, whose input is not contiguous (torch then runs a matmul and adds the
+// bias in a kernel of its own). Values are eager's; only the layout the
+// product reads changes (its result's layout does not).
 #include "ir/graph.h"
 
 namespace tl::passes {

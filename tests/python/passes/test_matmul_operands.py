@@ -164,3 +164,19 @@ def test_one_value_read_twice_is_copied_once_and_gradients_match():
     xe = x.clone().requires_grad_()
     self_product(xe).sum().backward()
     torch.testing.assert_close(xg.grad, xe.grad)
+
+
+def attention_then_projection(x, w, t, pw, pb):
+    # XCiT's `(attn @ v).permute(0, 3, 1, 2).reshape(b, n, c)` is a view with tokens innermost:
+    # torch's linear would run it as a batched matmul plus a bias add of its own
+    return F.linear(xca(x, w, t), pw, pb)
+
+
+@needs_cpu_kernels
+def test_a_linear_reads_a_strided_input_copied_once_and_equals_eager():
+    x, w = torch.randn(2, 16, 32), torch.randn(96, 32) / 32**0.5
+    t, pw, pb = torch.rand(4, 1, 1) + 0.5, torch.randn(24, 32), torch.randn(24)
+    args = (x, w, t, pw, pb)
+    compiled = compiled_matches(attention_then_projection, *args)
+    ops = aten_ops(compiled, *args)
+    assert ops["aten::add_"] == 0 and ops["aten::addmm"] == 1 and ops["aten::bmm"] == 2, ops
