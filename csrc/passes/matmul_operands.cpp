@@ -32,6 +32,11 @@ bool is_linear(const Node& n) {
 
 bool is_bmm(const Node& n) { return n.target_name == "torch.bmm" || n.target_name == "bmm"; }
 
+// baddbmm(input, batch1, batch2): the products of BLOOM's and GPT-NeoX's attention.
+bool is_baddbmm(const Node& n) {
+  return n.target_name == "torch.baddbmm" || n.target_name == "baddbmm";
+}
+
 bool is_matmul(const Node& n) {
   const std::string& t = n.target_name;
   return t == "torch.matmul" || t == "matmul" || t == "operator.matmul";
@@ -40,11 +45,12 @@ bool is_matmul(const Node& n) {
 // The product's two operands (a linear's input and weight).
 std::pair<const Node*, const Node*> operands(const Node& n) {
   if (is_linear(n)) return {tensor_arg(n, 0, "input"), tensor_arg(n, 1, "weight")};
+  if (is_baddbmm(n)) return {tensor_arg(n, 1, "batch1"), tensor_arg(n, 2, "batch2")};
   return {tensor_arg(n, 0, "input"), tensor_arg(n, 1, is_bmm(n) ? "mat2" : "other")};
 }
 
 Read read_of(const Node& n) {
-  if (!is_call(n) || (!is_bmm(n) && !is_matmul(n) && !is_linear(n)) ||
+  if (!is_call(n) || (!is_bmm(n) && !is_baddbmm(n) && !is_matmul(n) && !is_linear(n)) ||
       find_arg(n, 99, "out"))  // NOTE: keyword-only
     return Read::None;
   auto [a, b] = operands(n);
@@ -86,11 +92,15 @@ bool read_as_is(const ir::TensorMeta& m) {
   return (cs == 1 && rs >= cols) || (rs == 1 && cs >= rows);
 }
 
-// Whether torch folds `m`'s leading dims into the rows of one matrix by a
-// view. A linear with a bias also wants `m` contiguous: else torch runs a
-// matmul and then adds the bias in a kernel of its own.
+// Whether torch reads `m`, the 3+-d operand of a folded product, without a
+// copy: it folds the leading dims into the rows of one matrix where that is a
+// view, else it runs the product batched (over the other operand expanded),
+// reading `m` as read_as_is says. A linear with a bias also wants `m`
+// contiguous: else torch runs a matmul and then adds the bias in a kernel of
+// its own.
 bool folds_as_is(const ir::TensorMeta& m, bool biased) {
   if (biased) return m.strides == contiguous_strides(m.sizes);
+  if (read_as_is(m)) return true;
   int64_t prev = -1;
   for (size_t i = 0; i + 1 < m.sizes.size(); ++i) {
     if (m.sizes[i] == 1) continue;

@@ -180,3 +180,32 @@ def test_a_linear_reads_a_strided_input_copied_once_and_equals_eager():
     compiled = compiled_matches(attention_then_projection, *args)
     ops = aten_ops(compiled, *args)
     assert ops["aten::add_"] == 0 and ops["aten::addmm"] == 1 and ops["aten::bmm"] == 2, ops
+
+
+def alibi_scores(q, k, alibi):
+    # BLOOM's scores: baddbmm(alibi, q, k.T, beta=1, alpha=scale) over heads flattened into the
+    # batch; here q comes from a kernel with its batch innermost (no unit stride in a matrix)
+    return torch.baddbmm(alibi, (q * 2).permute(2, 0, 1), k.transpose(1, 2), alpha=0.5).softmax(-1)
+
+
+@needs_cpu_kernels
+def test_baddbmm_operand_is_copied_by_its_producer_and_equals_eager():
+    q, k, alibi = torch.randn(7, 8, 6), torch.randn(6, 7, 8), torch.randn(6, 1, 7)
+    compiled_matches(alibi_scores, q, k, alibi)
+    # NOTE: no copy count here: the CPU baddbmm copies its (broadcast) input into the result
+    kernels = summary(alibi_scores, q, k, alibi)["kernels"]
+    assert any("strides=[1,48,6]" in k and "strides=[56,8,1] = " in k for k in kernels), kernels
+
+
+def batch_major_by_matrix(x, w):
+    # [B, N, K] with the batch inside the rows: no fold by a view, but torch runs it batched
+    # over w expanded, reading it as it is: nothing to copy
+    return (x * 2).transpose(0, 1) @ w
+
+
+@needs_cpu_kernels
+def test_a_folded_operand_torch_reads_batched_gets_no_copy():
+    x, w = torch.randn(5, 3, 4), torch.randn(4, 6)
+    compiled = compiled_matches(batch_major_by_matrix, x, w)
+    assert copies(compiled, x, w) == 0
+    assert summary(batch_major_by_matrix, x, w)["kernel_count"] == 1
