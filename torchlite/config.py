@@ -42,6 +42,9 @@ cpu_kernels: bool = _env["cpu_kernels"]
 # None: half-precision CUDA matrix products with sizes not a multiple of 8 run on zero-padded
 # operands where that is cheaper (TORCHLITE_PAD_MATMULS); True: every such product; False: never.
 pad_matmuls: bool | None = _env["pad_matmuls"]
+# Operands of batched products that torch would copy (attention's q @ k.T) are copied by a
+# kernel fused into their producer instead (TORCHLITE_MATMUL_LAYOUTS); False: torch's copies.
+matmul_layouts: bool = _env["matmul_layouts"]
 
 # --- process scope ---------------------------------------------------------------------------
 # TORCHLITE_TRACE=1: dump graphs (after every pass), guards, lowered IR, kernels to debug_dir.

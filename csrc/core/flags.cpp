@@ -22,7 +22,8 @@ const std::vector<SettingSpec> kSpecs = {
      "Fold inference batch norm into the convolution before it."},
     {"channels_last", &S::channels_last, kCompile, "TORCHLITE_CHANNELS_LAST",
      "on for CUDA f16/bf16 and large CPU f32",
-     "True: graphs with two or more convolutions run channels-last; False: never; None: on for "
+     "True: graphs with two or more convolutions (or one whose consumers read channels "
+     "innermost) run channels-last; False: never; None: on for "
      "CUDA f16/bf16, and on the CPU for f32 graphs whose largest convolution output is 16 MB or "
      "more."},
     {"verify", &S::verify, kCompile, "TORCHLITE_VERIFY", "off",
@@ -62,6 +63,10 @@ const std::vector<SettingSpec> kSpecs = {
      "on CUDA in float16/bfloat16 where a cost model says the padding pays (cuBLAS's align-1 "
      "kernels are 3-5x slower); True: every such floating product on any device; False: never "
      "(half-precision inference linears included)."},
+    {"matmul_layouts", &S::matmul_layouts, kCompile, "TORCHLITE_MATMUL_LAYOUTS", "on",
+     "Operands of batched products (bmm, matmul of 3+-d values: attention's q @ k.T) that torch "
+     "would copy into a layout bmm reads are copied by a generated kernel before the product, "
+     "fused into the kernel producing them; off: torch's copies."},
     {"trace", &S::trace, kProcess, "TORCHLITE_TRACE", "off",
      "Dump graphs (after every pass), guards, lowered IR, kernels and timings to debug_dir."},
     {"debug_dir", &S::debug_dir, kProcess, "TORCHLITE_DEBUG_DIR", "`./torchlite_debug`",

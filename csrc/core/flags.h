@@ -31,6 +31,7 @@ struct Settings {
   bool autotune_blocks = true;      // autotune also tries pointwise kernels' block sizes
   bool cpu_kernels = true;          // off: CPU graphs run op by op, as in a build without LLVM
   std::optional<bool> pad_matmuls;  // nullopt: CUDA f16/bf16 products where padding pays
+  bool matmul_layouts = true;       // batched products' operands copied by kernels, not by torch
   // Process scope: the runtime reads them (torchlite.config or the environment only).
   bool trace = false;
   std::string debug_dir = "./torchlite_debug";

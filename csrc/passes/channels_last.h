@@ -32,8 +32,9 @@ bool prefers_channels_last(const std::string& device_type, PyObject* dtype,
 constexpr int64_t kCpuChannelsLastBytes = int64_t{16} << 20;
 
 // The pass; returns how many convolutions now run channels-last because of it
-// (0 when it does not apply: fewer than two 4-d convolutions, autograd, a
-// layout-sensitive op in the way, or the policy says no).
+// (0 when it does not apply: no 4-d convolution, or a single one whose
+// consumers do not read channels innermost, autograd, a layout-sensitive op in
+// the way, or the policy says no).
 int channels_last(ir::Graph& graph, std::optional<bool> setting = std::nullopt);
 
 }  // namespace tl::passes

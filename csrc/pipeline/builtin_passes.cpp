@@ -2,13 +2,16 @@
 // functionalize first (later passes see out-of-place ops), the CUDA library
 // layouts before channels-last (which re-derives every layout), partition
 // last (it reads the final graph and writes the kernels); conv_bias after
-// channels-last, so its adds are traced on the convolutions' final layouts.
+// channels-last, so its adds are traced on the convolutions' final layouts;
+// matmul_operands after every pass that changes layouts (it reads the final
+// ones).
 #include "core/counters.h"
 #include "passes/channels_last.h"
 #include "passes/conv_bias.h"
 #include "passes/cuda_layouts.h"
 #include "passes/fold_batch_norm.h"
 #include "passes/functionalize.h"
+#include "passes/matmul_operands.h"
 #include "passes/move_reshapes.h"
 #include "passes/pad_matmuls.h"
 #include "passes/partition.h"
@@ -80,6 +83,11 @@ std::vector<Pass> builtin_passes() {
          // NOTE: the moved reshapes take this graph's sizes; a size-generic graph has none.
          if (!st.ctx.runtime_sizes) passes::move_reshapes(g);
        }},
+      {"torchlite.matmul_operands",
+       {"matmul_layouts"},
+       kAnyDevice,
+       [](const Settings& s) { return s.matmul_layouts; },
+       [](G& g, St&) { passes::lay_out_matmul_operands(g); }},
       {"torchlite.partition",
        {},
        kAnyDevice,

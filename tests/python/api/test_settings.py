@@ -36,6 +36,7 @@ OTHER = {
     "autotune_blocks": False,
     "cpu_kernels": False,
     "pad_matmuls": False,
+    "matmul_layouts": False,
 }
 ENV_TEXT = {False: "0", True: "1", 3: "3"}
 

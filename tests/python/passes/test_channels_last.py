@@ -134,6 +134,35 @@ def test_single_conv_and_float64_stay_contiguous():
     assert cl_convs() == before
 
 
+class PatchEmbed(nn.Module):
+    """timm's PatchEmbed: a strided convolution read channels innermost by a layer norm."""
+
+    def __init__(self, c=16, flatten=False):
+        super().__init__()
+        self.proj = nn.Conv2d(3, c, 4, stride=4)
+        self.norm = nn.LayerNorm(c)
+        self.flatten = flatten
+
+    def forward(self, x):
+        x = self.proj(x)
+        x = x.flatten(2).transpose(1, 2) if self.flatten else x.permute(0, 2, 3, 1)
+        return self.norm(x) * 2
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize("flatten", [False, True])
+def test_a_single_conv_read_channels_innermost_runs_channels_last(force_channels_last, flatten):
+    m = PatchEmbed(flatten=flatten).eval()
+    before = cl_convs()
+    check(m, torch.randn(2, 3, 16, 20), atol=1e-4, rtol=1e-4)
+    assert cl_convs() - before == 1
+    # a single convolution read in its own layout gains nothing from the input's conversion
+    one = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+    before = cl_convs()
+    check(one, torch.randn(1, 3, 8, 8))
+    assert cl_convs() == before
+
+
 @needs_cpu_kernels
 def test_grad_mode_graphs_are_left_alone(force_channels_last):
     m = two_convs()

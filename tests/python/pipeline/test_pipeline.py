@@ -159,11 +159,12 @@ def test_trace_writes_one_file_per_pass_and_the_mode(monkeypatch, tmp_path):
         "06_torchlite.channels_last.txt",
         "07_torchlite.split_reductions.txt",
         "09_torchlite.move_reshapes.txt",
-        "10_torchlite.partition.txt",
+        "10_torchlite.matmul_operands.txt",
+        "11_torchlite.partition.txt",
     ]
     written = sorted(p.name for p in pipeline.parent.glob("[0-9][0-9]_*.txt"))
     assert written == ["00_input.txt", *ran]
-    assert "kernel " in (pipeline.parent / "10_torchlite.partition.txt").read_text()
+    assert "kernel " in (pipeline.parent / "11_torchlite.partition.txt").read_text()
     # each pass and the kernel build carry their time (the cold-start breakdown)
     assert re.search(r"01_torchlite.functionalize.txt: ran \(\d+\.\d ms\)", text)
     assert re.search(r"kernels: 1 built in \d+\.\d ms", text)
