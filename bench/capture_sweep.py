@@ -363,6 +363,16 @@ def _loss(out):
     return sum(t.to(torch.promote_types(t.dtype, torch.float32)).square().mean() for t in leaves)
 
 
+def _judge_failure(row: dict, exc: Exception) -> None:
+    """A failed comparison is WRONG, any other exception ERROR (with its traceback)."""
+    row["error"] = _short(exc)
+    if isinstance(exc, AssertionError):
+        row["correct"] = "WRONG"
+    else:
+        row["correct"] = "ERROR"
+        row["traceback"] = traceback.format_exc()[-3000:]
+
+
 def _leaves(x) -> list:
     """The tensors of a nested output (ModelOutput, tuple, tensor), in order."""
     import torch
@@ -489,13 +499,8 @@ def run_train(name: str, model, args, kwargs) -> dict:
                 check(f"step{step} buffer {bname}", b, c, bufs64.get(bname))
         row["second"] = 0
         row["correct"] = "ok"
-    except AssertionError as exc:
-        row["correct"] = "WRONG"
-        row["error"] = _short(exc)
     except Exception as exc:  # noqa: BLE001
-        row["correct"] = "ERROR"
-        row["error"] = _short(exc)
-        row["traceback"] = traceback.format_exc()[-3000:]
+        _judge_failure(row, exc)
     return row
 
 
@@ -544,13 +549,8 @@ def run_model(name: str) -> dict:
             assert_same(compiled(*args, **kwargs), expected, **model_tolerance(expected))
             row["second"] = len(records) - first
             row["correct"] = "ok"
-        except AssertionError as exc:
-            row["correct"] = "WRONG"
-            row["error"] = _short(exc)
         except Exception as exc:  # noqa: BLE001
-            row["correct"] = "ERROR"
-            row["error"] = _short(exc)
-            row["traceback"] = traceback.format_exc()[-3000:]
+            _judge_failure(row, exc)
     return row
 
 

@@ -218,6 +218,24 @@ def compiled_on_cuda(fn, *args, atol=None, rtol=None):
     return compiled, counters()["kernels"] - before
 
 
+def one_graph_kernels(fn, *args):
+    """`fn` compiled from fresh caches and called once: its result and the kernels it compiled;
+    asserts the call made no graph break."""
+    torchlite.reset()
+    torchlite.reset_counters()
+    out = torchlite.compile(fn)(*args)
+    assert torchlite.counters()["graph_breaks"] == 0
+    return out, torchlite.counters()["kernels"]
+
+
+def close_for_dtype(out, expected):
+    """assert_close at bfloat16's tolerance (2e-2) for bfloat16 results, else torch's default."""
+    if expected.dtype == torch.bfloat16:
+        torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
+    else:
+        torch.testing.assert_close(out, expected)
+
+
 def assert_counters_delta(before: dict, after: dict, **expected):
     """Asserts after[k] - before[k] for each keyword: an int is exact, `at_least(n)` a bound."""
     for key, want in expected.items():

@@ -5,6 +5,8 @@ counts show what fused."""
 
 import pytest
 import torch
+from helpers import close_for_dtype as close
+from helpers import one_graph_kernels as run
 
 import torchlite
 from torchlite import _C
@@ -21,21 +23,6 @@ def rotate_half(x):
 
 def rope(q, cos, sin):
     return q * cos + rotate_half(q) * sin
-
-
-def run(fn, *args):
-    torchlite.reset()
-    torchlite.reset_counters()
-    out = torchlite.compile(fn)(*args)
-    assert torchlite.counters()["graph_breaks"] == 0
-    return out, torchlite.counters()["kernels"]
-
-
-def close(out, expected):
-    if expected.dtype == torch.bfloat16:
-        torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
-    else:
-        torch.testing.assert_close(out, expected)
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 5, 8), (3, 7, 6), (1, 2, 3, 10)])

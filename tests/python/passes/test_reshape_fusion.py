@@ -6,6 +6,8 @@ and bfloat16, and the kernel counts show what fused."""
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import close_for_dtype as close
+from helpers import one_graph_kernels as run
 
 import torchlite
 from torchlite import _C
@@ -13,21 +15,6 @@ from torchlite import _C
 pytestmark = pytest.mark.skipif(
     not _C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op"
 )
-
-
-def run(fn, *args):
-    torchlite.reset()
-    torchlite.reset_counters()
-    out = torchlite.compile(fn)(*args)
-    assert torchlite.counters()["graph_breaks"] == 0
-    return out, torchlite.counters()["kernels"]
-
-
-def close(out, expected):
-    if expected.dtype == torch.bfloat16:
-        torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
-    else:
-        torch.testing.assert_close(out, expected)
 
 
 def cast_then_log_softmax(x):
