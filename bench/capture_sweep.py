@@ -441,13 +441,16 @@ def run_train(name: str, model, args, kwargs) -> dict:
             torch.testing.assert_close(got, want, atol=1e-2 * max(scale, 1e-6), rtol=1e-2)
             return
         t = want64.detach()
+        if not (torch.isfinite(want).all() and torch.isfinite(t).all()):
+            # NaN/inf in eager or in float64 (canine): the same places and close values
+            torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2, equal_nan=True)
+            return
         mine, eager = _error(got.detach(), t, floor), _error(want.detach(), t, floor)
         bound = max(8 * eager + 1e-5, 0.5) if grad else 8 * eager + 1e-5
         assert mine <= bound, (
             f"{what}: {mine:.2e} of its largest entry from float64, eager float32 {eager:.2e}"
         )
         if grad:
-            t = want64.detach()
             total["mine"] += float((got.detach().double() - t).square().sum())
             total["eager"] += float((want.detach().double() - t).square().sum())
             total["truth"] += float(t.square().sum())
@@ -496,7 +499,8 @@ def run_train(name: str, model, args, kwargs) -> dict:
             total.update(mine=0.0, eager=0.0, truth=0.0)
             bufs64 = dict(truth.named_buffers()) if truth is not None else {}
             for (bname, b), (_, c) in zip(model.named_buffers(), ref.named_buffers(), strict=True):
-                check(f"step{step} buffer {bname}", b, c, bufs64.get(bname))
+                # NOTE: a running mean that is 0 but for rounding (hgnet_v2) against 1e-3
+                check(f"step{step} buffer {bname}", b, c, bufs64.get(bname), floor=1e-3)
         row["second"] = 0
         row["correct"] = "ok"
     except Exception as exc:  # noqa: BLE001
