@@ -240,8 +240,15 @@ _UPDATES: dict[type, tuple[Callable[[dict], list[str]], Callable]] = {
 }
 
 
-def _layout(t: torch.Tensor) -> tuple:
-    return (t.shape, t.stride(), t.dtype, t.device)
+def _tensor_layouts(tensors: dict[str, list]) -> tuple[bytes, str, bool]:
+    """(layout key, sharing, supported) of a step's tensors; the gradients are only read.
+    sharing: "" none overlap, "written" only written tensors overlap each other (parameters that
+    are views of one buffer: compiled without in-place stores, PassContext::inputs_unaliased
+    off), "read_written" a gradient overlaps a tensor the step writes (torch's step reads it
+    part-way through its in-place updates: run as torch's step)."""
+    flat = [t for ts in tensors.values() for t in ts]
+    n = len(tensors["param"])
+    return _C.tensor_list_layout(flat, n, 2 * n)
 
 
 class CompiledOptimizerStep:
@@ -288,13 +295,16 @@ class CompiledOptimizerStep:
             work = [w for group in opt.param_groups for w in self._prepare_group(opt, group)]
             # NOTE: every step, not once per layout set: a gradient re-bound between steps (to
             # another parameter's tensor, a view of a state buffer) changes which inputs share
-            # memory without changing a layout.
-            sharing = [_storage_sharing(w[2], w[3]) for w in work]
-            if "read_written" in sharing:
-                why = "a gradient shares memory with a parameter or optimizer state"
-                return self._eager_step(why, None, loss)
-            for w, shared in zip(work, sharing):
-                self._step_tensors(opt, *w, unaliased=shared == "")
+            # memory without changing a layout. One pass in C++ (guards/tensor_list_layout.h).
+            layouts = [_tensor_layouts(w[2]) for w in work]
+            for _, sharing, supported in layouts:
+                if not supported:
+                    return self._eager_step("sparse, complex or non-strided tensors", None, loss)
+                if sharing == "read_written":
+                    why = "a gradient shares memory with a parameter or optimizer state"
+                    return self._eager_step(why, None, loss)
+            for w, (layout_key, sharing, _) in zip(work, layouts):
+                self._step_tensors(opt, *w, layout_key=layout_key, unaliased=sharing == "")
         return loss
 
     def _eager_step(self, why: str, closure: Callable | None, loss: Any = None) -> Any:
@@ -319,20 +329,13 @@ class CompiledOptimizerStep:
             for flag in ("fused", "differentiable", "capturable"):
                 if group.get(flag):
                     return f"a param group has {flag}=True"
-            for p in group["params"]:
-                g = p.grad
-                if g is None:
-                    continue
-                if (
-                    g.is_sparse
-                    or p.is_complex()
-                    or g.layout != torch.strided
-                    or p.layout != torch.strided
-                ):
-                    return "sparse, complex or non-strided tensors"
-                sgd_momentum = type(opt) is torch.optim.SGD and group["momentum"] != 0
-                if sgd_momentum and opt.state.get(p, {}).get("momentum_buffer") is None:
-                    return "SGD's first step creates the momentum buffers"
+            # NOTE: sparse, complex and non-strided tensors are found with the layouts
+            # (_tensor_layouts), after torch's lazy state init.
+            if type(opt) is torch.optim.SGD and group["momentum"] != 0:
+                for p in group["params"]:
+                    state = opt.state.get(p)
+                    if p.grad is not None and (not state or state.get("momentum_buffer") is None):
+                        return "SGD's first step creates the momentum buffers"
         return ""
 
     def _prepare_group(self, opt, group: dict) -> list[tuple]:
@@ -344,8 +347,12 @@ class CompiledOptimizerStep:
         if not params:
             return []
         if type(opt) is not torch.optim.SGD:
-            # NOTE: torch's own lazy state init (zeros and a float32 step count).
-            opt._init_group(group, [], [], [], [], [], [])
+            # NOTE: torch's own lazy state init (zeros and a float32 step count) and its checks
+            # of the group; once every parameter has its state, only the tensor-lr check can
+            # still fail (sparse gradients are found with the layouts), and the walk over every
+            # parameter in Python cost more than the step's kernels.
+            if torch.is_tensor(group["lr"]) or not all(map(opt.state.get, params)):
+                opt._init_group(group, [], [], [], [], [], [])
             if "decoupled_weight_decay" not in group:  # torch before AdamW became Adam's flag
                 group = {**group, "decoupled_weight_decay": type(opt) is torch.optim.AdamW}
         by_device: dict[torch.device, list] = {}
@@ -360,7 +367,9 @@ class CompiledOptimizerStep:
             work.append((group, device, tensors, state_names))
         return work
 
-    def _step_tensors(self, opt, group, device, tensors, state_names, unaliased: bool) -> None:
+    def _step_tensors(
+        self, opt, group, device, tensors, state_names, layout_key: bytes, unaliased: bool
+    ) -> None:
         update = _UPDATES[type(opt)][1]
         params = tensors["param"]
         step_t, steps = [], []
@@ -375,7 +384,7 @@ class CompiledOptimizerStep:
             tuple(state_names),
             tuple(step_keys),
             _structure(group),
-            tuple(map(_layout, flat)),
+            layout_key,
             unaliased,
         )
         compiled = self.cache.get(key)
@@ -460,27 +469,3 @@ def _fill_scalars(values: _Scalars, group: dict, order: list[str]) -> None:
         else:
             out.append(float(known[name]()))
     values.values = out
-
-
-def _storage_sharing(tensors: dict, written: list[str]) -> str:
-    """Which inputs of a step share a storage: "" none; "written" only tensors the step writes
-    (parameters that are views of one buffer: compiled without in-place stores,
-    PassContext::inputs_unaliased off); "read_written" a tensor it only reads (a gradient) with
-    one it writes (torch's step reads such a gradient part-way through its in-place updates:
-    run as torch's step)."""
-    seen: dict[int, bool] = {}  # storage -> written
-    out = ""
-    for name, ts in tensors.items():
-        writes = name == "param" or name in written
-        for t in ts:
-            ptr = t.untyped_storage().data_ptr()
-            if ptr == 0:  # NOTE: empty storages all sit at address 0 and hold nothing
-                continue
-            prev = seen.get(ptr)
-            if prev is None:
-                seen[ptr] = writes
-            elif prev != writes:
-                return "read_written"
-            elif writes:
-                out = "written"
-    return out

@@ -11,6 +11,7 @@
 #include "core/errors.h"
 #include "core/python_helpers.h"
 #include "core/secure_fs.h"
+#include "guards/tensor_list_layout.h"
 #include "passes/partition_joint.h"
 #include "pipeline/compile_graph.h"
 #include "python/bindings.h"
@@ -241,6 +242,16 @@ void bind_training(py::module_& m) {
       .def_property_readonly("replayed", &CompiledHalf::replayed)
       .def("keep_valid", &CompiledHalf::keep_valid, py::arg("holder"))
       .def("set_relayout", &CompiledHalf::set_relayout, py::arg("relayout"));
+  m.def(
+      "tensor_list_layout",
+      [](py::list tensors, Py_ssize_t read_begin, Py_ssize_t read_end) {
+        guards::TensorListLayout l =
+            guards::read_tensor_list_layout(tensors.ptr(), read_begin, read_end);
+        return py::make_tuple(py::bytes(l.key), l.sharing, l.supported);
+      },
+      py::arg("tensors"), py::arg("read_begin"), py::arg("read_end"),
+      "(layout key bytes, sharing, supported) of a list of tensors; those in [read_begin, "
+      "read_end) are only read (guards/tensor_list_layout.h).");
   m.def(
       "partition_joint",
       [](const GraphHandle& joint, size_t num_primals, size_t num_forward_outputs, bool recompute) {
