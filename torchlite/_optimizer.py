@@ -339,42 +339,45 @@ class CompiledOptimizerStep:
         return ""
 
     def _prepare_group(self, opt, group: dict) -> list[tuple]:
-        """(group, device, tensors by role, state names) per device of the group's parameters
-        that have gradients, their state made by torch's own lazy init."""
+        """(group, device, tensors by role, state names, step counts) per device of the group's
+        parameters that have gradients, their state made by torch's own lazy init."""
         names, _ = _UPDATES[type(opt)]
         state_names = names(group)
         params = [p for p in group["params"] if p.grad is not None]
         if not params:
             return []
+        # NOTE: one state lookup per parameter: Tensor.__hash__ is a Python function.
+        states = list(map(opt.state.get, params))
         if type(opt) is not torch.optim.SGD:
             # NOTE: torch's own lazy state init (zeros and a float32 step count) and its checks
             # of the group; once every parameter has its state, only the tensor-lr check can
             # still fail (sparse gradients are found with the layouts), and the walk over every
             # parameter in Python cost more than the step's kernels.
-            if torch.is_tensor(group["lr"]) or not all(map(opt.state.get, params)):
+            if torch.is_tensor(group["lr"]) or not all(states):
                 opt._init_group(group, [], [], [], [], [], [])
+                states = [opt.state[p] for p in params]
             if "decoupled_weight_decay" not in group:  # torch before AdamW became Adam's flag
                 group = {**group, "decoupled_weight_decay": type(opt) is torch.optim.AdamW}
         by_device: dict[torch.device, list] = {}
-        for p in params:
-            by_device.setdefault(p.device, []).append(p)
+        for p, st in zip(params, states):
+            by_device.setdefault(p.device, []).append((p, st))
         work = []
-        for device, ps in by_device.items():
-            states = [opt.state[p] for p in ps]
+        for device, pairs in by_device.items():
+            ps = [p for p, _ in pairs]
             tensors = {"param": ps, "grad": [p.grad for p in ps]}
             for name in state_names:
-                tensors[name] = [st[name] for st in states]
-            work.append((group, device, tensors, state_names))
+                tensors[name] = [st[name] for _, st in pairs]
+            step_t = [st["step"] for _, st in pairs] if "exp_avg" in state_names else []
+            work.append((group, device, tensors, state_names, step_t))
         return work
 
     def _step_tensors(
-        self, opt, group, device, tensors, state_names, layout_key: bytes, unaliased: bool
+        self, opt, group, device, tensors, state_names, step_t, layout_key: bytes, unaliased: bool
     ) -> None:
         update = _UPDATES[type(opt)][1]
         params = tensors["param"]
-        step_t, steps = [], []
-        if "exp_avg" in state_names:
-            step_t = [opt.state[p]["step"] for p in params]
+        steps = []
+        if step_t:
             # this step's count (stored once it runs); NOTE: one stack, not an item() per tensor
             steps = [v + 1 for v in torch.stack(step_t).tolist()]
         values = _Scalars(None)
@@ -389,8 +392,8 @@ class CompiledOptimizerStep:
         )
         compiled = self.cache.get(key)
         if compiled is None:
-            # NOTE: parameters that are views of one storage (legal for torch.optim) still get
-            # kernels, with the copies back run as torch's copy_.
+            # NOTE: parameters that overlap in memory (views of one buffer, legal for
+            # torch.optim) still get kernels, with the copies back run as torch's copy_.
             compiled, order = self._compile(group, tensors, update, step_keys, device, unaliased)
             self.cache[key] = compiled = (compiled, order)
         compiled, order = compiled
