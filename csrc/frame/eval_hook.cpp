@@ -19,6 +19,7 @@
 
 #include "core/counters.h"
 #include "core/errors.h"
+#include "core/gc_pause.h"
 #include "core/log.h"
 #include "frame/c_stack.h"
 #include "frame/code_cache.h"
@@ -277,9 +278,13 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
                                   std::to_string(fi.code->co_firstlineno) + ": " + reason);
     }
   }
-  auto e = std::make_shared<CacheEntry>(
-      g_stub_compiler ? stub_compile(fi, config)
-                      : compile_frame(fi.code, fi.func, view, config, st.fresh_objects));
+  std::shared_ptr<CacheEntry> e;
+  {
+    GcPause no_gc;  // NOTE: capture and compile make thousands of objects (core/gc_pause.h)
+    e = std::make_shared<CacheEntry>(
+        g_stub_compiler ? stub_compile(fi, config)
+                        : compile_frame(fi.code, fi.func, view, config, st.fresh_objects));
+  }
   if (!e->config) e->config = config;
   watch_guarded_objects(fi.code, *e, view);
   insert_entry(st, e);

@@ -8,6 +8,7 @@
 #include "capture/torch_api.h"
 #include "core/counters.h"
 #include "core/errors.h"
+#include "core/gc_pause.h"
 #include "core/log.h"
 #include "passes/graph_rewrite.h"
 #include "pipeline/compile_graph.h"
@@ -549,6 +550,7 @@ std::string SizeInstances::failed_relation(const std::vector<int64_t>& symbols,
 }
 
 SizeInstances::Instance SizeInstances::instantiate(PyObject* const* inputs, size_t n) {
+  GcPause no_gc;  // NOTE: the replay's meta tensors would start collections (core/gc_pause.h)
   std::shared_ptr<ir::Graph> g = clone_graph(*captured_);
   std::vector<ir::Node*> ph = g->placeholders();
   TL_CHECK(ph.size() == n) << "a size-generic graph got " << n << " inputs for " << ph.size()

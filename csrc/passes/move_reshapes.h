@@ -20,8 +20,9 @@ namespace tl::passes {
 
 // Rewrites as above until nothing changes; returns the number of rewrites.
 // NOTE: the new reshapes take the sizes of this graph (size arguments computed
-// from sizes are their values here): a graph whose kernels take their sizes at
-// run time must not run it.
+// from sizes are their values here). A graph whose kernels take their sizes at
+// run time is still compiled for one layout of its inputs (frame/size_generic.h:
+// each new layout compiles its own graph), so it may run it too.
 int move_reshapes(ir::Graph& g);
 
 }  // namespace tl::passes

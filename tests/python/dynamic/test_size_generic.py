@@ -265,3 +265,37 @@ def test_the_size_readers_harness_shares_an_entry_when_no_size_is_read():
 
     frames, instances = _count(fn, lambda n: (torch.randn(n, 3),), [4, 9, 6], dynamic=True)
     assert (frames, instances) == (1, 2)
+
+
+def _reshaped_logits(x):
+    # NOTE: a pointwise producer before a reshape that merges axes, then a row reduction:
+    # move_reshapes lets them fuse (passes/move_reshapes.h).
+    return torch.log_softmax((x * 2 + 1).view(-1, x.shape[-1]), dim=-1)
+
+
+def test_a_new_sizes_graph_fuses_as_a_static_compile_does():
+    """A size-generic entry's graph for a new size is compiled for that layout only, so it gets
+    the passes a static compile runs (move_reshapes): the same kernels a call."""
+
+    def launches(compiled, x):
+        with torch.no_grad():
+            compiled(x)
+            before = torchlite.counters()["kernel_launches"]
+            out = compiled(x)
+        torch.testing.assert_close(out, _reshaped_logits(x), atol=1e-5, rtol=1e-5)
+        return torchlite.counters()["kernel_launches"] - before
+
+    x = torch.randn(2, 11, 24)
+    torchlite.reset()
+    static = launches(torchlite.compile(_reshaped_logits, dynamic=False), x)
+    torchlite.reset()
+    compiled = torchlite.compile(_reshaped_logits)
+    with torch.no_grad():
+        for t in (5, 7):
+            compiled(torch.randn(2, t, 24))
+    before = torchlite.counters()
+    generic = launches(compiled, x)
+    after = torchlite.counters()
+    assert after["frames"] == before["frames"]  # served without a capture
+    assert after["size_instances"] == before["size_instances"] + 1
+    assert generic == static
