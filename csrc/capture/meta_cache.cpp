@@ -263,7 +263,11 @@ bool describe(PyObject* out, const std::vector<PyObject*>& args, Entry& e, OutSp
       return true;
     }
   }
-  spec.sizes = attr(out, "shape");
+  // NOTE: a plain tuple, not the torch.Size: tuples of ints are untracked by the cyclic
+  // collector, torch.Size (a subclass) is not, and the cache keeps one per op signature and
+  // size (every new sequence length adds its own entries).
+  spec.sizes = PyRef::steal(PySequence_Tuple(attr(out, "shape").get()));
+  if (!spec.sizes) throw PythonError();
   spec.strides = call0(out, "stride");
   spec.dtype = attr(out, "dtype");
   PyRef offset = call0(out, "storage_offset");

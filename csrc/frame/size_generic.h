@@ -53,6 +53,10 @@ std::vector<std::pair<size_t, int>> symbol_positions(const capture::CaptureResul
 // A deep copy of `g` (nodes, arguments, metadata, examples).
 std::shared_ptr<ir::Graph> clone_graph(const ir::Graph& g);
 
+// Drops the trace-time (meta) values of g's nodes: what a compiled graph that is kept needs
+// no more (the passes and the replay read them; the runtime reads TensorMeta and arguments).
+void drop_examples(ir::Graph& g);
+
 // The compiled graphs of one size-generic capture, one per layout of its inputs.
 class SizeInstances {
  public:
