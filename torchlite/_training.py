@@ -150,6 +150,35 @@ def _decompositions() -> dict:
     return table
 
 
+def _nll_loss_of_log_softmax(
+    log_softmax_input: dict, log_probs, target, weight, reduction, ignore_index
+):
+    """aten.nll_loss_forward of a log_softmax's (N, C) result over classes, as the row's
+    logsumexp minus its target's value (mean or sum, no class weights), else None.
+
+    NOTE: nll_loss_forward is an extern op: it read the whole log_softmax result, so the forward
+    made it in memory, float32 for half-precision logits (GPT-2 8x512's 4096x50257: 823 MB
+    beside everything saved for backward, the forward's peak, where torch.compile makes none).
+    logsumexp and the where-sum picking the target are reductions that read the logits
+    themselves and fuse their cast; the log_softmax is then read only by backward, which
+    recomputes it from the saved logits (passes/partition_joint.h)."""
+    source = log_softmax_input.get(id(log_probs))
+    if source is None or weight is not None or reduction not in (1, 2):  # NOTE: 1 mean, 2 sum
+        return None
+    x, dim = source
+    if x.dim() != 2 or target.dim() != 1 or dim not in (1, -1):
+        return None
+    index = target.unsqueeze(1)
+    valid = index != ignore_index
+    index = torch.where(valid, index, -1)  # NOTE: -1 matches no class
+    classes = torch.arange(x.shape[1], device=x.device)
+    picked = torch.where(classes == index, x, 0).sum(1)
+    losses = torch.where(valid.squeeze(1), torch.logsumexp(x, [1]) - picked, 0)
+    total = valid.sum().to(x.dtype)
+    out = losses.sum()
+    return (out / total if reduction == 1 else out), total
+
+
 def _method(name: str):
     return ("method", name)
 
@@ -190,6 +219,7 @@ _SAME_ARGS = {
             "amax",
         )
     },
+    **{getattr(aten, n).default: getattr(torch, n) for n in ("logsumexp",)},
     **{getattr(aten, n).Scalar: getattr(torch, n) for n in ("eq", "ne", "lt", "le", "gt", "ge")},
     **{getattr(aten, n).Tensor: getattr(torch, n) for n in ("eq", "ne", "lt", "le", "gt", "ge")},
     aten.pow.Tensor_Scalar: torch.pow,
@@ -396,6 +426,7 @@ class _Recorder(TorchDispatchMode):
         self.mutated: set[int] = set()  # indices of primals mutated in place
         self.quiet: set[int] = set()  # of those, mutated where eager keeps the version counter
         self.quiet_depth = 0  # > 0 inside a decomposition of an op in _QUIET_MUTATIONS
+        self.log_softmax_input: dict[int, tuple] = {}  # id(log_softmax result) -> (input, dim)
 
     def bind(self, t: torch.Tensor, node: fx.Node, *, example: bool = True) -> None:
         self.env[id(t)] = node
@@ -441,6 +472,11 @@ class _Recorder(TorchDispatchMode):
             kwargs = {**kwargs, "device": torch.device("meta")}
         if func is aten.lift_fresh.default and args[0].device.type != "meta":
             return self.record_constant(args[0])
+        if func is aten.nll_loss_forward.default:
+            with self:
+                out = _nll_loss_of_log_softmax(self.log_softmax_input, *args, **kwargs)
+            if out is not None:
+                return out
         decomposition = self.decompositions.get(func)
         if decomposition is not None:
             quiet = func in _QUIET_MUTATIONS
@@ -464,6 +500,8 @@ class _Recorder(TorchDispatchMode):
             return self.record_mutation(func, args, kwargs, mutated)
         out = func(*args, **kwargs)
         self.record(func, args, kwargs, out)
+        if func is aten._log_softmax.default:
+            self.log_softmax_input[id(out)] = (args[0], args[1])
         return out
 
     def record_constant(self, t: torch.Tensor) -> torch.Tensor:
@@ -1031,6 +1069,14 @@ def make_training_function(
                     v = saved_values[k]
                     if not v.is_contiguous(memory_format=fmt):
                         saved_values[k] = v.contiguous(memory_format=fmt)
+            # NOTE: the saved values are handed over to the compiled backward, which frees each
+            # after its last reader, as eager's autograd frees them node by node (held to the
+            # end, all of them live beside every gradient: GPT-2 8x512's peak). ctx lets go of
+            # its references unless the graph is retained (retain_graph=True).
+            args = [*saved_values, *tangents]
+            del saved_values, tangents
+            ctx.maybe_clear_saved_tensors()
+            consume = getattr(run_backward, "consume", None)
             # NOTE: autograd runs backward with grad mode on only under create_graph=True.
             create_graph = is_grad_enabled()
             if create_graph:
@@ -1038,9 +1084,9 @@ def make_training_function(
             try:
                 if any_autocast():
                     with no_autocast():
-                        grads = run_backward(*saved_values, *tangents)
+                        grads = consume(args) if consume else run_backward(*args)
                 else:
-                    grads = run_backward(*saved_values, *tangents)
+                    grads = consume(args) if consume else run_backward(*args)
             finally:
                 if create_graph:
                     set_grad_enabled(True)

@@ -72,8 +72,9 @@ struct StepMemory {
   // where the input starts (a view never made, read through the value it views).
   std::vector<const Node*> inputs;
   std::vector<int64_t> input_byte_offsets;
-  // Values (never graph inputs or outputs) released after this step: its last reader, or the
-  // step itself for a value nothing reads.
+  // Values (never graph outputs) released after this step: its last reader, or the step
+  // itself for a value nothing reads. A graph input is released after its last reader (the
+  // runtime's reference: freed there when the caller handed its own over).
   std::vector<const Node*> release_after;
 };
 

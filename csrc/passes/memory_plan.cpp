@@ -122,8 +122,13 @@ class Planner {
     }
     // NOTE: only values some step makes: a kernel output allocated as a view is made under the
     // view's name, and its own name holds nothing to release.
+    // NOTE: a graph input is released too (the runtime's own reference to it): where the
+    // caller hands its inputs over (Executable::run_owned: a training backward's saved
+    // values), each is freed after its last reader, as eager's autograd frees a node's saved
+    // tensors after that node, instead of all living to the end of the backward.
     for (const auto& [node, step] : last_use_)
-      if (step < n_steps && made.count(node)) mem_[step].release_after.push_back(node);
+      if (step < n_steps && (made.count(node) || node->op == ir::OpKind::Placeholder))
+        mem_[step].release_after.push_back(node);
     for (int step = 0; step < n_steps; ++step)
       for (const ir::Node* n : produced[step])
         if (!last_use_.count(n)) mem_[step].release_after.push_back(n);

@@ -45,6 +45,28 @@ class CompiledHalf {
     return run_as_tuple(*executable_, inputs);
   }
 
+  // The same with the inputs handed over in `args` (a list, emptied here): each is released
+  // after its last reader. NOTE: a training backward's saved values, which eager's autograd
+  // frees node by node as backward walks back; held to the end of one compiled backward, all
+  // of them live beside every gradient it makes (GPT-2's peak memory).
+  py::tuple consume(py::list args) const {
+    std::vector<PyRef> inputs;
+    inputs.reserve(args.size());
+    for (py::handle v : args) inputs.push_back(PyRef::borrow(v.ptr()));
+    if (PyList_SetSlice(args.ptr(), 0, PyList_GET_SIZE(args.ptr()), nullptr) < 0)
+      throw PythonError();
+    if (!relayout_.empty()) {
+      std::vector<PyObject*> borrowed;
+      for (const PyRef& v : inputs) borrowed.push_back(v.get());
+      std::vector<PyRef> relaid;
+      relayout_inputs(borrowed, relaid);
+      for (size_t i = 0; i < inputs.size(); ++i)
+        if (borrowed[i] != inputs[i].get()) inputs[i] = PyRef::borrow(borrowed[i]);
+    }
+    return py::reinterpret_steal<py::tuple>(
+        runtime::outputs_as_tuple(executable_->run_owned(std::move(inputs))).release());
+  }
+
   // A backward: before each call, input `index` is made dense in `memory_format` (a
   // torch.memory_format) unless it already is. NOTE: the layout the backward was traced with;
   // a forward run op by op can hand back another (torchlite/_training.py, _saved_layouts).
@@ -236,6 +258,7 @@ PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std:
 void bind_training(py::module_& m) {
   py::class_<CompiledHalf>(m, "CompiledHalf")
       .def("__call__", &CompiledHalf::call)
+      .def("consume", &CompiledHalf::consume, py::arg("args"))
       .def_property_readonly("kernel_count", &CompiledHalf::kernel_count)
       .def_property_readonly("graph", &CompiledHalf::graph)
       .def_readonly("pool_saved", &CompiledHalf::pool_saved)

@@ -463,12 +463,29 @@ std::vector<PyRef> CompiledGraph::run(PyObject* const* inputs, size_t n_inputs) 
                            [this](PyObject* const* in, size_t n) { return run_steps(in, n); });
 }
 
+std::vector<PyRef> CompiledGraph::run_owned(std::vector<PyRef> inputs) {
+  if (cuda_graphs_) {
+    // NOTE: a recording copies or reads its inputs in place: nothing to release early.
+    std::vector<PyObject*> borrowed;
+    for (const PyRef& v : inputs) borrowed.push_back(v.get());
+    return run(borrowed.data(), borrowed.size());
+  }
+  TL_CHECK(inputs.size() == n_inputs_)
+      << "graph expects " << n_inputs_ << " inputs, got " << inputs.size();
+  inputs.resize(n_values_);
+  return run_values(inputs);
+}
+
 std::vector<PyRef> CompiledGraph::run_steps(PyObject* const* inputs, size_t n_inputs) {
   TL_CHECK(n_inputs == n_inputs_) << "graph expects " << n_inputs_ << " inputs, got " << n_inputs;
-  failed_node_ = nullptr;
-  failed_step_ = -1;
   std::vector<PyRef> values(n_values_);
   for (size_t i = 0; i < n_inputs; ++i) values[i] = PyRef::borrow(inputs[i]);
+  return run_values(values);
+}
+
+std::vector<PyRef> CompiledGraph::run_values(std::vector<PyRef>& values) {
+  failed_node_ = nullptr;
+  failed_step_ = -1;
   int grad_before = changes_grad_mode_ ? grad_enabled() : -1;
   RunState rs;
   for (auto& s : steps_) {

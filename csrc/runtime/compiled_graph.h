@@ -48,6 +48,10 @@ class CompiledGraph {
   // output node).
   // Under enable_cuda_graphs: warm-up, record or replay (runtime/cuda_graphs.h).
   std::vector<PyRef> run(PyObject* const* inputs, size_t n_inputs);
+  // `inputs` handed over (one per placeholder): each is released after its last reader (the
+  // memory plan's release_after), so a value the caller no longer holds is freed mid-run. Under
+  // CUDA graphs, run() on them.
+  std::vector<PyRef> run_owned(std::vector<PyRef> inputs);
   const ir::Node* failed_node() const { return failed_node_; }
   // True when the last failed run failed before any step with a visible effect ran (an in-place
   // write, a random draw: ir::visible_effect), in the order the steps actually run.
@@ -73,6 +77,8 @@ class CompiledGraph {
   struct Step;
   struct RunState;
   std::vector<PyRef> run_steps(PyObject* const* inputs, size_t n_inputs);
+  // `values`: the inputs, then empty slots for every other value (n_values_ in all).
+  std::vector<PyRef> run_values(std::vector<PyRef>& values);
   bool match_kernel_layout(const Step& s, PyRef& value);
   void apply_memory_plan(const SlotMap& slots);
   bool run_kernel(const Step& s, std::vector<PyRef>& values, RunState& rs);

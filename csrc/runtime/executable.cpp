@@ -42,6 +42,14 @@ std::vector<PyRef> Executable::run(PyObject* const* inputs, size_t n_inputs) {
   return outputs;
 }
 
+std::vector<PyRef> Executable::run_owned(std::vector<PyRef> inputs) {
+  if (compiled_) return compiled_->run_owned(std::move(inputs));
+  if (runner_) return runner_->run_owned(std::move(inputs));
+  std::vector<PyObject*> borrowed;
+  for (const PyRef& v : inputs) borrowed.push_back(v.get());
+  return run(borrowed.data(), borrowed.size());
+}
+
 const ir::Node* Executable::failed_node() const {
   if (compiled_) return compiled_->failed_node();
   return runner_ ? runner_->failed_node() : nullptr;

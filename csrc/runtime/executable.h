@@ -33,6 +33,10 @@ class Executable {
   // set (failed_node then names the node that raised, when known) or
   // tl::Error from the kernels.
   std::vector<PyRef> run(PyObject* const* inputs, size_t n_inputs);
+  // The same with the inputs handed over: kernels and op-by-op runs release each after its
+  // last reader, so what the caller no longer holds is freed mid-run (a training backward's
+  // saved values); a callable gets them all to the end.
+  std::vector<PyRef> run_owned(std::vector<PyRef> inputs);
   // The node that raised in the last failed run (for a kernel: its first
   // output node); null for a callable.
   const ir::Node* failed_node() const;

@@ -44,9 +44,20 @@ GraphRunner::~GraphRunner() = default;
 
 std::vector<PyRef> GraphRunner::run(PyObject* const* inputs, size_t n_inputs) {
   TL_CHECK(n_inputs == n_inputs_) << "graph expects " << n_inputs_ << " inputs, got " << n_inputs;
-  failed_node_ = nullptr;
   std::vector<PyRef> values(n_values_);
   for (size_t i = 0; i < n_inputs; ++i) values[i] = PyRef::borrow(inputs[i]);
+  return run_values(values);
+}
+
+std::vector<PyRef> GraphRunner::run_owned(std::vector<PyRef> inputs) {
+  TL_CHECK(inputs.size() == n_inputs_)
+      << "graph expects " << n_inputs_ << " inputs, got " << inputs.size();
+  inputs.resize(n_values_);
+  return run_values(inputs);
+}
+
+std::vector<PyRef> GraphRunner::run_values(std::vector<PyRef>& values) {
+  failed_node_ = nullptr;
   int grad_before = changes_grad_mode_ ? grad_enabled() : -1;
   failed_step_ = -1;
   for (auto& s : steps_) {

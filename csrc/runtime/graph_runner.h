@@ -24,6 +24,8 @@ class GraphRunner {
   // graph outputs (new references). Throws PythonError with the op's error
   // set, and `failed_node` names the node that raised.
   std::vector<PyRef> run(PyObject* const* inputs, size_t n_inputs);
+  // `inputs` handed over: each is released after its last reader (CompiledGraph::run_owned).
+  std::vector<PyRef> run_owned(std::vector<PyRef> inputs);
   const ir::Node* failed_node() const { return failed_node_; }
   // True when the last failed run failed before any node with a visible effect ran.
   bool failed_before_effects() const { return failed_step_ >= 0 && failed_step_ < first_effect_; }
@@ -31,6 +33,7 @@ class GraphRunner {
 
  private:
   struct Step;
+  std::vector<PyRef> run_values(std::vector<PyRef>& values);
   std::shared_ptr<const ir::Graph> graph_;
   std::vector<Step> steps_;
   GraphOutputs outputs_;

@@ -80,7 +80,13 @@ def test_every_intermediate_is_released_after_it_is_made_and_outputs_never(name)
     released = {}
     for i, m in enumerate(s["memory"]):
         for value in m["release_after"]:
-            assert value not in inputs and value not in outputs, value
+            assert value not in outputs, value
+            if value in inputs:
+                # NOTE: the runtime's reference, after its last reader: a caller that handed its
+                # inputs over (a training backward's saved values) frees them there.
+                assert value not in released, value
+                released[value] = i
+                continue
             assert made[value] <= i, (value, made[value], i)
             released.setdefault(value, i)
     assert set(made) - outputs <= set(released), set(made) - outputs - set(released)

@@ -94,3 +94,42 @@ def test_loss_from_labels_is_one_graph_without_a_bounds_check_on_cuda(name):
         seed_each_step=True,
     )
     assert compiled_backward_used(out)
+
+
+def _logits_loss(x, w, t, reduction, ignore_index):
+    logits = x @ w
+    return torch.nn.functional.cross_entropy(
+        logits.float().view(-1, logits.shape[-1]), t, reduction=reduction, ignore_index=ignore_index
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("shape", [(2, 3, 8, 13), (3, 5, 7, 40)])
+def test_cross_entropy_as_logsumexp_minus_the_target_logit_matches_eager(dtype, reduction, shape):
+    """The loss of a log_softmax is computed from the logits (logsumexp minus the target's
+    logit, torchlite/_training.py::_nll_loss_of_log_softmax), with ignored targets among them."""
+    b, s, k, c = shape
+    args = [torch.randn(b, s, k, dtype=dtype), torch.randn(k, c, dtype=dtype)]
+    t = torch.randint(0, c, (b * s,))
+    t[::3] = -100
+    leaves = [a.clone().requires_grad_() for a in args]
+    ref = [a.clone().requires_grad_() for a in args]
+    torchlite.reset()
+    out = torchlite.compile(_logits_loss)(*leaves, t, reduction, -100)
+    assert compiled_backward_used(out)
+    expected = _logits_loss(*ref, t, reduction, -100)
+    tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
+    torch.testing.assert_close(out, expected, **tol)
+    out.backward()
+    expected.backward()
+    for a, r in zip(leaves, ref, strict=True):
+        torch.testing.assert_close(a.grad, r.grad, **tol)
+
+
+def test_cross_entropy_with_every_target_ignored_is_nan_as_in_eager():
+    x, w = torch.randn(2, 3, 4), torch.randn(4, 5)
+    t = torch.full((6,), -100)
+    torchlite.reset()
+    out = torchlite.compile(_logits_loss)(x.requires_grad_(), w, t, "mean", -100)
+    assert torch.isnan(out) and torch.isnan(_logits_loss(x, w, t, "mean", -100))
