@@ -31,6 +31,23 @@ PyRef function_of(PyObject* code, const ir::FrameView& frame, const std::vector<
   return fn;
 }
 
+// A function running an inlined call's level `code` (borrowed): the function's globals and
+// closure.
+PyRef level_function(PyObject* code, const capture::ResumePlan::Level& level) {
+  PyRef fn = checked(PyFunction_New(code, level.globals.get()));
+  if (level.closure && PyFunction_SetClosure(fn.get(), level.closure.get()) < 0)
+    throw PythonError();
+  return fn;
+}
+
+PyObject* partial_type() {
+  static PyObject* partial = [] {
+    PyRef m = checked(PyImport_ImportModule("functools"));
+    return checked(PyObject_GetAttrString(m.get(), "partial")).release();  // NOTE: kept
+  }();
+  return partial;
+}
+
 void set_grad_mode(bool enabled) {
   checked(PyObject_CallOneArg(capture::torch_api().set_grad_enabled_fn.get(),
                               enabled ? Py_True : Py_False));
@@ -52,8 +69,10 @@ PyCodeObject* code_of(PyTracebackObject* tb) {
 // line of the break, then the resumed code's, at the line that raised. Like CPython hiding its
 // import machinery, the bridge's entry is dropped, so the traceback reads as eager's (same
 // functions, same lines). An exception raised by the breaking instruction itself keeps the
-// bridge's entry: that line is the one eager shows.
-void hide_bridge_entry(PyCodeObject* bridge) {
+// bridge's entry: that line is the one eager shows. A break inside inlined calls has a bridge
+// per level (ResumePlan::nested), each one's entry followed by the next level's: every bridge
+// entry followed by its own frame's resumed code is dropped.
+void hide_bridge_entry(PyCodeObject* bridge, bool nested) {
 #if PY_VERSION_HEX >= 0x030C0000
   PyRef exc = PyRef::steal(PyErr_GetRaisedException());
   if (!exc) return;
@@ -65,8 +84,23 @@ void hide_bridge_entry(PyCodeObject* bridge) {
 #endif
   auto* head = reinterpret_cast<PyTracebackObject*>(tb.get());
   if (head && PyTraceBack_Check(tb.get()) && head->tb_next && code_of(head) == bridge &&
+      !bytecode::is_bridge(code_of(head->tb_next)) &&
       bytecode::user_code_of(code_of(head->tb_next)) == bytecode::user_code_of(bridge))
     tb = PyRef::borrow(reinterpret_cast<PyObject*>(head->tb_next));
+  for (auto* at = reinterpret_cast<PyTracebackObject*>(tb.get()); nested && at && at->tb_next;) {
+    PyTracebackObject* next = at->tb_next;
+    PyCodeObject* code = code_of(next);
+    if (next->tb_next && bytecode::is_bridge(code) &&
+        !bytecode::is_bridge(code_of(next->tb_next)) &&
+        bytecode::user_code_of(code_of(next->tb_next)) == bytecode::user_code_of(code)) {
+      // NOTE: unlinked as traceback.tb_next's setter does (a new reference to what follows).
+      at->tb_next = reinterpret_cast<PyTracebackObject*>(
+          Py_NewRef(reinterpret_cast<PyObject*>(next->tb_next)));
+      Py_DECREF(reinterpret_cast<PyObject*>(next));
+      continue;
+    }
+    at = next;
+  }
 #if PY_VERSION_HEX >= 0x030C0000
   PyException_SetTraceback(exc.get(), tb ? tb.get() : Py_None);
   PyErr_SetRaisedException(exc.release());
@@ -87,7 +121,37 @@ ResumeFrame::ResumeFrame(std::shared_ptr<const ir::Graph> graph,
                     std::move(executable), std::move(func_name), std::move(filename)),
       plan_(std::move(plan)),
       codes_(codes),
-      config_(std::move(config)) {}
+      config_(std::move(config)) {
+  const auto& levels = plan_.nested;
+  for (size_t k = 0; k < levels.size(); ++k) {
+    auto* code = reinterpret_cast<PyCodeObject*>(levels[k].code.get());
+    level_codes_.push_back(k + 1 < levels.size()
+                               ? &bytecode::call_through_bridge(
+                                     code, levels[k].index, levels[k].stack, levels[k].local_slots)
+                               : &bytecode::bridge_for({code, levels[k].index, false,
+                                                        levels[k].stack, levels[k].local_slots}));
+  }
+}
+
+PyRef ResumeFrame::nested_call(const std::vector<PyRef>& outputs, const ir::FrameView& frame,
+                               const Made& made) {
+  PyRef inner;
+  for (size_t k = plan_.nested.size(); k-- > 0;) {
+    const auto& level = plan_.nested[k];
+    PyRef args = checked(PyTuple_New(static_cast<Py_ssize_t>(
+        1 + level.locals.size() + level.stack_values.size() + (inner ? 1 : 0))));
+    Py_ssize_t i = 0;
+    PyTuple_SET_ITEM(args.get(), i++,
+                     level_function(level_codes_[k]->bridge.get(), level).release());
+    for (const auto& v : level.locals)
+      PyTuple_SET_ITEM(args.get(), i++, value(v, outputs, frame, made).release());
+    for (const auto& v : level.stack_values)
+      PyTuple_SET_ITEM(args.get(), i++, value(v, outputs, frame, made).release());
+    if (inner) PyTuple_SET_ITEM(args.get(), i++, inner.release());
+    inner = checked(PyObject_Call(partial_type(), args.get(), nullptr));
+  }
+  return inner;
+}
 
 PyRef ResumeFrame::value(const capture::ResumeValue& v, const std::vector<PyRef>& outputs,
                          const ir::FrameView& frame, const Made& made) {
@@ -138,6 +202,7 @@ PyObject* ResumeFrame::run(const ir::FrameView& frame, Served* served) {
     for (const auto& v : plan_.locals) args.push_back(value(v, outputs, frame, made));
     std::vector<PendingIterator> iterators;
     push_stack(args, outputs, frame, made, iterators);
+    if (!plan_.nested.empty()) args.push_back(nested_call(outputs, frame, made));
     replay_side_effects(outputs, frame, made);
     for (PendingIterator& p : iterators) {
       size_t next = 0;
@@ -153,7 +218,9 @@ PyObject* ResumeFrame::run(const ir::FrameView& frame, Served* served) {
     ActiveConfigScope scope(&config_);
     PyObject* result = PyObject_Vectorcall(
         bridge.get(), reinterpret_cast<PyObject* const*>(args.data()), args.size(), nullptr);
-    if (!result) hide_bridge_entry(reinterpret_cast<PyCodeObject*>(codes_.bridge.get()));
+    if (!result)
+      hide_bridge_entry(reinterpret_cast<PyCodeObject*>(codes_.bridge.get()),
+                        !plan_.nested.empty());
     return result;
   } catch (const RunEagerly&) {
     return nullptr;
