@@ -678,6 +678,7 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
     ctx.graph().lint();
     guard_storage_aliasing(ctx);
   } catch (const GraphBreak& b) {
+    out.resume.reset();  // NOTE: a break while the plan was made (a level CPython cannot resume)
     out.graph_break = BreakInfo{b.kind(), b.reason(), ctx.filename, ctx.lineno, b.hint()};
     top_index = b.top_index;
     if (levels) *levels = b.levels;

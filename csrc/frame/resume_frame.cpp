@@ -69,10 +69,10 @@ PyCodeObject* code_of(PyTracebackObject* tb) {
 // line of the break, then the resumed code's, at the line that raised. Like CPython hiding its
 // import machinery, the bridge's entry is dropped, so the traceback reads as eager's (same
 // functions, same lines). An exception raised by the breaking instruction itself keeps the
-// bridge's entry: that line is the one eager shows. A break inside inlined calls has a bridge
-// per level (ResumePlan::nested), each one's entry followed by the next level's: every bridge
-// entry followed by its own frame's resumed code is dropped.
-void hide_bridge_entry(PyCodeObject* bridge, bool nested) {
+// bridge's entry: that line is the one eager shows. `chain`: the bridge, then (a break inside
+// inlined calls, ResumePlan::nested) each level's, whose entry stays where the next level's
+// follows it (the level's call line, as eager shows its frame).
+void hide_bridge_entry(const std::vector<PyCodeObject*>& chain) {
 #if PY_VERSION_HEX >= 0x030C0000
   PyRef exc = PyRef::steal(PyErr_GetRaisedException());
   if (!exc) return;
@@ -82,24 +82,34 @@ void hide_bridge_entry(PyCodeObject* bridge, bool nested) {
   PyErr_Fetch(&type, &value, &raw_tb);
   PyRef tb = PyRef::steal(raw_tb);
 #endif
+  // True for the entry of chain[k] followed by its own frame's resumed code.
+  auto hidden = [&](PyTracebackObject* e, size_t k) {
+    if (!e || !e->tb_next || code_of(e) != chain[k]) return false;
+    PyCodeObject* next = code_of(e->tb_next);
+    if (k + 1 < chain.size() && next == chain[k + 1]) return false;
+    return bytecode::user_code_of(next) == bytecode::user_code_of(chain[k]);
+  };
   auto* head = reinterpret_cast<PyTracebackObject*>(tb.get());
-  if (head && PyTraceBack_Check(tb.get()) && head->tb_next && code_of(head) == bridge &&
-      !bytecode::is_bridge(code_of(head->tb_next)) &&
-      bytecode::user_code_of(code_of(head->tb_next)) == bytecode::user_code_of(bridge))
+  if (head && PyTraceBack_Check(tb.get()) && hidden(head, 0))
     tb = PyRef::borrow(reinterpret_cast<PyObject*>(head->tb_next));
-  for (auto* at = reinterpret_cast<PyTracebackObject*>(tb.get()); nested && at && at->tb_next;) {
+  // NOTE: the levels' entries follow one another (a partial in between adds none).
+  size_t k = 1;
+  for (auto* at = reinterpret_cast<PyTracebackObject*>(tb.get()); at && k < chain.size();) {
     PyTracebackObject* next = at->tb_next;
-    PyCodeObject* code = code_of(next);
-    if (next->tb_next && bytecode::is_bridge(code) &&
-        !bytecode::is_bridge(code_of(next->tb_next)) &&
-        bytecode::user_code_of(code_of(next->tb_next)) == bytecode::user_code_of(code)) {
+    if (!next) break;
+    if (code_of(next) != chain[k]) {
+      at = next;
+      continue;
+    }
+    if (hidden(next, k)) {
       // NOTE: unlinked as traceback.tb_next's setter does (a new reference to what follows).
       at->tb_next = reinterpret_cast<PyTracebackObject*>(
           Py_NewRef(reinterpret_cast<PyObject*>(next->tb_next)));
       Py_DECREF(reinterpret_cast<PyObject*>(next));
-      continue;
+    } else {
+      at = next;
     }
-    at = next;
+    ++k;
   }
 #if PY_VERSION_HEX >= 0x030C0000
   PyException_SetTraceback(exc.get(), tb ? tb.get() : Py_None);
@@ -122,6 +132,7 @@ ResumeFrame::ResumeFrame(std::shared_ptr<const ir::Graph> graph,
       plan_(std::move(plan)),
       codes_(codes),
       config_(std::move(config)) {
+  bridge_chain_.push_back(reinterpret_cast<PyCodeObject*>(codes_.bridge.get()));
   const auto& levels = plan_.nested;
   for (size_t k = 0; k < levels.size(); ++k) {
     auto* code = reinterpret_cast<PyCodeObject*>(levels[k].code.get());
@@ -130,6 +141,7 @@ ResumeFrame::ResumeFrame(std::shared_ptr<const ir::Graph> graph,
                                      code, levels[k].index, levels[k].stack, levels[k].local_slots)
                                : &bytecode::bridge_for({code, levels[k].index, false,
                                                         levels[k].stack, levels[k].local_slots}));
+    bridge_chain_.push_back(reinterpret_cast<PyCodeObject*>(level_codes_.back()->bridge.get()));
   }
 }
 
@@ -218,9 +230,7 @@ PyObject* ResumeFrame::run(const ir::FrameView& frame, Served* served) {
     ActiveConfigScope scope(&config_);
     PyObject* result = PyObject_Vectorcall(
         bridge.get(), reinterpret_cast<PyObject* const*>(args.data()), args.size(), nullptr);
-    if (!result)
-      hide_bridge_entry(reinterpret_cast<PyCodeObject*>(codes_.bridge.get()),
-                        !plan_.nested.empty());
+    if (!result) hide_bridge_entry(bridge_chain_);
     return result;
   } catch (const RunEagerly&) {
     return nullptr;

@@ -46,6 +46,7 @@ class ResumeFrame : public CapturedFrame {
   const bytecode::BridgeCode& codes_;
   // The bridges of the levels of plan_.nested (call-through ones, then the innermost's).
   std::vector<const bytecode::BridgeCode*> level_codes_;
+  std::vector<PyCodeObject*> bridge_chain_;  // codes_'s bridge, then level_codes_'s (borrowed)
   // The hook's config while CPython runs on: what the bridge calls is
   // captured under the same compile() call as this frame.
   std::shared_ptr<const CompileConfig> config_;
