@@ -14,6 +14,19 @@
 namespace tl::capture {
 namespace {
 
+// A CALL's CaptureContext::direct_call never outlives its dispatch (a call that inlined
+// nothing, a torch op, leaves it unmatched).
+class DirectCallScope {
+ public:
+  explicit DirectCallScope(CaptureContext& ctx) : ctx_(ctx) {}
+  ~DirectCallScope() { ctx_.direct_call = {}; }
+  DirectCallScope(const DirectCallScope&) = delete;
+  DirectCallScope& operator=(const DirectCallScope&) = delete;
+
+ private:
+  CaptureContext& ctx_;
+};
+
 constexpr int kMaxInlineDepth = 48;
 constexpr int64_t kMaxInstructions = 2'000'000;
 
@@ -1281,6 +1294,7 @@ void Tracer::do_call(int argc, PyObject* kw_names) {
     args.resize(first);
   }
   if (begin_item_assert(fn, args, kwargs)) return;
+  DirectCallScope direct(ctx_);
   expect_direct_call(fn);
   push(call(fn, std::move(args), std::move(kwargs)));
 }
@@ -1326,6 +1340,7 @@ void Tracer::do_call_ex(int flags) {
     }
   }
   std::vector<ValuePtr> positional = iterate(pos);
+  DirectCallScope direct(ctx_);
   expect_direct_call(fn);
   push(call(fn, std::move(positional), std::move(kwargs)));
 }

@@ -383,3 +383,21 @@ def test_the_innermost_frames_caller_is_the_users_frame_at_its_call_line():
         torch.testing.assert_close(got[0], want[0])
         assert got[1:3] == want[1:3]
         assert got[3] == want[3]
+
+
+def _prints_pair(a, b):
+    print("pair", a, b)
+
+
+def _passes_a_new_list(x):
+    y = x * 2
+    _prints_pair(3, [1, 2])  # the list is the callee's local and on its stack at the break
+    return y + 1
+
+
+def test_a_level_the_break_cannot_hand_on_breaks_at_the_call_instead(capsys):
+    # NOTE: a list the trace built, named twice at the innermost level (a local, and an argument
+    # on the stack), cannot be handed to CPython there; the caller then breaks at its call, as
+    # before, and still runs compiled on both sides of it (it ran eagerly whole at first).
+    check_resume(_passes_a_new_list, inputs(3), graphs=2, breaks=1)
+    assert "pair 3 [1, 2]" in capsys.readouterr().out
