@@ -847,19 +847,25 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
   std::vector<GraphBreak::Level> path;
   if (at.index >= 0 && !at.region && out.graph_break->kind != "optimizer_step")
     path = nested_path(levels, top_index);
+  std::optional<CaptureResult> nested;
   if (!path.empty()) {
-    CaptureResult nested;
-    trace(nested, code, frame, -1, false, structural_modules, false, &path);
-    if (nested.resume) {
-      nested.graph_break = out.graph_break;
-      nested.capture_ms = elapsed();
-      return nested;
-    }
+    nested.emplace();
+    trace(*nested, code, frame, -1, false, structural_modules, false, &path);
+    if (!nested->resume) nested.reset();
   }
   if (at.index >= 0) {
     CaptureResult again;
     trace(again, code, frame, at.index, at.region, structural_modules,
           out.graph_break->kind == "optimizer_step");
+    // NOTE: inlined code that writes Python state before the break (an LR scheduler's
+    // `self._step_count += 1`, a counter, a cache) tends to read it too: in the caller's graph
+    // that read is a guard on a value each call changes (a recapture per call), where the
+    // callee's own frame runs it as before. Such a break stays at the call.
+    if (nested && (!again.resume || nested->side_effects.size() <= again.side_effects.size())) {
+      nested->graph_break = out.graph_break;
+      nested->capture_ms = elapsed();
+      return std::move(*nested);
+    }
     if (again.resume) {
       again.graph_break = out.graph_break;
       again.capture_ms = elapsed();
