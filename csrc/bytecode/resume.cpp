@@ -516,18 +516,75 @@ std::unique_ptr<BridgeCode> make_bridge(const BreakSite& site) {
   return out;
 }
 
+std::unique_ptr<BridgeCode> make_call_through(PyCodeObject* code, int call_index,
+                                              const std::string& below,
+                                              const std::vector<int>& locals) {
+  if (below.find_first_not_of("NV") != std::string::npos)
+    throw CannotResume("a with-block or loop open below an inlined call");
+  Rewriter rw(code);
+  const Bytecode& bc = rw.bytecode();
+  if (call_index < 0 || call_index + 1 >= static_cast<int>(bc.insts.size()) ||
+      (bc.insts[call_index].opcode != CALL && bc.insts[call_index].opcode != CALL_FUNCTION_EX))
+    throw CannotResume("no call to go on after");
+  auto out = std::make_unique<BridgeCode>();
+  const int line = rw.line_near(call_index);
+  const std::string after = below + static_cast<char>(Slot::Value);
+  out->resumes.push_back(resume_code(code, call_index + 1, after, locals));
+  out->resume_lines.push_back(rw.line_near(call_index + 1));
+  std::vector<std::string> params = numbered(rw, "stack", count_values(below));
+  params.push_back(rw.fresh("inner"));
+  rw.renumber(locals, params, numbered(rw, "tmp", after.size()));
+  Assembly a;
+  // NOTE: no original instruction is needed: the call is the only thing run here, and it lies
+  // in no try or with block (nested_path), so no handler must cover it.
+  a.insts = rw.prologue(below, line, false, true);
+  auto add = [&](int op, int arg) { a.insts.push_back(Rewriter::make(op, arg, line)); };
+  const int inner = rw.slot(rw.fresh("inner"));
+  if (!kNullAboveCallable) add(PUSH_NULL, 0);
+  add(LOAD_FAST, inner);
+  add(DELETE_FAST, inner);  // NOTE: locals() of this frame shows the user's names only
+  if (kNullAboveCallable) add(PUSH_NULL, 0);
+#ifdef PRECALL
+  add(PRECALL, 0);
+#endif
+  add(CALL, 0);
+  std::vector<int> local_slots;
+  for (int s : locals) local_slots.push_back(rw.slot_of_original(s));
+  const int int_const = rw.consts_size();
+  std::vector<PyObject*> consts{reinterpret_cast<PyObject*>(&PyLong_Type), out->resumes[0].get()};
+  append_stub(a.insts, kFirstNewLabel, after, rw.make_function(int_const + 1, line), local_slots,
+              rw, int_const, line);
+  out->bridge = rw.assemble_with(
+      std::move(a), rw.qualname() + " (graph break at line " + std::to_string(line) + ")", consts);
+  return out;
+}
+
+const BridgeCode& registered(std::string key, std::unique_ptr<BridgeCode> made,
+                             PyCodeObject* code) {
+  Registry& reg = registry();
+  reg.bridge_codes.insert(reinterpret_cast<PyCodeObject*>(made->bridge.get()));
+  reg.made_from[reinterpret_cast<PyCodeObject*>(made->bridge.get())] = code;
+  reg.keep(code);
+  return *reg.bridges.emplace(std::move(key), std::move(made)).first->second;
+}
+
 }  // namespace
+
+const BridgeCode& call_through_bridge(PyCodeObject* code, int call_index, const std::string& below,
+                                      const std::vector<int>& locals) {
+  Registry& reg = registry();
+  std::string key = "call:" + key_of(code, call_index, below, locals, false);
+  auto it = reg.bridges.find(key);
+  if (it != reg.bridges.end()) return *it->second;
+  return registered(key, make_call_through(code, call_index, below, locals), code);
+}
 
 const BridgeCode& bridge_for(const BreakSite& site) {
   Registry& reg = registry();
   std::string key = key_of(site.code, site.index, site.stack, site.locals, site.region);
   auto it = reg.bridges.find(key);
   if (it != reg.bridges.end()) return *it->second;
-  std::unique_ptr<BridgeCode> made = make_bridge(site);
-  reg.bridge_codes.insert(reinterpret_cast<PyCodeObject*>(made->bridge.get()));
-  reg.made_from[reinterpret_cast<PyCodeObject*>(made->bridge.get())] = site.code;
-  reg.keep(site.code);
-  return *reg.bridges.emplace(key, std::move(made)).first->second;
+  return registered(key, make_bridge(site), site.code);
 }
 
 bool is_bridge(PyCodeObject* code) { return registry().bridge_codes.count(code) > 0; }

@@ -68,6 +68,15 @@ class CannotResume : public std::runtime_error {
 // PythonError. The reference stays valid for the life of the process.
 const BridgeCode& bridge_for(const BreakSite& site);
 
+// The bridge of a frame that stopped inside its call at `call_index` (a CALL or
+// CALL_FUNCTION_EX; a break inside the inlined callee) with `below` under the call's operands:
+// it takes the passed `locals`, the non-Null slots of `below`, then a callable that stands for
+// the call (the callee's own bridge, bound to its arguments). It calls that where the call was
+// (so the callee's frames have this frame as their caller, at the call's line), then goes on
+// after the call in a resume function with the result. Cached; throws CannotResume.
+const BridgeCode& call_through_bridge(PyCodeObject* code, int call_index, const std::string& below,
+                                      const std::vector<int>& locals);
+
 // True for a bridge code object (borrowed).
 bool is_bridge(PyCodeObject* code);
 // The user's code a generated code object (bridge, resume function, loop

@@ -1,5 +1,7 @@
 #include "capture/capture.h"
 
+#include <opcode.h>
+
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -418,10 +420,9 @@ ir::Residual iterator_at_break(ResidualBuilder& rb, const ValuePtr& it,
 }
 
 // The frame's cell variables where the trace stopped, in slot order.
-std::vector<ValuePtr> frame_cells(const Tracer& tracer, PyCodeObject* code) {
+std::vector<ValuePtr> frame_cells(const std::vector<ValuePtr>& locals, PyCodeObject* code) {
   std::vector<ValuePtr> out;
   const char* kinds = PyBytes_AS_STRING(code->co_localspluskinds);
-  const auto& locals = tracer.locals();
   for (int i = 0; i < code->co_nlocalsplus; ++i) {
     if (!(kinds[i] & kFastCell)) continue;
     const ValuePtr& c = i < static_cast<int>(locals.size()) ? locals[i] : nullptr;
@@ -437,10 +438,9 @@ std::vector<ValuePtr> frame_cells(const Tracer& tracer, PyCodeObject* code) {
 // The plain locals the resume function takes, ascending: the bound ones that are not cells. A
 // cell (an argument one included) goes on as a cell of the bridge's closure (frame_cells,
 // ResidualBuilder::add_frame_cells).
-std::vector<int> passed_locals(const Tracer& tracer, PyCodeObject* code) {
+std::vector<int> passed_locals(const std::vector<ValuePtr>& locals, PyCodeObject* code) {
   std::vector<int> out;
   const char* kinds = PyBytes_AS_STRING(code->co_localspluskinds);
-  const auto& locals = tracer.locals();
   for (int i = 0; i < code->co_nlocals && i < static_cast<int>(locals.size()); ++i) {
     if (!locals[i] || (kinds[i] & kFastCell)) continue;
     if (locals[i]->kind == VKind::Cell)
@@ -455,7 +455,8 @@ std::vector<int> passed_locals(const Tracer& tracer, PyCodeObject* code) {
 // specialised (a relation `expr == value`), so an entry serving other sizes (a size-generic
 // graph before the break) never hands the resume function this call's number at another size.
 // A lazy iterator may hold sizes where the walk cannot see: the entry then keeps exact sizes.
-void specialise_at_break(CaptureContext& ctx, const Tracer& tracer,
+void specialise_at_break(CaptureContext& ctx,
+                         const std::vector<const CaptureContext::Stopped*>& frames,
                          const std::vector<ValuePtr>& cells) {
   if (!ctx.any_sym) return;
   std::unordered_set<const Value*> seen;
@@ -473,15 +474,17 @@ void specialise_at_break(CaptureContext& ctx, const Tracer& tracer,
     for (const ValuePtr& x : {v->self, v->cell_contents, v->attrs, v->mapping, v->same_object})
       walk(x);
   };
-  for (const ValuePtr& v : tracer.stack()) walk(v);
-  for (const ValuePtr& v : tracer.locals()) walk(v);
+  for (const CaptureContext::Stopped* f : frames) {
+    for (const ValuePtr& v : f->stack) walk(v);
+    for (const ValuePtr& v : f->locals) walk(v);
+  }
   for (const ValuePtr& v : cells) walk(v);
 }
 
 // The state CPython needs at the instruction the tracer stopped at.
 // `route_step`: the break is at an optimizer's step (optimizer_step.h), which CPython calls as
 // torchlite's compiled step instead.
-ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& tracer,
+ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const CaptureContext::Stopped& at,
                        PyCodeObject* code, int index, bool region, bool route_step) {
   ResumePlan plan;
   plan.index = index;
@@ -492,15 +495,15 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const Tracer& t
   // iterates that very object (ResumeLocal), not a second copy of it.
   // NOTE: a position counts the locals passed (passed_locals), never a slot skipped there: an
   // argument that is a cell ahead of the list would shift every index after it.
-  const std::vector<int> passed = passed_locals(tracer, code);
-  const auto& locals = tracer.locals();
+  const std::vector<int> passed = passed_locals(at.locals, code);
+  const auto& locals = at.locals;
   std::unordered_map<const Value*, int> held_by_local;
   for (size_t position = 0; position < passed.size(); ++position) {
     const ValuePtr& v = locals[passed[position]];
     if (v->kind == VKind::List || v->kind == VKind::Dict)
       held_by_local.emplace(v.get(), static_cast<int>(position));
   }
-  for (const ValuePtr& v : tracer.stack()) {
+  for (const ValuePtr& v : at.stack) {
     if (!v) {
       plan.stack += static_cast<char>(bytecode::Slot::Null);
     } else if (v->kind == VKind::GradModeExit) {
@@ -569,12 +572,60 @@ void guard_storage_aliasing(CaptureContext& ctx) {
   if (written && sources.size() >= 2) ctx.guards().add_storage_aliasing(sources, tensors);
 }
 
+// The levels below the frame a nested trace stops in (`path`, outermost first, the frame's own
+// level first): each one's plan (ResumePlan::nested), checked to be one CPython can go on from.
+std::vector<ResumePlan::Level> nested_levels(CaptureContext& ctx, ResidualBuilder& rb,
+                                             const ResumePlan& top,
+                                             const std::vector<GraphBreak::Level>& path,
+                                             const std::vector<CaptureContext::Stopped>& frames) {
+  std::vector<ResumePlan::Level> out;
+  for (size_t d = 1; d < path.size(); ++d) {
+    auto* code = reinterpret_cast<PyCodeObject*>(path[d].code.get());
+    ResumePlan p = resume_plan(ctx, rb, frames[d], code, path[d].index, false, false);
+    for (char c : p.stack)
+      if (c == static_cast<char>(bytecode::Slot::ExitTrue) ||
+          c == static_cast<char>(bytecode::Slot::ExitFalse))
+        graph_break("unsupported_value", "a with-block open in an inlined call at a graph break");
+    ResumePlan::Level l;
+    l.code = path[d].code;
+    l.globals = path[d].globals;
+    l.closure = path[d].closure;
+    l.index = path[d].index;
+    l.stack = std::move(p.stack);
+    l.stack_values = std::move(p.stack_values);
+    l.local_slots = std::move(p.local_slots);
+    l.locals = std::move(p.locals);
+    out.push_back(std::move(l));
+  }
+  // NOTE: made (and cached) now, so a level CPython could not go on from is a break here, where
+  // the caller's frame can still break at its call instead.
+  try {
+    bytecode::call_through_bridge(reinterpret_cast<PyCodeObject*>(path[0].code.get()), top.index,
+                                  top.stack, top.local_slots);
+    for (size_t d = 0; d + 1 < out.size(); ++d)
+      bytecode::call_through_bridge(reinterpret_cast<PyCodeObject*>(out[d].code.get()),
+                                    out[d].index, out[d].stack, out[d].local_slots);
+    const ResumePlan::Level& last = out.back();
+    bytecode::bridge_for({reinterpret_cast<PyCodeObject*>(last.code.get()), last.index, false,
+                          last.stack, last.local_slots});
+  } catch (const bytecode::CannotResume& e) {
+    graph_break("unsupported_value", std::string("no resume inside the inlined call: ") + e.what());
+  }
+  return out;
+}
+
 // One trace of the frame into `out`. `stop_at` >= 0: stop before that
 // top-level instruction and record the plan for CPython to go on from there.
 // Returns the top-level instruction a graph break happened at, or -1.
+// `path`: stop inside inlined calls instead (nested_path); `levels`: the frames a break left.
 int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, int stop_at,
-          bool region, bool structural_modules, bool route_step = false) {
+          bool region, bool structural_modules, bool route_step = false,
+          const std::vector<GraphBreak::Level>* path = nullptr,
+          std::vector<GraphBreak::Level>* levels = nullptr) {
   CaptureContext ctx(frame);
+  if (path)
+    for (const auto& l : *path)
+      ctx.stop_path.push_back({reinterpret_cast<PyCodeObject*>(l.code.get()), l.index});
   // NOTE: `self` of an __init__ is a new object on every call.
   ctx.structural_modules = structural_modules || utf8(code->co_name) == "__init__";
   int top_index = -1;
@@ -586,6 +637,7 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
     entry_state(ctx, code, frame, locals, cells);
     Tracer tracer(ctx, code, frame.globals, frame.builtins, 0);
     tracer.stop_at(stop_at);
+    if (path) tracer.stop_on_path();
     ValuePtr ret = tracer.run(std::move(locals), std::move(cells));
     for (const auto& gen : ctx.generators)
       if (gen->suspended_in_handler_region())
@@ -594,12 +646,28 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
                     "cleanup when it is freed)");
     ResidualBuilder rb(ctx, tracer.stopped());
     if (tracer.stopped()) {
-      std::vector<ValuePtr> cells_at_break = frame_cells(tracer, code);
-      specialise_at_break(ctx, tracer, cells_at_break);
+      // Nested: each frame of the path as it stopped, the top-level one first.
+      std::vector<CaptureContext::Stopped> frames(ctx.stopped.rbegin(), ctx.stopped.rend());
+      if (!path) frames = {{tracer.stack(), tracer.locals()}};
+      TL_CHECK(frames.size() == (path ? path->size() : 1)) << "a nested stop missed a frame";
+      std::vector<const CaptureContext::Stopped*> all;
+      for (const auto& f : frames) all.push_back(&f);
+      std::vector<ValuePtr> cells_at_break = frame_cells(frames[0].locals, code);
+      specialise_at_break(ctx, all, cells_at_break);
       rb.add_frame_cells(cells_at_break);
       out.side_effects = side_effects(ctx, rb);
-      out.resume = resume_plan(ctx, rb, tracer, code, stop_at, region, route_step);
+      out.resume = resume_plan(ctx, rb, frames[0], code, path ? (*path)[0].index : stop_at, region,
+                               route_step);
       out.resume->frame_cells = static_cast<int>(cells_at_break.size());
+      if (path) {
+        for (char c : out.resume->stack)
+          if (c != static_cast<char>(bytecode::Slot::Value) &&
+              c != static_cast<char>(bytecode::Slot::Null))
+            graph_break("unsupported_value",
+                        "a with-block or loop open at an inlined call's break");
+        out.resume->grad_mode = ctx.stop_grad_mode;
+        out.resume->nested = nested_levels(ctx, rb, *out.resume, *path, frames);
+      }
     } else {
       out.result = rb.build(ret);
       out.side_effects = side_effects(ctx, rb);
@@ -610,8 +678,10 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
     ctx.graph().lint();
     guard_storage_aliasing(ctx);
   } catch (const GraphBreak& b) {
+    out.resume.reset();  // NOTE: a break while the plan was made (a level CPython cannot resume)
     out.graph_break = BreakInfo{b.kind(), b.reason(), ctx.filename, ctx.lineno, b.hint()};
     top_index = b.top_index;
+    if (levels) *levels = b.levels;
     if (PyErr_Occurred()) clear_expected_error();
   } catch (const PythonError&) {
     // An unexpected Python error while tracing: never wrong, so run eagerly. A fatal
@@ -636,6 +706,54 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
   out.sym_table = ctx.sym_table;
   out.sym_relations = ctx.sym_relations;
   return top_index;
+}
+
+bool is_call(const bytecode::Bytecode& bc, int index) {
+  if (index < 0 || index >= static_cast<int>(bc.insts.size())) return false;
+  const int op = bc.insts[index].opcode;
+  return op == CALL || op == CALL_FUNCTION_EX;
+}
+
+// `index` lies in no try, with or loop block of `bc` (a resume function entered there, or a
+// bridge running it, would have no handler or loop to go on in).
+bool outside_blocks(const bytecode::Bytecode& bc, int index, int* stop = nullptr) {
+  std::string why;
+  BreakPoint at = break_point(bc, index, why);
+  if (at.index < 0 || at.region) return false;
+  const int offset = bc.insts[index].offset;
+  for (const auto& e : bc.exception_table)
+    if (offset >= e.start && offset < e.end) return false;
+  if (stop) *stop = at.index;
+  return true;
+}
+
+// Where a nested trace stops (ResumePlan::nested): the frames a break left (`levels`, innermost
+// first, as GraphBreak::levels), outermost first, down to the deepest one CPython can go on in;
+// the innermost one's index is where its bridge starts. Empty when that is the top-level frame
+// (it breaks at its instruction as before).
+std::vector<GraphBreak::Level> nested_path(const std::vector<GraphBreak::Level>& levels,
+                                           int top_index) {
+  std::vector<GraphBreak::Level> path(levels.rbegin(), levels.rend());
+  if (path.size() < 2 || path[0].index != top_index) return {};
+  std::vector<bytecode::Bytecode> codes;
+  for (const auto& l : path)
+    codes.push_back(bytecode::decode(reinterpret_cast<PyCodeObject*>(l.code.get())));
+  if (!is_call(codes[0], path[0].index)) return {};
+  size_t deepest = 0;
+  int stop = -1;
+  for (size_t d = 1; d < path.size() && path[d].nestable; ++d) {
+    int at = -1;
+    if (outside_blocks(codes[d], path[d].index, &at)) {
+      deepest = d;
+      stop = at;
+    }
+    // NOTE: a level above the innermost one is inside its call, which must be the next frame.
+    if (!is_call(codes[d], path[d].index) || !outside_blocks(codes[d], path[d].index)) break;
+  }
+  if (deepest == 0) return {};
+  path.resize(deepest + 1);
+  path.back().index = stop;
+  return path;
 }
 
 // Meta tensors that require grad record autograd nodes, which would call the user's
@@ -708,7 +826,8 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
     return out;
   }
   DeferSavedTensorHooks defer_hooks;
-  int top_index = trace(out, code, frame, -1, false, structural_modules);
+  std::vector<GraphBreak::Level> levels;
+  int top_index = trace(out, code, frame, -1, false, structural_modules, false, nullptr, &levels);
   if (!out.graph_break) {
     out.capture_ms = elapsed();
     return out;
@@ -722,10 +841,31 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
     why = "the break is not at an instruction of the frame (" + out.graph_break->kind + ")";
   else
     at = break_point(bytecode::decode(code), top_index, why);
+  // A break inside inlined calls: the frames down to it go on after it each in its own resume
+  // function, so the code before the break on every level is in this graph (one break in all,
+  // not one per level). Else (or when that trace cannot resume) the frame breaks at its call.
+  std::vector<GraphBreak::Level> path;
+  if (at.index >= 0 && !at.region && out.graph_break->kind != "optimizer_step")
+    path = nested_path(levels, top_index);
+  std::optional<CaptureResult> nested;
+  if (!path.empty()) {
+    nested.emplace();
+    trace(*nested, code, frame, -1, false, structural_modules, false, &path);
+    if (!nested->resume) nested.reset();
+  }
   if (at.index >= 0) {
     CaptureResult again;
     trace(again, code, frame, at.index, at.region, structural_modules,
           out.graph_break->kind == "optimizer_step");
+    // NOTE: inlined code that writes Python state before the break (an LR scheduler's
+    // `self._step_count += 1`, a counter, a cache) tends to read it too: in the caller's graph
+    // that read is a guard on a value each call changes (a recapture per call), where the
+    // callee's own frame runs it as before. Such a break stays at the call.
+    if (nested && (!again.resume || nested->side_effects.size() <= again.side_effects.size())) {
+      nested->graph_break = out.graph_break;
+      nested->capture_ms = elapsed();
+      return std::move(*nested);
+    }
     if (again.resume) {
       again.graph_break = out.graph_break;
       again.capture_ms = elapsed();

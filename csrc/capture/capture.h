@@ -42,6 +42,24 @@ struct ResumePlan {
   // The frame's cell variables: the first `frame_cells` cells of CaptureResult::closures, passed
   // on as the first cells of the bridge's closure.
   int frame_cells = 0;
+
+  // A break inside inlined calls: one level per frame below this one, outermost first. The
+  // graph ran every level's code up to the break; then each level's bridge calls the next
+  // one's where its call was (bytecode::call_through_bridge), the innermost one's runs the
+  // breaking instruction (at its `index`) and its resume function, and each level above goes
+  // on after its call in a resume function of its own. This plan's own `index` is then its
+  // CALL, and `stack` what lies below it.
+  struct Level {
+    PyRef code;     // PyCodeObject
+    PyRef globals;  // the function's globals and closure (null: none)
+    PyRef closure;
+    int index = -1;  // CALL of the next level; the breaking instruction at the innermost
+    std::string stack;
+    std::vector<ResumeValue> stack_values;
+    std::vector<int> local_slots;
+    std::vector<ResumeValue> locals;
+  };
+  std::vector<Level> nested;
 };
 
 struct CaptureResult {

@@ -136,6 +136,29 @@ class CaptureContext {
   // left suspended where CPython would run cleanup code when freeing it.
   std::vector<std::shared_ptr<Tracer>> generators;
 
+  // Resuming inside inlined calls (capture.h, ResumePlan::nested). `direct_call`: set by a
+  // CALL just before it dispatches; the inlined function that is that very call (its result is
+  // the CALL's result) matches it, and only the first inline after it may. `stop_path`: the
+  // trace stops in the frame at depth stop_path.size() - 1 before its instruction `index`, each
+  // frame above it inside its call at `index`; `stopped` gets each one's state, innermost first.
+  struct DirectCall {
+    const Tracer* caller = nullptr;
+    PyObject* func = nullptr;
+    const Value* module = nullptr;  // a module call: forward, when no hook runs, is the call
+  };
+  DirectCall direct_call;
+  struct StopAt {
+    PyCodeObject* code = nullptr;
+    int index = -1;
+  };
+  std::vector<StopAt> stop_path;
+  struct Stopped {
+    std::vector<ValuePtr> stack;
+    std::vector<ValuePtr> locals;
+  };
+  std::vector<Stopped> stopped;
+  bool stop_grad_mode = true;  // grad mode where the innermost frame stopped
+
   // The trace read a size of a tensor (shape, size(), len(), numel(), an op returning a number
   // or a sequence whose length follows from a size): its graph may hold the sizes of this call
   // and must not serve other sizes (frame/size_generic.h).

@@ -4,6 +4,9 @@
 // listed in docs/graph_breaks.md.
 #include <exception>
 #include <string>
+#include <vector>
+
+#include "core/py_ref.h"
 
 namespace tl::capture {
 
@@ -19,6 +22,18 @@ class GraphBreak : public std::exception {
   // Index of the top-level frame's instruction that was executing (an inlined
   // call breaks its caller at the CALL); set once by the depth-0 tracer.
   int top_index = -1;
+  // The frames the break left, innermost first (one per running tracer): the instruction each
+  // was at (an inlined call's CALL in its caller), and whether the frame can be resumed as a
+  // level of its own (capture.h, ResumePlan::nested): it was entered by that CALL directly,
+  // with nothing the trace adds to its result, and holds no cells of its own.
+  struct Level {
+    PyRef code;
+    PyRef globals;
+    PyRef closure;  // the function's closure (free variables), or null
+    int index = -1;
+    bool nestable = false;
+  };
+  std::vector<Level> levels;
 
  private:
   std::string kind_;

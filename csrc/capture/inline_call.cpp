@@ -44,6 +44,10 @@ bool is_introspection(PyObject* func) {
 
 ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const ValuePtr& made,
                                  std::vector<ValuePtr> args, const KwArgs& kwargs) {
+  // NOTE: only the first inline after a CALL may be that call (a hook or a dunder run first is
+  // not).
+  const bool direct = func && ctx_.direct_call.caller == this && ctx_.direct_call.func == func;
+  ctx_.direct_call = {};
   if (auto r = fresh_module_call(func, args, kwargs)) return *r;
   if (is_introspection(func)) {
     std::vector<ValuePtr> real;
@@ -182,6 +186,18 @@ ValuePtr Tracer::inline_function(PyObject* func, ir::SourcePtr func_src, const V
     return lazy_iterator(generator_iter(std::move(body)), "generator");
   }
   Tracer sub(ctx_, code, globals, builtins_, depth_ + 1, false);
+  // A frame resumable on its own after a break inside it (capture.h, ResumePlan::nested): the
+  // CALL's own frame, with no cells of its own (the resume function would need them in its
+  // closure) and a closure that is the function's, not one made per call.
+  PyObject* closure = func ? PyFunction_GET_CLOSURE(func) : nullptr;
+  sub.nestable_ = direct && code->co_ncellvars == 0 &&
+                  !(code->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) &&
+                  (!closure || !through_source);
+  if (sub.nestable_ && closure) sub.closure_ = PyRef::borrow(closure);
+  const auto& path = ctx_.stop_path;
+  const size_t next = static_cast<size_t>(depth_) + 1;
+  sub.on_path_ = on_path_ && sub.nestable_ && next < path.size() &&
+                 static_cast<int>(pc_) - 1 == path[depth_].index && path[next].code == code;
   return sub.run(std::move(locals), std::move(cells));
 }
 

@@ -132,9 +132,16 @@ ValuePtr Tracer::call_module(const ValuePtr& module, std::vector<ValuePtr> args,
     graph_break("unsupported_callable", "module with a custom __call__");
   }
   // NOTE: _call_impl reads self.forward before any pre-hook runs.
+  const bool direct = ctx_.direct_call.caller == this && ctx_.direct_call.module == module.get();
+  ctx_.direct_call = {};
   ValuePtr forward = get_attr(module, "forward");
-  if (!pre && !post && !global_pre && !global_post)
+  if (!pre && !post && !global_pre && !global_post) {
+    // NOTE: with no hook, the module call's result is forward's: forward's frame stands for it.
+    if (direct && forward->kind == VKind::Method && !forward->flag &&
+        forward->method_name.empty() && forward->obj && PyFunction_Check(forward->obj.get()))
+      ctx_.direct_call = {this, forward->obj.get(), nullptr};
     return call(forward, std::move(args), std::move(kwargs));
+  }
 
   if (pre || global_pre) {
     ValuePtr with_kwargs = pre ? hooks.dict("_forward_pre_hooks_with_kwargs", false) : nullptr;

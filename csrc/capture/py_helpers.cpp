@@ -199,9 +199,13 @@ bool inert_value(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Const:
       return inert_object(v->obj.get(), 0);
+    case VKind::Dict:
+      // NOTE: a dict handed to a torch-file function may be written by it
+      // (torch.optim.lr_scheduler's _update_param_group_val sets `param_group[key]`): run at
+      // trace time, that write would reach a copy once and never the caller's dict.
+      return false;
     case VKind::Tuple:
     case VKind::List:
-    case VKind::Dict:
       for (auto& item : v->items)
         if (!inert_value(item)) return false;
       return true;

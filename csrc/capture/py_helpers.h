@@ -39,7 +39,7 @@ bool is_side_effecting_torch_fn(PyObject* fn);
 // of a Python object, a mutable object is not (calling or changing it is an effect).
 bool inert_at_trace_time(PyObject* o);
 bool inert_closure(PyObject* func);   // every cell of a Python function's closure
-bool inert_value(const ValuePtr& v);  // a constant that is, or a container of such values
+bool inert_value(const ValuePtr& v);  // a constant that is, or a tuple/list of such values
 bool is_module_type(PyObject* t);
 bool as_items(const ValuePtr& v, std::vector<ValuePtr>& out);
 PyRef const_tuple(const ValuePtr& v);

@@ -14,6 +14,19 @@
 namespace tl::capture {
 namespace {
 
+// A CALL's CaptureContext::direct_call never outlives its dispatch (a call that inlined
+// nothing, a torch op, leaves it unmatched).
+class DirectCallScope {
+ public:
+  explicit DirectCallScope(CaptureContext& ctx) : ctx_(ctx) {}
+  ~DirectCallScope() { ctx_.direct_call = {}; }
+  DirectCallScope(const DirectCallScope&) = delete;
+  DirectCallScope& operator=(const DirectCallScope&) = delete;
+
+ private:
+  CaptureContext& ctx_;
+};
+
 constexpr int kMaxInlineDepth = 48;
 constexpr int64_t kMaxInstructions = 2'000'000;
 
@@ -271,6 +284,12 @@ ValuePtr Tracer::execute() {
       stopped_ = true;
       return nullptr;
     }
+    if (on_path_ && depth_ > 0 && static_cast<size_t>(depth_) + 1 == ctx_.stop_path.size() &&
+        static_cast<int>(pc_) == ctx_.stop_path.back().index) {
+      ctx_.stop_grad_mode = ctx_.grad_enabled();
+      ctx_.stopped.push_back({stack_, locals_});
+      throw NestedStop{};
+    }
     const size_t index = pc_;
     const bytecode::Instruction& inst = bc_.insts[pc_];
     if (inst.line >= 0) {
@@ -286,6 +305,13 @@ ValuePtr Tracer::execute() {
       ++pc_;
       step(inst);
       if (yielded_) return std::move(yielded_);
+    } catch (const NestedStop&) {
+      // NOTE: the CALL popped its callable and arguments: the stack is what lies below them.
+      if (!on_path_) throw;
+      ctx_.stopped.push_back({stack_, locals_});
+      if (depth_ > 0) throw;
+      stopped_ = true;
+      return nullptr;
     } catch (GraphBreak& b) {
       // An exception of the traced program is caught here when a try block of an
       // inlined frame covers it; the top-level frame never traces try bodies.
@@ -302,6 +328,10 @@ ValuePtr Tracer::execute() {
       // CPython would have the number: the break is at the call.
       if (depth_ == 0 && b.top_index < 0)
         b.top_index = break_point(pending_item_.call >= 0 ? pending_item_.call : index);
+      b.levels.push_back({PyRef::borrow(reinterpret_cast<PyObject*>(code_)),
+                          PyRef::borrow(globals_), closure_,
+                          static_cast<int>(pending_item_.call >= 0 ? pending_item_.call : index),
+                          depth_ == 0 || nestable_});
       throw;
     }
   }
@@ -1264,7 +1294,22 @@ void Tracer::do_call(int argc, PyObject* kw_names) {
     args.resize(first);
   }
   if (begin_item_assert(fn, args, kwargs)) return;
+  DirectCallScope direct(ctx_);
+  expect_direct_call(fn);
   push(call(fn, std::move(args), std::move(kwargs)));
+}
+
+void Tracer::expect_direct_call(const ValuePtr& fn) {
+  ctx_.direct_call = {};
+  if (!fn) return;
+  if (fn->kind == VKind::Method && !fn->flag && fn->method_name.empty() && fn->obj &&
+      PyFunction_Check(fn->obj.get()))
+    ctx_.direct_call = {this, fn->obj.get(), nullptr};
+  else if ((fn->kind == VKind::Const || fn->kind == VKind::Object) && fn->obj &&
+           PyFunction_Check(fn->obj.get()))
+    ctx_.direct_call = {this, fn->obj.get(), nullptr};
+  else if (fn->kind == VKind::Module)
+    ctx_.direct_call = {this, nullptr, fn.get()};
 }
 
 void Tracer::do_call_ex(int flags) {
@@ -1294,7 +1339,10 @@ void Tracer::do_call_ex(int flags) {
       kwargs.emplace_back(utf8(kw->keys[i].get()), kw->items[i]);
     }
   }
-  push(call(fn, iterate(pos), std::move(kwargs)));
+  std::vector<ValuePtr> positional = iterate(pos);
+  DirectCallScope direct(ctx_);
+  expect_direct_call(fn);
+  push(call(fn, std::move(positional), std::move(kwargs)));
 }
 
 void Tracer::do_make_function(int flags) {

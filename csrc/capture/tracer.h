@@ -13,6 +13,11 @@
 namespace tl::capture {
 
 class UserException;
+
+// Thrown by the innermost frame of CaptureContext::stop_path where it stops; each tracer it
+// leaves records its state (CaptureContext::stopped) and the top-level one returns. Not a
+// std::exception: nothing on the way may take it for an error.
+struct NestedStop {};
 using KwArgs = std::vector<std::pair<std::string, ValuePtr>>;
 
 class Tracer {
@@ -37,6 +42,8 @@ class Tracer {
   // first reaches instruction `index`, before executing it. The state at that
   // point (stack(), locals()) is what a graph break hands to CPython.
   void stop_at(int index) { stop_at_ = index; }
+  // Top-level tracer only: follow CaptureContext::stop_path (more than one frame deep).
+  void stop_on_path() { on_path_ = true; }
   bool stopped() const { return stopped_; }
   const std::vector<ValuePtr>& stack() const { return stack_; }
   const std::vector<ValuePtr>& locals() const { return locals_; }
@@ -84,6 +91,9 @@ class Tracer {
   void step(const bytecode::Instruction& inst);
   void do_call(int argc, PyObject* kw_names);
   void do_call_ex(int flags);
+  // Before a CALL dispatches `fn`: the inlined frame that will be this very call
+  // (CaptureContext::direct_call).
+  void expect_direct_call(const ValuePtr& fn);
   void do_make_function(int flags);
   void set_function_attribute(const ValuePtr& fn, int flag, const ValuePtr& attr);
   // The fast local at `slot`; a graph break (the user's UnboundLocalError) when unbound.
@@ -221,6 +231,11 @@ class Tracer {
   size_t pc_ = 0;
   int stop_at_ = -1;
   bool stopped_ = false;
+  // This frame can be resumed on its own after a break inside it (GraphBreak::Level).
+  bool nestable_ = false;
+  PyRef closure_;  // the inlined function's closure (with nestable_)
+  // This frame lies on CaptureContext::stop_path: it stops there (innermost) or in its call.
+  bool on_path_ = false;
   bool sym_aware_ = false;  // the instruction being run follows symbolic sizes (tracer.cpp)
   bool returned_ = false;
   bool generator_ = false;

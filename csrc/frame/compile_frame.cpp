@@ -201,6 +201,9 @@ void relax_sizes_of_opless_entry(PyCodeObject* code, const CompileConfig& config
 // How the frame goes on after its break, for the graph_breaks log.
 std::string after_break(const capture::CaptureResult& res, const bytecode::BridgeCode* codes) {
   if (!codes) return "the frame runs eagerly (" + res.no_resume + ")";
+  if (!res.resume->nested.empty())
+    return "the frame and the " + std::to_string(res.resume->nested.size()) +
+           " inlined call(s) down to the break each go on in a resume function";
   if (!res.resume->region) return "the frame goes on in a resume function";
   if (codes->loop_body)
     return "the graph before the loop runs compiled; CPython runs the loop, each iteration "
@@ -260,8 +263,14 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
     }
     if (res.resume) {
       try {
-        codes = &bytecode::bridge_for({code, res.resume->index, res.resume->region,
-                                       res.resume->stack, res.resume->local_slots});
+        // NOTE: a break inside inlined calls: the bridge calls the next level's where the call
+        // was (ResumePlan::nested).
+        const auto& nested = res.resume->nested;
+        codes = nested.empty()
+                    ? &bytecode::bridge_for({code, res.resume->index, res.resume->region,
+                                             res.resume->stack, res.resume->local_slots})
+                    : &bytecode::call_through_bridge(code, res.resume->index, res.resume->stack,
+                                                     res.resume->local_slots);
       } catch (const bytecode::CannotResume& e) {
         res.no_resume = e.what();
       }

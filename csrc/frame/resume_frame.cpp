@@ -31,6 +31,23 @@ PyRef function_of(PyObject* code, const ir::FrameView& frame, const std::vector<
   return fn;
 }
 
+// A function running an inlined call's level `code` (borrowed): the function's globals and
+// closure.
+PyRef level_function(PyObject* code, const capture::ResumePlan::Level& level) {
+  PyRef fn = checked(PyFunction_New(code, level.globals.get()));
+  if (level.closure && PyFunction_SetClosure(fn.get(), level.closure.get()) < 0)
+    throw PythonError();
+  return fn;
+}
+
+PyObject* partial_type() {
+  static PyObject* partial = [] {
+    PyRef m = checked(PyImport_ImportModule("functools"));
+    return checked(PyObject_GetAttrString(m.get(), "partial")).release();  // NOTE: kept
+  }();
+  return partial;
+}
+
 void set_grad_mode(bool enabled) {
   checked(PyObject_CallOneArg(capture::torch_api().set_grad_enabled_fn.get(),
                               enabled ? Py_True : Py_False));
@@ -52,8 +69,10 @@ PyCodeObject* code_of(PyTracebackObject* tb) {
 // line of the break, then the resumed code's, at the line that raised. Like CPython hiding its
 // import machinery, the bridge's entry is dropped, so the traceback reads as eager's (same
 // functions, same lines). An exception raised by the breaking instruction itself keeps the
-// bridge's entry: that line is the one eager shows.
-void hide_bridge_entry(PyCodeObject* bridge) {
+// bridge's entry: that line is the one eager shows. `chain`: the bridge, then (a break inside
+// inlined calls, ResumePlan::nested) each level's, whose entry stays where the next level's
+// follows it (the level's call line, as eager shows its frame).
+void hide_bridge_entry(const std::vector<PyCodeObject*>& chain) {
 #if PY_VERSION_HEX >= 0x030C0000
   PyRef exc = PyRef::steal(PyErr_GetRaisedException());
   if (!exc) return;
@@ -63,10 +82,35 @@ void hide_bridge_entry(PyCodeObject* bridge) {
   PyErr_Fetch(&type, &value, &raw_tb);
   PyRef tb = PyRef::steal(raw_tb);
 #endif
+  // True for the entry of chain[k] followed by its own frame's resumed code.
+  auto hidden = [&](PyTracebackObject* e, size_t k) {
+    if (!e || !e->tb_next || code_of(e) != chain[k]) return false;
+    PyCodeObject* next = code_of(e->tb_next);
+    if (k + 1 < chain.size() && next == chain[k + 1]) return false;
+    return bytecode::user_code_of(next) == bytecode::user_code_of(chain[k]);
+  };
   auto* head = reinterpret_cast<PyTracebackObject*>(tb.get());
-  if (head && PyTraceBack_Check(tb.get()) && head->tb_next && code_of(head) == bridge &&
-      bytecode::user_code_of(code_of(head->tb_next)) == bytecode::user_code_of(bridge))
+  if (head && PyTraceBack_Check(tb.get()) && hidden(head, 0))
     tb = PyRef::borrow(reinterpret_cast<PyObject*>(head->tb_next));
+  // NOTE: the levels' entries follow one another (a partial in between adds none).
+  size_t k = 1;
+  for (auto* at = reinterpret_cast<PyTracebackObject*>(tb.get()); at && k < chain.size();) {
+    PyTracebackObject* next = at->tb_next;
+    if (!next) break;
+    if (code_of(next) != chain[k]) {
+      at = next;
+      continue;
+    }
+    if (hidden(next, k)) {
+      // NOTE: unlinked as traceback.tb_next's setter does (a new reference to what follows).
+      at->tb_next = reinterpret_cast<PyTracebackObject*>(
+          Py_NewRef(reinterpret_cast<PyObject*>(next->tb_next)));
+      Py_DECREF(reinterpret_cast<PyObject*>(next));
+    } else {
+      at = next;
+    }
+    ++k;
+  }
 #if PY_VERSION_HEX >= 0x030C0000
   PyException_SetTraceback(exc.get(), tb ? tb.get() : Py_None);
   PyErr_SetRaisedException(exc.release());
@@ -87,7 +131,39 @@ ResumeFrame::ResumeFrame(std::shared_ptr<const ir::Graph> graph,
                     std::move(executable), std::move(func_name), std::move(filename)),
       plan_(std::move(plan)),
       codes_(codes),
-      config_(std::move(config)) {}
+      config_(std::move(config)) {
+  bridge_chain_.push_back(reinterpret_cast<PyCodeObject*>(codes_.bridge.get()));
+  const auto& levels = plan_.nested;
+  for (size_t k = 0; k < levels.size(); ++k) {
+    auto* code = reinterpret_cast<PyCodeObject*>(levels[k].code.get());
+    level_codes_.push_back(k + 1 < levels.size()
+                               ? &bytecode::call_through_bridge(
+                                     code, levels[k].index, levels[k].stack, levels[k].local_slots)
+                               : &bytecode::bridge_for({code, levels[k].index, false,
+                                                        levels[k].stack, levels[k].local_slots}));
+    bridge_chain_.push_back(reinterpret_cast<PyCodeObject*>(level_codes_.back()->bridge.get()));
+  }
+}
+
+PyRef ResumeFrame::nested_call(const std::vector<PyRef>& outputs, const ir::FrameView& frame,
+                               const Made& made) {
+  PyRef inner;
+  for (size_t k = plan_.nested.size(); k-- > 0;) {
+    const auto& level = plan_.nested[k];
+    PyRef args = checked(PyTuple_New(static_cast<Py_ssize_t>(
+        1 + level.locals.size() + level.stack_values.size() + (inner ? 1 : 0))));
+    Py_ssize_t i = 0;
+    PyTuple_SET_ITEM(args.get(), i++,
+                     level_function(level_codes_[k]->bridge.get(), level).release());
+    for (const auto& v : level.locals)
+      PyTuple_SET_ITEM(args.get(), i++, value(v, outputs, frame, made).release());
+    for (const auto& v : level.stack_values)
+      PyTuple_SET_ITEM(args.get(), i++, value(v, outputs, frame, made).release());
+    if (inner) PyTuple_SET_ITEM(args.get(), i++, inner.release());
+    inner = checked(PyObject_Call(partial_type(), args.get(), nullptr));
+  }
+  return inner;
+}
 
 PyRef ResumeFrame::value(const capture::ResumeValue& v, const std::vector<PyRef>& outputs,
                          const ir::FrameView& frame, const Made& made) {
@@ -138,6 +214,7 @@ PyObject* ResumeFrame::run(const ir::FrameView& frame, Served* served) {
     for (const auto& v : plan_.locals) args.push_back(value(v, outputs, frame, made));
     std::vector<PendingIterator> iterators;
     push_stack(args, outputs, frame, made, iterators);
+    if (!plan_.nested.empty()) args.push_back(nested_call(outputs, frame, made));
     replay_side_effects(outputs, frame, made);
     for (PendingIterator& p : iterators) {
       size_t next = 0;
@@ -153,7 +230,7 @@ PyObject* ResumeFrame::run(const ir::FrameView& frame, Served* served) {
     ActiveConfigScope scope(&config_);
     PyObject* result = PyObject_Vectorcall(
         bridge.get(), reinterpret_cast<PyObject* const*>(args.data()), args.size(), nullptr);
-    if (!result) hide_bridge_entry(reinterpret_cast<PyCodeObject*>(codes_.bridge.get()));
+    if (!result) hide_bridge_entry(bridge_chain_);
     return result;
   } catch (const RunEagerly&) {
     return nullptr;

@@ -37,8 +37,16 @@ class ResumeFrame : public CapturedFrame {
                   const ir::FrameView& frame, const Made& made,
                   std::vector<PendingIterator>& iterators);
 
+  // With plan_.nested: the callable that stands for this frame's call (the next level's bridge
+  // bound to its arguments, each level's to the next one's); null otherwise.
+  PyRef nested_call(const std::vector<PyRef>& outputs, const ir::FrameView& frame,
+                    const Made& made);
+
   capture::ResumePlan plan_;
   const bytecode::BridgeCode& codes_;
+  // The bridges of the levels of plan_.nested (call-through ones, then the innermost's).
+  std::vector<const bytecode::BridgeCode*> level_codes_;
+  std::vector<PyCodeObject*> bridge_chain_;  // codes_'s bridge, then level_codes_'s (borrowed)
   // The hook's config while CPython runs on: what the bridge calls is
   // captured under the same compile() call as this frame.
   std::shared_ptr<const CompileConfig> config_;

@@ -1,5 +1,7 @@
-"""A break inside an inlined call: the caller breaks at the CALL, the callee runs as its own frame
-(itself split at its break), and live values on the caller's stack survive, NULLs included."""
+"""A break inside an inlined call: one break for both frames (the graph runs the code before it
+in the caller and the callee), the callee goes on in its resume function, the caller after its
+call in its own, and live values on the caller's stack survive, NULLs included
+(test_resume_nested.py has deeper cases)."""
 
 import torch
 from resume_check import check_resume, inputs
@@ -25,15 +27,16 @@ def _method_pending(x):
 
 
 def test_live_tensor_on_stack_mid_expression():
-    # caller: nothing before the call, `x + r` after; callee: `y * 3` before, `z + 1` after
-    check_resume(_live_tensor_on_stack, inputs(4), inputs(4), graphs=3, breaks=2)
+    # graphs: `y * 3` (the callee, before the break), `z + 1` (its rest), `x + r` (the caller's)
+    check_resume(_live_tensor_on_stack, inputs(4), inputs(4), graphs=3, breaks=1)
 
 
 def test_pending_call_below_the_break_keeps_its_null():
-    check_resume(_nested_call_with_null, inputs(4), graphs=4, breaks=2)
+    # graphs: sin and `y * 3`, then `z + 1`, then relu and `* 2`
+    check_resume(_nested_call_with_null, inputs(4), graphs=3, breaks=1)
 
 
 def test_pending_method_call_below_the_break():
     # NOTE: the bound method x.add is a fresh object per call, passed to the resume function: it
     # is guarded by its __self__ and name, not its identity, so later calls hit the cache.
-    check_resume(_method_pending, inputs(4), graphs=3, breaks=2)
+    check_resume(_method_pending, inputs(4), graphs=3, breaks=1)

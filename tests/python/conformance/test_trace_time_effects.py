@@ -130,6 +130,46 @@ def test_checkpoint_runs_its_function_once_per_call_and_keeps_grads():
     torch.testing.assert_close(x2.grad, x.grad)
 
 
+def test_a_torch_file_function_writing_a_dict_argument_writes_it_every_call():
+    # lr_scheduler's helper sets `param_group[key] = val`: run at trace time on a copy, the
+    # caller's dict kept its old value (ReduceLROnPlateau's reduced lr was lost).
+    update = getattr(torch.optim.lr_scheduler, "_update_param_group_val", None)
+    if update is None:
+        pytest.skip("no _update_param_group_val in this torch")
+    groups = [{"lr": 1.0, "momentum": 0.9}]
+
+    def fn(x):
+        for g in groups:
+            update(g, "lr", g["lr"] * 0.5)
+        return x * groups[0]["lr"]
+
+    def setup():
+        groups[0]["lr"] = 1.0
+
+    check_program(fn, t3, setup=setup, observe=lambda: dict(groups[0]), calls=3)
+
+
+def test_a_scheduler_step_reducing_the_lr_matches_eager():
+    p = torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.SGD([p], lr=1.0)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5)
+
+    def fn(x):
+        sched.step(1.0)  # worse than `best`: the lr is halved
+        return x * 2
+
+    def state():
+        return (opt.param_groups[0]["lr"], sched.last_epoch, sched.num_bad_epochs, sched._last_lr)
+
+    def setup():
+        opt.param_groups[0]["lr"] = 1.0
+        sched.last_epoch = 0
+        sched.best = 0.5
+        sched.num_bad_epochs = 0
+
+    check_program(fn, t3, setup=setup, observe=state, calls=3)
+
+
 def test_bound_methods_of_a_scheduler_through_locals_containers_and_partials():
     # Regression pins (correct before): a torch-file method bound to a Python object is inlined
     # or breaks; it never runs at trace time.
