@@ -45,6 +45,9 @@ pad_matmuls: bool | None = _env["pad_matmuls"]
 # Operands of batched products that torch would copy (attention's q @ k.T) are copied by a
 # kernel fused into their producer instead (TORCHLITE_MATMUL_LAYOUTS); False: torch's copies.
 matmul_layouts: bool = _env["matmul_layouts"]
+# Identical calls on the same operands (a mask every layer rebuilds) are computed once
+# (TORCHLITE_MERGE_DUPLICATES); False: every call runs.
+merge_duplicates: bool = _env["merge_duplicates"]
 
 # --- process scope ---------------------------------------------------------------------------
 # TORCHLITE_TRACE=1: dump graphs (after every pass), guards, lowered IR, kernels to debug_dir.

@@ -12,6 +12,7 @@
 #include "passes/fold_batch_norm.h"
 #include "passes/functionalize.h"
 #include "passes/matmul_operands.h"
+#include "passes/merge_duplicates.h"
 #include "passes/move_reshapes.h"
 #include "passes/pad_matmuls.h"
 #include "passes/partition.h"
@@ -30,6 +31,11 @@ std::vector<Pass> builtin_passes() {
        kAnyDevice,
        [](const Settings& s) { return s.functionalize; },
        [](G& g, St&) { passes::functionalize(g); }},
+      {"torchlite.merge_duplicates",
+       {"merge_duplicates"},
+       kAnyDevice,
+       [](const Settings& s) { return s.merge_duplicates; },
+       [](G& g, St&) { counters().duplicates_merged += passes::merge_duplicates(g); }},
       {"torchlite.attention_masks",
        {},
        kCuda,

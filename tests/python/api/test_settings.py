@@ -37,6 +37,7 @@ OTHER = {
     "cpu_kernels": False,
     "pad_matmuls": False,
     "matmul_layouts": False,
+    "merge_duplicates": False,
 }
 ENV_TEXT = {False: "0", True: "1", 3: "3"}
 
