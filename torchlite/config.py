@@ -48,6 +48,9 @@ matmul_layouts: bool = _env["matmul_layouts"]
 # Identical calls on the same operands (a mask every layer rebuilds) are computed once
 # (TORCHLITE_MERGE_DUPLICATES); False: every call runs.
 merge_duplicates: bool = _env["merge_duplicates"]
+# Linears of at most 8 input and 16 output features over many rows (CaiT's talking heads) are
+# multiply-adds in generated kernels (TORCHLITE_SMALL_PRODUCTS); False: torch's product.
+small_products: bool = _env["small_products"]
 
 # --- process scope ---------------------------------------------------------------------------
 # TORCHLITE_TRACE=1: dump graphs (after every pass), guards, lowered IR, kernels to debug_dir.

@@ -16,6 +16,7 @@
 #include "passes/move_reshapes.h"
 #include "passes/pad_matmuls.h"
 #include "passes/partition.h"
+#include "passes/small_products.h"
 #include "passes/split_reductions.h"
 #include "pipeline/pass_registry.h"
 #include "runtime/compiled_graph.h"
@@ -88,6 +89,14 @@ std::vector<Pass> builtin_passes() {
        [](G& g, St& st) {
          // NOTE: the moved reshapes take this graph's sizes; a size-generic graph has none.
          if (!st.ctx.runtime_sizes) passes::move_reshapes(g);
+       }},
+      {"torchlite.small_products",
+       {"small_products"},
+       kAnyDevice,
+       [](const Settings& s) { return s.small_products; },
+       [](G& g, St& st) {
+         // NOTE: the row count is this graph's; a size-generic graph keeps torch's product.
+         if (!st.ctx.runtime_sizes) passes::expand_small_products(g);
        }},
       {"torchlite.matmul_operands",
        {"matmul_layouts"},

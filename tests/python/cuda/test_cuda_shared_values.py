@@ -1,6 +1,7 @@
 """On CUDA: T5's float attention mask, rebuilt from shared values by every layer, is built once
-(passes/merge_duplicates.h), and swin's q, k and v copies for bmm run as one kernel
-(passes/fuse.cpp): fewer kernel launches, eager's values (float32 and bfloat16)."""
+(passes/merge_duplicates.h), swin's q, k and v copies for bmm run as one kernel
+(passes/fuse.cpp), CaiT's talking-heads projections run in generated kernels, not cuBLAS
+(passes/small_products.h): fewer kernel launches, eager's values (float32 and bfloat16)."""
 
 import os
 import sys
@@ -13,6 +14,7 @@ import torchlite
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "passes"))
 from test_merge_duplicates import t5_inputs, t5_like
 from test_sibling_kernels import window_attention
+from test_small_products import aten_ops, heads_inputs, talking_heads
 
 pytestmark = pytest.mark.cuda
 
@@ -52,3 +54,15 @@ def test_window_attention_q_k_v_in_one_kernel_on_cuda(dtype):
     out, count = launches(window_attention, x, w, bias)
     close(out, window_attention(x, w, bias))
     assert count == 3  # q, k, v; the softmax; the result's transpose-reshape
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_talking_heads_without_cublas_on_cuda(dtype):
+    args = [a.cuda() for a in heads_inputs(4, 4, 197, 48, dtype=dtype)]
+    out, _ = launches(talking_heads, *args)
+    close(out, talking_heads(*args))
+    torchlite.reset()
+    compiled = torchlite.compile(talking_heads)
+    compiled(*args)
+    ops = aten_ops(compiled, *args)
+    assert ops["aten::linear"] + ops["aten::addmm"] + ops["aten::mm"] == 0, ops
