@@ -91,8 +91,11 @@ bool append_arg(const Arg& a, std::string& key) {
 // The node's call as a string (target, operands by node id, constants by
 // type and value); empty when it is no candidate.
 std::string call_key(const Node& n) {
+  // NOTE: a value with no tensor operands (an arange, a constant fill) costs nothing to compute
+  // again in each kernel that reads it, while one node read at two index maps (a mask's row and
+  // column aranges) is stored by a kernel of its own.
   if ((n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) || !n.meta ||
-      n.meta->requires_grad || is_barrier(n) || ir::visible_effect(n))
+      n.meta->requires_grad || is_barrier(n) || ir::visible_effect(n) || node_inputs(n).empty())
     return {};
   std::string key = n.op == ir::OpKind::CallMethod ? "." : "";
   key += n.target_name;

@@ -7,7 +7,9 @@
 // value, so the later one is replaced by the earlier one (common
 // subexpressions, as AOTAutograd's fx_graph_cse does for Inductor).
 //
-// Only where that cannot be seen: not in graphs that write any tensor in
+// Values with no tensor operands (aranges, fills) are left as they are: each
+// kernel that reads one computes it at its own index for free. Only where
+// merging cannot be seen: not in graphs that write any tensor in
 // place (a write between the two, or into one of them, would tell them
 // apart), never random draws or other barriers, never values that need
 // grad, and never a node whose value (or a view of it) the graph returns
