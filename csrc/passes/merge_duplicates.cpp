@@ -88,6 +88,16 @@ bool append_arg(const Arg& a, std::string& key) {
   return false;
 }
 
+// Draws that is_barrier does not name (it orders effects for fusion; here two
+// draws must not become one): `F.rrelu` in training, `torch.randperm`, ...
+bool draws(const Node& n) {
+  static const char* kDraws[] = {"rrelu",       "random", "randperm",  "sample",    "gumbel",
+                                 "exponential", "cauchy", "geometric", "log_normal"};
+  for (const char* d : kDraws)
+    if (n.target_name.find(d) != std::string::npos) return true;
+  return false;
+}
+
 // The node's call as a string (target, operands by node id, constants by
 // type and value); empty when it is no candidate.
 std::string call_key(const Node& n) {
@@ -95,7 +105,8 @@ std::string call_key(const Node& n) {
   // again in each kernel that reads it, while one node read at two index maps (a mask's row and
   // column aranges) is stored by a kernel of its own.
   if ((n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) || !n.meta ||
-      n.meta->requires_grad || is_barrier(n) || ir::visible_effect(n) || node_inputs(n).empty())
+      n.meta->requires_grad || is_barrier(n) || ir::visible_effect(n) || draws(n) ||
+      node_inputs(n).empty())
     return {};
   std::string key = n.op == ir::OpKind::CallMethod ? "." : "";
   key += n.target_name;

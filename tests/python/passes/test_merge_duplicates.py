@@ -121,6 +121,16 @@ def test_random_draws_are_never_merged():
     assert out.std() > 0.35  # var of u1 + u2 - u3 is 3/12: std 0.5 (one draw: 0.29)
 
 
+def test_training_rrelu_draws_are_never_merged():
+    def f(x):
+        return F.rrelu(x, training=True) - F.rrelu(x, training=True)
+
+    x = -torch.ones(4096)  # negative: each call scales by its own uniform draw
+    torchlite.reset()
+    out = torchlite.compile(f)(x)
+    assert (out != 0).float().mean() > 0.9
+
+
 def test_calls_that_differ_in_a_constant_or_operand_stay_apart():
     def f(x, y):
         return (x * 2) + (x * 3) + (y * 2) + torch.clamp(x, min=0) * torch.clamp(x, max=0)
