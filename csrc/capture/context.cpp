@@ -1004,6 +1004,13 @@ PyRef fused_attention_layout(PyRef result, PyObject* q, PyObject* device, bool d
   const bool cuda = PyUnicode_CompareWithASCIIString(type.get(), "cuda") == 0;
   const bool cpu = PyUnicode_CompareWithASCIIString(type.get(), "cpu") == 0;
   if ((!cuda && !cpu) || !is_tensor(result.get()) || (cpu && drops)) return result;
+  // NOTE: a result that needs grad keeps torch's meta layout on the CPU: the prediction below
+  // (empty_like) would drop its requires_grad, and autograd then saw no graph to record.
+  if (cpu) {
+    PyRef grad = PyRef::steal(PyObject_GetAttrString(result.get(), "requires_grad"));
+    if (!grad) throw PythonError();
+    if (grad.get() == Py_True) return result;
+  }
   auto call = [](PyObject* o, const char* name) {
     PyRef r = PyRef::steal(PyObject_CallMethod(o, name, nullptr));
     if (!r) throw PythonError();

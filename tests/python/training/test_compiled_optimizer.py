@@ -183,7 +183,8 @@ def test_parameters_sharing_a_storage_are_updated_through_copies():
         ref.step()
         check_state(opt, ref)
     if torchlite._C.has_llvm:
-        assert step.last_compiled.in_place_stores == 0 and step.last_compiled.kernel_count == 2
+        # NOTE: one kernel updates both: its two parts read one storage (passes/fuse.cpp)
+        assert step.last_compiled.in_place_stores == 0 and step.last_compiled.kernel_count == 1
     torch.testing.assert_close(base, torch.cat([ra.detach(), rb.detach()]))
 
 
