@@ -45,6 +45,12 @@ pad_matmuls: bool | None = _env["pad_matmuls"]
 # Operands of batched products that torch would copy (attention's q @ k.T) are copied by a
 # kernel fused into their producer instead (TORCHLITE_MATMUL_LAYOUTS); False: torch's copies.
 matmul_layouts: bool = _env["matmul_layouts"]
+# Identical calls on the same operands (a mask every layer rebuilds) are computed once
+# (TORCHLITE_MERGE_DUPLICATES); False: every call runs.
+merge_duplicates: bool = _env["merge_duplicates"]
+# Linears of at most 8 input and 16 output features over many rows (CaiT's talking heads) are
+# multiply-adds in generated kernels (TORCHLITE_SMALL_PRODUCTS); False: torch's product.
+small_products: bool = _env["small_products"]
 
 # --- process scope ---------------------------------------------------------------------------
 # TORCHLITE_TRACE=1: dump graphs (after every pass), guards, lowered IR, kernels to debug_dir.

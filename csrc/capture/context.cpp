@@ -989,17 +989,28 @@ ValuePtr CaptureContext::call_op(PyObject* target, const std::string& method,
 // kernel's dense [B, H, N, D] (measured on torch 2.11): cuDNN and flash (the
 // half-precision default) give q's layout when q is dense and [B, H, N, D]
 // laid out as [B, N, H, D] otherwise (q sliced from a packed qkv), the
-// memory-efficient kernel (float32) always the latter. A result whose real
-// layout differs from the prediction is copied into it, and then again by the
-// `transpose(1, 2).contiguous()` that usually follows: predict it instead (the
-// runtime still copies when another backend ran). `result` is the meta result
-// (owned), `q` the query's meta tensor (borrowed, may be null), `device` the
-// real device (borrowed).
-PyRef fused_attention_layout(PyRef result, PyObject* q, PyObject* device) {
+// memory-efficient kernel (float32) always the latter. On the CPU torch's
+// flash kernel (every dtype; measured on torch 2.13) does as cuDNN does, and
+// its math path (dropout, a value head size other than q's) returns the dense
+// layout. A result whose real layout differs from the prediction is copied
+// into it, and then again by the `transpose(1, 2).contiguous()` that usually
+// follows: predict it instead (the runtime still copies when another backend
+// ran). `result` is the meta result (owned), `q` the query's meta tensor
+// (borrowed, may be null), `device` the real device (borrowed), `drops` true
+// when dropout_p is not a constant 0.
+PyRef fused_attention_layout(PyRef result, PyObject* q, PyObject* device, bool drops) {
   PyRef type = PyRef::steal(PyObject_GetAttrString(device, "type"));
   if (!type) throw PythonError();
-  if (PyUnicode_CompareWithASCIIString(type.get(), "cuda") != 0 || !is_tensor(result.get()))
-    return result;
+  const bool cuda = PyUnicode_CompareWithASCIIString(type.get(), "cuda") == 0;
+  const bool cpu = PyUnicode_CompareWithASCIIString(type.get(), "cpu") == 0;
+  if ((!cuda && !cpu) || !is_tensor(result.get()) || (cpu && drops)) return result;
+  // NOTE: a result that needs grad keeps torch's meta layout on the CPU: the prediction below
+  // (empty_like) would drop its requires_grad, and autograd then saw no graph to record.
+  if (cpu) {
+    PyRef grad = PyRef::steal(PyObject_GetAttrString(result.get(), "requires_grad"));
+    if (!grad) throw PythonError();
+    if (grad.get() == Py_True) return result;
+  }
   auto call = [](PyObject* o, const char* name) {
     PyRef r = PyRef::steal(PyObject_CallMethod(o, name, nullptr));
     if (!r) throw PythonError();
@@ -1009,7 +1020,12 @@ PyRef fused_attention_layout(PyRef result, PyObject* q, PyObject* device) {
   PyRef dtype = PyRef::steal(PyObject_GetAttrString(result.get(), "dtype"));
   PyRef half = PyRef::steal(PyObject_GetAttrString(dtype.get(), "itemsize"));
   if (!half) throw PythonError();
-  if (q && is_tensor(q) && PyLong_AsLong(half.get()) == 2) {
+  const bool same_head =
+      !q || !is_tensor(q) ||
+      PyObject_RichCompareBool(call(q, "size").get(), call(result.get(), "size").get(), Py_EQ) == 1;
+  if (PyErr_Occurred()) throw PythonError();
+  if (cpu && !same_head) return result;  // the math path
+  if (q && is_tensor(q) && (cpu || PyLong_AsLong(half.get()) == 2)) {
     // q is dense exactly when empty_like keeps its strides.
     PyRef empty_like = PyRef::steal(PyObject_GetAttrString(torch_api().torch.get(), "empty_like"));
     PyRef like = empty_like ? PyRef::steal(PyObject_CallOneArg(empty_like.get(), q)) : PyRef();
@@ -1243,9 +1259,16 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
     graph_break("unsupported_value",
                 (method.empty() ? op_name : "Tensor." + method) + " returned a tensor subclass (" +
                     Py_TYPE(result.get())->tp_name + "), which is not supported; it runs eagerly");
-  if (op_name.find("scaled_dot_product_attention") != std::string::npos)
+  if (op_name.find("scaled_dot_product_attention") != std::string::npos) {
+    ValuePtr p = args.size() > 4 ? args[4] : nullptr;
+    for (auto& [k, v] : kwargs)
+      if (k == "dropout_p") p = v;
+    const bool drops =
+        p && !(p->is_const() && PyNumber_Check(p->obj.get()) && PyObject_IsTrue(p->obj.get()) == 0);
+    PyErr_Clear();
     result = fused_attention_layout(std::move(result), args.empty() ? nullptr : args[0]->meta.get(),
-                                    device.get());
+                                    device.get(), drops);
+  }
   std::vector<ir::Arg> node_args;
   for (auto& a : args) node_args.push_back(value_to_arg(a));
   std::vector<std::pair<std::string, ir::Arg>> node_kwargs;

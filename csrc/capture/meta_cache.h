@@ -24,10 +24,11 @@ namespace tl::capture {
 PyRef meta_call(PyObject* target, const std::string& method, PyObject* self, PyObject* pos,
                 PyObject* kwargs, bool cacheable);
 
-// scaled_dot_product_attention's meta result `result` (owned) laid out as the fused CUDA
-// kernels lay out theirs (context.cpp); unchanged on other devices. `q`: the query's meta
-// tensor (borrowed, may be null); `device`: the real device (borrowed). Throws PythonError.
-PyRef fused_attention_layout(PyRef result, PyObject* q, PyObject* device);
+// scaled_dot_product_attention's meta result `result` (owned) laid out as the fused CUDA and
+// CPU kernels lay out theirs (context.cpp); unchanged on other devices. `q`: the query's meta
+// tensor (borrowed, may be null); `device`: the real device (borrowed); `drops`: dropout_p is
+// not a constant 0 (the CPU then runs the math path). Throws PythonError.
+PyRef fused_attention_layout(PyRef result, PyObject* q, PyObject* device, bool drops);
 
 // Forgets every cached result (torchlite.reset()).
 void clear_meta_cache();

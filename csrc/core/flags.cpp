@@ -67,6 +67,15 @@ const std::vector<SettingSpec> kSpecs = {
      "Operands of batched products (bmm, matmul of 3+-d values: attention's q @ k.T) that torch "
      "would copy into a layout bmm reads are copied by a generated kernel before the product, "
      "fused into the kernel producing them; off: torch's copies."},
+    {"merge_duplicates", &S::merge_duplicates, kCompile, "TORCHLITE_MERGE_DUPLICATES", "on",
+     "Calls of one op on the same operands with equal constants (a mask or position bias every "
+     "layer of a model rebuilds) are computed once, in graphs that write no tensor in place; "
+     "values the graph returns keep their own copies; off: every call runs."},
+    {"small_products", &S::small_products, kCompile, "TORCHLITE_SMALL_PRODUCTS", "on",
+     "Linears whose weight has at most 8 columns and 16 rows, over at least 1024 input rows "
+     "(CaiT's talking-heads projections), are computed as multiply-adds in float32 by generated "
+     "kernels, fused with their neighbours, instead of a cuBLAS/MKL product on a dense copy; "
+     "off: torch's product."},
     {"trace", &S::trace, kProcess, "TORCHLITE_TRACE", "off",
      "Dump graphs (after every pass), guards, lowered IR, kernels and timings to debug_dir."},
     {"debug_dir", &S::debug_dir, kProcess, "TORCHLITE_DEBUG_DIR", "`./torchlite_debug`",

@@ -32,6 +32,8 @@ struct Settings {
   bool cpu_kernels = true;          // off: CPU graphs run op by op, as in a build without LLVM
   std::optional<bool> pad_matmuls;  // nullopt: CUDA f16/bf16 products where padding pays
   bool matmul_layouts = true;       // batched products' operands copied by kernels, not by torch
+  bool merge_duplicates = true;     // identical calls on the same operands computed once
+  bool small_products = true;       // linears of a few rows and columns as pointwise kernels
   // Process scope: the runtime reads them (torchlite.config or the environment only).
   bool trace = false;
   std::string debug_dir = "./torchlite_debug";

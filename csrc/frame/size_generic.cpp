@@ -301,8 +301,15 @@ PyRef replay_meta(const ir::Node& n) {
   if (r && n.meta && n.target_name.find("scaled_dot_product_attention") != std::string::npos &&
       !n.args.empty() && n.args[0].kind == ir::Arg::Kind::Node && n.args[0].node->example) {
     try {
+      const ir::Arg* p = n.args.size() > 4 ? &n.args[4] : nullptr;
+      for (const auto& [k, v] : n.kwargs)
+        if (k == "dropout_p") p = &v;
+      const bool drops =
+          p && !(p->kind == ir::Arg::Kind::Const && !p->fsym && PyNumber_Check(p->value.get()) &&
+                 PyObject_IsTrue(p->value.get()) == 0);
+      PyErr_Clear();
       r = capture::fused_attention_layout(std::move(r), n.args[0].node->example.get(),
-                                          n.meta->device.get());
+                                          n.meta->device.get(), drops);
     } catch (const PythonError&) {
       r = PyRef();
     }

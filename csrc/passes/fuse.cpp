@@ -30,6 +30,7 @@ class Fuser {
       if (!fresh && f_.lowerings.at(it->second).inputs.empty()) it->second = n;
     }
     for (auto it = graph_.nodes().rbegin(); it != graph_.nodes().rend(); ++it) place(it->get());
+    merge_readers_of_stored_values();
     return finish();
   }
 
@@ -371,9 +372,87 @@ class Fuser {
     if (!h.alive || g.shape != h.shape || (g.nred && h.nred && g.nred != h.nred)) return;
     auto mh = derived_map(n, hj);
     if (!mh || *mh != g.maps.at(n)) return;
-    if (reaches(outside_users(g.members, gi, hj), hj)) return;
-    if (reaches(outside_users(h.members, gi, hj), gi)) return;
-    if (!reads_agree(gi, hj) || !reads_agree(hj, gi)) return;
+    if (apart(gi, hj)) absorb(gi, hj);
+  }
+
+  // True when no path joins groups gi and hj (one kernel may compute both) and neither
+  // reads the other's values where the merged kernel would not have them.
+  bool apart(int gi, int hj) {
+    const Group &g = f_.groups[gi], &h = f_.groups[hj];
+    if (reaches(outside_users(g.members, gi, hj), hj)) return false;
+    if (reaches(outside_users(h.members, gi, hj), gi)) return false;
+    return reads_agree(gi, hj) && reads_agree(hj, gi);
+  }
+
+  // The storages group gi reads from memory (values no member computes): the meta tensors
+  // they view, as torch's own aliasing says (`_base`, else the tensor itself).
+  std::vector<PyObject*> stored_roots(int gi) {
+    std::vector<PyObject*> roots;  // NOTE: in reading order: merges must not follow addresses
+    auto add_root = [&](PyObject* ex) {
+      if (!ex) return;
+      PyRef base = PyRef::steal(PyObject_GetAttrString(ex, "_base"));
+      if (!base) {
+        PyErr_Clear();
+        return;
+      }
+      PyObject* root = base.get() == Py_None ? ex : base.get();  // the examples keep it alive
+      if (std::find(roots.begin(), roots.end(), root) == roots.end()) roots.push_back(root);
+    };
+    for (const Node* m : f_.groups[gi].members)
+      for (const Node* in : node_inputs(*m)) {
+        if (group(in) == gi || !in->example) continue;
+        PyObject* ex = in->example.get();
+        if (PyTuple_Check(ex) || PyList_Check(ex)) {
+          for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(ex); ++i)
+            add_root(PySequence_Fast_GET_ITEM(ex, i));
+        } else if (in->meta) {
+          add_root(ex);
+        }
+      }
+    return roots;
+  }
+
+  // The layout group gi writes: its first member read outside it (sizes and strides).
+  std::optional<std::pair<std::vector<int64_t>, std::vector<int64_t>>> written_layout(int gi) {
+    for (const Node* m : f_.groups[gi].members)
+      if (m->meta && stored(m, gi)) return std::make_pair(m->meta->sizes, m->meta->strides);
+    return std::nullopt;
+  }
+
+  // Pointwise groups of one iteration space that read one storage from memory (an extern's
+  // result or a graph input, through any views) and write one layout run as one kernel, one
+  // launch instead of several: swin's q * scale, k and v, sliced from one qkv product and
+  // copied for bmm, were three kernels. Only groups no path joins (one would wait for the
+  // other), of one segment.
+  void merge_readers_of_stored_values() {
+    std::vector<std::pair<PyObject*, std::vector<int>>> readers;  // root -> groups
+    for (size_t gi = 0; gi < f_.groups.size(); ++gi) {
+      if (!f_.groups[gi].alive || f_.groups[gi].nred) continue;
+      for (PyObject* r : stored_roots(static_cast<int>(gi))) {
+        auto it =
+            std::find_if(readers.begin(), readers.end(), [&](auto& e) { return e.first == r; });
+        if (it == readers.end()) it = readers.insert(readers.end(), {r, {}});
+        it->second.push_back(static_cast<int>(gi));
+      }
+    }
+    for (auto& [root, groups] : readers) {
+      for (size_t i = 0; i < groups.size(); ++i) {
+        const int gi = groups[i];
+        if (!f_.groups[gi].alive) continue;
+        auto layout = written_layout(gi);
+        for (size_t j = i + 1; j < groups.size() && layout; ++j) {
+          const int hj = groups[j];
+          const Group &g = f_.groups[gi], &h = f_.groups[hj];
+          if (!h.alive || h.shape != g.shape || h.segment != g.segment) continue;
+          if (written_layout(hj) == layout && apart(gi, hj)) absorb(gi, hj);
+        }
+      }
+    }
+  }
+
+  // Group hj's members join group gi (same shape); hj is dropped.
+  void absorb(int gi, int hj) {
+    Group &g = f_.groups[gi], &h = f_.groups[hj];
     for (const Node* m : h.members) {
       g.members.push_back(m);
       f_.group_of[m] = gi;

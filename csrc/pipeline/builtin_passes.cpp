@@ -12,9 +12,11 @@
 #include "passes/fold_batch_norm.h"
 #include "passes/functionalize.h"
 #include "passes/matmul_operands.h"
+#include "passes/merge_duplicates.h"
 #include "passes/move_reshapes.h"
 #include "passes/pad_matmuls.h"
 #include "passes/partition.h"
+#include "passes/small_products.h"
 #include "passes/split_reductions.h"
 #include "pipeline/pass_registry.h"
 #include "runtime/compiled_graph.h"
@@ -30,6 +32,11 @@ std::vector<Pass> builtin_passes() {
        kAnyDevice,
        [](const Settings& s) { return s.functionalize; },
        [](G& g, St&) { passes::functionalize(g); }},
+      {"torchlite.merge_duplicates",
+       {"merge_duplicates"},
+       kAnyDevice,
+       [](const Settings& s) { return s.merge_duplicates; },
+       [](G& g, St&) { counters().duplicates_merged += passes::merge_duplicates(g); }},
       {"torchlite.attention_masks",
        {},
        kCuda,
@@ -85,6 +92,14 @@ std::vector<Pass> builtin_passes() {
          // layout's graph from the captured one: frame/size_generic.h), so it gets the same
          // fusion as a static compile (the steady state of a new length matches it).
          passes::move_reshapes(g);
+       }},
+      {"torchlite.small_products",
+       {"small_products"},
+       kAnyDevice,
+       [](const Settings& s) { return s.small_products; },
+       [](G& g, St& st) {
+         // NOTE: the row count is this graph's; a size-generic graph keeps torch's product.
+         if (!st.ctx.runtime_sizes) passes::expand_small_products(g);
        }},
       {"torchlite.matmul_operands",
        {"matmul_layouts"},

@@ -273,6 +273,7 @@ def test_counters_have_the_documented_keys():
         "channels_last_convs",
         "conv_biases_split",
         "matmuls_padded",
+        "duplicates_merged",
         "cuda_graph_recordings",
         "cuda_graph_replays",
         "autotune_trials",

@@ -37,6 +37,8 @@ OTHER = {
     "cpu_kernels": False,
     "pad_matmuls": False,
     "matmul_layouts": False,
+    "merge_duplicates": False,
+    "small_products": False,
 }
 ENV_TEXT = {False: "0", True: "1", 3: "3"}
 
