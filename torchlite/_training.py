@@ -105,48 +105,96 @@ def _nll_loss_backward_without_one_hot(torch_decomposition):
     return nll_loss_backward
 
 
-def _batch_norm_affine_output(torch_decomposition, has_running_stats: bool = True):
-    """A training batch norm whose output is `x * alpha + beta` per channel (alpha = rstd *
-    weight, beta = bias - mean * alpha), as ATen's kernels compute it, instead of torch._decomp's
-    `(x - mean) * rstd * weight + bias`; the saved mean, rstd and running statistics stay the
-    decomposition's.
+def _statistics_dtype(input: torch.Tensor, device: torch.device) -> torch.dtype:
+    """The dtype a training batch norm reduces its batch statistics in: float64 on the CPU,
+    the computation dtype (float32 for reduced floats) elsewhere, as eager's kernels do.
 
-    NOTE: the two roundings differ by an ulp, and some networks' backward amplifies the
+    NOTE: ATen's CPU kernel accumulates mean and squared deviations in double; CUDA's Welford
+    kernel in float. float32 statistics over a few thousand points per channel are a few ulps
+    off the rounded exact ones, and networks whose backward amplifies their outputs' rounding
+    (timm's legacy_xception, skresnet34) then drift from float64 further than eager does."""
+    computation = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+    if torch.device(device).type == "cpu" and computation == torch.float32:
+        return torch.float64
+    return computation
+
+
+def _training_batch_norm(torch_decomposition, device, kind: str):
+    """A training batch norm: statistics reduced in `_statistics_dtype` (rounded once to the
+    computation dtype, as ATen's saved mean and rstd), running statistics updated from them and
+    the output as `x * alpha + beta` per channel (alpha = rstd * weight, beta = bias - mean *
+    alpha), as ATen's kernels compute it, instead of torch._decomp's `(x - mean) * rstd * weight
+    + bias`. kind: "mutating" (native_batch_norm, _native_batch_norm_legit: running statistics
+    copied into), "functional" (_native_batch_norm_legit_functional: returned) or "no_stats".
+    Eval mode and 1-d inputs keep torch's decomposition.
+
+    NOTE: the two output roundings differ by an ulp, and some networks' backward amplifies the
     decomposed form's: timm's hardcorenas_b in train mode had input gradients 4.0e-3 from
     float64 (eager float32 5.8e-7; torch.compile's decomposition path the same 4.0e-3), 6.2e-7
     in this form. It is also one multiply-add an element instead of four ops."""
 
     def batch_norm(input, weight, bias, *rest):
-        out = torch_decomposition(input, weight, bias, *rest)
-        training = rest[2] if has_running_stats else rest[0]
+        if kind == "no_stats":
+            running_mean = running_var = None
+            training, momentum, eps = rest
+        else:
+            running_mean, running_var, training, momentum, eps = rest
         if not training or input.dim() < 2:
-            return out
-        mean, rstd = out[1], out[2]
+            return torch_decomposition(input, weight, bias, *rest)
+        computation = (
+            torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+        )
+        dims = [0, *range(2, input.dim())]
+        statistics = _statistics_dtype(input, device)
+        var, mean = torch.var_mean(input.to(statistics), dim=dims, correction=0)
+        rstd = torch.rsqrt(var + eps).to(computation)
+        new_mean = new_var = None
+        if running_mean is not None:
+            new_mean = (momentum * mean + (1 - momentum) * running_mean).to(running_mean.dtype)
+        if running_var is not None:
+            n = input.numel() / input.shape[1]
+            unbiased = var * (n / (n - 1))
+            new_var = (momentum * unbiased + (1 - momentum) * running_var).to(running_var.dtype)
+        mean = mean.to(computation)
         shape = [1, -1] + [1] * (input.dim() - 2)
-        alpha = rstd if weight is None else rstd * weight.to(rstd.dtype)
-        beta = -mean * alpha if bias is None else bias.to(rstd.dtype) - mean * alpha
-        y = input.to(rstd.dtype) * alpha.reshape(shape) + beta.reshape(shape)
-        return (y.to(input.dtype), *out[1:])
+        # NOTE: on the CPU beta = bias - mean * alpha and `x * alpha + beta` each round once,
+        # as ATen's kernel (compiled with contraction: fmas) does: an x far from its channel's
+        # mean (mean / std of 200) makes x * alpha cancel against beta, and rounding the products
+        # first made the output 7x eager's error from float64. A product of two float32 numbers
+        # is exact in float64, so computing them there and rounding is that fma. (CUDA's
+        # compilers contract the float32 form by default.)
+        affine = statistics if statistics == torch.float64 else computation
+        alpha = rstd if weight is None else rstd * weight.to(computation)
+        ma = mean.to(affine) * alpha.to(affine)
+        beta = (-ma if bias is None else bias.to(affine) - ma).to(computation)
+        y = input.to(affine) * alpha.to(affine).reshape(shape) + beta.to(affine).reshape(shape)
+        y = y.to(input.dtype)
+        if kind == "functional":
+            return y, mean, rstd, new_mean, new_var
+        if kind == "mutating":
+            if running_mean is not None:
+                running_mean.copy_(new_mean)
+            if running_var is not None:
+                running_var.copy_(new_var)
+        return y, mean, rstd
 
     return batch_norm
 
 
-def _decompositions() -> dict:
+def _decompositions(device: torch.device) -> dict:
     from torch._decomp import get_decompositions
 
     table = get_decompositions(_DECOMPOSED)
     table[aten.nll_loss_backward.default] = _nll_loss_backward_without_one_hot(
         table[aten.nll_loss_backward.default]
     )
-    for op in (
-        aten.native_batch_norm.default,
-        aten._native_batch_norm_legit.default,
-        aten._native_batch_norm_legit_functional.default,
+    for op, kind in (
+        (aten.native_batch_norm.default, "mutating"),
+        (aten._native_batch_norm_legit.default, "mutating"),
+        (aten._native_batch_norm_legit_functional.default, "functional"),
+        (aten._native_batch_norm_legit.no_stats, "no_stats"),
     ):
-        table[op] = _batch_norm_affine_output(table[op])
-    table[aten._native_batch_norm_legit.no_stats] = _batch_norm_affine_output(
-        table[aten._native_batch_norm_legit.no_stats], has_running_stats=False
-    )
+        table[op] = _training_batch_norm(table[op], device, kind)
     return table
 
 
@@ -762,7 +810,7 @@ def _trace(graph) -> JointTrace:
     device = _device_of(inputs)
     gm = graph_to_module(graph)
     primals = [_meta_input(n) for n in inputs]
-    rec = _Recorder(device, _decompositions())
+    rec = _Recorder(device, _decompositions(device))
     for i, p in enumerate(primals):
         rec.input(p, f"primal_{i}")
         rec.inputs[id(p)] = i
