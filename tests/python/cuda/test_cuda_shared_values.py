@@ -65,7 +65,15 @@ def test_window_attention_q_k_v_in_one_kernel_on_cuda(dtype):
 def test_talking_heads_without_cublas_on_cuda(dtype):
     args = [a.cuda() for a in heads_inputs(4, 4, 197, 48, dtype=dtype)]
     out, _ = launches(talking_heads, *args)
-    close(out, talking_heads(*args))
+    if dtype == torch.float32:
+        close(out, talking_heads(*args))
+    else:
+        # NOTE: the heads' products are summed in float32 and rounded once, eager's bfloat16
+        # linears round their input products too: compare both with float64 (an H100 run had
+        # 3.6% of elements 2e-2 apart, the softmax amplifying bfloat16 steps of the logits)
+        exact = talking_heads(*(a.double() for a in args))
+        eager_err = (talking_heads(*args).double() - exact).norm()
+        assert (out.double() - exact).norm() <= 2 * eager_err
     torchlite.reset()
     compiled = torchlite.compile(talking_heads)
     compiled(*args)
