@@ -384,12 +384,22 @@ class Fuser {
     return reads_agree(gi, hj) && reads_agree(hj, gi);
   }
 
-  // The storages group gi reads from memory (values no member computes): the meta tensors
-  // they view, as torch's own aliasing says (`_base`, else the tensor itself).
+  // The storages group gi reads from memory (values no member computes) as whole operands:
+  // the meta tensors they view, as torch's own aliasing says (`_base`, else the tensor
+  // itself). NOTE: an operand smaller than the kernel's space (a broadcast scalar, a bias
+  // row) does not count: every parameter update of a compiled optimizer step reads one
+  // scalars tensor, and merging them by it made one kernel per shape instead of the grouped
+  // launch (passes/group_kernels.h).
   std::vector<PyObject*> stored_roots(int gi) {
+    int64_t space = 1;
+    for (int64_t s : f_.groups[gi].shape) space *= s;
     std::vector<PyObject*> roots;  // NOTE: in reading order: merges must not follow addresses
     auto add_root = [&](PyObject* ex) {
       if (!ex) return;
+      PyRef numel = PyRef::steal(PyObject_CallMethod(ex, "numel", nullptr));
+      long long count = numel ? PyLong_AsLongLong(numel.get()) : -1;
+      if (count < 0) PyErr_Clear();
+      if (count < space) return;
       PyRef base = PyRef::steal(PyObject_GetAttrString(ex, "_base"));
       if (!base) {
         PyErr_Clear();

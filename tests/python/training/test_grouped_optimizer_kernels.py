@@ -10,7 +10,10 @@ import torchlite
 from torchlite._optimizer import CompiledOptimizerStep
 
 # Mixed sizes, as a model's parameters (matrices, vectors, a scalar-sized bias, an odd length).
+# NOTE: some shapes twice, as a model's layers repeat them: parameters of one shape read one
+# scalars tensor, which must not merge their updates into one kernel (passes/fuse.cpp)
 SHAPES = [(16, 8), (8,), (3, 5, 7), (1,), (33,), (64, 40), (40,), (2, 2, 2, 2), (129,)]
+SHAPES += [(16, 8), (8,), (64, 40)]
 
 needs_cpu_kernels = pytest.mark.skipif(
     not torchlite._C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op"
