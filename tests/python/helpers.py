@@ -7,6 +7,7 @@ dtype, device, shape and requires_grad.
 
 from __future__ import annotations
 
+import collections
 import copy
 import inspect
 import math
@@ -382,3 +383,14 @@ def run_python_process(
 def run_python(script: str, env: dict, timeout: float = 120) -> str:
     """`run_python_process`'s stdout."""
     return run_python_process(script, env, timeout).stdout
+
+
+def aten_ops(fn, *args) -> collections.Counter:
+    """How many times each aten op ran in `fn(*args)` (torch's profiler; synchronised on CUDA)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        fn(*args)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    return collections.Counter(e.name for e in p.events() if e.name.startswith("aten::"))

@@ -3,28 +3,20 @@ q, k.T and v as XCiT and Swin compute them) come out of generated kernels in a l
 (passes/matmul_operands.h): no torch copy kernel runs, values are eager's. A single patch
 embedding convolution read channels innermost runs channels-last (passes/channels_last.h)."""
 
-import collections
 import os
 import sys
 
 import pytest
 import torch
 from torch import nn
-from torch.profiler import ProfilerActivity, profile
 
 import torchlite
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "passes"))
+from helpers import aten_ops
 from test_matmul_operands import window_attention, xca
 
 pytestmark = pytest.mark.cuda
-
-
-def aten_ops(fn, *args):
-    with profile(activities=[ProfilerActivity.CPU]) as p:
-        fn(*args)
-        torch.cuda.synchronize()
-    return collections.Counter(e.name for e in p.events() if e.name.startswith("aten::"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -5,12 +5,10 @@ produces them (passes/matmul_operands.h): XCiT's normalized q and k and Swin's `
 come out of their kernels in a layout bmm reads, and no torch copy runs inside the product.
 Values are eager's; so are the products' result layouts."""
 
-import collections
-
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
+from helpers import aten_ops
 
 import torchlite
 from torchlite import _C, config
@@ -18,12 +16,6 @@ from torchlite import _C, config
 needs_cpu_kernels = pytest.mark.skipif(
     not _C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op"
 )
-
-
-def aten_ops(fn, *args):
-    with profile(activities=[ProfilerActivity.CPU]) as p:
-        fn(*args)
-    return collections.Counter(e.name for e in p.events() if e.name.startswith("aten::"))
 
 
 def copies(fn, *args):

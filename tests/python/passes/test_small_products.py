@@ -4,12 +4,10 @@ a permuted [B, N, N, H] attention) ran as a dense copy and a cuBLAS/MKL product 
 torch product runs for them, and the values are eager's (float32, bfloat16: rounded once, as the
 product rounds). Wide linears, linears over few rows and linears that need grad keep torch's."""
 
-import collections
-
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
+from helpers import aten_ops
 
 import torchlite
 from torchlite import _C, config
@@ -17,12 +15,6 @@ from torchlite import _C, config
 needs_cpu_kernels = pytest.mark.skipif(
     not _C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op"
 )
-
-
-def aten_ops(fn, *args):
-    with profile(activities=[ProfilerActivity.CPU]) as p:
-        fn(*args)
-    return collections.Counter(e.name for e in p.events() if e.name.startswith("aten::"))
 
 
 # timm cait.py TalkingHeadAttn.forward (after the qkv split).
