@@ -998,6 +998,12 @@ ValuePtr CaptureContext::call_op(PyObject* target, const std::string& method,
 // ran). `result` is the meta result (owned), `q` the query's meta tensor
 // (borrowed, may be null), `device` the real device (borrowed), `drops` true
 // when dropout_p is not a constant 0.
+bool attention_drops(bool given, PyObject* constant) {
+  const bool zero = constant && PyNumber_Check(constant) && PyObject_IsTrue(constant) == 0;
+  PyErr_Clear();
+  return given && !zero;
+}
+
 PyRef fused_attention_layout(PyRef result, PyObject* q, PyObject* device, bool drops) {
   PyRef type = PyRef::steal(PyObject_GetAttrString(device, "type"));
   if (!type) throw PythonError();
@@ -1263,9 +1269,7 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
     ValuePtr p = args.size() > 4 ? args[4] : nullptr;
     for (auto& [k, v] : kwargs)
       if (k == "dropout_p") p = v;
-    const bool drops =
-        p && !(p->is_const() && PyNumber_Check(p->obj.get()) && PyObject_IsTrue(p->obj.get()) == 0);
-    PyErr_Clear();
+    const bool drops = attention_drops(p != nullptr, p && p->is_const() ? p->obj.get() : nullptr);
     result = fused_attention_layout(std::move(result), args.empty() ? nullptr : args[0]->meta.get(),
                                     device.get(), drops);
   }

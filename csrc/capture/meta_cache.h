@@ -29,6 +29,9 @@ PyRef meta_call(PyObject* target, const std::string& method, PyObject* self, PyO
 // tensor (borrowed, may be null); `device`: the real device (borrowed); `drops`: dropout_p is
 // not a constant 0 (the CPU then runs the math path). Throws PythonError.
 PyRef fused_attention_layout(PyRef result, PyObject* q, PyObject* device, bool drops);
+// `drops` for fused_attention_layout: dropout_p given (`given`) and not a constant 0
+// (`constant`: its value when a constant, else null). Never raises.
+bool attention_drops(bool given, PyObject* constant);
 
 // Forgets every cached result (torchlite.reset()).
 void clear_meta_cache();

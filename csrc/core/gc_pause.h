@@ -3,12 +3,11 @@
 // compile for new sizes). That work allocates thousands of short-lived Python objects (meta
 // tensors, tuples, dicts), and each 700 of them start a young collection; the young ones count
 // towards the full collections, which walk every object of the process (~400k with
-// transformers loaded: 0.1-0.5 s each). Measured on a size-generic GPT-2 (2 layers, CPU): a
-// new length's compile started ~0.45 young collections and, every ~30 lengths, a full one that
-// took 466 ms (bench/dynamic.py's "first call at an unseen length" pays it whenever it lands
-// there). Paused, the objects are counted and examined once, by the first collection after
-// the scope. Nothing is lost: cycles made inside are collected later; a scope inside another
-// (or inside a user's gc.disable()) leaves the collector as it found it.
+// transformers loaded: 0.1-0.5 s each). A collection started in the middle of a capture or a
+// compile for new sizes examines its half-built objects for nothing; paused, the objects are
+// counted and examined once, by the first collection after the scope. Nothing is lost: cycles
+// made inside are collected later; a scope inside another (or inside a user's gc.disable())
+// leaves the collector as it found it.
 #include <Python.h>
 
 namespace tl {

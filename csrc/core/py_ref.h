@@ -5,6 +5,7 @@
 #include <Python.h>
 
 #include <utility>
+#include <vector>
 
 namespace tl {
 
@@ -36,6 +37,14 @@ class PyRef {
   explicit PyRef(PyObject* p) : p_(p) {}
   PyObject* p_ = nullptr;
 };
+
+// The pointers of `refs`, borrowed (valid while `refs` lives): for calls taking PyObject* const*.
+inline std::vector<PyObject*> borrowed(const std::vector<PyRef>& refs) {
+  std::vector<PyObject*> out;
+  out.reserve(refs.size());
+  for (const PyRef& r : refs) out.push_back(r.get());
+  return out;
+}
 
 // A type's own attribute dict (new reference). NOTE: on 3.12 static builtin types such as
 // `object` keep tp_dict NULL; PyType_GetDict finds theirs.

@@ -304,10 +304,9 @@ PyRef replay_meta(const ir::Node& n) {
       const ir::Arg* p = n.args.size() > 4 ? &n.args[4] : nullptr;
       for (const auto& [k, v] : n.kwargs)
         if (k == "dropout_p") p = &v;
+      const bool constant = p && p->kind == ir::Arg::Kind::Const && !p->fsym;
       const bool drops =
-          p && !(p->kind == ir::Arg::Kind::Const && !p->fsym && PyNumber_Check(p->value.get()) &&
-                 PyObject_IsTrue(p->value.get()) == 0);
-      PyErr_Clear();
+          capture::attention_drops(p != nullptr, constant ? p->value.get() : nullptr);
       r = capture::fused_attention_layout(std::move(r), n.args[0].node->example.get(),
                                           n.meta->device.get(), drops);
     } catch (const PythonError&) {
@@ -538,8 +537,7 @@ std::map<std::vector<int64_t>, SizeInstances::Instance>::iterator SizeInstances:
 }
 
 void SizeInstances::remember_first(const std::vector<PyRef>& example_inputs) {
-  std::vector<PyObject*> raw;
-  for (const PyRef& r : example_inputs) raw.push_back(r.get());
+  std::vector<PyObject*> raw = borrowed(example_inputs);
   first_key_ = layout_key(raw.data(), raw.size());
 }
 

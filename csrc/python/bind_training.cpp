@@ -56,12 +56,11 @@ class CompiledHalf {
     if (PyList_SetSlice(args.ptr(), 0, PyList_GET_SIZE(args.ptr()), nullptr) < 0)
       throw PythonError();
     if (!relayout_.empty()) {
-      std::vector<PyObject*> borrowed;
-      for (const PyRef& v : inputs) borrowed.push_back(v.get());
+      std::vector<PyObject*> in = borrowed(inputs);
       std::vector<PyRef> relaid;
-      relayout_inputs(borrowed, relaid);
+      relayout_inputs(in, relaid);
       for (size_t i = 0; i < inputs.size(); ++i)
-        if (borrowed[i] != inputs[i].get()) inputs[i] = PyRef::borrow(borrowed[i]);
+        if (in[i] != inputs[i].get()) inputs[i] = PyRef::borrow(in[i]);
     }
     return py::reinterpret_steal<py::tuple>(
         runtime::outputs_as_tuple(executable_->run_owned(std::move(inputs))).release());

@@ -466,9 +466,8 @@ std::vector<PyRef> CompiledGraph::run(PyObject* const* inputs, size_t n_inputs) 
 std::vector<PyRef> CompiledGraph::run_owned(std::vector<PyRef> inputs) {
   if (cuda_graphs_) {
     // NOTE: a recording copies or reads its inputs in place: nothing to release early.
-    std::vector<PyObject*> borrowed;
-    for (const PyRef& v : inputs) borrowed.push_back(v.get());
-    return run(borrowed.data(), borrowed.size());
+    std::vector<PyObject*> in = borrowed(inputs);
+    return run(in.data(), in.size());
   }
   TL_CHECK(inputs.size() == n_inputs_)
       << "graph expects " << n_inputs_ << " inputs, got " << inputs.size();

@@ -45,9 +45,8 @@ std::vector<PyRef> Executable::run(PyObject* const* inputs, size_t n_inputs) {
 std::vector<PyRef> Executable::run_owned(std::vector<PyRef> inputs) {
   if (compiled_) return compiled_->run_owned(std::move(inputs));
   if (runner_) return runner_->run_owned(std::move(inputs));
-  std::vector<PyObject*> borrowed;
-  for (const PyRef& v : inputs) borrowed.push_back(v.get());
-  return run(borrowed.data(), borrowed.size());
+  std::vector<PyObject*> in = borrowed(inputs);
+  return run(in.data(), in.size());
 }
 
 const ir::Node* Executable::failed_node() const {
