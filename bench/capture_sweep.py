@@ -145,6 +145,7 @@ _VOCAB = 512
 _BACKEND = os.environ.get("CAPTURE_SWEEP_BACKEND", "eager")
 _TRAIN = os.environ.get("CAPTURE_SWEEP_TRAIN") == "1"
 _SEQ = 16
+_EXTRA_SEEDS = (1, 2)  # a training row flagged on seed 0 is judged again on these
 
 
 def transformers_sample(corpus_names: set[str]) -> list[str]:
@@ -252,7 +253,7 @@ def _tiny_config(model_type: str):
     return config
 
 
-def _build_transformers(kind: str, model_type: str):
+def _build_transformers(kind: str, model_type: str, seed: int = 0):
     import torch
     from transformers.models.auto import modeling_auto as ma
 
@@ -280,7 +281,7 @@ def _build_transformers(kind: str, model_type: str):
     if params > _MAX_PARAMS:
         raise RuntimeError(f"too big: {params / 1e6:.0f}M parameters")
     vocab = getattr(config, "vocab_size", _VOCAB) or _VOCAB
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(seed)
     main = getattr(model, "main_input_name", "input_ids")
     if main == "input_ids":
         ids = torch.randint(4, min(vocab, _VOCAB), (2, _SEQ), generator=g)
@@ -310,11 +311,15 @@ def _build_transformers(kind: str, model_type: str):
     raise RuntimeError(f"eager fails: {type(last).__name__}: {last}")
 
 
-def build(name: str):
+def build(name: str, seed: int = 0):
+    """The model (weights drawn after torch.manual_seed(seed)) and inputs drawn from seed."""
+    import torch
+
+    torch.manual_seed(seed)
     if name.startswith("timm:"):
         return _build_timm(name[5:])
     _, kind, model_type = name.split(":")
-    return _build_transformers(kind, model_type)
+    return _build_transformers(kind, model_type, seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -508,6 +513,33 @@ def run_train(name: str, model, args, kwargs) -> dict:
     return row
 
 
+def _judged_over_seeds(name: str, row: dict) -> dict:
+    """A training row flagged WRONG on seed 0 is run again on two more seeds (weights and
+    inputs). NOTE: float32 rounding in deep networks flips ReLU and max-pool decisions, and
+    on some draws eager float32 itself lands 400x farther from float64 than on others
+    (legacy_xception: 1.4e-5 to 5.5e-3 of the largest gradient), so one seed's 8x-eager bound
+    can flag correct code; a wrong formula or a wrong kernel fails every seed. The row is
+    correct when both other seeds pass, and keeps seed 0's message."""
+    if row["correct"] != "WRONG":
+        return row
+    errors = []
+    for seed in _EXTRA_SEEDS:
+        try:
+            model, args, kwargs = build(name, seed)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(f"seed {seed}: {_short(exc)}")
+            continue
+        again = run_train(name, model, args, kwargs)
+        if again["correct"] != "ok":
+            errors.append(f"seed {seed}: {again.get('error', again['correct'])}")
+    if errors:
+        row["error"] = " | ".join([row.get("error", "")] + errors)[:600]
+    else:
+        row["correct"] = "ok"
+        row["seed0"] = row.pop("error", "")
+    return row
+
+
 def run_model(name: str) -> dict:
     import torch
     from helpers import assert_same, model_tolerance
@@ -517,7 +549,6 @@ def run_model(name: str) -> dict:
     from torchlite.explain import ExplainOutput
 
     row = {"name": name, "correct": "-", "graphs": None, "breaks": None, "second": None}
-    torch.manual_seed(0)
     try:
         model, args, kwargs = build(name)
     except Exception as exc:  # noqa: BLE001
@@ -525,7 +556,7 @@ def run_model(name: str) -> dict:
         row["error"] = _short(exc)
         return row
     if _TRAIN:
-        return run_train(name, model, args, kwargs)
+        return _judged_over_seeds(name, run_train(name, model, args, kwargs))
     with torch.no_grad():
         expected = model(*args, **kwargs)
         torchlite.reset()
@@ -619,6 +650,8 @@ def _format(row: dict) -> str:
     b = "-" if row.get("breaks") is None else row["breaks"]
     s = "-" if row.get("second") is None else row["second"]
     tail = row.get("error", "") if row["correct"] not in ("ok",) else _top(row)
+    if row.get("seed0"):
+        tail = f"seeds 1, 2 ok; seed 0: {row['seed0']}"
     return f"{row['name']:44s} {g!s:>4s} {b!s:>4s} {s!s:>3s} {row['correct']:8s} {tail[:160]}"
 
 
