@@ -23,6 +23,7 @@ import argparse
 import copy
 import datetime
 import functools
+import gc
 import math
 import os
 import socket
@@ -299,6 +300,10 @@ def _run(make_step, args):
 
 
 def _free(device):
+    # NOTE: a row's FSDP model is left in reference cycles (its hooks and state); only a full
+    # collection frees its parameters and gradients. Collected here, each row's peak is its own,
+    # not the previous row's state too for as long as the collector has not come round to it.
+    gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
 
