@@ -280,9 +280,9 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
   std::shared_ptr<CacheEntry> e;
   // NOTE: Python's cyclic collector runs during capture and compile as during any other code.
   // Paused, it lost the young collections this work's objects would start, and with them the
-  // full collections they count towards: reference cycles made before the first call (a model
-  // dropped under FSDP2, holding its parameters and gradients) outlived the first step (FSDP2
-  // on 2 H100s: 19.5 GB more at the step's peak).
+  // full collections they count towards: reference cycles made before the first call (an
+  // FSDP2 model dropped before the next one's first step, with its parameters and gradients)
+  // outlived that step (bench/distributed.py on 2 H100s: 19.5 GB more at its peak).
   e = std::make_shared<CacheEntry>(
       g_stub_compiler ? stub_compile(fi, config)
                       : compile_frame(fi.code, fi.func, view, config, st.fresh_objects));
