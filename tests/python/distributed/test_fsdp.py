@@ -17,6 +17,7 @@ CASES = [
     }
     for what, backward in PARAMS
 ]
+CASES.append({"name": "fsdp-saved-values", "fn": "fsdp_saved_values", "kwargs": {}})
 
 
 @pytest.mark.parametrize(("what", "backward"), PARAMS)
@@ -33,6 +34,16 @@ def test_fsdp2_training_steps_equal_eager_fsdp2(results, what, backward):
         assert info["graph_breaks"] <= 6 and info["recompiles"] <= 3, info
         if backward:
             assert info["kernels"] > 0, info
+
+
+def test_compiled_blocks_save_gathered_parameters_by_reference(results):
+    """FSDP frees a block's gathered parameters after its forward and gathers them again for its
+    backward: a compiled block saves them by reference (freed with FSDP's), never a copy that
+    would keep a block's gathered size alive until backward (cases.fsdp_saved_values)."""
+    for info in values(results, "fsdp-saved-values"):
+        assert info["aliased"] > 0, info  # the linears' weights, for their input gradients
+        assert info["aliased_bytes"] == 0, info  # FSDP's resharding freed them
+        assert info["copies"] == 0, info
 
 
 @pytest.mark.cuda
