@@ -10,7 +10,6 @@
 #include "capture/torch_api.h"
 #include "core/counters.h"
 #include "core/errors.h"
-#include "core/gc_pause.h"
 #include "core/log.h"
 #include "passes/graph_rewrite.h"
 #include "pipeline/compile_graph.h"
@@ -570,7 +569,7 @@ std::string SizeInstances::failed_relation(const std::vector<int64_t>& symbols,
 }
 
 SizeInstances::Instance SizeInstances::instantiate(PyObject* const* inputs, size_t n) {
-  GcPause no_gc;  // NOTE: the replay's meta tensors would start collections (core/gc_pause.h)
+  // NOTE: the collector is not paused here either (frame/eval_hook.cpp, lookup_or_compile).
   auto started = std::chrono::steady_clock::now();
   std::shared_ptr<ir::Graph> g = clone_graph(*captured_);
   std::vector<ir::Node*> ph = g->placeholders();

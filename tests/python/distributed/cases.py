@@ -295,3 +295,60 @@ def fsdp_parity(compile_what: str, compiled_backward: bool, steps: int = 3) -> d
     info["graphs_per_step"] = [b - a for a, b in itertools.pairwise(graphs_after)]
     info["sharded"] = all(hasattr(p, "full_tensor") for p in mine.parameters())
     return info
+
+
+def fsdp_saved_values(steps: int = 2) -> dict:
+    """FSDP2 with each block compiled (compiled backward): what the compiled blocks keep from
+    forward to backward. FSDP frees a block's gathered parameters after its forward (their
+    storage resized to 0) and gathers them again for its backward, so a compiled block must save
+    a parameter by reference: a copy (a transposed or padded weight, a cast) would keep the
+    gathered size alive per block until backward. Returns, over the compiled blocks' saved
+    tensors after a forward: how many alias a gathered parameter, the bytes those still hold,
+    and how many hold a parameter's values (or its transpose's) without aliasing it."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    model = _model("transformer", torch.float32)
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    groups = [block._get_fsdp_state()._fsdp_param_group for block in model.blocks]
+    for i, block in enumerate(model.blocks):
+        model.blocks[i] = torchlite.compile(block, options={"compiled_backward": True})
+    opt = _optimizer("adamw", model.parameters())
+    batches = _batches("transformer", steps + 1, torch.float32)
+    for x, target in batches[:steps]:
+        _loss(model(x), target).backward()
+        opt.step()
+        opt.zero_grad()
+    params = [fp for g in groups for fp in g.fsdp_params]
+    gathered = {StorageWeakRef(fp._unsharded_param.untyped_storage()) for fp in params}
+    x, target = batches[steps]
+    loss = _loss(model(x), target)
+    full = [fp.sharded_param.full_tensor().detach() for fp in params]  # NOTE: a collective
+    saved, seen, stack = [], set(), [loss.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        if "CompiledTraining" in type(fn).__name__:
+            saved += [t for t in fn.saved_tensors if isinstance(t, torch.Tensor)]
+        stack += [f for f, _ in fn.next_functions]
+    aliased = [t for t in saved if StorageWeakRef(t.untyped_storage()) in gathered]
+    others = [t for t in saved if StorageWeakRef(t.untyped_storage()) not in gathered]
+
+    def holds(t, w):
+        return any(
+            t.shape == v.shape and torch.equal(t, v) for v in ([w, w.T] if w.dim() == 2 else [w])
+        )
+
+    copies = sum(1 for t in others if any(holds(t, w) for w in full))
+    loss.backward()
+    opt.zero_grad()
+    return {
+        "saved": len(saved),
+        "aliased": len(aliased),
+        "aliased_bytes": sum(t.untyped_storage().nbytes() for t in aliased),
+        "copies": copies,
+    }

@@ -17,6 +17,7 @@ CASES = [
     }
     for what, backward in PARAMS
 ]
+CASES.append({"name": "fsdp-saved-values", "fn": "fsdp_saved_values", "kwargs": {}})
 
 
 @pytest.mark.parametrize(("what", "backward"), PARAMS)
@@ -35,6 +36,20 @@ def test_fsdp2_training_steps_equal_eager_fsdp2(results, what, backward):
             assert info["kernels"] > 0, info
 
 
+def _check_saved_values(per_rank: list) -> None:
+    for info in per_rank:
+        assert info["aliased"] > 0, info  # the linears' weights, for their input gradients
+        assert info["aliased_bytes"] == 0, info  # FSDP's resharding freed them
+        assert info["copies"] == 0, info
+
+
+def test_compiled_blocks_save_gathered_parameters_by_reference(results):
+    """FSDP frees a block's gathered parameters after its forward and gathers them again for its
+    backward: a compiled block saves them by reference (freed with FSDP's), never a copy that
+    would keep a block's gathered size alive until backward (cases.fsdp_saved_values)."""
+    _check_saved_values(values(results, "fsdp-saved-values"))
+
+
 @pytest.mark.cuda
 def test_fsdp2_on_two_gpus_with_nccl_equals_eager_fsdp2():
     import torch
@@ -44,3 +59,5 @@ def test_fsdp2_on_two_gpus_with_nccl_equals_eager_fsdp2():
     res = run_cases(CASES, backend="nccl")
     for c in CASES:
         values(res, c["name"])
+    # NOTE: CUDA's own layouts and padded products must not copy a weight either
+    _check_saved_values(values(res, "fsdp-saved-values"))
