@@ -241,6 +241,29 @@ bool visible_effect(const Node& n) {
   return false;
 }
 
+bool undoable_effect(const Node& n) {
+  if (!visible_effect(n) || out_kwarg(n)) return false;
+  const std::string& t = n.target_name;
+  if (t.find("set_grad_enabled") != std::string::npos) return true;
+  // NOTE: by the last name: `torch.random.manual_seed` is no draw (a seed resets generators
+  // this does not snapshot), nor are hooks and backwards.
+  const std::string last = last_name(t);
+  bool dropout = last.find("dropout") != std::string::npos;
+  bool draw = dropout;
+  for (const char* word : {"rand", "bernoulli", "normal", "multinomial", "poisson", "uniform",
+                           "exponential", "cauchy", "geometric"})
+    draw = draw || last.find(word) != std::string::npos;
+  for (const char* word : {"seed", "hook", "backward", "grad", "print"})
+    draw = draw && t.find(word) == std::string::npos;
+  if (!draw) return false;
+  // F.dropout(x, p, training, inplace) may say inplace by position
+  bool writes =
+      writes_first_operand(n) || (dropout && n.args.size() > 3 && const_bool(&n.args[3]) != false);
+  return !writes || !writes_outside_tensor(n);
+}
+
+bool lasting_effect(const Node& n) { return visible_effect(n) && !undoable_effect(n); }
+
 bool any_visible_effect(const Graph& graph) {
   for (const auto& n : graph.nodes())
     if (visible_effect(*n)) return true;
