@@ -83,14 +83,18 @@ bool checks_values(const std::string& op, const std::vector<ValuePtr>& args) {
 // the assert surfaces at a later synchronisation and leaves the CUDA context unusable, so there
 // is no state at the op for a graph break to keep (and a check before the first effect would
 // synchronise every call).
-bool asserts_on_device(const std::string& op, const std::vector<ValuePtr>& args,
-                       const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+const std::unordered_set<std::string>& device_assert_ops() {
   static const std::unordered_set<std::string> names = {
       "index_select", "gather",      "scatter",     "scatter_",      "scatter_add",
       "scatter_add_", "index_add",   "index_add_",  "index_copy",    "index_copy_",
       "index_fill",   "index_fill_", "embedding",   "nll_loss",      "nll_loss_nd",
       "nll_loss2d",   "getitem",     "__getitem__", "cross_entropy", "cross_entropy_loss"};
-  if (!names.count(op)) return false;
+  return names;
+}
+
+bool asserts_on_device(const std::string& op, const std::vector<ValuePtr>& args,
+                       const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  if (!device_assert_ops().count(op)) return false;
   std::vector<ValuePtr> operands(args);
   for (const auto& kv : kwargs) operands.push_back(kv.second);
   // NOTE: an index tuple's tensors are operands too; a list index is made a tensor by torch's
@@ -161,9 +165,13 @@ bool checks_values(const ir::Node& n) {
   if (n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) return false;
   const std::string& t = n.target_name;
   const std::string op = t.substr(t.rfind('.') + 1);
-  if (op == "getitem" || op == "__getitem__" || op == "setitem" || op == "__setitem__")
-    return n.args.size() > 1 && advanced_index_arg(n.args[1]);
-  return value_checking_ops().count(op) > 0;
+  bool checks = op == "getitem" || op == "__getitem__" || op == "setitem" || op == "__setitem__"
+                    ? n.args.size() > 1 && advanced_index_arg(n.args[1])
+                    : value_checking_ops().count(op) > 0;
+  // NOTE: as asserts_on_device: a CUDA index op raises nothing where it runs.
+  if (checks && device_assert_ops().count(op) && n.meta && n.meta->device)
+    return detail::attr_str(n.meta->device.get(), "type") != "cuda";
+  return checks;
 }
 
 void check_effect_order(CaptureContext& ctx, const std::string& op,

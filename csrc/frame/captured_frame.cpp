@@ -39,8 +39,9 @@ bool failed_before_any_effect(const ir::Graph& graph, const ir::Node* failed) {
   }
   return effects == 0 || (effects == 1 && failed_is_it);
 }
-// The devices of `graph`'s random draws (a tuple of torch.device) when an op that checks its
-// operands' values follows an undoable effect (ir::undoable_effect), else null.
+// The CUDA devices of `graph`'s random draws (a tuple of torch.device; the CPU generator is
+// always saved) when an op that checks its operands' values follows an undoable effect
+// (ir::undoable_effect), else null.
 PyRef rerun_devices(const ir::Graph& graph) {
   bool undoable = false, checks = false;
   PyRef devices = PyRef::steal(PyList_New(0));
@@ -49,7 +50,11 @@ PyRef rerun_devices(const ir::Graph& graph) {
     if (undoable && capture::checks_values(*n)) checks = true;
     if (!ir::undoable_effect(*n)) continue;
     undoable = true;
-    if (n->meta && n->meta->device && PyList_Append(devices.get(), n->meta->device.get()) < 0)
+    if (!n->meta || !n->meta->device) continue;
+    PyRef type = PyRef::steal(PyObject_GetAttrString(n->meta->device.get(), "type"));
+    if (!type) throw PythonError();
+    if (PyUnicode_CompareWithASCIIString(type.get(), "cuda") == 0 &&
+        PyList_Append(devices.get(), n->meta->device.get()) < 0)
       throw PythonError();
   }
   if (!checks) return PyRef();

@@ -190,3 +190,32 @@ def test_a_function_a_graph_node_cannot_stand_for_breaks_and_trains_as_eager(fn_
     torchlite.compile(f)(x).backward()
     f(ref).backward()
     torch.testing.assert_close(x.grad, ref.grad)
+
+
+class _ValueInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * float(x.abs().max())  # NOTE: a value the joint trace cannot know
+
+
+def test_a_backward_the_joint_trace_cannot_run_trains_op_by_op_as_eager():
+    # NOTE: one graph still; its backward runs through torch's autograd (the user's Function
+    # recorded by the node's apply) instead of a compiled backward.
+    def f(x):
+        return _ValueInBackward.apply(x.sin()).sum()
+
+    x = torch.randn(6, requires_grad=True)
+    ref = x.detach().requires_grad_()
+    report = torchlite.explain(f)(x.detach().requires_grad_())
+    assert (report.graph_count, report.graph_break_count) == (1, 0), report.break_reasons
+    out = torchlite.compile(f)(x)
+    out.backward()
+    f(ref).backward()
+    assert not compiled_backward_used(out)
+    torch.testing.assert_close(x.grad, ref.grad)
