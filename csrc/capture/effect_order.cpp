@@ -186,7 +186,11 @@ void check_effect_order(CaptureContext& ctx, const std::string& op,
   // the grad mode; a rerun would draw again and see the switched mode. The frame saves both
   // before such a graph and, when it raises before any lasting effect, puts them back and runs
   // eagerly from the start: eager's error, eager's Python effects, the generator advanced once.
-  if (only_undoable_effects(ctx.graph())) return;
+  // An op that writes an operand itself (`buf.index_copy_(0, pos, k)`, `x[idx] = v`, `out=`)
+  // would be the first lasting effect when it raises: its indices are checked first instead.
+  bool writes_itself = ir::in_place_name(op) || op == "setitem" || op == "__setitem__";
+  for (const auto& kv : kwargs) writes_itself = writes_itself || kv.first == "out";
+  if (!writes_itself && only_undoable_effects(ctx.graph())) return;
   if (check_indices_first(ctx, op, args, kwargs, *effect)) return;
   // NOTE: the reason names the in-place op and the Python effect, so the user (and a
   // benchmark's break table) sees which one to move.

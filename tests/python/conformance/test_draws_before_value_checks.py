@@ -145,3 +145,23 @@ def test_a_write_after_the_lookup_runs_once_when_the_lookup_raises(bad):
         return torch.randn(4, 3), ids, torch.zeros(2)
 
     check_program(_draw_lookup_then_write, make, observe=_observe)
+
+
+def _dropout_then_index_copy(x, buf, pos):
+    # NOTE: the index op writes an input itself: it would be the graph's first lasting effect
+    # when it raises, so its indices are checked before the graph's effects instead
+    # (capture/index_bounds.h), as without the dropout.
+    _LOG.append(0)
+    h = F.dropout(x, 0.5, training=True)
+    buf.index_copy_(0, pos, h)
+    return buf.sum()
+
+
+@pytest.mark.parametrize("bad", [None, 5], ids=["in_range", "out_of_range"])
+def test_an_index_op_writing_an_input_after_dropout_fails_as_eager(bad):
+    def make():
+        _LOG.clear()
+        pos = torch.tensor([0, 2]) if bad is None else torch.tensor([0, bad])
+        return torch.randn(2, 3), torch.zeros(4, 3), pos
+
+    check_program(_dropout_then_index_copy, make, observe=_observe)
