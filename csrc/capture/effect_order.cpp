@@ -188,7 +188,10 @@ void check_effect_order(CaptureContext& ctx, const std::string& op,
   // eagerly from the start: eager's error, eager's Python effects, the generator advanced once.
   // An op that writes an operand itself (`buf.index_copy_(0, pos, k)`, `x[idx] = v`, `out=`)
   // would be the first lasting effect when it raises: its indices are checked first instead.
+  // NOTE: not `inv = torch.empty_like(p); inv[p] = ...` (a tensor the graph made).
   bool writes_itself = ir::in_place_name(op) || op == "setitem" || op == "__setitem__";
+  if (writes_itself && !args.empty() && args[0] && args[0]->is_tensor() && args[0]->node)
+    writes_itself = ir::outside_tensor(args[0]->node);
   for (const auto& kv : kwargs) writes_itself = writes_itself || kv.first == "out";
   if (!writes_itself && only_undoable_effects(ctx.graph())) return;
   if (check_indices_first(ctx, op, args, kwargs, *effect)) return;

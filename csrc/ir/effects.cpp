@@ -194,8 +194,7 @@ bool writes_outside_tensor(const Node& n) {
   if (n.args[0].kind != Arg::Kind::Node)
     // `0 += t`: an augmented assignment to a number is a plain operation
     return !augmented_name(n.target_name, last_name(n.target_name));
-  if (follow_write(n.args[0].node).fresh) return false;
-  return aliases_outside_tensor(*n.args[0].node);
+  return outside_tensor(n.args[0].node);
 }
 
 const Arg* out_kwarg(const Node& n) {
@@ -205,6 +204,12 @@ const Arg* out_kwarg(const Node& n) {
 }
 
 }  // namespace
+
+bool outside_tensor(const Node* written) {
+  if (!written) return true;
+  if (follow_write(written).fresh) return false;
+  return aliases_outside_tensor(*written);
+}
 
 bool in_place_name(const std::string& target_name) {
   const std::string& t = target_name;

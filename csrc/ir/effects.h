@@ -36,6 +36,11 @@ bool undoable_effect(const Node& n);
 // A visible effect that is not undoable.
 bool lasting_effect(const Node& n);
 
+// True unless `written`, the tensor an in-place op writes, is known to be one the graph made
+// (followed back through views and in-place ops to an op with a fresh result, or on a storage
+// an op of the graph allocated): writing it is invisible after the graph.
+bool outside_tensor(const Node* written);
+
 // True if some node of `graph` has a visible effect.
 bool any_visible_effect(const Graph& graph);
 

@@ -165,3 +165,28 @@ def test_an_index_op_writing_an_input_after_dropout_fails_as_eager(bad):
         return torch.randn(2, 3), torch.zeros(4, 3), pos
 
     check_program(_dropout_then_index_copy, make, observe=_observe)
+
+
+def _dropout_then_inverse_permutation(x, perm):
+    # NOTE: transformers' grouped experts (integrations/moe.py) invert a permutation by writing
+    # a tensor the graph made: no lasting effect, so it needs no check before the graph.
+    _LOG.append(0)
+    h = F.dropout(x, 0.5, training=True)
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(perm.size(0))
+    return h[inv]
+
+
+@pytest.mark.parametrize("bad", [None, 9], ids=["in_range", "out_of_range"])
+def test_an_index_write_into_a_new_tensor_after_dropout_is_one_graph(bad):
+    def make():
+        _LOG.clear()
+        perm = torch.randperm(5)
+        if bad is not None:
+            perm[1] = bad
+        return torch.randn(5, 3), perm
+
+    check_program(_dropout_then_inverse_permutation, make, observe=_observe)
+    if bad is None:
+        report = torchlite.explain(_dropout_then_inverse_permutation)(*make())
+        assert (report.graph_count, report.graph_break_count) == (1, 0), report.break_reasons
