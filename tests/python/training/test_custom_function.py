@@ -219,3 +219,19 @@ def test_a_backward_the_joint_trace_cannot_run_trains_op_by_op_as_eager():
     f(ref).backward()
     assert not compiled_backward_used(out)
     torch.testing.assert_close(x.grad, ref.grad)
+
+
+def test_a_function_under_autocast_breaks_and_trains_as_eager():
+    # NOTE: eager's autocast casts inside the user's forward; the joint trace runs without
+    # autocast, so such a call stays eager.
+    def f(x, w):
+        return _RoundSTE.apply(x @ w, w.sum(0), 1.0, {"gain": 2.0}).float().sum()
+
+    x, w = torch.randn(4, 3), torch.randn(3, 5, requires_grad=True)
+    ref = w.detach().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        report = torchlite.explain(f)(x, w.detach().requires_grad_())
+        torchlite.compile(f)(x, w).backward()
+        f(x, ref).backward()
+    assert report.breaks_by_kind.get("autograd_function") == 1, report.break_reasons
+    torch.testing.assert_close(w.grad, ref.grad)
