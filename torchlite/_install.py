@@ -41,11 +41,13 @@ def _register_python_helpers() -> None:
         _asserts,
         _attention_mask,
         _backend_layout,
+        _custom_function,
         _ddp_buckets,
         _index_bounds,
         _optimizer,
         _padded_weights,
         _polyfills,
+        _rerun_state,
         _training,
     )
 
@@ -57,6 +59,9 @@ def _register_python_helpers() -> None:
         "ddp_buckets.split_at_buckets": _ddp_buckets.split_at_buckets,
         "index_bounds.check": _index_bounds.check_index_bounds,
         "asserts.check": _asserts.check_assertion,
+        "custom_function.apply": _custom_function.apply_custom_function,
+        "rerun_state.save": _rerun_state.save,
+        "rerun_state.restore": _rerun_state.restore,
         "training.trace_joint": _training.trace_joint,
         "training.make_training_function": _training.make_training_function,
         "optimizer.step_route": _optimizer.step_route,

@@ -1056,7 +1056,14 @@ def make_training_function(
         def forward(ctx, *inputs):
             if zero_tangent_backward is not None:
                 ctx.set_materialize_grads(False)
-            results = forward(*inputs)
+            try:
+                results = forward(*inputs)
+            except BaseException:
+                # NOTE: the compiled forward is functional (input mutations are applied below):
+                # what it ran before raising left nothing but random draws behind, which the
+                # frame can undo to run eagerly (runtime::Executable::failed_before_lasting_effects).
+                run.failed_in_compiled_forward = True
+                raise
             if num_mutated:
                 targets = [inputs[i] for i in mutated]
                 versions = [targets[k]._version for k in quiet]
@@ -1188,6 +1195,7 @@ def make_training_function(
             outs.insert(position, inputs[primal])
         return tuple(outs)
 
+    run.failed_in_compiled_forward = False
     run.forward_half = forward
     run.backward_half = backward
     run.zero_tangent_backwards = zero_variants

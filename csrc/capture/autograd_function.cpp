@@ -2,12 +2,18 @@
 // mode off, or no tensor argument requires grad), apply only runs `forward` with grad mode
 // off and hands its outputs back: that is inlined, with a torch FunctionCtx (plain Python:
 // save_for_backward and friends only store attributes on it) as `ctx`. A call autograd records
-// needs the Function's backward, which a captured graph cannot link: a clean graph break.
+// needs the Function's backward: the graph gets one node calling `Fn.apply`
+// (torchlite/_custom_function.py), run on meta tensors here. Run op by op, autograd records
+// the user's Function as in eager; compiled for training, the joint trace runs the node under
+// its recording dispatch mode, so the user's forward joins the compiled forward and the user's
+// backward (ctx.saved_tensors, needs_input_grad, once_differentiable, non-differentiable
+// outputs) the compiled backward.
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
 #include "core/errors.h"
+#include "core/python_helpers.h"
 
 namespace tl::capture {
 using namespace detail;  // NOTE: helpers of this file family only
@@ -77,6 +83,34 @@ PyObject* detail::autograd_function_of_c_apply(PyObject* fn) {
   return self;
 }
 
+ValuePtr Tracer::call_recorded_function(const ValuePtr& cls, const std::string& name,
+                                        std::vector<ValuePtr>& args) {
+  const char* hint =
+      "run inference under torch.no_grad() or torch.inference_mode(), or write the op with "
+      "torch functions so autograd derives its backward";
+  // NOTE: under autocast eager casts inside the user's forward (custom_fwd decides how); the
+  // joint trace runs without autocast (its casts are the graph's own nodes).
+  if (ctx_.autocast_on)
+    graph_break("autograd_function",
+                name + ".apply() with an input that requires grad inside an autocast region: " +
+                    "it runs eagerly",
+                hint);
+  PyRef forward = PyRef::steal(PyObject_GetAttrString(cls->obj.get(), "forward"));
+  if (!forward) throw PythonError();
+  if (!PyFunction_Check(forward.get()))
+    graph_break("autograd_function", name + ".forward is not a Python function");
+  std::vector<ValuePtr> call_args{cls};
+  call_args.insert(call_args.end(), args.begin(), args.end());
+  try {
+    return ctx_.record_op(python_helper("custom_function.apply").get(), "", call_args, {});
+  } catch (const GraphBreak& b) {
+    graph_break("autograd_function",
+                name + ".apply() with an input that requires grad could not run on meta " +
+                    "tensors (" + b.reason() + "); it runs eagerly",
+                hint);
+  }
+}
+
 ValuePtr Tracer::call_autograd_function(const ValuePtr& cls, std::vector<ValuePtr>& args,
                                         KwArgs& kwargs) {
   if (!cls->is_const() || !PyType_Check(cls->obj.get()) || !kwargs.empty())
@@ -86,13 +120,8 @@ ValuePtr Tracer::call_autograd_function(const ValuePtr& cls, std::vector<ValuePt
   bool records = false;
   if (ctx_.grad_enabled())
     for (auto& a : args) records = records || requires_grad(a);
-  if (records)
-    graph_break("autograd_function",
-                name + ".apply() with an input that requires grad: autograd records it with " +
-                    "its backward, which torchlite does not capture; it runs eagerly",
-                "run inference under torch.no_grad() or torch.inference_mode(), or write the "
-                "op with torch functions so autograd derives its backward");
   PyObject* type = cls->obj.get();
+  if (records) return call_recorded_function(cls, name, args);
   PyRef forward = PyRef::steal(PyObject_GetAttrString(type, "forward"));
   PyRef setup = PyRef::steal(PyObject_GetAttrString(type, "setup_context"));
   PyRef base_setup =

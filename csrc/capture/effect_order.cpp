@@ -83,14 +83,18 @@ bool checks_values(const std::string& op, const std::vector<ValuePtr>& args) {
 // the assert surfaces at a later synchronisation and leaves the CUDA context unusable, so there
 // is no state at the op for a graph break to keep (and a check before the first effect would
 // synchronise every call).
-bool asserts_on_device(const std::string& op, const std::vector<ValuePtr>& args,
-                       const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+const std::unordered_set<std::string>& device_assert_ops() {
   static const std::unordered_set<std::string> names = {
       "index_select", "gather",      "scatter",     "scatter_",      "scatter_add",
       "scatter_add_", "index_add",   "index_add_",  "index_copy",    "index_copy_",
       "index_fill",   "index_fill_", "embedding",   "nll_loss",      "nll_loss_nd",
       "nll_loss2d",   "getitem",     "__getitem__", "cross_entropy", "cross_entropy_loss"};
-  if (!names.count(op)) return false;
+  return names;
+}
+
+bool asserts_on_device(const std::string& op, const std::vector<ValuePtr>& args,
+                       const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  if (!device_assert_ops().count(op)) return false;
   std::vector<ValuePtr> operands(args);
   for (const auto& kv : kwargs) operands.push_back(kv.second);
   // NOTE: an index tuple's tensors are operands too; a list index is made a tensor by torch's
@@ -131,6 +135,23 @@ std::string first_python_effect(const CaptureContext& ctx) {
   return "";
 }
 
+// An advanced index in a graph node's arguments (a tensor, a list, or a tuple holding one).
+bool advanced_index_arg(const ir::Arg& a) {
+  if (a.kind == ir::Arg::Kind::Node) return true;
+  if (a.kind == ir::Arg::Kind::Const) return false;
+  return std::any_of(a.items.begin(), a.items.end(), advanced_index_arg) ||
+         a.kind == ir::Arg::Kind::List;
+}
+
+// True when no node of `graph` has a lasting effect (ir::lasting_effect): its visible effects,
+// if any, are random draws into its own tensors and grad-mode switches, which the frame undoes
+// before it runs eagerly after a failure (frame/captured_frame.cpp).
+bool only_undoable_effects(const ir::Graph& graph) {
+  for (const auto& n : graph.nodes())
+    if (ir::lasting_effect(*n)) return false;
+  return true;
+}
+
 // The first node of `graph` with a visible effect, null if none.
 const ir::Node* first_visible_effect(const ir::Graph& graph) {
   for (const auto& n : graph.nodes())
@@ -140,6 +161,19 @@ const ir::Node* first_visible_effect(const ir::Graph& graph) {
 
 }  // namespace
 
+bool checks_values(const ir::Node& n) {
+  if (n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) return false;
+  const std::string& t = n.target_name;
+  const std::string op = t.substr(t.rfind('.') + 1);
+  bool checks = op == "getitem" || op == "__getitem__" || op == "setitem" || op == "__setitem__"
+                    ? n.args.size() > 1 && advanced_index_arg(n.args[1])
+                    : value_checking_ops().count(op) > 0;
+  // NOTE: as asserts_on_device: a CUDA index op raises nothing where it runs.
+  if (checks && device_assert_ops().count(op) && n.meta && n.meta->device)
+    return detail::attr_str(n.meta->device.get(), "type") != "cuda";
+  return checks;
+}
+
 void check_effect_order(CaptureContext& ctx, const std::string& op,
                         const std::vector<ValuePtr>& args,
                         const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
@@ -148,6 +182,18 @@ void check_effect_order(CaptureContext& ctx, const std::string& op,
   if (python_effect.empty()) return;
   const ir::Node* effect = first_visible_effect(ctx.graph());
   if (!effect) return;
+  // NOTE: training-mode dropout draws (it advances the generator) and a no_grad block switches
+  // the grad mode; a rerun would draw again and see the switched mode. The frame saves both
+  // before such a graph and, when it raises before any lasting effect, puts them back and runs
+  // eagerly from the start: eager's error, eager's Python effects, the generator advanced once.
+  // An op that writes an operand itself (`buf.index_copy_(0, pos, k)`, `x[idx] = v`, `out=`)
+  // would be the first lasting effect when it raises: its indices are checked first instead.
+  // NOTE: not `inv = torch.empty_like(p); inv[p] = ...` (a tensor the graph made).
+  bool writes_itself = ir::in_place_name(op) || op == "setitem" || op == "__setitem__";
+  if (writes_itself && !args.empty() && args[0] && args[0]->is_tensor() && args[0]->node)
+    writes_itself = ir::outside_tensor(args[0]->node);
+  for (const auto& kv : kwargs) writes_itself = writes_itself || kv.first == "out";
+  if (!writes_itself && only_undoable_effects(ctx.graph())) return;
   if (check_indices_first(ctx, op, args, kwargs, *effect)) return;
   // NOTE: the reason names the in-place op and the Python effect, so the user (and a
   // benchmark's break table) sees which one to move.

@@ -150,6 +150,9 @@ class Tracer {
                                             KwArgs& kwargs);
   // autograd_function.cpp: Function.apply of class `cls`, inlined when autograd won't record.
   ValuePtr call_autograd_function(const ValuePtr& cls, std::vector<ValuePtr>& args, KwArgs& kwargs);
+  // The same when autograd records the call: one graph node calling `cls.apply`.
+  ValuePtr call_recorded_function(const ValuePtr& cls, const std::string& name,
+                                  std::vector<ValuePtr>& args);
   // Starts the handler covering instruction `index` for an exception raised by
   // it (CPython's exception-table unwinding); false when no handler covers it.
   bool enter_handler(size_t index, const UserException& e);

@@ -1,8 +1,10 @@
 #include "frame/captured_frame.h"
 
 #include "capture/data_dependent_assert.h"
+#include "capture/effect_order.h"
 #include "capture/index_bounds.h"
 #include "core/errors.h"
+#include "core/python_helpers.h"
 #include "frame/frame_access.h"
 #include "guards/fetch.h"
 #include "ir/effects.h"
@@ -37,6 +39,27 @@ bool failed_before_any_effect(const ir::Graph& graph, const ir::Node* failed) {
   }
   return effects == 0 || (effects == 1 && failed_is_it);
 }
+// The CUDA devices of `graph`'s random draws (a tuple of torch.device; the CPU generator is
+// always saved) when an op that checks its operands' values follows an undoable effect
+// (ir::undoable_effect), else null.
+PyRef rerun_devices(const ir::Graph& graph) {
+  bool undoable = false, checks = false;
+  PyRef devices = PyRef::steal(PyList_New(0));
+  if (!devices) throw PythonError();
+  for (const auto& n : graph.nodes()) {
+    if (undoable && capture::checks_values(*n)) checks = true;
+    if (!ir::undoable_effect(*n)) continue;
+    undoable = true;
+    if (!n->meta || !n->meta->device) continue;
+    PyRef type = PyRef::steal(PyObject_GetAttrString(n->meta->device.get(), "type"));
+    if (!type) throw PythonError();
+    if (PyUnicode_CompareWithASCIIString(type.get(), "cuda") == 0 &&
+        PyList_Append(devices.get(), n->meta->device.get()) < 0)
+      throw PythonError();
+  }
+  if (!checks) return PyRef();
+  return PyRef::steal(PyList_AsTuple(devices.get()));
+}
 }  // namespace
 
 CapturedFrame::CapturedFrame(std::shared_ptr<const ir::Graph> graph, ir::Residual result,
@@ -54,6 +77,7 @@ CapturedFrame::CapturedFrame(std::shared_ptr<const ir::Graph> graph, ir::Residua
     input_sources_.push_back(p->source);
     input_fetchers_.emplace_back(*p->source);
   }
+  rerun_devices_ = rerun_devices(*graph_);
 }
 
 CapturedFrame::Made CapturedFrame::make_closures(const std::vector<PyRef>& outputs,
@@ -364,6 +388,13 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame, Served* 
       if (instance.get() == executable_->compiled()) instance.reset();
     }
     const ir::Graph& graph = instance ? instance->graph() : *graph_;
+    // NOTE: what the graph's draws and grad-mode switches change, for an eager rerun.
+    PyRef saved;
+    if (rerun_devices_) {
+      saved = PyRef::steal(
+          PyObject_CallOneArg(python_helper("rerun_state.save").get(), rerun_devices_.get()));
+      if (!saved) throw PythonError();
+    }
     try {
       outputs = instance ? instance->run(raw, inputs.size()) : executable_->run(raw, inputs.size());
     } catch (const PythonError&) {
@@ -379,10 +410,31 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame, Served* 
       bool check_first =
           n && (capture::is_index_bounds_check(*n) || capture::is_assertion_check(*n)) &&
           (instance ? instance->failed_before_effects() : executable_->failed_before_effects());
-      if (!fatal_python_error_pending() && !torchlite_error_pending() &&
-          (check_first || failed_before_any_effect(graph, n))) {
+      const bool plain = !fatal_python_error_pending() && !torchlite_error_pending();
+      if (plain && (check_first || failed_before_any_effect(graph, n))) {
         PyErr_Clear();
         throw RunEagerly{};
+      }
+      // Raised after random draws or grad-mode switches but before anything lasting: with the
+      // generators and the grad mode put back, the graph has left no trace (capture lets an op
+      // that checks values follow such effects: capture/effect_order.h).
+      if (plain && saved) {
+        PyObject *type, *value, *trace;
+        PyErr_Fetch(&type, &value, &trace);
+        bool undo = instance ? instance->failed_before_lasting_effects()
+                             : executable_->failed_before_lasting_effects();
+        if (undo) {
+          PyRef restored = PyRef::steal(
+              PyObject_CallOneArg(python_helper("rerun_state.restore").get(), saved.get()));
+          if (restored) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(trace);
+            throw RunEagerly{};
+          }
+          PyErr_Clear();
+        }
+        PyErr_Restore(type, value, trace);
       }
       // Point the traceback at the user's line that created the failing op.
       if (n) {

@@ -71,6 +71,11 @@ class CapturedFrame : public CompiledFrame {
   std::shared_ptr<SizeInstances> sizes_;
   std::string func_name_;
   std::string filename_;
+  // The CUDA devices of the graph's random draws (a tuple, maybe empty) when an op that checks
+  // values follows a draw or a grad-mode switch (capture/effect_order.h): run_graph saves the
+  // generators' states and the grad mode before the graph and restores them for an eager
+  // rerun; null otherwise.
+  PyRef rerun_devices_;
 };
 
 }  // namespace tl::frame

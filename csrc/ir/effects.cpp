@@ -194,8 +194,7 @@ bool writes_outside_tensor(const Node& n) {
   if (n.args[0].kind != Arg::Kind::Node)
     // `0 += t`: an augmented assignment to a number is a plain operation
     return !augmented_name(n.target_name, last_name(n.target_name));
-  if (follow_write(n.args[0].node).fresh) return false;
-  return aliases_outside_tensor(*n.args[0].node);
+  return outside_tensor(n.args[0].node);
 }
 
 const Arg* out_kwarg(const Node& n) {
@@ -205,6 +204,12 @@ const Arg* out_kwarg(const Node& n) {
 }
 
 }  // namespace
+
+bool outside_tensor(const Node* written) {
+  if (!written) return true;
+  if (follow_write(written).fresh) return false;
+  return aliases_outside_tensor(*written);
+}
 
 bool in_place_name(const std::string& target_name) {
   const std::string& t = target_name;
@@ -240,6 +245,29 @@ bool visible_effect(const Node& n) {
   if (writes_first_operand(n)) return writes_outside_tensor(n);
   return false;
 }
+
+bool undoable_effect(const Node& n) {
+  if (!visible_effect(n) || out_kwarg(n)) return false;
+  const std::string& t = n.target_name;
+  if (t.find("set_grad_enabled") != std::string::npos) return true;
+  // NOTE: by the last name: `torch.random.manual_seed` is no draw (a seed resets generators
+  // this does not snapshot), nor are hooks and backwards.
+  const std::string last = last_name(t);
+  bool dropout = last.find("dropout") != std::string::npos;
+  bool draw = dropout;
+  for (const char* word : {"rand", "bernoulli", "normal", "multinomial", "poisson", "uniform",
+                           "exponential", "cauchy", "geometric"})
+    draw = draw || last.find(word) != std::string::npos;
+  for (const char* word : {"seed", "hook", "backward", "grad", "print"})
+    draw = draw && t.find(word) == std::string::npos;
+  if (!draw) return false;
+  // F.dropout(x, p, training, inplace) may say inplace by position
+  bool writes =
+      writes_first_operand(n) || (dropout && n.args.size() > 3 && const_bool(&n.args[3]) != false);
+  return !writes || !writes_outside_tensor(n);
+}
+
+bool lasting_effect(const Node& n) { return visible_effect(n) && !undoable_effect(n); }
 
 bool any_visible_effect(const Graph& graph) {
   for (const auto& n : graph.nodes())

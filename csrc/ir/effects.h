@@ -27,6 +27,20 @@ bool is_eval_dropout(const Node& n);
 // assignment (`operator.iadd`), `inplace=True`, a setitem, or `out=`.
 bool writes_operand(const Node& n);
 
+// A visible effect that putting state back undoes, so the frame can run again from its start
+// after a later op raised: a random draw into a tensor the graph made (it only advances a
+// generator, whose state the frame saves and restores: frame/captured_frame.cpp) or a
+// grad-mode switch (the frame's grad mode is restored). Draws into inputs, `out=`, seeds,
+// hooks and everything else are lasting.
+bool undoable_effect(const Node& n);
+// A visible effect that is not undoable.
+bool lasting_effect(const Node& n);
+
+// True unless `written`, the tensor an in-place op writes, is known to be one the graph made
+// (followed back through views and in-place ops to an op with a fresh result, or on a storage
+// an op of the graph allocated): writing it is invisible after the graph.
+bool outside_tensor(const Node* written);
+
 // True if some node of `graph` has a visible effect.
 bool any_visible_effect(const Graph& graph);
 

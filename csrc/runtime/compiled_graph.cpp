@@ -148,11 +148,14 @@ namespace {
 
 // True when running `item` is visible after the graph: an extern or a kernel member with a
 // visible effect, or a kernel storing into an input.
-bool step_has_effect(const ir::Schedule& schedule, const ir::ScheduleStep& item) {
-  if (item.extern_node) return ir::visible_effect(*item.extern_node);
+// `lasting`: only lasting effects (ir::lasting_effect) count.
+bool step_has_effect(const ir::Schedule& schedule, const ir::ScheduleStep& item,
+                     bool lasting = false) {
+  auto effect = lasting ? ir::lasting_effect : ir::visible_effect;
+  if (item.extern_node) return effect(*item.extern_node);
   const ir::ScheduledKernel& k = schedule.kernels.at(item.kernel);
   for (const ir::Node* m : k.members)
-    if (ir::visible_effect(*m)) return true;
+    if (effect(*m)) return true;
   for (const ir::Node* into : k.store_into)
     if (into) return true;
   return false;
@@ -180,6 +183,8 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedul
     Step s;
     if (first_effect_ < 0 && step_has_effect(partition_, item))
       first_effect_ = static_cast<int>(steps_.size());
+    if (first_lasting_effect_ < 0 && step_has_effect(partition_, item, /*lasting=*/true))
+      first_lasting_effect_ = static_cast<int>(steps_.size());
     if (item.extern_node) {
       s.call.emplace(*item.extern_node, slots);
       s.node = item.extern_node;
@@ -219,6 +224,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const ir::Graph> graph, ir::Schedul
     steps_.push_back(std::move(s));
   }
   if (first_effect_ < 0) first_effect_ = static_cast<int>(steps_.size());
+  if (first_lasting_effect_ < 0) first_lasting_effect_ = static_cast<int>(steps_.size());
   outputs_.set(*graph_, [&](const ir::Node* n) { return slot_of(n, "output"); });
   apply_memory_plan(slots);
 

@@ -56,6 +56,11 @@ class CompiledGraph {
   // True when the last failed run failed before any step with a visible effect ran (an in-place
   // write, a random draw: ir::visible_effect), in the order the steps actually run.
   bool failed_before_effects() const { return failed_step_ >= 0 && failed_step_ < first_effect_; }
+  // The same for lasting effects (ir::lasting_effect): random draws into new tensors and
+  // grad-mode switches may have run before the failure.
+  bool failed_before_lasting_effects() const {
+    return failed_step_ >= 0 && failed_step_ < first_lasting_effect_;
+  }
   // Records this CUDA graph's runs into CUDA graphs of `pool` from the second call on.
   // Call only when cuda_graph_blocker(graph, device().cuda) is "".
   // `warmups`, `pool_outputs_from`, `copy_inputs_from`: see CudaGraphs (a training step's halves).
@@ -93,7 +98,8 @@ class CompiledGraph {
   KernelDevice device_;
   const ir::Node* failed_node_ = nullptr;
   int failed_step_ = -1;
-  int first_effect_ = -1;  // the first step with a visible effect; steps_.size() if none
+  int first_effect_ = -1;          // the first step with a visible effect; steps_.size() if none
+  int first_lasting_effect_ = -1;  // the same for a lasting effect
   std::unique_ptr<KernelBackend> backend_;  // compiled the kernels, launches them
   PyRef empty_strided_, data_ptr_name_, stride_name_, alloc_kwnames_;
   PyRef fast_empty_strided_;  // private_empty_strided() in compiled_graph.cpp; may be null

@@ -59,6 +59,20 @@ bool Executable::failed_before_effects() const {
   return runner_ && runner_->failed_before_effects();
 }
 
+bool Executable::failed_before_lasting_effects() const {
+  if (compiled_) return compiled_->failed_before_lasting_effects();
+  if (runner_) return runner_->failed_before_lasting_effects();
+  // NOTE: called with the run's error fetched (captured_frame.cpp): attribute reads may fail.
+  static const char* kMark = "failed_in_compiled_forward";
+  if (!fn_ || !PyObject_HasAttrString(fn_.get(), kMark)) return false;
+  PyRef mark = PyRef::steal(PyObject_GetAttrString(fn_.get(), kMark));
+  if (!mark || PyObject_SetAttrString(fn_.get(), kMark, Py_False) < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  return mark.get() == Py_True;
+}
+
 PyRef outputs_as_tuple(std::vector<PyRef> outputs) {
   PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(outputs.size())));
   if (!tuple) throw PythonError();

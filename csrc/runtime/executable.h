@@ -43,6 +43,11 @@ class Executable {
   // True when the last failed run raised before anything visible ran (no in-place write, no
   // random draw yet, in the order the steps ran); false for a callable.
   bool failed_before_effects() const;
+  // True when the last failed run raised before any lasting effect ran (ir::lasting_effect:
+  // random draws into new tensors and grad-mode switches may have run). For a callable: a
+  // training function (torchlite/_training.py) whose compiled forward raised (it is functional:
+  // input mutations are applied after it); reading it clears the callable's mark.
+  bool failed_before_lasting_effects() const;
 
   Kind kind() const { return kind_; }
   // The fused kernels; null unless kind() is Kernels.

@@ -27,6 +27,8 @@ GraphRunner::GraphRunner(std::shared_ptr<const ir::Graph> graph, const ir::Sched
     TL_CHECK(item.extern_node) << "an op-by-op step without a node";
     if (first_effect_ < 0 && ir::visible_effect(*item.extern_node))
       first_effect_ = static_cast<int>(steps_.size());
+    if (first_lasting_effect_ < 0 && ir::lasting_effect(*item.extern_node))
+      first_lasting_effect_ = static_cast<int>(steps_.size());
     Step s{NodeCall(*item.extern_node, slots)};
     if (s.call.changes_grad_mode()) changes_grad_mode_ = true;
     s.out_slot = static_cast<int>(n_values_++);
@@ -34,6 +36,7 @@ GraphRunner::GraphRunner(std::shared_ptr<const ir::Graph> graph, const ir::Sched
     steps_.push_back(std::move(s));
   }
   if (first_effect_ < 0) first_effect_ = static_cast<int>(steps_.size());
+  if (first_lasting_effect_ < 0) first_lasting_effect_ = static_cast<int>(steps_.size());
   outputs_.set(*graph_, [&](const ir::Node* n) { return slots.at(n); });
   for (size_t i = 0; i < steps_.size(); ++i)
     for (const ir::Node* n : schedule.memory[i].release_after)

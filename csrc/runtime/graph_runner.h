@@ -29,6 +29,10 @@ class GraphRunner {
   const ir::Node* failed_node() const { return failed_node_; }
   // True when the last failed run failed before any node with a visible effect ran.
   bool failed_before_effects() const { return failed_step_ >= 0 && failed_step_ < first_effect_; }
+  // The same for lasting effects (ir::lasting_effect).
+  bool failed_before_lasting_effects() const {
+    return failed_step_ >= 0 && failed_step_ < first_lasting_effect_;
+  }
   const ir::Graph& graph() const { return *graph_; }
 
  private:
@@ -42,7 +46,8 @@ class GraphRunner {
   bool changes_grad_mode_ = false;
   const ir::Node* failed_node_ = nullptr;
   int failed_step_ = -1;
-  int first_effect_ = -1;  // the first step with a visible effect; steps_.size() if none
+  int first_effect_ = -1;          // the first step with a visible effect; steps_.size() if none
+  int first_lasting_effect_ = -1;  // the same for a lasting effect
 };
 
 }  // namespace tl::runtime

@@ -112,3 +112,34 @@ TEST_CASE("writing a tensor the graph made is invisible; writing an input or a d
   Node* draw = g.add_call_method("normal_", {Arg::of_node(product)}, {});
   CHECK(visible_effect(*draw));
 }
+
+TEST_CASE("draws into new tensors and grad-mode switches are undoable; writes and seeds last",
+          "[ir]") {
+  Graph g;
+  Node* x = g.add_placeholder("x", Source::local(0, "x"));
+  Arg p = Arg::constant(PyRef::steal(PyFloat_FromDouble(0.1)));
+  Node* train = g.add_call_method("dropout", {Arg::of_node(x), p, flag(true)}, {});
+  Node* rand = g.add_call_method("rand_like", {Arg::of_node(x)}, {});
+  Node* grad_off = g.add_call_method("_set_grad_enabled", {flag(false)}, {});
+  CHECK(undoable_effect(*train));
+  CHECK(undoable_effect(*rand));
+  CHECK(undoable_effect(*grad_off));
+  CHECK_FALSE(lasting_effect(*train));
+  CHECK_FALSE(lasting_effect(*grad_off));
+
+  // NOTE: the input is written (its draws would stay after a rerun), or the state is reset.
+  Node* inplace_input =
+      g.add_call_method("dropout", {Arg::of_node(x), p, flag(true), flag(true)}, {});
+  Node* normal_input = g.add_call_method("normal_", {Arg::of_node(x)}, {});
+  Node* seed =
+      g.add_call_method("manual_seed", {Arg::constant(PyRef::steal(PyLong_FromLong(1)))}, {});
+  Node* add_input = g.add_call_method("add_", {Arg::of_node(x), Arg::of_node(x)}, {});
+  Node* drawn_out = g.add_call_method("rand", {}, {{"out", Arg::of_node(x)}});
+  for (Node* n : {inplace_input, normal_input, seed, add_input, drawn_out}) {
+    CHECK(visible_effect(*n));
+    CHECK(lasting_effect(*n));
+  }
+  Node* eval_dropout = g.add_call_method("dropout", {Arg::of_node(x), p, flag(false)}, {});
+  CHECK_FALSE(undoable_effect(*eval_dropout));
+  CHECK_FALSE(lasting_effect(*eval_dropout));
+}
