@@ -46,8 +46,8 @@ std::vector<Pass> builtin_passes() {
          // NOTE: the default scale 1/sqrt(E) is this graph's head size; a size-generic graph
          // keeps torch's call.
          if (!st.ctx.runtime_sizes)
-           counters().attentions_decomposed +=
-               passes::decompose_biased_attention(g, st.ctx.settings.decompose_attention == true);
+           counters().attentions_decomposed += passes::decompose_biased_attention(
+               g, /*every_call=*/st.ctx.settings.decompose_attention == true);
        }},
       {"torchlite.attention_masks",
        {},

@@ -1,8 +1,10 @@
-"""On CUDA (the default there): scaled_dot_product_attention with a floating attn_mask is two
-batched products around one generated scale + bias + softmax kernel (passes/attention_products.h)
-instead of torch's float32 math path. Values against float64 (as close as eager's, within the
-dtype's tolerance), for masks of every broadcast shape, float32 / bfloat16 / float16, T5's layers;
-calls it does not handle keep torch's SDPA."""
+"""On CUDA: scaled_dot_product_attention with a floating attn_mask that torch would run on its
+float32 math path is two batched products around one generated scale + bias + softmax kernel
+(passes/attention_products.h); calls a fused kernel takes keep it. By default exactly the calls
+torch._fused_sdp_choice sends to the math path are rewritten; with decompose_attention=True every
+call is, and its values are checked against float64 (as close as eager's, within the dtype's
+tolerance) for masks of every broadcast shape, float32 / bfloat16 / float16, T5's layers. Calls
+it does not handle (boolean masks, is_causal, grad) keep torch's SDPA."""
 
 import os
 import sys
@@ -37,13 +39,18 @@ def cuda(*ts):
     return [t.cuda() for t in ts]
 
 
+@pytest.fixture
+def every_call(monkeypatch):
+    monkeypatch.setattr(torchlite.config, "decompose_attention", True)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(
     "mask_shape",
     [(2, 4, 64, 96), (1, 4, 64, 96), (2, 1, 1, 96), (64, 96), (4, 1, 96)],
     ids=["full", "per-head", "padding", "2d", "3d-heads"],
 )
-def test_biased_attention_decomposed_on_cuda(dtype, mask_shape):
+def test_biased_attention_decomposed_on_cuda(dtype, mask_shape, every_call):
     q, k, v = cuda(*heads(2, 4, 64, 96, 32, dtype))
     (mask,) = cuda(torch.randn(mask_shape, dtype=dtype))
     compiled, out = run(sdpa, q, k, v, mask)
@@ -57,7 +64,7 @@ def test_biased_attention_decomposed_on_cuda(dtype, mask_shape):
     assert (out.double() - ref).abs().max().item() <= max(4 * eager_err, TOL[dtype])
 
 
-def test_masked_rows_give_zeros_on_cuda():
+def test_masked_rows_give_zeros_on_cuda(every_call):
     q, k, v = cuda(*heads(1, 2, 16, 16, 16, torch.bfloat16))
     mask = torch.zeros(1, 1, 16, 16, device="cuda", dtype=torch.bfloat16)
     mask[..., 3, :] = float("-inf")
@@ -67,7 +74,7 @@ def test_masked_rows_give_zeros_on_cuda():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_t5_layers_decomposed_on_cuda(dtype):
+def test_t5_layers_decomposed_on_cuda(dtype, every_call):
     args = cuda(*t5_inputs(2, 64, 64, layers=3, dtype=dtype))
     _, out = run(t5_like, *args)
     assert torchlite.counters()["attentions_decomposed"] == 3
@@ -76,7 +83,7 @@ def test_t5_layers_decomposed_on_cuda(dtype):
     assert (out.double() - ref).abs().max().item() <= max(4 * eager_err, TOL[dtype])
 
 
-def test_boolean_masks_causal_and_grad_keep_sdpa_on_cuda():
+def test_boolean_masks_causal_and_grad_keep_sdpa_on_cuda(every_call):
     q, k, v = cuda(*heads(2, 2, 32, 32, 16, torch.bfloat16))
     boolean = torch.rand(2, 1, 32, 32, device="cuda") > 0.3
     boolean[..., 0] = True
@@ -91,3 +98,24 @@ def test_boolean_masks_causal_and_grad_keep_sdpa_on_cuda():
     _, out = run(sdpa, qg, k, v, mask)
     assert torchlite.counters()["attentions_decomposed"] == 0
     torch.testing.assert_close(out, sdpa(qg, k, v, mask))
+
+
+@pytest.mark.parametrize(
+    "dtype,mask_dtype,head,mask_shape",
+    [
+        (torch.bfloat16, torch.bfloat16, 32, (2, 4, 64, 96)),
+        (torch.bfloat16, torch.float32, 32, (2, 4, 64, 96)),
+        (torch.float16, torch.float16, 20, (1, 4, 64, 96)),
+        (torch.float32, torch.float32, 32, (2, 1, 1, 96)),
+        (torch.bfloat16, torch.bfloat16, 32, (64, 96)),
+    ],
+)
+def test_by_default_exactly_the_math_path_calls_are_decomposed(dtype, mask_dtype, head, mask_shape):
+    q, k, v = cuda(*heads(2, 4, 64, 96, head, dtype))
+    (mask,) = cuda(torch.randn(mask_shape, dtype=mask_dtype))
+    math = torch._fused_sdp_choice(q, k, v, mask) == int(torch.nn.attention.SDPBackend.MATH)
+    _, out = run(sdpa, q, k, v, mask)
+    assert torchlite.counters()["attentions_decomposed"] == int(math)
+    ref = exact(q, k, v, mask)
+    eager_err = (sdpa(q, k, v, mask).double() - ref).abs().max().item()
+    assert (out.double() - ref).abs().max().item() <= max(4 * eager_err, TOL[dtype])

@@ -1,10 +1,12 @@
 """scaled_dot_product_attention with a floating attn_mask (an additive bias: T5's position bias,
-ALiBi, relative position biases, a padding mask made additive) is two batched products around
-one generated scale + bias + softmax kernel (passes/attention_products.h), as torch.compile
-writes it, instead of torch's float32 math path. On by default on CUDA only; these tests turn it
-on for the CPU (config.decompose_attention = True) and check the rewritten graph (no SDPA, no
-torch softmax or add: they run in a generated kernel) and its values against float64. Calls
-with dropout, is_causal, a boolean mask or grad keep torch's SDPA."""
+ALiBi, relative position biases, a padding mask made additive) that torch would run on its
+float32 math path is two batched products around one generated scale + bias + softmax kernel
+(passes/attention_products.h), as torch.compile writes it. By default only on CUDA, for the calls
+torch._fused_sdp_choice sends to the math path (the question is asked at compile time with
+tensors of the call's layouts: runs_math below); these tests rewrite every call on the CPU
+(config.decompose_attention = True) and check the rewritten graph (no SDPA, no torch softmax
+or add: they run in a generated kernel) and its values against float64. Calls with dropout,
+is_causal, a boolean mask or grad, and returned results, keep torch's SDPA."""
 
 import pytest
 import torch
@@ -197,3 +199,23 @@ def test_safe_softmax_is_one_generated_kernel(dtype):
     assert aten_ops(compiled, x)["aten::_safe_softmax"] == 0
     assert (out[1, 2] == 0).all() and not out.isnan().any()
     torch.testing.assert_close(out, fn(x))
+
+
+@pytest.mark.parametrize(
+    "mask_shape", [(2, 3, 8, 12), (3, 1, 12), (2, 1, 1, 12)], ids=["4d", "3d", "padding"]
+)
+@pytest.mark.parametrize("offset", [False, True])
+def test_runs_math_answers_as_torch_for_the_real_tensors(mask_shape, offset):
+    from torchlite import _attention_mask
+
+    qkv = torch.randn(2, 8, 3, 3, 16).permute(2, 0, 3, 1, 4)  # (3, b, h, l, d), as models split
+    q, k, v = qkv.unbind(0) if offset else heads(2, 3, 8, 8, 16, torch.float32)
+    mask = torch.randn(mask_shape[:-1] + (8,))
+    expected = torch._fused_sdp_choice(q, k, v, mask) == 0
+    metas = (t.to("meta") if t.storage_offset() == 0 else _meta_view(t) for t in (q, k, v, mask))
+    assert _attention_mask.runs_math(*metas, torch.device("cpu")) == expected
+
+
+def _meta_view(t):
+    base = torch.empty(t.untyped_storage().nbytes() // t.element_size(), device="meta")
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
