@@ -219,3 +219,23 @@ def test_runs_math_answers_as_torch_for_the_real_tensors(mask_shape, offset):
 def _meta_view(t):
     base = torch.empty(t.untyped_storage().nbytes() // t.element_size(), device="meta")
     return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def _nvrtc_missing():
+    try:
+        _C.nvrtc_version()
+    except Exception as e:  # noqa: BLE001 - the message says where NVRTC was searched
+        return str(e)
+    return ""
+
+
+@pytest.mark.skipif(bool(_nvrtc_missing()), reason="NVRTC not loadable")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_softmax_kernel_compiles_for_cuda(dtype, on_every_device):
+    q, k, v = heads(2, 3, 8, 300, 16, dtype)  # rows long enough for a warp reduction
+    mask = torch.randn(1, 3, 8, 300, dtype=dtype)
+    g = torchlite.explain(sdpa)(q, k, v, mask).graphs[0]
+    kernels = _C.cuda_kernel_sources(g, "compute_90")
+    assert any("__shfl_xor_sync" in source for _, source, _, _ in kernels)
+    for name, _, ptx, _ in kernels:
+        assert f".entry {name}(".encode() in ptx
