@@ -119,3 +119,25 @@ def shared_additive_mask(
     if torch._fused_sdp_choice(query, key, value, additive, dropout_p, is_causal, **kw) != backend:
         return mask
     return additive
+
+
+def _real_like(t, device):
+    """An uninitialised tensor on `device` with t's sizes, strides, offset and dtype (t may be
+    a meta tensor): torch's backend choice reads only these."""
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0)
+    base = torch.empty(t.storage_offset() + span, dtype=t.dtype, device=device)
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def runs_math(query, key, value, attn_mask, device, scale=None):
+    """Whether scaled_dot_product_attention(query, key, value, attn_mask, scale=scale) on
+    `device` runs torch's math path (no fused kernel takes it). The arguments may be meta
+    tensors (compile time): tensors of their layouts are made on the device for the question
+    (torch._fused_sdp_choice reads layouts and offsets, not values). False where torch cannot
+    answer (the call keeps torch's own choice)."""
+    try:
+        q, k, v, m = (_real_like(t, device) for t in (query, key, value, attn_mask))
+        choice = torch._fused_sdp_choice(q, k, v, m, 0.0, False, scale=scale, enable_gqa=False)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+    return choice == int(torch.nn.attention.SDPBackend.MATH)

@@ -53,6 +53,7 @@ def _register_python_helpers() -> None:
 
     helpers = {
         "attention_mask.shared_additive_mask": _attention_mask.shared_additive_mask,
+        "attention_mask.runs_math": _attention_mask.runs_math,
         "padded_weights.linear_into_padded_rows": _padded_weights.linear_into_padded_rows,
         "padded_weights.padded_rows": _padded_weights.padded_rows,
         "backend_layout.eager_layout": _backend_layout.eager_layout,

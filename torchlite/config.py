@@ -51,6 +51,10 @@ merge_duplicates: bool = _env["merge_duplicates"]
 # Linears of at most 8 input and 16 output features over many rows (CaiT's talking heads) are
 # multiply-adds in generated kernels (TORCHLITE_SMALL_PRODUCTS); False: torch's product.
 small_products: bool = _env["small_products"]
+# None: attention with a float mask (T5's position bias) that torch would run on its math path
+# on CUDA is two batched products around one generated softmax kernel
+# (TORCHLITE_DECOMPOSE_ATTENTION); True: every such call on every device; False: never.
+decompose_attention: bool | None = _env["decompose_attention"]
 
 # --- process scope ---------------------------------------------------------------------------
 # TORCHLITE_TRACE=1: dump graphs (after every pass), guards, lowered IR, kernels to debug_dir.

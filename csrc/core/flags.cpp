@@ -76,6 +76,14 @@ const std::vector<SettingSpec> kSpecs = {
      "(CaiT's talking-heads projections), are computed as multiply-adds in float32 by generated "
      "kernels, fused with their neighbours, instead of a cuBLAS/MKL product on a dense copy; "
      "off: torch's product."},
+    {"decompose_attention", &S::decompose_attention, kCompile, "TORCHLITE_DECOMPOSE_ATTENTION",
+     "on for CUDA math-path calls",
+     "None: scaled_dot_product_attention with a floating attn_mask (an additive bias: T5's "
+     "position bias, ALiBi, relative position biases) and no grad, dropout or is_causal, that "
+     "torch would run on its float32 math path on CUDA (no fused kernel takes it), runs as a "
+     "batched product in the inputs' dtype, one generated scale + bias + softmax kernel and a "
+     "second product; True: every such call on every device (CPU tests, A/B timing); False: "
+     "torch's call."},
     {"trace", &S::trace, kProcess, "TORCHLITE_TRACE", "off",
      "Dump graphs (after every pass), guards, lowered IR, kernels and timings to debug_dir."},
     {"debug_dir", &S::debug_dir, kProcess, "TORCHLITE_DEBUG_DIR", "`./torchlite_debug`",

@@ -34,6 +34,7 @@ struct Settings {
   bool matmul_layouts = true;       // batched products' operands copied by kernels, not by torch
   bool merge_duplicates = true;     // identical calls on the same operands computed once
   bool small_products = true;       // linears of a few rows and columns as pointwise kernels
+  std::optional<bool> decompose_attention;  // nullopt: float-masked attention on CUDA
   // Process scope: the runtime reads them (torchlite.config or the environment only).
   bool trace = false;
   std::string debug_dir = "./torchlite_debug";

@@ -39,23 +39,6 @@ std::vector<Node*> nodes_of(const ir::Graph& g) {
   return out;
 }
 
-std::vector<Node*> users_of(const ir::Graph& g, const Node* n) {
-  std::vector<Node*> out;
-  auto refers = [&](const Arg& a, auto& self) -> bool {
-    if (a.kind == Arg::Kind::Node) return a.node == n;
-    for (const Arg& i : a.items)
-      if (self(i, self)) return true;
-    return false;
-  };
-  for (auto& u : g.nodes()) {
-    bool uses = false;
-    for (const Arg& a : u->args) uses = uses || refers(a, refers);
-    for (const auto& kv : u->kwargs) uses = uses || refers(kv.second, refers);
-    if (uses) out.push_back(u.get());
-  }
-  return out;
-}
-
 bool same_layout(const Node* a, const Node* b) {
   return a->meta->sizes == b->meta->sizes && a->meta->strides == b->meta->strides &&
          a->meta->dtype.get() == b->meta->dtype.get();
@@ -220,7 +203,7 @@ int pad_unaligned_linears(ir::Graph& g) {
     const int64_t extra = align - cols % align;
     Node* cut = b ? linear_of_padded_weight(g, n, x, w, b, cols + extra)
                   : product_into_padded_rows(g, n, x, w, cols + extra);
-    replace_uses(users_of(g, n), n, cut);
+    replace_uses(readers_of(g, n), n, cut);
     g.erase(n);
     ++padded;
   }

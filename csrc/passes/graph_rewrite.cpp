@@ -167,6 +167,23 @@ bool number_arg(const ir::Node& n, size_t pos, const char* name, double* out) {
   return true;
 }
 
+std::vector<ir::Node*> readers_of(const ir::Graph& g, const ir::Node* n) {
+  std::vector<ir::Node*> out;
+  auto refers = [&](const ir::Arg& a, auto& self) -> bool {
+    if (a.kind == ir::Arg::Kind::Node) return a.node == n;
+    for (const ir::Arg& i : a.items)
+      if (self(i, self)) return true;
+    return false;
+  };
+  for (auto& u : g.nodes()) {
+    bool uses = false;
+    for (const ir::Arg& a : u->args) uses = uses || refers(a, refers);
+    for (const auto& kv : u->kwargs) uses = uses || refers(kv.second, refers);
+    if (uses) out.push_back(u.get());
+  }
+  return out;
+}
+
 void replace_uses(const std::vector<ir::Node*>& users, const ir::Node* from, ir::Node* to) {
   for (ir::Node* u : users) {
     for (auto& a : u->args) replace_in(a, from, to);

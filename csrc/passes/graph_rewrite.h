@@ -24,6 +24,8 @@ const ir::Node* tensor_arg(const ir::Node& n, size_t pos, const char* name);
 // A Python bool/int/float constant argument.
 bool number_arg(const ir::Node& n, size_t pos, const char* name, double* out);
 
+// The nodes whose arguments name `n` (at any depth), in graph order.
+std::vector<ir::Node*> readers_of(const ir::Graph& g, const ir::Node* n);
 // Every reference to `from` in the arguments of `users` now names `to`.
 void replace_uses(const std::vector<ir::Node*>& users, const ir::Node* from, ir::Node* to);
 

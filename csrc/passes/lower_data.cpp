@@ -264,6 +264,22 @@ bool pad(RuleCtx& c) {
   return c.finish(mask < 0 ? v : c.where(mask, v, c.constant(*fill, b.out())));
 }
 
+// A pooling size pair from an int or a 1- or 2-list; `fallback` when absent, None or [].
+std::optional<std::vector<int64_t>> pool_pair(RuleCtx& c, size_t pos, const char* name,
+                                              std::optional<std::vector<int64_t>> fallback) {
+  const ir::Arg* a = c.arg(pos, name);
+  bool none = !a || (a->kind == ir::Arg::Kind::Const && a->value.get() == Py_None);
+  auto v = none ? fallback : c.ints(a);
+  if (v && v->empty()) v = fallback;
+  if (v && v->size() == 1) v->push_back((*v)[0]);
+  return v && v->size() == 2 ? v : std::nullopt;
+}
+
+bool is_floating_pool_type(ScalarType t) {
+  return t == ScalarType::F32 || t == ScalarType::F64 || t == ScalarType::F16 ||
+         t == ScalarType::BF16;
+}
+
 // F.max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1,
 // ceil_mode=False, return_indices=False) over a floating (N, C, H, W) or
 // (C, H, W) input: the largest in-bounds element of each window (padding
@@ -273,28 +289,14 @@ bool pad(RuleCtx& c) {
 // (8x64x112x112 f32: 17 ms against 26 ms).
 bool max_pool2d(RuleCtx& c) {
   const Node* x = same_type_input(c);
-  ScalarType t = c.out_type();
-  if (!x || !(t == ScalarType::F32 || t == ScalarType::F64 || t == ScalarType::F16 ||
-              t == ScalarType::BF16))
-    return false;
+  if (!x || !is_floating_pool_type(c.out_type())) return false;
   const auto& s = x->meta->sizes;
   const auto& o = c.node.meta->sizes;
   if ((s.size() != 3 && s.size() != 4) || o.size() != s.size()) return false;
-  // A pair from an int or a 1- or 2-list; `fallback` when absent, None or [].
-  auto pair =
-      [&](size_t pos, const char* name,
-          std::optional<std::vector<int64_t>> fallback) -> std::optional<std::vector<int64_t>> {
-    const ir::Arg* a = c.arg(pos, name);
-    bool none = !a || (a->kind == ir::Arg::Kind::Const && a->value.get() == Py_None);
-    auto v = none ? fallback : c.ints(a);
-    if (v && v->empty()) v = fallback;
-    if (v && v->size() == 1) v->push_back((*v)[0]);
-    return v && v->size() == 2 ? v : std::nullopt;
-  };
-  auto kernel = pair(1, "kernel_size", std::nullopt);
-  auto stride = pair(2, "stride", kernel);
-  auto padding = pair(3, "padding", std::vector<int64_t>{0});
-  auto dilation = pair(4, "dilation", std::vector<int64_t>{1});
+  auto kernel = pool_pair(c, 1, "kernel_size", std::nullopt);
+  auto stride = pool_pair(c, 2, "stride", kernel);
+  auto padding = pool_pair(c, 3, "padding", std::vector<int64_t>{0});
+  auto dilation = pool_pair(c, 4, "dilation", std::vector<int64_t>{1});
   const ir::Arg* ceil = c.arg(5, "ceil_mode");
   const ir::Arg* indices = c.arg(6, "return_indices");
   if (!kernel || !stride || !padding || !dilation) return false;
@@ -326,6 +328,77 @@ bool max_pool2d(RuleCtx& c) {
       best = best < 0 ? v : c.binary(ExprOp::Maximum, best, v);
     }
   return c.finish(best);
+}
+
+// F.avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
+// count_include_pad=True, divisor_override=None) over a floating (N, C, H, W)
+// or (C, H, W) input: the in-bounds sum of each window, accumulated in the
+// compute type (float32 for f16/bf16, as torch's kernels do), over torch's
+// divisor: the window clipped to the padded input (count_include_pad), else
+// to the input, or divisor_override. Before, it ran as torch's kernel and its
+// neighbours (PoolFormer's `pool(x) - x`, Inception's 3x3 branch pools) as a
+// kernel after it; now it is one kernel with them.
+bool avg_pool2d(RuleCtx& c) {
+  const Node* x = same_type_input(c);
+  if (!x || !is_floating_pool_type(c.out_type())) return false;
+  const auto& s = x->meta->sizes;
+  const auto& o = c.node.meta->sizes;
+  if ((s.size() != 3 && s.size() != 4) || o.size() != s.size()) return false;
+  auto kernel = pool_pair(c, 1, "kernel_size", std::nullopt);
+  auto stride = pool_pair(c, 2, "stride", kernel);
+  auto padding = pool_pair(c, 3, "padding", std::vector<int64_t>{0});
+  const ir::Arg* ceil = c.arg(4, "ceil_mode");
+  const ir::Arg* include = c.arg(5, "count_include_pad");
+  const ir::Arg* override_arg = c.arg(6, "divisor_override");
+  if (!kernel || !stride || !padding) return false;
+  if (ceil && !c.number(ceil)) return false;  // ceil_mode only changes the node's output sizes
+  const bool include_pad = !include || c.number(include).value_or(-1) != 0;
+  if (include && !c.number(include)) return false;
+  std::optional<double> divisor;
+  if (override_arg &&
+      !(override_arg->kind == ir::Arg::Kind::Const && override_arg->value.get() == Py_None)) {
+    divisor = c.number(override_arg);
+    if (!divisor || *divisor == 0) return false;
+  }
+  const int64_t window = (*kernel)[0] * (*kernel)[1];
+  if (window <= 0 || window > 64) return false;  // larger windows: torch's kernel
+  for (int i = 0; i < 2; ++i)
+    if ((*stride)[i] <= 0 || (*padding)[i] < 0) return false;
+  Body b{c};
+  const size_t axes[2] = {s.size() - 2, s.size() - 1};
+  ScalarType ct = b.out();
+  int zero = c.constant(0, ct);
+  int start[2], count[2], span[2];
+  for (int i = 0; i < 2; ++i) {
+    const int64_t size = s[axes[i]], pad = (*padding)[i];
+    // torch: start = o*stride - pad, end = min(start + k, size + pad), then both clipped
+    start[i] = b.sub(b.mul(c.index(static_cast<int>(axes[i])), b.k((*stride)[i])), b.k(pad));
+    int end = c.binary(ExprOp::Minimum, b.add(start[i], b.k((*kernel)[i])), b.k(size + pad));
+    span[i] = b.sub(end, start[i]);
+    int lo = c.binary(ExprOp::Maximum, start[i], b.k(0));
+    int hi = c.binary(ExprOp::Minimum, end, b.k(size));
+    count[i] = b.sub(hi, lo);
+  }
+  int sum = -1;
+  for (int64_t kh = 0; kh < (*kernel)[0]; ++kh)
+    for (int64_t kw = 0; kw < (*kernel)[1]; ++kw) {
+      std::vector<int> coord(s.size(), -1);
+      int ok = -1;
+      const int64_t ks[2] = {kh, kw};
+      for (int i = 0; i < 2; ++i) {
+        size_t d = axes[i];
+        int at = b.add(start[i], b.k(ks[i]));
+        int in = c.binary(ExprOp::And, c.binary(ExprOp::Ge, at, b.k(0)),
+                          c.binary(ExprOp::Lt, at, b.k(s[d])));
+        ok = ok < 0 ? in : c.binary(ExprOp::And, ok, in);
+        coord[d] = b.clamp(at, 0, s[d] - 1);
+      }
+      int v = c.where(ok, b.read(x, coord, identity_axes(s.size())), zero);
+      sum = sum < 0 ? v : c.binary(ExprOp::Add, sum, v);
+    }
+  int div = divisor ? c.constant(*divisor, ct)
+                    : c.cast(include_pad ? b.mul(span[0], span[1]) : b.mul(count[0], count[1]), ct);
+  return c.finish(c.binary(ExprOp::Div, sum, div));
 }
 
 const ir::Arg* tensor_list(RuleCtx& c) {
@@ -648,6 +721,7 @@ void add_data_movement_rules(RuleTable& t) {
   for (const char* n : {"cat", "concat", "concatenate"}) t[n] = cat;
   t["stack"] = stack;
   t["max_pool2d"] = max_pool2d;
+  t["avg_pool2d"] = avg_pool2d;
   t["index_select"] = index_select;
   t["embedding"] = embedding;
   // NOTE: torch.gather keeps its rule unregistered until its bad-index

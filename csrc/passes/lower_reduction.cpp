@@ -6,6 +6,7 @@
 #include "passes/lower_reduction.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "passes/dtype.h"
 
@@ -110,8 +111,10 @@ bool reduce(RuleCtx& c) {
   return c.finish(r);
 }
 
-// softmax / log_softmax over one dim, and logsumexp over dims.
-template <bool Log>
+// softmax / log_softmax over one dim, and logsumexp over dims. `Safe`: torch._safe_softmax,
+// which SDPA's math path uses: a row that is -inf throughout (a fully masked query) gives
+// zeros, not NaN; torchlite's own attention decomposition (attention_products.h) calls it.
+template <bool Log, bool Safe = false>
 bool softmax(RuleCtx& c) {
   const ir::Arg* x = c.arg(0, "input");
   auto dim = c.ints(none_to_null(c.arg(1, "dim")));
@@ -125,11 +128,16 @@ bool softmax(RuleCtx& c) {
   if (Log && c.out_type() != t) return false;
   c.out.full_result = true;
   int v = c.value(x, t);
-  int shifted = c.binary(ExprOp::Sub, v, c.reduce(ExprOp::ReduceMax, v));
+  int max = c.reduce(ExprOp::ReduceMax, v);
+  int shifted = c.binary(ExprOp::Sub, v, max);
   int e = c.unary(ExprOp::Exp, shifted);
   int sum = c.reduce(ExprOp::ReduceSum, e);
   if (Log) return c.finish(c.binary(ExprOp::Sub, shifted, c.unary(ExprOp::Log, sum)));
-  return c.finish(c.binary(ExprOp::Div, e, sum));
+  int r = c.binary(ExprOp::Div, e, sum);
+  // NOTE: the row max is -inf exactly when every element is (a NaN makes it NaN, as torch's
+  // all(x == -inf) is then false).
+  if (Safe) r = c.where(c.binary(ExprOp::Eq, max, c.constant(-INFINITY, t)), c.constant(0, t), r);
+  return c.finish(r);
 }
 
 bool logsumexp(RuleCtx& c) {
@@ -276,6 +284,7 @@ void add_reduction_rules(RuleTable& t) {
   for (const char* n : {"amax", "max"}) t[n] = reduce<ExprOp::ReduceMax>;
   for (const char* n : {"amin", "min"}) t[n] = reduce<ExprOp::ReduceMin>;
   t["softmax"] = softmax<false>, t["log_softmax"] = softmax<true>, t["logsumexp"] = logsumexp;
+  t["_safe_softmax"] = softmax<false, true>;
   t["layer_norm"] = layer_norm, t["rms_norm"] = rms_norm, t["batch_norm"] = batch_norm;
   t["normalize"] = normalize;
   add_statistics_rules(t);

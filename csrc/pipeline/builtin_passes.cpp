@@ -6,6 +6,7 @@
 // matmul_operands after every pass that changes layouts (it reads the final
 // ones).
 #include "core/counters.h"
+#include "passes/attention_products.h"
 #include "passes/channels_last.h"
 #include "passes/conv_bias.h"
 #include "passes/cuda_layouts.h"
@@ -37,6 +38,17 @@ std::vector<Pass> builtin_passes() {
        kAnyDevice,
        [](const Settings& s) { return s.merge_duplicates; },
        [](G& g, St&) { counters().duplicates_merged += passes::merge_duplicates(g); }},
+      {"torchlite.decompose_attention",
+       {"decompose_attention"},
+       kAnyDevice,
+       [](const Settings& s) { return s.decompose_attention != false; },
+       [](G& g, St& st) {
+         // NOTE: the default scale 1/sqrt(E) is this graph's head size; a size-generic graph
+         // keeps torch's call.
+         if (!st.ctx.runtime_sizes)
+           counters().attentions_decomposed += passes::decompose_biased_attention(
+               g, /*every_call=*/st.ctx.settings.decompose_attention == true);
+       }},
       {"torchlite.attention_masks",
        {},
        kCuda,

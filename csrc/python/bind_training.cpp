@@ -132,6 +132,9 @@ class CompiledHalf {
 
 pipeline::PassContext sub_context(const pipeline::PassContext& ctx, const std::string& name) {
   pipeline::PassContext sub = ctx;
+  // NOTE: a training half keeps torch's SDPA: the backward traced from torch's formulas reads
+  // what its forward kernel saved.
+  sub.settings.decompose_attention = false;
   if (ctx.trace_dir.empty()) return sub;
   // NOTE: trace_dir lies in this process's private dump folder; tracing never fails a compile.
   bool made = secure_fs::make_private_dir(ctx.trace_dir + name).problem.empty();

@@ -274,6 +274,7 @@ def test_counters_have_the_documented_keys():
         "conv_biases_split",
         "matmuls_padded",
         "duplicates_merged",
+        "attentions_decomposed",
         "cuda_graph_recordings",
         "cuda_graph_replays",
         "autotune_trials",

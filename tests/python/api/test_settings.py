@@ -39,6 +39,7 @@ OTHER = {
     "matmul_layouts": False,
     "merge_duplicates": False,
     "small_products": False,
+    "decompose_attention": False,
 }
 ENV_TEXT = {False: "0", True: "1", 3: "3"}
 

@@ -84,7 +84,7 @@ def _untimed(pipeline_text):
 def test_frame_and_torch_compile_paths_run_the_same_passes_kernels_and_counters(tmp_path, device):
     frame, fx = _run_path("frame", tmp_path, device), _run_path("fx", tmp_path, device)
     assert _untimed(frame["pipeline"]) == _untimed(fx["pipeline"])
-    assert "06_torchlite.fold_batch_norm.txt: ran" in frame["pipeline"]
+    assert "07_torchlite.fold_batch_norm.txt: ran" in frame["pipeline"]
     assert frame["kernels"] == fx["kernels"]
     assert frame["counters"] == fx["counters"]
     assert frame["counters"]["channels_last_convs"] == 2
@@ -156,17 +156,18 @@ def test_trace_writes_one_file_per_pass_and_the_mode(monkeypatch, tmp_path):
     assert ran == [
         "01_torchlite.functionalize.txt",
         "02_torchlite.merge_duplicates.txt",
-        "05_torchlite.pad_matmuls.txt",
-        "07_torchlite.channels_last.txt",
-        "08_torchlite.split_reductions.txt",
-        "10_torchlite.move_reshapes.txt",
-        "11_torchlite.small_products.txt",
-        "12_torchlite.matmul_operands.txt",
-        "13_torchlite.partition.txt",
+        "03_torchlite.decompose_attention.txt",
+        "06_torchlite.pad_matmuls.txt",
+        "08_torchlite.channels_last.txt",
+        "09_torchlite.split_reductions.txt",
+        "11_torchlite.move_reshapes.txt",
+        "12_torchlite.small_products.txt",
+        "13_torchlite.matmul_operands.txt",
+        "14_torchlite.partition.txt",
     ]
     written = sorted(p.name for p in pipeline.parent.glob("[0-9][0-9]_*.txt"))
     assert written == ["00_input.txt", *ran]
-    assert "kernel " in (pipeline.parent / "13_torchlite.partition.txt").read_text()
+    assert "kernel " in (pipeline.parent / "14_torchlite.partition.txt").read_text()
     # each pass and the kernel build carry their time (the cold-start breakdown)
     assert re.search(r"01_torchlite.functionalize.txt: ran \(\d+\.\d ms\)", text)
     assert re.search(r"kernels: 1 built in \d+\.\d ms", text)
