@@ -113,3 +113,29 @@ def test_a_returned_cast_stays_a_fresh_tensor():
     out = torchlite.compile(cast_returned)(x)
     torch.testing.assert_close(out, cast_returned(x))
     assert out._base is None
+
+
+def _nvrtc_missing() -> bool:
+    try:
+        _C.nvrtc_version()
+    except Exception:  # noqa: BLE001 - no NVRTC on this machine
+        return True
+    return False
+
+
+@pytest.mark.skipif(_nvrtc_missing(), reason="NVRTC not loadable")
+def test_fused_column_kernels_compile_for_cuda_and_fill_the_machine():
+    # GPT-2's fc bias gradient: 4096 rows of 768 columns (a thin product keeps it cheap)
+    args = (
+        torch.randn(4096, 8),
+        torch.randn(8, 768),
+        torch.randn(8, 512, 768),
+        torch.randn(768, 4),
+    )
+    torchlite.reset()
+    (g,) = torchlite.explain(gelu_backward_like)(*args).graphs
+    (kernel,) = _C.cuda_kernel_sources(g, "compute_90")
+    name, _, ptx, launch = kernel
+    assert f".entry {name}(".encode() in ptx
+    # rows split between lanes: far more lanes than the 768 columns
+    assert launch["grid"] * launch["block"] >= 64 * 768
