@@ -307,12 +307,6 @@ _SAME_ARGS = {
 # Ops that return their input's value (autograd bookkeeping): recorded as no node.
 _IDENTITIES = {aten.detach.default, aten.alias.default, aten.lift_fresh.default}
 
-# Ops that copy a real tensor's values unchanged: recorded as no node (the graph is functional,
-# so the copy and its input are one value). NOTE: tanh's and sigmoid's backward decompositions
-# end in `(1 - y * y).conj_physical()`: as an extern copy it split GPT-2's gelu backward into
-# two kernels around a torch copy of a float32 tensor the size of the MLP's activations.
-_COPIES_OF_REAL = {aten.conj_physical.default}
-
 
 def _plain_cast(func, args: tuple, kwargs: dict):
     """The dtype when an ATen call is a plain dtype cast on the same device and layout (what
@@ -362,6 +356,12 @@ def _torch_level(func, args: tuple, kwargs: dict):
     if dtype is not None:
         return _method("to"), (args[0], dtype), {}
     if func is aten.clone.default and not kwargs:
+        return torch.clone, args, {}
+    # NOTE: tanh's and sigmoid's backward decompositions end in `(1 - y * y).conj_physical()`:
+    # as an extern copy it split GPT-2's gelu backward into two kernels around a torch copy of
+    # a float32 tensor the size of the MLP's activations. Of a real tensor it is a copy, which
+    # fuses (and stays a tensor of its own where the graph returns it).
+    if func is aten.conj_physical.default and not args[0].is_complex() and not kwargs:
         return torch.clone, args, {}
     if func is aten.rsub.Scalar and len(args) <= 3:
         # NOTE: alpha is positional in the ATen schema, keyword-only in torch.rsub
@@ -549,10 +549,6 @@ class _Recorder(TorchDispatchMode):
                 self.quiet_depth -= quiet
             if out is not NotImplemented:
                 return out
-        if func in _COPIES_OF_REAL and not args[0].is_complex():
-            out = func(*args, **kwargs)
-            self.bind(out, self.value(args[0]), example=False)  # NOTE: a copy: no alias
-            return out
         if func in _IDENTITIES:
             out = func(*args, **kwargs)
             self.bind(out, self.value(args[0]), example=False)  # NOTE: same value: no node
