@@ -65,6 +65,11 @@ _DECOMPOSED = [
     aten._softmax_backward_data,
     aten._log_softmax_backward_data,
     aten.native_layer_norm_backward,
+    # NOTE: as torch's op, each layer norm of a training forward was an extern call between
+    # generated kernels (GPT-2: the residual add before it and the half cast after it were
+    # kernels of their own); decomposed it is var_mean and pointwise math that fuse with them,
+    # mean and rstd coming out of the same kernel for backward.
+    aten.native_layer_norm,
     aten.native_batch_norm,
     aten._native_batch_norm_legit,
     aten._native_batch_norm_legit_functional,
@@ -282,6 +287,8 @@ _SAME_ARGS = {
     aten.transpose.int: torch.transpose,
     aten.squeeze.dim: torch.squeeze,
     aten.mean.dim: torch.mean,
+    aten.var_mean.dim: torch.var_mean,
+    aten.var_mean.correction: torch.var_mean,
     aten.gelu.default: F.gelu,
     # NOTE: joins and splits (rotary embeddings' `cat((-x2, x1))` and chunk's backward): as
     # ATen calls they ran as torch's copy kernels, four per attention layer and step.
@@ -349,6 +356,12 @@ def _torch_level(func, args: tuple, kwargs: dict):
     if dtype is not None:
         return _method("to"), (args[0], dtype), {}
     if func is aten.clone.default and not kwargs:
+        return torch.clone, args, {}
+    # NOTE: tanh's and sigmoid's backward decompositions end in `(1 - y * y).conj_physical()`:
+    # as an extern copy it split GPT-2's gelu backward into two kernels around a torch copy of
+    # a float32 tensor the size of the MLP's activations. Of a real tensor it is a copy, which
+    # fuses (and stays a tensor of its own where the graph returns it).
+    if func is aten.conj_physical.default and not args[0].is_complex() and not kwargs:
         return torch.clone, args, {}
     if func is aten.rsub.Scalar and len(args) <= 3:
         # NOTE: alpha is positional in the ATen schema, keyword-only in torch.rsub

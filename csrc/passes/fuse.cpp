@@ -31,6 +31,7 @@ class Fuser {
     }
     for (auto it = graph_.nodes().rbegin(); it != graph_.nodes().rend(); ++it) place(it->get());
     merge_readers_of_stored_values();
+    merge_sibling_reductions();
     return finish();
   }
 
@@ -456,6 +457,46 @@ class Fuser {
           if (!h.alive || h.shape != g.shape || h.segment != g.segment) continue;
           if (written_layout(hj) == layout && apart(gi, hj)) absorb(gi, hj);
         }
+      }
+    }
+  }
+
+  // What group gi reads that it does not compute: the groups computing those values
+  // (as -1 - group) and the storages of values read from memory (stored_roots).
+  std::vector<intptr_t> sources(int gi) {
+    std::vector<intptr_t> out;
+    for (const Node* m : f_.groups[gi].members)
+      for (const Node* in : node_inputs(*m)) {
+        int gin = group(in);
+        if (gin < 0 || gin == gi) continue;
+        intptr_t key = -1 - static_cast<intptr_t>(gin);
+        if (std::find(out.begin(), out.end(), key) == out.end()) out.push_back(key);
+      }
+    for (PyObject* r : stored_roots(gi)) out.push_back(reinterpret_cast<intptr_t>(r));
+    return out;
+  }
+
+  // Reductions of one iteration space and reduced axes that read values of one kernel or
+  // one storage run as one kernel: one pass over what they share, one launch. A layer
+  // norm's weight and bias gradients (column sums of the output gradient and of its product
+  // with the normalized input) and the bias gradient of the linear before it were three
+  // kernels each reading what the row kernel wrote. Only groups no path joins, of one segment.
+  void merge_sibling_reductions() {
+    std::vector<std::vector<intptr_t>> src(f_.groups.size());
+    for (size_t gi = 0; gi < f_.groups.size(); ++gi)
+      if (f_.groups[gi].alive && f_.groups[gi].nred) src[gi] = sources(static_cast<int>(gi));
+    for (size_t gi = 0; gi < f_.groups.size(); ++gi) {
+      if (!f_.groups[gi].alive || !f_.groups[gi].nred) continue;
+      for (size_t hj = gi + 1; hj < f_.groups.size(); ++hj) {
+        const Group &g = f_.groups[gi], &h = f_.groups[hj];
+        if (!h.alive || h.nred != g.nred || h.shape != g.shape || h.segment != g.segment) continue;
+        bool shared = false;
+        for (intptr_t k : src[hj])
+          shared = shared || std::find(src[gi].begin(), src[gi].end(), k) != src[gi].end();
+        if (!shared || !apart(static_cast<int>(gi), static_cast<int>(hj))) continue;
+        absorb(static_cast<int>(gi), static_cast<int>(hj));
+        for (intptr_t k : src[hj])
+          if (std::find(src[gi].begin(), src[gi].end(), k) == src[gi].end()) src[gi].push_back(k);
       }
     }
   }

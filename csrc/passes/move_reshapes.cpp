@@ -1,6 +1,7 @@
 #include "passes/move_reshapes.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -62,6 +63,37 @@ const Node* reshape_base(const Node& r) {
   return a.node;
 }
 
+// An int or a sequence of ints (a constant or a tuple/list of constants).
+std::optional<std::vector<int64_t>> int_list(const Arg& a) {
+  auto one = [](PyObject* v) -> std::optional<int64_t> {
+    if (!v || !PyLong_Check(v) || PyBool_Check(v)) return std::nullopt;
+    return PyLong_AsLongLong(v);
+  };
+  std::vector<int64_t> out;
+  if (a.kind == Arg::Kind::Tuple || a.kind == Arg::Kind::List) {
+    for (const Arg& it : a.items) {
+      auto v = it.kind == Arg::Kind::Const ? one(it.value.get()) : std::nullopt;
+      if (!v) return std::nullopt;
+      out.push_back(*v);
+    }
+    return out;
+  }
+  if (a.kind != Arg::Kind::Const) return std::nullopt;
+  PyObject* v = a.value.get();
+  if (PyTuple_Check(v) || PyList_Check(v)) {
+    for (Py_ssize_t i = 0; i < PySequence_Size(v); ++i) {
+      PyRef it = PyRef::steal(PySequence_GetItem(v, i));
+      auto x = one(it.get());
+      if (!x) return std::nullopt;
+      out.push_back(*x);
+    }
+    return out;
+  }
+  auto x = one(v);
+  if (!x) return std::nullopt;
+  return std::vector<int64_t>{*x};
+}
+
 Arg int_tuple(const std::vector<int64_t>& v) {
   std::vector<Arg> items;
   for (int64_t x : v) {
@@ -109,6 +141,50 @@ std::optional<std::vector<int64_t>> operand_sizes(const std::vector<int64_t>& a,
   return out;
 }
 
+// The axes of contiguous `from` that a reduction over axes `dims` of its reshape `to` covers:
+// per run of axes whose sizes multiply to the same count on both sides, the run's axes of
+// `to` (size-1 ones aside) are all reduced (then so are `from`'s) or none are. nullopt for
+// any other, or when no axis of `from` is reduced.
+std::optional<std::vector<int64_t>> reduced_base_axes(const std::vector<int64_t>& from,
+                                                      const std::vector<int64_t>& to,
+                                                      const std::vector<int64_t>& dims) {
+  std::vector<bool> reduced(to.size(), false);
+  for (int64_t d : dims) {
+    if (d < 0) d += static_cast<int64_t>(to.size());
+    if (d < 0 || d >= static_cast<int64_t>(to.size())) return std::nullopt;
+    reduced[d] = true;
+  }
+  std::vector<int64_t> out;
+  size_t i = 0, j = 0;
+  while (i < from.size() || j < to.size()) {
+    const size_t i0 = i, j0 = j;
+    int64_t pf = 1, pt = 1;
+    if (i < from.size()) pf *= from[i++];
+    if (j < to.size()) pt *= to[j++];
+    while (pf != pt) {
+      if (pf < pt) {
+        if (i >= from.size()) return std::nullopt;
+        pf *= from[i++];
+      } else {
+        if (j >= to.size()) return std::nullopt;
+        pt *= to[j++];
+      }
+    }
+    bool any = false, all = true;
+    for (size_t k = j0; k < j; ++k) {
+      if (to[k] == 1) continue;
+      any = any || reduced[k];
+      all = all && reduced[k];
+    }
+    if (any && !all) return std::nullopt;
+    if (any)
+      for (size_t k = i0; k < i; ++k)
+        if (from[k] != 1) out.push_back(static_cast<int64_t>(k));
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
 // Pointwise with operands broadcast right-aligned, and a value per element
 // that does not depend on the element's coordinates (no arange-like index,
 // no gather): what a reshape commutes with.
@@ -139,7 +215,7 @@ bool plain_pointwise(const Node& p, const GraphInfo& info) {
 
 class Mover {
  public:
-  explicit Mover(ir::Graph& g) : g_(g) {}
+  Mover(ir::Graph& g, int64_t saved_outputs_from) : g_(g), saved_from_(saved_outputs_from) {}
 
   int run() {
     int count = 0;
@@ -214,7 +290,154 @@ class Mover {
     }
     // NOTE: a reshape that only inserts or drops size-1 axes fuses as it is.
     if (without_ones(to) == without_ones(base->meta->sizes)) return untouch(r, base);
-    return hoist(r, base, info) || untouch(r, base);
+    if (hoist(r, base, info)) return true;
+    // NOTE: below, the reshape moves toward its readers instead; only for a value a kernel
+    // computes (one read from memory fuses with nothing anyway) and only once hoisting failed,
+    // so the two never undo each other.
+    if (!in_memory(base, info) && (sink_sums(r, base, info) || sink(r, base, info))) return true;
+    return untouch(r, base);
+  }
+
+  static bool read_by_output(const Node* n, const GraphInfo& info) {
+    for (const Node* u : info.users_of(n))
+      if (u->op == ir::OpKind::Output) return true;
+    return false;
+  }
+
+  // True when the graph returns `n` to its caller (not only as a value saved for backward,
+  // which only the backward half reads: a view there is as good as its base).
+  bool returned_to_caller(const Node* n, const GraphInfo& info) const {
+    for (const Node* u : info.users_of(n)) {
+      if (u->op != ir::OpKind::Output) continue;
+      if (saved_from_ < 0) return true;
+      for (size_t i = 0; i < u->args.size(); ++i) {
+        bool reads = false;
+        for (const Node* x : node_inputs_of(u->args[i])) reads = reads || x == n;
+        if (reads && static_cast<int64_t>(i) < saved_from_) return true;
+      }
+    }
+    return false;
+  }
+
+  // sum(reshape(b), dims) -> reshape(sum(b, dims of b)) where the reduced axes are whole runs
+  // of b's axes: a bias gradient `grad.view(-1, C).sum(0)` reduces the value the kernel before
+  // the reshape computes, so the sum fuses with it (or with other sums over it) instead of
+  // reading it back from memory through the reshape.
+  bool sink_sums(Node* r, const Node* base, const GraphInfo& info) {
+    bool any = false;
+    std::unordered_set<const Node*> replaced;
+    for (Node* u : users(r, info)) {
+      if (op_base_name(*u) != "sum" || !u->meta || u->args.empty() ||
+          u->args[0].kind != Arg::Kind::Node || u->args[0].node != r ||
+          info.segment.at(u) != info.segment.at(r) || read_by_output(u, info) || !fresh(u))
+        continue;
+      if (u->op != ir::OpKind::CallFunction && u->op != ir::OpKind::CallMethod) continue;
+      const Arg* dim = find_arg(*u, 1, "dim");
+      const Arg* keepdim = find_arg(*u, 2, "keepdim");
+      const Arg* dtype = find_arg(*u, 3, "dtype");
+      if (!dim || dim->kind == Arg::Kind::Node) continue;
+      if (keepdim && (keepdim->kind != Arg::Kind::Const || !PyBool_Check(keepdim->value.get())))
+        continue;
+      if (dtype && dtype->kind == Arg::Kind::Node) continue;
+      const size_t known = 2 + (keepdim != nullptr) + (dtype != nullptr);
+      if (u->args.size() + u->kwargs.size() > known) continue;  // NOTE: an `out=` or unknown
+      auto dims = int_list(*dim);
+      if (!dims) continue;
+      auto base_dims = reduced_base_axes(base->meta->sizes, r->meta->sizes, *dims);
+      if (!base_dims) continue;
+      std::vector<std::pair<std::string, Arg>> kwargs;
+      if (dtype) kwargs.emplace_back("dtype", *dtype);
+      PyRef no = PyRef::borrow(Py_False);
+      Node* s = insert_call(
+          g_, u, torch_fn("sum"), "",
+          {Arg::of_node(const_cast<Node*>(base)), int_tuple(*base_dims), Arg::constant(no)},
+          std::move(kwargs), u->meta->device);
+      if (numel(s->meta->sizes) != numel(u->meta->sizes) ||
+          s->meta->dtype.get() != u->meta->dtype.get()) {
+        g_.erase(s);  // NOTE: not the reduction it looked like: left as it was
+        continue;
+      }
+      Node* v = insert_call(g_, u, PyRef(), "reshape", {Arg::of_node(s), int_tuple(u->meta->sizes)},
+                            {}, u->meta->device);
+      touched_.insert(s);
+      touched_.insert(v);
+      replaced.insert(u);
+      replace(u, v, info);
+      any = true;
+    }
+    if (!any) return false;
+    const auto& left = info.users_of(r);
+    if (std::all_of(left.begin(), left.end(), [&](const Node* u) { return replaced.count(u); }))
+      g_.erase(r);
+    return true;
+  }
+
+  // p(reshape(b), ...) -> reshape(p(b, ...)) where p, pointwise, is the reshape's only reader
+  // and only matmuls or other externs read p: `ln(x).view(-1, C).to(bf16)` before a linear
+  // under autocast. Then p joins the kernel computing b and the reshape is a view of its
+  // result, so b (GPT-2's float32 layer-norm output) is not written out for p to read.
+  bool sink(Node* r, const Node* base, const GraphInfo& info) {
+    std::vector<Node*> ru = users(r, info);
+    if (ru.size() != 1 || read_by_output(r, info)) return false;
+    Node* p = ru[0];
+    if (!p->meta || !fresh(p) || info.segment.at(p) != info.segment.at(r) ||
+        !contiguous(*p->meta) || !plain_pointwise(*p, info) || returned_to_caller(p, info))
+      return false;
+    const auto& pu = info.users_of(p);
+    if (pu.empty()) return false;
+    for (const Node* u : pu)
+      if (lower_node(*u, info) && !reshape_base(*u)) return false;  // a kernel reads p
+    const std::vector<int64_t>&from = r->meta->sizes, &to = base->meta->sizes;
+    std::unordered_map<const Node*, Node*> swapped = {{r, const_cast<Node*>(base)}};
+    std::vector<Node*> made;
+    auto undo = [&] {
+      for (auto it = made.rbegin(); it != made.rend(); ++it) g_.erase(*it);
+      return false;
+    };
+    std::vector<const Node*> operands;
+    for (const Arg& a : p->args)
+      for (const Node* x : node_inputs_of(a)) operands.push_back(x);
+    for (const auto& kv : p->kwargs)
+      for (const Node* x : node_inputs_of(kv.second)) operands.push_back(x);
+    for (const Node* x : operands) {
+      if (swapped.count(x)) continue;
+      if (!x->meta) return undo();
+      auto sizes = operand_sizes(x->meta->sizes, from, to);
+      if (!sizes) return undo();
+      if (x->meta->sizes.size() <= to.size() &&
+          (without_leading_ones(*sizes) == without_leading_ones(x->meta->sizes) ||
+           numel(x->meta->sizes) == 1))
+        continue;
+      if (!contiguous(*x->meta) || !in_memory(x, info) || !fresh(x)) return undo();
+      Node* v =
+          insert_call(g_, p, PyRef(), "reshape",
+                      {Arg::of_node(const_cast<Node*>(x)), int_tuple(*sizes)}, {}, p->meta->device);
+      made.push_back(v);
+      swapped[x] = v;
+    }
+    std::function<Arg(Arg)> swap = [&](Arg a) {
+      if (a.kind == Arg::Kind::Node && swapped.count(a.node)) a.node = swapped.at(a.node);
+      for (Arg& item : a.items) item = swap(item);
+      return a;
+    };
+    std::vector<Arg> args;
+    for (const Arg& a : p->args) args.push_back(swap(a));
+    std::vector<std::pair<std::string, Arg>> kwargs;
+    for (const auto& [k, v] : p->kwargs) kwargs.emplace_back(k, swap(v));
+    const bool method = p->op == ir::OpKind::CallMethod;
+    Node* q = insert_call(g_, p, method ? PyRef() : p->target, method ? p->target_name : "",
+                          std::move(args), std::move(kwargs), p->meta->device);
+    made.push_back(q);
+    q->target_name = p->target_name;
+    q->location = p->location;
+    if (q->meta->sizes != to || q->meta->dtype.get() != p->meta->dtype.get()) return undo();
+    Node* v = insert_call(g_, p, PyRef(), "reshape", {Arg::of_node(q), int_tuple(from)}, {},
+                          p->meta->device);
+    replace(p, v, info);
+    g_.erase(r);
+    for (Node* m : made) touched_.insert(m);
+    touched_.insert(v);
+    return true;
   }
 
   bool untouch(const Node* r, const Node* base) {
@@ -328,6 +551,7 @@ class Mover {
   }
 
   ir::Graph& g_;
+  const int64_t saved_from_;
   // Nodes (by name: an erased node's address may be reused) that had no rewrite.
   std::unordered_set<std::string> rejected_;
   std::unordered_set<const Node*> touched_;  // changed this round: `info` is stale for them
@@ -336,6 +560,8 @@ class Mover {
 
 }  // namespace
 
-int move_reshapes(ir::Graph& g) { return Mover(g).run(); }
+int move_reshapes(ir::Graph& g, int64_t saved_outputs_from) {
+  return Mover(g, saved_outputs_from).run();
+}
 
 }  // namespace tl::passes

@@ -23,6 +23,8 @@ namespace tl::passes {
 // from sizes are their values here). A graph whose kernels take their sizes at
 // run time is still compiled for one layout of its inputs (frame/size_generic.h:
 // each new layout compiles its own graph), so it may run it too.
-int move_reshapes(ir::Graph& g);
+// `saved_outputs_from`: a training forward's outputs from this index on are saved for its
+// backward (a reshape may move below such a value); -1: every output goes to the caller.
+int move_reshapes(ir::Graph& g, int64_t saved_outputs_from = -1);
 
 }  // namespace tl::passes

@@ -98,12 +98,12 @@ std::vector<Pass> builtin_passes() {
        {},
        kAnyDevice,
        nullptr,
-       [](G& g, St&) {
+       [](G& g, St& st) {
          // NOTE: the moved reshapes take this graph's sizes. A graph compiled with runtime sizes
          // runs at its own layout only (an exact entry; a size-generic entry compiles each
          // layout's graph from the captured one: frame/size_generic.h), so it gets the same
          // fusion as a static compile (the steady state of a new length matches it).
-         passes::move_reshapes(g);
+         passes::move_reshapes(g, st.ctx.saved_outputs_from);
        }},
       {"torchlite.small_products",
        {"small_products"},

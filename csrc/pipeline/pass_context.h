@@ -36,6 +36,9 @@ struct PassContext {
   // forward's pool tensors it reads are at their recorded addresses when it records
   // (docs/internals/cuda_graphs.md).
   int64_t pool_outputs_from = -1;
+  // A training forward's outputs from this index on are saved for its backward, which alone
+  // reads them (python/bind_training.cpp); -1: every output goes to the caller.
+  int64_t saved_outputs_from = -1;
   int cuda_graph_warmups = 1;
   // Inputs from this index on are always copied into static buffers (the backward's tangents:
   // fresh every step, even where the allocator happens to give them the same address); -1: none.

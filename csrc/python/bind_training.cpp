@@ -234,6 +234,7 @@ PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std:
   pipeline::PassContext fwd_ctx = sub_context(ctx, "forward");
   pipeline::PassContext bwd_ctx = sub_context(ctx, "backward");
   fwd_ctx.pool_outputs_from = static_cast<int64_t>(num_fwd_outputs);
+  fwd_ctx.saved_outputs_from = static_cast<int64_t>(num_fwd_outputs);
   bwd_ctx.cuda_graph_warmups = 2;
   bwd_ctx.copy_inputs_from = static_cast<int64_t>(split.saved.size());  // the tangents
   py::object zero_tangents = zero_tangent_backwards(split, ctx);
