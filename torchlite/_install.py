@@ -61,6 +61,7 @@ def _register_python_helpers() -> None:
         "index_bounds.check": _index_bounds.check_index_bounds,
         "asserts.check": _asserts.check_assertion,
         "custom_function.apply": _custom_function.apply_custom_function,
+        "custom_function.state_reads": _custom_function.state_reads,
         "rerun_state.save": _rerun_state.save,
         "rerun_state.restore": _rerun_state.restore,
         "training.trace_joint": _training.trace_joint,

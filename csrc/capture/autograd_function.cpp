@@ -83,6 +83,25 @@ PyObject* detail::autograd_function_of_c_apply(PyObject* fn) {
   return self;
 }
 
+// The compiled halves fix what the Function's forward, setup_context and backward read from
+// their module when traced (`x * SCALE`): each global holding a number or string is guarded
+// by value, so a new value compiles again; one holding a mutable value breaks the graph
+// (torchlite/_custom_function.py, state_reads).
+void Tracer::guard_state_reads(PyObject* cls, const char* hint) {
+  PyRef reads =
+      PyRef::steal(PyObject_CallOneArg(python_helper("custom_function.state_reads").get(), cls));
+  if (!reads) throw PythonError();
+  if (PyUnicode_Check(reads.get()))
+    graph_break("autograd_function", utf8(reads.get()) + ": it runs eagerly", hint);
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(reads.get()); ++i) {
+    PyObject* read = PyList_GET_ITEM(reads.get(), i);  // (globals, name, value), borrowed
+    PyObject* globals = PyTuple_GET_ITEM(read, 0);
+    ir::SourcePtr src = ir::Source::item(ir::Source::held(PyRef::borrow(globals), "globals"),
+                                         PyRef::borrow(PyTuple_GET_ITEM(read, 1)));
+    ctx_.guards().add_equals_match(src, PyTuple_GET_ITEM(read, 2));
+  }
+}
+
 ValuePtr Tracer::call_recorded_function(const ValuePtr& cls, const std::string& name,
                                         std::vector<ValuePtr>& args) {
   const char* hint =
@@ -99,6 +118,7 @@ ValuePtr Tracer::call_recorded_function(const ValuePtr& cls, const std::string& 
   if (!forward) throw PythonError();
   if (!PyFunction_Check(forward.get()))
     graph_break("autograd_function", name + ".forward is not a Python function");
+  guard_state_reads(cls->obj.get(), hint);
   std::vector<ValuePtr> call_args{cls};
   call_args.insert(call_args.end(), args.begin(), args.end());
   try {

@@ -151,6 +151,7 @@ class Tracer {
   // autograd_function.cpp: Function.apply of class `cls`, inlined when autograd won't record.
   ValuePtr call_autograd_function(const ValuePtr& cls, std::vector<ValuePtr>& args, KwArgs& kwargs);
   // The same when autograd records the call: one graph node calling `cls.apply`.
+  void guard_state_reads(PyObject* cls, const char* hint);
   ValuePtr call_recorded_function(const ValuePtr& cls, const std::string& name,
                                   std::vector<ValuePtr>& args);
   // Starts the handler covering instruction `index` for an exception raised by

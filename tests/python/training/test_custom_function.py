@@ -235,3 +235,65 @@ def test_a_function_under_autocast_breaks_and_trains_as_eager():
         f(x, ref).backward()
     assert report.breaks_by_kind.get("autograd_function") == 1, report.break_reasons
     torch.testing.assert_close(w.grad, ref.grad)
+
+
+_GAIN = 2.0
+_TABLE = torch.tensor([1.0, 3.0])
+
+
+class _ScaledByGlobal(torch.autograd.Function):
+    """forward and backward read a module global number: a compiled graph must not keep the
+    value it had when traced."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * _GAIN
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * _GAIN * 3.0  # NOTE: 3x: the user's backward, not the derivative
+
+
+class _ReadsGlobalTensor(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * _TABLE[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * _TABLE[0]
+
+
+def test_a_global_number_the_function_reads_is_guarded(monkeypatch):
+    def f(x):
+        return _ScaledByGlobal.apply(x.cos()).sum()
+
+    compiled = torchlite.compile(f)
+    for gain in (2.0, 5.0, 5.0, -1.5):
+        monkeypatch.setitem(globals(), "_GAIN", gain)
+        x = torch.randn(5, requires_grad=True)
+        ref = x.detach().requires_grad_()
+        out, want = compiled(x), f(ref)
+        out.backward()
+        want.backward()
+        torch.testing.assert_close(out, want)
+        torch.testing.assert_close(x.grad, ref.grad)
+        assert compiled_backward_used(out)
+
+
+def test_a_global_tensor_the_function_reads_breaks_and_trains_as_eager(monkeypatch):
+    def f(x):
+        return _ReadsGlobalTensor.apply(x.sin()).sum()
+
+    x = torch.randn(4, requires_grad=True)
+    report = torchlite.explain(f)(x.detach().requires_grad_())
+    assert report.breaks_by_kind.get("autograd_function") == 1, report.break_reasons
+    assert "_TABLE" in str(report.break_reasons)
+    compiled = torchlite.compile(f)
+    for table in (torch.tensor([1.0, 3.0]), torch.tensor([-2.0, 0.5])):
+        monkeypatch.setitem(globals(), "_TABLE", table)
+        x = torch.randn(4, requires_grad=True)
+        ref = x.detach().requires_grad_()
+        compiled(x).backward()
+        f(ref).backward()
+        torch.testing.assert_close(x.grad, ref.grad)
