@@ -1042,7 +1042,16 @@ PyRef fused_attention_layout(PyRef result, PyObject* q, PyObject* device, bool d
                                                            call(result.get(), "size").get(), Py_EQ)
                                 : 0;
     if (dense < 0 || same_shape < 0) throw PythonError();
-    if (same_shape) return like;
+    if (same_shape) {
+      // NOTE: empty_like drops requires_grad; the prediction keeps the result's (passes read
+      // it: a CUDA attention result that needs grad was taken for an inference one).
+      PyRef grad = PyRef::steal(PyObject_GetAttrString(result.get(), "requires_grad"));
+      if (!grad) throw PythonError();
+      if (grad.get() == Py_True &&
+          !PyRef::steal(PyObject_CallMethod(like.get(), "requires_grad_", nullptr)))
+        throw PythonError();
+      return like;
+    }
   }
   PyRef t = PyRef::steal(PyObject_CallMethod(result.get(), "transpose", "ii", 1, 2));
   if (t) t = PyRef::steal(PyObject_CallMethod(t.get(), "contiguous", nullptr));

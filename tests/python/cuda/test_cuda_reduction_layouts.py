@@ -60,8 +60,9 @@ def test_batch_norm_statistics_channels_last(shape):
 
 
 def test_long_batch_norm_rows_split_and_keep_their_epilogue_apart():
-    # f32 rows of 50176 points do not stay on chip: partials, a fold, then the epilogue.
-    _check(bn_train_silu, _cl(16, 32, 56, 56), atol=1e-4, rtol=1e-4, kernels=4)
+    # f32 rows of 50176 points do not stay on chip: partials, one fold of both statistics
+    # (sibling reductions), then the epilogue.
+    _check(bn_train_silu, _cl(16, 32, 56, 56), atol=1e-4, rtol=1e-4, kernels=3)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, BF16])
