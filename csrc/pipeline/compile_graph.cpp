@@ -315,6 +315,7 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
     p.run(*graph, st);
     double ms = ms_since(t0);
     ex.passes.push_back(p.name);
+    ex.pass_ms.push_back(ms);
     if (ctx.settings.verify) verify_after(p.name, *graph, st);
     trace.note("  " + file + ": ran (" + ms_text(ms) + ")");
     trace.graph(file, *graph, st.partition.kernels.empty() ? nullptr : &st.partition);
@@ -350,7 +351,8 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
   size_t n_kernels = st.partition.kernels.size();
   auto t0 = std::chrono::steady_clock::now();
   auto kernels = std::make_unique<runtime::CompiledGraph>(graph, std::move(st.partition));
-  trace.note("kernels: " + std::to_string(n_kernels) + " built in " + ms_text(ms_since(t0)) +
+  ex.kernels_ms = ms_since(t0);
+  trace.note("kernels: " + std::to_string(n_kernels) + " built in " + ms_text(ex.kernels_ms) +
              " (code generation, compile or disk cache, link)");
   if (ctx.settings.autotune && kernels->device().cuda) {
     kernels->enable_autotune(ctx.trace_dir, ctx.settings.autotune_blocks);
