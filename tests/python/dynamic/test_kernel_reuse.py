@@ -138,3 +138,30 @@ def test_the_same_kernel_in_another_function_is_not_emitted_again():
     compiled_g = torchlite.compile(g)
     torch.testing.assert_close(compiled_g(x), g(x))
     assert _C.llvm_emits() == before
+
+
+def test_a_bert_length_sweep_emits_no_kernel_after_the_second_length():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=100,
+        max_position_embeddings=128,
+    )
+    model = transformers.BertModel(cfg).eval()
+    compiled = torchlite.compile(model)
+    emits, compiles = [], []
+    for seq in [7, 12, 29, 16, 41, 9]:
+        ids = torch.randint(0, 100, (2, seq))
+        emitted, built = _C.llvm_emits(), _C.llvm_compiles()
+        with torch.no_grad():
+            out = compiled(ids).last_hidden_state
+        emits.append(_C.llvm_emits() - emitted)
+        compiles.append(_C.llvm_compiles() - built)
+        with torch.no_grad():
+            torch.testing.assert_close(out, model(ids).last_hidden_state, atol=1e-4, rtol=1e-4)
+    assert emits[0] > 0, emits
+    # Every later length lowers to the same 8 kernels: none is emitted (before: all 8).
+    assert emits[2:] == [0] * 4 and compiles[2:] == [0] * 4, (emits, compiles)
