@@ -74,8 +74,9 @@ def test_a_new_length_emits_no_kernel_it_already_linked(case):
     emits, compiles = _sweep(fn, make_args, LENGTHS)
     assert emits[0] > 0, emits
     # The second length compiles the kernels with runtime sizes; from then on a length emits
-    # only the kernels whose code holds its sizes (attention's causal mask reads coordinates:
-    # index math keeps its sizes in the code on the CPU), each one LLVM then compiles.
+    # only the kernels whose code holds its sizes (attention's reshape of a transposed view:
+    # index math that divides by sizes keeps them in the code on the CPU), each one LLVM then
+    # compiles.
     assert emits[2:] == compiles[2:], (emits, compiles)
     if case != "attention":
         assert emits[2:] == [0] * (len(LENGTHS) - 2), emits
@@ -138,6 +139,26 @@ def test_the_same_kernel_in_another_function_is_not_emitted_again():
     compiled_g = torchlite.compile(g)
     torch.testing.assert_close(compiled_g(x), g(x))
     assert _C.llvm_emits() == before
+
+
+def test_position_embeddings_gathered_by_a_coordinate_compile_once_for_all_lengths():
+    # GPT-2's `wte(ids) + wpe(arange(t))`: a gather at a coordinate times a row stride, no
+    # division by a size, takes its sizes at run time (before: one LLVM compile a length).
+    wte, wpe = torch.nn.Embedding(50, 12), torch.nn.Embedding(64, 12)
+
+    def embed(ids):
+        return wte(ids) + wpe(torch.arange(ids.shape[1]))
+
+    compiled = torchlite.compile(embed)
+    compiles = []
+    for batch, t in [(2, 5), (2, 9), (2, 17), (3, 11), (2, 33), (5, 7)]:
+        ids = torch.randint(0, 50, (batch, t))
+        before = _C.llvm_compiles()
+        with torch.no_grad():
+            out = compiled(ids)
+            torch.testing.assert_close(out, embed(ids))
+        compiles.append(_C.llvm_compiles() - before)
+    assert compiles[2:] == [0] * 4, compiles
 
 
 def test_a_bert_length_sweep_emits_no_kernel_after_the_second_length():
