@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -446,7 +447,14 @@ class Mover {
     return false;
   }
 
-  using Moves = std::vector<std::pair<const Node*, std::vector<int64_t>>>;
+  // An operand of a moving op and its sizes after the move; `inner`: the operand moves as well
+  // (its own operands to reshape), else it is reshaped where it is.
+  struct Move {
+    const Node* x;
+    std::vector<int64_t> sizes;
+    std::shared_ptr<std::vector<Move>> inner;
+  };
+  using Moves = std::vector<Move>;
 
   // A value kernels read from memory: a graph input, an op no kernel computes
   // (a matmul), or a reshape (reshapes of reshapes collapse).
@@ -487,8 +495,15 @@ class Mover {
            numel(x->meta->sizes) == 1))
         return true;
       if (!contiguous(*x->meta) || !fresh(x)) return false;
-      if (!in_memory(x, info) && !plan_move(x, p, *sizes, info, depth + 1)) return false;
-      moved.emplace_back(x, std::move(*sizes));
+      for (const Move& m : moved)
+        if (m.x == x) return m.sizes == *sizes;  // an operand read twice (x * x)
+      std::shared_ptr<Moves> inner;
+      if (!in_memory(x, info)) {
+        std::optional<Moves> sub = plan_move(x, p, *sizes, info, depth + 1);
+        if (!sub) return false;
+        inner = std::make_shared<Moves>(std::move(*sub));
+      }
+      moved.push_back({x, std::move(*sizes), std::move(inner)});
       return true;
     };
     for (const Arg& a : p->args)
@@ -498,24 +513,23 @@ class Mover {
     return moved;
   }
 
-  // reshape(p(a, ...)) -> p(reshape(a), ...) where p is read by the reshape alone.
-  bool hoist(Node* r, const Node* p, const GraphInfo& info) {
-    std::optional<Moves> plan = plan_move(p, r, r->meta->sizes, info, 0);
-    if (!plan) return false;
-    const Moves& moved = *plan;
-    const std::vector<int64_t>& to = r->meta->sizes;
-    std::vector<Node*> made;
-    std::unordered_map<const Node*, Node*> reshaped;
-    for (const auto& [x, sizes] : moved) {
-      if (reshaped.count(x)) continue;
-      Node* v =
-          insert_call(g_, r, PyRef(), "reshape",
-                      {Arg::of_node(const_cast<Node*>(x)), int_tuple(sizes)}, {}, r->meta->device);
-      reshaped[x] = v;
-      made.push_back(v);
+  // p's op again, at sizes `to`, on its operands as `moved` says (before `pos`): each operand
+  // that moves too is rebuilt the same way, the others reshaped. Null when the op does not
+  // come out as p at `to` (a rule's view of it was wrong); `made` lists what was inserted.
+  Node* rebuild(const Node* p, const std::vector<int64_t>& to, const Moves& moved, Node* pos,
+                std::vector<Node*>& made) {
+    std::unordered_map<const Node*, Node*> now;
+    for (const Move& m : moved) {
+      Node* v = m.inner ? rebuild(m.x, m.sizes, *m.inner, pos, made)
+                        : insert_call(g_, pos, PyRef(), "reshape",
+                                      {Arg::of_node(const_cast<Node*>(m.x)), int_tuple(m.sizes)},
+                                      {}, pos->meta->device);
+      if (!v) return nullptr;
+      if (!m.inner) made.push_back(v);
+      now[m.x] = v;
     }
     auto swap = [&](Arg a) {
-      if (a.kind == Arg::Kind::Node && reshaped.count(a.node)) a.node = reshaped.at(a.node);
+      if (a.kind == Arg::Kind::Node && now.count(a.node)) a.node = now.at(a.node);
       return a;
     };
     std::vector<Arg> args;
@@ -523,20 +537,44 @@ class Mover {
     std::vector<std::pair<std::string, Arg>> kwargs;
     for (const auto& [k, v] : p->kwargs) kwargs.emplace_back(k, swap(v));
     const bool method = p->op == ir::OpKind::CallMethod;
-    Node* q = insert_call(g_, r, method ? PyRef() : p->target, method ? p->target_name : "",
-                          std::move(args), std::move(kwargs), r->meta->device);
+    Node* q = insert_call(g_, pos, method ? PyRef() : p->target, method ? p->target_name : "",
+                          std::move(args), std::move(kwargs), pos->meta->device);
     q->target_name = p->target_name;
     q->location = p->location;
-    if (q->meta->sizes != to || q->meta->dtype.get() != p->meta->dtype.get()) {
-      g_.erase(q);  // NOTE: not the op it was (a rule's view of it was wrong): left as it was
+    made.push_back(q);
+    if (q->meta->sizes != to || q->meta->dtype.get() != p->meta->dtype.get()) return nullptr;
+    return q;
+  }
+
+  // Erases what a move left unread: `moved`'s operands that moved too (each read by its mover
+  // alone), readers first.
+  void erase_moved(const Moves& moved) {
+    for (const Move& m : moved) {
+      if (!m.inner) continue;
+      touched_.insert(m.x);
+      g_.erase(m.x);
+      erase_moved(*m.inner);
+    }
+  }
+
+  // reshape(p(a, ...)) -> p(reshape(a), ...) where p is read by the reshape alone; an operand
+  // of p that a kernel computes moves the same way in the same step (a GELU's chain of 8 ops:
+  // one step, one round, not 8 with a reshape inserted and moved again at each).
+  bool hoist(Node* r, const Node* p, const GraphInfo& info) {
+    std::optional<Moves> plan = plan_move(p, r, r->meta->sizes, info, 0);
+    if (!plan) return false;
+    std::vector<Node*> made;
+    Node* q = rebuild(p, r->meta->sizes, *plan, r, made);
+    if (!q) {
+      // NOTE: not the op it was: left as it was, the nodes made erased (users first)
       for (auto it = made.rbegin(); it != made.rend(); ++it) g_.erase(*it);
       return false;
     }
     replace(r, q, info);
     g_.erase(p);
-    touched_.insert(q);
-    for (const auto& [x, _] : moved) touched_.insert(x);
+    erase_moved(*plan);
     for (Node* v : made) touched_.insert(v);
+    for (const Move& m : *plan) touched_.insert(m.x);
     return true;
   }
 

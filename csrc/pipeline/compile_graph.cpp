@@ -315,6 +315,7 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
     p.run(*graph, st);
     double ms = ms_since(t0);
     ex.passes.push_back(p.name);
+    ex.pass_ms.push_back(ms);
     if (ctx.settings.verify) verify_after(p.name, *graph, st);
     trace.note("  " + file + ": ran (" + ms_text(ms) + ")");
     trace.graph(file, *graph, st.partition.kernels.empty() ? nullptr : &st.partition);
@@ -329,14 +330,22 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
   // number read from the (constant-bank) dims parameter costs some instructions,
   // a kernel compiled per size costs an NVRTC compile (tens of ms) at every new
   // size (an embedding's gather, a mask built from arange). On the CPU, kernels
-  // with index math (gathers, coordinates) keep their sizes in the code: their
-  // expressions hold
-  // size-derived constants, and divisions by them ran ~3x slower as loaded
-  // numbers (docs/internals/dynamic-shapes.md).
+  // whose index math divides (coordinates of a reshaped transposed view, cat,
+  // pad: integer floordiv/remainder) keep their sizes in the code: their
+  // expressions hold size-derived divisors, and divisions by them ran ~3x slower
+  // as loaded numbers (docs/internals/dynamic-shapes.md). Index math without a
+  // division (GPT-2's `wte[ids] + wpe[arange(t)]`: a coordinate times a row
+  // stride) costs what a pointwise kernel's loaded numbers cost, and compiled
+  // per size it cost an LLVM compile at every new length.
   auto index_math = [](const ir::Kernel& k) {
-    return std::any_of(k.exprs.begin(), k.exprs.end(), [](const ir::Expr& e) {
-      return e.op == ir::ExprOp::Gather || e.op == ir::ExprOp::Index;
-    });
+    bool indexes = false, divides = false;
+    for (const ir::Expr& e : k.exprs) {
+      indexes |= e.op == ir::ExprOp::Gather || e.op == ir::ExprOp::Index;
+      divides |= (e.op == ir::ExprOp::FloorDiv || e.op == ir::ExprOp::TruncDiv ||
+                  e.op == ir::ExprOp::Remainder || e.op == ir::ExprOp::Fmod) &&
+                 !ir::is_floating(e.type);
+    }
+    return indexes && divides;
   };
   for (auto& fk : st.partition.kernels)
     fk.kernel.runtime_sizes = ctx.runtime_sizes && (device->cuda || !index_math(fk.kernel));
@@ -350,7 +359,8 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
   size_t n_kernels = st.partition.kernels.size();
   auto t0 = std::chrono::steady_clock::now();
   auto kernels = std::make_unique<runtime::CompiledGraph>(graph, std::move(st.partition));
-  trace.note("kernels: " + std::to_string(n_kernels) + " built in " + ms_text(ms_since(t0)) +
+  ex.kernels_ms = ms_since(t0);
+  trace.note("kernels: " + std::to_string(n_kernels) + " built in " + ms_text(ex.kernels_ms) +
              " (code generation, compile or disk cache, link)");
   if (ctx.settings.autotune && kernels->device().cuda) {
     kernels->enable_autotune(ctx.trace_dir, ctx.settings.autotune_blocks);

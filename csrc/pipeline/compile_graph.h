@@ -21,6 +21,8 @@ struct CompileResult {
   // Never null: fused kernels, op by op, or training_fn.
   std::unique_ptr<runtime::Executable> executable;
   std::vector<std::string> passes;  // the passes that ran, in order
+  std::vector<double> pass_ms;      // and how long each took
+  double kernels_ms = 0;            // building the kernels (code generation, JIT, link)
   std::string no_kernels;           // why there are no fused kernels ("" when there are)
   // settings.cuda_graphs: "recorded after a warm-up call", or "not used: <why>"; "" when off.
   // A compiled training step: "forward: ...; backward: ..." (each half's).

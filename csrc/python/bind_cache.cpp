@@ -26,11 +26,12 @@ std::string configured_dir(const std::optional<std::string>& dir) {
 
 // The CPU JIT's counts; zeros in a build without LLVM.
 struct JitCounts {
-  int64_t live_kernels = 0, llvm_compiles = 0;
+  int64_t live_kernels = 0, llvm_compiles = 0, kernel_emits = 0;
 };
 JitCounts jit_counts() {
 #ifdef TORCHLITE_HAVE_LLVM
-  return {runtime::cpu::live_kernels(), runtime::cpu::llvm_compiles()};
+  return {runtime::cpu::live_kernels(), runtime::cpu::llvm_compiles(),
+          runtime::cpu::kernel_emits()};
 #else
   return {};
 #endif
@@ -82,6 +83,10 @@ void bind_cache(py::module_& m) {
   m.def(
       "llvm_compiles", [] { return jit_counts().llvm_compiles; },
       "CPU kernels LLVM compiled in this process (not reused, not from the disk cache).");
+  m.def(
+      "llvm_emits", [] { return jit_counts().kernel_emits; },
+      "CPU kernels whose LLVM module was emitted in this process (a kernel whose lowered form "
+      "matches one still linked takes its code without emitting).");
 }
 
 }  // namespace tl::python

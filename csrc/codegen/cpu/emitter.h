@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "codegen/common/pass_plan.h"
+#include "codegen/cpu/emission_key.h"
 #include "codegen/cpu/loop_space.h"
 
 namespace tl::codegen::cpu {
@@ -20,14 +21,17 @@ class Emitter {
   using Shift = std::function<Offsets(const Offsets&, llvm::Value*)>;
 
   // `dims` (may be null) receives the numbers a kernel with runtime sizes
-  // reads from its dims array, in the order of that array.
-  Emitter(const ir::Kernel& k, llvm::Function* f, std::vector<int64_t>* dims = nullptr)
+  // reads from its dims array, in the order of that array, and `sites` (may be
+  // null) where each is used (emission_key.h).
+  Emitter(const ir::Kernel& k, llvm::Function* f, std::vector<int64_t>* dims = nullptr,
+          std::vector<int64_t>* sites = nullptr)
       : k_(k),
         s_(coalesce(k, /*index_buffers=*/true)),
         b_(f->getContext()),
         f_(f),
         n_in_(k.inputs.size()),
-        dims_out_(dims) {}
+        dims_out_(dims),
+        sites_out_(sites) {}
   void run();
 
  private:
@@ -47,14 +51,12 @@ class Emitter {
   // values other than 0 and 1) a number read from the dims array once, in the
   // entry block. `site` names where it is used, so each site has one slot.
   llvm::Value* num(int64_t site, int64_t v);
-  llvm::Value* outer_size(size_t d) { return num(static_cast<int64_t>(d), s_.outer[d]); }
-  llvm::Value* red_size(size_t d) { return num((1 << 20) + static_cast<int64_t>(d), s_.red[d]); }
+  llvm::Value* outer_size(size_t d) { return num(outer_site(d), s_.outer[d]); }
+  llvm::Value* red_size(size_t d) { return num(red_site(d), s_.red[d]); }
   llvm::Value* stride(size_t bi, size_t axis) {
-    return num((2 << 20) + static_cast<int64_t>(bi * 64 + axis), s_.strides[bi][axis]);
+    return num(stride_site(bi, axis), s_.strides[bi][axis]);
   }
-  llvm::Value* offset(size_t bi) {
-    return num((3 << 20) + static_cast<int64_t>(bi), s_.offsets[bi]);
-  }
+  llvm::Value* offset(size_t bi) { return num(offset_site(bi), s_.offsets[bi]); }
   void rows(llvm::Value* begin, llvm::Value* end);
   // One row starting at outer linear index `idx`; returns the next row's index.
   llvm::Value* row(llvm::Value* idx, llvm::Value* end);
@@ -98,6 +100,7 @@ class Emitter {
   std::vector<int> stash_, stash_pass_;
   std::vector<Acc> acc_;
   std::vector<int64_t>* dims_out_;
+  std::vector<int64_t>* sites_out_;
   llvm::BasicBlock* entry_ = nullptr;
   llvm::Value* dims_ = nullptr;             // the dims array (runtime sizes)
   std::map<int64_t, llvm::Value*> params_;  // site -> its loaded number

@@ -47,6 +47,7 @@ llvm::Value* Emitter::num(int64_t site, int64_t v) {
   if (!fresh) return it->second;
   int64_t slot = static_cast<int64_t>(params_.size()) - 1;
   if (dims_out_) dims_out_->push_back(v);
+  if (sites_out_) sites_out_->push_back(site);
   Builder at_entry(entry_->getTerminator());
   it->second = at_entry.CreateLoad(at_entry.getInt64Ty(),
                                    at_entry.CreateConstGEP1_64(at_entry.getInt64Ty(), dims_, slot),
@@ -234,7 +235,8 @@ void mark_parallel_inner_loops(llvm::Function& f) {
 }  // namespace
 
 std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string& fn_name,
-                                          llvm::LLVMContext& ctx, std::vector<int64_t>* dims) {
+                                          llvm::LLVMContext& ctx, std::vector<int64_t>* dims,
+                                          std::vector<int64_t>* sites) {
   auto m = std::make_unique<llvm::Module>("torchlite", ctx);
   auto* i64 = llvm::Type::getInt64Ty(ctx);
   auto* ptr = llvm::PointerType::get(ctx, 0);
@@ -243,7 +245,7 @@ std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string
   f->setDoesNotThrow();
   f->addParamAttr(2, llvm::Attribute::NoCapture);
   f->addParamAttr(2, llvm::Attribute::ReadOnly);
-  Emitter(k, f, dims).run();
+  Emitter(k, f, dims, sites).run();
   if (k.aliased_io && k.reduction_axes == 0) mark_parallel_inner_loops(*f);
   std::string err;
   llvm::raw_string_ostream os(err);

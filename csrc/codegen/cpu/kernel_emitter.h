@@ -20,10 +20,12 @@ namespace tl::codegen::cpu {
 // With k.runtime_sizes, bufs[inputs + outputs] is one more entry: a
 // `const int64_t*` dims array the function reads its loop sizes, strides and
 // offsets from (0 and 1 stay constants in the code);
-// `dims` (may be null) receives this kernel's values for it.
+// `dims` (may be null) receives this kernel's values for it, `sites` (may be
+// null) where in the loop space each comes from (emission_key.h).
 // Throws tl::Error (Internal) naming the kernel for IR it cannot lower.
 std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string& fn_name,
                                           llvm::LLVMContext& ctx,
-                                          std::vector<int64_t>* dims = nullptr);
+                                          std::vector<int64_t>* dims = nullptr,
+                                          std::vector<int64_t>* sites = nullptr);
 
 }  // namespace tl::codegen::cpu

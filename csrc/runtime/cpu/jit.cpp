@@ -13,6 +13,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "codegen/cpu/emission_key.h"
 #include "codegen/cpu/kernel_emitter.h"
 #include "codegen/cpu/target.h"
 #include "core/counters.h"
@@ -37,6 +38,15 @@ struct LinkedKernel;
 std::mutex g_mu;  // the symbol table, and adding objects to the JIT
 std::unordered_map<std::string, std::weak_ptr<LinkedKernel>> g_linked;  // symbol -> live code
 std::atomic<int64_t> g_live{0};
+// What a kernel emitted before became (codegen/cpu/emission_key.h): a kernel with the same
+// emission key has the same text, so it takes the linked code and reads its dims from the same
+// sites of its own loop space, without emitting.
+struct Emitted {
+  std::string key, symbol;
+  std::vector<int64_t> sites;
+};
+std::unordered_map<std::string, Emitted> g_emitted;  // emission key -> its text's names (g_mu)
+std::atomic<int64_t> g_emits{0};
 
 std::string dump_dir() { return kernel_dump_dir(process_settings()); }
 
@@ -90,18 +100,22 @@ struct LinkedKernel {
   }
 };
 
-// Drops g_linked's entries of freed kernels once they outnumber the live ones.
-// Caller holds g_mu.
+// Drops g_linked's (and g_emitted's) entries of freed kernels once they outnumber the live
+// ones. Caller holds g_mu.
 void sweep_linked() {
-  if (static_cast<int64_t>(g_linked.size()) <= 2 * g_live.load() + 64) return;
+  if (static_cast<int64_t>(g_linked.size() + g_emitted.size()) <= 4 * g_live.load() + 128) return;
   std::erase_if(g_linked, [](const auto& kv) { return kv.second.expired(); });
+  std::erase_if(g_emitted, [](const auto& kv) { return !g_linked.count(kv.second.symbol); });
 }
 
 struct Job {
   const ir::Kernel* kernel = nullptr;
   std::string key, symbol, ll_path;
   std::string object;
-  std::vector<int64_t> dims;
+  std::vector<int64_t> dims, sites;
+  std::string emission_key;
+  codegen::LoopSpace space;
+  bool reused = false;  // found by its emission key: not emitted
   bool disk_hit = false;
   std::shared_ptr<LinkedKernel> code;
   // The emitted module, from prepare() to build() (null once compiled).
@@ -148,7 +162,9 @@ void compile_object(Job& job, llvm::Module& m, const std::string& dump) {
 
 std::unique_ptr<llvm::Module> emit_module(Job& job, llvm::LLVMContext& ctx) {
   job.dims.clear();
-  auto m = codegen::cpu::emit_kernel(*job.kernel, "tl_kernel", ctx, &job.dims);
+  job.sites.clear();
+  g_emits++;
+  auto m = codegen::cpu::emit_kernel(*job.kernel, "tl_kernel", ctx, &job.dims, &job.sites);
   if (!job.symbol.empty()) m->getFunction("tl_kernel")->setName(job.symbol);
   return m;
 }
@@ -235,10 +251,43 @@ int64_t live_kernels() { return g_live.load(); }
 
 int64_t llvm_compiles() { return g_llvm_compiles.load(); }
 
+int64_t kernel_emits() { return g_emits.load(); }
+
 void forget_linked_kernels() {
   std::lock_guard<std::mutex> lock(g_mu);
   g_linked.clear();
+  g_emitted.clear();
 }
+
+namespace {
+// Gives each job whose emission key names a kernel still linked that kernel's code and its
+// own dims. Caller holds g_mu.
+void reuse_emitted(std::vector<Job>& jobs) {
+  for (auto& job : jobs) {
+    auto it = g_emitted.find(job.emission_key);
+    if (it == g_emitted.end()) continue;
+    auto linked = g_linked.find(it->second.symbol);
+    if (linked == g_linked.end() || !(job.code = linked->second.lock())) continue;
+    job.key = it->second.key;
+    job.symbol = it->second.symbol;
+    job.sites = it->second.sites;
+    job.dims.clear();
+    for (int64_t site : job.sites) job.dims.push_back(codegen::cpu::site_value(job.space, site));
+    job.reused = true;
+  }
+}
+
+// TORCHLITE_VERIFY: a reused kernel's text and dims are those emitting it gives.
+void verify_reused(const Job& job) {
+  Job fresh;
+  fresh.kernel = job.kernel;
+  prepare(fresh);
+  TL_CHECK(fresh.key == job.key && fresh.dims == job.dims)
+      << "kernel " << job.kernel->name
+      << ": the code reused by its emission key differs from its own (codegen/cpu/"
+         "emission_key.h misses something the emitter decides from)";
+}
+}  // namespace
 
 CompiledKernels compile_kernels(const std::vector<const ir::Kernel*>& kernels) {
   std::vector<Job> jobs(kernels.size());
@@ -246,12 +295,41 @@ CompiledKernels compile_kernels(const std::vector<const ir::Kernel*>& kernels) {
   // NOTE: on this thread: opening the cache and the dump folder may warn.
   DiskCache cache = DiskCache::configured();
   std::string dump = dump_dir();
-  compile_in_parallel(jobs.size(), [&](size_t i) { prepare(jobs[i]); });
+  for (auto& job : jobs) {
+    job.space = codegen::coalesce(*job.kernel, /*index_buffers=*/true);
+    job.emission_key = codegen::cpu::emission_key(*job.kernel, job.space);
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    reuse_emitted(jobs);
+  }
+  // Kernels to emit: one per emission key not linked yet (a model repeats its blocks); the
+  // others of the same key copy its names and read their own dims from its sites.
+  std::vector<size_t> fresh, copies;
+  std::unordered_map<std::string, size_t> first_of;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (jobs[i].reused) continue;
+    (first_of.emplace(jobs[i].emission_key, i).second ? fresh : copies).push_back(i);
+  }
+  compile_in_parallel(fresh.size(), [&](size_t i) { prepare(jobs[fresh[i]]); });
+  for (size_t i : copies) {
+    Job& job = jobs[i];
+    const Job& first = jobs[first_of.at(job.emission_key)];
+    job.key = first.key;
+    job.symbol = first.symbol;
+    job.sites = first.sites;
+    for (int64_t site : job.sites) job.dims.push_back(codegen::cpu::site_value(job.space, site));
+    job.reused = true;  // linked below through `first`'s code
+  }
+  if (process_settings().verify)
+    for (auto& job : jobs)
+      if (job.reused) verify_reused(job);
+  // NOTE: copies share their first's key, so the owners below are the fresh kernels.
   // NOTE: one build per distinct kernel: a model repeats its blocks, and resnet18's 18 kernels
   // are 13 distinct codes; the copies link to the first one's object below.
   std::vector<size_t> owners;
   std::unordered_map<std::string, size_t> owner_of;
-  for (size_t i = 0; i < jobs.size(); ++i)
+  for (size_t i : fresh)
     if (owner_of.emplace(jobs[i].key, i).second) owners.push_back(i);
   compile_in_parallel(owners.size(), [&](size_t i) { build(jobs[owners[i]], cache, dump); });
   for (auto& job : jobs) job.module.reset(), job.context.reset();
@@ -262,6 +340,7 @@ CompiledKernels compile_kernels(const std::vector<const ir::Kernel*>& kernels) {
     sweep_linked();
     for (auto& job : jobs) {
       link(job, cache);
+      if (!job.reused) g_emitted[job.emission_key] = {job.key, job.symbol, job.sites};
       out.fns.push_back(job.code->fn);
       out.dims.push_back(job.dims);
       code->push_back(job.code);

@@ -40,6 +40,10 @@ int64_t live_kernels();
 // nor loaded from the disk cache): tests of runtime sizes count them.
 int64_t llvm_compiles();
 
+// Kernels whose LLVM module was emitted (and printed and hashed) in this process: a kernel
+// whose lowered form matches one still linked (codegen/cpu/emission_key.h) is not.
+int64_t kernel_emits();
+
 // Tests only: forgets which kernels are linked, so the next compile of the
 // same kernel goes to the disk cache (live kernels keep their own JITDylib).
 void forget_linked_kernels();

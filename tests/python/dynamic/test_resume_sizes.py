@@ -106,3 +106,27 @@ def test_a_size_read_by_a_frame_without_ops_reaches_the_resume_function_as_this_
     compiled = torchlite.compile(_size_only_then_break)
     for n in [3, 5, 7, 9, 11, 5]:
         assert compiled(torch.randn(2, n)) == n
+
+
+def _shape_read_before_the_break_used_after(x):
+    b, t = x.shape[:2]
+    y = x.view(b, t, 2, -1).exp()
+    print(end="")  # a graph break
+    return y.reshape(b, t, -1) * t
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 24: sizes handed to a resume function are specialised at the break (both "
+    "sides capture per length); needs int arguments as size symbols in the resume frame",
+)
+def test_sizes_read_before_a_break_and_used_after_capture_a_bounded_number_of_times():
+    # The transformers pattern (`b, t = x.shape` at the top, a break, then views by b and t).
+    # Today: 2 captures per length (the graph before the break relies on `t == 5`, the resume
+    # function guards its int arguments by value), so past cache_size_limit it runs eagerly.
+    frames = _sweep(
+        _shape_read_before_the_break_used_after,
+        lambda n: (torch.randn(2, n, 8),),
+        [5, 9, 17, 33, 12, 21],
+    )
+    assert sum(frames[2:]) == 0, frames

@@ -153,3 +153,21 @@ def test_cross_entropy_over_viewed_logits_matches_eager_gradients(dtype):
     close(loss, expected)
     for g, e in zip(grads, expected_grads, strict=True):
         close(g, e)
+
+
+def gelu_chain_then_merge(x, w, b):
+    # A chain of pointwise ops (tanh GELU of a linear's output, as GPT-2's MLP; an operand read
+    # twice) under a merging view: the whole chain moves below the view in one step.
+    h = F.linear(x, w, b)
+    g = 0.5 * h * (1.0 + torch.tanh(0.7978845608028654 * (h + 0.044715 * torch.pow(h, 3.0))))
+    return (g * g).view(-1, g.shape[-1]).sum(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(2, 3, 7), (3, 5, 33)])
+def test_a_chain_of_pointwise_ops_moves_below_the_view_whole(shape, dtype):
+    x = torch.randn(shape, dtype=dtype)
+    w, b = torch.randn(9, shape[-1], dtype=dtype), torch.randn(9, dtype=dtype)
+    out, kernels = run(gelu_chain_then_merge, x, w, b)
+    close(out, gelu_chain_then_merge(x, w, b))
+    assert kernels == 1

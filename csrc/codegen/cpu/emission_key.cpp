@@ -1,0 +1,102 @@
+#include "codegen/cpu/emission_key.h"
+
+#include <cstring>
+
+#include "core/errors.h"
+
+namespace tl::codegen::cpu {
+
+int64_t site_value(const LoopSpace& s, int64_t site) {
+  int64_t kind = site >> 20, rest = site & ((int64_t{1} << 20) - 1);
+  auto at = [](const std::vector<int64_t>& v, int64_t i) {
+    TL_CHECK(i >= 0 && static_cast<size_t>(i) < v.size()) << "dims site out of the loop space";
+    return v[static_cast<size_t>(i)];
+  };
+  switch (kind) {
+    case 0:
+      return at(s.outer, rest);
+    case 1:
+      return at(s.red, rest);
+    case 2:
+      TL_CHECK(static_cast<size_t>(rest / 64) < s.strides.size()) << "dims site of no buffer";
+      return at(s.strides[static_cast<size_t>(rest / 64)], rest % 64);
+    case 3:
+      return at(s.offsets, rest);
+  }
+  TL_CHECK(false) << "unknown dims site " << site;
+  return 0;
+}
+
+namespace {
+class KeyWriter {
+ public:
+  explicit KeyWriter(bool runtime_sizes) : runtime_(runtime_sizes) {}
+  // A size, stride or offset: with runtime sizes only 0, 1 or its sign.
+  void num(int64_t v) {
+    if (runtime_ && v != 0 && v != 1)
+      out_ += v > 0 ? 'N' : 'M';
+    else
+      raw(v);
+  }
+  void nums(const std::vector<int64_t>& v) {
+    raw(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) num(x);
+  }
+  void raw(int64_t v) {
+    out_ += std::to_string(v);
+    out_ += ',';
+  }
+  void tag(char c) { out_ += c; }
+  std::string take() { return std::move(out_); }
+
+ private:
+  bool runtime_;
+  std::string out_;
+};
+}  // namespace
+
+std::string emission_key(const ir::Kernel& k, const LoopSpace& s) {
+  KeyWriter w(k.runtime_sizes);
+  w.tag(k.runtime_sizes ? 'R' : 'S');
+  w.raw(k.aliased_io);
+  w.raw(k.grouped);
+  w.raw(k.reduction_axes);
+  w.tag('s');
+  w.nums(k.shape);
+  auto view = [&](const ir::BufferView& v) {
+    w.raw(static_cast<int64_t>(v.type));
+    w.nums(v.strides);
+    w.num(v.offset);
+  };
+  w.tag('i');
+  w.raw(static_cast<int64_t>(k.inputs.size()));
+  for (const auto& v : k.inputs) view(v);
+  w.tag('o');
+  w.raw(static_cast<int64_t>(k.outputs.size()));
+  for (const auto& o : k.outputs) w.raw(o.expr), view(o.view);
+  w.tag('e');
+  w.raw(static_cast<int64_t>(k.exprs.size()));
+  for (const ir::Expr& e : k.exprs) {
+    w.raw(static_cast<int64_t>(e.op));
+    w.raw(static_cast<int64_t>(e.type));
+    w.raw(e.buffer);
+    w.raw(e.ivalue);
+    int64_t bits = 0;  // NOTE: the bits, so -0.0 and NaN payloads stay distinct
+    static_assert(sizeof(bits) == sizeof(e.value));
+    std::memcpy(&bits, &e.value, sizeof(bits));
+    w.raw(bits);
+    w.raw(static_cast<int64_t>(e.operands.size()));
+    for (int o : e.operands) w.raw(o);
+  }
+  w.tag('L');
+  w.nums(s.outer);
+  w.nums(s.red);
+  w.raw(static_cast<int64_t>(s.strides.size()));
+  for (const auto& st : s.strides) w.nums(st);
+  w.nums(s.offsets);
+  for (const auto& [axis, buffer] : s.index_buffer)
+    w.raw(axis), w.raw(static_cast<int64_t>(buffer));
+  return w.take();
+}
+
+}  // namespace tl::codegen::cpu

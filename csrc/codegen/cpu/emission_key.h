@@ -1,0 +1,40 @@
+#pragma once
+// What the text emit_kernel writes for a kernel depends on, computed without emitting it, so
+// the JIT (runtime/cpu/jit.cpp) finds a kernel it already linked from the lowered kernel alone:
+// a graph compiled again for new sizes lowers to kernels whose text is the same, and emitting,
+// printing and hashing 14 modules cost ~8 ms of a new length's first call (tiny GPT-2).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/common/loop_space.h"
+#include "ir/loop_ir.h"
+
+namespace tl::codegen::cpu {
+
+// Where a number of the loop space is used in the code (Emitter::num): with runtime sizes each
+// site other than 0 and 1 is one slot of the dims array, in the order the emitter first uses it.
+inline int64_t outer_site(size_t d) { return static_cast<int64_t>(d); }
+inline int64_t red_site(size_t d) { return (int64_t{1} << 20) + static_cast<int64_t>(d); }
+inline int64_t stride_site(size_t buffer, size_t axis) {
+  return (int64_t{2} << 20) + static_cast<int64_t>(buffer * 64 + axis);
+}
+inline int64_t offset_site(size_t buffer) {
+  return (int64_t{3} << 20) + static_cast<int64_t>(buffer);
+}
+
+// The number at `site` of loop space `s`.
+int64_t site_value(const LoopSpace& s, int64_t site);
+
+// Two kernels with equal keys get the same text from emit_kernel (and so the same function of
+// their buffers and dims array). The key holds everything the emitter reads: the exprs (ops,
+// types, operands, buffers, constants), the flags, buffer types, the ranks, and every number of
+// the kernel's views and of its loop space `s` (= coalesce(k, true), the emitter's) — with
+// runtime sizes, a number other than 0 and 1 only as its sign: the emitter writes such a
+// number as a load from the dims array and decides nothing from its value (its decisions test
+// a number against 0 and 1: pass_plan.cpp, plan_stash, choose_tile). Without runtime sizes
+// every number is in the key. NOTE: a new decision the emitter takes from a number's value
+// must put that value in the key (TORCHLITE_VERIFY checks keyed reuses against the text).
+std::string emission_key(const ir::Kernel& k, const LoopSpace& s);
+
+}  // namespace tl::codegen::cpu
