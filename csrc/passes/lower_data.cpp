@@ -264,37 +264,59 @@ bool pad(RuleCtx& c) {
   return c.finish(mask < 0 ? v : c.where(mask, v, c.constant(*fill, b.out())));
 }
 
-// F.max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1,
-// ceil_mode=False, return_indices=False) over a floating (N, C, H, W) or
-// (C, H, W) input: the largest in-bounds element of each window (padding
-// counts as -inf, as in torch), NaN propagating. Output sizes are the node's.
-// Kernels walk the output in memory order, so a channels-last pool reads
-// neighbouring channels together. On the CPU the kernel beats torch's
-// (8x64x112x112 f32: 17 ms against 26 ms).
-bool max_pool2d(RuleCtx& c) {
+// A pool's pair argument from an int or a 1- or 2-list; `fallback` when
+// absent, None or [] (aten's stride=[] means the kernel size).
+std::optional<std::vector<int64_t>> pool_pair(RuleCtx& c, size_t pos, const char* name,
+                                              std::optional<std::vector<int64_t>> fallback) {
+  const ir::Arg* a = c.arg(pos, name);
+  bool none = !a || (a->kind == ir::Arg::Kind::Const && a->value.get() == Py_None);
+  auto v = none ? fallback : c.ints(a);
+  if (v && v->empty()) v = fallback;
+  if (v && v->size() == 1) v->push_back((*v)[0]);
+  return v && v->size() == 2 ? v : std::nullopt;
+}
+
+// A floating (N, C, H, W) or (C, H, W) input of a 2-d pool over windows of
+// at most 64 elements (larger windows: torch's kernel); nullptr otherwise.
+const Node* pool_input(RuleCtx& c) {
   const Node* x = same_type_input(c);
   ScalarType t = c.out_type();
   if (!x || !(t == ScalarType::F32 || t == ScalarType::F64 || t == ScalarType::F16 ||
               t == ScalarType::BF16))
-    return false;
+    return nullptr;
   const auto& s = x->meta->sizes;
-  const auto& o = c.node.meta->sizes;
-  if ((s.size() != 3 && s.size() != 4) || o.size() != s.size()) return false;
-  // A pair from an int or a 1- or 2-list; `fallback` when absent, None or [].
-  auto pair =
-      [&](size_t pos, const char* name,
-          std::optional<std::vector<int64_t>> fallback) -> std::optional<std::vector<int64_t>> {
-    const ir::Arg* a = c.arg(pos, name);
-    bool none = !a || (a->kind == ir::Arg::Kind::Const && a->value.get() == Py_None);
-    auto v = none ? fallback : c.ints(a);
-    if (v && v->empty()) v = fallback;
-    if (v && v->size() == 1) v->push_back((*v)[0]);
-    return v && v->size() == 2 ? v : std::nullopt;
-  };
-  auto kernel = pair(1, "kernel_size", std::nullopt);
-  auto stride = pair(2, "stride", kernel);
-  auto padding = pair(3, "padding", std::vector<int64_t>{0});
-  auto dilation = pair(4, "dilation", std::vector<int64_t>{1});
+  if ((s.size() != 3 && s.size() != 4) || c.node.meta->sizes.size() != s.size()) return nullptr;
+  return x;
+}
+
+// The input row (or column) window `k` of a pool reads at output axis `d`:
+// the clamped coordinate and whether it is inside the input.
+struct WindowTap {
+  int coord, inside;
+};
+WindowTap window_tap(Body& b, const Node* x, size_t d, int64_t stride, int64_t offset) {
+  RuleCtx& c = b.c;
+  const int64_t n = x->meta->sizes[d];
+  int at = b.add(b.mul(c.index(static_cast<int>(d)), b.k(stride)), b.k(offset));
+  int in =
+      c.binary(ExprOp::And, c.binary(ExprOp::Ge, at, b.k(0)), c.binary(ExprOp::Lt, at, b.k(n)));
+  return {b.clamp(at, 0, n - 1), in};
+}
+
+// F.max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1,
+// ceil_mode=False, return_indices=False): the largest in-bounds element of
+// each window (padding counts as -inf, as in torch), NaN propagating. Output
+// sizes are the node's.
+// Kernels walk the output in memory order, so a channels-last pool reads
+// neighbouring channels together. On the CPU the kernel beats torch's
+// (8x64x112x112 f32: 17 ms against 26 ms).
+bool max_pool2d(RuleCtx& c) {
+  const Node* x = pool_input(c);
+  if (!x) return false;
+  auto kernel = pool_pair(c, 1, "kernel_size", std::nullopt);
+  auto stride = pool_pair(c, 2, "stride", kernel);
+  auto padding = pool_pair(c, 3, "padding", std::vector<int64_t>{0});
+  auto dilation = pool_pair(c, 4, "dilation", std::vector<int64_t>{1});
   const ir::Arg* ceil = c.arg(5, "ceil_mode");
   const ir::Arg* indices = c.arg(6, "return_indices");
   if (!kernel || !stride || !padding || !dilation) return false;
@@ -303,29 +325,91 @@ bool max_pool2d(RuleCtx& c) {
   const int64_t window = (*kernel)[0] * (*kernel)[1];
   if (window <= 0 || window > 64) return false;  // larger windows: torch's kernel
   Body b{c};
+  const auto& s = x->meta->sizes;
   size_t hd = s.size() - 2, wd = s.size() - 1;
   ScalarType ct = b.out();
   int neg_inf = c.constant(-std::numeric_limits<double>::infinity(), ct);
   int best = -1;
   for (int64_t kh = 0; kh < (*kernel)[0]; ++kh)
     for (int64_t kw = 0; kw < (*kernel)[1]; ++kw) {
+      WindowTap h = window_tap(b, x, hd, (*stride)[0], kh * (*dilation)[0] - (*padding)[0]);
+      WindowTap w = window_tap(b, x, wd, (*stride)[1], kw * (*dilation)[1] - (*padding)[1]);
       std::vector<int> coord(s.size(), -1);
-      int ok = -1;
-      const size_t axes[2] = {hd, wd};
-      const int64_t ks[2] = {kh, kw};
-      for (int i = 0; i < 2; ++i) {
-        size_t d = axes[i];
-        int at = b.add(b.mul(c.index(static_cast<int>(d)), b.k((*stride)[i])),
-                       b.k(ks[i] * (*dilation)[i] - (*padding)[i]));
-        int in = c.binary(ExprOp::And, c.binary(ExprOp::Ge, at, b.k(0)),
-                          c.binary(ExprOp::Lt, at, b.k(s[d])));
-        ok = ok < 0 ? in : c.binary(ExprOp::And, ok, in);
-        coord[d] = b.clamp(at, 0, s[d] - 1);
-      }
+      coord[hd] = h.coord, coord[wd] = w.coord;
+      int ok = c.binary(ExprOp::And, h.inside, w.inside);
       int v = c.where(ok, b.read(x, coord, identity_axes(s.size())), neg_inf);
       best = best < 0 ? v : c.binary(ExprOp::Maximum, best, v);
     }
   return c.finish(best);
+}
+
+// F.avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
+// count_include_pad=True, divisor_override=None): the sum of each window's
+// in-bounds elements (in the compute type, as torch accumulates) over torch's
+// divisor. As a kernel its consumers fuse with it (poolformer's `pool(x) - x`,
+// the pool before an inception branch's convolution is one kernel with its
+// producer's epilogue instead of an extern call reading a stored tensor).
+// torch's divisor per output axis: the window [start, end) with start =
+// o*stride - pad and end = min(start + k, size + pad) (ceil_mode windows can
+// run past the padding), counted with the padding, or clipped to the input
+// when count_include_pad is false.
+bool avg_pool2d(RuleCtx& c) {
+  const Node* x = pool_input(c);
+  if (!x) return false;
+  auto kernel = pool_pair(c, 1, "kernel_size", std::nullopt);
+  auto stride = pool_pair(c, 2, "stride", kernel);
+  auto padding = pool_pair(c, 3, "padding", std::vector<int64_t>{0});
+  const ir::Arg* ceil_arg = c.arg(4, "ceil_mode");
+  const ir::Arg* pad_arg = c.arg(5, "count_include_pad");
+  const ir::Arg* override_arg = c.arg(6, "divisor_override");
+  if (!kernel || !stride || !padding) return false;
+  auto ceil = ceil_arg ? c.number(ceil_arg) : std::optional<double>(0);
+  auto include_pad = pad_arg ? c.number(pad_arg) : std::optional<double>(1);
+  bool no_override = !override_arg || (override_arg->kind == ir::Arg::Kind::Const &&
+                                       override_arg->value.get() == Py_None);
+  auto divisor_override = no_override ? std::optional<double>() : c.number(override_arg);
+  if (!ceil || !include_pad || (!no_override && (!divisor_override || *divisor_override == 0)))
+    return false;
+  const int64_t window = (*kernel)[0] * (*kernel)[1];
+  if (window <= 0 || window > 64) return false;  // larger windows: torch's kernel
+  Body b{c};
+  const auto& s = x->meta->sizes;
+  const size_t axes[2] = {s.size() - 2, s.size() - 1};
+  ScalarType ct = b.out();
+  int zero = c.constant(0.0, ct);
+  int sum = -1;
+  for (int64_t kh = 0; kh < (*kernel)[0]; ++kh)
+    for (int64_t kw = 0; kw < (*kernel)[1]; ++kw) {
+      WindowTap h = window_tap(b, x, axes[0], (*stride)[0], kh - (*padding)[0]);
+      WindowTap w = window_tap(b, x, axes[1], (*stride)[1], kw - (*padding)[1]);
+      std::vector<int> coord(s.size(), -1);
+      coord[axes[0]] = h.coord, coord[axes[1]] = w.coord;
+      int ok = c.binary(ExprOp::And, h.inside, w.inside);
+      int v = c.where(ok, b.read(x, coord, identity_axes(s.size())), zero);
+      sum = sum < 0 ? v : c.binary(ExprOp::Add, sum, v);
+    }
+  int divisor = -1;
+  if (divisor_override) {
+    divisor = c.constant(*divisor_override, ct);
+  } else if (*include_pad != 0 && *ceil == 0) {
+    // NOTE: without ceil_mode every window ends inside the padding: k*k.
+    divisor = c.constant(static_cast<double>(window), ct);
+  } else {
+    int count = -1;
+    for (int i = 0; i < 2; ++i) {
+      const int64_t n = s[axes[i]], p = (*padding)[i];
+      int start = b.sub(b.mul(c.index(static_cast<int>(axes[i])), b.k((*stride)[i])), b.k(p));
+      int end = c.binary(ExprOp::Minimum, b.add(start, b.k((*kernel)[i])), b.k(n + p));
+      if (*include_pad == 0) {
+        start = c.binary(ExprOp::Maximum, start, b.k(0));
+        end = c.binary(ExprOp::Minimum, end, b.k(n));
+      }
+      int len = b.sub(end, start);
+      count = count < 0 ? len : b.mul(count, len);
+    }
+    divisor = c.cast(count, ct);
+  }
+  return c.finish(c.binary(ExprOp::Div, sum, divisor));
 }
 
 const ir::Arg* tensor_list(RuleCtx& c) {
@@ -648,6 +732,7 @@ void add_data_movement_rules(RuleTable& t) {
   for (const char* n : {"cat", "concat", "concatenate"}) t[n] = cat;
   t["stack"] = stack;
   t["max_pool2d"] = max_pool2d;
+  t["avg_pool2d"] = avg_pool2d;
   t["index_select"] = index_select;
   t["embedding"] = embedding;
   // NOTE: torch.gather keeps its rule unregistered until its bad-index
