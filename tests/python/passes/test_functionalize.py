@@ -216,3 +216,17 @@ def test_module_activation_with_positional_inplace_on_an_input_writes_it(name):
 
     for shape in [(4, 8), (2, 3, 5, 5)]:
         run(fn, torch.randn(shape) * 3)
+
+
+@pytest.mark.parametrize("name", ["hardswish", "leaky_relu", "hardtanh"])
+def test_module_activation_with_positional_inplace_on_a_view_stays_in_place(name):
+    """On a view of an intermediate the write stays a torch call in place (no rewrite), and the
+    later read of the whole intermediate sees it: the positional flag makes the call a barrier."""
+    act = POSITIONAL_INPLACE_ACTIVATIONS[name]()
+
+    def fn(x, w):
+        y = x * w
+        act(y[:, :3])
+        return y + 1
+
+    run(fn, torch.randn(4, 8) * 3, torch.randn(8))
