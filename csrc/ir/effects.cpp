@@ -45,13 +45,6 @@ std::string last_name(const std::string& t) {
   return dot == std::string::npos ? t : t.substr(dot + 1);
 }
 
-// A true `inplace=` flag (nn.ReLU(inplace=False) spells out the default).
-bool inplace_flag(const Node& n) {
-  for (const auto& [k, v] : n.kwargs)
-    if (k == "inplace" && const_bool(&v) != false) return true;
-  return false;
-}
-
 // `add_`, operator.iadd and the other augmented assignments (`x += y`), __iadd__, `x[i] = v`,
 // a true `inplace=` flag: the node writes its first operand.
 bool writes_first_operand(const Node& n) {
@@ -209,6 +202,28 @@ bool outside_tensor(const Node* written) {
   if (!written) return true;
   if (follow_write(written).fresh) return false;
   return aliases_outside_tensor(*written);
+}
+
+int functional_inplace_position(const std::string& target_name) {
+  static const std::pair<const char*, int> kFlags[] = {
+      {"relu", 1},       {"relu6", 1},       {"hardtanh", 3},   {"elu", 2},
+      {"selu", 1},       {"celu", 2},        {"leaky_relu", 2}, {"silu", 1},
+      {"hardswish", 1},  {"hardsigmoid", 1}, {"mish", 1},       {"threshold", 3},
+      {"_threshold", 3}, {"rrelu", 4},       {"dropout", 3},    {"alpha_dropout", 3},
+      {"dropout1d", 3},  {"dropout2d", 3},   {"dropout3d", 3},  {"feature_alpha_dropout", 3}};
+  const std::string prefix = "torch.nn.functional.";
+  if (target_name.rfind(prefix, 0) != 0) return -1;
+  const std::string base = target_name.substr(prefix.size());
+  for (const auto& [name, pos] : kFlags)
+    if (base == name) return pos;
+  return -1;
+}
+
+bool inplace_flag(const Node& n) {
+  for (const auto& [k, v] : n.kwargs)
+    if (k == "inplace" && const_bool(&v) != false) return true;
+  const int pos = functional_inplace_position(n.target_name);
+  return pos >= 0 && static_cast<int>(n.args.size()) > pos && const_bool(&n.args[pos]) != false;
 }
 
 bool in_place_name(const std::string& target_name) {

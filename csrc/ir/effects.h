@@ -13,6 +13,15 @@ namespace tl::ir {
 // `inplace=False`, `out=None` and an eval-mode dropout are not.
 bool visible_effect(const Node& n);
 
+// The position of the `inplace` flag of the torch.nn.functional activations and dropouts that
+// take one (F.hardswish(input, inplace): 1), or -1. torch's modules pass it positionally as
+// often as by keyword (nn.Hardswish, nn.LeakyReLU, nn.ELU, nn.Hardtanh, nn.ReLU6).
+int functional_inplace_position(const std::string& target_name);
+
+// A true `inplace` flag, by keyword or at its position (nn.ReLU(inplace=False) spells out the
+// default; a flag that is not a constant bool counts as true).
+bool inplace_flag(const Node& n);
+
 // True when the target's name says it writes its first operand: a trailing underscore
 // (`add_`, `torch.relu_`, `copy_`), except Python's `operator.and_`, `or_`, `not_`, `is_`,
 // whose underscore only steps around a keyword (`a & b` is not in place; `a &= b` is iand).

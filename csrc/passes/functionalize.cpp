@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "ir/effects.h"
 #include "passes/graph_rewrite.h"
 
 namespace tl::passes {
@@ -19,23 +20,10 @@ struct Rewrite {
   PyRef target;        // call_function: the out-of-place callable
   std::string method;  // call_method: the out-of-place method
   bool drop_inplace_kwarg = false;
+  int inplace_pos = -1;  // with drop_inplace_kwarg: the positional flag, made False
 };
 
 bool is_true(const Arg& a) { return a.kind == Arg::Kind::Const && a.value.get() == Py_True; }
-
-// torch.nn.functional activations whose `inplace` flag only picks where the
-// result is written.
-bool functional_activation(const std::string& name) {
-  static const char* kNames[] = {"relu", "relu6",      "hardtanh", "elu",          "selu",
-                                 "celu", "leaky_relu", "silu",     "hardswish",    "hardsigmoid",
-                                 "mish", "threshold",  "dropout",  "alpha_dropout"};
-  const std::string prefix = "torch.nn.functional.";
-  if (name.rfind(prefix, 0) != 0) return false;
-  std::string base = name.substr(prefix.size());
-  for (const char* n : kNames)
-    if (base == n) return true;
-  return false;
-}
 
 PyRef attr_of(PyObject* owner, const std::string& name) {
   PyRef r = PyRef::steal(PyObject_GetAttrString(owner, name.c_str()));
@@ -89,11 +77,13 @@ std::optional<Rewrite> rewrite_for(const Node& n) {
   }
   if (n.op != ir::OpKind::CallFunction) return std::nullopt;
   if (auto r = operator_rewrite(n)) return r;
-  if (functional_activation(t)) {
-    bool inplace = false;
+  // torch.nn.functional activations whose `inplace` flag only picks where the result is
+  // written, by keyword or at its position (nn.Hardswish: `F.hardswish(input, self.inplace)`).
+  if (int pos = ir::functional_inplace_position(t); pos >= 0) {
+    bool inplace = static_cast<int>(n.args.size()) > pos && is_true(n.args[pos]);
     for (const auto& [k, v] : n.kwargs) inplace |= k == "inplace" && is_true(v);
     if (!inplace) return std::nullopt;
-    return Rewrite{n.target, "", true};
+    return Rewrite{n.target, "", true, pos};
   }
   // torch.relu_(x) -> torch.relu(x)
   const std::string prefix = "torch.";
@@ -134,9 +124,12 @@ void apply(Node& n, const Rewrite& r) {
   } else {
     n.target_name = r.method;
   }
-  if (r.drop_inplace_kwarg)
+  if (r.drop_inplace_kwarg) {
     for (auto it = n.kwargs.begin(); it != n.kwargs.end();)
       it = it->first == "inplace" ? n.kwargs.erase(it) : it + 1;
+    if (r.inplace_pos >= 0 && static_cast<int>(n.args.size()) > r.inplace_pos)
+      n.args[r.inplace_pos] = Arg::constant(PyRef::borrow(Py_False));
+  }
 }
 
 // The example of an in-place activation made out-of-place, without a meta

@@ -16,12 +16,6 @@ void collect(const ir::Arg& a, std::vector<const ir::Node*>& out) {
   for (const auto& it : a.items) collect(it, out);
 }
 
-bool truthy_kwarg(const ir::Node& n, const char* name) {
-  for (const auto& [k, v] : n.kwargs)
-    if (k == name) return v.kind != ir::Arg::Kind::Const || PyObject_IsTrue(v.value.get()) != 0;
-  return false;
-}
-
 bool has_kwarg(const ir::Node& n, const char* name) {
   for (const auto& kv : n.kwargs)
     if (kv.first == name) return true;
@@ -78,7 +72,7 @@ bool is_barrier(const ir::Node& n) {
   for (const char* op : kInplaceOperators)
     if (base == op) return true;
   if (base.find("dropout") != std::string::npos && ir::is_eval_dropout(n))  // the identity
-    return has_kwarg(n, "out") || truthy_kwarg(n, "inplace");
+    return has_kwarg(n, "out") || ir::inplace_flag(n);
   if (base == "batch_norm") {  // training mode updates the running stats in place
     if (!batch_norm_without_effects(n)) return true;
   }
@@ -88,7 +82,7 @@ bool is_barrier(const ir::Node& n) {
   // NOTE: F.normalize is not a draw from a normal distribution (base names, not substrings).
   for (const char* s : kStateful)
     if (full.find(s) != std::string::npos && base != "normalize") return true;
-  return has_kwarg(n, "out") || truthy_kwarg(n, "inplace");
+  return has_kwarg(n, "out") || ir::inplace_flag(n);
 }
 
 GraphInfo analyze_graph(const ir::Graph& graph) {

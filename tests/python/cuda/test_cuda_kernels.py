@@ -210,6 +210,34 @@ def test_max_pool2d_window_shapes_channels_last(kwargs):
     _check(lambda x: F.max_pool2d(x * 2, **kwargs), x, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"kernel_size": 3, "stride": 1, "padding": 1, "count_include_pad": False},
+        {"kernel_size": 2},
+        {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True},
+    ],
+)
+def test_avg_pool2d_fuses_with_its_consumer(channels_last, dtype, kwargs):
+    """poolformer's `x + (pool(y) - y) * s` of a produced y: y's kernel, then the pool with the
+    subtraction and residual as one kernel (torch's pool is not called)."""
+    x = torch.randn(4, 64, 28, 27, device="cuda", dtype=dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+
+    def fn(x):
+        y = torch.tanh(x * 2)
+        p = F.avg_pool2d(y, **kwargs)
+        return p - y[..., : p.shape[-2], : p.shape[-1]] * 0.5
+
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    torchlite.reset_counters()
+    _check(fn, x, atol=tol, rtol=tol)
+    assert counters()["kernels"] == 2
+
+
 def test_runs_on_a_side_stream():
     x = torch.randn(1 << 22, device="cuda")
     compiled = torchlite.compile(chain)

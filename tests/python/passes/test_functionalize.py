@@ -131,3 +131,102 @@ def test_augmented_assignment_to_a_python_number_is_an_out_of_place_op_that_fuse
     graph = torchlite.explain(buckets)(pos).graphs[0]
     externs = torchlite._C.partition_summary(graph)["externs"]
     assert not any(e.startswith(("iadd", "imul")) for e in externs), externs
+
+
+# torch's modules pass `inplace` positionally (nn.Hardswish: `F.hardswish(input, self.inplace)`).
+POSITIONAL_INPLACE_ACTIVATIONS = {
+    "hardswish": lambda: torch.nn.Hardswish(inplace=True),
+    "hardsigmoid": lambda: torch.nn.Hardsigmoid(inplace=True),
+    "leaky_relu": lambda: torch.nn.LeakyReLU(0.1, inplace=True),
+    "elu": lambda: torch.nn.ELU(0.5, inplace=True),
+    "celu": lambda: torch.nn.CELU(0.7, inplace=True),
+    "selu": lambda: torch.nn.SELU(inplace=True),
+    "hardtanh": lambda: torch.nn.Hardtanh(-0.5, 0.7, inplace=True),
+    "relu6": lambda: torch.nn.ReLU6(inplace=True),
+}
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize("name", sorted(POSITIONAL_INPLACE_ACTIVATIONS))
+@pytest.mark.parametrize(
+    "shape,dtype",
+    [((4, 8), torch.float32), ((2, 3, 5, 5), torch.bfloat16), ((3, 7), torch.float64)],
+)
+def test_module_activation_with_positional_inplace_fuses(name, shape, dtype):
+    """An in-place activation module on an intermediate is an out-of-place op fused with its
+    producer and consumers (one kernel), and reads after it see the activated value; before,
+    the positional flag kept it an in-place torch call between two kernels."""
+    act = POSITIONAL_INPLACE_ACTIVATIONS[name]()
+
+    def fn(x, w):
+        y = x * w
+        act(y)  # the result is y itself
+        return y + x
+
+    x = torch.randn(shape, dtype=dtype) * 3
+    w = torch.randn(shape[-1], dtype=dtype)
+    assert run(fn, x, w) == 1
+    graph = torchlite.explain(fn)(x, w).graphs[0]
+    assert not torchlite._C.partition_summary(graph)["externs"]
+
+
+@needs_cpu_kernels
+def test_mobilenet_conv_bn_hardswish_block_is_one_kernel_after_each_conv(monkeypatch):
+    """mobilenetv3's conv -> bn -> Hardswish(inplace) -> depthwise conv -> bn -> Hardswish ->
+    residual: one kernel after each convolution, and only the convolutions are torch calls."""
+    monkeypatch.setattr(torchlite.config, "channels_last", False)
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pw = torch.nn.Conv2d(8, 16, 1, bias=False)
+            self.bn1 = torch.nn.BatchNorm2d(16)
+            self.dw = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False)
+            self.bn2 = torch.nn.BatchNorm2d(16)
+            self.act = torch.nn.Hardswish(inplace=True)
+            self.proj = torch.nn.Conv2d(16, 8, 1)
+
+        def forward(self, x):
+            y = self.act(self.bn1(self.pw(x)))
+            y = self.act(self.bn2(self.dw(y)))
+            return self.proj(y) + x
+
+    m = Block().eval()
+    for bn in (m.bn1, m.bn2):
+        bn.running_mean.normal_()
+        bn.running_var.uniform_(0.5, 2)
+    for shape in [(2, 8, 6, 6), (1, 8, 9, 5)]:
+        x = torch.randn(shape)
+        assert run(m, x) == 3
+        with torch.no_grad():
+            graph = torchlite.explain(m)(x).graphs[0]
+        ops = torchlite._C.partition_summary(graph)["extern_ops"]
+        assert all("conv2d" in op for op in ops), ops
+
+
+@pytest.mark.parametrize("name", ["hardswish", "leaky_relu", "relu6"])
+def test_module_activation_with_positional_inplace_on_an_input_writes_it(name):
+    """The positional flag is an effect on the caller's tensor: the input is activated in place
+    and later reads see it, as in eager (before, the write was lost for the later read)."""
+    act = POSITIONAL_INPLACE_ACTIVATIONS[name]()
+
+    def fn(x):
+        act(x)
+        return x * 2
+
+    for shape in [(4, 8), (2, 3, 5, 5)]:
+        run(fn, torch.randn(shape) * 3)
+
+
+@pytest.mark.parametrize("name", ["hardswish", "leaky_relu", "hardtanh"])
+def test_module_activation_with_positional_inplace_on_a_view_stays_in_place(name):
+    """On a view of an intermediate the write stays a torch call in place (no rewrite), and the
+    later read of the whole intermediate sees it: the positional flag makes the call a barrier."""
+    act = POSITIONAL_INPLACE_ACTIVATIONS[name]()
+
+    def fn(x, w):
+        y = x * w
+        act(y[:, :3])
+        return y + 1
+
+    run(fn, torch.randn(4, 8) * 3, torch.randn(8))

@@ -175,6 +175,119 @@ def test_max_pool2d_with_indices_stays_extern():
     check(lambda x: fn(x)[0], torch.randn(2, 3, 8, 8), kernels=2)
 
 
+def _extern_ops(fn, *args):
+    return summary(fn, *args)["extern_ops"]
+
+
+def _assert_pool_close(out, expected):
+    # NOTE: the window sum may add in another order than torch's kernel.
+    tol = {torch.bfloat16: 1e-2, torch.float16: 1e-3}.get(expected.dtype)
+    torch.testing.assert_close(out, expected, rtol=tol, atol=tol)
+    assert out.stride() == expected.stride()
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize(
+    "shape,dtype,channels_last",
+    [
+        ((2, 8, 16, 16), torch.float32, False),
+        ((2, 8, 15, 17), torch.float32, True),
+        ((3, 9, 9), torch.float64, False),
+        ((1, 4, 9, 9), torch.bfloat16, True),
+    ],
+)
+def test_avg_pool2d_fuses_with_its_consumer(shape, dtype, channels_last):
+    """poolformer's token mixer, `x + (pool(y) - y) * s` of a normalised y: the pool is no extern
+    call but part of one kernel with the subtraction and the residual, after y's kernel (two
+    kernels, two launches a call)."""
+    x = torch.randn(shape, dtype=dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+
+    def fn(x):
+        y = torch.tanh(x * 2)
+        return x + (F.avg_pool2d(y, 3, 1, 1, count_include_pad=False) - y) * 0.5
+
+    assert not [op for op in _extern_ops(fn, x) if "pool" in op]
+    torchlite.reset()
+    torchlite.reset_counters()
+    compiled = torchlite.compile(fn)
+    _assert_pool_close(compiled(x), fn(x))
+    assert torchlite.counters()["kernels"] == 2
+    torchlite.reset_counters()
+    x2 = torch.randn_like(x)
+    _assert_pool_close(compiled(x2), fn(x2))
+    assert torchlite.counters()["kernel_launches"] == 2
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"kernel_size": 2},
+        {"kernel_size": 3, "stride": 1, "padding": 1},
+        {"kernel_size": 3, "stride": 1, "padding": 1, "count_include_pad": False},
+        {"kernel_size": (3, 2), "stride": (2, 1), "padding": (1, 0)},
+        {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True},
+        {
+            "kernel_size": 3,
+            "stride": 2,
+            "padding": 1,
+            "ceil_mode": True,
+            "count_include_pad": False,
+        },
+        {"kernel_size": 2, "stride": 2, "ceil_mode": True},
+        {"kernel_size": 3, "stride": 2, "padding": 1, "divisor_override": 5},
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_avg_pool2d_window_shapes(kwargs, dtype):
+    """Every window form torch's divisor rule distinguishes (padding counted or not, ceil_mode
+    windows running past the padding, an override), on odd sizes: one kernel with the pool's
+    producer read from memory, values as eager's."""
+    x = torch.randn(2, 3, 11, 10, dtype=dtype)
+
+    def fn(x):
+        return F.avg_pool2d(x + 1, **kwargs) * 2
+
+    assert "avg_pool2d" not in " ".join(_extern_ops(fn, x))
+    torchlite.reset()
+    torchlite.reset_counters()
+    _assert_pool_close(torchlite.compile(fn)(x), fn(x))
+    assert torchlite.counters()["kernels"] == 2
+    assert torchlite.counters()["graph_breaks"] == 0
+
+
+@needs_cpu_kernels
+def test_avg_pool2d_module_and_inception_branches_are_one_kernel():
+    """nn.AvgPool2d and an inception-style cat of a pooled branch with a pointwise one: the pool
+    fuses into the cat's kernel."""
+    pool = torch.nn.AvgPool2d(3, stride=1, padding=1)
+
+    def fn(x):
+        return torch.cat([pool(x), torch.relu(x)], 1)
+
+    for shape in [(2, 4, 7, 7), (1, 6, 12, 5)]:
+        x = torch.randn(shape)
+        assert not _extern_ops(fn, x)
+        torchlite.reset()
+        torchlite.reset_counters()
+        _assert_pool_close(torchlite.compile(fn)(x), fn(x))
+        assert torchlite.counters()["kernels"] == 1
+
+
+@needs_cpu_kernels
+def test_avg_pool2d_large_windows_stay_extern():
+    """A window over 64 elements (a 9x9 pool) keeps torch's kernel."""
+
+    def fn(x):
+        return F.avg_pool2d(x + 1, 9) * 2
+
+    x = torch.randn(2, 3, 18, 18)
+    assert "avg_pool2d" in " ".join(_extern_ops(fn, x))
+    check(fn, x)
+
+
 def _append_to_empty_cache(qkv):
     # a KV cache's first step: cat([torch.tensor([]), k]) of a split piece, viewed per head
     _, k, _ = qkv.split(8, dim=2)
