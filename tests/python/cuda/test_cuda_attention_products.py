@@ -117,5 +117,10 @@ def test_by_default_exactly_the_math_path_calls_are_decomposed(dtype, mask_dtype
     _, out = run(sdpa, q, k, v, mask)
     assert torchlite.counters()["attentions_decomposed"] == int(math)
     ref = exact(q, k, v, mask)
-    eager_err = (sdpa(q, k, v, mask).double() - ref).abs().max().item()
-    assert (out.double() - ref).abs().max().item() <= max(4 * eager_err, TOL[dtype])
+    eager = sdpa(q, k, v, mask).double()
+    # NOTE: torch 2.11's own kernel gave NaN rows for a float32 mask with bfloat16 q (H200):
+    # compared where eager's values are finite, and finite there
+    finite = eager.isfinite()
+    assert finite.any() and out.double()[finite].isfinite().all()
+    eager_err = (eager - ref)[finite].abs().max().item()
+    assert (out.double() - ref)[finite].abs().max().item() <= max(4 * eager_err, TOL[dtype])

@@ -29,6 +29,14 @@ def device() -> torch.device:
     return torch.device("cpu")
 
 
+def _fsdp_mesh():
+    """The mesh fully_shard shards over: the CPU under gloo (fully_shard's default is the GPU's
+    mesh whenever one is visible, which put a gloo run's parameters on cuda)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device().type, (dist.get_world_size(),))
+
+
 def _ddp(module: torch.nn.Module, **kwargs) -> DDP:
     if device().type == "cuda":
         kwargs.setdefault("device_ids", [device().index])
@@ -266,9 +274,10 @@ def fsdp_parity(compile_what: str, compiled_backward: bool, steps: int = 3) -> d
     from torch.distributed.fsdp import fully_shard
 
     def shard(model):
+        mesh = _fsdp_mesh()
         for block in model.blocks:
-            fully_shard(block)
-        return fully_shard(model)
+            fully_shard(block, mesh=mesh)
+        return fully_shard(model, mesh=mesh)
 
     base = _model("transformer", torch.float64)
     ref = shard(copy.deepcopy(base))
@@ -309,9 +318,10 @@ def fsdp_saved_values(steps: int = 2) -> dict:
     from torch.multiprocessing.reductions import StorageWeakRef
 
     model = _model("transformer", torch.float32)
+    mesh = _fsdp_mesh()
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     groups = [block._get_fsdp_state()._fsdp_param_group for block in model.blocks]
     for i, block in enumerate(model.blocks):
         model.blocks[i] = torchlite.compile(block, options={"compiled_backward": True})

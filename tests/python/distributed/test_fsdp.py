@@ -6,6 +6,11 @@ import pytest
 import torch.distributed as dist
 from launch import run_cases, values
 
+from torchlite import _C
+
+# NOTE: gloo runs on the CPU; a build without LLVM (the GPU machine's) runs CPU graphs op by op
+CPU_KERNELS = _C.has_llvm
+
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed missing")
 
 PARAMS = [(what, backward) for what in ["root", "blocks"] for backward in [False, True]]
@@ -33,7 +38,7 @@ def test_fsdp2_training_steps_equal_eager_fsdp2(results, what, backward):
         # 33 recompiles in 3 steps while those were captured)
         assert info["graph_breaks"] <= 6 and info["recompiles"] <= 3, info
         if backward:
-            assert info["kernels"] > 0, info
+            assert (info["kernels"] > 0) == CPU_KERNELS, info
 
 
 def _check_saved_values(per_rank: list) -> None:
