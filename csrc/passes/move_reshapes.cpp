@@ -105,6 +105,32 @@ Arg int_tuple(const std::vector<int64_t>& v) {
   return Arg::tuple(std::move(items));
 }
 
+// Walks the runs of axes whose sizes multiply to the same count in `from` and its reshape
+// `to`, calling `run(i0, i, j0, j)` with each run's axes [i0, i) of `from` and [j0, j) of `to`;
+// false when the sizes do not split into such runs or `run` returns false.
+template <typename Run>
+bool for_each_matching_run(const std::vector<int64_t>& from, const std::vector<int64_t>& to,
+                           Run&& run) {
+  size_t i = 0, j = 0;
+  while (i < from.size() || j < to.size()) {
+    const size_t i0 = i, j0 = j;
+    int64_t pf = 1, pt = 1;
+    if (i < from.size()) pf *= from[i++];
+    if (j < to.size()) pt *= to[j++];
+    while (pf != pt) {
+      if (pf < pt) {
+        if (i >= from.size()) return false;
+        pf *= from[i++];
+      } else {
+        if (j >= to.size()) return false;
+        pt *= to[j++];
+      }
+    }
+    if (!run(i0, i, j0, j)) return false;
+  }
+  return true;
+}
+
 // The sizes an operand of sizes `a`, broadcast (right-aligned) to `from`,
 // takes when `from` is reshaped to `to`: per run of axes whose sizes multiply
 // to the same count on both sides, the operand's axes there are all full
@@ -116,29 +142,17 @@ std::optional<std::vector<int64_t>> operand_sizes(const std::vector<int64_t>& a,
   std::vector<int64_t> pa(from.size() - a.size(), 1);
   pa.insert(pa.end(), a.begin(), a.end());
   std::vector<int64_t> out;
-  size_t i = 0, j = 0;
-  while (i < from.size() || j < to.size()) {
-    const size_t i0 = i, j0 = j;
-    int64_t pf = 1, pt = 1;
-    if (i < from.size()) pf *= from[i++];
-    if (j < to.size()) pt *= to[j++];
-    while (pf != pt) {
-      if (pf < pt) {
-        if (i >= from.size()) return std::nullopt;
-        pf *= from[i++];
-      } else {
-        if (j >= to.size()) return std::nullopt;
-        pt *= to[j++];
-      }
-    }
+  bool ok = for_each_matching_run(from, to, [&](size_t i0, size_t i, size_t j0, size_t j) {
     bool full = true, ones = true;
     for (size_t k = i0; k < i; ++k) {
       full = full && pa[k] == from[k];
       ones = ones && pa[k] == 1;
     }
-    if (!full && !ones) return std::nullopt;
+    if (!full && !ones) return false;
     for (size_t k = j0; k < j; ++k) out.push_back(full ? to[k] : 1);
-  }
+    return true;
+  });
+  if (!ok) return std::nullopt;
   return out;
 }
 
@@ -156,33 +170,20 @@ std::optional<std::vector<int64_t>> reduced_base_axes(const std::vector<int64_t>
     reduced[d] = true;
   }
   std::vector<int64_t> out;
-  size_t i = 0, j = 0;
-  while (i < from.size() || j < to.size()) {
-    const size_t i0 = i, j0 = j;
-    int64_t pf = 1, pt = 1;
-    if (i < from.size()) pf *= from[i++];
-    if (j < to.size()) pt *= to[j++];
-    while (pf != pt) {
-      if (pf < pt) {
-        if (i >= from.size()) return std::nullopt;
-        pf *= from[i++];
-      } else {
-        if (j >= to.size()) return std::nullopt;
-        pt *= to[j++];
-      }
-    }
+  bool ok = for_each_matching_run(from, to, [&](size_t i0, size_t i, size_t j0, size_t j) {
     bool any = false, all = true;
     for (size_t k = j0; k < j; ++k) {
       if (to[k] == 1) continue;
       any = any || reduced[k];
       all = all && reduced[k];
     }
-    if (any && !all) return std::nullopt;
+    if (any && !all) return false;
     if (any)
       for (size_t k = i0; k < i; ++k)
         if (from[k] != 1) out.push_back(static_cast<int64_t>(k));
-  }
-  if (out.empty()) return std::nullopt;
+    return true;
+  });
+  if (!ok || out.empty()) return std::nullopt;
   return out;
 }
 
