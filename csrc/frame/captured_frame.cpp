@@ -421,20 +421,17 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame, Served* 
       if (plain && saved) {
         PyObject *type, *value, *trace;
         PyErr_Fetch(&type, &value, &trace);
+        PyRef error_type = PyRef::steal(type), error = PyRef::steal(value),
+              error_trace = PyRef::steal(trace);
         bool undo = instance ? instance->failed_before_lasting_effects()
                              : executable_->failed_before_lasting_effects();
         if (undo) {
           PyRef restored = PyRef::steal(
               PyObject_CallOneArg(python_helper("rerun_state.restore").get(), saved.get()));
-          if (restored) {
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(trace);
-            throw RunEagerly{};
-          }
+          if (restored) throw RunEagerly{};  // NOTE: the user's error is dropped: eager raises it
           PyErr_Clear();
         }
-        PyErr_Restore(type, value, trace);
+        PyErr_Restore(error_type.release(), error.release(), error_trace.release());
       }
       // Point the traceback at the user's line that created the failing op.
       if (n) {
