@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import functools
 import inspect
 import math
 import os
@@ -394,3 +395,16 @@ def aten_ops(fn, *args) -> collections.Counter:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
     return collections.Counter(e.name for e in p.events() if e.name.startswith("aten::"))
+
+
+@functools.cache
+def nvrtc_missing() -> str:
+    """Why NVRTC cannot be loaded here ("" when it can): CUDA source tests compile to PTX on
+    machines without a GPU too."""
+    from torchlite import _C
+
+    try:
+        _C.nvrtc_version()
+    except Exception as e:  # noqa: BLE001 - the message says where NVRTC was searched
+        return str(e)
+    return ""

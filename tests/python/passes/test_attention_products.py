@@ -11,7 +11,7 @@ is_causal, a boolean mask or grad, and returned results, keep torch's SDPA."""
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import aten_ops
+from helpers import aten_ops, nvrtc_missing
 from test_merge_duplicates import t5_inputs, t5_like
 
 import torchlite
@@ -221,15 +221,7 @@ def _meta_view(t):
     return base.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
-def _nvrtc_missing():
-    try:
-        _C.nvrtc_version()
-    except Exception as e:  # noqa: BLE001 - the message says where NVRTC was searched
-        return str(e)
-    return ""
-
-
-@pytest.mark.skipif(bool(_nvrtc_missing()), reason="NVRTC not loadable")
+@pytest.mark.skipif(bool(nvrtc_missing()), reason="NVRTC not loadable")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_the_softmax_kernel_compiles_for_cuda(dtype, on_every_device):
     q, k, v = heads(2, 3, 8, 300, 16, dtype)  # rows long enough for a warp reduction

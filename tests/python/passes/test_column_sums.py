@@ -11,6 +11,7 @@ checked against eager at several sizes in float32 and bfloat16."""
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import nvrtc_missing
 
 import torchlite
 from torchlite import _C
@@ -115,15 +116,7 @@ def test_a_returned_cast_stays_a_fresh_tensor():
     assert out._base is None
 
 
-def _nvrtc_missing() -> bool:
-    try:
-        _C.nvrtc_version()
-    except Exception:  # noqa: BLE001 - no NVRTC on this machine
-        return True
-    return False
-
-
-@pytest.mark.skipif(_nvrtc_missing(), reason="NVRTC not loadable")
+@pytest.mark.skipif(bool(nvrtc_missing()), reason="NVRTC not loadable")
 def test_fused_column_kernels_compile_for_cuda_and_fill_the_machine():
     # GPT-2's fc bias gradient: 4096 rows of 768 columns (a thin product keeps it cheap)
     args = (

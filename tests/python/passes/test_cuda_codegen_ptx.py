@@ -10,6 +10,7 @@ import re
 
 import pytest
 import torch
+from helpers import nvrtc_missing
 from opinfo_parity import DTYPES, MAX_SAMPLES, VIEW_OPS, _as_user_function, lowered_opinfos, op_id
 
 import torchlite
@@ -18,15 +19,7 @@ from torchlite import _C
 ARCH = "compute_90"
 
 
-def _nvrtc_missing() -> str:
-    try:
-        _C.nvrtc_version()
-    except Exception as e:  # noqa: BLE001 - the message says where NVRTC was searched
-        return str(e)
-    return ""
-
-
-_MISSING = _nvrtc_missing()
+_MISSING = nvrtc_missing()
 pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"NVRTC not loadable: {_MISSING}")
 
 OPS = lowered_opinfos()

@@ -12,6 +12,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import nvrtc_missing
 
 import torchlite
 from torchlite import _C
@@ -45,15 +46,7 @@ CASES = {
 }
 
 
-def _nvrtc_missing() -> str:
-    try:
-        _C.nvrtc_version()
-    except Exception as e:  # noqa: BLE001 - any failure to load NVRTC
-        return str(e)
-    return ""
-
-
-_MISSING = _nvrtc_missing()
+_MISSING = nvrtc_missing()
 
 
 def _kernels(fn, args, arch, compile=False):

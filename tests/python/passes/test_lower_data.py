@@ -238,6 +238,7 @@ def test_avg_pool2d_fuses_with_its_consumer(shape, dtype, channels_last):
         },
         {"kernel_size": 2, "stride": 2, "ceil_mode": True},
         {"kernel_size": 3, "stride": 2, "padding": 1, "divisor_override": 5},
+        {"kernel_size": 5, "stride": 3, "ceil_mode": True},
     ],
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])

@@ -6,7 +6,7 @@ and compiled to PTX by NVRTC, no GPU needed)."""
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check
+from helpers import check, nvrtc_missing
 
 import torchlite
 from torchlite import _C
@@ -109,15 +109,7 @@ def test_short_rows_match_eager(shape):
 # ---- the CUDA schedules, compiled to PTX without a GPU ----
 
 
-def _nvrtc_missing() -> str:
-    try:
-        _C.nvrtc_version()
-    except Exception as e:  # noqa: BLE001 - the message says where NVRTC was searched
-        return str(e)
-    return ""
-
-
-_MISSING = _nvrtc_missing()
+_MISSING = nvrtc_missing()
 needs_nvrtc = pytest.mark.skipif(bool(_MISSING), reason=f"NVRTC not loadable: {_MISSING}")
 
 

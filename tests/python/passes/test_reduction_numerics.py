@@ -7,6 +7,7 @@ lower_statistics.cpp. Sizes stay small so the suite is fast."""
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import nvrtc_missing
 
 import torchlite
 from torchlite import _C
@@ -227,15 +228,7 @@ def test_half_sums_past_the_half_range():
 # ---------------------------------------------------------------------------------------------
 
 
-def _nvrtc_missing() -> str:
-    try:
-        _C.nvrtc_version()
-    except Exception as e:  # noqa: BLE001 - the message says where NVRTC was searched
-        return str(e)
-    return ""
-
-
-@pytest.mark.skipif(bool(_nvrtc_missing()), reason="NVRTC not loadable")
+@pytest.mark.skipif(bool(nvrtc_missing()), reason="NVRTC not loadable")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("layout", ["expand_reduced_axis", "as_strided_zero_stride", "contiguous"])
 @pytest.mark.parametrize(

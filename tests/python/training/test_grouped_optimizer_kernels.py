@@ -5,6 +5,7 @@ parameter, with parameters and state equal to eager's."""
 
 import pytest
 import torch
+from helpers import nvrtc_missing
 
 import torchlite
 from torchlite._optimizer import CompiledOptimizerStep
@@ -204,15 +205,7 @@ def test_grouped_steps_on_cuda(name, dtypes):
     assert len(step.cache) == 1
 
 
-def _nvrtc_missing() -> str:
-    try:
-        torchlite._C.nvrtc_version()
-    except Exception as e:  # noqa: BLE001 - the message says where NVRTC was searched
-        return str(e)
-    return ""
-
-
-@pytest.mark.skipif(bool(_nvrtc_missing()), reason="NVRTC not loadable")
+@pytest.mark.skipif(bool(nvrtc_missing()), reason="NVRTC not loadable")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_group_entry_compiles_with_nvrtc(dtype):
     def f(a, b, c, d):
