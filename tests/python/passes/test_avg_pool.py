@@ -10,6 +10,7 @@ from helpers import nvrtc_missing
 import torchlite
 from torchlite import _C
 
+
 def compiled_matches(fn, *args, **tol):
     torchlite.reset()
     compiled = torchlite.compile(fn)
