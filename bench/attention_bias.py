@@ -23,6 +23,7 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_tmp, "inductor"))
 
 import torch
 import torch.nn.functional as F
+from timing import cuda_ms
 
 import torchlite
 
@@ -76,16 +77,6 @@ def picked_backend(q, k, v, mask):
     return "math", " | ".join(str(w.message)[:90] for w in caught[:3])
 
 
-def gpu_ms(fn, args, iters=10):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn(*args)
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / iters
-
-
 def rel_err(out, ref):
     return ((out.double() - ref).norm() / ref.norm()).item()
 
@@ -137,7 +128,7 @@ def main(argv=None):
             samples = {k: [] for k in fns}
             for _ in range(5):
                 for k, fn in fns.items():
-                    samples[k].append(gpu_ms(fn, args))
+                    samples[k].append(cuda_ms(fn, args))
         ms = {k: statistics.median(v) for k, v in samples.items()}
         cells = " ".join(
             f"{ms[k]:8.3f}" if k in ms else f"{'-':>8}"

@@ -32,6 +32,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 import torch.nn.functional as F
+from timing import cuda_ms
 
 import torchlite
 
@@ -52,13 +53,7 @@ def gpu_ms(fn, args, iters=20, repeats=5, warmup=3):
         fn(*args)
     times = []
     for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            fn(*args)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / iters)
+        times.append(cuda_ms(fn, args, iters))
     return statistics.median(times)
 
 

@@ -20,6 +20,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from timing import cuda_ms
 from torch import fx
 
 import torchlite
@@ -30,13 +31,7 @@ BF16 = torch.bfloat16
 
 def _ms(fn, args, cuda, iters):
     if cuda:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            fn(*args)
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / iters
+        return cuda_ms(fn, args, iters)
     t = time.perf_counter()
     for _ in range(iters):
         fn(*args)

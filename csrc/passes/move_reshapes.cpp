@@ -417,21 +417,8 @@ class Mover {
       made.push_back(v);
       swapped[x] = v;
     }
-    std::function<Arg(Arg)> swap = [&](Arg a) {
-      if (a.kind == Arg::Kind::Node && swapped.count(a.node)) a.node = swapped.at(a.node);
-      for (Arg& item : a.items) item = swap(item);
-      return a;
-    };
-    std::vector<Arg> args;
-    for (const Arg& a : p->args) args.push_back(swap(a));
-    std::vector<std::pair<std::string, Arg>> kwargs;
-    for (const auto& [k, v] : p->kwargs) kwargs.emplace_back(k, swap(v));
-    const bool method = p->op == ir::OpKind::CallMethod;
-    Node* q = insert_call(g_, p, method ? PyRef() : p->target, method ? p->target_name : "",
-                          std::move(args), std::move(kwargs), p->meta->device);
+    Node* q = call_again(p, swapped, p);
     made.push_back(q);
-    q->target_name = p->target_name;
-    q->location = p->location;
     if (q->meta->sizes != to || q->meta->dtype.get() != p->meta->dtype.get()) return undo();
     Node* v = insert_call(g_, p, PyRef(), "reshape", {Arg::of_node(q), int_tuple(from)}, {},
                           p->meta->device);
@@ -440,6 +427,26 @@ class Mover {
     for (Node* m : made) touched_.insert(m);
     touched_.insert(v);
     return true;
+  }
+
+  // p's call again (before `pos`), with each operand in `now` replaced, at any depth of list
+  // arguments; its meta is computed for the new operands.
+  Node* call_again(const Node* p, const std::unordered_map<const Node*, Node*>& now, Node* pos) {
+    std::function<Arg(Arg)> swap = [&](Arg a) {
+      if (a.kind == Arg::Kind::Node && now.count(a.node)) a.node = now.at(a.node);
+      for (Arg& item : a.items) item = swap(item);
+      return a;
+    };
+    std::vector<Arg> args;
+    for (const Arg& a : p->args) args.push_back(swap(a));
+    std::vector<std::pair<std::string, Arg>> kwargs;
+    for (const auto& [k, v] : p->kwargs) kwargs.emplace_back(k, swap(v));
+    const bool method = p->op == ir::OpKind::CallMethod;
+    Node* q = insert_call(g_, pos, method ? PyRef() : p->target, method ? p->target_name : "",
+                          std::move(args), std::move(kwargs), pos->meta->device);
+    q->target_name = p->target_name;
+    q->location = p->location;
+    return q;
   }
 
   bool untouch(const Node* r, const Node* base) {
@@ -529,19 +536,7 @@ class Mover {
       if (!m.inner) made.push_back(v);
       now[m.x] = v;
     }
-    auto swap = [&](Arg a) {
-      if (a.kind == Arg::Kind::Node && now.count(a.node)) a.node = now.at(a.node);
-      return a;
-    };
-    std::vector<Arg> args;
-    for (const Arg& a : p->args) args.push_back(swap(a));
-    std::vector<std::pair<std::string, Arg>> kwargs;
-    for (const auto& [k, v] : p->kwargs) kwargs.emplace_back(k, swap(v));
-    const bool method = p->op == ir::OpKind::CallMethod;
-    Node* q = insert_call(g_, pos, method ? PyRef() : p->target, method ? p->target_name : "",
-                          std::move(args), std::move(kwargs), pos->meta->device);
-    q->target_name = p->target_name;
-    q->location = p->location;
+    Node* q = call_again(p, now, pos);
     made.push_back(q);
     if (q->meta->sizes != to || q->meta->dtype.get() != p->meta->dtype.get()) return nullptr;
     return q;
