@@ -330,8 +330,8 @@ def main() -> None:
     # NOTE: torch.compile's max-autotune rows run last and take minutes each: without a share
     # kept for them the rows before used the budget up, and most models had none.
     reserved = (
-        args.budget_s * args.torch_max_share
-        if args.budget_s and any(is_torch_max) and args.torch_max_autotune_s > 0
+        min(args.budget_s * args.torch_max_share, sum(is_torch_max) * args.torch_max_autotune_s)
+        if args.budget_s and args.torch_max_autotune_s > 0
         else 0.0
     )
     for i, (name, impl, mode) in enumerate(rows):
