@@ -12,14 +12,19 @@ ops are not recorded; rel err compares the first step's loss with eager's).
 
     python bench/modes.py [--models gpt2-1x32,resnet50-64] [--modes default,reduce-overhead]
                           [--impls eager,torchlite,torch] [--in-process] [--budget-s 300]
-                          [--torch-max-autotune-s 240] [--step-budget-s 3]
+                          [--torch-max-autotune-s 240] [--torch-max-share 0.5]
+                          [--step-budget-s 3]
 
 Rows run cheapest first: eager and torchlite for every model, then torch.compile's default
 and reduce-overhead, then torch.compile's max-autotune (it benchmarks Triton configurations
 for minutes per model). With --budget-s, rows not started within it print "skipped
-(budget)". torch.compile's max-autotune always runs in its own process, stopped after
---torch-max-autotune-s (0: skipped), where its compile time is printed and its step is
-timed once (a short timing budget). A markdown summary of every row follows the table.
+(budget)"; --torch-max-share of it (default half) is kept for torch.compile's max-autotune
+rows, which split what is left of it evenly, so every model gets one (a step time, or
+"compile > N s" where its compile took longer than its share; a share under 30 s is skipped). torch.compile's
+max-autotune always runs in its own process (and process group: its compile workers are
+stopped with it), stopped after --torch-max-autotune-s or its share (0: skipped), where its
+compile time is printed and its step is timed once (a short timing budget). A markdown
+summary of every row follows the table.
 
 Each row runs in a fresh process (cold compile, memory counted from zero: compiled models'
 caches are released lazily, so rows sharing a process see each other's leftovers);
@@ -31,6 +36,8 @@ import argparse
 import contextlib
 import gc
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -223,16 +230,24 @@ def run_one(name: str, impl: str, mode: str, budget_s: float = 3.0) -> dict:
 
 
 def row_in_subprocess(name: str, impl: str, mode: str, budget_s: float, timeout: float) -> dict:
-    out = subprocess.run(
+    # NOTE: a process group of its own: torch.compile's compile workers are its children, and
+    # on a timeout they would otherwise keep compiling beside the next rows.
+    proc = subprocess.Popen(
         [sys.executable, __file__, "--row", name, impl, mode, str(budget_s)],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        check=False,
+        start_new_session=True,
     )
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    if proc.returncode != 0:
+        raise RuntimeError(stderr.strip().splitlines()[-1] if stderr.strip() else "failed")
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def plan(models, modes, impls) -> list:
@@ -293,6 +308,12 @@ def main() -> None:
     parser.add_argument("--in-process", action="store_true")
     parser.add_argument("--budget-s", type=float, default=0, help="0: no limit")
     parser.add_argument("--torch-max-autotune-s", type=float, default=600)
+    parser.add_argument(
+        "--torch-max-share",
+        type=float,
+        default=0.5,
+        help="with --budget-s: the part of it kept for torch.compile's max-autotune rows",
+    )
     parser.add_argument("--step-budget-s", type=float, default=3.0)
     args = parser.parse_args()
     models, modes = args.models.split(","), args.modes.split(",")
@@ -304,10 +325,23 @@ def main() -> None:
     print(header)
     began = time.perf_counter()
     results = {}
-    for name, impl, mode in plan(models, modes, args.impls.split(",")):
+    rows = plan(models, modes, args.impls.split(","))
+    is_torch_max = [impl == "torch" and mode == "max-autotune" for _, impl, mode in rows]
+    # NOTE: torch.compile's max-autotune rows run last and take minutes each: without a share
+    # kept for them the rows before used the budget up, and most models had none.
+    reserved = (
+        min(args.budget_s * args.torch_max_share, sum(is_torch_max) * args.torch_max_autotune_s)
+        if args.budget_s and args.torch_max_autotune_s > 0
+        else 0.0
+    )
+    for i, (name, impl, mode) in enumerate(rows):
         row = f"{name:<16} {mode:<16} {impl:<10}"
+        torch_max = is_torch_max[i]
         left = args.budget_s - (time.perf_counter() - began) if args.budget_s else 1e9
-        torch_max = impl == "torch" and mode == "max-autotune"
+        if torch_max:
+            left /= sum(is_torch_max[i:])  # an even share of what is left
+        else:
+            left -= reserved
         if left <= 0 or (torch_max and min(left, args.torch_max_autotune_s) < 30):
             results[(name, impl, mode)] = {"note": "skipped (budget)"}
             print(f"{row} skipped (budget)", flush=True)

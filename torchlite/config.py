@@ -35,7 +35,7 @@ cuda_graphs_limit: int = _env["cuda_graphs_limit"]
 # Time launch configurations (grids; pointwise block sizes) of generated CUDA kernels, cached
 # on disk (TORCHLITE_AUTOTUNE).
 autotune: bool = _env["autotune"]
-# Under autotune, also try pointwise kernels' block sizes (TORCHLITE_AUTOTUNE_BLOCKS).
+# Under autotune, also try kernels' other block sizes (TORCHLITE_AUTOTUNE_BLOCKS).
 autotune_blocks: bool = _env["autotune_blocks"]
 # False: CPU graphs run op by op through torch, as in a build without LLVM (TORCHLITE_CPU_KERNELS).
 cpu_kernels: bool = _env["cpu_kernels"]

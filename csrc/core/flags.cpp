@@ -51,8 +51,9 @@ const std::vector<SettingSpec> kSpecs = {
      "Time launch configurations of generated CUDA kernels on the first run and keep the "
      "fastest, cached on disk (mode='max-autotune' turns it on)."},
     {"autotune_blocks", &S::autotune_blocks, kCompile, "TORCHLITE_AUTOTUNE_BLOCKS", "on",
-     "Under autotune, also build pointwise kernels at 128 and 512 threads a block and time "
-     "them; off: only grids are tried."},
+     "Under autotune, also build kernels at other block sizes (pointwise: 128 and 512 "
+     "threads; reductions: half and twice theirs) and time them; off: only grids (and the "
+     "scalar entry) are tried."},
     {"cpu_kernels", &S::cpu_kernels, kCompile, "TORCHLITE_CPU_KERNELS", "on",
      "Off: graphs on the CPU run op by op through torch, as in a build without LLVM (the GPU "
      "machine's CPU path; for tests of that path on an LLVM build)."},

@@ -28,7 +28,7 @@ struct Settings {
   bool cuda_graphs = false;         // mode="reduce-overhead" / "max-autotune" turn it on
   int64_t cuda_graphs_limit = 8;    // recordings of one graph before it runs without
   bool autotune = false;            // mode="max-autotune" / "max-autotune-no-cudagraphs"
-  bool autotune_blocks = true;      // autotune also tries pointwise kernels' block sizes
+  bool autotune_blocks = true;      // autotune also tries kernels' other block sizes
   bool cpu_kernels = true;          // off: CPU graphs run op by op, as in a build without LLVM
   std::optional<bool> pad_matmuls;  // nullopt: CUDA f16/bf16 products where padding pays
   bool matmul_layouts = true;       // batched products' operands copied by kernels, not by torch

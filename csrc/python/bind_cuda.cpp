@@ -58,9 +58,10 @@ void bind_cuda(py::module_& m) {
   m.def(
       "cuda_kernel_sources",
       [](const std::shared_ptr<ir::Graph>& g, const std::string& arch, bool compile,
-         int pointwise_block, bool group_kernels) {
+         int pointwise_block, bool group_kernels, int reduce_block) {
         codegen::cuda::Target target = target_of(arch);
         if (pointwise_block > 0) target.pointwise_block = pointwise_block;
+        target.reduce_block = reduce_block;
         passes::Partition p = passes::partition_graph(*g);
         if (group_kernels) passes::group_kernels(p);
         std::vector<codegen::cuda::CudaKernel> kernels;
@@ -80,16 +81,17 @@ void bind_cuda(py::module_& m) {
               "aligned_params"_a = ck.aligned_params, "grid"_a = ck.grid, "block"_a = ck.block,
               "shared_bytes"_a = ck.shared_bytes, "dependent_launch"_a = ck.dependent_launch,
               "group_name"_a = ck.group.name, "group_members"_a = ck.group.members,
-              "group_bytes"_a = ck.group.bytes);
+              "group_bytes"_a = ck.group.bytes, "other_blocks"_a = ck.other_blocks);
           out.append(py::make_tuple(ck.name, ck.source, ptx, launch));
         }
         return out;
       },
       py::arg("graph"), py::arg("arch") = "compute_90", py::arg("compile") = true,
-      py::arg("pointwise_block") = 0, py::arg("group_kernels") = false,
+      py::arg("pointwise_block") = 0, py::arg("group_kernels") = false, py::arg("reduce_block") = 0,
       "Lowers and fuses a captured graph and emits CUDA C for each kernel: a list of\n"
       "(name, source, ptx or None, launch dict), NVRTC-compiled for `arch` when `compile`;\n"
-      "pointwise kernels `pointwise_block` threads a block when > 0 (max-autotune's builds);\n"
+      "pointwise kernels `pointwise_block` threads a block when > 0, reductions `reduce_block`\n"
+      "(Target::reduce_block; max-autotune's builds: the launch dict's `other_blocks`);\n"
       "`group_kernels`: passes::group_kernels first (grouped kernels get a group entry).");
 }
 

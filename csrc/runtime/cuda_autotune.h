@@ -7,8 +7,10 @@
 // kernel on its real buffers (pointwise kernels only write fresh outputs, so a launch can be
 // repeated), cached in the disk cache (runtime/disk_cache.h) under the kernel's body, its
 // default grid and the GPU, so another process reads the choice instead of timing again.
-// Pointwise kernels are also built at other block sizes (a constant of their text); the
-// choice is then a (build, grid) pair (choose_launch).
+// Kernels are also built at other block sizes (a constant of their text: a pointwise
+// kernel's threads a block, a reduction's rows a block or threads a row), and a kernel with a
+// 16-byte vector entry also tries its scalar one; the choice is then a (variant, grid) pair
+// (choose_launch).
 #include <functional>
 #include <string>
 #include <vector>
@@ -21,9 +23,9 @@ struct GridChoice {
   std::string report;   // one line for the trace: the trials and their times
 };
 
-// One build of a kernel to try (pointwise kernels are also built at other block sizes, a
-// compile-time constant of their text): its name in the report ("block 128"; "" for a kernel
-// with one build), the code generator's grid for it and the most blocks worth trying.
+// One build (and entry) of a kernel to try: its name in the report ("block 128", "block 256
+// scalar"; "" for a kernel with one), the code generator's grid for it and the most blocks
+// worth trying.
 struct LaunchVariant {
   std::string label;
   unsigned grid = 1, max_grid = 1;

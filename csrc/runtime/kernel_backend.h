@@ -55,9 +55,9 @@ class KernelBackend {
   // One run's launches go through the KernelRun; it lives until the run ends.
   virtual std::unique_ptr<KernelRun> start_run() = 0;
   // CUDA: times each kernel's launch configuration on its first launch
-  // (runtime/cuda_autotune.h; pointwise kernels are also built at other block
-  // sizes, from `kernels`, the ones compile() was given, read during the call
-  // only; empty: no other builds), the trials written to
+  // (runtime/cuda_autotune.h; kernels are also built at the other block sizes
+  // their text takes, from `kernels`, the ones compile() was given, read during
+  // the call only; empty: no other builds), the trials written to
   // <trace_dir>autotune.txt when trace_dir is not ""; the CPU has nothing to tune.
   virtual void enable_autotune(std::string trace_dir,
                                const std::vector<const ir::Kernel*>& kernels) {}

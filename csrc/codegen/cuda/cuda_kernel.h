@@ -18,6 +18,12 @@ struct Target {
   // Threads a block of pointwise kernels (a compile-time constant of their text); max-autotune
   // builds each pointwise kernel at a few block sizes and launches the fastest.
   int pointwise_block = 256;
+  // Threads a block of reductions whose rows are threads, warps or blocks (0: the code
+  // generator's choice from the row layout and length). For a block row this is the threads
+  // a row, for thread and warp rows the rows a block; tile rows keep theirs (their block is
+  // the tile's lanes). Max-autotune builds reductions at the sizes CudaKernel::other_blocks
+  // lists and launches the fastest; anything other than a multiple of 32 up to 1024 is ignored.
+  int reduce_block = 0;
 };
 
 struct CudaKernel {
@@ -41,6 +47,10 @@ struct CudaKernel {
   int64_t grid = 1;
   int block = 256;
   int shared_bytes = 0;  // dynamic shared memory
+  // Other block sizes this kernel's text can be built at (Target::pointwise_block for
+  // pointwise kernels, Target::reduce_block for reductions), each computing the same result:
+  // max-autotune's other builds. Empty: the block is tied to the layout (tile rows).
+  std::vector<int> other_blocks;
   // Both entries begin with tl_after_prior_grid(): the runtime may launch them
   // with programmatic stream serialization (overlapping the previous kernel's
   // tail). Hand-written kernels leave it false and are launched plainly.

@@ -763,6 +763,9 @@ CudaKernel Writer::run() {
   os_ << prelude() << "\n";
   if (k_.reduction_axes == 0) {
     block_ = target_.pointwise_block;
+    // Max-autotune's other builds: the same points a thread at other block sizes.
+    for (int b : {128, 256, 512})
+      if (b != block_) out_.other_blocks.push_back(b);
     int width = 1;
     bool vector = vector_width(&width);
     int widest = 1;

@@ -110,12 +110,23 @@ void Writer::reduction_kernel(const std::string& entry) {
   // shuffles, but read and write nothing. NOTE: with runtime sizes the guard is always
   // there, so the text (one compile) serves row counts that are multiples and others.
   row_guard_ = group_rows > 1 && (k_.runtime_sizes || n_rows % group_rows != 0);
-  block_ = rows == Rows::Tile                        ? tile_rows_ * slices_
-           : rows != Rows::Block                     ? 256
-           : len > 16384                             ? 1024
-           : len > 8192                              ? 512
-           : len > 2048 && len <= 128 * kCacheValues ? 128
-                                                     : 256;
+  const int own = rows == Rows::Tile                        ? tile_rows_ * slices_
+                  : rows != Rows::Block                     ? 256
+                  : len > 16384                             ? 1024
+                  : len > 8192                              ? 512
+                  : len > 2048 && len <= 128 * kCacheValues ? 128
+                                                            : 256;
+  block_ = own;
+  // Max-autotune's other builds (Target::reduce_block): half and twice the code generator's
+  // block, 128 to 1024 threads. Every row strategy but tiles loops over its rows (and a block
+  // row over its elements) by the block size, so any of them computes the same result.
+  out_.other_blocks.clear();
+  if (rows != Rows::Tile) {
+    for (int b : {own / 2, own * 2})
+      if (b >= 128 && b <= 1024) out_.other_blocks.push_back(b);
+    const int r = target_.reduce_block;
+    if (r > 0 && r % 32 == 0 && r <= 1024) block_ = r;
+  }
   std::string b = std::to_string(block_), nr = num("rows", n_rows);
   open_kernel(entry, block_);
   if (rows == Rows::Block || rows == Rows::Tile) {

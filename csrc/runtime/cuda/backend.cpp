@@ -36,6 +36,7 @@ class CudaBackend : public KernelBackend {
     autotune_ = true;
     grids_.assign(loaded_.size(), 0);
     chosen_.assign(loaded_.size(), 0);
+    scalar_.assign(loaded_.size(), 0);
     tuned_.assign(loaded_.size(), 0);
     variants_.assign(loaded_.size(), {});
     tune_trace_dir_ = std::move(trace_dir);
@@ -67,8 +68,9 @@ class CudaBackend : public KernelBackend {
         if (b_.autotune_ && !b_.tuned_[idx]) b_.tune(idx, outer, stream_, bufs);
         const LoadedKernel& l = b_.autotune_ ? b_.build(idx, b_.chosen_[idx]) : k;
         unsigned grid = b_.autotune_ && b_.grids_[idx] ? b_.grids_[idx] : l.grid;
-        cuda::launch(entry(l, bufs), grid, l.block, l.shared_bytes, stream_,
-                     launch_args(l, bufs, args_), l.name, l.dependent_launch);
+        void* fn = b_.autotune_ && b_.scalar_[idx] ? l.fn : entry(l, bufs);
+        cuda::launch(fn, grid, l.block, l.shared_bytes, stream_, launch_args(l, bufs, args_),
+                     l.name, l.dependent_launch);
       } catch (const Error& e) {
         set_python_error(e);  // reported like a failing torch op, naming the kernel's node
         return false;
@@ -185,21 +187,29 @@ class CudaBackend : public KernelBackend {
     return v == 0 ? loaded_[idx] : variants_[idx][v - 1];
   }
 
-  // Pointwise kernels again at other block sizes (their text holds the block size), compiled
-  // together on the compile pool (disk cache first). A failure leaves the one build.
+  // Kernels again at the other block sizes their text can take (CudaKernel::other_blocks:
+  // pointwise kernels' threads a block; reductions' rows a block or threads a row), compiled
+  // together on the compile pool per block size (disk cache first). A failure leaves the one
+  // build.
   void build_block_variants(const std::vector<const ir::Kernel*>& kernels) {
-    std::vector<const ir::Kernel*> pointwise;
-    std::vector<size_t> index;
+    std::vector<int> blocks;
     for (size_t i = 0; i < kernels.size() && i < loaded_.size(); ++i)
-      if (pointwise_[i] && loaded_[i].grid > 0 && !loaded_[i].tune_key.empty()) {
-        pointwise.push_back(kernels[i]);
-        index.push_back(i);
+      if (loaded_[i].grid > 0 && !loaded_[i].tune_key.empty())
+        for (int b : loaded_[i].other_blocks)
+          if (std::find(blocks.begin(), blocks.end(), b) == blocks.end()) blocks.push_back(b);
+    std::sort(blocks.begin(), blocks.end());
+    for (int block : blocks) {
+      std::vector<const ir::Kernel*> these;
+      std::vector<size_t> index;
+      for (size_t i = 0; i < kernels.size() && i < loaded_.size(); ++i) {
+        const LoadedKernel& k = loaded_[i];
+        if (k.grid > 0 && !k.tune_key.empty() &&
+            std::find(k.other_blocks.begin(), k.other_blocks.end(), block) != k.other_blocks.end())
+          these.push_back(kernels[i]), index.push_back(i);
       }
-    if (pointwise.empty()) return;
-    for (int block : kPointwiseBlocks) {
       std::vector<LoadedKernel> built;
       try {
-        built = compile_block_variants(pointwise, device_, block);
+        built = compile_block_variants(these, device_, block);
       } catch (const Error& e) {
         note_tuning("block " + std::to_string(block) + " builds failed: " + e.what());
         continue;
@@ -210,12 +220,19 @@ class CudaBackend : public KernelBackend {
     }
   }
 
+  // One launch configuration tried: a build (0: the code generator's) and its entry.
+  struct Trial {
+    size_t build;
+    bool scalar;  // the scalar entry of a build whose vector entry these buffers could take
+  };
+
   // Every generated kernel is a grid-stride loop (points, rows or tiles), so any grid is
   // correct; trial launches change nothing as long as the kernel writes only buffers it does not
   // read (fresh outputs: a kernel storing into its own input, passes/store_in_place.h, is not
-  // tried). Reductions only try fewer blocks (more rows a block) than the code generator's one
-  // a row or tile; pointwise kernels also try their other builds' block sizes. A failure keeps
-  // the code generator's launch.
+  // tried). Reductions only try fewer blocks (more rows a block) than their build's one a row
+  // or tile; every kernel also tries its other builds' block sizes, and one with a 16-byte
+  // vector entry its scalar entry (one element a step) at the code generator's block. A
+  // failure keeps the code generator's launch.
   void tune(size_t idx, int64_t outer, void* stream, std::vector<char*>& bufs) {
     tuned_[idx] = 1;
     const LoadedKernel& k = loaded_[idx];
@@ -227,26 +244,31 @@ class CudaBackend : public KernelBackend {
         note_tuning(line + "not tuned (writes a buffer it reads)");
         return;
       }
+    std::vector<Trial> trials;
+    for (size_t v = 0; v <= variants_[idx].size(); ++v) trials.push_back({v, false});
+    if (entry(k, bufs) != k.fn) trials.push_back({0, true});
     std::vector<LaunchVariant> variants;
-    for (size_t v = 0; v <= variants_[idx].size(); ++v) {
-      const LoadedKernel& b = build(idx, v);
+    for (const Trial& t : trials) {
+      const LoadedKernel& b = build(idx, t.build);
       const int64_t full = (outer + b.block - 1) / b.block;  // one point a thread
       const unsigned max_grid =
           pointwise_[idx] ? static_cast<unsigned>(std::clamp<int64_t>(full, 1, 1 << 30)) : b.grid;
-      std::string label = variants_[idx].empty() ? "" : "block " + std::to_string(b.block);
+      std::string label = trials.size() == 1 ? "" : "block " + std::to_string(b.block);
+      if (t.scalar) label += " scalar";
       variants.push_back({label, b.grid, max_grid});
     }
     try {
       LaunchChoice c = choose_launch(k.tune_key, gpu_name_, variants, [&](size_t v, unsigned g) {
-        const LoadedKernel& b = build(idx, v);
-        void* fn = entry(b, bufs);
+        const LoadedKernel& b = build(idx, trials[v].build);
+        void* fn = trials[v].scalar ? b.fn : entry(b, bufs);
         std::vector<void*> arg_list;
         void** args = launch_args(b, bufs, arg_list);
         return launch_timer([&](unsigned grid) {
           cuda::launch(fn, grid, b.block, b.shared_bytes, stream, args, b.name, b.dependent_launch);
         })(g);
       });
-      chosen_[idx] = c.variant;
+      chosen_[idx] = trials[c.variant].build;
+      scalar_[idx] = trials[c.variant].scalar;
       grids_[idx] = c.grid;
       line += c.report;
     } catch (const PythonError&) {
@@ -270,14 +292,12 @@ class CudaBackend : public KernelBackend {
   std::vector<char> pointwise_;   // per kernel: no reduction axes
   std::vector<size_t> n_inputs_;  // per kernel: its first n buffers are inputs
   PyRef get_stream_;
-  // Block sizes pointwise kernels are also built at under autotune (the code generator's is
-  // 256: Target::pointwise_block).
-  static constexpr int kPointwiseBlocks[] = {128, 512};
-  // autotune: per kernel, the build and grid chosen (0: the code generator's), its other
-  // builds, and whether it was tried.
+  // autotune: per kernel, the build, entry and grid chosen (0: the code generator's), its
+  // other builds, and whether it was tried.
   bool autotune_ = false;
   std::vector<unsigned> grids_;
   std::vector<size_t> chosen_;
+  std::vector<char> scalar_;  // launch the chosen build's scalar entry
   std::vector<std::vector<LoadedKernel>> variants_;
   std::vector<char> tuned_;
   std::string tune_trace_dir_, tune_report_, gpu_name_;

@@ -201,6 +201,7 @@ LoadedKernel link(Job& job, int device, const std::string& arch, const DiskCache
   k.aligned_params = s.aligned_params;
   k.dependent_launch = s.dependent_launch;
   k.tune_key = job.canon;
+  k.other_blocks = s.other_blocks;
   TL_CHECK(s.dim_bytes == 4 || s.dim_bytes == 8) << what << ": dims of " << s.dim_bytes << " bytes";
   for (int64_t v : s.dims) {
     // NOTE: little-endian, as the device reads the parameter (x86-64 and aarch64 hosts).
@@ -221,12 +222,12 @@ LoadedKernel link(Job& job, int device, const std::string& arch, const DiskCache
   return k;
 }
 
-std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device, int pointwise_block = 0) {
+std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device, int block = 0) {
   std::string why;
   if (!driver_available(&why)) TL_THROW(Unsupported) << why;
   unload_dead_modules();
   codegen::cuda::Target t = target_for(device);
-  if (pointwise_block > 0) t.pointwise_block = pointwise_block;
+  if (block > 0) t.pointwise_block = t.reduce_block = block;
   std::string arch = "sm_" + std::to_string(t.sm_major) + std::to_string(t.sm_minor);
   NvrtcVersion v = nvrtc_version();  // throws the "NVRTC was not found" message
   std::string version = "nvrtc " + std::to_string(v.major) + "." + std::to_string(v.minor);
@@ -260,9 +261,9 @@ std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device, int point
   std::vector<LoadedKernel> out;
   for (auto& job : jobs) {
     out.push_back(link(job, device, arch, cache));
-    if (pointwise_block == 0 && (job.disk_hit || job.shared)) counters().cache_hits++;
+    if (block == 0 && (job.disk_hit || job.shared)) counters().cache_hits++;
   }
-  if (pointwise_block == 0) counters().kernels += static_cast<int64_t>(jobs.size());
+  if (block == 0) counters().kernels += static_cast<int64_t>(jobs.size());
   return out;
 }
 }  // namespace
@@ -284,10 +285,10 @@ std::vector<LoadedKernel> compile_kernels(const std::vector<const ir::Kernel*>& 
 }
 
 std::vector<LoadedKernel> compile_block_variants(const std::vector<const ir::Kernel*>& kernels,
-                                                 int device, int pointwise_block) {
+                                                 int device, int block) {
   std::vector<Job> jobs(kernels.size());
   for (size_t i = 0; i < kernels.size(); ++i) jobs[i].kernel = kernels[i];
-  return run_jobs(jobs, device, std::max(1, pointwise_block));
+  return run_jobs(jobs, device, std::max(1, block));
 }
 
 std::vector<LoadedKernel> load_kernels(const std::vector<codegen::cuda::CudaKernel>& specs,

@@ -26,7 +26,8 @@ struct LoadedKernel {
   // Runtime sizes: the entries' last parameter (CudaKernel::dims, each number dim_bytes wide),
   // passed by value at every launch; empty: no such parameter.
   std::vector<unsigned char> dims;
-  std::string tune_key;  // the body's hash (same for kernels differing only in name)
+  std::string tune_key;           // the body's hash (same for kernels differing only in name)
+  std::vector<int> other_blocks;  // CudaKernel::other_blocks: max-autotune's other builds
   // Keeps fn's module loaded: the module is unloaded once the last kernel
   // using it is gone (unload_dead_modules). Launch fn only while holding it.
   std::shared_ptr<const void> module;
@@ -43,10 +44,11 @@ codegen::cuda::Target target_for(int device);
 std::vector<LoadedKernel> compile_kernels(const std::vector<const ir::Kernel*>& kernels,
                                           int device);
 
-// The same with pointwise kernels `pointwise_block` threads a block (Target::pointwise_block):
-// max-autotune's other launch configurations. Not counted in counters().kernels.
+// The same built at `block` threads a block (Target::pointwise_block for pointwise kernels,
+// Target::reduce_block for reductions): max-autotune's other launch configurations. Not
+// counted in counters().kernels.
 std::vector<LoadedKernel> compile_block_variants(const std::vector<const ir::Kernel*>& kernels,
-                                                 int device, int pointwise_block);
+                                                 int device, int block);
 
 // The same from CUDA C already written (tests, hand-written kernels).
 std::vector<LoadedKernel> load_kernels(const std::vector<codegen::cuda::CudaKernel>& specs,

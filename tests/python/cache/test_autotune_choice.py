@@ -168,3 +168,50 @@ def test_a_launch_bound_kernel_keeps_its_default_untried(cache):
     tried = []
     grid, _, _ = _C._autotune_choose_grid("short", "gpu", 264, 10000, _timer({264: 4.0}, tried))
     assert (grid, tried) == (264, [264])
+
+
+# A warp-row reduction built at its own 256 threads a block and at 128 and 512 (rows a block),
+# with its scalar entry beside the vector one: each build tries only fewer blocks than its own
+# grid (one a row group), and the scalar entry is a launch like any other.
+REDUCTION = [
+    ("block 256", 1024, 1024),
+    ("block 128", 2048, 2048),
+    ("block 512", 512, 512),
+    ("block 256 scalar", 1024, 1024),
+]
+
+
+def test_reduction_builds_try_only_fewer_blocks_and_the_fastest_is_cached(cache):
+    tried = []
+    variant, grid, cached, report = _C._autotune_choose_launch(
+        "red-builds", "gpu", REDUCTION, _launch_timer({(1, 1024): 60.0, (3, 512): 70.0}, tried)
+    )
+    assert (variant, grid, cached) == (1, 1024, False)
+    for v, (_, own, _) in enumerate(REDUCTION):
+        assert sorted({g for w, g in tried if w == v}) == [own // 8, own // 4, own // 2, own]
+    assert "-> block 128 grid 1024" in report
+    script = (
+        "from torchlite import _C\n"
+        "def never(variant, grid): raise AssertionError('timed again')\n"
+        f"print(_C._autotune_choose_launch('red-builds', 'gpu', {REDUCTION!r}, never)[:3])\n"
+    )
+    env = dict(os.environ, TORCHLITE_CACHE_DIR=str(cache))
+    assert run_python(script, env).strip().splitlines()[-1] == "(1, 1024, True)"
+
+
+def test_the_scalar_entry_is_kept_when_it_is_clearly_faster(cache):
+    variant, grid, _, report = _C._autotune_choose_launch(
+        "red-scalar", "gpu", REDUCTION, _launch_timer({(3, 1024): 50.0}, [])
+    )
+    assert (variant, grid) == (3, 1024) and "-> block 256 scalar grid 1024" in report
+
+
+@pytest.mark.parametrize("others", [100.0, 100.5, 140.0])
+def test_no_launch_slower_than_or_as_fast_as_the_default_replaces_it(cache, others):
+    # "never slower than default": the default is timed in the same trial, and a tie (or a
+    # gain inside the 3% margin) keeps it.
+    def time_us(variant, grid):
+        return 100.0 if (variant, grid) == (0, 1024) else others
+
+    variant, grid, _, _ = _C._autotune_choose_launch(f"red-tie-{others}", "gpu", REDUCTION, time_us)
+    assert (variant, grid) == (0, 1024)

@@ -469,10 +469,16 @@ def test_autotune_choices_are_cached_and_reused_by_another_process(tmp_path):
     first = run()
     assert first["trials"] >= 2 and first["cached"] == 0
     reports = [p.read_text() for p in (tmp_path / "dbg").rglob("autotune.txt")]
-    assert reports and all(re.search(r"-> (block \d+ )?grid", r) for r in reports), reports
+    assert reports and all(re.search(r"-> (block \d+ )?(scalar )?grid", r) for r in reports), (
+        reports
+    )
     # pointwise kernels are built at other block sizes too (f's kernel): every build is timed
     assert any("block 128 grid" in r and "block 512 grid" in r for r in reports), reports
     assert any("kept -> " in r for r in reports), reports  # a launch-bound kernel, untried
+    # reductions too (g's warp rows at 8192 x 768: 256 threads a block, grid 1024), and a
+    # kernel with a vector entry tries its scalar one
+    assert any("block 128 grid 2048" in r and "block 512 grid 512" in r for r in reports), reports
+    assert any("block 256 scalar grid" in r for r in reports), reports
     assert len(reports) >= 3, reports  # f at two sizes, g at three
     assert list((tmp_path / "cache" / "tune").glob("*.tune"))
     second = run()
