@@ -623,7 +623,8 @@ std::vector<std::string> Writer::pack_guards(int u) {
   std::vector<char> always(n, 0), reached(n, 0);
   for (const auto& o : k_.outputs) always[o.expr] = reached[o.expr] = 1;
   std::string su = std::to_string(u);
-  // Only coordinates along other axes are read here (pack_uniform): the pack's offsets.
+  // Conditions are computed at the pack's first element (its offsets): pack_uniform ones have
+  // that value over the whole pack.
   new_scope([su](int buf) { return "o" + su + "_" + std::to_string(buf); }, "i" + su);
   auto give = [&](int from, int to, const std::string& cond) {
     if (always[to]) return;

@@ -13,6 +13,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import nvrtc_missing
 
 import torchlite
 from torchlite import _C
@@ -290,6 +291,8 @@ def test_channel_cat_packs_read_only_the_part_they_take(channels):
     # The parts' conditions exclude each other: each later part's guard negates the earlier.
     firsts = [g.split(" && ")[0] for g in guards.values()]
     assert firsts[0] == firsts[1].lstrip("!"), guards
+    if not nvrtc_missing():
+        assert f".entry {name}_v(".encode() in _C.nvrtc_compile(source, name, "compute_90")
 
 
 @pytest.mark.parametrize("channels", [(12, 20), (4, 28)])
