@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -114,12 +115,22 @@ class Writer {
   // load when its offsets are contiguous and aligned, one element when they are
   // all one, else element by element).
   void gather_pack(int u, int i, int width, const std::string& name, const std::string& guard);
-  // True when expr i has one value over a pack (coordinates of other axes, constants).
+  // True when expr i has one value over a pack (coordinates of other axes, constants, and
+  // comparisons of a coordinate along the pack with a bound on a pack boundary: a cat's
+  // part test along the innermost axis, unit_start).
   bool pack_uniform(int i) const;
+  // For an integer expr that steps by exactly 1 along a pack of `width` elements: its value
+  // at the pack's first element modulo `width` (every pack starts there); nullopt when that
+  // is not known at emission time (another step, runtime sizes, misaligned strides).
+  std::optional<int64_t> unit_start(int i, int width) const;
+  // Expr i is x < t, x <= t, x > t or x >= t (either order) of such an x with a constant t
+  // whose edge falls on a pack boundary: one value over a pack.
+  bool boundary_test(int i) const;
   // Vectorised entry, step u: per expr, the condition (C text, computed here at the
   // pack's first element) under which some output uses its value; empty: always.
-  // Only Wheres with a pack-uniform condition (stack's part, a cat along an outer axis)
-  // narrow it, so a pack reads the parts its outputs take.
+  // Only Wheres with a pack-uniform condition (stack's part, a cat along an outer axis or
+  // along the packs with its bounds on pack boundaries) narrow it, so a pack reads the
+  // parts its outputs take.
   std::vector<std::string> pack_guards(int u);
   int64_t grid_for(int64_t threads, int block) const;
 

@@ -530,10 +530,84 @@ bool Writer::packable_gather(int i) const {
   return (st == 0 && by != Steps::Other) || (st == 1 && by == Steps::Zero);
 }
 
+std::optional<int64_t> Writer::unit_start(int i, int width) const {
+  const ir::Expr& e = k_.exprs[i];
+  // Coordinates and sums of them are i64, or i32 after narrow_index_math; a narrower type wraps.
+  if ((e.type != ST::I64 && e.type != ST::I32) || k_.runtime_sizes) return std::nullopt;
+  const size_t inner = s_.outer.size() - 1;
+  auto constant = [&](int o) -> std::optional<int64_t> {
+    const ir::Expr& c = k_.exprs[o];
+    if (c.op != ExprOp::Constant || ir::is_floating(c.type)) return std::nullopt;
+    return c.ivalue;
+  };
+  switch (e.op) {
+    case ExprOp::Index: {
+      // NOTE: a pack starts at a linear index that is a multiple of `width` and, over several
+      // axes, the innermost size is whole packs (vector_width): the coordinate along it is a
+      // multiple of `width` there, and the coordinate buffer's value is too when its offset
+      // and its strides along the other axes are.
+      auto it = s_.index_buffer.find(e.ivalue);
+      if (it == s_.index_buffer.end() || s_.strides[it->second][inner] != 1) return std::nullopt;
+      if (s_.offsets[it->second] % width != 0) return std::nullopt;
+      for (size_t d = 0; d < inner; ++d)
+        if (s_.strides[it->second][d] % width != 0) return std::nullopt;
+      return 0;
+    }
+    case ExprOp::Cast:
+      return unit_start(e.operands[0], width);
+    case ExprOp::Add: {
+      if (auto c = constant(e.operands[1]))
+        if (auto r = unit_start(e.operands[0], width)) return (*r + *c) % width;
+      if (auto c = constant(e.operands[0]))
+        if (auto r = unit_start(e.operands[1], width)) return (*r + *c) % width;
+      return std::nullopt;
+    }
+    case ExprOp::Sub:
+      if (auto c = constant(e.operands[1]))
+        if (auto r = unit_start(e.operands[0], width)) return (*r - *c) % width;
+      return std::nullopt;
+    default:
+      return std::nullopt;
+  }
+}
+
+bool Writer::boundary_test(int i) const {
+  const ir::Expr& e = k_.exprs[i];
+  if (e.op != ExprOp::Lt && e.op != ExprOp::Le && e.op != ExprOp::Gt && e.op != ExprOp::Ge)
+    return false;
+  const int width = pack_width(s_.outer.size() - 1);
+  if (width <= 1) return false;
+  auto bound = [&](int o) -> std::optional<int64_t> {
+    const ir::Expr& c = k_.exprs[o];
+    if (c.op != ExprOp::Constant || ir::is_floating(c.type)) return std::nullopt;
+    return c.ivalue;
+  };
+  const int a = e.operands[0], b = e.operands[1];
+  std::optional<int64_t> r, t;
+  bool strict_left;  // the test is x < t (Lt, Ge) rather than x <= t (Le, Gt), x on the left
+  if ((t = bound(b)) && (r = unit_start(a, width))) {
+    strict_left = e.op == ExprOp::Lt || e.op == ExprOp::Ge;
+  } else if ((t = bound(a)) && (r = unit_start(b, width))) {
+    strict_left = e.op == ExprOp::Gt || e.op == ExprOp::Le;  // t > x is x < t
+  } else {
+    return false;
+  }
+  const int64_t edge = strict_left ? *t : *t + 1;
+  return ((edge - *r) % width + width) % width == 0;
+}
+
 bool Writer::pack_uniform(int i) const {
   const ir::Expr& e = k_.exprs[i];
   if (e.op == ExprOp::Constant) return true;
   if (e.op == ExprOp::Index) return inner_steps(i) == Steps::Zero;
+  // NOTE: a cat along the innermost axis picks its part by comparing the coordinate along the
+  // pack with the parts' bounds. A comparison x < t of a value x stepping by 1 with a constant
+  // t is one value over a pack when t falls on a pack boundary (x < t == x0 < t for x0 <= x <
+  // x0 + width when t - x0 is a multiple of width); <=, >, >= are such a test with t or t + 1.
+  // Then a pack reads only the part it takes (inception_v3's four-branch channel cats loaded
+  // from every part for every pack: a 16-byte pack of its own part and one element of each
+  // other part at its clamped coordinate, with their address arithmetic).
+  if (boundary_test(i)) return true;
   if (e.op == ExprOp::Load || is_gather(e.op) || is_reduce(e.op) || e.op == ExprOp::CheckIndex ||
       ir::is_floating(e.type))
     return false;
@@ -549,7 +623,8 @@ std::vector<std::string> Writer::pack_guards(int u) {
   std::vector<char> always(n, 0), reached(n, 0);
   for (const auto& o : k_.outputs) always[o.expr] = reached[o.expr] = 1;
   std::string su = std::to_string(u);
-  // Only coordinates along other axes are read here (pack_uniform): the pack's offsets.
+  // Conditions are computed at the pack's first element (its offsets): pack_uniform ones have
+  // that value over the whole pack.
   new_scope([su](int buf) { return "o" + su + "_" + std::to_string(buf); }, "i" + su);
   auto give = [&](int from, int to, const std::string& cond) {
     if (always[to]) return;

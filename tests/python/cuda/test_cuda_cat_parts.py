@@ -5,6 +5,7 @@ and in training, in one kernel where the parts' producers fuse."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 from helpers import compiled_on_cuda
 
 import torchlite
@@ -88,3 +89,27 @@ def test_rotary_training_gradients_match_eager(dtype):
     eout, eg = grads(rope_of_qkv)
     torch.testing.assert_close(out, eout, **tol(dtype))
     torch.testing.assert_close(g, eg, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels", [(64, 64, 96, 32), (16, 8, 24), (12, 20), (4, 28)], ids=str)
+def test_channels_last_channel_cat_matches_eager(dtype, channels):
+    # inception's four-branch cat: packs read only their own part when every bound is on a
+    # pack boundary (test_cuda_vector_entries.py checks the text), every part otherwise.
+    parts = [
+        torch.randn(3, c, 5, 7, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+        for c in channels
+    ]
+    _, made = compiled_on_cuda(
+        lambda *ps: torch.cat([torch.relu(p) * (i + 1) for i, p in enumerate(ps)], 1),
+        *parts,
+        **tol(dtype),
+    )
+    assert made == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("pad", [(8, 16), (3, 5), (0, 8)], ids=str)
+def test_padding_along_the_innermost_axis_matches_eager(dtype, pad):
+    x = torch.randn(4, 6, 32, device="cuda", dtype=dtype)
+    compiled_on_cuda(lambda x: F.pad(x.sin(), pad) + 1, x, **tol(dtype))

@@ -13,6 +13,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import nvrtc_missing
 
 import torchlite
 from torchlite import _C
@@ -262,3 +263,74 @@ def test_stack_packs_read_only_the_part_their_point_takes():
     vec = _vector_source(name, source, launch)
     guarded = re.findall(r"if \([^\n]*\) p0_(\d+) = \*reinterpret_cast", vec)
     assert sorted(guarded) == ["0", "1", "2"], vec
+
+
+def _channel_cat(*parts):
+    # inception's blocks: each branch's activation, joined along the channels
+    return torch.cat([torch.relu(p) for p in parts], 1)
+
+
+def _gather_packs(vec):
+    """{gather pack name: its guard, or None when read always} of step 0."""
+    found = re.findall(r"tl_pack<unsigned short, 8> (g0_\d+)(\{\};\n\s*if \(([^\n]*)\) \{|;)", vec)
+    return {name: guard or None for name, _, guard in found}
+
+
+@pytest.mark.parametrize("channels", [(64, 64, 96, 32), (192, 192, 192, 192), (16, 8)])
+def test_channel_cat_packs_read_only_the_part_they_take(channels):
+    """A channels-last cat along the channels picks its part by the channel coordinate, which
+    runs along the packs; with every part's bound on a pack boundary the test is one value a
+    pack, so a pack reads only its own part (it read every part: 4x the traffic of
+    inception_v3's four-branch cats)."""
+    parts = [
+        torch.randn(2, c, 3, 5, dtype=BF16).to(memory_format=torch.channels_last) for c in channels
+    ]
+    ((name, source, launch),) = _kernels(_channel_cat, *parts)
+    guards = _gather_packs(_vector_source(name, source, launch))
+    assert len(guards) == len(channels) and all(guards.values()), guards
+    # The parts' conditions exclude each other: each later part's guard negates the earlier.
+    firsts = [g.split(" && ")[0] for g in guards.values()]
+    assert firsts[0] == firsts[1].lstrip("!"), guards
+    if not nvrtc_missing():
+        assert f".entry {name}_v(".encode() in _C.nvrtc_compile(source, name, "compute_90")
+
+
+@pytest.mark.parametrize("channels", [(12, 20), (4, 28)])
+def test_channel_cat_parts_off_pack_boundaries_read_every_part(channels):
+    # A pack straddles the bound 12 (or 4): its elements take both parts.
+    parts = [
+        torch.randn(2, c, 3, 5, dtype=BF16).to(memory_format=torch.channels_last) for c in channels
+    ]
+    ((name, source, launch),) = _kernels(_channel_cat, *parts)
+    guards = _gather_packs(_vector_source(name, source, launch))
+    assert len(guards) == 2 and not any(guards.values()), guards
+
+
+@pytest.mark.parametrize(
+    "pad,guarded", [((8, 16), True), ((3, 5), False)], ids=["on-packs", "off-packs"]
+)
+def test_padding_along_the_packs_reads_only_inside(pad, guarded):
+    # F.pad's test lo <= x < lo + n (a reversed comparison and an And) is one value a pack when
+    # both bounds fall on pack boundaries: packs of the padding read nothing.
+    x = torch.randn(4, 6, 32, dtype=BF16)
+    ((name, source, launch),) = [k for k in _kernels(lambda x: F.pad(x, pad), x) if "pad" in k[0]]
+    if not launch["vector_name"]:
+        assert not guarded
+        return
+    guards = _gather_packs(_vector_source(name, source, launch))
+    assert len(guards) == 1 and bool(next(iter(guards.values()))) == guarded, (guards, source)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_cat_along_an_outer_axis_packs_read_only_their_part(dim):
+    # The part test compares a coordinate of another axis than the packs' with the bound: one
+    # value a pack whatever the bound.
+    x, y = torch.randn(37, 5, 64, dtype=BF16), torch.randn(37, 3, 64, dtype=BF16)
+    if dim == 0:
+        x, y = x[:, :3], y[:7].expand(7, 3, 64).contiguous()
+    fn = lambda x, y: torch.cat([x.cos(), y * 2], dim) + 1
+    ((name, source, launch),) = _kernels(fn, x, y)
+    vec = _vector_source(name, source, launch)
+    guarded = re.findall(r"if \([^\n]*\) p0_(\d+) = \*reinterpret_cast", vec)
+    guards = _gather_packs(vec)
+    assert len(guarded) + sum(bool(g) for g in guards.values()) == 2, vec
