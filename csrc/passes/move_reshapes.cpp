@@ -35,6 +35,14 @@ bool contiguous(const ir::TensorMeta& m) {
   return true;
 }
 
+// The same strides on every axis of more than one element (sizes equal).
+bool same_layout(const ir::TensorMeta& a, const ir::TensorMeta& b) {
+  if (a.sizes != b.sizes || a.strides.size() != b.strides.size()) return false;
+  for (size_t i = 0; i < a.sizes.size(); ++i)
+    if (a.sizes[i] != 1 && a.strides[i] != b.strides[i]) return false;
+  return true;
+}
+
 std::vector<int64_t> without_ones(const std::vector<int64_t>& v) {
   std::vector<int64_t> out;
   for (int64_t x : v)
@@ -502,9 +510,16 @@ class Mover {
           (without_leading_ones(*sizes) == without_leading_ones(x->meta->sizes) ||
            numel(x->meta->sizes) == 1))
         return true;
-      if (!contiguous(*x->meta) || !fresh(x)) return false;
+      if (!fresh(x)) return false;
       for (const Move& m : moved)
         if (m.x == x) return m.sizes == *sizes;  // an operand read twice (x * x)
+      if (!contiguous(*x->meta)) {
+        // NOTE: a strided view of memory (a padded product narrowed back, passes/pad_matmuls.h)
+        // that torch views at the new sizes: reshaped where it is, read through its strides.
+        if (!memory_view(x, info) || !views_as(*x, *sizes)) return false;
+        moved.push_back({x, std::move(*sizes), nullptr});
+        return true;
+      }
       std::shared_ptr<Moves> inner;
       if (!in_memory(x, info)) {
         std::optional<Moves> sub = plan_move(x, p, *sizes, info, depth + 1);
@@ -519,6 +534,32 @@ class Mover {
     for (const auto& kv : p->kwargs)
       if (!plan(kv.second)) return std::nullopt;
     return moved;
+  }
+
+  // A value read from memory as it is: a graph input, an extern's result, or a view of one
+  // (a kernel computes none of them).
+  static bool memory_view(const Node* x, const GraphInfo& info) {
+    if (x->op == ir::OpKind::Placeholder) return true;
+    std::optional<OpLowering> l = lower_node(*x, info);
+    if (!l) return true;
+    if (l->kind != OpLowering::Kind::View && l->kind != OpLowering::Kind::StridedView) return false;
+    return !l->inputs.empty() && memory_view(l->inputs[0], info);
+  }
+
+  // True when torch views `x`'s traced value at `sizes` (no copy): the same elements in the
+  // same order, addressed through x's memory.
+  static bool views_as(const Node& x, const std::vector<int64_t>& sizes) {
+    if (!x.example) return false;
+    PyRef shape = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(sizes.size())));
+    if (!shape) throw PythonError();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      PyObject* v = PyLong_FromLongLong(sizes[i]);
+      if (!v) throw PythonError();
+      PyTuple_SET_ITEM(shape.get(), static_cast<Py_ssize_t>(i), v);
+    }
+    PyRef viewed = PyRef::steal(PyObject_CallMethod(x.example.get(), "view", "O", shape.get()));
+    if (!viewed) PyErr_Clear();
+    return static_cast<bool>(viewed);
   }
 
   // p's op again, at sizes `to`, on its operands as `moved` says (before `pos`): each operand
@@ -561,6 +602,9 @@ class Mover {
     if (!plan) return false;
     std::vector<Node*> made;
     Node* q = rebuild(p, r->meta->sizes, *plan, r, made);
+    // NOTE: readers were compiled for r's layout; an operand read through its strides must not
+    // change it (a conversion keeps its input's layout where that is dense).
+    if (q && !same_layout(*q->meta, *r->meta)) q = nullptr;
     if (!q) {
       // NOTE: not the op it was: left as it was, the nodes made erased (users first)
       for (auto it = made.rbegin(); it != made.rend(); ++it) g_.erase(*it);

@@ -30,7 +30,9 @@ bool padding_pays(int64_t m, int64_t k, int64_t n, int64_t mp, int64_t kp, int64
 // any device (for tests: the CPU shows the same rewrite); false none. Graph
 // outputs whose strides the narrowed product changed are copied back into
 // their traced layout (a training forward's saved values are read by kernels
-// compiled for it). Returns how many products were padded.
+// compiled for it); outputs that are the product or reshapes of it (the logits
+// returned to the caller and those saved for backward) share one copy, each a
+// view of it. Returns how many products were padded.
 int pad_unaligned_matmuls(ir::Graph& graph, std::optional<bool> setting);
 
 }  // namespace tl::passes
