@@ -7,6 +7,8 @@ the resume function takes an int argument equal to a size of one of its tensor a
 size (guarded `n == y.size(d)`), so views, slices and arithmetic after the break by `b, t =
 x.shape` stay size-generic. Every size is checked against eager."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -139,8 +141,17 @@ def _break_in_a_loop(x):
 
 
 def test_a_break_inside_a_loop_keeps_the_sizes_symbolic():
-    frames = _sweep(_break_in_a_loop, lambda n: (torch.randn(2, n),), [5, 9, 17, 33, 12, 21])
-    assert sum(frames[2:]) == 0, frames
+    # The loop's body is a function of its own (called per iteration), broken again at the
+    # print: its entries serve every length from the second on, with new sizes compiled as size
+    # instances (before: 8 captures at each length, then cache_size_limit: eager).
+    torchlite.reset()
+    before = torchlite.counters()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # cache_size_limit: "running eagerly"
+        frames = _sweep(_break_in_a_loop, lambda n: (torch.randn(2, n),), [5, 9, 17, 33, 12, 21])
+    after = torchlite.counters()
+    assert frames[1] <= 4 and sum(frames[2:]) == 0, frames
+    assert after["size_instances"] - before["size_instances"] >= 4
 
 
 def _two_breaks(x):
@@ -266,3 +277,14 @@ def test_a_block_with_a_break_in_the_middle_captures_a_bounded_number_of_times()
     assert frames == [2, 2, 0, 0, 0, 0, 0], frames
     assert after["graphs"] - before["graphs"] == 4
     assert after["size_instances"] - before["size_instances"] >= 2 * 4
+
+
+def _returns_a_size(x):
+    return (x * 2).sum(-1), x.size(1) * 2 + 1
+
+
+def test_a_size_in_a_frames_result_is_this_calls():
+    # The result is rebuilt after the graph: 2 * t + 1 is read from this call's x, so the
+    # size-generic entry serves every length (before: a relation `2*s1 + 1 == 11` per length).
+    frames = _sweep(_returns_a_size, lambda n: (torch.randn(3, n),), [5, 9, 17, 33, 12])
+    assert frames == [1, 1, 0, 0, 0], frames
