@@ -688,8 +688,11 @@ std::unordered_set<const Value*> hand_on_sizes(CaptureContext& ctx,
 // The state CPython needs at the instruction the tracer stopped at.
 // `route_step`: the break is at an optimizer's step (optimizer_step.h), which CPython calls as
 // torchlite's compiled step instead.
+// `hints`: the top-level frame's plan, whose inputs the SymSize residuals read by their local
+// names (record_size_hint); an inlined level's locals are other variables.
 ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const CaptureContext::Stopped& at,
-                       PyCodeObject* code, int index, bool region, bool route_step) {
+                       PyCodeObject* code, int index, bool region, bool route_step,
+                       bool hints = true) {
   ResumePlan plan;
   plan.index = index;
   plan.region = region;
@@ -745,7 +748,7 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const CaptureCo
   for (int i : passed) {
     plan.local_slots.push_back(i);
     plan.locals.push_back(resume_value(rb, locals[i]));
-    if (plan.locals.back().value.kind == ir::Residual::Kind::SymSize)
+    if (hints && plan.locals.back().value.kind == ir::Residual::Kind::SymSize)
       record_size_hint(code, utf8(PyTuple_GET_ITEM(code->co_localsplusnames, i)),
                        plan.locals.back().value);
   }
@@ -788,7 +791,7 @@ std::vector<ResumePlan::Level> nested_levels(CaptureContext& ctx, ResidualBuilde
   std::vector<ResumePlan::Level> out;
   for (size_t d = 1; d < path.size(); ++d) {
     auto* code = reinterpret_cast<PyCodeObject*>(path[d].code.get());
-    ResumePlan p = resume_plan(ctx, rb, frames[d], code, path[d].index, false, false);
+    ResumePlan p = resume_plan(ctx, rb, frames[d], code, path[d].index, false, false, false);
     for (char c : p.stack)
       if (c == static_cast<char>(bytecode::Slot::ExitTrue) ||
           c == static_cast<char>(bytecode::Slot::ExitFalse))
