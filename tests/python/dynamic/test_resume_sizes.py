@@ -288,3 +288,12 @@ def test_a_size_in_a_frames_result_is_this_calls():
     # size-generic entry serves every length (before: a relation `2*s1 + 1 == 11` per length).
     frames = _sweep(_returns_a_size, lambda n: (torch.randn(3, n),), [5, 9, 17, 33, 12])
     assert frames == [1, 1, 0, 0, 0], frames
+
+
+def test_explain_names_the_size_an_int_argument_is_taken_as():
+    out = torchlite.explain(_slice_by_sizes_after_the_break)(torch.randn(4, 10))
+    guards = "\n".join(out.guards)
+    # h = t // 2 and t, handed on by the break, taken as sizes of the resume function's x.
+    assert "SIZE_EQUALS L['h'] == s0//2; s0 = L['x'].size(1)" in guards, guards
+    assert "SIZE_EQUALS L['t'] == s0; s0 = L['x'].size(1)" in guards, guards
+    assert "EQUALS_MATCH L['h']" not in guards, guards
