@@ -297,3 +297,20 @@ def test_explain_names_the_size_an_int_argument_is_taken_as():
     assert "SIZE_EQUALS L['h'] == s0//2; s0 = L['x'].size(1)" in guards, guards
     assert "SIZE_EQUALS L['t'] == s0; s0 = L['x'].size(1)" in guards, guards
     assert "EQUALS_MATCH L['h']" not in guards, guards
+
+
+def _embedding_after_the_break(ids, w):
+    t = ids.size(0)
+    print(end="")  # a graph break
+    return torch.nn.functional.embedding(ids, w), t
+
+
+def test_a_graph_with_nothing_to_fuse_after_the_break_serves_every_size():
+    # The resume function's graph (an embedding alone) runs op by op; t is a symbol there
+    # (ids.size(0)) that reaches no op: the graph as captured serves every length (before: exact
+    # sizes, a capture per length, as soon as the trace held a symbol).
+    w = torch.randn(10, 4)
+    frames = _sweep(
+        _embedding_after_the_break, lambda n: (torch.randint(0, 10, (n,)), w), [5, 9, 17, 33, 12]
+    )
+    assert frames == [2, 2, 0, 0, 0], frames
