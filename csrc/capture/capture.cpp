@@ -38,6 +38,90 @@ bool is_mutable_built(const ValuePtr& v) {
   return v->kind == VKind::List || v->kind == VKind::Dict || (v->kind == VKind::Object && v->flag);
 }
 
+// Adds the symbols `e` reads to `out`.
+void symbols_of(const ir::SymExpr& e, std::unordered_set<int>& out) {
+  if (e.op == ir::SymOp::Sym) out.insert(static_cast<int>(e.value));
+  for (const ir::SymExprPtr& a : e.args) symbols_of(*a, out);
+}
+
+// True when every symbol of `e` is a size of an input tensor read from the frame: its value at
+// any call can be read there (ir::Residual::Kind::SymSize).
+bool of_input_sizes(const CaptureContext& ctx, const ir::SymExpr& e) {
+  std::unordered_set<int> syms;
+  symbols_of(e, syms);
+  for (int k : syms) {
+    if (k < 0 || k >= static_cast<int>(ctx.sym_table.size())) return false;
+    const ir::Node* n = ctx.sym_table[k].first;
+    if (!n || n->op != ir::OpKind::Placeholder || !n->source) return false;
+  }
+  return true;
+}
+
+// `e` with each symbol k replaced by `by(k)`.
+ir::SymExprPtr substitute(const ir::SymExprPtr& e, const std::function<ir::SymExprPtr(int)>& by) {
+  switch (e->op) {
+    case ir::SymOp::Int:
+      return e;
+    case ir::SymOp::Sym:
+      return by(static_cast<int>(e->value));
+    case ir::SymOp::Add:
+    case ir::SymOp::Mul: {
+      ir::SymExprPtr out = substitute(e->args[0], by);
+      for (size_t i = 1; i < e->args.size(); ++i)
+        out = e->op == ir::SymOp::Add ? ir::sym_add(out, substitute(e->args[i], by))
+                                      : ir::sym_mul(out, substitute(e->args[i], by));
+      return out;
+    }
+    case ir::SymOp::FloorDiv:
+      return ir::sym_floordiv(substitute(e->args[0], by), substitute(e->args[1], by));
+    case ir::SymOp::Mod:
+      return ir::sym_mod(substitute(e->args[0], by), substitute(e->args[1], by));
+    case ir::SymOp::Min:
+      return ir::sym_min(substitute(e->args[0], by), substitute(e->args[1], by));
+    case ir::SymOp::Max:
+      return ir::sym_max(substitute(e->args[0], by), substitute(e->args[1], by));
+  }
+  TL_CHECK(false) << "unknown size expression";
+}
+
+// Ints handed on at a break as sizes (SymSize), by the user's code and the local's name: `h =
+// t // 2` is `x.size(1) // 2` with symbol k = size dims[k].second of the local named
+// dims[k].first. The resume function (a frame of its own, whose locals keep their names) takes
+// its int argument `h` as that expression of its own argument `x`'s size when it holds there
+// (size_argument). A hint only: the resume function guards what it relies on (SIZE_EQUALS),
+// so the last break to write one wins.
+struct SizeHint {
+  ir::SymExprPtr expr;
+  std::vector<std::pair<std::string, int>> dims;
+};
+struct CodeHints {
+  PyRef code;  // NOTE: held, so its address is never reused by another code object
+  std::unordered_map<std::string, SizeHint> by_name;
+};
+std::unordered_map<PyCodeObject*, CodeHints>& size_hints() {
+  static auto* hints = new std::unordered_map<PyCodeObject*, CodeHints>();  // NOTE: never freed
+  return *hints;
+}
+
+// Records the hint for the local `name` of `code` handed on as `r` (a SymSize residual) when
+// every size it reads is of a local (a tensor argument the resume function may take too).
+void record_size_hint(PyCodeObject* code, const std::string& name, const ir::Residual& r) {
+  SizeHint hint;
+  std::unordered_map<int, int> renumber;
+  for (size_t k = 0; k < r.sym_dims.size(); ++k) {
+    const auto& [src, dim] = r.sym_dims[k];
+    if (!src) continue;
+    if (src->kind != ir::SourceKind::Local) return;
+    renumber[static_cast<int>(k)] = static_cast<int>(hint.dims.size());
+    hint.dims.emplace_back(src->name, dim);
+  }
+  hint.expr = substitute(r.sym, [&](int k) { return ir::sym_symbol(renumber.at(k)); });
+  PyCodeObject* user = bytecode::user_code_of(code);
+  CodeHints& h = size_hints()[user];
+  if (!h.code) h.code = PyRef::borrow(reinterpret_cast<PyObject*>(user));
+  h.by_name[name] = std::move(hint);
+}
+
 // Converts the values that outlive the frame into residual instructions,
 // collecting the tensors the graph must return.
 class ResidualBuilder {
@@ -90,8 +174,22 @@ class ResidualBuilder {
     return false;
   }
 
+  // The int values handed to CPython (at this break, or in the result) as sizes read at each
+  // call, not as the trace's numbers (hand_on_sizes).
+  void keep_symbolic(std::unordered_set<const Value*> kept) { sym_kept_ = std::move(kept); }
+
   ir::Residual build(const ValuePtr& v) {
     ir::Residual r;
+    if (v->is_const() && v->sym && sym_kept_.count(v.get())) {
+      r.kind = ir::Residual::Kind::SymSize;
+      r.sym = v->sym;
+      std::unordered_set<int> syms;
+      symbols_of(*v->sym, syms);
+      r.sym_dims.resize(ctx_.sym_table.size());
+      for (int k : syms)
+        r.sym_dims[k] = {ctx_.sym_table[k].first->source, ctx_.sym_table[k].second};
+      return r;
+    }
     bool immutable = v->is_const() && is_immutable_constant(v->obj.get());
     if (v->source && !v->is_tensor() && !immutable && read_through_mutated(v->source))
       graph_break("unsupported_value", "a " + v->type_name() + " read from " + v->source->str() +
@@ -297,10 +395,97 @@ class ResidualBuilder {
   std::unordered_map<const Value*, int> function_index_;
   CaptureContext& ctx_;
   bool at_break_;
+  std::unordered_set<const Value*> sym_kept_;
   std::unordered_set<const Value*> rebuilt_;
   std::unordered_map<const ir::Node*, int> output_index_;
   std::vector<ir::Arg> outputs_;
 };
+
+// A tensor argument (a placeholder with a source) among `locals`, by its name in `code`.
+ValuePtr tensor_local(PyCodeObject* code, const std::vector<ValuePtr>& locals,
+                      const std::string& name) {
+  for (int i = 0; i < code->co_nlocals && i < static_cast<int>(locals.size()); ++i) {
+    const ValuePtr& t = locals[i];
+    if (!t || !t->is_tensor() || !t->node || t->node->op != ir::OpKind::Placeholder ||
+        !t->node->source || !t->meta)
+      continue;
+    if (utf8(PyTuple_GET_ITEM(code->co_localsplusnames, i)) == name) return t;
+  }
+  return nullptr;
+}
+
+// The resume function's int argument `n` (`value`, read from `src`) as the expression of its
+// tensor arguments' sizes the break handed it on as (SizeHint), when that expression gives
+// `value` at this call's sizes and is not constant here; else null.
+ValuePtr hinted_size(CaptureContext& ctx, PyCodeObject* code, PyObject* n, long long value,
+                     const ir::SourcePtr& src, const std::vector<ValuePtr>& locals) {
+  auto code_hints = size_hints().find(bytecode::user_code_of(code));
+  if (code_hints == size_hints().end()) return nullptr;
+  auto hint = code_hints->second.by_name.find(src->name);
+  if (hint == code_hints->second.by_name.end()) return nullptr;
+  const SizeHint& h = hint->second;
+  std::vector<int64_t> sizes;
+  std::vector<ir::SymExprPtr> syms;
+  std::vector<std::pair<ir::SourcePtr, int>> guarded;
+  for (const auto& [name, dim] : h.dims) {
+    ValuePtr t = tensor_local(code, locals, name);
+    if (!t) return nullptr;
+    PyRef shape = PyRef::steal(PyObject_GetAttrString(t->meta.get(), "shape"));
+    if (!shape) throw PythonError();
+    if (dim >= PyTuple_GET_SIZE(shape.get())) return nullptr;
+    ValuePtr size = ctx.size_value(t, dim);
+    sizes.push_back(PyLong_AsLongLong(size->obj.get()));
+    syms.push_back(size->sym ? size->sym : ir::sym_int(sizes.back()));
+    guarded.emplace_back(t->node->source, dim);
+  }
+  try {
+    if (h.expr->eval(sizes) != value) return nullptr;
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+  ir::SymExprPtr e = substitute(h.expr, [&](int k) { return syms.at(k); });
+  if (e->constant()) return nullptr;
+  ValuePtr v = Value::constant(PyRef::borrow(n));
+  v->sym = e;
+  ctx.any_sym = true;
+  ctx.guards().add_int_equals_sizes(src, h.expr, std::move(guarded));
+  return v;
+}
+
+// A resume function's int argument `n` (borrowed, read from `src`) that equals a size >= 2 of
+// one of its tensor arguments (`locals`, the first such size in slot and dimension order), as
+// that size: a symbol, so a size-generic entry serves every size with each call's `n` (`b, t =
+// x.shape` before a break, `view(b, t, -1)` after it), guarded by `n == that size` (SIZE_EQUALS)
+// in place of n's value. An int equal to no size (or one equal to another size by chance, which
+// the guard then refuses at other sizes: a capture more, never a wrong number) is guarded by value
+// as before. Null when no tensor argument has that size.
+ValuePtr size_argument(CaptureContext& ctx, PyCodeObject* code, PyObject* n,
+                       const ir::SourcePtr& src, const std::vector<ValuePtr>& locals) {
+  int overflow = 0;
+  const long long value = PyLong_AsLongLongAndOverflow(n, &overflow);
+  if (overflow) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  if (ValuePtr v = hinted_size(ctx, code, n, value, src, locals)) return v;
+  if (value < 2) return nullptr;
+  for (const ValuePtr& t : locals) {
+    if (!t || !t->is_tensor() || !t->node || t->node->op != ir::OpKind::Placeholder ||
+        !t->node->source || !t->meta)
+      continue;
+    PyRef shape = PyRef::steal(PyObject_GetAttrString(t->meta.get(), "shape"));
+    if (!shape) throw PythonError();
+    for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(shape.get()); ++d) {
+      if (PyLong_AsLongLong(PyTuple_GET_ITEM(shape.get(), d)) != value) continue;
+      ValuePtr v = ctx.size_value(t, d);
+      if (!v->sym) return nullptr;
+      ctx.guards().add_int_equals_sizes(src, ir::sym_symbol(0),
+                                        {{t->node->source, static_cast<int>(d)}});
+      return v;
+    }
+  }
+  return nullptr;
+}
 
 // The frame's entry state: argument slots hold raw values; free variables
 // come from the function's closure. A resume function's grad-mode __exit__
@@ -314,6 +499,10 @@ void entry_state(CaptureContext& ctx, PyCodeObject* code, const ir::FrameView& f
     if (code->co_localspluskinds && (PyBytes_AS_STRING(code->co_localspluskinds)[i] & 0x80))
       ++nfree;
   const auto* exits = bytecode::resume_grad_exits(code);
+  // A resume function (or loop body) made by torchlite: its int arguments are what the code
+  // before the break left, often sizes (size_argument).
+  const bool resumed = bytecode::user_code_of(code) != code;
+  std::vector<int> ints;
   for (int i = 0; i < n && i < frame.nlocals; ++i) {
     unsigned char kind = PyBytes_AS_STRING(code->co_localspluskinds)[i];
     if (kind & 0x80) continue;  // CO_FAST_FREE: from the closure below
@@ -328,7 +517,17 @@ void entry_state(CaptureContext& ctx, PyCodeObject* code, const ir::FrameView& f
       }
     }
     std::string name = utf8(PyTuple_GET_ITEM(code->co_localsplusnames, i));
+    if (resumed && PyLong_CheckExact(v)) {
+      ints.push_back(i);  // NOTE: after the tensors, which it may be a size of
+      continue;
+    }
     locals[i] = ctx.wrap(v, ir::Source::local(i, name));
+  }
+  for (int i : ints) {
+    std::string name = utf8(PyTuple_GET_ITEM(code->co_localsplusnames, i));
+    ir::SourcePtr src = ir::Source::local(i, name);
+    if (!(locals[i] = size_argument(ctx, code, frame.locals[i], src, locals)))
+      locals[i] = ctx.wrap(frame.locals[i], src);
   }
   for (int j = 0; j < nfree; ++j) {
     int slot = n - nfree + j;
@@ -450,19 +649,27 @@ std::vector<int> passed_locals(const std::vector<ValuePtr>& locals, PyCodeObject
   return out;
 }
 
-// Every size value CPython receives at a break (the locals, the stack, the frame's cells: what
-// the resume function goes on with) is a plain number from here on: each symbolic one is
-// specialised (a relation `expr == value`), so an entry serving other sizes (a size-generic
-// graph before the break) never hands the resume function this call's number at another size.
+// Every size value CPython receives from the frame (at a break: the locals, the stack, the
+// frame's cells, what the resume function goes on with; else its result) is a plain number
+// from here on. An int computed from the inputs' sizes alone (`t = x.size(1)`, `b * t`) is
+// handed on as the number those sizes give at each call (a SymSize residual, read from the
+// frame's tensors): an entry serving other sizes (a size-generic graph) hands on each call's
+// own number, with nothing to guard. Any other symbolic value is specialised (a relation
+// `expr == value`, checked by the guards). Returns the ints kept symbolic.
 // A lazy iterator may hold sizes where the walk cannot see: the entry then keeps exact sizes.
-void specialise_at_break(CaptureContext& ctx,
-                         const std::vector<const CaptureContext::Stopped*>& frames,
-                         const std::vector<ValuePtr>& cells) {
-  if (!ctx.any_sym) return;
+std::unordered_set<const Value*> hand_on_sizes(CaptureContext& ctx,
+                                               const std::vector<ValuePtr>& roots) {
+  std::unordered_set<const Value*> kept;
+  if (!ctx.any_sym) return kept;
   std::unordered_set<const Value*> seen;
   std::function<void(const ValuePtr&)> walk = [&](const ValuePtr& v) {
     if (!v || !seen.insert(v.get()).second) return;
     if (v->is_const()) {
+      if (v->sym && !v->fsym && !v->sym_slice && PyLong_CheckExact(v->obj.get()) &&
+          of_input_sizes(ctx, *v->sym)) {
+        kept.insert(v.get());
+        return;
+      }
       ctx.specialise(v);
       return;
     }
@@ -474,18 +681,18 @@ void specialise_at_break(CaptureContext& ctx,
     for (const ValuePtr& x : {v->self, v->cell_contents, v->attrs, v->mapping, v->same_object})
       walk(x);
   };
-  for (const CaptureContext::Stopped* f : frames) {
-    for (const ValuePtr& v : f->stack) walk(v);
-    for (const ValuePtr& v : f->locals) walk(v);
-  }
-  for (const ValuePtr& v : cells) walk(v);
+  for (const ValuePtr& v : roots) walk(v);
+  return kept;
 }
 
 // The state CPython needs at the instruction the tracer stopped at.
 // `route_step`: the break is at an optimizer's step (optimizer_step.h), which CPython calls as
 // torchlite's compiled step instead.
+// `hints`: the top-level frame's plan, whose inputs the SymSize residuals read by their local
+// names (record_size_hint); an inlined level's locals are other variables.
 ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const CaptureContext::Stopped& at,
-                       PyCodeObject* code, int index, bool region, bool route_step) {
+                       PyCodeObject* code, int index, bool region, bool route_step,
+                       bool hints = true) {
   ResumePlan plan;
   plan.index = index;
   plan.region = region;
@@ -541,6 +748,9 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const CaptureCo
   for (int i : passed) {
     plan.local_slots.push_back(i);
     plan.locals.push_back(resume_value(rb, locals[i]));
+    if (hints && plan.locals.back().value.kind == ir::Residual::Kind::SymSize)
+      record_size_hint(code, utf8(PyTuple_GET_ITEM(code->co_localsplusnames, i)),
+                       plan.locals.back().value);
   }
   return plan;
 }
@@ -581,7 +791,7 @@ std::vector<ResumePlan::Level> nested_levels(CaptureContext& ctx, ResidualBuilde
   std::vector<ResumePlan::Level> out;
   for (size_t d = 1; d < path.size(); ++d) {
     auto* code = reinterpret_cast<PyCodeObject*>(path[d].code.get());
-    ResumePlan p = resume_plan(ctx, rb, frames[d], code, path[d].index, false, false);
+    ResumePlan p = resume_plan(ctx, rb, frames[d], code, path[d].index, false, false, false);
     for (char c : p.stack)
       if (c == static_cast<char>(bytecode::Slot::ExitTrue) ||
           c == static_cast<char>(bytecode::Slot::ExitFalse))
@@ -653,7 +863,12 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
       std::vector<const CaptureContext::Stopped*> all;
       for (const auto& f : frames) all.push_back(&f);
       std::vector<ValuePtr> cells_at_break = frame_cells(frames[0].locals, code);
-      specialise_at_break(ctx, all, cells_at_break);
+      std::vector<ValuePtr> handed_on = cells_at_break;
+      for (const CaptureContext::Stopped* f : all) {
+        handed_on.insert(handed_on.end(), f->stack.begin(), f->stack.end());
+        handed_on.insert(handed_on.end(), f->locals.begin(), f->locals.end());
+      }
+      rb.keep_symbolic(hand_on_sizes(ctx, handed_on));
       rb.add_frame_cells(cells_at_break);
       out.side_effects = side_effects(ctx, rb);
       out.resume = resume_plan(ctx, rb, frames[0], code, path ? (*path)[0].index : stop_at, region,
@@ -669,6 +884,7 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
         out.resume->nested = nested_levels(ctx, rb, *out.resume, *path, frames);
       }
     } else {
+      rb.keep_symbolic(hand_on_sizes(ctx, {ret}));
       out.result = rb.build(ret);
       out.side_effects = side_effects(ctx, rb);
     }

@@ -436,8 +436,8 @@ void Tracer::step(const bytecode::Instruction& inst) {
 #endif
     case RETURN_VALUE:
       return_value_ = pop();
-      // NOTE: the frame's result is rebuilt from constants: a size in it holds at this size.
-      if (depth_ == 0) ctx_.specialise(return_value_);
+      // NOTE: the frame's result is rebuilt after the graph: a size of the inputs in it is read
+      // from them at each call, any other is specialised (capture.cpp, hand_on_sizes).
       returned_ = true;
       return;
     case RETURN_GENERATOR:

@@ -206,6 +206,25 @@ PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& ou
       TL_CHECK(r.index >= 0 && r.index < static_cast<int>(made.functions.size()))
           << "made function " << r.index << " out of range";
       return made.functions[r.index];
+    case K::SymSize: {
+      // NOTE: read from the frame's own tensors (each is a graph input or guarded): the number
+      // eager computes at this call, whatever sizes the entry serves.
+      std::vector<int64_t> values(r.sym_dims.size(), 0);
+      for (size_t k = 0; k < r.sym_dims.size(); ++k) {
+        const auto& [src, dim] = r.sym_dims[k];
+        if (!src) continue;
+        PyRef t = guards::fetch(*src, frame);
+        if (!t) TL_THROW(Runtime) << "torchlite: " << src->str() << " vanished while running";
+        PyRef shape = PyRef::steal(PyObject_GetAttrString(t.get(), "shape"));
+        if (!shape) throw PythonError();
+        if (!PyTuple_Check(shape.get()) || dim >= PyTuple_GET_SIZE(shape.get()))
+          TL_THROW(Runtime) << "torchlite: " << src->str() << " has no size " << dim;
+        values[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.get(), dim));
+      }
+      PyRef n = PyRef::steal(PyLong_FromLongLong(r.sym->eval(values)));
+      if (!n) throw PythonError();
+      return n;
+    }
     case K::ResumeLocal:
       TL_CHECK(false) << "a resume function's local outside its loop iterator";
   }

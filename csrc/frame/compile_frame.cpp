@@ -1,6 +1,7 @@
 #include "frame/compile_frame.h"
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <sstream>
 
@@ -198,6 +199,26 @@ void relax_sizes_of_opless_entry(PyCodeObject* code, const CompileConfig& config
                                 std::to_string(n) + " tensor(s) (" + why + ")");
 }
 
+// Some argument of `g`'s nodes is computed from a size symbol (an int, a slice or a float the
+// trace took from sizes). Symbols read but never passed to an op nor specialised (no relation)
+// leave nothing of the trace's sizes in the graph: a resume function's int argument taken as a
+// size (capture.cpp `size_argument`) and handed on at its own break or left unused.
+bool uses_symbols(const ir::Graph& g) {
+  std::function<bool(const ir::Arg&)> symbolic = [&](const ir::Arg& a) {
+    if (a.sym || a.sym_slice || a.fsym) return true;
+    for (const ir::Arg& i : a.items)
+      if (symbolic(i)) return true;
+    return false;
+  };
+  for (const auto& n : g.nodes()) {
+    for (const ir::Arg& a : n->args)
+      if (symbolic(a)) return true;
+    for (const auto& [k, a] : n->kwargs)
+      if (symbolic(a)) return true;
+  }
+  return false;
+}
+
 // How the frame goes on after its break, for the graph_breaks log.
 std::string after_break(const capture::CaptureResult& res, const bytecode::BridgeCode* codes) {
   if (!codes) return "the frame runs eagerly (" + res.no_resume + ")";
@@ -333,7 +354,7 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
       // NOTE: a graph with nothing to fuse runs op by op: the captured graph (before the passes)
       // holds no number derived from a size when its trace read none, so it serves every size
       // as it is, raising eager's own error where an op does.
-      if (captured && !executable->compiled() && !ex.training_fn && res.sym_table.empty() &&
+      if (captured && !executable->compiled() && !ex.training_fn && !uses_symbols(*captured) &&
           res.sym_relations.empty()) {
         std::string dims = make_sizes_dynamic(res, dyn.all_dims);
         if (!dims.empty()) {

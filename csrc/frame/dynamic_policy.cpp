@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "bytecode/resume.h"
 #include "core/errors.h"
 #include "frame/code_cache.h"
 
@@ -94,9 +95,14 @@ DynamicChoice choose_dynamic(PyCodeObject* code, const CompileConfig& config,
   }
   if (config.dynamic == 0) return {false, false, ""};
   if (config.dynamic == 1) return {true, true, "dynamic=True"};
-  if (marked) return {true, false, "an input is marked dynamic"};
-  if (has_earlier_entry(code, config.id))
-    return {true, true, "automatic: the frame was compiled before (a new size)"};
+  const bool again = has_earlier_entry(code, config.id);
+  // NOTE: a resume function (or loop body) takes tensors computed before the break, which carry
+  // no marks, beside the marked inputs it was handed (`y = x.view(b, t, -1)`, x marked): once
+  // compiled before, every dimension may change there, as automatic dynamic without marks.
+  // A user's frame with marks keeps its unmarked dimensions exact.
+  if (marked && !(again && bytecode::user_code_of(code) != code))
+    return {true, false, "an input is marked dynamic"};
+  if (again) return {true, true, "automatic: the frame was compiled before (a new size)"};
   return {false, false, ""};
 }
 

@@ -34,15 +34,15 @@ const std::set<std::string>& generic_functions() {
   static const std::set<std::string> names = {
       "operator.add", "operator.sub", "operator.mul", "operator.truediv", "operator.neg",
       "operator.matmul", "operator.pow", "operator.getitem", "operator.gt", "operator.lt",
-      "operator.ge", "operator.le", "operator.eq", "operator.ne",
+      "operator.ge", "operator.le", "operator.eq", "operator.ne", "operator.invert",
       // torch.*
-      "torch.add", "torch.sub", "torch.mul", "torch.div", "torch.neg", "torch.relu",
-      "torch.sigmoid", "torch.tanh", "torch.exp", "torch.log", "torch.sqrt", "torch.rsqrt",
-      "torch.abs", "torch.pow", "torch.matmul", "torch.mm", "torch.bmm", "torch.softmax",
-      "torch.log_softmax", "torch.where", "torch.maximum", "torch.minimum", "torch.clamp",
-      "torch.sin", "torch.cos", "torch.erf", "torch.sum", "torch.mean", "torch.amax", "torch.amin",
-      "torch.transpose", "torch.permute", "torch.cat", "torch.layer_norm",
-      "torch._set_grad_enabled",
+      "torch.bitwise_not", "torch.logical_not", "torch.add", "torch.sub", "torch.mul", "torch.div",
+      "torch.neg", "torch.relu", "torch.sigmoid", "torch.tanh", "torch.exp", "torch.log",
+      "torch.sqrt", "torch.rsqrt", "torch.abs", "torch.pow", "torch.matmul", "torch.mm",
+      "torch.bmm", "torch.softmax", "torch.log_softmax", "torch.where", "torch.maximum",
+      "torch.minimum", "torch.clamp", "torch.sin", "torch.cos", "torch.erf", "torch.sum",
+      "torch.mean", "torch.amax", "torch.amin", "torch.transpose", "torch.permute", "torch.cat",
+      "torch.layer_norm", "torch._set_grad_enabled",
       // torch.nn.functional and its C entry points
       "torch.nn.functional.relu", "torch.nn.functional.gelu", "torch.nn.functional.silu",
       "torch.nn.functional.softmax", "torch.nn.functional.log_softmax",
@@ -73,6 +73,7 @@ const std::set<std::string>& generic_methods() {
       "add", "sub", "mul", "div", "neg", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt",
       "abs", "pow", "softmax", "log_softmax", "sum", "mean", "amax", "amin", "transpose", "permute",
       "t", "matmul", "unsqueeze", "__getitem__", "gelu", "silu", "clamp", "sin", "cos",
+      "bitwise_not", "logical_not",
       // views whose sizes may be symbolic (view and expand always alias; reshape is checked
       // per size: see gives_view)
       "view", "expand", "reshape", "contiguous", "masked_fill", "tril", "triu", "float", "type_as",
@@ -392,7 +393,7 @@ std::string make_sizes_dynamic(capture::CaptureResult& res, bool all_dims) {
     std::set<std::string> graph_inputs;
     for (ir::Node* p : ph)
       if (p->source) graph_inputs.insert(p->source->str());
-    res.guards.make_sizes_dynamic_except(graph_inputs);
+    res.guards.make_sizes_dynamic_except(graph_inputs, 2, true);
   }
   return made;
 }

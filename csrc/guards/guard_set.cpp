@@ -41,6 +41,14 @@ struct Identity {
   SourceFetcher fetch_a, fetch_b;
   bool same;
 };
+
+// `n == expr(sizes)` for an int `n` (GuardSet::add_int_equals_sizes), checked after the tree.
+struct IntEqualsSize {
+  std::string n, text;  // label of n; "L['x'].size(1) // 2"
+  SourceFetcher fetch_n;
+  ir::SymExprPtr expr;
+  std::vector<std::pair<SourceFetcher, int>> sizes;
+};
 }  // namespace
 
 struct GuardSet::Impl {
@@ -49,6 +57,7 @@ struct GuardSet::Impl {
   size_t count = 0;
   std::vector<GuardSet::IdMatchedLocal> id_locals;
   std::vector<Identity> identities;
+  std::vector<IntEqualsSize> int_sizes;
   std::optional<StorageAliasing> storage_aliasing;
   std::optional<SizeRelations> size_relations;
   mutable std::vector<int64_t> symbol_values;  // one per SizeRelations symbol, per check
@@ -207,7 +216,8 @@ bool GuardSet::make_sizes_dynamic(const ir::SourcePtr& s,
 size_t GuardSet::make_all_sizes_dynamic(int64_t min_size) {
   return make_sizes_dynamic_except({}, min_size);
 }
-size_t GuardSet::make_sizes_dynamic_except(const std::set<std::string>& kept, int64_t min_size) {
+size_t GuardSet::make_sizes_dynamic_except(const std::set<std::string>& kept, int64_t min_size,
+                                           bool any_strides) {
   size_t changed = 0;
   std::vector<Node*> todo;
   for (auto& r : impl_->roots) todo.push_back(r.get());
@@ -218,7 +228,7 @@ size_t GuardSet::make_sizes_dynamic_except(const std::set<std::string>& kept, in
     if (kept.count(n->label)) continue;
     for (LeafGuard& g : n->guards) {
       if (g.kind != GuardKind::TensorMatch || !g.tensor || g.tensor->is_dynamic()) continue;
-      TensorMatch relaxed = g.tensor->with_all_sizes_dynamic(min_size);
+      TensorMatch relaxed = g.tensor->with_all_sizes_dynamic(min_size, any_strides);
       if (!relaxed.is_dynamic()) continue;
       g.tensor = std::make_shared<const TensorMatch>(std::move(relaxed));
       changed++;
@@ -311,6 +321,38 @@ void GuardSet::add_identity(ir::SourcePtr a, ir::SourcePtr b, bool same) {
   impl_->identities.push_back({la, lb, SourceFetcher(*a), SourceFetcher(*b), same});
   ++impl_->count;
 }
+void GuardSet::add_int_equals_sizes(ir::SourcePtr n, ir::SymExprPtr expr,
+                                    std::vector<std::pair<ir::SourcePtr, int>> sizes) {
+  TL_CHECK(n && expr) << "size-equality guard without a source";
+  std::string text = expr->str(), names;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    TL_CHECK(sizes[k].first) << "size-equality guard on a size without a source";
+    names += std::string(names.empty() ? "; " : ", ") + "s" + std::to_string(k) + " = " +
+             sizes[k].first->str() + ".size(" + std::to_string(sizes[k].second) + ")";
+  }
+  text += names;
+  std::string ln = n->str();
+  for (const IntEqualsSize& g : impl_->int_sizes)
+    if (g.n == ln && g.text == text) return;
+  IntEqualsSize g{ln, text, SourceFetcher(*n), std::move(expr), {}};
+  for (const auto& [src, dim] : sizes) g.sizes.emplace_back(SourceFetcher(*src), dim);
+  impl_->int_sizes.push_back(std::move(g));
+  ++impl_->count;
+}
+
+namespace {
+// The size `dim` of `t` (a tensor), or -1 (no error left set).
+int64_t size_of(PyObject* t, int dim) {
+  static PyObject* const shape_name = PyUnicode_InternFromString("shape");  // immortal by use
+  PyRef shape = PyRef::steal(PyObject_GetAttr(t, shape_name));
+  if (!shape || !PyTuple_Check(shape.get()) || dim >= PyTuple_GET_SIZE(shape.get())) {
+    clear_expected_error();
+    return -1;
+  }
+  return PyLong_AsLongLong(PyTuple_GET_ITEM(shape.get(), dim));
+}
+}  // namespace
+
 void GuardSet::add_storage_aliasing(const std::vector<ir::SourcePtr>& sources,
                                     const std::vector<PyObject*>& tensors) {
   if (impl_->storage_aliasing) return;
@@ -341,6 +383,28 @@ bool GuardSet::check(const ir::FrameView& frame, bool global_state) const {
       return false;
     }
   }
+  for (const IntEqualsSize& g : im.int_sizes) {
+    PyRef n = g.fetch_n(frame);
+    bool holds = n && PyLong_CheckExact(n.get());
+    std::vector<int64_t> values;
+    for (size_t k = 0; holds && k < g.sizes.size(); ++k) {
+      PyRef t = g.sizes[k].first(frame);
+      values.push_back(t ? size_of(t.get(), g.sizes[k].second) : -1);
+      holds = values.back() >= 0;
+    }
+    int overflow = 0;
+    try {
+      holds = holds && PyLong_AsLongLongAndOverflow(n.get(), &overflow) == g.expr->eval(values) &&
+              !overflow;
+    } catch (const std::exception&) {  // NOTE: a division by a size that is 0 now
+      holds = false;
+    }
+    if (!holds) {
+      clear_expected_error();
+      im.failure = "SIZE_EQUALS " + g.n + " == " + g.text + ": false";
+      return false;
+    }
+  }
   if (im.storage_aliasing && !im.storage_aliasing->check(frame)) {
     im.failure = im.storage_aliasing->failure();
     return false;
@@ -365,6 +429,8 @@ std::string GuardSet::str() const {
     os << "GLOBAL_ABSENT G['" << PyUnicode_AsUTF8(name.get()) << "']\n";
   for (const Identity& id : impl_->identities)
     os << "IDENTITY " << id.a << (id.same ? " is " : " is not ") << id.b << "\n";
+  for (const IntEqualsSize& g : impl_->int_sizes)
+    os << "SIZE_EQUALS " << g.n << " == " << g.text << "\n";
   if (impl_->storage_aliasing) os << impl_->storage_aliasing->str() << "\n";
   if (impl_->size_relations) os << impl_->size_relations->str();
   return os.str();

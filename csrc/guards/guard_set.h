@@ -12,6 +12,7 @@
 #include "guards/tensor_match.h"
 #include "ir/frame_view.h"
 #include "ir/source.h"
+#include "ir/sym_expr.h"
 
 namespace tl::guards {
 
@@ -36,8 +37,11 @@ class GuardSet {
   // from `min_size` up): for an entry whose code does not depend on them (one that runs the
   // frame eagerly: min_size 0). Returns how many changed.
   size_t make_all_sizes_dynamic(int64_t min_size = 2);
-  // The same for the TENSOR_MATCHes whose source is none of `kept` (by str()).
-  size_t make_sizes_dynamic_except(const std::set<std::string>& kept, int64_t min_size = 2);
+  // The same for the TENSOR_MATCHes whose source is none of `kept` (by str()). `any_strides`:
+  // the entry's ops read none of them, so their strides are not checked either (a transposed
+  // view a resume function takes and does not use relaxes too).
+  size_t make_sizes_dynamic_except(const std::set<std::string>& kept, int64_t min_size = 2,
+                                   bool any_strides = false);
   // SIZE_RELATION: the relations the trace relied on between its inputs' sizes, checked after
   // the other guards (size_relations.h). Replaces any set before.
   void set_size_relations(SizeRelations relations);
@@ -55,6 +59,12 @@ class GuardSet {
   // (a is b) == same: an identity test the trace answered (two tensor inputs
   // reached through different sources may be one object).
   void add_identity(ir::SourcePtr a, ir::SourcePtr b, bool same);
+  // SIZE_EQUALS: the value at `n` is an int (exactly) equal to `expr`, whose symbol k is size
+  // sizes[k].second of the tensor at sizes[k].first: a resume function's int argument its trace
+  // treats as that expression of sizes (a size handed on at a graph break), checked after the
+  // tree.
+  void add_int_equals_sizes(ir::SourcePtr n, ir::SymExprPtr expr,
+                            std::vector<std::pair<ir::SourcePtr, int>> sizes);
   // The tensors at `sources` (`tensors`: the real ones now, borrowed) share storages as they
   // do now (storage_aliasing.h).
   void add_storage_aliasing(const std::vector<ir::SourcePtr>& sources,

@@ -65,7 +65,8 @@ bool ints_equal(PyObject* tuple, const std::vector<Py_ssize_t>& expected) {
 // tuples as read, without copying them: the per-call path of size-generic entries.
 template <class Dims>
 bool dynamic_layout_matches(PyObject* shape, PyObject* stride,
-                            const std::vector<Py_ssize_t>& recorded, const Dims& dynamic) {
+                            const std::vector<Py_ssize_t>& recorded, const Dims& dynamic,
+                            bool any_strides) {
   const Py_ssize_t n = static_cast<Py_ssize_t>(recorded.size());
   if (!PyTuple_Check(shape) || !PyTuple_Check(stride) || PyTuple_GET_SIZE(shape) != n ||
       PyTuple_GET_SIZE(stride) != n)
@@ -81,6 +82,7 @@ bool dynamic_layout_matches(PyObject* shape, PyObject* stride,
       return false;
     }
   }
+  if (any_strides) return true;
   // NOTE: contiguous strides of the sizes (size-0 and size-1 dims count as 1).
   Py_ssize_t step = 1;
   for (Py_ssize_t i = n; i-- > 0;) {
@@ -212,7 +214,8 @@ bool TensorMatch::check(PyObject* v) const {
     if ((read(v, kRequiresGrad).get() == Py_True) != requires_grad_) return false;
     if (read_inference(v) != inference_) return false;
     if (!dynamic_.empty()) {
-      if (!dynamic_layout_matches(read(v, kShape).get(), read_strides(v).get(), sizes_, dynamic_))
+      if (!dynamic_layout_matches(read(v, kShape).get(), read_strides(v).get(), sizes_, dynamic_,
+                                  any_strides_))
         return false;
     } else if (!ints_equal(read(v, kShape).get(), sizes_) ||
                !ints_equal(read_strides(v).get(), strides_)) {
@@ -284,6 +287,7 @@ std::string TensorMatch::str() const {
       os << (i ? "," : "") << d.dim << ":" << d.min << "..";
       if (d.max >= 0) os << d.max;
     }
+    if (any_strides_) os << " any_strides";
     s += os.str();
   }
   if (std::string(reinterpret_cast<PyTypeObject*>(type_.get())->tp_name) != "Tensor")
@@ -295,7 +299,7 @@ bool TensorMatch::same_as(const TensorMatch& o) const {
   if (type_.get() != o.type_.get() || dtype_.get() != o.dtype_.get() || cpu_ != o.cpu_ ||
       layout_.get() != o.layout_.get() || requires_grad_ != o.requires_grad_ ||
       inference_ != o.inference_ || sizes_ != o.sizes_ || strides_ != o.strides_ ||
-      dynamic_.size() != o.dynamic_.size())
+      dynamic_.size() != o.dynamic_.size() || any_strides_ != o.any_strides_)
     return false;
   for (size_t i = 0; i < dynamic_.size(); ++i)
     if (dynamic_[i].dim != o.dynamic_[i].dim || dynamic_[i].min != o.dynamic_[i].min ||
@@ -328,14 +332,15 @@ std::vector<Py_ssize_t> dense_strides(const std::vector<Py_ssize_t>& sizes) {
 }
 }  // namespace
 
-TensorMatch TensorMatch::with_all_sizes_dynamic(int64_t min_size) const {
+TensorMatch TensorMatch::with_all_sizes_dynamic(int64_t min_size, bool any_strides) const {
   std::vector<DynamicDim> dims;
   for (size_t i = 0; i < sizes_.size(); ++i)
     if (sizes_[i] >= min_size) dims.push_back(DynamicDim{static_cast<int>(i), min_size, -1});
-  if (dims.empty() || strides_ != dense_strides(sizes_)) return *this;
+  if (dims.empty() || (!any_strides && strides_ != dense_strides(sizes_))) return *this;
   // NOTE: not with_dynamic_dims, which keeps 0 and 1 exact: here the caller chose min_size.
   TensorMatch out = *this;
   out.dynamic_ = std::move(dims);  // in dimension order
+  out.any_strides_ = any_strides;
   return out;
 }
 
@@ -358,7 +363,8 @@ std::string TensorMatch::dynamic_difference(const std::vector<Py_ssize_t>& sizes
   }
   // NOTE: the entry was traced on a contiguous tensor; its graphs are compiled per layout
   // (frame/size_generic.h), but only contiguous layouts are promised to it.
-  if (strides != dense_strides(sizes)) return mismatch_at("stride", dense_strides(sizes), strides);
+  if (!any_strides_ && strides != dense_strides(sizes))
+    return mismatch_at("stride", dense_strides(sizes), strides);
   return "";
 }
 

@@ -28,7 +28,9 @@ class TensorMatch {
   bool is_dynamic() const { return !dynamic_.empty(); }
   // This guard with every dimension of size >= `min_size` dynamic (sizes from `min_size` up, no
   // upper bound); itself when its recorded strides are not contiguous or no dimension qualifies.
-  TensorMatch with_all_sizes_dynamic(int64_t min_size = 2) const;
+  // `any_strides`: for a tensor no op of the entry reads (its layout decides nothing), any
+  // strides pass, and a non-contiguous one relaxes too.
+  TensorMatch with_all_sizes_dynamic(int64_t min_size = 2, bool any_strides = false) const;
 
   // Borrows v. A tensor whose metadata cannot be read fails (error cleared).
   bool check(PyObject* v) const;
@@ -62,6 +64,7 @@ class TensorMatch {
   bool check_layout_ = false;  // see the constructor
   std::vector<Py_ssize_t> sizes_, strides_;
   std::vector<DynamicDim> dynamic_;  // empty: sizes and strides exactly as recorded
+  bool any_strides_ = false;         // with dynamic_: strides not checked
   std::string dynamic_difference(const std::vector<Py_ssize_t>& sizes,
                                  const std::vector<Py_ssize_t>& strides) const;
   // The C getters and stride method `type_` resolves to at add time: calling

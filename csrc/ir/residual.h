@@ -7,6 +7,7 @@
 
 #include "core/py_ref.h"
 #include "ir/source.h"
+#include "ir/sym_expr.h"
 
 namespace tl::ir {
 
@@ -26,6 +27,9 @@ struct Residual {
     ResumeLocal,  // in an Iterator: the object passed for the resume's local `index` (a list or
                   // dict made by the trace that a local holds too: one object, not two)
     Function,     // function `index` of the frame's MadeClosures (one object however often named)
+    SymSize,      // an int computed from the inputs' sizes: `sym` evaluated at this call's sizes,
+                  // symbol k being size sym_dims[k].second of the tensor sym_dims[k].first reads
+                  // (a size handed to CPython at a graph break, never the trace's number)
   };
   Kind kind = Kind::Const;
   int index = -1;
@@ -33,6 +37,8 @@ struct Residual {
   SourcePtr source;
   std::vector<Residual> items;
   std::vector<PyRef> keys;
+  SymExprPtr sym;                                   // SymSize
+  std::vector<std::pair<SourcePtr, int>> sym_dims;  // SymSize: null source for a symbol unused
 };
 
 // Closure cells and functions that traced code made and that outlive the trace (locals and
