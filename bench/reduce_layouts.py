@@ -10,10 +10,13 @@ statistics + SiLU over a channels-last 64x32x112x112 bf16 activation (the issue'
 kernel), a spatial mean with more channels, column sums, a multi-axis sum, layer norms over short
 rows and over a permuted channels-first input (ConvNeXt), and short rows.
 
---device cpu runs the fusion cost model's prologue cases at CPU sizes (f32, wall-clock medians
-in turns): a SiLU before a spatial mean over channels-last and contiguous tensors (kept fused),
-a broadcast producer recomputed per row, and a broadcast producer re-reading large inputs
-(docs/reductions.md, section 3).
+--device cpu runs the CPU reduction layouts (f32, wall-clock medians in turns; --threads N sets
+torch's and torchlite's thread count): GroupNorm(1, C) (PoolFormer's norm) over channels-last
+and contiguous activations, spatial means and adaptive_avg_pool2d in channels-last, batch-norm
+training statistics in channels-last, a column sum, a multi-axis sum (docs/reductions.md,
+section 2), and the fusion cost model's prologue cases: a SiLU before a spatial mean (kept
+fused), a broadcast producer recomputed per row, and a broadcast producer re-reading large
+inputs (section 3).
 """
 
 import argparse
@@ -48,8 +51,48 @@ def heavy_weights(w):
     return torch.exp(torch.sin(w)) * torch.tanh(w) * torch.erf(w)
 
 
+def group_norm_1(x, w, b):
+    return F.group_norm(x, 1, w, b, 1e-5)
+
+
+def pool_head(x):
+    return F.adaptive_avg_pool2d(F.silu(x), 1).flatten(1)
+
+
+def bn_train(x, w, b):
+    return F.batch_norm(x, None, None, w, b, training=True)
+
+
+def cpu_layout_cases(n):
+    def cl(*shape):
+        return torch.randn(*shape).to(memory_format=torch.channels_last)
+
+    def wb(c):
+        return torch.randn(c), torch.randn(c)
+
+    yield f"GroupNorm(1,C) cl {n}x64x56x56", group_norm_1, (cl(n, 64, 56, 56), *wb(64))
+    yield f"GroupNorm(1,C) nchw {n}x64x56x56", group_norm_1, (torch.randn(n, 64, 56, 56), *wb(64))
+    yield f"GroupNorm(1,C) cl {n}x512x7x7", group_norm_1, (cl(n, 512, 7, 7), *wb(512))
+    yield f"spatial mean cl {n}x256x28x28", lambda x: x.mean((2, 3)), (cl(n, 256, 28, 28),)
+    yield f"adaptive pool 1 +SiLU cl {n}x1280x7x7", pool_head, (cl(n, 1280, 7, 7),)
+    yield (
+        f"adaptive pool 7 cl {n}x256x14x14",
+        lambda x: F.adaptive_avg_pool2d(x, 7) * 2,
+        (cl(n, 256, 14, 14),),
+    )
+    yield f"BN train stats cl {n}x64x56x56", bn_train, (cl(n, 64, 56, 56), *wb(64))
+    yield "column sum 65536x64", lambda x: x.sum(0), (torch.randn(65536, 64),)
+    yield "sum (0,2) 64x64x1024", lambda x: x.sum((0, 2)), (torch.randn(64, 64, 1024),)
+    yield (
+        f"sum (1,2,3) of cl {n}x64x56x56",
+        lambda x: x.sum((1, 2, 3)),
+        (cl(n, 64, 56, 56),),
+    )
+
+
 def cpu_cases(quick):
     n = 2 if quick else 8
+    yield from cpu_layout_cases(n)
     x = torch.randn(n, 32, 56, 56)
     yield f"SE pool cl {n}x32x56x56 f32", se_pool, (x.to(memory_format=torch.channels_last),)
     yield f"SE pool contiguous {n}x32x56x56 f32", se_pool, (x,)
@@ -136,8 +179,11 @@ def main():
     ap.add_argument("--no-kernel-check", action="store_true")
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     a = ap.parse_args()
     cpu = a.device == "cpu"
+    if a.threads:
+        torch.set_num_threads(a.threads)
     if cpu:
         print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads")
     else:

@@ -14,6 +14,7 @@
 #include "core/errors.h"
 #include "passes/dtype.h"
 #include "passes/graph_rewrite.h"
+#include "passes/lower_reduction.h"
 
 namespace tl::passes {
 namespace {
@@ -401,6 +402,69 @@ bool avg_pool2d(RuleCtx& c) {
   return c.finish(c.binary(ExprOp::Div, sum, div));
 }
 
+// F.adaptive_avg_pool2d(x, output_size) over a floating (N, C, H, W) or (C, H, W) input.
+// Output sizes are the node's (output_size may hold None: the input's size). Output
+// 1x1 (squeeze-excitation pooling, a classifier head's global pool) is the mean over
+// H and W: a reduction, so the SiLU before it and the flatten after it join its
+// kernel. Other sizes take torch's windows, rows floor(o * H / OH) to
+// ceil((o + 1) * H / OH) (and the same for columns): a gather of at most the
+// largest window, masked to each output's own, summed in the compute type and
+// divided by its size, as avg_pool2d's rule does. Windows over 64 elements: extern.
+bool adaptive_avg_pool2d(RuleCtx& c) {
+  const Node* x = same_type_input(c);
+  c.arg(1, "output_size");
+  if (!x || !is_floating_pool_type(c.out_type())) return false;
+  const auto& s = x->meta->sizes;
+  const auto& o = c.node.meta->sizes;
+  if ((s.size() != 3 && s.size() != 4) || o.size() != s.size()) return false;
+  const size_t axes[2] = {s.size() - 2, s.size() - 1};
+  for (size_t d : axes)
+    if (s[d] <= 0 || o[d] <= 0) return false;
+  ScalarType ct = compute_type(c.out_type());
+  if (o[axes[0]] == 1 && o[axes[1]] == 1) {
+    const ir::Arg* in = c.arg(0, "input");
+    std::vector<int64_t> dims{static_cast<int64_t>(axes[0]), static_cast<int64_t>(axes[1])};
+    if (!reduction::setup(c, in, dims)) return false;
+    int sum = c.reduce(ExprOp::ReduceSum, c.value(in, ct));
+    return c.finish(c.binary(ExprOp::Div, sum, c.constant(double(s[axes[0]] * s[axes[1]]), ct)));
+  }
+  // The largest window along an axis of input size n and output size m.
+  auto widest = [](int64_t n, int64_t m) {
+    int64_t w = 0;
+    for (int64_t i = 0; i < m; ++i) w = std::max(w, ((i + 1) * n + m - 1) / m - i * n / m);
+    return w;
+  };
+  const int64_t kernel[2] = {widest(s[axes[0]], o[axes[0]]), widest(s[axes[1]], o[axes[1]])};
+  if (kernel[0] * kernel[1] > 64) return false;  // larger windows: torch's kernel
+  Body b{c};
+  int zero = c.constant(0, ct);
+  int start[2], end[2];
+  for (int i = 0; i < 2; ++i) {
+    const int64_t n = s[axes[i]], m = o[axes[i]];
+    int at = b.mul(c.index(static_cast<int>(axes[i])), b.k(n));
+    start[i] = b.div(at, m);
+    end[i] = b.div(b.add(at, b.k(n + m - 1)), m);  // ceil((o + 1) * n / m)
+  }
+  int sum = -1;
+  for (int64_t kh = 0; kh < kernel[0]; ++kh)
+    for (int64_t kw = 0; kw < kernel[1]; ++kw) {
+      std::vector<int> coord(s.size(), -1);
+      int ok = -1;
+      const int64_t ks[2] = {kh, kw};
+      for (int i = 0; i < 2; ++i) {
+        size_t d = axes[i];
+        int at = b.add(start[i], b.k(ks[i]));
+        int in = c.binary(ExprOp::Lt, at, end[i]);
+        ok = ok < 0 ? in : c.binary(ExprOp::And, ok, in);
+        coord[d] = b.clamp(at, 0, s[d] - 1);
+      }
+      int v = c.where(ok, b.read(x, coord, identity_axes(s.size())), zero);
+      sum = sum < 0 ? v : c.binary(ExprOp::Add, sum, v);
+    }
+  int count = b.mul(b.sub(end[0], start[0]), b.sub(end[1], start[1]));
+  return c.finish(c.binary(ExprOp::Div, sum, c.cast(count, ct)));
+}
+
 const ir::Arg* tensor_list(RuleCtx& c) {
   const ir::Arg* a = c.arg(0, "tensors");
   bool seq = a && (a->kind == ir::Arg::Kind::List || a->kind == ir::Arg::Kind::Tuple);
@@ -722,6 +786,7 @@ void add_data_movement_rules(RuleTable& t) {
   t["stack"] = stack;
   t["max_pool2d"] = max_pool2d;
   t["avg_pool2d"] = avg_pool2d;
+  t["adaptive_avg_pool2d"] = adaptive_avg_pool2d;
   t["index_select"] = index_select;
   t["embedding"] = embedding;
   // NOTE: torch.gather keeps its rule unregistered until its bad-index

@@ -1,5 +1,6 @@
 #include <pybind11/stl.h>
 
+#include "codegen/cpu/emission_key.h"
 #include "passes/partition.h"
 #include "python/bindings.h"
 
@@ -12,9 +13,15 @@ void bind_passes(py::module_& m) {
       "partition_summary",
       [](const std::shared_ptr<ir::Graph>& g) {
         passes::Partition p = passes::partition_graph(*g);
-        py::list kernels, members, externs, extern_ops, order;
+        py::list kernels, members, externs, extern_ops, order, cpu_loops;
         for (const auto& k : p.kernels) {
           kernels.append(k.kernel.str());
+          codegen::LoopSpace s = codegen::cpu::cpu_loop_space(k.kernel);
+          py::dict loops;
+          loops["outer"] = s.outer;
+          loops["red"] = s.red;
+          loops["strides"] = s.strides;
+          cpu_loops.append(loops);
           py::list names;
           for (const ir::Node* n : k.members) names.append(n->name);
           members.append(names);
@@ -50,6 +57,7 @@ void bind_passes(py::module_& m) {
         py::dict d;
         d["kernel_count"] = p.kernels.size();
         d["kernels"] = kernels;
+        d["cpu_loops"] = cpu_loops;
         d["members"] = members;
         d["externs"] = externs;
         d["extern_ops"] = extern_ops;
@@ -57,7 +65,9 @@ void bind_passes(py::module_& m) {
         d["memory"] = memory;
         return d;
       },
-      "Lowers and fuses a captured graph: kernel_count, kernels (loop IR text), members,\n"
+      "Lowers and fuses a captured graph: kernel_count, kernels (loop IR text), cpu_loops\n"
+      "(per kernel the loops the CPU emitter runs: outer and red sizes, per buffer -- inputs,\n"
+      "outputs, index pseudo-buffers -- strides over outer then red), members,\n"
       "externs (node names), extern_ops (their targets), order, and per step its memory plan\n"
       "(ir::StepMemory: skip, kernel_layout, strided_base/offset, outputs, inputs,\n"
       "input_byte_offsets, release_after).");

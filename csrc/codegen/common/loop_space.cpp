@@ -1,6 +1,7 @@
 #include "codegen/common/loop_space.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/errors.h"
 
@@ -33,6 +34,28 @@ Axes merge(const Axes& a) {
   return out;
 }
 
+void permute(Axes& a, const std::vector<size_t>& order) {
+  Axes out;
+  for (size_t d : order) out.sizes.push_back(a.sizes[d]);
+  for (const auto& bs : a.strides) {
+    out.strides.emplace_back();
+    for (size_t d : order) out.strides.back().push_back(bs[d]);
+  }
+  a = std::move(out);
+}
+
+// Memory order of one buffer over `sizes`: largest stride outermost, ties
+// (and size-1 axes, last) keeping their order.
+std::vector<size_t> memory_order_of(const std::vector<int64_t>& sizes,
+                                    const std::vector<int64_t>& st) {
+  std::vector<size_t> order, ones;
+  for (size_t d = 0; d < sizes.size(); ++d) (sizes[d] == 1 ? ones : order).push_back(d);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return std::abs(st[x]) > std::abs(st[y]); });
+  order.insert(order.end(), ones.begin(), ones.end());
+  return order;
+}
+
 // Reorders the axes so that buffer `b` is walked in memory order (largest
 // stride outermost; ties keep their order). A kernel writing a channels-last
 // tensor then stores contiguously instead of with a stride of C.
@@ -43,13 +66,7 @@ void memory_order(Axes& a, size_t b) {
   for (size_t d = 0; d < a.sizes.size(); ++d) (a.sizes[d] == 1 ? ones : order).push_back(d);
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return st[x] > st[y]; });
   order.insert(order.end(), ones.begin(), ones.end());
-  Axes out;
-  for (size_t d : order) out.sizes.push_back(a.sizes[d]);
-  for (const auto& bs : a.strides) {
-    out.strides.emplace_back();
-    for (size_t d : order) out.strides.back().push_back(bs[d]);
-  }
-  a = std::move(out);
+  permute(a, order);
 }
 
 // A scalar loop still runs one axis of size 1.
@@ -60,7 +77,42 @@ void ensure_axis(Axes& a) {
 }
 }  // namespace
 
-LoopSpace coalesce(const ir::Kernel& k, bool index_buffers) {
+std::vector<size_t> reduction_order(const std::vector<int64_t>& sizes,
+                                    const std::vector<std::vector<int64_t>>& strides,
+                                    const std::vector<int64_t>& elem) {
+  constexpr int64_t kLine = 64;  // bytes a strided access brings in
+  std::vector<size_t> row_major(sizes.size());
+  for (size_t d = 0; d < sizes.size(); ++d) row_major[d] = d;
+  // The innermost loop is the last axis of size > 1 (merge() drops the others).
+  auto cost = [&](const std::vector<size_t>& order) {
+    double bytes = 0;
+    size_t inner = order.size();
+    for (size_t i = order.size(); i-- > 0;)
+      if (sizes[order[i]] > 1) {
+        inner = order[i];
+        break;
+      }
+    for (size_t b = 0; b < strides.size(); ++b) {
+      double touched = 1;
+      for (size_t d = 0; d < sizes.size(); ++d)
+        if (strides[b][d] != 0) touched *= static_cast<double>(sizes[d]);
+      int64_t s = inner < sizes.size() ? std::abs(strides[b][inner]) : 0;
+      int64_t per = s <= 1 ? elem[b] : std::min(kLine, elem[b] * s);
+      bytes += touched * static_cast<double>(per);
+    }
+    return bytes;
+  };
+  std::vector<size_t> best = row_major;
+  double best_cost = cost(row_major);
+  for (const auto& st : strides) {
+    std::vector<size_t> order = memory_order_of(sizes, st);
+    double c = cost(order);
+    if (c < best_cost) best = std::move(order), best_cost = c;
+  }
+  return best;
+}
+
+LoopSpace coalesce(const ir::Kernel& k, bool index_buffers, bool order_reduction) {
   size_t n = k.shape.size();
   TL_CHECK(k.reduction_axes >= 0 && static_cast<size_t>(k.reduction_axes) <= n)
       << "kernel " << k.name << ": " << k.reduction_axes << " reduction axes of " << n;
@@ -97,6 +149,23 @@ LoopSpace coalesce(const ir::Kernel& k, bool index_buffers) {
                                  [](const ir::Expr& e) { return e.op == ir::ExprOp::Index; });
   if (k.reduction_axes == 0 && !k.outputs.empty() && (index_buffers || !reads_index))
     memory_order(outer, k.inputs.size());
+  // NOTE: a sum over the channels and the spatial axes of a channels-last tensor (GroupNorm(1, C)
+  // in PoolFormer) walked row-major steps C elements at a time in its innermost loop: a cache
+  // line per element, and no vector loads. Reduction order does not change a sum's value beyond
+  // rounding (the CPU sums are reassociated anyway: reduce_ops.cpp); argmax/argmin's first-index
+  // rule reads the row-major position (rlin), so those keep it.
+  bool arg_reduce = std::any_of(k.exprs.begin(), k.exprs.end(), [](const ir::Expr& e) {
+    return e.op == ir::ExprOp::ReduceArgMax || e.op == ir::ExprOp::ReduceArgMin;
+  });
+  if (order_reduction && red.sizes.size() > 1 && !arg_reduce && (index_buffers || !reads_index)) {
+    std::vector<int64_t> elem;
+    std::vector<std::vector<int64_t>> data_strides;  // index pseudo-buffers are not memory
+    for (size_t b = 0; b < views.size() - index_views.size(); ++b) {
+      elem.push_back(ir::scalar_type_size(views[b]->type));
+      data_strides.push_back(red.strides[b]);
+    }
+    permute(red, reduction_order(red.sizes, data_strides, elem));
+  }
   outer = merge(outer);
   red = merge(red);
   ensure_axis(outer);

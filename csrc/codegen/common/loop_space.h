@@ -26,10 +26,25 @@ struct LoopSpace {
 };
 
 // Pointwise kernels walk their first output in memory order; reductions keep
-// row-major order (argmax/argmin indices rely on it). `index_buffers`: one
-// pseudo-buffer per axis an Index expr reads, whose offset is the coordinate;
-// without them a kernel that reads coordinates keeps row-major order, and the
-// emitter derives coordinates from the linear index.
-LoopSpace coalesce(const ir::Kernel& k, bool index_buffers);
+// row-major order of their outer axes. `index_buffers`: one pseudo-buffer per
+// axis an Index expr reads, whose offset is the coordinate; without them a
+// kernel that reads coordinates keeps row-major order, and the emitter derives
+// coordinates from the linear index. `order_reduction`: the reduction axes run
+// in the order reduction_order() prices cheapest (the CPU emitter's loops);
+// without it, or in a kernel with argmax/argmin (their first-index rule reads
+// the row-major position), they keep row-major order.
+LoopSpace coalesce(const ir::Kernel& k, bool index_buffers, bool order_reduction = false);
+
+// The order (outermost first) of a reduction kernel's reduction axes that
+// moves the fewest bytes when the innermost axis runs in the innermost loop:
+// candidates are row-major order and each buffer's memory order; a buffer
+// costs, per element it touches, its element size when the innermost axis
+// walks it contiguously (or not at all), else a cache line (64 bytes) or
+// `elem * |stride|`, whichever is smaller. Ties keep row-major order.
+// `sizes` are the reduction axes' sizes, `strides[b]` a buffer's strides
+// over them, `elem[b]` its element size.
+std::vector<size_t> reduction_order(const std::vector<int64_t>& sizes,
+                                    const std::vector<std::vector<int64_t>>& strides,
+                                    const std::vector<int64_t>& elem);
 
 }  // namespace tl::codegen

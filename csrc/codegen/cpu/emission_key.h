@@ -12,6 +12,12 @@
 
 namespace tl::codegen::cpu {
 
+// The loop space the CPU emitter runs (and the JIT keys kernels by): index
+// pseudo-buffers for coordinates, reduction axes in their cheapest order.
+inline LoopSpace cpu_loop_space(const ir::Kernel& k) {
+  return coalesce(k, /*index_buffers=*/true, /*order_reduction=*/true);
+}
+
 // Where a number of the loop space is used in the code (Emitter::num): with runtime sizes each
 // site other than 0 and 1 is one slot of the dims array, in the order the emitter first uses it.
 inline int64_t outer_site(size_t d) { return static_cast<int64_t>(d); }
@@ -29,7 +35,7 @@ int64_t site_value(const LoopSpace& s, int64_t site);
 // Two kernels with equal keys get the same text from emit_kernel (and so the same function of
 // their buffers and dims array). The key holds everything the emitter reads: the exprs (ops,
 // types, operands, buffers, constants), the flags, buffer types, the ranks, and every number of
-// the kernel's views and of its loop space `s` (= coalesce(k, true), the emitter's) — with
+// the kernel's views and of its loop space `s` (= cpu_loop_space(k), the emitter's) — with
 // runtime sizes, a number other than 0 and 1 only as its sign: the emitter writes such a
 // number as a load from the dims array and decides nothing from its value (its decisions test
 // a number against 0 and 1: pass_plan.cpp, plan_stash, choose_tile). Without runtime sizes

@@ -26,7 +26,7 @@ class Emitter {
   Emitter(const ir::Kernel& k, llvm::Function* f, std::vector<int64_t>* dims = nullptr,
           std::vector<int64_t>* sites = nullptr)
       : k_(k),
-        s_(coalesce(k, /*index_buffers=*/true)),
+        s_(cpu_loop_space(k)),
         b_(f->getContext()),
         f_(f),
         n_in_(k.inputs.size()),

@@ -296,7 +296,7 @@ CompiledKernels compile_kernels(const std::vector<const ir::Kernel*>& kernels) {
   DiskCache cache = DiskCache::configured();
   std::string dump = dump_dir();
   for (auto& job : jobs) {
-    job.space = codegen::coalesce(*job.kernel, /*index_buffers=*/true);
+    job.space = codegen::cpu::cpu_loop_space(*job.kernel);
     job.emission_key = codegen::cpu::emission_key(*job.kernel, job.space);
   }
   {

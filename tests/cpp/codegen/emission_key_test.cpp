@@ -25,7 +25,7 @@ KernelBuilder scaled_rows(int64_t rows, int64_t cols, int64_t ld, bool runtime =
 }
 
 std::string key_of(const tl::ir::Kernel& k) {
-  return tl::codegen::cpu::emission_key(k, tl::codegen::coalesce(k, true));
+  return tl::codegen::cpu::emission_key(k, tl::codegen::cpu::cpu_loop_space(k));
 }
 
 }  // namespace

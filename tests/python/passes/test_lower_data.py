@@ -289,6 +289,65 @@ def test_avg_pool2d_large_windows_stay_extern():
     check(fn, x)
 
 
+ADAPTIVE_SIZES = [1, (1, 1), 2, (3, 5), (7, None), (4, 4), (11, 10), (6, 1)]
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("size", ADAPTIVE_SIZES, ids=str)
+def test_adaptive_avg_pool2d_is_a_kernel_with_its_neighbours(size, channels_last, dtype):
+    """Output 1x1 is a mean over H, W (a reduction); other sizes gather torch's windows (rows
+    floor(i*H/OH) to ceil((i+1)*H/OH), uneven here: 11x10 inputs). Either way no extern call:
+    the mean's producer and consumer join its kernel; a window's consumer joins its kernel, its
+    producer is stored once (as avg_pool2d's: a window is not recomputed per output)."""
+    x = torch.randn(2, 3, 11, 10, dtype=dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+
+    def fn(x):
+        return F.adaptive_avg_pool2d(torch.tanh(x) + 1, size) * 2
+
+    assert "pool" not in " ".join(_extern_ops(fn, x))
+    torchlite.reset()
+    torchlite.reset_counters()
+    _assert_pool_close(torchlite.compile(fn)(x), fn(x))
+    assert torchlite.counters()["kernels"] == (1 if size in (1, (1, 1)) else 2)
+    assert torchlite.counters()["graph_breaks"] == 0
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize("shape", [(2, 16, 7, 7), (3, 8, 1, 1), (5, 9, 4), (1, 12, 13, 3)])
+def test_adaptive_avg_pool2d_head_and_module(shape):
+    """A classifier head (SiLU, global pool, flatten, linear) and nn.AdaptiveAvgPool2d, 3-D
+    inputs and 1x1 inputs: values as eager's, the pool in a kernel."""
+    pool = torch.nn.AdaptiveAvgPool2d(1)
+    w = torch.randn(10, shape[-3])
+
+    def head(x):
+        return pool(F.silu(x)).flatten(1) @ w.t() if x.dim() == 4 else pool(F.silu(x)) * 2
+
+    for cl in [False, True] if len(shape) == 4 else [False]:
+        x = torch.randn(shape)
+        if cl:
+            x = x.to(memory_format=torch.channels_last)
+        assert "pool" not in " ".join(_extern_ops(head, x))
+        torchlite.reset()
+        torch.testing.assert_close(torchlite.compile(head)(x), head(x))
+
+
+@needs_cpu_kernels
+def test_adaptive_avg_pool2d_large_windows_stay_extern():
+    """A window over 64 elements (64x64 pooled to 4x4: 16x16 windows) keeps torch's kernel."""
+
+    def fn(x):
+        return F.adaptive_avg_pool2d(x + 1, 4) * 2
+
+    x = torch.randn(1, 2, 64, 64)
+    assert "adaptive_avg_pool2d" in " ".join(_extern_ops(fn, x))
+    check(fn, x)
+
+
 def _append_to_empty_cache(qkv):
     # a KV cache's first step: cat([torch.tensor([]), k]) of a split piece, viewed per head
     _, k, _ = qkv.split(8, dim=2)

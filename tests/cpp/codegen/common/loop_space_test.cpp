@@ -99,3 +99,45 @@ TEST_CASE("a kernel reading coordinates walks its output in memory order only wi
   auto without = coalesce(b.k, false);  // coordinates from the row-major linear index
   CHECK(without.outer == std::vector<int64_t>{2, 3, 20});
 }
+
+// [N, C, H, W] = [2, 3, 4, 5] channels-last (strides C*H*W, 1, W*C, C), reduced over C, H, W.
+TEST_CASE("a reduction over a channels-last tensor's C, H, W runs one contiguous axis on the CPU",
+          "[codegen]") {
+  const std::vector<int64_t> nhwc{60, 1, 15, 3};
+  KernelBuilder b("group_norm_sum", {2, 3, 4, 5}, 3);
+  int x = b.input(ST::F32, nhwc);
+  int w = b.input(ST::F32, {0, 1, 0, 0});  // a per-channel weight: its order does not win
+  int v = b.expr(ExprOp::Mul, ST::F32, {b.load(x, ST::F32), b.load(w, ST::F32)});
+  b.output(b.expr(ExprOp::ReduceSum, ST::F32, {v}), ST::F32, {1, 0, 0, 0});
+  auto row_major = coalesce(b.k, true);  // C, then H*W strided by C
+  CHECK(row_major.red == std::vector<int64_t>{3, 20});
+  CHECK(row_major.strides[0] == std::vector<int64_t>{60, 1, 3});
+  auto cpu = coalesce(b.k, true, /*order_reduction=*/true);
+  CHECK(cpu.outer == std::vector<int64_t>{2});
+  CHECK(cpu.red == std::vector<int64_t>{20, 3});  // H*W, then C innermost
+  CHECK(cpu.strides[0] == std::vector<int64_t>{60, 3, 1});
+  CHECK(cpu.strides[1] == std::vector<int64_t>{0, 0, 1});
+}
+
+TEST_CASE("argmax keeps row-major reduction order (its first-index rule)", "[codegen]") {
+  const std::vector<int64_t> nhwc{60, 1, 15, 3};
+  KernelBuilder b("argmax", {2, 3, 4, 5}, 3);
+  int x = b.input(ST::F32, nhwc);
+  b.output(b.expr(ExprOp::ReduceArgMax, ST::I64, {b.load(x, ST::F32)}), ST::I64, {1, 0, 0, 0});
+  auto cpu = coalesce(b.k, true, true);
+  CHECK(cpu.red == std::vector<int64_t>{3, 20});
+  CHECK(cpu.strides[0] == std::vector<int64_t>{60, 1, 3});
+}
+
+TEST_CASE("reduction_order prices bytes: a strided innermost axis costs a cache line a point",
+          "[codegen]") {
+  using tl::codegen::reduction_order;
+  // Two buffers disagree: the f32 one moves more bytes than the bf16 one, and wins.
+  std::vector<int64_t> sizes{8, 8};
+  CHECK(reduction_order(sizes, {{1, 8}, {8, 1}}, {4, 2}) == std::vector<size_t>{1, 0});
+  // A broadcast operand (8 points) does not outweigh the 64-point input.
+  CHECK(reduction_order(sizes, {{1, 8}, {0, 1}}, {4, 4}) == std::vector<size_t>{1, 0});
+  // Equal costs keep row-major; so does a row-major-contiguous input.
+  CHECK(reduction_order(sizes, {{8, 1}, {1, 8}}, {4, 4}) == std::vector<size_t>{0, 1});
+  CHECK(reduction_order(sizes, {{8, 1}}, {4}) == std::vector<size_t>{0, 1});
+}
