@@ -205,3 +205,52 @@ def test_a_shared_value_before_a_reduction_matches(dtype):
     x, w = torch.randn(6, 10, dtype=dtype), torch.randn(10, dtype=dtype)
     out, _ = run(fn, x, w)
     close(out, fn(x, w))
+
+
+# A slice of a computed value is a shifted remap (passes/lower_view.cpp `slice_view`): the
+# value computes in its reader's kernel, only where the slice reads it.
+
+
+def inner_slice(x):
+    return (x * 2)[:, 3:7].exp()
+
+
+def two_axis_slice(x):
+    return (x + 1)[1:4, 2:5] * 3
+
+
+def halves(x):
+    # NOTE: not chunk(): its tuple is a torch call that reads the value from memory
+    m = x.sin() * 2
+    return m[:, :5] * m[:, 5:]
+
+
+@pytest.mark.parametrize("fn", [inner_slice, two_axis_slice, halves])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_slice_of_a_computed_value_is_one_kernel(fn, dtype):
+    x = torch.randn(6, 10, dtype=dtype)
+    out, kernels = run(fn, x)
+    close(out, fn(x))
+    assert kernels == 1  # before: the value stored whole, then read through the slice
+
+
+def test_a_sliced_value_also_read_whole_is_stored_whole():
+    # the slice's kernel covers 4 of its 10 columns: storing from there would leave 6 unwritten
+    def fn(x, w):
+        m = x * w
+        return (-m[:, :4]).exp(), m.sum(1)
+
+    x, w = torch.randn(5, 10), torch.randn(10)
+    (a, s), _ = run(fn, x, w)
+    ea, es = fn(x, w)
+    close(a, ea)
+    close(s, es)
+
+
+def test_a_slice_of_a_reduction_is_read_from_memory():
+    def fn(x):
+        return x.sum(1, keepdim=True).expand(6, 4)[:, 1:3] * x[:, 1:3]
+
+    x = torch.randn(6, 4)
+    out, _ = run(fn, x)
+    close(out, fn(x))
