@@ -49,7 +49,7 @@ struct FxReader {
   PyRef device;  // null, or the device of values whose examples are on "meta"
   FxImport out{std::make_shared<Graph>(), {}};
   std::unordered_map<PyObject*, Arg> values;
-  // Per storage's root tensor among the fx values (held): the meta tensor standing for it.
+  // Per storage's root tensor among the graph's values (held): the example standing for it.
   mutable std::vector<std::pair<PyRef, PyRef>> roots;
 };
 
@@ -103,11 +103,13 @@ PyRef fresh_example(const FxReader& r, PyObject* v) {
       PyObject_Call(attr(r.torch.get(), "empty_strided").get(), args.get(), kwargs.get()));
 }
 
-// NOTE: values that share memory at trace time (a slice, split's pieces, a transpose) share
-// it in the examples too: a view's example is a view of its root's, at the same offset, as
-// torchlite's own capture records them. passes/alias.h reads that (a slice of a computed value
-// lowers as a remap); fresh tensors for every value made every view of a training graph an
-// extern call.
+// NOTE: values that share memory at trace time (a slice, split's pieces, a transpose of a
+// value of the graph) share it in the examples too: a view's example is a view of its root's,
+// at the same offset, as torchlite's own capture records them. passes/alias.h reads that (a
+// slice of a computed value lowers as a remap); fresh tensors for every value made every view
+// in a training graph an extern call. Only roots that are values of this graph count: a view
+// of a temporary no node holds (F.linear's 3-d result views its 2-d product) is a fresh value
+// here, as compile_graph's "views are never kernel outputs" needs.
 PyRef example_tensor(const FxReader& r, PyObject* v) {
   PyRef base = PyRef::steal(PyObject_GetAttrString(v, "_base"));
   if (!base) {
@@ -115,21 +117,18 @@ PyRef example_tensor(const FxReader& r, PyObject* v) {
     return fresh_example(r, v);
   }
   PyObject* root = base.get() == Py_None ? v : base.get();
-  PyRef root_offset = checked(PyObject_CallMethod(root, "storage_offset", nullptr));
-  if (PyLong_AsLongLong(root_offset.get()) != 0) return fresh_example(r, v);
-  PyRef* mine = nullptr;
-  for (auto& [key, ex] : r.roots)
-    if (key.get() == root) mine = &ex;
-  if (!mine) {
-    r.roots.emplace_back(PyRef::borrow(root), fresh_example(r, root));
-    mine = &r.roots.back().second;
+  for (auto& [key, ex] : r.roots) {
+    if (key.get() != root) continue;
+    if (root == v) return ex;  // the op returned its input itself
+    PyRef args = checked(PyTuple_Pack(
+        3, attr(v, "shape").get(), checked(PyObject_CallMethod(v, "stride", nullptr)).get(),
+        checked(PyObject_CallMethod(v, "storage_offset", nullptr)).get()));
+    return checked(PyObject_Call(attr(ex.get(), "as_strided").get(), args.get(), nullptr));
   }
-  if (root == v) return *mine;
-  PyRef args = checked(PyTuple_Pack(
-      3, attr(v, "shape").get(), checked(PyObject_CallMethod(v, "stride", nullptr)).get(),
-      checked(PyObject_CallMethod(v, "storage_offset", nullptr)).get()));
-  PyRef strided = attr(mine->get(), "as_strided");
-  return checked(PyObject_Call(strided.get(), args.get(), nullptr));
+  PyRef ex = fresh_example(r, v);
+  PyRef offset = checked(PyObject_CallMethod(v, "storage_offset", nullptr));
+  if (root == v && PyLong_AsLongLong(offset.get()) == 0) r.roots.emplace_back(PyRef::borrow(v), ex);
+  return ex;
 }
 
 void set_example(const FxReader& r, Node* node, PyObject* example, const std::string& what) {
