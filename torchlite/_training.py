@@ -814,8 +814,19 @@ def _identity(v: Any) -> Any:
     return v
 
 
-def _detached(v: Any) -> Any:
-    return v.detach() if isinstance(v, torch.Tensor) else v
+def _detached(v: Any, roots: dict) -> Any:
+    """v without autograd; a view stays a view of its root's detached value (detach() alone
+    drops `_base`), so graph_from_fx's examples share memory as the trace's values did."""
+    if not isinstance(v, torch.Tensor):
+        return v
+    base = v._base
+    if base is None:
+        if id(v) not in roots:
+            roots[id(v)] = (v, v.detach())
+        return roots[id(v)][1]
+    if id(base) not in roots:
+        roots[id(base)] = (base, base.detach())
+    return roots[id(base)][1].as_strided(v.shape, v.stride(), v.storage_offset())
 
 
 def _trace(graph) -> JointTrace:
@@ -889,9 +900,10 @@ def _trace(graph) -> JointTrace:
     grad_inputs = [i for i, g in zip(wants_grad, grads, strict=True) if g is not None]
     results = outs + [primals[i] for i in mutated] + [g for g in grads if g is not None]
     rec.graph.output(tuple(rec.value(r) for r in results))
+    roots: dict = {}  # id(root) -> (root, its detached value)
     for node in rec.graph.nodes:  # NOTE: the compiled halves run under no autograd
         if "val" in node.meta:
-            node.meta["val"] = tree_map(_detached, node.meta["val"])
+            node.meta["val"] = tree_map(lambda v: _detached(v, roots), node.meta["val"])
     joint, _ = _C.graph_from_fx(SimpleNamespace(graph=rec.graph), device=device)
     return JointTrace(
         graph=joint,

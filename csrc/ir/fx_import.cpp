@@ -49,6 +49,8 @@ struct FxReader {
   PyRef device;  // null, or the device of values whose examples are on "meta"
   FxImport out{std::make_shared<Graph>(), {}};
   std::unordered_map<PyObject*, Arg> values;
+  // Per storage's root tensor among the graph's values (held): the example standing for it.
+  mutable std::vector<std::pair<PyRef, PyRef>> roots;
 };
 
 std::vector<int64_t> static_ints(PyObject* seq, const std::string& what) {
@@ -89,7 +91,7 @@ std::optional<TensorMeta> meta_of(const FxReader& r, PyObject* v, const std::str
 // strides and dtype, as torchlite's own capture records. NOTE: Dynamo's
 // FakeTensors belong to Dynamo's fake mode; passes that run ops on examples
 // under a mode of their own (channels_last) cannot mix them in.
-PyRef example_tensor(const FxReader& r, PyObject* v) {
+PyRef fresh_example(const FxReader& r, PyObject* v) {
   PyRef args = checked(PyTuple_Pack(2, attr(v, "shape").get(),
                                     checked(PyObject_CallMethod(v, "stride", nullptr)).get()));
   PyRef kwargs = checked(PyDict_New());
@@ -99,6 +101,34 @@ PyRef example_tensor(const FxReader& r, PyObject* v) {
     throw PythonError();
   return checked(
       PyObject_Call(attr(r.torch.get(), "empty_strided").get(), args.get(), kwargs.get()));
+}
+
+// NOTE: values that share memory at trace time (a slice, split's pieces, a transpose of a
+// value of the graph) share it in the examples too: a view's example is a view of its root's,
+// at the same offset, as torchlite's own capture records them. passes/alias.h reads that (a
+// slice of a computed value lowers as a remap); fresh tensors for every value made every view
+// in a training graph an extern call. Only roots that are values of this graph count: a view
+// of a temporary no node holds (F.linear's 3-d result views its 2-d product) is a fresh value
+// here, as compile_graph's "views are never kernel outputs" needs.
+PyRef example_tensor(const FxReader& r, PyObject* v) {
+  PyRef base = PyRef::steal(PyObject_GetAttrString(v, "_base"));
+  if (!base) {
+    PyErr_Clear();
+    return fresh_example(r, v);
+  }
+  PyObject* root = base.get() == Py_None ? v : base.get();
+  for (auto& [key, ex] : r.roots) {
+    if (key.get() != root) continue;
+    if (root == v) return ex;  // the op returned its input itself
+    PyRef args = checked(PyTuple_Pack(
+        3, attr(v, "shape").get(), checked(PyObject_CallMethod(v, "stride", nullptr)).get(),
+        checked(PyObject_CallMethod(v, "storage_offset", nullptr)).get()));
+    return checked(PyObject_Call(attr(ex.get(), "as_strided").get(), args.get(), nullptr));
+  }
+  PyRef ex = fresh_example(r, v);
+  PyRef offset = checked(PyObject_CallMethod(v, "storage_offset", nullptr));
+  if (root == v && PyLong_AsLongLong(offset.get()) == 0) r.roots.emplace_back(PyRef::borrow(v), ex);
+  return ex;
 }
 
 void set_example(const FxReader& r, Node* node, PyObject* example, const std::string& what) {

@@ -57,11 +57,15 @@ class Emitter {
     return cast(v, t);
   }
 
-  // Shifted axes (AxisMap::shift) are left out: shift_offset() adds them.
+  // Axes shifted with a clamp (AxisMap::shift) are left out: shift_offset() adds them. A shift
+  // that never clamps here (a slice's start) is a constant offset.
   ir::BufferView view(const Node* n, const std::vector<int64_t>& strides, const AxisMap& map) {
     ir::BufferView v{dtype(n), std::vector<int64_t>(g_.shape.size(), 0), 0};
-    for (size_t j = 0; j < map.size(); ++j)
-      if (map[j] >= 0 && map.shift_of(j).bound == 0) v.strides[map[j]] += strides[j];
+    for (size_t j = 0; j < map.size(); ++j) {
+      if (map[j] < 0 || clamps(map, j)) continue;
+      v.strides[map[j]] += strides[j];
+      v.offset += map.shift_of(j).offset * strides[j];
+    }
     return v;
   }
 
@@ -120,6 +124,14 @@ class Emitter {
   }
   int binary(ExprOp op, int a, int b) { return push(Expr{op, ScalarType::I64, {a, b}}); }
 
+  // True when node axis j's shift under `map` clamps some point of the kernel's axis: its
+  // coordinate is then computed (a Gather), else it is the index plus a constant.
+  bool clamps(const AxisMap& map, size_t j) const {
+    AxisShift s = map.shift_of(j);
+    if (map[j] < 0 || s.bound == 0) return false;
+    return s.offset < 0 || g_.shape[map[j]] - 1 + s.offset > s.bound - 1;
+  }
+
   // Node axis j's coordinate under `map`: the kernel index (0 for a size-1
   // axis), shifted and clamped into [0, bound) where the map shifts it.
   int coordinate(const AxisMap& map, size_t j) {
@@ -141,7 +153,7 @@ class Emitter {
   int shift_offset(const std::vector<int64_t>& strides, const AxisMap& map) {
     int off = -1;
     for (size_t j = 0; j < map.size(); ++j) {
-      if (map[j] < 0 || map.shift_of(j).bound == 0 || strides[j] == 0) continue;
+      if (!clamps(map, j) || strides[j] == 0) continue;
       int t = coordinate(map, j);
       if (strides[j] != 1) t = binary(ExprOp::Mul, t, i64(strides[j]));
       off = off < 0 ? t : binary(ExprOp::Add, off, t);
@@ -152,8 +164,8 @@ class Emitter {
   // The kernel input reading `buffer` through `layout`'s strides (+ `offset`).
   int input(const Node* buffer, const Node* layout, const AxisMap& map, int64_t offset) {
     ir::BufferView v = view(layout, layout->meta->strides, map);
-    v.offset = offset;
-    auto key = std::make_tuple(buffer, v.strides, offset);
+    v.offset += offset;
+    auto key = std::make_tuple(buffer, v.strides, v.offset);
     auto it = inputs_.find(key);
     int idx;
     if (it != inputs_.end()) {

@@ -42,43 +42,84 @@ class Fuser {
     return it == f_.group_of.end() ? -1 : it->second;
   }
 
-  // The map `u` (in group gi) needs for operand `n`: nullopt = cannot index
-  // it; an empty optional-of-nothing is reported through `reads`.
-  std::optional<AxisMap> map_from_user(const Node* n, const Node* u, const Group& g, bool* reads) {
+  // The maps `u` (in group g) needs for operand `n`, one per map u is computed at: nullopt =
+  // cannot index it; `reads` false when u does not read n.
+  std::optional<std::vector<AxisMap>> maps_from_user(const Node* n, const Node* u, const Group& g,
+                                                     bool* reads) {
     auto ab = absorbed_by_.find(u);
     if (ab != absorbed_by_.end()) u = ab->second;
     const OpLowering& l = f_.lowerings.at(u);
     size_t i = std::find(l.inputs.begin(), l.inputs.end(), n) - l.inputs.begin();
     *reads = i < l.inputs.size();
-    if (!*reads) return AxisMap{};
+    if (!*reads) return std::vector<AxisMap>{};
     switch (l.kind) {
       case Kind::Pointwise:
         if (gathers(l, n)) return std::nullopt;  // read from memory at computed offsets
-        return operand_map(l, i, sizes(u), g.maps.at(u));
+        break;
       case Kind::Reduction:
-        return operand_map(l, i, l.space, g.space_maps.at(u));
+        if (auto m = operand_map(l, i, l.space, g.space_maps.at(u)))
+          return std::vector<AxisMap>{*m};
+        return std::nullopt;
       case Kind::StridedView:
         return std::nullopt;
       case Kind::View:
-        return view_base_map(l, sizes(n), g.maps.at(u));
+        break;
     }
-    return std::nullopt;
+    std::vector<AxisMap> out;
+    auto add = [&](const AxisMap& um) {
+      auto m = l.kind == Kind::View ? std::optional(view_base_map(l, sizes(n), um))
+                                    : operand_map(l, i, sizes(u), um);
+      if (m) out.push_back(std::move(*m));
+      return m.has_value();
+    };
+    if (!add(g.maps.at(u))) return std::nullopt;
+    auto more = g.more_maps.find(u);
+    if (more != g.more_maps.end())
+      for (const AxisMap& um : more->second)
+        if (!add(um)) return std::nullopt;
+    return out;
+  }
+
+  // The distinct maps n is read at in group gi, in the order first read (empty: no member
+  // there reads it); nullopt if some member cannot index it.
+  std::optional<std::vector<AxisMap>> derived_maps(const Node* n, int gi) {
+    std::vector<AxisMap> ms;
+    for (const Node* u : info_.users_of(n)) {
+      if (group(u) != gi) continue;
+      bool reads = false;
+      auto mu = maps_from_user(n, u, f_.groups[gi], &reads);
+      if (!mu) return std::nullopt;
+      for (AxisMap& m : *mu)
+        if (std::find(ms.begin(), ms.end(), m) == ms.end()) ms.push_back(std::move(m));
+    }
+    return ms;
   }
 
   // n's map in group gi, agreed on by every user there that reads it.
   std::optional<AxisMap> derived_map(const Node* n, int gi) {
-    std::optional<AxisMap> m;
-    for (const Node* u : info_.users_of(n)) {
-      if (group(u) != gi) continue;
-      bool reads = false;
-      auto mu = map_from_user(n, u, f_.groups[gi], &reads);
-      if (!mu) return std::nullopt;
-      if (!reads) continue;
-      if (m && *m != *mu) return std::nullopt;
-      m = mu;
-    }
-    return m;
+    auto ms = derived_maps(n, gi);
+    if (!ms || ms->size() != 1) return std::nullopt;
+    return (*ms)[0];
   }
+
+  // True when n, read in group gi at the maps `ms` (more than one), may be computed once
+  // per map there: a pointwise value (or a view) no one outside reads, in a kernel without
+  // reduction axes (each pass over a row would compute it again), at maps that differ only
+  // in their shifts (cat parts read one value at several places along the cat's axis).
+  // NOTE: the CUDA kernel computes only the part a point takes (a branching Where), so the
+  // copies cost no more than the one value; the CPU kernel computes every part.
+  bool recomputable(const Node* n, int gi, const std::vector<AxisMap>& ms) {
+    const OpLowering& l = f_.lowerings.at(n);
+    if (l.kind != Kind::Pointwise && l.kind != Kind::View) return false;
+    if (f_.groups[gi].nred != 0 || stored(n, gi) || !siblings(n).empty() || l.absorbed)
+      return false;
+    if (ms.size() > kMaxCopies) return false;
+    for (const AxisMap& m : ms)
+      if (static_cast<const std::vector<int>&>(m) != static_cast<const std::vector<int>&>(ms[0]))
+        return false;
+    return true;
+  }
+  static constexpr size_t kMaxCopies = 8;
 
   // True if a path from `starts` reaches group `target` through other units.
   bool reaches(std::vector<const Node*> starts, int target) {
@@ -122,6 +163,8 @@ class Fuser {
     if (!p.perm.empty()) {
       for (auto& [_, m] : g.maps) relabel(m);
       for (auto& [_, m] : g.space_maps) relabel(m);
+      for (auto& [_, ms] : g.more_maps)
+        for (AxisMap& m : ms) relabel(m);
     }
     g.shape = p.shape, g.nred = p.nred;
     add(n, gi, std::move(p.map), std::move(p.space_map));
@@ -191,11 +234,13 @@ class Fuser {
   }
 
   bool try_join(const Node* n, int gi) {
-    auto m = derived_map(n, gi);
-    if (!m) return false;
+    auto ms = derived_maps(n, gi);
+    if (!ms || ms->empty() || (ms->size() > 1 && !recomputable(n, gi, *ms))) return false;
+    const AxisMap* m = &ms->front();
     std::vector<const Node*> unit = siblings(n);
     auto plan =
         plan_join(f_.lowerings.at(n), sizes(n), *m, f_.groups[gi], stored(n, gi) || !unit.empty());
+    if (plan && ms->size() > 1 && !plan->perm.empty()) return false;
     for (const Node* s : unit) {  // a sibling read in gi must be read where it is computed
       if (!plan) break;
       bool reads = false;
@@ -211,6 +256,7 @@ class Fuser {
     if (!plan || reaches(outside_users(unit, gi, gi), gi)) return false;
     if (!epilogue_pays(n, gi, *plan) || !prologue_pays(n, gi, *plan)) return false;
     commit(n, gi, std::move(*plan));
+    if (ms->size() > 1) f_.groups[gi].more_maps[n].assign(ms->begin() + 1, ms->end());
     return true;
   }
 
@@ -373,9 +419,11 @@ class Fuser {
       for (const Node* n : lit->second.inputs) {
         if (group(n) != from) continue;
         bool reads = false;
-        auto m = map_from_user(n, u, f_.groups[to], &reads);
+        auto ms = maps_from_user(n, u, f_.groups[to], &reads);
         if (!reads) continue;
-        if (!m || *m != f_.groups[from].maps.at(n)) return false;
+        if (!ms || f_.groups[from].more_maps.count(n)) return false;
+        for (const AxisMap& m : *ms)
+          if (m != f_.groups[from].maps.at(n)) return false;
       }
     }
     return true;
@@ -386,7 +434,7 @@ class Fuser {
     Group &g = f_.groups[gi], &h = f_.groups[hj];
     if (!h.alive || g.shape != h.shape || (g.nred && h.nred && g.nred != h.nred)) return;
     auto mh = derived_map(n, hj);
-    if (!mh || *mh != g.maps.at(n)) return;
+    if (!mh || *mh != g.maps.at(n) || g.more_maps.count(n)) return;
     if (apart(gi, hj)) absorb(gi, hj);
   }
 
@@ -523,6 +571,7 @@ class Fuser {
       f_.group_of[m] = gi;
       if (h.maps.count(m)) g.maps[m] = h.maps.at(m);
       if (h.space_maps.count(m)) g.space_maps[m] = h.space_maps.at(m);
+      if (h.more_maps.count(m)) g.more_maps[m] = h.more_maps.at(m);
     }
     g.nred = std::max(g.nred, h.nred);
     h.alive = false;
@@ -702,7 +751,17 @@ AxisMap view_base_map(const OpLowering& l, const std::vector<int64_t>& base_size
   AxisMap m;
   for (size_t j = 0; j < l.base_axes.size(); ++j) {
     int a = l.base_axes[j];
-    m.add(a < 0 || base_sizes[j] == 1 ? -1 : map[a], a < 0 ? AxisShift{} : map.shift_of(a));
+    AxisShift s = a < 0 ? AxisShift{} : map.shift_of(a);
+    AxisShift slice = j < l.base_shifts.size() ? l.base_shifts[j] : AxisShift{};
+    if (a >= 0 && slice.bound > 0) {
+      // NOTE: the reader's clamp, moved by the start, keeps every point inside the base
+      // (bound <= the slice's end); the points it keeps are the slice's exactly.
+      if (s.bound > 0)
+        s.offset += slice.offset, s.bound += slice.offset;
+      else
+        s = slice;
+    }
+    m.add(a < 0 || base_sizes[j] == 1 ? -1 : map[a], s);
   }
   return m;
 }

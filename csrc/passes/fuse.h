@@ -44,6 +44,11 @@ struct Group {
   std::vector<const ir::Node*> members;                     // graph order once fuse() returns
   std::unordered_map<const ir::Node*, AxisMap> maps;        // members' result axes
   std::unordered_map<const ir::Node*, AxisMap> space_maps;  // reductions' space axes
+  // Members computed at more maps than `maps`' one, never stored: a pointwise value that
+  // several cat parts read at their own shifts (rotary's and SwiGLU's gradients: one
+  // product read by both halves) is recomputed in each part instead of stored by a kernel
+  // of its own and gathered back.
+  std::unordered_map<const ir::Node*, std::vector<AxisMap>> more_maps;
   bool alive = true;
 };
 

@@ -15,6 +15,15 @@ bool distinct(const AxisMap& m) {
   return true;
 }
 
+// True when some axis of the node is longer than the kernel axis indexing it: the kernel
+// reads a slice of it (passes/lower_view.cpp `slice_view`) and computes only that part.
+bool partial(const AxisMap& m, const std::vector<int64_t>& node_sizes,
+             const std::vector<int64_t>& shape) {
+  for (size_t j = 0; j < m.size() && j < node_sizes.size(); ++j)
+    if (m[j] >= 0 && node_sizes[j] != shape[m[j]]) return true;
+  return false;
+}
+
 bool contains(const std::vector<int>& v, int x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
@@ -40,7 +49,9 @@ std::optional<Plan> plan_join(const OpLowering& l, const std::vector<int64_t>& n
   if (!distinct(m)) return std::nullopt;
   // A value read at a shifted map exists there only: stored, it would land at
   // the reader's coordinates, and a reduction's space would need the shift too.
-  if (m.shifted() && (store || l.kind == Kind::Reduction)) return std::nullopt;
+  // So is a value of which the group reads a slice: stored, only the slice would be.
+  if ((m.shifted() || partial(m, node_sizes, g.shape)) && (store || l.kind == Kind::Reduction))
+    return std::nullopt;
   std::vector<int> red_axes, cur_red;  // kernel axes (old layout) to be reduced
   std::vector<int64_t> appended;       // or new reduction axes
   for (int a = rank - g.nred; a < rank; ++a) cur_red.push_back(a);

@@ -2,6 +2,8 @@
 // per axis of the base, which axis of the view indexes it (-1: always 0).
 // Views are never stored (fuse.cpp keeps them extern when their value is
 // needed outside one kernel), so aliasing stays torch's.
+#include <algorithm>
+
 #include "ir/effects.h"
 #include "passes/alias.h"
 #include "passes/lower_data.h"
@@ -42,6 +44,42 @@ std::optional<std::vector<int>> size_one_view_axes(const ir::Node& view, const i
   return axes;
 }
 
+// When `view` is `base` sliced (x[..., a:b], narrow, split's and chunk's pieces): the same
+// rank, sizes no larger, the base's strides, and an offset that is a start per smaller axis.
+// Per base axis the view axis indexing it, and the shifts (a start > 0) of the sliced axes.
+// NOTE: a sliced axis of size 1 (x[:, 3:4]) is not one: its coordinate is never an index.
+bool slice_view(RuleCtx& c, const ir::Node& base) {
+  const ir::TensorMeta &v = *c.node.meta, &b = *base.meta;
+  auto off = alias_offset(c.node, base);
+  if (!off || v.sizes.size() != b.sizes.size()) return false;
+  std::vector<size_t> sliced;
+  for (size_t j = 0; j < v.sizes.size(); ++j) {
+    if (v.sizes[j] > b.sizes[j]) return false;
+    if (v.sizes[j] > 1 && v.strides[j] != b.strides[j]) return false;
+    if (v.sizes[j] == b.sizes[j]) continue;
+    if (v.sizes[j] < 2 || b.strides[j] <= 0) return false;
+    sliced.push_back(j);
+  }
+  if (sliced.empty()) return false;
+  std::sort(sliced.begin(), sliced.end(),
+            [&](size_t x, size_t y) { return b.strides[x] > b.strides[y]; });
+  std::vector<AxisShift> shifts(b.sizes.size());
+  int64_t rest = *off;
+  for (size_t j : sliced) {
+    int64_t start = std::min(rest / b.strides[j], b.sizes[j] - v.sizes[j]);
+    rest -= start * b.strides[j];
+    if (start > 0) shifts[j] = AxisShift{start, start + v.sizes[j]};
+  }
+  if (rest != 0) return false;
+  c.out.kind = OpLowering::Kind::View;
+  c.out.inputs = {&base};
+  c.out.base_axes.clear();
+  for (size_t j = 0; j < b.sizes.size(); ++j)
+    c.out.base_axes.push_back(b.sizes[j] == 1 ? -1 : static_cast<int>(j));
+  c.out.base_shifts = std::move(shifts);
+  return true;
+}
+
 // Reads the base through the view's own strides and offset (the base must be
 // in memory; fuse.cpp never fuses it into the view's kernel).
 bool strided_view(RuleCtx& c, const ir::Node* base) {
@@ -78,6 +116,7 @@ bool alias_view(RuleCtx& c) {
     c.out.base_axes = std::move(*axes);
     return true;
   }
+  if (ok && slice_view(c, *base)) return true;
   ok = ok && strided_view(c, base);
   if (!ok && op_base_name(c.node) == "getitem" && !c.node.args.empty() &&
       c.node.args[0].kind == ir::Arg::Kind::Node && c.node.args[0].node->meta && tensor_index(c))

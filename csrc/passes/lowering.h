@@ -46,7 +46,11 @@ struct OpLowering {
   // Pointwise, optional: per input (empty: none), per input axis, the shift of
   // its coordinate (only with input_axes).
   std::vector<std::vector<AxisShift>> input_shifts;
-  std::vector<int> base_axes;          // View: per inputs[0] axis, the node axis indexing it, or -1
+  std::vector<int> base_axes;  // View: per inputs[0] axis, the node axis indexing it, or -1
+  // View, optional: per inputs[0] axis (empty: none), a slice's start there as a shift of
+  // the coordinate ({start, start + the node's size}; bound 0: none). A slice of a computed
+  // value stays a remap, so the value computes in its reader's kernel.
+  std::vector<AxisShift> base_shifts;
   std::vector<int64_t> space;          // Reduction: the iteration space (operand shape)
   std::vector<int> reduce_dims;        // Reduction: reduced space axes, sorted
   bool full_result = false;            // Reduction: result has `space`'s shape (softmax)

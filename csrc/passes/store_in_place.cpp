@@ -43,6 +43,7 @@ bool reads_in_step(const Node* input, const Node* out, const Group& g, const Fus
     auto it = std::find(low.inputs.begin(), low.inputs.end(), input);
     if (it == low.inputs.end()) continue;
     if (low.kind != OpLowering::Kind::Pointwise || gathers(low, input)) return false;
+    if (g.more_maps.count(m)) return false;  // read at other points too
     auto map = operand_map(low, it - low.inputs.begin(), m->meta->sizes, g.maps.at(m));
     if (!map || *map != g.maps.at(out)) return false;
   }

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import compiled_on_cuda
+from llama_block import Block, rotary, step
 
 import torchlite
 
@@ -108,8 +109,58 @@ def test_channels_last_channel_cat_matches_eager(dtype, channels):
     assert made == 1
 
 
+def rotate_half_backward(g, cos, sin):
+    h = g.shape[-1] // 2
+    gs = g * sin
+    return g * cos + torch.cat([gs[..., h:], -gs[..., :h]], -1)
+
+
+def swiglu_backward(gu, g):
+    n = gu.shape[-1] // 2
+    gate = gu[..., :n].float()
+    s = gate.sigmoid()
+    up = gu[..., n:].float()
+    return torch.cat([g * up * s * (1 + gate * (1 - s)), g * gate * s], -1).to(gu.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(2, 4, 16, 64), (2, 3, 5, 14)])
+def test_a_value_both_halves_read_computes_in_the_cat(dtype, shape):
+    # passes/fuse.cpp `recomputable`: g * sin is computed in each half, not stored and gathered
+    g = torch.randn(shape, device="cuda", dtype=dtype)
+    cos = torch.randn(shape[-2:], device="cuda", dtype=dtype)
+    sin = torch.randn(shape[-2:], device="cuda", dtype=dtype)
+    _, made = compiled_on_cuda(rotate_half_backward, g, cos, sin, **tol(dtype))
+    assert made == 1
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("pad", [(8, 16), (3, 5), (0, 8)], ids=str)
 def test_padding_along_the_innermost_axis_matches_eager(dtype, pad):
     x = torch.randn(4, 6, 32, device="cuda", dtype=dtype)
     compiled_on_cuda(lambda x: F.pad(x.sin(), pad) + 1, x, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cols", [128, 22])
+def test_a_gate_cast_both_halves_read_computes_in_the_cat(dtype, cols):
+    gu = torch.randn(3, 37, cols, device="cuda", dtype=dtype)
+    g = torch.randn(3, 37, cols // 2, device="cuda", dtype=dtype)
+    _, made = compiled_on_cuda(swiglu_backward, gu, g, **tol(dtype))
+    assert made == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_llama_block_training_matches_eager(dtype):
+    torch.manual_seed(0)
+    block = Block(64, 4, 96).to(device="cuda", dtype=dtype)
+    cos, sin = (t.cuda() for t in rotary(16, 16, dtype))
+    x = torch.randn(2, 16, 64, device="cuda", dtype=dtype)
+    out_e, grads_e = step(block, x, cos, sin)
+    block.zero_grad(set_to_none=True)
+    torchlite.reset()
+    out_c, grads_c = step(torchlite.compile(block), x, cos, sin)
+    t = {"atol": 3e-2, "rtol": 3e-2} if dtype == torch.bfloat16 else {"atol": 1e-4, "rtol": 1e-4}
+    torch.testing.assert_close(out_c, out_e, **t)
+    for got, want in zip(grads_c, grads_e):
+        torch.testing.assert_close(got, want, **t)

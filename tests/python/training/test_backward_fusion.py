@@ -130,7 +130,7 @@ def test_training_layer_norm_runs_in_generated_kernels(autocast):
     assert ops["aten::layer_norm"] == 0, ops
 
 
-@pytest.mark.parametrize("autocast,most", [(torch.bfloat16, 26), (None, 14)])
+@pytest.mark.parametrize("autocast,most", [(torch.bfloat16, 27), (None, 14)])
 def test_block_step_launches_fewer_kernels(autocast, most):
     torch.manual_seed(0)
     model = _Stack(32, 64, 2)
@@ -140,6 +140,11 @@ def test_block_step_launches_fewer_kernels(autocast, most):
     # the bf16 cast after it), the gelu; backward: the layer norm's row kernel, one column
     # kernel for its weight and bias gradients and the bias gradient of the linear after it,
     # the gelu's backward with fc's bias gradient. Before: 31 launches (autocast), 17.
+    # NOTE: 26 under autocast while training graphs' examples were not views of one another:
+    # a view of the incoming gradient was then a copy, stored whole by the norm's row kernel
+    # for a column kernel that computed the input gradient; now the row kernel computes the
+    # input gradient and the column sums run in two kernels (one launch more, a full-size
+    # copy less).
     assert _launches(compiled, model, x, autocast) <= most
 
 
