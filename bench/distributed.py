@@ -33,11 +33,14 @@ import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
+sys.path.insert(0, os.path.join(_HERE, "..", "tests", "python"))  # llama_block
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from llama_block import Block as LlamaBlock
+from llama_block import RMSNorm
 from torch.nn.parallel import DistributedDataParallel as DDP
 from train import _gpt2, _loss
 
@@ -50,44 +53,6 @@ KINDS = ["eager", "tl op by op", "torchlite", "torch.compile"]
 # A Llama-style decoder (RMSNorm, rotary attention through SDPA, SwiGLU): built on the meta
 # device and materialised shard by shard, so a model larger than one GPU never exists whole.
 # ---------------------------------------------------------------------------------------------
-
-
-class RMSNorm(torch.nn.Module):
-    def __init__(self, d: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.ones(d))
-        self.eps = eps
-
-    def forward(self, x):
-        var = x.float().pow(2).mean(-1, keepdim=True)
-        return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
-
-
-def _rotate(x, cos, sin):
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
-
-
-class LlamaBlock(torch.nn.Module):
-    def __init__(self, d: int, heads: int, inter: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.attn_norm = RMSNorm(d)
-        self.qkv = torch.nn.Linear(d, 3 * d, bias=False)
-        self.out = torch.nn.Linear(d, d, bias=False)
-        self.mlp_norm = RMSNorm(d)
-        self.gate_up = torch.nn.Linear(d, 2 * inter, bias=False)
-        self.down = torch.nn.Linear(inter, d, bias=False)
-
-    def forward(self, x, cos, sin):
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.attn_norm(x)).view(b, s, 3, self.heads, -1).unbind(2)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.out(a.transpose(1, 2).reshape(b, s, d))
-        gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
-        return x + self.down(F.silu(gate) * up)
 
 
 class Llama(torch.nn.Module):

@@ -196,7 +196,9 @@ bool expand(RuleCtx& c) {
   return c.all_kwargs_read();
 }
 
-bool is_contiguous(const ir::TensorMeta& m) {
+}  // namespace
+
+bool contiguous(const ir::TensorMeta& m) {
   int64_t expected = 1;
   for (size_t i = m.sizes.size(); i-- > 0;) {
     if (m.sizes[i] != 1 && m.strides[i] != expected) return false;
@@ -204,6 +206,8 @@ bool is_contiguous(const ir::TensorMeta& m) {
   }
   return true;
 }
+
+namespace {
 
 // squeeze/unsqueeze/view/reshape/flatten/unflatten: the result's sizes say it
 // all. Inserting or dropping size-1 axes is a remap; other reshapes of a
@@ -220,7 +224,7 @@ bool reshape(RuleCtx& c) {
   std::string name = op_base_name(c.node);
   if (name == "squeeze" || name == "unsqueeze") return false;
   if (!c.all_kwargs_read()) return false;
-  if (is_contiguous(*b->meta) && is_contiguous(*c.node.meta)) {
+  if (contiguous(*b->meta) && contiguous(*c.node.meta)) {
     c.out.kind = OpLowering::Kind::StridedView;
     c.out.base_axes.clear();
     return true;

@@ -121,4 +121,7 @@ bool gathers(const OpLowering& l, const ir::Node* n);
 // Base name a rule is registered under: "torch.nn.functional.relu" -> "relu".
 std::string op_base_name(const ir::Node& n);
 
+// Row-major dense, as torch's is_contiguous (a size-1 dimension's stride is not read).
+bool contiguous(const ir::TensorMeta& m);
+
 }  // namespace tl::passes

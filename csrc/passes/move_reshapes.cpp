@@ -26,15 +26,6 @@ int64_t numel(const std::vector<int64_t>& v) {
   return n;
 }
 
-bool contiguous(const ir::TensorMeta& m) {
-  int64_t expected = 1;
-  for (size_t i = m.sizes.size(); i-- > 0;) {
-    if (m.sizes[i] != 1 && m.strides[i] != expected) return false;
-    expected *= m.sizes[i];
-  }
-  return true;
-}
-
 // The same strides on every axis of more than one element (sizes equal).
 bool same_layout(const ir::TensorMeta& a, const ir::TensorMeta& b) {
   if (a.sizes != b.sizes || a.strides.size() != b.strides.size()) return false;

@@ -282,15 +282,6 @@ Node* restored(ir::Graph& g, Node* x, const ir::TensorMeta& traced, const Node* 
                      traced.device);
 }
 
-bool contiguous(const ir::TensorMeta& m) {
-  int64_t expected = 1;
-  for (size_t i = m.sizes.size(); i-- > 0;) {
-    if (m.sizes[i] != 1 && m.strides[i] != expected) return false;
-    expected *= m.sizes[i];
-  }
-  return true;
-}
-
 // True when `o` is `cut` (the narrowed product) or reshapes it (view, reshape, flatten, ...:
 // the same elements in the same order, whatever the layout).
 bool reshapes(const Node* o, const Node* cut) {

@@ -1,5 +1,5 @@
-"""A small Llama-style decoder block for tests (bench/distributed.py's, sized for CPU): RMSNorm,
-a fused qkv projection unbound into rotary q/k and v, SDPA, SwiGLU."""
+"""The Llama-style decoder block of the tests and of bench/distributed.py's FSDP2 model (sized
+by its caller): RMSNorm, a fused qkv projection unbound into rotary q/k and v, SDPA, SwiGLU."""
 
 import torch
 import torch.nn.functional as F
