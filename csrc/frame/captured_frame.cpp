@@ -220,6 +220,7 @@ PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& ou
         if (!PyTuple_Check(shape.get()) || dim >= PyTuple_GET_SIZE(shape.get()))
           TL_THROW(Runtime) << "torchlite: " << src->str() << " has no size " << dim;
         values[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.get(), dim));
+        if (values[k] == -1 && PyErr_Occurred()) throw PythonError();
       }
       PyRef n = PyRef::steal(PyLong_FromLongLong(r.sym->eval(values)));
       if (!n) throw PythonError();
