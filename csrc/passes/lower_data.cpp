@@ -331,6 +331,31 @@ bool max_pool2d(RuleCtx& c) {
   return c.finish(best);
 }
 
+// The sum over a kernel[0] x kernel[1] window of x, read at start[i] + k along axes[i]
+// (coordinates clamped into x), each element taken where `inside(i, coordinate)` holds on
+// both axes, else `zero`: avg_pool2d's and adaptive_avg_pool2d's windows.
+template <class Inside>
+int window_sum(RuleCtx& c, Body& b, const Node* x, const size_t axes[2], const int start[2],
+               const int64_t kernel[2], int zero, Inside inside) {
+  const auto& s = x->meta->sizes;
+  int sum = -1;
+  for (int64_t kh = 0; kh < kernel[0]; ++kh)
+    for (int64_t kw = 0; kw < kernel[1]; ++kw) {
+      std::vector<int> coord(s.size(), -1);
+      int ok = -1;
+      const int64_t ks[2] = {kh, kw};
+      for (int i = 0; i < 2; ++i) {
+        int at = b.add(start[i], b.k(ks[i]));
+        int in = inside(i, at);
+        ok = ok < 0 ? in : c.binary(ExprOp::And, ok, in);
+        coord[axes[i]] = b.clamp(at, 0, s[axes[i]] - 1);
+      }
+      int v = c.where(ok, b.read(x, coord, identity_axes(s.size())), zero);
+      sum = sum < 0 ? v : c.binary(ExprOp::Add, sum, v);
+    }
+  return sum;
+}
+
 // F.avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
 // count_include_pad=True, divisor_override=None) over a floating (N, C, H, W)
 // or (C, H, W) input: the in-bounds sum of each window, accumulated in the
@@ -380,23 +405,11 @@ bool avg_pool2d(RuleCtx& c) {
     int hi = c.binary(ExprOp::Minimum, end, b.k(size));
     count[i] = b.sub(hi, lo);
   }
-  int sum = -1;
-  for (int64_t kh = 0; kh < (*kernel)[0]; ++kh)
-    for (int64_t kw = 0; kw < (*kernel)[1]; ++kw) {
-      std::vector<int> coord(s.size(), -1);
-      int ok = -1;
-      const int64_t ks[2] = {kh, kw};
-      for (int i = 0; i < 2; ++i) {
-        size_t d = axes[i];
-        int at = b.add(start[i], b.k(ks[i]));
-        int in = c.binary(ExprOp::And, c.binary(ExprOp::Ge, at, b.k(0)),
-                          c.binary(ExprOp::Lt, at, b.k(s[d])));
-        ok = ok < 0 ? in : c.binary(ExprOp::And, ok, in);
-        coord[d] = b.clamp(at, 0, s[d] - 1);
-      }
-      int v = c.where(ok, b.read(x, coord, identity_axes(s.size())), zero);
-      sum = sum < 0 ? v : c.binary(ExprOp::Add, sum, v);
-    }
+  const int64_t window_sizes[2] = {(*kernel)[0], (*kernel)[1]};
+  int sum = window_sum(c, b, x, axes, start, window_sizes, zero, [&](int i, int at) {
+    return c.binary(ExprOp::And, c.binary(ExprOp::Ge, at, b.k(0)),
+                    c.binary(ExprOp::Lt, at, b.k(s[axes[i]])));
+  });
   int div = divisor ? c.constant(*divisor, ct)
                     : c.cast(include_pad ? b.mul(span[0], span[1]) : b.mul(count[0], count[1]), ct);
   return c.finish(c.binary(ExprOp::Div, sum, div));
@@ -445,22 +458,8 @@ bool adaptive_avg_pool2d(RuleCtx& c) {
     start[i] = b.div(at, m);
     end[i] = b.div(b.add(at, b.k(n + m - 1)), m);  // ceil((o + 1) * n / m)
   }
-  int sum = -1;
-  for (int64_t kh = 0; kh < kernel[0]; ++kh)
-    for (int64_t kw = 0; kw < kernel[1]; ++kw) {
-      std::vector<int> coord(s.size(), -1);
-      int ok = -1;
-      const int64_t ks[2] = {kh, kw};
-      for (int i = 0; i < 2; ++i) {
-        size_t d = axes[i];
-        int at = b.add(start[i], b.k(ks[i]));
-        int in = c.binary(ExprOp::Lt, at, end[i]);
-        ok = ok < 0 ? in : c.binary(ExprOp::And, ok, in);
-        coord[d] = b.clamp(at, 0, s[d] - 1);
-      }
-      int v = c.where(ok, b.read(x, coord, identity_axes(s.size())), zero);
-      sum = sum < 0 ? v : c.binary(ExprOp::Add, sum, v);
-    }
+  int sum = window_sum(c, b, x, axes, start, kernel, zero,
+                       [&](int i, int at) { return c.binary(ExprOp::Lt, at, end[i]); });
   int count = b.mul(b.sub(end[0], start[0]), b.sub(end[1], start[1]));
   return c.finish(c.binary(ExprOp::Div, sum, c.cast(count, ct)));
 }

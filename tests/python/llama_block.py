@@ -54,3 +54,19 @@ def step(block, x, cos, sin):
     out = block(x, cos, sin)
     out.float().square().mean().backward()
     return out, [x.grad] + [p.grad for p in block.parameters()]
+
+
+def rotate_half_backward(g, cos, sin):
+    """rotary's gradient: both halves are slices of one product with sin."""
+    h = g.shape[-1] // 2
+    gs = g * sin
+    return g * cos + torch.cat([gs[..., h:], -gs[..., :h]], -1)
+
+
+def swiglu_backward(gu, g):
+    """SwiGLU's gradient: the gate's float copy feeds both halves."""
+    n = gu.shape[-1] // 2
+    gate = gu[..., :n].float()
+    s = gate.sigmoid()
+    up = gu[..., n:].float()
+    return torch.cat([g * up * s * (1 + gate * (1 - s)), g * gate * s], -1).to(gu.dtype)

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import compiled_on_cuda
-from llama_block import Block, rotary, step
+from llama_block import Block, rotary, rotate_half_backward, step, swiglu_backward
 
 import torchlite
 
@@ -107,20 +107,6 @@ def test_channels_last_channel_cat_matches_eager(dtype, channels):
         **tol(dtype),
     )
     assert made == 1
-
-
-def rotate_half_backward(g, cos, sin):
-    h = g.shape[-1] // 2
-    gs = g * sin
-    return g * cos + torch.cat([gs[..., h:], -gs[..., :h]], -1)
-
-
-def swiglu_backward(gu, g):
-    n = gu.shape[-1] // 2
-    gate = gu[..., :n].float()
-    s = gate.sigmoid()
-    up = gu[..., n:].float()
-    return torch.cat([g * up * s * (1 + gate * (1 - s)), g * gate * s], -1).to(gu.dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

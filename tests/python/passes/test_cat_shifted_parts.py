@@ -7,6 +7,7 @@ import pytest
 import torch
 from helpers import close_for_dtype as close
 from helpers import one_graph_kernels as run
+from llama_block import rotate_half_backward, swiglu_backward
 
 import torchlite
 from torchlite import _C
@@ -131,22 +132,6 @@ def test_rotary_training_gradients_match_and_fuse(shape, dtype):
 
 # A value several parts read at their own places (csrc/passes/fuse.cpp `recomputable`): each
 # part computes it at its coordinate instead of a kernel of its own storing it for gathers.
-
-
-def rotate_half_backward(g, cos, sin):
-    # rotary's gradient: both halves are slices of one product with sin
-    h = g.shape[-1] // 2
-    gs = g * sin
-    return g * cos + torch.cat([gs[..., h:], -gs[..., :h]], -1)
-
-
-def swiglu_backward(gu, g):
-    # SwiGLU's gradient: the gate's float copy feeds both halves
-    n = gu.shape[-1] // 2
-    gate = gu[..., :n].float()
-    s = gate.sigmoid()
-    up = gu[..., n:].float()
-    return torch.cat([g * up * s * (1 + gate * (1 - s)), g * gate * s], -1).to(gu.dtype)
 
 
 def three_shifts(x, y):
