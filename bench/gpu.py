@@ -6,6 +6,12 @@ caches) of torchlite and inductor. The pointwise case also prints its achieved b
 to a device-to-device copy of the same size.
 
     python bench/gpu.py [--quick] [--skip-inductor] [--only NAME] [--profile-cold]
+    python bench/gpu.py --kernels [--only NAME]
+
+--kernels: single kernels instead (add + layer_norm over 4096 rows 768, 1024 and 4096 wide, the
+GELU-tanh of GPT-2's MLP, bf16 and f32), each system's calls captured in a CUDA graph and timed
+by replaying it (GPU time only: a 10 us kernel is shorter than a call's host work), over enough
+input sets in turn that they do not stay in L2; prints us per call and GB/s moved.
 
 --quick uses smaller sizes (a smoke run); the numbers in the README come from the full run.
 --profile-cold prints where each torchlite cold call spends its time (cProfile, which slows
@@ -141,13 +147,101 @@ def rel_err(a, e):
     return ((a - e).norm() / e.norm().clamp_min(1e-6)).item()
 
 
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def add_layer_norm(x, r, w, b):
+    h = x + r
+    return h, F.layer_norm(h, x.shape[-1:], w, b)
+
+
+def graph_ms(fn, arg_sets):
+    """GPU ms per call of `fn` over `arg_sets` in turn: the calls captured in one CUDA graph
+    (after warm-up calls that compile), replayed 10 times back to back by cuda_ms."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for args in arg_sets:
+            fn(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for args in arg_sets:
+            fn(*args)
+    graph.replay()
+    return cuda_ms(graph.replay, (), iters=10) / len(arg_sets)
+
+
+def kernel_cases(only):
+    """(name, fn, make_args, bytes moved a call)."""
+    cases = []
+    for dtype in (BF16, torch.float32):
+        t = "bf16" if dtype == BF16 else "f32"
+        e = torch.finfo(dtype).bits // 8
+        for width in (768, 1024, 4096):
+
+            def make(width=width, dtype=dtype):
+                x, r = (torch.randn(4096, width, device="cuda", dtype=dtype) for _ in range(2))
+                w, b = (torch.randn(width, device="cuda", dtype=dtype) for _ in range(2))
+                return x, r, w, b
+
+            cases.append((f"add+LN 4096x{width} {t}", add_layer_norm, make, 4 * 4096 * width * e))
+        n = 8 * 512 * 3072
+        cases.append(
+            (
+                f"GELU-tanh 4096x3072 {t}",
+                gelu_tanh,
+                lambda dtype=dtype: (torch.randn(4096, 3072, device="cuda", dtype=dtype),),
+                2 * n * e,
+            )
+        )
+    return [c for c in cases if only in c[0]]
+
+
+def kernel_table(only, skip_inductor, rounds=5):
+    print(
+        f"{'kernel':26} {'eager us':>9} {'torchlite':>10} {'inductor':>9} {'ind/tl':>7}"
+        f" {'tl GB/s':>8} {'ind GB/s':>9} {'tl err':>8}",
+        flush=True,
+    )
+    with torch.no_grad():
+        for name, fn, make, nbytes in kernel_cases(only):
+            # NOTE: input sets in turn, past 2x the largest L2 (H200: 60 MB), so each call reads
+            # its inputs from memory as a model's kernels mostly do.
+            sets = [make() for _ in range(max(2, -(-256 * 2**20 // nbytes)))]
+            torchlite.reset()
+            fns = [fn, torchlite.compile(fn, fullgraph=True)]
+            if not skip_inductor:
+                fns.append(torch.compile(fn, fullgraph=True))
+            err = rel_err(fns[1](*sets[0]), fn(*sets[0]))
+            samples = [[] for _ in fns]
+            for _ in range(rounds):  # in turns: clocks drift
+                for i, f in enumerate(fns):
+                    samples[i].append(graph_ms(f, sets))
+            us = [statistics.median(s) * 1e3 for s in samples] + [float("nan")]
+            eager, tl_us, ind_us = us[:3]
+            print(
+                f"{name:26} {eager:9.1f} {tl_us:10.1f} {ind_us:9.1f} {ind_us / tl_us:6.2f}x"
+                f" {nbytes / tl_us / 1e3:8.0f} {nbytes / ind_us / 1e3:9.0f} {err:8.1e}",
+                flush=True,
+            )
+            torch._dynamo.reset()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-inductor", action="store_true")
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
     ap.add_argument("--profile-cold", action="store_true", help="cProfile torchlite's cold calls")
+    ap.add_argument("--kernels", action="store_true", help="single kernels (see the docstring)")
     a = ap.parse_args()
+    if a.kernels:
+        props = torch.cuda.get_device_properties(0)
+        print(f"torch {torch.__version__}, {props.name}, {props.multi_processor_count} SMs")
+        kernel_table(a.only, a.skip_inductor)
+        return
     n = 1 << (22 if a.quick else 26)
     rows = 1024 if a.quick else 8192
     x = torch.randn(n, device="cuda")

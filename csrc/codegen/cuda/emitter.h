@@ -57,8 +57,14 @@ class Writer {
   // Writes each output of `pass` through `store(o, memory_value, f32)`; f32 is
   // the float32 value a float16/bfloat16 output rounds (empty for other types),
   // for entries that convert neighbouring elements in pairs (pair_to_memory).
+  // With `word` (pair evaluation), outputs that word_output() names go there instead, as
+  // the word of both elements' bits.
   using StoreFn = std::function<void(size_t, const std::string&, const std::string&)>;
-  void store_outputs(int pass, const StoreFn& store);
+  using WordFn = std::function<void(size_t, const std::string&)>;
+  void store_outputs(int pass, const StoreFn& store, const WordFn& word = nullptr);
+  // In pair evaluation: output o moves in packs and its value is a pair op of its own
+  // 16-bit type, so both elements' bits are one word (pair_word), stored as it is.
+  bool word_output(size_t o) const;
   // One 32-bit word holding float32 values lo and hi as 16-bit floats of type t.
   static std::string pair_to_memory(ST t, const std::string& lo, const std::string& hi);
   // The pack type of n 16-bit values as n / 2 words.
@@ -148,6 +154,13 @@ class Writer {
   // (offsets "o" and "oo"); leaves element 0's scope current.
   void new_pair_scope(const std::function<ElemRef(int elem)>& ref, std::string outer,
                       const std::string& red0, const std::string& red1);
+  // The pointwise vector entry's loop over a pack of `width` elements, two a step: `ref(j)`
+  // reads element j; `store(o, j, v, f32)` stores output o's element j (as StoreFn), `word`
+  // word outputs' words (at element j, even).
+  using PairStore =
+      std::function<void(size_t, const std::string&, const std::string&, const std::string&)>;
+  void pointwise_pairs(int width, const std::function<ElemRef(const std::string& j)>& ref,
+                       const std::string& outer, const PairStore& store, const WordFn& word);
   // `text` evaluated in element elem's scope.
   std::string in_scope(int elem, const std::function<std::string()>& text);
   bool exact_in(int i, ST h) const;

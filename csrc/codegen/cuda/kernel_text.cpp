@@ -126,7 +126,7 @@ void Writer::offsets(const std::string& prefix, const std::string& lin,
       break;
     }
     std::string c = fresh("c"), q = fresh("q");
-    std::string n = num("a" + std::to_string(first_axis + d), sizes[d]);
+    std::string n = num(std::string("a") + std::to_string(first_axis + d), sizes[d]);
     line("const " + idx_ + " " + c + " = " + rest + " % " + n + ";");
     line("const " + idx_ + " " + q + " = " + rest + " / " + n + ";");
     coord[d] = c;
@@ -265,11 +265,15 @@ std::string Writer::index_value(int64_t axis) const {
   return "(long long)(" + v + " % " + std::to_string(k_.shape[a]) + ")";
 }
 
-void Writer::store_outputs(int pass, const StoreFn& store) {
+void Writer::store_outputs(int pass, const StoreFn& store, const WordFn& word) {
   for (size_t o = 0; o < k_.outputs.size(); ++o) {
     if (plan_.out_pass[o] != pass) continue;
     const auto& out = k_.outputs[o];
     ST t = out.view.type;
+    if (word && word_output(o)) {
+      word(o, pair_word(out.expr, t));
+      continue;
+    }
     if (!ir::is_half(t)) {
       store(o, to_memory(operand(out.expr, t), t), std::string());
       continue;
@@ -724,14 +728,14 @@ void Writer::pointwise_vector(int width) {
     bool in = static_cast<int>(buf) < n_in_;
     return in ? "in" + std::to_string(buf) : "out" + std::to_string(buf - n_in_);
   };
-  // Element j of step u's pack, which starts at offset o<u>_<buf>.
-  auto element = [&](int u, size_t buf) {
+  // Element j (a text) of step u's pack, which starts at offset o<u>_<buf>.
+  auto element = [&](int u, size_t buf, const std::string& j = "j") {
     std::string bs = std::to_string(buf), su = std::to_string(u);
     int64_t st = s_.strides[buf][inner];
-    if (is_coordinate(buf))
-      return "(o" + su + "_" + bs + (st == 0 ? "" : " + j * " + std::to_string(st)) + ")";
-    if (st == 1) return "p" + su + "_" + bs + ".e[j]";
-    return name(buf) + "[o" + su + "_" + bs + (st == 0 ? "" : " + j * " + std::to_string(st)) + "]";
+    std::string by = st == 0 ? "" : " + " + j + (st == 1 ? "" : " * " + std::to_string(st));
+    if (is_coordinate(buf)) return "(o" + su + "_" + bs + by + ")";
+    if (st == 1) return "p" + su + "_" + bs + ".e[" + j + "]";
+    return name(buf) + "[o" + su + "_" + bs + by + "]";
   };
   auto live = [&](int u) { return "q + " + std::to_string(u) + " * step < " + nv; };
   open_kernel(name_ + "_v", block_);
@@ -772,35 +776,55 @@ void Writer::pointwise_vector(int width) {
         gather_pack(u, static_cast<int>(g), width, "g" + su + "_" + std::to_string(g), guard[g]);
   }
   gather_pack_.assign(k_.exprs.size(), std::string());
-  // 16-bit float outputs: float32 values, converted in pairs after the loop.
+  // 16-bit float outputs: float32 values, converted in pairs after the loop (word outputs of
+  // pair evaluation: their words, as computed).
   auto in_pairs = [&](size_t buf) { return in_packs(buf) && ir::is_half(buffer_type(buf)); };
+  // NOTE: gathers read their packs at element j only (value()): they keep one element a step.
+  pair_mode_ = width % 2 == 0 && gathers_ == 0 && any_pair_op();
   for (int u = 0; u < unroll; ++u) {
     std::string su = std::to_string(u);
     for (size_t o = 0; o < k_.outputs.size(); ++o) {
       std::string p = "p" + su + "_" + std::to_string(n_in_ + o);
-      if (in_pairs(n_in_ + o))
+      if (in_pairs(n_in_ + o) && word_output(o))
+        line(word_pack(width) + " " + p + ";");
+      else if (in_pairs(n_in_ + o))
         line("float f" + p.substr(1) + "[" + w + "];");
       else if (in_packs(n_in_ + o))
         line(pack_type(n_in_ + o) + " " + p + ";");
     }
     for (size_t g = 0; g < k_.exprs.size(); ++g)
       if (is_gather(k_.exprs[g].op)) gather_pack_[g] = "g" + su + "_" + std::to_string(g);
-    line("#pragma unroll");
-    open("for (int j = 0; j < " + w + "; ++j)");
-    new_scope([&](int buf) { return element(u, buf); }, "i" + su + " + j");
-    store_outputs(0, [&](size_t o, const std::string& v, const std::string& f32) {
+    auto store = [&](size_t o, const std::string& j, const std::string& v, const std::string& f32) {
       size_t buf = n_in_ + o;
       if (in_pairs(buf)) {
-        line("f" + su + "_" + std::to_string(buf) + "[j] = " + f32 + ";");
+        line("f" + su + "_" + std::to_string(buf) + "[" + j + "] = " + f32 + ";");
         return;
       }
-      std::string st = element(u, buf) + " = " + v + ";";
+      std::string st = element(u, buf, j) + " = " + v + ";";
       line(u && !in_packs(buf) ? "if (" + live(u) + ") " + st : st);
-    });
-    close();
+    };
+    if (pair_mode_) {
+      pointwise_pairs(
+          width,
+          [&](const std::string& j) -> ElemRef {
+            return [&, u, j](int buf) { return element(u, buf, j); };
+          },
+          "i" + su + " + j", store,
+          [&](size_t o, const std::string& word) {
+            line("p" + su + "_" + std::to_string(n_in_ + o) + ".e[j / 2] = " + word + ";");
+          });
+    } else {
+      line("#pragma unroll");
+      open("for (int j = 0; j < " + w + "; ++j)");
+      new_scope([&](int buf) { return element(u, buf); }, "i" + su + " + j");
+      store_outputs(0, [&](size_t o, const std::string& v, const std::string& f32) {
+        store(o, "j", v, f32);
+      });
+      close();
+    }
     for (size_t o = 0; o < k_.outputs.size(); ++o) {
       size_t buf = n_in_ + o;
-      if (!in_pairs(buf)) continue;
+      if (!in_pairs(buf) || word_output(o)) continue;
       std::string name = su + "_" + std::to_string(buf);
       pack_pairs(buffer_type(buf), "f" + name, width, "p" + name);
     }
@@ -817,6 +841,7 @@ void Writer::pointwise_vector(int width) {
     }
   close();
   gather_pack_.clear();
+  pair_mode_ = false;
   // The scalar tail (one axis only: see vector_width). NOTE: always there with runtime sizes
   // (it runs no step when numel is whole packs), so one text serves every numel.
   if (numel % width != 0 || k_.runtime_sizes) {

@@ -244,10 +244,14 @@ void Writer::reduce_pass(int p, Rows rows) {
   // The vector entry's output packs: stored at a pack's last element. 16-bit
   // float outputs keep the pack's float32 values and convert them in pairs.
   auto in_pairs = [&](size_t buf) { return packed(buf) && ir::is_half(buffer_type(buf)); };
-  for (size_t o = 0; o < k_.outputs.size(); ++o)
-    if (plan_.out_pass[o] == p && packed(n_in_ + o))
+  for (size_t o = 0; o < k_.outputs.size(); ++o) {
+    if (plan_.out_pass[o] != p || !packed(n_in_ + o)) continue;
+    if (word_output(o))  // pair evaluation's words, as computed
+      line(word_pack(vec_) + " sw" + std::to_string(o) + ";");
+    else
       line((in_pairs(n_in_ + o) ? "float" : pack(n_in_ + o)) + " so" + std::to_string(o) +
            (in_pairs(n_in_ + o) ? "[" + std::to_string(vec_) + "]" : "") + ";");
+  }
   // Pair evaluation (pair_text.cpp) takes two neighbouring elements, of one pack, a step.
   const int n_elem = pair_mode_ ? 2 : 1;
   const std::string step = pair_mode_ ? "j += 2" : "++j";
@@ -342,34 +346,50 @@ void Writer::reduce_pass(int p, Rows rows) {
            v + "; " + a + "i = " + at + "; }");
     }
   });
+  // A word output's pack: its words, stored with the pack's last pair (element 0's offsets).
+  auto word = [&](size_t o, const std::string& w) {
+    // NOTE: names built with std::string first dodge GCC 12's -Wrestrict false positive.
+    const std::string sw = std::string("sw") + std::to_string(o), last = std::to_string(vec_ - 2);
+    const std::string at = std::string("o") + std::to_string(n_in_ + o);
+    const std::string out = std::string("out") + std::to_string(o);
+    line(sw + ".e[(j % " + V + ") / 2] = " + w + ";");
+    line("if (j % " + V + " == " + last + ") *reinterpret_cast<" + word_pack(vec_) + "*>(" + out +
+         " + (" + at + " - " + last + ")) = " + sw + ";");
+  };
   in_each_element(n_elem, [&](int el) {
     std::string jv = J(el) + " % " + V;
-    store_outputs(p, [&](size_t o, const std::string& v, const std::string& f32) {
-      std::string os = std::to_string(o), ob = O(el);
-      ob += std::to_string(n_in_ + o);
-      if (!staged_.empty() && staged_[o]) {  // written out by write_staged_outputs
-        line("st" + os + "[r * " + std::to_string(stage_pitch_) + " + lane] = " + v + ";");
-        return;
-      }
-      if (!packed(n_in_ + o)) {
-        line("out" + os + "[" + ob + "] = " + v + ";");
-        return;
-      }
-      // The pack starts vec_ - 1 elements before the last one, whose offset is o (scalar
-      // loop) or oo (pairs): the store comes with the pack's last element.
-      std::string at = "out" + os + " + (" + ob + " - " + std::to_string(vec_ - 1) + ")";
-      std::string last = "if (" + jv + " == " + std::to_string(vec_ - 1) + ")";
-      if (!in_pairs(n_in_ + o)) {
-        line("so" + os + ".e[" + jv + "] = " + v + ";");
-        line(last + " *reinterpret_cast<" + pack(n_in_ + o) + "*>(" + at + ") = so" + os + ";");
-        return;
-      }
-      line("so" + os + "[" + jv + "] = " + f32 + ";");
-      open(last);
-      pack_pairs(buffer_type(n_in_ + o), "so" + os, vec_, "w");
-      line("*reinterpret_cast<" + word_pack(vec_) + "*>(" + at + ") = w;");
-      close();
-    });
+    WordFn words = !pair_mode_ ? WordFn()
+                   : el == 0   ? WordFn(word)
+                               : WordFn([](size_t, const std::string&) {});
+    store_outputs(
+        p,
+        [&](size_t o, const std::string& v, const std::string& f32) {
+          std::string os = std::to_string(o), ob = O(el);
+          ob += std::to_string(n_in_ + o);
+          if (!staged_.empty() && staged_[o]) {  // written out by write_staged_outputs
+            line("st" + os + "[r * " + std::to_string(stage_pitch_) + " + lane] = " + v + ";");
+            return;
+          }
+          if (!packed(n_in_ + o)) {
+            line("out" + os + "[" + ob + "] = " + v + ";");
+            return;
+          }
+          // The pack starts vec_ - 1 elements before the last one, whose offset is o (scalar
+          // loop) or oo (pairs): the store comes with the pack's last element.
+          std::string at = "out" + os + " + (" + ob + " - " + std::to_string(vec_ - 1) + ")";
+          std::string last = "if (" + jv + " == " + std::to_string(vec_ - 1) + ")";
+          if (!in_pairs(n_in_ + o)) {
+            line("so" + os + ".e[" + jv + "] = " + v + ";");
+            line(last + " *reinterpret_cast<" + pack(n_in_ + o) + "*>(" + at + ") = so" + os + ";");
+            return;
+          }
+          line("so" + os + "[" + jv + "] = " + f32 + ";");
+          open(last);
+          pack_pairs(buffer_type(n_in_ + o), "so" + os, vec_, "w");
+          line("*reinterpret_cast<" + word_pack(vec_) + "*>(" + at + ") = w;");
+          close();
+        },
+        words);
   });
   if (guard) close();
   for (int l = 0; l < loops; ++l) close();

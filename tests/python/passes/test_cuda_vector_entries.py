@@ -95,7 +95,8 @@ def test_half_outputs_convert_in_pairs_and_round_once(dtype, convert):
     """A pointwise chain ending in a 16-bit float: its float32 result is rounded once, two
     neighbouring elements by one conversion, as it is stored."""
     x = torch.randn(64, 256, dtype=dtype)
-    ((name, source, launch),) = _kernels(lambda x: torch.sigmoid(x * 2 + 1).relu() * x, x)
+    # NOTE: the last op is no add/mul of two 16-bit values (0.3 is none), so no pair op's word.
+    ((name, source, launch),) = _kernels(lambda x: torch.sigmoid(x * 2 + 1).relu() * 0.3, x)
     vec = _vector_source(name, source, launch)
     for k in range(4):
         assert f"p0_1.e[{k}] = {convert}(f0_1[{2 * k}], f0_1[{2 * k + 1}]);" in vec, vec
@@ -103,6 +104,70 @@ def test_half_outputs_convert_in_pairs_and_round_once(dtype, convert):
     # The product that f0_1 keeps is not rounded first (eager rounds it once, to store it).
     kept = re.search(r"f0_1\[j\] = (v\d+);", vec).group(1)
     assert re.search(rf"const float {kept} = \(v\d+ \* v\d+\);", vec), vec
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+@pytest.mark.parametrize("dtype,op", [(BF16, "tl_bf2op"), (torch.float16, "tl_h2op")])
+def test_pointwise_pack_takes_two_elements_a_step_with_pair_ops(dtype, op):
+    """The pointwise vector entry evaluates neighbouring elements in pairs: each add or mul of
+    two 16-bit values that eager rounds to their type (GELU's x + 0.044715 * x^3, 1 + tanh,
+    0.5 * x and the last product) is one bf16x2/f16x2 instruction for both, and an output that
+    is one is stored as its word, with no float32 round trip."""
+    x = torch.randn(64, 3072, dtype=dtype)
+    ((name, source, launch),) = _kernels(_gelu_tanh, x)
+    vec = _vector_source(name, source, launch)
+    assert "for (int j = 0; j < 8; j += 2)" in vec, vec
+    assert vec.count(op + "<") == 2 * 4, vec  # four pair ops a step, two steps (unrolled)
+    assert re.search(r"p0_1\.e\[j / 2\] = w\d+;", vec), vec
+    assert "f0_1[" not in vec  # no float32 array for the output: it is the last op's word
+    assert "*reinterpret_cast<tl_pack<unsigned, 4>*>(out0 + o0_1) = p0_1;" in vec
+    # The scalar entry (misaligned pointers) keeps one element a step.
+    assert op + "<" not in source[: source.index(name + "_v(")]
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x: torch.sigmoid(x) * 0.3, lambda x: torch.exp(x).float()],
+    ids=["no pair op", "float output"],
+)
+def test_pointwise_without_pair_ops_keep_one_element_a_step(fn):
+    x = torch.randn(64, 256, dtype=BF16)
+    ((name, source, launch),) = _kernels(fn, x)
+    vec = _vector_source(name, source, launch)
+    assert "j += 2" not in vec and "tl_bf2op" not in vec
+    assert "; ++j)" in vec
+
+
+def test_gathered_pointwise_keeps_one_element_a_step():
+    """A cat's parts are gathers read at element j of their packs: no pairs there."""
+    x, y = torch.randn(64, 128, dtype=BF16), torch.randn(64, 128, dtype=BF16)
+    ((name, source, launch),) = _kernels(lambda x, y: torch.cat((x * y, y), -1), x, y)
+    vec = _vector_source(name, source, launch)
+    assert "j += 2" not in vec
+
+
+@pytest.mark.parametrize("dtype,op", [(BF16, "tl_bf2op"), (torch.float16, "tl_h2op")])
+def test_residual_sum_of_a_layer_norm_is_stored_as_its_words(dtype, op):
+    """add + layer_norm: the sum `h = x + r` is an output and the norm's input. Its pair op's
+    word (x + r in one bf16x2 add for two elements) is stored as it is, not recomputed in
+    float32 and converted again."""
+    x, r = torch.randn(512, 768, dtype=dtype), torch.randn(512, 768, dtype=dtype)
+    w, b = torch.randn(768, dtype=dtype), torch.randn(768, dtype=dtype)
+
+    def add_ln(x, r, w, b):
+        h = x + r
+        return h, F.layer_norm(h, (768,), w, b)
+
+    ((name, source, launch),) = _kernels(add_ln, x, r, w, b)
+    vec = _vector_source(name, source, launch)
+    word = re.search(rf"const unsigned (w\d+) = {op}<0>\(w\d+, w\d+\);", vec)
+    assert word, vec
+    assert f"sw0.e[(j % 8) / 2] = {word.group(1)};" in vec, vec
+    assert "if (j % 8 == 6) *reinterpret_cast<tl_pack<unsigned, 4>*>(out0 + (o4 - 6)) = sw0;" in vec
+    assert "so0" not in vec  # no float32 values of the sum kept to convert
 
 
 def test_rows_not_whole_packs_get_no_vector_entry():
