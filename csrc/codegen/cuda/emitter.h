@@ -141,7 +141,7 @@ class Writer {
   int64_t grid_for(int64_t threads, int block) const;
 
   // pair_text.cpp: two neighbouring elements per step of the vectorised
-  // reduction entry, one scope each (the current one and other_).
+  // reduction and pointwise entries, one scope each (the current one and other_).
   struct Scope {
     ElemRef ref;
     std::string outer, red, off;

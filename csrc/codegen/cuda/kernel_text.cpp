@@ -1,6 +1,7 @@
 // Loop-IR Kernel -> CUDA C: analysis, expressions and the pointwise entries
 // (a grid-stride loop over the outer linear index, plus a 16-byte vectorised
-// variant when some buffers are contiguous along the innermost axis).
+// variant when some buffers are contiguous along the innermost axis, which takes
+// 16-bit elements in pairs where adds and muls of two of them can: pair_text.cpp).
 #include <algorithm>
 
 #include "codegen/common/index_math.h"
