@@ -126,6 +126,8 @@ def test_pointwise_pack_takes_two_elements_a_step_with_pair_ops(dtype, op):
     assert "*reinterpret_cast<tl_pack<unsigned, 4>*>(out0 + o0_1) = p0_1;" in vec
     # The scalar entry (misaligned pointers) keeps one element a step.
     assert op + "<" not in source[: source.index(name + "_v(")]
+    if not nvrtc_missing():
+        assert f".entry {name}_v(".encode() in _C.nvrtc_compile(source, name, "compute_90")
 
 
 @pytest.mark.parametrize(
@@ -168,6 +170,8 @@ def test_residual_sum_of_a_layer_norm_is_stored_as_its_words(dtype, op):
     assert f"sw0.e[(j % 8) / 2] = {word.group(1)};" in vec, vec
     assert "if (j % 8 == 6) *reinterpret_cast<tl_pack<unsigned, 4>*>(out0 + (o4 - 6)) = sw0;" in vec
     assert "so0" not in vec  # no float32 values of the sum kept to convert
+    if not nvrtc_missing():
+        assert f".entry {name}_v(".encode() in _C.nvrtc_compile(source, name, "compute_90")
 
 
 def test_rows_not_whole_packs_get_no_vector_entry():
