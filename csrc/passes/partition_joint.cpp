@@ -200,8 +200,9 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
 // before their first reader. NOTE: in joint order those come first, before the first gradient:
 // a value recomputed for the last layer's backward was made at the start and held through every
 // other layer's (GPT-2 8x512 on an H100: 36 blocks of 48 MB, three a layer, live at the
-// backward's peak beside the logits' gradient), where AOTAutograd's partitioner
-// (reordering_to_mimic_autograd_engine) places them beside their use.
+// backward's peak beside the logits' gradient; the step's peak 5839 MB, 4520 MB placed so),
+// where AOTAutograd's partitioner (reordering_to_mimic_autograd_engine) places them beside
+// their use.
 std::vector<const ir::Node*> backward_order(const ir::Graph& joint, const NodeSet& bwd,
                                             const NodeSet& saved, const NodeSet& tangents,
                                             const std::vector<const ir::Node*>& grads) {
