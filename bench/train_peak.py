@@ -5,11 +5,14 @@ largest first, each with the op that made it.
 
     python bench/train_peak.py [--kinds eager,torchlite,torch.compile] [--layers 2] [--embd 256]
                                [--vocab 50257] [--batch 2] [--seq 256] [--pad] [--top 12]
+                               [--backward]
 
 `--pad` forces torchlite's padded products (`pad_matmuls=True`, on by default only for CUDA
 half precision), so the CPU shows the forward and backward graphs a GPU runs around an
 unaligned vocabulary. Runs with `TORCHLITE_CPU_POOL_MB=0` (set here) so that kernel outputs are
-torch allocations the profiler sees.
+torch allocations the profiler sees. `--backward` reports the peak within `loss.backward()` above
+what was allocated when it started, with the allocations the backward made that are alive then
+(a compiled backward that makes every layer's recomputed values at its start shows them all).
 """
 
 from __future__ import annotations
@@ -52,6 +55,28 @@ def _allocations(prof) -> list[tuple[int, int, int, list[str]]]:
     return out
 
 
+_BACKWARD = "train_peak.backward"
+
+
+def _window(prof, name: str) -> tuple[int, int]:
+    """(start, end) in ns of the profiled range `name`."""
+
+    def walk(e):
+        if e.name == name:
+            return e
+        for c in e.children:
+            found = walk(c)
+            if found is not None:
+                return found
+        return None
+
+    for root in prof.profiler.kineto_results.experimental_event_tree():
+        e = walk(root)
+        if e is not None:
+            return e.start_time_ns, e.end_time_ns
+    raise RuntimeError(f"no profiled range {name}")
+
+
 def _where(chain: list[str]) -> str:
     keep = [c for c in chain if not c.startswith(("<built-in", "torch/", "<"))]
     return " > ".join((keep or chain)[-3:])
@@ -81,7 +106,8 @@ def peak_report(kind: str, args) -> str:
     def step():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = fn(input_ids=ids, labels=ids).loss
-        loss.backward()
+        with torch.profiler.record_function(_BACKWARD):
+            loss.backward()
         model.zero_grad(set_to_none=True)
 
     step()
@@ -92,7 +118,11 @@ def peak_report(kind: str, args) -> str:
     live: dict[int, tuple[int, list[str]]] = {}
     now = peak = 0
     at_peak: dict[int, tuple[int, list[str]]] = {}
-    for _, ptr, size, chain in _allocations(prof):
+    events = _allocations(prof)
+    if args.backward:
+        start, end = _window(prof, _BACKWARD)
+        events = [e for e in events if start <= e[0] <= end]
+    for _, ptr, size, chain in events:
         if size > 0:
             live[ptr] = (size, chain)
         else:
@@ -101,7 +131,8 @@ def peak_report(kind: str, args) -> str:
         if now > peak:
             peak, at_peak = now, dict(live)
     rows = sorted(at_peak.values(), key=lambda v: -v[0])
-    lines = [f"{kind}: step peak {peak / 2**20:.1f} MB above the step's start"]
+    what = "backward peak" if args.backward else "step peak"
+    lines = [f"{kind}: {what} {peak / 2**20:.1f} MB above the {what.split()[0]}'s start"]
     for size, chain in rows[: args.top]:
         lines.append(f"  {size / 2**20:9.2f} MB  {_where(chain)}")
     rest = rows[args.top :]
@@ -119,6 +150,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--pad", action="store_true", help="torchlite pads products as on CUDA")
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--backward", action="store_true", help="the peak within loss.backward()")
     args = ap.parse_args()
     for kind in args.kinds.split(","):
         print(peak_report(kind, args), flush=True)

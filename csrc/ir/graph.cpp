@@ -204,12 +204,13 @@ Node* Graph::append(OpKind op, std::string base_name) {
   node->op = op;
   auto it = std::find_if(name_counts_.begin(), name_counts_.end(),
                          [&](auto& p) { return p.first == base_name; });
-  if (it == name_counts_.end()) {
-    name_counts_.emplace_back(base_name, 1);
-    node->name = base_name;
-  } else {
-    node->name = base_name + "_" + std::to_string(it->second++);
-  }
+  if (it == name_counts_.end()) it = name_counts_.emplace(name_counts_.end(), base_name, 0);
+  // NOTE: a name given (a placeholder named for a joint graph's `to_1`) can be one another base
+  // makes (`to` + `_1`): each name is taken once, so names find nodes (memory plans, traces).
+  std::string name = it->second == 0 ? base_name : base_name + "_" + std::to_string(it->second);
+  ++it->second;
+  while (!names_.insert(name).second) name = base_name + "_" + std::to_string(it->second++);
+  node->name = std::move(name);
   nodes_.push_back(std::move(node));
   return nodes_.back().get();
 }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -109,6 +110,7 @@ class Graph {
   std::vector<std::unique_ptr<Node>> nodes_;
   Node* output_ = nullptr;
   std::vector<std::pair<std::string, int>> name_counts_;
+  std::unordered_set<std::string> names_;  // every name taken
 };
 
 // "torch.add", "torch.nn.functional.relu", "operator.getitem".

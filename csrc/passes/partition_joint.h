@@ -21,7 +21,8 @@ struct JointSplit {
 // `joint` takes num_primals primals then the tangents, and returns
 // num_forward_outputs forward outputs then the gradients. Backward recomputes
 // cheap pointwise and view values from saved ones when that stores fewer
-// bytes (`recompute`), and saves every forward value it reads otherwise.
+// bytes (`recompute`), and saves every forward value it reads otherwise. The backward's nodes
+// run in autograd's order: those that need no tangent just before their first reader.
 // Throws Unsupported when a forward value backward reads is not a tensor.
 JointSplit partition_joint(const ir::Graph& joint, size_t num_primals, size_t num_forward_outputs,
                            bool recompute);

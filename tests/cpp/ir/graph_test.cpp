@@ -68,6 +68,21 @@ TEST_CASE("graph names repeated targets uniquely and prints nested arguments", "
         "  return (%add, %add_1)\n");
 }
 
+TEST_CASE("graph never gives a made name that a given name already took", "[ir]") {
+  // NOTE: a backward graph's placeholders keep the joint graph's names (`add_1`), and its ops
+  // are named by target: the second `add` must not be `add_1` too.
+  Graph g;
+  Node* x = g.add_placeholder("add_1", Source::local(0, "add_1"));
+  Node* a = g.add_call_function(operator_fn("add"), {Arg::of_node(x), Arg::of_node(x)}, {});
+  Node* b = g.add_call_function(operator_fn("add"), {Arg::of_node(a), Arg::of_node(x)}, {});
+  Node* c = g.add_call_function(operator_fn("add"), {Arg::of_node(b), Arg::of_node(x)}, {});
+  CHECK(a->name == "add");
+  CHECK(b->name == "add_2");
+  CHECK(c->name == "add_3");
+  Node* y = g.add_placeholder("add_3", Source::local(1, "add_3"));
+  CHECK(y->name == "add_3_1");
+}
+
 TEST_CASE("lint passes on a graph whose arguments refer to earlier nodes", "[ir]") {
   SmallGraph s;
   CHECK_NOTHROW(s.g.lint());
