@@ -121,15 +121,18 @@ DynamicChoice choose_dynamic(PyCodeObject* code, const CompileConfig& config,
   if (config.dynamic == 0) return {false, false, ""};
   if (config.dynamic == 1) return {true, true, "dynamic=True"};
   const bool again = has_earlier_entry(code, config.id);
-  // NOTE: a recompile at sizes every earlier entry's inputs had is no reason for runtime sizes
-  // (the marks below still are).
-  const bool new_sizes = again && at_new_sizes(code, config.id, res);
+  // NOTE: a recompile of a user's frame at sizes every earlier entry's inputs had is no reason
+  // for runtime sizes (the marks below still are). Resume functions and loop bodies keep the
+  // old rule: they are captured again per loop variable or int argument at one size (an entry
+  // per iteration), and runtime sizes from the second entry on let those entries serve every
+  // later size (tests/python/dynamic/test_resume_sizes.py).
+  const bool generated = bytecode::user_code_of(code) != code;
+  const bool new_sizes = again && (generated || at_new_sizes(code, config.id, res));
   // NOTE: a resume function (or loop body) takes tensors computed before the break, which carry
   // no marks, beside the marked inputs it was handed (`y = x.view(b, t, -1)`, x marked): once
   // compiled before, every dimension may change there, as automatic dynamic without marks.
   // A user's frame with marks keeps its unmarked dimensions exact.
-  if (marked && !(again && bytecode::user_code_of(code) != code))
-    return {true, false, "an input is marked dynamic"};
+  if (marked && !(again && generated)) return {true, false, "an input is marked dynamic"};
   if (new_sizes) return {true, true, "automatic: the frame was compiled before (a new size)"};
   return {false, false, ""};
 }

@@ -25,9 +25,9 @@ struct DynamicChoice {
 // or maybe_mark_dynamic), or when `code` already has an entry of this config
 // and this capture is at a new size: a tensor input has sizes no earlier entry's
 // input of the same source had, or no earlier entry shares a tensor input with it.
-// A recompile at sizes seen before (a kwarg flag such as use_cache, another
-// branch) keeps constant sizes: runtime-size kernels are slower (GPT-2's
-// add + layer norm on an H100, bf16 8x512: 16.4 against 7.6 us). Throws
+// A user frame's recompile at sizes seen before (a kwarg flag such as use_cache,
+// another branch) keeps constant sizes (resume functions and loop bodies do not): runtime-size
+// kernels are slower (GPT-2's add + layer norm on an H100, bf16 8x512: 16.4 against 7.6 us). Throws
 // ValueError naming the input and the dimension when an input's size is outside
 // its mark_dynamic range. Borrows `code`.
 DynamicChoice choose_dynamic(PyCodeObject* code, const CompileConfig& config,
