@@ -7,10 +7,15 @@ One process, CPU, under two minutes:
   (d) a tiny pre-norm transformer block (layer norms, linears, SDPA, GELU, residuals) under
       no_grad, where host time dominates: per-call time of eager, torchlite and torch.compile
       (inductor, default mode) on --device (on CUDA each batch of calls ends in a synchronize);
+  (e) a tiny GPT-2 (transformers, 12 layers, n_embd 64, 1x8 tokens) called with use_cache=True
+      (it returns a DynamicCache of 24 key/value tensors) and use_cache=False, in that order on
+      one compiled model: per-call time of eager, torchlite and torch.compile, and torchlite's
+      kernel launches and torch ops per call (the ops a TorchDispatchMode sees);
   (c) the first call of resnet18 (timm; a local ResNet-18 when timm cannot be imported):
       capture (+ one forward) from a cold cache, torchlite.reset() / torch._dynamo.reset() before.
 
     python bench/overhead.py [--samples 200] [--inner 50] [--device cpu|cuda] [--only-block]
+                             [--only-gpt2]
 """
 
 import argparse
@@ -21,6 +26,7 @@ import time
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchlite
 
@@ -175,6 +181,57 @@ def block_case(a) -> None:
         row(f"(d) tiny block {batch}x{seq}x64, {a.device}", "us/call", *us)
 
 
+class _CountOps(TorchDispatchMode):
+    _torchlite_transparent_mode = True  # NOTE: else the compiled frame runs eagerly under a mode
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def gpt2_case(a) -> None:
+    """(e): use_cache=True then False on one compiled tiny GPT-2, checked against eager first."""
+    try:
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
+        from torchvision_compat import work_around_mismatched_torchvision
+
+        work_around_mismatched_torchvision()
+        import transformers
+    except (ImportError, RuntimeError) as e:
+        print(f"(e) skipped: transformers failed ({type(e).__name__})")
+        return
+    sync = torch.cuda.synchronize if a.device == "cuda" else None
+    cfg = transformers.GPT2Config(n_layer=12, n_embd=64, n_head=4, vocab_size=512, n_positions=64)
+    model = transformers.GPT2LMHeadModel(cfg).to(a.device).eval()
+    ids = torch.randint(0, 512, (1, 8), device=a.device)
+    torchlite.reset()
+    torch._dynamo.reset()
+    fns = [model, torchlite.compile(model), torch.compile(model)]
+    with torch.no_grad():
+        for use_cache in (True, False):
+            want = model(ids, use_cache=use_cache).logits
+            for f in fns[1:]:
+                torch.testing.assert_close(f(ids, use_cache=use_cache).logits, want)
+        for use_cache in (True, False):
+            us = [
+                per_call_us(
+                    lambda f=f, u=use_cache: f(ids, use_cache=u), (), a.samples, a.inner, sync=sync
+                )
+                for f in fns
+            ]
+            row(f"(e) tiny GPT-2 use_cache={use_cache}", "us/call", *us)
+            before = torchlite.counters()["kernel_launches"]
+            fns[1](ids, use_cache=use_cache)
+            launches = torchlite.counters()["kernel_launches"] - before
+            with _CountOps() as count:
+                fns[1](ids, use_cache=use_cache)
+            print(f"    torchlite: {launches} kernel launches, {count.ops} torch ops a call")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--samples", type=int, default=200)
@@ -182,6 +239,7 @@ def main():
     p.add_argument("--skip-model", action="store_true")
     p.add_argument("--device", default="cpu", help="device of the block case (d)")
     p.add_argument("--only-block", action="store_true", help="only the block case (d)")
+    p.add_argument("--only-gpt2", action="store_true", help="only the GPT-2 case (e)")
     a = p.parse_args()
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
@@ -199,6 +257,9 @@ def main():
             tuple(torch.randn(8) for _ in range(4)),
         ),
     ]
+    if a.only_gpt2:
+        gpt2_case(a)
+        return
     for name, fn, args in [] if a.only_block else cases:
         eager = per_call_us(fn, args, a.samples, a.inner)
         tl = per_call_us(torchlite.compile(fn), args, a.samples, a.inner)
@@ -206,6 +267,8 @@ def main():
         tc = per_call_us(torch.compile(fn, backend="eager"), args, a.samples, a.inner)
         row(name, "us/call", eager, tl, tc)
     block_case(a)
+    if not a.only_block:
+        gpt2_case(a)
     if a.skip_model or a.only_block:
         return
     model, label = resnet18()

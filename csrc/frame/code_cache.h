@@ -37,6 +37,9 @@ struct ExtraState {
     std::string eager_reason;
   };
   std::unordered_map<int, Chain> chains;
+  // The miss that starts the capture under way failed a tensor's size or rank guard
+  // (frame/dynamic_policy.h: a new size even where no graph input shows it).
+  bool miss_on_size = false;
   uint64_t epoch = 0;    // entries of an older epoch are dropped on next use
   uint64_t version = 0;  // bumped on every change to `entries`
 };

@@ -260,6 +260,7 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
   if (bytecode::is_bridge(code)) return entry;
   counters().frames++;
   capture::CaptureResult res = capture::capture_frame(code, func, frame, structural_modules);
+  entry.input_sizes = input_sizes_of(res);
   counters().capture_ns += static_cast<int64_t>(res.capture_ms * 1e6);
   // NOTE: kernels' .ll and .cu files go to <debug_dir>/kernels (core/flags.h).
   std::string dump_folder =

@@ -1,7 +1,9 @@
 #pragma once
 // What the frame hook stores per code object and runs on a cache hit.
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/flags.h"
@@ -64,6 +66,9 @@ struct CacheEntry {
   // recompile for another size costs no kernel compile, so past the cache
   // size limit such entries make room instead of the frame running eagerly.
   bool runtime_sizes = false;
+  // The sizes of the graph's tensor inputs at capture, by source (frame/dynamic_policy.h): a
+  // later capture of the frame at the same sizes (another flag, a kwarg) keeps constant sizes.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> input_sizes;
 };
 
 }  // namespace tl::frame

@@ -79,6 +79,31 @@ bool has_earlier_entry(PyCodeObject* code, int config_id) {
                      [&](const auto& e) { return e && e->config && e->config->id == config_id; });
 }
 
+// True unless every tensor input of `res` has sizes some earlier entry of `config_id` recorded
+// for the same source, at least one input is shared with an earlier entry, and the miss did not
+// fail a size guard (a tensor whose sizes the trace read without making it a graph input). NOTE:
+// without a shared input (entries that ran eagerly record none) the miss is taken for a new size,
+// as before.
+bool at_new_sizes(PyCodeObject* code, int config_id, const capture::CaptureResult& res) {
+  ExtraState* st = find_extra(code);
+  if (!st || st->miss_on_size) return true;
+  bool shared = false;
+  for (const auto& [source, sizes] : input_sizes_of(res)) {
+    bool seen_source = false, seen_sizes = false;
+    for (const auto& e : st->entries) {
+      if (!e || !e->config || e->config->id != config_id) continue;
+      for (const auto& [s, n] : e->input_sizes) {
+        if (s != source) continue;
+        seen_source = true;
+        seen_sizes = seen_sizes || n == sizes;
+      }
+    }
+    if (seen_source && !seen_sizes) return true;
+    shared = shared || seen_source;
+  }
+  return !shared;
+}
+
 }  // namespace
 
 DynamicChoice choose_dynamic(PyCodeObject* code, const CompileConfig& config,
@@ -96,14 +121,40 @@ DynamicChoice choose_dynamic(PyCodeObject* code, const CompileConfig& config,
   if (config.dynamic == 0) return {false, false, ""};
   if (config.dynamic == 1) return {true, true, "dynamic=True"};
   const bool again = has_earlier_entry(code, config.id);
+  // NOTE: a recompile of a user's frame at sizes every earlier entry's inputs had is no reason
+  // for runtime sizes (the marks below still are). Resume functions and loop bodies keep the
+  // old rule: they are captured again per loop variable or int argument at one size (an entry
+  // per iteration), and runtime sizes from the second entry on let those entries serve every
+  // later size (tests/python/dynamic/test_resume_sizes.py).
+  const bool generated = bytecode::user_code_of(code) != code;
+  const bool new_sizes = again && (generated || at_new_sizes(code, config.id, res));
   // NOTE: a resume function (or loop body) takes tensors computed before the break, which carry
   // no marks, beside the marked inputs it was handed (`y = x.view(b, t, -1)`, x marked): once
   // compiled before, every dimension may change there, as automatic dynamic without marks.
   // A user's frame with marks keeps its unmarked dimensions exact.
-  if (marked && !(again && bytecode::user_code_of(code) != code))
-    return {true, false, "an input is marked dynamic"};
-  if (again) return {true, true, "automatic: the frame was compiled before (a new size)"};
+  if (marked && !(again && generated)) return {true, false, "an input is marked dynamic"};
+  if (new_sizes) return {true, true, "automatic: the frame was compiled before (a new size)"};
   return {false, false, ""};
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> input_sizes_of(
+    const capture::CaptureResult& res) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  std::vector<ir::Node*> ph = res.graph ? res.graph->placeholders() : std::vector<ir::Node*>{};
+  for (size_t i = 0; i < res.example_inputs.size() && i < ph.size(); ++i) {
+    PyObject* t = res.example_inputs[i].get();
+    if (!t || !ph[i]->source) continue;
+    PyRef shape = attr_or_null(t, "shape");
+    if (!shape || !PyTuple_Check(shape.get())) continue;
+    std::vector<int64_t> sizes;
+    for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(shape.get()); ++d) {
+      long long n = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.get(), d));
+      if (n == -1 && PyErr_Occurred()) throw PythonError();
+      sizes.push_back(n);
+    }
+    out.emplace_back(ph[i]->source->str(), std::move(sizes));
+  }
+  return out;
 }
 
 bool evict_for_new_size(ExtraState& st, int config_id, const std::string& reason) {

@@ -277,6 +277,8 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
                                   std::to_string(fi.code->co_firstlineno) + ": " + reason);
     }
   }
+  st.miss_on_size = reason.find("size mismatch") != std::string::npos ||
+                    reason.find("rank mismatch") != std::string::npos;
   std::shared_ptr<CacheEntry> e;
   // NOTE: Python's cyclic collector runs during capture and compile as during any other code.
   // Paused, it lost the young collections this work's objects would start, and with them the
