@@ -25,6 +25,7 @@ Py_ssize_t detail::checked_len(const ValuePtr& r) {
 bool Tracer::truth(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Const: {
+      ctx_.specialise_scalars(v);  // NOTE: `s or 1.0` reads the number (JUMP_IF_TRUE_OR_POP)
       int r = PyObject_IsTrue(v->obj.get());
       if (r < 0) raise_current_error("truth test raised");
       return r;
@@ -179,6 +180,9 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
   }
   std::string name = attr_str(op, "__name__");
   if (a->is_const() && b->is_const()) {
+    // NOTE: Python arithmetic on a scalar input reads its number (capture/scalar_inputs.h).
+    ctx_.specialise_scalars(a);
+    ctx_.specialise_scalars(b);
     if (ValuePtr r = sym_arith(name, a, b)) return r;
     return call_pure(ctx_, op, {a, b}, {});
   }
@@ -366,6 +370,8 @@ ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
     }
     return ctx_.call_op(fn, "", {a, b}, {});
   }
+  ctx_.specialise_scalars(a);  // NOTE: a decision in Python (capture/scalar_inputs.h)
+  ctx_.specialise_scalars(b);
   if ((a->sym || b->sym) && plain_int(a) && plain_int(b)) {
     // NOTE: a decision on sizes: the entry holds where it comes out the same (`t > 16`).
     int r = PyObject_RichCompareBool(a->obj.get(), b->obj.get(), op);

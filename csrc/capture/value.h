@@ -77,6 +77,15 @@ struct Value {
   // Const float computed from such ints (`d ** -0.5`, `math.sqrt(d)`): its expression; obj is
   // its value at this call's sizes. Specialised like `sym`.
   ir::SymFloatPtr fsym;
+  // Const float or int a resume function took as an argument (capture/scalar_inputs.h): `obj`
+  // is this call's number, `source` reads each call's. A tensor op takes it as a 0-d tensor
+  // input of the graph; any other use specialises it (CaptureContext::specialise: a guard by
+  // value), so nothing reads the number as a constant while this is set.
+  bool scalar = false;
+  // A scalar value computed from another by int() or float() (`int(x.sum().item())`): that
+  // value, and "int" (truncation) or "float"; no source (specialising it guards that value).
+  ValuePtr scalar_of;
+  std::string scalar_conversion;
   // Tensor computed from constants alone: its real value (a small CPU tensor), and the
   // symbolic ints it was computed from (capture/constant_fold.h).
   PyRef folded;
