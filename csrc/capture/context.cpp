@@ -868,28 +868,19 @@ void CaptureContext::specialise_scalars(const ValuePtr& v) {
 
 void CaptureContext::pin_scalar(const ValuePtr& x) {
   x->scalar = false;
-  if (x->scalar_of) {
-    // NOTE: the number it was computed from, by value: that fixes this one too.
-    if (x->scalar_of->scalar) pin_scalar(x->scalar_of);
+  if (x->scalar_fn) {
+    // NOTE: the numbers it was computed from, by value: that fixes this one too.
+    for (const ValuePtr& a : x->scalar_args)
+      if (a->scalar) pin_scalar(a);
     return;
   }
   guards_.add_equals_match(x->source, x->obj.get());
 }
 
 ValuePtr CaptureContext::scalar_input_tensor(const ValuePtr& v, PyObject* device) {
-  TL_CHECK(v->scalar && (v->source || v->scalar_of))
+  TL_CHECK(v->scalar && (v->source || v->scalar_fn))
       << "scalar_input_tensor of a value that is no scalar input";
-  if (v->scalar_of) {
-    // int(s): truncated toward zero (the guards hold s finite and within int64); float(n): the
-    // nearest double, as CPython's.
-    ValuePtr t = scalar_input_tensor(v->scalar_of, device);
-    const bool to_int = v->scalar_conversion == "int";
-    if (to_int) t = record_op(nullptr, "trunc", {t}, {});
-    PyRef dtype =
-        PyRef::steal(PyObject_GetAttrString(torch_api().torch.get(), to_int ? "int64" : "float64"));
-    if (!dtype) throw PythonError();
-    return record_op(nullptr, "to", {t, Value::constant(dtype)}, {});
-  }
+  if (v->scalar_fn) return scalar_expression_tensor(*this, v, device);
   const bool is_float = PyFloat_CheckExact(v->obj.get());
   const char* dtype_name = is_float ? "float64" : "int64";
   PyRef dtype = PyRef::steal(PyObject_GetAttrString(torch_api().torch.get(), dtype_name));

@@ -196,8 +196,8 @@ class CaptureContext {
   // Only the scalar values inside `v`: for instructions that follow size expressions but not
   // scalar inputs.
   void specialise_scalars(const ValuePtr& v);
-  // Scalar value `x` (Value::scalar) as a constant from here on: guarded by value (the value it
-  // was computed from, for int()/float() of one).
+  // Scalar value `x` (Value::scalar) as a constant from here on: guarded by value (the values
+  // it was computed from, for a computed one: Value::scalar_fn).
   void pin_scalar(const ValuePtr& x);
   // Records `a <op> b` (op as COMPARE_OP's 0..5) for two int values, at least one symbolic.
   void relate(const ValuePtr& a, int op, const ValuePtr& b, bool outcome);

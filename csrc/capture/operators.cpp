@@ -4,6 +4,7 @@
 #include "capture/constant_fold.h"
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
+#include "capture/scalar_inputs.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
 #include "capture/user_exception.h"
@@ -180,7 +181,10 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
   }
   std::string name = attr_str(op, "__name__");
   if (a->is_const() && b->is_const()) {
-    // NOTE: Python arithmetic on a scalar input reads its number (capture/scalar_inputs.h).
+    // NOTE: Python arithmetic on a scalar input reads its number (capture/scalar_inputs.h),
+    // unless the graph can compute it as CPython does.
+    if (ctx_.any_scalar)
+      if (ValuePtr r = scalar_arith(op, {a, b})) return r;
     ctx_.specialise_scalars(a);
     ctx_.specialise_scalars(b);
     if (ValuePtr r = sym_arith(name, a, b)) return r;
@@ -354,6 +358,8 @@ ValuePtr Tracer::unary_op(PyObject* op, const ValuePtr& a) {
     v->sym = ir::sym_mul(ir::sym_int(-1), a->sym);
     return v;
   }
+  if (a->is_const() && ctx_.any_scalar)
+    if (ValuePtr r = scalar_arith(op, {a})) return r;  // `-s` (capture/scalar_inputs.h)
   if (a->is_const()) return call_pure(ctx_, op, {a}, {});
   graph_break("unsupported_value", "unary operator on a " + a->type_name());
 }

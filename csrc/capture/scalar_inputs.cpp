@@ -229,22 +229,86 @@ ValuePtr scalar_conversion(CaptureContext& ctx, const ValuePtr& fn, const ValueP
   if (!to_int && f != reinterpret_cast<PyObject*>(&PyFloat_Type)) return nullptr;
   const bool is_int = PyLong_CheckExact(arg->obj.get());
   if (is_int == to_int) return arg;  // NOTE: int(n) and float(s) are n and s themselves
-  // NOTE: int() of inf or nan raises: the guard keeps the float finite and within int64.
   if (to_int) {
+    // NOTE: int() of inf or nan raises: the guard keeps the float finite and within int64,
+    // which only a number read from the frame can have.
     const double d = PyFloat_AS_DOUBLE(arg->obj.get());
-    if (!(std::isfinite(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+    if (!arg->source ||
+        !(std::isfinite(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0))
       return nullptr;
+    ctx.guards().add_number_type(arg->source, arg->obj.get(), /*truncates=*/true);
   }
-  ValuePtr base = arg->scalar_of ? arg->scalar_of : arg;
-  if (!base->source) return nullptr;
   PyRef r = PyRef::steal(PyObject_CallOneArg(f, arg->obj.get()));
   if (!r) throw PythonError();
-  if (to_int) ctx.guards().add_number_type(base->source, base->obj.get(), /*truncates=*/true);
   ValuePtr v = Value::constant(r);
   v->scalar = true;
-  v->scalar_of = arg;
-  v->scalar_conversion = to_int ? "int" : "float";
+  v->scalar_fn = PyRef::borrow(f);
+  v->scalar_args = {arg};
   return v;
+}
+
+ValuePtr scalar_arith(PyObject* op, const std::vector<ValuePtr>& args) {
+  std::string name = detail::attr_str(op, "__name__");
+  // NOTE: `s += 1` on a number is `s = s + 1`
+  if (name == "iadd" || name == "isub" || name == "imul" || name == "itruediv")
+    name = name.substr(1);
+  const bool unary = args.size() == 1;
+  if (unary ? name != "neg"
+            : !(name == "add" || name == "sub" || name == "mul" || name == "truediv"))
+    return nullptr;
+  bool any = false, any_float = false;
+  for (const ValuePtr& a : args) {
+    if (!a->is_const() || a->sym || a->fsym || a->sym_slice) return nullptr;
+    PyObject* o = a->obj.get();
+    if (!PyFloat_CheckExact(o) && !PyLong_CheckExact(o)) return nullptr;
+    any = any || a->scalar;
+    any_float = any_float || PyFloat_CheckExact(o);
+  }
+  if (!any) return nullptr;
+  if (name == "truediv" && (args[1]->scalar || !any_float)) return nullptr;
+  PyRef fn = PyRef::steal(PyObject_GetAttrString(torch_api().operator_module.get(), name.c_str()));
+  if (!fn) throw PythonError();
+  PyRef r = PyRef::steal(unary ? PyObject_CallOneArg(fn.get(), args[0]->obj.get())
+                               : PyObject_CallFunctionObjArgs(fn.get(), args[0]->obj.get(),
+                                                              args[1]->obj.get(), nullptr));
+  if (!r) {
+    PyErr_Clear();  // NOTE: the ordinary path raises it again
+    return nullptr;
+  }
+  if (!PyFloat_CheckExact(r.get())) return nullptr;
+  ValuePtr v = Value::constant(r);
+  v->scalar = true;
+  v->scalar_fn = fn;
+  v->scalar_args = args;
+  return v;
+}
+
+ValuePtr scalar_expression_tensor(CaptureContext& ctx, const ValuePtr& v, PyObject* device) {
+  PyObject* f = v->scalar_fn.get();
+  const bool to_int = f == reinterpret_cast<PyObject*>(&PyLong_Type);
+  const bool to_float = f == reinterpret_cast<PyObject*>(&PyFloat_Type);
+  PyRef f64 = torch_attr("float64");
+  auto to = [&](ValuePtr t, PyObject* dtype) {
+    if (same_dtype(dtype_of(t->meta.get()).get(), dtype)) return t;
+    return ctx.record_op(nullptr, "to", {t, Value::constant(PyRef::borrow(dtype))}, {});
+  };
+  std::vector<ValuePtr> operands;
+  for (const ValuePtr& a : v->scalar_args) {
+    if (!a->scalar) {
+      operands.push_back(a);
+      continue;
+    }
+    ValuePtr t = ctx.scalar_input_tensor(a, device);
+    // NOTE: arithmetic with a float result converts ints to doubles first, as CPython does.
+    operands.push_back(to_int ? t : to(t, f64.get()));
+  }
+  if (to_int) {
+    // int(s): truncated toward zero (the guard holds s finite and within int64)
+    ValuePtr t = ctx.record_op(nullptr, "trunc", {operands[0]}, {});
+    return to(t, torch_attr("int64").get());
+  }
+  if (to_float) return operands[0];
+  return ctx.record_op(f, "", operands, {});
 }
 
 ValuePtr scalar_op(CaptureContext& ctx, PyObject* target, const std::string& method,

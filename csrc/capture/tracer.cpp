@@ -179,6 +179,7 @@ bool scalar_aware(int opcode) {
     case STORE_FAST_LOAD_FAST:
 #endif
     case BINARY_OP:
+    case UNARY_NEGATIVE:
     case COMPARE_OP:
     case IS_OP:
     case CALL:

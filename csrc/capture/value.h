@@ -82,10 +82,11 @@ struct Value {
   // input of the graph; any other use specialises it (CaptureContext::specialise: a guard by
   // value), so nothing reads the number as a constant while this is set.
   bool scalar = false;
-  // A scalar value computed from another by int() or float() (`int(x.sum().item())`): that
-  // value, and "int" (truncation) or "float"; no source (specialising it guards that value).
-  ValuePtr scalar_of;
-  std::string scalar_conversion;
+  // A scalar value computed from others (no source; specialising it guards them): `scalar_fn`
+  // (int or float: `int(x.sum().item())`; operator.add/sub/mul/truediv/neg: `1 - s`) of
+  // `scalar_args` (scalar values and plain numbers).
+  PyRef scalar_fn;
+  std::vector<ValuePtr> scalar_args;
   // Tensor computed from constants alone: its real value (a small CPU tensor), and the
   // symbolic ints it was computed from (capture/constant_fold.h).
   PyRef folded;

@@ -90,6 +90,14 @@ def _int_arithmetic(x):
     return x * n - n + (x > n).float()
 
 
+def _python_arithmetic(x):
+    s = x.mean().item()
+    n = int(x.sum())
+    a = 1 - s
+    a += 0.25
+    return x * a + (-s) * x + x / (s + 1e-6) - (s / 2) * x + x * (n * 0.5)
+
+
 def _comparisons(x):
     s = float(x.median())
     return (x > s).float() + (x <= s).float() * 2 + (x == s).float()
@@ -115,12 +123,13 @@ def _power(x):
     [
         _float_arithmetic,
         _int_arithmetic,
+        _python_arithmetic,
         _comparisons,
         _where_and_masked_fill,
         _full_of_the_number,
         _power,
     ],
-    ids=["float", "int", "compare", "where_masked_fill", "full", "pow"],
+    ids=["float", "int", "python_arithmetic", "compare", "where_masked_fill", "full", "pow"],
 )
 def test_a_number_in_tensor_ops_is_one_capture_for_every_value(fn):
     frames, recompiles = _captures(fn, _rand, calls=6)
@@ -167,7 +176,7 @@ def _number_in_a_branch(x):
 
 def _number_in_python_math(x):
     s = x.mean().item()
-    return x * math.exp(s)
+    return x * math.exp(s) + x * (1 / s)  # math.exp reads s; so does 1 / s (raises for 0)
 
 
 def test_a_number_read_by_python_is_guarded_by_value_and_right():
@@ -252,3 +261,21 @@ def test_a_resume_function_guards_the_numbers_type():
     x = torch.rand(4)
     for s in (1.5, 2.5, 3, True, 4):
         assert_same(compiled(x, s), f(x, s))
+
+
+def _scaled_softmax(x):
+    s = x.max().item()
+    return (x / s).softmax(-1) * s
+
+
+def test_a_number_and_new_sizes_capture_the_resume_function_at_most_twice():
+    """The resume function goes size-generic as any frame; the number stays an input."""
+    torchlite.reset()
+    compiled = torchlite.compile(_scaled_softmax)
+    sizes = [5, 9, 17, 3, 40, 11, 64, 7]
+    before = counters()["frames"]
+    for n in sizes:
+        x = torch.rand(2, n) + n
+        assert_same(compiled(x), _scaled_softmax(x))
+    # the frame before the break: once per size (its max is not size-generic); after: twice
+    assert counters()["frames"] - before <= len(sizes) + 2
