@@ -279,3 +279,26 @@ def test_a_number_and_new_sizes_capture_the_resume_function_at_most_twice():
         assert_same(compiled(x), _scaled_softmax(x))
     # the frame before the break: once per size (its max is not size-generic); after: twice
     assert counters()["frames"] - before <= len(sizes) + 2
+
+
+def _scaled_matmul(x, w):
+    s = w.detach().abs().max().item()
+    return ((x @ w) * (1 - s) / s).tanh().sum()
+
+
+def test_a_number_input_in_a_training_graph_gives_eagers_gradients():
+    torchlite.reset()
+    compiled = torchlite.compile(_scaled_matmul)
+    frames = None
+    for i in range(5):
+        x = torch.randn(4, 8)
+        w = torch.randn(8, 3) * (i + 1)
+        w1, w2 = w.clone().requires_grad_(), w.clone().requires_grad_()
+        out, expected = compiled(x, w1), _scaled_matmul(x, w2)
+        out.backward()
+        expected.backward()
+        assert_same(out, expected)
+        assert_same(w1.grad, w2.grad)
+        if i == 1:
+            frames = counters()["frames"]
+    assert counters()["frames"] == frames
