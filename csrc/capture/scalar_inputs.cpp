@@ -173,6 +173,38 @@ ValuePtr where(CaptureContext& ctx, PyObject* target, const std::string& method,
   return ctx.record_op(target, method, rewritten, kwargs);
 }
 
+// `x.clamp(min=s)`, `torch.clamp(x, lo, hi)`, `clip`, `clamp_min`/`clamp_max` of a floating x
+// with every bound given a scalar value (or None): the bounds in x's dtype, as eager converts
+// them.
+ValuePtr clamp(CaptureContext& ctx, PyObject* target, const std::string& method,
+               const std::string& name, const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
+  static const std::unordered_set<std::string> names = {
+      "clamp", "clip", "clamp_", "clip_", "clamp_min", "clamp_max", "clamp_min_", "clamp_max_"};
+  if (!names.count(name) || args.empty() || !args[0]->is_tensor()) return nullptr;
+  if (method.empty() && target != torch_attr(name.c_str()).get()) return nullptr;
+  PyRef dtype = dtype_of(args[0]->meta.get());
+  if (!dtype_is(dtype.get(), "is_floating_point")) return nullptr;
+  auto none = [](const ValuePtr& v) { return v->is_const() && v->obj.get() == Py_None; };
+  bool any = false;
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (!is_scalar(args[i]) && !none(args[i])) return nullptr;
+    any = any || is_scalar(args[i]);
+  }
+  for (const auto& [k, v] : kwargs) {
+    if ((k != "min" && k != "max") || (!is_scalar(v) && !none(v))) return nullptr;
+    any = any || is_scalar(v);
+  }
+  if (!any) return nullptr;
+  PyObject* device = args[0]->device.get();
+  std::vector<ValuePtr> a = args;
+  KwArgs k = kwargs;
+  for (size_t i = 1; i < a.size(); ++i)
+    if (is_scalar(a[i])) a[i] = operand(ctx, a[i], device, dtype.get());
+  for (auto& kv : k)
+    if (is_scalar(kv.second)) kv.second = operand(ctx, kv.second, device, dtype.get());
+  return ctx.record_op(target, method, a, k);
+}
+
 // `torch.full(size, s)` (dtype= and device= as constants at most): the number as a 0-d tensor
 // of the result's dtype, expanded to the size and copied (a fresh contiguous tensor, as full's).
 ValuePtr full(CaptureContext& ctx, PyObject* target, const std::string& method,
@@ -321,6 +353,7 @@ ValuePtr scalar_op(CaptureContext& ctx, PyObject* target, const std::string& met
     const std::string name = method.empty() ? detail::attr_str(target, "__name__") : method;
     ValuePtr r = binary(ctx, target, method, name, args, kwargs);
     if (!r) r = masked_fill(ctx, target, method, name, args, kwargs);
+    if (!r) r = clamp(ctx, target, method, name, args, kwargs);
     if (!r) r = where(ctx, target, method, args, kwargs);
     if (!r) r = full(ctx, target, method, args, kwargs);
     if (r) return r;

@@ -108,6 +108,12 @@ def _where_and_masked_fill(x):
     return torch.where(x > 0.5, x, s) + x.masked_fill(x < 0.3, s)
 
 
+def _clamped(x):
+    lo = x.min().item()
+    hi = x.mean().item()
+    return x.clamp(min=lo + 0.1, max=hi) + torch.clamp(x, None, hi) + x.clamp_min(lo)
+
+
 def _full_of_the_number(x):
     s = x.max().item()
     return torch.full((3, x.size(0)), s) + x
@@ -126,10 +132,20 @@ def _power(x):
         _python_arithmetic,
         _comparisons,
         _where_and_masked_fill,
+        _clamped,
         _full_of_the_number,
         _power,
     ],
-    ids=["float", "int", "python_arithmetic", "compare", "where_masked_fill", "full", "pow"],
+    ids=[
+        "float",
+        "int",
+        "python_arithmetic",
+        "compare",
+        "where_masked_fill",
+        "clamp",
+        "full",
+        "pow",
+    ],
 )
 def test_a_number_in_tensor_ops_is_one_capture_for_every_value(fn):
     frames, recompiles = _captures(fn, _rand, calls=6)
