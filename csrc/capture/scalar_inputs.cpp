@@ -120,12 +120,17 @@ ValuePtr binary(CaptureContext& ctx, PyObject* target, const std::string& method
     return nullptr;
   // NOTE: half and bfloat16 arithmetic keeps a number in float32 (opmath) next to a tensor
   // with dimensions, whose dtype the result keeps; a 0-d tensor of another dtype changes the
-  // result dtype only next to another 0-d tensor.
+  // result dtype only next to another 0-d tensor. A comparison converts the number to the
+  // common dtype (`x == 0.1` of a half x compares with half(0.1)).
+  static const std::unordered_set<std::string> comparisons = {
+      "lt",       "le",     "gt",     "ge",     "eq",   "ne",         "__lt__",  "__le__",
+      "__gt__",   "__ge__", "__eq__", "__ne__", "less", "less_equal", "greater", "greater_equal",
+      "not_equal"};
   PyRef cast = common;
-  PyRef f32 = torch_attr("float32");
-  if (dim_of(other->meta.get()) > 0 && (same_dtype(common.get(), torch_attr("float16").get()) ||
-                                        same_dtype(common.get(), torch_attr("bfloat16").get())))
-    cast = f32;
+  if (!comparisons.count(name) && dim_of(other->meta.get()) > 0 &&
+      (same_dtype(common.get(), torch_attr("float16").get()) ||
+       same_dtype(common.get(), torch_attr("bfloat16").get())))
+    cast = torch_attr("float32");
   if (!same_dtype(result_type(other->meta.get(), meta_scalar(cast.get()).get()).get(),
                   common.get()))
     return nullptr;

@@ -163,6 +163,12 @@ def _double_divided(x):
     return x / s, x * s
 
 
+def _half_compared(x):
+    s = x[0].item() + 0.1  # not a half: eager compares with half(s)
+    y = torch.where(torch.arange(4) == 1, s, x)  # y[1] is half(s)
+    return (y == s).float(), (y > s).float(), y * s
+
+
 def _zero_dim_times_number(x):
     s = x.max().item()
     return x.sum() * s, x.half().sum() * s
@@ -171,12 +177,13 @@ def _zero_dim_times_number(x):
 @pytest.mark.parametrize(
     "fn, make",
     [
+        (_half_compared, lambda i: (torch.rand(4, dtype=torch.float16) + i,)),
         (_int_tensor_times_float, lambda i: (torch.randint(1, 9 + i, (6,)),)),
         (_double_divided, lambda i: (torch.rand(5, dtype=torch.float64) + i,)),
         (_zero_dim_times_number, lambda i: (torch.rand(4) + i,)),
         (_float_arithmetic, lambda i: (torch.rand(5, dtype=torch.bfloat16) + i,)),
     ],
-    ids=["int_tensor", "float64", "zero_dim", "bfloat16"],
+    ids=["half_compared", "int_tensor", "float64", "zero_dim", "bfloat16"],
 )
 def test_a_number_input_keeps_eagers_dtypes_and_precision(fn, make):
     frames, _ = _captures(fn, make, calls=5)
