@@ -7,6 +7,7 @@
 #include "capture/optimizer_step.h"
 #include "capture/polyfills.h"
 #include "capture/py_helpers.h"
+#include "capture/scalar_inputs.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
 #include "capture/user_exception.h"
@@ -161,7 +162,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
                       "runs eagerly, whole, between this graph and the rest of the function");
   if (ctx_.any_sym && args.size() == 1 && kwargs.empty())
     if (ValuePtr f = float_of_size(fn, args[0])) return f;
-  if (ctx_.any_sym && !keeps_sym_args(fn)) {
+  if (ctx_.any_scalar && args.size() == 1 && kwargs.empty())
+    if (ValuePtr v = scalar_conversion(ctx_, fn, args[0])) return v;
+  if ((ctx_.any_sym || ctx_.any_scalar) && !keeps_sym_args(fn)) {
     if (fn->kind == VKind::Method) ctx_.specialise(fn->self);  // x.shape.index(t)
     for (auto& a : args) ctx_.specialise(a);
     for (auto& kv : kwargs) ctx_.specialise(kv.second);

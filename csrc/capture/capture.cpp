@@ -15,6 +15,7 @@
 #include "capture/lazy_iter.h"
 #include "capture/optimizer_step.h"
 #include "capture/resume_point.h"
+#include "capture/scalar_inputs.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
 #include "core/errors.h"
@@ -180,6 +181,13 @@ class ResidualBuilder {
 
   ir::Residual build(const ValuePtr& v) {
     ir::Residual r;
+    // NOTE: a number the frame takes per call, read as a constant by nothing: the call's own.
+    if (v->is_const() && v->scalar && v->source) {
+      r.kind = ir::Residual::Kind::Source;
+      r.source = v->source;
+      return r;
+    }
+    if (v->is_const() && v->scalar) ctx_.pin_scalar(v);  // int(s): no source to read it from
     if (v->is_const() && v->sym && sym_kept_.count(v.get())) {
       r.kind = ir::Residual::Kind::SymSize;
       r.sym = v->sym;
@@ -521,12 +529,17 @@ void entry_state(CaptureContext& ctx, PyCodeObject* code, const ir::FrameView& f
       ints.push_back(i);  // NOTE: after the tensors, which it may be a size of
       continue;
     }
+    // NOTE: a float the code before the break left (`.item()`) is this call's number: a graph
+    // input where tensor ops take it, not a constant (capture/scalar_inputs.h).
+    if (resumed && PyFloat_CheckExact(v))
+      if ((locals[i] = scalar_argument(ctx, v, ir::Source::local(i, name)))) continue;
     locals[i] = ctx.wrap(v, ir::Source::local(i, name));
   }
   for (int i : ints) {
     std::string name = utf8(PyTuple_GET_ITEM(code->co_localsplusnames, i));
     ir::SourcePtr src = ir::Source::local(i, name);
-    if (!(locals[i] = size_argument(ctx, code, frame.locals[i], src, locals)))
+    if (!(locals[i] = size_argument(ctx, code, frame.locals[i], src, locals)) &&
+        !(locals[i] = scalar_argument(ctx, frame.locals[i], src)))
       locals[i] = ctx.wrap(frame.locals[i], src);
   }
   for (int j = 0; j < nfree; ++j) {

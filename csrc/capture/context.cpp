@@ -12,6 +12,7 @@
 #include "capture/effect_order.h"
 #include "capture/graph_break.h"
 #include "capture/meta_cache.h"
+#include "capture/scalar_inputs.h"
 #include "capture/torch_api.h"
 #include "capture/user_exception.h"
 #include "core/errors.h"
@@ -849,11 +850,73 @@ ValuePtr CaptureContext::shape_value(const ValuePtr& t) {
   return v;
 }
 
-void CaptureContext::specialise(const ValuePtr& v) {
-  if (!any_sym || !v) return;
+void CaptureContext::specialise_scalars(const ValuePtr& v) {
+  if (!any_scalar || !v) return;
   std::function<void(const ValuePtr&, int)> walk = [&](const ValuePtr& x, int depth) {
     if (!x || depth > 32) return;
     if (x->kind == VKind::Const) {
+      if (x->scalar) pin_scalar(x);
+      if (x->sym_slice)
+        for (auto& it : x->items) walk(it, depth + 1);
+      return;
+    }
+    if (x->kind == VKind::Tuple || x->kind == VKind::List || x->kind == VKind::Dict)
+      for (auto& it : x->items) walk(it, depth + 1);
+  };
+  walk(v, 0);
+}
+
+void CaptureContext::pin_scalar(const ValuePtr& x) {
+  x->scalar = false;
+  if (x->scalar_fn) {
+    // NOTE: the numbers it was computed from, by value: that fixes this one too.
+    for (const ValuePtr& a : x->scalar_args)
+      if (a->scalar) pin_scalar(a);
+    return;
+  }
+  guards_.add_equals_match(x->source, x->obj.get());
+}
+
+ValuePtr CaptureContext::scalar_input_tensor(const ValuePtr& v, PyObject* device) {
+  TL_CHECK(v->scalar && (v->source || v->scalar_fn))
+      << "scalar_input_tensor of a value that is no scalar input";
+  if (v->scalar_fn) return scalar_expression_tensor(*this, v, device);
+  const bool is_float = PyFloat_CheckExact(v->obj.get());
+  const char* dtype_name = is_float ? "float64" : "int64";
+  PyRef dtype = PyRef::steal(PyObject_GetAttrString(torch_api().torch.get(), dtype_name));
+  PyRef key = dtype ? PyRef::steal(PyTuple_Pack(2, dtype.get(), device)) : PyRef();
+  if (!key) throw PythonError();
+  ir::SourcePtr src = ir::Source::scalar_tensor(v->source, key, dtype_name);
+  const std::string k = src->str();
+  auto it = inputs_by_source_.find(k);
+  if (it != inputs_by_source_.end()) return it->second;
+  PyRef fn = PyRef::steal(PyObject_GetAttrString(torch_api().torch.get(), "scalar_tensor"));
+  PyRef args = PyRef::steal(PyTuple_Pack(1, v->obj.get()));
+  PyRef kwargs = PyRef::steal(Py_BuildValue("{s:O,s:O}", "dtype", dtype.get(), "device", device));
+  if (!fn || !args || !kwargs) throw PythonError();
+  PyRef real = PyRef::steal(PyObject_Call(fn.get(), args.get(), kwargs.get()));
+  if (!real) throw PythonError();
+  ir::Node* node = graph_->add_placeholder(placeholder_name(*v->source), src);
+  PyRef meta = to_meta(real.get());
+  PyRef dev = PyRef::borrow(device);
+  node->meta = tensor_meta(meta.get(), dev);
+  node->example = meta;
+  // NOTE: no TENSOR_MATCH (the fetch makes this tensor: its dtype, device and shape are fixed)
+  // and no storage of the frame's: a fresh tensor on every call aliases nothing.
+  example_inputs_.push_back(real);
+  ValuePtr t = Value::tensor(node, meta, dev);
+  t->obj = torch_api().tensor_type;
+  t->source = src;
+  inputs_by_source_[k] = t;
+  return t;
+}
+
+void CaptureContext::specialise(const ValuePtr& v, bool scalars) {
+  if (!(any_sym || (scalars && any_scalar)) || !v) return;
+  std::function<void(const ValuePtr&, int)> walk = [&](const ValuePtr& x, int depth) {
+    if (!x || depth > 32) return;
+    if (x->kind == VKind::Const) {
+      if (x->scalar && scalars) pin_scalar(x);
       if (x->sym) {
         ir::SymRelation r;
         r.lhs = x->sym;
@@ -1063,6 +1126,9 @@ PyRef fused_attention_layout(PyRef result, PyObject* q, PyObject* device, bool d
 ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
                                    const std::vector<ValuePtr>& args,
                                    const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  // NOTE: numbers a resume function takes per call (capture/scalar_inputs.h).
+  if (any_scalar)
+    if (ValuePtr r = scalar_op(*this, target, method, args, kwargs)) return r;
   const TorchApi& api = torch_api();
   std::string op_name = method.empty() ? fn_short_name(target) : method;
   if (!method.empty() && data_dependent_methods().count(method)) {

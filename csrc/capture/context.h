@@ -175,6 +175,12 @@ class CaptureContext {
   std::vector<std::pair<ir::Node*, int>> sym_table;
   std::vector<ir::SymRelation> sym_relations;
   bool any_sym = false;
+  // Numbers a resume function takes per call (capture/scalar_inputs.h): any_scalar is set once
+  // a value has `scalar` (skips the walks otherwise).
+  bool any_scalar = false;
+  // The graph input holding scalar value `v`'s number at each call: a 0-d float64 or int64
+  // tensor on `device` (borrowed), one per source and device.
+  ValuePtr scalar_input_tensor(const ValuePtr& v, PyObject* device);
   // Off once an op wrote an operand while a folded tensor was among its operands: folded
   // values may be stale from then on (capture/constant_fold.h).
   bool folding_on = true;
@@ -184,7 +190,15 @@ class CaptureContext {
   // `v` (and the values inside a tuple, list, dict or slice) is used as a plain number from
   // here on: the trace now holds only at sizes where each expression keeps its value
   // (a relation `expr == value` each).
-  void specialise(const ValuePtr& v);
+  // Scalar values (Value::scalar) inside are guarded by value and become plain constants too,
+  // unless `scalars` is false.
+  void specialise(const ValuePtr& v, bool scalars = true);
+  // Only the scalar values inside `v`: for instructions that follow size expressions but not
+  // scalar inputs.
+  void specialise_scalars(const ValuePtr& v);
+  // Scalar value `x` (Value::scalar) as a constant from here on: guarded by value (the values
+  // it was computed from, for a computed one: Value::scalar_fn).
+  void pin_scalar(const ValuePtr& x);
   // Records `a <op> b` (op as COMPARE_OP's 0..5) for two int values, at least one symbolic.
   void relate(const ValuePtr& a, int op, const ValuePtr& b, bool outcome);
 

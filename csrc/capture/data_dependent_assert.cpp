@@ -365,6 +365,7 @@ void Tracer::item_comparison(ValuePtr& a, ValuePtr& b) {
   ValuePtr& item = left ? a : b;
   const ValuePtr& other = left ? b : a;
   if (!other->is_const() || other->sym_slice) item_break();
+  ctx_.specialise_scalars(other);  // NOTE: `exact` below reads the number
   PyObject* o = other->obj.get();
   const std::string kind = item_kind(item);
   bool exact = false;

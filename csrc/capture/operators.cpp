@@ -4,6 +4,7 @@
 #include "capture/constant_fold.h"
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
+#include "capture/scalar_inputs.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
 #include "capture/user_exception.h"
@@ -25,6 +26,7 @@ Py_ssize_t detail::checked_len(const ValuePtr& r) {
 bool Tracer::truth(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Const: {
+      ctx_.specialise_scalars(v);  // NOTE: `s or 1.0` reads the number (JUMP_IF_TRUE_OR_POP)
       int r = PyObject_IsTrue(v->obj.get());
       if (r < 0) raise_current_error("truth test raised");
       return r;
@@ -179,6 +181,12 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
   }
   std::string name = attr_str(op, "__name__");
   if (a->is_const() && b->is_const()) {
+    // NOTE: Python arithmetic on a scalar input reads its number (capture/scalar_inputs.h),
+    // unless the graph can compute it as CPython does.
+    if (ctx_.any_scalar)
+      if (ValuePtr r = scalar_arith(op, {a, b})) return r;
+    ctx_.specialise_scalars(a);
+    ctx_.specialise_scalars(b);
     if (ValuePtr r = sym_arith(name, a, b)) return r;
     return call_pure(ctx_, op, {a, b}, {});
   }
@@ -350,6 +358,8 @@ ValuePtr Tracer::unary_op(PyObject* op, const ValuePtr& a) {
     v->sym = ir::sym_mul(ir::sym_int(-1), a->sym);
     return v;
   }
+  if (a->is_const() && ctx_.any_scalar)
+    if (ValuePtr r = scalar_arith(op, {a})) return r;  // `-s` (capture/scalar_inputs.h)
   if (a->is_const()) return call_pure(ctx_, op, {a}, {});
   graph_break("unsupported_value", "unary operator on a " + a->type_name());
 }
@@ -366,6 +376,8 @@ ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
     }
     return ctx_.call_op(fn, "", {a, b}, {});
   }
+  ctx_.specialise_scalars(a);  // NOTE: a decision in Python (capture/scalar_inputs.h)
+  ctx_.specialise_scalars(b);
   if ((a->sym || b->sym) && plain_int(a) && plain_int(b)) {
     // NOTE: a decision on sizes: the entry holds where it comes out the same (`t > 16`).
     int r = PyObject_RichCompareBool(a->obj.get(), b->obj.get(), op);

@@ -107,7 +107,10 @@ ValuePtr Tracer::pop() {
   // NOTE: symbolic sizes are specialised by default: an instruction that may read a value as
   // a plain number (a branch, an attribute, a store, a yield) turns an expression into a
   // relation `expr == value`. Only the instructions in sym_aware move or follow them.
-  if (!sym_aware_ && ctx_.any_sym) ctx_.specialise(v);
+  if (!sym_aware_ && ctx_.any_sym)
+    ctx_.specialise(v, /*scalars=*/!scalar_aware_);
+  else if (!scalar_aware_ && ctx_.any_scalar)
+    ctx_.specialise_scalars(v);
   return v;
 }
 
@@ -152,6 +155,37 @@ bool sym_aware(int opcode) {
 #endif
     case CALL_FUNCTION_EX:
     case RETURN_VALUE:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Instructions that keep a scalar input (a number a resume function takes per call) one: they
+// move it (into a tuple, out of an inlined function, into the frame's result: a residual reads
+// it from its source), or hand it to a tensor op (binary_op, call: the op decides,
+// capture/scalar_inputs.h) or an inlined function. Every other instruction reads the number
+// (a tuple's consumers walk its items): it is specialised.
+bool scalar_aware(int opcode) {
+  switch (opcode) {
+    case POP_TOP:
+    case BUILD_TUPLE:
+    case RETURN_VALUE:
+    case STORE_FAST:
+#ifdef STORE_FAST_STORE_FAST
+    case STORE_FAST_STORE_FAST:
+#endif
+#ifdef STORE_FAST_LOAD_FAST
+    case STORE_FAST_LOAD_FAST:
+#endif
+    case BINARY_OP:
+    case UNARY_NEGATIVE:
+    case COMPARE_OP:
+    case IS_OP:
+    case CALL:
+#ifdef CALL_KW
+    case CALL_KW:
+#endif
       return true;
     default:
       return false;
@@ -394,6 +428,7 @@ void Tracer::mark_mutated(const ValuePtr& c) { c->mutated = true; }
 void Tracer::step(const bytecode::Instruction& inst) {
   const int arg = inst.arg;
   sym_aware_ = sym_aware(inst.opcode);
+  scalar_aware_ = scalar_aware(inst.opcode);
   switch (inst.opcode) {
     case NOP:
     case RESUME:
@@ -609,6 +644,16 @@ void Tracer::step(const bytecode::Instruction& inst) {
       ValuePtr a = pop();
       if (a && a->same_object) a = a->same_object;
       if (b && b->same_object) b = b->same_object;
+      // NOTE: `s is None` (or `is` a resume function's unbound-local marker) of a number the
+      // frame takes per call: its type decides (guarded). `s is 1` would read the number.
+      auto no_number = [](const ValuePtr& v) {
+        return v && v->is_const() && !v->scalar && !PyLong_Check(v->obj.get()) &&
+               !PyFloat_Check(v->obj.get());
+      };
+      if (!(a && a->scalar && no_number(b)) && !(b && b->scalar && no_number(a))) {
+        ctx_.specialise_scalars(a);
+        ctx_.specialise_scalars(b);
+      }
       bool same;
       if (a == b) {
         same = true;

@@ -240,7 +240,8 @@ class Tracer {
   PyRef closure_;  // the inlined function's closure (with nestable_)
   // This frame lies on CaptureContext::stop_path: it stops there (innermost) or in its call.
   bool on_path_ = false;
-  bool sym_aware_ = false;  // the instruction being run follows symbolic sizes (tracer.cpp)
+  bool sym_aware_ = false;     // the instruction being run follows symbolic sizes (tracer.cpp)
+  bool scalar_aware_ = false;  // ... and scalar inputs (capture/scalar_inputs.h)
   bool returned_ = false;
   bool generator_ = false;
   ValuePtr yielded_;  // set by YIELD_VALUE, taken by execute()

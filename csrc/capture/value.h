@@ -77,6 +77,16 @@ struct Value {
   // Const float computed from such ints (`d ** -0.5`, `math.sqrt(d)`): its expression; obj is
   // its value at this call's sizes. Specialised like `sym`.
   ir::SymFloatPtr fsym;
+  // Const float or int a resume function took as an argument (capture/scalar_inputs.h): `obj`
+  // is this call's number, `source` reads each call's. A tensor op takes it as a 0-d tensor
+  // input of the graph; any other use specialises it (CaptureContext::specialise: a guard by
+  // value), so nothing reads the number as a constant while this is set.
+  bool scalar = false;
+  // A scalar value computed from others (no source; specialising it guards them): `scalar_fn`
+  // (int or float: `int(x.sum().item())`; operator.add/sub/mul/truediv/neg: `1 - s`) of
+  // `scalar_args` (scalar values and plain numbers).
+  PyRef scalar_fn;
+  std::vector<ValuePtr> scalar_args;
   // Tensor computed from constants alone: its real value (a small CPU tensor), and the
   // symbolic ints it was computed from (capture/constant_fold.h).
   PyRef folded;

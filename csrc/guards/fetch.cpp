@@ -105,6 +105,14 @@ FetchStep::FetchStep(const ir::Source& s) : kind_(s.kind), index_(s.index) {
     case SourceKind::Held:
       key_ = s.key;
       break;
+    case SourceKind::ScalarTensor: {
+      key_ = s.key;  // (dtype, device): compared by same_as
+      PyObject* kw = Py_BuildValue("{s:O,s:O}", "dtype", PyTuple_GET_ITEM(s.key.get(), 0), "device",
+                                   PyTuple_GET_ITEM(s.key.get(), 1));
+      if (!kw) throw PythonError();
+      call_kwargs_ = PyRef::steal(kw);
+      break;
+    }
     case SourceKind::Local:
     case SourceKind::Closure:
     case SourceKind::Deref:
@@ -145,8 +153,25 @@ PyRef FetchStep::apply(PyObject* base, const ir::FrameView& frame) const {
       return key_;
     case SourceKind::Deref:
       return deref(base);
+    case SourceKind::ScalarTensor:
+      return scalar_tensor(base);
   }
   return {};
+}
+
+// NOTE: a new tensor on each call: the number is the call's own (the guards checked its type).
+PyRef FetchStep::scalar_tensor(PyObject* number) const {
+  static PyObject* fn = [] {
+    PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
+    PyObject* f = torch ? PyObject_GetAttrString(torch.get(), "scalar_tensor") : nullptr;
+    if (!f) throw PythonError();
+    return f;  // NOTE: kept for the life of the process, like the torch module
+  }();
+  PyRef args = PyRef::steal(PyTuple_Pack(1, number));
+  if (!args) throw PythonError();
+  PyObject* t = PyObject_Call(fn, args.get(), call_kwargs_.get());
+  if (!t) throw PythonError();
+  return PyRef::steal(t);
 }
 
 PyRef FetchStep::get_attr(PyObject* obj) const {

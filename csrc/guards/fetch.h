@@ -21,7 +21,8 @@ class FetchStep {
  public:
   explicit FetchStep(const ir::Source& source);  // only this step; source.base is ignored
 
-  // Local/Closure/Global/Builtin read `frame`; Held returns its object; Attr/Item/Deref read `base`
+  // Local/Closure/Global/Builtin read `frame`; Held returns its object; Attr/Item/Deref/
+  // ScalarTensor read `base`
   // (borrowed, non-null). Returns a new reference, or null for a missing value
   // with no error set; throws PythonError for unexpected failures.
   PyRef apply(PyObject* base, const ir::FrameView& frame) const;
@@ -34,11 +35,13 @@ class FetchStep {
   PyRef get_attr(PyObject* obj) const;
   PyRef get_item(PyObject* obj) const;
   PyRef deref(PyObject* obj) const;
+  PyRef scalar_tensor(PyObject* number) const;
 
   ir::SourceKind kind_;
   int index_ = -1;
-  PyRef name_;  // interned: Global, Builtin, Attr
-  PyRef key_;   // Item: the key; Held: the object
+  PyRef name_;         // interned: Global, Builtin, Attr
+  PyRef key_;          // Item: the key; Held: the object; ScalarTensor: (dtype, device)
+  PyRef call_kwargs_;  // ScalarTensor: {"dtype": ..., "device": ...}
   bool key_is_index_ = false;
   bool view_mapping_ = false;  // Attr "mapping": a dict view's dict (get_attr)
   Py_ssize_t index_key_ = 0;

@@ -97,6 +97,14 @@ LeafGuard LeafGuard::type_match(PyObject* type) {
   return LeafGuard{GuardKind::TypeMatch, PyRef::borrow(type)};
 }
 
+LeafGuard LeafGuard::number_type(PyObject* number, bool truncates) {
+  TL_CHECK(PyFloat_CheckExact(number) || PyLong_CheckExact(number))
+      << "NUMBER_TYPE needs a float or an int, got " << type_name(number);
+  LeafGuard g{GuardKind::NumberType, PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(number)))};
+  g.truncates = truncates && PyFloat_CheckExact(number);
+  return g;
+}
+
 LeafGuard LeafGuard::id_match(PyObject* obj) {
   // NOTE: a weakref, not a strong reference: cache entries live on the code
   // object, so a strong one would keep e.g. a dropped model and its weights
@@ -305,6 +313,18 @@ bool LeafGuard::check(PyObject* v) const {
              PyFunction_GET_KW_DEFAULTS(v) == ref2.get();
     case GuardKind::DictKeys:
       return dict_keys_match(v, ref.get());
+    case GuardKind::NumberType: {
+      if (reinterpret_cast<PyObject*>(Py_TYPE(v)) != ref.get()) return false;
+      if (PyFloat_CheckExact(v)) {
+        // NOTE: int() raises for inf and nan; beyond int64 the graph's cast would wrap.
+        const double d = PyFloat_AS_DOUBLE(v);
+        return !truncates ||
+               (std::isfinite(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0);
+      }
+      int overflow = 0;
+      PyLong_AsLongLongAndOverflow(v, &overflow);
+      return overflow == 0;
+    }
   }
   return false;
 }
@@ -347,6 +367,12 @@ std::string LeafGuard::failure(PyObject* v, const std::string& src) const {
       return src + "() != " + repr(ref.get()) + " any more";
     case GuardKind::DictKeys:
       return src + ": the keys changed since tracing (expected " + repr(ref.get()) + ")";
+    case GuardKind::NumberType:
+      return src + ": expected a " + reinterpret_cast<PyTypeObject*>(ref.get())->tp_name +
+             (truncates              ? " whose int() fits in int64"
+              : PyLong_CheckExact(v) ? " within int64"
+                                     : "") +
+             ", got " + repr(v) + " of type " + type_name(v);
   }
   return src + ": guard failed";
 }
@@ -384,6 +410,9 @@ std::string LeafGuard::str(const std::string& src) const {
       return "CALL_RESULT " + src + "() == " + repr(ref.get());
     case GuardKind::DictKeys:
       return "DICT_KEYS " + src + " == " + repr(ref.get());
+    case GuardKind::NumberType:
+      return "NUMBER_TYPE " + src + " (" + reinterpret_cast<PyTypeObject*>(ref.get())->tp_name +
+             (truncates ? ", int() within int64" : "") + ", a graph input)";
   }
   return "?";
 }
@@ -393,6 +422,8 @@ bool LeafGuard::same_as(const LeafGuard& o) const {
   switch (kind) {
     case GuardKind::TypeMatch:
       return ref.get() == o.ref.get();
+    case GuardKind::NumberType:
+      return ref.get() == o.ref.get() && truncates == o.truncates;
     case GuardKind::IdMatch:
       return id == o.id && check(o.id);  // and ours is still alive
     case GuardKind::EqualsMatch:

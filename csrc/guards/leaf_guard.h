@@ -28,6 +28,9 @@ enum class GuardKind {
   FunctionDefaults,  // a function whose __defaults__ / __kwdefaults__ are the same objects
   CallResult,        // calling the value (a state query of torch's) returns an equal constant
   DictKeys,          // a dict (or dict subclass) with the same keys in the same order
+  NumberType,        // type(v) is float, or type(v) is int and v fits in an int64: a number a
+                     // graph takes as a 0-d tensor input (capture/scalar_inputs.h); with
+                     // `truncates`, a finite float whose int() fits in an int64
 };
 
 struct LeafGuard {
@@ -48,10 +51,12 @@ struct LeafGuard {
   mutable uint64_t version = 0;
   std::shared_ptr<const DictSnapshot> snapshot;       // DictVersion (shared: LeafGuard copies)
   Py_ssize_t length = 0;                              // LengthMatch
+  bool truncates = false;                             // NumberType
   std::shared_ptr<const guards::TensorMatch> tensor;  // TensorMatch (shared: LeafGuard copies)
 
-  static LeafGuard type_match(PyObject* type);      // borrows
-  static LeafGuard id_match(PyObject* obj);         // borrows
+  static LeafGuard type_match(PyObject* type);                     // borrows
+  static LeafGuard number_type(PyObject* number, bool truncates);  // borrows a float or int
+  static LeafGuard id_match(PyObject* obj);                        // borrows
   static LeafGuard equals_match(PyObject* value);   // borrows; throws Error for unsupported types
   static LeafGuard tensor_match(PyObject* tensor);  // borrows
   static LeafGuard dict_version(PyObject* dict);    // borrows; keeps no reference

@@ -59,6 +59,13 @@ SourcePtr Source::deref(SourcePtr weakref) {
   return make(SourceKind::Deref, std::move(weakref), "", -1, {});
 }
 
+SourcePtr Source::scalar_tensor(SourcePtr number, PyRef dtype_device, std::string dtype_name) {
+  TL_CHECK(number != nullptr && dtype_device && PyTuple_Check(dtype_device.get()) &&
+           PyTuple_GET_SIZE(dtype_device.get()) == 2);
+  return make(SourceKind::ScalarTensor, std::move(number), std::move(dtype_name), -1,
+              std::move(dtype_device));
+}
+
 std::string Source::str() const {
   switch (kind) {
     case SourceKind::Local:
@@ -75,6 +82,10 @@ std::string Source::str() const {
       return base->str() + "[" + key_repr(key.get()) + "]";
     case SourceKind::Deref:
       return base->str() + "()";
+    case SourceKind::ScalarTensor:
+      // NOTE: the device makes the text unique (sources are deduplicated by it).
+      return "scalar_tensor(" + base->str() + ", " + name + ", " +
+             key_repr(PyTuple_GET_ITEM(key.get(), 1)) + ")";
     case SourceKind::Held: {
       // NOTE: the address makes the text unique: sources are deduplicated by it.
       char addr[32];

@@ -19,6 +19,10 @@ enum class SourceKind {
   Held,     // `key` itself: an object the guard keeps alive (another module's
             // globals dict, a closure cell); `name` says what it is
   Deref,    // base(): the referent of the weakref `base` (None once it died)
+  // torch.scalar_tensor(base, dtype=key[0], device=key[1]): the Python number `base` as a 0-d
+  // tensor, made at each fetch. The graph input of a number a resume function takes per call
+  // (capture/scalar_inputs.h); `name` is the dtype's short name, for str().
+  ScalarTensor,
 };
 
 struct Source;
@@ -39,6 +43,8 @@ struct Source {
   static SourcePtr item(SourcePtr base, PyRef key);  // key: int or str
   static SourcePtr held(PyRef obj, std::string what);
   static SourcePtr deref(SourcePtr weakref);
+  // dtype_device: a tuple (torch.dtype, torch.device); dtype_name: "float64", "int64".
+  static SourcePtr scalar_tensor(SourcePtr number, PyRef dtype_device, std::string dtype_name);
 
   // The readable form used in guards.txt and error messages.
   std::string str() const;

@@ -200,8 +200,9 @@ def _kw_leaf(t, scale=1.0):
 
 
 def test_calls_with_keywords_and_double_star_break_once_each():
-    # two calls of a breaking function: one break each, not two
-    check_resume(_keyword_and_star_call, inputs(3, 2), graphs=5, breaks=2)
+    # two calls of a breaking function: one break each, not two; one resume function of
+    # _kw_leaf for both values of `scale` (a number it takes per call)
+    check_resume(_keyword_and_star_call, inputs(3, 2), graphs=4, breaks=2)
 
 
 # --- state across the levels
