@@ -168,6 +168,17 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
   bool is_builtin_fn = PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == api.builtins.get();
   bool is_builtin_type = PyType_Check(fn) && attr_str(fn, "__module__") == "builtins";
   std::string name = attr_str(fn, "__name__");
+  if (PyCFunction_Check(fn) && !is_builtin_fn) {
+    // A read-only method of a constant dict, tuple or string (a dataclass's
+    // __dataclass_fields__.values(), a class attribute's .get(key)) runs now on constants.
+    static const std::unordered_set<std::string> reads = {"keys",  "values", "items",       "get",
+                                                          "count", "index",  "__contains__"};
+    PyObject* self = PyCFunction_GET_SELF(fn);
+    if (self &&
+        (PyDict_CheckExact(self) || PyTuple_CheckExact(self) || PyUnicode_CheckExact(self)) &&
+        reads.count(name) && all_const(args, kwargs))
+      return call_pure(ctx_, fn, args, kwargs);
+  }
   if (is_builtin_fn || is_builtin_type) {
     if (name == "vars" && args.size() == 1 && kwargs.empty()) {  // obj.__dict__ (no-arg: locals)
       if (auto d = try_get_attr(args[0], "__dict__")) return *d;
@@ -460,7 +471,9 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     }
     if (name == "sorted" || name == "min" || name == "max") {
       for (auto& [k, v] : kwargs)
-        if (k == "key" && !(v->is_const() && v->obj.get() == Py_None) && !inert_value(v))
+        // NOTE: only a constant key (None, a builtin) may be handed to CPython's own call; a
+        // function made in traced code (a lambda) has no real object to hand it.
+        if (k == "key" && !(v->is_const() && (v->obj.get() == Py_None || inert_value(v))))
           return keyed_order(fn, name, args, kwargs);
     }
     if (name == "sorted" && args.size() == 1 && !args[0]->is_const()) {
@@ -471,7 +484,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     }
     if ((name == "min" || name == "max") && !all_const(args, kwargs)) {
       std::vector<ValuePtr> items = args.size() == 1 ? iterate(args[0]) : args;
-      if (all_const(items, {})) {
+      if (all_const(items, kwargs)) {
         PyRef t = const_tuple(Value::tuple(items));
         return call_pure(ctx_, fn, {Value::constant(t)}, kwargs);
       }
@@ -479,6 +492,16 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     }
     if (pure_builtins().count(name) || is_builtin_type) {
       if (all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
+      if ((name == "str" || name == "repr") && args.size() == 1 && kwargs.empty() &&
+          (args[0]->kind == VKind::Tuple || args[0]->kind == VKind::List) &&
+          (!args[0]->named_type || args[0]->named_type.get() == api.size_type.get())) {
+        // NOTE: a tuple, list or torch.Size of Python values prints as its constant copy
+        // (a namedtuple's copy would print as a plain tuple).
+        if (PyRef t = const_tuple(args[0])) {
+          ctx_.specialise(args[0]);
+          return call_pure(ctx_, fn, {Value::constant(t)}, {});
+        }
+      }
       if (name == "str" || name == "repr")
         graph_break("unsupported_value",
                     name + "() of a " + (args.empty() ? "?" : args[0]->type_name()));

@@ -251,6 +251,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
     return const_bool(true);
   if (auto r = call_library(f, nullptr, args, kwargs)) return *r;
   if (call_torch_assert(f, args, kwargs)) return none();  // data_dependent_assert.cpp
+  if (auto r = call_operator_getter(f, args, kwargs)) return *r;
   if (is_partial_type(reinterpret_cast<PyObject*>(Py_TYPE(f))))
     return call(wrap_partial(fn), std::move(args), std::move(kwargs));
   if (is_partial_type(f)) {
@@ -322,6 +323,50 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   if (auto folded = call_numpy_method(fn, args, kwargs)) return *folded;
   graph_break("unsupported_callable", "call to " + qual + " (" + Py_TYPE(f)->tp_name +
                                           "), which torchlite cannot trace; it runs eagerly");
+}
+
+// operator.itemgetter/attrgetter: made from constants now; called, their items (or dotted
+// names, as their __reduce__ lists them) are read from the argument as subscripts (attribute
+// reads), one value or a tuple of them.
+std::optional<ValuePtr> Tracer::call_operator_getter(PyObject* f, std::vector<ValuePtr>& args,
+                                                     KwArgs& kwargs) {
+  auto is_getter = [](PyObject* o) {
+    if (!PyType_Check(o)) return 0;
+    const std::string n = reinterpret_cast<PyTypeObject*>(o)->tp_name;
+    return n == "operator.itemgetter" ? 1 : n == "operator.attrgetter" ? 2 : 0;
+  };
+  if (is_getter(f)) {
+    if (!all_const(args, kwargs)) return std::nullopt;
+    return call_pure(ctx_, f, args, kwargs);
+  }
+  const int kind = is_getter(reinterpret_cast<PyObject*>(Py_TYPE(f)));
+  if (!kind || args.size() != 1 || !kwargs.empty()) return std::nullopt;
+  PyRef reduced = PyRef::steal(PyObject_CallMethod(f, "__reduce__", nullptr));
+  if (!reduced) throw PythonError();
+  PyObject* keys = PyTuple_Check(reduced.get()) && PyTuple_GET_SIZE(reduced.get()) >= 2
+                       ? PyTuple_GET_ITEM(reduced.get(), 1)
+                       : nullptr;
+  if (!keys || !PyTuple_Check(keys)) return std::nullopt;
+  std::vector<ValuePtr> out;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); ++i) {
+    PyObject* key = PyTuple_GET_ITEM(keys, i);
+    if (kind == 1) {
+      out.push_back(subscript(args[0], Value::constant(PyRef::borrow(key))));
+      continue;
+    }
+    ValuePtr v = args[0];
+    const std::string path = utf8(key);
+    size_t start = 0;
+    while (true) {
+      size_t dot = path.find('.', start);
+      v = get_attr(v, path.substr(start, dot == std::string::npos ? dot : dot - start));
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    out.push_back(v);
+  }
+  if (out.size() == 1) return out[0];
+  return Value::tuple(std::move(out));
 }
 
 // weakref.ref(obj) of an object the guards pin by identity: the real ref (CPython hands back

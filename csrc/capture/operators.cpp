@@ -1,5 +1,6 @@
 // Truth, iteration, operators and indexing over symbolic values.
 #include <algorithm>
+#include <unordered_map>
 
 #include "capture/constant_fold.h"
 #include "capture/graph_break.h"
@@ -67,6 +68,23 @@ bool Tracer::truth(const ValuePtr& v) {
   }
 }
 
+namespace {
+// An enum class: its members are fixed when the class is made, so they are listed now.
+bool is_enum_class(PyObject* o) {
+  if (!PyType_Check(o)) return false;
+  // NOTE: kept for the process lifetime (the enum module is never unloaded).
+  static PyObject* meta = [] {
+    PyRef mod = PyRef::steal(PyImport_ImportModule("enum"));
+    PyObject* m = mod ? PyObject_GetAttrString(mod.get(), "EnumMeta") : nullptr;
+    if (!m) throw PythonError();
+    return m;
+  }();
+  int r = PyObject_IsInstance(o, meta);
+  if (r < 0) throw PythonError();
+  return r;
+}
+}  // namespace
+
 std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Tuple:
@@ -93,7 +111,7 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
       if (!(PyTuple_Check(o) || PyList_Check(o) || PyRange_Check(o) || PyUnicode_Check(o) ||
             PyDict_Check(o) || PyFrozenSet_Check(o) || PyAnySet_Check(o) ||
             Py_TYPE(o) == &PyDictKeys_Type || Py_TYPE(o) == &PyDictValues_Type ||
-            Py_TYPE(o) == &PyDictItems_Type))
+            Py_TYPE(o) == &PyDictItems_Type || is_enum_class(o)))
         graph_break("unsupported_value", std::string("iteration over ") + Py_TYPE(o)->tp_name);
       PyRef list = PyRef::steal(PySequence_List(o));
       if (!list) throw PythonError();
@@ -169,8 +187,23 @@ bool plain_count(const ValuePtr& v) { return v->is_const() && PyLong_Check(v->ob
 
 }  // namespace
 
-ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
+ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a_in, const ValuePtr& b_in) {
+  if (ValuePtr r = user_binary_op(op, a_in, b_in)) return r;
+  ValuePtr a = a_in, b = b_in;
   if (a->is_tensor() || b->is_tensor()) {
+    // An IntEnum/IntFlag member (an int subclass, pinned by identity) meets a tensor as the
+    // plain number it is.
+    for (ValuePtr* v : {&a, &b}) {
+      PyObject* o = (*v)->obj.get();
+      if ((*v)->kind != VKind::Object || !o || (*v)->attrs || !(*v)->source || PyBool_Check(o) ||
+          !(PyLong_Check(o) || PyFloat_Check(o)))
+        continue;
+      ctx_.guards().add_id_match((*v)->source, o);
+      PyRef plain = PyLong_Check(o) ? PyRef::steal(PyNumber_Index(o))
+                                    : PyRef::steal(PyFloat_FromDouble(PyFloat_AsDouble(o)));
+      if (!plain) throw PythonError();
+      *v = Value::constant(plain);
+    }
     if (!(a->is_tensor() || a->is_const() || a->is_sequence()) ||
         !(b->is_tensor() || b->is_const() || b->is_sequence()))
       graph_break("unsupported_value",
@@ -394,6 +427,65 @@ ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
                                        a->type_name() + " and " + b->type_name());
 }
 
+namespace {
+// A Python function `type(v).<name>` (borrowed), or null (absent, or a C slot).
+PyObject* python_dunder(const ValuePtr& v, const char* name) {
+  if (v->kind != VKind::Object || !v->obj) return nullptr;
+  PyRef n = PyRef::steal(PyUnicode_FromString(name));
+  if (!n) throw PythonError();
+  PyObject* fn = _PyType_Lookup(Py_TYPE(v->obj.get()), n.get());
+  return fn && PyFunction_Check(fn) ? fn : nullptr;
+}
+
+bool not_implemented(const ValuePtr& r) {
+  return r->is_const() && r->obj.get() == Py_NotImplemented;
+}
+}  // namespace
+
+// `a <op> b` where a user object's class defines the operator in Python (a tensor wrapper's
+// __add__, __rmul__ of a number-like class): its dunders are inlined in CPython's order, the
+// in-place one first, then a's, then b's reflected one. Null: no Python dunder decides it.
+ValuePtr Tracer::user_binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
+  if (a->kind != VKind::Object && b->kind != VKind::Object) return nullptr;
+  static const std::unordered_map<std::string, std::string> dunders = {
+      {"add", "add"},           {"sub", "sub"}, {"mul", "mul"}, {"truediv", "truediv"},
+      {"floordiv", "floordiv"}, {"mod", "mod"}, {"pow", "pow"}, {"matmul", "matmul"},
+      {"and_", "and"},          {"or_", "or"},  {"xor", "xor"}, {"lshift", "lshift"},
+      {"rshift", "rshift"}};
+  std::string name = attr_str(op, "__name__");
+  const bool inplace = name.size() > 1 && name[0] == 'i' && dunders.count(name.substr(1));
+  auto it = dunders.find(inplace ? name.substr(1) : name);
+  if (it == dunders.end()) return nullptr;
+  const std::string base = it->second;
+  PyObject* forward = python_dunder(a, ("__" + base + "__").c_str());
+  PyObject* reflected = python_dunder(b, ("__r" + base + "__").c_str());
+  PyObject* in_place = inplace ? python_dunder(a, ("__i" + base + "__").c_str()) : nullptr;
+  if (!forward && !reflected && !in_place) return nullptr;
+  // NOTE: CPython tries b's reflected method first when type(b) is a proper subclass of
+  // type(a) overriding it, and a C-level method of the other side may answer first: such
+  // pairs are left to the graph break below.
+  if (a->kind == VKind::Object && b->kind == VKind::Object &&
+      Py_TYPE(a->obj.get()) != Py_TYPE(b->obj.get()))
+    return nullptr;
+  if (a->kind != VKind::Object &&
+      !(a->is_const() && !PyType_HasFeature(Py_TYPE(a->obj.get()), Py_TPFLAGS_HEAPTYPE)))
+    return nullptr;
+  if (b->kind != VKind::Object && !b->is_const() && !b->is_tensor()) return nullptr;
+  if (in_place) {
+    ValuePtr r = inline_function(in_place, nullptr, nullptr, {a, b}, {});
+    if (!not_implemented(r)) return r;
+  }
+  if (forward) {
+    ValuePtr r = inline_function(forward, nullptr, nullptr, {a, b}, {});
+    if (!not_implemented(r)) return r;
+  }
+  if (reflected) {
+    ValuePtr r = inline_function(reflected, nullptr, nullptr, {b, a}, {});
+    if (!not_implemented(r)) return r;
+  }
+  return nullptr;
+}
+
 ValuePtr Tracer::custom_equality(bool eq, const ValuePtr& a, const ValuePtr& b) {
   // The object side's Python __eq__ (the reflected one when `a` is a constant).
   const ValuePtr& self = a->is_const() ? b : a;
@@ -482,11 +574,12 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
           c->kind == VKind::List ? "list index out of range" : "tuple index out of range")];
     }
     case VKind::Dict: {
-      if (!idx->is_const()) graph_break("unsupported_value", "dict key must be a constant");
-      int i = dict_find(c, idx->obj.get());
+      const ValuePtr key = key_value(ctx_, idx);
+      if (!key->is_const()) graph_break("unsupported_value", "dict key must be a constant");
+      int i = dict_find(c, key->obj.get());
       if (i < 0)
-        raise_user_arg(PyExc_KeyError, idx->obj.get(),
-                       "KeyError: " + ir::const_repr(idx->obj.get()));
+        raise_user_arg(PyExc_KeyError, key->obj.get(),
+                       "KeyError: " + ir::const_repr(key->obj.get()));
       return c->items[i];
     }
     case VKind::Const: {
@@ -578,6 +671,38 @@ void Tracer::base_setitem(const ValuePtr& obj, const ValuePtr& key, const ValueP
   ctx_.effects.push_back({ir::SideEffect::Kind::BaseSetItem, obj->source, "", value, key->obj});
 }
 
+// `c[slice] = v` (or `del c[slice]` when `v` is null) on a symbolic list, as CPython's
+// list_ass_subscript: a plain slice takes any number of items, an extended one exactly as many
+// as it selects.
+void Tracer::list_store_slice(const ValuePtr& c, PyObject* slice, const ValuePtr* v) {
+  Py_ssize_t start, stop, step;
+  if (PySlice_Unpack(slice, &start, &stop, &step) < 0) throw PythonError();
+  const Py_ssize_t n =
+      PySlice_AdjustIndices(static_cast<Py_ssize_t>(c->items.size()), &start, &stop, step);
+  // NOTE: the new items are read before the list changes (`a[:] = a` copies first).
+  std::vector<ValuePtr> items = v ? iterate(*v) : std::vector<ValuePtr>{};
+  if (step == 1) {
+    stop = std::max(stop, start);
+    c->items.erase(c->items.begin() + start, c->items.begin() + stop);
+    c->items.insert(c->items.begin() + start, items.begin(), items.end());
+  } else if (!v) {
+    std::vector<ValuePtr> kept;
+    for (Py_ssize_t i = 0; i < static_cast<Py_ssize_t>(c->items.size()); ++i) {
+      const Py_ssize_t k = i - start;
+      const bool picked = k % step == 0 && k / step >= 0 && k / step < n;
+      if (!picked) kept.push_back(c->items[i]);
+    }
+    c->items = std::move(kept);
+  } else {
+    if (static_cast<Py_ssize_t>(items.size()) != n)
+      raise_user(PyExc_ValueError, "attempt to assign sequence of size " +
+                                       std::to_string(items.size()) +
+                                       " to extended slice of size " + std::to_string(n));
+    for (Py_ssize_t k = 0; k < n; ++k) c->items[start + k * step] = items[k];
+  }
+  mark_mutated(c);
+}
+
 void Tracer::store_subscript(const ValuePtr& c, const ValuePtr& idx, const ValuePtr& v) {
   if (c->is_tensor()) {
     ctx_.call_op(operator_fn("setitem"), "", {c, idx, v}, {});
@@ -591,10 +716,13 @@ void Tracer::store_subscript(const ValuePtr& c, const ValuePtr& idx, const Value
     if (call_dunder(c, "__setitem__", {idx, v})) return;
     return base_setitem(c, idx, v);
   }
+  if (c->kind == VKind::Dict && !idx->is_const()) {
+    const ValuePtr key = key_value(ctx_, idx);
+    if (key != idx) return store_subscript(c, key, v);
+  }
   if (!idx->is_const()) graph_break("unsupported_value", "index must be a constant");
   if (c->kind == VKind::List) {
-    if (PySlice_Check(idx->obj.get()))
-      graph_break("unsupported_side_effect", "slice assignment to a list");
+    if (PySlice_Check(idx->obj.get())) return list_store_slice(c, idx->obj.get(), &v);
     c->items[normalize_index(idx->obj.get(), c->items.size(),
                              "list assignment index out of range")] = v;
     mark_mutated(c);

@@ -236,6 +236,16 @@ bool as_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
 }
 
 // A constant tuple for an all-constant symbolic tuple (e.g. to compare shapes).
+ValuePtr key_value(CaptureContext& ctx, const ValuePtr& k) {
+  if (k->is_const() || k->kind != VKind::Tuple || k->named_type) return k;
+  for (const auto& item : k->items)
+    if (!item->is_const() && key_value(ctx, item) == item) return k;
+  PyRef t = const_tuple(k);
+  if (!t) return k;
+  ctx.specialise(k);
+  return Value::constant(t);
+}
+
 PyRef const_tuple(const ValuePtr& v) {
   if (v->is_const()) return v->obj;
   if (v->kind == VKind::Set) return v->flag ? PyRef() : PyRef::steal(PySet_New(v->obj.get()));

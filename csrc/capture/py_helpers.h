@@ -43,6 +43,9 @@ bool inert_value(const ValuePtr& v);  // a constant that is, or a tuple/list of 
 bool is_module_type(PyObject* t);
 bool as_items(const ValuePtr& v, std::vector<ValuePtr>& out);
 PyRef const_tuple(const ValuePtr& v);
+// A dict or set key: `k` itself, or a plain tuple of constants built by traced code (`(i, j)`)
+// as one constant (its sizes specialised: the key is hashed). Else `k` unchanged.
+ValuePtr key_value(CaptureContext& ctx, const ValuePtr& k);
 // `idx` (borrowed) as an index into `size` items; out of range raises IndexError(`message`),
 // CPython's text for the operation ("list index out of range", "pop index out of range", ...).
 Py_ssize_t normalize_index(PyObject* idx, size_t size,
