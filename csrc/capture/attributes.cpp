@@ -126,7 +126,8 @@ std::optional<ValuePtr> Tracer::container_attr(const ValuePtr& obj, const std::s
   // `tuple.__new__`; call_method_on makes the new tuple itself.
   if (name == "_replace" && obj->kind == VKind::Tuple && obj->named_type &&
       PyFunction_Check(descr) &&
-      attr_str(descr, "__qualname__") == "namedtuple.<locals>._replace") {
+      utf8(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(descr))->co_qualname) ==
+          "namedtuple.<locals>._replace") {
     m->method_name = name;
     return m;
   }
@@ -139,6 +140,11 @@ std::optional<ValuePtr> Tracer::container_attr(const ValuePtr& obj, const std::s
     return m;
   }
   if (!Py_TYPE(descr)->tp_descr_get) return ctx_.from_result(descr);
+  if (PyObject_TypeCheck(descr, &PyProperty_Type)) {  // a namedtuple class's own property
+    PyRef fget = PyRef::steal(PyObject_GetAttrString(descr, "fget"));
+    if (!fget) throw PythonError();
+    if (PyFunction_Check(fget.get())) return inline_function(fget.get(), nullptr, nullptr, {obj}, {});
+  }
   graph_break("unsupported_value",
               "attribute '" + name + "' of a " + obj->type_name() + " (a descriptor)");
 }

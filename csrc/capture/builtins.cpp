@@ -127,7 +127,7 @@ ValuePtr Tracer::keyed_order(PyObject* fn, const std::string& name, std::vector<
   if (!keys) throw PythonError();
   size_t best = 0;
   for (size_t i = 0; i < items.size(); ++i) {
-    ValuePtr k = call(key, {items[i]}, {});
+    ValuePtr k = key_value(ctx_, call(key, {items[i]}, {}));
     if (!k->is_const())
       graph_break("unsupported_value", name + "() with a key= that returns a " + k->type_name(),
                   "return a Python number or string from the key");
@@ -178,6 +178,23 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         (PyDict_CheckExact(self) || PyTuple_CheckExact(self) || PyUnicode_CheckExact(self)) &&
         reads.count(name) && all_const(args, kwargs))
       return call_pure(ctx_, fn, args, kwargs);
+    // dict.fromkeys(keys, value): a new dict of constant keys (the value is shared).
+    if (self == reinterpret_cast<PyObject*>(&PyDict_Type) && name == "fromkeys" &&
+        (args.size() == 1 || args.size() == 2) && kwargs.empty()) {
+      PyRef keys = const_tuple(args[0]);
+      if (keys) {
+        PyRef list = PyRef::steal(PySequence_List(keys.get()));
+        if (!list) throw PythonError();
+        ValuePtr d = Value::of_kind(VKind::Dict);
+        ValuePtr value = args.size() == 2 ? args[1] : none();
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list.get()); ++i) {
+          PyObject* k = PyList_GET_ITEM(list.get(), i);
+          if (PyObject_Hash(k) == -1) raise_current_error("dict.fromkeys() hashed a key");
+          dict_set(d, k, value);
+        }
+        return d;
+      }
+    }
   }
   if (is_builtin_fn || is_builtin_type) {
     if (name == "vars" && args.size() == 1 && kwargs.empty()) {  // obj.__dict__ (no-arg: locals)
@@ -379,7 +396,14 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     if (name == "reversed" && args.size() == 1) {
       if (args[0]->kind == VKind::List)
         return lazy_iterator(list_reverse_iter(args[0]), "list_reverseiterator");
-      if (args[0]->kind != VKind::Tuple && !args[0]->is_const())
+      // NOTE: torch's Sequential/ModuleList/ParameterList reverse by __len__ and __getitem__,
+      // which walk the items iteration lists.
+      const bool container =
+          args[0]->kind == VKind::Module &&
+          attr_str(reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.get())), "__module__") ==
+              "torch.nn.modules.container" &&
+          !PyObject_HasAttrString(args[0]->obj.get(), "__reversed__");
+      if (args[0]->kind != VKind::Tuple && !args[0]->is_const() && !container)
         graph_break("unsupported_builtin", "reversed() of a " + args[0]->type_name());
       ValuePtr it = Value::of_kind(VKind::Iterator);
       it->items = iterate(args[0]);

@@ -149,6 +149,26 @@ ValuePtr float_of_size(const ValuePtr& fn, const ValuePtr& arg) {
   return v;
 }
 
+namespace {
+// `Cls(value)` of an enum class runs only enum's own lookup: no _missing_ or __new__ of the
+// class's own in Python (they would run at trace time).
+bool plain_enum_lookup(PyObject* cls) {
+  PyRef enum_mod = PyRef::steal(PyImport_ImportModule("enum"));
+  if (!enum_mod) throw PythonError();
+  for (const char* name : {"_missing_", "__new__"}) {
+    PyRef mine = PyRef::steal(PyObject_GetAttrString(cls, name));
+    if (!mine) throw PythonError();
+    PyObject* func = PyMethod_Check(mine.get()) ? PyMethod_GET_FUNCTION(mine.get()) : mine.get();
+    if (!PyFunction_Check(func)) continue;
+    PyRef module = PyRef::steal(PyObject_GetAttrString(func, "__module__"));
+    if (!module) throw PythonError();
+    if (!PyUnicode_Check(module.get()) || PyUnicode_CompareWithASCIIString(module.get(), "enum"))
+      return false;
+  }
+  return true;
+}
+}  // namespace
+
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwargs) {
   if (!fn) graph_break("unsupported_bytecode", "call of NULL");
   if (auto route = optimizer_step_route(fn))
@@ -252,6 +272,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   if (auto r = call_library(f, nullptr, args, kwargs)) return *r;
   if (call_torch_assert(f, args, kwargs)) return none();  // data_dependent_assert.cpp
   if (auto r = call_operator_getter(f, args, kwargs)) return *r;
+  if (is_enum_class(f) && args.size() == 1 && kwargs.empty() && args[0]->is_const() &&
+      plain_enum_lookup(f))
+    return call_pure(ctx_, f, args, kwargs);
   if (is_partial_type(reinterpret_cast<PyObject*>(Py_TYPE(f))))
     return call(wrap_partial(fn), std::move(args), std::move(kwargs));
   if (is_partial_type(f)) {
@@ -324,6 +347,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   graph_break("unsupported_callable", "call to " + qual + " (" + Py_TYPE(f)->tp_name +
                                           "), which torchlite cannot trace; it runs eagerly");
 }
+
 
 // operator.itemgetter/attrgetter: made from constants now; called, their items (or dotted
 // names, as their __reduce__ lists them) are read from the argument as subscripts (attribute

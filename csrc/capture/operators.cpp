@@ -68,23 +68,6 @@ bool Tracer::truth(const ValuePtr& v) {
   }
 }
 
-namespace {
-// An enum class: its members are fixed when the class is made, so they are listed now.
-bool is_enum_class(PyObject* o) {
-  if (!PyType_Check(o)) return false;
-  // NOTE: kept for the process lifetime (the enum module is never unloaded).
-  static PyObject* meta = [] {
-    PyRef mod = PyRef::steal(PyImport_ImportModule("enum"));
-    PyObject* m = mod ? PyObject_GetAttrString(mod.get(), "EnumMeta") : nullptr;
-    if (!m) throw PythonError();
-    return m;
-  }();
-  int r = PyObject_IsInstance(o, meta);
-  if (r < 0) throw PythonError();
-  return r;
-}
-}  // namespace
-
 std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Tuple:
@@ -141,6 +124,13 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
       if (!modules) throw PythonError();
       if (v->source)
         ctx_.guards().add_dict_version(ir::Source::attr(v->source, "_modules"), modules.get());
+      PyRef params = PyRef::steal(PyObject_GetAttrString(m, "_parameters"));
+      if (!params || !PyDict_Check(params.get())) {
+        clear_expected_error();
+        params = PyRef();
+      } else if (v->source) {
+        ctx_.guards().add_dict_version(ir::Source::attr(v->source, "_parameters"), params.get());
+      }
       PyRef list = PyRef::steal(PySequence_List(m));
       if (!list) graph_break("unsupported_value", "iteration over module raised: " + error_text());
       std::vector<ValuePtr> out;
@@ -153,6 +143,16 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
           if (val == item) {
             src = ir::Source::item(ir::Source::attr(v->source, "_modules"), PyRef::borrow(k));
             break;
+          }
+        }
+        // A ParameterList's items are its parameters (registered under "0", "1", ...).
+        if (v->source && !src && params) {
+          pos = 0;
+          while (PyDict_Next(params.get(), &pos, &k, &val)) {
+            if (val == item) {
+              src = ir::Source::item(ir::Source::attr(v->source, "_parameters"), PyRef::borrow(k));
+              break;
+            }
           }
         }
         out.push_back(ctx_.wrap(item, src, src != nullptr));
@@ -187,23 +187,34 @@ bool plain_count(const ValuePtr& v) { return v->is_const() && PyLong_Check(v->ob
 
 }  // namespace
 
+namespace {
+// An object from outside that is an int or float subclass (an IntEnum member), pinned by
+// identity, as the plain number it is; else null.
+ValuePtr pinned_number(CaptureContext& ctx, const ValuePtr& v) {
+  PyObject* o = v->obj.get();
+  if (v->kind != VKind::Object || !o || v->attrs || !v->source || PyBool_Check(o) ||
+      !(PyLong_Check(o) || PyFloat_Check(o)))
+    return nullptr;
+  // NOTE: a comparison of its own in Python would decide otherwise.
+  if (Py_TYPE(o)->tp_richcompare !=
+      (PyLong_Check(o) ? PyLong_Type.tp_richcompare : PyFloat_Type.tp_richcompare))
+    return nullptr;
+  ctx.guards().add_id_match(v->source, o);
+  PyRef plain = PyLong_Check(o) ? PyRef::steal(PyNumber_Index(o))
+                                : PyRef::steal(PyFloat_FromDouble(PyFloat_AsDouble(o)));
+  if (!plain) throw PythonError();
+  return Value::constant(plain);
+}
+}  // namespace
+
 ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a_in, const ValuePtr& b_in) {
   if (ValuePtr r = user_binary_op(op, a_in, b_in)) return r;
   ValuePtr a = a_in, b = b_in;
   if (a->is_tensor() || b->is_tensor()) {
     // An IntEnum/IntFlag member (an int subclass, pinned by identity) meets a tensor as the
     // plain number it is.
-    for (ValuePtr* v : {&a, &b}) {
-      PyObject* o = (*v)->obj.get();
-      if ((*v)->kind != VKind::Object || !o || (*v)->attrs || !(*v)->source || PyBool_Check(o) ||
-          !(PyLong_Check(o) || PyFloat_Check(o)))
-        continue;
-      ctx_.guards().add_id_match((*v)->source, o);
-      PyRef plain = PyLong_Check(o) ? PyRef::steal(PyNumber_Index(o))
-                                    : PyRef::steal(PyFloat_FromDouble(PyFloat_AsDouble(o)));
-      if (!plain) throw PythonError();
-      *v = Value::constant(plain);
-    }
+    for (ValuePtr* v : {&a, &b})
+      if (ValuePtr n = pinned_number(ctx_, *v)) *v = n;
     if (!(a->is_tensor() || a->is_const() || a->is_sequence()) ||
         !(b->is_tensor() || b->is_const() || b->is_sequence()))
       graph_break("unsupported_value",
@@ -415,6 +426,13 @@ ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
            Py_TYPE(v->obj.get())->tp_richcompare != PyBaseObject_Type.tp_richcompare;
   };
   if ((op == 2 || op == 3) && a->is_const() && custom_eq(b)) return custom_equality(op == 2, a, b);
+  if ((op == 2 || op == 3) && a->is_const() && b->kind == VKind::Object &&
+      (!PyType_HasFeature(Py_TYPE(a->obj.get()), Py_TPFLAGS_HEAPTYPE) ||
+       Py_TYPE(a->obj.get())->tp_richcompare == PyBaseObject_Type.tp_richcompare)) {
+    // Neither side compares otherwise (a builtin constant, an Enum member): identity decides.
+    bool same = a->obj.get() == b->obj.get();
+    return const_bool(op == 2 ? same : !same);
+  }
   if ((op == 2 || op == 3) && (a->kind == VKind::Module || a->kind == VKind::Object) &&
       (b->kind == VKind::Module || b->kind == VKind::Object || b->is_const())) {
     bool same = a->obj.get() == b->obj.get();
@@ -422,6 +440,11 @@ ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
         Py_TYPE(a->obj.get())->tp_richcompare != PyBaseObject_Type.tp_richcompare)
       return custom_equality(op == 2, a, b);
     return const_bool(op == 2 ? same : !same);
+  }
+  if (op != 2 && op != 3) {  // `Level.LOW < Level.HIGH` of an IntEnum compares the numbers
+    ValuePtr na = a->is_const() ? a : pinned_number(ctx_, a);
+    ValuePtr nb = b->is_const() ? b : pinned_number(ctx_, b);
+    if (na && nb && (na != a || nb != b)) return compare(op, na, nb);
   }
   graph_break("unsupported_value", std::string("comparison ") + names[op] + " of " +
                                        a->type_name() + " and " + b->type_name());

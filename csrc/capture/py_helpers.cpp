@@ -236,6 +236,20 @@ bool as_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
 }
 
 // A constant tuple for an all-constant symbolic tuple (e.g. to compare shapes).
+bool is_enum_class(PyObject* o) {
+  if (!PyType_Check(o)) return false;
+  // NOTE: kept for the process lifetime (the enum module is never unloaded).
+  static PyObject* meta = [] {
+    PyRef mod = PyRef::steal(PyImport_ImportModule("enum"));
+    PyObject* m = mod ? PyObject_GetAttrString(mod.get(), "EnumMeta") : nullptr;
+    if (!m) throw PythonError();
+    return m;
+  }();
+  int r = PyObject_IsInstance(o, meta);
+  if (r < 0) throw PythonError();
+  return r;
+}
+
 ValuePtr key_value(CaptureContext& ctx, const ValuePtr& k) {
   if (k->is_const() || k->kind != VKind::Tuple || k->named_type) return k;
   for (const auto& item : k->items)

@@ -633,6 +633,14 @@ void Tracer::step(const bytecode::Instruction& inst) {
       return;
     }
     case IS_OP: {
+      // An Object of a class that is no tensor, list, tuple, dict or function type.
+      auto plain_object = [](const ValuePtr& v) {
+        PyObject* o = v->kind == VKind::Object ? v->obj.get() : nullptr;
+        return o && !PyList_Check(o) && !PyTuple_Check(o) && !PyDict_Check(o) &&
+               !PyFunction_Check(o) &&
+               !PyObject_TypeCheck(
+                   o, reinterpret_cast<PyTypeObject*>(torch_api().tensor_type.get()));
+      };
       ValuePtr b = pop();
       ValuePtr a = pop();
       if (a && a->same_object) a = a->same_object;
@@ -644,10 +652,12 @@ void Tracer::step(const bytecode::Instruction& inst) {
                  (a->is_const() || a->kind == VKind::Module || a->kind == VKind::Object) &&
                  (b->is_const() || b->kind == VKind::Module || b->kind == VKind::Object)) {
         same = a->obj.get() == b->obj.get();
-      } else if (a && b && (a->is_const() || b->is_const())) {
-        // A traced container or tensor is never a pre-existing constant.
-        const ValuePtr& c = a->is_const() ? a : b;
-        const ValuePtr& o = a->is_const() ? b : a;
+      } else if (a && b && (a->is_const() || b->is_const() || plain_object(a) || plain_object(b))) {
+        // A traced container or tensor is never a pre-existing constant, nor an object of
+        // another type (dataclasses' `names is _HAS_DEFAULT_FACTORY` on a list argument).
+        const bool a_fixed = a->is_const() || plain_object(a);
+        const ValuePtr& c = a_fixed ? a : b;
+        const ValuePtr& o = a_fixed ? b : a;
         same = false;
         if (o->is_tensor() || o->kind == VKind::Tuple || o->kind == VKind::List ||
             o->kind == VKind::Dict || o->kind == VKind::Function)
