@@ -143,7 +143,8 @@ std::optional<ValuePtr> Tracer::container_attr(const ValuePtr& obj, const std::s
   if (PyObject_TypeCheck(descr, &PyProperty_Type)) {  // a namedtuple class's own property
     PyRef fget = PyRef::steal(PyObject_GetAttrString(descr, "fget"));
     if (!fget) throw PythonError();
-    if (PyFunction_Check(fget.get())) return inline_function(fget.get(), nullptr, nullptr, {obj}, {});
+    if (PyFunction_Check(fget.get()))
+      return inline_function(fget.get(), nullptr, nullptr, {obj}, {});
   }
   graph_break("unsupported_value",
               "attribute '" + name + "' of a " + obj->type_name() + " (a descriptor)");
@@ -316,6 +317,17 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
   switch (obj->kind) {
     case VKind::Super:
       return super_attr(obj, name);
+    case VKind::Partial: {  // functools.partial's data: func, args, keywords
+      if (name == "func") return obj->self;
+      if (name == "args") return Value::tuple(obj->items);
+      if (name == "keywords") {
+        ValuePtr d = Value::of_kind(VKind::Dict);
+        for (size_t i = 0; i < obj->keys.size(); ++i)
+          dict_set(d, obj->keys[i].get(), obj->kwdefaults[i]);
+        return d;
+      }
+      break;
+    }
     case VKind::Tensor: {
       PyObject* meta = obj->meta.get();
       if (name == "device") return Value::constant(obj->device);

@@ -161,6 +161,49 @@ ValuePtr Tracer::keyed_order(PyObject* fn, const std::string& name, std::vector<
   return Value::list(std::move(out));
 }
 
+// sorted() of pairs whose first items are distinct constants (`sorted(d.items())` over a dict
+// of tensors): tuples compare by their first items alone then, so those order them. Null when
+// that does not hold.
+ValuePtr Tracer::sorted_by_first(PyObject* sorted_fn, const std::vector<ValuePtr>& items,
+                                 const KwArgs& kwargs) {
+  if (items.size() > 256) return nullptr;
+  for (const auto& [k, v] : kwargs)
+    if (k != "reverse" || !v->is_const()) return nullptr;
+  PyRef firsts = PyRef::steal(PyList_New(0));
+  if (!firsts) throw PythonError();
+  for (const auto& item : items) {
+    std::vector<ValuePtr> parts;
+    if (item->kind != VKind::Tuple || !as_items(item, parts) || parts.empty()) return nullptr;
+    ValuePtr first = key_value(ctx_, parts[0]);
+    if (!first->is_const()) return nullptr;
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(firsts.get()); ++j) {
+      int eq = PyObject_RichCompareBool(PyList_GET_ITEM(firsts.get(), j), first->obj.get(), Py_EQ);
+      if (eq < 0) raise_current_error("sorted() compared keys while tracing");
+      if (eq) return nullptr;
+    }
+    ctx_.specialise(first);
+    if (PyList_Append(firsts.get(), first->obj.get()) < 0) throw PythonError();
+  }
+  PyRef order = PyRef::steal(PyList_New(0));
+  for (size_t i = 0; order && i < items.size(); ++i) {
+    PyRef idx = PyRef::steal(PyLong_FromSize_t(i));
+    if (!idx || PyList_Append(order.get(), idx.get()) < 0) throw PythonError();
+  }
+  PyRef getitem = PyRef::steal(PyObject_GetAttrString(firsts.get(), "__getitem__"));
+  PyRef kw = PyRef::steal(PyDict_New());
+  PyRef pos = PyRef::steal(PyTuple_Pack(1, order.get()));
+  if (!getitem || !kw || !pos || PyDict_SetItemString(kw.get(), "key", getitem.get()) < 0)
+    throw PythonError();
+  for (const auto& [k, v] : kwargs)
+    if (PyDict_SetItemString(kw.get(), k.c_str(), v->obj.get()) < 0) throw PythonError();
+  PyRef sorted = PyRef::steal(PyObject_Call(sorted_fn, pos.get(), kw.get()));
+  if (!sorted) raise_current_error("sorted() compared keys while tracing");
+  std::vector<ValuePtr> out;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sorted.get()); ++i)
+    out.push_back(items[PyLong_AsSize_t(PyList_GET_ITEM(sorted.get(), i))]);
+  return Value::list(std::move(out));
+}
+
 ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs,
                               bool& handled) {
   handled = true;
@@ -398,11 +441,30 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         return lazy_iterator(list_reverse_iter(args[0]), "list_reverseiterator");
       // NOTE: torch's Sequential/ModuleList/ParameterList reverse by __len__ and __getitem__,
       // which walk the items iteration lists.
-      const bool container =
-          args[0]->kind == VKind::Module &&
-          attr_str(reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.get())), "__module__") ==
-              "torch.nn.modules.container" &&
-          !PyObject_HasAttrString(args[0]->obj.get(), "__reversed__");
+      // (ModuleDict has no int __getitem__: reversed() of it raises, left to CPython.)
+      bool container = false;
+      if (args[0]->kind == VKind::Module) {
+        PyTypeObject* t = Py_TYPE(args[0]->obj.get());
+        static PyObject* nn = [] {  // NOTE: torch.nn, kept for the process lifetime
+          PyObject* m = PyImport_ImportModule("torch.nn");
+          if (!m) throw PythonError();
+          return m;
+        }();
+        for (const char* name : {"Sequential", "ModuleList", "ParameterList"}) {
+          PyRef cls = PyRef::steal(PyObject_GetAttrString(nn, name));
+          if (!cls) throw PythonError();
+          auto* c = reinterpret_cast<PyTypeObject*>(cls.get());
+          if (!PyType_IsSubtype(t, c)) continue;
+          // A subclass keeps the container's own item protocol (else CPython runs its own).
+          bool same = true;
+          for (const char* slot : {"__getitem__", "__len__", "__iter__", "__reversed__"}) {
+            PyRef n = PyRef::steal(PyUnicode_FromString(slot));
+            if (!n) throw PythonError();
+            same = same && _PyType_Lookup(t, n.get()) == _PyType_Lookup(c, n.get());
+          }
+          container = container || same;
+        }
+      }
       if (args[0]->kind != VKind::Tuple && !args[0]->is_const() && !container)
         graph_break("unsupported_builtin", "reversed() of a " + args[0]->type_name());
       ValuePtr it = Value::of_kind(VKind::Iterator);
@@ -503,7 +565,10 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     if (name == "sorted" && args.size() == 1 && !args[0]->is_const()) {
       std::vector<ValuePtr> items = iterate(args[0]);
       PyRef t = const_tuple(Value::tuple(items));
-      if (!t) graph_break("unsupported_value", "sorted() of traced values");
+      if (!t) {
+        if (ValuePtr r = sorted_by_first(fn, items, kwargs)) return r;
+        graph_break("unsupported_value", "sorted() of traced values");
+      }
       return call_pure(ctx_, fn, {Value::constant(t)}, kwargs);
     }
     if ((name == "min" || name == "max") && !all_const(args, kwargs)) {

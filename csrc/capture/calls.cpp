@@ -281,8 +281,23 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
     if (args.empty()) graph_break("user_exception", "partial() needs a callable");
     ValuePtr p = Value::of_kind(VKind::Partial);
     p->self = args[0];
-    p->items.assign(args.begin() + 1, args.end());
+    // NOTE: as CPython does, a partial of a partial is one partial: the inner one's function,
+    // its arguments first, its keywords updated by the new ones (`p.args`, `p.func` show it).
+    if (args[0]->kind == VKind::Partial) {
+      p->self = args[0]->self;
+      p->items = args[0]->items;
+      p->keys = args[0]->keys;
+      p->kwdefaults = args[0]->kwdefaults;
+    }
+    p->items.insert(p->items.end(), args.begin() + 1, args.end());
     for (auto& [k, v] : kwargs) {
+      bool replaced = false;
+      for (size_t i = 0; i < p->keys.size(); ++i)
+        if (utf8(p->keys[i].get()) == k) {
+          p->kwdefaults[i] = v;
+          replaced = true;
+        }
+      if (replaced) continue;
       p->keys.push_back(PyRef::steal(PyUnicode_FromString(k.c_str())));
       p->kwdefaults.push_back(v);
     }
@@ -347,7 +362,6 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   graph_break("unsupported_callable", "call to " + qual + " (" + Py_TYPE(f)->tp_name +
                                           "), which torchlite cannot trace; it runs eagerly");
 }
-
 
 // operator.itemgetter/attrgetter: made from constants now; called, their items (or dotted
 // names, as their __reduce__ lists them) are read from the argument as subscripts (attribute

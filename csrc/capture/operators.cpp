@@ -494,6 +494,10 @@ ValuePtr Tracer::user_binary_op(PyObject* op, const ValuePtr& a, const ValuePtr&
       !(a->is_const() && !PyType_HasFeature(Py_TYPE(a->obj.get()), Py_TPFLAGS_HEAPTYPE)))
     return nullptr;
   if (b->kind != VKind::Object && !b->is_const() && !b->is_tensor()) return nullptr;
+  // NOTE: `"%s" % obj` formats: str's own % answers before obj's __rmod__.
+  if (a->is_const() && base == "mod" &&
+      (PyUnicode_Check(a->obj.get()) || PyBytes_Check(a->obj.get())))
+    return nullptr;
   if (in_place) {
     ValuePtr r = inline_function(in_place, nullptr, nullptr, {a, b}, {});
     if (!not_implemented(r)) return r;

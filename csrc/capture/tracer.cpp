@@ -638,8 +638,8 @@ void Tracer::step(const bytecode::Instruction& inst) {
         PyObject* o = v->kind == VKind::Object ? v->obj.get() : nullptr;
         return o && !PyList_Check(o) && !PyTuple_Check(o) && !PyDict_Check(o) &&
                !PyFunction_Check(o) &&
-               !PyObject_TypeCheck(
-                   o, reinterpret_cast<PyTypeObject*>(torch_api().tensor_type.get()));
+               !PyObject_TypeCheck(o,
+                                   reinterpret_cast<PyTypeObject*>(torch_api().tensor_type.get()));
       };
       ValuePtr b = pop();
       ValuePtr a = pop();

@@ -1161,3 +1161,255 @@ def test_shape_param_program(shape):
         return x.flatten().cumsum(0)[-1], x.shape
 
     run(fn, lambda: (torch.randn(*shape),))
+
+
+# ---- more of the same kinds -------------------------------------------------------------------
+def test_closures_in_a_loop_with_default_binding_and_late_binding():
+    def fn(x):
+        early = [lambda t, k=k: t * k for k in range(3)]
+        late = [lambda t: t * k for k in range(3)]  # noqa: B023 - late binding is what is tested
+        return [f(x) for f in early], [f(x) for f in late]
+
+    run(fn)
+
+
+def test_partial_of_partial_and_star_lambda_forwarding():
+    def base(a, b, c=0, *, d=1):
+        return a * b + c * d
+
+    def fn(x):
+        p = functools.partial(functools.partial(base, x), c=2)
+        fwd = lambda *a, **k: p(*a, **k)
+        return fwd(x.cos(), d=3), p.args[0] is x, sorted(p.keywords)
+
+    run(fn)
+
+
+def test_slice_objects_bool_list_index_and_shape_comparisons():
+    def fn(x):
+        s = slice(1, None)
+        picked = x[[True, False, True]]
+        same = x.shape == (3, 4) and x.size() == torch.Size([3, 4])
+        return x[s], picked, same, x[s].shape[0], s.start, tuple(x.size()) != (3,)
+
+    # NOTE: indexing with a list of bools needs nonzero(): a break, as for a mask tensor.
+    run(fn, lambda: (torch.randn(3, 4),), breaks=1)
+
+
+def test_isinstance_and_type_checks_of_tensors_and_containers():
+    def fn(x, extra):
+        out = x
+        if isinstance(extra, (list, tuple)):
+            out = out + len(extra)
+        if type(x) is torch.Tensor and isinstance(x, torch.Tensor):
+            out = out * 2
+        if isinstance(extra, dict) or callable(extra):
+            out = out - 1
+        return out, type(extra).__name__
+
+    run(fn, lambda: (torch.randn(3), [1, 2]))
+    run(fn, lambda: (torch.randn(3), {"a": 1}))
+
+
+def test_dict_items_unpacking_sorted_items_and_keyerror_caught():
+    def fn(x):
+        d = {"b": x * 2, "a": x + 1}
+        acc = 0
+        for name, t in sorted(d.items()):
+            acc = acc + t.sum() * len(name)
+        try:
+            missing = d["zzz"]
+        except KeyError as e:
+            missing = x * 0 + len(str(e))
+        return acc, missing, [k for k, _ in d.items()]
+
+    run(fn)
+
+
+def test_config_object_with_getattr_fallback_and_class_counter():
+    class Cfg:
+        made = 0
+
+        def __init__(self, **kw):
+            self._kw = kw
+            type(self).made += 1
+
+        def __getattr__(self, name):
+            try:
+                return self._kw[name]
+            except KeyError:
+                raise AttributeError(name) from None
+
+    def setup():
+        Cfg.made = 0
+
+    def fn(x):
+        cfg = Cfg(scale=3, shift=1)
+        y = x * cfg.scale + cfg.shift
+        return y, getattr(cfg, "missing", "default"), hasattr(cfg, "scale")
+
+    # NOTE: `type(self).made += 1` writes a class attribute: a break (Dynamo has none).
+    run(fn, setup=setup, observe=lambda: Cfg.made, breaks=1, stable=False)
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.register_buffer("scale", torch.tensor(2.0))
+
+    @property
+    def out_features(self):
+        return self.lin.out_features
+
+    @staticmethod
+    def squash(t):
+        return torch.tanh(t)
+
+    @torch.no_grad()
+    def stats(self, t):
+        return t.mean(), t.std()
+
+    def forward(self, x, *, bias=None):
+        y = self.squash(self.lin(x)) * self.scale
+        if bias is not None:
+            y = y + bias
+        mean, std = self.stats(y)
+        bufs = {name: b.shape for name, b in self.named_buffers()}
+        return y, mean, std, self.out_features, bufs
+
+
+def test_module_property_staticmethod_no_grad_method_and_keyword_call():
+    torch.manual_seed(0)
+    m = Scaled()
+
+    def fn(x):
+        return m(x, bias=x.sum(0))
+
+    run(fn, t23)
+
+
+def test_modules_walk_with_isinstance_and_any():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(3, 3), torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    )
+
+    def fn(x):
+        n_linear = sum(1 for mod in net.modules() if isinstance(mod, torch.nn.Linear))
+        has_relu = any(isinstance(mod, torch.nn.ReLU) for mod in net.modules())
+        return net(x) * n_linear, has_relu
+
+    run(fn, t23)
+
+
+def test_module_training_flag_flipped_between_calls():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.0), torch.nn.BatchNorm1d(3))
+
+    def setup():
+        m.train()
+
+    def mutate(call):
+        m.eval()
+
+    def fn(x):
+        y = m(x)
+        return y * (2 if m.training else 3)
+
+    run(fn, lambda: (torch.randn(4, 3),), mutate=mutate, setup=setup, stable=False)
+    m.eval()
+
+
+def test_generator_with_nonlocal_state_and_cat_of_genexp():
+    def fn(x):
+        seen = 0
+
+        def gen(n):
+            nonlocal seen
+            for i in range(n):
+                seen += 1
+                yield x * i
+
+        parts = torch.cat(tuple(gen(3)))
+        return parts, seen, torch.stack([p.sum() for p in gen(2)])
+
+    run(fn)
+
+
+def test_dataclass_post_init_builds_tensor_fields():
+    @dataclasses.dataclass
+    class Box:
+        lo: torch.Tensor
+        hi: torch.Tensor
+        size: torch.Tensor = dataclasses.field(init=False)
+
+        def __post_init__(self):
+            self.size = self.hi - self.lo
+
+    def fn(x):
+        b = Box(x, x + 2)
+        return b.size, b.lo, [f.name for f in dataclasses.fields(b)]
+
+    run(fn)
+
+
+def test_int_and_math_helpers_on_sizes():
+    def fn(x):
+        n = x.shape[0] * x.shape[1]
+        return (
+            x.reshape(math.gcd(n, 4), -1),
+            n.bit_length(),
+            operator.index(x.shape[1]),
+            math.isqrt(n),
+            int("1" * x.shape[0]),
+            float(x.shape[1]) / 2,
+            -x.shape[0] // 4,
+            divmod(-n, 4),
+        )
+
+    run(fn, t23)
+
+
+def test_string_checks_format_conversions_and_methods():
+    def fn(x, mode):
+        label = "{!r}:{:>5}".format(mode, x.shape[0])  # noqa: UP032
+        if "mean" in mode.lower():
+            y = x.mean()
+        elif mode.endswith("sum"):
+            y = x.sum()
+        else:
+            y = x.max()
+        return y, label, mode.split("_")[0].capitalize(), f"{float(x.shape[0]):.2f}"
+
+    run(fn, lambda: (torch.randn(3), "Reduce_MEAN"))
+    run(fn, lambda: (torch.randn(3), "reduce_sum"))
+
+
+def test_tensor_index_with_int_tensor_and_where_on_python_scalars():
+    def fn(x):
+        idx = torch.tensor([2, 0])
+        mask = x > 0
+        return x[idx], torch.where(mask, x, 0.0), x.masked_fill(~mask, -1.5), x.clamp(min=-0.5)
+
+    run(fn)
+
+
+def test_try_finally_around_return_and_nested_helpers_raising():
+    def inner(t, log):
+        try:
+            return t * 2
+        finally:
+            log.append("inner")
+
+    def outer(t, log):
+        try:
+            return inner(t, log) + 1
+        finally:
+            log.append("outer")
+
+    def fn(x):
+        log = []
+        return outer(x, log), log
+
+    run(fn)
