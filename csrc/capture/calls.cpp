@@ -190,6 +190,32 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   if ((fn->kind == VKind::Object || fn->is_const()) && is_torch_operator(fn->obj.get()))
     return ctx_.call_op(fn->obj.get(), "", args, kwargs);
   switch (fn->kind) {
+    case VKind::GradMode: {
+      // `@torch.no_grad()` on a function made in traced code: the call runs under that mode
+      // and the caller's mode comes back after it, as torch's decorator does.
+      if (fn->self) {
+        const bool before = ctx_.grad_enabled();
+        ctx_.set_grad_mode(fn->flag);
+        ValuePtr r;
+        try {
+          r = call(fn->self, std::move(args), std::move(kwargs));
+        } catch (...) {
+          ctx_.set_grad_mode(before);
+          throw;
+        }
+        ctx_.set_grad_mode(before);
+        return r;
+      }
+      if (fn->restore < 0 && args.size() == 1 && kwargs.empty() &&
+          (args[0]->kind == VKind::Function || args[0]->kind == VKind::Partial ||
+           args[0]->kind == VKind::Method)) {
+        ValuePtr decorated = Value::of_kind(VKind::GradMode);
+        decorated->flag = fn->flag;
+        decorated->self = args[0];
+        return decorated;
+      }
+      graph_break("unsupported_callable", "calling a " + fn->type_name());
+    }
     case VKind::Method:
       if (fn->flag) return call_base_slot(fn->self, fn->method_name, args);
       if (!fn->method_name.empty()) return call_method_on(fn->self, fn->method_name, args, kwargs);

@@ -1413,3 +1413,150 @@ def test_try_finally_around_return_and_nested_helpers_raising():
         return outer(x, log), log
 
     run(fn)
+
+
+def test_jit_and_compiler_queries_and_version_checks():
+    import sys
+
+    def fn(x):
+        y = x
+        if not torch.jit.is_scripting() and not torch.jit.is_tracing():
+            y = y * 2
+        if sys.version_info >= (3, 8) and 0 < x.shape[0] < 10:
+            y = y - 1
+        return y
+
+    check_program(fn, t4)
+    report = torchlite.explain(fn)(*t4())
+    assert report.graph_break_count == 0, str(report)
+
+
+def test_walrus_chained_comparisons_and_map_of_sizes():
+    def fn(x):
+        if (n := x.shape[0]) > 1 and 1 <= x.shape[1] <= 8:
+            x = x * n
+        dims = list(map(int, x.shape))
+        return (
+            x.view(*reversed(dims)),
+            "x".join(map(str, dims)),
+            x.permute(*reversed(range(x.dim()))),
+        )
+
+    run(fn, t23)
+
+
+def test_module_forwarding_args_kwargs_to_child_and_moduledict_views():
+    class Inner(torch.nn.Module):
+        def forward(self, x, y=None, *, scale=1.0):
+            return (x if y is None else x + y) * scale
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+            self.heads = torch.nn.ModuleDict({"a": torch.nn.Identity(), "b": torch.nn.Tanh()})
+
+        def forward(self, *args, **kwargs):
+            assert all(isinstance(a, torch.Tensor) for a in args)
+            out = self.inner(*args, **kwargs)
+            names = list(self.heads.keys())
+            return [h(out) for h in self.heads.values()], names, "a" in self.heads
+
+    m = Outer()
+    run(lambda x: m(x, x, scale=2.0), t23)
+
+
+def test_kwargs_dict_built_then_unpacked_into_torch_functions():
+    def fn(x):
+        opts = {"scale_factor": 2, "mode": "nearest"}
+        if x.shape[-1] > 2:
+            opts["mode"] = "bilinear"
+            opts.update(align_corners=False)
+        return torch.nn.functional.interpolate(x, **opts), dict(**opts, extra=1)
+
+    run(fn, lambda: (torch.randn(1, 2, 3, 3),))
+
+
+def test_inplace_on_tensors_inside_list_and_dict_inputs():
+    def fn(xs, d):
+        xs[0].add_(1)
+        d["w"].mul_(2)
+        xs[1].copy_(d["w"].sum())
+        return xs[0] + d["w"], len(xs)
+
+    run(fn, lambda: ([torch.randn(3), torch.randn(3)], {"w": torch.randn(3)}))
+
+
+def test_namedtuple_asdict_make_and_output_from_module():
+    Pair = collections.namedtuple("Pair", ["left", "right"], defaults=[None])
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            p = Pair(x * 2)
+            q = p._replace(right=x + 1)
+            return q, q._asdict()["left"], Pair._fields, q.right is not None
+
+    m = M()
+    run(lambda x: m(x), t23)
+
+
+def test_stack_of_star_unpacked_lists_and_unbind_zip():
+    def fn(x, y):
+        a, b = list(x.unbind(0)), list(y.unbind(0))
+        pairs = [p * q for p, q in zip(a, b)]
+        return torch.stack([*a, *b]), torch.stack(pairs), torch.cat([*pairs[::-1]])
+
+    run(fn, lambda: (torch.randn(2, 3), torch.randn(2, 3)))
+
+
+def test_decorated_forward_with_wraps_and_no_grad_inner_function():
+    def logged(fn):
+        @functools.wraps(fn)
+        def wrapper(self, *args, **kwargs):
+            self.seen = self.seen + 1
+            return fn(self, *args, **kwargs)
+
+        return wrapper
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+            self.seen = 0
+
+        @logged
+        def forward(self, x):
+            @torch.no_grad()
+            def frozen(t):
+                return self.lin(t)
+
+            inner = frozen(x)
+            return self.lin(x) + inner, inner.requires_grad
+
+    torch.manual_seed(0)
+    m = M()
+
+    def setup():
+        m.seen = 0
+
+    run(
+        lambda x: m(x),
+        lambda: (torch.randn(2, 3),),
+        setup=setup,
+        observe=lambda: m.seen,
+        stable=False,
+    )
+
+
+def test_abc_sequence_mapping_isinstance_and_typing_cast():
+    import collections.abc
+
+    def fn(x, seq, mapping):
+        out = x
+        if isinstance(seq, collections.abc.Sequence) and not isinstance(seq, str):
+            out = out + len(seq)
+        if isinstance(mapping, collections.abc.Mapping):
+            out = out * mapping.get("k", 1)
+        return typing.cast(torch.Tensor, out), isinstance(x, collections.abc.Iterable)
+
+    run(fn, lambda: (torch.randn(3), (1, 2, 3), {"k": 2}))
