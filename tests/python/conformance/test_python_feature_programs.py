@@ -1560,3 +1560,101 @@ def test_abc_sequence_mapping_isinstance_and_typing_cast():
         return typing.cast(torch.Tensor, out), isinstance(x, collections.abc.Iterable)
 
     run(fn, lambda: (torch.randn(3), (1, 2, 3), {"k": 2}))
+
+
+# ---- edge cases of the forms above: the same exceptions and values as eager ---------------------
+class Box:
+    def __init__(self, t):
+        self.t = t
+
+    def __add__(self, other):
+        return NotImplemented
+
+
+class Temp:
+    def __init__(self):
+        self.gone = 1
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "ext_slice_wrong_size",
+        "del_out_of_range",
+        "self_slice_assign",
+        "both_not_implemented",
+        "reduce_empty",
+        "reduce_too_many",
+        "fromkeys_unhashable",
+        "enum_bad_value",
+        "replace_bad_field",
+        "del_missing_attr",
+        "max_key_default",
+        "sorted_items_reverse",
+        "partial_keyword_override",
+        "intflag_times_tensor",
+    ],
+)
+def test_edge_cases_raise_and_return_as_eager(case):
+    class Color(enum.IntFlag):
+        R = 1
+        G = 2
+
+    NT = collections.namedtuple("NT", "a b")
+
+    def fn(x):
+        items = [x, x + 1, x + 2, x + 3]
+        if case == "ext_slice_wrong_size":
+            items[::2] = [x]
+        elif case == "del_out_of_range":
+            del items[7]
+        elif case == "self_slice_assign":
+            items[1:] = items
+            return torch.stack(items), len(items)
+        elif case == "both_not_implemented":
+            return Box(x) + Box(x)
+        elif case == "reduce_empty":
+            return functools.reduce(operator.add, [])
+        elif case == "reduce_too_many":
+            return functools.reduce(operator.add, items, x, x)
+        elif case == "fromkeys_unhashable":
+            return dict.fromkeys([[1], 2])
+        elif case == "enum_bad_value":
+            return Level(7)
+        elif case == "replace_bad_field":
+            return NT(x, 1)._replace(c=2)
+        elif case == "del_missing_attr":
+            t = Temp()
+            del t.gone
+            del t.gone
+        elif case == "max_key_default":
+            return max([], key=lambda v: -v, default=x), min(x.shape, key=lambda d: (d % 2, d))
+        elif case == "sorted_items_reverse":
+            return sorted({"b": x, "a": x * 2, "c": x - 1}.items(), reverse=True)
+        elif case == "partial_keyword_override":
+            p = functools.partial(functools.partial(torch.clamp, min=-0.1), min=-0.2, max=0.3)
+            return p(x), p.keywords, p.func is torch.clamp
+        elif case == "intflag_times_tensor":
+            return x * Color.G, x + (Color.R | Color.G)
+        return torch.stack(items)
+
+    check_program(fn, t23)
+
+
+@pytest.mark.parametrize("where", ["inside", "after"])
+def test_user_context_manager_with_a_graph_break_inside_or_after(where):
+    log = []
+
+    def fn(x):
+        with Recorder(log, "cm"):
+            y = x * 2
+            if where == "inside" and y.sum() > 0:  # a break on the tensor's value
+                y = y + 1
+        z = y - 1
+        if where == "after" and z.sum() > 0:
+            z = z * 3
+        return z, list(log)
+
+    check_program(fn, t4, setup=log.clear, observe=lambda: list(log))
+    report = torchlite.explain(fn)(*t4())
+    assert report.graph_break_count >= 1
