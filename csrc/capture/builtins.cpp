@@ -581,15 +581,9 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     }
     if (pure_builtins().count(name) || is_builtin_type) {
       if (all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
-      if ((name == "str" || name == "repr") && args.size() == 1 && kwargs.empty() &&
-          (args[0]->kind == VKind::Tuple || args[0]->kind == VKind::List) &&
-          (!args[0]->named_type || args[0]->named_type.get() == api.size_type.get())) {
-        // NOTE: a tuple, list or torch.Size of Python values prints as its constant copy
-        // (a namedtuple's copy would print as a plain tuple).
-        if (PyRef t = const_tuple(args[0])) {
-          ctx_.specialise(args[0]);
-          return call_pure(ctx_, fn, {Value::constant(t)}, {});
-        }
+      if ((name == "str" || name == "repr") && args.size() == 1 && kwargs.empty()) {
+        ValuePtr c = printable_value(ctx_, args[0]);
+        if (c->is_const()) return call_pure(ctx_, fn, {c}, {});
       }
       if (name == "str" || name == "repr")
         graph_break("unsupported_value",
@@ -627,6 +621,8 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     }
     if (name == "contains" && args.size() == 2 && all_const(args, kwargs))
       return call_pure(ctx_, fn, args, kwargs);
+    if (name == "contains" && args.size() == 2 && kwargs.empty())
+      return const_bool(contains(args[0], args[1]));  // as `b in a`
     if (all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
   }
   if (self == api.math_module.get()) {

@@ -250,6 +250,16 @@ bool is_enum_class(PyObject* o) {
   return r;
 }
 
+ValuePtr printable_value(CaptureContext& ctx, const ValuePtr& v) {
+  if ((v->kind != VKind::Tuple && v->kind != VKind::List) ||
+      (v->named_type && v->named_type.get() != torch_api().size_type.get()))
+    return v;
+  PyRef t = const_tuple(v);
+  if (!t) return v;
+  ctx.specialise(v);
+  return Value::constant(t);
+}
+
 ValuePtr key_value(CaptureContext& ctx, const ValuePtr& k) {
   if (k->is_const() || k->kind != VKind::Tuple || k->named_type) return k;
   for (const auto& item : k->items)

@@ -46,6 +46,10 @@ PyRef const_tuple(const ValuePtr& v);
 // A dict or set key: `k` itself, or a plain tuple of constants built by traced code (`(i, j)`)
 // as one constant (its sizes specialised: the key is hashed). Else `k` unchanged.
 ValuePtr key_value(CaptureContext& ctx, const ValuePtr& k);
+// A tuple, list or torch.Size of Python values (sizes specialised) as the constant it prints
+// as (str(), repr(), f-strings); `v` itself otherwise. NOTE: a namedtuple's constant copy would
+// print as a plain tuple: it stays `v`.
+ValuePtr printable_value(CaptureContext& ctx, const ValuePtr& v);
 // An enum class (its metaclass is EnumMeta): its members are fixed when it is made, and
 // `Cls(value)` looks one up without running user code.
 bool is_enum_class(PyObject* o);

@@ -1292,7 +1292,8 @@ ValuePtr Tracer::load_fast(int slot) {
   return v;
 }
 
-ValuePtr Tracer::convert_value(const ValuePtr& v, int conversion) {
+ValuePtr Tracer::convert_value(const ValuePtr& v_in, int conversion) {
+  const ValuePtr v = detail::printable_value(ctx_, v_in);
   if (!v->is_const())
     graph_break("unsupported_value", "f-string of a " + v->type_name() + " value");
   PyRef obj = v->obj;
@@ -1314,7 +1315,8 @@ ValuePtr Tracer::make_slice(const ValuePtr& start, const ValuePtr& end, const Va
   return v;
 }
 
-ValuePtr Tracer::format_value(const ValuePtr& v, const ValuePtr& spec) {
+ValuePtr Tracer::format_value(const ValuePtr& v_in, const ValuePtr& spec) {
+  const ValuePtr v = detail::printable_value(ctx_, v_in);
   if (!v->is_const() || (spec && !spec->is_const()))
     graph_break("unsupported_value", "f-string of a " + v->type_name() + " value");
   PyRef out = PyRef::steal(PyObject_Format(v->obj.get(), spec ? spec->obj.get() : nullptr));

@@ -626,7 +626,8 @@ def test_string_formatting_of_sizes_and_names_as_keys():
         label = "%s-%d" % ("size", n)  # noqa: UP031 - %-formatting is what is tested
         name = "_".join(str(d) for d in x.shape)
         table = {key: x, label.upper(): x * 2, "{}/{}".format(b, n): x + 1}  # noqa: UP032
-        return table, name.split("_"), key.startswith("002"), repr(x.shape), str(x.dtype)
+        shapes = f"{x.shape}|{list(x.shape)!r}|{tuple(x.shape)!s:>12}"
+        return table, name.split("_"), key.startswith("002"), repr(x.shape), str(x.dtype), shapes
 
     run(fn, t23)
 
@@ -1038,6 +1039,7 @@ def test_math_and_operator_on_sizes():
             math.floor(math.log2(n)),
             math.isclose(scale, d**-0.5),
             operator.truediv(x, 2),
+            operator.contains([d, n], n),
             math.ceil(d / 4),
         )
 
