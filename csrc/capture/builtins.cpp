@@ -204,6 +204,25 @@ ValuePtr Tracer::sorted_by_first(PyObject* sorted_fn, const std::vector<ValuePtr
   return Value::list(std::move(out));
 }
 
+// sorted() of objects whose class orders them in Python (`__lt__`): a stable sort on `<`, as
+// CPython's (reverse=True reverses before and after, keeping equal items in order). Null when
+// the items are not all such objects.
+ValuePtr Tracer::sorted_objects(const std::vector<ValuePtr>& items, const KwArgs& kwargs) {
+  bool reverse = false;
+  for (const auto& [k, v] : kwargs) {
+    if (k != "reverse" || !v->is_const()) return nullptr;
+    reverse = PyObject_IsTrue(v->obj.get()) == 1;
+  }
+  for (const auto& v : items)
+    if (v->kind != VKind::Object) return nullptr;
+  std::vector<ValuePtr> out = items;
+  if (reverse) std::reverse(out.begin(), out.end());
+  std::stable_sort(out.begin(), out.end(),
+                   [&](const ValuePtr& x, const ValuePtr& y) { return truth(compare(0, x, y)); });
+  if (reverse) std::reverse(out.begin(), out.end());
+  return Value::list(std::move(out));
+}
+
 ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs,
                               bool& handled) {
   handled = true;
@@ -567,6 +586,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       PyRef t = const_tuple(Value::tuple(items));
       if (!t) {
         if (ValuePtr r = sorted_by_first(fn, items, kwargs)) return r;
+        if (ValuePtr r = sorted_objects(items, kwargs)) return r;
         graph_break("unsupported_value", "sorted() of traced values");
       }
       return call_pure(ctx_, fn, {Value::constant(t)}, kwargs);
@@ -577,6 +597,16 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         PyRef t = const_tuple(Value::tuple(items));
         return call_pure(ctx_, fn, {Value::constant(t)}, kwargs);
       }
+      // Objects whose class orders them in Python: CPython's loop (the first best wins).
+      const bool objects = !items.empty() && kwargs.empty() &&
+                           std::all_of(items.begin(), items.end(),
+                                       [](const ValuePtr& v) { return v->kind == VKind::Object; });
+      if (objects) {
+        size_t best = 0;
+        for (size_t i = 1; i < items.size(); ++i)
+          if (truth(compare(name == "min" ? 0 : 4, items[i], items[best]))) best = i;
+        return items[best];
+      }
       graph_break("unsupported_value", name + "() over tensors (use torch.minimum/maximum)");
     }
     if (pure_builtins().count(name) || is_builtin_type) {
@@ -584,6 +614,24 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       if ((name == "str" || name == "repr") && args.size() == 1 && kwargs.empty()) {
         ValuePtr c = printable_value(ctx_, args[0]);
         if (c->is_const()) return call_pure(ctx_, fn, {c}, {});
+        // An object whose class prints itself in Python (str() falls back to __repr__ where
+        // __str__ is object's); what it returns must be a str, as CPython checks.
+        if (c->kind == VKind::Object) {
+          PyRef str_name = PyRef::steal(PyUnicode_FromString("__str__"));
+          if (!str_name) throw PythonError();
+          const bool own_str = _PyType_Lookup(Py_TYPE(c->obj.get()), str_name.get()) !=
+                               _PyType_Lookup(&PyBaseObject_Type, str_name.get());
+          std::optional<ValuePtr> r;
+          if (name == "str" && own_str) r = call_dunder(c, "__str__", {});
+          if (!r && (name == "repr" || !own_str)) r = call_dunder(c, "__repr__", {});
+          if (r) {
+            if (!(*r)->is_const() || !PyUnicode_Check((*r)->obj.get()))
+              raise_user(PyExc_TypeError, std::string(name == "str" ? "__str__" : "__repr__") +
+                                              " returned non-string (type " + (*r)->type_name() +
+                                              ")");
+            return *r;
+          }
+        }
       }
       if (name == "str" || name == "repr")
         graph_break("unsupported_value",

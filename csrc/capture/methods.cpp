@@ -205,6 +205,14 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
       return d;
     }
   }
+  if (self->kind == VKind::Tuple && self->named_type &&
+      self->named_type.get() == torch_api().size_type.get() && name == "numel" && args.empty() &&
+      kwargs.empty()) {
+    // torch.Size.numel(): the product of the sizes, symbolic ones kept as expressions.
+    ValuePtr n = const_int(1);
+    for (const auto& d : self->items) n = binary_op(operator_fn("mul"), n, d);
+    return n;
+  }
   if (self->is_sequence() && (name == "count" || name == "index")) {
     PyRef t = const_tuple(self);
     if (t && all_const(args, kwargs)) {

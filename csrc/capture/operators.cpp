@@ -398,6 +398,21 @@ ValuePtr Tracer::unary_op(PyObject* op, const ValuePtr& a) {
   graph_break("unsupported_value", "unary operator on a " + a->type_name());
 }
 
+namespace {
+// A Python function `type(v).<name>` (borrowed), or null (absent, or a C slot).
+PyObject* python_dunder(const ValuePtr& v, const char* name) {
+  if (v->kind != VKind::Object || !v->obj) return nullptr;
+  PyRef n = PyRef::steal(PyUnicode_FromString(name));
+  if (!n) throw PythonError();
+  PyObject* fn = _PyType_Lookup(Py_TYPE(v->obj.get()), n.get());
+  return fn && PyFunction_Check(fn) ? fn : nullptr;
+}
+
+bool not_implemented(const ValuePtr& r) {
+  return r->is_const() && r->obj.get() == Py_NotImplemented;
+}
+}  // namespace
+
 ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
   static const char* names[] = {"lt", "le", "eq", "ne", "gt", "ge"};
   TL_CHECK(op >= 0 && op < 6) << "bad comparison " << op;
@@ -441,6 +456,33 @@ ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
       return custom_equality(op == 2, a, b);
     return const_bool(op == 2 ? same : !same);
   }
+  if (op != 2 && op != 3) {
+    // A class's own __lt__/__gt__/... in Python, then the other side's reflected one.
+    static const char* forward[] = {"__lt__", "__le__", "", "", "__gt__", "__ge__"};
+    static const char* reflected[] = {"__gt__", "__ge__", "", "", "__lt__", "__le__"};
+    // NOTE: objects of two classes (a subclass's reflected method goes first) and C-level
+    // comparisons of the other side are left to the break below.
+    PyObject* fa = python_dunder(a, forward[op]);
+    PyObject* fb = python_dunder(b, reflected[op]);
+    auto declines = [](const ValuePtr& v, PyObject* own) {  // its own method is NotImplemented
+      if (v->kind == VKind::Object)
+        return own || Py_TYPE(v->obj.get())->tp_richcompare == PyBaseObject_Type.tp_richcompare;
+      return v->is_const() && !PyType_HasFeature(Py_TYPE(v->obj.get()), Py_TPFLAGS_HEAPTYPE);
+    };
+    const bool same_class = !(a->kind == VKind::Object && b->kind == VKind::Object &&
+                              Py_TYPE(a->obj.get()) != Py_TYPE(b->obj.get()));
+    if ((fa || fb) && same_class && (a->kind == VKind::Object || b->kind == VKind::Object) &&
+        declines(a, fa) && (b->kind == VKind::Object || b->is_const())) {
+      if (fa) {
+        ValuePtr r = inline_function(fa, nullptr, nullptr, {a, b}, {});
+        if (!not_implemented(r)) return r;
+      }
+      if (fb) {
+        ValuePtr r = inline_function(fb, nullptr, nullptr, {b, a}, {});
+        if (!not_implemented(r)) return r;
+      }
+    }
+  }
   if (op != 2 && op != 3) {  // `Level.LOW < Level.HIGH` of an IntEnum compares the numbers
     ValuePtr na = a->is_const() ? a : pinned_number(ctx_, a);
     ValuePtr nb = b->is_const() ? b : pinned_number(ctx_, b);
@@ -449,21 +491,6 @@ ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
   graph_break("unsupported_value", std::string("comparison ") + names[op] + " of " +
                                        a->type_name() + " and " + b->type_name());
 }
-
-namespace {
-// A Python function `type(v).<name>` (borrowed), or null (absent, or a C slot).
-PyObject* python_dunder(const ValuePtr& v, const char* name) {
-  if (v->kind != VKind::Object || !v->obj) return nullptr;
-  PyRef n = PyRef::steal(PyUnicode_FromString(name));
-  if (!n) throw PythonError();
-  PyObject* fn = _PyType_Lookup(Py_TYPE(v->obj.get()), n.get());
-  return fn && PyFunction_Check(fn) ? fn : nullptr;
-}
-
-bool not_implemented(const ValuePtr& r) {
-  return r->is_const() && r->obj.get() == Py_NotImplemented;
-}
-}  // namespace
 
 // `a <op> b` where a user object's class defines the operator in Python (a tensor wrapper's
 // __add__, __rmul__ of a number-like class): its dunders are inlined in CPython's order, the

@@ -70,6 +70,7 @@ class Tracer {
                                                KwArgs& kwargs);
   ValuePtr sorted_by_first(PyObject* sorted_fn, const std::vector<ValuePtr>& items,
                            const KwArgs& kwargs);
+  ValuePtr sorted_objects(const std::vector<ValuePtr>& items, const KwArgs& kwargs);
   ValuePtr user_binary_op(PyObject* op_fn, const ValuePtr& a, const ValuePtr& b);
   ValuePtr unary_op(PyObject* op_fn, const ValuePtr& a);
   ValuePtr compare(int op, const ValuePtr& a, const ValuePtr& b);

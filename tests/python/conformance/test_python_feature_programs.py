@@ -1660,3 +1660,41 @@ def test_user_context_manager_with_a_graph_break_inside_or_after(where):
     check_program(fn, t4, setup=log.clear, observe=lambda: list(log))
     report = torchlite.explain(fn)(*t4())
     assert report.graph_break_count >= 1
+
+
+class Ranked:
+    """Ordered and printed by Python dunders."""
+
+    def __init__(self, rank, t):
+        self.rank, self.t = rank, t
+
+    def __lt__(self, other):
+        return self.rank < other.rank
+
+    def __gt__(self, other):
+        return self.rank > other.rank
+
+    def __repr__(self):
+        return f"Ranked({self.rank})"
+
+
+def test_user_objects_ordered_printed_and_size_numel():
+    def fn(x):
+        items = [Ranked(2, x), Ranked(0, x * 2), Ranked(1, x + 1), Ranked(0, x - 1)]
+        ordered = sorted(items)
+        backwards = sorted(items, reverse=True)
+        low, high = min(items), max(items)
+        return (
+            [r.t for r in ordered],
+            [r.rank for r in backwards],
+            low.t,
+            high.rank,
+            str(low),
+            repr(high),
+            Ranked(3, x) > Ranked(1, x),
+            0 < Ranked(1, x).rank,
+            x.reshape(x.shape.numel()),
+            x.shape.numel(),
+        )
+
+    run(fn, t23)
