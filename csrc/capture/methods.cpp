@@ -142,6 +142,14 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
       mark_mutated(self);
       return v;
     }
+    if (name == "popitem" && args.empty() && kwargs.empty()) {  // the last pair, LIFO
+      if (self->keys.empty()) raise_user(PyExc_KeyError, "popitem(): dictionary is empty");
+      ValuePtr pair = Value::tuple({Value::constant(self->keys.back()), self->items.back()});
+      self->keys.pop_back();
+      self->items.pop_back();
+      mark_mutated(self);
+      return pair;
+    }
     if (name == "__delitem__" && args.size() == 1) {  // del d[k]
       int i = dict_find(self, key_of(0));
       if (i < 0) raise_user_arg(PyExc_KeyError, key_of(0), "KeyError in del d[key]");

@@ -196,7 +196,8 @@ def test_dict_methods_and_comprehensions():
         keys = list(reversed(list(squares.keys())))
         got = d.get("zzz", 5) + len(e)
         popped = e.pop("c")
-        return squares, keys, got, popped, sorted(e), dict(zip(keys, range(3)))
+        last = e.popitem()
+        return squares, keys, got, popped, sorted(e), dict(zip(keys, range(3))), last
 
     run(fn)
 
@@ -1595,6 +1596,7 @@ class Temp:
         "sorted_items_reverse",
         "partial_keyword_override",
         "intflag_times_tensor",
+        "popitem_empty",
     ],
 )
 def test_edge_cases_raise_and_return_as_eager(case):
@@ -1636,6 +1638,8 @@ def test_edge_cases_raise_and_return_as_eager(case):
         elif case == "partial_keyword_override":
             p = functools.partial(functools.partial(torch.clamp, min=-0.1), min=-0.2, max=0.3)
             return p(x), p.keywords, p.func is torch.clamp
+        elif case == "popitem_empty":
+            return {}.popitem()
         elif case == "intflag_times_tensor":
             return x * Color.G, x + (Color.R | Color.G)
         return torch.stack(items)
