@@ -69,6 +69,7 @@ def _register_python_helpers() -> None:
         "optimizer.step_route": _optimizer.step_route,
         "optimizer.step_callable": _optimizer.step_callable,
         "polyfills.associative_scan": _polyfills.associative_scan,
+        "polyfills.reduce": _polyfills.reduce,
     }
     for name, fn in helpers.items():
         _C.register_python_helper(name, fn)

@@ -1,6 +1,7 @@
-"""Plain-Python stand-ins that capture inlines in place of torch functions it cannot trace.
+"""Plain-Python stand-ins that capture inlines in place of functions it cannot trace (torch
+functions, C builtins that call user code).
 
-Each function here has the signature and the result of the torch function it replaces
+Each function here has the signature and the result of the function it replaces
 (csrc/capture/polyfills.cpp maps one to the other); its body uses only what capture traces (tensor
 ops, loops over sizes known at trace time, calls of the user's own functions). Eagerly run code
 never calls these: torch's own function runs there.
@@ -67,3 +68,20 @@ def associative_scan(combine_fn, xs, dim, reverse=False, combine_mode="pointwise
     if reverse:
         steps.reverse()
     return rebuild([torch.stack([s[j] for s in steps], dim) for j in range(len(leaves))])
+
+
+def reduce(function, iterable, *initial):
+    """functools.reduce (a C function calling `function`: its calls are traced here)."""
+    if len(initial) > 1:
+        raise TypeError(f"reduce expected at most 3 arguments, got {2 + len(initial)}")
+    it = iter(iterable)
+    if initial:
+        value = initial[0]
+    else:
+        for value in it:  # the first item starts the fold
+            break
+        else:
+            raise TypeError("reduce() of empty iterable with no initial value")
+    for element in it:
+        value = function(value, element)
+    return value

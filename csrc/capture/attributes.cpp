@@ -23,6 +23,18 @@ struct OwnerLookup {
   PyObject* found = nullptr;
 };
 
+// Whether the graph so far runs a backward (Tensor.backward, torch.autograd.backward): it
+// writes the .grad of the leaves it reaches when the graph runs, after any trace-time read.
+bool graph_runs_backward(const ir::Graph& graph) {
+  for (const auto& n : graph.nodes()) {
+    const std::string& t = n->target_name;
+    size_t dot = t.rfind('.');
+    if (t.compare(dot == std::string::npos ? 0 : dot + 1, std::string::npos, "backward") == 0)
+      return true;
+  }
+  return false;
+}
+
 OwnerLookup owner_lookup(PyObject* o, PyObject* name) {
   static PyObject* getattr_name = PyUnicode_InternFromString("__getattr__");  // immortal by use
   if (PyModule_Check(o)) {
@@ -110,6 +122,15 @@ std::optional<ValuePtr> Tracer::container_attr(const ValuePtr& obj, const std::s
   if (!descr) return std::nullopt;
   ValuePtr m = Value::of_kind(VKind::Method);
   m->self = obj;
+  // NOTE: collections.namedtuple's generated _replace goes through `cls._make` and
+  // `tuple.__new__`; call_method_on makes the new tuple itself.
+  if (name == "_replace" && obj->kind == VKind::Tuple && obj->named_type &&
+      PyFunction_Check(descr) &&
+      utf8(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(descr))->co_qualname) ==
+          "namedtuple.<locals>._replace") {
+    m->method_name = name;
+    return m;
+  }
   if (PyFunction_Check(descr)) {
     m->obj = PyRef::borrow(descr);
     return m;
@@ -119,6 +140,12 @@ std::optional<ValuePtr> Tracer::container_attr(const ValuePtr& obj, const std::s
     return m;
   }
   if (!Py_TYPE(descr)->tp_descr_get) return ctx_.from_result(descr);
+  if (PyObject_TypeCheck(descr, &PyProperty_Type)) {  // a namedtuple class's own property
+    PyRef fget = PyRef::steal(PyObject_GetAttrString(descr, "fget"));
+    if (!fget) throw PythonError();
+    if (PyFunction_Check(fget.get()))
+      return inline_function(fget.get(), nullptr, nullptr, {obj}, {});
+  }
   graph_break("unsupported_value",
               "attribute '" + name + "' of a " + obj->type_name() + " (a descriptor)");
 }
@@ -176,6 +203,38 @@ bool Tracer::stores_back_same_tensor(const ValuePtr& module, const std::string& 
   return true;
 }
 
+// `self.last = t` (a cache, a statistic kept for later) where Module.__setattr__ only sets the
+// instance attribute: no parameter, buffer or submodule of that name (their dicts guarded by
+// version), nn.Module's own __setattr__, and `t` no Parameter (which it would register).
+// Replayed after the graph as any object attribute is.
+bool Tracer::plain_tensor_attr(const ValuePtr& module, const std::string& name, const ValuePtr& v) {
+  if (!v->is_tensor()) return false;
+  static PyObject* setattr_name = PyUnicode_InternFromString("__setattr__");  // NOTE: immortal
+  auto* module_type = reinterpret_cast<PyTypeObject*>(torch_api().module_type.get());
+  if (_PyType_Lookup(Py_TYPE(module->obj.get()), setattr_name) !=
+      _PyType_Lookup(module_type, setattr_name))
+    return false;
+  if (PyObject* real = ctx_.real_input(v->same_object ? v->same_object : v)) {
+    int r = PyObject_IsInstance(real, torch_api().parameter_type.get());
+    if (r < 0) throw PythonError();
+    if (r) return false;
+  }
+  PyObject* d = PyObject_GenericGetDict(module->obj.get(), nullptr);
+  if (!d) throw PythonError();
+  PyRef dict = PyRef::steal(d);
+  PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
+  if (!key) throw PythonError();
+  for (const char* registry : {"_parameters", "_buffers", "_modules"}) {
+    PyObject* reg = PyDict_GetItemString(dict.get(), registry);  // borrowed
+    if (!reg || !PyDict_Check(reg)) return false;
+    int has = PyDict_Contains(reg, key.get());
+    if (has < 0) throw PythonError();
+    if (has) return false;
+    ctx_.guards().add_dict_version(ir::Source::attr(module->source, registry), reg);
+  }
+  return true;
+}
+
 void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& v) {
   // NOTE: an object's class decides what `obj.name = v` does, for objects from outside the
   // function as for those made in it: a Python __setattr__ or a property's setter runs (a later
@@ -198,7 +257,8 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
   }
   if ((obj->kind == VKind::Module || obj->kind == VKind::Object) && obj->source) {
     if (obj->kind == VKind::Module && stores_back_same_tensor(obj, name, v)) return;
-    if (obj->kind == VKind::Module && (v->is_tensor() || v->kind == VKind::Module))
+    if (obj->kind == VKind::Module && (v->is_tensor() || v->kind == VKind::Module) &&
+        !plain_tensor_attr(obj, name, v))
       graph_break("unsupported_side_effect", "assigning a tensor or module attribute (self." +
                                                  name + " = ...) in traced code");
     ctx_.attr_overlay[{obj->obj.get(), name}] = v;
@@ -257,6 +317,17 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
   switch (obj->kind) {
     case VKind::Super:
       return super_attr(obj, name);
+    case VKind::Partial: {  // functools.partial's data: func, args, keywords
+      if (name == "func") return obj->self;
+      if (name == "args") return Value::tuple(obj->items);
+      if (name == "keywords") {
+        ValuePtr d = Value::of_kind(VKind::Dict);
+        for (size_t i = 0; i < obj->keys.size(); ++i)
+          dict_set(d, obj->keys[i].get(), obj->kwdefaults[i]);
+        return d;
+      }
+      break;
+    }
     case VKind::Tensor: {
       PyObject* meta = obj->meta.get();
       if (name == "device") return Value::constant(obj->device);
@@ -316,6 +387,9 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         // guarded). A tensor computed here has none unless it is a non-leaf, whose .grad
         // eager warns about.
         const ValuePtr& base = obj->same_object ? obj->same_object : obj;
+        if (graph_runs_backward(ctx_.graph()))
+          graph_break("unsupported_value", "Tensor.grad after backward() in the same graph",
+                      "the backward writes .grad when the graph runs: read it after the call");
         if (PyObject* real = ctx_.real_input(base)) {
           PyRef g = PyRef::steal(PyObject_GetAttrString(real, "grad"));
           if (!g) throw PythonError();

@@ -127,7 +127,7 @@ ValuePtr Tracer::keyed_order(PyObject* fn, const std::string& name, std::vector<
   if (!keys) throw PythonError();
   size_t best = 0;
   for (size_t i = 0; i < items.size(); ++i) {
-    ValuePtr k = call(key, {items[i]}, {});
+    ValuePtr k = key_value(ctx_, call(key, {items[i]}, {}));
     if (!k->is_const())
       graph_break("unsupported_value", name + "() with a key= that returns a " + k->type_name(),
                   "return a Python number or string from the key");
@@ -161,6 +161,68 @@ ValuePtr Tracer::keyed_order(PyObject* fn, const std::string& name, std::vector<
   return Value::list(std::move(out));
 }
 
+// sorted() of pairs whose first items are distinct constants (`sorted(d.items())` over a dict
+// of tensors): tuples compare by their first items alone then, so those order them. Null when
+// that does not hold.
+ValuePtr Tracer::sorted_by_first(PyObject* sorted_fn, const std::vector<ValuePtr>& items,
+                                 const KwArgs& kwargs) {
+  if (items.size() > 256) return nullptr;
+  for (const auto& [k, v] : kwargs)
+    if (k != "reverse" || !v->is_const()) return nullptr;
+  PyRef firsts = PyRef::steal(PyList_New(0));
+  if (!firsts) throw PythonError();
+  for (const auto& item : items) {
+    std::vector<ValuePtr> parts;
+    if (item->kind != VKind::Tuple || !as_items(item, parts) || parts.empty()) return nullptr;
+    ValuePtr first = key_value(ctx_, parts[0]);
+    if (!first->is_const()) return nullptr;
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(firsts.get()); ++j) {
+      int eq = PyObject_RichCompareBool(PyList_GET_ITEM(firsts.get(), j), first->obj.get(), Py_EQ);
+      if (eq < 0) raise_current_error("sorted() compared keys while tracing");
+      if (eq) return nullptr;
+    }
+    ctx_.specialise(first);
+    if (PyList_Append(firsts.get(), first->obj.get()) < 0) throw PythonError();
+  }
+  PyRef order = PyRef::steal(PyList_New(0));
+  for (size_t i = 0; order && i < items.size(); ++i) {
+    PyRef idx = PyRef::steal(PyLong_FromSize_t(i));
+    if (!idx || PyList_Append(order.get(), idx.get()) < 0) throw PythonError();
+  }
+  PyRef getitem = PyRef::steal(PyObject_GetAttrString(firsts.get(), "__getitem__"));
+  PyRef kw = PyRef::steal(PyDict_New());
+  PyRef pos = PyRef::steal(PyTuple_Pack(1, order.get()));
+  if (!getitem || !kw || !pos || PyDict_SetItemString(kw.get(), "key", getitem.get()) < 0)
+    throw PythonError();
+  for (const auto& [k, v] : kwargs)
+    if (PyDict_SetItemString(kw.get(), k.c_str(), v->obj.get()) < 0) throw PythonError();
+  PyRef sorted = PyRef::steal(PyObject_Call(sorted_fn, pos.get(), kw.get()));
+  if (!sorted) raise_current_error("sorted() compared keys while tracing");
+  std::vector<ValuePtr> out;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sorted.get()); ++i)
+    out.push_back(items[PyLong_AsSize_t(PyList_GET_ITEM(sorted.get(), i))]);
+  return Value::list(std::move(out));
+}
+
+// sorted() of objects whose class orders them in Python (`__lt__`): a stable sort on `<`, as
+// CPython's (reverse=True reverses before and after, keeping equal items in order). Null when
+// the items are not all such objects.
+ValuePtr Tracer::sorted_objects(const std::vector<ValuePtr>& items, const KwArgs& kwargs) {
+  bool reverse = false;
+  for (const auto& [k, v] : kwargs) {
+    if (k != "reverse" || !v->is_const()) return nullptr;
+    reverse = PyObject_IsTrue(v->obj.get()) == 1;
+  }
+  for (const auto& v : items)
+    if (v->kind != VKind::Object) return nullptr;
+  std::vector<ValuePtr> out = items;
+  if (reverse) std::reverse(out.begin(), out.end());
+  std::stable_sort(out.begin(), out.end(),
+                   [&](const ValuePtr& x, const ValuePtr& y) { return truth(compare(0, x, y)); });
+  if (reverse) std::reverse(out.begin(), out.end());
+  return Value::list(std::move(out));
+}
+
 ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs,
                               bool& handled) {
   handled = true;
@@ -168,6 +230,34 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
   bool is_builtin_fn = PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == api.builtins.get();
   bool is_builtin_type = PyType_Check(fn) && attr_str(fn, "__module__") == "builtins";
   std::string name = attr_str(fn, "__name__");
+  if (PyCFunction_Check(fn) && !is_builtin_fn) {
+    // A read-only method of a constant dict, tuple or string (a dataclass's
+    // __dataclass_fields__.values(), a class attribute's .get(key)) runs now on constants.
+    static const std::unordered_set<std::string> reads = {"keys",  "values", "items",       "get",
+                                                          "count", "index",  "__contains__"};
+    PyObject* self = PyCFunction_GET_SELF(fn);
+    if (self &&
+        (PyDict_CheckExact(self) || PyTuple_CheckExact(self) || PyUnicode_CheckExact(self)) &&
+        reads.count(name) && all_const(args, kwargs))
+      return call_pure(ctx_, fn, args, kwargs);
+    // dict.fromkeys(keys, value): a new dict of constant keys (the value is shared).
+    if (self == reinterpret_cast<PyObject*>(&PyDict_Type) && name == "fromkeys" &&
+        (args.size() == 1 || args.size() == 2) && kwargs.empty()) {
+      PyRef keys = const_tuple(args[0]);
+      if (keys) {
+        PyRef list = PyRef::steal(PySequence_List(keys.get()));
+        if (!list) throw PythonError();
+        ValuePtr d = Value::of_kind(VKind::Dict);
+        ValuePtr value = args.size() == 2 ? args[1] : none();
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list.get()); ++i) {
+          PyObject* k = PyList_GET_ITEM(list.get(), i);
+          if (PyObject_Hash(k) == -1) raise_current_error("dict.fromkeys() hashed a key");
+          dict_set(d, k, value);
+        }
+        return d;
+      }
+    }
+  }
   if (is_builtin_fn || is_builtin_type) {
     if (name == "vars" && args.size() == 1 && kwargs.empty()) {  // obj.__dict__ (no-arg: locals)
       if (auto d = try_get_attr(args[0], "__dict__")) return *d;
@@ -368,7 +458,33 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     if (name == "reversed" && args.size() == 1) {
       if (args[0]->kind == VKind::List)
         return lazy_iterator(list_reverse_iter(args[0]), "list_reverseiterator");
-      if (args[0]->kind != VKind::Tuple && !args[0]->is_const())
+      // NOTE: torch's Sequential/ModuleList/ParameterList reverse by __len__ and __getitem__,
+      // which walk the items iteration lists.
+      // (ModuleDict has no int __getitem__: reversed() of it raises, left to CPython.)
+      bool container = false;
+      if (args[0]->kind == VKind::Module) {
+        PyTypeObject* t = Py_TYPE(args[0]->obj.get());
+        static PyObject* nn = [] {  // NOTE: torch.nn, kept for the process lifetime
+          PyObject* m = PyImport_ImportModule("torch.nn");
+          if (!m) throw PythonError();
+          return m;
+        }();
+        for (const char* name : {"Sequential", "ModuleList", "ParameterList"}) {
+          PyRef cls = PyRef::steal(PyObject_GetAttrString(nn, name));
+          if (!cls) throw PythonError();
+          auto* c = reinterpret_cast<PyTypeObject*>(cls.get());
+          if (!PyType_IsSubtype(t, c)) continue;
+          // A subclass keeps the container's own item protocol (else CPython runs its own).
+          bool same = true;
+          for (const char* slot : {"__getitem__", "__len__", "__iter__", "__reversed__"}) {
+            PyRef n = PyRef::steal(PyUnicode_FromString(slot));
+            if (!n) throw PythonError();
+            same = same && _PyType_Lookup(t, n.get()) == _PyType_Lookup(c, n.get());
+          }
+          container = container || same;
+        }
+      }
+      if (args[0]->kind != VKind::Tuple && !args[0]->is_const() && !container)
         graph_break("unsupported_builtin", "reversed() of a " + args[0]->type_name());
       ValuePtr it = Value::of_kind(VKind::Iterator);
       it->items = iterate(args[0]);
@@ -460,25 +576,63 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     }
     if (name == "sorted" || name == "min" || name == "max") {
       for (auto& [k, v] : kwargs)
-        if (k == "key" && !(v->is_const() && v->obj.get() == Py_None) && !inert_value(v))
+        // NOTE: only a constant key (None, a builtin) may be handed to CPython's own call; a
+        // function made in traced code (a lambda) has no real object to hand it.
+        if (k == "key" && !(v->is_const() && (v->obj.get() == Py_None || inert_value(v))))
           return keyed_order(fn, name, args, kwargs);
     }
     if (name == "sorted" && args.size() == 1 && !args[0]->is_const()) {
       std::vector<ValuePtr> items = iterate(args[0]);
       PyRef t = const_tuple(Value::tuple(items));
-      if (!t) graph_break("unsupported_value", "sorted() of traced values");
+      if (!t) {
+        if (ValuePtr r = sorted_by_first(fn, items, kwargs)) return r;
+        if (ValuePtr r = sorted_objects(items, kwargs)) return r;
+        graph_break("unsupported_value", "sorted() of traced values");
+      }
       return call_pure(ctx_, fn, {Value::constant(t)}, kwargs);
     }
     if ((name == "min" || name == "max") && !all_const(args, kwargs)) {
       std::vector<ValuePtr> items = args.size() == 1 ? iterate(args[0]) : args;
-      if (all_const(items, {})) {
+      if (all_const(items, kwargs)) {
         PyRef t = const_tuple(Value::tuple(items));
         return call_pure(ctx_, fn, {Value::constant(t)}, kwargs);
+      }
+      // Objects whose class orders them in Python: CPython's loop (the first best wins).
+      const bool objects = !items.empty() && kwargs.empty() &&
+                           std::all_of(items.begin(), items.end(),
+                                       [](const ValuePtr& v) { return v->kind == VKind::Object; });
+      if (objects) {
+        size_t best = 0;
+        for (size_t i = 1; i < items.size(); ++i)
+          if (truth(compare(name == "min" ? 0 : 4, items[i], items[best]))) best = i;
+        return items[best];
       }
       graph_break("unsupported_value", name + "() over tensors (use torch.minimum/maximum)");
     }
     if (pure_builtins().count(name) || is_builtin_type) {
       if (all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
+      if ((name == "str" || name == "repr") && args.size() == 1 && kwargs.empty()) {
+        ValuePtr c = printable_value(ctx_, args[0]);
+        if (c->is_const()) return call_pure(ctx_, fn, {c}, {});
+        // An object whose class prints itself in Python (str() falls back to __repr__ where
+        // __str__ is object's); what it returns must be a str, as CPython checks.
+        if (c->kind == VKind::Object) {
+          PyRef str_name = PyRef::steal(PyUnicode_FromString("__str__"));
+          if (!str_name) throw PythonError();
+          const bool own_str = _PyType_Lookup(Py_TYPE(c->obj.get()), str_name.get()) !=
+                               _PyType_Lookup(&PyBaseObject_Type, str_name.get());
+          std::optional<ValuePtr> r;
+          if (name == "str" && own_str) r = call_dunder(c, "__str__", {});
+          if (!r && (name == "repr" || !own_str)) r = call_dunder(c, "__repr__", {});
+          if (r) {
+            if (!(*r)->is_const() || !PyUnicode_Check((*r)->obj.get()))
+              raise_user(PyExc_TypeError, std::string(name == "str" ? "__str__" : "__repr__") +
+                                              " returned non-string (type " + (*r)->type_name() +
+                                              ")");
+            return *r;
+          }
+        }
+      }
       if (name == "str" || name == "repr")
         graph_break("unsupported_value",
                     name + "() of a " + (args.empty() ? "?" : args[0]->type_name()));
@@ -515,6 +669,8 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     }
     if (name == "contains" && args.size() == 2 && all_const(args, kwargs))
       return call_pure(ctx_, fn, args, kwargs);
+    if (name == "contains" && args.size() == 2 && kwargs.empty())
+      return const_bool(contains(args[0], args[1]));  // as `b in a`
     if (all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
   }
   if (self == api.math_module.get()) {

@@ -150,6 +150,26 @@ ValuePtr float_of_size(const ValuePtr& fn, const ValuePtr& arg) {
   return v;
 }
 
+namespace {
+// `Cls(value)` of an enum class runs only enum's own lookup: no _missing_ or __new__ of the
+// class's own in Python (they would run at trace time).
+bool plain_enum_lookup(PyObject* cls) {
+  PyRef enum_mod = PyRef::steal(PyImport_ImportModule("enum"));
+  if (!enum_mod) throw PythonError();
+  for (const char* name : {"_missing_", "__new__"}) {
+    PyRef mine = PyRef::steal(PyObject_GetAttrString(cls, name));
+    if (!mine) throw PythonError();
+    PyObject* func = PyMethod_Check(mine.get()) ? PyMethod_GET_FUNCTION(mine.get()) : mine.get();
+    if (!PyFunction_Check(func)) continue;
+    PyRef module = PyRef::steal(PyObject_GetAttrString(func, "__module__"));
+    if (!module) throw PythonError();
+    if (!PyUnicode_Check(module.get()) || PyUnicode_CompareWithASCIIString(module.get(), "enum"))
+      return false;
+  }
+  return true;
+}
+}  // namespace
+
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwargs) {
   if (!fn) graph_break("unsupported_bytecode", "call of NULL");
   if (auto route = optimizer_step_route(fn))
@@ -173,6 +193,32 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   if ((fn->kind == VKind::Object || fn->is_const()) && is_torch_operator(fn->obj.get()))
     return ctx_.call_op(fn->obj.get(), "", args, kwargs);
   switch (fn->kind) {
+    case VKind::GradMode: {
+      // `@torch.no_grad()` on a function made in traced code: the call runs under that mode
+      // and the caller's mode comes back after it, as torch's decorator does.
+      if (fn->self) {
+        const bool before = ctx_.grad_enabled();
+        ctx_.set_grad_mode(fn->flag);
+        ValuePtr r;
+        try {
+          r = call(fn->self, std::move(args), std::move(kwargs));
+        } catch (...) {
+          ctx_.set_grad_mode(before);
+          throw;
+        }
+        ctx_.set_grad_mode(before);
+        return r;
+      }
+      if (fn->restore < 0 && args.size() == 1 && kwargs.empty() &&
+          (args[0]->kind == VKind::Function || args[0]->kind == VKind::Partial ||
+           args[0]->kind == VKind::Method)) {
+        ValuePtr decorated = Value::of_kind(VKind::GradMode);
+        decorated->flag = fn->flag;
+        decorated->self = args[0];
+        return decorated;
+      }
+      graph_break("unsupported_callable", "calling a " + fn->type_name());
+    }
     case VKind::Method:
       if (fn->flag) return call_base_slot(fn->self, fn->method_name, args);
       if (!fn->method_name.empty()) return call_method_on(fn->self, fn->method_name, args, kwargs);
@@ -254,14 +300,33 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
     return const_bool(true);
   if (auto r = call_library(f, nullptr, args, kwargs)) return *r;
   if (call_torch_assert(f, args, kwargs)) return none();  // data_dependent_assert.cpp
+  if (auto r = call_operator_getter(f, args, kwargs)) return *r;
+  if (is_enum_class(f) && args.size() == 1 && kwargs.empty() && args[0]->is_const() &&
+      plain_enum_lookup(f))
+    return call_pure(ctx_, f, args, kwargs);
   if (is_partial_type(reinterpret_cast<PyObject*>(Py_TYPE(f))))
     return call(wrap_partial(fn), std::move(args), std::move(kwargs));
   if (is_partial_type(f)) {
     if (args.empty()) graph_break("user_exception", "partial() needs a callable");
     ValuePtr p = Value::of_kind(VKind::Partial);
     p->self = args[0];
-    p->items.assign(args.begin() + 1, args.end());
+    // NOTE: as CPython does, a partial of a partial is one partial: the inner one's function,
+    // its arguments first, its keywords updated by the new ones (`p.args`, `p.func` show it).
+    if (args[0]->kind == VKind::Partial) {
+      p->self = args[0]->self;
+      p->items = args[0]->items;
+      p->keys = args[0]->keys;
+      p->kwdefaults = args[0]->kwdefaults;
+    }
+    p->items.insert(p->items.end(), args.begin() + 1, args.end());
     for (auto& [k, v] : kwargs) {
+      bool replaced = false;
+      for (size_t i = 0; i < p->keys.size(); ++i)
+        if (utf8(p->keys[i].get()) == k) {
+          p->kwdefaults[i] = v;
+          replaced = true;
+        }
+      if (replaced) continue;
       p->keys.push_back(PyRef::steal(PyUnicode_FromString(k.c_str())));
       p->kwdefaults.push_back(v);
     }
@@ -325,6 +390,50 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   if (auto folded = call_numpy_method(fn, args, kwargs)) return *folded;
   graph_break("unsupported_callable", "call to " + qual + " (" + Py_TYPE(f)->tp_name +
                                           "), which torchlite cannot trace; it runs eagerly");
+}
+
+// operator.itemgetter/attrgetter: made from constants now; called, their items (or dotted
+// names, as their __reduce__ lists them) are read from the argument as subscripts (attribute
+// reads), one value or a tuple of them.
+std::optional<ValuePtr> Tracer::call_operator_getter(PyObject* f, std::vector<ValuePtr>& args,
+                                                     KwArgs& kwargs) {
+  auto is_getter = [](PyObject* o) {
+    if (!PyType_Check(o)) return 0;
+    const std::string n = reinterpret_cast<PyTypeObject*>(o)->tp_name;
+    return n == "operator.itemgetter" ? 1 : n == "operator.attrgetter" ? 2 : 0;
+  };
+  if (is_getter(f)) {
+    if (!all_const(args, kwargs)) return std::nullopt;
+    return call_pure(ctx_, f, args, kwargs);
+  }
+  const int kind = is_getter(reinterpret_cast<PyObject*>(Py_TYPE(f)));
+  if (!kind || args.size() != 1 || !kwargs.empty()) return std::nullopt;
+  PyRef reduced = PyRef::steal(PyObject_CallMethod(f, "__reduce__", nullptr));
+  if (!reduced) throw PythonError();
+  PyObject* keys = PyTuple_Check(reduced.get()) && PyTuple_GET_SIZE(reduced.get()) >= 2
+                       ? PyTuple_GET_ITEM(reduced.get(), 1)
+                       : nullptr;
+  if (!keys || !PyTuple_Check(keys)) return std::nullopt;
+  std::vector<ValuePtr> out;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); ++i) {
+    PyObject* key = PyTuple_GET_ITEM(keys, i);
+    if (kind == 1) {
+      out.push_back(subscript(args[0], Value::constant(PyRef::borrow(key))));
+      continue;
+    }
+    ValuePtr v = args[0];
+    const std::string path = utf8(key);
+    size_t start = 0;
+    while (true) {
+      size_t dot = path.find('.', start);
+      v = get_attr(v, path.substr(start, dot == std::string::npos ? dot : dot - start));
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    out.push_back(v);
+  }
+  if (out.size() == 1) return out[0];
+  return Value::tuple(std::move(out));
 }
 
 // weakref.ref(obj) of an object the guards pin by identity: the real ref (CPython hands back

@@ -844,8 +844,10 @@ std::vector<ResumePlan::Level> nested_levels(CaptureContext& ctx, ResidualBuilde
 int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, int stop_at,
           bool region, bool structural_modules, bool route_step = false,
           const std::vector<GraphBreak::Level>* path = nullptr,
-          std::vector<GraphBreak::Level>* levels = nullptr) {
+          std::vector<GraphBreak::Level>* levels = nullptr, bool top_managers = true,
+          bool* entered_top_manager = nullptr) {
   CaptureContext ctx(frame);
+  ctx.inline_top_managers = top_managers;
   if (path)
     for (const auto& l : *path)
       ctx.stop_path.push_back({reinterpret_cast<PyCodeObject*>(l.code.get()), l.index});
@@ -927,6 +929,7 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
     out.graph_break =
         BreakInfo{"op_error", "error while tracing: " + msg, ctx.filename, ctx.lineno};
   }
+  if (entered_top_manager) *entered_top_manager = ctx.entered_top_manager;
   out.graph = ctx.graph_ptr();
   out.guards = std::move(ctx.guards());
   out.example_inputs = ctx.example_inputs();
@@ -1056,7 +1059,18 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
   }
   DeferSavedTensorHooks defer_hooks;
   std::vector<GraphBreak::Level> levels;
-  int top_index = trace(out, code, frame, -1, false, structural_modules, false, nullptr, &levels);
+  bool entered_manager = false;
+  int top_index = trace(out, code, frame, -1, false, structural_modules, false, nullptr, &levels,
+                        true, &entered_manager);
+  // A break after the frame entered a Python context manager: traced again with its
+  // with-block as the break (CaptureContext::inline_top_managers); the restarts below too.
+  const bool top_managers = !(out.graph_break && entered_manager);
+  if (!top_managers) {
+    out = CaptureResult();
+    levels.clear();
+    top_index =
+        trace(out, code, frame, -1, false, structural_modules, false, nullptr, &levels, false);
+  }
   if (!out.graph_break) {
     out.capture_ms = elapsed();
     return out;
@@ -1079,13 +1093,13 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
   std::optional<CaptureResult> nested;
   if (!path.empty()) {
     nested.emplace();
-    trace(*nested, code, frame, -1, false, structural_modules, false, &path);
+    trace(*nested, code, frame, -1, false, structural_modules, false, &path, nullptr, top_managers);
     if (!nested->resume) nested.reset();
   }
   if (at.index >= 0) {
     CaptureResult again;
     trace(again, code, frame, at.index, at.region, structural_modules,
-          out.graph_break->kind == "optimizer_step");
+          out.graph_break->kind == "optimizer_step", nullptr, nullptr, top_managers);
     // NOTE: inlined code that writes Python state before the break (an LR scheduler's
     // `self._step_count += 1`, a counter, a cache) tends to read it too: in the caller's graph
     // that read is a guard on a value each call changes (a recapture per call), where the

@@ -128,6 +128,13 @@ class CaptureContext {
   // (capture_frame's `structural_modules`). Modules on the value stack a resume
   // function receives are guarded so regardless (see wrap).
   bool structural_modules = false;
+  // A with-block of a Python context manager (a class with __enter__/__exit__, a
+  // contextlib.contextmanager) in the frame itself is inlined like one in a called function.
+  // A break while it is open has no resume function that re-enters it, so a trace that broke
+  // after entering one (`entered_top_manager`) is redone with this off: the with-block itself
+  // is the break, as before.
+  bool inline_top_managers = true;
+  bool entered_top_manager = false;
   std::string autocast_key;
 
   // The handled-exception slot of each running tracer, innermost last (tracer.cpp).

@@ -227,7 +227,10 @@ class GeneratorIter : public LazyIter {
     try {
       ValuePtr v = body_->resume();
       running_ = false;
-      if (!v) body_ = nullptr;
+      if (!v) {
+        result_ = body_->returned_value();
+        body_ = nullptr;
+      }
       return v;
     } catch (UserException& e) {
       // An exception leaving the body finishes the generator; a StopIteration becomes a
@@ -242,10 +245,15 @@ class GeneratorIter : public LazyIter {
       throw;
     }
   }
+  std::optional<ValuePtr> return_value() const override {
+    if (body_ || !result_) return std::nullopt;
+    return result_;
+  }
 
  private:
   std::shared_ptr<Tracer> body_;
   bool running_ = false;
+  ValuePtr result_;  // the body's return value once it returned
 };
 
 }  // namespace

@@ -39,6 +39,9 @@ class LazyIter {
     long long skip = 0;
   };
   virtual std::optional<Live> live() const { return std::nullopt; }
+  // What the source returned when it was exhausted (the value of `yield from` over it): a
+  // generator's return value; nullopt where it is not known (a user iterator's StopIteration).
+  virtual std::optional<ValuePtr> return_value() const { return std::nullopt; }
 };
 
 // An object whose class defines __next__ in Python.

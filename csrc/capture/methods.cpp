@@ -31,6 +31,28 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
     all.insert(all.end(), args.begin(), args.end());
     return ctx_.call_op(nullptr, name, all, kwargs);
   }
+  if (self->kind == VKind::Tuple && self->named_type && name == "_replace" && args.empty()) {
+    PyRef fields = PyRef::steal(PyObject_GetAttrString(self->named_type.get(), "_fields"));
+    if (!fields || !PyTuple_Check(fields.get())) throw PythonError();
+    ValuePtr out = Value::tuple(self->items);
+    out->named_type = self->named_type;
+    std::vector<std::string> unknown;
+    for (auto& [k, v] : kwargs) {
+      Py_ssize_t i = 0;
+      while (i < PyTuple_GET_SIZE(fields.get()) && utf8(PyTuple_GET_ITEM(fields.get(), i)) != k)
+        ++i;
+      if (i == PyTuple_GET_SIZE(fields.get()) || i >= static_cast<Py_ssize_t>(out->items.size()))
+        unknown.push_back("'" + k + "'");
+      else
+        out->items[i] = v;
+    }
+    if (!unknown.empty()) {
+      std::string names;
+      for (const auto& u : unknown) names += (names.empty() ? "" : ", ") + u;
+      raise_user(PyExc_ValueError, "Got unexpected field names: [" + names + "]");
+    }
+    return out;
+  }
   if (self->kind == VKind::List) {
     if (name == "append" && args.size() == 1) {
       self->items.push_back(args[0]);
@@ -77,6 +99,15 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
       return none();
     }
     if (name == "copy") return Value::list(self->items);
+    if (name == "sort" && args.empty()) {
+      // sorted() over a copy (the same key and order rules), then the list takes its order.
+      PyRef sorted = PyRef::steal(PyObject_GetAttrString(torch_api().builtins.get(), "sorted"));
+      if (!sorted) throw PythonError();
+      ValuePtr r = call(Value::constant(sorted), {Value::list(self->items)}, kwargs);
+      self->items = iterate(r);
+      mark_mutated(self);
+      return none();
+    }
     if (name == "reverse") {
       std::reverse(self->items.begin(), self->items.end());
       mark_mutated(self);
@@ -85,6 +116,7 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
   }
   if (self->kind == VKind::Dict) {
     auto key_of = [&](size_t i) {
+      if (args.size() > i) args[i] = key_value(ctx_, args[i]);
       if (args.size() <= i || !args[i]->is_const())
         graph_break("unsupported_value", "dict key must be a constant");
       return args[i]->obj.get();
@@ -109,6 +141,14 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
       self->items.erase(self->items.begin() + i);
       mark_mutated(self);
       return v;
+    }
+    if (name == "popitem" && args.empty() && kwargs.empty()) {  // the last pair, LIFO
+      if (self->keys.empty()) raise_user(PyExc_KeyError, "popitem(): dictionary is empty");
+      ValuePtr pair = Value::tuple({Value::constant(self->keys.back()), self->items.back()});
+      self->keys.pop_back();
+      self->items.pop_back();
+      mark_mutated(self);
+      return pair;
     }
     if (name == "__delitem__" && args.size() == 1) {  // del d[k]
       int i = dict_find(self, key_of(0));
@@ -172,6 +212,14 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
       d->items = self->items;
       return d;
     }
+  }
+  if (self->kind == VKind::Tuple && self->named_type &&
+      self->named_type.get() == torch_api().size_type.get() && name == "numel" && args.empty() &&
+      kwargs.empty()) {
+    // torch.Size.numel(): the product of the sizes, symbolic ones kept as expressions.
+    ValuePtr n = const_int(1);
+    for (const auto& d : self->items) n = binary_op(operator_fn("mul"), n, d);
+    return n;
   }
   if (self->is_sequence() && (name == "count" || name == "index")) {
     PyRef t = const_tuple(self);

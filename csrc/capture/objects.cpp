@@ -261,7 +261,11 @@ PyRef Tracer::set_member_key(const ValuePtr& item) {
   if (!item->is_tensor() || !item->source) return {};
   PyObject* real = ctx_.real_input(item);
   auto* parameter = reinterpret_cast<PyTypeObject*>(torch_api().parameter_type.get());
-  if (!real || !PyObject_TypeCheck(real, parameter)) return {};
+  // NOTE: a parameter, or a buffer read from a module's _buffers (named_buffers' memo set),
+  // is the same object call after call: pinned by identity. A tensor argument is new each call.
+  if (!real || !(PyObject_TypeCheck(real, parameter) ||
+                 item->source->str().find("._buffers[") != std::string::npos))
+    return {};
   ctx_.guards().add_id_match(item->source, real);
   return PyRef::borrow(real);
 }

@@ -1,5 +1,6 @@
 // Truth, iteration, operators and indexing over symbolic values.
 #include <algorithm>
+#include <unordered_map>
 
 #include "capture/constant_fold.h"
 #include "capture/graph_break.h"
@@ -95,7 +96,7 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
       if (!(PyTuple_Check(o) || PyList_Check(o) || PyRange_Check(o) || PyUnicode_Check(o) ||
             PyDict_Check(o) || PyFrozenSet_Check(o) || PyAnySet_Check(o) ||
             Py_TYPE(o) == &PyDictKeys_Type || Py_TYPE(o) == &PyDictValues_Type ||
-            Py_TYPE(o) == &PyDictItems_Type))
+            Py_TYPE(o) == &PyDictItems_Type || is_enum_class(o)))
         graph_break("unsupported_value", std::string("iteration over ") + Py_TYPE(o)->tp_name);
       PyRef list = PyRef::steal(PySequence_List(o));
       if (!list) throw PythonError();
@@ -125,6 +126,13 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
       if (!modules) throw PythonError();
       if (v->source)
         ctx_.guards().add_dict_version(ir::Source::attr(v->source, "_modules"), modules.get());
+      PyRef params = PyRef::steal(PyObject_GetAttrString(m, "_parameters"));
+      if (!params || !PyDict_Check(params.get())) {
+        clear_expected_error();
+        params = PyRef();
+      } else if (v->source) {
+        ctx_.guards().add_dict_version(ir::Source::attr(v->source, "_parameters"), params.get());
+      }
       PyRef list = PyRef::steal(PySequence_List(m));
       if (!list) graph_break("unsupported_value", "iteration over module raised: " + error_text());
       std::vector<ValuePtr> out;
@@ -137,6 +145,16 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
           if (val == item) {
             src = ir::Source::item(ir::Source::attr(v->source, "_modules"), PyRef::borrow(k));
             break;
+          }
+        }
+        // A ParameterList's items are its parameters (registered under "0", "1", ...).
+        if (v->source && !src && params) {
+          pos = 0;
+          while (PyDict_Next(params.get(), &pos, &k, &val)) {
+            if (val == item) {
+              src = ir::Source::item(ir::Source::attr(v->source, "_parameters"), PyRef::borrow(k));
+              break;
+            }
           }
         }
         out.push_back(ctx_.wrap(item, src, src != nullptr));
@@ -171,8 +189,34 @@ bool plain_count(const ValuePtr& v) { return v->is_const() && PyLong_Check(v->ob
 
 }  // namespace
 
-ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
+namespace {
+// An object from outside that is an int or float subclass (an IntEnum member), pinned by
+// identity, as the plain number it is; else null.
+ValuePtr pinned_number(CaptureContext& ctx, const ValuePtr& v) {
+  PyObject* o = v->obj.get();
+  if (v->kind != VKind::Object || !o || v->attrs || !v->source || PyBool_Check(o) ||
+      !(PyLong_Check(o) || PyFloat_Check(o)))
+    return nullptr;
+  // NOTE: a comparison of its own in Python would decide otherwise.
+  if (Py_TYPE(o)->tp_richcompare !=
+      (PyLong_Check(o) ? PyLong_Type.tp_richcompare : PyFloat_Type.tp_richcompare))
+    return nullptr;
+  ctx.guards().add_id_match(v->source, o);
+  PyRef plain = PyLong_Check(o) ? PyRef::steal(PyNumber_Index(o))
+                                : PyRef::steal(PyFloat_FromDouble(PyFloat_AsDouble(o)));
+  if (!plain) throw PythonError();
+  return Value::constant(plain);
+}
+}  // namespace
+
+ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a_in, const ValuePtr& b_in) {
+  if (ValuePtr r = user_binary_op(op, a_in, b_in)) return r;
+  ValuePtr a = a_in, b = b_in;
   if (a->is_tensor() || b->is_tensor()) {
+    // An IntEnum/IntFlag member (an int subclass, pinned by identity) meets a tensor as the
+    // plain number it is.
+    for (ValuePtr* v : {&a, &b})
+      if (ValuePtr n = pinned_number(ctx_, *v)) *v = n;
     if (!(a->is_tensor() || a->is_const() || a->is_sequence()) ||
         !(b->is_tensor() || b->is_const() || b->is_sequence()))
       graph_break("unsupported_value",
@@ -364,6 +408,21 @@ ValuePtr Tracer::unary_op(PyObject* op, const ValuePtr& a) {
   graph_break("unsupported_value", "unary operator on a " + a->type_name());
 }
 
+namespace {
+// A Python function `type(v).<name>` (borrowed), or null (absent, or a C slot).
+PyObject* python_dunder(const ValuePtr& v, const char* name) {
+  if (v->kind != VKind::Object || !v->obj) return nullptr;
+  PyRef n = PyRef::steal(PyUnicode_FromString(name));
+  if (!n) throw PythonError();
+  PyObject* fn = _PyType_Lookup(Py_TYPE(v->obj.get()), n.get());
+  return fn && PyFunction_Check(fn) ? fn : nullptr;
+}
+
+bool not_implemented(const ValuePtr& r) {
+  return r->is_const() && r->obj.get() == Py_NotImplemented;
+}
+}  // namespace
+
 ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
   static const char* names[] = {"lt", "le", "eq", "ne", "gt", "ge"};
   TL_CHECK(op >= 0 && op < 6) << "bad comparison " << op;
@@ -394,6 +453,13 @@ ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
            Py_TYPE(v->obj.get())->tp_richcompare != PyBaseObject_Type.tp_richcompare;
   };
   if ((op == 2 || op == 3) && a->is_const() && custom_eq(b)) return custom_equality(op == 2, a, b);
+  if ((op == 2 || op == 3) && a->is_const() && b->kind == VKind::Object &&
+      (!PyType_HasFeature(Py_TYPE(a->obj.get()), Py_TPFLAGS_HEAPTYPE) ||
+       Py_TYPE(a->obj.get())->tp_richcompare == PyBaseObject_Type.tp_richcompare)) {
+    // Neither side compares otherwise (a builtin constant, an Enum member): identity decides.
+    bool same = a->obj.get() == b->obj.get();
+    return const_bool(op == 2 ? same : !same);
+  }
   if ((op == 2 || op == 3) && (a->kind == VKind::Module || a->kind == VKind::Object) &&
       (b->kind == VKind::Module || b->kind == VKind::Object || b->is_const())) {
     bool same = a->obj.get() == b->obj.get();
@@ -402,8 +468,88 @@ ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
       return custom_equality(op == 2, a, b);
     return const_bool(op == 2 ? same : !same);
   }
+  if (op != 2 && op != 3) {
+    // A class's own __lt__/__gt__/... in Python, then the other side's reflected one.
+    static const char* forward[] = {"__lt__", "__le__", "", "", "__gt__", "__ge__"};
+    static const char* reflected[] = {"__gt__", "__ge__", "", "", "__lt__", "__le__"};
+    // NOTE: objects of two classes (a subclass's reflected method goes first) and C-level
+    // comparisons of the other side are left to the break below.
+    PyObject* fa = python_dunder(a, forward[op]);
+    PyObject* fb = python_dunder(b, reflected[op]);
+    auto declines = [](const ValuePtr& v, PyObject* own) {  // its own method is NotImplemented
+      if (v->kind == VKind::Object)
+        return own || Py_TYPE(v->obj.get())->tp_richcompare == PyBaseObject_Type.tp_richcompare;
+      return v->is_const() && !PyType_HasFeature(Py_TYPE(v->obj.get()), Py_TPFLAGS_HEAPTYPE);
+    };
+    const bool same_class = !(a->kind == VKind::Object && b->kind == VKind::Object &&
+                              Py_TYPE(a->obj.get()) != Py_TYPE(b->obj.get()));
+    if ((fa || fb) && same_class && (a->kind == VKind::Object || b->kind == VKind::Object) &&
+        declines(a, fa) && (b->kind == VKind::Object || b->is_const())) {
+      if (fa) {
+        ValuePtr r = inline_function(fa, nullptr, nullptr, {a, b}, {});
+        if (!not_implemented(r)) return r;
+      }
+      if (fb) {
+        ValuePtr r = inline_function(fb, nullptr, nullptr, {b, a}, {});
+        if (!not_implemented(r)) return r;
+      }
+    }
+  }
+  if (op != 2 && op != 3) {  // `Level.LOW < Level.HIGH` of an IntEnum compares the numbers
+    ValuePtr na = a->is_const() ? a : pinned_number(ctx_, a);
+    ValuePtr nb = b->is_const() ? b : pinned_number(ctx_, b);
+    if (na && nb && (na != a || nb != b)) return compare(op, na, nb);
+  }
   graph_break("unsupported_value", std::string("comparison ") + names[op] + " of " +
                                        a->type_name() + " and " + b->type_name());
+}
+
+// `a <op> b` where a user object's class defines the operator in Python (a tensor wrapper's
+// __add__, __rmul__ of a number-like class): its dunders are inlined in CPython's order, the
+// in-place one first, then a's, then b's reflected one. Null: no Python dunder decides it.
+ValuePtr Tracer::user_binary_op(PyObject* op, const ValuePtr& a, const ValuePtr& b) {
+  if (a->kind != VKind::Object && b->kind != VKind::Object) return nullptr;
+  static const std::unordered_map<std::string, std::string> dunders = {
+      {"add", "add"},           {"sub", "sub"}, {"mul", "mul"}, {"truediv", "truediv"},
+      {"floordiv", "floordiv"}, {"mod", "mod"}, {"pow", "pow"}, {"matmul", "matmul"},
+      {"and_", "and"},          {"or_", "or"},  {"xor", "xor"}, {"lshift", "lshift"},
+      {"rshift", "rshift"}};
+  std::string name = attr_str(op, "__name__");
+  const bool inplace = name.size() > 1 && name[0] == 'i' && dunders.count(name.substr(1));
+  auto it = dunders.find(inplace ? name.substr(1) : name);
+  if (it == dunders.end()) return nullptr;
+  const std::string base = it->second;
+  PyObject* forward = python_dunder(a, ("__" + base + "__").c_str());
+  PyObject* reflected = python_dunder(b, ("__r" + base + "__").c_str());
+  PyObject* in_place = inplace ? python_dunder(a, ("__i" + base + "__").c_str()) : nullptr;
+  if (!forward && !reflected && !in_place) return nullptr;
+  // NOTE: CPython tries b's reflected method first when type(b) is a proper subclass of
+  // type(a) overriding it, and a C-level method of the other side may answer first: such
+  // pairs are left to the graph break below.
+  if (a->kind == VKind::Object && b->kind == VKind::Object &&
+      Py_TYPE(a->obj.get()) != Py_TYPE(b->obj.get()))
+    return nullptr;
+  if (a->kind != VKind::Object &&
+      !(a->is_const() && !PyType_HasFeature(Py_TYPE(a->obj.get()), Py_TPFLAGS_HEAPTYPE)))
+    return nullptr;
+  if (b->kind != VKind::Object && !b->is_const() && !b->is_tensor()) return nullptr;
+  // NOTE: `"%s" % obj` formats: str's own % answers before obj's __rmod__.
+  if (a->is_const() && base == "mod" &&
+      (PyUnicode_Check(a->obj.get()) || PyBytes_Check(a->obj.get())))
+    return nullptr;
+  if (in_place) {
+    ValuePtr r = inline_function(in_place, nullptr, nullptr, {a, b}, {});
+    if (!not_implemented(r)) return r;
+  }
+  if (forward) {
+    ValuePtr r = inline_function(forward, nullptr, nullptr, {a, b}, {});
+    if (!not_implemented(r)) return r;
+  }
+  if (reflected) {
+    ValuePtr r = inline_function(reflected, nullptr, nullptr, {b, a}, {});
+    if (!not_implemented(r)) return r;
+  }
+  return nullptr;
 }
 
 ValuePtr Tracer::custom_equality(bool eq, const ValuePtr& a, const ValuePtr& b) {
@@ -494,11 +640,12 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
           c->kind == VKind::List ? "list index out of range" : "tuple index out of range")];
     }
     case VKind::Dict: {
-      if (!idx->is_const()) graph_break("unsupported_value", "dict key must be a constant");
-      int i = dict_find(c, idx->obj.get());
+      const ValuePtr key = key_value(ctx_, idx);
+      if (!key->is_const()) graph_break("unsupported_value", "dict key must be a constant");
+      int i = dict_find(c, key->obj.get());
       if (i < 0)
-        raise_user_arg(PyExc_KeyError, idx->obj.get(),
-                       "KeyError: " + ir::const_repr(idx->obj.get()));
+        raise_user_arg(PyExc_KeyError, key->obj.get(),
+                       "KeyError: " + ir::const_repr(key->obj.get()));
       return c->items[i];
     }
     case VKind::Const: {
@@ -590,6 +737,38 @@ void Tracer::base_setitem(const ValuePtr& obj, const ValuePtr& key, const ValueP
   ctx_.effects.push_back({ir::SideEffect::Kind::BaseSetItem, obj->source, "", value, key->obj});
 }
 
+// `c[slice] = v` (or `del c[slice]` when `v` is null) on a symbolic list, as CPython's
+// list_ass_subscript: a plain slice takes any number of items, an extended one exactly as many
+// as it selects.
+void Tracer::list_store_slice(const ValuePtr& c, PyObject* slice, const ValuePtr* v) {
+  Py_ssize_t start, stop, step;
+  if (PySlice_Unpack(slice, &start, &stop, &step) < 0) throw PythonError();
+  const Py_ssize_t n =
+      PySlice_AdjustIndices(static_cast<Py_ssize_t>(c->items.size()), &start, &stop, step);
+  // NOTE: the new items are read before the list changes (`a[:] = a` copies first).
+  std::vector<ValuePtr> items = v ? iterate(*v) : std::vector<ValuePtr>{};
+  if (step == 1) {
+    stop = std::max(stop, start);
+    c->items.erase(c->items.begin() + start, c->items.begin() + stop);
+    c->items.insert(c->items.begin() + start, items.begin(), items.end());
+  } else if (!v) {
+    std::vector<ValuePtr> kept;
+    for (Py_ssize_t i = 0; i < static_cast<Py_ssize_t>(c->items.size()); ++i) {
+      const Py_ssize_t k = i - start;
+      const bool picked = k % step == 0 && k / step >= 0 && k / step < n;
+      if (!picked) kept.push_back(c->items[i]);
+    }
+    c->items = std::move(kept);
+  } else {
+    if (static_cast<Py_ssize_t>(items.size()) != n)
+      raise_user(PyExc_ValueError, "attempt to assign sequence of size " +
+                                       std::to_string(items.size()) +
+                                       " to extended slice of size " + std::to_string(n));
+    for (Py_ssize_t k = 0; k < n; ++k) c->items[start + k * step] = items[k];
+  }
+  mark_mutated(c);
+}
+
 void Tracer::store_subscript(const ValuePtr& c, const ValuePtr& idx, const ValuePtr& v) {
   if (c->is_tensor()) {
     ctx_.call_op(operator_fn("setitem"), "", {c, idx, v}, {});
@@ -603,10 +782,13 @@ void Tracer::store_subscript(const ValuePtr& c, const ValuePtr& idx, const Value
     if (call_dunder(c, "__setitem__", {idx, v})) return;
     return base_setitem(c, idx, v);
   }
+  if (c->kind == VKind::Dict && !idx->is_const()) {
+    const ValuePtr key = key_value(ctx_, idx);
+    if (key != idx) return store_subscript(c, key, v);
+  }
   if (!idx->is_const()) graph_break("unsupported_value", "index must be a constant");
   if (c->kind == VKind::List) {
-    if (PySlice_Check(idx->obj.get()))
-      graph_break("unsupported_side_effect", "slice assignment to a list");
+    if (PySlice_Check(idx->obj.get())) return list_store_slice(c, idx->obj.get(), &v);
     c->items[normalize_index(idx->obj.get(), c->items.size(),
                              "list assignment index out of range")] = v;
     mark_mutated(c);

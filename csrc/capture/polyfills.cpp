@@ -19,6 +19,8 @@ struct Polyfill {
 constexpr const char* kTable[][3] = {
     // transformers' Mamba under torch.compiler.is_compiling(): vmap inside (generic mode)
     {"torch._higher_order_ops.associative_scan", "associative_scan", "polyfills.associative_scan"},
+    // a C function calling user code (a lambda over tensors, operator.mul over sizes)
+    {"functools", "reduce", "polyfills.reduce"},
 };
 
 PyRef import_attr(const char* module, const char* name) {
@@ -40,7 +42,7 @@ std::vector<Polyfill> build() {
 }  // namespace
 
 PyObject* polyfill_for(PyObject* fn) {
-  if (!PyFunction_Check(fn)) return nullptr;
+  if (!PyFunction_Check(fn) && !PyCFunction_Check(fn)) return nullptr;
   // NOTE: built once under the GIL on first use and never freed (as torch_api()): the objects
   // live as long as the interpreter.
   static const std::vector<Polyfill>* table = new std::vector<Polyfill>(build());

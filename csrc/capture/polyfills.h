@@ -1,6 +1,7 @@
 #pragma once
-// Torch functions capture cannot trace (their eager bodies use torch.vmap, higher-order ops or C
-// state), each replaced by a plain-Python stand-in with the same signature and result
+// Functions capture cannot trace (torch functions whose eager bodies use torch.vmap,
+// higher-order ops or C state; C builtins that call user code, such as functools.reduce), each
+// replaced by a plain-Python stand-in with the same signature and result
 // (torchlite/_polyfills.py) that capture inlines instead.
 #include <Python.h>
 

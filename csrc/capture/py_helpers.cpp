@@ -236,6 +236,40 @@ bool as_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
 }
 
 // A constant tuple for an all-constant symbolic tuple (e.g. to compare shapes).
+bool is_enum_class(PyObject* o) {
+  if (!PyType_Check(o)) return false;
+  // NOTE: kept for the process lifetime (the enum module is never unloaded).
+  static PyObject* meta = [] {
+    PyRef mod = PyRef::steal(PyImport_ImportModule("enum"));
+    PyObject* m = mod ? PyObject_GetAttrString(mod.get(), "EnumMeta") : nullptr;
+    if (!m) throw PythonError();
+    return m;
+  }();
+  int r = PyObject_IsInstance(o, meta);
+  if (r < 0) throw PythonError();
+  return r;
+}
+
+ValuePtr printable_value(CaptureContext& ctx, const ValuePtr& v) {
+  if ((v->kind != VKind::Tuple && v->kind != VKind::List) ||
+      (v->named_type && v->named_type.get() != torch_api().size_type.get()))
+    return v;
+  PyRef t = const_tuple(v);
+  if (!t) return v;
+  ctx.specialise(v);
+  return Value::constant(t);
+}
+
+ValuePtr key_value(CaptureContext& ctx, const ValuePtr& k) {
+  if (k->is_const() || k->kind != VKind::Tuple || k->named_type) return k;
+  for (const auto& item : k->items)
+    if (!item->is_const() && key_value(ctx, item) == item) return k;
+  PyRef t = const_tuple(k);
+  if (!t) return k;
+  ctx.specialise(k);
+  return Value::constant(t);
+}
+
 PyRef const_tuple(const ValuePtr& v) {
   if (v->is_const()) return v->obj;
   if (v->kind == VKind::Set) return v->flag ? PyRef() : PyRef::steal(PySet_New(v->obj.get()));

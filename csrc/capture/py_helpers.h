@@ -43,6 +43,16 @@ bool inert_value(const ValuePtr& v);  // a constant that is, or a tuple/list of 
 bool is_module_type(PyObject* t);
 bool as_items(const ValuePtr& v, std::vector<ValuePtr>& out);
 PyRef const_tuple(const ValuePtr& v);
+// A dict or set key: `k` itself, or a plain tuple of constants built by traced code (`(i, j)`)
+// as one constant (its sizes specialised: the key is hashed). Else `k` unchanged.
+ValuePtr key_value(CaptureContext& ctx, const ValuePtr& k);
+// A tuple, list or torch.Size of Python values (sizes specialised) as the constant it prints
+// as (str(), repr(), f-strings); `v` itself otherwise. NOTE: a namedtuple's constant copy would
+// print as a plain tuple: it stays `v`.
+ValuePtr printable_value(CaptureContext& ctx, const ValuePtr& v);
+// An enum class (its metaclass is EnumMeta): its members are fixed when it is made, and
+// `Cls(value)` looks one up without running user code.
+bool is_enum_class(PyObject* o);
 // `idx` (borrowed) as an index into `size` items; out of range raises IndexError(`message`),
 // CPython's text for the operation ("list index out of range", "pop index out of range", ...).
 Py_ssize_t normalize_index(PyObject* idx, size_t size,

@@ -6,6 +6,7 @@
 #include "capture/autocast.h"
 #include "capture/constant_fold.h"
 #include "capture/graph_break.h"
+#include "capture/lazy_iter.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/user_exception.h"
@@ -593,6 +594,33 @@ void Tracer::step(const bytecode::Instruction& inst) {
       store_attr(obj, name_at(arg), v);
       return;
     }
+    case DELETE_ATTR: {
+      // `del self.args` on an object made by traced code (contextlib's __enter__ does it):
+      // the instance dict loses the key, unless the class decides (a __delattr__ or a data
+      // descriptor of its own).
+      ValuePtr obj = pop();
+      const std::string name = name_at(arg);
+      if (obj->kind == VKind::Object && obj->flag && obj->attrs &&
+          obj->attrs->kind == VKind::Dict) {
+        PyTypeObject* type = Py_TYPE(obj->obj.get());
+        PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
+        PyRef delattr_name = PyRef::steal(PyUnicode_FromString("__delattr__"));
+        if (!key || !delattr_name) throw PythonError();
+        PyObject* descr = _PyType_Lookup(type, key.get());
+        if (_PyType_Lookup(type, delattr_name.get()) ==
+                _PyType_Lookup(&PyBaseObject_Type, delattr_name.get()) &&
+            !(descr && Py_TYPE(descr)->tp_descr_set)) {
+          int i = detail::dict_find(obj->attrs, key.get());
+          if (i < 0)
+            raise_user(PyExc_AttributeError, "'" + std::string(type->tp_name) +
+                                                 "' object has no attribute '" + name + "'");
+          obj->attrs->keys.erase(obj->attrs->keys.begin() + i);
+          obj->attrs->items.erase(obj->attrs->items.begin() + i);
+          return;
+        }
+      }
+      graph_break("unsupported_bytecode", "del of attribute " + name + " of a " + obj->type_name());
+    }
     case BINARY_OP: {
       ValuePtr b = pop();
       ValuePtr a = pop();
@@ -640,6 +668,14 @@ void Tracer::step(const bytecode::Instruction& inst) {
       return;
     }
     case IS_OP: {
+      // An Object of a class that is no tensor, list, tuple, dict or function type.
+      auto plain_object = [](const ValuePtr& v) {
+        PyObject* o = v->kind == VKind::Object ? v->obj.get() : nullptr;
+        return o && !PyList_Check(o) && !PyTuple_Check(o) && !PyDict_Check(o) &&
+               !PyFunction_Check(o) &&
+               !PyObject_TypeCheck(o,
+                                   reinterpret_cast<PyTypeObject*>(torch_api().tensor_type.get()));
+      };
       ValuePtr b = pop();
       ValuePtr a = pop();
       if (a && a->same_object) a = a->same_object;
@@ -661,10 +697,12 @@ void Tracer::step(const bytecode::Instruction& inst) {
                  (a->is_const() || a->kind == VKind::Module || a->kind == VKind::Object) &&
                  (b->is_const() || b->kind == VKind::Module || b->kind == VKind::Object)) {
         same = a->obj.get() == b->obj.get();
-      } else if (a && b && (a->is_const() || b->is_const())) {
-        // A traced container or tensor is never a pre-existing constant.
-        const ValuePtr& c = a->is_const() ? a : b;
-        const ValuePtr& o = a->is_const() ? b : a;
+      } else if (a && b && (a->is_const() || b->is_const() || plain_object(a) || plain_object(b))) {
+        // A traced container or tensor is never a pre-existing constant, nor an object of
+        // another type (dataclasses' `names is _HAS_DEFAULT_FACTORY` on a list argument).
+        const bool a_fixed = a->is_const() || plain_object(a);
+        const ValuePtr& c = a_fixed ? a : b;
+        const ValuePtr& o = a_fixed ? b : a;
         same = false;
         if (o->is_tensor() || o->kind == VKind::Tuple || o->kind == VKind::List ||
             o->kind == VKind::Dict || o->kind == VKind::Function)
@@ -755,6 +793,16 @@ void Tracer::step(const bytecode::Instruction& inst) {
         }
         graph_break("user_exception", "KeyError in del d[key]");
       }
+      if (c->kind == VKind::List && idx->is_const()) {
+        if (PySlice_Check(idx->obj.get())) return list_store_slice(c, idx->obj.get(), nullptr);
+        if (PyLong_Check(idx->obj.get())) {
+          c->items.erase(c->items.begin() +
+                         detail::normalize_index(idx->obj.get(), c->items.size(),
+                                                 "list assignment index out of range"));
+          mark_mutated(c);
+          return;
+        }
+      }
       graph_break("unsupported_side_effect", "del on " + c->type_name());
     }
 #ifdef BINARY_SLICE
@@ -825,7 +873,7 @@ void Tracer::step(const bytecode::Instruction& inst) {
       ValuePtr d = Value::of_kind(VKind::Dict);
       size_t base = stack_.size() - 2 * arg;
       for (int i = 0; i < arg; ++i) {
-        ValuePtr k = stack_[base + 2 * i];
+        ValuePtr k = detail::key_value(ctx_, stack_[base + 2 * i]);
         if (!k->is_const()) graph_break("unsupported_value", "dict key must be a constant");
         ctx_.specialise(k);
         detail::dict_set(d, k->obj.get(), stack_[base + 2 * i + 1]);  // {"a": 1, "a": 2}
@@ -914,7 +962,7 @@ void Tracer::step(const bytecode::Instruction& inst) {
     }
     case MAP_ADD: {
       ValuePtr v = pop();
-      ValuePtr k = pop();
+      ValuePtr k = detail::key_value(ctx_, pop());
       if (!k->is_const()) graph_break("unsupported_value", "dict key must be a constant");
       ctx_.specialise(k);  // NOTE: hashed and compared: only its value (the item keeps its size)
       ValuePtr& d = top(arg);
@@ -1099,19 +1147,21 @@ void Tracer::step(const bytecode::Instruction& inst) {
       if (!sent->is_const() || sent->obj.get() != Py_None || top()->kind != VKind::Iterator)
         graph_break("unsupported_bytecode", "send() of a value into a generator",
                     "iterate with a for loop instead of sending values");
+      const std::shared_ptr<LazyIter> source = top()->lazy;
       if (ValuePtr v = iter_next(top())) {
         push(std::move(v));
         return;
       }
-      // NOTE: the delegate's return value is not tracked: `yield from` must be a statement.
+      // The delegate's return value: a traced generator's, None from an iterator over items.
+      std::optional<ValuePtr> result = source ? source->return_value() : none_value();
       size_t after = inst.jump_target;
 #ifdef END_SEND
-      push(none_value());  // END_SEND at the target drops the iterator
+      push(result ? *result : none_value());  // END_SEND at the target drops the iterator
       ++after;
 #else
-      top() = none_value();
+      top() = result ? *result : none_value();
 #endif
-      if (after >= bc_.insts.size() || bc_.insts[after].opcode != POP_TOP)
+      if (!result && (after >= bc_.insts.size() || bc_.insts[after].opcode != POP_TOP))
         graph_break("unsupported_bytecode", "the value of a `yield from` expression",
                     "use `yield from` as a statement, or return the value another way");
       pc_ = inst.jump_target;
@@ -1158,10 +1208,11 @@ void Tracer::step(const bytecode::Instruction& inst) {
         push(mgr);  // autocast.__enter__ returns the manager itself
         return;
       }
-      if (depth_ > 0 && mgr->kind == VKind::Object) {
+      if ((depth_ > 0 || ctx_.inline_top_managers) && mgr->kind == VKind::Object) {
         // A Python context manager (contextlib.nullcontext, transformers'
-        // maybe_autocast when disabled) in an inlined call: __enter__ and
-        // __exit__ are inlined. A break inside breaks the caller at its CALL.
+        // maybe_autocast when disabled, a user's class): __enter__ and __exit__ are
+        // inlined. A break inside breaks the caller at its CALL; in the frame itself the
+        // frame is traced again with the with-block as its break (inline_top_managers).
         PyRef enter_name = PyRef::steal(PyUnicode_FromString("__enter__"));
         PyRef exit_name = PyRef::steal(PyUnicode_FromString("__exit__"));
         PyObject* enter = _PyType_Lookup(Py_TYPE(mgr->obj.get()), enter_name.get());
@@ -1170,6 +1221,7 @@ void Tracer::step(const bytecode::Instruction& inst) {
           ValuePtr exit_method = Value::of_kind(VKind::Method);
           exit_method->self = mgr;
           exit_method->obj = PyRef::borrow(exit);
+          if (depth_ == 0) ctx_.entered_top_manager = true;
           ValuePtr entered = inline_function(enter, nullptr, nullptr, {mgr}, {});
           push(exit_method);
           push(entered);
@@ -1285,7 +1337,8 @@ ValuePtr Tracer::load_fast(int slot) {
   return v;
 }
 
-ValuePtr Tracer::convert_value(const ValuePtr& v, int conversion) {
+ValuePtr Tracer::convert_value(const ValuePtr& v_in, int conversion) {
+  const ValuePtr v = detail::printable_value(ctx_, v_in);
   if (!v->is_const())
     graph_break("unsupported_value", "f-string of a " + v->type_name() + " value");
   PyRef obj = v->obj;
@@ -1307,7 +1360,8 @@ ValuePtr Tracer::make_slice(const ValuePtr& start, const ValuePtr& end, const Va
   return v;
 }
 
-ValuePtr Tracer::format_value(const ValuePtr& v, const ValuePtr& spec) {
+ValuePtr Tracer::format_value(const ValuePtr& v_in, const ValuePtr& spec) {
+  const ValuePtr v = detail::printable_value(ctx_, v_in);
   if (!v->is_const() || (spec && !spec->is_const()))
     graph_break("unsupported_value", "f-string of a " + v->type_name() + " value");
   PyRef out = PyRef::steal(PyObject_Format(v->obj.get(), spec ? spec->obj.get() : nullptr));

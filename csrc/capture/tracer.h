@@ -35,6 +35,8 @@ class Tracer {
   // it to its next yield and returns the value, or null once it returned.
   void start(std::vector<ValuePtr> localsplus, std::vector<ValuePtr> free_cells);
   ValuePtr resume();
+  // A generator body's return value once resume() returned null.
+  const ValuePtr& returned_value() const { return return_value_; }
   // A generator stopped at a yield inside a try/finally, except or with block: freeing it
   // runs code (GeneratorExit is thrown into it), which the trace does not model.
   bool suspended_in_handler_region() const;
@@ -56,6 +58,7 @@ class Tracer {
   PyRef set_member_key(const ValuePtr& item);
   // `module.name = v` writes back the tensor `module.name` already is (attributes.cpp).
   bool stores_back_same_tensor(const ValuePtr& module, const std::string& name, const ValuePtr& v);
+  bool plain_tensor_attr(const ValuePtr& module, const std::string& name, const ValuePtr& v);
   // getattr with a default: returns nullopt when the attribute does not exist.
   // `generic`: object.__getattribute__ semantics, ignoring a type's override
   // (what super().__getattribute__ runs).
@@ -63,6 +66,12 @@ class Tracer {
                                        bool generic = false);
   ValuePtr make_super(const ValuePtr& cls, const ValuePtr& self);  // super_attr.cpp
   ValuePtr binary_op(PyObject* op_fn, const ValuePtr& a, const ValuePtr& b);
+  std::optional<ValuePtr> call_operator_getter(PyObject* f, std::vector<ValuePtr>& args,
+                                               KwArgs& kwargs);
+  ValuePtr sorted_by_first(PyObject* sorted_fn, const std::vector<ValuePtr>& items,
+                           const KwArgs& kwargs);
+  ValuePtr sorted_objects(const std::vector<ValuePtr>& items, const KwArgs& kwargs);
+  ValuePtr user_binary_op(PyObject* op_fn, const ValuePtr& a, const ValuePtr& b);
   ValuePtr unary_op(PyObject* op_fn, const ValuePtr& a);
   ValuePtr compare(int op, const ValuePtr& a, const ValuePtr& b);
   // `a == b` / `a != b` (eq false) for an object whose type defines __eq__.
@@ -205,6 +214,7 @@ class Tracer {
     const Value* value = nullptr;
   };
   void mark_mutated(const ValuePtr& container);
+  void list_store_slice(const ValuePtr& list, PyObject* slice, const ValuePtr* items);
 
   ValuePtr pop();
   // A slice value; keeps symbolic bounds (x[:, :t]) for a tensor subscript.
