@@ -49,6 +49,21 @@ void Writer::analyse() {
   loaded_.assign(k_.inputs.size(), 0);
   for (const ir::Expr& e : k_.exprs)
     if (e.op == ExprOp::Load) loaded_[e.buffer] = 1;
+  // NOTE: lowering folds a row's length into the expressions of some reductions (a mean's or
+  // a variance's divisor: layer_norm, rms_norm, mean), so their text is one length's text even
+  // with runtime sizes. Their row then keeps its length, and its strides along it, as literals:
+  // no other length could share the text anyway, and a constant row gives the static schedule
+  // (the row-cache loop without a bound check per element, index math by constants). Measured
+  // on an H100, GPT-2's add + layer_norm over 4096 rows of 768 bf16: 7.64 us at static sizes,
+  // 16.4 us with runtime sizes, where the row-cache loops checked every element against the
+  // length (one compare and branch an element, three passes).
+  if (k_.runtime_sizes && k_.reduction_axes > 0) {
+    const double len = static_cast<double>(k_.reduction_numel());
+    for (const ir::Expr& e : k_.exprs)
+      constant_row_ |=
+          e.op == ExprOp::Constant &&
+          (ir::is_floating(e.type) ? e.value == len : e.ivalue == k_.reduction_numel());
+  }
   for (const ir::Expr& e : k_.exprs) {
     if (!is_gather(e.op)) continue;
     const ir::Expr& by = k_.exprs[e.operands.at(0)];
@@ -104,6 +119,10 @@ std::string Writer::num(const std::string& site, int64_t v) {
   return "tl_d.v[" + std::to_string(it->second) + "]";
 }
 
+std::string Writer::axis_num(const std::string& site, size_t axis, int64_t v) {
+  return constant_row_ && axis >= s_.outer.size() ? std::to_string(v) : num(site, v);
+}
+
 std::string Writer::signature(const std::string& name, int block) const {
   std::string bounds = std::to_string(block);
   if (min_blocks_ > 0) bounds += ", " + std::to_string(min_blocks_);
@@ -127,7 +146,8 @@ void Writer::offsets(const std::string& prefix, const std::string& lin,
       break;
     }
     std::string c = fresh("c"), q = fresh("q");
-    std::string n = num(std::string("a") + std::to_string(first_axis + d), sizes[d]);
+    std::string n =
+        axis_num(std::string("a") + std::to_string(first_axis + d), first_axis + d, sizes[d]);
     line("const " + idx_ + " " + c + " = " + rest + " % " + n + ";");
     line("const " + idx_ + " " + q + " = " + rest + " / " + n + ";");
     coord[d] = c;
@@ -141,7 +161,7 @@ void Writer::offsets(const std::string& prefix, const std::string& lin,
       int64_t st = s_.strides[b][axis];
       if (st != 0)
         v += " + " + coord[d] +
-             (st == 1 ? "" : " * " + num("s" + bs + "_" + std::to_string(axis), st));
+             (st == 1 ? "" : " * " + axis_num("s" + bs + "_" + std::to_string(axis), axis, st));
     }
     line("const " + idx_ + " " + prefix + bs + " = " + v + ";");
   }
