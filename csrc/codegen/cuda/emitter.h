@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/common/loop_space.h"
@@ -89,6 +90,11 @@ class Writer {
   // axis 2's size, "s1_2" buffer 1's stride along it, "f1" its offset, "n" the points, "rows",
   // "len", ...) got on first use, its value appended to out_.dims.
   std::string num(const std::string& site, int64_t v);
+  // Number v in the dims parameter's slot for `site`, whatever its value (num() without the
+  // literals for 0 and 1).
+  std::string dim_slot(const std::string& site, int64_t v);
+  // (multiplier, shift) dividing a 32-bit index below 2^31 by d (2 <= d < 2^31).
+  static std::pair<int64_t, int> magic_division(int64_t d);
   // num() for a number along loop axis `axis` (a size or a stride): a literal for the reduced
   // axes of a constant row (constant_row_).
   std::string axis_num(const std::string& site, size_t axis, int64_t v);

@@ -112,6 +112,22 @@ std::string Writer::params() const {
 
 std::string Writer::num(const std::string& site, int64_t v) {
   if (!k_.runtime_sizes || v == 0 || v == 1 || v < 0) return std::to_string(v);
+  return dim_slot(site, v);
+}
+
+std::pair<int64_t, int> Writer::magic_division(int64_t d) {
+  // Granlund-Montgomery for 32-bit unsigned x: l = ceil(log2 d),
+  // M = floor(2^32 (2^l - d) / d) + 1 < 2^32, x / d = (umulhi(x, M) + x) >> l.
+  TL_CHECK(d >= 2 && d < (int64_t{1} << 31)) << "magic division by " << d;
+  int l = 0;
+  while ((int64_t{1} << l) < d) ++l;
+  const uint64_t m = ((uint64_t{1} << 32) * ((uint64_t{1} << l) - static_cast<uint64_t>(d))) /
+                         static_cast<uint64_t>(d) +
+                     1;
+  return {static_cast<int64_t>(m), l};
+}
+
+std::string Writer::dim_slot(const std::string& site, int64_t v) {
   auto [it, fresh] = slots_.try_emplace(site, out_.dims.size());
   if (fresh) out_.dims.push_back(v);
   TL_CHECK(out_.dims[it->second] == v)
@@ -146,10 +162,21 @@ void Writer::offsets(const std::string& prefix, const std::string& lin,
       break;
     }
     std::string c = fresh("c"), q = fresh("q");
-    std::string n =
-        axis_num(std::string("a") + std::to_string(first_axis + d), first_axis + d, sizes[d]);
-    line("const " + idx_ + " " + c + " = " + rest + " % " + n + ";");
-    line("const " + idx_ + " " + q + " = " + rest + " / " + n + ";");
+    const std::string site = std::string("a") + std::to_string(first_axis + d);
+    std::string n = axis_num(site, first_axis + d, sizes[d]);
+    if (n.rfind("tl_d.", 0) == 0 && idx_ == "unsigned") {
+      // NOTE: a runtime divisor as its magic multiplier and shift (dims slots of their own,
+      // computed here per size): `/` by a number the compiler cannot see is a ~20-instruction
+      // sequence, this is a multiply-high, an add and a shift, as NVRTC emits for a literal.
+      // Exact for 32-bit indices (every linear index is below 2^31: the sum cannot wrap).
+      auto [magic, shift] = magic_division(sizes[d]);
+      line("const " + idx_ + " " + q + " = (__umulhi(" + rest + ", " + dim_slot("m" + site, magic) +
+           ") + " + rest + ") >> " + dim_slot("l" + site, shift) + ";");
+      line("const " + idx_ + " " + c + " = " + rest + " - " + q + " * " + n + ";");
+    } else {
+      line("const " + idx_ + " " + c + " = " + rest + " % " + n + ";");
+      line("const " + idx_ + " " + q + " = " + rest + " / " + n + ";");
+    }
     coord[d] = c;
     rest = q;
   }

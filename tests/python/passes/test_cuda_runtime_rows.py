@@ -96,3 +96,26 @@ def test_rows_without_their_length_in_the_text_keep_a_runtime_length():
     ((other, _),) = _sources(_softmax, torch.randn(64, 744), runtime_sizes=True)
     assert any("tl_d" in c for c in _row_checks(dynamic))
     assert other == dynamic
+
+
+def _bias_gelu(x, b):
+    return F.gelu(x + b, approximate="tanh")
+
+
+@pytest.mark.parametrize("shape", [(4096, 3072), (37, 1000), (5, 3)])
+def test_runtime_divisors_divide_by_magic_numbers(shape):
+    # a broadcast bias: the linear index splits into (row, column) by the row's width, a dims
+    # number: a multiply-high and a shift by numbers of the dims, no division instruction
+    x, b = torch.randn(*shape), torch.randn(shape[-1])
+    ((static, _),) = _sources(_bias_gelu, x, b, runtime_sizes=False)
+    ((dynamic, _),) = _sources(_bias_gelu, x, b, runtime_sizes=True)
+    assert re.search(rf"% {shape[-1]};", static)
+    assert not re.search(r"[%/] tl_d\.v\[\d+\]", dynamic)
+    assert re.search(r"__umulhi\(\w+, tl_d\.v\[\d+\]\) \+ \w+\) >> tl_d\.v\[\d+\]", dynamic)
+    if shape[-1] % 8:
+        return  # rows not whole packs: no vector entry, another text
+    # one text for every size whose rows are whole packs
+    ((other, _),) = _sources(
+        _bias_gelu, torch.randn(129, 768), torch.randn(768), runtime_sizes=True
+    )
+    assert other == dynamic
