@@ -71,6 +71,8 @@ def test_rows_of_a_known_length_keep_the_static_schedule(fn, dtype):
     # 768 = 32 lanes x whole packs: no element of the row-cache loops checks the row's end
     assert _row_checks(static) == []
     assert _row_checks(dynamic) == []
+    if _C.nvrtc_available():
+        assert _C.nvrtc_compile(dynamic, "k", "compute_90")
     # the row count and the row strides come from the dims, nothing along the row
     assert "tl_d.v[" in dynamic
     for line in dynamic.splitlines():
@@ -112,6 +114,8 @@ def test_runtime_divisors_divide_by_magic_numbers(shape):
     assert re.search(rf"% {shape[-1]};", static)
     assert not re.search(r"[%/] tl_d\.v\[\d+\]", dynamic)
     assert re.search(r"__umulhi\(\w+, tl_d\.v\[\d+\]\) \+ \w+\) >> tl_d\.v\[\d+\]", dynamic)
+    if _C.nvrtc_available():
+        assert _C.nvrtc_compile(dynamic, "k", "compute_90")
     if shape[-1] % 8:
         return  # rows not whole packs: no vector entry, another text
     # one text for every size whose rows are whole packs
