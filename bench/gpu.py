@@ -6,12 +6,14 @@ caches) of torchlite and inductor. The pointwise case also prints its achieved b
 to a device-to-device copy of the same size.
 
     python bench/gpu.py [--quick] [--skip-inductor] [--only NAME] [--profile-cold]
-    python bench/gpu.py --kernels [--only NAME]
+    python bench/gpu.py --kernels [--only NAME] [--dynamic]
 
 --kernels: single kernels instead (add + layer_norm over 4096 rows 768, 1024 and 4096 wide, the
 GELU-tanh of GPT-2's MLP, bf16 and f32), each system's calls captured in a CUDA graph and timed
 by replaying it (GPU time only: a 10 us kernel is shorter than a call's host work), over enough
-input sets in turn that they do not stay in L2; prints us per call and GB/s moved.
+input sets in turn that they do not stay in L2; prints us per call and GB/s moved. --dynamic adds
+torchlite with dynamic=True (runtime-size kernels: what a new length runs) next to its static
+compile.
 
 --quick uses smaller sizes (a smoke run); the numbers in the README come from the full run.
 --profile-cold prints where each torchlite cold call spends its time (cProfile, which slows
@@ -199,10 +201,11 @@ def kernel_cases(only):
     return [c for c in cases if only in c[0]]
 
 
-def kernel_table(only, skip_inductor, rounds=5):
+def kernel_table(only, skip_inductor, dynamic=False, rounds=5):
     print(
         f"{'kernel':26} {'eager us':>9} {'torchlite':>10} {'inductor':>9} {'ind/tl':>7}"
-        f" {'tl GB/s':>8} {'ind GB/s':>9} {'tl err':>8}",
+        f" {'tl GB/s':>8} {'ind GB/s':>9} {'tl err':>8}"
+        + (f" {'tl dyn us':>10}" if dynamic else ""),
         flush=True,
     )
     with torch.no_grad():
@@ -212,18 +215,21 @@ def kernel_table(only, skip_inductor, rounds=5):
             sets = [make() for _ in range(max(2, -(-256 * 2**20 // nbytes)))]
             torchlite.reset()
             fns = [fn, torchlite.compile(fn, fullgraph=True)]
-            if not skip_inductor:
-                fns.append(torch.compile(fn, fullgraph=True))
+            fns.append(torch.compile(fn, fullgraph=True) if not skip_inductor else None)
+            if dynamic:
+                fns.append(torchlite.compile(fn, fullgraph=True, dynamic=True))
             err = rel_err(fns[1](*sets[0]), fn(*sets[0]))
             samples = [[] for _ in fns]
             for _ in range(rounds):  # in turns: clocks drift
                 for i, f in enumerate(fns):
-                    samples[i].append(graph_ms(f, sets))
-            us = [statistics.median(s) * 1e3 for s in samples] + [float("nan")]
+                    if f is not None:
+                        samples[i].append(graph_ms(f, sets))
+            us = [statistics.median(s) * 1e3 if s else float("nan") for s in samples]
             eager, tl_us, ind_us = us[:3]
             print(
                 f"{name:26} {eager:9.1f} {tl_us:10.1f} {ind_us:9.1f} {ind_us / tl_us:6.2f}x"
-                f" {nbytes / tl_us / 1e3:8.0f} {nbytes / ind_us / 1e3:9.0f} {err:8.1e}",
+                f" {nbytes / tl_us / 1e3:8.0f} {nbytes / ind_us / 1e3:9.0f} {err:8.1e}"
+                + (f" {us[3]:10.1f}" if dynamic else ""),
                 flush=True,
             )
             torch._dynamo.reset()
@@ -236,11 +242,12 @@ def main():
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
     ap.add_argument("--profile-cold", action="store_true", help="cProfile torchlite's cold calls")
     ap.add_argument("--kernels", action="store_true", help="single kernels (see the docstring)")
+    ap.add_argument("--dynamic", action="store_true", help="--kernels: also torchlite dynamic=True")
     a = ap.parse_args()
     if a.kernels:
         props = torch.cuda.get_device_properties(0)
         print(f"torch {torch.__version__}, {props.name}, {props.multi_processor_count} SMs")
-        kernel_table(a.only, a.skip_inductor)
+        kernel_table(a.only, a.skip_inductor, a.dynamic)
         return
     n = 1 << (22 if a.quick else 26)
     rows = 1024 if a.quick else 8192

@@ -58,11 +58,12 @@ void bind_cuda(py::module_& m) {
   m.def(
       "cuda_kernel_sources",
       [](const std::shared_ptr<ir::Graph>& g, const std::string& arch, bool compile,
-         int pointwise_block, bool group_kernels, int reduce_block) {
+         int pointwise_block, bool group_kernels, int reduce_block, bool runtime_sizes) {
         codegen::cuda::Target target = target_of(arch);
         if (pointwise_block > 0) target.pointwise_block = pointwise_block;
         target.reduce_block = reduce_block;
         passes::Partition p = passes::partition_graph(*g);
+        for (auto& k : p.kernels) k.kernel.runtime_sizes = runtime_sizes;
         if (group_kernels) passes::group_kernels(p);
         std::vector<codegen::cuda::CudaKernel> kernels;
         for (const auto& k : p.kernels)
@@ -88,11 +89,14 @@ void bind_cuda(py::module_& m) {
       },
       py::arg("graph"), py::arg("arch") = "compute_90", py::arg("compile") = true,
       py::arg("pointwise_block") = 0, py::arg("group_kernels") = false, py::arg("reduce_block") = 0,
+      py::arg("runtime_sizes") = false,
       "Lowers and fuses a captured graph and emits CUDA C for each kernel: a list of\n"
       "(name, source, ptx or None, launch dict), NVRTC-compiled for `arch` when `compile`;\n"
       "pointwise kernels `pointwise_block` threads a block when > 0, reductions `reduce_block`\n"
       "(Target::reduce_block; max-autotune's builds: the launch dict's `other_blocks`);\n"
-      "`group_kernels`: passes::group_kernels first (grouped kernels get a group entry).");
+      "`group_kernels`: passes::group_kernels first (grouped kernels get a group entry);\n"
+      "`runtime_sizes`: every kernel takes its sizes at run time (ir::Kernel::runtime_sizes,\n"
+      "as compile_graph sets it for dynamic shapes).");
 }
 
 }  // namespace tl::python

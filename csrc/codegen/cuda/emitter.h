@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/common/loop_space.h"
@@ -89,6 +90,14 @@ class Writer {
   // axis 2's size, "s1_2" buffer 1's stride along it, "f1" its offset, "n" the points, "rows",
   // "len", ...) got on first use, its value appended to out_.dims.
   std::string num(const std::string& site, int64_t v);
+  // Number v in the dims parameter's slot for `site`, whatever its value (num() without the
+  // literals for 0 and 1).
+  std::string dim_slot(const std::string& site, int64_t v);
+  // (multiplier, shift) dividing a 32-bit index below 2^31 by d (2 <= d < 2^31).
+  static std::pair<int64_t, int> magic_division(int64_t d);
+  // num() for a number along loop axis `axis` (a size or a stride): a literal for the reduced
+  // axes of a constant row (constant_row_).
+  std::string axis_num(const std::string& site, size_t axis, int64_t v);
 
   // kernel_text.cpp: pointwise
   void pointwise_scalar(int unroll);  // points per thread per loop step
@@ -226,6 +235,9 @@ class Writer {
   // stage_pitch_ elements a tile row apart there.
   std::vector<char> staged_;
   int stage_pitch_ = 0;
+  // Runtime sizes whose text already holds the reduced row's length (analyse()): the row's
+  // length and strides along it are literals, only the outer numbers are dims.
+  bool constant_row_ = false;
   int vec_ = 0;  // elements per 16-byte pack in the vectorised reduction entry; 0 = scalar
   std::vector<int> cache_first_;
   // Where reading memory branches (branching_where): in scopes whose element references are
