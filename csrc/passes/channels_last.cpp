@@ -335,7 +335,7 @@ ConvCost cpu_conv_cost(const std::vector<int64_t>& input, const std::vector<int6
   // every convolution of 22 timm models at CI size (64-96 px, batch 2; /tmp scratch script timing
   // each convolution on the input the model gave it, both layouts, best of 15): `per_mflop` is
   // the contiguous layout's time per million flops of the class, `ratio` its channels-
-  // last time over its contiguous time. Depthwise 0.197 us/MF, 0.63 (139 convolutions, 1.5-1.9x
+  // last time over its contiguous time. Depthwise 0.197 ms/MF, 0.63 (139 convolutions, 1.5-1.9x
   // faster channels-last at every spatial size); other grouped 0.019, 1.3; dense kxk 0.018, 2.4
   // (oneDNN's NHWC kernels lose at small sizes: resnet18's 512x512 3x3 on 2x2 pixels 1.1 vs 10
   // ms; above kCpuChannelsLastBytes the byte rule decides); 1x1 0.013, 1.0. Two 1x1 cases

@@ -19,7 +19,7 @@
 namespace tl::passes {
 
 // Estimated time of a graph's convolutions in each layout on the CPU (one
-// core; microseconds on the machine the constants were measured on, only
+// core; milliseconds on the machine the constants were measured on, only
 // their ratio matters). See cpu_conv_cost.
 struct ConvCost {
   double contiguous = 0;
