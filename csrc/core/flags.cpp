@@ -21,11 +21,12 @@ const std::vector<SettingSpec> kSpecs = {
     {"fold_batch_norm", &S::fold_batch_norm, kCompile, "TORCHLITE_FOLD_BATCH_NORM", "off",
      "Fold inference batch norm into the convolution before it."},
     {"channels_last", &S::channels_last, kCompile, "TORCHLITE_CHANNELS_LAST",
-     "on for CUDA f16/bf16 and large CPU f32",
+     "on for CUDA f16/bf16 and large or depthwise-separable CPU f32",
      "True: graphs with two or more convolutions (or one whose consumers read channels "
      "innermost) run channels-last; False: never; None: on for "
      "CUDA f16/bf16, and on the CPU for f32 graphs whose largest convolution output is 16 MB or "
-     "more."},
+     "more or whose convolutions are estimated faster channels-last (depthwise-separable "
+     "networks: passes/channels_last.h, cpu_conv_cost)."},
     {"verify", &S::verify, kCompile, "TORCHLITE_VERIFY", "off",
      "Check the graph after every compiler pass and name the pass that broke it."},
     {"compiled_backward", &S::compiled_backward, kCompile, "TORCHLITE_COMPILED_BACKWARD", "on",

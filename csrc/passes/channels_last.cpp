@@ -273,10 +273,18 @@ struct ConvSummary {
   PyObject* dtype = nullptr;  // borrowed from a node's meta
   bool uniform = true;
   int64_t largest_bytes = 0;  // the largest convolution output
+  ConvCost cost;              // summed cpu_conv_cost
 };
+
+bool torch_single_thread() {
+  PyRef n = PyRef::steal(PyObject_CallNoArgs(torch_fn("get_num_threads").get()));
+  if (!n) throw PythonError();
+  return PyLong_AsLong(n.get()) == 1;
+}
 
 ConvSummary summarize(const ir::Graph& g) {
   ConvSummary s;
+  std::optional<bool> single_thread;  // asked once, at the first convolution
   for (auto& n : g.nodes()) {
     if (!is_conv4d(*n)) continue;
     std::string dev = device_type(n->meta->device.get());
@@ -287,6 +295,12 @@ ConvSummary summarize(const ir::Graph& g) {
     if (bytes < 0) throw PythonError();
     for (int64_t d : n->meta->sizes) bytes *= d;
     s.largest_bytes = std::max(s.largest_bytes, bytes);
+    if (!single_thread) single_thread = torch_single_thread();
+    ConvCost c =
+        cpu_conv_cost(tensor_arg(*n, 0, "input")->meta->sizes,
+                      tensor_arg(*n, 1, "weight")->meta->sizes, n->meta->sizes, *single_thread);
+    s.cost.contiguous += c.contiguous;
+    s.cost.channels_last += c.channels_last;
   }
   return s;
 }
@@ -314,24 +328,73 @@ bool tracks_grad(const ir::Graph& g) {
 
 }  // namespace
 
+ConvCost cpu_conv_cost(const std::vector<int64_t>& input, const std::vector<int64_t>& weight,
+                       const std::vector<int64_t>& output, bool single_thread) {
+  if (input.size() != 4 || weight.size() != 4 || output.size() != 4) return {};
+  // NOTE: per-class constants measured on this repository's CPU (1 thread, f32, torch 2.13),
+  // every convolution of 22 timm models at CI size (64-96 px, batch 2; /tmp scratch script timing
+  // each convolution on the input the model gave it, both layouts, best of 15): `per_mflop` is
+  // the contiguous layout's time per million flops of the class, `ratio` its channels-
+  // last time over its contiguous time. Depthwise 0.197 ms/MF, 0.63 (139 convolutions, 1.5-1.9x
+  // faster channels-last at every spatial size); other grouped 0.019, 1.3; dense kxk 0.018, 2.4
+  // (oneDNN's NHWC kernels lose at small sizes: resnet18's 512x512 3x3 on 2x2 pixels 1.1 vs 10
+  // ms; above kCpuChannelsLastBytes the byte rule decides); 1x1 0.013, 1.0. Two 1x1 cases
+  // differ: single-threaded torch runs an unstrided 1x1 with its own per-image GEMM, which on 2-7
+  // output pixels per image is a few columns wide (regnetx_002's 368x368 on 2x2: 0.31 vs 0.053
+  // ms channels-last, where the GEMM spans the batch); a strided 1x1 whose weight is larger than
+  // its input runs 7-13x slower channels-last (resnet50's 1024->2048 stride 2: 0.81 vs 10.6 ms).
+  // Whole models under torchlite, CI size, 1 thread, contiguous over channels-last time, against
+  // this estimate: efficientnet_b0 1.56 (estimate 2.35), mobilenetv3_large_100 1.25 (1.94),
+  // regnetx_002 1.48 (2.51), ghostnet_100 1.14 (2.10), dpn68 1.24 (1.17), resnest14d 1.08 (0.97),
+  // densenet121 1.02 (0.47), resnext50_32x4d 0.89 (0.57), res2net50_26w_4s 0.89 (0.49), resnet50
+  // 0.73 (0.41), dla34 0.48 (0.46), resnet18 0.35 (0.41): the estimate picks the faster layout
+  // wherever the two differ by more than 10%.
+  const int64_t n = input[0], c = input[1], h = input[2], w = input[3];
+  const int64_t o = weight[0], c_group = weight[1], taps = weight[2] * weight[3];
+  const int64_t pixels_out = output[2] * output[3];
+  if (c_group <= 0) return {};
+  const int64_t groups = c / c_group;
+  double mflops = 2.0 * double(n) * double(o) * double(pixels_out) * double(c_group * taps) / 1e6;
+  double per_mflop = 0.013, ratio = 1.0;
+  if (groups > 1 && c_group == 1) {
+    per_mflop = 0.197, ratio = 0.63;  // depthwise
+  } else if (groups > 1) {
+    per_mflop = 0.019, ratio = 1.3;
+  } else if (taps > 1) {
+    per_mflop = 0.018, ratio = 2.4;
+  } else if (pixels_out < h * w && o * c > n * c * h * w) {
+    per_mflop = 0.024, ratio = 8.0;  // strided 1x1, weight larger than its input
+  } else if (single_thread && pixels_out == h * w && pixels_out > 1 && pixels_out < 8) {
+    per_mflop = 0.128, ratio = 0.2;  // torch's per-image GEMM, a few columns wide
+  }
+  double contiguous = mflops * per_mflop;
+  return {contiguous, contiguous * ratio};
+}
+
 bool prefers_channels_last(const std::string& device_type, PyObject* dtype,
-                           std::optional<bool> setting, int64_t largest_conv_bytes) {
+                           std::optional<bool> setting, int64_t largest_conv_bytes, ConvCost cost) {
   if (setting) return *setting;
   // NOTE: on by default for half types on CUDA: python bench/gpu.py on an H100 ran resnet50
   // (b64, bf16) in 4.8 ms channels-last against 6.3 ms without (once pointwise kernels walked
   // channels-last outputs in memory order; before, 27.5 ms).
-  // NOTE: on the CPU only for f32 graphs with large activations. bench/cpu.py resnet18 (b8,
+  // NOTE: on the CPU for f32 graphs with large activations or whose convolutions are estimated
+  // faster channels-last (cpu_conv_cost). bench/cpu.py resnet18 (b8,
   // 224px, 2 threads; largest conv output 8x64x112x112 f32 = 25.7 MB), sampled in turns against
   // inductor (which runs every CPU convolution channels-last): 0.91x inductor contiguous, 0.98x
   // channels-last (torch 2.13, loaded machine); an earlier run there: 104 against 120 ms. At
   // smaller sizes channels-last lost (b1 64px 7.5 against 4.3 ms, b2 96px 22 against 10, b8
-  // 112px 49 against 40; largest conv output 6.4 MB), as mobilenetv3 at CI size: hence the
-  // 16 MB threshold between the two. Not settled: on one thread (load ~30 on 2 cores) the same
-  // case ran 0.95x inductor channels-last against 1.05x contiguous; re-measure on a quiet host.
+  // 112px 49 against 40; largest conv output 6.4 MB): hence the 16 MB threshold between the
+  // two for dense networks. Depthwise-separable ones (efficientnet_b0, mobilenetv3_large_100 at
+  // CI size, 1 thread) now run 1.56x / 1.25x faster channels-last: since the reductions walk
+  // channels-last buffers in memory order (loop_space.cpp reduction_order), their squeeze-
+  // excitation means no longer cost what the convolutions gain. Not settled: on one thread (load
+  // ~30 on 2 cores) the same case ran 0.95x inductor channels-last against 1.05x contiguous;
+  // re-measure on a quiet host.
   if (!dtype) return false;
   if (device_type == "cpu") {
     PyRef f32 = torch_fn("float32");
-    return dtype == f32.get() && largest_conv_bytes >= kCpuChannelsLastBytes;
+    return dtype == f32.get() && (largest_conv_bytes >= kCpuChannelsLastBytes ||
+                                  cost.channels_last * kCpuChannelsLastMargin < cost.contiguous);
   }
   if (device_type != "cuda") return false;
   PyRef size = PyRef::steal(PyObject_GetAttrString(dtype, "itemsize"));
@@ -343,8 +406,9 @@ bool prefers_channels_last(const std::string& device_type, PyObject* dtype,
 int channels_last(ir::Graph& graph, std::optional<bool> setting) {
   ConvSummary convs = summarize(graph);
   if (convs.count == 0) return 0;
-  bool apply = convs.uniform && !tracks_grad(graph) &&
-               prefers_channels_last(convs.device, convs.dtype, setting, convs.largest_bytes);
+  bool apply =
+      convs.uniform && !tracks_grad(graph) &&
+      prefers_channels_last(convs.device, convs.dtype, setting, convs.largest_bytes, convs.cost);
   if (!apply) return 0;
   // NOTE: capture already recorded each convolution's eager layout (capture/backend_layout.cpp
   // asks torch's own layout rule), so eager's plan is capture's examples: re-running every

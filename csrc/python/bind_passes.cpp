@@ -1,5 +1,6 @@
 #include <pybind11/stl.h>
 
+#include "codegen/common/pass_loops.h"
 #include "codegen/cpu/emission_key.h"
 #include "passes/partition.h"
 #include "python/bindings.h"
@@ -21,6 +22,25 @@ void bind_passes(py::module_& m) {
           loops["outer"] = s.outer;
           loops["red"] = s.red;
           loops["strides"] = s.strides;
+          // Per pass over the reduction axes: the sizes of the loops it runs (pass_loops.h).
+          py::list pass_sizes;
+          if (!s.red.empty()) {
+            codegen::PassPlan plan = codegen::plan_passes(k.kernel, "kernel");
+            codegen::Stash stash = codegen::plan_stash(k.kernel, plan);
+            for (int q = 1; q <= plan.n_passes; ++q) {
+              std::vector<size_t> firsts = codegen::pass_loops(
+                  k.kernel, s, codegen::pass_buffers(k.kernel, s, plan, stash, q));
+              std::vector<int64_t> sizes;
+              for (size_t l = 0; l < firsts.size(); ++l) {
+                size_t end = l + 1 < firsts.size() ? firsts[l + 1] : s.red.size();
+                int64_t n = 1;
+                for (size_t d = firsts[l]; d < end; ++d) n *= s.red[d];
+                sizes.push_back(n);
+              }
+              pass_sizes.append(sizes);
+            }
+          }
+          loops["pass_red"] = pass_sizes;
           cpu_loops.append(loops);
           py::list names;
           for (const ir::Node* n : k.members) names.append(n->name);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/common/pass_loops.h"
 #include "codegen/common/pass_plan.h"
 #include "codegen/cpu/emission_key.h"
 #include "codegen/cpu/loop_space.h"
@@ -74,8 +75,10 @@ class Emitter {
   void accumulate(int i);
   llvm::Value* reduced(int i);
   void reduce_tile(const Offsets& off0, llvm::Value* n, const Shift& at);
-  void reduction_loops(size_t d, const Offsets& off, llvm::Value* rlin,
-                       const std::function<void(const Offsets&)>& body);
+  // Pass `p`'s loops over the reduction axes (codegen/common/pass_loops.h).
+  std::vector<size_t> pass_loops(int p) const;
+  void reduction_loops(const std::vector<size_t>& loops, size_t l, const Offsets& off,
+                       llvm::Value* rlin, const std::function<void(const Offsets&)>& body);
 
   struct Acc {
     llvm::AllocaInst* val = nullptr;

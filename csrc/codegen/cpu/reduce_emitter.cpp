@@ -1,5 +1,7 @@
 // Reductions: per-point accumulators (one slot per point of a tile of outer
 // points) and the passes over the reduction axes.
+#include <functional>
+
 #include "codegen/cpu/emitter.h"
 
 namespace tl::codegen::cpu {
@@ -75,7 +77,7 @@ void Emitter::reduce_tile(const Offsets& off0, llvm::Value* n, const Shift& at) 
   for (int p = 1; p <= plan_.n_passes; ++p) {
     cur_pass_ = p;
     for_points(off0, [&] { each_reduce(p, [&](int i) { init_acc(i); }); });
-    reduction_loops(0, off0, b_.getInt64(0), [&](const Offsets& off) {
+    reduction_loops(pass_loops(p), 0, off0, b_.getInt64(0), [&](const Offsets& off) {
       for_points(off, [&] {
         each_reduce(p, [&](int i) { accumulate(i); });
         store_outputs(p);
@@ -87,38 +89,9 @@ void Emitter::reduce_tile(const Offsets& off0, llvm::Value* n, const Shift& at) 
   for_points(off0, [&] { store_outputs(0); });
 }
 
-// Softmax-shaped outputs, out = a / s (or a * s) with `a` a row value that pass
-// q - 1 already computed for a reduction and `s` per row: pass q - 1 stores `a`
-// into the output and pass q scales it in place, so exp runs once per element,
-// as in eager, instead of twice.
 void Emitter::plan_stash() {
-  stash_.assign(k_.exprs.size(), -1);
-  stash_pass_.assign(k_.exprs.size(), 0);
-  size_t n_outer = k_.shape.size() - k_.reduction_axes;
-  for (size_t o = 0; o < k_.outputs.size(); ++o) {
-    const auto& out = k_.outputs[o];
-    const ir::Expr& e = k_.exprs[out.expr];
-    int q = plan_.out_pass[o];
-    // NOTE: from pass q on the output holds the scaled value, so `a` is only read back from
-    // it when no later pass needs `a` (softmax, then its output scaled and fed to a second
-    // softmax in the same kernel, read the scaled values as `a`).
-    if (q < 2 || q != plan_.n_passes || (e.op != ExprOp::Div && e.op != ExprOp::Mul)) continue;
-    int a = e.operands[0], s = e.operands[1];
-    const ir::Expr& ea = k_.exprs[a];
-    if (!plan_.varies[a] || plan_.varies[s] || ea.op == ExprOp::Load || ea.op == ExprOp::Cast)
-      continue;
-    if (out.view.type != ea.type || stash_[a] >= 0) continue;
-    bool distinct = true;  // every point of the row has its own element
-    for (size_t d = n_outer; d < out.view.strides.size(); ++d)
-      distinct = distinct && (out.view.strides[d] != 0 || k_.shape[d] == 1);
-    bool reduced_then = false;
-    for (size_t r = 0; r < k_.exprs.size(); ++r)
-      reduced_then |=
-          is_reduce(k_.exprs[r].op) && k_.exprs[r].operands[0] == a && plan_.pass[r] == q - 1;
-    if (!distinct || !reduced_then) continue;
-    stash_[a] = static_cast<int>(o);
-    stash_pass_[a] = q - 1;
-  }
+  Stash s = codegen::plan_stash(k_, plan_);
+  stash_ = std::move(s.output), stash_pass_ = std::move(s.pass);
 }
 
 // a / r with r a reduction result: a * (1 / r), the reciprocal hoisted out of
@@ -132,20 +105,29 @@ llvm::Value* Emitter::div_by_reduction(int i) {
   return b_.CreateFMul(operand(e.operands[0], e.type), recip);
 }
 
-void Emitter::reduction_loops(size_t d, const Offsets& off, llvm::Value* rlin,
-                              const std::function<void(const Offsets&)>& body) {
-  if (d == s_.red.size()) {
+std::vector<size_t> Emitter::pass_loops(int p) const {
+  return codegen::pass_loops(k_, s_, pass_buffers(k_, s_, plan_, {stash_, stash_pass_}, p));
+}
+
+void Emitter::reduction_loops(const std::vector<size_t>& loops, size_t l, const Offsets& off,
+                              llvm::Value* rlin, const std::function<void(const Offsets&)>& body) {
+  if (l == loops.size()) {
     rlin_ = rlin;
     body(off);
     return;
   }
-  size_t axis = s_.outer.size() + d;
-  emit_for(b_, b_.getInt64(0), red_size(d), [&](llvm::Value* c) {
+  size_t first = loops[l], end = l + 1 < loops.size() ? loops[l + 1] : s_.red.size();
+  // The loop's innermost axis gives the step; its size is the product of the loop's axes
+  // (the row-major linear index over them is unchanged, as argmax/argmin need).
+  size_t axis = s_.outer.size() + end - 1;
+  llvm::Value* size = red_size(first);
+  for (size_t d = first + 1; d < end; ++d) size = b_.CreateNSWMul(size, red_size(d));
+  emit_for(b_, b_.getInt64(0), size, [&](llvm::Value* c) {
     std::vector<llvm::Value*> inner(off.size());
     for (size_t bi = 0; bi < off.size(); ++bi)
       inner[bi] = b_.CreateNSWAdd(off[bi], b_.CreateNSWMul(c, stride(bi, axis)));
-    llvm::Value* r = b_.CreateNSWAdd(b_.CreateNSWMul(rlin, red_size(d)), c);
-    reduction_loops(d + 1, inner, r, body);
+    llvm::Value* r = b_.CreateNSWAdd(b_.CreateNSWMul(rlin, size), c);
+    reduction_loops(loops, l + 1, inner, r, body);
   });
 }
 

@@ -125,6 +125,54 @@ def test_cpu_f32_graphs_with_large_conv_outputs_run_channels_last_by_default(sha
     assert cl_convs() - before == (2 if converted else 0)
 
 
+class InvertedResidual(nn.Module):
+    """MobileNetV2/EfficientNet's block: 1x1 expansion, depthwise kxk, squeeze-excitation
+    (a spatial mean), 1x1 projection, residual add."""
+
+    def __init__(self, c=16, expand=4, k=3):
+        super().__init__()
+        e = c * expand
+        self.expand, self.bn1 = nn.Conv2d(c, e, 1, bias=False), nn.BatchNorm2d(e)
+        self.dw = nn.Conv2d(e, e, k, padding=k // 2, groups=e, bias=False)
+        self.bn2 = nn.BatchNorm2d(e)
+        self.se_reduce, self.se_expand = nn.Conv2d(e, c // 4, 1), nn.Conv2d(c // 4, e, 1)
+        self.project, self.bn3 = nn.Conv2d(e, c, 1, bias=False), nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        y = F.silu(self.bn1(self.expand(x)))
+        y = F.silu(self.bn2(self.dw(y)))
+        s = self.se_expand(F.silu(self.se_reduce(y.mean((2, 3), keepdim=True))))
+        y = y * torch.sigmoid(s)
+        return x + self.bn3(self.project(y))
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize("shape", [(2, 16, 16, 16), (1, 16, 9, 7), (3, 16, 2, 2)])
+@pytest.mark.parametrize("k", [3, 5])
+def test_depthwise_separable_blocks_run_channels_last_by_default(shape, k):
+    # CI-sized, far below the byte threshold: the cost model's depthwise convolutions decide
+    # (1.5-1.9x faster channels-last on the CPU; efficientnet_b0 1.56x as a whole).
+    assert torchlite.config.channels_last is None
+    m = nn.Sequential(InvertedResidual(k=k), InvertedResidual(k=k)).eval()
+    for p in m.parameters():
+        p.data.uniform_(-0.5, 0.5)
+    before = cl_convs()
+    check(m, torch.randn(shape), atol=1e-4, rtol=1e-4)
+    assert cl_convs() - before == 10
+
+
+@needs_cpu_kernels
+def test_dense_and_strided_pointwise_convs_stay_contiguous_at_small_sizes():
+    # resnet50's downsampling bottleneck at CI size: dense 3x3 and a strided 1x1 whose weight
+    # outweighs its input run faster contiguous.
+    m = nn.Sequential(
+        nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(), nn.Conv2d(256, 1024, 1, stride=2), nn.ReLU()
+    ).eval()
+    before = cl_convs()
+    check(m, torch.randn(2, 256, 4, 4), atol=1e-4, rtol=1e-4)
+    assert cl_convs() == before
+
+
 @needs_cpu_kernels
 def test_single_conv_and_float64_stay_contiguous():
     one = nn.Conv2d(3, 4, 3).eval()

@@ -78,6 +78,28 @@ def test_group_norm_reads_its_input_contiguously_innermost(layout, red):
     assert loops["strides"][-1][-1] == 1  # the output
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_group_norm_statistics_passes_run_one_loop(layout):
+    """The mean and variance passes read only the input, which walks all of C*H*W
+    contiguously: they run it as one loop (codegen/common/pass_loops.h), not a loop per axis
+    with a horizontal vector sum every C elements. The last pass reads the per-channel weight
+    and bias, so it keeps the kernel's axes."""
+    n, c, h, w = 2, 16, 6, 5
+    x = _layout(torch.randn(n, c, h, w), layout)
+    (loops,) = [
+        lp for lp in cpu_loops(group_norm_1, x, torch.randn(c), torch.randn(c)) if lp["red"]
+    ]
+    assert loops["pass_red"] == [[c * h * w], [c * h * w], loops["red"]]
+
+
+def test_sum_then_softmax_keeps_per_axis_loops_where_a_buffer_is_strided():
+    # A pass reading a buffer whose strides do not join keeps its axes apart.
+    x = torch.randn(2, 8, 3, 4).permute(0, 2, 1, 3)  # H outermost: (C, W) do not join
+    (loops,) = [lp for lp in cpu_loops(lambda t: t.sum((2, 3)) * 2, x) if lp["red"]]
+    assert len(loops["red"]) == 2 and loops["pass_red"] == [loops["red"]]
+    check(lambda t: t.sum((2, 3)) * 2, x, fresh=False)
+
+
 def sum_over(dims):
     return lambda x: x.sum(dims) * 2
 
