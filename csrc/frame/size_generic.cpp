@@ -79,7 +79,10 @@ const std::set<std::string>& generic_methods() {
       "view", "expand", "reshape", "contiguous", "masked_fill", "tril", "triu", "float", "type_as",
       "split", "chunk",
       // casts: whether they copy follows from the dtype and device (guarded), not the sizes
-      "to", "type", "double", "half", "bfloat16", "long", "int", "bool", "gather", "index_select"};
+      "to", "type", "double", "half", "bfloat16", "long", "int", "bool", "gather", "index_select",
+      // factories on a tensor (transformers' masks: `past.new_ones(b, past_len + t)`): their
+      // sizes are symbolic arguments, recomputed per size, as torch.ones' are
+      "new_ones", "new_zeros", "new_full", "new_empty"};
   return names;
 }
 

@@ -73,6 +73,30 @@ def test_batch_and_length_change_together_in_one_entry():
     assert (frames, instances) == (2, 3)
 
 
+def _mask_from_tensor_factories(x, past, how):
+    # NOTE: transformers' decoder masks make their ones from the cache (`past.new_ones(b, n)`),
+    # with n growing by one each generated token: each call is a new size.
+    n = past.shape[1] + x.shape[1]
+    if how == "new_ones":
+        m = past.new_ones(x.shape[0], n)
+    elif how == "new_zeros":
+        m = past.new_zeros(x.shape[0], n) + 2
+    else:
+        m = past.new_full((x.shape[0], n), 3.0)
+    return (torch.cat([past, x], 1) * m).sum(-1)
+
+
+@pytest.mark.parametrize("how", ["new_ones", "new_zeros", "new_full"])
+def test_tensor_factory_methods_serve_every_cache_length_from_one_entry(how):
+    lengths = [3, 4, 5, 6, 7, 9, 12]
+    frames, instances = _count(
+        lambda x, past: _mask_from_tensor_factories(x, past, how),
+        lambda n: (torch.randn(2, 1), torch.randn(2, n)),
+        lengths,
+    )
+    assert (frames, instances) == (2, len(lengths) - 2)
+
+
 def test_dynamic_true_captures_once():
     frames, _ = _count(_two_inputs, lambda n: (torch.randn(n, 6), torch.randn(6, n)), [4, 8, 13])
     torchlite.reset()
