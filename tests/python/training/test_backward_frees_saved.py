@@ -7,22 +7,9 @@ CPU buffer pool serves (runtime/buffer_pool.h), so all of them go through torch'
 
 import pytest
 import torch
-from torch._C._profiler import _EventType
-from train_check import compiled_backward_used
+from train_check import allocation_events, compiled_backward_used, in_compiled_backward
 
 import torchlite
-
-
-def _walk(nodes):
-    for n in nodes:
-        yield n
-        yield from _walk(n.children)
-
-
-def _ancestors(n):
-    while n is not None:
-        yield n.name
-        n = n.parent
 
 
 class _Deep(torch.nn.Module):
@@ -67,16 +54,9 @@ def test_saved_values_are_freed_before_the_backward_ends(depth):
         saved = {t.untyped_storage().data_ptr() for t in loss.grad_fn.saved_tensors} - params
         loss.backward()
         del loss
-    events = [
-        n
-        for n in _walk(prof.profiler.kineto_results.experimental_event_tree())
-        if n.tag == _EventType.Allocation
-    ]
-    events.sort(key=lambda n: n.start_time_ns)
+    events = allocation_events(prof)
     backward = [
-        n.start_time_ns
-        for n in events
-        if n.extra_fields.alloc_size > 0 and "CompiledTrainingBackward" in _ancestors(n)
+        n.start_time_ns for n in events if n.extra_fields.alloc_size > 0 and in_compiled_backward(n)
     ]
     first, last = min(backward), max(backward)
     freed_early = {

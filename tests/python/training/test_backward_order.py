@@ -9,22 +9,9 @@ goes through torch's allocator."""
 
 import pytest
 import torch
-from torch._C._profiler import _EventType
-from train_check import compiled_backward_used
+from train_check import allocation_events, compiled_backward_used, in_compiled_backward
 
 import torchlite
-
-
-def _walk(nodes):
-    for n in nodes:
-        yield n
-        yield from _walk(n.children)
-
-
-def _ancestors(n):
-    while n is not None:
-        yield n.name
-        n = n.parent
 
 
 class _Stack(torch.nn.Module):
@@ -54,13 +41,8 @@ def _backward_peak(compiled, x) -> int:
         assert compiled_backward_used(loss)
         loss.backward()
         del loss
-    events = [
-        n
-        for n in _walk(prof.profiler.kineto_results.experimental_event_tree())
-        if n.tag == _EventType.Allocation
-    ]
-    events.sort(key=lambda n: n.start_time_ns)
-    inside = [n for n in events if "CompiledTrainingBackward" in _ancestors(n)]
+    events = allocation_events(prof)
+    inside = [n for n in events if in_compiled_backward(n)]
     first, last = inside[0].start_time_ns, inside[-1].start_time_ns
     now = peak = 0
     for n in events:

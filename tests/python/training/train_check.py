@@ -29,6 +29,30 @@ def _tensors(out) -> list:
     return [o for o in out if isinstance(o, torch.Tensor)] if isinstance(out, tuple) else []
 
 
+def allocation_events(prof) -> list:
+    """A CPU profile's allocation events (frees carry negative sizes), in time order."""
+    from torch._C._profiler import _EventType
+
+    def walk(nodes):
+        for n in nodes:
+            yield n
+            yield from walk(n.children)
+
+    tree = prof.profiler.kineto_results.experimental_event_tree()
+    events = [n for n in walk(tree) if n.tag == _EventType.Allocation]
+    events.sort(key=lambda n: n.start_time_ns)
+    return events
+
+
+def in_compiled_backward(event) -> bool:
+    """Whether a profiler event ran inside torchlite's compiled backward."""
+    while event is not None:
+        if event.name == "CompiledTrainingBackward":
+            return True
+        event = event.parent
+    return False
+
+
 def compiled_backward_used(out: torch.Tensor) -> bool:
     """True when `out` came from torchlite's compiled forward (its grad_fn is the link)."""
     return out.grad_fn is not None and "CompiledTraining" in type(out.grad_fn).__name__
