@@ -56,10 +56,12 @@ def test_a_new_size_first_then_a_flag_recompile():
     torchlite.reset()
     compiled = torchlite.compile(_flagged)
     w = torch.randn(16, 8)
+    # NOTE: counters are process-wide and reset() keeps them: count this test's fallbacks only.
+    fallbacks = torchlite.counters()["eager_fallbacks"]
     for rows, scale in ((4, True), (6, True), (9, True), (9, False), (4, False)):
         x = torch.randn(rows, 16)
         torch.testing.assert_close(compiled(x, w, scale=scale), _flagged(x, w, scale=scale))
-    assert torchlite.counters()["eager_fallbacks"] == 0
+    assert torchlite.counters()["eager_fallbacks"] == fallbacks
 
 
 def test_gpt2_use_cache_false_after_true_keeps_constant_sizes(tmp_path):
