@@ -243,6 +243,31 @@ ValuePtr full(CaptureContext& ctx, PyObject* target, const std::string& method,
   return ctx.record_op(nullptr, "clone", {expanded}, {});
 }
 
+// `torch.full_like(x, s)` (dtype= as a constant at most) of a contiguous x whose result is
+// floating: the number as a 0-d tensor of the result's dtype, expanded to x's size and copied
+// (contiguous, as full_like of a contiguous x). NOTE: an integer result converts the number in
+// eager with its own range checks, and other layouts keep their strides: those keep the value
+// guard.
+ValuePtr full_like(CaptureContext& ctx, PyObject* target, const std::string& method,
+                   const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
+  if (!method.empty() || args.size() != 2 || !args[0]->is_tensor() || !is_scalar(args[1]) ||
+      target != torch_attr("full_like").get())
+    return nullptr;
+  PyRef dtype = dtype_of(args[0]->meta.get());
+  for (const auto& [k, v] : kwargs) {
+    if (k != "dtype" || !v->is_const() || v->sym || v->scalar) return nullptr;
+    if (v->obj.get() != Py_None) dtype = v->obj;
+  }
+  if (!dtype_is(dtype.get(), "is_floating_point")) return nullptr;
+  PyRef contiguous =
+      PyRef::steal(PyObject_CallMethod(args[0]->meta.get(), "is_contiguous", nullptr));
+  if (!contiguous) throw PythonError();
+  if (contiguous.get() != Py_True) return nullptr;
+  ValuePtr t = operand(ctx, args[1], args[0]->device.get(), dtype.get());
+  ValuePtr expanded = ctx.record_op(nullptr, "expand_as", {t, args[0]}, {});
+  return ctx.record_op(nullptr, "clone", {expanded}, {});
+}
+
 }  // namespace
 
 ValuePtr scalar_argument(CaptureContext& ctx, PyObject* n, const ir::SourcePtr& src) {
@@ -361,6 +386,7 @@ ValuePtr scalar_op(CaptureContext& ctx, PyObject* target, const std::string& met
     if (!r) r = clamp(ctx, target, method, name, args, kwargs);
     if (!r) r = where(ctx, target, method, args, kwargs);
     if (!r) r = full(ctx, target, method, args, kwargs);
+    if (!r) r = full_like(ctx, target, method, args, kwargs);
     if (r) return r;
   }
   for (const ValuePtr& a : args) ctx.specialise_scalars(a);

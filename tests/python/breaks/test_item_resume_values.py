@@ -119,6 +119,11 @@ def _full_of_the_number(x):
     return torch.full((3, x.size(0)), s) + x
 
 
+def _full_like_of_the_number(x):
+    s = x.max().item()
+    return torch.full_like(x, s) * x + torch.full_like(x, s, dtype=torch.float64)
+
+
 def _power(x):
     s = x.max().item()
     return x**s + s**x
@@ -134,6 +139,7 @@ def _power(x):
         _where_and_masked_fill,
         _clamped,
         _full_of_the_number,
+        _full_like_of_the_number,
         _power,
     ],
     ids=[
@@ -144,6 +150,7 @@ def _power(x):
         "where_masked_fill",
         "clamp",
         "full",
+        "full_like",
         "pow",
     ],
 )
@@ -325,3 +332,19 @@ def test_a_number_input_in_a_training_graph_gives_eagers_gradients():
         if i == 1:
             frames = counters()["frames"]
     assert counters()["frames"] == frames
+
+
+def _full_like_kept_by_value(x):
+    s = x.max().item()
+    # NOTE: a transposed x's result keeps x's strides and an int result converts with eager's
+    # checks: both keep the value guard (still eager's values and strides)
+    y = torch.full_like(x.t(), s)
+    return y, y.stride(), torch.full_like(x, s, dtype=torch.int64)
+
+
+def test_full_like_of_other_layouts_and_int_results_are_eagers():
+    torchlite.reset()
+    compiled = torchlite.compile(_full_like_kept_by_value)
+    for i in range(4):
+        x = torch.rand(3, 5) * 4 + i
+        assert_same(compiled(x), _full_like_kept_by_value(x))
