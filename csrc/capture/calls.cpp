@@ -63,7 +63,10 @@ namespace {
 // library function, a class) reads them as numbers: they are specialised first.
 // isinstance() and callable(): their answer follows from their arguments' types, never from
 // a number's value (`isinstance(q_offset, torch.Tensor)` on a cache length in transformers'
-// mask helpers), so a size passed to them stays symbolic.
+// mask helpers), so a size passed to them stays symbolic. len(): from how many items a tuple,
+// list or dict holds (a tensor's is its first size, a symbol itself; an object's __len__ is
+// traced), never from the items' values: `len(mask.shape) == 4` (transformers 5.17's mask
+// preprocessing) must not pin every size of `mask`.
 bool reads_only_types(PyObject* f) {
   if (!f || !PyCFunction_Check(f)) return false;
   PyObject* module = PyCFunction_GET_SELF(f);  // borrowed: the builtins module
@@ -75,7 +78,8 @@ bool reads_only_types(PyObject* f) {
   }
   const char* fn = reinterpret_cast<PyCFunctionObject*>(f)->m_ml->ml_name;
   return std::strcmp(name, "builtins") == 0 &&
-         (std::strcmp(fn, "isinstance") == 0 || std::strcmp(fn, "callable") == 0);
+         (std::strcmp(fn, "isinstance") == 0 || std::strcmp(fn, "callable") == 0 ||
+          std::strcmp(fn, "len") == 0);
 }
 
 bool keeps_sym_args(const ValuePtr& fn) {

@@ -123,16 +123,6 @@ std::string exception_text() {
   return first_line.size() > 300 ? first_line.substr(0, 300) + "..." : first_line;
 }
 
-const std::unordered_set<std::string>& factory_functions() {
-  static const std::unordered_set<std::string> names = {
-      "zeros",        "ones",        "empty",         "full",          "rand",      "randn",
-      "randint",      "randperm",    "arange",        "linspace",      "logspace",  "tensor",
-      "as_tensor",    "eye",         "scalar_tensor", "empty_strided", "normal",    "tril_indices",
-      "triu_indices", "zeros_like",  "ones_like",     "empty_like",    "full_like", "rand_like",
-      "randn_like",   "randint_like"};
-  return names;
-}
-
 const std::unordered_set<std::string>& data_dependent_methods() {
   static const std::unordered_set<std::string> names = {
       "item",      "tolist",    "numpy",           "__bool__", "__int__",
@@ -228,6 +218,16 @@ PyMethodDef rebuild_def = {"torchlite_rebuild_object", rebuild_created_object, M
                            "Remakes an object created by code torchlite captured."};
 
 }  // namespace
+
+const std::unordered_set<std::string>& factory_functions() {
+  static const std::unordered_set<std::string> names = {
+      "zeros",        "ones",        "empty",         "full",          "rand",      "randn",
+      "randint",      "randperm",    "arange",        "linspace",      "logspace",  "tensor",
+      "as_tensor",    "eye",         "scalar_tensor", "empty_strided", "normal",    "tril_indices",
+      "triu_indices", "zeros_like",  "ones_like",     "empty_like",    "full_like", "rand_like",
+      "randn_like",   "randint_like"};
+  return names;
+}
 
 ValuePtr lower_created_object(const ValuePtr& v) {
   if (v->kind != VKind::Object || !v->flag || !v->attrs)

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -259,5 +260,8 @@ bool is_immutable_constant(PyObject* obj);
 // are read through `src`, never by identity. One held by a module or a global (a hook) is kept:
 // guarded by identity.
 bool guarded_by_code(PyObject* obj, const ir::SourcePtr& src);
+// The torch functions that make a tensor from sizes or data (torch.zeros, arange, rand, the
+// *_like ones), by short name: traced on the meta device unless a device is given.
+const std::unordered_set<std::string>& factory_functions();
 
 }  // namespace tl::capture

@@ -7,11 +7,14 @@
 #include <set>
 #include <unordered_map>
 
+#include "capture/backend_layout.h"
+#include "capture/context.h"
 #include "capture/meta_cache.h"
 #include "capture/torch_api.h"
 #include "core/counters.h"
 #include "core/errors.h"
 #include "core/log.h"
+#include "ir/effects.h"
 #include "passes/graph_rewrite.h"
 #include "pipeline/compile_graph.h"
 
@@ -27,63 +30,67 @@ std::string ms_between(std::chrono::steady_clock::time_point a,
   return text;
 }
 
-// Ops whose result at other sizes is the same op applied to the other sizes: no size baked
-// into their arguments by the trace (the trace reading one is CaptureResult::reads_sizes),
-// no in-place update, no alias-or-copy answer that follows from strides.
-const std::set<std::string>& generic_functions() {
-  static const std::set<std::string> names = {
-      "operator.add", "operator.sub", "operator.mul", "operator.truediv", "operator.neg",
-      "operator.matmul", "operator.pow", "operator.getitem", "operator.gt", "operator.lt",
-      "operator.ge", "operator.le", "operator.eq", "operator.ne", "operator.invert",
-      // torch.*
-      "torch.bitwise_not", "torch.logical_not", "torch.add", "torch.sub", "torch.mul", "torch.div",
-      "torch.neg", "torch.relu", "torch.sigmoid", "torch.tanh", "torch.exp", "torch.log",
-      "torch.sqrt", "torch.rsqrt", "torch.abs", "torch.pow", "torch.matmul", "torch.mm",
-      "torch.bmm", "torch.softmax", "torch.log_softmax", "torch.where", "torch.maximum",
-      "torch.minimum", "torch.clamp", "torch.sin", "torch.cos", "torch.erf", "torch.sum",
-      "torch.mean", "torch.amax", "torch.amin", "torch.transpose", "torch.permute", "torch.cat",
-      "torch.layer_norm", "torch._set_grad_enabled",
-      // torch.nn.functional and its C entry points
-      "torch.nn.functional.relu", "torch.nn.functional.gelu", "torch.nn.functional.silu",
-      "torch.nn.functional.softmax", "torch.nn.functional.log_softmax",
-      "torch.nn.functional.layer_norm", "torch.nn.functional.linear", "torch.nn.functional.sigmoid",
-      "torch.nn.functional.tanh", "torch._C._nn.linear", "torch._C._nn.gelu", "torch._C._nn.silu",
-      "operator.floordiv", "torch.tril", "torch.triu", "torch.masked_fill",
-      "torch.nn.functional.embedding", "torch.embedding",
-      // factories: their sizes are symbolic arguments, recomputed per size
-      "torch.arange", "torch.full", "torch.zeros", "torch.ones", "torch.split", "torch.chunk",
-      // matmul-like and attention: their sizes follow from their arguments'
-      "torch.addmm", "torch.baddbmm", "torch.nn.functional.scaled_dot_product_attention",
-      "torch._C._nn.scaled_dot_product_attention",
-      // dropout outside training returns its argument (inside, autograd or RNG blocks it)
-      "torch.nn.functional.dropout",
-      // a tensor from constants (a size in them was specialised: a relation)
-      "torch.tensor",
-      // indexing by an index tensor: the result takes the index's sizes
-      "torch.gather", "torch.index_select",
-      // a bounds check of an index op's indices (capture/index_bounds.h): no result
-      "torchlite._index_bounds.check_index_bounds",
-      // the check of an assert on a tensor's value (capture/data_dependent_assert.h): no result
-      "torchlite._asserts.check_assertion"};
-  return names;
+// Whether the op of node n (not a placeholder or the output), run at other sizes, is the same
+// op on the other sizes: "" when it is, else why not, naming the op (the recompiles log).
+// NOTE: not a list of op names. What could make a graph hold this call's sizes is decided
+// elsewhere: the trace reading a size (a number or a sequence from a tensor, an op returning its
+// argument) makes the capture exact (CaptureResult::reads_sizes), sizes the trace computed with
+// are symbolic arguments recomputed per size (evaluate_sym_arg), an op whose result the meta
+// tensors cannot give (data-dependent sizes) breaks the graph, and a new size replays every op on
+// meta tensors of those sizes (torch's own shape rules, as capture ran them: replay_meta). What
+// is left to refuse here: an op that writes an operand (in place, `out=`), an effect beyond its
+// result (hooks, backward, seeds, prints; a random draw or a grad-mode switch replays as it
+// ran), a call that gives no tensor (what it does is not its result), and a callable that is not
+// a torch op, a Tensor method or Python's operator (a user function is opaque). Ops whose
+// view-or-copy answer follows from strides are checked per size (gives_view).
+std::string op_blocker(const ir::Node& n) {
+  const std::string& t = n.target_name;
+  // NOTE: checks the capture adds (capture/index_bounds.h, capture/data_dependent_assert.h):
+  // they read their operands at any size and give nothing.
+  if (n.op == ir::OpKind::CallFunction && (t == "torchlite._index_bounds.check_index_bounds" ||
+                                           t == "torchlite._asserts.check_assertion"))
+    return "";
+  if (ir::writes_operand(n)) return "the op " + t + " writes an operand";
+  if (ir::lasting_effect(n)) return "the op " + t + " has an effect beyond its result";
+  if (t == "torch._set_grad_enabled") return "";
+  PyObject* ex = n.example.get();
+  bool gives_tensor = n.meta.has_value() || (ex && (PyTuple_Check(ex) || PyList_Check(ex)));
+  if (!gives_tensor) return "the op " + t + " gives no tensor";
+  if (n.op == ir::OpKind::CallMethod) {
+    // NOTE: a Tensor method; `_name` ones are torch's internals (no promise about them).
+    bool dunder = t.size() > 4 && t.rfind("__", 0) == 0 && t.compare(t.size() - 2, 2, "__") == 0;
+    if (t.empty() || (t[0] == '_' && !dunder))
+      return "the op " + t + " is not known to be size-generic";
+    return "";
+  }
+  static const char* kNamespaces[] = {"operator.",         "torch.nn.functional.", "torch._C._nn.",
+                                      "torch.special.",    "torch._C._special.",   "torch.linalg.",
+                                      "torch._C._linalg.", "torch.fft.",           "torch._C._fft.",
+                                      "torch.Tensor.",     "torch.functional.",    "torch."};
+  for (const char* ns : kNamespaces) {
+    size_t len = std::char_traits<char>::length(ns);
+    if (t.compare(0, len, ns) == 0 && t.size() > len && t.find('.', len) == std::string::npos)
+      return "";
+  }
+  return "the op " + t + " is not known to be size-generic";
 }
 
-const std::set<std::string>& generic_methods() {
-  static const std::set<std::string> names = {
-      "add", "sub", "mul", "div", "neg", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt",
-      "abs", "pow", "softmax", "log_softmax", "sum", "mean", "amax", "amin", "transpose", "permute",
-      "t", "matmul", "unsqueeze", "__getitem__", "gelu", "silu", "clamp", "sin", "cos",
-      "bitwise_not", "logical_not",
-      // views whose sizes may be symbolic (view and expand always alias; reshape is checked
-      // per size: see gives_view)
-      "view", "expand", "reshape", "contiguous", "masked_fill", "tril", "triu", "float", "type_as",
-      "split", "chunk",
-      // casts: whether they copy follows from the dtype and device (guarded), not the sizes
-      "to", "type", "double", "half", "bfloat16", "long", "int", "bool", "gather", "index_select",
-      // factories on a tensor (transformers' masks: `past.new_ones(b, past_len + t)`): their
-      // sizes are symbolic arguments, recomputed per size, as torch.ones' are
-      "new_ones", "new_zeros", "new_full", "new_empty"};
-  return names;
+// Ops whose result is a view of their tensor operand or a copy of it depending on its strides
+// (`reshape` of a slice, `contiguous`, a memory format): the trace relied on the answer at its
+// sizes, and other sizes must give the same (gives_view).
+bool view_or_copy(const ir::Node& n) {
+  std::string base = n.target_name;
+  if (n.op == ir::OpKind::CallFunction) {
+    if (base.rfind("torch.", 0) != 0 || base.find('.', 6) != std::string::npos) return false;
+    base = base.substr(6);
+  }
+  if (base == "reshape" || base == "reshape_as" || base == "flatten" || base == "ravel" ||
+      base == "unflatten" || base == "contiguous")
+    return true;
+  if (base != "to") return false;
+  for (const auto& [k, a] : n.kwargs)
+    if (k == "memory_format") return true;
+  return false;
 }
 
 // Borrowed `o`: its shape and strides (read by `shape_of` and `stride_of`) appended to `key`;
@@ -196,14 +203,6 @@ PyRef example_of(const ir::Arg& a) {
   return {};
 }
 
-// n's result on its arguments' examples, through capture's meta path (C++ shape rules for
-// common ops, a cache of torch's meta results, else the meta op): new reference, or null
-// with no Python error set when the op raises at these sizes.
-bool is_factory(const std::string& name) {
-  return name == "torch.arange" || name == "torch.full" || name == "torch.zeros" ||
-         name == "torch.ones" || name == "torch.tensor";
-}
-
 // `a` with its symbolic sizes evaluated at `symbols` (Arg::sym, Arg::sym_slice, Arg::fsym);
 // false where a float of them cannot be computed as CPython would (it raises there).
 bool evaluate_sym_arg(ir::Arg& a, const std::vector<int64_t>& symbols) {
@@ -233,73 +232,123 @@ bool evaluate_sym_arg(ir::Arg& a, const std::vector<int64_t>& symbols) {
   return ok;
 }
 
-// Whether method node n (reshape or contiguous) returns a view of its input at its
-// arguments' examples: 1 yes, 0 a copy, -1 unknown.
-int gives_view(const ir::Node& n) {
-  if (n.args.empty() || n.args[0].kind != ir::Arg::Kind::Node || !n.kwargs.empty()) return -1;
-  PyRef self = example_of(n.args[0]);
-  if (!self) return -1;
-  if (n.target_name == "contiguous") {
-    if (n.args.size() != 1) return -1;
-    PyRef r = PyRef::steal(PyObject_CallMethod(self.get(), "is_contiguous", nullptr));
-    if (!r) {
-      PyErr_Clear();
-      return -1;
-    }
-    return r.get() == Py_True ? 1 : 0;
-  }
-  PyRef pos = PyRef::steal(PyTuple_New(n.args.size() - 1));
-  if (!pos) throw PythonError();
-  for (size_t i = 1; i < n.args.size(); ++i) {
-    PyRef v = example_of(n.args[i]);
-    if (!v) return -1;
-    PyTuple_SET_ITEM(pos.get(), i - 1, v.release());
-  }
-  PyRef view = PyRef::steal(PyObject_GetAttrString(self.get(), "view"));
-  PyRef r = view ? PyRef::steal(PyObject_Call(view.get(), pos.get(), nullptr)) : PyRef();
-  if (!r) PyErr_Clear();
-  return r ? 1 : 0;
-}
-
-PyRef replay_meta(const ir::Node& n) {
+// The arguments of node n as capture gave them to the meta op, from their examples (the
+// replayed values): a method's tensor apart (`self`), the device of a `to` dropped (a meta
+// tensor cannot be copied to a real device; `to` keeps its dtype change), every other device
+// the meta device, and a factory (capture::factory_functions) given none made on meta. The
+// node keeps the real call and device.
+struct MetaArgs {
+  PyRef self, pos, kwargs;  // kwargs: null when none
+  bool ok = false;
+};
+MetaArgs meta_args(const ir::Node& n) {
+  MetaArgs out;
   bool method = n.op == ir::OpKind::CallMethod;
   size_t first = method ? 1 : 0;
-  if (n.args.size() < first) return {};
-  PyRef self = method ? example_of(n.args[0]) : PyRef();
-  // NOTE: `x.to(device)` on meta keeps only its dtype change (as capture computes it: a meta
-  // tensor cannot be copied to a real device); the node keeps the real call and device.
+  if (n.args.size() < first) return out;
+  if (method && !(out.self = example_of(n.args[0]))) return out;
   bool to = method && n.target_name == "to";
   auto is_device = [](PyObject* v) {
     return PyUnicode_Check(v) || PyObject_TypeCheck(v, reinterpret_cast<PyTypeObject*>(
                                                            capture::torch_api().device_type.get()));
   };
   std::vector<PyRef> args;
-  PyRef kwargs = PyRef::steal(PyDict_New());
-  bool ok = kwargs && (!method || self);
-  for (size_t i = first; ok && i < n.args.size(); ++i) {
+  for (size_t i = first; i < n.args.size(); ++i) {
     PyRef v = example_of(n.args[i]);
-    ok = static_cast<bool>(v);
-    if (ok && !(to && is_device(v.get()))) args.push_back(std::move(v));
+    if (!v) return out;
+    if (!(to && is_device(v.get()))) args.push_back(std::move(v));
   }
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  if (!kwargs) return out;
+  PyObject* meta = capture::torch_api().meta_device.get();
+  bool device_given = false;
   for (const auto& [k, a] : n.kwargs) {
-    if (to && k == "device") continue;
-    PyRef v = ok ? example_of(a) : PyRef();
-    ok = v && PyDict_SetItemString(kwargs.get(), k.c_str(), v.get()) == 0;
+    bool device = k == "device";
+    if (to && device) continue;
+    PyRef v = example_of(a);
+    if (!v) return out;
+    device_given = device_given || (device && v.get() != Py_None);
+    if (PyDict_SetItemString(kwargs.get(), k.c_str(),
+                             device && v.get() != Py_None ? meta : v.get()) < 0)
+      return out;
   }
-  PyRef pos = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-  ok = ok && pos;
-  for (size_t i = 0; ok && i < args.size(); ++i)
-    PyTuple_SET_ITEM(pos.get(), static_cast<Py_ssize_t>(i), args[i].release());
-  // NOTE: a factory replays on meta (its node keeps the real device).
-  bool factory = !method && is_factory(n.target_name);
-  if (ok && factory) {
-    PyRef meta = PyRef::steal(PyUnicode_FromString("meta"));
-    ok = meta && PyDict_SetItemString(kwargs.get(), "device", meta.get()) == 0;
+  if (!method && !device_given) {
+    const std::string& t = n.target_name;
+    std::string name = t.substr(t.rfind('.') + 1);
+    if (capture::factory_functions().count(name) && name.find("_like") == std::string::npos &&
+        PyDict_SetItemString(kwargs.get(), "device", meta) < 0)
+      return out;
   }
-  PyRef r =
-      ok ? capture::meta_call(n.target.get(), method ? n.target_name : "", self.get(), pos.get(),
-                              n.kwargs.empty() && !factory ? nullptr : kwargs.get(), true)
-         : PyRef();
+  out.pos = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  if (!out.pos) return out;
+  for (size_t i = 0; i < args.size(); ++i)
+    PyTuple_SET_ITEM(out.pos.get(), static_cast<Py_ssize_t>(i), args[i].release());
+  if (PyDict_Size(kwargs.get())) out.kwargs = std::move(kwargs);
+  out.ok = true;
+  return out;
+}
+
+// Whether node n (view_or_copy) returns a view of its tensor operand (or the operand itself)
+// at its arguments' examples: 1 yes, 0 a copy, -1 unknown. The op itself runs on the meta
+// examples (torch's meta tensors keep `_base` as real ones do; capture's meta results may be
+// made by shape rules, without it).
+int gives_view(const ir::Node& n) {
+  if (n.args.empty() || n.args[0].kind != ir::Arg::Kind::Node) return -1;
+  PyRef operand = example_of(n.args[0]);
+  MetaArgs a = meta_args(n);
+  if (!operand || !a.ok) {
+    PyErr_Clear();
+    return -1;
+  }
+  PyRef fn = n.op == ir::OpKind::CallMethod
+                 ? PyRef::steal(PyObject_GetAttrString(a.self.get(), n.target_name.c_str()))
+                 : n.target;
+  PyRef r = fn ? PyRef::steal(PyObject_Call(fn.get(), a.pos.get(), a.kwargs.get())) : PyRef();
+  if (r && r.get() == operand.get()) return 1;
+  PyRef base = r ? PyRef::steal(PyObject_GetAttrString(operand.get(), "_base")) : PyRef();
+  PyRef r_base = base ? PyRef::steal(PyObject_GetAttrString(r.get(), "_base")) : PyRef();
+  if (!r_base) {
+    PyErr_Clear();
+    return -1;
+  }
+  return r_base.get() == (base.get() == Py_None ? operand.get() : base.get()) ? 1 : 0;
+}
+
+// The real device of node n's result (for a tuple result, its first tensor operand's).
+PyObject* result_device(const ir::Node& n) {
+  if (n.meta) return n.meta->device.get();
+  for (const ir::Arg& a : n.args)
+    if (a.kind == ir::Arg::Kind::Node && a.node->meta) return a.node->meta->device.get();
+  return nullptr;
+}
+
+// n's result on its arguments' examples, through capture's meta path (C++ shape rules for
+// common ops, a cache of torch's meta results, else the meta op) and the layout corrections
+// capture makes after it: new reference, or null with no Python error set when the op raises
+// at these sizes.
+PyRef replay_meta(const ir::Node& n) {
+  bool method = n.op == ir::OpKind::CallMethod;
+  MetaArgs a = meta_args(n);
+  if (!a.ok) {
+    PyErr_Clear();
+    return {};
+  }
+  // NOTE: `x.cpu()`, `x.cuda()`: capture keeps the operand's metadata (on another device).
+  if (method && (n.target_name == "cpu" || n.target_name == "cuda")) return a.self;
+  PyRef r = capture::meta_call(n.target.get(), method ? n.target_name : "", a.self.get(),
+                               a.pos.get(), a.kwargs.get(), true);
+  PyObject* device = result_device(n);
+  // NOTE: the layout eager's kernel gives (a convolution or pool by backend): as capture.
+  if (r && device) {
+    const std::string& t = n.target_name;
+    std::string name = method ? t : t.substr(t.rfind('.') + 1);
+    try {
+      r = capture::eager_result_layout(name, method ? nullptr : n.target.get(), a.self.get(),
+                                       std::move(r), device, a.pos.get(), a.kwargs.get());
+    } catch (const PythonError&) {
+      r = PyRef();
+    }
+  }
   // NOTE: as capture predicts it (a `transpose(1, 2).contiguous()` after it is then a view at
   // every size, as it was at the capture's: gives_view).
   if (r && n.meta && n.target_name.find("scaled_dot_product_attention") != std::string::npos &&
@@ -351,9 +400,8 @@ std::string size_generic_blocker(const capture::CaptureResult& res, const Compil
       continue;
     }
     if (n->op == ir::OpKind::Output) continue;
-    bool ok = n->op == ir::OpKind::CallMethod ? generic_methods().count(n->target_name) > 0
-                                              : generic_functions().count(n->target_name) > 0;
-    if (!ok) return "the op " + n->target_name + " is not known to be size-generic";
+    std::string blocker = op_blocker(*n);
+    if (!blocker.empty()) return blocker;
     if (n->meta && n->meta->requires_grad) return "autograd records the graph";
   }
   return "";
@@ -513,8 +561,7 @@ void SizeInstances::set_symbols(const capture::CaptureResult& res,
   // its inputs once (the run), not twice (serves() and the run).
   may_refuse_ = !relations_.empty() && !in_guards;
   for (const auto& n : res.graph->nodes())
-    if (n->op == ir::OpKind::CallMethod &&
-        (n->target_name == "reshape" || n->target_name == "contiguous"))
+    if (n->op != ir::OpKind::Placeholder && n->op != ir::OpKind::Output && view_or_copy(*n))
       may_refuse_ = true;
 }
 
@@ -665,10 +712,9 @@ SizeInstances::Instance SizeInstances::instantiate(PyObject* const* inputs, size
       return Instance{nullptr, relations_.empty()};
     }
     PyRef device = node->meta ? node->meta->device : PyRef();
-    // NOTE: reshape and contiguous give a view or a copy depending on strides: the trace
-    // relied on the answer it got; other sizes must give the same one.
-    if (node->op == ir::OpKind::CallMethod &&
-        (node->target_name == "reshape" || node->target_name == "contiguous")) {
+    // NOTE: reshape, flatten, contiguous, ... give a view or a copy depending on strides: the
+    // trace relied on the answer it got; other sizes must give the same one.
+    if (view_or_copy(*node)) {
       int now = gives_view(*node), then = gives_view(*captured_->nodes()[at]);
       if (now < 0 || now != then) {
         if (log_enabled("recompiles"))

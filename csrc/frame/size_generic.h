@@ -11,9 +11,12 @@
 //   keeps the entry exact (today's guards), which is always correct;
 // - no graph break, the builtin compiler, CPU or CUDA tensor inputs, no op autograd records
 //   (inference: no_grad or no input that requires grad);
-// - every op is one whose meaning at other sizes is the same op on other sizes (pointwise,
-//   reductions, softmax, norms, matmul, transpose/permute, indexing): a fixed list, no
-//   in-place op, no factory, no view whose copy-or-alias answer follows from the strides.
+// - every op is a torch op, a Tensor method or Python's operator on tensors (its meaning at
+//   other sizes is the same op on other sizes: the replay runs it there on meta tensors, as
+//   capture did), with a tensor result, that writes no operand (in place, `out=`) and has no
+//   effect beyond its result (hooks, backward, seeds); an op whose view-or-copy answer follows
+//   from strides (reshape, flatten, contiguous, a memory format) must give the trace's answer
+//   at each new size, else that size is captured again.
 #include <map>
 #include <memory>
 #include <string>
