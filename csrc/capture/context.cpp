@@ -1324,11 +1324,17 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
       if (!dim) dim = Value::constant(PyRef::steal(PyLong_FromLong(0)));
       counted = dim->is_const() && PyLong_Check(dim->obj.get()) && !dim->sym;
     }
+    // NOTE: a torch.return_types result (x.max(dim), sort, topk, aminmax: a structseq) and
+    // var_mean/std_mean's pair have as many items at every size.
+    bool fixed = (PyTuple_Check(result.get()) && !PyTuple_CheckExact(result.get()) &&
+                  PyObject_HasAttrString(reinterpret_cast<PyObject*>(Py_TYPE(result.get())),
+                                         "n_sequence_fields")) ||
+                 op_name == "var_mean" || op_name == "std_mean";
     if (counted) {
       for (size_t i = 1; i < args.size(); ++i) specialise(args[i]);
       for (auto& kv : kwargs) specialise(kv.second);
       specialise(size_value(args[0], PyLong_AsLongLong(dim->obj.get())));
-    } else {
+    } else if (!fixed) {
       read_size((method.empty() ? op_name : "Tensor." + method) + " answering a sequence");
     }
   }

@@ -35,9 +35,23 @@ bool fresh_result_name(std::string last) {
   return false;
 }
 
+// NOTE: in-place operators by name (`operator.iadd`, `__iadd__`): `operator.invert` and
+// `__invert__` (`~m`, transformers' masks), `__index__`, `__int__` start with an i too and write
+// nothing.
 bool augmented_name(const std::string& t, const std::string& last) {
-  return last.rfind("__i", 0) == 0 ||
-         (last.size() > 2 && last[0] == 'i' && t.rfind("operator.", 0) == 0);
+  std::string name = last;
+  bool dunder =
+      name.size() > 4 && name.rfind("__", 0) == 0 && name.compare(name.size() - 2, 2, "__") == 0;
+  if (dunder)
+    name = name.substr(2, name.size() - 4);
+  else if (t.rfind("operator.", 0) != 0)
+    return false;
+  static const char* kInPlace[] = {"iadd",      "isub", "imul", "imatmul", "itruediv",
+                                   "ifloordiv", "imod", "ipow", "ilshift", "irshift",
+                                   "iand",      "ior",  "ixor", "iconcat"};
+  for (const char* n : kInPlace)
+    if (name == n) return true;
+  return false;
 }
 
 std::string last_name(const std::string& t) {
