@@ -63,7 +63,9 @@ namespace {
 // library function, a class) reads them as numbers: they are specialised first.
 // isinstance() and callable(): their answer follows from their arguments' types, never from
 // a number's value (`isinstance(q_offset, torch.Tensor)` on a cache length in transformers'
-// mask helpers), so a size passed to them stays symbolic.
+// mask helpers), so a size passed to them stays symbolic. So does len(): of a shape it is the
+// rank (`len(mask.shape) == 4` in transformers' masking_utils pinned every size of the mask), of
+// a tensor its symbolic first size (the builtin's own rule), of a list its item count.
 bool reads_only_types(PyObject* f) {
   if (!f || !PyCFunction_Check(f)) return false;
   PyObject* module = PyCFunction_GET_SELF(f);  // borrowed: the builtins module
@@ -75,7 +77,8 @@ bool reads_only_types(PyObject* f) {
   }
   const char* fn = reinterpret_cast<PyCFunctionObject*>(f)->m_ml->ml_name;
   return std::strcmp(name, "builtins") == 0 &&
-         (std::strcmp(fn, "isinstance") == 0 || std::strcmp(fn, "callable") == 0);
+         (std::strcmp(fn, "isinstance") == 0 || std::strcmp(fn, "callable") == 0 ||
+          std::strcmp(fn, "len") == 0);
 }
 
 bool keeps_sym_args(const ValuePtr& fn) {

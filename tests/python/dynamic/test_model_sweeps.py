@@ -230,3 +230,24 @@ def test_in_place_ops_returning_their_operand_stay_size_generic():
         torch.testing.assert_close(out[0], ref[0])
         assert out[1] is ref[1] is True
     assert frames[2:] == [0, 0, 0], frames
+
+
+def _rank_branch(x, mask):
+    n = len(mask.shape)
+    if isinstance(mask, torch.Tensor) and n == 4:  # transformers' masking_utils
+        return x
+    return x * n + mask.sum(-1, keepdim=True)
+
+
+def test_len_of_a_shape_is_its_rank_and_pins_no_size():
+    """`len(mask.shape)` is the rank: it pinned every size of the mask (the trace relied on
+    `s0 == 2`), so every batch size captured bert/gpt2/llama's mask frame again."""
+    torchlite.reset()
+    compiled = torchlite.compile(_rank_branch)
+    frames = []
+    for b, t in [(2, 5), (3, 9), (4, 7), (2, 12), (5, 3)]:
+        x, mask = torch.randn(b, t), torch.ones(b, t)
+        before = torchlite.counters()["frames"]
+        torch.testing.assert_close(compiled(x, mask), _rank_branch(x, mask))
+        frames.append(torchlite.counters()["frames"] - before)
+    assert frames[2:] == [0, 0, 0], frames
