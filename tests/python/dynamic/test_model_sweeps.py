@@ -175,11 +175,21 @@ MODELS = {
     "mistral": (_mistral, TEXT, SLOW, "operator.and_"),
     "roberta": (_roberta, TEXT, SLOW, "Tensor.ne, torch.cumsum"),
     "distilbert": (_distilbert, TEXT, SLOW, "operator.and_"),
-    "t5": (_t5, TEXT, SLOW, "operator.and_, operator.iadd, torch.full_like, torch.zeros_like"),
-    "bart": (_bart, TEXT, SLOW, "operator.and_, Tensor.masked_fill_, Tensor.clone"),
+    "t5": (
+        _t5,
+        TEXT,
+        SLOW,
+        "operator.and_, operator.iadd, torch.full_like, torch.zeros_like, torch.min",
+    ),
+    "bart": (
+        _bart,
+        TEXT,
+        SLOW,
+        "operator.and_, Tensor.masked_fill_, Tensor.clone, operator.setitem",
+    ),
     "vit": (_vit, IMAGES, [], "torch.conv2d, Tensor.flatten"),
     "timm_vit": (_timm_vit, IMAGES, SLOW, "torch.conv2d; parameter views under no_grad"),
-    "timm_resnet": (_timm_resnet, IMAGES, SLOW, "torch.conv2d, F.batch_norm"),
+    "timm_resnet": (_timm_resnet, IMAGES, SLOW, "torch.conv2d, F.batch_norm, F.max_pool2d"),
     "timm_convnext": (_timm_convnext, IMAGES, SLOW, "torch.conv2d; parameter views under no_grad"),
 }
 
