@@ -396,11 +396,12 @@ def _times_int_plus_one(x, t):
 
 def test_int_arithmetic_beyond_int32_is_guarded_by_value_and_right():
     """The graph computes `n + 1` in int64 for ints within +-2**31: a number beyond fails
-    that range guard and is captured by value instead (right either way)."""
+    that range guard and is captured by value instead (2**62: `3 * n - 2` leaves int64, where
+    eager converts the Python int to a double; without the guard the graph's int64 wraps)."""
     torchlite.reset()
     compiled = torchlite.compile(_times_int_plus_one)
     x = torch.rand(4, dtype=torch.float64)
-    for n in (3, 2**40, 5, -(2**35), 2**31, 2**31 + 1, 7):
+    for n in (3, 2**40, 5, -(2**35), 2**31, 2**31 + 1, 2**62, 7):
         t = torch.tensor([n])
         assert_same(compiled(x, t), _times_int_plus_one(x, t))
 
