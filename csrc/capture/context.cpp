@@ -18,6 +18,7 @@
 #include "core/errors.h"
 #include "guards/dict_order.h"
 #include "guards/storage_aliasing.h"
+#include "ir/effects.h"
 
 namespace tl::capture {
 
@@ -1375,18 +1376,21 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
   // NOTE: whether an op returns its argument can follow from the sizes (`.to(memory_format=)`,
   // an in-place op's out=): a size read, unless the answer follows from what the guards and the
   // op's constant arguments fix (a cast to the same dtype, dropout outside training) or is
-  // checked again per size (`.contiguous()`: SizeInstances' gives_view).
+  // checked again per size (`.contiguous()`: SizeInstances' gives_view). An op that writes its
+  // first operand (`x.add_(1)`, `x += y`, `F.relu(x, inplace=True)`) or its out= returns that
+  // tensor at every size.
   bool identity_by_dtype = size_blind_identity(method.empty() ? op_name : method, !method.empty());
   for (auto& kv : kwargs) identity_by_dtype = identity_by_dtype && kv.first != "memory_format";
-  auto returns_arg = [&](const ValuePtr& a) {
+  const bool writes = ir::writes_operand(*node);
+  auto returns_arg = [&](const ValuePtr& a, bool written) {
     if (out->is_tensor() && a && a->is_tensor() && a->meta.get() == result.get()) {
       out->same_object = a->same_object ? a->same_object : a;
-      if (!identity_by_dtype)
+      if (!identity_by_dtype && !(writes && written))
         read_size((method.empty() ? op_name : "Tensor." + method) + " returning its argument");
     }
   };
-  for (auto& a : args) returns_arg(a);
-  for (auto& kv : kwargs) returns_arg(kv.second);
+  for (size_t i = 0; i < args.size(); ++i) returns_arg(args[i], i == 0);
+  for (auto& kv : kwargs) returns_arg(kv.second, kv.first == "out");
   return out;
 }
 

@@ -157,6 +157,46 @@ ValuePtr masked_fill(CaptureContext& ctx, PyObject* target, const std::string& m
   return ctx.record_op(target, method, rewritten, kwargs);
 }
 
+// `x.add(y, alpha=s)`, `torch.add/sub(x, y, alpha=s)`, `x.add_(y, alpha=s)` of tensors with a
+// floating result: `x + y * a` with `a` the number as a 0-d tensor of the op's compute dtype
+// (float32 for half/bfloat16); a 16-bit result takes the number rounded to its dtype, computes
+// in float32 and rounds once, as eager. NOTE: an integral result raises in eager for a
+// float alpha; an in-place form with a 16-bit or promoted result would round differently: both
+// keep the value guard.
+ValuePtr add_alpha(CaptureContext& ctx, PyObject* target, const std::string& method,
+                   const std::string& name, const std::vector<ValuePtr>& args,
+                   const KwArgs& kwargs) {
+  static const std::unordered_set<std::string> names = {"add",  "sub",  "subtract",
+                                                        "add_", "sub_", "subtract_"};
+  if (!names.count(name) || args.size() != 2 || kwargs.size() != 1 || kwargs[0].first != "alpha" ||
+      !is_scalar(kwargs[0].second) || !args[0]->is_tensor() || !args[1]->is_tensor())
+    return nullptr;
+  if (method.empty() && target != torch_attr(name.c_str()).get()) return nullptr;
+  const bool inplace = name.back() == '_';
+  const bool subtract = name.rfind("sub", 0) == 0;
+  const ValuePtr &x = args[0], &y = args[1];
+  PyRef result = result_type(x->meta.get(), y->meta.get());
+  if (!dtype_is(result.get(), "is_floating_point") || dtype_is(result.get(), "is_complex"))
+    return nullptr;
+  PyRef compute = result;
+  if (same_dtype(result.get(), torch_attr("float16").get()) ||
+      same_dtype(result.get(), torch_attr("bfloat16").get()))
+    compute = torch_attr("float32");
+  if (inplace && !(same_dtype(compute.get(), result.get()) &&
+                   same_dtype(dtype_of(x->meta.get()).get(), result.get())))
+    return nullptr;
+  auto to = [&](const ValuePtr& t, PyObject* dtype) {
+    if (same_dtype(dtype_of(t->meta.get()).get(), dtype)) return t;
+    return ctx.record_op(nullptr, "to", {t, Value::constant(PyRef::borrow(dtype))}, {});
+  };
+  // NOTE: eager rounds alpha to the result dtype first (half(s)), then computes in float32
+  ValuePtr a = to(operand(ctx, kwargs[0].second, x->device.get(), result.get()), compute.get());
+  ValuePtr scaled = ctx.record_op(nullptr, "mul", {to(y, compute.get()), a}, {});
+  if (inplace) return ctx.record_op(nullptr, subtract ? "sub_" : "add_", {x, scaled}, {});
+  ValuePtr r = ctx.record_op(nullptr, subtract ? "sub" : "add", {to(x, compute.get()), scaled}, {});
+  return to(r, result.get());
+}
+
 // `torch.where(cond, x, s)` / `torch.where(cond, s, x)`: the number in the dtype eager
 // promotes it to with x.
 ValuePtr where(CaptureContext& ctx, PyObject* target, const std::string& method,
@@ -298,7 +338,7 @@ ValuePtr scalar_conversion(CaptureContext& ctx, const ValuePtr& fn, const ValueP
     if (!arg->source ||
         !(std::isfinite(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0))
       return nullptr;
-    ctx.guards().add_number_type(arg->source, arg->obj.get(), /*truncates=*/true);
+    ctx.guards().add_number_type(arg->source, arg->obj.get(), /*narrow=*/true);
   }
   PyRef r = PyRef::steal(PyObject_CallOneArg(f, arg->obj.get()));
   if (!r) throw PythonError();
@@ -309,14 +349,40 @@ ValuePtr scalar_conversion(CaptureContext& ctx, const ValuePtr& fn, const ValueP
   return v;
 }
 
+namespace {
+
+constexpr double kNarrow = 2147483648.0;  // 2**31: the range guard of an int input (narrow)
+
+// A bound on |v| for an int operand of scalar int arithmetic, over every call its guards pass:
+// a plain int its own size, an int input 2**31 (the narrow guard it gets when the graph computes
+// with it; infinite when this call's number is beyond it), int(s) of a float 2**63, and an
+// expression its operands' bounds combined.
+double int_bound(const ValuePtr& v, int depth = 0) {
+  PyObject* o = v->obj.get();
+  if (!v->scalar) return std::fabs(PyLong_AsDouble(o));
+  if (!v->scalar_fn) return std::fabs(PyLong_AsDouble(o)) <= kNarrow ? kNarrow : INFINITY;
+  if (v->scalar_fn.get() == reinterpret_cast<PyObject*>(&PyLong_Type) || depth > 16)
+    return INFINITY;
+  const std::string name = detail::attr_str(v->scalar_fn.get(), "__name__");
+  const double a = int_bound(v->scalar_args[0], depth + 1);
+  if (name == "neg" || name == "floordiv") return a;  // NOTE: |n // c| <= |n| for |c| >= 1
+  const double b = int_bound(v->scalar_args[1], depth + 1);
+  if (name == "mod") return b;
+  return name == "mul" ? a * b : a + b;
+}
+
+}  // namespace
+
 ValuePtr scalar_arith(PyObject* op, const std::vector<ValuePtr>& args) {
   std::string name = detail::attr_str(op, "__name__");
   // NOTE: `s += 1` on a number is `s = s + 1`
-  if (name == "iadd" || name == "isub" || name == "imul" || name == "itruediv")
-    name = name.substr(1);
+  static const std::unordered_set<std::string> inplace = {"iadd",     "isub",      "imul",
+                                                          "itruediv", "ifloordiv", "imod"};
+  if (inplace.count(name)) name = name.substr(1);
   const bool unary = args.size() == 1;
+  const bool divides = name == "floordiv" || name == "mod";
   if (unary ? name != "neg"
-            : !(name == "add" || name == "sub" || name == "mul" || name == "truediv"))
+            : !(name == "add" || name == "sub" || name == "mul" || name == "truediv" || divides))
     return nullptr;
   bool any = false, any_float = false;
   for (const ValuePtr& a : args) {
@@ -328,6 +394,9 @@ ValuePtr scalar_arith(PyObject* op, const std::vector<ValuePtr>& args) {
   }
   if (!any) return nullptr;
   if (name == "truediv" && (args[1]->scalar || !any_float)) return nullptr;
+  // NOTE: `//` and `%` only of ints by a plain nonzero int (Python raises for 0, CUDA does not;
+  // float floor division rounds its own way).
+  if (divides && (any_float || args[1]->scalar)) return nullptr;
   PyRef fn = PyRef::steal(PyObject_GetAttrString(torch_api().operator_module.get(), name.c_str()));
   if (!fn) throw PythonError();
   PyRef r = PyRef::steal(unary ? PyObject_CallOneArg(fn.get(), args[0]->obj.get())
@@ -337,11 +406,17 @@ ValuePtr scalar_arith(PyObject* op, const std::vector<ValuePtr>& args) {
     PyErr_Clear();  // NOTE: the ordinary path raises it again
     return nullptr;
   }
-  if (!PyFloat_CheckExact(r.get())) return nullptr;
   ValuePtr v = Value::constant(r);
   v->scalar = true;
   v->scalar_fn = fn;
   v->scalar_args = args;
+  if (PyLong_CheckExact(r.get())) {
+    // NOTE: CPython's ints do not overflow, the graph's int64 does: only where every call the
+    // guards pass stays far within int64.
+    if (!(int_bound(v) < 4611686018427387904.0)) return nullptr;  // 2**62
+  } else if (!PyFloat_CheckExact(r.get())) {
+    return nullptr;
+  }
   return v;
 }
 
@@ -354,15 +429,19 @@ ValuePtr scalar_expression_tensor(CaptureContext& ctx, const ValuePtr& v, PyObje
     if (same_dtype(dtype_of(t->meta.get()).get(), dtype)) return t;
     return ctx.record_op(nullptr, "to", {t, Value::constant(PyRef::borrow(dtype))}, {});
   };
+  // int arithmetic stays in int64: its int inputs get the narrow guard int_bound assumed
+  const bool int_result = !to_int && PyLong_CheckExact(v->obj.get());
   std::vector<ValuePtr> operands;
   for (const ValuePtr& a : v->scalar_args) {
     if (!a->scalar) {
       operands.push_back(a);
       continue;
     }
+    if (int_result && !a->scalar_fn)
+      ctx.guards().add_number_type(a->source, a->obj.get(), /*narrow=*/true);
     ValuePtr t = ctx.scalar_input_tensor(a, device);
     // NOTE: arithmetic with a float result converts ints to doubles first, as CPython does.
-    operands.push_back(to_int ? t : to(t, f64.get()));
+    operands.push_back(to_int || int_result ? t : to(t, f64.get()));
   }
   if (to_int) {
     // int(s): truncated toward zero (the guard holds s finite and within int64)
@@ -387,6 +466,7 @@ ValuePtr scalar_op(CaptureContext& ctx, PyObject* target, const std::string& met
     if (!r) r = where(ctx, target, method, args, kwargs);
     if (!r) r = full(ctx, target, method, args, kwargs);
     if (!r) r = full_like(ctx, target, method, args, kwargs);
+    if (!r) r = add_alpha(ctx, target, method, name, args, kwargs);
     if (r) return r;
   }
   for (const ValuePtr& a : args) ctx.specialise_scalars(a);

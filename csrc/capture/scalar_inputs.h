@@ -8,13 +8,15 @@
 // argument of a resume function (that is not a size: capture.cpp size_argument) starts as a
 // scalar value (Value::scalar): its guard is only its type (NUMBER_TYPE), and
 //  - as an operand of a tensor op whose result a 0-d tensor gives the same way (`x / s`,
-//    `s - x`, `x > s`, `x.masked_fill(m, s)`, `torch.full(size, s)`), it becomes a graph input:
+//    `s - x`, `x > s`, `x.masked_fill(m, s)`, `torch.full(size, s)`, `x.add(y, alpha=s)`), it
+//    becomes a graph input:
 //    torch.scalar_tensor(L['s']) made at each call (float64 or int64, on the op's device), cast
 //    to the dtype eager converts the number to;
 //  - handed on at another break or returned, it is read again from the frame (a Source
 //    residual);
-//  - `int(s)`, `float(s)` and float arithmetic with numbers (`1 - s`, `-s`, `s / 2`) give
-//    scalar values computed in the graph (scalar_conversion, scalar_arith);
+//  - `int(s)`, `float(s)`, float arithmetic with numbers (`1 - s`, `-s`, `s / 2`) and small int
+//    arithmetic (`n + 1`) give scalar values computed in the graph (scalar_conversion,
+//    scalar_arith);
 //  - anything else (a branch, `math.exp(s)`, `1 / s`, a size, an op not listed) specialises it:
 //    the guard by value it had before (CaptureContext::specialise).
 // Why this is never wrong: while `scalar` is set nothing has read the number as a constant; the
@@ -37,11 +39,13 @@ ValuePtr scalar_argument(CaptureContext& ctx, PyObject* n, const ir::SourcePtr& 
 // the result (`arg` itself when the type does not change); null for any other call.
 ValuePtr scalar_conversion(CaptureContext& ctx, const ValuePtr& fn, const ValuePtr& arg);
 
-// `op(*args)` in Python on plain numbers and at least one scalar value, for `+ - * /` and unary
-// `-` with a float result (`1 - s`, `s / 2`, `-s`, `n * 0.5`): a scalar value computed in the
-// graph in float64, as CPython computes floats (IEEE double). Null for anything else: a division
-// by a scalar value (CPython raises for 0, a tensor gives inf), int results (CPython's ints do
-// not overflow), int / int.
+// `op(*args)` in Python on plain numbers and at least one scalar value: `+ - * /` and unary `-`
+// with a float result (`1 - s`, `s / 2`, `-s`, `n * 0.5`) computed in the graph in float64, as
+// CPython computes floats (IEEE double); `+ - *`, unary `-`, and `//` or `%` by a plain nonzero
+// int on ints (`n + 1`, `2 * n - 3`, `n // 3`) computed in int64 where the int inputs' narrow
+// guard (within +-2**31) keeps every result far within int64 (CPython's ints do not overflow).
+// Null for anything else: a division by a scalar value (CPython raises for 0, a tensor gives
+// inf), int / int, float `//` and `%`, an int result that could leave int64.
 ValuePtr scalar_arith(PyObject* op, const std::vector<ValuePtr>& args);
 
 // The graph's 0-d tensor of a computed scalar value (Value::scalar_fn) on `device` (borrowed):

@@ -176,8 +176,8 @@ GuardSet& GuardSet::operator=(GuardSet&&) noexcept = default;
 void GuardSet::add_type_match(ir::SourcePtr s, PyObject* type) {
   impl_->add(s, LeafGuard::type_match(type));
 }
-void GuardSet::add_number_type(ir::SourcePtr s, PyObject* number, bool truncates) {
-  impl_->add(s, LeafGuard::number_type(number, truncates));
+void GuardSet::add_number_type(ir::SourcePtr s, PyObject* number, bool narrow) {
+  impl_->add(s, LeafGuard::number_type(number, narrow));
 }
 void GuardSet::add_id_match(ir::SourcePtr s, PyObject* obj) {
   auto weak = [&] {

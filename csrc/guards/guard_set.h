@@ -27,7 +27,7 @@ class GuardSet {
   // it must). Adding the same guard on the same source twice is a no-op.
   void add_type_match(ir::SourcePtr s, PyObject* type);  // type(v) is type
   // LeafGuard::number_type
-  void add_number_type(ir::SourcePtr s, PyObject* number, bool truncates = false);
+  void add_number_type(ir::SourcePtr s, PyObject* number, bool narrow = false);
   void add_id_match(ir::SourcePtr s, PyObject* obj);        // v is obj
   void add_equals_match(ir::SourcePtr s, PyObject* value);  // type(v) is type(value) and v == value
   // type, dtype, device, sizes, strides and requires_grad of a real tensor.

@@ -97,11 +97,11 @@ LeafGuard LeafGuard::type_match(PyObject* type) {
   return LeafGuard{GuardKind::TypeMatch, PyRef::borrow(type)};
 }
 
-LeafGuard LeafGuard::number_type(PyObject* number, bool truncates) {
+LeafGuard LeafGuard::number_type(PyObject* number, bool narrow) {
   TL_CHECK(PyFloat_CheckExact(number) || PyLong_CheckExact(number))
       << "NUMBER_TYPE needs a float or an int, got " << type_name(number);
   LeafGuard g{GuardKind::NumberType, PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(number)))};
-  g.truncates = truncates && PyFloat_CheckExact(number);
+  g.narrow = narrow;
   return g;
 }
 
@@ -318,12 +318,13 @@ bool LeafGuard::check(PyObject* v) const {
       if (PyFloat_CheckExact(v)) {
         // NOTE: int() raises for inf and nan; beyond int64 the graph's cast would wrap.
         const double d = PyFloat_AS_DOUBLE(v);
-        return !truncates ||
+        return !narrow ||
                (std::isfinite(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0);
       }
       int overflow = 0;
-      PyLong_AsLongLongAndOverflow(v, &overflow);
-      return overflow == 0;
+      const long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+      constexpr long long kNarrow = 1LL << 31;
+      return overflow == 0 && (!narrow || (n >= -kNarrow && n <= kNarrow));
     }
   }
   return false;
@@ -369,9 +370,9 @@ std::string LeafGuard::failure(PyObject* v, const std::string& src) const {
       return src + ": the keys changed since tracing (expected " + repr(ref.get()) + ")";
     case GuardKind::NumberType:
       return src + ": expected a " + reinterpret_cast<PyTypeObject*>(ref.get())->tp_name +
-             (truncates              ? " whose int() fits in int64"
-              : PyLong_CheckExact(v) ? " within int64"
-                                     : "") +
+             (ref.get() == reinterpret_cast<PyObject*>(&PyLong_Type)
+                  ? (narrow ? " within +-2**31" : " within int64")
+                  : (narrow ? " whose int() fits in int64" : "")) +
              ", got " + repr(v) + " of type " + type_name(v);
   }
   return src + ": guard failed";
@@ -412,7 +413,10 @@ std::string LeafGuard::str(const std::string& src) const {
       return "DICT_KEYS " + src + " == " + repr(ref.get());
     case GuardKind::NumberType:
       return "NUMBER_TYPE " + src + " (" + reinterpret_cast<PyTypeObject*>(ref.get())->tp_name +
-             (truncates ? ", int() within int64" : "") + ", a graph input)";
+             (!narrow                                                  ? ""
+              : ref.get() == reinterpret_cast<PyObject*>(&PyLong_Type) ? ", within +-2**31"
+                                                                       : ", int() within int64") +
+             ", a graph input)";
   }
   return "?";
 }
@@ -423,7 +427,7 @@ bool LeafGuard::same_as(const LeafGuard& o) const {
     case GuardKind::TypeMatch:
       return ref.get() == o.ref.get();
     case GuardKind::NumberType:
-      return ref.get() == o.ref.get() && truncates == o.truncates;
+      return ref.get() == o.ref.get() && narrow == o.narrow;
     case GuardKind::IdMatch:
       return id == o.id && check(o.id);  // and ours is still alive
     case GuardKind::EqualsMatch:

@@ -30,7 +30,8 @@ enum class GuardKind {
   DictKeys,          // a dict (or dict subclass) with the same keys in the same order
   NumberType,        // type(v) is float, or type(v) is int and v fits in an int64: a number a
                      // graph takes as a 0-d tensor input (capture/scalar_inputs.h); with
-                     // `truncates`, a finite float whose int() fits in an int64
+                     // `narrow`, a finite float whose int() fits in an int64, or an int
+                     // within +-2**31 (int arithmetic on it in int64 cannot overflow)
 };
 
 struct LeafGuard {
@@ -51,12 +52,12 @@ struct LeafGuard {
   mutable uint64_t version = 0;
   std::shared_ptr<const DictSnapshot> snapshot;       // DictVersion (shared: LeafGuard copies)
   Py_ssize_t length = 0;                              // LengthMatch
-  bool truncates = false;                             // NumberType
+  bool narrow = false;                                // NumberType
   std::shared_ptr<const guards::TensorMatch> tensor;  // TensorMatch (shared: LeafGuard copies)
 
-  static LeafGuard type_match(PyObject* type);                     // borrows
-  static LeafGuard number_type(PyObject* number, bool truncates);  // borrows a float or int
-  static LeafGuard id_match(PyObject* obj);                        // borrows
+  static LeafGuard type_match(PyObject* type);                  // borrows
+  static LeafGuard number_type(PyObject* number, bool narrow);  // borrows a float or int
+  static LeafGuard id_match(PyObject* obj);                     // borrows
   static LeafGuard equals_match(PyObject* value);   // borrows; throws Error for unsupported types
   static LeafGuard tensor_match(PyObject* tensor);  // borrows
   static LeafGuard dict_version(PyObject* dict);    // borrows; keeps no reference

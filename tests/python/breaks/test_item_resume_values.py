@@ -348,3 +348,77 @@ def test_full_like_of_other_layouts_and_int_results_are_eagers():
     for i in range(4):
         x = torch.rand(3, 5) * 4 + i
         assert_same(compiled(x), _full_like_kept_by_value(x))
+
+
+def _add_with_alpha(x, y):
+    s = x.max().item()
+    z = y.clone()
+    z.add_(x, alpha=s)
+    return x.add(y, alpha=s) + torch.add(x, y, alpha=-s) - torch.sub(x, y, alpha=s) + z
+
+
+def _add_with_alpha_mixed(x, y):
+    s = x.float().max().item()
+    # a half x and a float32 y give float32; two halves compute in float32 and round once
+    return torch.add(x, y, alpha=s), x.add(x, alpha=s), x.sub(y.half(), alpha=s)
+
+
+def _int_python_arithmetic(x, t):
+    n = t.sum().item()
+    m = n + 1
+    return x * m + x * (2 * n - 3) + x * (-n) + (n // 3) * x + x * (n % 5), t * (n + 7)
+
+
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (_add_with_alpha, lambda i: (torch.rand(6) * 3 + 0.1 + i, torch.rand(6))),
+        (
+            _add_with_alpha_mixed,
+            # NOTE: 64 elements: eager's scalar tail of a half add rounds alpha * y to half
+            # too, its vector body does not (the graph computes as the vector body)
+            lambda i: (torch.rand(64, dtype=torch.float16) + i, torch.rand(64)),
+        ),
+        (_int_python_arithmetic, lambda i: (torch.rand(6), torch.randint(-9, 9 + i, (5,)))),
+    ],
+    ids=["add_alpha", "add_alpha_half", "int_arithmetic"],
+)
+def test_alpha_and_int_arithmetic_take_the_number_as_an_input(fn, make):
+    frames, recompiles = _captures(fn, make, calls=6)
+    assert frames == 0, "the resume function was captured again for a new value"
+    assert recompiles == 0
+
+
+def _times_int_plus_one(x, t):
+    n = t.sum().item()
+    return x * (n + 1), x * (3 * n - 2)
+
+
+def test_int_arithmetic_beyond_int32_is_guarded_by_value_and_right():
+    """The graph computes `n + 1` in int64 for ints within +-2**31: a number beyond fails
+    that range guard and is captured by value instead (2**62: `3 * n - 2` leaves int64, where
+    eager converts the Python int to a double; without the guard the graph's int64 wraps)."""
+    torchlite.reset()
+    compiled = torchlite.compile(_times_int_plus_one)
+    x = torch.rand(4, dtype=torch.float64)
+    for n in (3, 2**40, 5, -(2**35), 2**31, 2**31 + 1, 2**62, 7):
+        t = torch.tensor([n])
+        assert_same(compiled(x, t), _times_int_plus_one(x, t))
+
+
+def _dropout_by_number(x):
+    p = x.mean().item()
+    return torch.nn.functional.dropout(x, p=p, training=True) * 2
+
+
+def test_dropout_of_a_number_keeps_eagers_random_bits():
+    """dropout's p stays guarded by value: its noise is `bernoulli_(1 - p)` with p a double
+    (a tensor p draws through another kernel, other bits)."""
+    torchlite.reset()
+    compiled = torchlite.compile(_dropout_by_number)
+    for v in (0.25, 0.5, 0.25, 0.0, 0.75):
+        x = torch.full((64,), v)
+        torch.manual_seed(3)
+        out = compiled(x)
+        torch.manual_seed(3)
+        assert_same(out, _dropout_by_number(x))

@@ -386,7 +386,7 @@ def test_loop_whose_body_always_returns_is_outlined_too():
 def _long_range_loop(x, n):
     y = x * 1
     for i in range(n):
-        y = y * 0.5 + i % 1000  # NOTE: Python reads i (int %): a body version per value
+        y = y * 0.5 + abs(i)  # NOTE: Python reads i (abs()): a body version per value
         print("step", i)
         y = y.relu() - 0.25
     return y
