@@ -1,5 +1,5 @@
 """Runtime-size CUDA kernels write the sizes that are model constants as literals (checked
-without a GPU; tests/python/cuda/test_cuda_static_axes.py runs them against eager).
+without a GPU; tests/python/cuda/test_cuda_model_constant_sizes.py runs them against eager).
 
 A frame compiled for every size knows which sizes are the model's own (its parameters' sizes,
 the constants of its graph: `view(b, t, 12, 64)`) and which change between calls (the batch, the
