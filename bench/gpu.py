@@ -158,6 +158,20 @@ def add_layer_norm(x, r, w, b):
     return h, F.layer_norm(h, x.shape[-1:], w, b)
 
 
+class ScaledSoftmax(torch.nn.Module):
+    """softmax(x * w) over a parameter's width: under dynamic=True the row's length is a model
+    constant (ir::Kernel::static_axes), so the runtime-size kernel keeps the static schedule."""
+
+    def __init__(self, width, dtype):
+        super().__init__()
+        self.w = torch.nn.Parameter(
+            torch.randn(width, device="cuda", dtype=dtype), requires_grad=False
+        )
+
+    def forward(self, x):
+        return torch.softmax(x * self.w, -1)
+
+
 def graph_ms(fn, arg_sets):
     """GPU ms per call of `fn` over `arg_sets` in turn: the calls captured in one CUDA graph
     (after warm-up calls that compile), replayed 10 times back to back by cuda_ms."""
@@ -189,6 +203,14 @@ def kernel_cases(only):
                 return x, r, w, b
 
             cases.append((f"add+LN 4096x{width} {t}", add_layer_norm, make, 4 * 4096 * width * e))
+        cases.append(
+            (
+                f"softmax(x*w) 4096x768 {t}",
+                ScaledSoftmax(768, dtype),
+                lambda dtype=dtype: (torch.randn(4096, 768, device="cuda", dtype=dtype),),
+                2 * 4096 * 768 * e,
+            )
+        )
         n = 8 * 512 * 3072
         cases.append(
             (

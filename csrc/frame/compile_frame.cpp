@@ -343,9 +343,10 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
       if (dyn.runtime_sizes && log_enabled("recompiles"))
         log_event("recompiles", utf8(code->co_qualname) +
                                     ": kernels take their sizes at run time (" + dyn.why + ")");
-      pipeline::CompileResult ex = pipeline::compile_graph(
-          res.graph, pipeline::PassContext{config->settings, config->mode, dump_folder,
-                                           config->graph_pool, dyn.runtime_sizes});
+      pipeline::PassContext pass_ctx{config->settings, config->mode, dump_folder,
+                                     config->graph_pool, dyn.runtime_sizes};
+      if (dyn.runtime_sizes) pass_ctx.static_sizes = static_sizes_of(res, captured != nullptr);
+      pipeline::CompileResult ex = pipeline::compile_graph(res.graph, pass_ctx);
       if (config->recorder && config->recorder.get() != Py_None) {
         if (!ex.cuda_graphs.empty())
           add_to_record(config->recorder.get(), "cuda_graphs", ex.cuda_graphs);
@@ -372,10 +373,11 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
       if (captured && executable->compiled()) {
         std::string dims = make_sizes_dynamic(res, dyn.all_dims);
         if (!dims.empty()) {
-          generic = std::make_shared<SizeInstances>(
-              captured,
-              pipeline::PassContext{config->settings, config->mode, "", config->graph_pool, true},
-              utf8(code->co_qualname));
+          pipeline::PassContext instance_ctx{config->settings, config->mode, "", config->graph_pool,
+                                             true};
+          instance_ctx.static_sizes = pass_ctx.static_sizes;
+          generic = std::make_shared<SizeInstances>(captured, std::move(instance_ctx),
+                                                    utf8(code->co_qualname));
           generic->remember_first(res.example_inputs);
           generic->set_symbols(res, std::move(positions), relations_in_guards);
           if (log_enabled("recompiles"))

@@ -1,8 +1,10 @@
 #include "frame/dynamic_policy.h"
 
 #include <algorithm>
+#include <set>
 
 #include "bytecode/resume.h"
+#include "capture/torch_api.h"
 #include "core/errors.h"
 #include "frame/code_cache.h"
 
@@ -170,6 +172,61 @@ bool evict_for_new_size(ExtraState& st, int config_id, const std::string& reason
     return true;
   }
   return false;
+}
+
+namespace {
+
+// Int constants (not bools, not sizes computed from symbols) of an argument, recursively.
+void arg_ints(const ir::Arg& a, std::set<int64_t>& out) {
+  if (a.kind == ir::Arg::Kind::Node || a.sym || a.sym_slice || a.fsym) return;
+  if (a.kind != ir::Arg::Kind::Const) {
+    for (const ir::Arg& i : a.items) arg_ints(i, out);
+    return;
+  }
+  PyObject* v = a.value.get();
+  if (!v) return;
+  if (PyLong_CheckExact(v)) {
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (n == -1 && PyErr_Occurred()) PyErr_Clear();
+    if (!overflow && n >= 2) out.insert(n);
+  } else if (PyTuple_Check(v)) {  // a torch.Size constant
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v); ++i) {
+      PyObject* item = PyTuple_GET_ITEM(v, i);
+      if (!PyLong_CheckExact(item)) continue;
+      int overflow = 0;
+      long long n = PyLong_AsLongLongAndOverflow(item, &overflow);
+      if (n == -1 && PyErr_Occurred()) PyErr_Clear();
+      if (!overflow && n >= 2) out.insert(n);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> static_sizes_of(const capture::CaptureResult& res, bool generic) {
+  std::set<int64_t> fixed, inputs, consts;
+  if (!res.graph) return {};
+  std::vector<ir::Node*> ph = res.graph->placeholders();
+  for (size_t i = 0; i < ph.size() && i < res.example_inputs.size(); ++i) {
+    PyObject* t = res.example_inputs[i].get();
+    if (!t || !ph[i]->meta) continue;
+    int is_param = PyObject_IsInstance(t, capture::torch_api().parameter_type.get());
+    if (is_param < 0) throw PythonError();
+    const bool marked =
+        has_marks(t, "_dynamo_dynamic_indices") || has_marks(t, "_dynamo_weak_dynamic_indices");
+    for (int64_t n : ph[i]->meta->sizes) (is_param && !marked ? fixed : inputs).insert(n);
+  }
+  if (generic)
+    for (const auto& n : res.graph->nodes()) {
+      for (const ir::Arg& a : n->args) arg_ints(a, consts);
+      for (const auto& kv : n->kwargs) arg_ints(kv.second, consts);
+    }
+  for (int64_t n : consts)
+    if (!inputs.count(n)) fixed.insert(n);
+  fixed.erase(0);
+  fixed.erase(1);
+  return {fixed.begin(), fixed.end()};
 }
 
 }  // namespace tl::frame

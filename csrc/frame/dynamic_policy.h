@@ -37,6 +37,15 @@ DynamicChoice choose_dynamic(PyCodeObject* code, const CompileConfig& config,
 std::vector<std::pair<std::string, std::vector<int64_t>>> input_sizes_of(
     const capture::CaptureResult& res);
 
+// The sizes that stay model constants in `res`'s compile with runtime sizes
+// (pipeline::PassContext::static_sizes, sorted): every size of its nn.Parameter inputs (their
+// guards keep them exact unless marked) and, for a size-generic entry (`generic`: every size
+// its trace passed to an op is an expression of the symbols or was pinned by a relation), the
+// int constants of its nodes' arguments (`view(b, t, 12, 64)`) that equal no size of another
+// tensor input (a size the trace pinned). Sizes 0 and 1 are literals anyway. A guess: a size
+// taken for a constant that then changes costs a kernel compile, never a wrong result.
+std::vector<int64_t> static_sizes_of(const capture::CaptureResult& res, bool generic);
+
 struct ExtraState;
 
 // At the cache size limit, after a miss on `reason`: when the miss is a tensor

@@ -1,5 +1,6 @@
 #include "ir/loop_ir.h"
 
+#include <algorithm>
 #include <charconv>
 #include <sstream>
 
@@ -168,7 +169,12 @@ std::vector<bool> inner_exprs(const Kernel& k) {
 std::string Kernel::str() const {
   std::ostringstream os;
   os << "kernel " << name << fmt_ints(shape) << " reduce=" << reduction_axes
-     << (runtime_sizes ? " sizes=runtime" : "") << ":\n";
+     << (runtime_sizes ? " sizes=runtime" : "");
+  if (std::find(static_axes.begin(), static_axes.end(), 1) != static_axes.end()) {
+    os << " static=";  // the axes whose sizes are model constants
+    for (size_t d = 0; d < static_axes.size(); ++d) os << (d ? "," : "") << int(static_axes[d]);
+  }
+  os << ":\n";
   for (size_t i = 0; i < inputs.size(); ++i)
     os << "  in" << i << " : " << fmt_view(inputs[i]) << "\n";
   for (size_t i = 0; i < exprs.size(); ++i) {

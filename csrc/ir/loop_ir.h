@@ -143,6 +143,14 @@ struct Kernel {
   // run time instead of writing it into the code, so the code of two kernels
   // that differ only in those numbers is the same (one compile serves both).
   bool runtime_sizes = false;
+  // With runtime_sizes: per axis of `shape`, whether its size is a model constant (a
+  // parameter's size, a constant of the graph: PassContext::static_sizes) rather than one that
+  // changes between the sizes the kernel serves. The code generators write such a size as a
+  // literal (the static schedule: a softmax row of 768 without a bound check per element, a
+  // pointwise kernel without its scalar tail), so the text then serves that size only; a wrong
+  // guess costs a compile, never a wrong result (the literal is part of the text and its key).
+  // Empty: none known.
+  std::vector<char> static_axes;
   // Some output is stored into an input's buffer (each element read before it
   // is written, at the same point): the CUDA text drops __restrict__.
   bool aliased_io = false;

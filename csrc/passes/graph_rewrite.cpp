@@ -1,6 +1,7 @@
 #include "passes/graph_rewrite.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "core/errors.h"
 
@@ -79,6 +80,42 @@ PyObject* example_of(const ir::Arg& a, const Examples& overrides, bool device_kw
   return nullptr;
 }
 
+PyRef run_call(const ir::Node& n, const Examples& overrides);
+
+std::atomic<MetaCallFn> g_meta_call{nullptr};
+
+// run_call through g_meta_call when set.
+PyRef meta_result(const ir::Node& n) {
+  MetaCallFn fn = g_meta_call.load();
+  if (!fn) return run_call(n, {});
+  const bool method = n.op == ir::OpKind::CallMethod;
+  const size_t first = method ? 1 : 0;
+  if (n.args.size() < first) return {};
+  PyRef self;
+  if (method) {
+    self = PyRef::steal(example_of(n.args[0], {}, false));
+    if (!self) return {};
+  }
+  PyRef pos = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size() - first)));
+  if (!pos) return {};
+  for (size_t i = first; i < n.args.size(); ++i) {
+    PyObject* v = example_of(n.args[i], {}, false);
+    if (!v) return {};
+    PyTuple_SET_ITEM(pos.get(), static_cast<Py_ssize_t>(i - first), v);
+  }
+  PyRef kw;
+  if (!n.kwargs.empty()) {
+    kw = PyRef::steal(PyDict_New());
+    if (!kw) return {};
+    for (const auto& [k, a] : n.kwargs) {
+      PyRef v = PyRef::steal(example_of(a, {}, k == "device"));
+      if (!v || PyDict_SetItemString(kw.get(), k.c_str(), v.get()) < 0) return {};
+    }
+  }
+  NoGrad no_grad;
+  return fn(method ? nullptr : n.target.get(), method ? n.target_name : std::string(), self.get(),
+            pos.get(), kw.get());
+}
 PyRef run_call(const ir::Node& n, const Examples& overrides) {
   size_t first = n.op == ir::OpKind::CallMethod ? 1 : 0;
   if (n.args.size() < first) return {};
@@ -191,6 +228,8 @@ void replace_uses(const std::vector<ir::Node*>& users, const ir::Node* from, ir:
   }
 }
 
+void set_meta_call(MetaCallFn fn) { g_meta_call.store(fn); }
+
 PyRef run_on_examples(const ir::Node& n, const Examples& overrides) {
   if (n.op != ir::OpKind::CallFunction && n.op != ir::OpKind::CallMethod) return {};
   PyRef r = run_call(n, overrides);
@@ -228,7 +267,7 @@ ir::Node* insert_call(ir::Graph& g, const ir::Node* pos, PyRef target, const std
                     : g.add_call_method(method, std::move(args), std::move(kwargs));
   g.move_before(n, pos);
   n->location = pos->location;
-  PyRef ex = run_call(*n, {});
+  PyRef ex = meta_result(*n);
   if (!ex) {
     std::string err = "?";
     PyObject *t, *v, *tb;

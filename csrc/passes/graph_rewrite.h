@@ -39,6 +39,15 @@ PyRef run_on_examples(const ir::Node& n, const Examples& overrides);
 ir::TensorMeta meta_of(PyObject* t, const PyRef& device, bool requires_grad);
 std::vector<int64_t> strides_of(PyObject* t);  // borrows t; empty if not a tensor
 
+// How insert_call computes a new node's meta result: `target(*pos, **kwargs)` (or
+// `self.<method>(*pos, **kwargs)`), borrowing all; `kwargs` may be null. Set by the bindings to
+// capture's meta_call (its C++ shape rules and result cache: torch's meta kernels of pointwise
+// ops are Python refs, ~0.1-1 ms a call, and a new length's compile inserts ~100 of them in
+// move_reshapes); unset, the op itself runs on the examples.
+using MetaCallFn = PyRef (*)(PyObject* target, const std::string& method, PyObject* self,
+                             PyObject* pos, PyObject* kwargs);
+void set_meta_call(MetaCallFn fn);
+
 // A new call node placed just before `pos`, its example and meta set from a
 // meta run (on `device`, requires_grad off). Throws InternalError if the op
 // raises on meta: passes build only calls they know to be valid.

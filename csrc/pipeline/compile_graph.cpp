@@ -254,6 +254,14 @@ std::string new_trace_folder(const std::string& debug_dir, const std::string& na
   return dir.empty() ? "" : dir + "/";  // NOTE: debug output never fails a compile
 }
 
+void mark_static_axes(ir::Kernel& k, const std::vector<int64_t>& static_sizes) {
+  k.static_axes.clear();
+  if (!k.runtime_sizes || k.grouped || static_sizes.empty()) return;
+  k.static_axes.assign(k.shape.size(), 0);
+  for (size_t d = 0; d < k.shape.size(); ++d)
+    k.static_axes[d] = std::binary_search(static_sizes.begin(), static_sizes.end(), k.shape[d]);
+}
+
 CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ctx) {
   CompileResult ex;
   ex.graph = graph;
@@ -354,6 +362,8 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
     counters().launches_grouped += static_cast<int64_t>(saved);
     trace.note("group_kernels: " + std::to_string(saved) + " launches saved");
   }
+  // NOTE: after group_kernels: the members of a group share one text over other sizes.
+  for (auto& fk : st.partition.kernels) mark_static_axes(fk.kernel, ctx.static_sizes);
   trace.kernels("lowered.txt", st.partition);
   log_kernels(st.partition);
   size_t n_kernels = st.partition.kernels.size();

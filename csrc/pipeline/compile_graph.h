@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ir/loop_ir.h"
 #include "pipeline/pass_context.h"
 #include "runtime/executable.h"
 
@@ -48,6 +49,10 @@ void set_training_compiler(TrainingCompiler compiler);
 // the pass under verify when a pass leaves a broken graph, tl::Error on a
 // code generator failure, PythonError when a pass's Python call fails.
 CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ctx);
+
+// Sets ir::Kernel::static_axes of `k` (runtime sizes, not grouped) from `static_sizes`
+// (PassContext::static_sizes, sorted): an axis whose size is one of them.
+void mark_static_axes(ir::Kernel& k, const std::vector<int64_t>& static_sizes);
 
 // Runs `graph` op by op through torch, values released after their last use
 // (the memory plan of passes::op_by_op_schedule): a graph that gets no kernels.

@@ -5,6 +5,7 @@
 // settings only from here, never from the environment.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/flags.h"
 
@@ -26,6 +27,11 @@ struct PassContext {
   // Kernels take their sizes as arguments (ir::Kernel::runtime_sizes): set by
   // the frame layer's dynamic-shape policy (docs/internals/dynamic-shapes.md).
   bool runtime_sizes = false;
+  // With runtime_sizes: sizes that are model constants (sorted, unique), not ones that change
+  // between the calls the compile serves: the parameters' sizes and the graph's own int
+  // constants (`view(b, t, 12, 64)`). Kernel axes of such a size become
+  // ir::Kernel::static_axes (compile_graph); set by the frame layer (compile_frame.cpp).
+  std::vector<int64_t> static_sizes;
   // The caller promises no two graph inputs share memory (the compiled optimizer
   // step checks its tensors): kernels may then store into an input's buffer
   // (passes/store_in_place.h).

@@ -1,5 +1,8 @@
 #include "bytecode/decode.h"
 #include "capture/fast_meta.h"
+#include "capture/meta_cache.h"
+#include "core/errors.h"
+#include "passes/graph_rewrite.h"
 #include "python/bindings.h"
 
 namespace py = pybind11;
@@ -18,6 +21,16 @@ PyCodeObject* as_code(const py::object& obj) {  // borrows obj
 }  // namespace
 
 void bind_capture(py::module_& m) {
+  // NOTE: the passes' new nodes take their meta results as capture's replay does (C++ shape
+  // rules, the result cache): passes/graph_rewrite.h.
+  passes::set_meta_call([](PyObject* target, const std::string& method, PyObject* self,
+                           PyObject* pos, PyObject* kwargs) {
+    try {
+      return capture::meta_call(target, method, self, pos, kwargs, true);
+    } catch (const PythonError&) {
+      return PyRef();  // the Python error stays set
+    }
+  });
   m.def(
       "fast_meta",
       [](const py::object& target, const std::string& method, const py::object& self,

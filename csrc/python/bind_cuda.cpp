@@ -2,10 +2,13 @@
 // kernels, and NVRTC itself, for tests and for looking at generated code.
 #include <pybind11/stl.h>
 
+#include <algorithm>
+
 #include "codegen/cuda/cuda_kernel.h"
 #include "core/errors.h"
 #include "passes/group_kernels.h"
 #include "passes/partition.h"
+#include "pipeline/compile_graph.h"
 #include "python/bindings.h"
 #include "runtime/cuda/nvrtc.h"
 
@@ -58,13 +61,16 @@ void bind_cuda(py::module_& m) {
   m.def(
       "cuda_kernel_sources",
       [](const std::shared_ptr<ir::Graph>& g, const std::string& arch, bool compile,
-         int pointwise_block, bool group_kernels, int reduce_block, bool runtime_sizes) {
+         int pointwise_block, bool group_kernels, int reduce_block, bool runtime_sizes,
+         std::vector<int64_t> static_sizes) {
         codegen::cuda::Target target = target_of(arch);
         if (pointwise_block > 0) target.pointwise_block = pointwise_block;
         target.reduce_block = reduce_block;
         passes::Partition p = passes::partition_graph(*g);
         for (auto& k : p.kernels) k.kernel.runtime_sizes = runtime_sizes;
         if (group_kernels) passes::group_kernels(p);
+        std::sort(static_sizes.begin(), static_sizes.end());
+        for (auto& k : p.kernels) pipeline::mark_static_axes(k.kernel, static_sizes);
         std::vector<codegen::cuda::CudaKernel> kernels;
         for (const auto& k : p.kernels)
           kernels.push_back(codegen::cuda::emit_cuda_kernel(k.kernel, k.kernel.name, target));
@@ -89,14 +95,15 @@ void bind_cuda(py::module_& m) {
       },
       py::arg("graph"), py::arg("arch") = "compute_90", py::arg("compile") = true,
       py::arg("pointwise_block") = 0, py::arg("group_kernels") = false, py::arg("reduce_block") = 0,
-      py::arg("runtime_sizes") = false,
+      py::arg("runtime_sizes") = false, py::arg("static_sizes") = std::vector<int64_t>{},
       "Lowers and fuses a captured graph and emits CUDA C for each kernel: a list of\n"
       "(name, source, ptx or None, launch dict), NVRTC-compiled for `arch` when `compile`;\n"
       "pointwise kernels `pointwise_block` threads a block when > 0, reductions `reduce_block`\n"
       "(Target::reduce_block; max-autotune's builds: the launch dict's `other_blocks`);\n"
       "`group_kernels`: passes::group_kernels first (grouped kernels get a group entry);\n"
       "`runtime_sizes`: every kernel takes its sizes at run time (ir::Kernel::runtime_sizes,\n"
-      "as compile_graph sets it for dynamic shapes).");
+      "as compile_graph sets it for dynamic shapes); `static_sizes`: with it, the sizes that\n"
+      "are model constants (PassContext::static_sizes: axes of these sizes are literals).");
 }
 
 }  // namespace tl::python

@@ -11,6 +11,7 @@ namespace {
 struct Axes {
   std::vector<int64_t> sizes;
   std::vector<std::vector<int64_t>> strides;  // [buffer][axis]
+  std::vector<char> fixed;                    // per axis: a model constant (LoopSpace::fixed)
 };
 
 // Drops size-1 axes, then merges axis d into the previous kept one when
@@ -25,10 +26,12 @@ Axes merge(const Axes& a) {
       mergeable = out.strides[b].back() == a.strides[b][d] * a.sizes[d];
     if (mergeable) {
       out.sizes.back() *= a.sizes[d];
+      out.fixed.back() &= a.fixed[d];
       for (size_t b = 0; b < a.strides.size(); ++b) out.strides[b].back() = a.strides[b][d];
       continue;
     }
     out.sizes.push_back(a.sizes[d]);
+    out.fixed.push_back(a.fixed[d]);
     for (size_t b = 0; b < a.strides.size(); ++b) out.strides[b].push_back(a.strides[b][d]);
   }
   return out;
@@ -37,6 +40,7 @@ Axes merge(const Axes& a) {
 void permute(Axes& a, const std::vector<size_t>& order) {
   Axes out;
   for (size_t d : order) out.sizes.push_back(a.sizes[d]);
+  for (size_t d : order) out.fixed.push_back(a.fixed[d]);
   for (const auto& bs : a.strides) {
     out.strides.emplace_back();
     for (size_t d : order) out.strides.back().push_back(bs[d]);
@@ -73,6 +77,7 @@ void memory_order(Axes& a, size_t b) {
 void ensure_axis(Axes& a) {
   if (!a.sizes.empty()) return;
   a.sizes.push_back(1);
+  a.fixed.push_back(1);
   for (auto& s : a.strides) s.push_back(0);
 }
 }  // namespace
@@ -134,7 +139,11 @@ LoopSpace coalesce(const ir::Kernel& k, bool index_buffers, bool order_reduction
   Axes outer, red;
   outer.strides.resize(views.size());
   red.strides.resize(views.size());
-  for (size_t d = 0; d < n; ++d) (d < n_outer ? outer : red).sizes.push_back(k.shape[d]);
+  for (size_t d = 0; d < n; ++d) {
+    (d < n_outer ? outer : red).sizes.push_back(k.shape[d]);
+    (d < n_outer ? outer : red)
+        .fixed.push_back(k.runtime_sizes && d < k.static_axes.size() && k.static_axes[d]);
+  }
   for (size_t b = 0; b < views.size(); ++b) {
     TL_CHECK(views[b]->strides.size() == n)
         << "kernel " << k.name << ": buffer " << b << " has " << views[b]->strides.size()
@@ -172,6 +181,8 @@ LoopSpace coalesce(const ir::Kernel& k, bool index_buffers, bool order_reduction
   if (k.reduction_axes > 0) ensure_axis(red);
   s.outer = outer.sizes;
   s.red = red.sizes;
+  s.fixed = outer.fixed;
+  s.fixed.insert(s.fixed.end(), red.fixed.begin(), red.fixed.end());
   for (size_t b = 0; b < views.size(); ++b) {
     auto st = outer.strides[b];
     st.insert(st.end(), red.strides[b].begin(), red.strides[b].end());

@@ -19,6 +19,9 @@ struct LoopSpace {
   // strides over outer then red.
   std::vector<std::vector<int64_t>> strides;
   std::vector<int64_t> offsets;
+  // Per axis (outer then red): every kernel axis merged into it is a model constant
+  // (ir::Kernel::static_axes), so its size may be written as a literal with runtime sizes.
+  std::vector<char> fixed;
   // With index buffers: kernel axis -> a pseudo-buffer (after the outputs)
   // with stride 1 along that axis and 0 elsewhere, so its offset is the axis
   // coordinate and merging axes stays exact. Empty otherwise.

@@ -98,6 +98,8 @@ class Writer {
   // num() for a number along loop axis `axis` (a size or a stride): a literal for the reduced
   // axes of a constant row (constant_row_).
   std::string axis_num(const std::string& site, size_t axis, int64_t v);
+  // Loop axis `axis` (outer then red) is a model constant's size (LoopSpace::fixed).
+  bool fixed_axis(size_t axis) const;
 
   // kernel_text.cpp: pointwise
   void pointwise_scalar(int unroll);  // points per thread per loop step
@@ -238,6 +240,9 @@ class Writer {
   // Runtime sizes whose text already holds the reduced row's length (analyse()): the row's
   // length and strides along it are literals, only the outer numbers are dims.
   bool constant_row_ = false;
+  // Runtime sizes whose reduced row has a length known in the text: a constant row, or a row
+  // over model constants only (ir::Kernel::static_axes): its length is a literal.
+  bool static_row_ = false;
   int vec_ = 0;  // elements per 16-byte pack in the vectorised reduction entry; 0 = scalar
   std::vector<int> cache_first_;
   // Where reading memory branches (branching_where): in scopes whose element references are

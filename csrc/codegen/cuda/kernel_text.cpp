@@ -63,6 +63,15 @@ void Writer::analyse() {
       constant_row_ |=
           e.op == ExprOp::Constant &&
           (ir::is_floating(e.type) ? e.value == len : e.ivalue == k_.reduction_numel());
+    // NOTE: a row over model constants only (a softmax or sum over a hidden width, amax over
+    // heads x dims: ir::Kernel::static_axes) keeps its length as a literal too, but its strides
+    // along the row only where axis_num finds them constant.
+    static_row_ = constant_row_;
+    if (!static_row_) {
+      static_row_ = true;
+      for (size_t a = s_.outer.size(); a < s_.outer.size() + s_.red.size(); ++a)
+        static_row_ &= fixed_axis(a);
+    }
   }
   for (const ir::Expr& e : k_.exprs) {
     if (!is_gather(e.op)) continue;
@@ -135,8 +144,23 @@ std::string Writer::dim_slot(const std::string& site, int64_t v) {
   return "tl_d.v[" + std::to_string(it->second) + "]";
 }
 
+bool Writer::fixed_axis(size_t axis) const { return axis < s_.fixed.size() && s_.fixed[axis]; }
+
 std::string Writer::axis_num(const std::string& site, size_t axis, int64_t v) {
-  return constant_row_ && axis >= s_.outer.size() ? std::to_string(v) : num(site, v);
+  if (constant_row_ && axis >= s_.outer.size()) return std::to_string(v);
+  // NOTE: a model constant's size is a literal (ir::Kernel::static_axes): divisions by it are
+  // the compiler's, and a row of that length gets the static schedule. A stride is one when it
+  // is the product of the sizes of every axis after it and those are all model constants (a
+  // contiguous walk over constant inner axes: the same number at every size the text serves).
+  if (site[0] == 'a') return fixed_axis(axis) ? std::to_string(v) : num(site, v);
+  const size_t n = s_.outer.size() + s_.red.size();
+  int64_t inner = 1;
+  bool fixed = axis + 1 < n;
+  for (size_t d = axis + 1; d < n && fixed; ++d) {
+    fixed = fixed_axis(d);
+    inner *= d < s_.outer.size() ? s_.outer[d] : s_.red[d - s_.outer.size()];
+  }
+  return fixed && inner == v ? std::to_string(v) : num(site, v);
 }
 
 std::string Writer::signature(const std::string& name, int block) const {
@@ -891,8 +915,18 @@ void Writer::pointwise_vector(int width) {
   gather_pack_.clear();
   pair_mode_ = false;
   // The scalar tail (one axis only: see vector_width). NOTE: always there with runtime sizes
-  // (it runs no step when numel is whole packs), so one text serves every numel.
-  if (numel % width != 0 || k_.runtime_sizes) {
+  // (it runs no step when numel is whole packs), so one text serves every numel, unless every
+  // numel the text serves is whole packs: several axes (vector_width asks the inner one to be
+  // whole packs), or one whose model-constant factors are (ir::Kernel::static_axes: a GELU
+  // over [b * t, 3072]).
+  bool whole_packs = inner > 0;
+  if (!whole_packs && k_.runtime_sizes && !k_.static_axes.empty()) {
+    int64_t fixed = 1;
+    for (size_t d = 0; d + k_.reduction_axes < k_.shape.size(); ++d)
+      if (d < k_.static_axes.size() && k_.static_axes[d]) fixed *= k_.shape[d];
+    whole_packs = fixed % width == 0;
+  }
+  if (numel % width != 0 || (k_.runtime_sizes && !whole_packs)) {
     open("for (" + idx_ + " i = " + nv + " * " + w + " + " + tid + "; i < " + n + "; i += step)");
     point_at("i");
     close();

@@ -232,7 +232,7 @@ void Writer::reduce_pass(int p, Rows rows) {
     line(std::string(reg_type(t)) + " " + acc_[i] + " = " + reduce_identity(e.op, t) + ";");
     if (arg) line("long long " + acc_[i] + "i = 0;");
   }
-  std::string len = constant_row_ ? std::to_string(product(s_.red)) : num("len", product(s_.red));
+  std::string len = static_row_ ? std::to_string(product(s_.red)) : num("len", product(s_.red));
   int64_t threads = rows == Rows::Warp ? row_lanes_ : rows == Rows::Block ? block_ : 1;
   std::string first = rows == Rows::Warp ? "lane" : "threadIdx.x", V = std::to_string(vec_);
   bool guard = false;  // the unrolled loop's last step may pass the row's end
@@ -266,8 +266,8 @@ void Writer::reduce_pass(int p, Rows rows) {
     else
       line("const " + idx_ + " r = " + first + " + (" + idx_ + ")j * " + std::to_string(threads) +
            ";");
-    guard = (k_.runtime_sizes && !constant_row_) ||
-            product(s_.red) % (threads * std::max(vec_, 1)) != 0;
+    guard =
+        (k_.runtime_sizes && !static_row_) || product(s_.red) % (threads * std::max(vec_, 1)) != 0;
     if (guard) open("if (r < " + len + ")");
   } else if (vec_) {
     open("for (" + idx_ + " r0 = " + first + " * " + V + "; r0 < " + len +
