@@ -402,7 +402,10 @@ std::string size_generic_blocker(const capture::CaptureResult& res, const Compil
     if (n->op == ir::OpKind::Output) continue;
     std::string blocker = op_blocker(*n);
     if (!blocker.empty()) return blocker;
-    if (n->meta && n->meta->requires_grad) return "autograd records the graph";
+    // NOTE: what autograd records, not the requires_grad flag: under no_grad a view of a
+    // parameter (ViT's `cls_token.expand(b, -1, -1)`, `pos_embed[:, :n]`) reports it too.
+    if (n->meta && n->meta->requires_grad && pipeline::autograd_tracks(*n))
+      return "autograd records the graph";
   }
   return "";
 }

@@ -51,24 +51,6 @@ bool is_input_itself(const ir::Node& n) {
   return found;
 }
 
-// True when autograd must track `n`'s value, which kernels (writing plain
-// tensors) cannot give it. NOTE: decided from what autograd actually recorded
-// on the trace-time meta value, not from its requires_grad flag: under
-// no_grad or inference mode nothing records, yet a parameter passed through
-// a no-op cast or a view still reports requires_grad (Gemma's RMSNorm does
-// `1 + weight.float()`); such values are only read by kernels.
-bool autograd_tracks(const ir::Node& n) {
-  if (!n.meta || !n.meta->requires_grad || n.op == ir::OpKind::Placeholder) return false;
-  if (!n.example) return true;
-  // NOTE: views are never kernel outputs. Asked first: reading the grad_fn of a view made
-  // under no_grad whose base was then written in place raises (`x[1:] = x[:-1] + 0` on a
-  // leaf that requires grad, under no_grad).
-  if (is_view(n.example.get())) return false;
-  if (attr_of(n.example.get(), "grad_fn").get() != Py_None) return true;
-  if (is_input_itself(n)) return false;
-  return true;  // a fresh leaf that requires grad (requires_grad=True, requires_grad_())
-}
-
 // True when the graph returns `n` (directly or in a container).
 bool is_returned(const ir::Graph& graph, const ir::Node& n) {
   if (!graph.output()) return false;
@@ -237,6 +219,24 @@ void use_cuda_graphs(CompileResult& ex, const PassContext& ctx, Trace& trace) {
 }
 
 }  // namespace
+
+// (compile_graph.h) True when autograd must track `n`'s value, which kernels (writing plain
+// tensors) cannot give it. NOTE: decided from what autograd actually recorded
+// on the trace-time meta value, not from its requires_grad flag: under
+// no_grad or inference mode nothing records, yet a parameter passed through
+// a no-op cast or a view still reports requires_grad (Gemma's RMSNorm does
+// `1 + weight.float()`); such values are only read by kernels.
+bool autograd_tracks(const ir::Node& n) {
+  if (!n.meta || !n.meta->requires_grad || n.op == ir::OpKind::Placeholder) return false;
+  if (!n.example) return true;
+  // NOTE: views are never kernel outputs. Asked first: reading the grad_fn of a view made
+  // under no_grad whose base was then written in place raises (`x[1:] = x[:-1] + 0` on a
+  // leaf that requires grad, under no_grad).
+  if (is_view(n.example.get())) return false;
+  if (attr_of(n.example.get(), "grad_fn").get() != Py_None) return true;
+  if (is_input_itself(n)) return false;
+  return true;  // a fresh leaf that requires grad (requires_grad=True, requires_grad_())
+}
 
 void set_training_compiler(TrainingCompiler compiler) {
   std::lock_guard<std::mutex> lock(g_training_mu);

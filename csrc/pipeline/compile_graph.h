@@ -48,6 +48,11 @@ void set_training_compiler(TrainingCompiler compiler);
 // Rewrites `graph` in place (passes mutate it). Throws InternalError naming
 // the pass under verify when a pass leaves a broken graph, tl::Error on a
 // code generator failure, PythonError when a pass's Python call fails.
+// True when autograd must track `n`'s value (it recorded a grad_fn on the trace-time value, or
+// `n` is a fresh leaf that requires grad): kernels cannot produce it. Views and no-op casts of
+// parameters under no_grad report requires_grad yet are only read.
+bool autograd_tracks(const ir::Node& n);
+
 CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ctx);
 
 // Sets ir::Kernel::static_axes of `k` (runtime sizes, not grouped) from `static_sizes`
