@@ -214,6 +214,10 @@ class Tracer {
     const Value* value = nullptr;
   };
   void mark_mutated(const ValuePtr& container);
+  // `seq[a:b]` of an nn.Sequential as a module made by traced code; null for other modules.
+  ValuePtr slice_sequential(const ValuePtr& c, PyObject* slice);
+  // The children (a Dict value) of a module slice_sequential made, or null.
+  ValuePtr sliced_children(const ValuePtr& m);
   void list_store_slice(const ValuePtr& list, PyObject* slice, const ValuePtr* items);
 
   ValuePtr pop();
