@@ -242,6 +242,31 @@ std::optional<ValuePtr> Tracer::call_numpy(PyObject* fn, std::vector<ValuePtr>& 
   return read_only_if_array(call_pure(ctx_, fn, consts, kw));
 }
 
+// copy.deepcopy(v) (dataclasses.asdict/astuple call it on every leaf value) where its result
+// needs no object identity: a value deepcopy returns as it is (None, numbers, strings), and a
+// tensor the graph computed that needs no grad, contiguous from offset 0, which
+// Tensor.__deepcopy__ copies into new memory of the same layout: a clone. Anything else (an
+// input or a parameter, whose grad and Python attributes are copied too; a tensor that needs
+// grad) is traced as before, and breaks inside copy.deepcopy.
+std::optional<ValuePtr> Tracer::deepcopy_value(const ValuePtr& v) {
+  if (v->is_const()) {
+    PyObject* o = v->obj.get();
+    if (o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) ||
+        PyComplex_CheckExact(o) || PyUnicode_CheckExact(o) || PyBytes_CheckExact(o))
+      return v;
+    return std::nullopt;
+  }
+  if (!v->is_tensor() || v->source || !v->meta || ctx_.real_input(v)) return std::nullopt;
+  PyObject* m = v->meta.get();
+  PyRef grad = PyRef::steal(PyObject_GetAttrString(m, "requires_grad"));
+  PyRef contiguous = PyRef::steal(PyObject_CallMethod(m, "is_contiguous", nullptr));
+  PyRef offset = PyRef::steal(PyObject_CallMethod(m, "storage_offset", nullptr));
+  if (!grad || !contiguous || !offset) throw PythonError();
+  if (grad.get() != Py_False || contiguous.get() != Py_True || PyLong_AsLong(offset.get()) != 0)
+    return std::nullopt;
+  return ctx_.call_op(nullptr, "clone", {v}, {});
+}
+
 std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
                                              std::vector<ValuePtr>& args, KwArgs& kwargs) {
   static PyObject* fields = module_attr("dataclasses", "fields");
@@ -249,6 +274,7 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
   static PyObject* finfo = module_attr("torch", "finfo");
   static PyObject* iinfo = module_attr("torch", "iinfo");
   static PyObject* logger_type = module_attr("logging", "Logger");
+  static PyObject* deepcopy = module_attr("copy", "deepcopy");
 
   // Logger.<level>(...): a no-op when the level is disabled. The guards: the logger's level
   // cache (cleared by setLevel/logging.disable) and its `disabled` flag.
@@ -312,6 +338,8 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
     }
     return call_pure(ctx_, fn, {Value::constant(PyRef::borrow(cls))}, {});
   }
+  if (fn == deepcopy && args.size() == 1 && kwargs.empty())
+    if (auto r = deepcopy_value(args[0])) return r;
   if ((fn == finfo || fn == iinfo) && all_const(args, kwargs))
     return call_pure(ctx_, fn, args, kwargs);
   // object.__setattr__(obj, name, value) and friends, as dataclasses' __init__ calls them.

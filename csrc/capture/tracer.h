@@ -153,6 +153,7 @@ class Tracer {
   // torch.finfo, logging calls, object.__setattr__...); nullopt when `fn` is none of them.
   std::optional<ValuePtr> call_library(PyObject* fn, const ValuePtr& self,
                                        std::vector<ValuePtr>& args, KwArgs& kwargs);
+  std::optional<ValuePtr> deepcopy_value(const ValuePtr& v);  // copy.deepcopy(v), or none
   ValuePtr call_lru_cached(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs);
   std::optional<ValuePtr> call_numpy(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs);
   std::optional<ValuePtr> call_numpy_method(const ValuePtr& fn, std::vector<ValuePtr>& args,
