@@ -145,8 +145,8 @@ bool may_share_elements(const std::vector<long long>& w, const std::vector<long 
 bool partly_overlaps(const CaptureContext& ctx, PyObject* written, PyObject* operand) {
   if (written == operand) return false;
   Extent w = extent_of(ctx, written), o = extent_of(ctx, operand);
-  return o.storage == w.storage && o.layout != w.layout && o.last >= w.first &&
-         w.last >= o.first && may_share_elements(w.layout, o.layout);
+  return o.storage == w.storage && o.layout != w.layout && o.last >= w.first && w.last >= o.first &&
+         may_share_elements(w.layout, o.layout);
 }
 
 }  // namespace

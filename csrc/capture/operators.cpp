@@ -750,8 +750,8 @@ ValuePtr Tracer::slice_sequential(const ValuePtr& c, PyObject* slice) {
   if (!r) raise_current_error("module indexing raised");
   Py_ssize_t start, stop, step;
   if (PySlice_Unpack(slice, &start, &stop, &step) < 0) throw PythonError();
-  const Py_ssize_t n = PySlice_AdjustIndices(static_cast<Py_ssize_t>(children->items.size()),
-                                             &start, &stop, step);
+  const Py_ssize_t n =
+      PySlice_AdjustIndices(static_cast<Py_ssize_t>(children->items.size()), &start, &stop, step);
   ValuePtr picked = Value::of_kind(VKind::Dict);
   for (Py_ssize_t i = 0, j = start; i < n; ++i, j += step) {
     picked->keys.push_back(children->keys[j]);

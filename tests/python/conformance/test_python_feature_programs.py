@@ -328,6 +328,50 @@ def test_dataclass_built_mutated_and_compared_inside():
     run(fn)
 
 
+@dataclasses.dataclass
+class Output:
+    """A model output in the style of transformers' ModelOutput dataclasses."""
+
+    logits: torch.Tensor
+    hidden: typing.Optional[torch.Tensor] = None
+    extras: dict = dataclasses.field(default_factory=dict)
+    steps: int = 1
+
+
+def test_dataclass_asdict_and_astuple_of_computed_tensors():
+    def fn(x):
+        h = x.sin()
+        out = Output(h * 2, Span(h, h.cos()), {"names": ["a", 2.5], "n": None}, 3)
+        d = dataclasses.asdict(out)
+        d["logits"].add_(1)  # the copy, not out.logits
+        t = dataclasses.astuple(Output(x.relu() + 1), tuple_factory=list)
+        od = dataclasses.asdict(out, dict_factory=collections.OrderedDict)
+        return d, out.logits, t, od
+
+    run(fn)
+    run(fn, lambda: (torch.randn(2, 3),))
+
+
+def test_dataclass_asdict_of_inputs_and_views_copies_them():
+    def fn(x, w):
+        return dataclasses.asdict(Output(x, w.t() * 1, {"w": w}))
+
+    # NOTE: copy.deepcopy of an input (its grad and Python attributes are copied too) or of a
+    # tensor of another layout runs eagerly: a break inside copy.deepcopy.
+    run(fn, lambda: (torch.randn(3), torch.randn(2, 3)), breaks=1)
+
+
+def test_dataclass_asdict_raises_as_eager_on_a_tensor_needing_grad():
+    def fn(x):
+        return dataclasses.asdict(Output(x * 2))
+
+    run(
+        fn,
+        lambda: (torch.randn(3, requires_grad=True),),
+        raises=RuntimeError,
+    )
+
+
 class Mode(enum.Enum):
     ADD = "add"
     MUL = "mul"
@@ -789,9 +833,75 @@ def test_exit_sees_exception_raised_in_with_body_caught_outside():
             y = x - 1
         return y, log
 
-    # NOTE: an exception leaving a with-block of a Python context manager in the frame itself
-    # is a break at the with-block (its __exit__ would run with the exception); Dynamo has none.
-    run(fn, breaks=1)
+    run(fn)
+
+
+class Swallow:
+    """Suppresses the exceptions of `types` (its __exit__ never reads the traceback)."""
+
+    def __init__(self, log, *types):
+        self.log, self.types = log, types
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.log.append(None if exc_type is None else exc_type.__name__)
+        return exc_type is not None and issubclass(exc_type, self.types)
+
+
+def _closes_then_raises(x, log):
+    with Recorder(log, "inner"), Swallow(log, KeyError):
+        y = x * 2
+        raise IndexError(f"size {y.shape[0]}")
+
+
+def test_exceptions_through_nested_with_blocks_suppressed_or_caught():
+    def fn(x):
+        log = []
+        with Swallow(log, KeyError):
+            y = x + 1
+            raise KeyError("swallowed")
+        with Recorder(log, "outer"):
+            try:
+                with torch.no_grad(), Recorder(log, "grad"):
+                    z = x * 3
+                    raise ValueError("bad")
+            except ValueError as e:
+                z = z + len(str(e))
+        try:
+            _closes_then_raises(x, log)
+        except IndexError as e:
+            z = z + len(e.args[0])
+        return y, z, log, torch.is_grad_enabled()
+
+    run(fn, lambda: (torch.randn(3, requires_grad=True),))
+
+
+def test_exception_leaving_with_uncaught_and_exit_reading_traceback():
+    class KeepsTraceback:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, exc_type, exc, tb):
+            return tb is not None
+
+    def uncaught(x):
+        log = []
+        with Recorder(log, "cm"):
+            raise KeyError("out")
+
+    def traceback_read(x):
+        try:
+            with KeepsTraceback():
+                raise KeyError("k")
+        except KeyError:
+            x = x - 1
+        return x + 1
+
+    run(uncaught, raises=KeyError)
+    # NOTE: an __exit__ that reads the traceback runs eagerly (traced code has none to give).
+    run(traceback_read, breaks=None)
 
 
 # ---- globals and module state -------------------------------------------------------------------
@@ -901,6 +1011,44 @@ def test_sequential_slicing_len_reversed_and_named_parameters():
     run(fn, t23)
 
 
+def test_sequential_slices_called_iterated_and_indexed():
+    torch.manual_seed(0)
+    seq = torch.nn.Sequential(
+        torch.nn.Linear(3, 3), torch.nn.ReLU(), torch.nn.Linear(3, 3), torch.nn.Tanh()
+    )
+
+    class Backbone(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = seq
+
+        def forward(self, x):
+            stem, rest = self.features[:1], self.features[1:]
+            h = rest(stem(x))
+            tail = self.features[::2](x) + self.features[1:][1:](x)
+            names = [type(m).__name__ for m in self.features[-2:]]
+            return h, tail, self.features[1:][1](x), len(rest), names
+
+    m = Backbone()
+    run(lambda x: m(x), t23)
+
+
+def test_sequential_slice_sees_replaced_children_and_new_weights():
+    torch.manual_seed(0)
+    seq = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+
+    def fn(x):
+        return seq[1:](x)
+
+    def mutate(call):
+        with torch.no_grad():
+            seq[2].weight.mul_(2)
+        seq[0] = torch.nn.Linear(3, 3)
+        seq[2] = torch.nn.Linear(3, 2)
+
+    run(fn, t23, mutate=mutate)
+
+
 def test_hooks_with_kwargs_and_tensor_hook_on_intermediate():
     torch.manual_seed(0)
     lin = torch.nn.Linear(3, 3)
@@ -943,9 +1091,35 @@ def test_inplace_ops_on_input_and_through_views():
         x[..., -1] = x[..., 0]
         return x.sum()
 
-    # NOTE: a setitem whose source shares memory with its target runs eagerly (torch decides
-    # there whether they overlap); Dynamo has no break.
-    run(fn, lambda: (torch.randn(4, 3),), breaks=1)
+    run(fn, lambda: (torch.randn(4, 3),))
+
+
+def test_setitem_from_other_elements_of_the_same_tensor():
+    def fn(x, y):
+        x[..., -1] = x[..., 0]
+        x[:, 1::2] = x[:, ::2] * 2
+        y[0] = y[-1]
+        y[1:2, :].add_(y[2:3, :])
+        y.t()[0] = y[:, 1]  # the first column from the second: no element shared
+        return x.sum(1), y
+
+    run(fn, lambda: (torch.randn(4, 4), torch.randn(3, 3)))
+    run(fn, lambda: (torch.randn(2, 6), torch.randn(4, 2)))
+
+
+def test_setitem_from_overlapping_elements_of_the_same_tensor_runs_eagerly():
+    def shift(x):
+        y = x.clone()
+        y[:, 1:] = y[:, :-1]  # eager's copy order decides what this writes
+        return y
+
+    def transpose_row(x):
+        y = x.clone()
+        y[:, 0] = y[0, :]  # y[0, 0] is read and written
+        return y
+
+    run(shift, lambda: (torch.randn(3, 4),), breaks=1)
+    run(transpose_row, lambda: (torch.randn(3, 3),), breaks=1)
 
 
 def test_inplace_on_transpose_and_diagonal_views_of_a_local():
