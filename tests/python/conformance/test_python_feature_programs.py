@@ -333,7 +333,7 @@ class Output:
     """A model output in the style of transformers' ModelOutput dataclasses."""
 
     logits: torch.Tensor
-    hidden: typing.Optional[torch.Tensor] = None
+    hidden: torch.Tensor | None = None
     extras: dict = dataclasses.field(default_factory=dict)
     steps: int = 1
 
