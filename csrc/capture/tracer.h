@@ -66,6 +66,7 @@ class Tracer {
                                        bool generic = false);
   ValuePtr make_super(const ValuePtr& cls, const ValuePtr& self);  // super_attr.cpp
   ValuePtr binary_op(PyObject* op_fn, const ValuePtr& a, const ValuePtr& b);
+  ValuePtr call_method_caller(PyObject* f, PyObject* reduced, const ValuePtr& obj);
   std::optional<ValuePtr> call_operator_getter(PyObject* f, std::vector<ValuePtr>& args,
                                                KwArgs& kwargs);
   ValuePtr sorted_by_first(PyObject* sorted_fn, const std::vector<ValuePtr>& items,

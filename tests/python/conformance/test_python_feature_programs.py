@@ -1221,6 +1221,30 @@ def test_math_and_operator_on_sizes():
     run(fn, t23)
 
 
+_MEAN_ROWS = operator.methodcaller("mean", dim=1, keepdim=True)
+
+
+def test_operator_methodcaller_made_inside_and_read_from_globals():
+    def fn(x):
+        total = operator.methodcaller("sum", 0)
+        fmt = operator.methodcaller("format", x.shape[0])
+        return total(x), _MEAN_ROWS(x), fmt("{} rows"), operator.methodcaller("size", -1)(x)
+
+    run(fn, t23)
+
+
+def test_is_leaf_and_grad_fn_of_tensors_that_need_no_grad():
+    def fn(x, w):
+        with torch.no_grad():
+            y = x @ w
+        z = x * 2
+        return y, (y.is_leaf, y.grad_fn is None, z.is_leaf, x.is_leaf, x.grad_fn, w.is_leaf)
+
+    run(fn, lambda: (torch.randn(2, 3), torch.randn(3, 3)))
+    # NOTE: one that requires grad may be a leaf or not: read eagerly (a break).
+    run(fn, lambda: (torch.randn(2, 3), torch.randn(3, 3, requires_grad=True)), breaks=1)
+
+
 def test_min_max_any_all_divmod_on_sizes():
     def fn(x):
         q, r = divmod(x.shape[0] * 7, 4)
