@@ -7,6 +7,7 @@
 
 #include "capture/autocast.h"
 #include "capture/graph_break.h"
+#include "capture/lazy_iter.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
@@ -275,6 +276,7 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
   static PyObject* iinfo = module_attr("torch", "iinfo");
   static PyObject* logger_type = module_attr("logging", "Logger");
   static PyObject* deepcopy = module_attr("copy", "deepcopy");
+  static PyObject* count = module_attr("itertools", "count");
 
   // Logger.<level>(...): a no-op when the level is disabled. The guards: the logger's level
   // cache (cleared by setLevel/logging.disable) and its `disabled` flag.
@@ -337,6 +339,34 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
       graph_break("user_exception", "dataclasses.fields() of a " + args[0]->type_name());
     }
     return call_pure(ctx_, fn, {Value::constant(PyRef::borrow(cls))}, {});
+  }
+  if (fn == count && args.size() + kwargs.size() <= 2) {
+    // count(start=0, step=1): the arguments in that order, by position or keyword.
+    std::vector<ValuePtr> given = args;
+    given.resize(2);
+    bool ints = true;
+    for (auto& [k, v] : kwargs) {
+      size_t i = k == "start" ? 0 : k == "step" ? 1 : 2;
+      if (i == 2 || given[i]) ints = false;  // CPython raises its TypeError
+      if (i < 2) given[i] = v;
+    }
+    long long start_step[2] = {0, 1};
+    for (size_t i = 0; ints && i < 2; ++i) {
+      if (!given[i]) continue;
+      ctx_.specialise(given[i]);
+      PyObject* o = given[i]->is_const() ? given[i]->obj.get() : nullptr;
+      if (!o || !PyLong_CheckExact(o)) {
+        ints = false;
+        break;
+      }
+      start_step[i] = PyLong_AsLongLong(o);
+      if (start_step[i] == -1 && PyErr_Occurred()) {
+        clear_expected_error();  // too large for the counter: left to CPython
+        ints = false;
+        break;
+      }
+    }
+    if (ints) return lazy_iterator(count_iter(start_step[0], start_step[1]), "count");
   }
   if (fn == deepcopy && args.size() == 1 && kwargs.empty())
     if (auto r = deepcopy_value(args[0])) return r;

@@ -269,6 +269,39 @@ def test_deque_and_chain_from_iterable_and_counter():
     run(fn, breaks=None)
 
 
+def test_itertools_count_made_in_traced_code():
+    def fn(x):
+        ids = itertools.count(1)
+        first = next(ids)
+        named = {f"layer{i}": x * i for i, _ in zip(itertools.count(start=2, step=3), range(3))}
+        for k in itertools.count(x.shape[0], -1):
+            if k < 2:
+                break
+            x = x + k
+        return x, first, next(ids), named
+
+    run(fn, t23)
+
+
+def test_itertools_count_live_across_a_break_and_returned():
+    def across(x):
+        ids = itertools.count(5, 2)
+        a = next(ids)
+        print("break")  # noqa: T201 - a graph break with the counter live
+        return x * a, next(ids), next(ids)
+
+    def returned(x):
+        ids = itertools.count(3)
+        next(ids)
+        return x + 1, ids
+
+    run(across, breaks=None)
+    eager_x = torch.randn(3)
+    out, it = torchlite.compile(returned)(eager_x)
+    assert next(it) == 4 and next(it) == 5
+    torch.testing.assert_close(out, eager_x + 1)
+
+
 # ---- dataclasses, NamedTuple, enum --------------------------------------------------------------
 class Span(typing.NamedTuple):
     start: torch.Tensor
