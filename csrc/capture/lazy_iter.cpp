@@ -199,6 +199,31 @@ class CountIter : public LazyIter {
   long long next_, step_;
 };
 
+// itertools.chain: the items of each iterable `outer` gives, in turn; each is iter()'d when
+// reached, as CPython's chain does.
+class ChainIter : public LazyIter {
+ public:
+  explicit ChainIter(ValuePtr outer) : outer_(std::move(outer)) {}
+  ValuePtr next(Tracer& t) override {
+    while (true) {
+      if (current_) {
+        if (ValuePtr v = t.iter_next(current_)) return v;
+        current_ = nullptr;
+      }
+      if (!outer_) return nullptr;
+      ValuePtr iterable = t.iter_next(outer_);
+      if (!iterable) {
+        outer_ = nullptr;
+        return nullptr;
+      }
+      current_ = t.get_iter(iterable);
+    }
+  }
+
+ private:
+  ValuePtr outer_, current_;
+};
+
 class EnumerateIter : public LazyIter {
  public:
   EnumerateIter(ValuePtr it, long long start) : it_(std::move(it)), count_(start) {}
@@ -325,6 +350,9 @@ std::shared_ptr<LazyIter> zip_iter(std::vector<ValuePtr> iterators) {
 }
 std::shared_ptr<LazyIter> count_iter(long long start, long long step) {
   return std::make_shared<CountIter>(start, step);
+}
+std::shared_ptr<LazyIter> chain_iter(ValuePtr outer) {
+  return std::make_shared<ChainIter>(std::move(outer));
 }
 std::shared_ptr<LazyIter> enumerate_iter(ValuePtr iterator, long long start) {
   return std::make_shared<EnumerateIter>(std::move(iterator), start);

@@ -277,6 +277,7 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
   static PyObject* logger_type = module_attr("logging", "Logger");
   static PyObject* deepcopy = module_attr("copy", "deepcopy");
   static PyObject* count = module_attr("itertools", "count");
+  static PyObject* chain = module_attr("itertools", "chain");
 
   // Logger.<level>(...): a no-op when the level is disabled. The guards: the logger's level
   // cache (cleared by setLevel/logging.disable) and its `disabled` flag.
@@ -340,6 +341,13 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
     }
     return call_pure(ctx_, fn, {Value::constant(PyRef::borrow(cls))}, {});
   }
+  // itertools.chain(*iterables) and chain.from_iterable(iterable) (a classmethod: bound anew
+  // on every attribute read, so known by its self and name).
+  if (fn == chain && kwargs.empty())
+    return lazy_iterator(chain_iter(get_iter(Value::tuple(args))), "itertools.chain");
+  if (PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == chain &&
+      attr_str(fn, "__name__") == "from_iterable" && args.size() == 1 && kwargs.empty())
+    return lazy_iterator(chain_iter(get_iter(args[0])), "itertools.chain");
   if (fn == count && args.size() + kwargs.size() <= 2) {
     // count(start=0, step=1): the arguments in that order, by position or keyword.
     std::vector<ValuePtr> given = args;

@@ -264,8 +264,8 @@ def test_deque_and_chain_from_iterable_and_counter():
         c = collections.Counter("abca")
         return torch.stack(list(q)), parts, c.most_common(1), len(q)
 
-    # NOTE: deque, itertools.chain and Counter made in traced code are graph breaks (Dynamo
-    # models them); only values are checked here.
+    # NOTE: deque and Counter made in traced code are graph breaks (Dynamo models them); only
+    # values are checked here.
     run(fn, breaks=None)
 
 
@@ -279,6 +279,22 @@ def test_itertools_count_made_in_traced_code():
                 break
             x = x + k
         return x, first, next(ids), named
+
+    run(fn, t23)
+
+
+def test_itertools_chain_and_chain_from_iterable():
+    torch.manual_seed(0)
+    blocks = torch.nn.ModuleList([torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)])
+    head = torch.nn.Linear(3, 3)
+
+    def fn(x):
+        for layer in itertools.chain(blocks, [head]):
+            x = layer(x)
+        parts = list(itertools.chain.from_iterable([[1, 2], (3,), range(2)]))
+        rows = itertools.chain(x.unbind(0), [x.sum(0)])
+        first = next(rows)
+        return x, parts, first, torch.stack(list(rows)), list(itertools.chain())
 
     run(fn, t23)
 
