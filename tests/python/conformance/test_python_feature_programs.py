@@ -1099,6 +1099,18 @@ def test_sequential_slice_sees_replaced_children_and_new_weights():
     run(fn, t23, mutate=mutate)
 
 
+def test_sequential_slice_eval_in_forward_reaches_the_shared_children():
+    torch.manual_seed(0)
+    seq = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.5), torch.nn.Linear(3, 3))
+
+    def fn(x):
+        tail = seq[1:]
+        tail.eval()
+        return tail(x), [m.training for m in seq]
+
+    run(fn, t23, setup=seq.train, observe=lambda: [m.training for m in seq], stable=False)
+
+
 def test_hooks_with_kwargs_and_tensor_hook_on_intermediate():
     torch.manual_seed(0)
     lin = torch.nn.Linear(3, 3)
