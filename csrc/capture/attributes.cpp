@@ -401,8 +401,17 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         graph_break("unsupported_value", "Tensor.grad of a tensor computed in traced code",
                     "read .grad outside the compiled function, after backward()");
       }
-      if (name == "grad_fn" || name == "is_leaf" || name == "_version" || name == "names" ||
-          name == "_base")
+      if (name == "grad_fn" || name == "is_leaf") {
+        // NOTE: a tensor that does not require grad is a leaf without a grad_fn, whatever made
+        // it (requires_grad is in the tensor guards and the traced meta); one that does may
+        // be either (an input made by an op or not, `t.detach().requires_grad_()`).
+        PyRef rg = PyRef::steal(PyObject_GetAttrString(meta, "requires_grad"));
+        if (!rg) throw PythonError();
+        if (rg.get() == Py_False) return name == "is_leaf" ? const_bool(true) : none();
+        graph_break("unsupported_value", "Tensor." + name + " of a tensor that requires grad",
+                    "read it outside the compiled function");
+      }
+      if (name == "_version" || name == "names" || name == "_base")
         graph_break("unsupported_value", "Tensor." + name + " is not captured");
       // NOTE: sizes follow from the guarded shape and dtype; any other data attribute
       // (retains_grad, a Python attribute...) describes the real tensor, not the meta one.

@@ -240,6 +240,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
         if (fn->source) ctx_.guards().add_id_match(fn->source, fn->obj.get());
         return call_lru_cached(fn->obj.get(), args, kwargs);
       }
+      // operator.methodcaller: read through __reduce__, so one from outside is pinned by
+      // identity (it is immutable); one a resume function is handed is new on every call.
+      if (std::string(Py_TYPE(fn->obj.get())->tp_name) == "operator.methodcaller" &&
+          (!fn->source || !ctx_.guarded_by_structure(fn->source))) {
+        if (fn->source) ctx_.guards().add_id_match(fn->source, fn->obj.get());
+        if (auto r = call_operator_getter(fn->obj.get(), args, kwargs)) return *r;
+      }
       PyRef call_name = PyRef::steal(PyUnicode_FromString("__call__"));
       PyObject* impl = _PyType_Lookup(Py_TYPE(fn->obj.get()), call_name.get());
       if (!impl || !PyFunction_Check(impl))
@@ -404,7 +411,10 @@ std::optional<ValuePtr> Tracer::call_operator_getter(PyObject* f, std::vector<Va
   auto is_getter = [](PyObject* o) {
     if (!PyType_Check(o)) return 0;
     const std::string n = reinterpret_cast<PyTypeObject*>(o)->tp_name;
-    return n == "operator.itemgetter" ? 1 : n == "operator.attrgetter" ? 2 : 0;
+    return n == "operator.itemgetter"     ? 1
+           : n == "operator.attrgetter"   ? 2
+           : n == "operator.methodcaller" ? 3
+                                          : 0;
   };
   if (is_getter(f)) {
     if (!all_const(args, kwargs)) return std::nullopt;
@@ -414,6 +424,7 @@ std::optional<ValuePtr> Tracer::call_operator_getter(PyObject* f, std::vector<Va
   if (!kind || args.size() != 1 || !kwargs.empty()) return std::nullopt;
   PyRef reduced = PyRef::steal(PyObject_CallMethod(f, "__reduce__", nullptr));
   if (!reduced) throw PythonError();
+  if (kind == 3) return call_method_caller(f, reduced.get(), args[0]);
   PyObject* keys = PyTuple_Check(reduced.get()) && PyTuple_GET_SIZE(reduced.get()) >= 2
                        ? PyTuple_GET_ITEM(reduced.get(), 1)
                        : nullptr;
@@ -438,6 +449,44 @@ std::optional<ValuePtr> Tracer::call_operator_getter(PyObject* f, std::vector<Va
   }
   if (out.size() == 1) return out[0];
   return Value::tuple(std::move(out));
+}
+
+// methodcaller(name, *a, **kw)(obj) is obj.name(*a, **kw): its __reduce__ gives
+// (methodcaller, (name, *a)), or (partial(methodcaller, name, **kw), a) with keywords.
+ValuePtr Tracer::call_method_caller(PyObject* f, PyObject* reduced, const ValuePtr& obj) {
+  if (!PyTuple_Check(reduced) || PyTuple_GET_SIZE(reduced) < 2 ||
+      !PyTuple_Check(PyTuple_GET_ITEM(reduced, 1)))
+    graph_break("unsupported_callable", "calling an operator.methodcaller it cannot read");
+  PyObject* head = PyTuple_GET_ITEM(reduced, 0);
+  PyObject* rest = PyTuple_GET_ITEM(reduced, 1);
+  PyRef name;
+  std::vector<ValuePtr> call_args;
+  KwArgs call_kwargs;
+  Py_ssize_t first = 0;
+  if (head == reinterpret_cast<PyObject*>(Py_TYPE(f))) {
+    if (PyTuple_GET_SIZE(rest) < 1)
+      graph_break("unsupported_callable", "methodcaller without a name");
+    name = PyRef::borrow(PyTuple_GET_ITEM(rest, 0));
+    first = 1;
+  } else {
+    PyRef pargs = PyRef::steal(PyObject_GetAttrString(head, "args"));
+    PyRef pkw = PyRef::steal(PyObject_GetAttrString(head, "keywords"));
+    if (!pargs || !pkw || !PyTuple_Check(pargs.get()) || PyTuple_GET_SIZE(pargs.get()) != 1 ||
+        !PyDict_Check(pkw.get())) {
+      clear_expected_error();
+      graph_break("unsupported_callable", "calling an operator.methodcaller it cannot read");
+    }
+    name = PyRef::borrow(PyTuple_GET_ITEM(pargs.get(), 0));
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(pkw.get(), &pos, &k, &v))
+      call_kwargs.emplace_back(utf8(k), ctx_.from_result(v));
+  }
+  for (Py_ssize_t i = first; i < PyTuple_GET_SIZE(rest); ++i)
+    call_args.push_back(ctx_.from_result(PyTuple_GET_ITEM(rest, i)));
+  if (!PyUnicode_Check(name.get()))
+    graph_break("unsupported_callable", "methodcaller with a name that is not a str");
+  return call(get_attr(obj, utf8(name.get())), std::move(call_args), std::move(call_kwargs));
 }
 
 // weakref.ref(obj) of an object the guards pin by identity: the real ref (CPython hands back

@@ -1,5 +1,8 @@
 #include "capture/eager_checks.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
 #include <unordered_set>
 #include <vector>
 
@@ -85,12 +88,65 @@ Extent extent_of(const CaptureContext& ctx, PyObject* meta) {
   return e;
 }
 
+// One dimension of the search below: an index in [0, count] times `stride` (in elements).
+struct Term {
+  long long stride = 0, count = 0;
+};
+
+// False only when no element of the view `w` is an element of the view `o` (layouts as in
+// Extent, same storage): then reading `o` before writing `w` (the graph's order) gives what any
+// eager loop order gives. Solves w.offset + sum(i*a) == o.offset + sum(j*b) over the index
+// boxes by a depth-first search, largest strides first, pruned by what the smaller strides can
+// still reach; an unsure answer (other element sizes, a search too long) is "may share".
+bool may_share_elements(const std::vector<long long>& w, const std::vector<long long>& o) {
+  if (w[1] != o[1] || w[1] <= 0) return true;
+  long long item = w[1], d = o[0] - w[0];
+  if (d % item != 0) return true;
+  d /= item;
+  std::vector<Term> terms;
+  for (size_t k = 2; k + 1 < w.size(); k += 2) {
+    if (w[k] > 1 && w[k + 1] == 0) return true;  // the write itself overlaps: eager decides
+    if (w[k] > 1) terms.push_back({w[k + 1], w[k] - 1});
+  }
+  for (size_t k = 2; k + 1 < o.size(); k += 2)
+    if (o[k] > 1 && o[k + 1] != 0) terms.push_back({-o[k + 1], o[k] - 1});
+  std::sort(terms.begin(), terms.end(), [](const Term& a, const Term& b) {
+    return std::llabs(a.stride) > std::llabs(b.stride);
+  });
+  // low[k]/high[k]: the least/greatest sum the terms from k on reach.
+  std::vector<long long> low(terms.size() + 1, 0), high(terms.size() + 1, 0);
+  for (size_t k = terms.size(); k-- > 0;) {
+    long long reach = terms[k].stride * terms[k].count;
+    low[k] = low[k + 1] + std::min(0LL, reach);
+    high[k] = high[k + 1] + std::max(0LL, reach);
+  }
+  long long budget = 100000;
+  std::function<bool(size_t, long long)> reach = [&](size_t k, long long target) -> bool {
+    if (--budget < 0) return true;
+    if (target < low[k] || target > high[k]) return false;
+    if (k == terms.size()) return target == 0;
+    const Term& t = terms[k];
+    // c * stride must land within [target - high[k+1], target - low[k+1]].
+    long long a = target - high[k + 1], b = target - low[k + 1], s = t.stride;
+    if (s < 0) std::swap(a, b), a = -a, b = -b, s = -s;
+    long long lo = std::max(0LL, a <= 0 ? -((-a) / s) : (a + s - 1) / s);
+    long long hi = std::min(t.count, b < 0 ? -((-b + s - 1) / s) : b / s);
+    for (long long c = lo; c <= hi; ++c)
+      if (reach(k + 1, target - c * t.stride)) return true;
+    return false;
+  };
+  return reach(0, d);
+}
+
 // True when `operand` shares some of the memory `written` (both meta tensors) covers without
-// being the very same view: eager's in-place kernels refuse that.
+// being the very same view: eager's in-place kernels refuse that when both are dense, and
+// otherwise write in an order of their own, so only views with no element in common (the
+// columns `x[..., -1] = x[..., 0]` touches) are traced.
 bool partly_overlaps(const CaptureContext& ctx, PyObject* written, PyObject* operand) {
   if (written == operand) return false;
   Extent w = extent_of(ctx, written), o = extent_of(ctx, operand);
-  return o.storage == w.storage && o.layout != w.layout && o.last >= w.first && w.last >= o.first;
+  return o.storage == w.storage && o.layout != w.layout && o.last >= w.first && w.last >= o.first &&
+         may_share_elements(w.layout, o.layout);
 }
 
 }  // namespace

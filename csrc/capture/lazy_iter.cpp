@@ -175,6 +175,55 @@ class MapIter : public LazyIter {
   bool done_ = false;
 };
 
+// itertools.count(start, step) over ints: endless, so never a snapshot; CPython makes it again
+// as count(next value, step).
+class CountIter : public LazyIter {
+ public:
+  CountIter(long long start, long long step) : next_(start), step_(step) {}
+  ValuePtr next(Tracer&) override {
+    ValuePtr v = const_int(next_);
+    next_ += step_;
+    return v;
+  }
+  std::optional<Live> live() const override {
+    static PyObject* count = [] {
+      PyRef m = PyRef::steal(PyImport_ImportModule("itertools"));
+      PyObject* c = m ? PyObject_GetAttrString(m.get(), "count") : nullptr;
+      if (!c) throw PythonError();
+      return c;  // NOTE: kept for the process lifetime, like the module
+    }();
+    return Live{PyRef::borrow(count), {const_int(next_), const_int(step_)}, 0};
+  }
+
+ private:
+  long long next_, step_;
+};
+
+// itertools.chain: the items of each iterable `outer` gives, in turn; each is iter()'d when
+// reached, as CPython's chain does.
+class ChainIter : public LazyIter {
+ public:
+  explicit ChainIter(ValuePtr outer) : outer_(std::move(outer)) {}
+  ValuePtr next(Tracer& t) override {
+    while (true) {
+      if (current_) {
+        if (ValuePtr v = t.iter_next(current_)) return v;
+        current_ = nullptr;
+      }
+      if (!outer_) return nullptr;
+      ValuePtr iterable = t.iter_next(outer_);
+      if (!iterable) {
+        outer_ = nullptr;
+        return nullptr;
+      }
+      current_ = t.get_iter(iterable);
+    }
+  }
+
+ private:
+  ValuePtr outer_, current_;
+};
+
 class EnumerateIter : public LazyIter {
  public:
   EnumerateIter(ValuePtr it, long long start) : it_(std::move(it)), count_(start) {}
@@ -298,6 +347,12 @@ std::shared_ptr<LazyIter> map_iter(ValuePtr fn, std::vector<ValuePtr> iterators)
 }
 std::shared_ptr<LazyIter> zip_iter(std::vector<ValuePtr> iterators) {
   return std::make_shared<MapIter>(nullptr, std::move(iterators));
+}
+std::shared_ptr<LazyIter> count_iter(long long start, long long step) {
+  return std::make_shared<CountIter>(start, step);
+}
+std::shared_ptr<LazyIter> chain_iter(ValuePtr outer) {
+  return std::make_shared<ChainIter>(std::move(outer));
 }
 std::shared_ptr<LazyIter> enumerate_iter(ValuePtr iterator, long long start) {
   return std::make_shared<EnumerateIter>(std::move(iterator), start);

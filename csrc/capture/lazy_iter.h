@@ -66,6 +66,10 @@ std::shared_ptr<LazyIter> list_reverse_iter(ValuePtr list);
 std::shared_ptr<LazyIter> dict_iter(ValuePtr dict, const std::string& what);
 std::shared_ptr<LazyIter> map_iter(ValuePtr fn, std::vector<ValuePtr> iterators);
 std::shared_ptr<LazyIter> zip_iter(std::vector<ValuePtr> iterators);
+// itertools.chain over the iterables an Iterator value `outer` gives.
+std::shared_ptr<LazyIter> chain_iter(ValuePtr outer);
+// itertools.count(start, step) of ints.
+std::shared_ptr<LazyIter> count_iter(long long start, long long step);
 std::shared_ptr<LazyIter> enumerate_iter(ValuePtr iterator, long long start);
 // filter(fn, it); `fn` null for filter(None, it).
 std::shared_ptr<LazyIter> filter_iter(ValuePtr fn, ValuePtr iterator);

@@ -7,6 +7,7 @@
 
 #include "capture/autocast.h"
 #include "capture/graph_break.h"
+#include "capture/lazy_iter.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
@@ -242,6 +243,31 @@ std::optional<ValuePtr> Tracer::call_numpy(PyObject* fn, std::vector<ValuePtr>& 
   return read_only_if_array(call_pure(ctx_, fn, consts, kw));
 }
 
+// copy.deepcopy(v) (dataclasses.asdict/astuple call it on every leaf value) where its result
+// needs no object identity: a value deepcopy returns as it is (None, numbers, strings), and a
+// tensor the graph computed that needs no grad, contiguous from offset 0, which
+// Tensor.__deepcopy__ copies into new memory of the same layout: a clone. Anything else (an
+// input or a parameter, whose grad and Python attributes are copied too; a tensor that needs
+// grad) is traced as before, and breaks inside copy.deepcopy.
+std::optional<ValuePtr> Tracer::deepcopy_value(const ValuePtr& v) {
+  if (v->is_const()) {
+    PyObject* o = v->obj.get();
+    if (o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) ||
+        PyComplex_CheckExact(o) || PyUnicode_CheckExact(o) || PyBytes_CheckExact(o))
+      return v;
+    return std::nullopt;
+  }
+  if (!v->is_tensor() || v->source || !v->meta || ctx_.real_input(v)) return std::nullopt;
+  PyObject* m = v->meta.get();
+  PyRef grad = PyRef::steal(PyObject_GetAttrString(m, "requires_grad"));
+  PyRef contiguous = PyRef::steal(PyObject_CallMethod(m, "is_contiguous", nullptr));
+  PyRef offset = PyRef::steal(PyObject_CallMethod(m, "storage_offset", nullptr));
+  if (!grad || !contiguous || !offset) throw PythonError();
+  if (grad.get() != Py_False || contiguous.get() != Py_True || PyLong_AsLong(offset.get()) != 0)
+    return std::nullopt;
+  return ctx_.call_op(nullptr, "clone", {v}, {});
+}
+
 std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
                                              std::vector<ValuePtr>& args, KwArgs& kwargs) {
   static PyObject* fields = module_attr("dataclasses", "fields");
@@ -249,6 +275,9 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
   static PyObject* finfo = module_attr("torch", "finfo");
   static PyObject* iinfo = module_attr("torch", "iinfo");
   static PyObject* logger_type = module_attr("logging", "Logger");
+  static PyObject* deepcopy = module_attr("copy", "deepcopy");
+  static PyObject* count = module_attr("itertools", "count");
+  static PyObject* chain = module_attr("itertools", "chain");
 
   // Logger.<level>(...): a no-op when the level is disabled. The guards: the logger's level
   // cache (cleared by setLevel/logging.disable) and its `disabled` flag.
@@ -312,6 +341,43 @@ std::optional<ValuePtr> Tracer::call_library(PyObject* fn, const ValuePtr& self,
     }
     return call_pure(ctx_, fn, {Value::constant(PyRef::borrow(cls))}, {});
   }
+  // itertools.chain(*iterables) and chain.from_iterable(iterable) (a classmethod: bound anew
+  // on every attribute read, so known by its self and name).
+  if (fn == chain && kwargs.empty())
+    return lazy_iterator(chain_iter(get_iter(Value::tuple(args))), "itertools.chain");
+  if (PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == chain &&
+      attr_str(fn, "__name__") == "from_iterable" && args.size() == 1 && kwargs.empty())
+    return lazy_iterator(chain_iter(get_iter(args[0])), "itertools.chain");
+  if (fn == count && args.size() + kwargs.size() <= 2) {
+    // count(start=0, step=1): the arguments in that order, by position or keyword.
+    std::vector<ValuePtr> given = args;
+    given.resize(2);
+    bool ints = true;
+    for (auto& [k, v] : kwargs) {
+      size_t i = k == "start" ? 0 : k == "step" ? 1 : 2;
+      if (i == 2 || given[i]) ints = false;  // CPython raises its TypeError
+      if (i < 2) given[i] = v;
+    }
+    long long start_step[2] = {0, 1};
+    for (size_t i = 0; ints && i < 2; ++i) {
+      if (!given[i]) continue;
+      ctx_.specialise(given[i]);
+      PyObject* o = given[i]->is_const() ? given[i]->obj.get() : nullptr;
+      if (!o || !PyLong_CheckExact(o)) {
+        ints = false;
+        break;
+      }
+      start_step[i] = PyLong_AsLongLong(o);
+      if (start_step[i] == -1 && PyErr_Occurred()) {
+        clear_expected_error();  // too large for the counter: left to CPython
+        ints = false;
+        break;
+      }
+    }
+    if (ints) return lazy_iterator(count_iter(start_step[0], start_step[1]), "count");
+  }
+  if (fn == deepcopy && args.size() == 1 && kwargs.empty())
+    if (auto r = deepcopy_value(args[0])) return r;
   if ((fn == finfo || fn == iinfo) && all_const(args, kwargs))
     return call_pure(ctx_, fn, args, kwargs);
   // object.__setattr__(obj, name, value) and friends, as dataclasses' __init__ calls them.

@@ -187,6 +187,9 @@ ValuePtr Tracer::construct_module(PyObject* cls, std::vector<ValuePtr> args, KwA
 std::optional<ValuePtr> Tracer::fresh_module_call(PyObject* func, const std::vector<ValuePtr>& args,
                                                   const KwArgs& kwargs) {
   if (args.empty() || !is_fresh_module(args[0]) || !is_torch_nn_function(func)) return std::nullopt;
+  // NOTE: a Sequential slice holds the frame's own modules (Tracer::slice_sequential): torch.nn
+  // code on it (`.eval()`, `.to()`) is traced, so what it does to them is too.
+  if (sliced_children(args[0])) return std::nullopt;
   for (size_t i = 1; i < args.size(); ++i)
     if (!real_arg(args[i])) return std::nullopt;  // forward(x) and the like: traced
   for (auto& [k, v] : kwargs)

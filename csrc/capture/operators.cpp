@@ -121,6 +121,7 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
       return out;
     }
     case VKind::Module: {
+      if (ValuePtr children = sliced_children(v)) return children->items;
       PyObject* m = v->obj.get();
       PyRef modules = PyRef::steal(PyObject_GetAttrString(m, "_modules"));
       if (!modules) throw PythonError();
@@ -701,6 +702,15 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
           items.push_back(subscript(c, const_int(j)));
         return Value::list(std::move(items));
       }
+      if (PySlice_Check(idx->obj.get()))
+        if (auto r = slice_sequential(c, idx->obj.get())) return r;
+      if (ValuePtr children = sliced_children(c); children && PyLong_CheckExact(idx->obj.get())) {
+        const auto n = static_cast<long long>(children->items.size());
+        long long i = PyLong_AsLongLong(idx->obj.get());
+        if (i == -1 && PyErr_Occurred()) throw PythonError();
+        if (i < 0) i += n;
+        if (i >= 0 && i < n) return children->items[i];  // else the real module raises below
+      }
       PyRef r = PyRef::steal(PyObject_GetItem(c->obj.get(), idx->obj.get()));
       if (!r) raise_current_error("module indexing raised");
       ir::SourcePtr src;
@@ -713,6 +723,47 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
     default:
       graph_break("unsupported_value", "indexing a " + c->type_name());
   }
+}
+
+// `seq[a:b]` of an nn.Sequential: Sequential.__getitem__ builds a new Sequential of the
+// selected children on every call. The trace builds it once, for real (a module made by traced
+// code: no source, nothing guarded about it), and its `_modules` reads as the selected items of
+// the traced `seq._modules`, so the children keep their sources (and their guards, parameters).
+// Null for a subclass, whose constructor or __getitem__ may do more.
+ValuePtr Tracer::sliced_children(const ValuePtr& m) {
+  if (m->kind != VKind::Module || m->source || !m->flag) return nullptr;
+  auto it = ctx_.attr_overlay.find({m->obj.get(), "_modules"});
+  return it != ctx_.attr_overlay.end() && it->second->kind == VKind::Dict ? it->second : nullptr;
+}
+
+ValuePtr Tracer::slice_sequential(const ValuePtr& c, PyObject* slice) {
+  static PyObject* sequential = [] {
+    PyRef m = PyRef::steal(PyImport_ImportModule("torch.nn"));
+    PyObject* t = m ? PyObject_GetAttrString(m.get(), "Sequential") : nullptr;
+    if (!t) throw PythonError();
+    return t;  // NOTE: kept for the process lifetime, like the module
+  }();
+  if (Py_TYPE(c->obj.get()) != reinterpret_cast<PyTypeObject*>(sequential)) return nullptr;
+  ValuePtr children = get_attr(c, "_modules");
+  if (children->kind != VKind::Dict) return nullptr;
+  PyRef r = PyRef::steal(PyObject_GetItem(c->obj.get(), slice));
+  if (!r) raise_current_error("module indexing raised");
+  Py_ssize_t start, stop, step;
+  if (PySlice_Unpack(slice, &start, &stop, &step) < 0) throw PythonError();
+  const Py_ssize_t n =
+      PySlice_AdjustIndices(static_cast<Py_ssize_t>(children->items.size()), &start, &stop, step);
+  ValuePtr picked = Value::of_kind(VKind::Dict);
+  for (Py_ssize_t i = 0, j = start; i < n; ++i, j += step) {
+    picked->keys.push_back(children->keys[j]);
+    picked->items.push_back(children->items[j]);
+  }
+  if (PyObject_Length(r.get()) != n) return nullptr;  // not the children traced: leave it
+  ValuePtr m = Value::of_kind(VKind::Module);
+  m->obj = r;
+  m->flag = true;  // made by traced code (Tracer::is_fresh_module)
+  ctx_.keep_alive.push_back(r);
+  ctx_.attr_overlay[{r.get(), "_modules"}] = picked;
+  return m;
 }
 
 void Tracer::base_setitem(const ValuePtr& obj, const ValuePtr& key, const ValuePtr& value) {

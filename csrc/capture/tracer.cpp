@@ -67,6 +67,59 @@ ValuePtr none_value() { return Value::constant(PyRef::borrow(Py_None)); }
 
 ValuePtr bool_value(bool b) { return Value::constant(PyRef::borrow(b ? Py_True : Py_False)); }
 
+// True when Python function `fn` never reads the parameter that receives its positional
+// argument `index` (or the *args tuple that collects it). An exception leaving a with-block
+// reaches __exit__(type, value, traceback); traced code has no traceback to give, so only an
+// __exit__ that never looks at it (`def __exit__(self, *exc): ...`, `def __exit__(self, t, v,
+// tb): self.close()`) is traced with the exception.
+bool never_reads_argument(PyObject* fn, int index) {
+  if (!PyFunction_Check(fn)) return false;
+  auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn));
+  int var = index;
+  if (index >= code->co_argcount) {
+    if (!(code->co_flags & CO_VARARGS)) return false;
+    var = code->co_argcount + code->co_kwonlyargcount;
+  }
+  for (const bytecode::Instruction& inst : bytecode::decode(code).insts) {
+    switch (inst.opcode) {
+      case LOAD_FAST:
+#ifdef LOAD_FAST_CHECK
+      case LOAD_FAST_CHECK:
+#endif
+#ifdef LOAD_FAST_AND_CLEAR
+      case LOAD_FAST_AND_CLEAR:
+#endif
+      case LOAD_CLOSURE:
+      case MAKE_CELL:
+      case DELETE_FAST:
+        if (inst.arg == var) return false;
+        break;
+#ifdef LOAD_FAST_LOAD_FAST
+      case LOAD_FAST_LOAD_FAST:
+        if ((inst.arg >> 4) == var || (inst.arg & 15) == var) return false;
+        break;
+#endif
+#ifdef STORE_FAST_LOAD_FAST
+      case STORE_FAST_LOAD_FAST:
+        if ((inst.arg & 15) == var) return false;
+        break;
+#endif
+      default:
+        break;
+    }
+  }
+  return true;
+}
+
+// The __exit__ of a with-block (as BEFORE_WITH pushed it) that can be traced with an exception
+// leaving the block: grad-mode managers, and a Python __exit__ that ignores the traceback.
+bool exit_takes_exception(const ValuePtr& exit) {
+  if (!exit) return false;
+  if (exit->kind == VKind::GradModeExit) return true;
+  return exit->kind == VKind::Method && exit->self && exit->obj &&
+         never_reads_argument(exit->obj.get(), 3);
+}
+
 // NOTE: 3.13 puts the NULL (or self) of a call above the callable:
 // `callable, self_or_null, args`; 3.11/3.12 put it below: `NULL|method, callable|self, args`.
 constexpr bool kNullAboveCallable = PY_VERSION_HEX >= 0x030D0000;
@@ -391,13 +444,16 @@ bool Tracer::enter_handler(size_t index, const UserException& e) {
   if (!entry) return false;
   const int h = bc_.index_at_offset(entry->target);
   TL_CHECK(h >= 0) << "exception handler outside the code of " << utf8(code_->co_name);
-  // A with-block's __exit__ would have to run with the exception; that is not
-  // traced, so neither this frame nor any caller may catch it at trace time.
-  if (bc_.insts[h].opcode == PUSH_EXC_INFO && h + 1 < static_cast<int>(bc_.insts.size()) &&
-      bc_.insts[h + 1].opcode == WITH_EXCEPT_START)
-    graph_break("unsupported_bytecode",
-                "exception leaving a with-block in traced code (" + e.reason() + ")");
   TL_CHECK(static_cast<int>(stack_.size()) >= entry->depth) << "exception handler stack depth";
+  // A with-block's __exit__ runs with the exception (WITH_EXCEPT_START): traced when it is one
+  // exit_takes_exception allows (the exit function is the handler's deepest stack value), else
+  // neither this frame nor any caller may catch the exception at trace time.
+  if (bc_.insts[h].opcode == PUSH_EXC_INFO && h + 1 < static_cast<int>(bc_.insts.size()) &&
+      bc_.insts[h + 1].opcode == WITH_EXCEPT_START &&
+      (entry->depth < 1 || !exit_takes_exception(stack_[entry->depth - 1])))
+    graph_break("unsupported_bytecode",
+                "exception leaving a with-block in traced code (" + e.reason() + ")",
+                "its __exit__ reads the traceback, or is not a Python function");
   stack_.resize(entry->depth);
   if (entry->lasti) push(detail::const_int(offset / 2));
   push(Value::constant(PyRef::borrow(e.exception())));
@@ -1237,6 +1293,15 @@ void Tracer::step(const bytecode::Instruction& inst) {
       ctx_.set_grad_mode(mgr->flag);
       push(exit);
       push(Value::constant(PyRef::borrow(Py_None)));
+      return;
+    }
+    case WITH_EXCEPT_START: {
+      // Stack: exit function, lasti, the exception handled before, the exception. The exit
+      // function is one enter_handler let through: it gets no traceback (it never reads one).
+      ValuePtr exc = top(1);
+      TL_CHECK(exc->is_const()) << "WITH_EXCEPT_START without an exception";
+      PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(exc->obj.get()));
+      push(call(top(4), {Value::constant(PyRef::borrow(type)), exc, none_value()}, {}));
       return;
     }
     case RAISE_VARARGS: {

@@ -66,6 +66,7 @@ class Tracer {
                                        bool generic = false);
   ValuePtr make_super(const ValuePtr& cls, const ValuePtr& self);  // super_attr.cpp
   ValuePtr binary_op(PyObject* op_fn, const ValuePtr& a, const ValuePtr& b);
+  ValuePtr call_method_caller(PyObject* f, PyObject* reduced, const ValuePtr& obj);
   std::optional<ValuePtr> call_operator_getter(PyObject* f, std::vector<ValuePtr>& args,
                                                KwArgs& kwargs);
   ValuePtr sorted_by_first(PyObject* sorted_fn, const std::vector<ValuePtr>& items,
@@ -153,6 +154,7 @@ class Tracer {
   // torch.finfo, logging calls, object.__setattr__...); nullopt when `fn` is none of them.
   std::optional<ValuePtr> call_library(PyObject* fn, const ValuePtr& self,
                                        std::vector<ValuePtr>& args, KwArgs& kwargs);
+  std::optional<ValuePtr> deepcopy_value(const ValuePtr& v);  // copy.deepcopy(v), or none
   ValuePtr call_lru_cached(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs);
   std::optional<ValuePtr> call_numpy(PyObject* fn, std::vector<ValuePtr>& args, KwArgs& kwargs);
   std::optional<ValuePtr> call_numpy_method(const ValuePtr& fn, std::vector<ValuePtr>& args,
@@ -214,6 +216,10 @@ class Tracer {
     const Value* value = nullptr;
   };
   void mark_mutated(const ValuePtr& container);
+  // `seq[a:b]` of an nn.Sequential as a module made by traced code; null for other modules.
+  ValuePtr slice_sequential(const ValuePtr& c, PyObject* slice);
+  // The children (a Dict value) of a module slice_sequential made, or null.
+  ValuePtr sliced_children(const ValuePtr& m);
   void list_store_slice(const ValuePtr& list, PyObject* slice, const ValuePtr* items);
 
   ValuePtr pop();

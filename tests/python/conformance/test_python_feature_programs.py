@@ -264,9 +264,59 @@ def test_deque_and_chain_from_iterable_and_counter():
         c = collections.Counter("abca")
         return torch.stack(list(q)), parts, c.most_common(1), len(q)
 
-    # NOTE: deque, itertools.chain and Counter made in traced code are graph breaks (Dynamo
-    # models them); only values are checked here.
+    # NOTE: deque and Counter made in traced code are graph breaks (Dynamo models them); only
+    # values are checked here.
     run(fn, breaks=None)
+
+
+def test_itertools_count_made_in_traced_code():
+    def fn(x):
+        ids = itertools.count(1)
+        first = next(ids)
+        named = {f"layer{i}": x * i for i, _ in zip(itertools.count(start=2, step=3), range(3))}
+        for k in itertools.count(x.shape[0], -1):
+            if k < 2:
+                break
+            x = x + k
+        return x, first, next(ids), named
+
+    run(fn, t23)
+
+
+def test_itertools_chain_and_chain_from_iterable():
+    torch.manual_seed(0)
+    blocks = torch.nn.ModuleList([torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)])
+    head = torch.nn.Linear(3, 3)
+
+    def fn(x):
+        for layer in itertools.chain(blocks, [head]):
+            x = layer(x)
+        parts = list(itertools.chain.from_iterable([[1, 2], (3,), range(2)]))
+        rows = itertools.chain(x.unbind(0), [x.sum(0)])
+        first = next(rows)
+        return x, parts, first, torch.stack(list(rows)), list(itertools.chain())
+
+    run(fn, t23)
+
+
+def test_itertools_count_live_across_a_break_and_returned():
+    def across(x):
+        ids = itertools.count(5, 2)
+        a = next(ids)
+        if x.sum() > 0:  # a graph break (the tensor's value) with the counter live
+            a = a + next(ids)
+        return x * a, next(ids), next(ids)
+
+    def returned(x):
+        ids = itertools.count(3)
+        next(ids)
+        return x + 1, ids
+
+    run(across, breaks=1)
+    eager_x = torch.randn(3)
+    out, it = torchlite.compile(returned)(eager_x)
+    assert next(it) == 4 and next(it) == 5
+    torch.testing.assert_close(out, eager_x + 1)
 
 
 # ---- dataclasses, NamedTuple, enum --------------------------------------------------------------
@@ -326,6 +376,50 @@ def test_dataclass_built_mutated_and_compared_inside():
         return cfg.scaled(x), cfg == other, other.hidden, cfg.names
 
     run(fn)
+
+
+@dataclasses.dataclass
+class Output:
+    """A model output in the style of transformers' ModelOutput dataclasses."""
+
+    logits: torch.Tensor
+    hidden: torch.Tensor | None = None
+    extras: dict = dataclasses.field(default_factory=dict)
+    steps: int = 1
+
+
+def test_dataclass_asdict_and_astuple_of_computed_tensors():
+    def fn(x):
+        h = x.sin()
+        out = Output(h * 2, Span(h, h.cos()), {"names": ["a", 2.5], "n": None}, 3)
+        d = dataclasses.asdict(out)
+        d["logits"].add_(1)  # the copy, not out.logits
+        t = dataclasses.astuple(Output(x.relu() + 1), tuple_factory=list)
+        od = dataclasses.asdict(out, dict_factory=collections.OrderedDict)
+        return d, out.logits, t, od
+
+    run(fn)
+    run(fn, lambda: (torch.randn(2, 3),))
+
+
+def test_dataclass_asdict_of_inputs_and_views_copies_them():
+    def fn(x, w):
+        return dataclasses.asdict(Output(x, w.t() * 1, {"w": w}))
+
+    # NOTE: copy.deepcopy of an input (its grad and Python attributes are copied too) or of a
+    # tensor of another layout runs eagerly: a break inside copy.deepcopy.
+    run(fn, lambda: (torch.randn(3), torch.randn(2, 3)), breaks=1)
+
+
+def test_dataclass_asdict_raises_as_eager_on_a_tensor_needing_grad():
+    def fn(x):
+        return dataclasses.asdict(Output(x * 2))
+
+    run(
+        fn,
+        lambda: (torch.randn(3, requires_grad=True),),
+        raises=RuntimeError,
+    )
 
 
 class Mode(enum.Enum):
@@ -789,9 +883,75 @@ def test_exit_sees_exception_raised_in_with_body_caught_outside():
             y = x - 1
         return y, log
 
-    # NOTE: an exception leaving a with-block of a Python context manager in the frame itself
-    # is a break at the with-block (its __exit__ would run with the exception); Dynamo has none.
-    run(fn, breaks=1)
+    run(fn)
+
+
+class Swallow:
+    """Suppresses the exceptions of `types` (its __exit__ never reads the traceback)."""
+
+    def __init__(self, log, *types):
+        self.log, self.types = log, types
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.log.append(None if exc_type is None else exc_type.__name__)
+        return exc_type is not None and issubclass(exc_type, self.types)
+
+
+def _closes_then_raises(x, log):
+    with Recorder(log, "inner"), Swallow(log, KeyError):
+        y = x * 2
+        raise IndexError(f"size {y.shape[0]}")
+
+
+def test_exceptions_through_nested_with_blocks_suppressed_or_caught():
+    def fn(x):
+        log = []
+        with Swallow(log, KeyError):
+            y = x + 1
+            raise KeyError("swallowed")
+        with Recorder(log, "outer"):
+            try:
+                with torch.no_grad(), Recorder(log, "grad"):
+                    z = x * 3
+                    raise ValueError("bad")
+            except ValueError as e:
+                z = z + len(str(e))
+        try:
+            _closes_then_raises(x, log)
+        except IndexError as e:
+            z = z + len(e.args[0])
+        return y, z, log, torch.is_grad_enabled()
+
+    run(fn, lambda: (torch.randn(3, requires_grad=True),))
+
+
+def test_exception_leaving_with_uncaught_and_exit_reading_traceback():
+    class KeepsTraceback:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, exc_type, exc, tb):
+            return tb is not None
+
+    def uncaught(x):
+        log = []
+        with Recorder(log, "cm"):
+            raise KeyError("out")
+
+    def traceback_read(x):
+        try:
+            with KeepsTraceback():
+                raise KeyError("k")
+        except KeyError:
+            x = x - 1
+        return x + 1
+
+    run(uncaught, raises=KeyError)
+    # NOTE: an __exit__ that reads the traceback runs eagerly (traced code has none to give).
+    run(traceback_read, breaks=None)
 
 
 # ---- globals and module state -------------------------------------------------------------------
@@ -901,6 +1061,56 @@ def test_sequential_slicing_len_reversed_and_named_parameters():
     run(fn, t23)
 
 
+def test_sequential_slices_called_iterated_and_indexed():
+    torch.manual_seed(0)
+    seq = torch.nn.Sequential(
+        torch.nn.Linear(3, 3), torch.nn.ReLU(), torch.nn.Linear(3, 3), torch.nn.Tanh()
+    )
+
+    class Backbone(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = seq
+
+        def forward(self, x):
+            stem, rest = self.features[:1], self.features[1:]
+            h = rest(stem(x))
+            tail = self.features[::2](x) + self.features[1:][1:](x)
+            names = [type(m).__name__ for m in self.features[-2:]]
+            return h, tail, self.features[1:][1](x), len(rest), names
+
+    m = Backbone()
+    run(lambda x: m(x), t23)
+
+
+def test_sequential_slice_sees_replaced_children_and_new_weights():
+    torch.manual_seed(0)
+    seq = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+
+    def fn(x):
+        return seq[1:](x)
+
+    def mutate(call):
+        with torch.no_grad():
+            seq[2].weight.mul_(2)
+        seq[0] = torch.nn.Linear(3, 3)
+        seq[2] = torch.nn.Linear(3, 2)
+
+    run(fn, t23, mutate=mutate)
+
+
+def test_sequential_slice_eval_in_forward_reaches_the_shared_children():
+    torch.manual_seed(0)
+    seq = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.5), torch.nn.Linear(3, 3))
+
+    def fn(x):
+        tail = seq[1:]
+        tail.eval()
+        return tail(x), [m.training for m in seq]
+
+    run(fn, t23, setup=seq.train, observe=lambda: [m.training for m in seq], stable=False)
+
+
 def test_hooks_with_kwargs_and_tensor_hook_on_intermediate():
     torch.manual_seed(0)
     lin = torch.nn.Linear(3, 3)
@@ -943,9 +1153,35 @@ def test_inplace_ops_on_input_and_through_views():
         x[..., -1] = x[..., 0]
         return x.sum()
 
-    # NOTE: a setitem whose source shares memory with its target runs eagerly (torch decides
-    # there whether they overlap); Dynamo has no break.
-    run(fn, lambda: (torch.randn(4, 3),), breaks=1)
+    run(fn, lambda: (torch.randn(4, 3),))
+
+
+def test_setitem_from_other_elements_of_the_same_tensor():
+    def fn(x, y):
+        x[..., -1] = x[..., 0]
+        x[:, 1::2] = x[:, ::2] * 2
+        y[0] = y[-1]
+        y[1:2, :].add_(y[2:3, :])
+        y.t()[0] = y[:, 1]  # the first column from the second: no element shared
+        return x.sum(1), y
+
+    run(fn, lambda: (torch.randn(4, 4), torch.randn(3, 3)))
+    run(fn, lambda: (torch.randn(2, 6), torch.randn(4, 2)))
+
+
+def test_setitem_from_overlapping_elements_of_the_same_tensor_runs_eagerly():
+    def shift(x):
+        y = x.clone()
+        y[:, 1:] = y[:, :-1]  # eager's copy order decides what this writes
+        return y
+
+    def transpose_row(x):
+        y = x.clone()
+        y[:, 0] = y[0, :]  # y[0, 0] is read and written
+        return y
+
+    run(shift, lambda: (torch.randn(3, 4),), breaks=1)
+    run(transpose_row, lambda: (torch.randn(3, 3),), breaks=1)
 
 
 def test_inplace_on_transpose_and_diagonal_views_of_a_local():
@@ -1045,6 +1281,30 @@ def test_math_and_operator_on_sizes():
         )
 
     run(fn, t23)
+
+
+_MEAN_ROWS = operator.methodcaller("mean", dim=1, keepdim=True)
+
+
+def test_operator_methodcaller_made_inside_and_read_from_globals():
+    def fn(x):
+        total = operator.methodcaller("sum", 0)
+        fmt = operator.methodcaller("format", x.shape[0])
+        return total(x), _MEAN_ROWS(x), fmt("{} rows"), operator.methodcaller("size", -1)(x)
+
+    run(fn, t23)
+
+
+def test_is_leaf_and_grad_fn_of_tensors_that_need_no_grad():
+    def fn(x, w):
+        with torch.no_grad():
+            y = x @ w
+        z = x * 2
+        return y, (y.is_leaf, y.grad_fn is None, z.is_leaf, x.is_leaf, x.grad_fn, w.is_leaf)
+
+    run(fn, lambda: (torch.randn(2, 3), torch.randn(3, 3)))
+    # NOTE: one that requires grad may be a leaf or not: read eagerly (a break).
+    run(fn, lambda: (torch.randn(2, 3), torch.randn(3, 3, requires_grad=True)), breaks=1)
 
 
 def test_min_max_any_all_divmod_on_sizes():
