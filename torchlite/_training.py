@@ -540,6 +540,10 @@ class _Recorder(TorchDispatchMode):
                 return out
         if func is aten.bernoulli_.float and self.bool_draw(*args, **kwargs):
             return args[0]
+        if func is aten.bernoulli.p:
+            out = self.bool_draw(*args, **kwargs, functional=True)
+            if out is not None:
+                return out
         decomposition = self.decompositions.get(func)
         if decomposition is not None:
             quiet = func in _QUIET_MUTATIONS
@@ -567,9 +571,10 @@ class _Recorder(TorchDispatchMode):
             self.log_softmax_input[id(out)] = (args[0], args[1])
         return out
 
-    def bool_draw(self, target: torch.Tensor, p: float = 0.5, generator=None) -> bool:
+    def bool_draw(self, target: torch.Tensor, p: float = 0.5, generator=None, functional=False):
         """`target.bernoulli_(p)` of a floating CPU tensor the graph made, recorded as a draw
-        into a bool tensor cast to target's dtype: True when so recorded.
+        into a bool tensor cast to target's dtype: True when so recorded. `functional`:
+        `torch.bernoulli(target, p)` so recorded, its result (None where not).
 
         NOTE: eager's CPU dropout multiplies by `empty_like(x).bernoulli_(1 - p) / (1 - p)`,
         which autograd saves for backward in x's dtype (4 bytes an element in float32), where
@@ -585,14 +590,15 @@ class _Recorder(TorchDispatchMode):
             or self.device.type != "cpu"
             or not target.is_floating_point()
             or not isinstance(p, (int, float))
-            or id(target) in self.inputs
-            or others
             or id(target) not in self.env
+            or (not functional and (id(target) in self.inputs or others))
         ):
-            return False
+            return None if functional else False
         with self:
             draw = torch.empty_like(target, dtype=torch.bool).bernoulli_(p)
             value = draw.to(target.dtype)
+        if functional:
+            return value
         self.bind(target, self.env[id(value)], example=False)
         return True
 

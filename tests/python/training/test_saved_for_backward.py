@@ -169,7 +169,7 @@ def test_block_gradients_match_eager_seeded_alike(p):
 
 def _draw(x, w):
     noise = torch.empty_like(x).bernoulli_(0.3)
-    return (x * w).sin() * noise, torch.empty_like(x).bernoulli_(0.8) * x
+    return (x * w).sin() * noise, torch.empty_like(x).bernoulli_(0.8) * x, torch.bernoulli(x, 0.6)
 
 
 @pytest.mark.skipif(not _C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op")
