@@ -283,6 +283,8 @@ void bind_training(py::module_& m) {
       "partition_joint",
       [](const GraphHandle& joint, size_t num_primals, size_t num_forward_outputs, bool recompute,
          bool matmul_inputs) {
+        // NOTE: None binds as an empty handle (a joint trace that failed has no graph).
+        if (!joint) throw py::value_error("partition_joint: no joint graph (None)");
         passes::JointSplit s = passes::partition_joint(*joint, num_primals, num_forward_outputs,
                                                        recompute, matmul_inputs);
         return py::make_tuple(s.forward, s.backward, s.saved, s.recomputed);

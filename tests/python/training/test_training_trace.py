@@ -238,3 +238,9 @@ def test_recomputed_log_softmax_gives_eagers_gradients_with_its_cast_fused(
     # one kernel: the log_softmax recomputed from the bf16 logits (its float32 cast and the
     # reshapes around it fused in), its backward and the cast back, none written out between
     assert sum(line.startswith("kernel ") for line in lowered) == 1, lowered
+
+
+def test_partition_joint_of_no_graph_raises():
+    """A joint trace that failed has graph None: partition_joint says so (it crashed)."""
+    with pytest.raises(ValueError, match="no joint graph"):
+        _C.partition_joint(None, 1, 1)
