@@ -5,7 +5,7 @@ largest first, each with the op that made it.
 
     python bench/train_peak.py [--kinds eager,torchlite,torch.compile] [--layers 2] [--embd 256]
                                [--vocab 50257] [--batch 2] [--seq 256] [--pad] [--top 12]
-                               [--backward]
+                               [--backward] [--dropout P]
 
 `--pad` forces torchlite's padded products (`pad_matmuls=True`, on by default only for CUDA
 half precision), so the CPU shows the forward and backward graphs a GPU runs around an
@@ -90,9 +90,9 @@ def peak_report(kind: str, args) -> str:
         n_layer=args.layers,
         n_head=4,
         n_positions=args.seq,
-        attn_pdrop=0.0,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
+        attn_pdrop=args.dropout,
+        resid_pdrop=args.dropout,
+        embd_pdrop=args.dropout,
     )
     model = transformers.GPT2LMHeadModel(cfg).train()
     ids = torch.randint(0, args.vocab, (args.batch, args.seq))
@@ -151,6 +151,7 @@ def main() -> None:
     ap.add_argument("--pad", action="store_true", help="torchlite pads products as on CUDA")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--backward", action="store_true", help="the peak within loss.backward()")
+    ap.add_argument("--dropout", type=float, default=0.0, help="GPT-2's dropout (all three)")
     args = ap.parse_args()
     for kind in args.kinds.split(","):
         print(peak_report(kind, args), flush=True)

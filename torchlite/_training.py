@@ -538,6 +538,12 @@ class _Recorder(TorchDispatchMode):
                 out = _nll_loss_of_log_softmax(self.log_softmax_input, *args, **kwargs)
             if out is not None:
                 return out
+        if func is aten.bernoulli_.float and self.bool_draw(*args, **kwargs):
+            return args[0]
+        if func is aten.bernoulli.p:
+            out = self.bool_draw(*args, **kwargs, functional=True)
+            if out is not None:
+                return out
         decomposition = self.decompositions.get(func)
         if decomposition is not None:
             quiet = func in _QUIET_MUTATIONS
@@ -564,6 +570,37 @@ class _Recorder(TorchDispatchMode):
         if func is aten._log_softmax.default:
             self.log_softmax_input[id(out)] = (args[0], args[1])
         return out
+
+    def bool_draw(self, target: torch.Tensor, p: float = 0.5, generator=None, functional=False):
+        """`target.bernoulli_(p)` of a floating CPU tensor the graph made, recorded as a draw
+        into a bool tensor cast to target's dtype: True when so recorded. `functional`:
+        `torch.bernoulli(target, p)` so recorded, its result (None where not).
+
+        NOTE: eager's CPU dropout multiplies by `empty_like(x).bernoulli_(1 - p) / (1 - p)`,
+        which autograd saves for backward in x's dtype (4 bytes an element in float32), where
+        AOTAutograd saves a bool mask (1 byte) and recomputes the scaled mask from it. Drawn as
+        bool, the scaled mask is a cast and a division of the draw, which the partitioner
+        recomputes from it (passes/partition_joint.h). torch's CPU bernoulli_ draws the same
+        bits (and advances the generator alike) for every dtype: eager's values are kept.
+        CUDA's dropout is native_dropout, whose mask is bool already; CUDA's bernoulli_ is
+        left alone (its draws by dtype are not checked here)."""
+        others = self.alias_groups.get(id(target), {id(target)}) - {id(target)}
+        if (
+            generator is not None
+            or self.device.type != "cpu"
+            or not target.is_floating_point()
+            or not isinstance(p, (int, float))
+            or id(target) not in self.env
+            or (not functional and (id(target) in self.inputs or others))
+        ):
+            return None if functional else False
+        with self:
+            draw = torch.empty_like(target, dtype=torch.bool).bernoulli_(p)
+            value = draw.to(target.dtype)
+        if functional:
+            return value
+        self.bind(target, self.env[id(value)], example=False)
+        return True
 
     def record_constant(self, t: torch.Tensor) -> torch.Tensor:
         """`torch.tensor(data)` in the graph (a real tensor lifted into the trace): recorded

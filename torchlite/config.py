@@ -24,6 +24,9 @@ verify: bool = _env["verify"]
 compiled_backward: bool = _env["compiled_backward"]
 # Backward recomputes cheap pointwise values where that saves memory (off: save all it reads).
 recompute_in_backward: bool = _env["recompute_in_backward"]
+# Backward recomputes a matmul's pointwise input from values it has already instead of the
+# forward saving it (TORCHLITE_RECOMPUTE_MATMUL_INPUTS): less memory, one more backward kernel.
+recompute_matmul_inputs: bool = _env["recompute_matmul_inputs"]
 # Independent pointwise kernels with the same body run as one launch (TORCHLITE_GROUP_KERNELS).
 group_kernels: bool = _env["group_kernels"]
 # Cache entries (guard sets) per code object; past this the code runs eagerly with a warning.

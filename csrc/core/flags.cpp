@@ -40,6 +40,12 @@ const std::vector<SettingSpec> kSpecs = {
      "TORCHLITE_RECOMPUTE_IN_BACKWARD", "on",
      "Backward recomputes cheap pointwise values from saved ones where that stores fewer bytes; "
      "off: the forward saves every value backward reads."},
+    {"recompute_matmul_inputs", &S::recompute_matmul_inputs, kCompile,
+     "TORCHLITE_RECOMPUTE_MATMUL_INPUTS", "on",
+     "Backward recomputes a matmul's input made by cheap pointwise ops from values it has "
+     "already (GELU's output, a norm's output, dropped attention probabilities), as "
+     "AOTAutograd's min cut does: less memory held for backward, one more backward kernel; off: "
+     "the forward saves it (it stores it anyway)."},
     {"cache_size_limit", &S::cache_size_limit, kCompile, nullptr, "8",
      "Cache entries (guard sets) per code object; past this the code runs eagerly."},
     {"cuda_graphs", &S::cuda_graphs, kCompile, "TORCHLITE_CUDA_GRAPHS", "off",

@@ -23,7 +23,8 @@ struct Settings {
   bool verify = false;
   bool compiled_backward = true;
   bool recompute_in_backward = true;
-  bool group_kernels = false;  // horizontal fusion (passes/group_kernels.h)
+  bool recompute_matmul_inputs = true;  // passes/partition_joint.h
+  bool group_kernels = false;           // horizontal fusion (passes/group_kernels.h)
   int64_t cache_size_limit = 8;
   bool cuda_graphs = false;         // mode="reduce-overhead" / "max-autotune" turn it on
   int64_t cuda_graphs_limit = 8;    // recordings of one graph before it runs without

@@ -74,18 +74,21 @@ bool normalizing_reduction(const ir::Node& n, const GraphInfo& info) {
 }
 
 // The cheap forward values behind `n` that recomputing n needs, back to values
-// already saved or not cheap (then inputs of the recomputation); `deep`: through
-// up to kMaxChain values, else n alone. Empty if an input is not a tensor.
+// backward has already (`saved`, or in `bwd`: recomputed) or not cheap (then inputs
+// of the recomputation); `deep`: through up to kMaxChain values, else n alone. Empty
+// if an input is not a tensor.
 constexpr size_t kMaxChain = 8;
 std::vector<const ir::Node*> recompute_chain(const ir::Node* n, const NodeSet& saved,
-                                             const GraphInfo& info, bool deep, NodeSet& frontier) {
+                                             const NodeSet& bwd, const GraphInfo& info, bool deep,
+                                             NodeSet& frontier) {
   std::vector<const ir::Node*> chain{n};
   NodeSet in_chain{n};
   for (size_t k = 0; k < chain.size(); ++k)
     for (const ir::Node* in : node_inputs(*chain[k])) {
       if (!in->meta) return {};
       if (in_chain.count(in) || frontier.count(in)) continue;
-      if (!deep || saved.count(in) || chain.size() >= kMaxChain || !cheap(*in, info)) {
+      if (!deep || saved.count(in) || bwd.count(in) || chain.size() >= kMaxChain ||
+          !cheap(*in, info)) {
         frontier.insert(in);
       } else {
         chain.push_back(in);
@@ -128,7 +131,7 @@ bool free_to_save(const ir::Node* n, const NodeSet& fwd, const GraphInfo& info) 
 // recomputed from the saved gate through its f32 cast, sigmoid and product,
 // where saving the f32 product alone would store more).
 std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet& fwd, NodeSet& bwd,
-                                          bool recompute,
+                                          bool recompute, bool matmul_inputs,
                                           std::vector<const ir::Node*>& recomputed) {
   GraphInfo info = analyze_graph(joint);
   NodeSet saved;
@@ -137,6 +140,7 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
       for (const ir::Node* in : node_inputs(*n))
         if (fwd.count(in)) saved.insert(in);
   NodeSet replaced;  // each value is replaced once at most, so the loop ends
+  const NodeSet kNone;
   for (bool changed = recompute; changed;) {
     changed = false;
     for (auto& up : joint.nodes()) {
@@ -153,20 +157,29 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
       // NOTE: a value the forward stores anyway (a matmul's input) is only
       // replaced by values it stores anyway too: else the forward would store
       // more (SwiGLU's silu output beside the product the down projection reads).
+      // Through a chain only when backward has every input of it already: the
+      // value is then a product of saved ones (the dropped attention probabilities
+      // beside the softmax and the mask, GELU's output beside its input), which
+      // AOTAutograd's min cut recomputes too, where saving it holds one more
+      // tensor a layer from the forward to its backward.
       const bool pointwise =
           !normalizing && lower_node(*n, info)->kind == OpLowering::Kind::Pointwise;
       const bool anyway = pointwise && read_by_extern(n, fwd, info);
       for (bool deep : {false, true}) {
-        if (deep && (anyway || !(pointwise || normalizing))) continue;
+        if (deep && (!(pointwise || normalizing) || (anyway && !matmul_inputs))) continue;
+        // NOTE: values backward recomputes anyway cost nothing to read there.
+        const NodeSet& recomputed_already = anyway && !matmul_inputs ? kNone : bwd;
         NodeSet frontier;
-        std::vector<const ir::Node*> chain = recompute_chain(n, saved, info, deep, frontier);
+        std::vector<const ir::Node*> chain =
+            recompute_chain(n, saved, recomputed_already, info, deep, frontier);
         if (chain.empty()) continue;
         int64_t added = 0, stored = 0;  // stored: bytes the forward would store only to save
         for (const ir::Node* in : frontier) {
-          if (saved.count(in)) continue;
+          if (saved.count(in) || recomputed_already.count(in)) continue;
           added += bytes_of(*in);
           if ((anyway || normalizing) && !free_to_save(in, fwd, info)) stored += bytes_of(*in);
         }
+        if (deep && anyway && added > 0) continue;
         if (added < best_added && stored == 0) {
           best_added = added;
           best = std::move(chain);
@@ -176,7 +189,8 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
       if (best.empty()) continue;
       saved.erase(n);
       replaced.insert(n);
-      for (const ir::Node* in : best_frontier) saved.insert(in);
+      for (const ir::Node* in : best_frontier)
+        if (!bwd.count(in)) saved.insert(in);
       for (const ir::Node* c : best)
         if (bwd.insert(c).second) recomputed.push_back(c);
       changed = true;
@@ -329,7 +343,7 @@ const ir::Node* sum_with_zero(const ir::Node& n, const Copier& c) {
 }  // namespace
 
 JointSplit partition_joint(const ir::Graph& joint, size_t num_primals, size_t num_forward_outputs,
-                           bool recompute) {
+                           bool recompute, bool matmul_inputs) {
   TL_CHECK(joint.output()) << "partition_joint: the joint graph has no output";
   std::vector<ir::Node*> inputs = joint.placeholders();
   TL_CHECK(inputs.size() >= num_primals) << "partition_joint: fewer inputs than primals";
@@ -349,7 +363,8 @@ JointSplit partition_joint(const ir::Graph& joint, size_t num_primals, size_t nu
 
   JointSplit split;
   std::vector<const ir::Node*> recomputed;
-  std::vector<const ir::Node*> saved = choose_saved(joint, fwd, bwd, recompute, recomputed);
+  std::vector<const ir::Node*> saved =
+      choose_saved(joint, fwd, bwd, recompute, matmul_inputs, recomputed);
   for (const ir::Node* n : saved) split.saved.push_back(n->name);
   for (const ir::Node* n : recomputed) split.recomputed.push_back(n->name);
 

@@ -24,8 +24,12 @@ struct JointSplit {
 // bytes (`recompute`), and saves every forward value it reads otherwise. The backward's nodes
 // run in autograd's order: those that need no tangent just before their first reader.
 // Throws Unsupported when a forward value backward reads is not a tensor.
+// `matmul_inputs`: a value the forward stores anyway for a matmul (or other extern op) is
+// recomputed too when backward has every input of its recomputation already (a product of
+// saved values: GELU's output beside its input, the dropped attention probabilities beside
+// the softmax and the bool mask), as AOTAutograd's min cut does; off: it is saved.
 JointSplit partition_joint(const ir::Graph& joint, size_t num_primals, size_t num_forward_outputs,
-                           bool recompute);
+                           bool recompute, bool matmul_inputs = true);
 
 // `backward` (saved..., tangents...) -> gradients, with the tangents marked in `zero` (one flag
 // per tangent) a constant zero instead of an input, and a gradient sum with such a zero (autograd

@@ -214,7 +214,8 @@ PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std:
   try {
     split = passes::partition_joint(*joint_graph, joint.attr("num_primals").cast<size_t>(),
                                     joint.attr("num_forward_outputs").cast<size_t>(),
-                                    ctx.settings.recompute_in_backward);
+                                    ctx.settings.recompute_in_backward,
+                                    ctx.settings.recompute_matmul_inputs);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::Unsupported) throw;
     why = e.what();
@@ -280,13 +281,16 @@ void bind_training(py::module_& m) {
       "read_end) are only read (guards/tensor_list_layout.h).");
   m.def(
       "partition_joint",
-      [](const GraphHandle& joint, size_t num_primals, size_t num_forward_outputs, bool recompute) {
-        passes::JointSplit s =
-            passes::partition_joint(*joint, num_primals, num_forward_outputs, recompute);
+      [](const GraphHandle& joint, size_t num_primals, size_t num_forward_outputs, bool recompute,
+         bool matmul_inputs) {
+        // NOTE: None binds as an empty handle (a joint trace that failed has no graph).
+        if (!joint) throw py::value_error("partition_joint: no joint graph (None)");
+        passes::JointSplit s = passes::partition_joint(*joint, num_primals, num_forward_outputs,
+                                                       recompute, matmul_inputs);
         return py::make_tuple(s.forward, s.backward, s.saved, s.recomputed);
       },
       py::arg("joint"), py::arg("num_primals"), py::arg("num_forward_outputs"),
-      py::arg("recompute") = true,
+      py::arg("recompute") = true, py::arg("matmul_inputs") = true,
       "Splits a joint graph: (forward, backward, saved names, recomputed names).");
   pipeline::set_training_compiler([](GraphHandle graph, const pipeline::PassContext& ctx,
                                      std::string& why, std::string& cuda_graphs) -> PyRef {

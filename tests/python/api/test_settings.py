@@ -28,6 +28,7 @@ OTHER = {
     "verify": True,
     "compiled_backward": False,
     "recompute_in_backward": False,
+    "recompute_matmul_inputs": False,
     "group_kernels": True,
     "cache_size_limit": 3,
     "cuda_graphs": True,

@@ -176,5 +176,7 @@ def test_tanh_and_sigmoid_backward_run_no_copies(autocast, b, t, c, hidden):
     model.zero_grad(set_to_none=True)
     assert ops["aten::conj_physical"] == 0, ops
     # NOTE: the gelu's gradient, its recomputed tanh and fc's bias gradient are one kernel
-    # (before: 13 launches under autocast, 6 without)
-    assert _launches(compiled, model, x, autocast) <= (11 if autocast else 4)
+    # (before: 13 launches under autocast, 6 without). One more: backward recomputes the
+    # gelu's output for proj's weight gradient instead of the forward saving it
+    # (recompute_matmul_inputs; 11 and 4 without).
+    assert _launches(compiled, model, x, autocast) <= (12 if autocast else 5)

@@ -133,17 +133,30 @@ def _swiglu(x, wg, wu, wd):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_partition_saves_what_a_matmul_reads_and_recomputes_the_silu(dtype):
-    """The down projection's input (silu(gate) * up) is stored by the forward anyway: saving it
-    costs nothing, where saving the silu output instead would store one more tensor (and make
-    backward recompute the product). The silu is recomputed from the saved gate, through its
-    casts and sigmoid (a chain: saving its float32 product alone would store more)."""
+def test_partition_saves_the_gate_and_up_and_recomputes_the_silu_and_product(dtype):
+    """Backward needs the gate and up projections (the silu's and the product's derivatives):
+    the down projection's input (silu(gate) * up) is a product of those two, recomputed from
+    them as AOTAutograd's min cut does, not held from the forward to backward beside them. The
+    silu is recomputed from the saved gate, through its casts and sigmoid (a chain: saving its
+    float32 product alone would store more); nothing the forward does not store anyway is
+    saved (the silu output alone would be)."""
     args = [torch.randn(4, 8, dtype=dtype, requires_grad=True)]
     args += [torch.randn(s, dtype=dtype, requires_grad=True) for s in ((8, 6), (8, 6), (6, 8))]
     joint = _joint_of(_swiglu, *args)
     _, _, saved, recomputed = _C.partition_joint(joint.graph, joint.num_primals, 1, True)
+    assert sorted(n for n in saved if not n.startswith("primal")) == ["mm", "mm_1"]
+    assert "sigmoid" in recomputed and "mul_1" in recomputed
+
+
+def test_partition_saves_the_product_a_matmul_reads_with_matmul_input_recompute_off():
+    """recompute_matmul_inputs off: the product the down projection reads, which the forward
+    stores anyway, is saved (no backward kernel recomputes it)."""
+    args = [torch.randn(4, 8, requires_grad=True)]
+    args += [torch.randn(s, requires_grad=True) for s in ((8, 6), (8, 6), (6, 8))]
+    joint = _joint_of(_swiglu, *args)
+    _, _, saved, recomputed = _C.partition_joint(joint.graph, joint.num_primals, 1, True, False)
     assert sorted(n for n in saved if not n.startswith("primal")) == ["mm", "mm_1", "mul_1"]
-    assert "sigmoid" in recomputed
+    assert "sigmoid" in recomputed and "mul_1" not in recomputed
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -225,3 +238,9 @@ def test_recomputed_log_softmax_gives_eagers_gradients_with_its_cast_fused(
     # one kernel: the log_softmax recomputed from the bf16 logits (its float32 cast and the
     # reshapes around it fused in), its backward and the cast back, none written out between
     assert sum(line.startswith("kernel ") for line in lowered) == 1, lowered
+
+
+def test_partition_joint_of_no_graph_raises():
+    """A joint trace that failed has graph None: partition_joint says so (it crashed)."""
+    with pytest.raises(ValueError, match="no joint graph"):
+        _C.partition_joint(None, 1, 1)
