@@ -25,6 +25,7 @@ struct Node {
   // SIZE_RELATION symbols that are sizes of this value: (dim, symbol index). Read right after
   // its guards passed, from the value already fetched.
   std::vector<std::pair<int, size_t>> symbol_dims;
+  std::vector<size_t> input_slots;  // GuardSet::bind_inputs: graph inputs this value is
 
   explicit Node(ir::SourcePtr s) : source(s), label(s->str()), step(*s) {}
 };
@@ -68,9 +69,12 @@ struct GuardSet::Impl {
   mutable PyObject* globals_seen = nullptr;  // compared only, never dereferenced
   // Written by the const check(): the GIL serialises every call on a GuardSet.
   mutable std::string failure;
-  mutable bool failure_in_kept_object = false;  // see failed_in_kept_object()
+  mutable bool failure_in_kept_object = false;       // see failed_in_kept_object()
+  size_t n_inputs = 0;                               // bind_inputs
+  mutable std::vector<PyRef>* input_sink = nullptr;  // check()'s `inputs`, while it runs
 
   Node& node_for(const ir::SourcePtr& s);
+  Node* find_node(const ir::SourcePtr& s);  // null: no guard reads `s`
   void add(const ir::SourcePtr& s, LeafGuard g);
   // `kept`: the value is read from an nn.Module matched by identity.
   bool check_node(const Node& n, PyObject* parent, const ir::FrameView& frame, bool kept) const;
@@ -87,6 +91,20 @@ Node& GuardSet::Impl::node_for(const ir::SourcePtr& s) {
     if (n->source == s || n->step.same_as(step)) return *n;
   siblings.push_back(std::make_unique<Node>(s));
   return *siblings.back();
+}
+
+Node* GuardSet::Impl::find_node(const ir::SourcePtr& s) {
+  if (!s) return nullptr;
+  Nodes* siblings = &roots;
+  if (s->base) {
+    Node* base = find_node(s->base);
+    if (!base) return nullptr;
+    siblings = &base->children;
+  }
+  FetchStep step(*s);
+  for (auto& n : *siblings)
+    if (n->source == s || n->step.same_as(step)) return n.get();
+  return nullptr;
 }
 
 void GuardSet::Impl::add(const ir::SourcePtr& s, LeafGuard g) {
@@ -114,6 +132,8 @@ bool GuardSet::Impl::check_node(const Node& n, PyObject* parent, const ir::Frame
     children_kept = children_kept || (g.kind == GuardKind::IdMatch && is_module(v.get()));
   }
   if (!n.symbol_dims.empty() && !read_symbols(n, v.get())) return false;
+  if (input_sink)
+    for (size_t slot : n.input_slots) (*input_sink)[slot] = v;
   for (const auto& child : n.children)
     if (!check_node(*child, v.get(), frame, children_kept)) return false;
   return true;
@@ -268,9 +288,18 @@ void GuardSet::add_length_match(ir::SourcePtr s, Py_ssize_t n) {
 void GuardSet::add_empty_dict_attr(ir::SourcePtr s, PyObject* owner, const char* name) {
   PyRef key = PyRef::steal(PyUnicode_InternFromString(name));
   if (!key) throw PythonError();
-  if (std::optional<LeafGuard> g = LeafGuard::empty_dict_attr(owner, key.get()))
+  if (std::optional<LeafGuard> g = LeafGuard::empty_dict_attr(owner, key.get())) {
+    // NOTE: one guard per owner for all its empty dicts (a module's four hook dicts).
+    for (LeafGuard& have : impl_->node_for(s).guards) {
+      if (have.kind != GuardKind::EmptyDictAttr) continue;
+      if (have.ref.get() == key.get()) return;
+      for (const PyRef& name : have.more_names)
+        if (name.get() == key.get()) return;
+      have.more_names.push_back(std::move(key));
+      return;
+    }
     impl_->add(s, std::move(*g));
-  else
+  } else
     impl_->add(ir::Source::attr(s, name), LeafGuard::length_match(0));
 }
 
@@ -369,7 +398,40 @@ void GuardSet::add_global_state() {
   ++impl_->count;
 }
 
-bool GuardSet::check(const ir::FrameView& frame, bool global_state) const {
+size_t GuardSet::bind_inputs(const std::vector<ir::SourcePtr>& sources) {
+  size_t bound = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    Node* n = impl_->find_node(sources[i]);
+    if (!n) continue;
+    n->input_slots.push_back(i);
+    ++bound;
+  }
+  impl_->n_inputs = sources.size();
+  return bound;
+}
+
+bool GuardSet::check(const ir::FrameView& frame, bool global_state,
+                     std::vector<PyRef>* inputs) const {
+  const Impl& im = *impl_;
+  if (inputs) {
+    inputs->assign(im.n_inputs, PyRef());
+    im.input_sink = inputs;
+  }
+  // NOTE: the sink is dropped however check_tree ends; a failure keeps no input alive.
+  struct Done {
+    const Impl& im;
+    std::vector<PyRef>* inputs;
+    bool passed = false;
+    ~Done() {
+      im.input_sink = nullptr;
+      if (inputs && !passed) inputs->clear();
+    }
+  } done{im, inputs};
+  done.passed = check_tree(frame, global_state);
+  return done.passed;
+}
+
+bool GuardSet::check_tree(const ir::FrameView& frame, bool global_state) const {
   const Impl& im = *impl_;
   im.failure_in_kept_object = false;
   if (global_state && im.global_state && !im.global_state->check()) {
