@@ -69,15 +69,17 @@ struct GuardSet::Impl {
   mutable PyObject* globals_seen = nullptr;  // compared only, never dereferenced
   // Written by the const check(): the GIL serialises every call on a GuardSet.
   mutable std::string failure;
-  mutable bool failure_in_kept_object = false;       // see failed_in_kept_object()
-  size_t n_inputs = 0;                               // bind_inputs
-  mutable std::vector<PyRef>* input_sink = nullptr;  // check()'s `inputs`, while it runs
+  mutable bool failure_in_kept_object = false;  // see failed_in_kept_object()
+  size_t n_inputs = 0;                          // bind_inputs
+  mutable size_t first_root = 0;                // the root whose guards failed last (check())
 
   Node& node_for(const ir::SourcePtr& s);
   Node* find_node(const ir::SourcePtr& s);  // null: no guard reads `s`
   void add(const ir::SourcePtr& s, LeafGuard g);
   // `kept`: the value is read from an nn.Module matched by identity.
-  bool check_node(const Node& n, PyObject* parent, const ir::FrameView& frame, bool kept) const;
+  // `inputs`: where the values of bound inputs go (check()'s), or null.
+  bool check_node(const Node& n, PyObject* parent, const ir::FrameView& frame, bool kept,
+                  std::vector<PyRef>* inputs) const;
   bool check_absent_globals(PyObject* globals) const;
   bool read_symbols(const Node& n, PyObject* v) const;
   void print(const Node& n, std::ostringstream& os) const;
@@ -116,7 +118,7 @@ void GuardSet::Impl::add(const ir::SourcePtr& s, LeafGuard g) {
 }
 
 bool GuardSet::Impl::check_node(const Node& n, PyObject* parent, const ir::FrameView& frame,
-                                bool kept) const {
+                                bool kept, std::vector<PyRef>* inputs) const {
   PyRef v = n.step.apply(parent, frame);
   failure_in_kept_object = kept;
   if (!v) {
@@ -132,10 +134,10 @@ bool GuardSet::Impl::check_node(const Node& n, PyObject* parent, const ir::Frame
     children_kept = children_kept || (g.kind == GuardKind::IdMatch && is_module(v.get()));
   }
   if (!n.symbol_dims.empty() && !read_symbols(n, v.get())) return false;
-  if (input_sink)
-    for (size_t slot : n.input_slots) (*input_sink)[slot] = v;
+  if (inputs)
+    for (size_t slot : n.input_slots) (*inputs)[slot] = v;
   for (const auto& child : n.children)
-    if (!check_node(*child, v.get(), frame, children_kept)) return false;
+    if (!check_node(*child, v.get(), frame, children_kept, inputs)) return false;
   return true;
 }
 
@@ -412,34 +414,39 @@ size_t GuardSet::bind_inputs(const std::vector<ir::SourcePtr>& sources) {
 
 bool GuardSet::check(const ir::FrameView& frame, bool global_state,
                      std::vector<PyRef>* inputs) const {
-  const Impl& im = *impl_;
-  if (inputs) {
-    inputs->assign(im.n_inputs, PyRef());
-    im.input_sink = inputs;
+  // NOTE: the values go to the caller's vector, passed down (not kept in Impl): a guard that
+  // runs Python code may let another thread check this set meanwhile.
+  if (inputs) inputs->assign(impl_->n_inputs, PyRef());
+  bool passed = false;
+  try {
+    passed = check_tree(frame, global_state, inputs);
+  } catch (...) {
+    if (inputs) inputs->clear();
+    throw;
   }
-  // NOTE: the sink is dropped however check_tree ends; a failure keeps no input alive.
-  struct Done {
-    const Impl& im;
-    std::vector<PyRef>* inputs;
-    bool passed = false;
-    ~Done() {
-      im.input_sink = nullptr;
-      if (inputs && !passed) inputs->clear();
-    }
-  } done{im, inputs};
-  done.passed = check_tree(frame, global_state);
-  return done.passed;
+  if (inputs && !passed) inputs->clear();  // NOTE: a failure keeps no input alive
+  return passed;
 }
 
-bool GuardSet::check_tree(const ir::FrameView& frame, bool global_state) const {
+bool GuardSet::check_tree(const ir::FrameView& frame, bool global_state,
+                          std::vector<PyRef>* inputs) const {
   const Impl& im = *impl_;
   im.failure_in_kept_object = false;
   if (global_state && im.global_state && !im.global_state->check()) {
     im.failure = im.global_state->mismatch();
     return false;
   }
-  for (const auto& root : im.roots)
-    if (!im.check_node(*root, nullptr, frame, false)) return false;
+  // NOTE: the root that failed last is checked first (fail fast, as Dynamo sorts its accessors
+  // by failures): two entries a call alternates between (a flag argument) would otherwise walk
+  // the whole model's subtree before the argument that tells them apart.
+  const size_t n_roots = im.roots.size();
+  for (size_t k = 0; k < n_roots; ++k) {
+    size_t r = k == 0 ? im.first_root : (k <= im.first_root ? k - 1 : k);
+    if (!im.check_node(*im.roots[r], nullptr, frame, false, inputs)) {
+      im.first_root = r;
+      return false;
+    }
+  }
   if (!im.check_absent_globals(frame.globals)) return false;
   for (const Identity& id : im.identities) {
     PyRef a = id.fetch_a(frame), b = id.fetch_b(frame);

@@ -129,7 +129,7 @@ class GuardSet {
   bool id_matched_local_freed() const;
 
  private:
-  bool check_tree(const ir::FrameView& frame, bool global_state) const;
+  bool check_tree(const ir::FrameView& frame, bool global_state, std::vector<PyRef>* inputs) const;
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -232,3 +232,27 @@ def test_training_step_changes_are_seen_every_call():
             lo.backward()
             o.step()
     torch.testing.assert_close(m.fc.weight, ref.fc.weight)
+
+
+def test_entries_a_flag_alternates_between_stay_correct_without_recompiles():
+    """The root that failed last is checked first: the order of the checks must not change
+    which entry serves a call."""
+
+    def fn(m, x, flag, scale):
+        y = m(x)
+        return y * scale if flag else y - scale
+
+    m, _ = _eval_pair()
+    compiled = torchlite.compile(fn)
+    x = torch.randn(3, 6)
+    with torch.no_grad():
+        for flag in (True, False):
+            torch.testing.assert_close(compiled(m, x, flag, 2.0), fn(m, x, flag, 2.0))
+        before = counters()
+        for i in range(6):
+            flag = i % 2 == 0
+            torch.testing.assert_close(compiled(m, x, flag, 2.0), fn(m, x, flag, 2.0))
+        assert_counters_delta(before, counters(), frames=0, recompiles=0)
+        m.fc.weight.data = torch.randn(6, 6)  # NOTE: seen by both entries
+        for flag in (True, False, True):
+            torch.testing.assert_close(compiled(m, x, flag, 2.0), fn(m, x, flag, 2.0))
