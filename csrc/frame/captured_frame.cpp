@@ -356,13 +356,8 @@ PyObject* CapturedFrame::run(const ir::FrameView& frame, Served* served) {
 bool CapturedFrame::serves(const ir::FrameView& frame, Served* keep) {
   if (!sizes_ || !executable_->compiled() || !sizes_->may_refuse()) return true;
   try {
-    std::vector<PyRef> inputs;
-    inputs.reserve(input_fetchers_.size());
-    for (size_t i = 0; i < input_fetchers_.size(); ++i) {
-      PyRef v = input_fetchers_[i](frame);
-      if (!v) return true;  // NOTE: run() reports it
-      inputs.push_back(std::move(v));
-    }
+    std::vector<PyRef> inputs = fetch_inputs(frame, keep ? &keep->inputs : nullptr, true);
+    if (inputs.empty() && !input_fetchers_.empty()) return true;  // NOTE: run() reports it
     std::shared_ptr<runtime::CompiledGraph> graph;
     if (!sizes_->serves(reinterpret_cast<PyObject* const*>(inputs.data()), inputs.size(),
                         executable_->shared_compiled(), graph))
@@ -380,22 +375,29 @@ bool CapturedFrame::serves(const ir::FrameView& frame, Served* keep) {
   }
 }
 
+std::vector<PyRef> CapturedFrame::fetch_inputs(const ir::FrameView& frame,
+                                               std::vector<PyRef>* given, bool missing_ok) {
+  std::vector<PyRef> inputs;
+  if (given && given->size() == input_fetchers_.size())
+    inputs = std::move(*given);
+  else
+    inputs.resize(input_fetchers_.size());
+  for (size_t i = 0; i < input_fetchers_.size(); ++i) {
+    if (inputs[i]) continue;
+    inputs[i] = input_fetchers_[i](frame);
+    if (inputs[i]) continue;
+    if (missing_ok) return {};
+    TL_THROW(Runtime) << "torchlite: input " << input_sources_[i]->str()
+                      << " vanished while running";
+  }
+  return inputs;
+}
+
 std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame, Served* served) {
   {
-    std::vector<PyRef> inputs;
     bool chosen = served && served->chosen && served->inputs.size() == input_fetchers_.size();
-    if (chosen) {
-      inputs = std::move(served->inputs);  // NOTE: serves() fetched them for this call
-    } else {
-      inputs.reserve(input_sources_.size());
-      for (size_t i = 0; i < input_fetchers_.size(); ++i) {
-        PyRef v = input_fetchers_[i](frame);
-        if (!v)
-          TL_THROW(Runtime) << "torchlite: input " << input_sources_[i]->str()
-                            << " vanished while running";
-        inputs.push_back(std::move(v));
-      }
-    }
+    // NOTE: serves() or the guards fetched them for this call
+    std::vector<PyRef> inputs = fetch_inputs(frame, served ? &served->inputs : nullptr, false);
     std::vector<PyRef> outputs;
     static_assert(sizeof(PyRef) == sizeof(PyObject*), "PyRef must be a bare pointer");
     auto* raw = reinterpret_cast<PyObject* const*>(inputs.data());

@@ -26,6 +26,8 @@ class CapturedFrame : public CompiledFrame {
   // A size-generic entry (frame/size_generic.h): graphs for other input sizes come from here.
   void set_size_instances(std::shared_ptr<SizeInstances> s) { sizes_ = std::move(s); }
   bool serves(const ir::FrameView& frame, Served* keep) override;
+  // The graph's inputs, by source, in placeholder order (GuardSet::bind_inputs).
+  const std::vector<ir::SourcePtr>& input_sources() const { return input_sources_; }
 
   // Thrown by run_graph, with no Python error set, when the graph raised before anything it
   // ran was visible: the frame then runs eagerly instead (CompiledFrame::run returns nullptr
@@ -43,6 +45,10 @@ class CapturedFrame : public CompiledFrame {
   // Reads the inputs (or takes serves()'s) and runs the graph; returns its outputs. Throws
   // PythonError or tl::Error.
   std::vector<PyRef> run_graph(const ir::FrameView& frame, Served* served);
+  // The inputs: those the guards handed over in `given` (the ones they fetched this call;
+  // null entries, or no `given`, are read here). Null on a missing value when `missing_ok`.
+  std::vector<PyRef> fetch_inputs(const ir::FrameView& frame, std::vector<PyRef>* given,
+                                  bool missing_ok);
   PyRef rebuild(const ir::Residual& r, const std::vector<PyRef>& outputs,
                 const ir::FrameView& frame, const Made& made);
   // Replays the side effects. Call it after every value read from the frame

@@ -415,6 +415,8 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
     entry.compiled = std::move(captured_frame);
   }
   entry.guards = std::move(res.guards);
+  if (auto* captured = dynamic_cast<CapturedFrame*>(entry.compiled.get()))
+    entry.guards.bind_inputs(captured->input_sources());
   return entry;
 }
 

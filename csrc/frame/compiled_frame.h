@@ -35,7 +35,9 @@ struct CompileConfig {
 // What serves() read on its way to a yes, handed to the run() of the same call so nothing is
 // read twice (the frame hook keeps it on its stack between the two; nothing runs in between).
 struct Served {
-  std::vector<PyRef> inputs;    // the graph's inputs as fetched; empty: run() fetches them
+  // The graph's inputs as fetched (by the guards, GuardSet::bind_inputs, or serves()); a null
+  // entry, or none at all, is read by run().
+  std::vector<PyRef> inputs;
   bool chosen = false;          // `graph` is serves()'s choice for these inputs
   std::shared_ptr<void> graph;  // (opaque here; null: run the frame eagerly)
 };

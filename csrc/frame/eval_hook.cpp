@@ -233,11 +233,13 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
   for (size_t i = 0; i < st.entries.size(); i++) {
     std::shared_ptr<CacheEntry> e = st.entries[i];
     if (e->config->id != config->id) continue;
-    if (e->guards.check(view) && (!e->compiled || e->compiled->serves(view, served))) {
+    if (e->guards.check(view, true, served ? &served->inputs : nullptr) &&
+        (!e->compiled || e->compiled->serves(view, served))) {
       counters().cache_hits++;
       move_to_front(st, e.get());
       return e;
     }
+    if (served) *served = Served();  // NOTE: what this entry's guards read is not the next's
     if (reason.empty()) reason = e->guards.failure_reason();
   }
   int n = count_entries(st, config->id);

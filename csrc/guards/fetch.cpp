@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/errors.h"
+#include "guards/attr_table.h"
 #include "guards/dict_order.h"
 #include "guards/torch_refs.h"
 
@@ -62,8 +63,12 @@ unsigned char classify(PyTypeObject* type) {
 }
 
 // Module.__getattr__: self.__dict__'s _parameters, _buffers, _modules in that
-// order. Returns a new reference or null (missing); throws on errors.
-PyRef module_getattr(PyObject* obj, PyObject* name) {
+// order. Returns a new reference or null (missing); throws on errors. `subs`/`n_subs` (when
+// given): the exact dicts consulted, in order, and `from_dicts` whether the value (or the
+// miss) was decided by those dicts alone.
+PyRef module_getattr(PyObject* obj, PyObject* name, PyObject** subs = nullptr,
+                     int* n_subs = nullptr, bool* from_dicts = nullptr) {
+  if (from_dicts) *from_dicts = false;
   static PyObject* dict_names[3] = {PyUnicode_InternFromString("_parameters"),
                                     PyUnicode_InternFromString("_buffers"),
                                     PyUnicode_InternFromString("_modules")};
@@ -77,8 +82,12 @@ PyRef module_getattr(PyObject* obj, PyObject* name) {
       PyObject* v = PyObject_GetAttr(obj, name);
       return v ? PyRef::steal(v) : missing_or_throw(PyExc_AttributeError);
     }
+    if (subs) subs[(*n_subs)++] = sub.get();                 // NOTE: the instance __dict__ holds it
     PyObject* v = PyDict_GetItemWithError(sub.get(), name);  // borrowed; None is a value
-    if (v) return own(v);
+    if (v) {
+      if (from_dicts) *from_dicts = true;
+      return own(v);
+    }
     if (PyErr_Occurred()) throw PythonError();
   }
   return {};
@@ -142,9 +151,9 @@ PyRef FetchStep::apply(PyObject* base, const ir::FrameView& frame) const {
       return own(PyCell_GET(PyTuple_GET_ITEM(frame.closure, index_)));  // empty cell: null
     }
     case SourceKind::Global:
-      return dict_get(frame.globals, name_.get());
+      return dict_read(frame.globals);
     case SourceKind::Builtin:
-      return dict_get(frame.builtins, name_.get());
+      return dict_read(frame.builtins);
     case SourceKind::Attr:
       return get_attr(base);
     case SourceKind::Item:
@@ -174,6 +183,33 @@ PyRef FetchStep::scalar_tensor(PyObject* number) const {
   return PyRef::steal(t);
 }
 
+bool FetchStep::memo_valid(PyObject* dict) const {
+  if (!memo_value_ || dict != memo_dict_.dict || dict_version_of(dict) != memo_dict_.version)
+    return false;
+  // NOTE: the sub-dicts are held by `dict`, unchanged, so they are alive.
+  for (int i = 0; i < memo_n_subs_; ++i)
+    if (dict_version_of(memo_subs_[i].dict) != memo_subs_[i].version) return false;
+  return true;
+}
+
+void FetchStep::remember(PyObject* dict, PyObject* value, PyObject* const* subs, int n_subs) const {
+  memo_value_ = nullptr;
+  memo_dict_ = {dict, dict_version_of(dict)};
+  for (int i = 0; i < n_subs; ++i) memo_subs_[i] = {subs[i], dict_version_of(subs[i])};
+  memo_n_subs_ = n_subs;
+  memo_value_ = value;
+}
+
+PyRef FetchStep::dict_read(PyObject* dict) const {
+  if (!PyDict_Check(dict))
+    return dict_get(dict, kind_ == SourceKind::Item ? key_.get() : name_.get());
+  if (memo_valid(dict)) return own(memo_value_);
+  memo_value_ = nullptr;
+  PyRef v = dict_get(dict, kind_ == SourceKind::Item ? key_.get() : name_.get());
+  if (v) remember(dict, v.get());
+  return v;
+}
+
 PyRef FetchStep::get_attr(PyObject* obj) const {
   // NOTE: `view.mapping` of a dict view is a mappingproxy in Python; the guards and inputs of a
   // view read its dict itself (CaptureContext::wrap_dict_view), as iterating the view does.
@@ -188,10 +224,36 @@ PyRef FetchStep::get_attr(PyObject* obj) const {
     cached_type_ = type;
     cached_tag_ = type->tp_version_tag;
     cached_path_ = path;
+    memo_value_ = nullptr;  // NOTE: remembered under another type (or its older version)
   }
   if (path == kGeneric) {
     PyObject* v = PyObject_GetAttr(obj, name_.get());
     return v ? PyRef::steal(v) : missing_or_throw(PyExc_AttributeError);
+  }
+  PyObject** dict_ptr = cached_tag_ != 0 ? _PyObject_GetDictPtr(obj) : nullptr;
+  PyObject* dict = dict_ptr ? *dict_ptr : nullptr;
+  if (dict && PyDict_CheckExact(dict)) {
+    if (memo_valid(dict)) return own(memo_value_);
+    memo_value_ = nullptr;
+    // NOTE: as object.__getattribute__: a data descriptor of the type comes first, then the
+    // instance __dict__. Only a value found in the dict (or a module's sub-dicts) is kept.
+    PyObject* descr = _PyType_Lookup(type, name_.get());  // borrowed
+    if (!descr || !Py_TYPE(descr)->tp_descr_set) {
+      PyObject* v = PyDict_GetItemWithError(dict, name_.get());  // borrowed
+      if (v) {
+        remember(dict, v);
+        return own(v);
+      }
+      if (PyErr_Occurred()) throw PythonError();
+      if (!descr && path == kModule) {
+        PyObject* subs[3];
+        int n_subs = 0;
+        bool from_dicts = false;
+        PyRef found = module_getattr(obj, name_.get(), subs, &n_subs, &from_dicts);
+        if (found && from_dicts) remember(dict, found.get(), subs, n_subs);
+        return found;
+      }
+    }
   }
   // suppress=1: a miss (also an AttributeError raised by a descriptor) returns
   // null with no error, which is when Python would call __getattr__.
@@ -218,7 +280,7 @@ PyRef FetchStep::get_item(PyObject* obj) const {
   }
   // NOTE: a dict subclass too: the trace read its storage (CaptureContext::dict_subclass_items),
   // never a __getitem__ of its own.
-  if (PyDict_Check(obj)) return dict_get(obj, key_.get());
+  if (PyDict_Check(obj)) return dict_read(obj);
   PyObject* v = PyObject_GetItem(obj, key_.get());
   return v ? PyRef::steal(v) : missing_or_throw(PyExc_LookupError);
 }

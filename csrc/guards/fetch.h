@@ -34,6 +34,10 @@ class FetchStep {
  private:
   PyRef get_attr(PyObject* obj) const;
   PyRef get_item(PyObject* obj) const;
+  PyRef dict_read(PyObject* dict) const;  // Global/Builtin/Item on a dict: through the memo
+  bool memo_valid(PyObject* dict) const;
+  void remember(PyObject* dict, PyObject* value, PyObject* const* subs = nullptr,
+                int n_subs = 0) const;
   PyRef deref(PyObject* obj) const;
   PyRef scalar_tensor(PyObject* number) const;
 
@@ -51,6 +55,22 @@ class FetchStep {
   mutable PyTypeObject* cached_type_ = nullptr;
   mutable unsigned int cached_tag_ = 0;
   mutable unsigned char cached_path_ = 0;
+  // The value this step read last, while the dicts it was read from are unchanged.
+  // NOTE: a dict's version tag is unique across dicts and bumped on every store
+  // (dict_version_of), so an equal (dict, version) pair is the same dict holding the same
+  // items: the value it held then (borrowed: the dict still holds it) is the value now. An
+  // attribute is remembered only when it came from the instance __dict__ or an nn.Module's
+  // _parameters/_buffers/_modules (the type's lookup is covered by cached_tag_), never from
+  // a descriptor: a property or a bound method is computed anew on each read. Saves the
+  // type's MRO walk and up to four dict lookups per attribute of a module on every call.
+  struct DictSeen {
+    PyObject* dict = nullptr;  // compared, dereferenced only while its holder is unchanged
+    uint64_t version = 0;
+  };
+  mutable DictSeen memo_dict_;     // the dict the value (or the sub-dicts) came from
+  mutable DictSeen memo_subs_[3];  // Attr on a module: the sub-dicts consulted, in order
+  mutable int memo_n_subs_ = 0;
+  mutable PyObject* memo_value_ = nullptr;  // null: nothing remembered
 };
 
 // A whole source as steps from the frame to the value.

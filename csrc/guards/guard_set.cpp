@@ -25,6 +25,7 @@ struct Node {
   // SIZE_RELATION symbols that are sizes of this value: (dim, symbol index). Read right after
   // its guards passed, from the value already fetched.
   std::vector<std::pair<int, size_t>> symbol_dims;
+  std::vector<size_t> input_slots;  // GuardSet::bind_inputs: graph inputs this value is
 
   explicit Node(ir::SourcePtr s) : source(s), label(s->str()), step(*s) {}
 };
@@ -69,11 +70,16 @@ struct GuardSet::Impl {
   // Written by the const check(): the GIL serialises every call on a GuardSet.
   mutable std::string failure;
   mutable bool failure_in_kept_object = false;  // see failed_in_kept_object()
+  size_t n_inputs = 0;                          // bind_inputs
+  mutable size_t first_root = 0;                // the root whose guards failed last (check())
 
   Node& node_for(const ir::SourcePtr& s);
+  Node* find_node(const ir::SourcePtr& s);  // null: no guard reads `s`
   void add(const ir::SourcePtr& s, LeafGuard g);
   // `kept`: the value is read from an nn.Module matched by identity.
-  bool check_node(const Node& n, PyObject* parent, const ir::FrameView& frame, bool kept) const;
+  // `inputs`: where the values of bound inputs go (check()'s), or null.
+  bool check_node(const Node& n, PyObject* parent, const ir::FrameView& frame, bool kept,
+                  std::vector<PyRef>* inputs) const;
   bool check_absent_globals(PyObject* globals) const;
   bool read_symbols(const Node& n, PyObject* v) const;
   void print(const Node& n, std::ostringstream& os) const;
@@ -89,6 +95,20 @@ Node& GuardSet::Impl::node_for(const ir::SourcePtr& s) {
   return *siblings.back();
 }
 
+Node* GuardSet::Impl::find_node(const ir::SourcePtr& s) {
+  if (!s) return nullptr;
+  Nodes* siblings = &roots;
+  if (s->base) {
+    Node* base = find_node(s->base);
+    if (!base) return nullptr;
+    siblings = &base->children;
+  }
+  FetchStep step(*s);
+  for (auto& n : *siblings)
+    if (n->source == s || n->step.same_as(step)) return n.get();
+  return nullptr;
+}
+
 void GuardSet::Impl::add(const ir::SourcePtr& s, LeafGuard g) {
   Node& n = node_for(s);
   for (const LeafGuard& have : n.guards)
@@ -98,7 +118,7 @@ void GuardSet::Impl::add(const ir::SourcePtr& s, LeafGuard g) {
 }
 
 bool GuardSet::Impl::check_node(const Node& n, PyObject* parent, const ir::FrameView& frame,
-                                bool kept) const {
+                                bool kept, std::vector<PyRef>* inputs) const {
   PyRef v = n.step.apply(parent, frame);
   failure_in_kept_object = kept;
   if (!v) {
@@ -114,8 +134,10 @@ bool GuardSet::Impl::check_node(const Node& n, PyObject* parent, const ir::Frame
     children_kept = children_kept || (g.kind == GuardKind::IdMatch && is_module(v.get()));
   }
   if (!n.symbol_dims.empty() && !read_symbols(n, v.get())) return false;
+  if (inputs)
+    for (size_t slot : n.input_slots) (*inputs)[slot] = v;
   for (const auto& child : n.children)
-    if (!check_node(*child, v.get(), frame, children_kept)) return false;
+    if (!check_node(*child, v.get(), frame, children_kept, inputs)) return false;
   return true;
 }
 
@@ -268,9 +290,18 @@ void GuardSet::add_length_match(ir::SourcePtr s, Py_ssize_t n) {
 void GuardSet::add_empty_dict_attr(ir::SourcePtr s, PyObject* owner, const char* name) {
   PyRef key = PyRef::steal(PyUnicode_InternFromString(name));
   if (!key) throw PythonError();
-  if (std::optional<LeafGuard> g = LeafGuard::empty_dict_attr(owner, key.get()))
+  if (std::optional<LeafGuard> g = LeafGuard::empty_dict_attr(owner, key.get())) {
+    // NOTE: one guard per owner for all its empty dicts (a module's four hook dicts).
+    for (LeafGuard& have : impl_->node_for(s).guards) {
+      if (have.kind != GuardKind::EmptyDictAttr) continue;
+      if (have.ref.get() == key.get()) return;
+      for (const PyRef& name : have.more_names)
+        if (name.get() == key.get()) return;
+      have.more_names.push_back(std::move(key));
+      return;
+    }
     impl_->add(s, std::move(*g));
-  else
+  } else
     impl_->add(ir::Source::attr(s, name), LeafGuard::length_match(0));
 }
 
@@ -369,15 +400,53 @@ void GuardSet::add_global_state() {
   ++impl_->count;
 }
 
-bool GuardSet::check(const ir::FrameView& frame, bool global_state) const {
+size_t GuardSet::bind_inputs(const std::vector<ir::SourcePtr>& sources) {
+  size_t bound = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    Node* n = impl_->find_node(sources[i]);
+    if (!n) continue;
+    n->input_slots.push_back(i);
+    ++bound;
+  }
+  impl_->n_inputs = sources.size();
+  return bound;
+}
+
+bool GuardSet::check(const ir::FrameView& frame, bool global_state,
+                     std::vector<PyRef>* inputs) const {
+  // NOTE: the values go to the caller's vector, passed down (not kept in Impl): a guard that
+  // runs Python code may let another thread check this set meanwhile.
+  if (inputs) inputs->assign(impl_->n_inputs, PyRef());
+  bool passed = false;
+  try {
+    passed = check_tree(frame, global_state, inputs);
+  } catch (...) {
+    if (inputs) inputs->clear();
+    throw;
+  }
+  if (inputs && !passed) inputs->clear();  // NOTE: a failure keeps no input alive
+  return passed;
+}
+
+bool GuardSet::check_tree(const ir::FrameView& frame, bool global_state,
+                          std::vector<PyRef>* inputs) const {
   const Impl& im = *impl_;
   im.failure_in_kept_object = false;
   if (global_state && im.global_state && !im.global_state->check()) {
     im.failure = im.global_state->mismatch();
     return false;
   }
-  for (const auto& root : im.roots)
-    if (!im.check_node(*root, nullptr, frame, false)) return false;
+  // NOTE: the root that failed last is checked first (fail fast, as Dynamo sorts its accessors
+  // by failures): two entries a call alternates between (a flag argument) would otherwise walk
+  // the whole model's subtree before the argument that tells them apart.
+  const size_t n_roots = im.roots.size();
+  for (size_t k = 0; k < n_roots; ++k) {
+    size_t r = k == 0 ? im.first_root : (k <= im.first_root ? k - 1 : k);
+    if (!im.check_node(*im.roots[r], nullptr, frame, false, inputs)) {
+      im.first_root = r;
+      return false;
+    }
+  }
   if (!im.check_absent_globals(frame.globals)) return false;
   for (const Identity& id : im.identities) {
     PyRef a = id.fetch_a(frame), b = id.fetch_b(frame);

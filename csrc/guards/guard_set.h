@@ -94,7 +94,14 @@ class GuardSet {
   // guard raised unexpectedly.
   // `global_state`: false skips grad mode, default dtype and the like (after a
   // run, they are the state the frame left, not the state its next call starts in).
-  bool check(const ir::FrameView& frame, bool global_state = true) const;
+  // `inputs` (null: not wanted): on a pass, the values of the sources bind_inputs() named, as
+  // the guards fetched them (a null PyRef for one no guard reads); emptied on a failure.
+  bool check(const ir::FrameView& frame, bool global_state = true,
+             std::vector<PyRef>* inputs = nullptr) const;
+  // The graph inputs' sources, in order: check() hands out the value each one's guard node
+  // fetched, so a call reads each input (a module's parameters, mostly) once, not once for
+  // the guards and again for the graph. Returns how many have a node.
+  size_t bind_inputs(const std::vector<ir::SourcePtr>& sources);
   // After a failed check(): the first failing guard, readable, e.g.
   // "tensor L['x'] size mismatch at index 0: expected 8, got 16".
   std::string failure_reason() const;
@@ -122,6 +129,8 @@ class GuardSet {
   bool id_matched_local_freed() const;
 
  private:
+  bool check_tree(const ir::FrameView& frame, bool global_state, std::vector<PyRef>* inputs) const;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -298,8 +298,12 @@ bool LeafGuard::check(PyObject* v) const {
     }
     case GuardKind::LengthMatch:
       return length_of(v) == length;
-    case GuardKind::EmptyDictAttr:
-      return is_empty_dict(instance_attr(v, ref.get()));
+    case GuardKind::EmptyDictAttr: {
+      if (!is_empty_dict(instance_attr(v, ref.get()))) return false;
+      for (const PyRef& name : more_names)
+        if (!is_empty_dict(instance_attr(v, name.get()))) return false;
+      return true;
+    }
     case GuardKind::AttrTable:
       return table->check(v);
     case GuardKind::NoInstanceAttr:
@@ -353,9 +357,17 @@ std::string LeafGuard::failure(PyObject* v, const std::string& src) const {
     case GuardKind::LengthMatch:
       return "len(" + src + ") == " + std::to_string(length) + " failed (got " +
              std::to_string(length_of(v)) + ")";
-    case GuardKind::EmptyDictAttr:
-      return src + "." + PyUnicode_AsUTF8(ref.get()) +
+    case GuardKind::EmptyDictAttr: {
+      PyObject* name = ref.get();  // NOTE: the first that is not empty
+      if (is_empty_dict(instance_attr(v, name)))
+        for (const PyRef& more : more_names)
+          if (!is_empty_dict(instance_attr(v, more.get()))) {
+            name = more.get();
+            break;
+          }
+      return src + "." + PyUnicode_AsUTF8(name) +
              " is no longer an empty dict (a hook was registered?)";
+    }
     case GuardKind::AttrTable:
       return table->failure(v, src);
     case GuardKind::NoInstanceAttr:
@@ -395,9 +407,12 @@ std::string LeafGuard::str(const std::string& src) const {
       return "DICT_VERSION " + src;
     case GuardKind::LengthMatch:
       return "LENGTH_MATCH len(" + src + ") == " + std::to_string(length);
-    case GuardKind::EmptyDictAttr:
-      return "EMPTY_DICT_ATTR len(" + src + ".__dict__['" + PyUnicode_AsUTF8(ref.get()) +
-             "']) == 0";
+    case GuardKind::EmptyDictAttr: {
+      std::string names = std::string("'") + PyUnicode_AsUTF8(ref.get()) + "'";
+      for (const PyRef& more : more_names)
+        names += std::string(", '") + PyUnicode_AsUTF8(more.get()) + "'";
+      return "EMPTY_DICT_ATTR " + src + ".__dict__[" + names + "] are empty dicts";
+    }
     case GuardKind::AttrTable:
       return table->str(src);
     case GuardKind::NoInstanceAttr:
@@ -440,6 +455,10 @@ bool LeafGuard::same_as(const LeafGuard& o) const {
     case GuardKind::LengthMatch:
       return length == o.length;
     case GuardKind::EmptyDictAttr:
+      if (more_names.size() != o.more_names.size()) return false;
+      for (size_t i = 0; i < more_names.size(); ++i)
+        if (more_names[i].get() != o.more_names[i].get()) return false;
+      return ref.get() == o.ref.get();  // interned
     case GuardKind::NoInstanceAttr:
       return ref.get() == o.ref.get();  // interned
     case GuardKind::AttrTable:

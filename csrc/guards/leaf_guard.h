@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/py_ref.h"
 #include "guards/attr_table.h"
@@ -54,6 +55,9 @@ struct LeafGuard {
   Py_ssize_t length = 0;                              // LengthMatch
   bool narrow = false;                                // NumberType
   std::shared_ptr<const guards::TensorMatch> tensor;  // TensorMatch (shared: LeafGuard copies)
+  // EmptyDictAttr: the names after `ref` (interned), checked by the same guard: a module's
+  // four hook dicts are one guard, not four.
+  std::vector<PyRef> more_names;
 
   static LeafGuard type_match(PyObject* type);                  // borrows
   static LeafGuard number_type(PyObject* number, bool narrow);  // borrows a float or int
