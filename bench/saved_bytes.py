@@ -66,20 +66,9 @@ def _is_view(target) -> bool:
 
 def torchlite_saved(args, ids) -> list[tuple[str, torch.dtype, tuple, int, bool]]:
     """(name, dtype, shape, bytes, is an input or a view of one) of each saved value."""
-    joints = []
-    trace = _training.trace_joint
-
-    def spy(graph):
-        result = trace(graph)
-        joints.append(result)
-        return result
-
     torchlite.reset()
-    _C.register_python_helper("training.trace_joint", spy)
-    try:
+    with _training.recording_joint_traces() as joints:
         _loss(torchlite.compile(_model(args)), ids, args.autocast).backward()
-    finally:
-        _C.register_python_helper("training.trace_joint", trace)
     rows = []
     for joint in joints:
         if joint.graph is None:

@@ -13,6 +13,7 @@ once per compile; a call runs the compiled forward, and backward the compiled ba
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -985,6 +986,25 @@ _DOUBLE_BACKWARD = (
     b"compiled for first derivatives only). Compile with options={'compiled_backward': False} "
     b"or set TORCHLITE_COMPILED_BACKWARD=0 to differentiate twice."
 )
+
+
+@contextlib.contextmanager
+def recording_joint_traces():
+    """Collects every joint trace made inside the block (benches and tests read what the
+    partition saves). NOTE: C++ calls the helper registered at import (core/python_helpers.h),
+    not this module's attribute, so the recorder is registered in its place for the block."""
+    traces: list[JointTrace] = []
+
+    def record(graph):
+        result = trace_joint(graph)
+        traces.append(result)
+        return result
+
+    _C.register_python_helper("training.trace_joint", record)
+    try:
+        yield traces
+    finally:
+        _C.register_python_helper("training.trace_joint", trace_joint)
 
 
 def _second_derivative_error(grads: tuple) -> tuple:

@@ -49,21 +49,9 @@ def _bytes(dtype, shape) -> int:
 
 def _torchlite_saved(fn, *args):
     """(name, target, dtype, shape) of each value torchlite's partition saves for backward."""
-    graphs = []
-    trace = _training.trace_joint
-
-    def spy(graph):
-        result = trace(graph)
-        graphs.append(result)
-        return result
-
     torchlite.reset()
-    # NOTE: C++ calls the function registered at import, not the module attribute.
-    _C.register_python_helper("training.trace_joint", spy)
-    try:
+    with _training.recording_joint_traces() as graphs:
         out = torchlite.compile(fn)(*args)
-    finally:
-        _C.register_python_helper("training.trace_joint", trace)
     assert compiled_backward_used(out)
     (joint,) = graphs
     _, _, saved, _ = _C.partition_joint(

@@ -55,21 +55,8 @@ def _joint_of(fn, *args):
     from torchlite import _training
 
     torchlite.reset()
-    graphs = []
-    monkey = _training.trace_joint
-
-    def spy(graph):
-        result = monkey(graph)
-        graphs.append(result)
-        return result
-
-    # NOTE: C++ calls the function registered at import (core/python_helpers.h), not the
-    # module attribute.
-    _C.register_python_helper("training.trace_joint", spy)
-    try:
+    with _training.recording_joint_traces() as graphs:
         torchlite.compile(fn)(*args)
-    finally:
-        _C.register_python_helper("training.trace_joint", monkey)
     (joint,) = graphs
     return joint
 
