@@ -179,7 +179,12 @@ MODELS = {
     "t5": (_t5, TEXT, SLOW, "operator.iadd writes an operand"),
     "bart": (_bart, TEXT, SLOW, ""),
     "vit": (_vit, IMAGES, [], ""),
-    "timm_vit": (_timm_vit, IMAGES, SLOW, "`H % patch == 0` pins the image size"),
+    "timm_vit": (
+        _timm_vit,
+        IMAGES,
+        SLOW,
+        'patch_embed\'s `_assert(H % p == 0, f"...({H})...")` formats H: its message pins the size',
+    ),
     "timm_resnet": (_timm_resnet, IMAGES, SLOW, "F.relu(inplace=True) writes an operand"),
     "timm_convnext": (_timm_convnext, IMAGES, SLOW, ""),
 }
@@ -253,3 +258,26 @@ def test_len_of_a_shape_is_its_rank_and_pins_no_size():
         torch.testing.assert_close(compiled(x, mask), _rank_branch(x, mask))
         frames.append(torchlite.counters()["frames"] - before)
     assert frames[2:] == [0, 0, 0], frames
+
+
+def _divisible_patches(x):
+    b, c, h, w = x.shape
+    torch._assert(h % 8 == 0, "Input height should be divisible by 8")
+    return x.reshape(b, c, h // 8, 8, w).sum(3)
+
+
+def test_a_modulus_assert_is_a_relation_and_a_failing_size_raises_eagers_error():
+    """`torch._assert(h % 8 == 0, ...)` guards `s % 8 == 0`, not the size: one size-generic
+    entry serves every multiple of 8, and a size breaking the relation captures again and
+    raises eager's assertion."""
+    torchlite.reset()
+    compiled = torchlite.compile(_divisible_patches)
+    frames = []
+    for h in (16, 24, 40, 64, 8):
+        x = torch.randn(2, 3, h, 5)
+        before = torchlite.counters()["frames"]
+        torch.testing.assert_close(compiled(x), _divisible_patches(x))
+        frames.append(torchlite.counters()["frames"] - before)
+    assert frames[2:] == [0, 0, 0], frames
+    with pytest.raises(AssertionError, match="divisible by 8"):
+        compiled(torch.randn(2, 3, 12, 5))
