@@ -942,6 +942,11 @@ void CaptureContext::specialise(const ValuePtr& v, bool scalars) {
         }
         x->fsym = nullptr;
       }
+      if (x->unread_message) {
+        for (auto& it : x->items) walk(it, depth + 1);
+        x->unread_message = false;
+        x->items.clear();
+      }
       if (x->sym_slice) {
         for (auto& it : x->items) walk(it, depth + 1);
         x->sym_slice = false;

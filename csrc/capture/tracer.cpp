@@ -1055,6 +1055,12 @@ void Tracer::step(const bytecode::Instruction& inst) {
     }
 #ifdef FORMAT_VALUE
     case FORMAT_VALUE: {
+      if (arg == 0 && ctx_.any_sym && stack_.back()->sym && formats_into_call()) {
+        sym_aware_ = true;  // NOTE: the call decides (do_call); pop() keeps the symbol
+        ValuePtr v = pop();
+        push(unread_message(format_value(v, nullptr), {v}));
+        return;
+      }
       ValuePtr spec = (arg & 0x04) ? pop() : nullptr;
       ValuePtr v = pop();
       push(format_value(convert_value(v, arg & 0x03), spec));
@@ -1066,9 +1072,16 @@ void Tracer::step(const bytecode::Instruction& inst) {
     case CONVERT_VALUE:
       push(convert_value(pop(), arg));
       return;
-    case FORMAT_SIMPLE:
+    case FORMAT_SIMPLE: {
+      if (ctx_.any_sym && stack_.back()->sym && formats_into_call()) {
+        sym_aware_ = true;  // NOTE: the call decides (do_call); pop() keeps the symbol
+        ValuePtr v = pop();
+        push(unread_message(format_value(v, nullptr), {v}));
+        return;
+      }
       push(format_value(pop(), nullptr));
       return;
+    }
     case FORMAT_WITH_SPEC: {
       ValuePtr spec = pop();
       ValuePtr v = pop();
@@ -1078,17 +1091,25 @@ void Tracer::step(const bytecode::Instruction& inst) {
 #endif
     case BUILD_STRING: {
       PyRef parts = PyRef::steal(PyTuple_New(arg));
+      std::vector<ValuePtr> formatted;  // the sizes of parts headed for a call unread
+      bool unread = false;
+      for (int i = 0; i < arg; ++i)
+        unread = unread || stack_[stack_.size() - arg + i]->unread_message;
+      unread = unread && formats_into_call();
       for (int i = 0; i < arg; ++i) {
         ValuePtr v = stack_[stack_.size() - arg + i];
         if (!v->is_const()) graph_break("unsupported_value", "string building on traced values");
-        ctx_.specialise(v);
+        if (unread && v->unread_message)
+          formatted.insert(formatted.end(), v->items.begin(), v->items.end());
+        else
+          ctx_.specialise(v);
         PyTuple_SET_ITEM(parts.get(), i, PyRef(v->obj).release());
       }
       stack_.resize(stack_.size() - arg);
       PyRef empty = PyRef::steal(PyUnicode_FromString(""));
       PyRef s = PyRef::steal(PyUnicode_Join(empty.get(), parts.get()));
       if (!s) throw PythonError();
-      push(Value::constant(s));
+      push(unread ? unread_message(Value::constant(s), formatted) : Value::constant(s));
       return;
     }
 #ifdef KW_NAMES
@@ -1425,6 +1446,69 @@ ValuePtr Tracer::make_slice(const ValuePtr& start, const ValuePtr& end, const Va
   return v;
 }
 
+bool Tracer::formats_into_call() const {
+  // NOTE: `above` counts the values pushed over the string; an instruction that would take
+  // the string itself (other than joining it into a longer one) ends the search.
+  int above = 0;
+  for (size_t i = pc_; i < bc_.insts.size() && i < pc_ + 64; ++i) {
+    const bytecode::Instruction& inst = bc_.insts[i];
+    switch (inst.opcode) {
+      case LOAD_CONST:
+      case LOAD_FAST:
+#ifdef LOAD_FAST_CHECK
+      case LOAD_FAST_CHECK:
+#endif
+      case LOAD_DEREF:
+        ++above;
+        continue;
+#ifdef LOAD_FAST_LOAD_FAST
+      case LOAD_FAST_LOAD_FAST:
+        above += 2;
+        continue;
+#endif
+      case LOAD_ATTR:  // `self.patch_size` (3.12 encodes a method load in bit 0: not followed)
+#if PY_VERSION_HEX >= 0x030C0000
+        if (inst.arg & 1) return false;
+#endif
+        if (above < 1) return false;
+        continue;
+      case BINARY_SUBSCR:
+        if (above < 2) return false;
+        --above;
+        continue;
+#ifdef FORMAT_VALUE
+      case FORMAT_VALUE:
+        if (above < 1 || (inst.arg & 0x04)) return false;
+        continue;
+#else
+      case CONVERT_VALUE:
+      case FORMAT_SIMPLE:
+        if (above < 1) return false;
+        continue;
+#endif
+      case BUILD_STRING:
+        above = inst.arg > above ? 0 : above - inst.arg + 1;
+        continue;
+#ifdef PRECALL
+      case PRECALL:
+#endif
+      case NOP:
+        continue;
+      case CALL:
+        return inst.arg == 2 && above == 0;
+      default:
+        return false;
+    }
+  }
+  return false;
+}
+
+ValuePtr Tracer::unread_message(ValuePtr s, const std::vector<ValuePtr>& parts) {
+  s->unread_message = true;
+  s->items = parts;
+  return s;
+}
+
 ValuePtr Tracer::format_value(const ValuePtr& v_in, const ValuePtr& spec) {
   const ValuePtr v = detail::printable_value(ctx_, v_in);
   if (!v->is_const() || (spec && !spec->is_const()))
@@ -1448,6 +1532,21 @@ void Tracer::do_call(int argc, PyObject* kw_names) {
     args.insert(args.begin(), a);
   } else {
     fn = a;
+  }
+  // NOTE: an f-string of sizes made for this call (formats_into_call) stays unread only as
+  // the message of a `torch._assert` whose condition held: the relations the condition came
+  // from are guarded, so wherever this entry runs the assert passes and never formats it.
+  for (const ValuePtr& v : args) {
+    if (!v || !v->unread_message) continue;
+    static PyObject* const torch_assert = [] {
+      PyObject* f = PyObject_GetAttrString(torch_api().torch.get(), "_assert");
+      if (!f) PyErr_Clear();
+      return f;  // NOTE: immortal by use
+    }();
+    const bool passes = torch_assert && fn && fn->is_const() && fn->obj.get() == torch_assert &&
+                        !kw_names && args.size() == 2 && args[1] == v && args[0]->is_const() &&
+                        args[0]->obj.get() == Py_True;
+    if (!passes) ctx_.specialise(v);
   }
   KwArgs kwargs;
   if (kw_names) {

@@ -111,6 +111,11 @@ class Tracer {
   // f-string steps: !s/!r/!a (conversion 1/2/3, 0: none), then format() with `spec`.
   ValuePtr convert_value(const ValuePtr& v, int conversion);
   ValuePtr format_value(const ValuePtr& v, const ValuePtr& spec);
+  // True when the instructions after this one only load values, format and join them into a
+  // string and call with two arguments, the string last (`f(cond, f"...{n}...")`).
+  bool formats_into_call() const;
+  // `s`, an f-string of `parts`' symbolic ints headed for a call: see Value::unread_message.
+  static ValuePtr unread_message(ValuePtr s, const std::vector<ValuePtr>& parts);
   void store_subscript(const ValuePtr& container, const ValuePtr& index, const ValuePtr& value);
   // dict.__setitem__ (the C base's) on an Object of a dict subclass: on one made by the trace
   // its symbolic items; on one read from the frame, those items (read once, then kept) and a

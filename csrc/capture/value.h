@@ -74,6 +74,11 @@ struct Value {
   // expression specialise it first (CaptureContext::specialise).
   ir::SymExprPtr sym;
   bool sym_slice = false;
+  // Const str an f-string built from such ints on its way into a call (Tracer::
+  // formats_into_call): the ints in items, specialised (CaptureContext::specialise) unless the
+  // call is `torch._assert` whose condition held, which never reads its message (timm's
+  // `_assert(H % p == 0, f"Input height ({H}) ...")`).
+  bool unread_message = false;
   // Const float computed from such ints (`d ** -0.5`, `math.sqrt(d)`): its expression; obj is
   // its value at this call's sizes. Specialised like `sym`.
   ir::SymFloatPtr fsym;
