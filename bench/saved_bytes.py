@@ -96,40 +96,10 @@ def torchlite_saved(args, ids) -> list[tuple[str, torch.dtype, tuple, int, bool]
 
 
 def aot_saved(args, ids) -> list[tuple[str, torch.dtype, tuple, int, bool]]:
-    from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
-    from torch._dynamo.backends.common import aot_autograd
-    from torch._inductor.decomposition import select_decomp_table
+    def run(backend):
+        _loss(torch.compile(_model(args), backend=backend), ids, args.autocast).backward()
 
-    rows, inputs = [], set()
-
-    def forward_compiler(gm, _):
-        for n in gm.graph.nodes:
-            schema = getattr(n.target, "_schema", None)
-            view = schema is not None and schema.returns and schema.returns[0].alias_info
-            if n.op == "placeholder" or (
-                view and n.args and getattr(n.args[0], "name", None) in inputs
-            ):
-                inputs.add(n.name)
-        return make_boxed_func(gm.forward)
-
-    def backward_compiler(gm, _):
-        for n in gm.graph.nodes:
-            val = n.meta.get("val")
-            saved = n.op == "placeholder" and not n.name.startswith("tangents")
-            if saved and isinstance(val, torch.Tensor):
-                size = val.numel() * val.dtype.itemsize
-                rows.append((n.name, val.dtype, tuple(val.shape), size, n.name in inputs))
-        return make_boxed_func(gm.forward)
-
-    backend = aot_autograd(
-        fw_compiler=forward_compiler,
-        bw_compiler=backward_compiler,
-        partition_fn=min_cut_rematerialization_partition,
-        decompositions=select_decomp_table(),
-    )
-    torch._dynamo.reset()
-    _loss(torch.compile(_model(args), backend=backend), ids, args.autocast).backward()
-    return rows
+    return _training.aot_autograd_saved(run)
 
 
 def report(title: str, rows, show: bool) -> None:

@@ -304,9 +304,7 @@ bool Tracer::check_assertion(const ValuePtr& cond) {
 
 bool Tracer::call_torch_assert(PyObject* fn, const std::vector<ValuePtr>& args,
                                const KwArgs& kwargs) {
-  static PyObject* torch_assert = PyObject_GetAttrString(torch_api().torch.get(), "_assert");
-  if (!torch_assert) PyErr_Clear();
-  if (!torch_assert || fn != torch_assert || !kwargs.empty() || args.size() != 2 ||
+  if (fn != torch_api().assert_fn.get() || !kwargs.empty() || args.size() != 2 ||
       !args[1]->is_const() || !checkable(args[0]))
     return false;
   add_check(args[0], true);

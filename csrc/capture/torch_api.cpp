@@ -44,6 +44,7 @@ TorchApi* build() {
   PyRef c = attr(api->torch, "_C");
   api->set_grad_enabled_fn = attr(c, "_set_grad_enabled");
   api->is_grad_enabled_fn = attr(api->torch, "is_grad_enabled");
+  api->assert_fn = attr(api->torch, "_assert");
   api->no_grad_cls = attr(api->torch, "no_grad");
   api->enable_grad_cls = attr(api->torch, "enable_grad");
   api->set_grad_enabled_cls = attr(api->torch, "set_grad_enabled");

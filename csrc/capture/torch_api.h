@@ -19,6 +19,7 @@ struct TorchApi {
   PyRef empty_strided;        // torch.empty_strided
   PyRef set_grad_enabled_fn;  // torch._C._set_grad_enabled
   PyRef is_grad_enabled_fn;   // torch.is_grad_enabled
+  PyRef assert_fn;            // torch._assert
   PyRef no_grad_cls, enable_grad_cls, set_grad_enabled_cls;
   PyRef module_call;       // torch.nn.Module.__call__
   PyRef operator_getitem;  // operator.getitem

@@ -1538,12 +1538,7 @@ void Tracer::do_call(int argc, PyObject* kw_names) {
   // from are guarded, so wherever this entry runs the assert passes and never formats it.
   for (const ValuePtr& v : args) {
     if (!v || !v->unread_message) continue;
-    static PyObject* const torch_assert = [] {
-      PyObject* f = PyObject_GetAttrString(torch_api().torch.get(), "_assert");
-      if (!f) PyErr_Clear();
-      return f;  // NOTE: immortal by use
-    }();
-    const bool passes = torch_assert && fn && fn->is_const() && fn->obj.get() == torch_assert &&
+    const bool passes = fn && fn->is_const() && fn->obj.get() == torch_api().assert_fn.get() &&
                         !kw_names && args.size() == 2 && args[1] == v && args[0]->is_const() &&
                         args[0]->obj.get() == Py_True;
     if (!passes) ctx_.specialise(v);

@@ -67,35 +67,11 @@ def _torchlite_saved(fn, *args):
 def _aot_saved_bytes(fn, *args) -> int:
     """The bytes AOTAutograd's min-cut partitioner (inductor's decompositions) saves for the
     backward of fn(*args)."""
-    from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
-    from torch._dynamo.backends.common import aot_autograd
-    from torch._inductor.decomposition import select_decomp_table
-
-    saved = []
-
-    def forward_compiler(gm, _):
-        return make_boxed_func(gm.forward)
-
-    def backward_compiler(gm, _):
-        for n in gm.graph.nodes:
-            val = n.meta.get("val")
-            if n.op == "placeholder" and not n.name.startswith("tangents"):
-                saved.append(_bytes(val.dtype, val.shape) if isinstance(val, torch.Tensor) else 0)
-        return make_boxed_func(gm.forward)
-
-    backend = aot_autograd(
-        fw_compiler=forward_compiler,
-        bw_compiler=backward_compiler,
-        partition_fn=min_cut_rematerialization_partition,
-        decompositions=select_decomp_table(),
+    rows = _training.aot_autograd_saved(
+        lambda backend: torch.compile(fn, backend=backend)(*args).sum().backward()
     )
-    torch._dynamo.reset()
-    try:
-        torch.compile(fn, backend=backend)(*args).sum().backward()
-    finally:
-        torch._dynamo.reset()
-    assert saved, "AOTAutograd made no backward"
-    return sum(saved)
+    assert rows, "AOTAutograd made no backward"
+    return sum(r[3] for r in rows)
 
 
 @pytest.mark.skipif(not _C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op")
