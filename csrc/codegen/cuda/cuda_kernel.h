@@ -20,9 +20,10 @@ struct Target {
   int pointwise_block = 256;
   // Threads a block of reductions whose rows are threads, warps or blocks (0: the code
   // generator's choice from the row layout and length). For a block row this is the threads
-  // a row, for thread and warp rows the rows a block; tile rows keep theirs (their block is
-  // the tile's lanes). Max-autotune builds reductions at the sizes CudaKernel::other_blocks
-  // lists and launches the fastest; anything other than a multiple of 32 up to 1024 is ignored.
+  // a row, for thread and warp rows the rows a block, for tile rows the tile's lanes (its rows
+  // times the slices splitting each row: another block is another split). Max-autotune builds
+  // reductions at the sizes CudaKernel::other_blocks lists and launches the fastest; anything
+  // other than a multiple of 32 up to 1024 (for tiles: other than those listed) is ignored.
   int reduce_block = 0;
 };
 
@@ -49,7 +50,7 @@ struct CudaKernel {
   int shared_bytes = 0;  // dynamic shared memory
   // Other block sizes this kernel's text can be built at (Target::pointwise_block for
   // pointwise kernels, Target::reduce_block for reductions), each computing the same result:
-  // max-autotune's other builds. Empty: the block is tied to the layout (tile rows).
+  // max-autotune's other builds (tile rows: half or twice the slices a row).
   std::vector<int> other_blocks;
   // Both entries begin with tl_after_prior_grid(): the runtime may launch them
   // with programmatic stream serialization (overlapping the previous kernel's

@@ -185,6 +185,7 @@ class Writer {
   enum class Rows { Thread, Warp, Block, Tile };
   Rows choose_rows() const;
   ReduceSchedule tile_schedule() const;
+  ReduceTarget tile_target() const;  // the lanes a tile may take on this kernel's target
   // Writes the entry `entry`: scalar, or vectorised when vec_ > 0.
   void reduction_kernel(const std::string& entry);
   bool reduce_vector_width(int* width) const;

@@ -50,6 +50,10 @@ Writer::Rows Writer::choose_rows() const {
 ReduceSchedule Writer::tile_schedule() const {
   std::vector<int> bytes;
   for (size_t b = 0; b < n_memory(); ++b) bytes.push_back(elem_bytes(buffer_type(b)));
+  return choose_reduce_schedule(s_, bytes, k_.inputs.size(), tile_target());
+}
+
+ReduceTarget Writer::tile_target() const {
   // NOTE: every thread an SM holds: a memory-bound reduction needs them all in flight.
   ReduceTarget t;
   t.full_lanes = double(target_.multiprocessors) * 2048;
@@ -60,7 +64,7 @@ ReduceSchedule Writer::tile_schedule() const {
     if (is_reduce(e.op))
       per_thread += is_arg_reduce(e.op) ? 8 + elem_bytes(type(e.operands[0])) : elem_bytes(e.type);
   while (t.max_lanes > 64 && t.max_lanes * per_thread > 32 * 1024) t.max_lanes /= 2;
-  return choose_reduce_schedule(s_, bytes, k_.inputs.size(), t);
+  return t;
 }
 
 // Elements per pack of the vectorised entry: 16 bytes of the widest buffer
@@ -126,6 +130,21 @@ void Writer::reduction_kernel(const std::string& entry) {
       if (b >= 128 && b <= 1024) out_.other_blocks.push_back(b);
     const int r = target_.reduce_block;
     if (r > 0 && r % 32 == 0 && r <= 1024) block_ = r;
+  } else {
+    // A tile's other builds split each row between half or twice the slices (the cost
+    // model's split factor), over the same tile rows, so the grid (a block a tile) stays:
+    // slices stay a power of two (the combine is a tree), at least 2 (one slice is a thread
+    // row, another text), each with 4 points or more, and within the tile's lanes.
+    const int most = tile_target().max_lanes;
+    for (int s : {slices_ / 2, slices_ * 2})
+      if (s >= 2 && tile_rows_ * s <= most && int64_t{s} * 4 <= len)
+        out_.other_blocks.push_back(tile_rows_ * s);
+    const int r = target_.reduce_block;
+    if (std::find(out_.other_blocks.begin(), out_.other_blocks.end(), r) !=
+        out_.other_blocks.end()) {
+      slices_ = r / tile_rows_;
+      block_ = r;
+    }
   }
   std::string b = std::to_string(block_), nr = num("rows", n_rows);
   open_kernel(entry, block_);

@@ -442,6 +442,12 @@ for rows, cols in ((8192, 768), (64, 4096), (20000, 40)):
     for _ in range(2):
         x = torch.randn(rows, cols, device="cuda")
         torch.testing.assert_close(reductions(x, w), g(x, w), rtol=1e-4, atol=1e-4)
+def h(x):
+    return x.sum(0)
+columns = torchlite.compile(h, mode="max-autotune-no-cudagraphs")
+x = torch.randn(4096, 8192, device="cuda")  # tiles of 8 columns, each split between 64 slices
+for _ in range(2):
+    torch.testing.assert_close(columns(x), h(x), rtol=1e-4, atol=1e-3)
 c = torchlite.counters()
 print(json.dumps({"trials": c["autotune_trials"], "cached": c["autotune_cached"]}))
 """
@@ -479,7 +485,10 @@ def test_autotune_choices_are_cached_and_reused_by_another_process(tmp_path):
     # kernel with a vector entry tries its scalar one
     assert any("block 128 grid 2048" in r and "block 512 grid 512" in r for r in reports), reports
     assert any("block 256 scalar grid" in r for r in reports), reports
-    assert len(reports) >= 3, reports  # f at two sizes, g at three
+    # tiles (h's column sum: 8 columns x 64 slices, a block a tile) try half and twice the
+    # slices each column is split between, over the same tiles
+    assert any("block 256 grid 1024" in r and "block 1024 grid 1024" in r for r in reports), reports
+    assert len(reports) >= 4, reports  # f at two sizes, g at three, h
     assert list((tmp_path / "cache" / "tune").glob("*.tune"))
     second = run()
     assert second["trials"] == 0 and second["cached"] >= len(reports)

@@ -1,6 +1,6 @@
 """Every launch max-autotune may pick for a CUDA reduction computes eager's result: each build
 the code generator lists (`other_blocks`: a block row's threads, thread and warp rows' rows a
-block), through its scalar and its vector entry, at the code generator's grid and at fewer
+block, tiles' slices a row), through its scalar and its vector entry, at the code generator's grid and at fewer
 blocks (each block then takes several rows in turn)."""
 
 import pytest
@@ -24,12 +24,27 @@ def _row_sum(x):
     return x.sum(-1)
 
 
+def _column_sum(x):
+    return x.sum(0)
+
+
+def _column_softmax(x):
+    return torch.softmax(x, 0)
+
+
+def _spatial_mean(x):
+    return x.mean(1)
+
+
 CASES = [
     (_softmax, (64, 4096)),  # a block a row (128 threads; 256 tried)
     (_layer_norm, (16, 20000)),  # a block a row (1024 threads; 512 tried)
     (_layer_norm, (8192, 768)),  # a warp a row (256 threads a block; 128 and 512 tried)
     (_softmax, (3000, 40)),  # several rows a warp
     (_row_sum, (100000, 8)),  # a thread a row
+    (_column_sum, (64, 512)),  # tiles of neighbouring columns: half and twice the slices tried
+    (_column_softmax, (512, 64)),  # tiles, a value per element written back
+    (_spatial_mean, (8, 49, 256)),  # tiles over 49 points (a spatial mean, channels last)
 ]
 
 

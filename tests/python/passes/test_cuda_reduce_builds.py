@@ -5,7 +5,8 @@ A reduction's block size is a constant of its text: the threads of a block row, 
 block takes for thread and warp rows. The code generator lists the other sizes its text can be
 built at (`other_blocks`: half and twice its own, 128 to 1024 threads) and builds them when
 asked (`Target::reduce_block`, the `reduce_block` argument here); tile rows (lanes across
-neighbouring rows) keep theirs, their block being the tile's lanes."""
+neighbouring rows, each row split between slices) list the blocks of half and twice their
+slices."""
 
 import re
 
@@ -75,12 +76,64 @@ def test_reductions_list_their_other_builds_and_build_them(case):
         assert source != default
 
 
-def test_tile_rows_keep_their_block():
-    x = torch.randn(64, 512)  # 512 columns of 64: 32 neighbouring columns a tile
-    _, default, launch = _kernel(_column_sum, x)
+def _slices(source):
+    """The slices a tile splits each row between: the step of its row loop."""
+    return int(re.search(r"r = slice; r < \w+; r \+= (\d+)\)", source).group(1))
+
+
+def _column_layer_norm(x):
+    return torch.nn.functional.layer_norm(x.transpose(1, 2), (x.shape[1],)).transpose(1, 2)
+
+
+# (function, input shape, dtype, the code generator's block and slices, its other builds)
+TILES = {
+    "column sum": (_column_sum, (64, 512), torch.float32, 64, 8, [32, 128]),
+    "column softmax": (
+        lambda x: torch.softmax(x, 0),
+        (512, 64),
+        torch.float32,
+        512,
+        64,
+        [256, 1024],
+    ),
+    # twice the slices would leave 2 points a slice of the 64: only half is listed
+    "column softmax bf16": (
+        lambda x: torch.softmax(x, 0),
+        (512, 64),
+        torch.bfloat16,
+        1024,
+        64,
+        [512],
+    ),
+    "spatial mean": (lambda x: x.mean(1), (8, 49, 256), torch.bfloat16, 64, 4, [32, 128]),
+    "channel layer norm": (_column_layer_norm, (8, 49, 256), torch.float32, 32, 4, [16, 64]),
+}
+
+
+@pytest.mark.parametrize("case", list(TILES))
+def test_tile_rows_list_other_splits_of_a_row_and_build_them(case):
+    """A tile's block is its rows times the slices each row is split between (the cost model's
+    split factor): its other builds are half and twice the slices over the same tile rows, so
+    the grid (a block a tile) stays and only the split changes."""
+    fn, shape, dtype, own, slices, others = TILES[case]
+    x = torch.randn(*shape, dtype=dtype)
+    name, default, launch = _kernel(fn, x)
     assert "slice" in default
-    assert launch["other_blocks"] == []
-    _, source, built = _kernel(_column_sum, x, reduce_block=512)
+    assert (launch["block"], _slices(default), launch["other_blocks"]) == (own, slices, others)
+    for block in others:
+        _, source, built = _kernel(fn, x, reduce_block=block)
+        assert (built["block"], built["grid"]) == (block, launch["grid"]), case
+        assert _bounds(source, name) == block
+        assert _slices(source) == slices * block // own
+        # the tree combining the slices starts at half of them
+        assert f"unsigned s = {slices * block // own // 2}; s > 0" in source
+
+
+@pytest.mark.parametrize("bad", [96, 256, 2048])
+def test_a_tile_build_that_is_not_listed_is_ignored(bad):
+    x = torch.randn(64, 512)  # tiles of 8 columns x 8 slices; 32 and 128 listed
+    _, default, launch = _kernel(_column_sum, x)
+    _, source, built = _kernel(_column_sum, x, reduce_block=bad)
     assert (built["block"], built["grid"]) == (launch["block"], launch["grid"])
     assert source == default
 
