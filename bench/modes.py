@@ -13,7 +13,7 @@ ops are not recorded; rel err compares the first step's loss with eager's).
     python bench/modes.py [--models gpt2-1x32,resnet50-64] [--modes default,reduce-overhead]
                           [--impls eager,torchlite,torch] [--in-process] [--budget-s 300]
                           [--torch-max-autotune-s 240] [--torch-max-share 0.5]
-                          [--step-budget-s 3]
+                          [--step-budget-s 3] [--rounds 3]
 
 Rows run cheapest first: eager and torchlite for every model, then torch.compile's default
 and reduce-overhead, then torch.compile's max-autotune (it benchmarks Triton configurations
@@ -29,7 +29,12 @@ summary of every row follows the table.
 Each row runs in a fresh process (cold compile, memory counted from zero: compiled models'
 caches are released lazily, so rows sharing a process see each other's leftovers);
 --in-process runs them all in this one (faster: models are built once and copied per row;
-memory columns then approximate).
+memory columns then approximate). With --in-process, --rounds N (N > 1) keeps every row's
+compiled function and times the rows again N - 1 times, in reversed then original order, after
+all of them ran; a row's step ms is the median of its N timings, and every timing is printed.
+Rows timed one after another in one process drifted with their place in the run (GPT-2 1x32 on
+an H100: max-autotune 0.60 ms after reduce-overhead's 0.56 in one run, even with it in separate
+processes), so compare modes with rounds, or without --in-process.
 """
 
 import argparse
@@ -186,10 +191,14 @@ def reset() -> None:
     torch.cuda.empty_cache()
 
 
-def run_one(name: str, impl: str, mode: str, budget_s: float = 3.0) -> dict:
+def run_one(name: str, impl: str, mode: str, budget_s: float = 3.0, keep=None) -> dict:
+    """One row. `keep`: a list the row's (step, compiled function, training) goes to, for
+    later rounds; the row then does not reset torchlite and torch._dynamo (that would drop
+    the compiled functions kept)."""
     # NOTE: memory is counted above what earlier rows left (a compiled function's caches go
     # lazily), so rows compare what each one adds.
-    reset()
+    if keep is None:
+        reset()
     base, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     model, stepper = build(name)
     step = stepper(model)
@@ -216,8 +225,11 @@ def run_one(name: str, impl: str, mode: str, budget_s: float = 3.0) -> dict:
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
         reserved = (torch.cuda.max_memory_reserved() - base_reserved) / 2**20
     counters = torchlite.counters() if impl == "torchlite" else {}
+    if keep is not None:
+        keep.append((step, fn, training))
     del fn, model, step
-    reset()
+    if keep is None:
+        reset()
     return {
         "ms": ms,
         "ms_single": ms_single,
@@ -227,6 +239,24 @@ def run_one(name: str, impl: str, mode: str, budget_s: float = 3.0) -> dict:
         "rel_err": err,
         "replays": counters.get("cuda_graph_replays", 0),
     }
+
+
+def more_rounds(kept: dict, results: dict, rounds: int, budget_s: float) -> None:
+    """Times every kept row `rounds - 1` more times, reversed order first (a row timed last in
+    the first round is timed first in the second); each row's "ms" becomes the median of its
+    timings, all of them in "rounds_ms"."""
+    order = list(kept)
+    for r in range(1, rounds):
+        order.reverse()
+        for key in order:
+            step, fn, training = kept[key]
+            try:
+                with torch.no_grad() if not training else contextlib.nullcontext():
+                    results[key]["rounds_ms"].append(step_ms(step, fn, budget_s))
+            except Exception as e:  # noqa: BLE001 (the rows' first timings still stand)
+                print(f"{' '.join(key)}: round {r + 1} FAILED: {type(e).__name__}: {e}"[:300])
+    for key in kept:
+        results[key]["ms"] = statistics.median(results[key]["rounds_ms"])
 
 
 def row_in_subprocess(name: str, impl: str, mode: str, budget_s: float, timeout: float) -> dict:
@@ -315,6 +345,12 @@ def main() -> None:
         help="with --budget-s: the part of it kept for torch.compile's max-autotune rows",
     )
     parser.add_argument("--step-budget-s", type=float, default=3.0)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --in-process: timings of each row, the later ones after every row ran",
+    )
     args = parser.parse_args()
     models, modes = args.models.split(","), args.modes.split(",")
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
@@ -325,6 +361,7 @@ def main() -> None:
     print(header)
     began = time.perf_counter()
     results = {}
+    kept = {} if args.in_process and args.rounds > 1 else None
     rows = plan(models, modes, args.impls.split(","))
     is_torch_max = [impl == "torch" and mode == "max-autotune" for _, impl, mode in rows]
     # NOTE: torch.compile's max-autotune rows run last and take minutes each: without a share
@@ -358,7 +395,11 @@ def main() -> None:
                     print(f"{row} stopped: compile took more than {timeout:.0f} s", flush=True)
                     continue
             elif args.in_process:
-                r = run_one(name, impl, mode, args.step_budget_s)
+                keep = [] if kept is not None else None
+                r = run_one(name, impl, mode, args.step_budget_s, keep)
+                if keep:
+                    kept[(name, impl, mode)] = keep[0]
+                    r["rounds_ms"] = [r["ms"]]
             else:
                 r = row_in_subprocess(name, impl, mode, args.step_budget_s, 900)
         except Exception as e:  # noqa: BLE001 (a failing row must not hide the others)
@@ -373,6 +414,13 @@ def main() -> None:
             f"{r['compile_s']:10.2f} {r['rel_err']:8.4f} {r['replays']:8d}",
             flush=True,
         )
+    if kept:
+        more_rounds(kept, results, args.rounds, args.step_budget_s)
+        print(f"\n# step ms in {args.rounds} rounds (round 1 in the table's order, then reversed)")
+        for (name, impl, mode), r in results.items():
+            if "rounds_ms" in r:
+                times = " ".join(f"{t:9.3f}" for t in r["rounds_ms"])
+                print(f"{name:<16} {mode:<16} {impl:<10} median {r['ms']:9.3f}: {times}")
     print(f"\n# {time.perf_counter() - began:.0f} s\n")
     print(markdown(models, modes, results))
 
