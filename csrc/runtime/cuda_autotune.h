@@ -8,9 +8,9 @@
 // repeated), cached in the disk cache (runtime/disk_cache.h) under the kernel's body, its
 // default grid and the GPU, so another process reads the choice instead of timing again.
 // Kernels are also built at other block sizes (a constant of their text: a pointwise
-// kernel's threads a block, a reduction's rows a block or threads a row), and a kernel with a
-// 16-byte vector entry also tries its scalar one; the choice is then a (variant, grid) pair
-// (choose_launch).
+// kernel's threads a block, a reduction's rows a block or threads a row, a tile's slices
+// splitting each of its rows), and a kernel with a 16-byte vector entry also tries its scalar
+// one; the choice is then a (variant, grid) pair (choose_launch).
 #include <functional>
 #include <string>
 #include <vector>

@@ -188,9 +188,9 @@ class CudaBackend : public KernelBackend {
   }
 
   // Kernels again at the other block sizes their text can take (CudaKernel::other_blocks:
-  // pointwise kernels' threads a block; reductions' rows a block or threads a row), compiled
-  // together on the compile pool per block size (disk cache first). A failure leaves the one
-  // build.
+  // pointwise kernels' threads a block; reductions' rows a block, threads a row or a tile's
+  // slices a row), compiled together on the compile pool per block size (disk cache first). A
+  // failure leaves the one build.
   void build_block_variants(const std::vector<const ir::Kernel*>& kernels) {
     std::vector<int> blocks;
     for (size_t i = 0; i < kernels.size() && i < loaded_.size(); ++i)
