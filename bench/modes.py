@@ -31,7 +31,9 @@ caches are released lazily, so rows sharing a process see each other's leftovers
 --in-process runs them all in this one (faster: models are built once and copied per row;
 memory columns then approximate). With --in-process, --rounds N (N > 1) keeps every row's
 compiled function and times the rows again N - 1 times, in reversed then original order, after
-all of them ran; a row's step ms is the median of its N timings, and every timing is printed.
+all of them ran (outside --budget-s; rows are then not reset between, so every compiled
+model stays in memory); a row's step ms is the median of its N timings, and every timing is
+printed.
 Rows timed one after another in one process drifted with their place in the run (GPT-2 1x32 on
 an H100: max-autotune 0.60 ms after reduce-overhead's 0.56 in one run, even with it in separate
 processes), so compare modes with rounds, or without --in-process.
@@ -349,7 +351,8 @@ def main() -> None:
         "--rounds",
         type=int,
         default=1,
-        help="with --in-process: timings of each row, the later ones after every row ran",
+        help="with --in-process: timings of each row, the later ones after every row ran "
+        "(not counted in --budget-s)",
     )
     args = parser.parse_args()
     models, modes = args.models.split(","), args.modes.split(",")
