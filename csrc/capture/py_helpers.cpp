@@ -302,7 +302,7 @@ Py_ssize_t normalize_index(PyObject* idx, size_t size, const char* message) {
   Py_ssize_t i = PyNumber_AsSsize_t(idx, PyExc_IndexError);
   if (i == -1 && PyErr_Occurred()) {
     clear_expected_error();
-    graph_break("unsupported_value", "non-integer index into a sequence");
+    graph_break("unsupported_operand", "non-integer index into a sequence");
   }
   if (i < 0) i += static_cast<Py_ssize_t>(size);
   if (i < 0 || i >= static_cast<Py_ssize_t>(size)) raise_user(PyExc_IndexError, message);
@@ -348,7 +348,7 @@ PyRef set_key(const ValuePtr& item) {
 
 void set_add(const ValuePtr& set, const ValuePtr& item) {
   PyRef c = set_key(item);
-  if (!c) graph_break("unsupported_value", "a set of " + item->type_name() + " values");
+  if (!c) graph_break("set_of_objects", "a set of " + item->type_name() + " values");
   if (!const_tuple(item)) set->flag = true;
   if (PySet_Add(set->obj.get(), c.get()) < 0)
     graph_break("user_exception", "set.add raised: " + error_text());
