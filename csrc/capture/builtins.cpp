@@ -524,9 +524,13 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     if (name == "dict") {
       ValuePtr d = Value::of_kind(VKind::Dict);
       if (args.size() == 1) {
-        if (args[0]->kind == VKind::Dict) {
-          d->keys = args[0]->keys;
-          d->items = args[0]->items;
+        // NOTE: a dict subclass (transformers' ModelOutput) is merged as `{**m}` merges it.
+        ValuePtr src = args[0];
+        if (src->kind == VKind::Object && src->obj && PyDict_Check(src->obj.get()))
+          src = mapping_items(src);
+        if (src->kind == VKind::Dict) {
+          d->keys = src->keys;
+          d->items = src->items;
         } else {
           for (auto& pair : iterate(args[0])) {
             auto kv = iterate(pair);

@@ -260,7 +260,26 @@ ValuePtr printable_value(CaptureContext& ctx, const ValuePtr& v) {
   return Value::constant(t);
 }
 
+namespace {
+
+// A module or user object reached from the frame whose class keeps object's __hash__ and
+// __eq__ (created objects have no source: a new one every call).
+bool hashed_by_identity(const ValuePtr& k) {
+  if ((k->kind != VKind::Object && k->kind != VKind::Module) || !k->obj || !k->source) return false;
+  PyTypeObject* type = Py_TYPE(k->obj.get());
+  return type->tp_hash == PyBaseObject_Type.tp_hash &&
+         type->tp_richcompare == PyBaseObject_Type.tp_richcompare;
+}
+
+}  // namespace
+
 ValuePtr key_value(CaptureContext& ctx, const ValuePtr& k) {
+  if (hashed_by_identity(k)) {
+    // NOTE: an object of the frame (a module, a user object keying a registry) hashes and
+    // compares by identity: it is its own key, pinned by an identity guard.
+    ctx.guards().add_id_match(k->source, k->obj.get());
+    return Value::constant(k->obj);
+  }
   if (k->is_const() || k->kind != VKind::Tuple || k->named_type) return k;
   for (const auto& item : k->items)
     if (!item->is_const() && key_value(ctx, item) == item) return k;

@@ -784,6 +784,7 @@ void Tracer::step(const bytecode::Instruction& inst) {
       ValuePtr item = pop();
       ctx_.specialise(item);
       if (container->kind != VKind::Dict) ctx_.specialise(container);
+      if (container->kind == VKind::Dict) item = detail::key_value(ctx_, item);
       bool found = false;
       if (container->kind == VKind::Dict && item->is_const()) {
         for (auto& k : container->keys) {

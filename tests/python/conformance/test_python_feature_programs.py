@@ -1962,3 +1962,76 @@ def test_user_objects_ordered_printed_and_size_numel():
         )
 
     run(fn, t23)
+
+
+# ---- objects as dict keys, dict() of a mapping ---------------------------------------------------
+class _Tag:
+    """A user object hashed by identity (object's __hash__ and __eq__)."""
+
+
+_TAG_A, _TAG_B = _Tag(), _Tag()
+_SCALES = {_TAG_A: 2.0, _TAG_B: -1.0}
+
+
+def test_user_objects_and_modules_as_dict_keys():
+    lin, act = torch.nn.Linear(4, 4), torch.nn.ReLU()
+
+    def fn(x, weights):
+        per_module = {lin: x * 2, act: x - 1}  # keyed by modules
+        out = lin(per_module[lin]) * _SCALES[_TAG_A] + act(per_module[act]) * _SCALES[_TAG_B]
+        weights[_TAG_B] = out.sum()  # a store into an input dict keyed by objects
+        present = (_TAG_A in weights, _TAG_B in _SCALES, lin in per_module)
+        return out * weights[_TAG_A], {_TAG_A: out}, present
+
+    run(fn, lambda: (torch.randn(4), {_TAG_A: torch.randn(4)}))
+
+
+def test_an_object_key_replaced_by_another_object_recompiles():
+    registry = {}
+
+    def fn(x):
+        return x * registry[_current[0]]
+
+    _current = [_Tag()]
+    registry[_current[0]] = 3.0
+    compiled = torchlite.compile(fn)
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(x), x * 3.0)
+    _current[0] = _Tag()
+    registry[_current[0]] = -2.0
+    torch.testing.assert_close(compiled(x), x * -2.0)
+    assert torchlite.explain(fn)(x).graph_break_count == 0
+
+
+def test_an_object_with_its_own_hash_as_a_key_breaks_and_keeps_eagers_result():
+    @dataclasses.dataclass(frozen=True)
+    class Key:
+        name: str
+
+    key = Key("a")
+    table = {Key("a"): 5.0}
+
+    def fn(x):
+        return x * table[key]
+
+    run(fn, breaks=None)
+    kinds = torchlite.explain(fn)(torch.randn(4)).breaks_by_kind
+    assert kinds == {"unsupported_dict_key": 1}
+
+
+def test_dict_of_a_model_output_and_its_items():
+    transformers = pytest.importorskip("transformers")
+
+    @dataclasses.dataclass
+    class Out(transformers.utils.ModelOutput):
+        logits: torch.Tensor | None = None
+        hidden: torch.Tensor | None = None
+        extra: torch.Tensor | None = None
+
+    def fn(x):
+        o = Out(logits=x * 2, hidden=x + 1)
+        d = dict(o)
+        merged = dict(o, scale=x.sum())
+        return d["logits"] + d["hidden"], sorted(d), merged["scale"] * 2, len(merged)
+
+    run(fn)
