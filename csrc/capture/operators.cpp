@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "capture/bool_list_index.h"
 #include "capture/constant_fold.h"
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
@@ -619,7 +620,8 @@ ValuePtr Tracer::mapping_items(const ValuePtr& obj) {
 ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
   switch (c->kind) {
     case VKind::Tensor:
-      return ctx_.call_op(torch_api().operator_getitem.get(), "", {c, idx}, {});
+      return ctx_.call_op(torch_api().operator_getitem.get(), "",
+                          {c, bool_lists_as_positions(ctx_, c, idx)}, {});
     case VKind::Tuple:
     case VKind::List: {
       if (!idx->is_const())
@@ -821,7 +823,7 @@ void Tracer::list_store_slice(const ValuePtr& c, PyObject* slice, const ValuePtr
 
 void Tracer::store_subscript(const ValuePtr& c, const ValuePtr& idx, const ValuePtr& v) {
   if (c->is_tensor()) {
-    ctx_.call_op(operator_fn("setitem"), "", {c, idx, v}, {});
+    ctx_.call_op(operator_fn("setitem"), "", {c, bool_lists_as_positions(ctx_, c, idx), v}, {});
     return;
   }
   if (c->kind == VKind::Object && c->flag) {

@@ -1455,8 +1455,8 @@ def test_slice_objects_bool_list_index_and_shape_comparisons():
         same = x.shape == (3, 4) and x.size() == torch.Size([3, 4])
         return x[s], picked, same, x[s].shape[0], s.start, tuple(x.size()) != (3,)
 
-    # NOTE: indexing with a list of bools needs nonzero(): a break, as for a mask tensor.
-    run(fn, lambda: (torch.randn(3, 4),), breaks=1)
+    # NOTE: a list of bools is a mask known at trace time: its True positions (no nonzero()).
+    run(fn, lambda: (torch.randn(3, 4),))
 
 
 def test_isinstance_and_type_checks_of_tensors_and_containers():
@@ -2035,3 +2035,27 @@ def test_dict_of_a_model_output_and_its_items():
         return d["logits"] + d["hidden"], sorted(d), merged["scale"] * 2, len(merged)
 
     run(fn)
+
+
+# ---- lists of bools indexing tensors -------------------------------------------------------------
+_KEEP = [True, False, True]
+
+
+def test_bool_list_indexing_reads_and_writes_tensors():
+    def fn(x):
+        y = x.clone()
+        y[[False, True, False]] = 0.5  # a write through a mask
+        picked = x[_KEEP] * 2  # a global list
+        cols = x[:, [True, False, False, True]]  # a mask on the second dimension
+        row = x[1, [False, True, True, False]]
+        none = x[[False, False, False]]
+        return y, picked, cols, row, none.shape, x[[True, True, True]].sum(0)
+
+    run(fn, lambda: (torch.randn(3, 4),))
+
+
+def test_bool_list_of_the_wrong_length_raises_eagers_index_error():
+    def fn(x):
+        return x[[True, False]] * 2
+
+    run(fn, lambda: (torch.randn(3, 4),), raises=IndexError)
