@@ -17,6 +17,16 @@ using namespace detail;  // NOTE: helpers of this file family only
 
 namespace {
 
+// The Python type of an iterator the trace models (Value::method_name): a generator, or a
+// builtin iterator type (map, filter, zip, enumerate); null for others. Borrowed.
+PyObject* iterator_type(const std::string& name) {
+  if (name == "generator") return reinterpret_cast<PyObject*>(&PyGen_Type);
+  if (name != "map" && name != "filter" && name != "zip" && name != "enumerate") return nullptr;
+  PyRef t = PyRef::steal(PyObject_GetAttrString(torch_api().builtins.get(), name.c_str()));
+  if (!t) throw PythonError();
+  return PyType_Check(t.get()) ? t.get() : nullptr;  // NOTE: a static type: lives on
+}
+
 // Keyword arguments to a builtin whose rule below reads only positional ones: those CPython
 // rejects raise its TypeError; those it accepts but the rule would ignore break.
 void check_builtin_kwargs(const std::string& name, const KwArgs& kwargs) {
@@ -375,6 +385,10 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         case VKind::Module:
         case VKind::Object:
           type = reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
+          break;
+        case VKind::Iterator:
+          type = iterator_type(v->method_name);
+          if (!type) graph_break("unsupported_operand", "isinstance() of a " + v->type_name());
           break;
         default:
           graph_break("unsupported_operand", "isinstance() of a " + v->type_name());

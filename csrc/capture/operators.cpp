@@ -680,7 +680,17 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
     }
     case VKind::Object: {
       if (auto r = call_dunder(c, "__getitem__", {idx})) return *r;
-      if (c->mapping) return subscript(c->mapping, idx);
+      if (c->mapping) {
+        // NOTE: dict.__getitem__ of a subclass calls its __missing__ for a missing key
+        // (collections.Counter's returns 0); a Python one is traced like any method.
+        static PyObject* missing_name = PyUnicode_InternFromString("__missing__");  // immortal
+        PyObject* missing = _PyType_Lookup(Py_TYPE(c->obj.get()), missing_name);    // borrowed
+        const ValuePtr key = key_value(ctx_, idx);
+        if (missing && PyFunction_Check(missing) && key->is_const() &&
+            dict_find(c->mapping, key->obj.get()) < 0)
+          return inline_function(missing, nullptr, nullptr, {c, key}, {});
+        return subscript(c->mapping, idx);
+      }
       std::vector<ValuePtr> args{idx};
       KwArgs kw;
       if (auto r = created_object_method(c, "__getitem__", args, kw)) return *r;

@@ -2059,3 +2059,35 @@ def test_bool_list_of_the_wrong_length_raises_eagers_index_error():
         return x[[True, False]] * 2
 
     run(fn, lambda: (torch.randn(3, 4),), raises=IndexError)
+
+
+# ---- collections.Counter made in the trace -----------------------------------------------------
+def test_counter_made_in_traced_code_counts_missing_keys_and_updates():
+    def fn(x):
+        c = collections.Counter(["a", "b", "a"])  # _count_elements (C) -> its Python stand-in
+        sizes = collections.Counter(s for s in x.shape)  # an iterable the trace generates
+        sizes.update([x.shape[0], x.shape[0]])
+        c["b"] += 2
+        return x * c["a"] + c["z"], sizes[x.shape[0]], len(sizes), sorted(c.items()), c
+
+    run(fn, t23)
+
+
+def test_isinstance_of_generators_and_builtin_iterators_made_in_traced_code():
+    import collections.abc
+    import types
+
+    def fn(x):
+        gen = (r * 2 for r in x.unbind(0))
+        mapped = map(torch.relu, x.unbind(0))
+        checks = (
+            isinstance(gen, types.GeneratorType),
+            isinstance(gen, collections.abc.Iterator),
+            isinstance(gen, collections.abc.Mapping),
+            isinstance(mapped, map),
+            isinstance(mapped, (list, tuple)),
+            isinstance(zip(gen, mapped), zip),
+        )
+        return torch.stack(list(gen)) + torch.stack(list(mapped)), checks
+
+    run(fn, t23)
