@@ -70,6 +70,7 @@ def _register_python_helpers() -> None:
         "optimizer.step_callable": _optimizer.step_callable,
         "polyfills.associative_scan": _polyfills.associative_scan,
         "polyfills.reduce": _polyfills.reduce,
+        "polyfills.count_elements": _polyfills.count_elements,
     }
     for name, fn in helpers.items():
         _C.register_python_helper(name, fn)

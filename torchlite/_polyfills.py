@@ -85,3 +85,11 @@ def reduce(function, iterable, *initial):
     for element in it:
         value = function(value, element)
     return value
+
+
+def count_elements(mapping, iterable):
+    """collections' _count_elements (C; Counter.update of an iterable): as its pure-Python
+    fallback in collections/__init__.py."""
+    mapping_get = mapping.get
+    for elem in iterable:
+        mapping[elem] = mapping_get(elem, 0) + 1

@@ -146,7 +146,7 @@ std::optional<ValuePtr> Tracer::container_attr(const ValuePtr& obj, const std::s
     if (PyFunction_Check(fget.get()))
       return inline_function(fget.get(), nullptr, nullptr, {obj}, {});
   }
-  graph_break("unsupported_value",
+  graph_break("unsupported_attribute",
               "attribute '" + name + "' of a " + obj->type_name() + " (a descriptor)");
 }
 
@@ -388,7 +388,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         // eager warns about.
         const ValuePtr& base = obj->same_object ? obj->same_object : obj;
         if (graph_runs_backward(ctx_.graph()))
-          graph_break("unsupported_value", "Tensor.grad after backward() in the same graph",
+          graph_break("unsupported_attribute", "Tensor.grad after backward() in the same graph",
                       "the backward writes .grad when the graph runs: read it after the call");
         if (PyObject* real = ctx_.real_input(base)) {
           PyRef g = PyRef::steal(PyObject_GetAttrString(real, "grad"));
@@ -398,7 +398,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         PyRef rg = PyRef::steal(PyObject_GetAttrString(meta, "requires_grad"));
         if (!rg) throw PythonError();
         if (rg.get() == Py_False) return none();
-        graph_break("unsupported_value", "Tensor.grad of a tensor computed in traced code",
+        graph_break("unsupported_attribute", "Tensor.grad of a tensor computed in traced code",
                     "read .grad outside the compiled function, after backward()");
       }
       if (name == "grad_fn" || name == "is_leaf") {
@@ -408,17 +408,17 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         PyRef rg = PyRef::steal(PyObject_GetAttrString(meta, "requires_grad"));
         if (!rg) throw PythonError();
         if (rg.get() == Py_False) return name == "is_leaf" ? const_bool(true) : none();
-        graph_break("unsupported_value", "Tensor." + name + " of a tensor that requires grad",
+        graph_break("unsupported_attribute", "Tensor." + name + " of a tensor that requires grad",
                     "read it outside the compiled function");
       }
       if (name == "_version" || name == "names" || name == "_base")
-        graph_break("unsupported_value", "Tensor." + name + " is not captured");
+        graph_break("unsupported_attribute", "Tensor." + name + " is not captured");
       // NOTE: sizes follow from the guarded shape and dtype; any other data attribute
       // (retains_grad, a Python attribute...) describes the real tensor, not the meta one.
       if (name == "nbytes") ctx_.read_size("Tensor.nbytes");
       if (name == "itemsize" || name == "nbytes") return ctx_.from_result(probe.get());
       if (!PyCallable_Check(probe.get()))
-        graph_break("unsupported_value", "Tensor." + name + " is not captured");
+        graph_break("unsupported_attribute", "Tensor." + name + " is not captured");
       break;
     }
     case VKind::Module:
@@ -445,12 +445,12 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
           if (!fget) throw PythonError();
           if (PyFunction_Check(fget.get()))
             return inline_function(fget.get(), nullptr, nullptr, {obj}, {});
-          graph_break("unsupported_value", "property " + name + " with a C getter");
+          graph_break("unsupported_attribute", "property " + name + " with a C getter");
         }
         if (name == "__dict__" && obj->attrs) return obj->attrs;
         if (name == "__dict__") {
           PyObject** dp = _PyObject_GetDictPtr(o);
-          if (!obj->source || !dp || !*dp) graph_break("unsupported_value", "reading __dict__");
+          if (!obj->source || !dp || !*dp) graph_break("unsupported_attribute", "reading __dict__");
           return ctx_.wrap(*dp, src());
         }
         PyRef r = PyRef::steal(PyObject_GetAttr(o, pyname.get()));
@@ -542,7 +542,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
       PyObject* o = obj->obj.get();
       // NOTE: frames traced symbolically leave no traceback on the exceptions they raise.
       if (PyExceptionInstance_Check(o) && name == "__traceback__")
-        graph_break("unsupported_value",
+        graph_break("unsupported_attribute",
                     "the traceback of an exception raised in traced code (e.__traceback__)");
       PyRef pyname = PyRef::steal(PyUnicode_FromString(name.c_str()));
       if (!pyname) throw PythonError();
@@ -570,7 +570,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
       if (obj->source && !bound && !is_immutable_constant(o))
         return ctx_.wrap(ro, ir::Source::attr(obj->source, name), guard);
       if (is_type(r.get(), api.tensor_type))
-        graph_break("unsupported_value", "tensor attribute of an untracked object");
+        graph_break("untracked_tensor", "tensor attribute of an untracked object");
       if (is_type(r.get(), api.module_type)) {
         ValuePtr m = Value::of_kind(VKind::Module);
         m->obj = r;
@@ -626,7 +626,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
     m->method_name = name;
     return m;
   }
-  graph_break("unsupported_value", "attribute '" + name + "' of a " + obj->type_name());
+  graph_break("unsupported_attribute", "attribute '" + name + "' of a " + obj->type_name());
 }
 
 }  // namespace tl::capture

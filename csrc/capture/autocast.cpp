@@ -432,7 +432,8 @@ bool is_autocast_manager(const ValuePtr& v) {
 ValuePtr construct_autocast(CaptureContext& ctx, PyObject* globals, PyObject* cls,
                             const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
   if (!all_const(args, kwargs))
-    graph_break("unsupported_value", "torch.autocast(...) with arguments computed by traced code");
+    graph_break("non_constant_argument",
+                "torch.autocast(...) with arguments computed by traced code");
   PyRef deprecated = PyRef::steal(PyObject_GetAttrString(cls, "__deprecated__"));
   if (!deprecated) clear_expected_error();
   if (deprecated && PyUnicode_Check(deprecated.get()))  // torch.cpu.amp.autocast's FutureWarning

@@ -17,6 +17,16 @@ using namespace detail;  // NOTE: helpers of this file family only
 
 namespace {
 
+// The Python type of an iterator the trace models (Value::method_name): a generator, or a
+// builtin iterator type (map, filter, zip, enumerate); null for others. Borrowed.
+PyObject* iterator_type(const std::string& name) {
+  if (name == "generator") return reinterpret_cast<PyObject*>(&PyGen_Type);
+  if (name != "map" && name != "filter" && name != "zip" && name != "enumerate") return nullptr;
+  PyRef t = PyRef::steal(PyObject_GetAttrString(torch_api().builtins.get(), name.c_str()));
+  if (!t) throw PythonError();
+  return PyType_Check(t.get()) ? t.get() : nullptr;  // NOTE: a static type: lives on
+}
+
 // Keyword arguments to a builtin whose rule below reads only positional ones: those CPython
 // rejects raise its TypeError; those it accepts but the rule would ignore break.
 void check_builtin_kwargs(const std::string& name, const KwArgs& kwargs) {
@@ -113,7 +123,7 @@ ValuePtr Tracer::keyed_order(PyObject* fn, const std::string& name, std::vector<
     } else if (k == "default" && name != "sorted") {
       fallback = v;
     } else {
-      graph_break("unsupported_value", name + "() with key= and " + k + "=");
+      graph_break("unsupported_operand", name + "() with key= and " + k + "=");
     }
   }
   if (name == "sorted" && args.size() != 1)
@@ -129,7 +139,7 @@ ValuePtr Tracer::keyed_order(PyObject* fn, const std::string& name, std::vector<
   for (size_t i = 0; i < items.size(); ++i) {
     ValuePtr k = key_value(ctx_, call(key, {items[i]}, {}));
     if (!k->is_const())
-      graph_break("unsupported_value", name + "() with a key= that returns a " + k->type_name(),
+      graph_break("unsupported_operand", name + "() with a key= that returns a " + k->type_name(),
                   "return a Python number or string from the key");
     ctx_.specialise(k);
     if (PyList_Append(keys.get(), k->obj.get()) < 0) throw PythonError();
@@ -376,8 +386,12 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         case VKind::Object:
           type = reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
           break;
+        case VKind::Iterator:
+          type = iterator_type(v->method_name);
+          if (!type) graph_break("unsupported_operand", "isinstance() of a " + v->type_name());
+          break;
         default:
-          graph_break("unsupported_value", "isinstance() of a " + v->type_name());
+          graph_break("unsupported_operand", "isinstance() of a " + v->type_name());
       }
       int r = PyObject_IsSubclass(type, cls);
       if (r < 0) raise_current_error("isinstance() raised");
@@ -425,7 +439,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       long long start = 0;
       ValuePtr s = args.size() > 1 ? args[1] : (!kwargs.empty() ? kwargs[0].second : nullptr);
       if (s) {
-        if (!s->is_const()) graph_break("unsupported_value", "enumerate start");
+        if (!s->is_const()) graph_break("non_constant_argument", "enumerate start");
         start = PyLong_AsLongLong(s->obj.get());
       }
       return lazy_iterator(enumerate_iter(get_iter(args[0]), start), "enumerate");
@@ -524,14 +538,18 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     if (name == "dict") {
       ValuePtr d = Value::of_kind(VKind::Dict);
       if (args.size() == 1) {
-        if (args[0]->kind == VKind::Dict) {
-          d->keys = args[0]->keys;
-          d->items = args[0]->items;
+        // NOTE: a dict subclass (transformers' ModelOutput) is merged as `{**m}` merges it.
+        ValuePtr src = args[0];
+        if (src->kind == VKind::Object && src->obj && PyDict_Check(src->obj.get()))
+          src = mapping_items(src);
+        if (src->kind == VKind::Dict) {
+          d->keys = src->keys;
+          d->items = src->items;
         } else {
           for (auto& pair : iterate(args[0])) {
             auto kv = iterate(pair);
             if (kv.size() != 2 || !kv[0]->is_const())
-              graph_break("unsupported_value", "dict() from pairs");
+              graph_break("unsupported_dict_key", "dict() from pairs");
             d->keys.push_back(kv[0]->obj);
             d->items.push_back(kv[1]);
           }
@@ -587,7 +605,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       if (!t) {
         if (ValuePtr r = sorted_by_first(fn, items, kwargs)) return r;
         if (ValuePtr r = sorted_objects(items, kwargs)) return r;
-        graph_break("unsupported_value", "sorted() of traced values");
+        graph_break("unsupported_operand", "sorted() of traced values");
       }
       return call_pure(ctx_, fn, {Value::constant(t)}, kwargs);
     }
@@ -607,7 +625,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
           if (truth(compare(name == "min" ? 0 : 4, items[i], items[best]))) best = i;
         return items[best];
       }
-      graph_break("unsupported_value", name + "() over tensors (use torch.minimum/maximum)");
+      graph_break("unsupported_operand", name + "() over tensors (use torch.minimum/maximum)");
     }
     if (pure_builtins().count(name) || is_builtin_type) {
       if (all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
@@ -634,12 +652,12 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         }
       }
       if (name == "str" || name == "repr")
-        graph_break("unsupported_value",
+        graph_break("unsupported_operand",
                     name + "() of a " + (args.empty() ? "?" : args[0]->type_name()));
       std::vector<ValuePtr> consts;
       for (auto& a : args) {
         PyRef t = const_tuple(a);
-        if (!t) graph_break("unsupported_value", name + "() of a " + a->type_name());
+        if (!t) graph_break("unsupported_operand", name + "() of a " + a->type_name());
         consts.push_back(Value::constant(t));
       }
       return call_pure(ctx_, fn, consts, kwargs);
@@ -685,7 +703,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     }
     if (consts.size() == args.size() && all_const(consts, kwargs))
       return call_pure(ctx_, fn, consts, kwargs);
-    graph_break("unsupported_value", "math." + name + "() of a traced value",
+    graph_break("unsupported_operand", "math." + name + "() of a traced value",
                 "use torch." + name + " on tensors; math functions fold only on constants");
   }
   // Bound methods of immutable constants: "abc".upper(), (1, 2).index(2), dtype.is_floating_point.
@@ -696,7 +714,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       // NOTE: str.join takes any iterable; other methods may check the argument's type.
       bool view = a->kind == VKind::DictView || a->kind == VKind::Iterator;
       PyRef c = const_tuple(view && name == "join" ? Value::tuple(iterate(a)) : a);
-      if (!c) graph_break("unsupported_value", name + "() of a " + a->type_name());
+      if (!c) graph_break("unsupported_operand", name + "() of a " + a->type_name());
       consts.push_back(Value::constant(c));
     }
     if (all_const(consts, kwargs)) return call_pure(ctx_, fn, consts, kwargs);

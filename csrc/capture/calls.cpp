@@ -295,7 +295,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   if (f == api.set_grad_enabled_cls.get()) {
     ValuePtr mode = !args.empty() ? args[0] : (!kwargs.empty() ? kwargs[0].second : nullptr);
     if (!mode || !mode->is_const())
-      graph_break("unsupported_value", "set_grad_enabled(<traced value>)");
+      graph_break("non_constant_argument", "set_grad_enabled(<traced value>)");
     ValuePtr g = Value::of_kind(VKind::GradMode);
     g->flag = PyObject_IsTrue(mode->obj.get());
     g->restore = ctx_.grad_enabled() ? 1 : 0;

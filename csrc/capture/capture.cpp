@@ -10,6 +10,7 @@
 
 #include "bytecode/decode.h"
 #include "bytecode/resume.h"
+#include "capture/break_kinds.h"
 #include "capture/context.h"
 #include "capture/graph_break.h"
 #include "capture/lazy_iter.h"
@@ -200,8 +201,9 @@ class ResidualBuilder {
     }
     bool immutable = v->is_const() && is_immutable_constant(v->obj.get());
     if (v->source && !v->is_tensor() && !immutable && read_through_mutated(v->source))
-      graph_break("unsupported_value", "a " + v->type_name() + " read from " + v->source->str() +
-                                           " outlives the trace, which changed that container");
+      graph_break(at_break_ ? "live_value_at_break" : "unsupported_return",
+                  "a " + v->type_name() + " read from " + v->source->str() +
+                      " outlives the trace, which changed that container");
     if (at_break_ && v->is_tensor() && v->node->op == ir::OpKind::Placeholder && v->node->source &&
         !read_through_mutated(v->node->source)) {
       r.kind = ir::Residual::Kind::Source;
@@ -212,9 +214,9 @@ class ResidualBuilder {
     // referenced twice would come back as two objects (`l is l2`, `o.__class__ = ...` run by
     // CPython on one copy and read back on the other): unsupported, never a silent copy.
     if (!v->source && is_mutable_built(v) && !rebuilt_.insert(v.get()).second)
-      graph_break("unsupported_value", "a " + v->type_name() +
-                                           " built in traced code is referenced twice " +
-                                           (at_break_ ? "at a graph break" : "in the result"));
+      graph_break(at_break_ ? "live_value_at_break" : "unsupported_return",
+                  "a " + v->type_name() + " built in traced code is referenced twice " +
+                      (at_break_ ? "at a graph break" : "in the result"));
     switch (v->kind) {
       case VKind::Tensor: {
         r.kind = ir::Residual::Kind::GraphOutput;
@@ -232,7 +234,7 @@ class ResidualBuilder {
         if (at_break_ && !v->source && !is_immutable_constant(v->obj.get()) &&
             !PyCallable_Check(v->obj.get()) && !PyModule_Check(v->obj.get()))
           graph_break(
-              "unsupported_value",
+              "live_value_at_break",
               "a " + v->type_name() + " object created in traced code is live at a graph break");
         if (v->source && !is_immutable_constant(v->obj.get())) {
           r.kind = ir::Residual::Kind::Source;
@@ -271,7 +273,7 @@ class ResidualBuilder {
           return r;
         }
         if (v->kind == VKind::Method)
-          graph_break("unsupported_value", "returning a method from traced code");
+          graph_break("unsupported_return", "returning a method from traced code");
         return build(lower_created_object(v));  // made by traced code (or a clean break)
       case VKind::Function:
         r.kind = ir::Residual::Kind::Function;
@@ -279,9 +281,9 @@ class ResidualBuilder {
         return r;
       case VKind::Iterator:
         if (auto r_it = returned_iterator(v)) return *r_it;
-        graph_break("unsupported_value", "returning a " + v->type_name() + " from traced code");
+        graph_break("unsupported_return", "returning a " + v->type_name() + " from traced code");
       default:
-        graph_break("unsupported_value", "returning a " + v->type_name() + " from traced code");
+        graph_break("unsupported_return", "returning a " + v->type_name() + " from traced code");
     }
   }
 
@@ -353,8 +355,9 @@ class ResidualBuilder {
       }
       return ref;
     }
-    graph_break("unsupported_value", "a function made in traced code closes over " +
-                                         c->source->str() + ", which cannot be passed on");
+    graph_break(at_break_ ? "live_value_at_break" : "unsupported_return",
+                "a function made in traced code closes over " + c->source->str() +
+                    ", which cannot be passed on");
   }
 
   // The index of the cell made at run time for `c` (a Cell value made by the trace).
@@ -614,7 +617,8 @@ ir::Residual iterator_at_break(ResidualBuilder& rb, const ValuePtr& it,
                                const std::unordered_map<const Value*, int>& held_by_local) {
   // NOTE: one iterator in two places (nested loops over one iterator) must stay one object.
   if (!seen.insert(it.get()).second)
-    graph_break("unsupported_value", "one " + it->type_name() + " iterated twice at a graph break");
+    graph_break("live_value_at_break",
+                "one " + it->type_name() + " iterated twice at a graph break");
   if (auto live = live_iterator(it)) {
     ir::Residual r;
     r.kind = ir::Residual::Kind::Iterator;
@@ -627,7 +631,7 @@ ir::Residual iterator_at_break(ResidualBuilder& rb, const ValuePtr& it,
   }
   auto items = remaining_items(it);
   if (!items)
-    graph_break("unsupported_value", "a " + it->type_name() + " being iterated at a graph break");
+    graph_break("live_value_at_break", "a " + it->type_name() + " being iterated at a graph break");
   return rb.build(Value::tuple(std::move(*items)));
 }
 
@@ -641,7 +645,7 @@ std::vector<ValuePtr> frame_cells(const std::vector<ValuePtr>& locals, PyCodeObj
     // NOTE: 3.12 inlines a comprehension whose variable a closure captures as a cell the
     // comprehension makes and drops: stopped inside it, the slot holds another value.
     if (!c || c->kind != VKind::Cell || c->source)
-      graph_break("unsupported_value", "a cell variable in flux at a graph break");
+      graph_break("live_value_at_break", "a cell variable in flux at a graph break");
     out.push_back(c);
   }
   return out;
@@ -656,7 +660,7 @@ std::vector<int> passed_locals(const std::vector<ValuePtr>& locals, PyCodeObject
   for (int i = 0; i < code->co_nlocals && i < static_cast<int>(locals.size()); ++i) {
     if (!locals[i] || (kinds[i] & kFastCell)) continue;
     if (locals[i]->kind == VKind::Cell)
-      graph_break("unsupported_value", "a cell object in a plain local at a graph break");
+      graph_break("live_value_at_break", "a cell object in a plain local at a graph break");
     out.push_back(i);
   }
   return out;
@@ -731,7 +735,7 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const CaptureCo
           static_cast<char>(v->flag ? bytecode::Slot::ExitTrue : bytecode::Slot::ExitFalse);
       plan.stack_values.emplace_back();
     } else if (v->kind == VKind::Iterator) {
-      if (!region) graph_break("unsupported_value", "iterator on the stack at a graph break");
+      if (!region) graph_break("live_value_at_break", "iterator on the stack at a graph break");
       // NOTE: a fresh iterator of a list or dict hands CPython the container itself (the
       // bridge's GET_ITER iterates it), so the loop sees what its body does to it; any other
       // is made again live over the frame's containers, or is a snapshot of what is left.
@@ -808,7 +812,7 @@ std::vector<ResumePlan::Level> nested_levels(CaptureContext& ctx, ResidualBuilde
     for (char c : p.stack)
       if (c == static_cast<char>(bytecode::Slot::ExitTrue) ||
           c == static_cast<char>(bytecode::Slot::ExitFalse))
-        graph_break("unsupported_value", "a with-block open in an inlined call at a graph break");
+        graph_break("live_value_at_break", "a with-block open in an inlined call at a graph break");
     ResumePlan::Level l;
     l.code = path[d].code;
     l.globals = path[d].globals;
@@ -832,7 +836,8 @@ std::vector<ResumePlan::Level> nested_levels(CaptureContext& ctx, ResidualBuilde
     bytecode::bridge_for({reinterpret_cast<PyCodeObject*>(last.code.get()), last.index, false,
                           last.stack, last.local_slots});
   } catch (const bytecode::CannotResume& e) {
-    graph_break("unsupported_value", std::string("no resume inside the inlined call: ") + e.what());
+    graph_break("live_value_at_break",
+                std::string("no resume inside the inlined call: ") + e.what());
   }
   return out;
 }
@@ -866,7 +871,7 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
     ValuePtr ret = tracer.run(std::move(locals), std::move(cells));
     for (const auto& gen : ctx.generators)
       if (gen->suspended_in_handler_region())
-        graph_break("unsupported_value",
+        graph_break("live_value_at_break",
                     "a generator left suspended inside a try or with block (CPython runs its "
                     "cleanup when it is freed)");
     ResidualBuilder rb(ctx, tracer.stopped());
@@ -893,7 +898,7 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
         for (char c : out.resume->stack)
           if (c != static_cast<char>(bytecode::Slot::Value) &&
               c != static_cast<char>(bytecode::Slot::Null))
-            graph_break("unsupported_value",
+            graph_break("live_value_at_break",
                         "a with-block or loop open at an inlined call's break");
         out.resume->grad_mode = ctx.stop_grad_mode;
         out.resume->nested = nested_levels(ctx, rb, *out.resume, *path, frames);
@@ -910,7 +915,8 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
     guard_storage_aliasing(ctx);
   } catch (const GraphBreak& b) {
     out.resume.reset();  // NOTE: a break while the plan was made (a level CPython cannot resume)
-    out.graph_break = BreakInfo{b.kind(), b.reason(), ctx.filename, ctx.lineno, b.hint()};
+    out.graph_break = BreakInfo{b.kind(), b.reason(), ctx.filename, ctx.lineno,
+                                b.hint().empty() ? kind_hint(b.kind()) : b.hint()};
     top_index = b.top_index;
     if (levels) *levels = b.levels;
     if (PyErr_Occurred()) clear_expected_error();
@@ -926,8 +932,8 @@ int trace(CaptureResult& out, PyCodeObject* code, const ir::FrameView& frame, in
     PyRef s = value ? PyRef::steal(PyObject_Str(value.get())) : PyRef();
     if (s && PyUnicode_Check(s.get())) msg += std::string(": ") + PyUnicode_AsUTF8(s.get());
     clear_expected_error();
-    out.graph_break =
-        BreakInfo{"op_error", "error while tracing: " + msg, ctx.filename, ctx.lineno};
+    out.graph_break = BreakInfo{"op_error", "error while tracing: " + msg, ctx.filename, ctx.lineno,
+                                kind_hint("op_error")};
   }
   if (entered_top_manager) *entered_top_manager = ctx.entered_top_manager;
   out.graph = ctx.graph_ptr();
@@ -1037,8 +1043,9 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
   // `__builtins__ = {}`) cannot run the code a compiled entry or resume function needs.
   if (!frame.builtins || !PyDict_Check(frame.builtins) ||
       !PyDict_GetItemString(frame.builtins, "__import__")) {
-    out.graph_break = BreakInfo{"unsupported_bytecode", "code run with restricted builtins",
-                                utf8(code->co_filename), code->co_firstlineno};
+    out.graph_break =
+        BreakInfo{"unsupported_bytecode", "code run with restricted builtins",
+                  utf8(code->co_filename), code->co_firstlineno, kind_hint("unsupported_bytecode")};
     out.no_resume = "its builtins lack __import__";
     out.capture_ms = elapsed();
     return out;
@@ -1049,10 +1056,11 @@ CaptureResult capture_frame(PyCodeObject* code, PyObject* func, const ir::FrameV
   // one is active; the global-state guard sends calls without one back to capture.
   if (guards::torch_modes_active()) {
     out.guards.add_global_state();
-    out.graph_break = BreakInfo{"unsupported_value",
-                                "a torch function or dispatch mode is active (it must see "
-                                "every op)",
-                                utf8(code->co_filename), code->co_firstlineno};
+    out.graph_break =
+        BreakInfo{"active_torch_mode",
+                  "a torch function or dispatch mode is active (it must see "
+                  "every op)",
+                  utf8(code->co_filename), code->co_firstlineno, kind_hint("active_torch_mode")};
     out.no_resume = "a torch function or dispatch mode is active";
     out.capture_ms = elapsed();
     return out;

@@ -232,7 +232,7 @@ const std::unordered_set<std::string>& factory_functions() {
 
 ValuePtr lower_created_object(const ValuePtr& v) {
   if (v->kind != VKind::Object || !v->flag || !v->attrs)
-    graph_break("unsupported_value", "returning a " + v->type_name() + " created in traced code");
+    graph_break("unsupported_return", "returning a " + v->type_name() + " created in traced code");
   std::vector<ValuePtr> items = v->attrs->items;
   PyRef names = PyRef::steal(PyTuple_New(v->attrs->keys.size()));
   for (size_t i = 0; i < v->attrs->keys.size(); ++i)
@@ -343,7 +343,7 @@ PyRef to_meta_arg(const ValuePtr& v, bool for_device_kwarg) {
       return d;
     }
     default:
-      graph_break("unsupported_value",
+      graph_break("unsupported_operand",
                   "a " + v->type_name() + " value cannot be passed to a torch operation");
   }
 }
@@ -385,7 +385,7 @@ ir::Arg value_to_arg(const ValuePtr& v) {
       return ir::Arg::dict(v->keys, std::move(items));
     }
     default:
-      graph_break("unsupported_value",
+      graph_break("unsupported_operand",
                   "a " + v->type_name() + " value cannot be passed to a torch operation");
   }
 }
@@ -467,11 +467,11 @@ ValuePtr CaptureContext::wrap_tensor(PyObject* t, const ir::SourcePtr& src) {
   PyTypeObject* type = Py_TYPE(t);
   if (type != reinterpret_cast<PyTypeObject*>(api.tensor_type.get()) &&
       type != reinterpret_cast<PyTypeObject*>(api.parameter_type.get())) {
-    graph_break("unsupported_value", std::string("tensor subclass ") + type->tp_name +
-                                         " is not supported; it runs eagerly");
+    graph_break("tensor_subclass", std::string("tensor subclass ") + type->tp_name +
+                                       " is not supported; it runs eagerly");
   }
   if (!src) {
-    graph_break("unsupported_value",
+    graph_break("untracked_tensor",
                 "a tensor that is not reachable from the function's arguments, globals or "
                 "module attributes (e.g. created at import time in a closure) cannot be captured");
   }
@@ -619,7 +619,8 @@ ValuePtr CaptureContext::dict_subclass_items(const ValuePtr& obj, bool need_iter
   ValuePtr items = Value::of_kind(VKind::Dict);
   for (const PyRef& k : guards::dict_keys_in_order(d)) {
     if (!PyUnicode_CheckExact(k.get()) && !PyLong_CheckExact(k.get()))
-      graph_break("unsupported_value", std::string(type->tp_name) + " with keys other than str/int",
+      graph_break("unsupported_dict_key",
+                  std::string(type->tp_name) + " with keys other than str/int",
                   "Key the mapping by names (str) or ints.");
     PyObject* v = PyDict_GetItemWithError(d, k.get());  // borrowed
     if (!v) {
@@ -703,9 +704,9 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
     v = Value::constant(PyRef::borrow(obj), src);
     if (src && guard) guards_.add_id_match(src, obj);
   } else if (PySlice_Check(obj) && !is_immutable_constant(obj)) {
-    graph_break("unsupported_value", "slice bounds must be known while tracing (" +
-                                         (src ? src->str() : std::string("a traced slice")) +
-                                         " has bounds that are not constants)");
+    graph_break("non_constant_index", "slice bounds must be known while tracing (" +
+                                          (src ? src->str() : std::string("a traced slice")) +
+                                          " has bounds that are not constants)");
   } else if (is_immutable_constant(obj)) {
     v = Value::constant(PyRef::borrow(obj), src);
     if (src && guard) guards_.add_equals_match(src, obj);
@@ -750,7 +751,7 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
       if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k) && !PyBytes_CheckExact(k) &&
           !compared_by_identity(k)) {
         graph_break(
-            "unsupported_value",
+            "unsupported_dict_key",
             std::string("dict with a key of type ") + Py_TYPE(k)->tp_name +
                 " (keys must be str, int, bytes or objects compared by identity)",
             "Key the dict by a name (str) or an int, or read it outside the compiled code.");
@@ -1349,7 +1350,7 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
   if (PyObject_TypeCheck(result.get(), reinterpret_cast<PyTypeObject*>(api.tensor_type.get())) &&
       Py_TYPE(result.get()) != reinterpret_cast<PyTypeObject*>(api.tensor_type.get()) &&
       Py_TYPE(result.get()) != reinterpret_cast<PyTypeObject*>(api.parameter_type.get()))
-    graph_break("unsupported_value",
+    graph_break("tensor_subclass",
                 (method.empty() ? op_name : "Tensor." + method) + " returned a tensor subclass (" +
                     Py_TYPE(result.get())->tp_name + "), which is not supported; it runs eagerly");
   if (op_name.find("scaled_dot_product_attention") != std::string::npos) {

@@ -74,12 +74,12 @@ ValuePtr Tracer::object_iter(const ValuePtr& v) {
     // As CPython checks what __iter__ returned: a list, say, is not an iterator.
     if (!r->obj || !PyIter_Check(r->obj.get()))
       raise_user(PyExc_TypeError, "iter() returned non-iterator of type '" + r->type_name() + "'");
-    graph_break("unsupported_value",
+    graph_break("custom_dunder",
                 "iterating the " + r->type_name() + " returned by " + v->type_name() + ".__iter__");
   }
   if (!Py_TYPE(v->obj.get())->tp_iter && !v->mapping && python_slot(v, "__getitem__"))
     return lazy_iterator(std::make_shared<GetItemIter>(v), "iterator");
-  if (!v->mapping) graph_break("unsupported_value", "iteration over a " + v->type_name());
+  if (!v->mapping) graph_break("unsupported_iteration", "iteration over a " + v->type_name());
   return get_iter(v->mapping);
 }
 

@@ -21,7 +21,7 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
       return idx.get() == Py_None ? const_int(-1) : Value::constant(idx);
     }
     if (name == "type" && args.empty() && kwargs.empty())
-      graph_break("unsupported_value", "Tensor.type() without arguments");
+      graph_break("unsupported_callable", "Tensor.type() without arguments");
     if (name == "__len__" || name == "__bool__") {
       if (name == "__bool__" && args.empty())
         if (auto r = folded_call(ctx_, self, "__bool__")) return *r;
@@ -118,7 +118,7 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
     auto key_of = [&](size_t i) {
       if (args.size() > i) args[i] = key_value(ctx_, args[i]);
       if (args.size() <= i || !args[i]->is_const())
-        graph_break("unsupported_value", "dict key must be a constant");
+        graph_break("unsupported_dict_key", "dict key must be a constant");
       return args[i]->obj.get();
     };
     if (name == "get") {
@@ -182,13 +182,13 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
           for (auto& pair : iterate(args[0])) {  // update([(k, v), ...])
             std::vector<ValuePtr> kv;
             if (!as_items(pair, kv) || kv.size() != 2 || !kv[0]->is_const())
-              graph_break("unsupported_value",
+              graph_break("unsupported_dict_key",
                           "dict.update from items that are not (key, value) "
                           "pairs with constant keys");
             pairs.emplace_back(kv[0]->obj, kv[1]);
           }
         } else {
-          graph_break("unsupported_value", "dict.update with a " + args[0]->type_name(),
+          graph_break("unsupported_operand", "dict.update with a " + args[0]->type_name(),
                       "pass a dict or a list of (key, value) pairs");
         }
       }

@@ -298,11 +298,11 @@ ValuePtr Tracer::call_set_method(const ValuePtr& self, const std::string& name,
   bool single = name == "add" || name == "discard" || name == "remove" || name == "__contains__" ||
                 name == "__len__" || name == "clear";
   if (self->flag && !single)
-    graph_break("unsupported_value", "set." + name + "() on a set of modules or objects");
+    graph_break("set_of_objects", "set." + name + "() on a set of modules or objects");
   std::vector<ValuePtr> consts;
   for (auto& a : args) {
     PyRef c = single ? set_member_key(a) : const_tuple(a);
-    if (!c) graph_break("unsupported_value", "set." + name + "() of a " + a->type_name());
+    if (!c) graph_break("set_of_objects", "set." + name + "() of a " + a->type_name());
     if (name == "add" && !const_tuple(a)) self->flag = true;
     consts.push_back(Value::constant(c));
   }

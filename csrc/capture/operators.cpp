@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "capture/bool_list_index.h"
 #include "capture/constant_fold.h"
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
@@ -17,7 +18,7 @@ using namespace detail;  // NOTE: helpers of this file family only
 // ---------------------------------------------------------------- truth, iteration
 
 Py_ssize_t detail::checked_len(const ValuePtr& r) {
-  if (!r->is_const()) graph_break("unsupported_value", "__len__ returned a " + r->type_name());
+  if (!r->is_const()) graph_break("custom_dunder", "__len__ returned a " + r->type_name());
   Py_ssize_t n = PyNumber_AsSsize_t(r->obj.get(), PyExc_OverflowError);
   if (n == -1 && PyErr_Occurred()) raise_current_error("__len__");
   if (n < 0) raise_user(PyExc_ValueError, "__len__() should return >= 0");
@@ -62,7 +63,7 @@ bool Tracer::truth(const ValuePtr& v) {
       if ((t->tp_as_number && t->tp_as_number->nb_bool) ||
           (t->tp_as_mapping && t->tp_as_mapping->mp_length) ||
           (t->tp_as_sequence && t->tp_as_sequence->sq_length))
-        graph_break("unsupported_value", std::string("truth value of a ") + t->tp_name);
+        graph_break("custom_dunder", std::string("truth value of a ") + t->tp_name);
       return true;
     }
     default:
@@ -97,7 +98,7 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
             PyDict_Check(o) || PyFrozenSet_Check(o) || PyAnySet_Check(o) ||
             Py_TYPE(o) == &PyDictKeys_Type || Py_TYPE(o) == &PyDictValues_Type ||
             Py_TYPE(o) == &PyDictItems_Type || is_enum_class(o)))
-        graph_break("unsupported_value", std::string("iteration over ") + Py_TYPE(o)->tp_name);
+        graph_break("unsupported_iteration", std::string("iteration over ") + Py_TYPE(o)->tp_name);
       PyRef list = PyRef::steal(PySequence_List(o));
       if (!list) throw PythonError();
       std::vector<ValuePtr> out;
@@ -106,7 +107,7 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
       return out;
     }
     case VKind::Set: {
-      if (v->flag) graph_break("unsupported_value", "iterating a set of modules or objects");
+      if (v->flag) graph_break("set_of_objects", "iterating a set of modules or objects");
       PyRef list = PyRef::steal(PySequence_List(v->obj.get()));
       if (!list) throw PythonError();
       std::vector<ValuePtr> out;
@@ -135,7 +136,8 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
         ctx_.guards().add_dict_version(ir::Source::attr(v->source, "_parameters"), params.get());
       }
       PyRef list = PyRef::steal(PySequence_List(m));
-      if (!list) graph_break("unsupported_value", "iteration over module raised: " + error_text());
+      if (!list)
+        graph_break("unsupported_iteration", "iteration over module raised: " + error_text());
       std::vector<ValuePtr> out;
       for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list.get()); ++i) {
         PyObject* item = PyList_GET_ITEM(list.get(), i);
@@ -163,7 +165,7 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
       return out;
     }
     default:
-      graph_break("unsupported_value", "iteration over a " + v->type_name());
+      graph_break("unsupported_iteration", "iteration over a " + v->type_name());
   }
 }
 
@@ -220,7 +222,7 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a_in, const ValuePtr& b
       if (ValuePtr n = pinned_number(ctx_, *v)) *v = n;
     if (!(a->is_tensor() || a->is_const() || a->is_sequence()) ||
         !(b->is_tensor() || b->is_const() || b->is_sequence()))
-      graph_break("unsupported_value",
+      graph_break("unsupported_operand",
                   "operator on a tensor and a " + (a->is_tensor() ? b : a)->type_name());
     return ctx_.call_op(op, "", {a, b}, {});
   }
@@ -247,7 +249,7 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a_in, const ValuePtr& b
   if (a->kind == VKind::Set && name.size() > 1 && name[0] == 'i') {  // s |= t mutates s
     PyRef cb = const_tuple(b);
     if (!cb)
-      graph_break("unsupported_value", "operator " + name + " on a set and a " + b->type_name());
+      graph_break("set_of_objects", "operator " + name + " on a set and a " + b->type_name());
     call_pure(ctx_, op, {Value::constant(a->obj), Value::constant(cb)}, {});
     return a;
   }
@@ -295,7 +297,7 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a_in, const ValuePtr& b
       long n = PyLong_AsLong((seq_first ? b : a)->obj.get());
       if (n == -1 && PyErr_Occurred()) throw PythonError();
       if (n > 0 && ia.size() * static_cast<size_t>(n) > (1u << 20))
-        graph_break("unsupported_value", "repeating a sequence to over a million items");
+        graph_break("unsupported_operand", "repeating a sequence to over a million items");
       std::vector<ValuePtr> out;
       for (long i = 0; i < n; ++i) out.insert(out.end(), ia.begin(), ia.end());
       if (sequence_family(*seq) == 'l') {
@@ -315,7 +317,7 @@ ValuePtr Tracer::binary_op(PyObject* op, const ValuePtr& a_in, const ValuePtr& b
   }
   PyRef ca = const_tuple(a), cb = const_tuple(b);
   if (ca && cb) return call_pure(ctx_, op, {Value::constant(ca), Value::constant(cb)}, {});
-  graph_break("unsupported_value",
+  graph_break("unsupported_operand",
               "operator " + name + " on " + a->type_name() + " and " + b->type_name());
 }
 
@@ -406,7 +408,7 @@ ValuePtr Tracer::unary_op(PyObject* op, const ValuePtr& a) {
   if (a->is_const() && ctx_.any_scalar)
     if (ValuePtr r = scalar_arith(op, {a})) return r;  // `-s` (capture/scalar_inputs.h)
   if (a->is_const()) return call_pure(ctx_, op, {a}, {});
-  graph_break("unsupported_value", "unary operator on a " + a->type_name());
+  graph_break("unsupported_operand", "unary operator on a " + a->type_name());
 }
 
 namespace {
@@ -501,8 +503,8 @@ ValuePtr Tracer::compare(int op, const ValuePtr& a, const ValuePtr& b) {
     ValuePtr nb = b->is_const() ? b : pinned_number(ctx_, b);
     if (na && nb && (na != a || nb != b)) return compare(op, na, nb);
   }
-  graph_break("unsupported_value", std::string("comparison ") + names[op] + " of " +
-                                       a->type_name() + " and " + b->type_name());
+  graph_break("unsupported_operand", std::string("comparison ") + names[op] + " of " +
+                                         a->type_name() + " and " + b->type_name());
 }
 
 // `a <op> b` where a user object's class defines the operator in Python (a tensor wrapper's
@@ -570,7 +572,7 @@ ValuePtr Tracer::custom_equality(bool eq, const ValuePtr& a, const ValuePtr& b) 
     if (r->is_const() && r->obj.get() == Py_NotImplemented) {
       bool same = a->obj.get() == b->obj.get();  // the reflected side is not tried
       if (other->kind == VKind::Object || other->kind == VKind::Module)
-        graph_break("unsupported_value", "== returned NotImplemented on two objects");
+        graph_break("custom_dunder", "== returned NotImplemented on two objects");
       return const_bool(eq ? same : !same);
     }
     if (eq || fn == ne_fn) return r;
@@ -584,8 +586,7 @@ ValuePtr Tracer::custom_equality(bool eq, const ValuePtr& a, const ValuePtr& b) 
     ctx_.guards().add_id_match(v->source, v->obj.get());
     return true;
   };
-  if (!pinned(a) || !pinned(b))
-    graph_break("unsupported_value", "== on objects with a custom __eq__");
+  if (!pinned(a) || !pinned(b)) graph_break("custom_dunder", "== on objects with a custom __eq__");
   int r = PyObject_RichCompareBool(a->obj.get(), b->obj.get(), eq ? Py_EQ : Py_NE);
   if (r < 0) raise_current_error("== raised");
   return const_bool(r == 1);
@@ -600,14 +601,13 @@ ValuePtr Tracer::mapping_items(const ValuePtr& obj) {
   // which would make later writes to it replayable)
   ValuePtr items = obj->mapping;
   if (!items && obj->source) items = ctx_.dict_subclass_items(obj, /*need_iteration_order=*/true);
-  if (!items) graph_break("unsupported_value", std::string("** on a ") + type->tp_name);
+  if (!items) graph_break("unsupported_operand", std::string("** on a ") + type->tp_name);
   if (type->tp_iter == PyDict_Type.tp_iter) return items;
   PyRef keys_name = PyRef::steal(PyUnicode_FromString("keys"));
   if (!keys_name) throw PythonError();
   PyObject* keys = _PyType_Lookup(type, keys_name.get());
   if (keys && PyFunction_Check(keys))
-    graph_break("unsupported_value",
-                std::string("** on a ") + type->tp_name + " with its own keys()");
+    graph_break("custom_dunder", std::string("** on a ") + type->tp_name + " with its own keys()");
   ValuePtr d = Value::of_kind(VKind::Dict);
   const std::vector<PyRef> order = items->keys;  // NOTE: a copy: __getitem__ could change them
   for (const PyRef& key : order) {
@@ -620,11 +620,12 @@ ValuePtr Tracer::mapping_items(const ValuePtr& obj) {
 ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
   switch (c->kind) {
     case VKind::Tensor:
-      return ctx_.call_op(torch_api().operator_getitem.get(), "", {c, idx}, {});
+      return ctx_.call_op(torch_api().operator_getitem.get(), "",
+                          {c, bool_lists_as_positions(ctx_, c, idx)}, {});
     case VKind::Tuple:
     case VKind::List: {
       if (!idx->is_const())
-        graph_break("unsupported_value", "index of a sequence must be a constant");
+        graph_break("non_constant_index", "index of a sequence must be a constant");
       if (PySlice_Check(idx->obj.get())) {
         Py_ssize_t start, stop, step, len;
         if (PySlice_GetIndicesEx(idx->obj.get(), c->items.size(), &start, &stop, &step, &len) < 0)
@@ -642,7 +643,7 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
     }
     case VKind::Dict: {
       const ValuePtr key = key_value(ctx_, idx);
-      if (!key->is_const()) graph_break("unsupported_value", "dict key must be a constant");
+      if (!key->is_const()) graph_break("unsupported_dict_key", "dict key must be a constant");
       int i = dict_find(c, key->obj.get());
       if (i < 0)
         raise_user_arg(PyExc_KeyError, key->obj.get(),
@@ -651,7 +652,7 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
     }
     case VKind::Const: {
       PyRef key = idx->is_const() ? idx->obj : const_tuple(idx);
-      if (!key) graph_break("unsupported_value", "indexing a constant with a traced value");
+      if (!key) graph_break("non_constant_index", "indexing a constant with a traced value");
       // NOTE: a dict subclass's missing key runs __missing__ (a defaultdict inserts its
       // factory's value): that side effect must not happen once at trace time.
       if (PyDict_Check(c->obj.get()) && !PyDict_CheckExact(c->obj.get())) {
@@ -679,14 +680,24 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
     }
     case VKind::Object: {
       if (auto r = call_dunder(c, "__getitem__", {idx})) return *r;
-      if (c->mapping) return subscript(c->mapping, idx);
+      if (c->mapping) {
+        // NOTE: dict.__getitem__ of a subclass calls its __missing__ for a missing key
+        // (collections.Counter's returns 0); a Python one is traced like any method.
+        static PyObject* missing_name = PyUnicode_InternFromString("__missing__");  // immortal
+        PyObject* missing = _PyType_Lookup(Py_TYPE(c->obj.get()), missing_name);    // borrowed
+        const ValuePtr key = key_value(ctx_, idx);
+        if (missing && PyFunction_Check(missing) && key->is_const() &&
+            dict_find(c->mapping, key->obj.get()) < 0)
+          return inline_function(missing, nullptr, nullptr, {c, key}, {});
+        return subscript(c->mapping, idx);
+      }
       std::vector<ValuePtr> args{idx};
       KwArgs kw;
       if (auto r = created_object_method(c, "__getitem__", args, kw)) return *r;
-      graph_break("unsupported_value", "indexing a " + c->type_name());
+      graph_break("custom_dunder", "indexing a " + c->type_name());
     }
     case VKind::Module: {
-      if (!idx->is_const()) graph_break("unsupported_value", "module index must be a constant");
+      if (!idx->is_const()) graph_break("non_constant_index", "module index must be a constant");
       // `self.layers[:n]` of a ModuleList is a fresh container every call: iterate
       // it as the list of the guarded container's own items instead.
       if (PySlice_Check(idx->obj.get()) && c->source &&
@@ -717,11 +728,11 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
       if (c->source && (PyLong_Check(idx->obj.get()) || PyUnicode_Check(idx->obj.get())))
         src = ir::Source::item(c->source, idx->obj);
       if (c->source && !src)
-        graph_break("unsupported_value", "slicing a module container (nn.Sequential[a:b])");
+        graph_break("unsupported_operand", "slicing a module container (nn.Sequential[a:b])");
       return ctx_.wrap(r.get(), src);
     }
     default:
-      graph_break("unsupported_value", "indexing a " + c->type_name());
+      graph_break("unsupported_operand", "indexing a " + c->type_name());
   }
 }
 
@@ -822,7 +833,7 @@ void Tracer::list_store_slice(const ValuePtr& c, PyObject* slice, const ValuePtr
 
 void Tracer::store_subscript(const ValuePtr& c, const ValuePtr& idx, const ValuePtr& v) {
   if (c->is_tensor()) {
-    ctx_.call_op(operator_fn("setitem"), "", {c, idx, v}, {});
+    ctx_.call_op(operator_fn("setitem"), "", {c, bool_lists_as_positions(ctx_, c, idx), v}, {});
     return;
   }
   if (c->kind == VKind::Object && c->flag) {
@@ -837,7 +848,7 @@ void Tracer::store_subscript(const ValuePtr& c, const ValuePtr& idx, const Value
     const ValuePtr key = key_value(ctx_, idx);
     if (key != idx) return store_subscript(c, key, v);
   }
-  if (!idx->is_const()) graph_break("unsupported_value", "index must be a constant");
+  if (!idx->is_const()) graph_break("non_constant_index", "index must be a constant");
   if (c->kind == VKind::List) {
     if (PySlice_Check(idx->obj.get())) return list_store_slice(c, idx->obj.get(), &v);
     c->items[normalize_index(idx->obj.get(), c->items.size(),
@@ -867,7 +878,7 @@ using namespace detail;  // NOTE: helpers of this file family only
 bool Tracer::contains(const ValuePtr& container, const ValuePtr& item) {
   if (container->kind == VKind::Set) {
     PyRef key = set_member_key(item);
-    if (!key) graph_break("unsupported_value", "'in' test of a " + item->type_name() + " on a set");
+    if (!key) graph_break("set_of_objects", "'in' test of a " + item->type_name() + " on a set");
     int r = PySet_Contains(container->obj.get(), key.get());
     if (r < 0) raise_current_error("'in' raised");
     return r;
@@ -900,7 +911,7 @@ bool Tracer::contains(const ValuePtr& container, const ValuePtr& item) {
       return false;
     }
     if (container->method_name == "keys")
-      graph_break("unsupported_value", "'in' test of a " + item->type_name() + " on dict keys");
+      graph_break("unsupported_dict_key", "'in' test of a " + item->type_name() + " on dict keys");
     return contains(Value::tuple(dict_view_items(container)), item);
   }
   if (container->is_sequence()) {
@@ -913,7 +924,7 @@ bool Tracer::contains(const ValuePtr& container, const ValuePtr& item) {
     }
     return false;
   }
-  graph_break("unsupported_value", "'in' test on " + container->type_name());
+  graph_break("unsupported_operand", "'in' test on " + container->type_name());
 }
 
 }  // namespace tl::capture

@@ -21,6 +21,8 @@ constexpr const char* kTable[][3] = {
     {"torch._higher_order_ops.associative_scan", "associative_scan", "polyfills.associative_scan"},
     // a C function calling user code (a lambda over tensors, operator.mul over sizes)
     {"functools", "reduce", "polyfills.reduce"},
+    // collections.Counter's update() of an iterable (a Counter made in traced code)
+    {"_collections", "_count_elements", "polyfills.count_elements"},
 };
 
 PyRef import_attr(const char* module, const char* name) {

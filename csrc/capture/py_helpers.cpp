@@ -260,7 +260,26 @@ ValuePtr printable_value(CaptureContext& ctx, const ValuePtr& v) {
   return Value::constant(t);
 }
 
+namespace {
+
+// A module or user object reached from the frame whose class keeps object's __hash__ and
+// __eq__ (created objects have no source: a new one every call).
+bool hashed_by_identity(const ValuePtr& k) {
+  if ((k->kind != VKind::Object && k->kind != VKind::Module) || !k->obj || !k->source) return false;
+  PyTypeObject* type = Py_TYPE(k->obj.get());
+  return type->tp_hash == PyBaseObject_Type.tp_hash &&
+         type->tp_richcompare == PyBaseObject_Type.tp_richcompare;
+}
+
+}  // namespace
+
 ValuePtr key_value(CaptureContext& ctx, const ValuePtr& k) {
+  if (hashed_by_identity(k)) {
+    // NOTE: an object of the frame (a module, a user object keying a registry) hashes and
+    // compares by identity: it is its own key, pinned by an identity guard.
+    ctx.guards().add_id_match(k->source, k->obj.get());
+    return Value::constant(k->obj);
+  }
   if (k->is_const() || k->kind != VKind::Tuple || k->named_type) return k;
   for (const auto& item : k->items)
     if (!item->is_const() && key_value(ctx, item) == item) return k;
@@ -302,7 +321,7 @@ Py_ssize_t normalize_index(PyObject* idx, size_t size, const char* message) {
   Py_ssize_t i = PyNumber_AsSsize_t(idx, PyExc_IndexError);
   if (i == -1 && PyErr_Occurred()) {
     clear_expected_error();
-    graph_break("unsupported_value", "non-integer index into a sequence");
+    graph_break("unsupported_operand", "non-integer index into a sequence");
   }
   if (i < 0) i += static_cast<Py_ssize_t>(size);
   if (i < 0 || i >= static_cast<Py_ssize_t>(size)) raise_user(PyExc_IndexError, message);
@@ -348,7 +367,7 @@ PyRef set_key(const ValuePtr& item) {
 
 void set_add(const ValuePtr& set, const ValuePtr& item) {
   PyRef c = set_key(item);
-  if (!c) graph_break("unsupported_value", "a set of " + item->type_name() + " values");
+  if (!c) graph_break("set_of_objects", "a set of " + item->type_name() + " values");
   if (!const_tuple(item)) set->flag = true;
   if (PySet_Add(set->obj.get(), c.get()) < 0)
     graph_break("user_exception", "set.add raised: " + error_text());

@@ -63,7 +63,7 @@ std::optional<ValuePtr> Tracer::super_attr(const ValuePtr& sup, const std::strin
       if (fget && PyFunction_Check(fget.get()))
         return inline_function(fget.get(), nullptr, nullptr, {sup->self}, {});
       clear_expected_error();
-      graph_break("unsupported_value", "super()." + name + ": property with a C getter");
+      graph_break("unsupported_attribute", "super()." + name + ": property with a C getter");
     }
     if (Py_TYPE(v) == &PyStaticMethod_Type || Py_TYPE(v) == &PyClassMethod_Type) {
       PyRef f = PyRef::steal(PyObject_GetAttrString(v, "__func__"));
@@ -145,8 +145,8 @@ std::optional<ValuePtr> Tracer::custom_getattr(const ValuePtr& obj, const std::s
     if (r) return r;
     return inline_function(getattr, nullptr, nullptr, {obj, Value::constant(key)}, {});
   }
-  graph_break("unsupported_value", std::string("attribute read on ") + type->tp_name +
-                                       ", which customises attribute access in C");
+  graph_break("unsupported_attribute", std::string("attribute read on ") + type->tp_name +
+                                           ", which customises attribute access in C");
 }
 
 }  // namespace tl::capture

@@ -764,14 +764,14 @@ void Tracer::step(const bytecode::Instruction& inst) {
             o->kind == VKind::Dict || o->kind == VKind::Function)
           same = false;
         else
-          graph_break("unsupported_value",
+          graph_break("unsupported_operand",
                       "identity test between " + c->type_name() + " and " + o->type_name());
       } else if (a && b && a->is_tensor() && b->is_tensor()) {
         // One object reached through two sources is two placeholders: ask the inputs.
         std::optional<bool> inputs = ctx_.same_input_tensor(a, b);
         same = inputs ? *inputs : a->node == b->node;
       } else {
-        graph_break("unsupported_value", "identity test ('is') on traced values");
+        graph_break("unsupported_operand", "identity test ('is') on traced values");
       }
       push(Value::constant(PyRef::borrow((same != (arg == 1)) ? Py_True : Py_False)));
       return;
@@ -784,6 +784,7 @@ void Tracer::step(const bytecode::Instruction& inst) {
       ValuePtr item = pop();
       ctx_.specialise(item);
       if (container->kind != VKind::Dict) ctx_.specialise(container);
+      if (container->kind == VKind::Dict) item = detail::key_value(ctx_, item);
       bool found = false;
       if (container->kind == VKind::Dict && item->is_const()) {
         for (auto& k : container->keys) {
@@ -802,7 +803,7 @@ void Tracer::step(const bytecode::Instruction& inst) {
         int r = PySequence_Contains(container->obj.get(), item->obj.get());
         if (r < 0) {
           clear_expected_error();
-          graph_break("unsupported_value", "'in' on a module");
+          graph_break("unsupported_operand", "'in' on a module");
         }
         found = r;
       } else {
@@ -867,7 +868,7 @@ void Tracer::step(const bytecode::Instruction& inst) {
       ValuePtr start = pop();
       ValuePtr c = pop();
       if (!start->is_const() || !end->is_const())
-        graph_break("unsupported_value", "slice bounds must be known while tracing");
+        graph_break("non_constant_index", "slice bounds must be known while tracing");
       if (!c->is_tensor()) {
         ctx_.specialise(start);
         ctx_.specialise(end);
@@ -882,7 +883,7 @@ void Tracer::step(const bytecode::Instruction& inst) {
       ValuePtr c = pop();
       ValuePtr v = pop();
       if (!start->is_const() || !end->is_const())
-        graph_break("unsupported_value", "slice bounds must be known while tracing");
+        graph_break("non_constant_index", "slice bounds must be known while tracing");
       PyRef sl = PyRef::steal(PySlice_New(start->obj.get(), end->obj.get(), nullptr));
       store_subscript(c, Value::constant(sl), v);
       return;
@@ -896,7 +897,7 @@ void Tracer::step(const bytecode::Instruction& inst) {
       for (ValuePtr* bound : {&start, &end, &step})
         if (auto number = folded_call(ctx_, *bound, "__index__")) *bound = *number;
       if (!start->is_const() || !end->is_const() || !step->is_const())
-        graph_break("unsupported_value", "slice bounds must be known while tracing");
+        graph_break("non_constant_index", "slice bounds must be known while tracing");
       push(make_slice(start, end, step));
       return;
     }
@@ -930,7 +931,7 @@ void Tracer::step(const bytecode::Instruction& inst) {
       size_t base = stack_.size() - 2 * arg;
       for (int i = 0; i < arg; ++i) {
         ValuePtr k = detail::key_value(ctx_, stack_[base + 2 * i]);
-        if (!k->is_const()) graph_break("unsupported_value", "dict key must be a constant");
+        if (!k->is_const()) graph_break("unsupported_dict_key", "dict key must be a constant");
         ctx_.specialise(k);
         detail::dict_set(d, k->obj.get(), stack_[base + 2 * i + 1]);  // {"a": 1, "a": 2}
       }
@@ -997,7 +998,7 @@ void Tracer::step(const bytecode::Instruction& inst) {
       ValuePtr& d = top(arg);
       if (src->kind == VKind::Object && src->obj && PyDict_Check(src->obj.get()))
         src = mapping_items(src);
-      if (src->kind != VKind::Dict) graph_break("unsupported_value", "** on a non-dict value");
+      if (src->kind != VKind::Dict) graph_break("unsupported_operand", "** on a non-dict value");
       for (size_t i = 0; i < src->keys.size(); ++i) {
         bool replaced = false;
         for (size_t j = 0; j < d->keys.size(); ++j) {
@@ -1019,7 +1020,7 @@ void Tracer::step(const bytecode::Instruction& inst) {
     case MAP_ADD: {
       ValuePtr v = pop();
       ValuePtr k = detail::key_value(ctx_, pop());
-      if (!k->is_const()) graph_break("unsupported_value", "dict key must be a constant");
+      if (!k->is_const()) graph_break("unsupported_dict_key", "dict key must be a constant");
       ctx_.specialise(k);  // NOTE: hashed and compared: only its value (the item keeps its size)
       ValuePtr& d = top(arg);
       mark_mutated(d);
@@ -1098,7 +1099,7 @@ void Tracer::step(const bytecode::Instruction& inst) {
       unread = unread && formats_into_call();
       for (int i = 0; i < arg; ++i) {
         ValuePtr v = stack_[stack_.size() - arg + i];
-        if (!v->is_const()) graph_break("unsupported_value", "string building on traced values");
+        if (!v->is_const()) graph_break("format_traced_value", "string building on traced values");
         if (unread && v->unread_message)
           formatted.insert(formatted.end(), v->items.begin(), v->items.end());
         else
@@ -1351,7 +1352,7 @@ void Tracer::step(const bytecode::Instruction& inst) {
       ValuePtr type = pop();
       PyRef types = type->is_const() ? type->obj : detail::const_tuple(type);
       if (!types || !top()->is_const())
-        graph_break("unsupported_value", "except clause on a traced value");
+        graph_break("non_constant_argument", "except clause on a traced value");
       int r = PyErr_GivenExceptionMatches(top()->obj.get(), types.get());
       push(detail::const_bool(r != 0));
       return;
@@ -1426,7 +1427,7 @@ ValuePtr Tracer::load_fast(int slot) {
 ValuePtr Tracer::convert_value(const ValuePtr& v_in, int conversion) {
   const ValuePtr v = detail::printable_value(ctx_, v_in);
   if (!v->is_const())
-    graph_break("unsupported_value", "f-string of a " + v->type_name() + " value");
+    graph_break("format_traced_value", "f-string of a " + v->type_name() + " value");
   PyRef obj = v->obj;
   if (conversion == 1) obj = PyRef::steal(PyObject_Str(obj.get()));
   if (conversion == 2) obj = PyRef::steal(PyObject_Repr(obj.get()));
@@ -1512,7 +1513,7 @@ ValuePtr Tracer::unread_message(ValuePtr s, const std::vector<ValuePtr>& parts) 
 ValuePtr Tracer::format_value(const ValuePtr& v_in, const ValuePtr& spec) {
   const ValuePtr v = detail::printable_value(ctx_, v_in);
   if (!v->is_const() || (spec && !spec->is_const()))
-    graph_break("unsupported_value", "f-string of a " + v->type_name() + " value");
+    graph_break("format_traced_value", "f-string of a " + v->type_name() + " value");
   PyRef out = PyRef::steal(PyObject_Format(v->obj.get(), spec ? spec->obj.get() : nullptr));
   if (!out) throw PythonError();
   return Value::constant(out);
@@ -1590,7 +1591,7 @@ void Tracer::do_call_ex(int flags) {
   }
   KwArgs kwargs;
   if (kw) {
-    if (kw->kind != VKind::Dict) graph_break("unsupported_value", "** of a non-dict value");
+    if (kw->kind != VKind::Dict) graph_break("unsupported_operand", "** of a non-dict value");
     for (size_t i = 0; i < kw->keys.size(); ++i) {
       if (!PyUnicode_Check(kw->keys[i].get()))
         graph_break("user_exception", "keywords must be strings");

@@ -41,7 +41,8 @@ void raise_user_value(PyObject* exc_or_class) {
     exc = PyRef::steal(PyObject_CallNoArgs(exc_or_class));
     if (!exc) throw PythonError();
   } else {
-    graph_break("unsupported_value", std::string("raise of a ") + Py_TYPE(exc_or_class)->tp_name);
+    graph_break("raise_of_non_exception",
+                std::string("raise of a ") + Py_TYPE(exc_or_class)->tp_name);
   }
   std::string reason = describe(exc.get());
   throw UserException(std::move(exc), std::move(reason));

@@ -1,4 +1,5 @@
 #include "bytecode/decode.h"
+#include "capture/break_kinds.h"
 #include "capture/fast_meta.h"
 #include "capture/meta_cache.h"
 #include "core/errors.h"
@@ -31,6 +32,15 @@ void bind_capture(py::module_& m) {
       return PyRef();  // the Python error stays set
     }
   });
+  m.def(
+      "break_kinds",
+      [] {
+        py::list out;
+        for (const auto& k : capture::break_kinds()) out.append(py::make_tuple(k.name, k.hint));
+        return out;
+      },
+      "Every graph-break kind as (name, hint): the hint a break of that kind carries when its "
+      "site gives none (docs/graph_breaks.md lists the same).");
   m.def(
       "fast_meta",
       [](const py::object& target, const std::string& method, const py::object& self,

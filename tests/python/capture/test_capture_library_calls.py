@@ -554,7 +554,7 @@ def test_grad_of_a_non_leaf_breaks():
     x = torch.randn(3, requires_grad=True)
     with pytest.warns(UserWarning, match="not a leaf"):
         assert torchlite.compile(fn)(x) is None
-    assert torchlite.explain(fn)(x).break_reasons[0].kind == "unsupported_value"
+    assert torchlite.explain(fn)(x).break_reasons[0].kind == "unsupported_attribute"
 
 
 # --- explain: breaks grouped by kind, hints -----------------------------------------------------
@@ -670,7 +670,7 @@ def test_math_of_a_tensor_breaks_with_a_hint():
     x = torch.randn(3)
     torch.testing.assert_close(torchlite.compile(fn)(x), fn(x))
     (reason,) = torchlite.explain(fn)(x).break_reasons
-    assert reason.kind == "unsupported_value" and "torch.prod" in reason.hint
+    assert reason.kind == "unsupported_operand" and "torch.prod" in reason.hint
 
 
 def test_numpy_random_and_stateful_calls_are_not_folded():
