@@ -8,6 +8,8 @@ Backward is a row kernel (the input gradient: a row reduction and its epilogue) 
 kernel (the weight gradient) that reads x and the incoming gradient again; docs/reductions.md
 ("Norm backward in one kernel") says why they are not one kernel yet and what it would save."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,7 +18,8 @@ from train_check import compiled_backward_used
 import torchlite
 from torchlite import _C, _training
 
-pytestmark = pytest.mark.skipif(
+# NOTE: not a module mark: the GPU machine's build has no LLVM, and its CUDA cases must run.
+needs_cpu_kernels = pytest.mark.skipif(
     not _C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op"
 )
 
@@ -107,14 +110,22 @@ def _grads(model, x, tangent, kind):
     return out, grads
 
 
-def _close(got, want, kind, what):
+def _close(got, want, ref, kind, what):
+    """float32: got equals eager's `want`. bf16 and autocast: got's error from the float64
+    result `ref` is at most twice eager's plus a bf16 rounding of the largest value (as torch's
+    benchmarks judge accuracy): eager's CPU bf16 layer norm backward sums the weight gradient in
+    bf16, 10-20x further from float64 than the fused kernel's float32 sum."""
     # NOTE: tolerances relative to the largest expected value: a weight gradient sums over every
     # row, so its scale grows with the row count while the input gradient's does not.
-    scale = want.detach().abs().max().item() or 1.0
-    tol = 1e-4 if kind == "fp32" else 2e-2
-    torch.testing.assert_close(
-        got.float(), want.float(), rtol=tol, atol=tol * scale, msg=lambda m: f"{what}: {m}"
-    )
+    scale = ref.abs().max().item() or 1.0
+    if kind == "fp32":
+        torch.testing.assert_close(
+            got, want, rtol=1e-4, atol=1e-4 * scale, msg=lambda m: f"{what}: {m}"
+        )
+        return
+    err = (got.double() - ref).abs().max().item()
+    eager_err = (want.double() - ref).abs().max().item()
+    assert err <= 2 * eager_err + 2**-6 * scale, (what, err, eager_err, scale)
 
 
 def check_norm_backward(norm: str, shape: tuple, kind: str, device: str = "cpu") -> None:
@@ -123,22 +134,24 @@ def check_norm_backward(norm: str, shape: tuple, kind: str, device: str = "cpu")
     x = torch.randn(*shape, device=device, dtype=dtype) * 2 + 0.5
     tangent = torch.randn(*shape, device=device)
     out_e, grads_e = _grads(model, x, tangent, kind)
+    out_r, grads_r = _grads(copy.deepcopy(model).double(), x.double(), tangent.double(), "fp64")
     torchlite.reset()
     compiled = torchlite.compile(model)
     for _ in range(2):  # the second call runs the cached executables
         out_c, grads_c = _grads(compiled, x, tangent, kind)
         assert compiled_backward_used(out_c)
-        _close(out_c, out_e, kind, "output")
+        _close(out_c, out_e, out_r, kind, "output")
         names = ["x"] + [n for n, _ in model.named_parameters()]
-        for name, g, e in zip(names, grads_c, grads_e, strict=True):
+        for name, g, e, r in zip(names, grads_c, grads_e, grads_r, strict=True):
             assert g is not None, name
-            _close(g, e, kind, f"grad of {name}")
+            _close(g, e, r, kind, f"grad of {name}")
 
 
 # rows (the product of the leading dims) not a multiple of a warp, a block or a tile
 SHAPES = [(3, 37, 64), (2, 33, 100), (5, 13, 768), (9, 1024), (1, 7, 4096)]
 
 
+@needs_cpu_kernels
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("norm", ["llama", "layer_norm"])
 @pytest.mark.parametrize("kind", ["fp32", "bf16", "autocast"])
@@ -146,6 +159,7 @@ def test_norm_gradients_match_eager(norm, shape, kind):
     check_norm_backward(norm, shape, kind)
 
 
+@needs_cpu_kernels
 @pytest.mark.parametrize("shape", [(3, 37, 64), (2, 9, 1000)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("norm", ["t5", "rms_norm"])
 @pytest.mark.parametrize("kind", ["fp32", "bf16", "autocast"])
@@ -176,6 +190,7 @@ def _backward_graph(model, x):
     return backward
 
 
+@needs_cpu_kernels
 @pytest.mark.parametrize("norm", ["llama", "t5", "layer_norm"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_weight_gradient_reads_neighbouring_columns_together(norm, dtype):
