@@ -22,6 +22,7 @@ void bind_passes(py::module_& m) {
           loops["outer"] = s.outer;
           loops["red"] = s.red;
           loops["strides"] = s.strides;
+          loops["tile"] = codegen::outer_tile(s, k.kernel.inputs.size());
           // Per pass over the reduction axes: the sizes of the loops it runs (pass_loops.h).
           py::list pass_sizes;
           if (!s.red.empty()) {
@@ -87,7 +88,8 @@ void bind_passes(py::module_& m) {
       },
       "Lowers and fuses a captured graph: kernel_count, kernels (loop IR text), cpu_loops\n"
       "(per kernel the loops the CPU emitter runs: outer and red sizes, per buffer -- inputs,\n"
-      "outputs, index pseudo-buffers -- strides over outer then red), members,\n"
+      "outputs, index pseudo-buffers -- strides over outer then red; tile: the outer points\n"
+      "a reduction reduces together, codegen/common/loop_space.h outer_tile), members,\n"
       "externs (node names), extern_ops (their targets), order, and per step its memory plan\n"
       "(ir::StepMemory: skip, kernel_layout, strided_base/offset, outputs, inputs,\n"
       "input_byte_offsets, release_after).");

@@ -50,4 +50,11 @@ std::vector<size_t> reduction_order(const std::vector<int64_t>& sizes,
                                     const std::vector<std::vector<int64_t>>& strides,
                                     const std::vector<int64_t>& elem);
 
+// How many neighbouring outer points the CPU emitter's reduction kernel over `s`
+// reduces together (its innermost loop runs over them, one accumulator each): 1024
+// when an input is contiguous along the last outer axis and none is along the
+// innermost reduction axis (a column sum), else 1. Reads the strides of inputs
+// [0, n_inputs) only.
+int outer_tile(const LoopSpace& s, size_t n_inputs);
+
 }  // namespace tl::codegen

@@ -131,17 +131,6 @@ void Emitter::reduction_loops(const std::vector<size_t>& loops, size_t l, const 
   });
 }
 
-// Tiles outer points when an input is contiguous along the last outer axis
-// but no input is contiguous along the reduction (e.g. a sum over dim 0).
-int Emitter::choose_tile() const {
-  if (s_.red.empty()) return 1;
-  size_t last = s_.outer.size() - 1, red_last = s_.outer.size() + s_.red.size() - 1;
-  bool contiguous_outer = false;
-  for (int bi = 0; bi < n_in_; ++bi) {
-    if (s_.strides[bi][red_last] == 1) return 1;
-    contiguous_outer |= s_.strides[bi][last] == 1;
-  }
-  return contiguous_outer && s_.outer[last] > 1 ? 1024 : 1;
-}
+int Emitter::choose_tile() const { return outer_tile(s_, size_t(n_in_)); }
 
 }  // namespace tl::codegen::cpu

@@ -141,3 +141,29 @@ TEST_CASE("reduction_order prices bytes: a strided innermost axis costs a cache 
   CHECK(reduction_order(sizes, {{8, 1}, {1, 8}}, {4, 4}) == std::vector<size_t>{0, 1});
   CHECK(reduction_order(sizes, {{8, 1}}, {4}) == std::vector<size_t>{0, 1});
 }
+
+TEST_CASE("a column sum tiles its columns though it reads a per-row statistic", "[codegen]") {
+  using tl::codegen::LoopSpace;
+  using tl::codegen::outer_tile;
+  // RMSNorm's weight gradient: sum over 512 rows of g * x * rsqrt, per column of 1024. Inputs g
+  // and x walk the columns contiguously; the rsqrt is one value a row (stride 0 along the
+  // columns, 1 along the reduction); the output comes last.
+  LoopSpace s;
+  s.outer = {1024};
+  s.red = {512};
+  s.strides = {{1, 1024}, {1, 1024}, {0, 1}, {1, 0}};
+  CHECK(outer_tile(s, 3) == 1024);
+  CHECK(outer_tile(s, 2) == 1024);
+  // An input that varies along the columns and is contiguous along the rows decides for rows.
+  s.strides = {{1, 1024}, {512, 1}, {1, 0}};
+  CHECK(outer_tile(s, 2) == 1);
+  // Only the statistic: nothing walks the columns contiguously.
+  s.strides = {{0, 1}, {1, 0}};
+  CHECK(outer_tile(s, 1) == 1);
+  // A row reduction (softmax, the norm's input gradient) and a pointwise kernel take no tile.
+  s.strides = {{1024, 1}, {1, 0}};
+  CHECK(outer_tile(s, 1) == 1);
+  s.red.clear();
+  s.strides = {{1}, {1}};
+  CHECK(outer_tile(s, 1) == 1);
+}
