@@ -539,6 +539,28 @@ bool Writer::vector_width(int* width) const {
   // move in packs. Other gathers (pool windows) keep the scalar entry.
   for (size_t i = 0; i < k_.exprs.size(); ++i)
     if (is_gather(k_.exprs[i].op) && !packable_gather(static_cast<int>(i))) return false;
+  // NOTE: the vector entry reads every gathered pack before its element loop and evaluates a
+  // cat's parts there as selects, so a thread holds every part's packs and computes every part
+  // for each element; the scalar entry's branching Where computes only the part an element
+  // takes. A channel cat of batch-norm+ReLU branches (inception_v3's Mixed blocks: 4 parts of 5
+  // gathered buffers, the activation and 4 per-channel parameters) took 177 registers a thread
+  // in the vector entry (1 block of 256 an SM; ptxas -v, sm_90; 2 parts 95, 3 parts 136; the
+  // scalar entry 32-40) and ran 179 us a call on an H100, twice torch.compile's fused kernel
+  // (89 us; 32x288x35x35 bf16). Hence the scalar entry for more gathered buffers than packs a
+  // step may have in flight when some are per-part parameters (broadcast over every axis but
+  // the gathered one: parts that compute). Not for a pool window (one buffer at 9 offsets: 87-97
+  // registers) nor a cat of plain parts (densenet's 9-32 part cats hold 109-255 registers; not
+  // measured against the scalar entry).
+  std::vector<int> gathered;
+  bool parameters = false;
+  for (const ir::Expr& e : k_.exprs) {
+    if (!is_gather(e.op) || std::find(gathered.begin(), gathered.end(), e.buffer) != gathered.end())
+      continue;
+    gathered.push_back(e.buffer);
+    const auto& st = s_.strides[e.buffer];
+    parameters |= std::all_of(st.begin(), st.end(), [](int64_t x) { return x == 0; });
+  }
+  if (parameters && static_cast<int>(gathered.size()) > kMaxPacksInFlight) return false;
   // NOTE: an operand walking the inner axis with another stride (a transpose)
   // keeps the scalar entry: read by element from packs' rows it made
   // mixer_s16_224 and beit_base_patch16_224 slower than eager on an H100.
