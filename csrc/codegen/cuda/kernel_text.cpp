@@ -753,6 +753,27 @@ std::vector<std::string> Writer::pack_guards(int u) {
   return need;
 }
 
+bool Writer::multiple_of_width(int i, int width) const {
+  const ir::Expr& e = k_.exprs[i];
+  const auto& ops = e.operands;
+  if (ir::is_floating(e.type)) return false;
+  switch (e.op) {
+    case ExprOp::Constant:
+      return e.ivalue % width == 0;
+    case ExprOp::Cast:  // NOTE: wrapping to a narrower integer keeps a power of two's multiples
+      return !ir::is_floating(type(ops[0])) && multiple_of_width(ops[0], width);
+    case ExprOp::Add:
+    case ExprOp::Sub:
+    case ExprOp::Maximum:
+    case ExprOp::Minimum:
+      return multiple_of_width(ops[0], width) && multiple_of_width(ops[1], width);
+    case ExprOp::Mul:
+      return multiple_of_width(ops[0], width) || multiple_of_width(ops[1], width);
+    default:
+      return false;
+  }
+}
+
 void Writer::gather_pack(int u, int i, int width, const std::string& name,
                          const std::string& guard) {
   const ir::Expr& e = k_.exprs[i];
@@ -777,6 +798,15 @@ void Writer::gather_pack(int u, int i, int width, const std::string& name,
   open(guard.empty() ? "" : "if (" + guard + ")");
   std::string a0 = fresh("a"), a1 = fresh("a");
   line("const long long " + a0 + " = " + address("0") + ";");
+  // NOTE: a buffer walking the packs' axis by 1 under an offset that does not step along it
+  // (packable_gather) reads width contiguous elements from a pack-aligned start (pack_width)
+  // plus that offset: one aligned load when the offset is a multiple of width. A pool window's
+  // 9 such reads kept two fallback loops each, and its vector entry 97 registers (80 without).
+  if (s_.strides[e.buffer][inner] == 1 && multiple_of_width(e.operands[0], width)) {
+    line(name + " = *reinterpret_cast<const " + pack + "*>(in" + b + " + " + a0 + ");");
+    close();
+    return;
+  }
   line("const long long " + a1 + " = " + address(std::to_string(width - 1)) + ";");
   // NOTE: offsets stepping by 0 or 1 (packable_gather) span width - 1 only when
   // every step is 1, and none only when all are one element.
