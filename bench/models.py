@@ -26,7 +26,8 @@ compiled result is correct when its relative error (L2, worst output) is at most
 own bf16 error or 1e-2. --budget-s stops before starting a model once fewer than --reserve-s
 seconds are left, and interrupts a model still running at the limit, then prints what it has.
 --profile times one call of each under torch.profiler (CUDA) and writes, for models where
-torchlite is slower than torch.compile, their top kernels to <report>.profile.txt.
+torchlite is slower than torch.compile, their top kernels to <report>.profile.txt (--profile-top N:
+every row, N kernels each).
 
 The report is printed and written to bench/models_report.txt (--report PATH to change,
 --report '' for none) after every model, so a run killed from outside still leaves its rows.
@@ -370,10 +371,11 @@ def run_one(spec, opts, timer, profile_log, row):
         row["tl_ms"] = times.get("torchlite", NAN)
         row["tc_ms"] = times.get("torch.compile", NAN)
         if opts.profile:
-            profiles = {n: profile_kernels(f, device) for n, f in zip(names, fns)}
+            top = opts.profile_top or 8
+            profiles = {n: profile_kernels(f, device, top) for n, f in zip(names, fns)}
             row["launches"] = "/".join(str(p[0]) for p in profiles.values() if p)
             slower = row["tl_ms"] > row["tc_ms"]  # NOTE: False when either is NaN
-            if profile_log is not None and slower:
+            if profile_log is not None and (slower or opts.profile_top):
                 profile_log.write(f"## {spec.name}: {_format_row(row)}\n")
                 for n, p in profiles.items():
                     if p is None:
@@ -498,6 +500,12 @@ def main(argv=None) -> int:
         "--reserve-s", type=float, default=60, help="start no model with less than this left"
     )
     parser.add_argument("--profile", action="store_true", help="kernel counts, profile slow rows")
+    parser.add_argument(
+        "--profile-top",
+        type=int,
+        default=0,
+        help="with --profile: this many top kernels of every row (0: 8, slow rows only)",
+    )
     parser.add_argument("--report", default=os.path.join(_HERE, "models_report.txt"))
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--extra", action="store_true", help="add the wider corpus (EXTRA)")

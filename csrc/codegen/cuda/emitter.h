@@ -132,6 +132,9 @@ class Writer {
   // load when its offsets are contiguous and aligned, one element when they are
   // all one, else element by element).
   void gather_pack(int u, int i, int width, const std::string& name, const std::string& guard);
+  // True when every value of integer expr i is a multiple of `width` (a power of two), known
+  // from its constants: a pool window's offset (a clamped coordinate times a row stride).
+  bool multiple_of_width(int i, int width) const;
   // True when expr i has one value over a pack (coordinates of other axes, constants, and
   // comparisons of a coordinate along the pack with a bound on a pack boundary: a cat's
   // part test along the innermost axis, unit_start).

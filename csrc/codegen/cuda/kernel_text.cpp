@@ -539,6 +539,28 @@ bool Writer::vector_width(int* width) const {
   // move in packs. Other gathers (pool windows) keep the scalar entry.
   for (size_t i = 0; i < k_.exprs.size(); ++i)
     if (is_gather(k_.exprs[i].op) && !packable_gather(static_cast<int>(i))) return false;
+  // NOTE: the vector entry reads every gathered pack before its element loop and evaluates a
+  // cat's parts there as selects, so a thread holds every part's packs and computes every part
+  // for each element; the scalar entry's branching Where computes only the part an element
+  // takes. A channel cat of batch-norm+ReLU branches (inception_v3's Mixed blocks: 4 parts of 5
+  // gathered buffers, the activation and 4 per-channel parameters) took 177 registers a thread
+  // in the vector entry (1 block of 256 an SM; ptxas -v, sm_90; 2 parts 95, 3 parts 136; the
+  // scalar entry 32-40) and ran 179 us a call on an H100, twice torch.compile's fused kernel
+  // (89 us; 32x288x35x35 bf16). Hence the scalar entry for more gathered buffers than packs a
+  // step may have in flight when some are per-part parameters (broadcast over every axis but
+  // the gathered one: parts that compute). Not for a pool window (one buffer at 9 offsets: 87-97
+  // registers) nor a cat of plain parts (densenet's 9-32 part cats hold 109-255 registers; not
+  // measured against the scalar entry).
+  std::vector<int> gathered;
+  bool parameters = false;
+  for (const ir::Expr& e : k_.exprs) {
+    if (!is_gather(e.op) || std::find(gathered.begin(), gathered.end(), e.buffer) != gathered.end())
+      continue;
+    gathered.push_back(e.buffer);
+    const auto& st = s_.strides[e.buffer];
+    parameters |= std::all_of(st.begin(), st.end(), [](int64_t x) { return x == 0; });
+  }
+  if (parameters && static_cast<int>(gathered.size()) > kMaxPacksInFlight) return false;
   // NOTE: an operand walking the inner axis with another stride (a transpose)
   // keeps the scalar entry: read by element from packs' rows it made
   // mixer_s16_224 and beit_base_patch16_224 slower than eager on an H100.
@@ -731,6 +753,27 @@ std::vector<std::string> Writer::pack_guards(int u) {
   return need;
 }
 
+bool Writer::multiple_of_width(int i, int width) const {
+  const ir::Expr& e = k_.exprs[i];
+  const auto& ops = e.operands;
+  if (ir::is_floating(e.type)) return false;
+  switch (e.op) {
+    case ExprOp::Constant:
+      return e.ivalue % width == 0;
+    case ExprOp::Cast:  // NOTE: wrapping to a narrower integer keeps a power of two's multiples
+      return !ir::is_floating(type(ops[0])) && multiple_of_width(ops[0], width);
+    case ExprOp::Add:
+    case ExprOp::Sub:
+    case ExprOp::Maximum:
+    case ExprOp::Minimum:
+      return multiple_of_width(ops[0], width) && multiple_of_width(ops[1], width);
+    case ExprOp::Mul:
+      return multiple_of_width(ops[0], width) || multiple_of_width(ops[1], width);
+    default:
+      return false;
+  }
+}
+
 void Writer::gather_pack(int u, int i, int width, const std::string& name,
                          const std::string& guard) {
   const ir::Expr& e = k_.exprs[i];
@@ -755,6 +798,15 @@ void Writer::gather_pack(int u, int i, int width, const std::string& name,
   open(guard.empty() ? "" : "if (" + guard + ")");
   std::string a0 = fresh("a"), a1 = fresh("a");
   line("const long long " + a0 + " = " + address("0") + ";");
+  // NOTE: a buffer walking the packs' axis by 1 under an offset that does not step along it
+  // (packable_gather) reads width contiguous elements from a pack-aligned start (pack_width)
+  // plus that offset: one aligned load when the offset is a multiple of width. A pool window's
+  // 9 such reads kept two fallback loops each, and its vector entry 97 registers (80 without).
+  if (s_.strides[e.buffer][inner] == 1 && multiple_of_width(e.operands[0], width)) {
+    line(name + " = *reinterpret_cast<const " + pack + "*>(in" + b + " + " + a0 + ");");
+    close();
+    return;
+  }
   line("const long long " + a1 + " = " + address(std::to_string(width - 1)) + ";");
   // NOTE: offsets stepping by 0 or 1 (packable_gather) span width - 1 only when
   // every step is 1, and none only when all are one element.

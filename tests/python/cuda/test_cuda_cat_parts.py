@@ -110,6 +110,29 @@ def test_channels_last_channel_cat_matches_eager(dtype, channels):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels", [(64, 64, 96, 32), (16, 8, 24), (64, 64)], ids=str)
+def test_a_channel_cat_of_batch_norm_branches_matches_eager(dtype, channels):
+    # inception_v3's Mixed blocks: each branch's eval batch norm + ReLU fuse into the cat, which
+    # takes the scalar entry (kernel_text.cpp vector_width: more gathered buffers than packs).
+    args = []
+    for c in channels:
+        x = torch.randn(3, c, 5, 7, device="cuda", dtype=dtype)
+        args.append(x.to(memory_format=torch.channels_last))
+        args += [torch.randn(c, device="cuda", dtype=dtype) for _ in range(4)]
+        args[-3] = args[-3].abs() + 0.5  # the running variance
+
+    def branches(*a):
+        outs = [
+            torch.relu(F.batch_norm(a[i], a[i + 1], a[i + 2], a[i + 3], a[i + 4], False, 0.1, 1e-3))
+            for i in range(0, len(a), 5)
+        ]
+        return torch.cat(outs, 1)
+
+    _, made = compiled_on_cuda(branches, *args, **tol(dtype))
+    assert made == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(2, 4, 16, 64), (2, 3, 5, 14)])
 def test_a_value_both_halves_read_computes_in_the_cat(dtype, shape):
     # passes/fuse.cpp `recomputable`: g * sin is computed in each half, not stored and gathered

@@ -364,6 +364,76 @@ def test_channel_cat_packs_read_only_the_part_they_take(channels):
         assert f".entry {name}_v(".encode() in _C.nvrtc_compile(source, name, "compute_90")
 
 
+def _bn_relu_branches(*args):
+    """inception_v3's Mixed block output: a channel cat of batch-norm + ReLU branches, each with
+    its own activation and four per-channel parameters (eval batch norm)."""
+    outs = []
+    for i in range(0, len(args), 5):
+        x, mean, var, w, b = args[i : i + 5]
+        outs.append(torch.relu(F.batch_norm(x, mean, var, w, b, False, 0.1, 1e-3)))
+    return torch.cat(outs, 1)
+
+
+def _branches(channels, hw=5):
+    args = []
+    for c in channels:
+        args.append(torch.randn(2, c, hw, hw, dtype=BF16).to(memory_format=torch.channels_last))
+        args += [torch.randn(c, dtype=BF16), torch.rand(c, dtype=BF16) + 0.5]
+        args += [torch.randn(c, dtype=BF16), torch.randn(c, dtype=BF16)]
+    return args
+
+
+@pytest.mark.parametrize("channels", [(64, 64, 96, 32), (64, 64)], ids=str)
+def test_a_cat_of_parts_with_their_own_parameters_takes_the_scalar_entry(channels):
+    """More gathered buffers than packs in flight (5 a branch): the vector entry would hold every
+    part's packs and compute every part for each element (177 registers a thread for inception's
+    four branches); the scalar entry computes only the part an element takes."""
+    ((name, source, launch),) = _kernels(_bn_relu_branches, *_branches(channels))
+    assert launch["vector_name"] == "", launch
+    body = source[source.index(name + "(") :]
+    # Branching: each part's activation is read inside the branch that takes it.
+    assert body.count("rsqrtf(") == len(channels), body
+    assert re.search(r"if \(v\d+\) \{", body), body
+
+
+def test_a_cat_of_plain_parts_and_a_pool_window_keep_their_packs():
+    # densenet's cats of many plain parts (a batch norm after the cat reads its parameters by
+    # channel, not per part), and a window gathering one buffer 9 times.
+    parts = [
+        torch.randn(2, 16, 3, 5, dtype=BF16).to(memory_format=torch.channels_last)
+        for _ in range(10)
+    ]
+    ((_, _, launch),) = _kernels(_channel_cat, *parts)
+    assert launch["vector_name"], launch
+    x = torch.randn(2, 64, 9, 9, dtype=BF16).to(memory_format=torch.channels_last)
+    ((name, _, launch),) = _kernels(lambda x: F.avg_pool2d(x, 3, 1, 1), x)
+    assert launch["vector_name"] == name + "_v", launch
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        lambda x: F.avg_pool2d(x, 3, 1, 1),
+        lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+        lambda x: F.max_pool2d(x * 2, 3, 2),
+    ],
+    ids=["avg-3x3", "avg-ceil", "max-stride-2"],
+)
+def test_pool_windows_read_each_offset_in_one_aligned_load(pool):
+    """A channels-last window reads its input at (row, column) offsets that are multiples of
+    the channel count, itself whole packs: each of the 9 reads is one aligned 16-byte load,
+    without the run-time contiguity test and its two element loops (97 -> 80 registers a
+    thread for inception_v3's 3x3 average pool)."""
+    x = torch.randn(2, 24, 9, 9, dtype=BF16).to(memory_format=torch.channels_last)
+    (name, source, launch) = next(k for k in _kernels(pool, x) if "pool" in k[0])
+    vec = _vector_source(name, source, launch)
+    loads = re.findall(r"= \*reinterpret_cast<const tl_pack<unsigned short, 8>\*>\(in0 \+ a", vec)
+    assert len(loads) == 9, vec
+    assert "else if (a" not in vec and "for (int j = 0; j < 8; ++j) g" not in vec, vec
+    if not nvrtc_missing():
+        assert f".entry {name}_v(".encode() in _C.nvrtc_compile(source, name, "compute_90")
+
+
 @pytest.mark.parametrize("channels", [(12, 20), (4, 28)])
 def test_channel_cat_parts_off_pack_boundaries_read_every_part(channels):
     # A pack straddles the bound 12 (or 4): its elements take both parts.
