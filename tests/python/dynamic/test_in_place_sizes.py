@@ -285,3 +285,33 @@ def test_an_overlapping_size_is_named_in_the_recompiles_log(monkeypatch, caplog)
     assert any(
         "operator.iadd" in m and "partly overlaps at the new sizes" in m for m in messages
     ), messages
+
+
+def _scale_then_add_view(a, b, log):
+    c = a * 3
+    log.append("before")
+    a.mul_(2)
+    a.add_(b)  # raises where a and b (views of one storage) overlap
+    return a + c
+
+
+def test_python_effects_before_an_overlapping_write_happen_as_in_eager():
+    """Without the per-size overlap check the size-generic graph raised at n = 7 before its
+    recorded `log.append` was replayed: the caller's list stayed empty where eager's had it."""
+    torchlite.reset()
+    compiled = torchlite.compile(_scale_then_add_view)
+    for n in [3, 4, 2, 7, 5, 9]:
+        base = torch.randn(5 + n)
+        theirs = base.clone()
+        logs = [], []
+        errors = []
+        for fn, t, log in [(compiled, base, logs[0]), (_scale_then_add_view, theirs, logs[1])]:
+            try:
+                fn(t[0:n], t[5 : 5 + n], log)
+                errors.append(None)
+            except RuntimeError as e:
+                errors.append(str(e))
+        assert errors[0] == errors[1], (n, errors)
+        assert logs[0] == logs[1] == ["before"], (n, logs)
+        torch.testing.assert_close(base, theirs)
+        assert (errors[1] is None) == (n <= 5)
