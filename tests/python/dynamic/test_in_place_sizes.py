@@ -177,6 +177,19 @@ def kv_cache(cache, k):
     return cache[:, : 4 + n].sum(-1)
 
 
+def kv_index_copy(cache, k):
+    # StaticCache's update: `index_copy_` of the new positions into the caller's cache
+    pos = torch.arange(3, 3 + k.shape[1])
+    cache.index_copy_(1, pos, k)
+    return cache[:, : 3 + k.shape[1]].mean(-1)
+
+
+def input_view_writes(x, y):
+    x.t().add_(1)
+    x[1:].mul_(y[:-1])
+    return x * 2
+
+
 def kv_make(b, t):
     return torch.zeros(b, 16), torch.randn(b, t)
 
@@ -200,6 +213,8 @@ GENERIC = [
     (input_writes, _two, SIZES),
     (input_iadd, _two, SIZES),
     (kv_cache, kv_make, KV_SIZES),
+    (kv_index_copy, kv_make, KV_SIZES),
+    (input_view_writes, _two, SIZES),
 ]
 
 
