@@ -590,6 +590,22 @@ SizeInstances::SizeInstances(std::shared_ptr<const ir::Graph> captured, pipeline
   if (writes_) captured_aliases_ = alias_pattern(*captured_);
 }
 
+std::string SizeInstances::per_size_checks() const {
+  std::string out;
+  for (const auto& n : captured_->nodes()) {
+    if (n->op == ir::OpKind::Placeholder || n->op == ir::OpKind::Output || !ir::writes_operand(*n))
+      continue;
+    bool reads = false;  // NOTE: `relu_()` reads only what it writes
+    for (size_t i = 1; i < n->args.size(); ++i)
+      reads = reads || n->args[i].kind == ir::Arg::Kind::Node;
+    if (reads)
+      out += "WRITE_OVERLAP " + n->target_name +
+             " writes no memory an operand partly overlaps (decided per new size)  # " +
+             n->location + "\n";
+  }
+  return out;
+}
+
 std::vector<int64_t> SizeInstances::layout_key(PyObject* const* inputs, size_t n) {
   // NOTE: per call: through the `shape` getter and `stride` method the inputs' type resolves
   // to (found once, valid while the type's version tag holds), not by attribute name.

@@ -93,6 +93,9 @@ class SizeInstances {
               std::shared_ptr<runtime::CompiledGraph>& graph);
   // serves() may answer false (otherwise it is always true and need not be asked).
   bool may_refuse() const { return may_refuse_; }
+  // For explain() and guards.txt: one line per in-place write whose overlap with what it reads
+  // is decided at each new size ("WRITE_OVERLAP <op> ... # <where>"), "" when none.
+  std::string per_size_checks() const;
 
  private:
   struct Instance {

@@ -332,3 +332,13 @@ def test_python_effects_before_an_overlapping_write_happen_as_in_eager():
         assert logs[0] == logs[1] == ["before"], (n, logs)
         torch.testing.assert_close(base, theirs)
         assert (errors[1] is None) == (n <= 5)
+
+
+def test_explain_lists_the_writes_decided_per_size():
+    x = torch.randn(2, 4)
+    torchlite.mark_dynamic(x, 1)
+    guards = torchlite.explain(shift_by_two)(x, torch.randn(2, 4)).guards
+    lines = [line for g in guards for line in g.splitlines()]
+    writes = [line for line in lines if line.startswith("WRITE_OVERLAP")]
+    assert len(writes) == 2 and "operator.iadd" in writes[0], guards
+    assert "decided per new size" in writes[0] and "test_in_place_sizes.py" in writes[0], guards
