@@ -1388,10 +1388,13 @@ ValuePtr CaptureContext::record_op(PyObject* target, const std::string& method,
   bool identity_by_dtype = size_blind_identity(method.empty() ? op_name : method, !method.empty());
   for (auto& kv : kwargs) identity_by_dtype = identity_by_dtype && kv.first != "memory_format";
   const bool writes = ir::writes_operand(*node);
+  // NOTE: `z.add_(z)`: the written operand, passed twice, is returned as any other argument too.
+  const bool returns_written = writes && !args.empty() && args[0] && args[0]->is_tensor() &&
+                               args[0]->meta.get() == result.get();
   auto returns_arg = [&](const ValuePtr& a, bool written) {
     if (out->is_tensor() && a && a->is_tensor() && a->meta.get() == result.get()) {
       out->same_object = a->same_object ? a->same_object : a;
-      if (!identity_by_dtype && !(writes && written))
+      if (!identity_by_dtype && !(writes && (written || returns_written)))
         read_size((method.empty() ? op_name : "Tensor." + method) + " returning its argument");
     }
   };

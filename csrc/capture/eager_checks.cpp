@@ -8,6 +8,7 @@
 
 #include "capture/context.h"
 #include "capture/graph_break.h"
+#include "capture/torch_api.h"
 #include "core/errors.h"
 #include "guards/storage_aliasing.h"
 
@@ -58,11 +59,11 @@ PyRef call0(PyObject* o, const char* name) {
 }
 
 // The bytes `meta` covers, placed in the real storage when it views a tensor input's memory.
-Extent extent_of(const CaptureContext& ctx, PyObject* meta) {
+Extent extent_of(const RealStorageOf& real_storage, PyObject* meta) {
   Extent e;
   e.storage = guards::storage_id(meta);
   long long base = 0;
-  if (auto real = ctx.real_storage(e.storage)) {
+  if (auto real = real_storage(e.storage)) {
     e.storage = real->storage;
     base = real->byte_offset;
   }
@@ -142,41 +143,64 @@ bool may_share_elements(const std::vector<long long>& w, const std::vector<long 
 // being the very same view: eager's in-place kernels refuse that when both are dense, and
 // otherwise write in an order of their own, so only views with no element in common (the
 // columns `x[..., -1] = x[..., 0]` touches) are traced.
-bool partly_overlaps(const CaptureContext& ctx, PyObject* written, PyObject* operand) {
+bool partly_overlaps(const RealStorageOf& real, PyObject* written, PyObject* operand) {
   if (written == operand) return false;
-  Extent w = extent_of(ctx, written), o = extent_of(ctx, operand);
+  Extent w = extent_of(real, written), o = extent_of(real, operand);
   return o.storage == w.storage && o.layout != w.layout && o.last >= w.first && w.last >= o.first &&
          may_share_elements(w.layout, o.layout);
 }
 
 }  // namespace
 
+int overlapping_operand(const RealStorageOf& real, const std::string& op_name,
+                        const std::vector<PyObject*>& args) {
+  PyObject* written = nullptr;
+  PyRef dest;
+  size_t first_operand = 1;
+  PyObject* tensor = torch_api().tensor_type.get();
+  auto is_tensor = [&](PyObject* o) {
+    int r = o ? PyObject_IsInstance(o, tensor) : 0;
+    if (r < 0) throw PythonError();
+    return r == 1;
+  };
+  if ((op_name == "setitem" || op_name == "__setitem__") && args.size() == 3 &&
+      is_tensor(args[0]) && args[1]) {
+    dest = PyRef::steal(PyObject_GetItem(args[0], args[1]));
+    if (!dest) clear_expected_error();  // the op itself raises that, on meta tensors too
+    written = dest.get();
+    first_operand = 2;
+  } else if (writes_first_argument(op_name) && args.size() >= 2 && is_tensor(args[0])) {
+    written = args[0];
+  }
+  for (size_t i = first_operand; written && i < args.size(); ++i)
+    if (is_tensor(args[i]) && partly_overlaps(real, written, args[i])) return static_cast<int>(i);
+  return -1;
+}
+
 void check_eager_only_errors(const CaptureContext& ctx, const std::string& op_name,
                              const std::vector<ValuePtr>& args) {
   // NOTE: the check that an in-place op's operand does not partly overlap the tensor it writes
   // (`x.add_(x[1])`) runs in the CPU/CUDA kernels only: a graph raising there would drop the
   // side effects eager made before it.
-  PyObject* written = nullptr;
-  PyRef dest;
-  size_t first_operand = 1;
-  if ((op_name == "setitem" || op_name == "__setitem__") && args.size() == 3 &&
-      args[0]->is_tensor() && args[0]->meta) {
-    PyRef index = to_meta_arg(args[1]);
-    dest = index ? PyRef::steal(PyObject_GetItem(args[0]->meta.get(), index.get())) : PyRef();
-    if (!dest) clear_expected_error();  // the op itself raises that, on meta tensors too
-    written = dest.get();
-    first_operand = 2;
-  } else if (writes_first_argument(op_name) && args.size() >= 2 && args[0]->is_tensor() &&
-             args[0]->meta) {
-    written = args[0]->meta.get();
-  }
-  for (size_t i = first_operand; written && i < args.size(); ++i) {
-    if (!args[i]->is_tensor() || !args[i]->meta ||
-        !partly_overlaps(ctx, written, args[i]->meta.get()))
-      continue;
-    graph_break("op_error", op_name +
-                                " with an operand sharing memory with the tensor it writes (it "
-                                "runs eagerly, where torch checks the overlap)");
+  bool setitem = (op_name == "setitem" || op_name == "__setitem__") && args.size() == 3 &&
+                 args[0]->is_tensor() && args[0]->meta;
+  if (setitem || writes_first_argument(op_name)) {
+    std::vector<PyRef> held;
+    std::vector<PyObject*> metas;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (setitem && i == 1) {
+        held.push_back(to_meta_arg(args[1]));
+        if (!held.back()) clear_expected_error();  // the op itself raises that
+      } else {
+        held.push_back(args[i]->is_tensor() && args[i]->meta ? args[i]->meta : PyRef());
+      }
+      metas.push_back(held.back().get());
+    }
+    auto real = [&ctx](long long meta_storage) { return ctx.real_storage(meta_storage); };
+    if (overlapping_operand(real, op_name, metas) >= 0)
+      graph_break("op_error", op_name +
+                                  " with an operand sharing memory with the tensor it writes (it "
+                                  "runs eagerly, where torch checks the overlap)");
   }
   // NOTE: torch's sub_check runs in the CPU/CUDA kernels only (measured on torch 2.13): on meta
   // tensors `x - True` and `x - bool_tensor` return a result, in eager they raise.

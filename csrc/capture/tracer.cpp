@@ -190,8 +190,10 @@ bool sym_aware(int opcode) {
     case UNPACK_EX:
     case BUILD_SLICE:
     case BINARY_SUBSCR:
+    case STORE_SUBSCR:
 #ifdef BINARY_SLICE
     case BINARY_SLICE:
+    case STORE_SLICE:
 #endif
     case LIST_EXTEND:
     case LIST_APPEND:
@@ -825,6 +827,10 @@ void Tracer::step(const bytecode::Instruction& inst) {
       ValuePtr idx = pop();
       ValuePtr c = pop();
       ValuePtr v = pop();
+      // NOTE: a tensor's setitem keeps a symbolic index and value (`cache[:, p:p + n] = k`: the
+      // op records them); any other container stores by value.
+      if (!c->is_tensor())
+        for (const ValuePtr* read : {&idx, &c, &v}) ctx_.specialise(*read);
       store_subscript(c, idx, v);
       return;
     }
@@ -884,6 +890,11 @@ void Tracer::step(const bytecode::Instruction& inst) {
       ValuePtr v = pop();
       if (!start->is_const() || !end->is_const())
         graph_break("non_constant_index", "slice bounds must be known while tracing");
+      if (c->is_tensor()) {  // NOTE: symbolic bounds stay symbolic, as in STORE_SUBSCR
+        store_subscript(c, make_slice(start, end, Value::constant(PyRef::borrow(Py_None))), v);
+        return;
+      }
+      for (const ValuePtr* read : {&start, &end, &c, &v}) ctx_.specialise(*read);
       PyRef sl = PyRef::steal(PySlice_New(start->obj.get(), end->obj.get(), nullptr));
       store_subscript(c, Value::constant(sl), v);
       return;

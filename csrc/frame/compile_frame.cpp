@@ -389,6 +389,7 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
           if (!res.guards.has_size_relations())
             for (const ir::SymRelation& r : res.sym_relations)
               shown += "SIZE_RELATION " + r.str() + "  # " + r.where + "\n";
+          shown += generic->per_size_checks();
           if (config->recorder && config->recorder.get() != Py_None)
             add_to_record(config->recorder.get(), "guards", shown);
           if (!dump_folder.empty()) write_dump(dump_folder + "guards.txt", shown);

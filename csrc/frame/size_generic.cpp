@@ -9,11 +9,13 @@
 
 #include "capture/backend_layout.h"
 #include "capture/context.h"
+#include "capture/eager_checks.h"
 #include "capture/meta_cache.h"
 #include "capture/torch_api.h"
 #include "core/counters.h"
 #include "core/errors.h"
 #include "core/log.h"
+#include "guards/storage_aliasing.h"
 #include "ir/effects.h"
 #include "passes/graph_rewrite.h"
 #include "pipeline/compile_graph.h"
@@ -30,6 +32,22 @@ std::string ms_between(std::chrono::steady_clock::time_point a,
   return text;
 }
 
+bool writes_out_kwarg(const ir::Node& n) {
+  for (const auto& [k, v] : n.kwargs)
+    if (k == "out" && !ir::is_none_or_absent(&v)) return true;
+  return false;
+}
+
+// An in-place op whose only lasting effect is its write: not a draw, a hook, a backward, a seed
+// or a print (as ir::visible_effect names them).
+bool only_a_write(const std::string& t) {
+  for (const char* word :
+       {"rand", "bernoulli", "normal", "multinomial", "poisson", "uniform", "exponential", "cauchy",
+        "geometric", "dropout", "hook", "backward", "grad", "seed", "print"})
+    if (t.find(word) != std::string::npos) return false;
+  return true;
+}
+
 // Whether the op of node n (not a placeholder or the output), run at other sizes, is the same
 // op on the other sizes: "" when it is, else why not, naming the op (the recompiles log).
 // NOTE: not a list of op names. What could make a graph hold this call's sizes is decided
@@ -42,7 +60,8 @@ std::string ms_between(std::chrono::steady_clock::time_point a,
 // result (hooks, backward, seeds, prints; a random draw or a grad-mode switch replays as it
 // ran), a call that gives no tensor (what it does is not its result), and a callable that is not
 // a torch op, a Tensor method or Python's operator (a user function is opaque). Ops whose
-// view-or-copy answer follows from strides are checked per size (gives_view).
+// view-or-copy answer follows from strides are checked per size (gives_view), and so is whether
+// an in-place write overlaps what it reads (write_overlaps).
 std::string op_blocker(const ir::Node& n) {
   const std::string& t = n.target_name;
   // NOTE: checks the capture adds (capture/index_bounds.h, capture/data_dependent_assert.h):
@@ -50,12 +69,18 @@ std::string op_blocker(const ir::Node& n) {
   if (n.op == ir::OpKind::CallFunction && (t == "torchlite._index_bounds.check_index_bounds" ||
                                            t == "torchlite._asserts.check_assertion"))
     return "";
-  if (ir::writes_operand(n)) return "the op " + t + " writes an operand";
-  if (ir::lasting_effect(n)) return "the op " + t + " has an effect beyond its result";
+  // NOTE: an op writing its first operand (`x += y`, `relu_`, `inplace=True`, `x[:, :n] = v`,
+  // `index_copy_`) writes the same tensor at every size; the rest of what it does (a new input
+  // value the caller sees) is that write. `out=` stays exact: eager resizes an out= tensor whose
+  // size no longer fits, a change of the tensor object itself.
+  const bool writes_first = ir::writes_operand(n) && !writes_out_kwarg(n);
+  if (ir::writes_operand(n) && !writes_first) return "the op " + t + " writes its out= tensor";
+  if (ir::lasting_effect(n) && !(writes_first && only_a_write(t)))
+    return "the op " + t + " has an effect beyond its result";
   if (t == "torch._set_grad_enabled") return "";
   PyObject* ex = n.example.get();
   bool gives_tensor = n.meta.has_value() || (ex && (PyTuple_Check(ex) || PyList_Check(ex)));
-  if (!gives_tensor) return "the op " + t + " gives no tensor";
+  if (!gives_tensor && !writes_first) return "the op " + t + " gives no tensor";
   if (n.op == ir::OpKind::CallMethod) {
     // NOTE: a Tensor method; `_name` ones are torch's internals (no promise about them).
     bool dunder = t.size() > 4 && t.rfind("__", 0) == 0 && t.compare(t.size() - 2, 2, "__") == 0;
@@ -370,6 +395,59 @@ PyRef replay_meta(const ir::Node& n) {
   return r;
 }
 
+// Whether node n writes its first operand where one of its tensor operands partly overlaps the
+// written memory, at its arguments' examples (capture's rule: capture::overlapping_operand;
+// `real` places the graph inputs' meta storages in the real inputs' memory). Capture traced the
+// op only where none did; at other sizes views can start or stop overlapping (`x[:, 1:] +=
+// x[:, :-1]` shares nothing at 2 columns, everything but one column at 3): eager then raises.
+// -1 when none does; -2 when an argument cannot be rebuilt (unknown).
+int write_overlap(const ir::Node& n, const capture::RealStorageOf& real) {
+  std::vector<PyRef> held;
+  std::vector<PyObject*> args;
+  for (const ir::Arg& a : n.args) {
+    held.push_back(example_of(a));
+    if (!held.back()) {
+      PyErr_Clear();
+      return -2;
+    }
+    args.push_back(held.back().get());
+  }
+  const std::string& t = n.target_name;
+  std::string name = n.op == ir::OpKind::CallMethod ? t : t.substr(t.rfind('.') + 1);
+  return capture::overlapping_operand(real, name, args);
+}
+
+// Which values of g share memory: for each node, the position of the first node whose value
+// held the same storage (a tuple's tensors in order, -1 for a value holding no tensor). Capture's
+// decisions about a write (whom it reaches, functionalize's groups) follow from it: other sizes
+// must give the same pattern.
+std::vector<int64_t> alias_pattern(const ir::Graph& g) {
+  PyObject* tensor = capture::torch_api().tensor_type.get();
+  std::unordered_map<long long, int64_t> first;
+  std::vector<int64_t> out;
+  int64_t index = 0;
+  auto add = [&](PyObject* v) {
+    int is_tensor = v ? PyObject_IsInstance(v, tensor) : 0;
+    if (is_tensor < 0) throw PythonError();
+    if (!is_tensor) return out.push_back(-1);
+    out.push_back(first.emplace(guards::storage_id(v), index).first->second);
+  };
+  for (const auto& n : g.nodes()) {
+    PyObject* ex = n->example.get();
+    if (ex && (PyTuple_Check(ex) || PyList_Check(ex))) {
+      PyRef seq = PyRef::steal(PySequence_Fast(ex, "example"));
+      if (!seq) throw PythonError();
+      out.push_back(-3 - PySequence_Fast_GET_SIZE(seq.get()));
+      for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq.get()); ++i)
+        add(PySequence_Fast_GET_ITEM(seq.get(), i));
+    } else {
+      add(ex);
+    }
+    ++index;
+  }
+  return out;
+}
+
 ir::Arg copy_arg(const ir::Arg& a, const std::unordered_map<const ir::Node*, ir::Node*>& map) {
   ir::Arg out = a;
   if (a.kind == ir::Arg::Kind::Node) out.node = map.at(a.node);
@@ -506,6 +584,26 @@ SizeInstances::SizeInstances(std::shared_ptr<const ir::Graph> captured, pipeline
     : captured_(std::move(captured)), ctx_(std::move(ctx)), func_name_(std::move(func_name)) {
   ctx_.runtime_sizes = true;
   ctx_.trace_dir = "";  // NOTE: the capture's trace shows the first compile
+  for (const auto& n : captured_->nodes())
+    writes_ = writes_ || (n->op != ir::OpKind::Placeholder && n->op != ir::OpKind::Output &&
+                          ir::writes_operand(*n));
+  if (writes_) captured_aliases_ = alias_pattern(*captured_);
+}
+
+std::string SizeInstances::per_size_checks() const {
+  std::string out;
+  for (const auto& n : captured_->nodes()) {
+    if (n->op == ir::OpKind::Placeholder || n->op == ir::OpKind::Output || !ir::writes_operand(*n))
+      continue;
+    bool reads = false;  // NOTE: `relu_()` reads only what it writes
+    for (size_t i = 1; i < n->args.size(); ++i)
+      reads = reads || n->args[i].kind == ir::Arg::Kind::Node;
+    if (reads)
+      out += "WRITE_OVERLAP " + n->target_name +
+             " writes no memory an operand partly overlaps (decided per new size)  # " +
+             n->location + "\n";
+  }
+  return out;
 }
 
 std::vector<int64_t> SizeInstances::layout_key(PyObject* const* inputs, size_t n) {
@@ -562,7 +660,7 @@ void SizeInstances::set_symbols(const capture::CaptureResult& res,
   relations_ = res.sym_relations;
   // NOTE: relations the guards check need no replay to refuse a size: a served call fetches
   // its inputs once (the run), not twice (serves() and the run).
-  may_refuse_ = !relations_.empty() && !in_guards;
+  may_refuse_ = (!relations_.empty() && !in_guards) || writes_;
   for (const auto& n : res.graph->nodes())
     if (n->op != ir::OpKind::Placeholder && n->op != ir::OpKind::Output && view_or_copy(*n))
       may_refuse_ = true;
@@ -652,6 +750,8 @@ SizeInstances::Instance SizeInstances::instantiate(PyObject* const* inputs, size
   TL_CHECK(ph.size() == n) << "a size-generic graph got " << n << " inputs for " << ph.size()
                            << " placeholders";
   PyRef empty_strided = passes::torch_fn("empty_strided");
+  // Where each input's meta storage is in the real memory (a graph that writes: its overlaps).
+  std::unordered_map<long long, capture::CaptureContext::RealStorage> real_storages;
   for (size_t i = 0; i < n; ++i) {
     PyRef shape = PyRef::steal(PyObject_GetAttr(inputs[i], shape_name()));
     PyRef stride =
@@ -665,7 +765,22 @@ SizeInstances::Instance SizeInstances::instantiate(PyObject* const* inputs, size
     if (!ex) throw PythonError();
     ph[i]->meta = passes::meta_of(ex.get(), ph[i]->meta->device, ph[i]->meta->requires_grad);
     ph[i]->example = ex;
+    if (writes_) {
+      PyRef item = PyRef::steal(PyObject_CallMethod(inputs[i], "element_size", nullptr));
+      PyRef offset =
+          item ? PyRef::steal(PyObject_CallMethod(inputs[i], "storage_offset", nullptr)) : PyRef();
+      long long bytes =
+          offset ? PyLong_AsLongLong(item.get()) * PyLong_AsLongLong(offset.get()) : 0;
+      if (!offset || PyErr_Occurred()) throw PythonError();
+      real_storages[guards::storage_id(ex.get())] = {guards::storage_id(inputs[i]), bytes};
+    }
   }
+  auto real_storage = [&](long long meta_storage) {
+    auto it = real_storages.find(meta_storage);
+    return it == real_storages.end()
+               ? std::nullopt
+               : std::optional<capture::CaptureContext::RealStorage>(it->second);
+  };
   // The symbols' values at these sizes, filled as the nodes they read are replayed.
   std::vector<int64_t> symbols(symbols_.size(), 0);
   std::vector<bool> bound(symbols_.size(), false);
@@ -702,6 +817,20 @@ SizeInstances::Instance SizeInstances::instantiate(PyObject* const* inputs, size
                                     ") raises at the new sizes: capturing again");
       return Instance{nullptr, false};
     }
+    // NOTE: before the op runs, on the operands it reads, as capture checked it.
+    if (writes_ && ir::writes_operand(*node)) {
+      int overlap = write_overlap(*node, real_storage);
+      if (overlap != -1) {
+        if (log_enabled("recompiles"))
+          log_event("recompiles",
+                    func_name_ + ": " + node->target_name + " (" + node->location + ") " +
+                        (overlap == -2 ? "has operands that cannot be rebuilt"
+                                       : "writes memory its operand " + std::to_string(overlap) +
+                                             " partly overlaps at the new sizes") +
+                        ": capturing again");
+        return Instance{nullptr, false};
+      }
+    }
     PyRef ex = replay_meta(*node);
     if (!ex) {
       // NOTE: with relations on sizes, the op may raise because this size is not the trace's
@@ -729,6 +858,13 @@ SizeInstances::Instance SizeInstances::instantiate(PyObject* const* inputs, size
     node->example = ex;
     if (device) node->meta = passes::meta_of(ex.get(), device, false);
     if (node->meta) bind(at, *node);
+  }
+  if (writes_ && alias_pattern(*g) != captured_aliases_) {
+    if (log_enabled("recompiles"))
+      log_event("recompiles", func_name_ +
+                                  ": values share memory otherwise than in the trace at the new "
+                                  "sizes (the graph writes in place): capturing again");
+    return Instance{nullptr, false};
   }
   for (const ir::SymRelation& r : relations_) {
     if (r.holds(symbols)) continue;

@@ -13,10 +13,16 @@
 //   (inference: no_grad or no input that requires grad);
 // - every op is a torch op, a Tensor method or Python's operator on tensors (its meaning at
 //   other sizes is the same op on other sizes: the replay runs it there on meta tensors, as
-//   capture did), with a tensor result, that writes no operand (in place, `out=`) and has no
-//   effect beyond its result (hooks, backward, seeds); an op whose view-or-copy answer follows
-//   from strides (reshape, flatten, contiguous, a memory format) must give the trace's answer
-//   at each new size, else that size is captured again.
+//   capture did), with a tensor result (or a setitem), that writes no `out=` tensor and has no
+//   effect beyond its result and an in-place write of its first operand (hooks, backward,
+//   seeds); an op whose view-or-copy answer follows from strides (reshape, flatten, contiguous,
+//   a memory format) must give the trace's answer at each new size, else that size is captured
+//   again;
+// - an in-place write (`x += y`, `relu_`, `x[:, :n] = v`, an input's `add_`) is decided again at
+//   each new size as capture decided it: no tensor operand may partly overlap the memory it
+//   writes (the inputs placed in their real storages), and the values of the graph must share
+//   memory as they did in the trace (whom a write reaches); else that size is captured again
+//   (where the overlap is real, capture leaves the op to eager, which raises).
 #include <map>
 #include <memory>
 #include <string>
@@ -87,6 +93,9 @@ class SizeInstances {
               std::shared_ptr<runtime::CompiledGraph>& graph);
   // serves() may answer false (otherwise it is always true and need not be asked).
   bool may_refuse() const { return may_refuse_; }
+  // For explain() and guards.txt: one line per in-place write whose overlap with what it reads
+  // is decided at each new size ("WRITE_OVERLAP <op> ... # <where>"), "" when none.
+  std::string per_size_checks() const;
 
  private:
   struct Instance {
@@ -110,7 +119,11 @@ class SizeInstances {
   std::map<std::vector<int64_t>, Instance>::iterator add(std::vector<int64_t> key, Instance made);
   std::vector<std::pair<size_t, int>> symbols_;  // symbol k: (node position, dim)
   std::vector<ir::SymRelation> relations_;
-  bool may_refuse_ = false;  // relations, or a reshape/contiguous whose view-or-copy may change
+  // relations, a reshape/contiguous whose view-or-copy may change, or an in-place write whose
+  // overlap with what it reads may change
+  bool may_refuse_ = false;
+  bool writes_ = false;                    // the graph writes an operand in place
+  std::vector<int64_t> captured_aliases_;  // with writes_: the captured graph's alias_pattern
   std::shared_ptr<const ir::Graph> captured_;
   pipeline::PassContext ctx_;
   std::string func_name_;
