@@ -4,8 +4,11 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
+#include <unordered_map>
 
+#include "codegen/cuda/emission_key.h"
 #include "core/counters.h"
 #include "core/dump_dir.h"
 #include "core/errors.h"
@@ -77,8 +80,28 @@ struct Job {
   // compiled once and its module shared (`owner`: the job that compiles it).
   std::string canon;
   Owner owner;
+  // Kernels: codegen/cuda/emission_key.h (empty when every kernel is emitted: dumps).
+  std::string emission_key;
+  // The loaded module of `canon`, held from the lookup that found it to the link.
+  std::shared_ptr<Module> hold;
   bool loaded = false, disk_hit = false, shared = false;
+  // Not emitted: `spec` is the launch (no source) of a kernel emitted before with its emission
+  // key, and `canon` that kernel's code, loaded.
+  bool reused = false;
 };
+
+// What a kernel emitted before became (codegen/cuda/emission_key.h): a kernel with the same
+// emission key gets the same launch and, up to its name, the same text, so it links to the
+// module of `canon` without emitting while that module is loaded. Under g_mu.
+struct Emitted {
+  std::string canon, name;           // its code; the entry name it was emitted under
+  codegen::cuda::CudaKernel launch;  // source left out
+};
+std::unordered_map<std::string, Emitted> g_emitted;  // emission key -> what it became
+std::atomic<int64_t> g_emits{0};
+
+// The scalar entry's name of a loop-IR kernel.
+std::string entry_name(const ir::Kernel& k);
 
 std::string safe_name(const std::string& name) {
   return secure_fs::sanitize_name(name.empty() ? "kernel" : name);
@@ -117,11 +140,15 @@ std::string without(const std::string& text, const std::string& name) {
   return out.append(text, from, std::string::npos);
 }
 
+std::string entry_name(const ir::Kernel& k) { return "tl_" + safe_name(k.name); }
+
 // Emits the CUDA C (for loop-IR kernels) and hashes it.
 void emit(Job& job, const codegen::cuda::Target& t, const std::string& arch,
           const std::string& version, const std::string& dump) {
-  if (job.kernel)
-    job.spec = codegen::cuda::emit_cuda_kernel(*job.kernel, "tl_" + safe_name(job.kernel->name), t);
+  if (job.kernel) {
+    job.spec = codegen::cuda::emit_cuda_kernel(*job.kernel, entry_name(*job.kernel), t);
+    g_emits++;
+  }
   const std::string salt = "\n" + version + "\n" + arch + "\n" + kCacheFormat;
   job.key = sha256_hex(job.spec.source + salt);
   // The entries' names relative to the kernel's own: one source may hold several entries.
@@ -178,6 +205,7 @@ LoadedKernel link(Job& job, int device, const std::string& arch, const DiskCache
   }
   const auto& s = job.spec;
   std::string what = "kernel " + (job.kernel ? job.kernel->name : s.name);
+  TL_CHECK(loaded || !job.reused) << what << ": the module it reuses was unloaded";
   if (!loaded) {
     // NOTE: `new`, not a temporary Module copied in: its destructor queues an unload.
     loaded = std::shared_ptr<Module>(new Module(device, load_image(job, what, arch, cache)));
@@ -222,6 +250,65 @@ LoadedKernel link(Job& job, int device, const std::string& arch, const DiskCache
   return k;
 }
 
+// Gives `job` the launch and code of the kernel emitted before under its emission key, when
+// that code is still loaded on `device`.
+bool reuse_emitted(Job& job, int device) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_emitted.find(job.emission_key);
+  if (it == g_emitted.end()) return false;
+  auto owner = g_by_canon.find({device, it->second.canon});
+  if (owner == g_by_canon.end() || !(job.hold = live_module(device, owner->second.key)))
+    return false;
+  job.spec =
+      codegen::cuda::renamed_launch(it->second.launch, it->second.name, entry_name(*job.kernel));
+  job.canon = it->second.canon;
+  job.reused = true;
+  return true;
+}
+
+bool same_launch(const codegen::cuda::CudaKernel& a, const codegen::cuda::CudaKernel& b) {
+  const auto &ga = a.group, &gb = b.group;
+  return a.name == b.name && a.vector_name == b.vector_name &&
+         a.vector_fallback_name == b.vector_fallback_name && a.aligned_params == b.aligned_params &&
+         a.grid == b.grid && a.block == b.block && a.shared_bytes == b.shared_bytes &&
+         a.other_blocks == b.other_blocks && a.dependent_launch == b.dependent_launch &&
+         a.dims == b.dims && a.dim_bytes == b.dim_bytes && ga.name == gb.name &&
+         ga.members == gb.members && ga.buffers == gb.buffers && ga.dims_at == gb.dims_at &&
+         ga.first_at == gb.first_at && ga.bytes == gb.bytes &&
+         ga.points_per_block == gb.points_per_block && ga.max_blocks == gb.max_blocks;
+}
+
+// TORCHLITE_VERIFY: a reused kernel's code and launch are those emitting it gives.
+void verify_reused(const Job& job, const codegen::cuda::Target& t, const std::string& arch,
+                   const std::string& version) {
+  Job fresh;
+  fresh.kernel = job.kernel;
+  emit(fresh, t, arch, version, "");
+  TL_CHECK(fresh.canon == job.canon && same_launch(fresh.spec, job.spec))
+      << "kernel " << job.kernel->name
+      << ": the code reused by its emission key differs from its own (codegen/cuda/"
+         "emission_key.h misses something the code generator decides from)";
+}
+
+// Remembers what the emitted kernels of `jobs` became (their code is loaded now); drops what
+// kernels whose code was unloaded became once those outnumber the live modules.
+void remember_emitted(const std::vector<Job>& jobs) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (static_cast<int64_t>(g_emitted.size()) > 4 * g_live_modules.load() + 256) {
+    std::set<std::string> live;
+    for (auto& [where, owner] : g_by_canon)
+      if (live_module(where.first, owner.key)) live.insert(where.second);
+    std::erase_if(g_emitted, [&](const auto& kv) { return !live.count(kv.second.canon); });
+  }
+  for (const Job& job : jobs) {
+    if (job.reused || job.emission_key.empty()) continue;
+    Emitted& e = g_emitted[job.emission_key];
+    e.canon = job.canon;
+    e.name = job.spec.name;
+    e.launch = codegen::cuda::renamed_launch(job.spec, job.spec.name, job.spec.name);
+  }
+}
+
 std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device, int block = 0) {
   std::string why;
   if (!driver_available(&why)) TL_THROW(Unsupported) << why;
@@ -234,7 +321,34 @@ std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device, int block
   // NOTE: on this thread: opening the cache and the dump folder may warn.
   DiskCache cache = DiskCache::configured();
   std::string dump = dump_dir();
-  compile_in_parallel(jobs.size(), [&](size_t i) { emit(jobs[i], t, arch, version, dump); });
+  // Kernels to emit: one per emission key whose code is not loaded (a model repeats its
+  // blocks, and a new size often lowers to kernels of sizes seen before); the others take the
+  // launch of the kernel emitted under their key. NOTE: with a dump folder every kernel is
+  // emitted, so each one's text is dumped.
+  std::vector<size_t> fresh, copies;
+  std::unordered_map<std::string, size_t> first_of;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Job& job = jobs[i];
+    if (!job.kernel || !dump.empty()) {
+      fresh.push_back(i);
+      continue;
+    }
+    job.emission_key = codegen::cuda::emission_key(*job.kernel, t);
+    if (reuse_emitted(job, device)) continue;
+    (first_of.emplace(job.emission_key, i).second ? fresh : copies).push_back(i);
+  }
+  compile_in_parallel(fresh.size(),
+                      [&](size_t i) { emit(jobs[fresh[i]], t, arch, version, dump); });
+  for (size_t i : copies) {
+    Job& job = jobs[i];
+    const Job& first = jobs[first_of.at(job.emission_key)];
+    job.spec = codegen::cuda::renamed_launch(first.spec, first.spec.name, entry_name(*job.kernel));
+    job.canon = first.canon;
+    job.reused = true;  // links to `first`'s module below (the same canon)
+  }
+  if (process_settings().verify)
+    for (const Job& job : jobs)
+      if (job.reused) verify_reused(job, t, arch, version);
   // One build per distinct kernel body: later copies use the owner's module.
   std::map<std::string, size_t> first;
   std::vector<Job*> owners;
@@ -243,18 +357,19 @@ std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device, int block
     {
       std::lock_guard<std::mutex> lock(g_mu);
       auto it = g_by_canon.find({device, job.canon});
-      if (it != g_by_canon.end() && live_module(device, it->second.key)) {
+      if (it != g_by_canon.end() && (job.hold = live_module(device, it->second.key))) {
         job.owner = it->second;
         job.loaded = job.shared = true;
         continue;
       }
       if (it != g_by_canon.end()) g_by_canon.erase(it);  // its module was unloaded
     }
-    auto [it, fresh] = first.emplace(job.canon, i);
-    if (fresh)
+    auto [it, owns] = first.emplace(job.canon, i);
+    if (owns)
       owners.push_back(&job);
     else
       job.owner = jobs[it->second].owner, job.shared = true;
+    TL_CHECK(!owns || !job.reused) << "kernel " << job.kernel->name << " reuses code not emitted";
   }
   compile_in_parallel(owners.size(), [&](size_t i) { build(*owners[i], device, arch, cache); });
   ContextScope ctx(device);
@@ -263,6 +378,7 @@ std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device, int block
     out.push_back(link(job, device, arch, cache));
     if (block == 0 && (job.disk_hit || job.shared)) counters().cache_hits++;
   }
+  remember_emitted(jobs);
   if (block == 0) counters().kernels += static_cast<int64_t>(jobs.size());
   return out;
 }
@@ -321,5 +437,7 @@ void unload_dead_modules() {
 }
 
 int64_t live_modules() { return g_live_modules.load(); }
+
+int64_t kernel_emits() { return g_emits.load(); }
 
 }  // namespace tl::runtime::cuda
