@@ -120,3 +120,53 @@ def test_a_sweep_of_a_transformers_model_matches_eager_with_reused_kernels():
         rows.append((torchlite.counters()["kernels"] - kernels, _C.cuda_emits() - emits))
     # every length compiles its graph: four layers' kernels, the first layer's emitted
     assert all(k > 0 and e <= k // 2 for k, e in rows), rows
+
+
+def test_a_decode_loop_compiles_no_kernel_after_its_first_lengths():
+    # a cache grown by one along the sequence and the position it reads: their bounds and first
+    # position are dims numbers, so every length runs one text (before: an NVRTC compile each)
+    wpe = torch.randn(128, 32, device="cuda")
+
+    def step(past, new):
+        kv = torch.cat([past, new], dim=2)
+        pos = wpe[past.shape[2] + torch.arange(new.shape[2], device="cuda")]
+        return kv * 2, pos + 1
+
+    compiled = torchlite.compile(step)
+    past = torch.randn(2, 4, 5, 32, device="cuda")
+    compiles = []
+    for _ in range(12):
+        new = torch.randn(2, 4, 1, 32, device="cuda")
+        before = torchlite.counters()["nvrtc_compiles"]
+        with torch.no_grad():
+            out, ref = compiled(past, new), step(past, new)
+        torch.testing.assert_close(out, ref)
+        compiles.append(torchlite.counters()["nvrtc_compiles"] - before)
+        past = ref[0] / 2
+    assert sum(compiles[3:]) == 0, compiles
+
+
+def test_gpt2_generate_at_new_lengths_compiles_almost_nothing():
+    transformers = pytest.importorskip("transformers")
+    # NOTE: a head size (32) above every length here: lowering shares equal constants, so a
+    # cache length equal to another constant of a kernel is another text (one compile)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=100, n_positions=128)
+    model = transformers.GPT2LMHeadModel(cfg).eval().cuda()
+    kw = {"max_new_tokens": 10, "do_sample": False, "pad_token_id": 0, "eos_token_id": None}
+    kw["disable_compile"] = True
+
+    def generate(m, n):
+        ids = torch.randint(1, 100, (1, n), device="cuda")
+        with torch.no_grad():
+            return m.generate(ids, **kw), model.generate(ids, **kw)
+
+    compiled = torchlite.compile(model)
+    for n in (5, 7):  # lengths 5 to 16; the prompt's graph at two lengths
+        out, expected = generate(compiled, n)
+        assert torch.equal(out, expected)
+    before = torchlite.counters()["nvrtc_compiles"]
+    out, expected = generate(compiled, 17)  # lengths 17 to 26, none seen
+    assert torch.equal(out, expected)
+    # before: the cache cats and the position gather got a new text at every length
+    compiles = torchlite.counters()["nvrtc_compiles"] - before
+    assert compiles <= 2, compiles
