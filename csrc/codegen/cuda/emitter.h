@@ -217,13 +217,13 @@ class Writer {
   // Where a Gather's element offset starts (buffer b): empty means off_ + b.
   std::function<std::string(int b)> gather_base_;
   int64_t gather_low_ = 0, gather_high_ = 0;  // the constant offsets Gathers add
+  std::vector<std::string> cache_;            // expr values of the current scope
+  std::vector<std::string> acc_;              // reduction accumulators (row scope)
+  std::vector<char> done_;                    // reductions whose pass has finished
+  std::string rlin_;                          // linear index over the reduction axes
   // Runtime sizes: per expr, an integer Constant the text reads from the dims parameter
-  // (analyse(); runtime_constant()).
+  // (analyse()).
   std::vector<char> runtime_constant_;
-  std::vector<std::string> cache_;  // expr values of the current scope
-  std::vector<std::string> acc_;    // reduction accumulators (row scope)
-  std::vector<char> done_;          // reductions whose pass has finished
-  std::string rlin_;                // linear index over the reduction axes
   int tmp_ = 0;
   int block_ = 256;
   int min_blocks_ = 0;  // __launch_bounds__'s second argument for the entry emitted next; 0: none
