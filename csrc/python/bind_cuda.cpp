@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "codegen/cuda/cuda_kernel.h"
+#include "codegen/cuda/emission_key.h"
 #include "core/errors.h"
 #include "passes/group_kernels.h"
 #include "passes/partition.h"
@@ -75,7 +76,8 @@ void bind_cuda(py::module_& m) {
         for (const auto& k : p.kernels)
           kernels.push_back(codegen::cuda::emit_cuda_kernel(k.kernel, k.kernel.name, target));
         py::list out;
-        for (const auto& ck : kernels) {
+        for (size_t i = 0; i < kernels.size(); ++i) {
+          const codegen::cuda::CudaKernel& ck = kernels[i];
           py::object ptx = py::none();
           if (compile) {
             py::gil_scoped_release nogil;
@@ -88,7 +90,10 @@ void bind_cuda(py::module_& m) {
               "aligned_params"_a = ck.aligned_params, "grid"_a = ck.grid, "block"_a = ck.block,
               "shared_bytes"_a = ck.shared_bytes, "dependent_launch"_a = ck.dependent_launch,
               "group_name"_a = ck.group.name, "group_members"_a = ck.group.members,
-              "group_bytes"_a = ck.group.bytes, "other_blocks"_a = ck.other_blocks);
+              "group_bytes"_a = ck.group.bytes, "other_blocks"_a = ck.other_blocks,
+              "dims"_a = ck.dims,
+              "emission_key"_a =
+                  py::bytes(codegen::cuda::emission_key(p.kernels[i].kernel, target)));
           out.append(py::make_tuple(ck.name, ck.source, ptx, launch));
         }
         return out;
@@ -97,7 +102,8 @@ void bind_cuda(py::module_& m) {
       py::arg("pointwise_block") = 0, py::arg("group_kernels") = false, py::arg("reduce_block") = 0,
       py::arg("runtime_sizes") = false, py::arg("static_sizes") = std::vector<int64_t>{},
       "Lowers and fuses a captured graph and emits CUDA C for each kernel: a list of\n"
-      "(name, source, ptx or None, launch dict), NVRTC-compiled for `arch` when `compile`;\n"
+      "(name, source, ptx or None, launch dict: its launch shape, dims and emission_key,\n"
+      "codegen/cuda/emission_key.h), NVRTC-compiled for `arch` when `compile`;\n"
       "pointwise kernels `pointwise_block` threads a block when > 0, reductions `reduce_block`\n"
       "(Target::reduce_block; max-autotune's builds: the launch dict's `other_blocks`);\n"
       "`group_kernels`: passes::group_kernels first (grouped kernels get a group entry);\n"

@@ -84,6 +84,9 @@ void bind_cuda_runtime(py::module_& m) {
       "(True, '') when libcuda.so.1 loads and cuInit succeeds, else (False, why).");
   m.def("live_cuda_modules", &runtime::cuda::live_modules,
         "CUDA modules loaded now (each is unloaded once no compiled graph uses its kernels).");
+  m.def("cuda_emits", &runtime::cuda::kernel_emits,
+        "Kernels emitted as CUDA C so far (a kernel whose emission key names code still loaded\n"
+        "takes that code without emitting: codegen/cuda/emission_key.h).");
   m.def("_cuda_launch_source", &launch_source, py::arg("source"), py::arg("entry"),
         py::arg("tensors"), py::arg("grid"), py::arg("block"), py::arg("shared_bytes") = 0,
         py::arg("dependent_launch") = false, py::arg("vector_name") = "",

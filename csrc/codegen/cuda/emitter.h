@@ -225,6 +225,9 @@ class Writer {
   std::vector<std::string> acc_;              // reduction accumulators (row scope)
   std::vector<char> done_;                    // reductions whose pass has finished
   std::string rlin_;                          // linear index over the reduction axes
+  // Runtime sizes: per expr, an integer Constant the text reads from the dims parameter
+  // (analyse()).
+  std::vector<char> runtime_constant_;
   int tmp_ = 0;
   int block_ = 256;
   int min_blocks_ = 0;  // __launch_bounds__'s second argument for the entry emitted next; 0: none

@@ -73,6 +73,25 @@ void Writer::analyse() {
         static_row_ &= fixed_axis(a);
     }
   }
+  // NOTE: with runtime sizes, an integer constant of the index math is read from the dims
+  // parameter: lowering writes sizes into constants (a cat's part bound and its clamp, the
+  // first position of a slice, GPT-2's `wpe[past + arange(1)]`), so in a generate() loop every
+  // new length gave the decode step's cat and position kernels a new text, each an NVRTC
+  // compile (~50 ms) per token. Divisors and exponents stay literals (a division by a number
+  // the compiler sees is a multiply and a shift), and so do 0, 1 and negatives (as num()).
+  runtime_constant_.assign(k_.exprs.size(), 0);
+  if (k_.runtime_sizes) {
+    std::vector<char> literal(k_.exprs.size(), 0);
+    for (const ir::Expr& e : k_.exprs)
+      if (e.op == ExprOp::FloorDiv || e.op == ExprOp::TruncDiv || e.op == ExprOp::Remainder ||
+          e.op == ExprOp::Fmod || e.op == ExprOp::Pow)
+        literal[e.operands.at(1)] = 1;
+    for (size_t i = 0; i < k_.exprs.size(); ++i) {
+      const ir::Expr& e = k_.exprs[i];
+      runtime_constant_[i] = e.op == ExprOp::Constant && !literal[i] &&
+                             (e.type == ST::I32 || e.type == ST::I64) && e.ivalue >= 2;
+    }
+  }
   for (const ir::Expr& e : k_.exprs) {
     if (!is_gather(e.op)) continue;
     const ir::Expr& by = k_.exprs[e.operands.at(0)];
@@ -242,6 +261,10 @@ std::string Writer::value(int i) {
     v = convert(from_memory("in" + b + "[" + at + "]", t), t, e.type);
   } else if (is_index(e.op)) {
     v = index_value(e.ivalue);
+  } else if (e.op == ExprOp::Constant && runtime_constant_[i] &&
+             (idx_ != "unsigned" || e.ivalue < (int64_t{1} << 31))) {
+    v = "((" + std::string(reg_type(e.type)) + ")" + dim_slot("c" + std::to_string(i), e.ivalue) +
+        ")";
   } else if (e.op == ExprOp::Constant) {
     v = constant(e);
   } else if (e.op == ExprOp::Cast) {

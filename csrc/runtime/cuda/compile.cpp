@@ -4,8 +4,12 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
+#include <string_view>
+#include <unordered_map>
 
+#include "codegen/cuda/emission_key.h"
 #include "core/counters.h"
 #include "core/dump_dir.h"
 #include "core/errors.h"
@@ -24,9 +28,10 @@ namespace {
 constexpr const char* kCacheFormat = "torchlite-cuda-1";
 constexpr unsigned kDefaultSharedLimit = 48 * 1024;  // above it a kernel must opt in
 
-// Where a kernel's code lives: the module's cache key and its entry names.
+// Where a kernel's code lives: the module's cache key, its entry names and the hash of its code
+// (Job::code) that max-autotune's choices are stored under.
 struct Owner {
-  std::string key, name, vector_name, vector_fallback_name, group_name;
+  std::string key, name, vector_name, vector_fallback_name, group_name, canon;
 };
 
 // A loaded CUmodule, shared by every LoadedKernel of its code. The last owner
@@ -44,7 +49,15 @@ struct Module {
 
 std::mutex g_mu;                                                         // the module tables
 std::map<std::pair<int, std::string>, std::weak_ptr<Module>> g_modules;  // (device, key)
-std::map<std::pair<int, std::string>, Owner> g_by_canon;  // (device, canon) -> loaded code
+// code_key(device, code) -> the loaded code of that text (Job::code). NOTE: keyed by the text
+// itself, not a hash of it: a kernel whose code is loaded (every layer of a model, every new
+// length of a size-generic graph) is found without hashing its ~17 KB (sha256: 4x the time
+// emitting it took); only code that is built is hashed (the disk cache's key).
+std::unordered_map<std::string, Owner> g_by_code;
+
+std::string code_key(int device, const std::string& code) {
+  return std::to_string(device) + "\n" + code;
+}
 
 // NOTE: a lock of its own: a Module may die while g_mu is held (a weak_ptr
 // locked and dropped in a lookup).
@@ -71,14 +84,35 @@ std::string dump_dir() { return kernel_dump_dir(process_settings()); }
 struct Job {
   const ir::Kernel* kernel = nullptr;  // null: `spec` was given
   codegen::cuda::CudaKernel spec;
-  std::string key, image;
-  // `canon` hashes the source with the kernel's own name blanked out: the same
-  // kernel in every layer of a model differs only in its name, so it is
-  // compiled once and its module shared (`owner`: the job that compiles it).
-  std::string canon;
+  std::string key, image;  // key: set for the jobs that build their code (and for dumps)
+  // The source with the kernel's own name blanked out, and its entries' names relative to it:
+  // the same kernel in every layer of a model differs only in its name, so it is compiled once
+  // and its module shared (`owner`: the job that compiles it).
+  std::shared_ptr<const std::string> code;
   Owner owner;
+  // Kernels: codegen/cuda/emission_key.h (empty when every kernel is emitted: dumps).
+  std::string emission_key;
+  // The loaded module of `code`, held from the lookup that found it to the link.
+  std::shared_ptr<Module> hold;
   bool loaded = false, disk_hit = false, shared = false;
+  // Not emitted: `spec` is the launch (no source) of a kernel emitted before with its emission
+  // key, and `code` that kernel's code, loaded.
+  bool reused = false;
 };
+
+// What a kernel emitted before became (codegen/cuda/emission_key.h): a kernel with the same
+// emission key gets the same launch and, up to its name, the same text, so it links to the
+// module of `code` without emitting while that module is loaded. Under g_mu.
+struct Emitted {
+  std::shared_ptr<const std::string> code;  // Job::code
+  std::string name;                         // the entry name it was emitted under
+  codegen::cuda::CudaKernel launch;         // source left out
+};
+std::unordered_map<std::string, Emitted> g_emitted;  // emission key -> what it became
+std::atomic<int64_t> g_emits{0};
+
+// The scalar entry's name of a loop-IR kernel.
+std::string entry_name(const ir::Kernel& k);
 
 std::string safe_name(const std::string& name) {
   return secure_fs::sanitize_name(name.empty() ? "kernel" : name);
@@ -117,25 +151,38 @@ std::string without(const std::string& text, const std::string& name) {
   return out.append(text, from, std::string::npos);
 }
 
-// Emits the CUDA C (for loop-IR kernels) and hashes it.
-void emit(Job& job, const codegen::cuda::Target& t, const std::string& arch,
-          const std::string& version, const std::string& dump) {
-  if (job.kernel)
-    job.spec = codegen::cuda::emit_cuda_kernel(*job.kernel, "tl_" + safe_name(job.kernel->name), t);
-  const std::string salt = "\n" + version + "\n" + arch + "\n" + kCacheFormat;
-  job.key = sha256_hex(job.spec.source + salt);
+std::string entry_name(const ir::Kernel& k) { return "tl_" + safe_name(k.name); }
+
+// Hashes the job's source (its module's key) and code (Owner::canon); `salt` names the
+// compiler and target.
+void hash(Job& job, const std::string& salt) {
+  job.key = job.owner.key = sha256_hex(job.spec.source + salt);
+  job.owner.canon = sha256_hex(*job.code + salt);
+}
+
+// Emits the CUDA C (for loop-IR kernels); with a dump folder, hashes and writes it there.
+void emit(Job& job, const codegen::cuda::Target& t, const std::string& salt,
+          const std::string& dump) {
+  if (job.kernel) {
+    job.spec = codegen::cuda::emit_cuda_kernel(*job.kernel, entry_name(*job.kernel), t);
+    g_emits++;
+  }
   // The entries' names relative to the kernel's own: one source may hold several entries.
   const auto& sp = job.spec;
-  job.canon = sha256_hex(without(sp.source, sp.name) + "\n" + without(sp.vector_name, sp.name) +
-                         "\n" + without(sp.vector_fallback_name, sp.name) + "\n" +
-                         without(sp.group.name, sp.name) + salt);
-  job.owner = {job.key, job.spec.name, job.spec.vector_name, job.spec.vector_fallback_name,
-               job.spec.group.name};
-  if (!dump.empty()) write_source(dump, job);
+  job.code = std::make_shared<const std::string>(
+      without(sp.source, sp.name) + "\n" + without(sp.vector_name, sp.name) + "\n" +
+      without(sp.vector_fallback_name, sp.name) + "\n" + without(sp.group.name, sp.name));
+  job.owner = {"", sp.name, sp.vector_name, sp.vector_fallback_name, sp.group.name, ""};
+  if (!dump.empty()) {
+    hash(job, salt);
+    write_source(dump, job);
+  }
 }
 
 // Compiles (or reads from the disk cache) the module of a job that owns its code.
-void build(Job& job, int device, const std::string& arch, const DiskCache& cache) {
+void build(Job& job, int device, const std::string& arch, const std::string& salt,
+           const DiskCache& cache) {
+  if (job.key.empty()) hash(job, salt);
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (live_module(device, job.key)) {
@@ -178,13 +225,14 @@ LoadedKernel link(Job& job, int device, const std::string& arch, const DiskCache
   }
   const auto& s = job.spec;
   std::string what = "kernel " + (job.kernel ? job.kernel->name : s.name);
+  TL_CHECK(loaded || !job.reused) << what << ": the module it reuses was unloaded";
   if (!loaded) {
     // NOTE: `new`, not a temporary Module copied in: its destructor queues an unload.
     loaded = std::shared_ptr<Module>(new Module(device, load_image(job, what, arch, cache)));
     ++g_live_modules;
     std::lock_guard<std::mutex> lock(g_mu);
     g_modules[{device, job.owner.key}] = loaded;
-    g_by_canon[{device, job.canon}] = job.owner;
+    g_by_code[code_key(device, *job.code)] = job.owner;
   }
   void* module = loaded->handle;
   LoadedKernel k;
@@ -200,7 +248,7 @@ LoadedKernel link(Job& job, int device, const std::string& arch, const DiskCache
   }
   k.aligned_params = s.aligned_params;
   k.dependent_launch = s.dependent_launch;
-  k.tune_key = job.canon;
+  k.tune_key = job.owner.canon;
   k.other_blocks = s.other_blocks;
   TL_CHECK(s.dim_bytes == 4 || s.dim_bytes == 8) << what << ": dims of " << s.dim_bytes << " bytes";
   for (int64_t v : s.dims) {
@@ -222,6 +270,68 @@ LoadedKernel link(Job& job, int device, const std::string& arch, const DiskCache
   return k;
 }
 
+// Gives `job` the launch and code of the kernel emitted before under its emission key, when
+// that code is still loaded on `device`.
+bool reuse_emitted(Job& job, int device) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_emitted.find(job.emission_key);
+  if (it == g_emitted.end()) return false;
+  auto owner = g_by_code.find(code_key(device, *it->second.code));
+  if (owner == g_by_code.end() || !(job.hold = live_module(device, owner->second.key)))
+    return false;
+  job.spec =
+      codegen::cuda::renamed_launch(it->second.launch, it->second.name, entry_name(*job.kernel));
+  job.code = it->second.code;
+  job.reused = true;
+  return true;
+}
+
+bool same_launch(const codegen::cuda::CudaKernel& a, const codegen::cuda::CudaKernel& b) {
+  const auto &ga = a.group, &gb = b.group;
+  return a.name == b.name && a.vector_name == b.vector_name &&
+         a.vector_fallback_name == b.vector_fallback_name && a.aligned_params == b.aligned_params &&
+         a.grid == b.grid && a.block == b.block && a.shared_bytes == b.shared_bytes &&
+         a.other_blocks == b.other_blocks && a.dependent_launch == b.dependent_launch &&
+         a.dims == b.dims && a.dim_bytes == b.dim_bytes && ga.name == gb.name &&
+         ga.members == gb.members && ga.buffers == gb.buffers && ga.dims_at == gb.dims_at &&
+         ga.first_at == gb.first_at && ga.bytes == gb.bytes &&
+         ga.points_per_block == gb.points_per_block && ga.max_blocks == gb.max_blocks;
+}
+
+// TORCHLITE_VERIFY: a reused kernel's code and launch are those emitting it gives.
+void verify_reused(const Job& job, const codegen::cuda::Target& t) {
+  Job fresh;
+  fresh.kernel = job.kernel;
+  emit(fresh, t, "", "");
+  TL_CHECK(*fresh.code == *job.code && same_launch(fresh.spec, job.spec))
+      << "kernel " << job.kernel->name
+      << ": the code reused by its emission key differs from its own (codegen/cuda/"
+         "emission_key.h misses something the code generator decides from)";
+}
+
+// Remembers what the emitted kernels of `jobs` became (their code is loaded now); drops the
+// entries of unloaded code once the tables outgrow the live modules.
+void remember_emitted(const std::vector<Job>& jobs) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (static_cast<int64_t>(g_emitted.size() + g_by_code.size()) > 8 * g_live_modules.load() + 256) {
+    std::erase_if(g_by_code, [](const auto& kv) {
+      auto m = g_modules.find({std::stoi(kv.first), kv.second.key});
+      return m == g_modules.end() || m->second.expired();
+    });
+    std::set<std::string_view> live;
+    for (const auto& kv : g_by_code)
+      live.insert(std::string_view(kv.first).substr(kv.first.find('\n') + 1));
+    std::erase_if(g_emitted, [&](const auto& kv) { return !live.count(*kv.second.code); });
+  }
+  for (const Job& job : jobs) {
+    if (job.reused || job.emission_key.empty()) continue;
+    Emitted& e = g_emitted[job.emission_key];
+    e.code = job.code;
+    e.name = job.spec.name;
+    e.launch = codegen::cuda::renamed_launch(job.spec, job.spec.name, job.spec.name);
+  }
+}
+
 std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device, int block = 0) {
   std::string why;
   if (!driver_available(&why)) TL_THROW(Unsupported) << why;
@@ -234,35 +344,68 @@ std::vector<LoadedKernel> run_jobs(std::vector<Job>& jobs, int device, int block
   // NOTE: on this thread: opening the cache and the dump folder may warn.
   DiskCache cache = DiskCache::configured();
   std::string dump = dump_dir();
-  compile_in_parallel(jobs.size(), [&](size_t i) { emit(jobs[i], t, arch, version, dump); });
-  // One build per distinct kernel body: later copies use the owner's module.
-  std::map<std::string, size_t> first;
+  const std::string salt = "\n" + version + "\n" + arch + "\n" + kCacheFormat;
+  // Kernels to emit: one per emission key whose code is not loaded (a model repeats its
+  // blocks, and a new size often lowers to kernels of sizes seen before); the others take the
+  // launch of the kernel emitted under their key. NOTE: with a dump folder every kernel is
+  // emitted, so each one's text is dumped.
+  std::vector<size_t> fresh, copies;
+  std::unordered_map<std::string, size_t> first_of;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Job& job = jobs[i];
+    if (!job.kernel || !dump.empty()) {
+      fresh.push_back(i);
+      continue;
+    }
+    job.emission_key = codegen::cuda::emission_key(*job.kernel, t);
+    if (reuse_emitted(job, device)) continue;
+    (first_of.emplace(job.emission_key, i).second ? fresh : copies).push_back(i);
+  }
+  compile_in_parallel(fresh.size(), [&](size_t i) { emit(jobs[fresh[i]], t, salt, dump); });
+  for (size_t i : copies) {
+    Job& job = jobs[i];
+    const Job& first = jobs[first_of.at(job.emission_key)];
+    job.spec = codegen::cuda::renamed_launch(first.spec, first.spec.name, entry_name(*job.kernel));
+    job.code = first.code;
+    job.reused = true;  // links to `first`'s code below
+  }
+  if (process_settings().verify)
+    for (const Job& job : jobs)
+      if (job.reused) verify_reused(job, t);
+  // One build per distinct code: the others use its owner's module (`sharers`, after the build
+  // that names it).
+  std::unordered_map<std::string_view, size_t> owner_of;
   std::vector<Job*> owners;
+  std::vector<std::pair<size_t, size_t>> sharers;  // (job, its owner)
   for (size_t i = 0; i < jobs.size(); ++i) {
     Job& job = jobs[i];
     {
       std::lock_guard<std::mutex> lock(g_mu);
-      auto it = g_by_canon.find({device, job.canon});
-      if (it != g_by_canon.end() && live_module(device, it->second.key)) {
+      auto it = g_by_code.find(code_key(device, *job.code));
+      if (it != g_by_code.end() && (job.hold = live_module(device, it->second.key))) {
         job.owner = it->second;
         job.loaded = job.shared = true;
         continue;
       }
-      if (it != g_by_canon.end()) g_by_canon.erase(it);  // its module was unloaded
+      if (it != g_by_code.end()) g_by_code.erase(it);  // its module was unloaded
     }
-    auto [it, fresh] = first.emplace(job.canon, i);
-    if (fresh)
+    auto [it, owns] = owner_of.emplace(*job.code, i);
+    if (owns)
       owners.push_back(&job);
     else
-      job.owner = jobs[it->second].owner, job.shared = true;
+      sharers.emplace_back(i, it->second), job.shared = true;
+    TL_CHECK(!owns || !job.reused) << "kernel " << job.kernel->name << " reuses code not emitted";
   }
-  compile_in_parallel(owners.size(), [&](size_t i) { build(*owners[i], device, arch, cache); });
+  compile_in_parallel(owners.size(),
+                      [&](size_t i) { build(*owners[i], device, arch, salt, cache); });
+  for (auto [i, owner] : sharers) jobs[i].owner = jobs[owner].owner;
   ContextScope ctx(device);
   std::vector<LoadedKernel> out;
   for (auto& job : jobs) {
     out.push_back(link(job, device, arch, cache));
     if (block == 0 && (job.disk_hit || job.shared)) counters().cache_hits++;
   }
+  remember_emitted(jobs);
   if (block == 0) counters().kernels += static_cast<int64_t>(jobs.size());
   return out;
 }
@@ -321,5 +464,7 @@ void unload_dead_modules() {
 }
 
 int64_t live_modules() { return g_live_modules.load(); }
+
+int64_t kernel_emits() { return g_emits.load(); }
 
 }  // namespace tl::runtime::cuda

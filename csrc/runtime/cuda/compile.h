@@ -61,5 +61,8 @@ std::vector<LoadedKernel> load_kernels(const std::vector<codegen::cuda::CudaKern
 void unload_dead_modules();
 // Modules loaded and not unloaded yet (tests: modules go with their last user).
 int64_t live_modules();
+// Kernels emitted as CUDA C so far (tests: a kernel whose emission key names loaded code,
+// codegen/cuda/emission_key.h, is not emitted again).
+int64_t kernel_emits();
 
 }  // namespace tl::runtime::cuda
