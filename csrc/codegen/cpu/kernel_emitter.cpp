@@ -42,7 +42,7 @@ void Emitter::run() {
 }
 
 llvm::Value* Emitter::num(int64_t site, int64_t v) {
-  if (!k_.runtime_sizes || v == 0 || v == 1) return b_.getInt64(v);
+  if (!k_.runtime_sizes || v == 0 || v == 1 || literal_site(s_, site)) return b_.getInt64(v);
   auto [it, fresh] = params_.try_emplace(site, nullptr);
   if (!fresh) return it->second;
   int64_t slot = static_cast<int64_t>(params_.size()) - 1;
@@ -148,12 +148,35 @@ llvm::Value* Emitter::row(llvm::Value* idx, llvm::Value* end) {
   };
   if (s_.red.empty()) {
     std::vector<llvm::Value*> invariant = row_invariants(at(base, c_last));
-    emit_for(b_, c_last, row_end, [&](llvm::Value* j) {
-      new_scope(at(base, j));
-      for (size_t i = 0; i < invariant.size(); ++i)
-        if (invariant[i]) cache_[i] = invariant[i];
-      store_outputs(0);
-    });
+    auto points = [&](llvm::Value* lo, llvm::Value* hi) {
+      emit_for(b_, lo, hi, [&](llvm::Value* j) {
+        new_scope(at(base, j));
+        for (size_t i = 0; i < invariant.size(); ++i)
+          if (invariant[i]) cache_[i] = invariant[i];
+        store_outputs(0);
+      });
+    };
+    // NOTE: a row whose length is a model constant (a bias + GELU over [b * t, 3072]: the bias
+    // keeps the axes apart) runs, when whole, a loop with a constant trip count: LLVM's vector
+    // loop then needs no remainder when the length is whole vectors, and no trip-count checks.
+    const int64_t n_last = s_.outer[last];
+    if (k_.runtime_sizes && n_last > 1 && literal_site(s_, outer_site(last))) {
+      llvm::Value* whole = b_.CreateAnd(b_.CreateICmpEQ(c_last, b_.getInt64(0)),
+                                        b_.CreateICmpEQ(row_end, b_.getInt64(n_last)));
+      auto* full = llvm::BasicBlock::Create(b_.getContext(), "row.whole", f_);
+      auto* part = llvm::BasicBlock::Create(b_.getContext(), "row.part", f_);
+      auto* done = llvm::BasicBlock::Create(b_.getContext(), "row.done", f_);
+      b_.CreateCondBr(whole, full, part);
+      b_.SetInsertPoint(full);
+      points(b_.getInt64(0), b_.getInt64(n_last));
+      b_.CreateBr(done);
+      b_.SetInsertPoint(part);
+      points(c_last, row_end);
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+    } else {
+      points(c_last, row_end);
+    }
   } else {
     emit_for(
         b_, c_last, row_end,
