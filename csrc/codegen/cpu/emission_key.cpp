@@ -44,6 +44,25 @@ bool literal_site(const LoopSpace& s, int64_t site) {
   return inner == site_value(s, site);
 }
 
+Literals literal_values(const ir::Kernel& k, const LoopSpace& s) {
+  Literals out;
+  if (!k.runtime_sizes) return out;
+  auto literal = [&](int64_t site) {
+    if (literal_site(s, site)) out.emplace_back(site, site_value(s, site));
+  };
+  for (size_t d = 0; d < s.outer.size(); ++d) literal(outer_site(d));
+  for (size_t d = 0; d < s.red.size(); ++d) literal(red_site(d));
+  for (size_t b = 0; b < s.strides.size(); ++b)
+    for (size_t a = 0; a < s.strides[b].size(); ++a) literal(stride_site(b, a));
+  return out;
+}
+
+bool holds_literals(const LoopSpace& s, const Literals& lits) {
+  for (const auto& [site, v] : lits)
+    if (site_value(s, site) != v) return false;
+  return true;
+}
+
 namespace {
 class KeyWriter {
  public:
@@ -113,18 +132,6 @@ std::string emission_key(const ir::Kernel& k, const LoopSpace& s) {
   w.nums(s.offsets);
   for (const auto& [axis, buffer] : s.index_buffer)
     w.raw(axis), w.raw(static_cast<int64_t>(buffer));
-  // NOTE: the literals of a runtime-size kernel (model constants): two graphs whose constants
-  // differ (hidden width 64 vs 96) never share code.
-  if (k.runtime_sizes) {
-    w.tag('F');
-    auto literal = [&](int64_t site) {
-      if (literal_site(s, site)) w.raw(site), w.raw(site_value(s, site));
-    };
-    for (size_t d = 0; d < s.outer.size(); ++d) literal(outer_site(d));
-    for (size_t d = 0; d < s.red.size(); ++d) literal(red_site(d));
-    for (size_t b = 0; b < s.strides.size(); ++b)
-      for (size_t a = 0; a < s.strides[b].size(); ++a) literal(stride_site(b, a));
-  }
   return w.take();
 }
 

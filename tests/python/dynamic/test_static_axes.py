@@ -195,3 +195,18 @@ def test_graphs_whose_constants_differ_share_no_code_and_new_lengths_reuse_it():
     # (bias + GELU, softmax, the sums over it) are its own; the per-head maximum and the mean
     # over heads (no model constant marked) are shared with the first graph's
     assert 0 < emitted[80][1] < emitted[96][1], emitted
+
+
+def test_lengths_and_batches_equal_to_model_constants_compile_no_kernel():
+    """A length or batch that equals a model constant (the width 96, the input width 24 of the
+    projection's weight, 2) at some call: the kernels compiled at other sizes still serve it
+    (their literals hold there), and kernels compiled there serve the later sizes."""
+    torch.manual_seed(0)
+    model = _BiasBlock(96)
+    compiled = torchlite.compile(model)
+    compiles = []
+    for b, t in ((2, 5), (2, 7), (2, 96), (3, 24), (2, 11), (4, 2), (5, 48), (2, 13)):
+        before = _C.llvm_compiles()
+        _check((model, compiled), torch.randn(b, t, 24), torch.float32)
+        compiles.append(_C.llvm_compiles() - before)
+    assert compiles[1] > 0 and compiles[2:] == [0] * 6, compiles
