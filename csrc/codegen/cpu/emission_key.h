@@ -51,17 +51,17 @@ Literals literal_values(const ir::Kernel& k, const LoopSpace& s);
 // Whether loop space `s` holds the values of `lits` at their sites.
 bool holds_literals(const LoopSpace& s, const Literals& lits);
 
-// Two kernels with equal keys get the same text from emit_kernel (and so the same function of
-// their buffers and dims array). The key holds everything the emitter reads: the exprs (ops,
-// types, operands, buffers, constants), the flags, buffer types, the ranks, and every number of
-// the kernel's views and of its loop space `s` (= cpu_loop_space(k), the emitter's) — with
-// runtime sizes, a number other than 0 and 1 only as its sign: the emitter writes such a
-// number as a load from the dims array and decides nothing from its value (its decisions test
-// a number against 0 and 1: pass_plan.cpp, plan_stash, choose_tile), except the literal sites
-// (literal_site), which the text reads as well as the key (literal_values). Without runtime sizes
-// every number is in the key.
+// Two kernels with equal keys get the same text from emit_kernel given the same literals (and
+// so the same function of their buffers and dims array). The key holds everything the emitter
+// reads: the exprs (ops, types, operands, buffers, constants), the flags, buffer types, the ranks,
+// and every number of the kernel's views and of its loop space `s` (= cpu_loop_space(k), the
+// emitter's) — with runtime sizes, a number other than 0 and 1 only as its sign: the emitter writes
+// such a number as a load from the dims array and decides nothing from its value (its decisions
+// test a number against 0 and 1: pass_plan.cpp, plan_stash, choose_tile), except the literal sites,
+// whose values the text holds and the JIT matches apart (literal_values, holds_literals).
+// Without runtime sizes every number is in the key.
 // NOTE: a new decision the emitter takes from a number's value must put that value in the key
-// (TORCHLITE_VERIFY checks keyed reuses against the text).
+// or make it a literal (TORCHLITE_VERIFY checks keyed reuses against the text).
 std::string emission_key(const ir::Kernel& k, const LoopSpace& s);
 
 }  // namespace tl::codegen::cpu
