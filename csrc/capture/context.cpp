@@ -12,6 +12,7 @@
 #include "capture/effect_order.h"
 #include "capture/graph_break.h"
 #include "capture/meta_cache.h"
+#include "capture/meta_layout.h"
 #include "capture/scalar_inputs.h"
 #include "capture/torch_api.h"
 #include "capture/user_exception.h"
@@ -1102,12 +1103,31 @@ PyRef fused_attention_layout(PyRef result, PyObject* q, PyObject* device, bool d
   if (PyErr_Occurred()) throw PythonError();
   if (cpu && !same_head) return result;  // the math path
   if (q && is_tensor(q) && (cpu || PyLong_AsLong(half.get()) == 2)) {
-    // q is dense exactly when empty_like keeps its strides.
-    PyRef empty_like = PyRef::steal(PyObject_GetAttrString(torch_api().torch.get(), "empty_like"));
-    PyRef like = empty_like ? PyRef::steal(PyObject_CallOneArg(empty_like.get(), q)) : PyRef();
-    if (!like) throw PythonError();
-    int dense =
-        PyObject_RichCompareBool(call(q, "stride").get(), call(like.get(), "stride").get(), Py_EQ);
+    // The layout is empty_like(q)'s when q is dense (it keeps q's strides then). NOTE: built
+    // with empty_strided: torch's empty_like on meta tensors is Python (torch._refs), a call
+    // per attention at every new size of a size-generic graph.
+    PyRef q_size = call(q, "size"), q_stride = call(q, "stride");
+    auto ints = [](PyObject* seq) {
+      Dims out;
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(seq); ++i)
+        out.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(seq, i)));
+      if (PyErr_Occurred()) throw PythonError();
+      return out;
+    };
+    if (!PyTuple_Check(q_size.get()) || !PyTuple_Check(q_stride.get())) return result;
+    const int dense = is_non_overlapping_and_dense({ints(q_size.get()), ints(q_stride.get())});
+    PyRef like;
+    if (dense == 1) {
+      PyRef q_dtype = PyRef::steal(PyObject_GetAttrString(q, "dtype"));
+      PyRef q_device = PyRef::steal(PyObject_GetAttrString(q, "device"));
+      if (!q_dtype || !q_device) throw PythonError();
+      PyRef pos = PyRef::steal(PyTuple_Pack(2, q_size.get(), q_stride.get()));
+      PyRef kw = PyRef::steal(
+          Py_BuildValue("{s:O,s:O}", "dtype", q_dtype.get(), "device", q_device.get()));
+      if (!pos || !kw) throw PythonError();
+      like = PyRef::steal(PyObject_Call(torch_api().empty_strided.get(), pos.get(), kw.get()));
+      if (!like) throw PythonError();
+    }
     int same_shape = dense == 1 ? PyObject_RichCompareBool(call(q, "size").get(),
                                                            call(result.get(), "size").get(), Py_EQ)
                                 : 0;

@@ -204,18 +204,46 @@ void arg_ints(const ir::Arg& a, std::set<int64_t>& out) {
 
 }  // namespace
 
+namespace {
+// Whether `t` is an nn.Parameter no dimension of which is marked dynamic.
+bool unmarked_parameter(PyObject* t) {
+  int is_param = PyObject_IsInstance(t, capture::torch_api().parameter_type.get());
+  if (is_param < 0) throw PythonError();
+  return is_param && !has_marks(t, "_dynamo_dynamic_indices") &&
+         !has_marks(t, "_dynamo_weak_dynamic_indices");
+}
+}  // namespace
+
+std::vector<int64_t> without_leading_input_sizes(std::vector<int64_t> static_sizes,
+                                                 PyObject* const* inputs, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!inputs[i]) continue;
+    int tensor = PyObject_IsInstance(inputs[i], capture::torch_api().tensor_type.get());
+    if (tensor < 0) throw PythonError();
+    if (!tensor || unmarked_parameter(inputs[i])) continue;
+    PyRef shape = PyRef::steal(PyObject_GetAttrString(inputs[i], "shape"));
+    if (!shape || !PyTuple_Check(shape.get())) throw PythonError();
+    for (Py_ssize_t d = 0; d + 1 < PyTuple_GET_SIZE(shape.get()); ++d) {
+      int64_t v = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.get(), d));
+      auto it = std::lower_bound(static_sizes.begin(), static_sizes.end(), v);
+      if (it != static_sizes.end() && *it == v) static_sizes.erase(it);
+    }
+    if (PyErr_Occurred()) throw PythonError();
+  }
+  return static_sizes;
+}
+
 std::vector<int64_t> static_sizes_of(const capture::CaptureResult& res, bool generic) {
-  std::set<int64_t> fixed, inputs, consts;
+  std::set<int64_t> fixed, inputs, consts, leading;
   if (!res.graph) return {};
   std::vector<ir::Node*> ph = res.graph->placeholders();
   for (size_t i = 0; i < ph.size() && i < res.example_inputs.size(); ++i) {
     PyObject* t = res.example_inputs[i].get();
     if (!t || !ph[i]->meta) continue;
-    int is_param = PyObject_IsInstance(t, capture::torch_api().parameter_type.get());
-    if (is_param < 0) throw PythonError();
-    const bool marked =
-        has_marks(t, "_dynamo_dynamic_indices") || has_marks(t, "_dynamo_weak_dynamic_indices");
-    for (int64_t n : ph[i]->meta->sizes) (is_param && !marked ? fixed : inputs).insert(n);
+    const bool param = unmarked_parameter(t);
+    for (int64_t n : ph[i]->meta->sizes) (param ? fixed : inputs).insert(n);
+    const auto& sizes = ph[i]->meta->sizes;
+    if (!param && !sizes.empty()) leading.insert(sizes.begin(), sizes.end() - 1);
   }
   if (generic)
     for (const auto& n : res.graph->nodes()) {
@@ -224,6 +252,7 @@ std::vector<int64_t> static_sizes_of(const capture::CaptureResult& res, bool gen
     }
   for (int64_t n : consts)
     if (!inputs.count(n)) fixed.insert(n);
+  for (int64_t n : leading) fixed.erase(n);
   fixed.erase(0);
   fixed.erase(1);
   return {fixed.begin(), fixed.end()};

@@ -44,7 +44,17 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> input_sizes_of(
 // int constants of its nodes' arguments (`view(b, t, 12, 64)`) that equal no size of another
 // tensor input (a size the trace pinned). Sizes 0 and 1 are literals anyway. A guess: a size
 // taken for a constant that then changes costs a kernel compile, never a wrong result.
+// Leading sizes of inputs (the batch, the sequence length: every dimension but the last of a
+// tensor input that is not an unmarked nn.Parameter) are never taken for constants: a batch of
+// 2 in a BERT with 2 token types would otherwise be a literal in the kernels of the sizes where
+// it is 2 (a kernel compile when it changes).
 std::vector<int64_t> static_sizes_of(const capture::CaptureResult& res, bool generic);
+
+// `static_sizes` (sorted) without the leading sizes (as static_sizes_of) of `inputs` (a
+// size-generic graph's inputs at new sizes; borrowed): a compile of new sizes marks none of
+// its batch or sequence axes static where they equal a model constant.
+std::vector<int64_t> without_leading_input_sizes(std::vector<int64_t> static_sizes,
+                                                 PyObject* const* inputs, size_t n);
 
 struct ExtraState;
 

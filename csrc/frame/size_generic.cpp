@@ -15,6 +15,7 @@
 #include "core/counters.h"
 #include "core/errors.h"
 #include "core/log.h"
+#include "frame/dynamic_policy.h"
 #include "guards/storage_aliasing.h"
 #include "ir/effects.h"
 #include "passes/graph_rewrite.h"
@@ -874,7 +875,9 @@ SizeInstances::Instance SizeInstances::instantiate(PyObject* const* inputs, size
     return Instance{nullptr, false};
   }
   auto replayed = std::chrono::steady_clock::now();
-  pipeline::CompileResult ex = pipeline::compile_graph(g, ctx_);
+  pipeline::PassContext ctx = ctx_;
+  ctx.static_sizes = without_leading_input_sizes(ctx_.static_sizes, inputs, n);
+  pipeline::CompileResult ex = pipeline::compile_graph(g, ctx);
   if (!ex.executable->compiled() || ex.training_fn) {
     if (log_enabled("recompiles"))
       log_event("recompiles", func_name_ + ": no kernels at the new sizes (" + ex.no_kernels +

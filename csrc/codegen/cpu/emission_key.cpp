@@ -27,6 +27,42 @@ int64_t site_value(const LoopSpace& s, int64_t site) {
   return 0;
 }
 
+bool literal_site(const LoopSpace& s, int64_t site) {
+  int64_t kind = site >> 20, rest = site & ((int64_t{1} << 20) - 1);
+  const size_t n_outer = s.outer.size(), n = n_outer + s.red.size();
+  auto fixed = [&](size_t axis) { return axis < s.fixed.size() && s.fixed[axis]; };
+  if (kind == 0) return fixed(static_cast<size_t>(rest));
+  if (kind == 1) return fixed(n_outer + static_cast<size_t>(rest));
+  if (kind != 2) return false;
+  const size_t axis = static_cast<size_t>(rest % 64);
+  if (axis + 1 >= n) return false;
+  int64_t inner = 1;
+  for (size_t d = axis + 1; d < n; ++d) {
+    if (!fixed(d)) return false;
+    inner *= d < n_outer ? s.outer[d] : s.red[d - n_outer];
+  }
+  return inner == site_value(s, site);
+}
+
+Literals literal_values(const ir::Kernel& k, const LoopSpace& s) {
+  Literals out;
+  if (!k.runtime_sizes) return out;
+  auto literal = [&](int64_t site) {
+    if (literal_site(s, site)) out.emplace_back(site, site_value(s, site));
+  };
+  for (size_t d = 0; d < s.outer.size(); ++d) literal(outer_site(d));
+  for (size_t d = 0; d < s.red.size(); ++d) literal(red_site(d));
+  for (size_t b = 0; b < s.strides.size(); ++b)
+    for (size_t a = 0; a < s.strides[b].size(); ++a) literal(stride_site(b, a));
+  return out;
+}
+
+bool holds_literals(const LoopSpace& s, const Literals& lits) {
+  for (const auto& [site, v] : lits)
+    if (site_value(s, site) != v) return false;
+  return true;
+}
+
 namespace {
 class KeyWriter {
  public:

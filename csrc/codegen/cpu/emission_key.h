@@ -5,6 +5,7 @@
 // printing and hashing 14 modules cost ~8 ms of a new length's first call (tiny GPT-2).
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/common/loop_space.h"
@@ -32,15 +33,35 @@ inline int64_t offset_site(size_t buffer) {
 // The number at `site` of loop space `s`.
 int64_t site_value(const LoopSpace& s, int64_t site);
 
-// Two kernels with equal keys get the same text from emit_kernel (and so the same function of
-// their buffers and dims array). The key holds everything the emitter reads: the exprs (ops,
-// types, operands, buffers, constants), the flags, buffer types, the ranks, and every number of
-// the kernel's views and of its loop space `s` (= cpu_loop_space(k), the emitter's) — with
-// runtime sizes, a number other than 0 and 1 only as its sign: the emitter writes such a
-// number as a load from the dims array and decides nothing from its value (its decisions test
-// a number against 0 and 1: pass_plan.cpp, plan_stash, choose_tile). Without runtime sizes
-// every number is in the key. NOTE: a new decision the emitter takes from a number's value
-// must put that value in the key (TORCHLITE_VERIFY checks keyed reuses against the text).
+// Whether the number at `site` is the same at every size a runtime-size kernel's text serves, so
+// the emitter writes it as a literal (constant trip counts and divisions, vector loops without a
+// remainder): the size of an axis whose kernel axes are all model constants (LoopSpace::fixed,
+// from ir::Kernel::static_axes), or a buffer's stride along an axis that equals the product of
+// the sizes of every axis after it (outer, then reduction axes) when those are all fixed (a
+// contiguous walk over constant inner axes). Never an offset.
+bool literal_site(const LoopSpace& s, int64_t site);
+
+// A runtime-size kernel's literal sites and their values, in site order (empty without runtime
+// sizes). Code emitted with literals L serves every kernel of the same emission key whose values
+// at L's sites are L's values (its other numbers come from its dims array): a size that equals a
+// model constant only at some lengths (a length of 16 in a model with 16-wide heads is marked
+// static there) still finds the code emitted at other lengths.
+using Literals = std::vector<std::pair<int64_t, int64_t>>;
+Literals literal_values(const ir::Kernel& k, const LoopSpace& s);
+// Whether loop space `s` holds the values of `lits` at their sites.
+bool holds_literals(const LoopSpace& s, const Literals& lits);
+
+// Two kernels with equal keys get the same text from emit_kernel given the same literals (and
+// so the same function of their buffers and dims array). The key holds everything the emitter
+// reads: the exprs (ops, types, operands, buffers, constants), the flags, buffer types, the ranks,
+// and every number of the kernel's views and of its loop space `s` (= cpu_loop_space(k), the
+// emitter's) — with runtime sizes, a number other than 0 and 1 only as its sign: the emitter writes
+// such a number as a load from the dims array and decides nothing from its value (its decisions
+// test a number against 0 and 1: pass_plan.cpp, plan_stash, choose_tile), except the literal sites,
+// whose values the text holds and the JIT matches apart (literal_values, holds_literals).
+// Without runtime sizes every number is in the key.
+// NOTE: a new decision the emitter takes from a number's value must put that value in the key
+// or make it a literal (TORCHLITE_VERIFY checks keyed reuses against the text).
 std::string emission_key(const ir::Kernel& k, const LoopSpace& s);
 
 }  // namespace tl::codegen::cpu

@@ -24,15 +24,17 @@ class Emitter {
   // `dims` (may be null) receives the numbers a kernel with runtime sizes
   // reads from its dims array, in the order of that array, and `sites` (may be
   // null) where each is used (emission_key.h).
+  // `literals` (may be null: literal_values of the kernel): the sites written as literals.
   Emitter(const ir::Kernel& k, llvm::Function* f, std::vector<int64_t>* dims = nullptr,
-          std::vector<int64_t>* sites = nullptr)
+          std::vector<int64_t>* sites = nullptr, const Literals* literals = nullptr)
       : k_(k),
         s_(cpu_loop_space(k)),
         b_(f->getContext()),
         f_(f),
         n_in_(k.inputs.size()),
         dims_out_(dims),
-        sites_out_(sites) {}
+        sites_out_(sites),
+        literals_(literals ? *literals : literal_values(k, s_)) {}
   void run();
 
  private:
@@ -52,6 +54,7 @@ class Emitter {
   // values other than 0 and 1) a number read from the dims array once, in the
   // entry block. `site` names where it is used, so each site has one slot.
   llvm::Value* num(int64_t site, int64_t v);
+  bool is_literal(int64_t site) const;
   llvm::Value* outer_size(size_t d) { return num(outer_site(d), s_.outer[d]); }
   llvm::Value* red_size(size_t d) { return num(red_site(d), s_.red[d]); }
   llvm::Value* stride(size_t bi, size_t axis) {
@@ -107,6 +110,7 @@ class Emitter {
   llvm::BasicBlock* entry_ = nullptr;
   llvm::Value* dims_ = nullptr;             // the dims array (runtime sizes)
   std::map<int64_t, llvm::Value*> params_;  // site -> its loaded number
+  Literals literals_;                       // sites written as literals, in site order
 };
 
 }  // namespace tl::codegen::cpu

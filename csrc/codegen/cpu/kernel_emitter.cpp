@@ -5,6 +5,7 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include <algorithm>
+#include <climits>
 #include <set>
 
 #include "codegen/cpu/emitter.h"
@@ -42,7 +43,7 @@ void Emitter::run() {
 }
 
 llvm::Value* Emitter::num(int64_t site, int64_t v) {
-  if (!k_.runtime_sizes || v == 0 || v == 1) return b_.getInt64(v);
+  if (!k_.runtime_sizes || v == 0 || v == 1 || is_literal(site)) return b_.getInt64(v);
   auto [it, fresh] = params_.try_emplace(site, nullptr);
   if (!fresh) return it->second;
   int64_t slot = static_cast<int64_t>(params_.size()) - 1;
@@ -53,6 +54,11 @@ llvm::Value* Emitter::num(int64_t site, int64_t v) {
                                    at_entry.CreateConstGEP1_64(at_entry.getInt64Ty(), dims_, slot),
                                    "dim" + std::to_string(slot));
   return it->second;
+}
+
+bool Emitter::is_literal(int64_t site) const {
+  auto it = std::lower_bound(literals_.begin(), literals_.end(), std::make_pair(site, INT64_MIN));
+  return it != literals_.end() && it->first == site;
 }
 
 void Emitter::fail(size_t i, const std::string& why) { expr_error(k_, "kernel", i, why); }
@@ -148,12 +154,35 @@ llvm::Value* Emitter::row(llvm::Value* idx, llvm::Value* end) {
   };
   if (s_.red.empty()) {
     std::vector<llvm::Value*> invariant = row_invariants(at(base, c_last));
-    emit_for(b_, c_last, row_end, [&](llvm::Value* j) {
-      new_scope(at(base, j));
-      for (size_t i = 0; i < invariant.size(); ++i)
-        if (invariant[i]) cache_[i] = invariant[i];
-      store_outputs(0);
-    });
+    auto points = [&](llvm::Value* lo, llvm::Value* hi) {
+      emit_for(b_, lo, hi, [&](llvm::Value* j) {
+        new_scope(at(base, j));
+        for (size_t i = 0; i < invariant.size(); ++i)
+          if (invariant[i]) cache_[i] = invariant[i];
+        store_outputs(0);
+      });
+    };
+    // NOTE: a row whose length is a model constant (a bias + GELU over [b * t, 3072]: the bias
+    // keeps the axes apart) runs, when whole, a loop with a constant trip count: LLVM's vector
+    // loop then needs no remainder when the length is whole vectors, and no trip-count checks.
+    const int64_t n_last = s_.outer[last];
+    if (k_.runtime_sizes && n_last > 1 && is_literal(outer_site(last))) {
+      llvm::Value* whole = b_.CreateAnd(b_.CreateICmpEQ(c_last, b_.getInt64(0)),
+                                        b_.CreateICmpEQ(row_end, b_.getInt64(n_last)));
+      auto* full = llvm::BasicBlock::Create(b_.getContext(), "row.whole", f_);
+      auto* part = llvm::BasicBlock::Create(b_.getContext(), "row.part", f_);
+      auto* done = llvm::BasicBlock::Create(b_.getContext(), "row.done", f_);
+      b_.CreateCondBr(whole, full, part);
+      b_.SetInsertPoint(full);
+      points(b_.getInt64(0), b_.getInt64(n_last));
+      b_.CreateBr(done);
+      b_.SetInsertPoint(part);
+      points(c_last, row_end);
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+    } else {
+      points(c_last, row_end);
+    }
   } else {
     emit_for(
         b_, c_last, row_end,
@@ -236,7 +265,7 @@ void mark_parallel_inner_loops(llvm::Function& f) {
 
 std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string& fn_name,
                                           llvm::LLVMContext& ctx, std::vector<int64_t>* dims,
-                                          std::vector<int64_t>* sites) {
+                                          std::vector<int64_t>* sites, const Literals* literals) {
   auto m = std::make_unique<llvm::Module>("torchlite", ctx);
   auto* i64 = llvm::Type::getInt64Ty(ctx);
   auto* ptr = llvm::PointerType::get(ctx, 0);
@@ -245,7 +274,7 @@ std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string
   f->setDoesNotThrow();
   f->addParamAttr(2, llvm::Attribute::NoCapture);
   f->addParamAttr(2, llvm::Attribute::ReadOnly);
-  Emitter(k, f, dims, sites).run();
+  Emitter(k, f, dims, sites, literals).run();
   if (k.aliased_io && k.reduction_axes == 0) mark_parallel_inner_loops(*f);
   std::string err;
   llvm::raw_string_ostream os(err);

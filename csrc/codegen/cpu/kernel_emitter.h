@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cpu/emission_key.h"
 #include "ir/loop_ir.h"
 
 namespace tl::codegen::cpu {
@@ -21,11 +22,13 @@ namespace tl::codegen::cpu {
 // `const int64_t*` dims array the function reads its loop sizes, strides and
 // offsets from (0 and 1 stay constants in the code);
 // `dims` (may be null) receives this kernel's values for it, `sites` (may be
-// null) where in the loop space each comes from (emission_key.h).
+// null) where in the loop space each comes from (emission_key.h); `literals` (may be null:
+// literal_values(k, its loop space)) the sites written as literals, each with k's own value.
 // Throws tl::Error (Internal) naming the kernel for IR it cannot lower.
 std::unique_ptr<llvm::Module> emit_kernel(const ir::Kernel& k, const std::string& fn_name,
                                           llvm::LLVMContext& ctx,
                                           std::vector<int64_t>* dims = nullptr,
-                                          std::vector<int64_t>* sites = nullptr);
+                                          std::vector<int64_t>* sites = nullptr,
+                                          const Literals* literals = nullptr);
 
 }  // namespace tl::codegen::cpu

@@ -39,13 +39,15 @@ std::mutex g_mu;  // the symbol table, and adding objects to the JIT
 std::unordered_map<std::string, std::weak_ptr<LinkedKernel>> g_linked;  // symbol -> live code
 std::atomic<int64_t> g_live{0};
 // What a kernel emitted before became (codegen/cpu/emission_key.h): a kernel with the same
-// emission key has the same text, so it takes the linked code and reads its dims from the same
-// sites of its own loop space, without emitting.
+// emission key that holds its literals' values has the same text, so it takes the linked code
+// and reads its dims from the same sites of its own loop space, without emitting.
 struct Emitted {
   std::string key, symbol;
   std::vector<int64_t> sites;
+  codegen::cpu::Literals literals;
 };
-std::unordered_map<std::string, Emitted> g_emitted;  // emission key -> its text's names (g_mu)
+// emission key -> the texts emitted for it, one per set of literals (g_mu)
+std::unordered_map<std::string, std::vector<Emitted>> g_emitted;
 std::atomic<int64_t> g_emits{0};
 
 std::string dump_dir() { return kernel_dump_dir(process_settings()); }
@@ -105,7 +107,9 @@ struct LinkedKernel {
 void sweep_linked() {
   if (static_cast<int64_t>(g_linked.size() + g_emitted.size()) <= 4 * g_live.load() + 128) return;
   std::erase_if(g_linked, [](const auto& kv) { return kv.second.expired(); });
-  std::erase_if(g_emitted, [](const auto& kv) { return !g_linked.count(kv.second.symbol); });
+  for (auto& [key, texts] : g_emitted)
+    std::erase_if(texts, [](const Emitted& e) { return !g_linked.count(e.symbol); });
+  std::erase_if(g_emitted, [](const auto& kv) { return kv.second.empty(); });
 }
 
 struct Job {
@@ -114,6 +118,9 @@ struct Job {
   std::string object;
   std::vector<int64_t> dims, sites;
   std::string emission_key;
+  codegen::cpu::Literals literals;  // the kernel's own (literal_values)
+  // The literals of the text a reused kernel takes (unset: its own).
+  std::optional<codegen::cpu::Literals> emit_literals;
   codegen::LoopSpace space;
   bool reused = false;  // found by its emission key: not emitted
   bool disk_hit = false;
@@ -164,7 +171,8 @@ std::unique_ptr<llvm::Module> emit_module(Job& job, llvm::LLVMContext& ctx) {
   job.dims.clear();
   job.sites.clear();
   g_emits++;
-  auto m = codegen::cpu::emit_kernel(*job.kernel, "tl_kernel", ctx, &job.dims, &job.sites);
+  auto m = codegen::cpu::emit_kernel(*job.kernel, "tl_kernel", ctx, &job.dims, &job.sites,
+                                     job.emit_literals ? &*job.emit_literals : nullptr);
   if (!job.symbol.empty()) m->getFunction("tl_kernel")->setName(job.symbol);
   return m;
 }
@@ -266,21 +274,28 @@ void reuse_emitted(std::vector<Job>& jobs) {
   for (auto& job : jobs) {
     auto it = g_emitted.find(job.emission_key);
     if (it == g_emitted.end()) continue;
-    auto linked = g_linked.find(it->second.symbol);
-    if (linked == g_linked.end() || !(job.code = linked->second.lock())) continue;
-    job.key = it->second.key;
-    job.symbol = it->second.symbol;
-    job.sites = it->second.sites;
-    job.dims.clear();
-    for (int64_t site : job.sites) job.dims.push_back(codegen::cpu::site_value(job.space, site));
-    job.reused = true;
+    for (const Emitted& e : it->second) {
+      if (!codegen::cpu::holds_literals(job.space, e.literals)) continue;
+      auto linked = g_linked.find(e.symbol);
+      if (linked == g_linked.end() || !(job.code = linked->second.lock())) continue;
+      job.key = e.key;
+      job.symbol = e.symbol;
+      job.sites = e.sites;
+      job.dims.clear();
+      for (int64_t site : job.sites) job.dims.push_back(codegen::cpu::site_value(job.space, site));
+      job.emit_literals = e.literals;
+      job.reused = true;
+      break;
+    }
   }
 }
 
-// TORCHLITE_VERIFY: a reused kernel's text and dims are those emitting it gives.
+// TORCHLITE_VERIFY: a reused kernel's text and dims are those emitting it (with the literals of
+// the text it reuses) gives.
 void verify_reused(const Job& job) {
   Job fresh;
   fresh.kernel = job.kernel;
+  fresh.emit_literals = job.emit_literals;
   prepare(fresh);
   TL_CHECK(fresh.key == job.key && fresh.dims == job.dims)
       << "kernel " << job.kernel->name
@@ -298,23 +313,31 @@ CompiledKernels compile_kernels(const std::vector<const ir::Kernel*>& kernels) {
   for (auto& job : jobs) {
     job.space = codegen::cpu::cpu_loop_space(*job.kernel);
     job.emission_key = codegen::cpu::emission_key(*job.kernel, job.space);
+    job.literals = codegen::cpu::literal_values(*job.kernel, job.space);
   }
   {
     std::lock_guard<std::mutex> lock(g_mu);
     reuse_emitted(jobs);
   }
-  // Kernels to emit: one per emission key not linked yet (a model repeats its blocks); the
-  // others of the same key copy its names and read their own dims from its sites.
+  // Kernels to emit: one per emission key and literals not linked yet (a model repeats its
+  // blocks); the others of the same key and literals copy its names and read their own dims
+  // from its sites.
+  auto full_key = [](const Job& job) {
+    std::string key = job.emission_key + "F";
+    for (const auto& [site, v] : job.literals)
+      key += std::to_string(site) + ":" + std::to_string(v) + ",";
+    return key;
+  };
   std::vector<size_t> fresh, copies;
   std::unordered_map<std::string, size_t> first_of;
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (jobs[i].reused) continue;
-    (first_of.emplace(jobs[i].emission_key, i).second ? fresh : copies).push_back(i);
+    (first_of.emplace(full_key(jobs[i]), i).second ? fresh : copies).push_back(i);
   }
   compile_in_parallel(fresh.size(), [&](size_t i) { prepare(jobs[fresh[i]]); });
   for (size_t i : copies) {
     Job& job = jobs[i];
-    const Job& first = jobs[first_of.at(job.emission_key)];
+    const Job& first = jobs[first_of.at(full_key(job))];
     job.key = first.key;
     job.symbol = first.symbol;
     job.sites = first.sites;
@@ -340,7 +363,11 @@ CompiledKernels compile_kernels(const std::vector<const ir::Kernel*>& kernels) {
     sweep_linked();
     for (auto& job : jobs) {
       link(job, cache);
-      if (!job.reused) g_emitted[job.emission_key] = {job.key, job.symbol, job.sites};
+      if (!job.reused) {
+        std::vector<Emitted>& texts = g_emitted[job.emission_key];
+        std::erase_if(texts, [&](const Emitted& e) { return e.literals == job.literals; });
+        texts.push_back({job.key, job.symbol, job.sites, job.literals});
+      }
       out.fns.push_back(job.code->fn);
       out.dims.push_back(job.dims);
       code->push_back(job.code);

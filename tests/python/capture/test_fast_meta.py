@@ -380,6 +380,64 @@ def test_attention_matches_meta_over_layouts_masks_and_arguments(grad):
     assert answered >= 4 * (2 * 9 + 1)
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_grouped_query_attention_matches_meta_over_heads_masks_and_arguments(grad):
+    """enable_gqa=True (Llama's and Mistral's attention): key/value heads dividing the query's
+    are answered in C++; forms torch's meta path broadcasts or rejects are left to it."""
+    sdpa = F.scaled_dot_product_attention
+    answered = 0
+    for dtype in [torch.float16, torch.bfloat16, torch.float32]:
+        rg = grad and dtype.is_floating_point
+        for hq, hkv, lq, lk in [
+            (4, 2, 5, 7),
+            (4, 1, 1, 9),
+            (6, 3, 8, 8),
+            (4, 4, 3, 3),
+            (8, 2, 2, 6),
+        ]:
+            q = meta((2, hq, lq, 8), dtype, requires_grad=rg)
+            packed = meta((2, lq, hq * 8 + 16), dtype).split(hq * 8, dim=2)[0]
+            q_view = packed.view(2, lq, hq, 8).transpose(1, 2)  # a projection's heads
+            k = meta((2, hkv, lk, 8), dtype)
+            v_t = meta((2, hkv, lk, 6), dtype, "transposed")
+            v = meta((2, hkv, lk, 6), dtype)
+            for qq, vv in [(q, v), (q_view, v_t)]:
+                for kw in [
+                    {},
+                    {"is_causal": True},
+                    {"is_causal": True, "scale": 0.35},
+                    {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None},
+                    {"attn_mask": meta((lq, lk), torch.bool)},
+                    {"attn_mask": meta((2, 1, lq, lk), dtype)},
+                    {"attn_mask": meta((2, hq, lq, lk), torch.bool)},
+                    {"attn_mask": meta((lq, lk), dtype, "expanded")},
+                ]:
+                    answered += compare(sdpa, qq, k, vv, enable_gqa=True, **kw)
+                    answered += compare(sdpa, qq, k, vv, None, 0.0, kw.get("is_causal", False),
+                                        enable_gqa=True, scale=kw.get("scale"))  # fmt: skip
+                    compare(
+                        sdpa, qq, k, vv, enable_gqa=False, **kw
+                    )  # torch raises unless hq == hkv
+            if hkv > 1:  # key/value masks at the key/value heads do not broadcast: torch raises
+                compare(sdpa, q, k, v, enable_gqa=True, attn_mask=meta((2, hkv, lq, lk)))
+            compare(sdpa, q, k, v, attn_mask=meta((lq, lk)), is_causal=True, enable_gqa=True)
+        # heads that do not divide, key and value heads that differ, 3-d "heads": left to torch
+        q4 = meta((2, 4, 5, 8), dtype)
+        assert not compare(sdpa, q4, meta((2, 3, 7, 8), dtype), meta((2, 3, 7, 6), dtype),
+                           enable_gqa=True)  # fmt: skip
+        assert not compare(sdpa, q4, meta((2, 8, 7, 8), dtype), meta((2, 8, 7, 6), dtype),
+                           enable_gqa=True)  # fmt: skip
+        assert not compare(sdpa, q4, meta((2, 2, 7, 8), dtype), meta((2, 1, 7, 6), dtype),
+                           enable_gqa=True)  # fmt: skip
+        assert not compare(sdpa, q4, meta((1, 2, 7, 8), dtype), meta((1, 2, 7, 6), dtype),
+                           enable_gqa=True)  # fmt: skip
+        assert not compare(sdpa, meta((4, 5, 8), dtype), meta((2, 7, 8), dtype),
+                           meta((2, 7, 6), dtype), enable_gqa=True)  # fmt: skip
+        assert not compare(sdpa, q4, meta((2, 2, 7, 8), dtype), meta((2, 2, 7, 6), dtype),
+                           enable_gqa=1)  # fmt: skip
+    assert answered >= 3 * 5 * 2 * 8 * 2
+
+
 def test_check_reports_any_difference_as_internal_error():
     x = meta((4, 8))
     torchlite._C.check_fast_meta("add", x, meta((4, 8)))

@@ -69,3 +69,57 @@ def test_a_new_sizes_compile_runs_no_python_meta_kernel(batch):
             assert torchlite.counters()["size_instances"] == before + 1  # compiled in this call
             assert not calls, calls.most_common(5)
             torch.testing.assert_close(out, _gelu_block(x))
+
+
+def _gqa_block(x, wq, wk, wv, wo):
+    # Llama's attention without its rotary embedding: 4 query heads over 2 key/value heads
+    b, t, _ = x.shape
+    h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    q = F.linear(h, wq).view(b, t, 4, 8).transpose(1, 2)
+    k = F.linear(h, wk).view(b, t, 2, 8).transpose(1, 2)
+    v = F.linear(h, wv).view(b, t, 2, 8).transpose(1, 2)
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.35, enable_gqa=True)
+    return F.linear(o.transpose(1, 2).reshape(b, t, 32), wo) + x
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_grouped_query_attention_at_a_new_size_runs_no_python_meta_kernel(batch):
+    """enable_gqa=True SDPA at a new length: capture's C++ rule answers its meta result
+    (torch's meta path for it is Python: ~1.8 ms a call, per layer at every new length)."""
+    ws = [torch.randn(32, 32) * 0.2, torch.randn(16, 32) * 0.2, torch.randn(16, 32) * 0.2]
+    ws.append(torch.randn(32, 32) * 0.2)
+    compiled = torchlite.compile(_gqa_block)
+    with torch.no_grad():
+        for t in (5, 7):  # the exact entry, then the size-generic one
+            x = torch.randn(batch, t, 32)
+            torch.testing.assert_close(compiled(x, *ws), _gqa_block(x, *ws))
+        for t in (9, 2, 31, 12):
+            x = torch.randn(batch, t, 32)
+            before = torchlite.counters()["size_instances"]
+            out, calls = _python_meta_calls(lambda x=x: compiled(x, *ws))
+            assert torchlite.counters()["size_instances"] == before + 1  # compiled in this call
+            assert not calls, calls.most_common(5)
+            torch.testing.assert_close(out, _gqa_block(x, *ws))
+
+
+def test_a_llama_sweep_runs_no_python_attention_meta_per_new_length():
+    """transformers' Llama (sdpa attention: enable_gqa=True, is_causal=True): at every new
+    length no layer's attention runs torch's Python meta path (its math path's safe_softmax
+    decomposition is its mark), and results equal eager."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(
+        num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=64, max_position_embeddings=128, vocab_size=100,
+    )  # fmt: skip
+    model = transformers.LlamaModel(cfg).eval()
+    compiled = torchlite.compile(model)
+    with torch.no_grad():
+        for i, t in enumerate((5, 7, 9, 13)):
+            ids = torch.randint(1, 100, (2, t))
+            before = torchlite.counters()["size_instances"]
+            out, calls = _python_meta_calls(lambda ids=ids: compiled(input_ids=ids))
+            ref = model(input_ids=ids).last_hidden_state
+            torch.testing.assert_close(out.last_hidden_state, ref, atol=1e-4, rtol=1e-4)
+            if i >= 2:  # after the exact and the size-generic captures
+                assert torchlite.counters()["size_instances"] > before
+                assert calls["safe_softmax"] == 0, calls.most_common(5)
