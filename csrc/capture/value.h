@@ -67,11 +67,11 @@ struct Value {
   bool flag = false;     // GradMode / GradModeExit: grad enabled; Method: a C slot of a base class
   int restore = -1;      // GradMode from set_grad_enabled(): the mode before the call
   bool mutated = false;  // List/Dict/Deque from the frame was changed by traced code
-  PyRef maxlen;          // Deque: None or an int (kept out of `obj`, which other kinds compare)
-  size_t state = 0;  // Deque: mutations so far (an iterator made before one stops, as CPython's)
-  PyRef named_type;  // Tuple: namedtuple / torch.Size type to rebuild, or null
-  ValuePtr attrs;    // Object made by traced code: its __dict__ (a Dict value)
-  ValuePtr mapping;  // Object made by traced code from a dict subclass: its items (a Dict)
+  PyRef maxlen;          // Deque: None or an int (not in `obj`, which other kinds compare)
+  size_t state = 0;      // Deque: its mutations so far (as CPython's, for its iterators)
+  PyRef named_type;      // Tuple: namedtuple / torch.Size type to rebuild, or null
+  ValuePtr attrs;        // Object made by traced code: its __dict__ (a Dict value)
+  ValuePtr mapping;      // Object made by traced code from a dict subclass: its items (a Dict)
   // Const int computed from tensor sizes: its expression over the capture's size symbols
   // (CaptureContext::size_value); obj is its value at this call's sizes. A Const slice with
   // such bounds: sym_slice, start/stop/step in items. Consumers that do not follow the
