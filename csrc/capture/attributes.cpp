@@ -1,4 +1,5 @@
 // Attribute reads and writes on symbolic values.
+#include "capture/deque.h"
 #include "capture/graph_break.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
@@ -105,6 +106,8 @@ PyObject* container_type(const ValuePtr& v) {  // borrowed
       return reinterpret_cast<PyObject*>(&PyDict_Type);
     case VKind::Set:
       return reinterpret_cast<PyObject*>(&PySet_Type);
+    case VKind::Deque:
+      return deque_type();
     default:
       return v->named_type ? v->named_type.get() : reinterpret_cast<PyObject*>(&PyTuple_Type);
   }
@@ -116,6 +119,7 @@ PyObject* container_type(const ValuePtr& v) {  // borrowed
 // missing one is missing (hasattr([], "foo") is False), a Python method of a namedtuple
 // subclass is inlined with self, a plain class attribute (_fields) is its value.
 std::optional<ValuePtr> Tracer::container_attr(const ValuePtr& obj, const std::string& name) {
+  if (obj->kind == VKind::Deque && name == "maxlen") return Value::constant(obj->maxlen);
   PyRef pyname = PyRef::steal(PyUnicode_FromString(name.c_str()));
   PyObject* type = container_type(obj);
   PyObject* descr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type), pyname.get());
@@ -267,6 +271,17 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
     return;
   }
   if (is_fresh_module(obj)) return store_fresh_module_attr(obj, name, v);
+  // NOTE: kept a break on purpose (Dynamo replays it after the graph): every read of a class
+  // attribute is guarded by value, so the common case, a counter (`type(self).calls += 1`),
+  // would fail its guard and recapture on every call; eager runs it once per call instead.
+  if (obj->is_const() && PyType_Check(obj->obj.get()))
+    graph_break("unsupported_side_effect",
+                std::string("assignment to the class attribute ") +
+                    reinterpret_cast<PyTypeObject*>(obj->obj.get())->tp_name + "." + name +
+                    " (shared by every instance)",
+                "keep per-call state on the instance (self." + name +
+                    " = ...) or return it; a class attribute written in compiled code runs "
+                    "eagerly, as its guarded value would change on every call");
   graph_break("unsupported_side_effect", "attribute assignment on a " + obj->type_name());
 }
 
@@ -618,7 +633,8 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
     default:
       break;
   }
-  if (obj->is_sequence() || obj->kind == VKind::Dict || obj->kind == VKind::Set)
+  if (obj->is_sequence() || obj->kind == VKind::Dict || obj->kind == VKind::Set ||
+      obj->kind == VKind::Deque)
     return container_attr(obj, name);
   if (obj->kind == VKind::Tensor) {
     ValuePtr m = Value::of_kind(VKind::Method);

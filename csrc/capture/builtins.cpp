@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "capture/constant_fold.h"
+#include "capture/deque.h"
 #include "capture/graph_break.h"
 #include "capture/lazy_iter.h"
 #include "capture/py_helpers.h"
@@ -293,7 +294,8 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
     }
     if (name == "len" && args.size() == 1) {
       const ValuePtr& v = args[0];
-      if (v->is_sequence() || v->kind == VKind::Dict) return const_int(v->items.size());
+      if (v->is_sequence() || v->kind == VKind::Dict || v->kind == VKind::Deque)
+        return const_int(v->items.size());
       if (v->kind == VKind::Set) return const_int(PySet_GET_SIZE(v->obj.get()));
       if (v->kind == VKind::Object) {
         if (auto r = call_dunder(v, "__len__", {})) return const_int(checked_len(*r));
@@ -326,6 +328,7 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         case VKind::List:
         case VKind::Dict:
         case VKind::Set:
+        case VKind::Deque:
           return const_bool(false);
         case VKind::Const:
         case VKind::Module:
@@ -372,6 +375,9 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
         case VKind::Set:
           type = reinterpret_cast<PyObject*>(&PySet_Type);
           break;
+        case VKind::Deque:
+          type = deque_type();
+          break;
         case VKind::DictView:
           type = dict_view_type(v);
           break;
@@ -407,12 +413,21 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       if (v->kind == VKind::Set)
         return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(&PySet_Type)));
       if (v->kind == VKind::DictView) return Value::constant(PyRef::borrow(dict_view_type(v)));
+      if (v->kind == VKind::Deque) return Value::constant(PyRef::borrow(deque_type()));
       if (v->kind == VKind::Tuple)
         return Value::constant(v->named_type
                                    ? v->named_type
                                    : PyRef::borrow(reinterpret_cast<PyObject*>(&PyTuple_Type)));
-      if (v->obj)
-        return Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()))));
+      if (v->obj) {
+        PyTypeObject* t = Py_TYPE(v->obj.get());
+        ValuePtr r = Value::constant(PyRef::borrow(reinterpret_cast<PyObject*>(t)));
+        // NOTE: a class's attributes change (`type(self).calls += 1`): the class is a guard
+        // root, so what the trace reads through it is guarded as through `G['Cls']`. A C
+        // type's cannot change.
+        if (t->tp_flags & Py_TPFLAGS_HEAPTYPE)
+          r->source = ir::Source::held(PyRef::borrow(reinterpret_cast<PyObject*>(t)), t->tp_name);
+        return r;
+      }
     }
     if ((name == "getattr" || name == "hasattr") && args.size() >= 2 && args[1]->is_const() &&
         PyUnicode_Check(args[1]->obj.get())) {
@@ -627,6 +642,11 @@ ValuePtr Tracer::call_builtin(PyObject* fn, std::vector<ValuePtr>& args, KwArgs&
       }
       graph_break("unsupported_operand", name + "() over tensors (use torch.minimum/maximum)");
     }
+    // NOTE: a container's truth is whether it holds items, whatever the items are (tensors).
+    if (name == "bool" && args.size() == 1 && kwargs.empty() &&
+        (args[0]->is_sequence() || args[0]->kind == VKind::Dict || args[0]->kind == VKind::Deque ||
+         args[0]->kind == VKind::DictView))
+      return const_bool(truth(args[0]));
     if (pure_builtins().count(name) || is_builtin_type) {
       if (all_const(args, kwargs)) return call_pure(ctx_, fn, args, kwargs);
       if ((name == "str" || name == "repr") && args.size() == 1 && kwargs.empty()) {

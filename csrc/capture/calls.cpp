@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "capture/autocast.h"
+#include "capture/deque.h"
 #include "capture/graph_break.h"
 #include "capture/optimizer_step.h"
 #include "capture/polyfills.h"
@@ -365,6 +366,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
                   "constructing " + qual + ", a namedtuple subclass with its own __new__/__init__");
     return make_namedtuple(f, args, kwargs);
   }
+  if (f == deque_type()) return make_deque(args, kwargs);
   if (is_plain_user_class(f) || is_ordered_dict_class(f))
     return construct_object(f, std::move(args), std::move(kwargs));
   // NOTE: a torch.nn method called unbound on a module (`nn.LayerNorm.forward(self, x)` in a

@@ -37,7 +37,8 @@ std::string utf8(PyObject* s) {
 
 // A list, dict or object made by the trace: rebuilt fresh, so it must be rebuilt once.
 bool is_mutable_built(const ValuePtr& v) {
-  return v->kind == VKind::List || v->kind == VKind::Dict || (v->kind == VKind::Object && v->flag);
+  return v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Deque ||
+         (v->kind == VKind::Object && v->flag);
 }
 
 // Adds the symbols `e` reads to `out`.
@@ -168,7 +169,7 @@ class ResidualBuilder {
       }
       return false;
     }
-    if (c.kind == VKind::List && PyLong_Check(item.key.get())) {
+    if ((c.kind == VKind::List || c.kind == VKind::Deque) && PyLong_Check(item.key.get())) {
       long long i = PyLong_AsLongLong(item.key.get());
       if (i < 0 || i >= static_cast<long long>(c.items.size())) return false;
       return is_read_value(c.items[static_cast<size_t>(i)]);
@@ -263,6 +264,16 @@ class ResidualBuilder {
         for (auto& item : v->items) r.items.push_back(build(item));
         r.kind = v->kind == VKind::List ? ir::Residual::Kind::List : ir::Residual::Kind::Dict;
         r.keys = v->keys;
+        return r;
+      case VKind::Deque:
+        if (v->source) {  // the caller's own deque, mutations replayed separately
+          r.kind = ir::Residual::Kind::Source;
+          r.source = v->source;
+          return r;
+        }
+        for (auto& item : v->items) r.items.push_back(build(item));
+        r.kind = ir::Residual::Kind::Deque;
+        r.value = v->maxlen;
         return r;
       case VKind::Module:
       case VKind::Object:
@@ -563,11 +574,12 @@ std::vector<ir::SideEffect> side_effects(CaptureContext& ctx, ResidualBuilder& r
   for (auto& c : ctx.sourced_containers) {
     if (!c->mutated) continue;
     ir::SideEffect s;
-    s.kind = c->kind == VKind::List ? ir::SideEffect::Kind::ReplaceList
-                                    : ir::SideEffect::Kind::ReplaceDict;
+    s.kind = c->kind == VKind::List    ? ir::SideEffect::Kind::ReplaceList
+             : c->kind == VKind::Deque ? ir::SideEffect::Kind::ReplaceDeque
+                                       : ir::SideEffect::Kind::ReplaceDict;
     s.target = c->source;
     ir::Residual r;
-    r.kind = c->kind == VKind::List ? ir::Residual::Kind::List : ir::Residual::Kind::Dict;
+    r.kind = c->kind == VKind::Dict ? ir::Residual::Kind::Dict : ir::Residual::Kind::List;
     r.keys = c->keys;
     for (auto& item : c->items) r.items.push_back(rb.build(item));
     s.value = std::move(r);
@@ -724,7 +736,7 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const CaptureCo
   std::unordered_map<const Value*, int> held_by_local;
   for (size_t position = 0; position < passed.size(); ++position) {
     const ValuePtr& v = locals[passed[position]];
-    if (v->kind == VKind::List || v->kind == VKind::Dict)
+    if (v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Deque)
       held_by_local.emplace(v.get(), static_cast<int>(position));
   }
   for (const ValuePtr& v : at.stack) {

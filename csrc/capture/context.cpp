@@ -8,6 +8,7 @@
 #include "capture/autocast.h"
 #include "capture/backend_layout.h"
 #include "capture/constant_fold.h"
+#include "capture/deque.h"
 #include "capture/eager_checks.h"
 #include "capture/effect_order.h"
 #include "capture/graph_break.h"
@@ -769,6 +770,26 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
           constant_keys && (PyUnicode_CheckExact(k.get()) || PyLong_CheckExact(k.get()));
     if (constant_keys && !v->keys.empty()) guards_.add_dict_keys(src, obj);
     sourced_containers.push_back(v);
+  } else if (src && Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(deque_type())) {
+    // NOTE: guarded by what the trace reads (type, length, maxlen, items), never by identity:
+    // a deque made before a graph break reaches the resume function anew on every call.
+    guards_.add_type_match(src, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    Py_ssize_t n = PyObject_Length(obj);
+    if (n < 0) throw PythonError();
+    guards_.add_length_match(src, n);
+    PyRef maxlen = PyRef::steal(PyObject_GetAttrString(obj, "maxlen"));
+    if (!maxlen) throw PythonError();
+    guards_.add_equals_match(ir::Source::attr(src, "maxlen"), maxlen.get());
+    std::vector<ValuePtr> items;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyRef item = PyRef::steal(PySequence_GetItem(obj, i));
+      if (!item) throw PythonError();
+      // NOTE: the deque holds the item: the borrowed pointer stays valid while tracing.
+      items.push_back(wrap(item.get(), ir::Source::item(src, PyRef::steal(PyLong_FromSsize_t(i)))));
+    }
+    v = make_deque_value(std::move(items), std::move(maxlen));
+    v->source = src;
+    sourced_containers.push_back(v);
   } else if (src && PySet_CheckExact(obj)) {
     // A set from outside the function (a closure's, a global): what `in`, len() and
     // iteration answered while tracing holds only while it has the same elements.
@@ -806,7 +827,7 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
   if (src) {
     inputs_by_source_[key] = v;
     if (v->kind == VKind::Module || v->kind == VKind::Object || v->kind == VKind::Dict ||
-        v->kind == VKind::List)
+        v->kind == VKind::List || v->kind == VKind::Deque)
       values_by_object_.emplace(obj, std::make_pair(PyRef::borrow(obj), v));
   }
   return v;

@@ -1,4 +1,5 @@
 // iter() and next() over symbolic values, and dict views (keys/values/items).
+#include "capture/deque.h"
 #include "capture/graph_break.h"
 #include "capture/lazy_iter.h"
 #include "capture/py_helpers.h"
@@ -89,6 +90,8 @@ ValuePtr Tracer::get_iter(const ValuePtr& v) {
       return v;
     case VKind::List:
       return lazy_iterator(list_iter(v), "list_iterator");
+    case VKind::Deque:
+      return lazy_iterator(deque_iter(v), "_collections._deque_iterator");
     case VKind::Dict:
       return lazy_iterator(dict_iter(v, "keys"), "dict_keyiterator");
     case VKind::DictView:

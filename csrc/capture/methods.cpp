@@ -229,6 +229,7 @@ ValuePtr Tracer::call_method_on(const ValuePtr& self, const std::string& name,
     }
   }
   if (self->kind == VKind::Set) return call_set_method(self, name, args);
+  if (self->kind == VKind::Deque) return call_deque_method(self, name, args, kwargs);
   if (auto r = created_object_method(self, name, args, kwargs)) return *r;
   if (self->kind == VKind::Module || self->kind == VKind::Object) {
     // A C-level method of a traced object (e.g. dict methods of a subclass).

@@ -41,6 +41,7 @@ bool Tracer::truth(const ValuePtr& v) {
     case VKind::Tuple:
     case VKind::List:
     case VKind::Dict:
+    case VKind::Deque:
       return !v->items.empty();
     case VKind::Module: {
       int r = PyObject_IsTrue(v->obj.get());
@@ -75,6 +76,7 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Tuple:
     case VKind::List:
+    case VKind::Deque:
       return v->items;
     case VKind::Dict: {
       std::vector<ValuePtr> keys;
@@ -641,6 +643,11 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
           idx->obj.get(), c->items.size(),
           c->kind == VKind::List ? "list index out of range" : "tuple index out of range")];
     }
+    case VKind::Deque:
+      // NOTE: an int only (a deque takes no slice: CPython raises its TypeError).
+      if (!idx->is_const() || !PyLong_Check(idx->obj.get()))
+        graph_break("unsupported_value", "a deque index that is not an int known while tracing");
+      return c->items[normalize_index(idx->obj.get(), c->items.size(), "deque index out of range")];
     case VKind::Dict: {
       const ValuePtr key = key_value(ctx_, idx);
       if (!key->is_const()) graph_break("unsupported_dict_key", "dict key must be a constant");
@@ -856,6 +863,11 @@ void Tracer::store_subscript(const ValuePtr& c, const ValuePtr& idx, const Value
     mark_mutated(c);
     return;
   }
+  if (c->kind == VKind::Deque && PyLong_Check(idx->obj.get())) {
+    c->items[normalize_index(idx->obj.get(), c->items.size(), "deque index out of range")] = v;
+    mark_mutated(c);  // NOTE: CPython's item store leaves iterators valid (no state change)
+    return;
+  }
   if (c->kind == VKind::Dict) {
     int i = dict_find(c, idx->obj.get());
     if (i >= 0) {
@@ -914,7 +926,7 @@ bool Tracer::contains(const ValuePtr& container, const ValuePtr& item) {
       graph_break("unsupported_dict_key", "'in' test of a " + item->type_name() + " on dict keys");
     return contains(Value::tuple(dict_view_items(container)), item);
   }
-  if (container->is_sequence()) {
+  if (container->is_sequence() || container->kind == VKind::Deque) {
     // As tuple/list `in` does: identity first, then element == item.
     for (const ValuePtr& e : container->items) {
       if (e == item) return true;

@@ -199,6 +199,7 @@ bool inert_value(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Const:
       return inert_object(v->obj.get(), 0);
+    case VKind::Deque:
     case VKind::Dict:
       // NOTE: a dict handed to a torch-file function may be written by it
       // (torch.optim.lr_scheduler's _update_param_group_val sets `param_group[key]`): run at

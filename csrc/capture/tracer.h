@@ -155,6 +155,10 @@ class Tracer {
                                                 std::vector<ValuePtr>& args, KwArgs& kwargs);
   ValuePtr call_set_method(const ValuePtr& self, const std::string& name,
                            std::vector<ValuePtr>& args);
+  // deque.cpp: collections.deque(iterable, maxlen) and the methods of a Deque value.
+  ValuePtr make_deque(std::vector<ValuePtr>& args, KwArgs& kwargs);
+  ValuePtr call_deque_method(const ValuePtr& self, const std::string& name,
+                             std::vector<ValuePtr>& args, KwArgs& kwargs);
   // library_calls.cpp: library functions given their effect directly (dataclasses.fields,
   // torch.finfo, logging calls, object.__setattr__...); nullopt when `fn` is none of them.
   std::optional<ValuePtr> call_library(PyObject* fn, const ValuePtr& self,

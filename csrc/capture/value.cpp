@@ -67,6 +67,8 @@ std::string Value::type_name() const {
       return "grad-mode exit";
     case VKind::Set:
       return "set";
+    case VKind::Deque:
+      return "collections.deque";
     default:
       break;
   }

@@ -35,6 +35,8 @@ enum class VKind {
   Partial,       // functools.partial: self (the callable), items (args), keys+kwdefaults (keywords)
   Set,           // obj: a fresh `set` of constants owned by this value (mutated in place)
   DictView,      // self: a Dict value; method_name: "keys", "values" or "items" (live)
+  Deque,         // collections.deque: items (left to right) + maxlen; source set when it came
+                 // from the frame (mutations replayed); state bumped by each mutation
 };
 
 struct Value;
@@ -64,7 +66,9 @@ struct Value {
   ValuePtr cell_contents;
   bool flag = false;     // GradMode / GradModeExit: grad enabled; Method: a C slot of a base class
   int restore = -1;      // GradMode from set_grad_enabled(): the mode before the call
-  bool mutated = false;  // List/Dict from the frame was changed by traced code
+  bool mutated = false;  // List/Dict/Deque from the frame was changed by traced code
+  PyRef maxlen;          // Deque: None or an int (not in `obj`, which other kinds compare)
+  size_t state = 0;      // Deque: its mutations so far (as CPython's, for its iterators)
   PyRef named_type;      // Tuple: namedtuple / torch.Size type to rebuild, or null
   ValuePtr attrs;        // Object made by traced code: its __dict__ (a Dict value)
   ValuePtr mapping;      // Object made by traced code from a dict subclass: its items (a Dict)

@@ -181,6 +181,22 @@ PyRef CapturedFrame::rebuild(const ir::Residual& r, const std::vector<PyRef>& ou
       }
       return out;
     }
+    case K::Deque: {
+      static PyObject* deque = [] {
+        PyRef m = PyRef::steal(PyImport_ImportModule("collections"));
+        PyObject* t = m ? PyObject_GetAttrString(m.get(), "deque") : nullptr;
+        if (!t) throw PythonError();
+        return t;  // NOTE: kept for the process lifetime, like the collections module
+      }();
+      PyRef items = PyRef::steal(PyList_New(r.items.size()));
+      if (!items) throw PythonError();
+      for (size_t i = 0; i < r.items.size(); ++i)
+        PyList_SET_ITEM(items.get(), i, rebuild(r.items[i], outputs, frame, made).release());
+      PyRef q =
+          PyRef::steal(PyObject_CallFunctionObjArgs(deque, items.get(), r.value.get(), nullptr));
+      if (!q) throw PythonError();
+      return q;
+    }
     case K::Dict: {
       PyRef d = PyRef::steal(PyDict_New());
       for (size_t i = 0; i < r.items.size(); ++i)
@@ -315,6 +331,14 @@ void CapturedFrame::replay_side_effects(const std::vector<PyRef>& outputs,
         PyDict_Clear(target);
         if (PyDict_Update(target, value) < 0) throw PythonError();
         break;
+      case K::ReplaceDeque: {
+        // NOTE: in place (the caller's deque keeps its identity); `value` is a list.
+        PyRef cleared = PyRef::steal(PyObject_CallMethod(target, "clear", nullptr));
+        PyRef extended =
+            cleared ? PyRef::steal(PyObject_CallMethod(target, "extend", "O", value)) : PyRef();
+        if (!extended) throw PythonError();
+        break;
+      }
       case K::BaseSetItem: {
         // NOTE: the C base's own slot (dict's or OrderedDict's, which keeps its order list),
         // never the subclass's __setitem__: what the traced super().__setitem__ did.

@@ -59,6 +59,12 @@ bool is_module_like(PyTypeObject* type) {
 
 unsigned char classify(PyTypeObject* type) {
   if (type->tp_getattro == PyObject_GenericGetAttr) return kPlain;
+  // NOTE: a class's own Python __getattribute__ was inlined by the trace, which read through
+  // it by object.__getattribute__ (the generic read): running it again here would repeat its
+  // effects (a log it appends to) on every guard check.
+  static PyObject* getattribute = PyUnicode_InternFromString("__getattribute__");  // immortal
+  PyObject* own = _PyType_Lookup(type, getattribute);                              // borrowed
+  if (own && PyFunction_Check(own)) return kPlain;
   return is_module_like(type) ? kModule : kGeneric;
 }
 

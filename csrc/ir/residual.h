@@ -27,6 +27,7 @@ struct Residual {
     ResumeLocal,  // in an Iterator: the object passed for the resume's local `index` (a list or
                   // dict made by the trace that a local holds too: one object, not two)
     Function,     // function `index` of the frame's MadeClosures (one object however often named)
+    Deque,        // collections.deque(items, maxlen=value) (value: None or an int)
     SymSize,      // an int computed from the inputs' sizes: `sym` evaluated at this call's sizes,
                   // symbol k being size sym_dims[k].second of the tensor sym_dims[k].first reads
                   // (a size handed to CPython at a graph break, never the trace's number)
@@ -80,19 +81,20 @@ struct MadeClosures {
 // A mutation the traced code made to something that outlives the frame.
 struct SideEffect {
   enum class Kind {
-    SetAttr,      // setattr(target, name, value)
-    SetGlobal,    // globals[name] = value
-    ReplaceList,  // target[:] = value
-    ReplaceDict,  // target.clear(); target.update(value)
-    DelAttr,      // delattr(target, name)
-    SetCell,      // the frame's free variable `index`: its cell's contents = value (unbound:
-                  // DeleteCell)
+    SetAttr,       // setattr(target, name, value)
+    SetGlobal,     // globals[name] = value
+    ReplaceList,   // target[:] = value
+    ReplaceDict,   // target.clear(); target.update(value)
+    ReplaceDeque,  // target.clear(); target.extend(value) (its maxlen is guarded)
+    DelAttr,       // delattr(target, name)
+    SetCell,       // the frame's free variable `index`: its cell's contents = value (unbound:
+                   // DeleteCell)
     DeleteCell,
     BaseSetItem,  // target[key] = value through the first C base of target's type (dict or
                   // OrderedDict): `super().__setitem__` of a dict subclass
   };
   Kind kind = Kind::SetAttr;
-  SourcePtr target;  // SetAttr, ReplaceList, ReplaceDict, DelAttr
+  SourcePtr target;  // SetAttr, Replace*, DelAttr
   std::string name;  // SetAttr, SetGlobal, DelAttr
   int index = -1;    // SetCell, DeleteCell
   PyRef key;         // BaseSetItem

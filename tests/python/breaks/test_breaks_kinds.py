@@ -200,3 +200,27 @@ def test_break_inside_inlined_helper_reports_helper_line():
 
 def _calls_item_helper(x):
     return _item_break(x) + 1
+
+
+class _Counted(torch.nn.Module):
+    calls = 0
+
+    def forward(self, x):
+        type(self).calls += 1  # BREAK
+        return x * type(self).calls
+
+
+def test_class_attribute_write_is_a_break_that_names_the_class_and_says_what_to_do():
+    # NOTE: a break by design (attributes.cpp, store_attr): a counter on the class would fail
+    # its value guard and recapture on every call.
+    m = _Counted()
+    report = torchlite.explain(m)(torch.ones(3))
+    [reason] = [r for r in report.break_reasons if r.kind == "unsupported_side_effect"]
+    assert "_Counted.calls" in reason.reason and "class attribute" in reason.reason
+    assert "self.calls" in reason.hint
+    assert reason.lineno == lineno_of(_Counted.forward, "# BREAK")
+    _Counted.calls = 0
+    compiled = torchlite.compile(_Counted())
+    for k in range(1, 4):
+        assert_same(compiled(torch.ones(3)), torch.full((3,), float(k)))
+    assert _Counted.calls == 3

@@ -11,6 +11,7 @@ PYTEST_DONT_REWRITE: plain asserts keep their messages.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import traceback
@@ -62,8 +63,10 @@ def assert_same_value(actual, expected, path: str = "out"):
         assert list(actual) == list(expected), f"{path}: keys {list(actual)} != {list(expected)}"
         for k in expected:
             assert_same_value(actual[k], expected[k], f"{path}[{k!r}]")
-    elif isinstance(expected, (list, tuple)):
+    elif isinstance(expected, (list, tuple, collections.deque)):
         assert len(actual) == len(expected), f"{path}: {actual!r} != eager {expected!r}"
+        if isinstance(expected, collections.deque):
+            assert actual.maxlen == expected.maxlen, f"{path}: maxlen {actual.maxlen}"
         for i, (a, e) in enumerate(zip(actual, expected)):
             assert_same_value(a, e, f"{path}[{i}]")
     elif isinstance(expected, float):

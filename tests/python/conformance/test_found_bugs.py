@@ -1233,3 +1233,36 @@ def test_loss_of_targets_made_after_effects_runs_in_cpython_and_names_the_effect
     report = torchlite.explain(fn)(*_effects_inputs("cpu")())
     assert [b.kind for b in report.break_reasons] == ["effect_order"], str(report)
     assert ".value = ..." in report.break_reasons[0].reason  # NOTE: the effect is named
+
+
+# --- a guard read through a class's own __getattribute__ ----------------------------------------
+
+
+GETATTRIBUTE_LOG = []
+
+
+class _LoggedReads:
+    def __init__(self):
+        self.v = 3
+
+    def __getattribute__(self, name):
+        GETATTRIBUTE_LOG.append(name)
+        return object.__getattribute__(self, name)
+
+
+LOGGED = _LoggedReads()
+
+
+def test_guard_reads_do_not_run_a_python_getattribute_again():
+    # NOTE: the trace inlines __getattribute__ (its append replayed once per read); a guard
+    # re-reading `LOGGED.v` through it appended again on every check.
+    def fn(x):
+        return x * LOGGED.v + LOGGED.v
+
+    check_program(
+        fn,
+        lambda: (torch.randn(4),),
+        setup=GETATTRIBUTE_LOG.clear,
+        observe=lambda: list(GETATTRIBUTE_LOG),
+        calls=3,
+    )
