@@ -262,10 +262,7 @@ def test_deque_made_in_traced_code():
         q.rotate(1)
         return torch.stack(list(q)), len(q)
 
-    # NOTE: a deque made in traced code is a graph break at each of its C methods (Dynamo models
-    # it); the deque reaches each resume function as a C object held by identity, so the second
-    # call captures them again: only values are checked here.
-    run(fn, breaks=None, stable=False)
+    run(fn)
 
 
 def test_chain_from_iterable_and_counter():
