@@ -184,10 +184,10 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
         // NOTE: a value saved and then replaced is made where backward first reads it;
         // recomputing n from it makes it at n's first reader instead. A few such links stay
         // within a layer (the dropped probabilities from the replaced dropout scale, GELU's
-        // pieces); an unbounded chain of them
-        // made every residual sum of a ViT from the one before it: backward began by
-        // remaking all of them in one kernel (ViT-B: 25 float32 [B, 197, 768] outputs, held
-        // to their layers' backward; an NVRTC compile growing with the block count).
+        // pieces); an unbounded chain of them made every residual sum of a ViT from the one
+        // before it: backward began by remaking all of them in one kernel (ViT-B: 25 float32
+        // [B, 197, 768] outputs, held to their layers' backward; an NVRTC compile growing
+        // with the block count).
         int links = 0;
         for (const ir::Node* in : frontier) {
           auto it = replaced_links.find(in);
