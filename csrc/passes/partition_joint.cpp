@@ -78,6 +78,10 @@ bool normalizing_reduction(const ir::Node& n, const GraphInfo& info) {
 // of the recomputation); `deep`: through up to kMaxChain values, else n alone. Empty
 // if an input is not a tensor.
 constexpr size_t kMaxChain = 8;
+// How many replaced values deep a recomputation may read (see choose_saved). NOTE: 4: GPT-2's
+// tanh GELU is recomputed through 4 (bench/saved_bytes.py: 2 saves 4.2 MB more of 37 in bf16);
+// a bound, not the depth, is what matters: unbounded, the chain ran through every block.
+constexpr int kMaxReplacedLinks = 4;
 std::vector<const ir::Node*> recompute_chain(const ir::Node* n, const NodeSet& saved,
                                              const NodeSet& bwd, const GraphInfo& info, bool deep,
                                              NodeSet& frontier) {
@@ -140,6 +144,9 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
       for (const ir::Node* in : node_inputs(*n))
         if (fwd.count(in)) saved.insert(in);
   NodeSet replaced;  // each value is replaced once at most, so the loop ends
+  // Replaced value -> how many replaced values its recomputation reads through (0: it reads
+  // saved ones only).
+  std::unordered_map<const ir::Node*, int> replaced_links;
   const NodeSet kNone;
   for (bool changed = recompute; changed;) {
     changed = false;
@@ -153,6 +160,7 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
       if (!normalizing && !cheap(*n, info)) continue;
       std::vector<const ir::Node*> best;
       NodeSet best_frontier;
+      int best_links = 0;
       int64_t best_added = bytes_of(*n) + (normalizing ? 0 : 1);
       // NOTE: a value the forward stores anyway (a matmul's input) is only
       // replaced by values it stores anyway too: else the forward would store
@@ -173,6 +181,19 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
         std::vector<const ir::Node*> chain =
             recompute_chain(n, saved, recomputed_already, info, deep, frontier);
         if (chain.empty()) continue;
+        // NOTE: a value saved and then replaced is made where backward first reads it;
+        // recomputing n from it makes it at n's first reader instead. A few such links stay
+        // within a layer (the dropped probabilities from the replaced dropout scale, GELU's
+        // pieces); an unbounded chain of them made every residual sum of a ViT from the one
+        // before it: backward began by remaking all of them in one kernel (ViT-B: 25 float32
+        // [B, 197, 768] outputs, held to their layers' backward; an NVRTC compile growing
+        // with the block count).
+        int links = 0;
+        for (const ir::Node* in : frontier) {
+          auto it = replaced_links.find(in);
+          if (it != replaced_links.end()) links = std::max(links, it->second + 1);
+        }
+        if (links > kMaxReplacedLinks) continue;
         int64_t added = 0, stored = 0;  // stored: bytes the forward would store only to save
         for (const ir::Node* in : frontier) {
           if (saved.count(in) || recomputed_already.count(in)) continue;
@@ -182,6 +203,7 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
         if (deep && anyway && added > 0) continue;
         if (added < best_added && stored == 0) {
           best_added = added;
+          best_links = links;
           best = std::move(chain);
           best_frontier = std::move(frontier);
         }
@@ -189,6 +211,7 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
       if (best.empty()) continue;
       saved.erase(n);
       replaced.insert(n);
+      replaced_links[n] = best_links;
       for (const ir::Node* in : best_frontier)
         if (!bwd.count(in)) saved.insert(in);
       for (const ir::Node* c : best)

@@ -5,6 +5,8 @@ NOTE: CPU dropout is `x * (empty_like(x).bernoulli_(1 - p) / (1 - p))`; saved as
 mask costs x's itemsize an element where AOTAutograd saves a bool mask and recomputes the rest.
 """
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -158,3 +160,98 @@ def test_bernoulli_drawn_as_bool_keeps_eagers_draws_dtype_and_generator(dtype):
     (out_c[0] * 2).sum().backward()
     (out_e[0] * 2).sum().backward()
     torch.testing.assert_close(w.grad, we.grad)
+
+
+class _ResidualStack(nn.Module):
+    """Pre-LN residual blocks (a ViT's): x + proj(ln(x)), then x + fc2(gelu(fc1(ln(x))))."""
+
+    def __init__(self, depth, dim=16):
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.ModuleList(
+                [
+                    nn.LayerNorm(dim),
+                    nn.Linear(dim, dim),
+                    nn.LayerNorm(dim),
+                    nn.Linear(dim, 2 * dim),
+                    nn.Linear(2 * dim, dim),
+                ]
+            )
+            for _ in range(depth)
+        )
+
+    def forward(self, x):
+        for ln1, proj, ln2, fc1, fc2 in self.blocks:
+            x = x + proj(ln1(x))
+            x = x + fc2(F.gelu(fc1(ln2(x))))
+        return x
+
+
+def _longest_recompute_chain(fn, *args) -> int:
+    """The most recomputed values any one recomputed value is made from, through recomputed
+    values only: how far back in the forward backward remakes values before it needs them."""
+    torchlite.reset()
+    with _training.recording_joint_traces() as graphs:
+        assert compiled_backward_used(torchlite.compile(fn)(*args))
+    (joint,) = graphs
+    nodes = {n["name"]: n for n in joint.graph.nodes()}
+    _, _, _, recomputed = _C.partition_joint(
+        joint.graph, joint.num_primals, joint.num_forward_outputs, True
+    )
+    recomputed = set(recomputed)
+    behind: dict[str, set] = {}
+
+    def ancestors(name):
+        if name not in behind:
+            found = set()
+            for a in nodes[name]["args"]:
+                for ref in a if isinstance(a, (list, tuple)) else [a]:
+                    if isinstance(ref, _C.NodeRef) and ref.name in recomputed:
+                        found |= {ref.name} | ancestors(ref.name)
+            behind[name] = found
+        return behind[name]
+
+    return max((len(ancestors(n)) for n in recomputed), default=0)
+
+
+@pytest.mark.skipif(not _C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op")
+@pytest.mark.parametrize("autocast", [False, True])
+def test_recomputation_does_not_chain_through_every_block(autocast):
+    # NOTE: each residual sum was recomputed from the one before it (the sum is cheap, its
+    # matmul operand stored anyway): backward began by remaking every block's residual stream
+    # in one kernel (timm ViT-B/16: 25 float32 outputs of [B, 197, 768] from 24 inputs, all
+    # live until their block's backward; its NVRTC compile grew with the depth). How far back
+    # a recomputation reaches must not grow with the number of blocks.
+    chains = []
+    for depth in (3, 6):
+        torch.manual_seed(0)
+        stack = _ResidualStack(depth).train()
+        x = torch.randn(2, 5, 16, requires_grad=True)
+        ctx = torch.autocast("cpu", torch.bfloat16) if autocast else contextlib.nullcontext()
+        with ctx:
+            chains.append(_longest_recompute_chain(stack, x))
+    assert chains[1] == chains[0], chains
+
+
+@pytest.mark.skipif(not _C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op")
+def test_residual_stack_gradients_match_eager():
+    torch.manual_seed(0)
+    eager = _ResidualStack(4).train()
+    compiled_stack = _ResidualStack(4).train()
+    compiled_stack.load_state_dict(eager.state_dict())
+    compiled = torchlite.compile(compiled_stack)
+    for shape in ((2, 5, 16), (3, 7, 16)):
+        x = torch.randn(shape)
+        xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+        g = torch.randn(shape)
+        out_c, out_e = compiled(xc), eager(xe)
+        assert compiled_backward_used(out_c)
+        torch.testing.assert_close(out_c, out_e, rtol=1e-5, atol=1e-5)
+        out_c.backward(g)
+        out_e.backward(g)
+        torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-4, atol=1e-5)
+        for (name, pe), pc in zip(
+            eager.named_parameters(), compiled_stack.parameters(), strict=True
+        ):
+            torch.testing.assert_close(pc.grad, pe.grad, rtol=1e-4, atol=1e-5, msg=name)
+            pe.grad = pc.grad = None
