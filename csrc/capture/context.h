@@ -119,6 +119,9 @@ class CaptureContext {
   std::vector<PendingEffect> effects;
   std::vector<ValuePtr> sourced_containers;  // List/Dict values read from the frame
   std::vector<PyRef> keep_alive;             // objects whose address keys attr_overlay
+  // index_bounds.cpp: an index computed after the graph's first effect -> its copy before it,
+  // which every later check of the same index reads (one copy, one check).
+  std::unordered_map<const ir::Node*, ir::Node*> index_copies;
   // weakref.ref(v) made by traced code (the real ref, kept alive here) -> v.
   std::map<PyObject*, std::pair<PyRef, ValuePtr>> weakref_targets;
   // autocast.cpp: regions entered by traced code (innermost last); whether any autocast is

@@ -162,6 +162,27 @@ bool is_index_bounds_check(const ir::Node& n) {
   return n.target.get() == python_helper("index_bounds.check").get();
 }
 
+// Whether `g` checks `index` against `size` (ignoring `ignore`) already. The op's name and
+// dimension only word the IndexError, which the frame never shows (it runs eagerly instead).
+static bool has_check(const ir::Graph& g, const ir::Node* index, PyObject* size, PyObject* ignore) {
+  auto same = [](const ir::Arg& a, PyObject* v) {
+    if (a.kind != ir::Arg::Kind::Const) return false;
+    PyObject* have = a.value ? a.value.get() : Py_None;
+    if (!v) v = Py_None;
+    if (have == v) return true;
+    if (!PyLong_CheckExact(have) || !PyLong_CheckExact(v)) return false;
+    int eq = PyObject_RichCompareBool(have, v, Py_EQ);
+    if (eq < 0) throw PythonError();
+    return eq == 1;
+  };
+  for (const auto& n : g.nodes())
+    if (is_index_bounds_check(*n) && n->args.size() == 5 &&
+        n->args[0].kind == ir::Arg::Kind::Node && n->args[0].node == index &&
+        same(n->args[1], size) && same(n->args[4], ignore))
+      return true;
+  return false;
+}
+
 bool check_indices_first(CaptureContext& ctx, const std::string& op,
                          const std::vector<ValuePtr>& args,
                          const std::vector<std::pair<std::string, ValuePtr>>& kwargs,
@@ -236,6 +257,15 @@ bool check_indices_first(CaptureContext& ctx, const std::string& op,
   // NOTE: the size the indices are checked against, a plain number: a relation keeps it.
   ValuePtr size = ctx.size_value(use->self, use->dim);
   ctx.specialise(size);
+  // NOTE: a check of these very indices against this size is there already (a cache layer's
+  // `keys.index_copy_(2, pos, k)` then `values.index_copy_(2, pos, v)`): it decides the same,
+  // before the same effects, so a second one is work on every call (a host sync on each).
+  const ir::Node* before = index->node;
+  if (!chain.empty()) {
+    auto copied = ctx.index_copies.find(index->node);
+    before = copied == ctx.index_copies.end() ? nullptr : copied->second;
+  }
+  if (before && has_check(g, before, size->obj.get(), use->ignore.get())) return true;
 
   std::unordered_map<const ir::Node*, ir::Node*> copies;
   ir::Node* effect = g.nodes()[effect_at].get();
@@ -260,6 +290,7 @@ bool check_indices_first(CaptureContext& ctx, const std::string& op,
   }
   auto idx = copies.find(index->node);
   ir::Node* checked = idx == copies.end() ? index->node : idx->second;
+  if (idx != copies.end()) ctx.index_copies[index->node] = idx->second;
   PyRef op_name = PyRef::steal(PyUnicode_FromString(op.c_str()));
   PyRef dim_obj = PyRef::steal(PyLong_FromLongLong(use->dim));
   if (!op_name || !dim_obj) throw PythonError();

@@ -145,3 +145,63 @@ def test_loss_targets_out_of_range_raise_eagers_error_with_eagers_state(kind, ba
     # NOTE: eager raises at the loss after the log entry and the dropout's draw: the compiled
     # call leaves the same log and raises the same error (check_program compares both).
     check_program(_dropout_then_loss, _loss_inputs(kind, bad), observe=lambda: list(_LOG))
+
+
+class _KVLayer:
+    """A StaticCache layer: keys and values written at the same positions."""
+
+    def __init__(self, size, start):
+        self.size = size
+        self.length = torch.tensor(start)
+        self.ready = False
+
+    def update(self, k, v):
+        if not self.ready:
+            self.keys = torch.zeros(self.size, k.shape[1])
+            self.values = torch.zeros(self.size, k.shape[1])
+            self.ready = True
+        pos = torch.arange(k.shape[0]) + self.length
+        self.length.add_(k.shape[0])
+        self.keys.index_copy_(0, pos, k)
+        self.values.index_copy_(0, pos, v)
+        return self.keys, self.values
+
+
+_LAYERS = []
+
+
+def _fill_kv(x):
+    total = x.sum()
+    for layer in _LAYERS:
+        k, v = layer.update(x * 2, x + 1)
+        total = total + k.sum() + v.sum()
+    return total
+
+
+def _kv_inputs(starts, rows=3, size=8):
+    def make():
+        _LAYERS[:] = [_KVLayer(size, s) for s in starts]
+        return (torch.randn(rows, 4),)
+
+    return make
+
+
+def _observe_kv():
+    return [(c.ready, c.length.clone(), getattr(c, "keys", None)) for c in _LAYERS]
+
+
+@pytest.mark.parametrize(
+    "starts", [(0,), (0, 2, 1), (0, 6), (6, 0)], ids=["one", "three", "late", "first"]
+)
+def test_indices_checked_once_per_index(starts):
+    # NOTE: the values' index_copy_ reads the indices the keys' one checked (the first layer's
+    # computed before the first effect, the others' copied before it): one check each, not one
+    # per op (each is a call on every run, a host sync on a device). Out of range (late, first):
+    # eager's error with eager's state.
+    check_program(_fill_kv, _kv_inputs(starts), observe=_observe_kv)
+    if max(starts) + 3 > 8:
+        return
+    graphs = torchlite.explain(_fill_kv)(*_kv_inputs(starts)()).graphs
+    assert len(graphs) == 1
+    checks = [n for n in graphs[0].nodes() if n["name"].startswith("check_index_bounds")]
+    assert len(checks) == len(starts)
