@@ -221,6 +221,9 @@ std::vector<int64_t> without_leading_input_sizes(std::vector<int64_t> static_siz
     int tensor = PyObject_IsInstance(inputs[i], capture::torch_api().tensor_type.get());
     if (tensor < 0) throw PythonError();
     if (!tensor || unmarked_parameter(inputs[i])) continue;
+    PyRef cuda = PyRef::steal(PyObject_GetAttrString(inputs[i], "is_cuda"));
+    if (!cuda) throw PythonError();
+    if (cuda.get() == Py_True) continue;
     PyRef shape = PyRef::steal(PyObject_GetAttrString(inputs[i], "shape"));
     if (!shape || !PyTuple_Check(shape.get())) throw PythonError();
     for (Py_ssize_t d = 0; d + 1 < PyTuple_GET_SIZE(shape.get()); ++d) {

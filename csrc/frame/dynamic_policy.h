@@ -52,7 +52,10 @@ std::vector<int64_t> static_sizes_of(const capture::CaptureResult& res, bool gen
 
 // `static_sizes` (sorted) without the leading sizes (as static_sizes_of) of `inputs` (a
 // size-generic graph's inputs at new sizes; borrowed): a compile of new sizes marks none of
-// its batch or sequence axes static where they equal a model constant.
+// its batch or sequence axes static where they equal a model constant. CPU inputs only: CUDA
+// kernels keep the model's constants static at every size, so a length equal to a constant
+// (64 = the hidden width) finds the text of the other lengths instead of compiling one
+// without that constant (tests/python/cuda/test_cuda_runtime_sizes.py attention sweep).
 std::vector<int64_t> without_leading_input_sizes(std::vector<int64_t> static_sizes,
                                                  PyObject* const* inputs, size_t n);
 
