@@ -253,18 +253,6 @@ def test_nested_list_comprehension_with_condition_and_zip_star():
     run(fn, t23)
 
 
-def test_deque_made_in_traced_code():
-    def fn(x):
-        q = collections.deque([x], maxlen=3)
-        q.append(x + 1)
-        q.appendleft(x - 1)
-        q.append(x * 2)
-        q.rotate(1)
-        return torch.stack(list(q)), len(q)
-
-    run(fn)
-
-
 def test_chain_from_iterable_and_counter():
     def fn(x):
         parts = list(itertools.chain.from_iterable([[1, 2], (3,)]))

@@ -77,6 +77,19 @@ def _aot_saved_bytes(fn, *args) -> int:
 
 
 @pytest.mark.skipif(not _C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op")
+def _assert_backward_matches(out_c, out_e, xc, xe, g, eager, compiled_module):
+    """The compiled backward ran and its output, input and parameter gradients equal eager's
+    (clears the parameters' .grad for the next shape)."""
+    assert compiled_backward_used(out_c)
+    torch.testing.assert_close(out_c, out_e, rtol=1e-5, atol=1e-5)
+    out_c.backward(g)
+    out_e.backward(g)
+    torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-4, atol=1e-5)
+    for (name, pe), pc in zip(eager.named_parameters(), compiled_module.parameters(), strict=True):
+        torch.testing.assert_close(pc.grad, pe.grad, rtol=1e-4, atol=1e-5, msg=name)
+        pe.grad = pc.grad = None
+
+
 def test_block_saves_no_more_than_aotautograd_and_dropout_masks_as_bool():
     torch.manual_seed(0)
     block = _Block().train()
@@ -121,16 +134,7 @@ def test_block_gradients_match_eager_seeded_alike(p):
         g = torch.randn(shape)
         out_c = _seeded(compiled, 5, xc)
         out_e = _seeded(eager, 5, xe)
-        assert compiled_backward_used(out_c)
-        torch.testing.assert_close(out_c, out_e, rtol=1e-5, atol=1e-5)
-        out_c.backward(g)
-        out_e.backward(g)
-        torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-4, atol=1e-5)
-        for (name, pe), pc in zip(
-            eager.named_parameters(), compiled_block.parameters(), strict=True
-        ):
-            torch.testing.assert_close(pc.grad, pe.grad, rtol=1e-4, atol=1e-5, msg=name)
-            pe.grad = pc.grad = None
+        _assert_backward_matches(out_c, out_e, xc, xe, g, eager, compiled_block)
 
 
 def _draw(x, w):
@@ -245,13 +249,4 @@ def test_residual_stack_gradients_match_eager():
         xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
         g = torch.randn(shape)
         out_c, out_e = compiled(xc), eager(xe)
-        assert compiled_backward_used(out_c)
-        torch.testing.assert_close(out_c, out_e, rtol=1e-5, atol=1e-5)
-        out_c.backward(g)
-        out_e.backward(g)
-        torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-4, atol=1e-5)
-        for (name, pe), pc in zip(
-            eager.named_parameters(), compiled_stack.parameters(), strict=True
-        ):
-            torch.testing.assert_close(pc.grad, pe.grad, rtol=1e-4, atol=1e-5, msg=name)
-            pe.grad = pc.grad = None
+        _assert_backward_matches(out_c, out_e, xc, xe, g, eager, compiled_stack)
