@@ -16,6 +16,7 @@ import dataclasses
 import math
 import traceback
 
+import pytest
 import torch
 
 import torchlite
@@ -135,3 +136,37 @@ def check_program(
         assert_same_value(comp_args, eager_args, f"call {call} inputs after the call")
         assert_same_value(comp_state, eager_state, f"call {call} observed state")
     return compiled
+
+
+def check_captured_program(
+    fn, make_args, *, breaks=0, setup=None, observe=None, mutate=None, stable=True, raises=None
+):
+    """Compiled equals eager (two calls, fresh inputs), `breaks` graph breaks (None: not
+    counted), and a second call with identical inputs captures nothing new (unless the program
+    changes what it guards on). `raises`: the exception type the program raises (as eager)."""
+    check_program(fn, make_args, mutate, setup=setup, observe=observe, calls=2)
+    if setup is not None:
+        setup()
+    torch.manual_seed(0)
+    if raises is not None:
+        with pytest.raises(raises):
+            torchlite.explain(fn)(*make_args())
+        return None
+    report = torchlite.explain(fn)(*make_args())
+    assert breaks is None or report.graph_break_count == breaks, str(report)
+    if not stable:
+        return report
+    torchlite.reset()
+    compiled = torchlite.compile(fn)
+    for call in range(2):
+        if setup is not None:
+            setup()
+        torch.manual_seed(0)
+        args = make_args()
+        compiled(*args)
+        if call == 0:
+            before = dict(torchlite.counters())
+    after = dict(torchlite.counters())
+    for key in ("frames", "graphs", "recompiles"):
+        assert after[key] == before[key], f"second identical call: {key} {before} -> {after}"
+    return report

@@ -11,7 +11,7 @@ import collections
 
 import pytest
 import torch
-from conformance_check import check_program
+from conformance_check import check_captured_program, check_program
 
 import torchlite
 
@@ -20,28 +20,9 @@ def t4():
     return (torch.randn(4),)
 
 
-def run(fn, make_args=t4, *, breaks=0, setup=None, observe=None, mutate=None):
-    """Compiled equals eager (two calls, fresh inputs), `breaks` graph breaks, and a second call
-    with identical inputs captures nothing new."""
-    check_program(fn, make_args, mutate, setup=setup, observe=observe, calls=2)
-    if setup is not None:
-        setup()
-    torch.manual_seed(0)
-    report = torchlite.explain(fn)(*make_args())
-    assert report.graph_break_count == breaks, str(report)
-    torchlite.reset()
-    compiled = torchlite.compile(fn)
-    for call in range(2):
-        if setup is not None:
-            setup()
-        torch.manual_seed(0)
-        compiled(*make_args())
-        if call == 0:
-            before = dict(torchlite.counters())
-    after = dict(torchlite.counters())
-    for key in ("frames", "graphs", "recompiles"):
-        assert after[key] == before[key], f"second identical call: {key} {before} -> {after}"
-    return report
+def run(fn, make_args=t4, **options):
+    """conformance_check.check_captured_program with one tensor of 4 as the default input."""
+    return check_captured_program(fn, make_args, **options)
 
 
 def test_deque_made_in_traced_code():

@@ -23,7 +23,7 @@ import typing
 
 import pytest
 import torch
-from conformance_check import check_program
+from conformance_check import check_captured_program, check_program
 
 import torchlite
 
@@ -36,37 +36,9 @@ def t23():
     return (torch.randn(2, 3),)
 
 
-def run(
-    fn, make_args=t4, *, breaks=0, setup=None, observe=None, mutate=None, stable=True, raises=None
-):
-    """Compiled equals eager (two calls, fresh inputs), `breaks` graph breaks (None: not
-    counted), and a second call with identical inputs captures nothing new (unless the program
-    changes what it guards on). `raises`: the exception type the program raises (as eager)."""
-    check_program(fn, make_args, mutate, setup=setup, observe=observe, calls=2)
-    if setup is not None:
-        setup()
-    torch.manual_seed(0)
-    if raises is not None:
-        with pytest.raises(raises):
-            torchlite.explain(fn)(*make_args())
-        return
-    report = torchlite.explain(fn)(*make_args())
-    assert breaks is None or report.graph_break_count == breaks, str(report)
-    if not stable:
-        return
-    torchlite.reset()
-    compiled = torchlite.compile(fn)
-    for call in range(2):
-        if setup is not None:
-            setup()
-        torch.manual_seed(0)
-        args = make_args()
-        compiled(*args)
-        if call == 0:
-            before = dict(torchlite.counters())
-    after = dict(torchlite.counters())
-    for key in ("frames", "graphs", "recompiles"):
-        assert after[key] == before[key], f"second identical call: {key} {before} -> {after}"
+def run(fn, make_args=t4, **options):
+    """conformance_check.check_captured_program with one tensor of 4 as the default input."""
+    return check_captured_program(fn, make_args, **options)
 
 
 # ---- closures, nonlocal, functools -------------------------------------------------------------
