@@ -43,6 +43,7 @@ def _register_python_helpers() -> None:
         _backend_layout,
         _custom_function,
         _ddp_buckets,
+        _epilogue_trials,
         _index_bounds,
         _optimizer,
         _padded_weights,
@@ -71,6 +72,8 @@ def _register_python_helpers() -> None:
         "polyfills.associative_scan": _polyfills.associative_scan,
         "polyfills.reduce": _polyfills.reduce,
         "polyfills.count_elements": _polyfills.count_elements,
+        "epilogue_trials.calls": _epilogue_trials.calls,
+        "epilogue_trials.fake_timer": _epilogue_trials.fake_timer,
     }
     for name, fn in helpers.items():
         _C.register_python_helper(name, fn)

@@ -28,6 +28,7 @@ struct Counters {
   std::atomic<int64_t> cuda_graph_replays{0};     // calls served by replaying one
   std::atomic<int64_t> autotune_trials{0};  // launch configurations timed (runtime/cuda_autotune.h)
   std::atomic<int64_t> autotune_cached{0};  // choices read from the disk cache instead
+  std::atomic<int64_t> matmul_epilogues_changed{0};  // products given another form by autotune
   // Graphs a size-generic entry compiled for new sizes without a capture (frame/size_generic.h).
   std::atomic<int64_t> size_instances{0};
   // CUDA programs NVRTC compiled (not read from the disk cache or shared with a loaded module):

@@ -4,7 +4,8 @@
 // last (it reads the final graph and writes the kernels); conv_bias after
 // channels-last, so its adds are traced on the convolutions' final layouts;
 // matmul_operands after every pass that changes layouts (it reads the final
-// ones).
+// ones); matmul_epilogues last before partition (its trials time the final layouts, and its
+// bias adds and activations are then fused like any other).
 #include "core/counters.h"
 #include "passes/attention_products.h"
 #include "passes/channels_last.h"
@@ -19,6 +20,7 @@
 #include "passes/partition.h"
 #include "passes/small_products.h"
 #include "passes/split_reductions.h"
+#include "pipeline/matmul_epilogues.h"
 #include "pipeline/pass_registry.h"
 #include "runtime/compiled_graph.h"
 
@@ -118,6 +120,11 @@ std::vector<Pass> builtin_passes() {
        kAnyDevice,
        [](const Settings& s) { return s.matmul_layouts; },
        [](G& g, St&) { passes::lay_out_matmul_operands(g); }},
+      {"torchlite.matmul_epilogues",
+       {"autotune"},
+       kAnyDevice,  // CUDA only, unless a test timer stands in (pipeline/matmul_epilogues.h)
+       [](const Settings& s) { return s.autotune; },
+       [](G& g, St& st) { choose_matmul_epilogues(g, st); }},
       {"torchlite.partition",
        {},
        kAnyDevice,

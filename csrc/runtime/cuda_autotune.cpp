@@ -9,6 +9,7 @@
 #include "core/errors.h"
 #include "core/py_import.h"
 #include "core/sha256.h"
+#include "runtime/cuda/driver.h"
 #include "runtime/disk_cache.h"
 
 namespace tl::runtime {
@@ -30,6 +31,10 @@ constexpr int kLaunches = 10, kRepeats = 3;
 // the kernels back to back, as a graph replay runs them. ~100 us at H100 clocks; queueing
 // kLaunches launches takes ~30 us.
 constexpr long long kHoldCycles = 200000;
+// NOTE: an extern call goes through torch's dispatcher from Python (~10-30 us each to queue,
+// more with an allocation): ten of them need a longer hold (~500 us at H100 clocks) to be
+// timed back to back.
+constexpr long long kCallHoldCycles = 1000000;
 // A candidate replaces the code generator's grid only when at least this much faster.
 constexpr double kMinGain = 0.97;
 // NOTE: a kernel whose default launch runs under this keeps it untried. In a replay such a
@@ -39,7 +44,8 @@ constexpr double kMinGain = 0.97;
 constexpr double kMinTunedUs = 5.0;
 
 // Microseconds a launch at `grid` takes, best of kRepeats.
-double time_launches(unsigned grid, const std::function<void(unsigned)>& launch) {
+double time_launches(unsigned grid, const std::function<void(unsigned)>& launch,
+                     long long hold_cycles = kHoldCycles) {
   PyRef event_type = import_attr("torch.cuda", "Event");
   PyRef kw = check(Py_BuildValue("{s:O}", "enable_timing", Py_True));
   PyRef no_args = check(PyTuple_New(0));
@@ -49,7 +55,7 @@ double time_launches(unsigned grid, const std::function<void(unsigned)>& launch)
   launch(grid);  // warm-up
   double best = 1e30;
   for (int r = 0; r < kRepeats; ++r) {
-    check(PyObject_CallFunction(hold.get(), "L", kHoldCycles));
+    check(PyObject_CallFunction(hold.get(), "L", hold_cycles));
     check(PyObject_CallMethod(start.get(), "record", nullptr));
     for (int i = 0; i < kLaunches; ++i) launch(grid);
     check(PyObject_CallMethod(end.get(), "record", nullptr));
@@ -154,6 +160,71 @@ LaunchChoice choose_launch(const std::string& key, const std::string& gpu,
   report << "-> " << label(c.variant, c.grid);
   c.report = report.str();
   store();
+  return c;
+}
+
+std::function<double()> call_timer(std::function<void()> call) {
+  return [call = std::move(call)]() {
+    return time_launches(
+        0, [&](unsigned) { call(); }, kCallHoldCycles);
+  };
+}
+
+std::string gpu_identity(int device) {
+  std::string name;
+  try {
+    PyRef n = PyRef::steal(
+        PyObject_CallFunction(import_attr("torch.cuda", "get_device_name").get(), "i", device));
+    const char* c = n ? PyUnicode_AsUTF8(n.get()) : nullptr;
+    name = c ? c : "";
+  } catch (const PythonError&) {
+  }
+  PyErr_Clear();
+  cuda::DeviceInfo d = cuda::device_info(device);
+  return name + " sm_" + std::to_string(d.sm_major) + std::to_string(d.sm_minor) + " " +
+         std::to_string(d.multiprocessors) + " SMs";
+}
+
+VariantChoice choose_variant(const std::string& key, const std::string& gpu,
+                             const std::vector<std::string>& labels,
+                             const std::function<double(size_t)>& time_us) {
+  TL_CHECK(!labels.empty()) << "choose_variant: no variants";
+  VariantChoice c;
+  DiskCache cache = DiskCache::configured();
+  std::string what = "variant\n" + key + "\n" + gpu;
+  for (const std::string& l : labels) what += "\n" + l;
+  const std::string entry = sha256_hex(what);
+  if (auto text = cache.load(EntryKind::TuneChoice, entry)) {
+    char* end = nullptr;
+    long v = std::strtol(text->c_str(), &end, 10);
+    if (end && end != text->c_str() && *end == '\0' && v >= 0 &&
+        static_cast<size_t>(v) < labels.size()) {
+      c.variant = static_cast<size_t>(v);
+      c.cached = true;
+      c.report = labels[c.variant] + " (disk cache)";
+      counters().autotune_cached++;
+      return c;
+    }
+  }
+  std::ostringstream report;
+  std::vector<double> times;
+  for (size_t v = 0; v < labels.size(); ++v) {
+    times.push_back(time_us(v));
+    counters().autotune_trials++;
+    report << labels[v] << ": " << times.back() << " us; ";
+  }
+  // NOTE: the default again last, as choose_launch does: a GPU clocking up during the trials
+  // must not make the later alternatives look faster.
+  const double again = time_us(0);
+  counters().autotune_trials++;
+  report << labels[0] << " again: " << again << " us; ";
+  const double base = std::min(times[0], again);
+  double best = base;
+  for (size_t v = 1; v < labels.size(); ++v)
+    if (times[v] < best && times[v] < base * kMinGain) best = times[v], c.variant = v;
+  report << "-> " << labels[c.variant];
+  c.report = report.str();
+  cache.store(EntryKind::TuneChoice, entry, std::to_string(c.variant));
   return c;
 }
 

@@ -58,6 +58,31 @@ LaunchChoice choose_launch(const std::string& key, const std::string& gpu,
                            const std::vector<LaunchVariant>& variants,
                            const std::function<double(size_t, unsigned)>& time_us);
 
+// mode="max-autotune" for an extern call with several equivalent forms (a matmul with its bias
+// in the call, its bias added in the kernel that reads it, or bias and activation in
+// cuBLASLt's epilogue: pipeline/matmul_epilogues.h): each alternative's time is `time_us(v)`,
+// the first (`labels[0]`, what the graph does without autotune) timed first and again last and
+// kept unless another is at least 3% faster than its faster time. Cached on disk under `key`
+// (the call's kind, sizes, layouts and dtype), the labels and `gpu`; a later call reads it
+// without timing. Counts autotune_trials / autotune_cached as the launch choices do. Throws
+// PythonError or tl::Error (the caller then keeps the first).
+struct VariantChoice {
+  size_t variant = 0;
+  bool cached = false;
+  std::string report;  // "addmm: 41.2 us; mm+bias: 38.0 us; addmm again: 41.0 us; -> mm+bias"
+};
+VariantChoice choose_variant(const std::string& key, const std::string& gpu,
+                             const std::vector<std::string>& labels,
+                             const std::function<double(size_t)>& time_us);
+
+// A timer for choose_variant: `call()` queues the alternative's work (torch ops) on torch's
+// current stream; timed as launch_timer does, behind a longer hold (the host queues torch ops
+// slower than kernel launches).
+std::function<double()> call_timer(std::function<void()> call);
+
+// The device's name, compute capability and SM count: what every autotune choice is keyed by.
+std::string gpu_identity(int device);
+
 // A timer for choose_grid: `launch(grid)` launches the kernel once on torch's current stream;
 // the time is the best of 3 runs of 10 back-to-back launches, measured with CUDA events behind a
 // spinning kernel that holds the stream while they are queued (device time, not launch rate).

@@ -41,17 +41,7 @@ class CudaBackend : public KernelBackend {
     variants_.assign(loaded_.size(), {});
     tune_trace_dir_ = std::move(trace_dir);
     build_block_variants(kernels);
-    try {
-      PyRef name = PyRef::steal(
-          PyObject_CallFunction(import_attr("torch.cuda", "get_device_name").get(), "i", device_));
-      const char* c = name ? PyUnicode_AsUTF8(name.get()) : nullptr;
-      gpu_name_ = c ? c : "";
-    } catch (const PythonError&) {
-    }
-    PyErr_Clear();
-    DeviceInfo d = device_info(device_);
-    gpu_name_ += " sm_" + std::to_string(d.sm_major) + std::to_string(d.sm_minor) + " " +
-                 std::to_string(d.multiprocessors) + " SMs";
+    gpu_name_ = gpu_identity(device_);
   }
 
  private:

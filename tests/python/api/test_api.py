@@ -279,6 +279,7 @@ def test_counters_have_the_documented_keys():
         "cuda_graph_replays",
         "autotune_trials",
         "autotune_cached",
+        "matmul_epilogues_changed",
         "size_instances",
         "nvrtc_compiles",
         "launches_grouped",
