@@ -215,28 +215,33 @@ bool bias_in_kernel(ir::Graph& g, const EpilogueSite& s) {
   std::vector<Node*> readers = readers_of(g, p);
   if (readers.empty()) return false;
   std::vector<Node*> made;
-  Node* bare = p;
-  if (s.linear) {
-    *find_arg(*p, 2, "bias") = Arg::constant(PyRef::borrow(Py_None));
-  } else {
-    bare = insert_call(
-        g, p, torch_fn("mm"), "",
-        {Arg::of_node(const_cast<Node*>(s.input)), Arg::of_node(const_cast<Node*>(s.weight))}, {},
-        dev);
-    made.push_back(bare);
-  }
-  bare->location = p->location;
-  Node* sum = insert_call(g, readers[0], torch_fn("add"), "",
-                          {Arg::of_node(bare), Arg::of_node(const_cast<Node*>(s.bias))}, {}, dev);
-  made.push_back(sum);
-  sum->location = p->location;
-  if (!same_layout(bare, meta) || !same_layout(sum, meta)) {
+  try {
+    Node* bare = p;
+    if (!s.linear) {
+      bare = insert_call(
+          g, p, torch_fn("mm"), "",
+          {Arg::of_node(const_cast<Node*>(s.input)), Arg::of_node(const_cast<Node*>(s.weight))}, {},
+          dev);
+      made.push_back(bare);
+      bare->location = p->location;
+    }
+    // NOTE: a linear's meta (and the add's, run on its example) are the same with or without
+    // its bias; the bias leaves the call only once nothing can throw.
+    Node* sum = insert_call(g, readers[0], torch_fn("add"), "",
+                            {Arg::of_node(bare), Arg::of_node(const_cast<Node*>(s.bias))}, {}, dev);
+    made.push_back(sum);
+    sum->location = p->location;
+    if (!same_layout(bare, meta) || !same_layout(sum, meta)) {
+      undo(g, made);
+      return false;
+    }
+    if (s.linear) *find_arg(*p, 2, "bias") = Arg::constant(PyRef::borrow(Py_None));
+    replace_uses(readers, p, sum);
+    if (!s.linear) g.erase(p);
+  } catch (...) {
     undo(g, made);
-    if (s.linear) *find_arg(*p, 2, "bias") = Arg::of_node(const_cast<Node*>(s.bias));
-    return false;
+    throw;
   }
-  replace_uses(readers, p, sum);
-  if (!s.linear) g.erase(p);
   return true;
 }
 
@@ -245,32 +250,38 @@ bool cublas_activation(ir::Graph& g, const EpilogueSite& s) {
   Node* act = s.activation;
   const PyRef& dev = p->meta->device;
   std::vector<Node*> made;
-  Node* x = const_cast<Node*>(s.input);
-  if (x->meta->sizes.size() != 2) {
-    x = insert_call(g, p, {}, "reshape", {Arg::of_node(x), Arg::constant(int_tuple({-1, s.k}))}, {},
-                    dev);
-    made.push_back(x);
-  }
-  Node* w = const_cast<Node*>(s.weight);
-  if (s.linear) {
-    w = insert_call(g, p, {}, "t", {Arg::of_node(w)}, {}, dev);
-    made.push_back(w);
-  }
-  Node* y =
-      insert_call(g, p, torch_fn("_addmm_activation"), "",
-                  {Arg::of_node(const_cast<Node*>(s.bias)), Arg::of_node(x), Arg::of_node(w)},
-                  {{"use_gelu", Arg::constant(PyRef::borrow(s.gelu ? Py_True : Py_False))}}, dev);
-  made.push_back(y);
-  y->location = p->location;
-  Node* out = y;
-  if (y->meta->sizes != act->meta->sizes) {
-    out = insert_call(g, p, {}, "view",
-                      {Arg::of_node(y), Arg::constant(int_tuple(act->meta->sizes))}, {}, dev);
-    made.push_back(out);
-  }
-  if (!same_layout(out, *act->meta)) {
+  Node* out = nullptr;
+  try {
+    Node* x = const_cast<Node*>(s.input);
+    if (x->meta->sizes.size() != 2) {
+      x = insert_call(g, p, {}, "reshape", {Arg::of_node(x), Arg::constant(int_tuple({-1, s.k}))},
+                      {}, dev);
+      made.push_back(x);
+    }
+    Node* w = const_cast<Node*>(s.weight);
+    if (s.linear) {
+      w = insert_call(g, p, {}, "t", {Arg::of_node(w)}, {}, dev);
+      made.push_back(w);
+    }
+    Node* y =
+        insert_call(g, p, torch_fn("_addmm_activation"), "",
+                    {Arg::of_node(const_cast<Node*>(s.bias)), Arg::of_node(x), Arg::of_node(w)},
+                    {{"use_gelu", Arg::constant(PyRef::borrow(s.gelu ? Py_True : Py_False))}}, dev);
+    made.push_back(y);
+    y->location = p->location;
+    out = y;
+    if (y->meta->sizes != act->meta->sizes) {
+      out = insert_call(g, p, {}, "view",
+                        {Arg::of_node(y), Arg::constant(int_tuple(act->meta->sizes))}, {}, dev);
+      made.push_back(out);
+    }
+    if (!same_layout(out, *act->meta)) {
+      undo(g, made);
+      return false;
+    }
+  } catch (...) {
     undo(g, made);
-    return false;
+    throw;
   }
   replace_uses(readers_of(g, act), act, out);
   g.erase(act);

@@ -6,7 +6,6 @@
 #include "core/counters.h"
 #include "core/dump_dir.h"
 #include "core/errors.h"
-#include "core/py_import.h"
 #include "core/python_helpers.h"
 #include "ir/dtype.h"
 #include "passes/matmul_epilogue.h"
