@@ -113,3 +113,28 @@ class _ConvNet(torch.nn.Module):
 
 def test_conv_net_new_batch_sizes_equal_eager_without_capture():
     _check(_ConvNet().eval(), lambda b: (torch.randn(b, 3, 10, 10),))
+
+
+def test_a_decision_that_reads_a_size_is_taken_again_at_each_new_length():
+    # NOTE: split_reductions splits a column sum whose rows are long (passes/split_reductions.h):
+    # two kernels from some length on, one below it. A new length's instance must decide again
+    # (a reuse of another length's lowered program would keep the other choice).
+    def f(x):
+        return (x * 2 + 1).sum(0)
+
+    torchlite.reset()
+    compiled = torchlite.compile(f)
+    launches = {}
+    for n in (64, 96, 40000, 100, 65536, 50):
+        x = torch.randn(n, 2)
+        before = dict(torchlite.counters())
+        torch.testing.assert_close(compiled(x), f(x), rtol=1e-4, atol=1e-3)
+        middle = dict(torchlite.counters())
+        compiled(x)
+        after = dict(torchlite.counters())
+        launches[n] = after["kernel_launches"] - middle["kernel_launches"]
+        if n not in (64, 96):
+            assert middle["frames"] == before["frames"], f"length {n} was captured again"
+            assert middle["size_instances"] == before["size_instances"] + 1
+    assert launches[40000] == launches[65536] == 2, launches
+    assert launches[100] == launches[50] == launches[64] == 1, launches
