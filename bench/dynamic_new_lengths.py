@@ -8,9 +8,10 @@ difference (what a new length costs), the Python objects each new length leaves 
 collections the N lengths started (count and time per generation). `TORCHLITE_LOGS=recompiles`
 adds each instance's replay and compile times.
 
-`--torch-compile` also runs eager and torch.compile (automatic dynamic shapes, its default) on
-the same lengths in the same process and prints the three side by side: a new length's first
-call, a second call at it, and the difference.
+`--torch-compile` also runs eager and torch.compile (automatic dynamic shapes, its default) in
+the same process, the three taking turns at each length (the load of a shared machine changes
+within a run), and prints them side by side: a new length's first call, a second call at it,
+and the difference.
 
     OMP_NUM_THREADS=1 python bench/dynamic_new_lengths.py [--n 40] [--layers 2] [--n-embd 128] \
         [--model gpt2|llama|bert] [--torch-compile]
@@ -67,30 +68,35 @@ def make(kind: str, layers: int, n_embd: int):
     return BertModel(cfg).eval()
 
 
-def sweep(fn, lengths, batch, note=None):
-    """First and second call times (s) at each new length, after the warm-up lengths."""
+def sweep(fns, lengths, batch, note):
+    """First and second call times (s) of each of `fns` (name -> callable) at each new length,
+    after the warm-up lengths. The callables take turns at each length (the first to go
+    rotates), so a change of the machine's load falls on all of them alike."""
     gen = torch.Generator().manual_seed(0)
 
     def ids(t):
         return torch.randint(0, 1000, (batch, t), generator=gen)
 
-    first, second = [], []
+    names = list(fns)
+    first = {k: [] for k in names}
+    second = {k: [] for k in names}
     with torch.no_grad():
         for t in WARM:
-            fn(ids(t))
-        if note:
-            note("begin")
-        for t in lengths:
             x = ids(t)
-            s = time.perf_counter()
-            fn(x)
-            first.append(time.perf_counter() - s)
-            s = time.perf_counter()
-            fn(x)
-            second.append(time.perf_counter() - s)
-        if note:
-            note("end")
-    return first, second
+            for fn in fns.values():
+                fn(x)
+        note("begin")
+        for i, t in enumerate(lengths):
+            x = ids(t)
+            for k in names[i % len(names) :] + names[: i % len(names)]:
+                s = time.perf_counter()
+                fns[k](x)
+                first[k].append(time.perf_counter() - s)
+                s = time.perf_counter()
+                fns[k](x)
+                second[k].append(time.perf_counter() - s)
+        note("end")
+    return [(k, first[k], second[k]) for k in names]
 
 
 def main():
@@ -122,15 +128,11 @@ def main():
         if at == "begin":
             gc.callbacks.append(on_gc)
 
-    rows = []
+    fns = {"torchlite": torchlite.compile(model)}
     if a.torch_compile:
-        rows.append(("eager", *sweep(model, lengths, a.batch)))
-    first, second = sweep(torchlite.compile(model), lengths, a.batch, note)
-    rows.append(("torchlite", first, second))
+        fns = {"eager": model, **fns, "torch.compile": torch.compile(model)}
+    rows = sweep(fns, lengths, a.batch, note)
     c = torchlite.counters()
-    if a.torch_compile:
-        torch._dynamo.reset()
-        rows.append(("torch.compile", *sweep(torch.compile(model), lengths, a.batch)))
 
     def ms(v):
         return statistics.median(v) * 1e3
@@ -146,11 +148,13 @@ def main():
         cost = statistics.median(x - y for x, y in zip(f, s)) * 1e3
         print(f"{name:<14} {ms(f):11.1f} {ms(s):12.1f} {cost:17.1f} {max(f) * 1e3:10.1f}")
     print(f"torchlite: captures {c['frames']}, size instances {c['size_instances']}")
+    # NOTE: with --torch-compile, the objects and collections are those of all three rows.
+    who = "all rows" if a.torch_compile else "torchlite"
     kept = (objects["end"] - objects["begin"]) / a.n
-    print(f"torchlite: Python objects kept per new length: {kept:.1f}")
+    print(f"{who}: Python objects kept per new length: {kept:.1f}")
     for g in (0, 1, 2):
         ts = [d for gen, d in collections if gen == g]
-        print(f"torchlite: generation {g} collections: {len(ts)}, {sum(ts) * 1e3:.1f} ms in all")
+        print(f"{who}: generation {g} collections: {len(ts)}, {sum(ts) * 1e3:.1f} ms in all")
 
 
 if __name__ == "__main__":
