@@ -42,6 +42,8 @@ Result infer(const OpRule& rule, const Call& c, bool method) {
       return addmm(rule, c);
     case OpFamily::Attention:
       return attention(rule, c);
+    case OpFamily::Gather:
+      return gather(rule, c);
   }
   throw NotHandled();
 }

@@ -1,4 +1,4 @@
-// cat and stack.
+// cat and stack; gather (an index-shaped copy of its input).
 #include "capture/fast_meta_rules.h"
 
 namespace tl::capture::fast_meta {
@@ -47,6 +47,27 @@ Result join(const OpRule& rule, const Call& c) {
   Result r{{sizes, contiguous_strides(sizes)}, parts[0].dtype, false};
   r.requires_grad = needs_grad(inputs, r.dtype);
   return r;
+}
+
+// torch.gather(input, dim, index) / Tensor.gather(dim, index): a fresh contiguous tensor of
+// index's sizes in input's dtype (torch's meta kernel: input.new_empty(index.shape)), for an
+// int64 index of input's rank no larger than input off `dim` (else torch raises: left to it).
+// transformers' BERT gathers its token type ids by position ids: a Python meta call (~1 ms)
+// at every new length of a size-generic entry.
+Result gather(const OpRule&, const Call& c) {
+  c.only_keywords({"dim", "index", "sparse_grad"});
+  if (c.args.empty() || c.args.size() > 3 || !is_false_or_absent(c.kw("sparse_grad")))
+    throw NotHandled();
+  PyObject* dim_obj = c.arg(1, "dim");
+  PyObject* index_obj = c.arg(2, "index");
+  if (!dim_obj || !index_obj) throw NotHandled();
+  Tensor x = read_tensor(c.args[0]), index = read_tensor(index_obj);
+  const Dims &xs = x.layout.sizes, &is = index.layout.sizes;
+  if (index.dtype != DType::Int64 || xs.empty() || is.size() != xs.size()) throw NotHandled();
+  const int64_t dim = wrap_dim(dim_obj, xs.size());
+  for (size_t d = 0; d < xs.size(); ++d)
+    if (static_cast<int64_t>(d) != dim && is[d] > xs[d]) throw NotHandled();
+  return contiguous_result(is, x.dtype, {&x});
 }
 
 }  // namespace tl::capture::fast_meta

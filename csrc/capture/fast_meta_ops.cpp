@@ -78,6 +78,7 @@ const std::vector<Named>& ops() {
     t.push_back({"linear", with(r(F::Linear), true, false, false)});
     t.push_back({"addmm", r(F::Addmm)});
     t.push_back({"scaled_dot_product_attention", r(F::Attention)});
+    t.push_back({"gather", r(F::Gather, P::NoOpmath)});
     for (Named& n : t) n.rule.name = n.name;
     return t;
   }();

@@ -24,7 +24,8 @@ enum class OpFamily {
   Tri,
   Linear,
   Addmm,
-  Attention
+  Attention,
+  Gather
 };
 
 struct OpRule {

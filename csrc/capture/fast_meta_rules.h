@@ -21,6 +21,7 @@ Result batch_norm(const OpRule& rule, const Call& c);
 Result group_norm(const OpRule& rule, const Call& c);
 // fast_meta_join.cpp
 Result join(const OpRule& rule, const Call& c);
+Result gather(const OpRule& rule, const Call& c);
 // fast_meta_matmul.cpp
 Result linear(const OpRule& rule, const Call& c);
 Result addmm(const OpRule& rule, const Call& c);

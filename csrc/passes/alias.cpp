@@ -8,7 +8,10 @@ std::optional<int64_t> alias_offset(const ir::Node& n, const ir::Node& base) {
   if (!ex || !bex) return std::nullopt;
   if (ex == bex) return 0;  // the op returned its input
   PyRef eb = PyRef::steal(PyObject_GetAttrString(ex, "_base"));
-  PyRef bb = PyRef::steal(PyObject_GetAttrString(bex, "_base"));
+  // NOTE: n not a view shares no memory with another value (the root below is a tensor): asked
+  // for every pair a pass looks at, so the other three Python calls are skipped.
+  if (eb && eb.get() == Py_None) return std::nullopt;
+  PyRef bb = eb ? PyRef::steal(PyObject_GetAttrString(bex, "_base")) : PyRef();
   if (!eb || !bb) {
     PyErr_Clear();
     return std::nullopt;

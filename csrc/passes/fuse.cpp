@@ -122,16 +122,28 @@ class Fuser {
   static constexpr size_t kMaxCopies = 8;
 
   // True if a path from `starts` reaches group `target` through other units.
+  // NOTE: asked for every candidate join, each walk may cover the rest of the graph: nodes are
+  // marked by their graph position in a vector (a tree of pointers allocated a node per visit).
   bool reaches(std::vector<const Node*> starts, int target) {
-    std::set<const Node*> seen;
-    std::set<int> seen_groups;
+    std::vector<char> seen(info_.position.size(), 0);
+    std::vector<char> seen_groups(f_.groups.size(), 0);
+    std::set<const Node*> unplaced;  // NOTE: nodes analyze_graph did not number (none expected)
     while (!starts.empty()) {
       const Node* v = starts.back();
       starts.pop_back();
-      if (!seen.insert(v).second) continue;
+      auto at = info_.position.find(v);
+      if (at != info_.position.end() && at->second >= 0 &&
+          static_cast<size_t>(at->second) < seen.size()) {
+        if (seen[at->second]) continue;
+        seen[at->second] = 1;
+      } else if (!unplaced.insert(v).second) {
+        continue;
+      }
       int gv = group(v);
       if (gv == target) return true;
-      if (gv >= 0 && seen_groups.insert(gv).second) {
+      if (gv >= 0 && static_cast<size_t>(gv) >= seen_groups.size()) seen_groups.resize(gv + 1, 0);
+      if (gv >= 0 && !seen_groups[gv]) {
+        seen_groups[gv] = 1;
         for (const Node* m : f_.groups[gv].members)
           for (const Node* u : info_.users_of(m)) starts.push_back(u);
       }

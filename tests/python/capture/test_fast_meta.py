@@ -571,3 +571,56 @@ def test_compiled_cnn_matches_eager_with_every_fast_answer_checked(monkeypatch):
     x = torch.randn(2, 3, 6, 6).to(memory_format=torch.channels_last)
     with torch.no_grad():
         check(m, x)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_gather_matches_meta_over_dtypes_layouts_dims_and_forms(grad):
+    answered = 0
+    for dtype, layout, index_layout in itertools.product(
+        DTYPES, ["contiguous", "transposed", "sliced"], ["contiguous", "transposed", "expanded"]
+    ):
+        x = meta((4, 6, 5), dtype, layout, requires_grad=grad and dtype.is_floating_point)
+        for dim, shape in [(0, (3, 6, 5)), (1, (4, 9, 5)), (-1, (2, 3, 7)), (2, (4, 6, 1))]:
+            index = meta(shape, torch.int64, index_layout)
+            answered += compare(torch.gather, x, dim, index)
+            answered += compare(torch.gather, x, dim, index=index)
+            answered += compare("gather", x, dim, index, method="gather")
+        compare(torch.gather, x, 1, meta((5, 2, 5), torch.int64))  # torch raises: 5 > 4
+        compare(torch.gather, x, 1, meta((4, 2), torch.int64))  # another rank
+        compare(torch.gather, x, 1, meta((4, 2, 5), torch.int32))  # not int64
+        compare(torch.gather, x, 3, meta((4, 2, 5), torch.int64))  # no such dim
+        compare(torch.gather, x, 1, meta((4, 2, 5), torch.int64), sparse_grad=True)
+    assert answered >= 3 * 4 * 3 * 3 * 6
+
+
+def test_bert_new_lengths_gather_without_python_meta():
+    transformers = pytest.importorskip("transformers")
+    import collections
+    import sys
+
+    cfg = transformers.BertConfig(
+        num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+        vocab_size=100, max_position_embeddings=64,
+    )  # fmt: skip
+    model = transformers.BertModel(cfg).eval()
+    torchlite.reset()
+    compiled = torchlite.compile(model)
+    with torch.no_grad():
+        for t in (5, 9):
+            compiled(torch.randint(0, 100, (2, t)))
+        calls = collections.Counter()
+
+        def profile(frame, event, arg):
+            if event == "call" and "_meta_registrations" in frame.f_code.co_filename:
+                calls[frame.f_code.co_name] += 1
+
+        x = torch.randint(0, 100, (2, 13))
+        before = torchlite.counters()["size_instances"]
+        sys.setprofile(profile)
+        try:
+            out = compiled(x)
+        finally:
+            sys.setprofile(None)
+        assert torchlite.counters()["size_instances"] == before + 1
+        torch.testing.assert_close(out.last_hidden_state, model(x).last_hidden_state)
+    assert calls["meta_gather"] == 0, calls
