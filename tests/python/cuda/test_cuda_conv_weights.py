@@ -21,7 +21,7 @@ def _fresh_counters():
     torchlite.reset_counters()
 
 
-def net(dtype=torch.bfloat16):
+def net(dtype=torch.bfloat16, device="cuda"):
     m = nn.Sequential(
         nn.Conv2d(3, 32, 3, padding=1),
         nn.BatchNorm2d(32),
@@ -31,11 +31,18 @@ def net(dtype=torch.bfloat16):
         nn.Conv2d(64, 64, 5, padding=2, groups=64),
         nn.Conv2d(64, 32, 1),
     )
-    return m.eval().to(device="cuda", dtype=dtype)
+    return m.eval().to(device=device, dtype=dtype)
 
 
 def image(n=4, px=32, dtype=torch.bfloat16):
     return torch.randn(n, 3, px, px, device="cuda", dtype=dtype)
+
+
+def assert_follows(got, want):
+    """Relative L2 error under 1e-2: bf16 rounding of large outputs differs from eager's in single
+    elements by an ulp (0.3 on values near 100), a stale weight gives an error near 1."""
+    err = ((got.float() - want.float()).norm() / want.float().norm()).item()
+    assert err < 1e-2, err
 
 
 def weight_copies_in_call(fn, x, weights):
@@ -74,11 +81,11 @@ def test_updates_and_replacements_between_calls_are_seen():
     with torch.no_grad():
         f(x)
         m[0].weight.mul_(2)
-        torch.testing.assert_close(f(x), m(x), **TOL)
+        assert_follows(f(x), m(x))
         m[3].weight = nn.Parameter(torch.randn_like(m[3].weight))
-        torch.testing.assert_close(f(x), m(x), **TOL)
+        assert_follows(f(x), m(x))
         m[5].weight.data = torch.randn_like(m[5].weight)
-        torch.testing.assert_close(f(x), m(x), **TOL)
+        assert_follows(f(x), m(x))
 
 
 def test_cuda_graphs_replay_reads_the_updated_weight():
@@ -87,10 +94,10 @@ def test_cuda_graphs_replay_reads_the_updated_weight():
     x = image()
     with torch.no_grad():
         for step in range(4):
-            torch.testing.assert_close(f(x), m(x), **TOL)
+            assert_follows(f(x), m(x))
             m[0].weight.add_(0.25)
             m[3].weight.mul_(0.5)
-            torch.testing.assert_close(f(x), m(x), **TOL)
+            assert_follows(f(x), m(x))
     assert torchlite.counters()["cuda_graph_replays"] >= 1
 
 
