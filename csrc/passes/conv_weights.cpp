@@ -1,9 +1,10 @@
 #include "passes/conv_weights.h"
 
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
-#include "core/py_import.h"
+#include "core/errors.h"
 #include "passes/channels_last.h"
 #include "passes/graph_rewrite.h"
 
@@ -42,7 +43,14 @@ bool eligible(const Node& conv, const Node** weight) {
          strictly_channels_last(*conv.meta);
 }
 
+PyRef& channels_last_weight() {
+  static PyRef* fn = new PyRef();  // NOTE: kept for the process
+  return *fn;
+}
+
 }  // namespace
+
+void set_channels_last_weight(PyRef fn) { channels_last_weight() = std::move(fn); }
 
 int cache_conv_weights(ir::Graph& graph) {
   if (tracks_grad(graph)) return 0;
@@ -52,7 +60,8 @@ int cache_conv_weights(ir::Graph& graph) {
     if (eligible(*n, &w)) convs.emplace_back(n.get(), w);
   }
   if (convs.empty()) return 0;
-  PyRef fn = import_attr("torchlite._C", "channels_last_weight");
+  const PyRef& fn = channels_last_weight();
+  TL_CHECK(fn) << "torchlite._C.channels_last_weight was not registered (passes/conv_weights.h)";
   std::unordered_map<const Node*, Node*> copies;  // weight -> its cached copy (shared weights)
   for (auto& [conv, w] : convs) {
     Node*& copy = copies[w];

@@ -16,6 +16,7 @@
 // freezing): a parameter updated in place between calls would be stale, and
 // guards see parameters by identity, not value; one kernel converting every
 // weight per call: still a copy of every weight every call.
+#include "core/py_ref.h"
 #include "ir/graph.h"
 
 namespace tl::passes {
@@ -24,5 +25,10 @@ namespace tl::passes {
 // graph: the gradient must land in the parameter's own layout); returns how
 // many convolutions now read a cached weight.
 int cache_conv_weights(ir::Graph& graph);
+
+// The callable the rewritten convolutions read their weight through
+// (torchlite._C.channels_last_weight, runtime/weight_layouts.h): set by the
+// bindings at import, since passes/ does not reach the runtime.
+void set_channels_last_weight(PyRef fn);
 
 }  // namespace tl::passes

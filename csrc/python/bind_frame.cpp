@@ -7,6 +7,7 @@
 #include "frame/code_cache.h"
 #include "frame/eval_hook.h"
 #include "frame/frame_access.h"
+#include "passes/conv_weights.h"
 #include "python/bindings.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/cuda/compile.h"
@@ -105,6 +106,7 @@ void bind_frame(py::module_& m) {
   PyObject* fn = PyCFunction_NewEx(&channels_last_weight_def, nullptr, module_name.ptr());
   if (!fn) throw py::error_already_set();
   m.add_object("channels_last_weight", py::reinterpret_steal<py::object>(fn));
+  passes::set_channels_last_weight(PyRef::borrow(fn));
   m.def("weight_layouts_cached", &runtime::weight_layouts_cached,
         "Channels-last weight copies held now (runtime/weight_layouts.h).");
   m.def("meta_cache_hits", &capture::meta_cache_hits,

@@ -26,7 +26,7 @@ def _fresh_counters():
 
 
 def count(name):
-    return torchlite.counters()[name]
+    return torchlite.counters().get(name, 0)
 
 
 def net(dtype=torch.float32, device="cpu"):
