@@ -12,6 +12,11 @@
 // convolution then receives the layout it would have converted to: the same
 // values, the same algorithm, the same output layout.
 //
+// NOTE: measured (bench/conv_weights.py, H100, timm inception_v3 b32 299px bf16, in turns):
+// 4.34 ms a forward with torch converting the weights in every call, 3.58 ms cached (1.21x);
+// eager 10.39 ms. bench/models.py in the same call: 1.20x torch.compile, 181 launches a call
+// against torch.compile's 241.
+//
 // Alternatives rejected: a constant folded at compile time (torch.compile's
 // freezing): a parameter updated in place between calls would be stale, and
 // guards see parameters by identity, not value; one kernel converting every
