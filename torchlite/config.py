@@ -18,6 +18,9 @@ functionalize: bool = _env["functionalize"]
 fold_batch_norm: bool = _env["fold_batch_norm"]
 # True/False: always/never run convolutions channels-last; None: CUDA f16/bf16 only.
 channels_last: bool | None = _env["channels_last"]
+# Channels-last convolutions read a copy of their weight made once per parameter version, not
+# converted every call (TORCHLITE_CACHE_CONV_WEIGHTS; off if weights are written through w.data).
+cache_conv_weights: bool = _env["cache_conv_weights"]
 # Check the graph after every compiler pass and name the pass that broke it (TORCHLITE_VERIFY).
 verify: bool = _env["verify"]
 # Graphs autograd records get a compiled backward (TORCHLITE_COMPILED_BACKWARD); False: op by op.

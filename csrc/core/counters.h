@@ -21,6 +21,10 @@ struct Counters {
   std::atomic<int64_t> batch_norms_folded{0};   // inference batch norms folded into convs
   std::atomic<int64_t> channels_last_convs{0};  // convs the layout pass runs channels-last
   std::atomic<int64_t> conv_biases_split{0};    // CUDA conv biases moved into the next kernel
+  // Convolutions whose weight goes through the channels-last weight cache (passes/conv_weights.h),
+  // and the weight copies that cache made (runtime/weight_layouts.h): one per parameter version.
+  std::atomic<int64_t> conv_weights_cached{0};
+  std::atomic<int64_t> conv_weight_copies{0};
   std::atomic<int64_t> matmuls_padded{0};     // products on padded operands (passes/pad_matmuls.h)
   std::atomic<int64_t> duplicates_merged{0};  // calls computed once (passes/merge_duplicates.h)
   std::atomic<int64_t> attentions_decomposed{0};  // passes/attention_products.h

@@ -14,6 +14,8 @@ namespace {
 using ir::Arg;
 using ir::Node;
 
+}  // namespace
+
 // torch.convolution's `transposed` is its 7th argument.
 bool is_conv4d(const Node& n) {
   if (n.op != ir::OpKind::CallFunction || !n.meta || n.meta->sizes.size() != 4) return false;
@@ -27,6 +29,8 @@ bool is_conv4d(const Node& n) {
   const Node* w = tensor_arg(n, 1, "weight");
   return conv && in && w && in->meta->sizes.size() == 4 && w->meta->sizes.size() == 4;
 }
+
+namespace {
 
 // Ops whose meaning depends on strides the trace saw (as_strided, storage
 // access) or that change their own operand's metadata in place: a layout
@@ -320,13 +324,13 @@ bool densifies(const Plan& p) {
   return false;
 }
 
+}  // namespace
+
 bool tracks_grad(const ir::Graph& g) {
   for (auto& n : g.nodes())
     if (n->meta && n->meta->requires_grad && n->op != ir::OpKind::Placeholder) return true;
   return false;
 }
-
-}  // namespace
 
 ConvCost cpu_conv_cost(const std::vector<int64_t>& input, const std::vector<int64_t>& weight,
                        const std::vector<int64_t>& output, bool single_thread) {

@@ -53,6 +53,14 @@ constexpr int64_t kCpuChannelsLastBytes = int64_t{16} << 20;
 // the outputs' restoring copies are not in the estimate.
 constexpr double kCpuChannelsLastMargin = 1.1;
 
+// A 2-d convolution (torch.conv2d, or torch.convolution not transposed) of a
+// 4-d input and weight.
+bool is_conv4d(const ir::Node& n);
+
+// Whether autograd records some value the graph computes (a node other than a
+// graph input requires grad).
+bool tracks_grad(const ir::Graph& g);
+
 // The pass; returns how many convolutions now run channels-last because of it
 // (0 when it does not apply: no 4-d convolution, or a single one whose
 // consumers do not read channels innermost, autograd, a layout-sensitive op in

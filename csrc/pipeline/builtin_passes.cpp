@@ -10,6 +10,7 @@
 #include "passes/attention_products.h"
 #include "passes/channels_last.h"
 #include "passes/conv_bias.h"
+#include "passes/conv_weights.h"
 #include "passes/cuda_layouts.h"
 #include "passes/fold_batch_norm.h"
 #include "passes/functionalize.h"
@@ -86,6 +87,11 @@ std::vector<Pass> builtin_passes() {
        [](G& g, St& st) {
          counters().channels_last_convs += passes::channels_last(g, st.ctx.settings.channels_last);
        }},
+      {"torchlite.conv_weights",
+       {"cache_conv_weights"},
+       kAnyDevice,
+       [](const Settings& s) { return s.cache_conv_weights; },
+       [](G& g, St&) { counters().conv_weights_cached += passes::cache_conv_weights(g); }},
       {"torchlite.split_reductions",
        {},
        kAnyDevice,

@@ -7,14 +7,25 @@
 #include "frame/code_cache.h"
 #include "frame/eval_hook.h"
 #include "frame/frame_access.h"
+#include "passes/conv_weights.h"
 #include "python/bindings.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/cuda/compile.h"
+#include "runtime/weight_layouts.h"
 
 namespace py = pybind11;
 
 namespace tl::python {
 namespace {
+
+// METH_O: a plain CPython function, so graphs call it by vectorcall (no pybind11 dispatch).
+PyObject* channels_last_weight(PyObject*, PyObject* w) { return runtime::channels_last_weight(w); }
+
+PyMethodDef channels_last_weight_def = {
+    "channels_last_weight", channels_last_weight, METH_O,
+    "channels_last_weight(w) -> w.contiguous(memory_format=torch.channels_last), the copy kept "
+    "while w is unchanged (same object, data pointer and version): the channels-last weight of "
+    "a convolution (runtime/weight_layouts.h)."};
 
 // A test entry: returns a fixed object without running the frame.
 class ConstantFrame : public frame::CompiledFrame {
@@ -86,10 +97,18 @@ void bind_frame(py::module_& m) {
         capture::clear_meta_cache();
         runtime::release_idle_blocks();
         runtime::cuda::unload_dead_modules();
+        runtime::forget_weight_layouts();
       },
       "Drops every cache entry and skip decision (lazily, on the next call of each code) and "
-      "forgets traced meta results, frees the CPU buffer pool's idle blocks and unloads CUDA "
-      "modules no compiled graph uses.");
+      "forgets traced meta results, frees the CPU buffer pool's idle blocks, unloads CUDA "
+      "modules no compiled graph uses and drops the channels-last weight copies.");
+  py::object module_name = m.attr("__name__");
+  PyObject* fn = PyCFunction_NewEx(&channels_last_weight_def, nullptr, module_name.ptr());
+  if (!fn) throw py::error_already_set();
+  m.add_object("channels_last_weight", py::reinterpret_steal<py::object>(fn));
+  passes::set_channels_last_weight(PyRef::borrow(fn));
+  m.def("weight_layouts_cached", &runtime::weight_layouts_cached,
+        "Channels-last weight copies held now (runtime/weight_layouts.h).");
   m.def("meta_cache_hits", &capture::meta_cache_hits,
         "Meta-tensor op results reused while tracing, since the process started.");
   m.def(

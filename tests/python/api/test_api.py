@@ -272,6 +272,8 @@ def test_counters_have_the_documented_keys():
         "batch_norms_folded",
         "channels_last_convs",
         "conv_biases_split",
+        "conv_weights_cached",
+        "conv_weight_copies",
         "matmuls_padded",
         "duplicates_merged",
         "attentions_decomposed",

@@ -25,6 +25,7 @@ OTHER = {
     "functionalize": False,
     "fold_batch_norm": True,
     "channels_last": False,
+    "cache_conv_weights": False,
     "verify": True,
     "compiled_backward": False,
     "recompute_in_backward": False,
