@@ -40,7 +40,7 @@ def row(name, batch, runs, with_torch_compile):
     fns = {
         "eager": model,
         "tl_off": torchlite.compile(model, options={"cache_conv_weights": False}),
-        "tl_on": torchlite.compile(model),
+        "tl_on": torchlite.compile(model, options={"cache_conv_weights": True}),
     }
     if with_torch_compile:
         fns["torch.compile"] = torch.compile(model)

@@ -19,7 +19,8 @@ fold_batch_norm: bool = _env["fold_batch_norm"]
 # True/False: always/never run convolutions channels-last; None: CUDA f16/bf16 only.
 channels_last: bool | None = _env["channels_last"]
 # Channels-last convolutions read a copy of their weight made once per parameter version, not
-# converted every call (TORCHLITE_CACHE_CONV_WEIGHTS; off if weights are written through w.data).
+# converted every call (TORCHLITE_CACHE_CONV_WEIGHTS). Off by default: writes through w.data,
+# numpy or DLPack views bypass the version counter the cache checks.
 cache_conv_weights: bool = _env["cache_conv_weights"]
 # Check the graph after every compiler pass and name the pass that broke it (TORCHLITE_VERIFY).
 verify: bool = _env["verify"]

@@ -27,11 +27,12 @@ const std::vector<SettingSpec> kSpecs = {
      "CUDA f16/bf16, and on the CPU for f32 graphs whose largest convolution output is 16 MB or "
      "more or whose convolutions are estimated faster channels-last (depthwise-separable "
      "networks: passes/channels_last.h, cpu_conv_cost)."},
-    {"cache_conv_weights", &S::cache_conv_weights, kCompile, "TORCHLITE_CACHE_CONV_WEIGHTS", "on",
+    {"cache_conv_weights", &S::cache_conv_weights, kCompile, "TORCHLITE_CACHE_CONV_WEIGHTS", "off",
      "A convolution that runs channels-last reads a channels-last copy of its k x k weight "
      "parameter made once per parameter version (an in-place update or `.data = t` makes a new "
-     "one) instead of converting it in every call. Off for programs that write weights through "
-     "`w.data`, numpy or DLPack views, which bypass the version counter."},
+     "one) instead of converting it in every call. Opt-in (as torch.compile's freezing): writes "
+     "through `w.data`, numpy or DLPack views bypass the version counter and would leave the "
+     "copy stale."},
     {"verify", &S::verify, kCompile, "TORCHLITE_VERIFY", "off",
      "Check the graph after every compiler pass and name the pass that broke it."},
     {"compiled_backward", &S::compiled_backward, kCompile, "TORCHLITE_COMPILED_BACKWARD", "on",

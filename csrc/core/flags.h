@@ -20,7 +20,7 @@ struct Settings {
   bool functionalize = true;
   bool fold_batch_norm = false;
   std::optional<bool> channels_last;  // nullopt: the device's default (prefers_channels_last)
-  bool cache_conv_weights = true;     // channels-last conv weights kept per parameter version
+  bool cache_conv_weights = false;    // channels-last conv weights kept per parameter version
   bool verify = false;
   bool compiled_backward = true;
   bool recompute_in_backward = true;

@@ -25,7 +25,7 @@ OTHER = {
     "functionalize": False,
     "fold_batch_norm": True,
     "channels_last": False,
-    "cache_conv_weights": False,
+    "cache_conv_weights": True,
     "verify": True,
     "compiled_backward": False,
     "recompute_in_backward": False,

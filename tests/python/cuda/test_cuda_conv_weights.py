@@ -17,7 +17,9 @@ TOL = {"atol": 3e-2, "rtol": 3e-2}
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counters():
+def _fresh_counters(monkeypatch):
+    # NOTE: the cache is opt-in (writes through w.data bypass the version counter it checks).
+    monkeypatch.setattr(torchlite.config, "cache_conv_weights", True)
     torchlite.reset_counters()
 
 

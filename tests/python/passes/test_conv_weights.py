@@ -21,7 +21,9 @@ CL = torch.channels_last
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counters():
+def _fresh_counters(monkeypatch):
+    # NOTE: the cache is opt-in (writes through w.data bypass the version counter it checks).
+    monkeypatch.setattr(torchlite.config, "cache_conv_weights", True)
     torchlite.reset_counters()
 
 
@@ -214,3 +216,19 @@ def test_timm_resnet18_channels_last_input_copies_no_weight_after_the_first_call
         torch.testing.assert_close(f(x), m(x), atol=1e-4, rtol=1e-3)
         assert weight_copies_in_call(f, x, m.parameters()) == []
     assert count("conv_weights_cached") >= 15
+
+
+def test_by_default_a_write_through_w_data_is_seen(monkeypatch):
+    # NOTE: `.data` is a tensor with a version counter of its own, so the cache cannot see
+    # `w.data.mul_(2)`: that is why it is opt-in. With the defaults, the write must show.
+    monkeypatch.undo()
+    assert torchlite.config.cache_conv_weights is False
+    m = net()
+    x = image()
+    f = torchlite.compile(m)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), m(x))
+        for p in m.parameters():
+            p.data.mul_(2)
+        torch.testing.assert_close(f(x), m(x))
+    assert count("conv_weights_cached") == 0

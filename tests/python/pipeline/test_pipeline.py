@@ -159,7 +159,6 @@ def test_trace_writes_one_file_per_pass_and_the_mode(monkeypatch, tmp_path):
         "03_torchlite.decompose_attention.txt",
         "06_torchlite.pad_matmuls.txt",
         "08_torchlite.channels_last.txt",
-        "09_torchlite.conv_weights.txt",
         "10_torchlite.split_reductions.txt",
         "12_torchlite.move_reshapes.txt",
         "13_torchlite.small_products.txt",
