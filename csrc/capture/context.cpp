@@ -12,6 +12,7 @@
 #include "capture/eager_checks.h"
 #include "capture/effect_order.h"
 #include "capture/graph_break.h"
+#include "capture/made_in_call.h"
 #include "capture/meta_cache.h"
 #include "capture/meta_layout.h"
 #include "capture/scalar_inputs.h"
@@ -800,6 +801,15 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
     // NOTE: v is set by the condition.
   } else if (src && guard && (v = wrap_dict_view(obj, src))) {
     // NOTE: v is set by the condition.
+  } else if (src && guard && !made_in_call.empty() && plain_c_instance(obj) &&
+             made_in_call.count(root_local_name(src))) {
+    // NOTE: new on every call (a SimpleNamespace, an object(), a torch.Generator made before the
+    // break): an identity guard would fail each time. As an Object it is guarded by its type and
+    // each attribute the trace reads, and value_to_arg never bakes it into a graph.
+    v = Value::of_kind(VKind::Object);
+    v->obj = PyRef::borrow(obj);
+    v->source = src;
+    guards_.add_type_match(src, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
   } else if (PyFunction_Check(obj) || PyCFunction_Check(obj) || PyType_Check(obj) ||
              PyModule_Check(obj) || PyMethod_Check(obj) || Py_TYPE(obj) == &PyMethodDescr_Type ||
              Py_TYPE(obj) == &PyWrapperDescr_Type || Py_TYPE(obj) == &PyClassMethodDescr_Type ||
