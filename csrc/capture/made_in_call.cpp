@@ -1,5 +1,6 @@
 #include "capture/made_in_call.h"
 
+#include <string_view>
 #include <unordered_map>
 
 #include "bytecode/resume.h"
@@ -60,6 +61,9 @@ std::string root_local_name(const ir::SourcePtr& src) {
 bool plain_c_instance(PyObject* obj) {
   PyTypeObject* t = Py_TYPE(obj);
   if (t->tp_flags & Py_TPFLAGS_HEAPTYPE) return false;
+  // NOTE: numpy's scalars and arrays are values the trace computes with (float(np.float64),
+  // a.sum() folded as constants): they keep the identity guard that makes folding sound.
+  if (std::string_view(t->tp_name).rfind("numpy.", 0) == 0) return false;
   return !(PyFunction_Check(obj) || PyCFunction_Check(obj) || PyType_Check(obj) ||
            PyModule_Check(obj) || PyMethod_Check(obj) || PyCode_Check(obj) ||
            t == &PyMethodDescr_Type || t == &PyWrapperDescr_Type || t == &PyClassMethodDescr_Type ||
