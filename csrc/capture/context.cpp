@@ -20,6 +20,7 @@
 #include "capture/user_exception.h"
 #include "core/errors.h"
 #include "guards/dict_order.h"
+#include "guards/leaf_guard.h"
 #include "guards/storage_aliasing.h"
 #include "ir/effects.h"
 
@@ -657,6 +658,8 @@ ValuePtr CaptureContext::wrap_dict_view(PyObject* obj, const ir::SourcePtr& src)
 
 bool CaptureContext::guarded_by_structure(const ir::SourcePtr& src) const {
   if (structural_modules) return true;
+  // NOTE: a module built in forward before a break (`act = nn.GELU()`) is new on every call.
+  if (!made_in_call.empty() && made_in_call.count(root_local_name(src))) return true;
   const ir::Source* root = src.get();
   while (root->base) root = root->base.get();
   // NOTE: a resume function's stack values are named ___<n>_stack<k> (bytecode/resume.cpp): a
@@ -801,6 +804,11 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
     // NOTE: v is set by the condition.
   } else if (src && guard && (v = wrap_dict_view(obj, src))) {
     // NOTE: v is set by the condition.
+  } else if (src && guard && guards::is_numpy_number(obj)) {
+    // NOTE: a value like a float (np.sqrt(d) from a helper, a config's np.float64): guarded by
+    // type and value, never identity (a new one per call would recompile every time).
+    v = Value::constant(PyRef::borrow(obj), src);
+    guards_.add_equals_match(src, obj);
   } else if (src && guard && !made_in_call.empty() && plain_c_instance(obj) &&
              made_in_call.count(root_local_name(src))) {
     // NOTE: new on every call (a SimpleNamespace, an object(), a torch.Generator made before the

@@ -76,7 +76,7 @@ bool value_made_in_call(const ValuePtr& v, const std::unordered_set<std::string>
   if (!v || v->kind == VKind::Tensor) return false;
   // NOTE: only what wrap() would otherwise guard by identity is worth a record: a name that
   // once held a number made in the call must not loosen an object it holds at another break.
-  if (v->kind != VKind::Object &&
+  if (v->kind != VKind::Object && v->kind != VKind::Module &&
       !(v->kind == VKind::Const && v->obj && plain_c_instance(v->obj.get())))
     return false;
   if (!v->source) return true;

@@ -9,6 +9,7 @@ PYTEST_DONT_REWRITE: the programs' own asserts keep their plain messages.
 
 import types
 
+import pytest
 import torch
 from conformance_check import check_captured_program
 
@@ -133,3 +134,32 @@ def test_namespace_and_sentinel_made_and_returned_in_one_graph():
     _, _, o2 = compiled(x)
     assert o2 is not o and o2.extra is not o.extra  # made anew on every call, as eagerly
     assert torchlite.explain(fn)(x).graph_break_count == 0
+
+
+@torchlite.disable
+def numpy_scale(n):
+    np = pytest.importorskip("numpy")
+    return np.sqrt(np.float64(n))
+
+
+def test_numpy_scalar_from_an_opaque_call_guarded_by_value():
+    # NOTE: a new numpy.float64 on every call (an identity guard failed each time).
+    pytest.importorskip("numpy")
+
+    def fn(x):
+        s = numpy_scale(x.shape[-1])
+        return x * float(s), x / s
+
+    run(fn, breaks=1)
+
+
+def test_numpy_scalar_value_change_recompiles():
+    np = pytest.importorskip("numpy")
+
+    def fn(x, s):
+        return x * float(s)
+
+    compiled = torchlite.compile(fn)
+    x = torch.randn(3)
+    for s in (np.float64(2.0), np.float64(2.0), np.float64(3.0), np.int64(3)):
+        torch.testing.assert_close(compiled(x, s), fn(x, s))
