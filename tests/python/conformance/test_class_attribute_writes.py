@@ -136,3 +136,28 @@ def test_class_counter_without_reset_stays_correct():
         x = torch.randn(3)
         torch.testing.assert_close(compiled(x), x + i)
         assert Registry.counter == i
+
+
+@torchlite.disable
+def opaque():
+    """A call the trace cannot see into: a graph break where the program calls it."""
+
+
+def test_class_attribute_written_before_a_break_is_read_after_it():
+    def fn(x):
+        Registry.mode = "eval"
+        Registry.counter = x.shape[0]
+        opaque()
+        return x * Registry.counter if Registry.mode == "eval" else x
+
+    run(fn, breaks=1)
+
+
+def test_class_attribute_written_then_an_error_raised():
+    def fn(x):
+        Registry.counter = 7
+        if x.shape[0] == 4:
+            raise ValueError("four rows")
+        return x
+
+    run(fn, raises=ValueError)
