@@ -103,6 +103,14 @@ bool equals_exact(PyObject* a, PyObject* b) {
   }
   int eq = PyObject_RichCompareBool(a, b, Py_EQ);
   if (eq < 0) throw PythonError();
+  if (eq == 0 && is_numpy_number(a)) {  // NOTE: a numpy NaN equals NaN, as a float's does
+    double x = PyFloat_AsDouble(a), y = PyFloat_AsDouble(b);
+    if (PyErr_Occurred()) {  // a complex one: unequal
+      PyErr_Clear();
+      return false;
+    }
+    return std::isnan(x) && std::isnan(y);
+  }
   return eq == 1;
 }
 

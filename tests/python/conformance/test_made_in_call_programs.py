@@ -163,3 +163,19 @@ def test_numpy_scalar_value_change_recompiles():
     x = torch.randn(3)
     for s in (np.float64(2.0), np.float64(2.0), np.float64(3.0), np.int64(3)):
         torch.testing.assert_close(compiled(x, s), fn(x, s))
+
+
+@torchlite.disable
+def numpy_nan():
+    np = pytest.importorskip("numpy")
+    return np.float64("nan") * np.float64(1.0)
+
+
+def test_numpy_nan_from_an_opaque_call_hits_the_cache():
+    pytest.importorskip("numpy")
+
+    def fn(x):
+        s = numpy_nan()
+        return torch.nan_to_num(x * float(s), nan=1.5)
+
+    run(fn, breaks=1)
