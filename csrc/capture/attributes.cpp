@@ -253,7 +253,9 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
       inline_function(setattr, nullptr, nullptr, {obj, Value::constant(key), v}, {});
       return;
     }
-    if (setattr != _PyType_Lookup(&PyBaseObject_Type, setattr_name.get()))
+    // NOTE: a C type may name the generic slot as its own (SimpleNamespace does).
+    if (setattr != _PyType_Lookup(&PyBaseObject_Type, setattr_name.get()) &&
+        type->tp_setattro != PyObject_GenericSetAttr)
       graph_break("unsupported_side_effect", std::string("attribute assignment on a ") +
                                                  type->tp_name + ", whose __setattr__ is C code");
     store_plain_attr(obj, name, v);
@@ -271,18 +273,61 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
     return;
   }
   if (is_fresh_module(obj)) return store_fresh_module_attr(obj, name, v);
-  // NOTE: kept a break on purpose (Dynamo replays it after the graph): every read of a class
-  // attribute is guarded by value, so the common case, a counter (`type(self).calls += 1`),
-  // would fail its guard and recapture on every call; eager runs it once per call instead.
-  if (obj->is_const() && PyType_Check(obj->obj.get()))
+  if (obj->is_const() && PyType_Check(obj->obj.get())) {
+    if (store_class_attr(obj, name, v)) return;
     graph_break("unsupported_side_effect",
                 std::string("assignment to the class attribute ") +
                     reinterpret_cast<PyTypeObject*>(obj->obj.get())->tp_name + "." + name +
-                    " (shared by every instance)",
-                "keep per-call state on the instance (self." + name +
-                    " = ...) or return it; a class attribute written in compiled code runs "
-                    "eagerly, as its guarded value would change on every call");
+                    " of a value other than a number, string, bool or None, or on a class "
+                    "with a metaclass __setattr__",
+                "keep per-call state on the instance (self." + name + " = ...) or return it");
+  }
   graph_break("unsupported_side_effect", "attribute assignment on a " + obj->type_name());
+}
+
+// `Cls.counter = n`, `type(self).calls += 1` (Dynamo captures these): replayed after the graph
+// as a setattr on the class, read back by the rest of the trace (class_overlay). Only a user
+// class (a heap type with type's own __setattr__, reached through a source) and a value that
+// is an immutable constant: a function or object stored on a class would be found by method
+// lookups that never consult the overlay. A read of the attribute is guarded by the class's
+// attribute table, so a counter still recompiles when its value changes (as it did when the
+// write broke the graph, whose first part read the value too); a flag or a size set once hits
+// the cache from then on.
+bool Tracer::store_class_attr(const ValuePtr& cls, const std::string& name, const ValuePtr& v) {
+  auto* type = reinterpret_cast<PyTypeObject*>(cls->obj.get());
+  if (!cls->source || !(type->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
+  if (name.rfind("__", 0) == 0 || !v->is_const() || v->scalar || v->sym_slice || !v->obj ||
+      !is_immutable_constant(v->obj.get()) || PyTuple_Check(v->obj.get()))
+    return false;
+  static PyObject* setattr_name = PyUnicode_InternFromString("__setattr__");  // NOTE: immortal
+  if (_PyType_Lookup(Py_TYPE(type), setattr_name) != _PyType_Lookup(&PyType_Type, setattr_name))
+    return false;
+  PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
+  if (!key) throw PythonError();
+  PyObject* meta_descr = _PyType_Lookup(Py_TYPE(type), key.get());
+  if (meta_descr && Py_TYPE(meta_descr)->tp_descr_set) return false;
+  if (v->sym) ctx_.specialise(v);  // NOTE: the class keeps this call's number
+  ctx_.attr_overlay[{cls->obj.get(), name}] = v;
+  ctx_.keep_alive.push_back(cls->obj);
+  ctx_.effects.push_back({ir::SideEffect::Kind::SetAttr, cls->source, name, v});
+  return true;
+}
+
+// What the trace stored as `name` on `type` or the first class of its MRO that has it
+// (store_class_attr), else null.
+ValuePtr Tracer::class_overlay(PyTypeObject* type, const std::string& name) const {
+  if (ctx_.attr_overlay.empty() || !type->tp_mro) return nullptr;
+  PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
+  if (!key) throw PythonError();
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(type->tp_mro); ++i) {
+    PyObject* base = PyTuple_GET_ITEM(type->tp_mro, i);
+    auto it = ctx_.attr_overlay.find({base, name});
+    if (it != ctx_.attr_overlay.end()) return it->second;
+    PyObject* dict = reinterpret_cast<PyTypeObject*>(base)->tp_dict;
+    if (dict && PyDict_GetItemWithError(dict, key.get())) return nullptr;
+    if (PyErr_Occurred()) throw PythonError();
+  }
+  return nullptr;
 }
 
 // object.__setattr__'s part of `obj.name = v` for an Object: a data descriptor of the class
@@ -442,6 +487,19 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
       if (ov != ctx_.attr_overlay.end()) return ov->second;
       PyObject* o = obj->obj.get();
       PyTypeObject* type = Py_TYPE(o);
+      // NOTE: a class attribute the trace set (store_class_attr) is a number or string: the
+      // instance's own attribute of that name, if any, comes first.
+      if (ValuePtr stored = class_overlay(type, name)) {
+        PyObject** dp = _PyObject_GetDictPtr(o);
+        PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
+        PyObject* own = dp && *dp ? PyDict_GetItemWithError(*dp, key.get()) : nullptr;
+        if (!own && PyErr_Occurred()) throw PythonError();
+        bool traced_own = false;
+        if (obj->attrs)
+          for (const PyRef& k : obj->attrs->keys)
+            traced_own = traced_own || PyObject_RichCompareBool(k.get(), key.get(), Py_EQ) == 1;
+        if (!own && !traced_own) return stored;
+      }
       PyRef pyname = PyRef::steal(PyUnicode_FromString(name.c_str()));
       PyObject* descr = _PyType_Lookup(type, pyname.get());  // borrowed
       bool is_module = obj->kind == VKind::Module;
@@ -555,6 +613,9 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
     }
     case VKind::Const: {
       PyObject* o = obj->obj.get();
+      if (PyType_Check(o))
+        if (ValuePtr stored = class_overlay(reinterpret_cast<PyTypeObject*>(o), name))
+          return stored;
       // NOTE: frames traced symbolically leave no traceback on the exceptions they raise.
       if (PyExceptionInstance_Check(o) && name == "__traceback__")
         graph_break("unsupported_attribute",

@@ -15,6 +15,18 @@
 #include "core/errors.h"
 
 namespace tl::capture {
+namespace {
+PyObject* simple_namespace_type() {  // borrowed; kept for the process, as the types module
+  static PyObject* t = [] {
+    PyRef m = PyRef::steal(PyImport_ImportModule("types"));
+    PyObject* r = m ? PyObject_GetAttrString(m.get(), "SimpleNamespace") : nullptr;
+    if (!r) PyErr_Clear();
+    return r;
+  }();
+  return t;
+}
+}  // namespace
+
 using namespace detail;  // NOTE: helpers of this file family only
 
 namespace {
@@ -369,6 +381,27 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   if (f == deque_type()) return make_deque(args, kwargs);
   if (is_plain_user_class(f) || is_ordered_dict_class(f))
     return construct_object(f, std::move(args), std::move(kwargs));
+  // NOTE: `object()` (a sentinel, as heapq.nlargest makes one) and `types.SimpleNamespace(a=x)`
+  // are objects made by traced code like a user class's instance: the keywords become its
+  // attributes, and one that outlives the trace is made anew per call (lower_created_object).
+  if ((f == reinterpret_cast<PyObject*>(&PyBaseObject_Type) && args.empty() && kwargs.empty()) ||
+      (f == simple_namespace_type() && args.empty())) {
+    auto* type = reinterpret_cast<PyTypeObject*>(f);
+    PyRef empty = PyRef::steal(PyTuple_New(0));
+    PyRef inst = PyRef::steal(empty ? type->tp_new(type, empty.get(), nullptr) : nullptr);
+    if (!inst) throw PythonError();
+    ctx_.keep_alive.push_back(inst);
+    ValuePtr obj = Value::of_kind(VKind::Object);
+    obj->obj = inst;
+    obj->flag = true;
+    obj->attrs = Value::of_kind(VKind::Dict);
+    for (auto& [k, v] : kwargs) {
+      PyRef key = PyRef::steal(PyUnicode_FromString(k.c_str()));
+      if (!key) throw PythonError();
+      dict_set(obj->attrs, key.get(), v);
+    }
+    return obj;
+  }
   // NOTE: a torch.nn method called unbound on a module (`nn.LayerNorm.forward(self, x)` in a
   // subclass's forward) is the module's own Python code, as a bound call runs it: inlined.
   if (PyFunction_Check(f) && !args.empty() && args[0]->kind == VKind::Module &&

@@ -14,6 +14,7 @@
 #include "capture/context.h"
 #include "capture/graph_break.h"
 #include "capture/lazy_iter.h"
+#include "capture/made_in_call.h"
 #include "capture/optimizer_step.h"
 #include "capture/resume_point.h"
 #include "capture/scalar_inputs.h"
@@ -524,6 +525,7 @@ void entry_state(CaptureContext& ctx, PyCodeObject* code, const ir::FrameView& f
   // A resume function (or loop body) made by torchlite: its int arguments are what the code
   // before the break left, often sizes (size_argument).
   const bool resumed = bytecode::user_code_of(code) != code;
+  if (resumed) ctx.made_in_call = made_in_call_names(code);
   std::vector<int> ints;
   for (int i = 0; i < n && i < frame.nlocals; ++i) {
     unsigned char kind = PyBytes_AS_STRING(code->co_localspluskinds)[i];
@@ -775,6 +777,8 @@ ResumePlan resume_plan(CaptureContext& ctx, ResidualBuilder& rb, const CaptureCo
     }
   }
   for (int i : passed) {
+    if (value_made_in_call(locals[i], ctx.made_in_call))
+      record_made_in_call(code, utf8(PyTuple_GET_ITEM(code->co_localsplusnames, i)));
     plan.local_slots.push_back(i);
     plan.locals.push_back(resume_value(rb, locals[i]));
     if (hints && plan.locals.back().value.kind == ir::Residual::Kind::SymSize)

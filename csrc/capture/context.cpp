@@ -12,6 +12,7 @@
 #include "capture/eager_checks.h"
 #include "capture/effect_order.h"
 #include "capture/graph_break.h"
+#include "capture/made_in_call.h"
 #include "capture/meta_cache.h"
 #include "capture/meta_layout.h"
 #include "capture/scalar_inputs.h"
@@ -19,6 +20,7 @@
 #include "capture/user_exception.h"
 #include "core/errors.h"
 #include "guards/dict_order.h"
+#include "guards/leaf_guard.h"
 #include "guards/storage_aliasing.h"
 #include "ir/effects.h"
 
@@ -656,6 +658,8 @@ ValuePtr CaptureContext::wrap_dict_view(PyObject* obj, const ir::SourcePtr& src)
 
 bool CaptureContext::guarded_by_structure(const ir::SourcePtr& src) const {
   if (structural_modules) return true;
+  // NOTE: a module built in forward before a break (`act = nn.GELU()`) is new on every call.
+  if (!made_in_call.empty() && made_in_call.count(root_local_name(src))) return true;
   const ir::Source* root = src.get();
   while (root->base) root = root->base.get();
   // NOTE: a resume function's stack values are named ___<n>_stack<k> (bytecode/resume.cpp): a
@@ -800,6 +804,20 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
     // NOTE: v is set by the condition.
   } else if (src && guard && (v = wrap_dict_view(obj, src))) {
     // NOTE: v is set by the condition.
+  } else if (src && guard && guards::is_numpy_number(obj)) {
+    // NOTE: a value like a float (np.sqrt(d) from a helper, a config's np.float64): guarded by
+    // type and value, never identity (a new one per call would recompile every time).
+    v = Value::constant(PyRef::borrow(obj), src);
+    guards_.add_equals_match(src, obj);
+  } else if (src && guard && !made_in_call.empty() && plain_c_instance(obj) &&
+             made_in_call.count(root_local_name(src))) {
+    // NOTE: new on every call (a SimpleNamespace, an object(), a torch.Generator made before the
+    // break): an identity guard would fail each time. As an Object it is guarded by its type and
+    // each attribute the trace reads, and value_to_arg never bakes it into a graph.
+    v = Value::of_kind(VKind::Object);
+    v->obj = PyRef::borrow(obj);
+    v->source = src;
+    guards_.add_type_match(src, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
   } else if (PyFunction_Check(obj) || PyCFunction_Check(obj) || PyType_Check(obj) ||
              PyModule_Check(obj) || PyMethod_Check(obj) || Py_TYPE(obj) == &PyMethodDescr_Type ||
              Py_TYPE(obj) == &PyWrapperDescr_Type || Py_TYPE(obj) == &PyClassMethodDescr_Type ||

@@ -132,6 +132,9 @@ class CaptureContext {
   // (capture_frame's `structural_modules`). Modules on the value stack a resume
   // function receives are guarded so regardless (see wrap).
   bool structural_modules = false;
+  // A resume function's parameters that hold objects made in the call (capture/made_in_call.h):
+  // a C instance read through one is guarded by type and the attributes read, not identity.
+  std::unordered_set<std::string> made_in_call;
   // A with-block of a Python context manager (a class with __enter__/__exit__, a
   // contextlib.contextmanager) in the frame itself is inlined like one in a called function.
   // A break while it is open has no resume function that re-enters it, so a trace that broke

@@ -123,6 +123,8 @@ class Tracer {
   void base_setitem(const ValuePtr& obj, const ValuePtr& key, const ValuePtr& value);
   void store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
   void store_plain_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
+  bool store_class_attr(const ValuePtr& cls, const std::string& name, const ValuePtr& v);
+  ValuePtr class_overlay(PyTypeObject* type, const std::string& name) const;
   ValuePtr load_global(const std::string& name);
   ValuePtr inline_function(PyObject* func, ir::SourcePtr func_src, const ValuePtr& made,
                            std::vector<ValuePtr> args, const KwArgs& kwargs);

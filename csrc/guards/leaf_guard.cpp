@@ -1,12 +1,25 @@
 #include "guards/leaf_guard.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "core/errors.h"
 #include "guards/dict_order.h"
 #include "guards/torch_refs.h"
 
 namespace tl::guards {
+
+bool is_numpy_number(PyObject* v) {
+  // NOTE: by name, so numpy is never imported here: numpy.float64, numpy.int64, numpy.bool_...
+  // all derive from numpy.number or are numpy.bool(_), immutable values like float and int.
+  PyTypeObject* t = Py_TYPE(v);
+  if (std::strncmp(t->tp_name, "numpy.", 6) != 0) return false;
+  for (PyTypeObject* b = t; b; b = b->tp_base)
+    if (!std::strcmp(b->tp_name, "numpy.number") || !std::strcmp(b->tp_name, "numpy.bool_") ||
+        !std::strcmp(b->tp_name, "numpy.bool"))
+      return true;
+  return false;
+}
 
 namespace {
 std::string repr(PyObject* v) {
@@ -22,6 +35,7 @@ const char* type_name(PyObject* v) { return Py_TYPE(v)->tp_name; }
 
 // Values whose == is a total, side-effect free comparison of immutable data.
 bool is_constant(PyObject* v) {
+  if (is_numpy_number(v)) return true;
   if (v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v) ||
       PyComplex_CheckExact(v) || PyUnicode_CheckExact(v) || PyBytes_CheckExact(v))
     return true;
@@ -89,6 +103,14 @@ bool equals_exact(PyObject* a, PyObject* b) {
   }
   int eq = PyObject_RichCompareBool(a, b, Py_EQ);
   if (eq < 0) throw PythonError();
+  if (eq == 0 && is_numpy_number(a)) {  // NOTE: a numpy NaN equals NaN, as a float's does
+    double x = PyFloat_AsDouble(a), y = PyFloat_AsDouble(b);
+    if (PyErr_Occurred()) {  // a complex one: unequal
+      PyErr_Clear();
+      return false;
+    }
+    return std::isnan(x) && std::isnan(y);
+  }
   return eq == 1;
 }
 

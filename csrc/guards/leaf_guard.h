@@ -92,6 +92,9 @@ struct LeafGuard {
 // type(a) is type(b) and a == b, recursively for tuples; floats also by sign
 // (0.0 vs -0.0) and NaN equals NaN. Throws PythonError if == raised.
 bool equals_exact(PyObject* a, PyObject* b);
+// A numpy scalar number (numpy.float64, numpy.int64, numpy.bool_): compared by value, as
+// EQUALS_MATCH compares Python numbers (a new one per call must not fail an identity guard).
+bool is_numpy_number(PyObject* v);
 // The value is compared by value (EQUALS_MATCH), not identity: None, bool, int, float, complex,
 // str, bytes, torch dtype/device/layout/memory_format, and tuples, slices, frozensets of those.
 bool compared_by_value(PyObject* v);
