@@ -452,7 +452,7 @@ def _functional_variant(func):
 
 # Ops that update running statistics inside their kernel: eager leaves the version counter of
 # those buffers alone (two training forwards, then the first one's backward, works), so the
-# compiled forward's copy into them must too.
+# compiled forward's write into them must too (make_training_function sets them back).
 _QUIET_MUTATIONS = {
     aten.native_batch_norm.default,
     aten._native_batch_norm_legit.default,
@@ -469,7 +469,8 @@ class _Recorder(TorchDispatchMode):
 
     Values are tracked by tensor identity (the tensors are kept alive, so ids stay unique).
     In-place ops are recorded as their out-of-place variant and rebind the tensor to the new
-    value; a mutated graph input is remembered so the wrapper copies the result back into it.
+    value; a mutated graph input is remembered, and the compiled forward writes its new value
+    into it (passes/partition_joint.h).
     """
 
     # NOTE: torchlite's own mode: compiled frames run under it (guards/global_state.cpp).
