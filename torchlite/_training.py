@@ -452,7 +452,7 @@ def _functional_variant(func):
 
 # Ops that update running statistics inside their kernel: eager leaves the version counter of
 # those buffers alone (two training forwards, then the first one's backward, works), so the
-# compiled forward's copy into them must too.
+# compiled forward's write into them must too (make_training_function sets them back).
 _QUIET_MUTATIONS = {
     aten.native_batch_norm.default,
     aten._native_batch_norm_legit.default,
@@ -469,7 +469,8 @@ class _Recorder(TorchDispatchMode):
 
     Values are tracked by tensor identity (the tensors are kept alive, so ids stay unique).
     In-place ops are recorded as their out-of-place variant and rebind the tensor to the new
-    value; a mutated graph input is remembered so the wrapper copies the result back into it.
+    value; a mutated graph input is remembered, and the compiled forward writes its new value
+    into it (passes/partition_joint.h).
     """
 
     # NOTE: torchlite's own mode: compiled frames run under it (guards/global_state.cpp).
@@ -603,6 +604,25 @@ class _Recorder(TorchDispatchMode):
         self.bind(target, self.env[id(value)], example=False)
         return True
 
+    def copied_value(self, target: torch.Tensor, src: Any) -> bool:
+        """`target.copy_(src)` recorded as target's new value being src's (cast to target's
+        dtype, broadcast to its shape): True when so recorded.
+
+        NOTE: functional aten.copy(target, src) is an extern op that clones target to overwrite
+        it (batch norm's running-stat updates: a clone and two copies a statistic a step); the
+        value alone is what the graph needs, and the write into an input happens once, at the
+        end of the compiled forward (passes/partition_joint.h)."""
+        if not isinstance(src, torch.Tensor) or id(src) not in self.env:
+            return False
+        if src.device.type != "meta" or src.dtype.is_complex != target.dtype.is_complex:
+            return False
+        with self:
+            value = src if src.dtype == target.dtype else src.to(target.dtype)
+            if value.shape != target.shape:
+                value = value.expand(target.shape)
+        self.bind(target, self.env[id(value)], example=False)
+        return True
+
     def record_constant(self, t: torch.Tensor) -> torch.Tensor:
         """`torch.tensor(data)` in the graph (a real tensor lifted into the trace): recorded
         as the same call, so the compiled forward makes it again; a meta stand-in flows on."""
@@ -648,6 +668,8 @@ class _Recorder(TorchDispatchMode):
             if self.quiet_depth:
                 self.quiet.add(self.inputs[id(target)])
         out = func(*args, **kwargs)
+        if func is aten.copy_.default and self.copied_value(target, args[1]):
+            return out
         args = _with_defaults(func, args)  # NOTE: bernoulli_(x) means bernoulli(x, 0.5)
         node_out = functional(*args, **kwargs)  # NOTE: only for its metadata
         self.record(functional, args, kwargs, node_out)
@@ -1137,7 +1159,8 @@ def make_training_function(
     other_saved = [k for k in range(num_saved) if k not in pool_set]
     mutated = joint.mutated_inputs
     num_mutated = len(mutated)
-    quiet = [mutated.index(i) for i in joint.quiet_mutations]
+    bumped_at = [k for k, i in enumerate(mutated) if i not in set(joint.quiet_mutations)]
+    bumped = [mutated[k] for k in bumped_at]
     set_versions = torch._C._autograd._unsafe_set_version_counter
     differentiable = joint.differentiable_outputs
     non_differentiable = [i for i in range(num_outputs) if i not in set(differentiable)]
@@ -1182,22 +1205,29 @@ def make_training_function(
         def forward(ctx, *inputs):
             if zero_tangent_backward is not None:
                 ctx.set_materialize_grads(False)
+            if num_mutated:
+                targets = [inputs[i] for i in mutated]
+                versions = [t._version for t in targets]
             try:
                 results = forward(*inputs)
             except BaseException:
-                # NOTE: the compiled forward is functional (input mutations are applied below):
-                # what it ran before raising left nothing but random draws behind, which the
-                # frame can undo to run eagerly (runtime::Executable::failed_before_lasting_effects).
-                run.failed_in_compiled_forward = True
+                # NOTE: the compiled forward writes its mutated inputs (batch norm's running
+                # stats) in place, last or from the kernel that computes them. Raising before
+                # the first such write, it left nothing but random draws behind, which the frame
+                # undoes to run eagerly (runtime::Executable::failed_before_lasting_effects).
+                # After one, the error propagates with the statistics written so far updated,
+                # as eager's batch norms before a failing op leave theirs.
+                run.failed_in_compiled_forward = getattr(
+                    forward, "failed_before_lasting_effects", True
+                )
                 raise
             if num_mutated:
-                targets = [inputs[i] for i in mutated]
-                versions = [targets[k]._version for k in quiet]
-                new_values = results[num_outputs : num_outputs + num_mutated]
-                for t, v in zip(targets, new_values, strict=True):
-                    t.copy_(v)  # NOTE: an input mutation (batch norm's running stats)
-                if quiet:
-                    set_versions([targets[k] for k in quiet], versions)
+                # NOTE: the forward's stores leave the version counters alone (a copy_ node it
+                # runs through torch bumps them): they are set to what eager's would be. The
+                # saved values are saved first at the versions before the forward, so that a
+                # saved input the graph then mutates (`y = x * buf; buf.add_(1)`) fails in
+                # backward as eager's does, rather than reading the new values.
+                set_versions(targets, versions)
             if num_saved:
                 saved_values = results[len(results) - num_saved :]
                 if pool_saved and forward.replayed:
@@ -1210,6 +1240,11 @@ def make_training_function(
                     ctx.save_for_backward(*saved_values)
             else:
                 ctx.pool_saved = None
+            if bumped:
+                # NOTE: batch norm's kernels update running stats without bumping the version
+                # counter (two training forwards, then the first one's backward, works): only
+                # the other mutations count, once each.
+                set_versions([inputs[i] for i in bumped], [versions[k] + 1 for k in bumped_at])
             if all_differentiable:
                 return results[:num_outputs] if len(results) != num_outputs else results
             # NOTE: a fresh alias each: the same tensor may also be a differentiable output.

@@ -134,8 +134,12 @@ bool free_to_save(const ir::Node* n, const NodeSet& fwd, const GraphInfo& info) 
 // those of a chain of cheap values behind it (a silu's bf16 output is
 // recomputed from the saved gate through its f32 cast, sigmoid and product,
 // where saving the f32 product alone would store more).
+// `written`: the primals the forward writes back into (input mutations): backward never
+// recomputes from one, since after the forward it holds the new value, not the one the forward
+// read (a buffer's `add_(1)` before `x * (buf * 2).exp()` would be added twice).
 std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet& fwd, NodeSet& bwd,
                                           bool recompute, bool matmul_inputs,
+                                          const NodeSet& written,
                                           std::vector<const ir::Node*>& recomputed) {
   GraphInfo info = analyze_graph(joint);
   NodeSet saved;
@@ -181,6 +185,9 @@ std::vector<const ir::Node*> choose_saved(const ir::Graph& joint, const NodeSet&
         std::vector<const ir::Node*> chain =
             recompute_chain(n, saved, recomputed_already, info, deep, frontier);
         if (chain.empty()) continue;
+        if (std::any_of(frontier.begin(), frontier.end(),
+                        [&](const ir::Node* in) { return written.count(in) > 0; }))
+          continue;
         // NOTE: a value saved and then replaced is made where backward first reads it;
         // recomputing n from it makes it at n's first reader instead. A few such links stay
         // within a layer (the dropped probabilities from the replaced dropout scale, GELU's
@@ -366,7 +373,8 @@ const ir::Node* sum_with_zero(const ir::Node& n, const Copier& c) {
 }  // namespace
 
 JointSplit partition_joint(const ir::Graph& joint, size_t num_primals, size_t num_forward_outputs,
-                           bool recompute, bool matmul_inputs) {
+                           bool recompute, bool matmul_inputs,
+                           const std::vector<size_t>& mutated_primals) {
   TL_CHECK(joint.output()) << "partition_joint: the joint graph has no output";
   std::vector<ir::Node*> inputs = joint.placeholders();
   TL_CHECK(inputs.size() >= num_primals) << "partition_joint: fewer inputs than primals";
@@ -383,11 +391,20 @@ JointSplit partition_joint(const ir::Graph& joint, size_t num_primals, size_t nu
   NodeSet bwd;
   for (const ir::Node* n : ancestors(grads))
     if (!fwd.count(n)) bwd.insert(n);
+  TL_CHECK(mutated_primals.size() <= fwd_outs.size())
+      << "partition_joint: " << mutated_primals.size() << " input mutations for " << fwd_outs.size()
+      << " forward outputs";
+  const size_t first_mutation = fwd_outs.size() - mutated_primals.size();
+  NodeSet written;
+  for (size_t i : mutated_primals) {
+    TL_CHECK(i < num_primals) << "partition_joint: mutated input " << i << " is no primal";
+    written.insert(inputs[i]);
+  }
 
   JointSplit split;
   std::vector<const ir::Node*> recomputed;
   std::vector<const ir::Node*> saved =
-      choose_saved(joint, fwd, bwd, recompute, matmul_inputs, recomputed);
+      choose_saved(joint, fwd, bwd, recompute, matmul_inputs, written, recomputed);
   for (const ir::Node* n : saved) split.saved.push_back(n->name);
   for (const ir::Node* n : recomputed) split.recomputed.push_back(n->name);
 
@@ -402,8 +419,18 @@ JointSplit partition_joint(const ir::Graph& joint, size_t num_primals, size_t nu
       f.copy(*n);
     }
   }
+  // NOTE: the new values of mutated inputs are written back by the forward itself, last (as
+  // eager's kernels update running statistics in place): passes/store_in_place.h then has the
+  // kernel that computes one store it straight into the input, with no copy and no new buffer.
+  for (size_t k = 0; k < mutated_primals.size(); ++k) {
+    const ir::Node* value = fwd_outs[first_mutation + k];
+    const ir::Node* target = inputs[mutated_primals[k]];
+    if (value == target) continue;
+    ir::Node* c = split.forward->add_call_method("copy_", {f.of(target), f.of(value)}, {});
+    c->meta = target->meta;
+  }
   std::vector<ir::Arg> outs;
-  for (const ir::Node* n : fwd_outs) outs.push_back(f.of(n));
+  for (size_t k = 0; k < first_mutation; ++k) outs.push_back(f.of(fwd_outs[k]));
   for (const ir::Node* n : saved) outs.push_back(f.of(n));
   split.forward->set_output(std::move(outs));
 

@@ -28,8 +28,13 @@ struct JointSplit {
 // recomputed too when backward has every input of its recomputation already (a product of
 // saved values: GELU's output beside its input, the dropped attention probabilities beside
 // the softmax and the bool mask), as AOTAutograd's min cut does; off: it is saved.
+// `mutated_primals`: the primal index of each of the last mutated_primals.size() forward
+// outputs, the new value of an input the graph mutates (batch norm's running statistics): the
+// forward copies each into its input at its end (`primal.copy_(value)`) and does not return
+// it, and backward recomputes nothing from such an input.
 JointSplit partition_joint(const ir::Graph& joint, size_t num_primals, size_t num_forward_outputs,
-                           bool recompute, bool matmul_inputs = true);
+                           bool recompute, bool matmul_inputs = true,
+                           const std::vector<size_t>& mutated_primals = {});
 
 // `backward` (saved..., tangents...) -> gradients, with the tangents marked in `zero` (one flag
 // per tangent) a constant zero instead of an input, and a gradient sum with such a zero (autograd

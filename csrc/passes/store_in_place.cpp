@@ -50,6 +50,53 @@ bool reads_in_step(const Node* input, const Node* out, const Group& g, const Fus
   return true;
 }
 
+// True for a reduction kernel that reads `input` only as a value per row, at the element its
+// output `o` stores (no stride along the reduction axes), and only for values stored once per
+// row: batch norm's running mean, updated from the batch mean in the statistics' kernel. Both
+// code generators evaluate and store a row's values after its reductions, by one lane per row
+// (codegen/cuda/reduce_text.cpp, codegen/cpu/reduce_emitter.cpp), so each element is read
+// before it is written and by nothing else.
+bool reads_per_row(const Node* input, size_t o, const FusedKernel& fk) {
+  const ir::Kernel& k = fk.kernel;
+  if (k.reduction_axes == 0 || o >= k.outputs.size()) return false;
+  const size_t outer = k.shape.size() - static_cast<size_t>(k.reduction_axes);
+  auto per_row = [&](const ir::BufferView& v) {
+    for (size_t d = outer; d < k.shape.size() && d < v.strides.size(); ++d)
+      if (v.strides[d] != 0 && k.shape[d] > 1) return false;
+    return true;
+  };
+  const ir::BufferView& stored = k.outputs[o].view;
+  if (!per_row(stored)) return false;
+  std::vector<char> reads(k.exprs.size(), 0), varies(k.exprs.size(), 0);
+  for (size_t i = 0; i < k.exprs.size(); ++i) {
+    const ir::Expr& e = k.exprs[i];
+    const bool of_input = e.buffer >= 0 && static_cast<size_t>(e.buffer) < fk.inputs.size() &&
+                          fk.inputs[e.buffer] == input;
+    if (e.op == ir::ExprOp::Gather && of_input) return false;
+    if (e.op == ir::ExprOp::Load) {
+      const ir::BufferView& v = k.inputs.at(e.buffer);
+      varies[i] = !per_row(v);
+      if (of_input) {
+        if (v.strides != stored.strides || v.offset != stored.offset) return false;
+        reads[i] = 1;
+      }
+    } else if (e.op == ir::ExprOp::Index) {
+      varies[i] = static_cast<size_t>(e.ivalue) >= outer;
+    } else if (e.op == ir::ExprOp::Gather) {
+      varies[i] = 1;
+    } else if (!ir::is_reduction(e.op)) {
+      for (int a : e.operands) reads[i] |= reads[a], varies[i] |= varies[a];
+    } else {
+      for (int a : e.operands)
+        if (reads[a]) return false;  // read at every point of the row
+    }
+    if (reads[i] && varies[i]) return false;
+  }
+  for (const auto& out : k.outputs)
+    if (reads.at(out.expr) && !per_row(out.view)) return false;
+  return true;
+}
+
 }  // namespace
 
 int store_in_place(const ir::Graph& graph, const GraphInfo& info, const Fusion& fusion,
@@ -78,7 +125,8 @@ int store_in_place(const ir::Graph& graph, const GraphInfo& info, const Fusion& 
       return true;
     };
     if (!only_kernel_or(dst) || !only_kernel_or(src)) continue;
-    if (!reads_in_step(dst, src, fusion.groups[gi->second], fusion)) continue;
+    if (!reads_in_step(dst, src, fusion.groups[gi->second], fusion) && !reads_per_row(dst, o, k))
+      continue;
     k.store_into.resize(k.outputs.size(), nullptr);
     k.store_into[o] = dst;
     k.kernel.aliased_io = true;

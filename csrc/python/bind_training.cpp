@@ -76,6 +76,13 @@ class CompiledHalf {
   }
 
   size_t kernel_count() const { return executable_->kernel_count(); }
+  // After a call that raised: true when nothing it ran before raising is visible afterwards
+  // beyond what putting the generators back undoes (runtime::Executable). NOTE: a forward
+  // writes its mutated inputs (running statistics) in place; once one is written, the frame
+  // must not run the graph again eagerly (eager would update them twice).
+  bool failed_before_lasting_effects() const {
+    return executable_->failed_before_lasting_effects();
+  }
   const GraphHandle& graph() const { return graph_; }
 
   // A forward under CUDA graphs: the saved values (indices into `saved`) that a replay hands
@@ -215,7 +222,8 @@ PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std:
     split = passes::partition_joint(*joint_graph, joint.attr("num_primals").cast<size_t>(),
                                     joint.attr("num_forward_outputs").cast<size_t>(),
                                     ctx.settings.recompute_in_backward,
-                                    ctx.settings.recompute_matmul_inputs);
+                                    ctx.settings.recompute_matmul_inputs,
+                                    joint.attr("mutated_inputs").cast<std::vector<size_t>>());
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::Unsupported) throw;
     why = e.what();
@@ -235,6 +243,12 @@ PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std:
   pipeline::PassContext fwd_ctx = sub_context(ctx, "forward");
   pipeline::PassContext bwd_ctx = sub_context(ctx, "backward");
   fwd_ctx.pool_outputs_from = static_cast<int64_t>(num_fwd_outputs);
+  // NOTE: the forward's only writes into its inputs are the write-backs of the mutated ones
+  // (partition_joint), each stored by the kernel that computes it (passes/store_in_place.h).
+  // That is what eager does (batch norm's kernel updates its running statistics in place), so
+  // an input that shares memory with a written one sees the write where eager's would, unlike
+  // the optimizer step's functional semantics that inputs_unaliased protects elsewhere.
+  fwd_ctx.inputs_unaliased = true;
   fwd_ctx.saved_outputs_from = static_cast<int64_t>(num_fwd_outputs);
   bwd_ctx.cuda_graph_warmups = 2;
   bwd_ctx.copy_inputs_from = static_cast<int64_t>(split.saved.size());  // the tangents
@@ -264,6 +278,8 @@ void bind_training(py::module_& m) {
       .def("__call__", &CompiledHalf::call)
       .def("consume", &CompiledHalf::consume, py::arg("args"))
       .def_property_readonly("kernel_count", &CompiledHalf::kernel_count)
+      .def_property_readonly("failed_before_lasting_effects",
+                             &CompiledHalf::failed_before_lasting_effects)
       .def_property_readonly("graph", &CompiledHalf::graph)
       .def_readonly("pool_saved", &CompiledHalf::pool_saved)
       .def_property_readonly("replayed", &CompiledHalf::replayed)
@@ -282,16 +298,19 @@ void bind_training(py::module_& m) {
   m.def(
       "partition_joint",
       [](const GraphHandle& joint, size_t num_primals, size_t num_forward_outputs, bool recompute,
-         bool matmul_inputs) {
+         bool matmul_inputs, const std::vector<size_t>& mutated) {
         // NOTE: None binds as an empty handle (a joint trace that failed has no graph).
         if (!joint) throw py::value_error("partition_joint: no joint graph (None)");
         passes::JointSplit s = passes::partition_joint(*joint, num_primals, num_forward_outputs,
-                                                       recompute, matmul_inputs);
+                                                       recompute, matmul_inputs, mutated);
         return py::make_tuple(s.forward, s.backward, s.saved, s.recomputed);
       },
       py::arg("joint"), py::arg("num_primals"), py::arg("num_forward_outputs"),
       py::arg("recompute") = true, py::arg("matmul_inputs") = true,
-      "Splits a joint graph: (forward, backward, saved names, recomputed names).");
+      py::arg("mutated") = std::vector<size_t>{},
+      "Splits a joint graph: (forward, backward, saved names, recomputed names). `mutated`: the "
+      "primal index of each of the last forward outputs that is a mutated input's new value "
+      "(the forward then writes it back itself).");
   pipeline::set_training_compiler([](GraphHandle graph, const pipeline::PassContext& ctx,
                                      std::string& why, std::string& cuda_graphs) -> PyRef {
     try {

@@ -123,3 +123,38 @@ def test_several_inputs_updated_by_one_kernel():
     compiled(p, m, g)
     torch.testing.assert_close(p, expected_p)
     torch.testing.assert_close(m, expected_m)
+
+
+def _running_mean(m, x):
+    m.copy_(m * 0.9 + x.mean((0, 2)) * 0.1)
+    return ()
+
+
+@pytest.mark.parametrize("shape", [(4, 6, 5), (3, 16, 33)])
+def test_per_row_value_of_a_reduction_is_stored_into_the_input(shape):
+    # NOTE: batch norm's running mean: read once per channel, after the channel's reduction,
+    # by the one lane that stores it (passes/store_in_place.cpp, reads_per_row).
+    m, x = torch.randn(shape[1]), torch.randn(shape)
+    expected = m * 0.9 + x.mean((0, 2)) * 0.1
+    compiled = compile_fx(_running_mean, [m, x])
+    assert compiled.kernel_count == 1
+    assert compiled.in_place_stores == 1
+    ptr = m.data_ptr()
+    compiled(m, x)
+    torch.testing.assert_close(m, expected)
+    assert m.data_ptr() == ptr
+    compiled(m, x)
+    torch.testing.assert_close(m, expected * 0.9 + x.mean((0, 2)) * 0.1)
+
+
+def test_input_read_inside_the_reduction_keeps_the_copy():
+    def fn(m, x):
+        m.copy_(m + (x - m).square().sum(0))
+        return ()
+
+    m, x = torch.randn(7), torch.randn(12, 7)
+    expected = m + (x - m).square().sum(0)
+    compiled = compile_fx(fn, [m, x])
+    assert compiled.in_place_stores == 0
+    compiled(m, x)
+    torch.testing.assert_close(m, expected)
