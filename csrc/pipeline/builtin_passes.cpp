@@ -17,6 +17,7 @@
 #include "passes/move_reshapes.h"
 #include "passes/pad_matmuls.h"
 #include "passes/partition.h"
+#include "passes/recompute_producers.h"
 #include "passes/small_products.h"
 #include "passes/split_reductions.h"
 #include "pipeline/pass_registry.h"
@@ -118,6 +119,15 @@ std::vector<Pass> builtin_passes() {
        kAnyDevice,
        [](const Settings& s) { return s.matmul_layouts; },
        [](G& g, St&) { passes::lay_out_matmul_operands(g); }},
+      {"torchlite.recompute_producers",
+       {},
+       kAnyDevice,
+       nullptr,
+       [](G& g, St& st) {
+         runtime::KernelDevice device = st.device;
+         counters().producers_recomputed += passes::recompute_producers(
+             g, [device](const ir::TensorMeta& m) { return runtime::on_device(m, device); });
+       }},
       {"torchlite.partition",
        {},
        kAnyDevice,
