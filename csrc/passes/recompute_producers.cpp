@@ -134,10 +134,20 @@ Node* copy_before(ir::Graph& g, const Node& n, const Node* pos,
   return c;
 }
 
+// NOTE: by name (unique in a graph): the rewrite after the copies may replace a node, and a
+// new node may take its address.
 struct Copies {
-  std::vector<std::pair<Node*, const Node*>> made;  // copy -> original, in creation order
-  std::vector<const Node*> originals;
+  std::vector<std::pair<std::string, std::string>> made;  // copy -> original, creation order
+  std::vector<std::string> originals;
 };
+
+using ByName = std::unordered_map<std::string, Node*>;
+
+ByName by_name(const ir::Graph& g) {
+  ByName out;
+  for (const auto& n : g.nodes()) out[n->name] = n.get();
+  return out;
+}
 
 // The group `n` is in, or (a copy made this round) is made for.
 using GroupOf = std::function<int(const Node*)>;
@@ -149,7 +159,7 @@ using GroupOf = std::function<int(const Node*)>;
 Copies copy_unit(ir::Graph& g, const Unit& unit, const GroupOf& group_of,
                  std::unordered_map<const Node*, int>& made_for) {
   Copies out;
-  out.originals = unit.members;
+  for (const Node* m : unit.members) out.originals.push_back(m->name);
   auto in_unit = [&](const Node* n) {
     return std::find(unit.members.begin(), unit.members.end(), n) != unit.members.end();
   };
@@ -183,30 +193,37 @@ Copies copy_unit(ir::Graph& g, const Unit& unit, const GroupOf& group_of,
       Node* c = copy_before(g, *m, first, to);
       to[m] = c;
       made_for[c] = gi;
-      out.made.emplace_back(c, m);
+      out.made.emplace_back(c->name, m->name);
     }
     for (const auto& [m, c] : to) replace_uses(rs, m, c);
   }
   return out;
 }
 
+// Puts back the originals of c's copies; a copy (or original) that the rewrite after the
+// copies replaced (a reshape moved above it) stays as it is: the graph computes the same.
 void undo(ir::Graph& g, const Copies& c) {
+  ByName names = by_name(g);
   for (auto it = c.made.rbegin(); it != c.made.rend(); ++it) {
-    replace_uses(readers_of(g, it->first), it->first, const_cast<Node*>(it->second));
-    g.erase(it->first);
+    auto copy = names.find(it->first), original = names.find(it->second);
+    if (copy == names.end() || original == names.end()) continue;
+    replace_uses(readers_of(g, copy->second), copy->second, original->second);
+    g.erase(copy->second);
   }
 }
 
-// True when every copy of `c` joined a kernel computing a value that is no copy (`copies`:
-// every copy made).
-bool copies_joined(const Trial& t, const Copies& c,
-                   const std::unordered_map<const Node*, int>& copies) {
-  for (const auto& [copy, _] : c.made) {
-    int gi = t.group(copy);
+// True when every copy of `c` still in the graph joined a kernel that computes a value no copy
+// computes (`copies`: the names of every copy made).
+bool copies_joined(const Trial& t, const Copies& c, const ByName& names,
+                   const std::unordered_set<std::string>& copies) {
+  for (const auto& [name, _] : c.made) {
+    auto it = names.find(name);
+    if (it == names.end()) continue;
+    int gi = t.group(it->second);
     if (gi < 0) return false;
     const auto& members = t.fusion.groups[gi].members;
     if (std::all_of(members.begin(), members.end(),
-                    [&](const Node* m) { return copies.count(m) > 0; }))
+                    [&](const Node* m) { return copies.count(m->name) > 0; }))
       return false;
   }
   return true;
@@ -214,7 +231,10 @@ bool copies_joined(const Trial& t, const Copies& c,
 
 }  // namespace
 
-int recompute_producers(ir::Graph& graph, const OnKernelDevice& on_device) {
+// One round: the units of one trial fusion copied, kept where the graph then fuses into fewer
+// kernels.
+static int copy_round(ir::Graph& graph, const OnKernelDevice& on_device,
+                      const std::function<void(ir::Graph&)>& after_copies) {
   Trial before = fuse_trial(graph, on_device);
   std::vector<Unit> units;
   for (size_t gi = 0; gi < before.fusion.groups.size(); ++gi)
@@ -234,10 +254,15 @@ int recompute_producers(ir::Graph& graph, const OnKernelDevice& on_device) {
   };
   std::vector<Copies> copies;
   for (const Unit& u : units) copies.push_back(copy_unit(graph, u, group_of, made_for));
+  std::unordered_set<std::string> copy_names;
+  for (const Copies& c : copies)
+    for (const auto& [name, _] : c.made) copy_names.insert(name);
+  if (after_copies) after_copies(graph);
   Trial after = fuse_trial(graph, on_device);
+  ByName names = by_name(graph);
   bool undone = false;
   for (auto it = copies.rbegin(); it != copies.rend(); ++it)
-    if (!copies_joined(after, *it, made_for)) {
+    if (!copies_joined(after, *it, names, copy_names)) {
       undo(graph, *it);
       it->made.clear();
       undone = true;
@@ -251,10 +276,26 @@ int recompute_producers(ir::Graph& graph, const OnKernelDevice& on_device) {
   for (const Copies& c : copies) {
     if (c.made.empty()) continue;
     ++count;
-    for (auto it = c.originals.rbegin(); it != c.originals.rend(); ++it)
-      if (readers_of(graph, *it).empty()) graph.erase(*it);
+    for (auto it = c.originals.rbegin(); it != c.originals.rend(); ++it) {
+      ByName now = by_name(graph);
+      auto n = now.find(*it);
+      if (n != now.end() && readers_of(graph, n->second).empty()) graph.erase(n->second);
+    }
   }
   return count;
+}
+
+int recompute_producers(ir::Graph& graph, const OnKernelDevice& on_device,
+                        const std::function<void(ir::Graph&)>& after_copies) {
+  // NOTE: a producer whose only reader was a copied unit (a ReLU's gradient read through a
+  // same-dtype cast, a view) has several reading kernels only once that unit is copied.
+  int total = 0;
+  for (int round = 0; round < kRecomputeRounds; ++round) {
+    int n = copy_round(graph, on_device, after_copies);
+    if (n == 0) break;
+    total += n;
+  }
+  return total;
 }
 
 }  // namespace tl::passes

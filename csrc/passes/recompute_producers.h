@@ -25,8 +25,14 @@ namespace tl::passes {
 constexpr int kRecomputeMaxReads = 3;
 // ... and computes at most this many ops per point.
 constexpr int kRecomputeMaxOps = 40;
+// Rounds of copies at most (each a trial fusion before and after).
+constexpr int kRecomputeRounds = 3;
 
-// Rewrites the graph; returns how many producers (kernels or views) were copied.
-int recompute_producers(ir::Graph& graph, const OnKernelDevice& on_device = nullptr);
+// Rewrites the graph; returns how many producers (kernels or views) were copied. `after_copies`
+// (may be null) rewrites the graph once the copies are made, before they are judged: the
+// pipeline moves reshapes there (passes/move_reshapes.h), as a copy read only by a reshape
+// (a split reduction's view) can now take it.
+int recompute_producers(ir::Graph& graph, const OnKernelDevice& on_device = nullptr,
+                        const std::function<void(ir::Graph&)>& after_copies = nullptr);
 
 }  // namespace tl::passes

@@ -125,8 +125,10 @@ std::vector<Pass> builtin_passes() {
        nullptr,
        [](G& g, St& st) {
          runtime::KernelDevice device = st.device;
+         const int64_t saved = st.ctx.saved_outputs_from;
          counters().producers_recomputed += passes::recompute_producers(
-             g, [device](const ir::TensorMeta& m) { return runtime::on_device(m, device); });
+             g, [device](const ir::TensorMeta& m) { return runtime::on_device(m, device); },
+             [saved](G& graph) { passes::move_reshapes(graph, saved); });
        }},
       {"torchlite.partition",
        {},
