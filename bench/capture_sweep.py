@@ -576,8 +576,16 @@ def run_model(name: str) -> dict:
         cfg = _C.make_config(backend_fn, backend_name, False, 8, records, values, "default")
         compiled = _C.CompiledFunction(model.__call__, cfg)
         try:
-            assert_same(compiled(*args, **kwargs), expected, **model_tolerance(expected))
+            t0 = time.perf_counter()
+            got = compiled(*args, **kwargs)
+            row["first_call_s"] = round(time.perf_counter() - t0, 1)
+            assert_same(got, expected, **model_tolerance(expected))
             first = len(records)
+            # NOTE: per graph "N kernels" or "op by op: why" (a model whose graphs all run op by
+            # op is not checked through a single kernel), and the passes + kernel build time.
+            graphs = [r for r in records if r["graph"] is not None]
+            row["kernels"] = [r.get("kernels", "?") for r in graphs]
+            row["compile_s"] = round(sum(int(r.get("compile_ms", 0)) for r in graphs) / 1e3, 1)
             report = ExplainOutput.from_records(list(records))
             row["graphs"], row["breaks"] = report.graph_count, report.graph_break_count
             row["reasons"] = [
@@ -656,11 +664,19 @@ def _format(row: dict) -> str:
     tail = row.get("error", "") if row["correct"] not in ("ok",) else _top(row)
     if row.get("seed0"):
         tail = f"seeds 1, 2 ok; seed 0: {row['seed0']}"
-    return f"{row['name']:44s} {g!s:>4s} {b!s:>4s} {s!s:>3s} {row['correct']:8s} {tail[:160]}"
+    k = "-"
+    if row.get("kernels") is not None:
+        k = f"{sum(1 for x in row['kernels'] if not x.startswith('op by op'))}/{len(row['kernels'])}"
+    c = "-" if row.get("compile_s") is None else f"{row['compile_s']:.1f}"
+    return (
+        f"{row['name']:44s} {g!s:>4s} {b!s:>4s} {s!s:>3s} {k:>5s} {c:>6s} {row['correct']:8s} "
+        f"{tail[:160]}"
+    )
 
 
 def report(rows: list[dict]) -> str:
-    lines = [f"{'model':44s} {'gr':>4s} {'brk':>4s} {'2nd':>3s} {'correct':8s} top break / error"]
+    head = f"{'model':44s} {'gr':>4s} {'brk':>4s} {'2nd':>3s} {'krn':>5s} {'comp_s':>6s} "
+    lines = [head + f"{'correct':8s} top break / error"]
     lines += [_format(r) for r in rows]
     ran = [r for r in rows if r["correct"] not in ("skip",)]
     for fam in ("timm:", "tf:"):
@@ -675,6 +691,19 @@ def report(rows: list[dict]) -> str:
             f"{fam[:-1]}: {len(sub)} ran, {len(ok)} correct, {len(one)} one graph, "
             f"{len(unstable)} recapture on a 2nd call, other: {dict(bad)}"
         )
+        judged = [r for r in ok if r.get("kernels")]
+        if judged:
+            # --backend torchlite: graphs that ran fused kernels, and slow compiles
+            fused = [r for r in judged if all(not x.startswith("op by op") for x in r["kernels"])]
+            none = [
+                r["name"] for r in judged if all(x.startswith("op by op") for x in r["kernels"])
+            ]
+            slow = [f"{r['name']} {r['compile_s']}" for r in judged if r["compile_s"] > 30]
+            lines.append(
+                f"  kernels in every graph: {len(fused)}/{len(judged)}; op by op only: "
+                f"{none or 'none'}; passes + kernel builds > 30 s: {slow or 'none'}; "
+                f"total {sum(r['compile_s'] for r in judged):.0f} s"
+            )
     kinds = collections.Counter()
     reasons = collections.Counter()
     models_per_reason = collections.defaultdict(set)
