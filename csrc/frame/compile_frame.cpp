@@ -356,8 +356,9 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
         double pass_ms = 0;
         for (double ms : ex.pass_ms) pass_ms += ms;
         add_to_record(config->recorder.get(), "kernels",
-                      ex.n_kernels ? std::to_string(ex.n_kernels) + " kernels"
-                                   : "op by op: " + ex.no_kernels);
+                      ex.n_kernels     ? std::to_string(ex.n_kernels) + " kernels"
+                      : ex.training_fn ? ex.training
+                                       : "op by op: " + ex.no_kernels);
         add_to_record(config->recorder.get(), "compile_ms",
                       std::to_string(static_cast<int64_t>(pass_ms + ex.kernels_ms)));
       }
