@@ -144,6 +144,7 @@ _TINY = {
 _VOCAB = 512
 _BACKEND = os.environ.get("CAPTURE_SWEEP_BACKEND", "eager")
 _TRAIN = os.environ.get("CAPTURE_SWEEP_TRAIN") == "1"
+_RESIZE = os.environ.get("CAPTURE_SWEEP_RESIZE") == "1"
 _SEQ = 16
 _EXTRA_SEEDS = (1, 2)  # a training row flagged on seed 0 is judged again on these
 
@@ -596,9 +597,45 @@ def run_model(name: str) -> dict:
             assert_same(compiled(*args, **kwargs), expected, **model_tolerance(expected))
             row["second"] = len(records) - first
             row["correct"] = "ok"
+            if _RESIZE:
+                _check_resized(row, model, compiled, args, kwargs, records)
         except Exception as exc:  # noqa: BLE001
             _judge_failure(row, exc)
     return row
+
+
+def _resized(x):
+    """One more batch row (the first, repeated) and, for token ids and masks, 2 fewer positions."""
+    import torch
+
+    if not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return x
+    x = torch.cat([x, x[:1]])
+    if x.dim() == 2 and not x.is_floating_point() and x.shape[1] > 4:
+        x = x[:, :-2].contiguous()
+    return x
+
+
+def _check_resized(row: dict, model, compiled, args, kwargs, records) -> None:
+    """--resize: a third call at new sizes (batch + 1, sequence - 2) against eager's: the
+    kernels that take their sizes at run time, or the ones compiled again for these sizes."""
+    from helpers import assert_same, model_tolerance
+
+    args2 = [_resized(a) for a in args]
+    kwargs2 = {k: _resized(v) for k, v in kwargs.items()}
+    try:
+        expected = model(*args2, **kwargs2)
+    except Exception as exc:  # noqa: BLE001
+        row["resized"] = f"eager fails: {_short(exc)[:80]}"
+        return
+    before = len(records)
+    got = compiled(*args2, **kwargs2)
+    row["resized_captures"] = len(records) - before
+    try:
+        assert_same(got, expected, **model_tolerance(expected))
+    except AssertionError as exc:
+        raise AssertionError(f"new sizes: {exc}") from None
+    row["resized"] = "ok"
 
 
 def worker(names: list[str], out_path: str, timeout_s: int) -> None:
@@ -691,6 +728,13 @@ def report(rows: list[dict]) -> str:
             f"{fam[:-1]}: {len(sub)} ran, {len(ok)} correct, {len(one)} one graph, "
             f"{len(unstable)} recapture on a 2nd call, other: {dict(bad)}"
         )
+        resized = [r for r in sub if r.get("resized")]
+        if resized:
+            lines.append(
+                f"  new sizes (--resize): {sum(r['resized'] == 'ok' for r in resized)} correct "
+                f"of {len(resized)} checked, "
+                f"{sum(r['resized'].startswith('eager fails') for r in resized)} eager fails"
+            )
         judged = [r for r in ok if r.get("kernels")]
         if judged:
             # --backend torchlite: graphs that ran fused kernels, and slow compiles
@@ -743,6 +787,11 @@ def main() -> None:
         help="a training step instead (train mode, dropout 0, compiled forward and backward "
         "through torchlite.compile): outputs, gradients and buffers against eager's",
     )
+    p.add_argument(
+        "--resize",
+        action="store_true",
+        help="(eval) a third call at new sizes: batch + 1, token ids and masks 2 shorter",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     opts, rest = p.parse_known_args()
     if opts.worker:
@@ -779,6 +828,7 @@ def main() -> None:
         return
     os.environ["CAPTURE_SWEEP_BACKEND"] = opts.backend
     os.environ["CAPTURE_SWEEP_TRAIN"] = "1" if opts.train else "0"
+    os.environ["CAPTURE_SWEEP_RESIZE"] = "1" if opts.resize else "0"
     if opts.fresh and os.path.exists(opts.jsonl):
         os.remove(opts.jsonl)
     while True:
