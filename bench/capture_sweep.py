@@ -144,6 +144,7 @@ _TINY = {
 _VOCAB = 512
 _BACKEND = os.environ.get("CAPTURE_SWEEP_BACKEND", "eager")
 _TRAIN = os.environ.get("CAPTURE_SWEEP_TRAIN") == "1"
+_RESIZE = os.environ.get("CAPTURE_SWEEP_RESIZE") == "1"
 _SEQ = 16
 _EXTRA_SEEDS = (1, 2)  # a training row flagged on seed 0 is judged again on these
 
@@ -576,8 +577,16 @@ def run_model(name: str) -> dict:
         cfg = _C.make_config(backend_fn, backend_name, False, 8, records, values, "default")
         compiled = _C.CompiledFunction(model.__call__, cfg)
         try:
-            assert_same(compiled(*args, **kwargs), expected, **model_tolerance(expected))
+            t0 = time.perf_counter()
+            got = compiled(*args, **kwargs)
+            row["first_call_s"] = round(time.perf_counter() - t0, 1)
+            assert_same(got, expected, **model_tolerance(expected))
             first = len(records)
+            # NOTE: per graph "N kernels" or "op by op: why" (a model whose graphs all run op by
+            # op is not checked through a single kernel), and the passes + kernel build time.
+            graphs = [r for r in records if r["graph"] is not None]
+            row["kernels"] = [r.get("kernels", "?") for r in graphs]
+            row["compile_s"] = round(sum(int(r.get("compile_ms", 0)) for r in graphs) / 1e3, 1)
             report = ExplainOutput.from_records(list(records))
             row["graphs"], row["breaks"] = report.graph_count, report.graph_break_count
             row["reasons"] = [
@@ -588,9 +597,45 @@ def run_model(name: str) -> dict:
             assert_same(compiled(*args, **kwargs), expected, **model_tolerance(expected))
             row["second"] = len(records) - first
             row["correct"] = "ok"
+            if _RESIZE:
+                _check_resized(row, model, compiled, args, kwargs, records)
         except Exception as exc:  # noqa: BLE001
             _judge_failure(row, exc)
     return row
+
+
+def _resized(x):
+    """One more batch row (the first, repeated) and, for token ids and masks, 2 fewer positions."""
+    import torch
+
+    if not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return x
+    x = torch.cat([x, x[:1]])
+    if x.dim() == 2 and not x.is_floating_point() and x.shape[1] > 4:
+        x = x[:, :-2].contiguous()
+    return x
+
+
+def _check_resized(row: dict, model, compiled, args, kwargs, records) -> None:
+    """--resize: a third call at new sizes (batch + 1, sequence - 2) against eager's: the
+    kernels that take their sizes at run time, or the ones compiled again for these sizes."""
+    from helpers import assert_same, model_tolerance
+
+    args2 = [_resized(a) for a in args]
+    kwargs2 = {k: _resized(v) for k, v in kwargs.items()}
+    try:
+        expected = model(*args2, **kwargs2)
+    except Exception as exc:  # noqa: BLE001
+        row["resized"] = f"eager fails: {_short(exc)[:80]}"
+        return
+    before = len(records)
+    got = compiled(*args2, **kwargs2)
+    row["resized_captures"] = len(records) - before
+    try:
+        assert_same(got, expected, **model_tolerance(expected))
+    except AssertionError as exc:
+        raise AssertionError(f"new sizes: {exc}") from None
+    row["resized"] = "ok"
 
 
 def worker(names: list[str], out_path: str, timeout_s: int) -> None:
@@ -656,11 +701,19 @@ def _format(row: dict) -> str:
     tail = row.get("error", "") if row["correct"] not in ("ok",) else _top(row)
     if row.get("seed0"):
         tail = f"seeds 1, 2 ok; seed 0: {row['seed0']}"
-    return f"{row['name']:44s} {g!s:>4s} {b!s:>4s} {s!s:>3s} {row['correct']:8s} {tail[:160]}"
+    k = "-"
+    if row.get("kernels") is not None:
+        k = f"{sum(1 for x in row['kernels'] if not x.startswith('op by op'))}/{len(row['kernels'])}"
+    c = "-" if row.get("compile_s") is None else f"{row['compile_s']:.1f}"
+    return (
+        f"{row['name']:44s} {g!s:>4s} {b!s:>4s} {s!s:>3s} {k:>5s} {c:>6s} {row['correct']:8s} "
+        f"{tail[:160]}"
+    )
 
 
 def report(rows: list[dict]) -> str:
-    lines = [f"{'model':44s} {'gr':>4s} {'brk':>4s} {'2nd':>3s} {'correct':8s} top break / error"]
+    head = f"{'model':44s} {'gr':>4s} {'brk':>4s} {'2nd':>3s} {'krn':>5s} {'comp_s':>6s} "
+    lines = [head + f"{'correct':8s} top break / error"]
     lines += [_format(r) for r in rows]
     ran = [r for r in rows if r["correct"] not in ("skip",)]
     for fam in ("timm:", "tf:"):
@@ -675,6 +728,26 @@ def report(rows: list[dict]) -> str:
             f"{fam[:-1]}: {len(sub)} ran, {len(ok)} correct, {len(one)} one graph, "
             f"{len(unstable)} recapture on a 2nd call, other: {dict(bad)}"
         )
+        resized = [r for r in sub if r.get("resized")]
+        if resized:
+            lines.append(
+                f"  new sizes (--resize): {sum(r['resized'] == 'ok' for r in resized)} correct "
+                f"of {len(resized)} checked, "
+                f"{sum(r['resized'].startswith('eager fails') for r in resized)} eager fails"
+            )
+        judged = [r for r in ok if r.get("kernels")]
+        if judged:
+            # --backend torchlite: graphs that ran fused kernels, and slow compiles
+            fused = [r for r in judged if all(not x.startswith("op by op") for x in r["kernels"])]
+            none = [
+                r["name"] for r in judged if all(x.startswith("op by op") for x in r["kernels"])
+            ]
+            slow = [f"{r['name']} {r['compile_s']}" for r in judged if r["compile_s"] > 30]
+            lines.append(
+                f"  kernels in every graph: {len(fused)}/{len(judged)}; op by op only: "
+                f"{none or 'none'}; passes + kernel builds > 30 s: {slow or 'none'}; "
+                f"total {sum(r['compile_s'] for r in judged):.0f} s"
+            )
     kinds = collections.Counter()
     reasons = collections.Counter()
     models_per_reason = collections.defaultdict(set)
@@ -714,6 +787,11 @@ def main() -> None:
         help="a training step instead (train mode, dropout 0, compiled forward and backward "
         "through torchlite.compile): outputs, gradients and buffers against eager's",
     )
+    p.add_argument(
+        "--resize",
+        action="store_true",
+        help="(eval) a third call at new sizes: batch + 1, token ids and masks 2 shorter",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     opts, rest = p.parse_known_args()
     if opts.worker:
@@ -750,6 +828,7 @@ def main() -> None:
         return
     os.environ["CAPTURE_SWEEP_BACKEND"] = opts.backend
     os.environ["CAPTURE_SWEEP_TRAIN"] = "1" if opts.train else "0"
+    os.environ["CAPTURE_SWEEP_RESIZE"] = "1" if opts.resize else "0"
     if opts.fresh and os.path.exists(opts.jsonl):
         os.remove(opts.jsonl)
     while True:

@@ -351,6 +351,16 @@ CacheEntry compile_frame(PyCodeObject* code, PyObject* func, const ir::FrameView
         if (!ex.cuda_graphs.empty())
           add_to_record(config->recorder.get(), "cuda_graphs", ex.cuda_graphs);
         if (!ex.training.empty()) add_to_record(config->recorder.get(), "training", ex.training);
+        // NOTE: whether the graph runs fused kernels and what compiling it cost, so a sweep can
+        // tell a model checked through its kernels from one that ran op by op.
+        double pass_ms = 0;
+        for (double ms : ex.pass_ms) pass_ms += ms;
+        add_to_record(config->recorder.get(), "kernels",
+                      ex.n_kernels     ? std::to_string(ex.n_kernels) + " kernels"
+                      : ex.training_fn ? ex.training
+                                       : "op by op: " + ex.no_kernels);
+        add_to_record(config->recorder.get(), "compile_ms",
+                      std::to_string(static_cast<int64_t>(pass_ms + ex.kernels_ms)));
       }
       executable = std::move(ex.executable);
       // NOTE: a graph with nothing to fuse runs op by op: the captured graph (before the passes)

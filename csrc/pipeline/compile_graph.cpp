@@ -367,6 +367,7 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
   trace.kernels("lowered.txt", st.partition);
   log_kernels(st.partition);
   size_t n_kernels = st.partition.kernels.size();
+  ex.n_kernels = n_kernels;
   auto t0 = std::chrono::steady_clock::now();
   auto kernels = std::make_unique<runtime::CompiledGraph>(graph, std::move(st.partition));
   ex.kernels_ms = ms_since(t0);

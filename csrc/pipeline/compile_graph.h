@@ -24,6 +24,7 @@ struct CompileResult {
   std::vector<std::string> passes;  // the passes that ran, in order
   std::vector<double> pass_ms;      // and how long each took
   double kernels_ms = 0;            // building the kernels (code generation, JIT, link)
+  size_t n_kernels = 0;             // fused kernels built (0: op by op, see no_kernels)
   std::string no_kernels;           // why there are no fused kernels ("" when there are)
   // settings.cuda_graphs: "recorded after a warm-up call", or "not used: <why>"; "" when off.
   // A compiled training step: "forward: ...; backward: ..." (each half's).

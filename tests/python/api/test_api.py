@@ -259,6 +259,24 @@ def test_explain_traces_again_a_function_already_compiled():
     assert out.graph_count == 1 and out.graph_break_count == 0 and out.ops_per_graph[0] >= 2
 
 
+def test_explain_records_whether_each_graph_ran_fused_kernels():
+    # NOTE: a sweep that only compares results counts a graph run op by op as a checked kernel;
+    # each frame record says "N kernels" (with the passes + build time) or "op by op: why".
+    out = torchlite.explain(add_one)(torch.randn(8))
+    (rec,) = [r for r in out.frames if r["graph"] is not None]
+    assert rec["kernels"] == "1 kernels", rec["kernels"]
+    assert int(rec["compile_ms"]) >= 0
+    torchlite.reset()
+    out = torchlite.explain(lambda x: x @ x)(torch.randn(4, 4))
+    (rec,) = [r for r in out.frames if r["graph"] is not None]
+    assert rec["kernels"] == "op by op: nothing to fuse", rec["kernels"]
+    torchlite.reset()
+    w = torch.randn(8, requires_grad=True)
+    out = torchlite.explain(lambda x: (x * w).sin())(torch.randn(8))
+    (rec,) = [r for r in out.frames if r["graph"] is not None]
+    assert rec["kernels"] == rec["training"] == "compiled forward and backward", rec
+
+
 def test_counters_have_the_documented_keys():
     keys = {
         "frames",
