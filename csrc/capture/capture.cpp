@@ -704,7 +704,13 @@ std::unordered_set<const Value*> hand_on_sizes(CaptureContext& ctx,
       ctx.specialise(v);
       return;
     }
-    for (const ValuePtr& s : v->folded_sizes) ctx.specialise(s);
+    // NOTE: a folded tensor handed on is its graph node's result, computed at each call's
+    // sizes; only a size not of the inputs' sizes alone is pinned (`torch.zeros(x.shape[0], 4)`
+    // returned kept s0 exact: a recompile at every size).
+    for (const ValuePtr& s : v->folded_sizes)
+      if (!(s->sym && !s->fsym && !s->sym_slice && PyLong_CheckExact(s->obj.get()) &&
+            of_input_sizes(ctx, *s->sym)))
+        ctx.specialise(s);
     if (v->kind == VKind::Iterator && v->lazy)
       ctx.read_size("a lazy iterator live at a graph break");
     for (const auto* list : {&v->items, &v->kwdefaults, &v->cells})

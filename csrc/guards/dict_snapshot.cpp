@@ -21,22 +21,45 @@ DictSnapshot::DictSnapshot(PyObject* dict) {
   }
 }
 
+bool DictSnapshot::same_value(const Item& item, PyObject* v) {
+  if (v == item.address && Py_TYPE(v) == item.type) {
+    // NOTE: the same address holds the same object only while the old one is alive: a
+    // weakref says so; an address-only value (no weakrefs) is trusted, as DICT_VERSION
+    // trusted the dict that held it.
+    return !item.weak || PyWeakref_GET_OBJECT(item.value.get()) == v;
+  }
+  return !item.weak && item.value && equals_exact(v, item.value.get());
+}
+
 bool DictSnapshot::matches(PyObject* dict) const {
   if (!PyDict_Check(dict) || PyDict_GET_SIZE(dict) != static_cast<Py_ssize_t>(items_.size()))
     return false;
   PyObject *k, *v;
   Py_ssize_t pos = 0;
+  bool in_order = true;
   for (const Item& item : items_) {
     if (!PyDict_Next(dict, &pos, &k, &v)) return false;
-    if (k != item.key.get() && !equals_exact(k, item.key.get())) return false;
-    if (v == item.address && Py_TYPE(v) == item.type) {
-      // NOTE: the same address holds the same object only while the old one is alive: a
-      // weakref says so; an address-only value (no weakrefs) is trusted, as DICT_VERSION
-      // trusted the dict that held it.
-      if (!item.weak || PyWeakref_GET_OBJECT(item.value.get()) == v) continue;
+    if (k != item.key.get() && !equals_exact(k, item.key.get())) {
+      in_order = false;
+      break;
+    }
+    if (!same_value(item, v)) return false;
+  }
+  if (in_order) return true;
+  // NOTE: the same keys in another order (an attribute deleted and set again moves to the end:
+  // torchlite's module wrapper sets the original's `_compiled_call_impl` for the length of a
+  // generate() call, so the model's `_previous_max_cache_length`, set by the first call, came
+  // before it from the second call on): looked up by key. Only str and int keys, whose lookup
+  // runs no user code; a trace that iterates a dict guards its keys' order (DICT_KEYS).
+  for (const Item& item : items_) {
+    PyObject* key = item.key.get();
+    if (!PyUnicode_CheckExact(key) && !PyLong_CheckExact(key)) return false;
+    PyObject* now = PyDict_GetItemWithError(dict, key);  // borrowed
+    if (!now) {
+      if (PyErr_Occurred()) throw PythonError();
       return false;
     }
-    if (item.weak || !item.value || !equals_exact(v, item.value.get())) return false;
+    if (!same_value(item, now)) return false;
   }
   return true;
 }

@@ -5,7 +5,7 @@
 // the value already there (`self.seq_len = n` in a forward, a cache entry set
 // again). A guard on the version alone then fails on every call and the frame
 // recompiles until the cache limit. When the version differs, the items are
-// compared instead (same keys in the same order, each value the same object,
+// compared instead (the same keys, in any order, each value the same object,
 // or an equal constant); if they match, the guard passes and remembers the new
 // version, so the next call is one integer compare again.
 #include <Python.h>
@@ -35,6 +35,8 @@ class DictSnapshot {
     const void* address = nullptr;
     PyTypeObject* type = nullptr;  // NOTE: types of address-only values are builtins (immortal)
   };
+  // `v` (borrowed) is the item's value: the same object, or an equal constant.
+  static bool same_value(const Item& item, PyObject* v);
   std::vector<Item> items_;
 };
 

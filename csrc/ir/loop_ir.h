@@ -151,6 +151,12 @@ struct Kernel {
   // guess costs a compile, never a wrong result (the literal is part of the text and its key).
   // Empty: none known.
   std::vector<char> static_axes;
+  // With runtime sizes: per expr, whether it is an integer Constant whose value is one of the
+  // model constants (PassContext::static_sizes). A divisor or modulus of such a value stays a
+  // literal in the code; any other divisor is read at run time like the kernel's sizes (Llama's
+  // repeat_kv divides by n_rep x length x head size: one text per length as a literal), see
+  // codegen/common/runtime_constants.h. Empty: none known.
+  std::vector<char> static_constants;
   // Some output is stored into an input's buffer (each element read before it
   // is written, at the same point): the CUDA text drops __restrict__.
   bool aliased_io = false;

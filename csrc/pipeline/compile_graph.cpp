@@ -256,10 +256,17 @@ std::string new_trace_folder(const std::string& debug_dir, const std::string& na
 
 void mark_static_axes(ir::Kernel& k, const std::vector<int64_t>& static_sizes) {
   k.static_axes.clear();
+  k.static_constants.clear();
   if (!k.runtime_sizes || k.grouped || static_sizes.empty()) return;
   k.static_axes.assign(k.shape.size(), 0);
   for (size_t d = 0; d < k.shape.size(); ++d)
     k.static_axes[d] = std::binary_search(static_sizes.begin(), static_sizes.end(), k.shape[d]);
+  k.static_constants.assign(k.exprs.size(), 0);
+  for (size_t i = 0; i < k.exprs.size(); ++i) {
+    const ir::Expr& e = k.exprs[i];
+    k.static_constants[i] = e.op == ir::ExprOp::Constant && !ir::is_floating(e.type) &&
+                            std::binary_search(static_sizes.begin(), static_sizes.end(), e.ivalue);
+  }
 }
 
 CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ctx) {

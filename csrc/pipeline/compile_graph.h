@@ -57,7 +57,8 @@ bool autograd_tracks(const ir::Node& n);
 CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext& ctx);
 
 // Sets ir::Kernel::static_axes of `k` (runtime sizes, not grouped) from `static_sizes`
-// (PassContext::static_sizes, sorted): an axis whose size is one of them.
+// (PassContext::static_sizes, sorted): an axis whose size is one of them; and
+// ir::Kernel::static_constants: an integer constant equal to one of them.
 void mark_static_axes(ir::Kernel& k, const std::vector<int64_t>& static_sizes);
 
 // Runs `graph` op by op through torch, values released after their last use

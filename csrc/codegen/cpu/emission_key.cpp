@@ -2,11 +2,14 @@
 
 #include <cstring>
 
+#include "codegen/common/runtime_constants.h"
 #include "core/errors.h"
 
 namespace tl::codegen::cpu {
 
-int64_t site_value(const LoopSpace& s, int64_t site) {
+namespace {
+// A number of the loop space (sites of kinds 0 to 3).
+int64_t space_value(const LoopSpace& s, int64_t site) {
   int64_t kind = site >> 20, rest = site & ((int64_t{1} << 20) - 1);
   auto at = [](const std::vector<int64_t>& v, int64_t i) {
     TL_CHECK(i >= 0 && static_cast<size_t>(i) < v.size()) << "dims site out of the loop space";
@@ -26,6 +29,14 @@ int64_t site_value(const LoopSpace& s, int64_t site) {
   TL_CHECK(false) << "unknown dims site " << site;
   return 0;
 }
+}  // namespace
+
+int64_t site_value(const ir::Kernel& k, const LoopSpace& s, int64_t site) {
+  if (site >> 20 != 4) return space_value(s, site);
+  const size_t i = static_cast<size_t>(site & ((int64_t{1} << 20) - 1));
+  TL_CHECK(i < k.exprs.size()) << "dims site of no expr";
+  return k.exprs[i].ivalue;
+}
 
 bool literal_site(const LoopSpace& s, int64_t site) {
   int64_t kind = site >> 20, rest = site & ((int64_t{1} << 20) - 1);
@@ -41,14 +52,14 @@ bool literal_site(const LoopSpace& s, int64_t site) {
     if (!fixed(d)) return false;
     inner *= d < n_outer ? s.outer[d] : s.red[d - n_outer];
   }
-  return inner == site_value(s, site);
+  return inner == space_value(s, site);
 }
 
 Literals literal_values(const ir::Kernel& k, const LoopSpace& s) {
   Literals out;
   if (!k.runtime_sizes) return out;
   auto literal = [&](int64_t site) {
-    if (literal_site(s, site)) out.emplace_back(site, site_value(s, site));
+    if (literal_site(s, site)) out.emplace_back(site, site_value(k, s, site));
   };
   for (size_t d = 0; d < s.outer.size(); ++d) literal(outer_site(d));
   for (size_t d = 0; d < s.red.size(); ++d) literal(red_site(d));
@@ -57,9 +68,9 @@ Literals literal_values(const ir::Kernel& k, const LoopSpace& s) {
   return out;
 }
 
-bool holds_literals(const LoopSpace& s, const Literals& lits) {
+bool holds_literals(const ir::Kernel& k, const LoopSpace& s, const Literals& lits) {
   for (const auto& [site, v] : lits)
-    if (site_value(s, site) != v) return false;
+    if (site_value(k, s, site) != v) return false;
   return true;
 }
 
@@ -112,11 +123,16 @@ std::string emission_key(const ir::Kernel& k, const LoopSpace& s) {
   for (const auto& o : k.outputs) w.raw(o.expr), view(o.view);
   w.tag('e');
   w.raw(static_cast<int64_t>(k.exprs.size()));
-  for (const ir::Expr& e : k.exprs) {
+  const std::vector<char> runtime = runtime_constants(k);
+  for (size_t i = 0; i < k.exprs.size(); ++i) {
+    const ir::Expr& e = k.exprs[i];
     w.raw(static_cast<int64_t>(e.op));
     w.raw(static_cast<int64_t>(e.type));
     w.raw(e.buffer);
-    w.raw(e.ivalue);
+    if (i < runtime.size() && runtime[i])
+      w.tag('N');
+    else
+      w.raw(e.ivalue);
     int64_t bits = 0;  // NOTE: the bits, so -0.0 and NaN payloads stay distinct
     static_assert(sizeof(bits) == sizeof(e.value));
     std::memcpy(&bits, &e.value, sizeof(bits));

@@ -29,9 +29,13 @@ inline int64_t stride_site(size_t buffer, size_t axis) {
 inline int64_t offset_site(size_t buffer) {
   return (int64_t{3} << 20) + static_cast<int64_t>(buffer);
 }
+// An integer constant of the exprs read at run time (codegen/common/runtime_constants.h).
+inline int64_t constant_site(size_t expr) {
+  return (int64_t{4} << 20) + static_cast<int64_t>(expr);
+}
 
-// The number at `site` of loop space `s`.
-int64_t site_value(const LoopSpace& s, int64_t site);
+// The number at `site` of kernel `k` and its loop space `s`.
+int64_t site_value(const ir::Kernel& k, const LoopSpace& s, int64_t site);
 
 // Whether the number at `site` is the same at every size a runtime-size kernel's text serves, so
 // the emitter writes it as a literal (constant trip counts and divisions, vector loops without a
@@ -48,14 +52,15 @@ bool literal_site(const LoopSpace& s, int64_t site);
 // static there) still finds the code emitted at other lengths.
 using Literals = std::vector<std::pair<int64_t, int64_t>>;
 Literals literal_values(const ir::Kernel& k, const LoopSpace& s);
-// Whether loop space `s` holds the values of `lits` at their sites.
-bool holds_literals(const LoopSpace& s, const Literals& lits);
+// Whether kernel `k` and its loop space `s` hold the values of `lits` at their sites.
+bool holds_literals(const ir::Kernel& k, const LoopSpace& s, const Literals& lits);
 
 // Two kernels with equal keys get the same text from emit_kernel given the same literals (and
 // so the same function of their buffers and dims array). The key holds everything the emitter
 // reads: the exprs (ops, types, operands, buffers, constants), the flags, buffer types, the ranks,
 // and every number of the kernel's views and of its loop space `s` (= cpu_loop_space(k), the
-// emitter's) — with runtime sizes, a number other than 0 and 1 only as its sign: the emitter writes
+// emitter's) — with runtime sizes, a number other than 0 and 1 (and an integer constant the emitter
+// reads at run time: runtime_constants) only as its sign: the emitter writes
 // such a number as a load from the dims array and decides nothing from its value (its decisions
 // test a number against 0 and 1: pass_plan.cpp, plan_stash, choose_tile), except the literal sites,
 // whose values the text holds and the JIT matches apart (literal_values, holds_literals).

@@ -111,6 +111,7 @@ class Emitter {
   llvm::Value* dims_ = nullptr;             // the dims array (runtime sizes)
   std::map<int64_t, llvm::Value*> params_;  // site -> its loaded number
   Literals literals_;                       // sites written as literals, in site order
+  std::vector<char> runtime_constants_;     // per expr: read from the dims (runtime_constants.h)
 };
 
 }  // namespace tl::codegen::cpu

@@ -8,6 +8,7 @@
 #include <climits>
 #include <set>
 
+#include "codegen/common/runtime_constants.h"
 #include "codegen/cpu/emitter.h"
 #include "core/dump_dir.h"
 #include "core/errors.h"
@@ -65,6 +66,8 @@ void Emitter::fail(size_t i, const std::string& why) { expr_error(k_, "kernel", 
 
 void Emitter::analyse() {
   plan_ = plan_passes(k_, "kernel");
+  runtime_constants_ = runtime_constants(k_);
+  runtime_constants_.resize(k_.exprs.size(), 0);
   plan_stash();
 }
 
@@ -86,6 +89,9 @@ llvm::Value* Emitter::value(int i) {
     v = convert(b_, load_elem(b_, ptrs_[e.buffer], off, t), t, e.type);
   } else if (e.op == ExprOp::Index) {
     v = off_[s_.index_buffer.at(e.ivalue)];  // its pseudo-buffer's offset is the coordinate
+  } else if (e.op == ExprOp::Constant && runtime_constants_[i]) {
+    v = b_.CreateTrunc(num(constant_site(static_cast<size_t>(i)), e.ivalue),
+                       e.type == ST::I32 ? b_.getInt32Ty() : b_.getInt64Ty());
   } else if (e.op == ExprOp::Constant) {
     v = make_constant(b_, e);
   } else if (e.op == ExprOp::Cast) {

@@ -40,6 +40,8 @@ std::string emission_key(const ir::Kernel& k, const Target& t) {
   put_all(out, k.shape);
   put(out, static_cast<int64_t>(k.static_axes.size()));
   for (char c : k.static_axes) put(out, c);
+  put(out, static_cast<int64_t>(k.static_constants.size()));
+  for (char c : k.static_constants) put(out, c);
   out += 'i';
   put(out, static_cast<int64_t>(k.inputs.size()));
   for (const auto& v : k.inputs) put_view(out, v);

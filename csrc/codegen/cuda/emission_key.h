@@ -14,7 +14,7 @@ namespace tl::codegen::cuda {
 // Two kernels with equal keys get the same CudaKernel from emit_cuda_kernel, up to the kernel's
 // own name in its text and entry names: the key holds every field of `k` but its name (the
 // exprs with their constants' bits, the views' types, strides and offsets, the shape, the
-// reduction axes, the flags and static axes) and every field of `t`.
+// reduction axes, the flags, static axes and static constants) and every field of `t`.
 // NOTE: the numbers are all in the key, exactly: the CUDA text takes many decisions from
 // sizes (index width, vector entries from alignment, row strategy from the row count and
 // length, literals in gathers and coordinates), so a key that left some size out would have to

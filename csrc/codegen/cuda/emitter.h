@@ -95,6 +95,9 @@ class Writer {
   std::string dim_slot(const std::string& site, int64_t v);
   // (multiplier, shift) dividing a 32-bit index below 2^31 by d (2 <= d < 2^31).
   static std::pair<int64_t, int> magic_division(int64_t d);
+  // tl_idiv's mode for expr i, an integer division by a runtime constant written with its magic
+  // numbers (value()); -1 for any other expr.
+  int magic_mode(int i) const;
   // num() for a number along loop axis `axis` (a size or a stride): a literal for the reduced
   // axes of a constant row (constant_row_).
   std::string axis_num(const std::string& site, size_t axis, int64_t v);

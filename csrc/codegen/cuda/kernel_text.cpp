@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "codegen/common/index_math.h"
+#include "codegen/common/runtime_constants.h"
 #include "codegen/cuda/emitter.h"
 #include "core/errors.h"
 
@@ -73,25 +74,11 @@ void Writer::analyse() {
         static_row_ &= fixed_axis(a);
     }
   }
-  // NOTE: with runtime sizes, an integer constant of the index math is read from the dims
-  // parameter: lowering writes sizes into constants (a cat's part bound and its clamp, the
-  // first position of a slice, GPT-2's `wpe[past + arange(1)]`), so in a generate() loop every
-  // new length gave the decode step's cat and position kernels a new text, each an NVRTC
-  // compile (~50 ms) per token. Divisors and exponents stay literals (a division by a number
-  // the compiler sees is a multiply and a shift), and so do 0, 1 and negatives (as num()).
-  runtime_constant_.assign(k_.exprs.size(), 0);
-  if (k_.runtime_sizes) {
-    std::vector<char> literal(k_.exprs.size(), 0);
-    for (const ir::Expr& e : k_.exprs)
-      if (e.op == ExprOp::FloorDiv || e.op == ExprOp::TruncDiv || e.op == ExprOp::Remainder ||
-          e.op == ExprOp::Fmod || e.op == ExprOp::Pow)
-        literal[e.operands.at(1)] = 1;
-    for (size_t i = 0; i < k_.exprs.size(); ++i) {
-      const ir::Expr& e = k_.exprs[i];
-      runtime_constant_[i] = e.op == ExprOp::Constant && !literal[i] &&
-                             (e.type == ST::I32 || e.type == ST::I64) && e.ivalue >= 2;
-    }
-  }
+  // NOTE: with runtime sizes, integer constants of the index math are dims numbers
+  // (codegen/common/runtime_constants.h): a decode loop's cache cat, position gather and
+  // repeat_kv copy keep one text for every length (each text an NVRTC compile, ~50 ms).
+  runtime_constant_ = runtime_constants(k_);
+  runtime_constant_.resize(k_.exprs.size(), 0);
   for (const ir::Expr& e : k_.exprs) {
     if (!is_gather(e.op)) continue;
     const ir::Expr& by = k_.exprs[e.operands.at(0)];
@@ -141,6 +128,29 @@ std::string Writer::params() const {
 std::string Writer::num(const std::string& site, int64_t v) {
   if (!k_.runtime_sizes || v == 0 || v == 1 || v < 0) return std::to_string(v);
   return dim_slot(site, v);
+}
+
+int Writer::magic_mode(int i) const {
+  const ir::Expr& e = k_.exprs[i];
+  if ((e.type != ST::I32 && e.type != ST::I64) || e.operands.size() != 2) return -1;
+  const int d = e.operands[1];
+  // NOTE: 32-bit indices only: the dims are then 32-bit too, and so the multiplier.
+  if (!runtime_constant_[d] || idx_ != "unsigned" || k_.exprs[d].ivalue >= (int64_t{1} << 31) ||
+      type(d) != e.type)
+    return -1;
+  switch (e.op) {
+    case ExprOp::Div:
+    case ExprOp::TruncDiv:
+      return 0;
+    case ExprOp::FloorDiv:
+      return 1;
+    case ExprOp::Fmod:
+      return 2;
+    case ExprOp::Remainder:
+      return 3;
+    default:
+      return -1;
+  }
 }
 
 std::pair<int64_t, int> Writer::magic_division(int64_t d) {
@@ -303,6 +313,15 @@ std::string Writer::value(int i) {
     v = e.op == ExprOp::Exp ? "tl_hexp(" + x + ")" : "(1 / (1 + tl_hexp(-" + x + ")))";
   } else if (is_unary(e.op)) {
     v = unary(e.op, e.type, operand(ops[0], e.type));
+  } else if (int mode = magic_mode(i); mode >= 0) {
+    // NOTE: a runtime divisor (runtime_constants.h) with its magic multiplier and shift in
+    // dims slots of their own, as offsets() divides by runtime sizes: tl_idiv by a number the
+    // compiler cannot see is a ~25-instruction signed division.
+    const std::string site = "c" + std::to_string(ops[1]);
+    auto [magic, shift] = magic_division(k_.exprs[ops[1]].ivalue);
+    v = "tl_idiv_magic<" + std::string(reg_type(e.type)) + ">(" + operand(ops[0], e.type) + ", " +
+        operand(ops[1], e.type) + ", " + dim_slot("m" + site, magic) + ", " +
+        dim_slot("l" + site, shift) + ", " + std::to_string(mode) + ")";
   } else {
     v = binary(e.op, e.type, operand(ops[0], e.type), operand(ops[1], e.type));
   }

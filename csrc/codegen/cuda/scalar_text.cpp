@@ -179,6 +179,14 @@ template <class T> TL_D T tl_idiv(T x, T y, int mode) {
   }
   return zero ? (T)0 : q;
 }
+// tl_idiv by a runtime divisor 2 <= y < 2^31 given with its magic multiplier and shift
+// (Writer::magic_division): a multiply-high, an add and a shift where 0 <= x < 2^31 (index math),
+// tl_idiv elsewhere.
+template <class T> TL_D T tl_idiv_magic(T x, T y, unsigned m, unsigned l, int mode) {
+  if (x < (T)0 || (unsigned long long)x >= (1ull << 31)) return tl_idiv<T>(x, y, mode);
+  const unsigned u = (unsigned)x, q = (__umulhi(u, m) + u) >> l;
+  return mode >= 2 ? (T)(u - q * (unsigned)y) : (T)q;
+}
 TL_D long long tl_ipow(long long base, long long e) {
   if (e < 0) return base == 1 ? 1 : base == -1 ? ((e & 1) ? -1 : 1) : 0;
   unsigned long long r = 1, b = (unsigned long long)base;

@@ -275,14 +275,15 @@ void reuse_emitted(std::vector<Job>& jobs) {
     auto it = g_emitted.find(job.emission_key);
     if (it == g_emitted.end()) continue;
     for (const Emitted& e : it->second) {
-      if (!codegen::cpu::holds_literals(job.space, e.literals)) continue;
+      if (!codegen::cpu::holds_literals(*job.kernel, job.space, e.literals)) continue;
       auto linked = g_linked.find(e.symbol);
       if (linked == g_linked.end() || !(job.code = linked->second.lock())) continue;
       job.key = e.key;
       job.symbol = e.symbol;
       job.sites = e.sites;
       job.dims.clear();
-      for (int64_t site : job.sites) job.dims.push_back(codegen::cpu::site_value(job.space, site));
+      for (int64_t site : job.sites)
+        job.dims.push_back(codegen::cpu::site_value(*job.kernel, job.space, site));
       job.emit_literals = e.literals;
       job.reused = true;
       break;
@@ -341,7 +342,8 @@ CompiledKernels compile_kernels(const std::vector<const ir::Kernel*>& kernels) {
     job.key = first.key;
     job.symbol = first.symbol;
     job.sites = first.sites;
-    for (int64_t site : job.sites) job.dims.push_back(codegen::cpu::site_value(job.space, site));
+    for (int64_t site : job.sites)
+      job.dims.push_back(codegen::cpu::site_value(*job.kernel, job.space, site));
     job.reused = true;  // linked below through `first`'s code
   }
   if (process_settings().verify)

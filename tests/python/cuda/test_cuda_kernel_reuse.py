@@ -170,3 +170,50 @@ def test_gpt2_generate_at_new_lengths_compiles_almost_nothing():
     # before: the cache cats and the position gather got a new text at every length
     compiles = torchlite.counters()["nvrtc_compiles"] - before
     assert compiles <= 2, compiles
+
+
+def _repeat_kv(x, n_rep):
+    b, h, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, h, n_rep, s, d).reshape(b, h * n_rep, s, d)
+
+
+def test_a_repeat_kv_decode_loop_compiles_no_kernel_after_its_first_lengths():
+    # Llama's grouped-query attention copies each cached head n_rep times: the copy divides its
+    # linear index by n_rep x length x head size, a divisor that changes every token (before:
+    # a literal, an NVRTC compile per token). Now a dims number with its magic multiplier.
+    def step(past, new, q):
+        kv = torch.cat([past, new], dim=2)
+        k = _repeat_kv(kv, 3)
+        return kv, (q @ k.transpose(2, 3)).softmax(-1) @ k
+
+    compiled = torchlite.compile(step)
+    past = torch.randn(2, 2, 5, 32, device="cuda")
+    compiles = []
+    for _ in range(10):
+        new, q = torch.randn(2, 2, 1, 32, device="cuda"), torch.randn(2, 6, 1, 32, device="cuda")
+        before = torchlite.counters()["nvrtc_compiles"]
+        with torch.no_grad():
+            out, ref = compiled(past, new, q), step(past, new, q)
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+        compiles.append(torchlite.counters()["nvrtc_compiles"] - before)
+        past = ref[0]
+    assert sum(compiles[3:]) == 0, compiles
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_runtime_divisors_match_eager_at_lengths_that_change_alignment(dtype):
+    # every divisor and modulus of the copy's index math is a dims number here (no model
+    # constant): odd, prime and power-of-two lengths, a length past 2^16 (magic multipliers of
+    # large divisors), one text for all of them
+    def f(x):
+        return _repeat_kv(x, 2) * 2 + 1
+
+    compiled = torchlite.compile(f, dynamic=True)
+    emits = []
+    for n in [3, 7, 16, 31, 64, 127, 257, 70001]:
+        x = torch.randn(1, 2, n, 5, device="cuda", dtype=dtype)
+        before = torchlite.counters()["nvrtc_compiles"]
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), f(x), **TOL[dtype])
+        emits.append(torchlite.counters()["nvrtc_compiles"] - before)
+    assert sum(emits[2:]) == 0, emits

@@ -146,3 +146,37 @@ def test_methods_reached_through_the_compiled_module_leave_the_original_uncompil
     now = torchlite.counters()["frames"]
     _generate(model, torch.randint(1, 128, (2, 9)), "dynamic", tokens=3)  # the original: eager
     assert torchlite.counters()["frames"] == now
+
+
+def test_llama_generate_at_new_prompt_lengths_compiles_no_cpu_kernel_after_the_second():
+    # the decode step's cache cats held their bound and clamp as literals: an LLVM compile per
+    # new length (6 per generate() of 4 tokens); now dims numbers (runtime_constants.h)
+    torch.manual_seed(0)
+    model = _llama()
+    compiled = torchlite.compile(model)
+    compiles = []
+    for length in (5, 9, 23, 14, 31, 40, 57, 66):
+        ids = torch.randint(1, 128, (1, length))
+        before = _C.llvm_compiles()
+        out = _generate(compiled, ids, "dynamic", tokens=4)
+        compiles.append(_C.llvm_compiles() - before)
+        assert torch.equal(out, _generate(model, ids, "dynamic", tokens=4)), length
+    assert compiles[0] > 0 and sum(compiles[2:]) == 0, compiles
+
+
+def test_a_second_static_cache_generate_of_a_fresh_model_captures_nothing():
+    # generate() sets model._previous_max_cache_length; the compiled module's wrapper sets
+    # _compiled_call_impl for the call and removes it after, so from the second call on the
+    # two keys of model.__dict__ came in the other order and its DICT_VERSION guard failed (both
+    # frames captured again: 4 captures in 3 calls)
+    torch.manual_seed(0)
+    model = _llama()
+    compiled = torchlite.compile(model)
+    ids = torch.randint(1, 128, (1, 7))
+    frames = []
+    for _ in range(3):
+        before = torchlite.counters()["frames"]
+        out = _generate(compiled, ids, "static", tokens=6)
+        frames.append(torchlite.counters()["frames"] - before)
+    assert torch.equal(out, _generate(model, ids, "static", tokens=6))
+    assert frames == [2, 0, 0], frames

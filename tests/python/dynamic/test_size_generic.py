@@ -323,3 +323,35 @@ def test_a_new_sizes_graph_fuses_as_a_static_compile_does():
     assert after["frames"] == before["frames"]  # served without a capture
     assert after["size_instances"] == before["size_instances"] + 1
     assert generic == static
+
+
+def _zeros_of_a_size(x):
+    return torch.zeros(x.shape[0], 4)
+
+
+def _full_of_a_size_beside_a_kernel(x):
+    n = x.shape[0]
+    return torch.full((n, 2), n), torch.arange(n) * 2, x + 1
+
+
+def _ones_live_at_a_break(x):
+    t = torch.ones(x.shape[0], 3)
+    print(end="")
+    return t * 2
+
+
+@pytest.mark.parametrize(
+    "fn", [_zeros_of_a_size, _full_of_a_size_beside_a_kernel, _ones_live_at_a_break]
+)
+def test_a_factory_result_of_input_sizes_handed_on_stays_generic(fn):
+    # before: a factory's result computed from constants and sizes (capture/constant_fold.h)
+    # pinned its sizes where it was returned or live at a break: s0 == n, a capture per size
+    torchlite.reset()
+    compiled = torchlite.compile(fn)
+    frames = []
+    for n in [3, 5, 7, 9, 11]:
+        x = torch.randn(n, 3)
+        before = torchlite.counters()["frames"]
+        torch.testing.assert_close(compiled(x), fn(x))
+        frames.append(torchlite.counters()["frames"] - before)
+    assert frames[0] > 0 and sum(frames[2:]) == 0, frames
