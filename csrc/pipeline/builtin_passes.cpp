@@ -137,6 +137,12 @@ std::vector<Pass> builtin_passes() {
        kAnyDevice,
        nullptr,
        [](G& g, St& st) {
+         // NOTE: backward halves only. There a batch norm's `x - mean` and ReLU gradient are
+         // read by its statistic sums and its input gradient (resnet50 bottleneck backward 28 ->
+         // 22 kernels); in forward graphs it saved no launch (timm resnet50 208 -> 208) and
+         // copied an erf GELU into each of its readers (softmax's passes, a per-head max): on
+         // the CPU, recomputed transcendental work per pass, and each trial fusion is compile time.
+         if (!st.ctx.backward_half) return;
          runtime::KernelDevice device = st.device;
          const int64_t saved = st.ctx.saved_outputs_from;
          counters().producers_recomputed += passes::recompute_producers(

@@ -13,7 +13,12 @@ from torch import nn
 from train_check import compiled_backward_used
 
 import torchlite
+from torchlite import _C
 
+# NOTE: without LLVM (the GPU machine's build) CPU graphs run op by op: every write is a copy.
+needs_cpu_kernels = pytest.mark.skipif(
+    not _C.has_llvm, reason="this build has no LLVM: CPU graphs run op by op"
+)
 _DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
 
@@ -148,6 +153,7 @@ def _copies(fn) -> int:
     return counts["aten::copy_"] + counts["aten::clone"] + counts["aten::copy"]
 
 
+@needs_cpu_kernels
 def test_a_training_step_makes_no_more_copies_than_eager():
     # NOTE: the compiled forward used to clone each running statistic (functional aten.copy),
     # copy the new value into the clone, then into the buffer: 7 copies a batch norm a step.
@@ -214,6 +220,12 @@ class _BnThenIndex(nn.Module):
         return self.bn(self.fc(x))[:, idx].sum()
 
 
+@pytest.mark.xfail(
+    not _C.has_llvm,
+    strict=True,
+    reason="op by op (no LLVM), the index bounds error is raised before the graph runs and the "
+    "statistics stay as they were, where eager updates them before the failing op (open)",
+)
 def test_a_forward_that_raises_updates_running_stats_once_as_eager():
     # NOTE: eager updates the statistics of the batch norms before the failing op; the frame
     # reruns a compiled forward that failed before writing any input eagerly, so they are
