@@ -1217,7 +1217,9 @@ def make_training_function(
                 # undoes to run eagerly (runtime::Executable::failed_before_lasting_effects).
                 # After one, the error propagates with the statistics written so far updated,
                 # as eager's batch norms before a failing op leave theirs.
-                run.failed_in_compiled_forward = getattr(
+                # Without mutated inputs nothing lasting is written (the frame reruns eagerly, as
+                # before in-place writes: a lookup's bounds error after a dropout).
+                run.failed_in_compiled_forward = not num_mutated or getattr(
                     forward, "failed_before_lasting_effects", True
                 )
                 raise
