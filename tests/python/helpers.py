@@ -408,3 +408,32 @@ def nvrtc_missing() -> str:
     except Exception as e:  # noqa: BLE001 - the message says where NVRTC was searched
         return str(e)
     return ""
+
+
+def flat_tensors(o) -> list:
+    """The tensors of a model output (a tensor, a ModelOutput, nested tuples/lists), in order."""
+    if isinstance(o, torch.Tensor):
+        return [o]
+    if hasattr(o, "to_tuple"):
+        o = o.to_tuple()
+    if isinstance(o, (tuple, list)):
+        return [t for x in o for t in flat_tensors(x)]
+    return []
+
+
+def weight_copies_in_call(fn, x, weights) -> list:
+    """The aten copies of tensors shaped like the k x k conv `weights` that one call of fn(x)
+    runs (torch's per-call channels-last conversion appears as aten::clone inside
+    aten::_convolution)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    shapes = [list(w.shape) for w in weights if w.dim() == 4 and w.shape[2] * w.shape[3] > 1]
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as p:
+        fn(x)
+        if x.is_cuda:
+            torch.cuda.synchronize()
+    return [
+        e.name
+        for e in p.events()
+        if e.name in ("aten::clone", "aten::copy_") and e.input_shapes[:1][0] in shapes
+    ]

@@ -5,8 +5,8 @@ read the parameter itself)."""
 
 import pytest
 import torch
+from helpers import weight_copies_in_call
 from torch import nn
-from torch.profiler import ProfilerActivity, profile
 
 import torchlite
 
@@ -45,18 +45,6 @@ def assert_follows(got, want):
     elements by an ulp (0.3 on values near 100), a stale weight gives an error near 1."""
     err = ((got.float() - want.float()).norm() / want.float().norm()).item()
     assert err < 1e-2, err
-
-
-def weight_copies_in_call(fn, x, weights):
-    shapes = [list(w.shape) for w in weights if w.dim() == 4 and w.shape[2] * w.shape[3] > 1]
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as p:
-        fn(x)
-        torch.cuda.synchronize()
-    return [
-        e.name
-        for e in p.events()
-        if e.name in ("aten::clone", "aten::copy_") and e.input_shapes[:1][0] in shapes
-    ]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

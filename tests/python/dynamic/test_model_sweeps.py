@@ -9,6 +9,7 @@ only the capture count, naming the ops; every value is checked against eager at 
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import flat_tensors as _flat
 
 import torchlite
 from torchlite import _C, config
@@ -24,16 +25,6 @@ V = 100
 @pytest.fixture(autouse=True)
 def _private_disk_cache(monkeypatch, tmp_path):
     monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
-
-
-def _flat(o):
-    if isinstance(o, torch.Tensor):
-        return [o]
-    if hasattr(o, "to_tuple"):
-        o = o.to_tuple()
-    if isinstance(o, (tuple, list)):
-        return [t for x in o for t in _flat(x)]
-    return []
 
 
 def _sweep(model, make_inputs, sizes):

@@ -7,6 +7,7 @@ over batch sizes."""
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import flat_tensors as _flat
 
 import torchlite
 from torchlite import _C, config
@@ -22,16 +23,6 @@ NEW = (6, 7, 11, 12, 13, 17, 20, 31)
 @pytest.fixture(autouse=True)
 def _private_disk_cache(monkeypatch, tmp_path):
     monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
-
-
-def _flat(o):
-    if isinstance(o, torch.Tensor):
-        return [o]
-    if hasattr(o, "to_tuple"):
-        o = o.to_tuple()
-    if isinstance(o, (tuple, list)):
-        return [t for x in o for t in _flat(x)]
-    return []
 
 
 def _check(model, make_inputs):

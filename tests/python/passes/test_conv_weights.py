@@ -7,8 +7,8 @@ import gc
 
 import pytest
 import torch
+from helpers import weight_copies_in_call
 from torch import nn
-from torch.profiler import ProfilerActivity, profile
 
 import torchlite
 
@@ -51,19 +51,6 @@ def image(n=2, px=12, dtype=torch.float32, device="cpu"):
 
 def tol(dtype):
     return {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-4}
-
-
-def weight_copies_in_call(fn, x, weights):
-    """The aten copies of tensors shaped like `weights` that one call of fn(x) runs (torch's
-    own per-call conversion appears as aten::clone inside aten::_convolution)."""
-    shapes = [list(w.shape) for w in weights if w.dim() == 4 and w.shape[2] * w.shape[3] > 1]
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as p:
-        fn(x)
-    return [
-        e.name
-        for e in p.events()
-        if e.name in ("aten::clone", "aten::copy_") and e.input_shapes[:1][0] in shapes
-    ]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
