@@ -280,8 +280,11 @@ bool undoable_effect(const Node& n) {
   const std::string& t = n.target_name;
   if (t.find("set_grad_enabled") != std::string::npos) return true;
   // NOTE: by the last name: `torch.random.manual_seed` is no draw (a seed resets generators
-  // this does not snapshot), nor are hooks and backwards.
-  const std::string last = last_name(t);
+  // this does not snapshot), nor are hooks and backwards. An ATen overload is named by its op,
+  // not its overload (`aten::bernoulli.p`: a training forward's dropout mask).
+  const size_t ns = t.rfind("::");
+  const std::string last =
+      ns == std::string::npos ? last_name(t) : t.substr(ns + 2, t.find('.', ns + 2) - (ns + 2));
   bool dropout = last.find("dropout") != std::string::npos;
   bool draw = dropout;
   for (const char* word : {"rand", "bernoulli", "normal", "multinomial", "poisson", "uniform",

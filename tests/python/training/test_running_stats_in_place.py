@@ -9,6 +9,7 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from train_check import compiled_backward_used
 
@@ -246,3 +247,48 @@ def test_a_forward_that_raises_updates_running_stats_once_as_eager():
     assert mine.type is theirs.type
     for (k, b), r in zip(model.named_buffers(), eager.buffers(), strict=True):
         torch.testing.assert_close(b, r, msg=lambda m, k=k: f"{k}: {m}")
+
+
+_LOG = []
+
+
+class _DropoutIndexThenBn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 6)
+        self.bn = nn.BatchNorm1d(6)
+
+    def forward(self, x, idx):
+        _LOG.append("forward")
+        h = F.dropout(self.fc(x), 0.25, training=True)
+        return self.bn(h[idx]).sum()
+
+
+@needs_cpu_kernels
+def test_a_lookup_failing_after_a_dropout_matches_eager_with_its_generator_state():
+    # NOTE: the dropout's mask (aten::bernoulli.p) is a draw the frame undoes, not a lasting
+    # effect: the compiled forward failed before writing the statistics, so the frame puts the
+    # generator back and reruns eagerly (eager's error, log entry, generator state and
+    # statistics). Before, the overload name hid the draw: the failure propagated with the
+    # generator advanced by the compiled draws.
+    torch.manual_seed(0)
+    eager = _DropoutIndexThenBn()
+    model = copy.deepcopy(eager)
+    compiled = torchlite.compile(model)
+    x = torch.randn(5, 4)
+    compiled(x, torch.tensor([0, 4])).backward()
+    eager(x, torch.tensor([0, 4])).backward()
+    seen = []
+    for f, m in ((compiled, model), (eager, eager)):
+        before = [b.clone() for b in m.buffers()]
+        _LOG.clear()
+        torch.manual_seed(1)
+        with pytest.raises(IndexError):
+            f(x, torch.tensor([0, 7]))
+        seen.append((list(_LOG), torch.get_rng_state()))
+        # NOTE: the lookup fails before the batch norm: its statistics stay (the masks, and so
+        # the statistics of the first step, differ from eager's by design)
+        for b, was in zip(m.buffers(), before, strict=True):
+            torch.testing.assert_close(b, was)
+    assert seen[0][0] == seen[1][0] == ["forward"]
+    assert torch.equal(seen[0][1], seen[1][1])
