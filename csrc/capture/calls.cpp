@@ -386,15 +386,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwArgs kwa
   // attributes, and one that outlives the trace is made anew per call (lower_created_object).
   if ((f == reinterpret_cast<PyObject*>(&PyBaseObject_Type) && args.empty() && kwargs.empty()) ||
       (f == simple_namespace_type() && args.empty())) {
-    auto* type = reinterpret_cast<PyTypeObject*>(f);
-    PyRef empty = PyRef::steal(PyTuple_New(0));
-    PyRef inst = PyRef::steal(empty ? type->tp_new(type, empty.get(), nullptr) : nullptr);
-    if (!inst) throw PythonError();
-    ctx_.keep_alive.push_back(inst);
-    ValuePtr obj = Value::of_kind(VKind::Object);
-    obj->obj = inst;
-    obj->flag = true;
-    obj->attrs = Value::of_kind(VKind::Dict);
+    ValuePtr obj = new_traced_object(f);
     for (auto& [k, v] : kwargs) {
       PyRef key = PyRef::steal(PyUnicode_FromString(k.c_str()));
       if (!key) throw PythonError();
@@ -624,18 +616,25 @@ ValuePtr Tracer::make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& arg
   return t;
 }
 
+ValuePtr Tracer::new_traced_object(PyObject* cls) {
+  auto* type = reinterpret_cast<PyTypeObject*>(cls);
+  PyRef empty = PyRef::steal(PyTuple_New(0));
+  PyRef inst = PyRef::steal(empty ? type->tp_new(type, empty.get(), nullptr) : nullptr);
+  if (!inst) throw PythonError();
+  ctx_.keep_alive.push_back(inst);
+  ValuePtr obj = Value::of_kind(VKind::Object);
+  obj->obj = inst;
+  obj->flag = true;
+  obj->attrs = Value::of_kind(VKind::Dict);
+  return obj;
+}
+
 ValuePtr Tracer::construct_object(PyObject* cls, std::vector<ValuePtr> args, KwArgs kwargs) {
   if (model_output_base(cls)) return construct_model_output(cls, args, kwargs);
   auto* type = reinterpret_cast<PyTypeObject*>(cls);
-  PyRef empty = PyRef::steal(PyTuple_New(0));
-  PyRef inst = PyRef::steal(type->tp_new(type, empty.get(), nullptr));
-  if (!inst) throw PythonError();
-  ValuePtr obj = Value::of_kind(VKind::Object);
-  obj->obj = inst;
-  obj->flag = true;  // created by traced code: attribute writes stay symbolic
-  obj->attrs = Value::of_kind(VKind::Dict);
+  ValuePtr obj = new_traced_object(cls);
+  PyRef inst = obj->obj;
   if (PyDict_Check(inst.get())) obj->mapping = Value::of_kind(VKind::Dict);
-  ctx_.keep_alive.push_back(inst);
   PyRef init_name = PyRef::steal(PyUnicode_FromString("__init__"));
   PyObject* init = _PyType_Lookup(type, init_name.get());
   if (init && PyFunction_Check(init)) {

@@ -84,15 +84,8 @@ ValuePtr Tracer::construct_model_output(PyObject* cls, std::vector<ValuePtr>& ar
   PyRef missing = PyRef::steal(PyObject_GetAttrString(dc.get(), "MISSING"));
   if (!missing) throw PythonError();
 
-  PyRef empty = PyRef::steal(PyTuple_New(0));
   auto* type = reinterpret_cast<PyTypeObject*>(cls);
-  PyRef inst = PyRef::steal(type->tp_new(type, empty.get(), nullptr));
-  if (!inst) throw PythonError();
-  ctx_.keep_alive.push_back(inst);
-  ValuePtr obj = Value::of_kind(VKind::Object);
-  obj->obj = inst;
-  obj->flag = true;
-  obj->attrs = Value::of_kind(VKind::Dict);
+  ValuePtr obj = new_traced_object(cls);
   obj->mapping = Value::of_kind(VKind::Dict);
 
   size_t next_pos = 0;

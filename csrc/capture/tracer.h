@@ -144,6 +144,9 @@ class Tracer {
   std::optional<ValuePtr> custom_getattr(const ValuePtr& obj, const std::string& name);
   ValuePtr make_namedtuple(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   ValuePtr construct_object(PyObject* cls, std::vector<ValuePtr> args, KwArgs kwargs);
+  // A bare instance of `cls` (its tp_new with no arguments, kept alive for the trace) as an
+  // object made by traced code: attribute writes stay symbolic (Value::flag).
+  ValuePtr new_traced_object(PyObject* cls);
   // module_construct.cpp: nn.Module instances built by traced code (made for real at trace
   // time; `flag` set on their value), torch.nn code run on them, and their attribute writes.
   static bool is_fresh_module(const ValuePtr& v);
