@@ -555,22 +555,40 @@ class Fuser {
   // norm's weight and bias gradients (column sums of the output gradient and of its product
   // with the normalized input) and the bias gradient of the linear before it were three
   // kernels each reading what the row kernel wrote. Only groups no path joins, of one segment.
+  // NOTE: merges run to a fixed point, a merged group's key standing for the group it absorbed:
+  // the two sums of a batch norm's backward merge (one source: the output gradient), and only
+  // then do their split folds read one kernel (they were two kernels reading one).
   void merge_sibling_reductions() {
     std::vector<std::vector<intptr_t>> src(f_.groups.size());
     for (size_t gi = 0; gi < f_.groups.size(); ++gi)
       if (f_.groups[gi].alive && f_.groups[gi].nred) src[gi] = sources(static_cast<int>(gi));
-    for (size_t gi = 0; gi < f_.groups.size(); ++gi) {
-      if (!f_.groups[gi].alive || !f_.groups[gi].nred) continue;
-      for (size_t hj = gi + 1; hj < f_.groups.size(); ++hj) {
-        const Group &g = f_.groups[gi], &h = f_.groups[hj];
-        if (!h.alive || h.nred != g.nred || h.shape != g.shape || h.segment != g.segment) continue;
-        bool shared = false;
-        for (intptr_t k : src[hj])
-          shared = shared || std::find(src[gi].begin(), src[gi].end(), k) != src[gi].end();
-        if (!shared || !apart(static_cast<int>(gi), static_cast<int>(hj))) continue;
-        absorb(static_cast<int>(gi), static_cast<int>(hj));
-        for (intptr_t k : src[hj])
-          if (std::find(src[gi].begin(), src[gi].end(), k) == src[gi].end()) src[gi].push_back(k);
+    for (bool merged = true; merged;) {
+      merged = false;
+      for (size_t gi = 0; gi < f_.groups.size(); ++gi) {
+        if (!f_.groups[gi].alive || !f_.groups[gi].nred) continue;
+        for (size_t hj = gi + 1; hj < f_.groups.size(); ++hj) {
+          const Group &g = f_.groups[gi], &h = f_.groups[hj];
+          if (!h.alive || h.nred != g.nred || h.shape != g.shape || h.segment != g.segment)
+            continue;
+          bool shared = false;
+          for (intptr_t k : src[hj])
+            shared = shared || std::find(src[gi].begin(), src[gi].end(), k) != src[gi].end();
+          if (!shared || !apart(static_cast<int>(gi), static_cast<int>(hj))) continue;
+          absorb(static_cast<int>(gi), static_cast<int>(hj));
+          merged = true;
+          for (intptr_t k : src[hj])
+            if (std::find(src[gi].begin(), src[gi].end(), k) == src[gi].end()) src[gi].push_back(k);
+          // Readers of hj now read gi.
+          const intptr_t from = -1 - static_cast<intptr_t>(hj), to = -1 - static_cast<intptr_t>(gi);
+          for (auto& keys : src) {
+            auto at = std::find(keys.begin(), keys.end(), from);
+            if (at == keys.end()) continue;
+            if (std::find(keys.begin(), keys.end(), to) == keys.end())
+              *at = to;
+            else
+              keys.erase(at);
+          }
+        }
       }
     }
   }

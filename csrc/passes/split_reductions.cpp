@@ -96,7 +96,9 @@ struct Site {
   Node* x;
   std::vector<int64_t> dims;  // reduced dims of x
   int64_t split_dim = -1, parts = 1;
-  std::vector<int64_t> split_sizes, dims2;  // x viewed with split_dim in (parts, rest)
+  // x viewed with split_dim in (parts, rest) (empty: parts = the whole split dim, x read as it
+  // is), and the dims of that view the partials reduce.
+  std::vector<int64_t> split_sizes, dims2;
 };
 
 // Which reduced dim to split (largest stride: outermost in memory) and into how many parts.
@@ -112,6 +114,17 @@ bool plan(Site& s) {
   s.parts = split_parts(results, row, m.sizes[best]);
   if (s.parts < 2) return false;
   s.split_dim = best;
+  if (row / m.sizes[best] >= kSplitMinPart) {
+    // A part for each point of the split dim: the partials reduce x itself over the other
+    // reduced dims, no view splitting an axis in two. NOTE: a pointwise producer of x (a
+    // batch norm backward's ReLU gradient and its x - mean) is computed inside the partials'
+    // kernel only when its axes map one to one onto the kernel's: through a split view it
+    // was a kernel of its own, writing and reading back a full-size value.
+    s.parts = m.sizes[best];
+    for (int64_t d : s.dims)
+      if (d != best) s.dims2.push_back(d);
+    return true;
+  }
   for (size_t d = 0; d < m.sizes.size(); ++d) {
     if (int64_t(d) == best) {
       s.split_sizes.push_back(s.parts);
@@ -146,7 +159,8 @@ class Splitter {
     s.dims = *dims;
     if (!plan(s)) return false;
     const PyRef& dev = s.x->meta->device;
-    Node* total = partial_then_fold(s, "sum", "sum", n);
+    bool keepdim = keep && keep->value.get() == Py_True;
+    Node* total = partial_then_fold(s, "sum", "sum", keepdim, n);
     if (mean) total = call(n, "div", {Arg::of_node(total), Arg::constant(py_float(row(s)))}, dev);
     finish(n, total, n);
     dead_.push_back(n);
@@ -223,28 +237,52 @@ class Splitter {
     return insert_call(g_, pos, {}, m, std::move(args), {}, dev);
   }
   Node* view(const Site& s, Node* pos) {
+    if (s.split_sizes.empty()) return s.x;
     return g_call_method(pos, "view", {Arg::of_node(s.x), ints(s.split_sizes)}, s.x->meta->device);
   }
 
-  // fn over the split view's reduced dims (float32 partials), then fold over the parts.
-  Node* partial_then_fold(const Site& s, const char* fn, const char* fold, Node* pos) {
+  // fn over the split view's reduced dims (float32 partials), then fold over the parts, with
+  // `keepdim` as the reduction replaced: the fold's result has its sizes (through a split
+  // view the partials have one dim more: the fold drops it). NOTE: with keepdim off, the
+  // partials drop their reduced dims too, so the parts' axis sits among the kept ones;
+  // a fold ending in old's sizes needs no reshape after it, a view with a reader in every
+  // kernel (the weight and the input gradient of a batch norm read sum(dy)) that kept the
+  // fold's epilogues (the bias gradient's cast, sum(dy * xhat) * invstd) kernels of their own.
+  Node* partial_then_fold(const Site& s, const char* fn, const char* fold, bool keepdim,
+                          Node* pos) {
     const PyRef& dev = s.x->meta->device;
     Node* x2 = view(s, pos);
     PyRef f32 = torch_fn("float32");
-    Node* part = insert_call(
-        g_, pos, torch_fn(fn), "", {Arg::of_node(x2), ints(s.dims2)},
-        {{"keepdim", Arg::constant(PyRef::borrow(Py_True))}, {"dtype", Arg::constant(f32)}}, dev);
-    return insert_call(g_, pos, torch_fn(fold), "", {Arg::of_node(part), ints({s.split_dim})},
-                       {{"keepdim", Arg::constant(PyRef::borrow(Py_True))}}, dev);
+    Node* part =
+        insert_call(g_, pos, torch_fn(fn), "", {Arg::of_node(x2), ints(s.dims2)},
+                    {{"keepdim", Arg::constant(PyRef::borrow(keepdim ? Py_True : Py_False))},
+                     {"dtype", Arg::constant(f32)}},
+                    dev);
+    return insert_call(
+        g_, pos, torch_fn(fold), "", {Arg::of_node(part), ints({parts_axis(s, keepdim)})},
+        {{"keepdim",
+          Arg::constant(PyRef::borrow(keepdim && s.split_sizes.empty() ? Py_True : Py_False))}},
+        dev);
   }
 
-  // `value` (float32, the split view's rank with every reduced dim 1) in place of `old`:
-  // rounded to old's dtype and reshaped to old's sizes.
+  // The parts' axis in the partials: split_dim with keepdim, else split_dim less the reduced
+  // dims before it (dropped).
+  static int64_t parts_axis(const Site& s, bool keepdim) {
+    if (keepdim) return s.split_dim;
+    int64_t axis = s.split_dim;
+    for (int64_t d : s.dims2)
+      if (d < s.split_dim) --axis;
+    return axis;
+  }
+
+  // `value` (float32) in place of `old`: rounded to old's dtype and reshaped to old's sizes
+  // where they differ.
   void finish(Node* old, Node* value, Node* pos) {
     const PyRef& dev = old->meta->device;
     if (scalar_type_of(old->meta->dtype.get()) != ir::ScalarType::F32)
       value = g_call_method(pos, "to", {Arg::of_node(value), Arg::constant(old->meta->dtype)}, dev);
-    value = g_call_method(pos, "reshape", {Arg::of_node(value), ints(old->meta->sizes)}, dev);
+    if (!value->meta || value->meta->sizes != old->meta->sizes)
+      value = g_call_method(pos, "reshape", {Arg::of_node(value), ints(old->meta->sizes)}, dev);
     replace_uses(users_of(g_, old), old, value);
   }
 

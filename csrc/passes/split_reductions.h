@@ -18,6 +18,10 @@ namespace tl::passes {
 // even with 32 lanes a row) and the rows hold at least kSplitMinRow points.
 constexpr int64_t kSplitLanes = 65536;
 constexpr int64_t kSplitMinRow = 16384;
+// Parts of at least kSplitMinPart points each when the split dimension is cut into all of its
+// points (a part per image of a batch norm's N, H, W): the partials then read x as it is,
+// without a view cutting an axis in two, so pointwise producers of x join their kernel.
+constexpr int64_t kSplitMinPart = 512;
 
 // The number of parts for `results` outputs of rows of `row` points whose
 // outermost reduced dimension has `outer` points: the smallest divisor S of
