@@ -558,10 +558,21 @@ class Fuser {
   // NOTE: merges run to a fixed point, a merged group's key standing for the group it absorbed:
   // the two sums of a batch norm's backward merge (one source: the output gradient), and only
   // then do their split folds read one kernel (they were two kernels reading one).
+  // A source counts with the sources of the kernel computing it (one step back): through a
+  // split view a batch norm's sum(dy * (x - mean)) reads a product kernel that reads dy, and
+  // its partials then join sum(dy)'s, which read dy (a layer norm's weight gradient the same
+  // way, beside its bias gradient over the output gradient).
   void merge_sibling_reductions() {
     std::vector<std::vector<intptr_t>> src(f_.groups.size());
-    for (size_t gi = 0; gi < f_.groups.size(); ++gi)
-      if (f_.groups[gi].alive && f_.groups[gi].nred) src[gi] = sources(static_cast<int>(gi));
+    for (size_t gi = 0; gi < f_.groups.size(); ++gi) {
+      if (!f_.groups[gi].alive || !f_.groups[gi].nred) continue;
+      src[gi] = sources(static_cast<int>(gi));
+      for (size_t i = 0, direct = src[gi].size(); i < direct; ++i) {
+        if (src[gi][i] >= 0) continue;
+        for (intptr_t k : sources(static_cast<int>(-1 - src[gi][i])))
+          if (std::find(src[gi].begin(), src[gi].end(), k) == src[gi].end()) src[gi].push_back(k);
+      }
+    }
     for (bool merged = true; merged;) {
       merged = false;
       for (size_t gi = 0; gi < f_.groups.size(); ++gi) {
