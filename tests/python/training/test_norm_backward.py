@@ -212,3 +212,26 @@ def test_weight_gradient_reads_neighbouring_columns_together(norm, dtype):
     sources = [src for _, src, _, _ in _C.cuda_kernel_sources(backward, "compute_90", False)]
     assert len(sources) == 2
     assert "slice = threadIdx.x /" in sources[1] and "slice = threadIdx.x /" not in sources[0]
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize("shape", [(8, 2048, 64), (16384, 64)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("norm", ["llama", "layer_norm"])
+def test_split_weight_gradients_take_one_partial_kernel_and_one_fold(norm, shape):
+    # 64 columns over 16384 rows split (passes/split_reductions.h): backward is the row kernel,
+    # the partial column sums (weight and bias gradients together) and one fold of them. The
+    # layer norm took 5 on 63e75f0: its two column sums' partials and folds ran apart.
+    model = NORMS[norm](shape[-1])
+    x = torch.randn(*shape) * 2 + 0.5
+    tangent = torch.randn(*shape)
+    torchlite.reset()
+    compiled = torchlite.compile(model)
+    for _ in range(2):
+        out, _ = _grads(compiled, x, tangent, "fp32")
+    xx = x.clone().requires_grad_()
+    out = compiled(xx)
+    assert compiled_backward_used(out)
+    torchlite.reset_counters()
+    (out * tangent).sum().backward()
+    assert torchlite.counters()["kernel_launches"] <= 3, torchlite.counters()["kernel_launches"]
+    check_norm_backward(norm, shape, "fp32")
