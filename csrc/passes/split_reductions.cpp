@@ -114,7 +114,7 @@ bool plan(Site& s) {
   s.parts = split_parts(results, row, m.sizes[best]);
   if (s.parts < 2) return false;
   s.split_dim = best;
-  if (row / m.sizes[best] >= kSplitMinPart) {
+  if (row / m.sizes[best] >= kSplitMinPart && m.sizes[best] <= kSplitMaxParts) {
     // A part for each point of the split dim: the partials reduce x itself over the other
     // reduced dims, no view splitting an axis in two. NOTE: a pointwise producer of x (a
     // batch norm backward's ReLU gradient and its x - mean) is computed inside the partials'

@@ -20,8 +20,11 @@ constexpr int64_t kSplitLanes = 65536;
 constexpr int64_t kSplitMinRow = 16384;
 // Parts of at least kSplitMinPart points each when the split dimension is cut into all of its
 // points (a part per image of a batch norm's N, H, W): the partials then read x as it is,
-// without a view cutting an axis in two, so pointwise producers of x join their kernel.
+// without a view cutting an axis in two, so pointwise producers of x join their kernel; and at
+// most kSplitMaxParts of them: the fold reads a row of that many partials (a whole
+// tensor's sum over a tall matrix's million rows keeps the cut view and a short fold).
 constexpr int64_t kSplitMinPart = 512;
+constexpr int64_t kSplitMaxParts = 4096;
 
 // The number of parts for `results` outputs of rows of `row` points whose
 // outermost reduced dimension has `outer` points: the smallest divisor S of
