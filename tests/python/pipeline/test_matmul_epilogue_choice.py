@@ -5,7 +5,6 @@ graph, the choice read back from the disk cache (also by another process, timing
 the CPU with a fake timer (torchlite._epilogue_trials.timer) in place of CUDA events: without it
 CPU graphs are unchanged. Values are eager's in every form."""
 
-import copy
 import json
 import math
 import os
@@ -14,7 +13,7 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import run_python
+from helpers import assert_training_step_matches, run_python
 
 import torchlite
 from torchlite import _C, _epilogue_trials, config, settings
@@ -247,36 +246,6 @@ def _mlp(act: str, d=8, h=16):
     )
 
 
-def _train_step(model, x):
-    out = model(x)
-    (out.float() ** 2).sum().backward()
-    return out
-
-
-def _check_training(model, compiled, shape, dtype, steps=2):
-    """Outputs and gradients (input and parameters) against eager's; in bf16 against a float64
-    run, no farther from it than twice eager's own error (the rounding moves with the form)."""
-    ref = copy.deepcopy(model).double()
-    for _ in range(steps):
-        x = torch.randn(*shape, dtype=dtype)
-        runs = []
-        for m, xd in ((model, x), (compiled, x), (ref, x.double())):
-            for p in model.parameters():
-                p.grad = None
-            ref.zero_grad(set_to_none=True)
-            xi = xd.detach().clone().requires_grad_()
-            out = _train_step(m, xi)
-            params = ref.parameters() if m is ref else model.parameters()
-            runs.append([out, xi.grad] + [p.grad.clone() for p in params])
-        eager, got, exact = runs
-        for e, g, r in zip(eager, got, exact):
-            if dtype == torch.float32:
-                torch.testing.assert_close(g, e)
-            else:
-                err, eager_err = (g.double() - r).abs().max(), (e.double() - r).abs().max()
-                assert err <= 2 * eager_err + 1e-2 * r.abs().max(), (err, eager_err)
-
-
 @pytest.mark.parametrize("act", ["relu", "gelu-tanh", "gelu", "gpt2-gelu"])
 @pytest.mark.parametrize(
     "shape, dtype",
@@ -297,7 +266,7 @@ def test_a_training_forward_moves_its_bias_into_the_kernel(monkeypatch, traced, 
     torch.manual_seed(0)
     model = _mlp(act).to(dtype)
     compiled = torchlite.compile(model, mode="max-autotune-no-cudagraphs")
-    _check_training(model, compiled, shape, dtype)
+    assert_training_step_matches(model, compiled, shape, dtype)
     # the two hidden products (each read by its activation and saved for backward)
     assert torchlite.counters()["matmul_epilogues_changed"] == 2
     assert not [t for t in tried if t.startswith("addmm_activation")], tried
@@ -313,7 +282,7 @@ def test_a_training_forward_keeps_addmm_when_it_is_fastest(monkeypatch, traced):
     fake_timer(monkeypatch, {"addmm": 10.0, "mm+bias": 12.0}, tried)
     model = _mlp("gelu-tanh")
     compiled = torchlite.compile(model, mode="max-autotune-no-cudagraphs")
-    _check_training(model, compiled, (2, 5, 8), torch.float32)
+    assert_training_step_matches(model, compiled, (2, 5, 8), torch.float32)
     assert tried == ["addmm", "mm+bias", "addmm"] * 2
     assert torchlite.counters()["matmul_epilogues_changed"] == 0
 
