@@ -24,9 +24,9 @@ PyRef check(PyObject* r) {
 // kLaunches back-to-back launches (one launch alone is mostly its launch latency), after a
 // warm-up burst of kLaunches (the first launches of a fresh kernel or call pay its module
 // load, its allocations and a GPU clocking up).
-// NOTE: the median, not the best: one timing of a candidate that happened to run alone (no
-// other process's work, a cooler GPU) made the best of 3 a lucky draw, and the fastest of
-// many lucky draws beat the default by more than the margin (max-autotune slower than default).
+// NOTE: the median, not the best: the best of 3 took each candidate's luckiest timing, and the
+// luckiest of ~20 candidates can beat the default by more than the margin on luck alone
+// (suspected, not shown, where max-autotune ran slower than default on an H100).
 constexpr int kLaunches = 10, kRepeats = 5;
 // The winner and the default timed again, alternately, before the winner replaces the default
 // (confirmed()).
