@@ -5,7 +5,9 @@ caches the choice on disk).
 Each callable queues what its form costs beyond what every form shares: the product itself
 (bias in cuBLAS's call, without bias, or with bias and activation in cuBLASLt's epilogue), plus
 the activation's own kernel where the cuBLASLt form makes it go away (the activation's result
-read only by extern calls). A bias added in a kernel of ours that runs anyway costs no pass.
+read only by extern calls). A bias added in a kernel of ours that runs anyway costs no pass,
+except where the product is also a graph output (a training forward's pre-activation, saved for
+backward): that kernel then writes the sum too, one more pass over the product, timed as a fill.
 """
 
 import torch
@@ -42,8 +44,14 @@ def calls(site: dict) -> dict:
     def addmm():
         act_kernel(F.linear(x, w, b) if linear else torch.addmm(b, x, w))
 
+    saved = (
+        torch.empty(site["m"], site["n"], dtype=dtype, device=dev) if site["product_out"] else None
+    )
+
     def mm_bias():
         act_kernel(F.linear(x, w) if linear else torch.mm(x, w))
+        if saved is not None:
+            saved.fill_(1)
 
     def activation():
         x2 = x.reshape(-1, site["k"])

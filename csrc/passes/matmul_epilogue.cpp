@@ -33,21 +33,38 @@ std::string str_arg(const Node& n, size_t pos, const char* name) {
 
 size_t arg_count(const Node& n) { return n.args.size() + n.kwargs.size(); }
 
-// Every path from `n` to its readers (through reshapes) ends in a pointwise op of ours: a bias
-// added after `n` fuses there.
-bool pointwise_readers(const Node* n, const GraphInfo& info, int depth = 0) {
-  const auto& users = info.users_of(n);
-  if (users.empty() || depth > 4) return false;
-  for (const Node* u : users) {
-    if (u->op == ir::OpKind::Output) return false;
+// The readers of `n` (through reshapes) are pointwise ops of ours or the graph's output: false
+// when one is anything else; counts the pointwise ones and notes an output.
+bool fusable_readers(const Node* n, const GraphInfo& info, int& pointwise, bool& output,
+                     int depth = 0) {
+  if (depth > 4) return false;
+  for (const Node* u : info.users_of(n)) {
+    if (u->op == ir::OpKind::Output) {
+      output = true;
+      continue;
+    }
     std::optional<OpLowering> l = lower_node(*u, info);
     if (!l) return false;
     if (l->kind == OpLowering::Kind::View || l->kind == OpLowering::Kind::StridedView) {
-      if (!pointwise_readers(u, info, depth + 1)) return false;
-    } else if (l->kind != OpLowering::Kind::Pointwise) {
+      if (!fusable_readers(u, info, pointwise, output, depth + 1)) return false;
+    } else if (l->kind == OpLowering::Kind::Pointwise) {
+      ++pointwise;
+    } else {
       return false;
     }
   }
+  return true;
+}
+
+// Every path from `n` to its readers (through reshapes) ends in a pointwise op of ours or in the
+// graph's output, at least one in a pointwise op: a bias added after `n` fuses there. A path to
+// the output (a training forward saving the pre-activation for backward) sets `to_output`: the
+// kernel with the add then also writes the sum.
+bool pointwise_readers(const Node* n, const GraphInfo& info, bool* to_output) {
+  int pointwise = 0;
+  bool output = false;
+  if (!fusable_readers(n, info, pointwise, output) || pointwise == 0) return false;
+  *to_output = output;
   return true;
 }
 
@@ -338,7 +355,7 @@ std::vector<EpilogueSite> find_matmul_epilogues(const ir::Graph& g) {
     if (s.m == 0 || s.k == 0 || s.n == 0) continue;
     if (!analyzed) info = analyze_graph(g), analyzed = true;
     s.forms.push_back(EpilogueForm::Addmm);
-    if (pointwise_readers(p, info)) s.forms.push_back(EpilogueForm::BiasInKernel);
+    if (pointwise_readers(p, info, &s.product_out)) s.forms.push_back(EpilogueForm::BiasInKernel);
     // NOTE: a linear over a >2-d input not laid out row-major would need a copy to flatten.
     if (xs.size() == 2 || contiguous(*s.input->meta)) find_activation(s, info);
     // NOTE: torch's CPU _addmm_activation computes the exact GELU (CUDA's: the tanh one,

@@ -7,7 +7,8 @@
 //   - BiasInKernel: the product without bias (a plain GEMM: cuBLAS can pick other algorithms)
 //     and the bias added by the generated kernel that reads it, as Inductor does. Offered only
 //     where every reader of the product (through reshapes) is a pointwise op of ours, so the add
-//     fuses there and costs no pass over the product;
+//     fuses there and costs no pass over the product, or the graph's output (a training
+//     forward's pre-activation saved for backward: that kernel also writes the sum);
 //   - Activation: torch._addmm_activation, bias and ReLU or tanh-GELU in cuBLASLt's epilogue
 //     (torch falls back to addmm + the activation in place where cuBLASLt does not apply). Offered
 //     only where the activation (relu, gelu(approximate='tanh') or that GELU written out as
@@ -42,11 +43,17 @@ struct EpilogueSite {
   // With an activation: nothing of ours reads its result (extern calls, the graph output), so
   // under Activation its kernel goes away (under the other forms it runs alone).
   bool activation_alone = false;
+  // The product (or a reshape of it) is also a graph output: a training forward's
+  // pre-activation, saved for backward (which recomputes the activation from it). Under
+  // BiasInKernel the kernel that adds the bias writes it too (one more pass over M x N); no
+  // Activation form then (cuBLASLt's result is the activation's, not the saved value).
+  bool product_out = false;
   std::vector<EpilogueForm> forms;  // Addmm first; at least one other
 };
 
 // The sites of `g` with at least one form besides Addmm: floating products (f32, f16, bf16)
-// of one dtype, not requiring grad, with a 1-d bias of N elements.
+// of one dtype, not requiring grad (a training graph's halves: their values never do), with a
+// 1-d bias of N elements.
 std::vector<EpilogueSite> find_matmul_epilogues(const ir::Graph& g);
 
 // Rewrites `site` into `form` (Addmm: nothing). Returns false and leaves the graph as it was

@@ -36,20 +36,22 @@ std::string ints_text(const std::vector<int64_t>& v) {
 }
 
 // What the trials of `s` need (torchlite/_epilogue_trials.py): the operands' sizes and
-// strides, dtype, device, the activation and whether its kernel goes away.
+// strides, dtype, device, the activation and whether its kernel goes away, whether the product
+// is a graph output (a training forward's saved pre-activation).
 PyRef site_dict(const passes::EpilogueSite& s) {
   const ir::TensorMeta& x = *s.input->meta;
   const ir::TensorMeta& w = *s.weight->meta;
   return check(Py_BuildValue(
-      "{s:O,s:(OO),s:(OO),s:O,s:O,s:s,s:O,s:L,s:L,s:L}", "linear", s.linear ? Py_True : Py_False,
-      "input", int_list(x.sizes).get(), int_list(x.strides).get(), "weight",
-      int_list(w.sizes).get(), int_list(w.strides).get(), "dtype", x.dtype.get(), "device",
-      x.device.get(), "activation",
+      "{s:O,s:(OO),s:(OO),s:O,s:O,s:s,s:O,s:O,s:L,s:L,s:L}", "linear",
+      s.linear ? Py_True : Py_False, "input", int_list(x.sizes).get(), int_list(x.strides).get(),
+      "weight", int_list(w.sizes).get(), int_list(w.strides).get(), "dtype", x.dtype.get(),
+      "device", x.device.get(), "activation",
       !s.activation ? ""
       : s.gelu      ? "gelu"
                     : "relu",
-      "activation_alone", s.activation_alone ? Py_True : Py_False, "m", static_cast<long long>(s.m),
-      "k", static_cast<long long>(s.k), "n", static_cast<long long>(s.n)));
+      "activation_alone", s.activation_alone ? Py_True : Py_False, "product_out",
+      s.product_out ? Py_True : Py_False, "m", static_cast<long long>(s.m), "k",
+      static_cast<long long>(s.k), "n", static_cast<long long>(s.n)));
 }
 
 // The disk-cache key of a site's choice (with the labels and the GPU, runtime/cuda_autotune.h).
@@ -65,7 +67,7 @@ std::string site_key(const passes::EpilogueSite& s) {
     << (!s.activation ? "none"
         : s.gelu      ? "gelu"
                       : "relu")
-    << (s.activation_alone ? " alone" : "");
+    << (s.activation_alone ? " alone" : "") << (s.product_out ? " out" : "");
   return k.str();
 }
 

@@ -52,8 +52,10 @@ GridChoice choose_grid(const std::string& key, const std::string& gpu, unsigned 
 // choose_grid over several builds of one kernel: every variant's grids (its grid / 8 to its
 // grid * 4, capped at its max_grid) are timed by `time_us(variant, grid)`; the first variant
 // at its own grid is the default, timed first and again last, kept unless another launch is
-// at least 3% faster than its faster time. Cached under the key, the variants (labels and
-// grids) and the GPU. `variants` not empty. choose_grid is its one-variant case.
+// at least 3% faster than its faster time, and then again when timed twice more beside the
+// default, alternately (the medians compared: a chance winner of many trials keeps no lead).
+// Cached under the key, the variants (labels and grids) and the GPU. `variants` not empty.
+// choose_grid is its one-variant case.
 LaunchChoice choose_launch(const std::string& key, const std::string& gpu,
                            const std::vector<LaunchVariant>& variants,
                            const std::function<double(size_t, unsigned)>& time_us);
@@ -62,10 +64,11 @@ LaunchChoice choose_launch(const std::string& key, const std::string& gpu,
 // in the call, its bias added in the kernel that reads it, or bias and activation in
 // cuBLASLt's epilogue: pipeline/matmul_epilogues.h): each alternative's time is `time_us(v)`,
 // the first (`labels[0]`, what the graph does without autotune) timed first and again last and
-// kept unless another is at least 3% faster than its faster time. Cached on disk under `key`
-// (the call's kind, sizes, layouts and dtype), the labels and `gpu`; a later call reads it
-// without timing. Counts autotune_trials / autotune_cached as the launch choices do. Throws
-// PythonError or tl::Error (the caller then keeps the first).
+// kept unless another is at least 3% faster than its faster time and stays so timed twice more
+// beside it (as choose_launch). Cached on disk under `key` (the call's kind, sizes, layouts and
+// dtype), the labels and `gpu`; a later call reads it without timing. Counts autotune_trials /
+// autotune_cached as the launch choices do. Throws PythonError or tl::Error (the caller then keeps
+// the first).
 struct VariantChoice {
   size_t variant = 0;
   bool cached = false;
@@ -84,8 +87,9 @@ std::function<double()> call_timer(std::function<void()> call);
 std::string gpu_identity(int device);
 
 // A timer for choose_grid: `launch(grid)` launches the kernel once on torch's current stream;
-// the time is the best of 3 runs of 10 back-to-back launches, measured with CUDA events behind a
-// spinning kernel that holds the stream while they are queued (device time, not launch rate).
+// the time is the median of 5 runs of 10 back-to-back launches (after a warm-up run of 10),
+// measured with CUDA events behind a spinning kernel that holds the stream while they are queued
+// (device time, not launch rate).
 std::function<double(unsigned)> launch_timer(std::function<void(unsigned)> launch);
 
 }  // namespace tl::runtime

@@ -1,8 +1,9 @@
 """mode="max-autotune" for matrix products with a bias on the GPU (pipeline/matmul_epilogues.h):
 every form (bias in cuBLAS's call, bias in the kernel that reads the product, bias and ReLU /
 tanh-GELU in cuBLASLt's epilogue through torch._addmm_activation) equals eager over dtypes,
-activations, 2-d and 3-d inputs, biases and weights stored either way; the real trials are
-timed and traced, and another process reads the choices without timing."""
+activations, 2-d and 3-d inputs, biases and weights stored either way, and in training steps
+(gradients too); the real trials are timed and traced, and another process reads the choices
+without timing."""
 
 import json
 import math
@@ -12,7 +13,8 @@ import pathlib
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import run_python
+from helpers import assert_training_step_matches, run_python
+from torch import nn
 
 import torchlite
 from torchlite import _epilogue_trials, config, settings
@@ -167,6 +169,39 @@ def test_real_trials_are_timed_and_traced(fresh):
     assert "1024x768x3072: addmm: " in text and "addmm_activation(gelu): " in text, text
     assert "1024x3072x768: addmm: " in text and "mm+bias: " in text, text
     assert text.count(" us; ") >= 7 and text.count("-> ") == 2, text
+
+
+# Training: the forward half saves each hidden product (the pre-activation) for backward; the
+# bias moves into the kernel of ours that reads it (which then writes the saved sum too), and
+# cuBLASLt's activation form is never offered there.
+TRAIN_ACTS = {"relu": nn.ReLU, "gelu_tanh": lambda: nn.GELU("tanh"), "gelu": nn.GELU}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("act", list(TRAIN_ACTS))
+@pytest.mark.parametrize("form", ["addmm", "mm+bias"])
+@pytest.mark.parametrize("shape", [(3, 40, 64), (96, 64)])
+def test_a_training_step_in_every_form_equals_eager(monkeypatch, fresh, dtype, act, form, shape):
+    tried = []
+    force(monkeypatch, form, tried)
+    a = TRAIN_ACTS[act]
+    model = nn.Sequential(nn.Linear(64, 128), a(), nn.Linear(128, 64), a(), nn.Linear(64, 8))
+    model = model.cuda().to(dtype)
+    compiled = torchlite.compile(model, mode="max-autotune-no-cudagraphs")
+    assert_training_step_matches(model, compiled, shape, dtype)
+    assert "mm+bias" in tried and not [t for t in tried if t.startswith("addmm_activation")]
+    assert torchlite.counters()["matmul_epilogues_changed"] == (2 if form == "mm+bias" else 0)
+
+
+def test_real_trials_of_a_training_forward(fresh):
+    model = Mlp().cuda().to(torch.bfloat16)
+    compiled = torchlite.compile(model, mode="max-autotune")
+    assert_training_step_matches(model, compiled, (8, 128, 768), torch.bfloat16, steps=3)
+    (report,) = fresh.glob("run-*/*/forward/autotune_epilogues.txt")
+    text = report.read_text()
+    # fc1: read by its GELU and saved for backward; no cuBLASLt GELU there
+    assert "1024x768x3072: addmm: " in text and "mm+bias: " in text, text
+    assert "addmm_activation" not in text, text
 
 
 _PROCESS = """
