@@ -13,6 +13,7 @@
 #include "capture/meta_cache.h"
 #include "capture/torch_api.h"
 #include "core/counters.h"
+#include "core/dump_dir.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "frame/dynamic_policy.h"
@@ -584,7 +585,8 @@ SizeInstances::SizeInstances(std::shared_ptr<const ir::Graph> captured, pipeline
                              std::string func_name)
     : captured_(std::move(captured)), ctx_(std::move(ctx)), func_name_(std::move(func_name)) {
   ctx_.runtime_sizes = true;
-  ctx_.trace_dir = "";  // NOTE: the capture's trace shows the first compile
+  // NOTE: the capture's trace shows the first compile; instantiate() traces the next few.
+  ctx_.trace_dir = "";
   for (const auto& n : captured_->nodes())
     writes_ = writes_ || (n->op != ir::OpKind::Placeholder && n->op != ir::OpKind::Output &&
                           ir::writes_operand(*n));
@@ -877,6 +879,23 @@ SizeInstances::Instance SizeInstances::instantiate(PyObject* const* inputs, size
   auto replayed = std::chrono::steady_clock::now();
   pipeline::PassContext ctx = ctx_;
   ctx.static_sizes = without_leading_input_sizes(ctx_.static_sizes, inputs, n);
+  // NOTE: under trace, the first few instances of each entry dump their pipeline beside the
+  // capture's folder (<n>_<function>_size_instance/: the passes, lowered.txt, sizes.txt): what a
+  // new size decided, to compare with another size's. A bound: a size sweep makes one per size.
+  constexpr int kTracedInstances = 4;
+  if (ctx_.settings.trace && traced_instances_ < kTracedInstances) {
+    ++traced_instances_;
+    ctx.trace_dir =
+        pipeline::new_trace_folder(ctx_.settings.debug_dir, func_name_ + "_size_instance");
+    if (!ctx.trace_dir.empty()) {
+      std::string text = "symbols:";
+      for (size_t k = 0; k < symbols.size(); ++k)
+        text += " s" + std::to_string(k) + "=" + std::to_string(symbols[k]);
+      text += "\ninputs:";
+      for (ir::Node* p : ph) text += " " + (p->meta ? p->meta->str() : std::string("-"));
+      write_dump(ctx.trace_dir + "sizes.txt", text + "\n");
+    }
+  }
   pipeline::CompileResult ex = pipeline::compile_graph(g, ctx);
   if (!ex.executable->compiled() || ex.training_fn) {
     if (log_enabled("recompiles"))

@@ -128,6 +128,7 @@ class SizeInstances {
   pipeline::PassContext ctx_;
   std::string func_name_;
   std::vector<int64_t> first_key_;
+  int traced_instances_ = 0;  // instances whose pipeline went to the trace (settings.trace)
   // NOTE: read and written under the GIL only. A compile may release it: two threads may
   // then compile one layout twice, and the second result is dropped; a graph being run is
   // kept alive by the caller's shared_ptr when the map is cleared.
