@@ -94,6 +94,32 @@ bool dynamic_layout_matches(PyObject* shape, PyObject* stride,
   return true;
 }
 
+// TensorGuards(tensor).check, or null (error cleared) when this torch has none or it does not
+// pass `tensor` itself.
+PyRef torch_tensor_check(PyObject* tensor) {
+  static PyObject* const guards_type = [] {
+    PyRef m = PyRef::steal(PyImport_ImportModule("torch._C._dynamo.guards"));
+    PyObject* t = m ? PyObject_GetAttrString(m.get(), "TensorGuards") : nullptr;
+    if (!t) PyErr_Clear();
+    return t;  // NOTE: kept for the process, as the interned names above
+  }();
+  if (!guards_type) return {};
+  // NOTE: keywords always (its init reads them from the kwargs dict without a null check);
+  // None: sizes and strides exact. A torch whose init wants others raises: no shortcut.
+  PyRef args = PyRef::steal(PyTuple_Pack(1, tensor));
+  PyRef kwargs = PyRef::steal(
+      Py_BuildValue("{sOsO}", "dynamic_dims_sizes", Py_None, "dynamic_dims_strides", Py_None));
+  PyRef guards =
+      args && kwargs ? PyRef::steal(PyObject_Call(guards_type, args.get(), kwargs.get())) : PyRef();
+  PyRef check = guards ? PyRef::steal(PyObject_GetAttrString(guards.get(), "check")) : PyRef();
+  PyRef self = check ? PyRef::steal(PyObject_CallOneArg(check.get(), tensor)) : PyRef();
+  if (!self || self.get() != Py_True) {
+    PyErr_Clear();
+    return {};
+  }
+  return check;
+}
+
 std::string join(const std::vector<Py_ssize_t>& v) {
   std::ostringstream os;
   os << "(";
@@ -145,6 +171,7 @@ TensorMatch::TensorMatch(PyObject* tensor) : type_(PyRef::borrow((PyObject*)Py_T
   // for sparse COO, report all-zero strides: only a guard expecting a zero
   // stride (or a 0-d tensor) can confuse them, so only those pay for the read.
   check_layout_ = sizes_.empty() || std::count(strides_.begin(), strides_.end(), 0) > 0;
+  fast_check_ = torch_tensor_check(tensor);
 }
 
 PyRef TensorMatch::read(PyObject* v, Field f) const {
@@ -202,6 +229,24 @@ bool TensorMatch::read_inference(PyObject* v) const {
 
 bool TensorMatch::check(PyObject* v) const {
   if ((PyObject*)Py_TYPE(v) != type_.get()) return false;
+  if (fast_check_ && dynamic_.empty()) {
+    PyObject* r = PyObject_Vectorcall(fast_check_.get(), &v, 1, nullptr);
+    if (r == Py_True) {
+      Py_DECREF(r);
+      return true;
+    }
+    if (r)
+      Py_DECREF(r);
+    else
+      clear_expected_error();
+    bool passed = check_by_reads(v);
+    if (passed && ++fast_misses_ >= kMaxFastMisses) fast_check_ = PyRef();
+    return passed;
+  }
+  return check_by_reads(v);
+}
+
+bool TensorMatch::check_by_reads(PyObject* v) const {
   try {
     if (read(v, kDtype).get() != dtype_.get()) return false;  // dtypes are singletons
     if (cpu_) {

@@ -74,6 +74,18 @@ class TensorMatch {
   PyGetSetDef* getters_[kNumFields] = {};
   PyRef stride_method_;
   PyRef is_inference_method_;  // Tensor.is_inference, when a method descriptor (else null)
+  // torch's own tensor check (torch._C._dynamo.guards.TensorGuards(tensor).check, bound): one
+  // C++ call comparing type, dispatch keys, dtype, device, requires_grad, sizes and strides
+  // against the tensor recorded, where the reads above make six Python objects (a torch.Size, a
+  // stride tuple through the argument parser, a device). Only a shortcut: it is at least as
+  // strict as check() (an inference tensor or another layout has other dispatch keys), so a
+  // True passes and a False is decided by the reads. Null: static guards only, when this torch
+  // has none, or after kMaxFastMisses Falses the reads passed (the dispatch keys it saw at
+  // trace time differ from the calls': a mode's, autocast's).
+  mutable PyRef fast_check_;
+  mutable int fast_misses_ = 0;
+  static constexpr int kMaxFastMisses = 8;
+  bool check_by_reads(PyObject* v) const;
 };
 
 }  // namespace tl::guards

@@ -256,3 +256,53 @@ def test_entries_a_flag_alternates_between_stay_correct_without_recompiles():
         m.fc.weight.data = torch.randn(6, 6)  # NOTE: seen by both entries
         for flag in (True, False, True):
             torch.testing.assert_close(compiled(m, x, flag, 2.0), fn(m, x, flag, 2.0))
+
+
+class _Affine(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(d, d))
+        self.b = nn.Parameter(torch.randn(d))
+
+    def forward(self, x):
+        return (x * self.w + self.b).relu()
+
+
+def test_tensor_guards_read_no_python_metadata(monkeypatch):
+    """A TENSOR_MATCH that passes asks torch's own tensor check (one C++ call per tensor), not
+    shape, stride() and device read as Python objects: with Tensor.stride replaced by a counting
+    Python function (which also turns off the getters cached for torch.Tensor), a cache hit calls
+    it for none of the three tensors. Changes the check must still see recompile."""
+    m = _Affine()
+    x = torch.randn(8, 8)
+    cm = torchlite.compile(m)
+    with torch.no_grad():
+        torch.testing.assert_close(cm(x), m(x))
+        calls = []
+        real = torch.Tensor.stride
+
+        def counting(self, *args):
+            calls.append(1)
+            return real(self, *args)
+
+        monkeypatch.setattr(torch.Tensor, "stride", counting)
+        before = counters()
+        torch.testing.assert_close(cm(x), m(x))
+        assert counters()["cache_hits"] - before["cache_hits"] == 1
+        assert calls == []
+        monkeypatch.setattr(torch.Tensor, "stride", real)
+        # what the shortcut answers False for, the reads decide: each still recompiles or runs
+        # with eager's result
+        for change in (
+            lambda: m.w.requires_grad_(False),
+            lambda: setattr(m.w, "data", torch.randn(8, 8).t()),
+            lambda: setattr(m.b, "data", torch.randn(8, dtype=torch.float64)),
+        ):
+            change()
+            y = torch.randn(8, 8)
+            torch.testing.assert_close(cm(y), m(y))
+        x_t = torch.randn(8, 8).t()
+        torch.testing.assert_close(cm(x_t), m(x_t))
+    with torch.inference_mode():
+        x_i = torch.randn(8, 8)
+        torch.testing.assert_close(cm(x_i), m(x_i))
