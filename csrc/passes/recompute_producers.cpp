@@ -259,12 +259,19 @@ static int copy_round(ir::Graph& graph, const OnKernelDevice& on_device,
     for (const auto& [name, _] : c.made) copy_names.insert(name);
   if (after_copies) after_copies(graph);
   Trial after = fuse_trial(graph, on_device);
+  // NOTE: every unit is judged on this trial before any is undone. An undo erases its copies,
+  // and the trial's kernels still list them: a kernel that fused the copies of two units (a
+  // ReLU's gradient copied into the copies of a cast that reads it) named an erased copy when
+  // the other unit was judged after the undo (a use after free: resnet50 training on the GPU
+  // crashed in its backward's compile, whose split batch-norm statistics give such kernels).
   ByName names = by_name(graph);
+  std::vector<char> joined;
+  for (const Copies& c : copies) joined.push_back(copies_joined(after, c, names, copy_names));
   bool undone = false;
-  for (auto it = copies.rbegin(); it != copies.rend(); ++it)
-    if (!copies_joined(after, *it, names, copy_names)) {
-      undo(graph, *it);
-      it->made.clear();
+  for (size_t i = copies.size(); i-- > 0;)
+    if (!joined[i]) {
+      undo(graph, copies[i]);
+      copies[i].made.clear();
       undone = true;
     }
   if (undone) after = fuse_trial(graph, on_device);
