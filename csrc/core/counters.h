@@ -28,6 +28,7 @@ struct Counters {
   std::atomic<int64_t> matmuls_padded{0};     // products on padded operands (passes/pad_matmuls.h)
   std::atomic<int64_t> duplicates_merged{0};  // calls computed once (passes/merge_duplicates.h)
   std::atomic<int64_t> attentions_decomposed{0};  // passes/attention_products.h
+  std::atomic<int64_t> producers_recomputed{0};   // passes/recompute_producers.h
   std::atomic<int64_t> cuda_graph_recordings{0};  // CUDA graphs recorded (runtime/cuda_graphs.h)
   std::atomic<int64_t> cuda_graph_replays{0};     // calls served by replaying one
   std::atomic<int64_t> autotune_trials{0};  // launch configurations timed (runtime/cuda_autotune.h)

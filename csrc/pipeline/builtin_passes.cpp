@@ -19,6 +19,7 @@
 #include "passes/move_reshapes.h"
 #include "passes/pad_matmuls.h"
 #include "passes/partition.h"
+#include "passes/recompute_producers.h"
 #include "passes/small_products.h"
 #include "passes/split_reductions.h"
 #include "pipeline/matmul_epilogues.h"
@@ -131,6 +132,23 @@ std::vector<Pass> builtin_passes() {
        kAnyDevice,  // CUDA only, unless a test timer stands in (pipeline/matmul_epilogues.h)
        [](const Settings& s) { return s.autotune; },
        [](G& g, St& st) { choose_matmul_epilogues(g, st); }},
+      {"torchlite.recompute_producers",
+       {},
+       kAnyDevice,
+       nullptr,
+       [](G& g, St& st) {
+         // NOTE: backward halves only. There a batch norm's `x - mean` and ReLU gradient are
+         // read by its statistic sums and its input gradient (resnet50 bottleneck backward 28 ->
+         // 22 kernels); in forward graphs it saved no launch (timm resnet50 208 -> 208) and
+         // copied an erf GELU into each of its readers (softmax's passes, a per-head max): on
+         // the CPU, recomputed transcendental work per pass, and each trial fusion is compile time.
+         if (!st.ctx.backward_half) return;
+         runtime::KernelDevice device = st.device;
+         const int64_t saved = st.ctx.saved_outputs_from;
+         counters().producers_recomputed += passes::recompute_producers(
+             g, [device](const ir::TensorMeta& m) { return runtime::on_device(m, device); },
+             [saved](G& graph) { passes::move_reshapes(graph, saved); });
+       }},
       {"torchlite.partition",
        {},
        kAnyDevice,

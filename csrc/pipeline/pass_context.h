@@ -49,6 +49,9 @@ struct PassContext {
   // Inputs from this index on are always copied into static buffers (the backward's tangents:
   // fresh every step, even where the allocator happens to give them the same address); -1: none.
   int64_t copy_inputs_from = -1;
+  // The backward half of a compiled training step (python/bind_training.cpp): its cheap
+  // pointwise producers are recomputed in each reading kernel (passes/recompute_producers.h).
+  bool backward_half = false;
 };
 
 }  // namespace tl::pipeline

@@ -198,6 +198,7 @@ py::object zero_tangent_backwards(const passes::JointSplit& split,
     pipeline::PassContext bwd_ctx = sub_context(ctx, "backward_zeros" + std::to_string((*count)++));
     bwd_ctx.cuda_graph_warmups = 2;
     bwd_ctx.copy_inputs_from = static_cast<int64_t>(num_saved);
+    bwd_ctx.backward_half = true;
     pipeline::CompileResult ex = pipeline::compile_graph(g, bwd_ctx);
     TL_CHECK(!ex.training_fn) << "a backward with zero tangents requires grad";
     return py::cast(CompiledHalf(g, std::move(ex)));
@@ -252,6 +253,7 @@ PyRef compile_training(GraphHandle graph, const pipeline::PassContext& ctx, std:
   fwd_ctx.saved_outputs_from = static_cast<int64_t>(num_fwd_outputs);
   bwd_ctx.cuda_graph_warmups = 2;
   bwd_ctx.copy_inputs_from = static_cast<int64_t>(split.saved.size());  // the tangents
+  bwd_ctx.backward_half = true;
   py::object zero_tangents = zero_tangent_backwards(split, ctx);
   pipeline::CompileResult fwd = pipeline::compile_graph(split.forward, fwd_ctx);
   pipeline::CompileResult bwd = pipeline::compile_graph(split.backward, bwd_ctx);

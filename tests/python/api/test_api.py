@@ -295,6 +295,7 @@ def test_counters_have_the_documented_keys():
         "matmuls_padded",
         "duplicates_merged",
         "attentions_decomposed",
+        "producers_recomputed",
         "cuda_graph_recordings",
         "cuda_graph_replays",
         "autotune_trials",
