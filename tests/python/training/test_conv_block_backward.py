@@ -200,15 +200,19 @@ class Stage(torch.nn.Module):
         return self.blocks(self.stem(x))
 
 
-def test_stage_with_split_statistics_matches_eager():
+@pytest.mark.parametrize("shape", [(1, 3, 128, 128), (2, 3, 16, 16)])
+def test_stage_with_split_statistics_matches_eager(shape):
     # NOTE: a stage of three bottlenecks whose batch-norm statistics split (1 x 128 x 128 points,
     # as resnet50's first stage at bs8 224 px and the H100's bs32). Its backward's trial fusion
     # put copies of two units in one kernel, one unit's copies were undone, and judging the other
     # read the erased copies (passes/recompute_producers.cpp): the compile segfaulted (rc 139 on
-    # 6db9f7a; on the H100, resnet50 fp32 training 5 of 5 runs).
+    # 6db9f7a; on the H100, resnet50 fp32 training 5 of 5 runs). Since split_reductions reduces
+    # whole images at that size (bnbwd21) the split case copies no producer; the small case
+    # (statistics not split) still does, so both paths of the pass stay checked against eager.
     torch.manual_seed(0)
     torchlite.reset_counters()
     # NOTE: weight gradients of ~4e3 (sums over 16384 points): eager's own float32 error against
     # float64 is ~1e-2 there, torchlite's the same.
-    _check(Stage(), torch.randn(1, 3, 128, 128), atol=5e-2, rtol=1e-4)
-    assert torchlite.counters()["producers_recomputed"] > 0
+    _check(Stage(), torch.randn(*shape), atol=5e-2, rtol=1e-4)
+    if shape[-1] <= 16:
+        assert torchlite.counters()["producers_recomputed"] > 0
