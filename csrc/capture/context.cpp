@@ -19,6 +19,7 @@
 #include "capture/torch_api.h"
 #include "capture/user_exception.h"
 #include "core/errors.h"
+#include "core/python_helpers.h"
 #include "guards/dict_order.h"
 #include "guards/leaf_guard.h"
 #include "guards/storage_aliasing.h"
@@ -219,6 +220,59 @@ bool is_state_query(const std::string& method, const std::string& name,
          ends("_enabled");
 }
 
+// Whether `m` and the modules under it hold no parameter, buffer or tensor attribute.
+bool holds_no_tensors(PyObject* m) {
+  PyRef mods = PyRef::steal(PyObject_CallMethod(m, "modules", nullptr));
+  PyRef it = mods ? PyRef::steal(PyObject_GetIter(mods.get())) : PyRef();
+  if (!it) throw PythonError();
+  const TorchApi& api = torch_api();
+  while (PyRef sub = PyRef::steal(PyIter_Next(it.get()))) {
+    PyObject** dp = _PyObject_GetDictPtr(sub.get());
+    if (!dp || !*dp) continue;
+    for (const char* name : {"_parameters", "_buffers"}) {
+      PyObject* d = PyDict_GetItemString(*dp, name);
+      if (!d || !PyDict_Check(d)) continue;
+      PyObject *k, *val;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(d, &pos, &k, &val))
+        if (val != Py_None) return false;
+    }
+    PyObject *k, *val;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(*dp, &pos, &k, &val))
+      if (PyObject_TypeCheck(val, reinterpret_cast<PyTypeObject*>(api.tensor_type.get())))
+        return false;
+  }
+  if (PyErr_Occurred()) throw PythonError();
+  return true;
+}
+
+// A module built by traced code (Tracer::construct_module) that outlives the trace (live at a
+// graph break, returned): made anew on every call as a copy of the module the trace built
+// (torchlite/_fresh_modules.py), as eager builds one per call. Its state is the trace's: what
+// it was built from is guarded, its own attribute writes were applied to it while tracing.
+// NOTE: only a module holding no tensors: a copy of a parameter would be another tensor than
+// eager's (a Sequential slice holds the frame's own modules and their parameters).
+ValuePtr lower_fresh_module(const ValuePtr& v) {
+  if (!holds_no_tensors(v->obj.get()))
+    graph_break("module_built_in_forward",
+                "a " + v->type_name() + " built in traced code holding tensors outlives the trace",
+                "Create the module once in `__init__` and call it in `forward`.");
+  static PyObject* partial_type = [] {
+    PyRef m = PyRef::steal(PyImport_ImportModule("functools"));
+    PyObject* t = m ? PyObject_GetAttrString(m.get(), "partial") : nullptr;
+    if (!t) throw PythonError();
+    return t;  // NOTE: kept for the process lifetime, like the module
+  }();
+  // NOTE: the residual calls its builder with the (empty) tuple of item values.
+  PyRef builder = PyRef::steal(PyObject_CallFunctionObjArgs(
+      partial_type, python_helper("fresh_modules.clone").get(), v->obj.get(), nullptr));
+  if (!builder) throw PythonError();
+  ValuePtr t = Value::tuple({});
+  t->named_type = builder;
+  return t;
+}
+
 PyMethodDef rebuild_def = {"torchlite_rebuild_object", rebuild_created_object, METH_O,
                            "Remakes an object created by code torchlite captured."};
 
@@ -235,6 +289,7 @@ const std::unordered_set<std::string>& factory_functions() {
 }
 
 ValuePtr lower_created_object(const ValuePtr& v) {
+  if (v->kind == VKind::Module && v->flag && !v->source) return lower_fresh_module(v);
   if (v->kind != VKind::Object || !v->flag || !v->attrs)
     graph_break("unsupported_return", "returning a " + v->type_name() + " created in traced code");
   std::vector<ValuePtr> items = v->attrs->items;
@@ -667,6 +722,18 @@ bool CaptureContext::guarded_by_structure(const ir::SourcePtr& src) const {
   // every call.
   return root->kind == ir::SourceKind::Local && root->name.rfind("___", 0) == 0 &&
          root->name.find("_stack") != std::string::npos;
+}
+
+void CaptureContext::guard_module_registry(const ValuePtr& module, const char* name,
+                                           PyObject* dict) {
+  ir::SourcePtr src = ir::Source::attr(module->source, name);
+  if (module->kind == VKind::Module && module->flag) {
+    guards_.add_type_match(src, reinterpret_cast<PyObject*>(Py_TYPE(dict)));
+    guards_.add_length_match(src, PyDict_Size(dict));
+    guards_.add_dict_keys(src, dict);
+  } else {
+    guards_.add_dict_version(src, dict);
+  }
 }
 
 ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {

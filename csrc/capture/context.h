@@ -51,6 +51,10 @@ class CaptureContext {
   // A module read from `src` (non-null) is guarded by type and by each attribute the trace
   // reads (Value::flag of a Module), not by identity.
   bool guarded_by_structure(const ir::SourcePtr& src) const;
+  // Guards a module's registry dict (`_modules`, `_parameters`, `_buffers`) the trace read
+  // through `module` (with a source): its version; for a module guarded by structure (new on
+  // every call, so is each dict) its keys in order instead, each item guarded where it is read.
+  void guard_module_registry(const ValuePtr& module, const char* name, PyObject* dict);
   // The items of a dict subclass instance reached from a frame local (`obj`, with a source) as
   // a Dict of inputs in its storage's iteration order (guards/dict_order.h), under a key guard.
   // With `need_iteration_order`, null when its class iterates in Python code of its own (its
