@@ -74,6 +74,8 @@ def _register_python_helpers() -> None:
         "polyfills.associative_scan": _polyfills.associative_scan,
         "polyfills.reduce": _polyfills.reduce,
         "polyfills.count_elements": _polyfills.count_elements,
+        "polyfills.nlargest": _polyfills.nlargest,
+        "polyfills.nsmallest": _polyfills.nsmallest,
         "epilogue_trials.calls": _epilogue_trials.calls,
         "epilogue_trials.fake_timer": _epilogue_trials.fake_timer,
     }
