@@ -344,7 +344,8 @@ class ResidualBuilder {
     using K = ir::MadeClosures::CellRef::Kind;
     ir::MadeClosures::CellRef ref;
     if (!c || c->kind != VKind::Cell)
-      graph_break("unsupported_value", "a function made in traced code with a malformed closure");
+      graph_break("unsupported_function_object",
+                  "a function made in traced code with a malformed closure");
     if (!c->source) {
       ref.kind = K::Made;
       ref.index = made_cell(c);

@@ -1105,7 +1105,7 @@ ValuePtr CaptureContext::from_result(PyObject* obj) {
     return v;
   }
   if (is_tensor(obj)) {
-    graph_break("unsupported_value", "a real tensor was produced at trace time");
+    graph_break("untracked_tensor", "a real tensor was produced at trace time");
   }
   ValuePtr v = Value::constant(PyRef::borrow(obj));
   if (PyTuple_Check(obj) && !PyTuple_CheckExact(obj))

@@ -645,7 +645,7 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
     case VKind::Deque:
       // NOTE: an int only (a deque takes no slice: CPython raises its TypeError).
       if (!idx->is_const() || !PyLong_Check(idx->obj.get()))
-        graph_break("unsupported_value", "a deque index that is not an int known while tracing");
+        graph_break("non_constant_index", "a deque index that is not an int known while tracing");
       return c->items[normalize_index(idx->obj.get(), c->items.size(), "deque index out of range")];
     case VKind::Dict: {
       const ValuePtr key = key_value(ctx_, idx);

@@ -987,7 +987,9 @@ void Tracer::step(const bytecode::Instruction& inst) {
     case CALL_INTRINSIC_1: {
       if (arg == 3) {  // INTRINSIC_STOPITERATION_ERROR: PEP 479 in a generator's handler
         ValuePtr exc = pop();
-        if (!exc->is_const()) graph_break("unsupported_value", "exception in a generator");
+        if (!exc->is_const())
+          graph_break("unsupported_bytecode",
+                      "a traced exception reaching a generator's StopIteration handler");
         push(Value::constant(pep479_replacement(exc->obj.get())));
         return;
       }
@@ -1637,7 +1639,8 @@ void Tracer::set_function_attribute(const ValuePtr& fn, int flag, const ValuePtr
     case 0x04:  // annotations
       return;
     case 0x02:  // keyword-only defaults
-      if (attr->kind != VKind::Dict) graph_break("unsupported_value", "keyword defaults");
+      if (attr->kind != VKind::Dict)
+        graph_break("unsupported_function_object", "keyword-only defaults that are not a dict");
       fn->keys = attr->keys;
       fn->kwdefaults = attr->items;
       return;
