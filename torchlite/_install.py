@@ -50,6 +50,7 @@ def _register_python_helpers() -> None:
         _padded_weights,
         _polyfills,
         _rerun_state,
+        _scalars,
         _training,
     )
 
@@ -71,6 +72,7 @@ def _register_python_helpers() -> None:
         "optimizer.step_route": _optimizer.step_route,
         "optimizer.step_callable": _optimizer.step_callable,
         "fresh_modules.clone": _fresh_modules.clone_fresh_module,
+        "scalars.item": _scalars.item,
         "polyfills.associative_scan": _polyfills.associative_scan,
         "polyfills.reduce": _polyfills.reduce,
         "polyfills.count_elements": _polyfills.count_elements,

@@ -449,8 +449,22 @@ ir::Arg value_to_arg(const ValuePtr& v) {
   }
 }
 
+namespace {
+std::unordered_set<std::string>& current_dynamic_numbers() {
+  static auto* numbers = new std::unordered_set<std::string>();  // NOTE: never freed
+  return *numbers;
+}
+}  // namespace
+
+DynamicNumbersScope::DynamicNumbersScope(std::unordered_set<std::string> numbers)
+    : previous_(std::move(current_dynamic_numbers())) {
+  current_dynamic_numbers() = std::move(numbers);
+}
+DynamicNumbersScope::~DynamicNumbersScope() { current_dynamic_numbers() = std::move(previous_); }
+
 CaptureContext::CaptureContext(const ir::FrameView& frame)
     : frame_(frame), graph_(std::make_shared<ir::Graph>()) {
+  dynamic_numbers = current_dynamic_numbers();
   guards_.add_global_state();
   PyRef g = PyRef::steal(PyObject_CallNoArgs(torch_api().is_grad_enabled_fn.get()));
   if (!g) throw PythonError();
@@ -756,6 +770,25 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
         guards_.add_identity(src, first->source, true);
       inputs_by_source_[key] = first;
       return first;
+    }
+    // NOTE: a number read from an attribute or a global (a counter, a step, a config value):
+    // noted so a call that finds another number there says which (GuardSet::changed_numbers),
+    // and the capture after it takes that one per call as a scalar input. An object made in
+    // the call has no attributes that outlive it: its numbers are the call's own.
+    if ((PyLong_CheckExact(obj) || PyFloat_CheckExact(obj)) &&
+        (src->kind == ir::SourceKind::Attr || src->kind == ir::SourceKind::Global)) {
+      if (dynamic_numbers.count(key)) {
+        if (ValuePtr n = scalar_argument(*this, obj, src)) {
+          if (src->kind == ir::SourceKind::Attr) {
+            PyRef name = PyRef::steal(PyUnicode_FromString(src->name.c_str()));
+            if (!name) throw PythonError();
+            guards_.relax_dict_item(ir::Source::attr(src->base, "__dict__"), name.get());
+          }
+          inputs_by_source_[key] = n;
+          return n;
+        }
+      }
+      guards_.note_number_read(src, obj);
     }
   }
   ValuePtr v;

@@ -242,6 +242,7 @@ bool scalar_aware(int opcode) {
 #ifdef CALL_KW
     case CALL_KW:
 #endif
+    case STORE_ATTR:  // NOTE: decides itself (a counter written back, `self.step = n + 1`)
       return true;
     default:
       return false;
@@ -649,6 +650,12 @@ void Tracer::step(const bytecode::Instruction& inst) {
     case STORE_ATTR: {
       ValuePtr obj = pop();
       ValuePtr v = pop();
+      // NOTE: a scalar input (or a number computed from one) written to an attribute of the
+      // frame's own module or object stays per call: the write is replayed after the graph
+      // with this call's number (capture.cpp, build). Any other owner keeps the number.
+      if (ctx_.any_scalar &&
+          !(obj->source && (obj->kind == VKind::Module || obj->kind == VKind::Object)))
+        ctx_.specialise_scalars(v);
       store_attr(obj, name_at(arg), v);
       return;
     }
