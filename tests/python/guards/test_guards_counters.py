@@ -108,3 +108,25 @@ def test_a_counter_changed_by_the_user_between_calls_is_read_per_call():
         x = torch.randn(2, 3)
         torch.testing.assert_close(compiled(x), eager(x))
     assert model.step == eager.step == 102
+
+
+class _DividesByStep(nn.Module):
+    """`1.0 / (1 + step)` reads the counter as a constant (a division by a per-call number is
+    not taken per call: CPython raises for 0): a number computed from it earlier in the trace
+    (the running average) becomes a constant too, never a graph input without a tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.num_steps = 0
+        self.ema = 0.0
+
+    def forward(self, x):
+        self.num_steps += 1
+        self.ema = 0.9 * self.ema + 0.1 * self.num_steps
+        return x * (1.0 / (1 + self.num_steps)) + self.ema
+
+
+def test_counter_read_as_a_constant_after_a_number_computed_from_it_matches_eager():
+    model, eager = _DividesByStep(), _DividesByStep()
+    _run(model, eager, calls=5)
+    assert model.num_steps == eager.num_steps == 5 and model.ema == eager.ema
