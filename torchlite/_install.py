@@ -44,11 +44,13 @@ def _register_python_helpers() -> None:
         _custom_function,
         _ddp_buckets,
         _epilogue_trials,
+        _fresh_modules,
         _index_bounds,
         _optimizer,
         _padded_weights,
         _polyfills,
         _rerun_state,
+        _scalars,
         _training,
     )
 
@@ -69,9 +71,13 @@ def _register_python_helpers() -> None:
         "training.make_training_function": _training.make_training_function,
         "optimizer.step_route": _optimizer.step_route,
         "optimizer.step_callable": _optimizer.step_callable,
+        "fresh_modules.clone": _fresh_modules.clone_fresh_module,
+        "scalars.item": _scalars.item,
         "polyfills.associative_scan": _polyfills.associative_scan,
         "polyfills.reduce": _polyfills.reduce,
         "polyfills.count_elements": _polyfills.count_elements,
+        "polyfills.nlargest": _polyfills.nlargest,
+        "polyfills.nsmallest": _polyfills.nsmallest,
         "epilogue_trials.calls": _epilogue_trials.calls,
         "epilogue_trials.fake_timer": _epilogue_trials.fake_timer,
     }

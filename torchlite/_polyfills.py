@@ -93,3 +93,19 @@ def count_elements(mapping, iterable):
     mapping_get = mapping.get
     for elem in iterable:
         mapping[elem] = mapping_get(elem, 0) + 1
+
+
+def nlargest(n, iterable, key=None):
+    """heapq.nlargest (its heap helpers are C: heapify, _heapreplace_max): as its documented
+    equivalent, `sorted(iterable, key=key, reverse=True)[:n]` (the same ties order: both keep
+    equal items in iteration order). Counter.most_common(n) calls it."""
+    if n <= 0:
+        return []
+    return sorted(iterable, key=key, reverse=True)[:n]
+
+
+def nsmallest(n, iterable, key=None):
+    """heapq.nsmallest: as its documented equivalent, `sorted(iterable, key=key)[:n]`."""
+    if n <= 0:
+        return []
+    return sorted(iterable, key=key)[:n]

@@ -234,7 +234,7 @@ bool Tracer::plain_tensor_attr(const ValuePtr& module, const std::string& name, 
     int has = PyDict_Contains(reg, key.get());
     if (has < 0) throw PythonError();
     if (has) return false;
-    ctx_.guards().add_dict_version(ir::Source::attr(module->source, registry), reg);
+    ctx_.guard_module_registry(module, registry, reg);
   }
   return true;
 }
@@ -605,8 +605,7 @@ std::optional<ValuePtr> Tracer::try_get_attr(const ValuePtr& obj, const std::str
         if (obj->source)
           for (const char* dict_name : {"_parameters", "_buffers", "_modules"}) {
             PyObject* d = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, dict_name) : nullptr;
-            if (d && PyDict_Check(d))
-              ctx_.guards().add_dict_version(ir::Source::attr(obj->source, dict_name), d);
+            if (d && PyDict_Check(d)) ctx_.guard_module_registry(obj, dict_name, d);
           }
       }
       return std::nullopt;

@@ -456,7 +456,7 @@ ValuePtr enter_autocast(CaptureContext& ctx, const ValuePtr& mgr) {
   r.enabled = field("_enabled").get() == Py_True;
   r.cache_enabled = field("_cache_enabled").get() == Py_True;
   if (!PyUnicode_Check(device.get()) || !is_type(r.dtype.get(), torch_api().dtype_type))
-    graph_break("unsupported_value", "torch.autocast object without a device or dtype");
+    graph_break("autocast_arguments", "torch.autocast object without a device or dtype");
   r.device = utf8(device.get());
   ValuePtr exit = Value::tuple({Value::constant(device), Value::constant(r.dtype),
                                 const_bool(r.enabled), const_bool(r.cache_enabled)});

@@ -91,9 +91,27 @@ const std::vector<BreakKind>& break_kinds() {
       {"unsupported_return",
        "Return tensors, Python numbers, strings, and tuples, lists or dicts of them; make other "
        "objects outside the compiled function."},
-      {"unsupported_value",
-       "Pass plain tensors, numbers, tuples, lists, dicts and `nn.Module`s into compiled code; "
-       "convert other objects first."},
+      {"value_out_of_range",
+       "Keep indices and counts within the container's size; check them before the compiled call."},
+      {"unsupported_super",
+       "Call `super().method(...)` with no arguments inside a method, on an `nn.Module` or a plain "
+       "Python instance."},
+      {"module_hooks",
+       "Register hooks with `register_forward_hook`/`register_forward_pre_hook` (leave the hook "
+       "dicts as torch.nn makes them); return None, new args, or `(args, kwargs)` with a dict from "
+       "a pre-hook."},
+      {"model_output_construction",
+       "Build the output with its declared fields as keyword arguments (`Output(logits=x, "
+       "hidden_states=h)`)."},
+      {"unsupported_partial",
+       "Pass the partial's keywords as plain keyword arguments (`functools.partial(f, dim=-1)`), "
+       "or build it outside the compiled function."},
+      {"autocast_arguments",
+       "Enter autocast with a device type and a dtype: `torch.autocast(\"cuda\", "
+       "dtype=torch.bfloat16)`."},
+      {"unsupported_function_object",
+       "Define the function outside the compiled function (at module level or in `__init__`), or "
+       "give it plain defaults."},
   };
   return kinds;
 }

@@ -577,7 +577,7 @@ ValuePtr Tracer::wrap_partial(const ValuePtr& fn) {
       out->kwdefaults.push_back(ctx_.from_result(v));
     }
   } else {
-    graph_break("unsupported_value", "functools.partial keywords");
+    graph_break("unsupported_partial", "functools.partial keywords that are not a dict");
   }
   return out;
 }

@@ -21,6 +21,7 @@
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
 #include "core/errors.h"
+#include "core/python_helpers.h"
 #include "guards/global_state.h"
 #include "ir/effects.h"
 
@@ -182,6 +183,26 @@ class ResidualBuilder {
   // call, not as the trace's numbers (hand_on_sizes).
   void keep_symbolic(std::unordered_set<const Value*> kept) { sym_kept_ = std::move(kept); }
 
+  // Whether scalar value `v` is computed only from numbers read per call from attributes or
+  // globals (CaptureContext::dynamic_numbers: a counter) and plain constants, with at least one
+  // of the former (`any`).
+  static bool from_dynamic_numbers(const ValuePtr& v, bool& any) {
+    if (!v->scalar_fn) {
+      if (v->scalar && v->source &&
+          (v->source->kind == ir::SourceKind::Attr || v->source->kind == ir::SourceKind::Global))
+        return any = true;
+      return !v->scalar && !v->source && v->is_const();
+    }
+    if (!v->scalar) return false;
+    for (const ValuePtr& a : v->scalar_args)
+      if (!from_dynamic_numbers(a, any)) return false;
+    return true;
+  }
+  static bool from_dynamic_numbers(const ValuePtr& v) {
+    bool any = false;
+    return from_dynamic_numbers(v, any) && any;
+  }
+
   ir::Residual build(const ValuePtr& v) {
     ir::Residual r;
     // NOTE: a number the frame takes per call, read as a constant by nothing: the call's own.
@@ -189,6 +210,20 @@ class ResidualBuilder {
       r.kind = ir::Residual::Kind::Source;
       r.source = v->source;
       return r;
+    }
+    // NOTE: a number computed in the graph from scalar inputs (`self.step + 1` written back, a
+    // counter): the graph's 0-d int64/float64 tensor of it, made a Python number again after
+    // the run (torchlite/_scalars.py), so the next call's number is not a constant either.
+    if (v->is_const() && v->scalar && v->scalar_fn && from_dynamic_numbers(v)) {
+      static PyObject* cpu = [] {
+        PyObject* d = PyObject_CallFunction(torch_api().device_type.get(), "s", "cpu");
+        if (!d) throw PythonError();
+        return d;  // NOTE: kept for the process lifetime, like torch
+      }();
+      ValuePtr t = ctx_.scalar_input_tensor(v, cpu);
+      ValuePtr number = Value::tuple({t});
+      number->named_type = python_helper("scalars.item");
+      return build(number);
     }
     if (v->is_const() && v->scalar) ctx_.pin_scalar(v);  // int(s): no source to read it from
     if (v->is_const() && v->sym && sym_kept_.count(v.get())) {
@@ -344,7 +379,8 @@ class ResidualBuilder {
     using K = ir::MadeClosures::CellRef::Kind;
     ir::MadeClosures::CellRef ref;
     if (!c || c->kind != VKind::Cell)
-      graph_break("unsupported_value", "a function made in traced code with a malformed closure");
+      graph_break("unsupported_function_object",
+                  "a function made in traced code with a malformed closure");
     if (!c->source) {
       ref.kind = K::Made;
       ref.index = made_cell(c);

@@ -19,6 +19,7 @@
 #include "capture/torch_api.h"
 #include "capture/user_exception.h"
 #include "core/errors.h"
+#include "core/python_helpers.h"
 #include "guards/dict_order.h"
 #include "guards/leaf_guard.h"
 #include "guards/storage_aliasing.h"
@@ -219,6 +220,59 @@ bool is_state_query(const std::string& method, const std::string& name,
          ends("_enabled");
 }
 
+// Whether `m` and the modules under it hold no parameter, buffer or tensor attribute.
+bool holds_no_tensors(PyObject* m) {
+  PyRef mods = PyRef::steal(PyObject_CallMethod(m, "modules", nullptr));
+  PyRef it = mods ? PyRef::steal(PyObject_GetIter(mods.get())) : PyRef();
+  if (!it) throw PythonError();
+  const TorchApi& api = torch_api();
+  while (PyRef sub = PyRef::steal(PyIter_Next(it.get()))) {
+    PyObject** dp = _PyObject_GetDictPtr(sub.get());
+    if (!dp || !*dp) continue;
+    for (const char* name : {"_parameters", "_buffers"}) {
+      PyObject* d = PyDict_GetItemString(*dp, name);
+      if (!d || !PyDict_Check(d)) continue;
+      PyObject *k, *val;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(d, &pos, &k, &val))
+        if (val != Py_None) return false;
+    }
+    PyObject *k, *val;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(*dp, &pos, &k, &val))
+      if (PyObject_TypeCheck(val, reinterpret_cast<PyTypeObject*>(api.tensor_type.get())))
+        return false;
+  }
+  if (PyErr_Occurred()) throw PythonError();
+  return true;
+}
+
+// A module built by traced code (Tracer::construct_module) that outlives the trace (live at a
+// graph break, returned): made anew on every call as a copy of the module the trace built
+// (torchlite/_fresh_modules.py), as eager builds one per call. Its state is the trace's: what
+// it was built from is guarded, its own attribute writes were applied to it while tracing.
+// NOTE: only a module holding no tensors: a copy of a parameter would be another tensor than
+// eager's (a Sequential slice holds the frame's own modules and their parameters).
+ValuePtr lower_fresh_module(const ValuePtr& v) {
+  if (!holds_no_tensors(v->obj.get()))
+    graph_break("module_built_in_forward",
+                "a " + v->type_name() + " built in traced code holding tensors outlives the trace",
+                "Create the module once in `__init__` and call it in `forward`.");
+  static PyObject* partial_type = [] {
+    PyRef m = PyRef::steal(PyImport_ImportModule("functools"));
+    PyObject* t = m ? PyObject_GetAttrString(m.get(), "partial") : nullptr;
+    if (!t) throw PythonError();
+    return t;  // NOTE: kept for the process lifetime, like the module
+  }();
+  // NOTE: the residual calls its builder with the (empty) tuple of item values.
+  PyRef builder = PyRef::steal(PyObject_CallFunctionObjArgs(
+      partial_type, python_helper("fresh_modules.clone").get(), v->obj.get(), nullptr));
+  if (!builder) throw PythonError();
+  ValuePtr t = Value::tuple({});
+  t->named_type = builder;
+  return t;
+}
+
 PyMethodDef rebuild_def = {"torchlite_rebuild_object", rebuild_created_object, METH_O,
                            "Remakes an object created by code torchlite captured."};
 
@@ -235,6 +289,7 @@ const std::unordered_set<std::string>& factory_functions() {
 }
 
 ValuePtr lower_created_object(const ValuePtr& v) {
+  if (v->kind == VKind::Module && v->flag && !v->source) return lower_fresh_module(v);
   if (v->kind != VKind::Object || !v->flag || !v->attrs)
     graph_break("unsupported_return", "returning a " + v->type_name() + " created in traced code");
   std::vector<ValuePtr> items = v->attrs->items;
@@ -394,8 +449,22 @@ ir::Arg value_to_arg(const ValuePtr& v) {
   }
 }
 
+namespace {
+std::unordered_set<std::string>& current_dynamic_numbers() {
+  static auto* numbers = new std::unordered_set<std::string>();  // NOTE: never freed
+  return *numbers;
+}
+}  // namespace
+
+DynamicNumbersScope::DynamicNumbersScope(std::unordered_set<std::string> numbers)
+    : previous_(std::move(current_dynamic_numbers())) {
+  current_dynamic_numbers() = std::move(numbers);
+}
+DynamicNumbersScope::~DynamicNumbersScope() { current_dynamic_numbers() = std::move(previous_); }
+
 CaptureContext::CaptureContext(const ir::FrameView& frame)
     : frame_(frame), graph_(std::make_shared<ir::Graph>()) {
+  dynamic_numbers = current_dynamic_numbers();
   guards_.add_global_state();
   PyRef g = PyRef::steal(PyObject_CallNoArgs(torch_api().is_grad_enabled_fn.get()));
   if (!g) throw PythonError();
@@ -669,6 +738,18 @@ bool CaptureContext::guarded_by_structure(const ir::SourcePtr& src) const {
          root->name.find("_stack") != std::string::npos;
 }
 
+void CaptureContext::guard_module_registry(const ValuePtr& module, const char* name,
+                                           PyObject* dict) {
+  ir::SourcePtr src = ir::Source::attr(module->source, name);
+  if (module->kind == VKind::Module && module->flag) {
+    guards_.add_type_match(src, reinterpret_cast<PyObject*>(Py_TYPE(dict)));
+    guards_.add_length_match(src, PyDict_Size(dict));
+    guards_.add_dict_keys(src, dict);
+  } else {
+    guards_.add_dict_version(src, dict);
+  }
+}
+
 ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
   const TorchApi& api = torch_api();
   if (is_tensor(obj)) return wrap_tensor(obj, src);
@@ -689,6 +770,25 @@ ValuePtr CaptureContext::wrap(PyObject* obj, ir::SourcePtr src, bool guard) {
         guards_.add_identity(src, first->source, true);
       inputs_by_source_[key] = first;
       return first;
+    }
+    // NOTE: a number read from an attribute or a global (a counter, a step, a config value):
+    // noted so a call that finds another number there says which (GuardSet::changed_numbers),
+    // and the capture after it takes that one per call as a scalar input. An object made in
+    // the call has no attributes that outlive it: its numbers are the call's own.
+    if ((PyLong_CheckExact(obj) || PyFloat_CheckExact(obj)) &&
+        (src->kind == ir::SourceKind::Attr || src->kind == ir::SourceKind::Global)) {
+      if (dynamic_numbers.count(key)) {
+        if (ValuePtr n = scalar_argument(*this, obj, src)) {
+          if (src->kind == ir::SourceKind::Attr) {
+            PyRef name = PyRef::steal(PyUnicode_FromString(src->name.c_str()));
+            if (!name) throw PythonError();
+            guards_.relax_dict_item(ir::Source::attr(src->base, "__dict__"), name.get());
+          }
+          inputs_by_source_[key] = n;
+          return n;
+        }
+      }
+      guards_.note_number_read(src, obj);
     }
   }
   ValuePtr v;
@@ -1038,7 +1138,7 @@ ValuePtr CaptureContext::from_result(PyObject* obj) {
     return v;
   }
   if (is_tensor(obj)) {
-    graph_break("unsupported_value", "a real tensor was produced at trace time");
+    graph_break("untracked_tensor", "a real tensor was produced at trace time");
   }
   ValuePtr v = Value::constant(PyRef::borrow(obj));
   if (PyTuple_Check(obj) && !PyTuple_CheckExact(obj))

@@ -51,6 +51,10 @@ class CaptureContext {
   // A module read from `src` (non-null) is guarded by type and by each attribute the trace
   // reads (Value::flag of a Module), not by identity.
   bool guarded_by_structure(const ir::SourcePtr& src) const;
+  // Guards a module's registry dict (`_modules`, `_parameters`, `_buffers`) the trace read
+  // through `module` (with a source): its version; for a module guarded by structure (new on
+  // every call, so is each dict) its keys in order instead, each item guarded where it is read.
+  void guard_module_registry(const ValuePtr& module, const char* name, PyObject* dict);
   // The items of a dict subclass instance reached from a frame local (`obj`, with a source) as
   // a Dict of inputs in its storage's iteration order (guards/dict_order.h), under a key guard.
   // With `need_iteration_order`, null when its class iterates in Python code of its own (its
@@ -132,6 +136,10 @@ class CaptureContext {
   // (capture_frame's `structural_modules`). Modules on the value stack a resume
   // function receives are guarded so regardless (see wrap).
   bool structural_modules = false;
+  // Attributes and globals (by source) holding an int or float that changed between calls
+  // (a counter, `self.step += 1`): read as scalar inputs (capture/scalar_inputs.h), not as
+  // constants. Set from capture's current_dynamic_numbers() when the context is made.
+  std::unordered_set<std::string> dynamic_numbers;
   // A resume function's parameters that hold objects made in the call (capture/made_in_call.h):
   // a C instance read through one is guarded by type and the attributes read, not identity.
   std::unordered_set<std::string> made_in_call;
@@ -248,6 +256,19 @@ class CaptureContext {
   std::vector<std::pair<ir::SourcePtr, PyObject*>> tensor_inputs_;
   bool grad_enabled_ = true;
   bool initial_grad_ = true;
+};
+
+// The frame's numbers that changed between its calls (GuardSet::changed_numbers), for the
+// captures that run while `numbers` lives (frame/compile_frame.cpp sets it around a capture).
+class DynamicNumbersScope {
+ public:
+  explicit DynamicNumbersScope(std::unordered_set<std::string> numbers);
+  ~DynamicNumbersScope();
+  DynamicNumbersScope(const DynamicNumbersScope&) = delete;
+  DynamicNumbersScope& operator=(const DynamicNumbersScope&) = delete;
+
+ private:
+  std::unordered_set<std::string> previous_;
 };
 
 // Python object for a value, for meta execution (tensors -> meta tensors);

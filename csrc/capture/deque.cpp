@@ -36,11 +36,11 @@ void mutated(Value& q) { ++q.state; }
 Py_ssize_t int_arg(CaptureContext& ctx, const ValuePtr& v, const std::string& what) {
   ctx.specialise(v);
   if (!v->is_const() || !PyLong_Check(v->obj.get()))
-    graph_break("unsupported_value", what + " must be an int known while tracing");
+    graph_break("non_constant_argument", what + " must be an int known while tracing");
   Py_ssize_t n = PyLong_AsSsize_t(v->obj.get());
   if (n == -1 && PyErr_Occurred()) {
     clear_expected_error();
-    graph_break("unsupported_value", what + " out of range");
+    graph_break("value_out_of_range", what + " out of range");
   }
   return n;
 }
@@ -220,7 +220,7 @@ ValuePtr Tracer::call_deque_method(const ValuePtr& self, const std::string& name
         return none();
       }
       if (name == "index" && !args[0]->is_const())
-        graph_break("unsupported_value",
+        graph_break("non_constant_argument",
                     "deque.index() of a " + args[0]->type_name() + " that is not in the deque");
       raise_user(PyExc_ValueError, name == "index"
                                        ? ir::const_repr(args[0]->obj.get()) + " is not in deque"

@@ -42,8 +42,7 @@ class Hooks {
       clear_expected_error();  // a module whose __init__ did not run Module.__init__: no hooks
       return nullptr;
     }
-    if (!PyDict_Check(d.get()))
-      graph_break("unsupported_value", std::string(name) + " is not a dict");
+    if (!PyDict_Check(d.get())) graph_break("module_hooks", std::string(name) + " is not a dict");
     ir::SourcePtr src;
     if (global)
       src =
@@ -161,7 +160,7 @@ ValuePtr Tracer::call_module(const ValuePtr& module, std::vector<ValuePtr> args,
                       "forward pre-hook must return None or a tuple of (new_args, new_kwargs)");
         args = iterate(pair[0]);
         if (pair[1]->kind != VKind::Dict)
-          graph_break("unsupported_value", "forward pre-hook returned kwargs that are not a dict");
+          graph_break("module_hooks", "forward pre-hook returned kwargs that are not a dict");
         kwargs.clear();
         for (size_t i = 0; i < pair[1]->keys.size(); ++i)
           kwargs.emplace_back(utf8(pair[1]->keys[i].get()), pair[1]->items[i]);

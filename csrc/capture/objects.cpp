@@ -77,8 +77,8 @@ ValuePtr Tracer::construct_model_output(PyObject* cls, std::vector<ValuePtr>& ar
                                         KwArgs& kwargs) {
   PyRef fields = dataclass_fields(cls);
   if (!fields || PyTuple_GET_SIZE(fields.get()) == 0)
-    graph_break("unsupported_value", std::string("ModelOutput without fields: ") +
-                                         reinterpret_cast<PyTypeObject*>(cls)->tp_name);
+    graph_break("model_output_construction", std::string("ModelOutput without fields: ") +
+                                                 reinterpret_cast<PyTypeObject*>(cls)->tp_name);
   PyRef dc = PyRef::steal(PyImport_ImportModule("dataclasses"));
   if (!dc) throw PythonError();
   PyRef missing = PyRef::steal(PyObject_GetAttrString(dc.get(), "MISSING"));
@@ -131,7 +131,7 @@ ValuePtr Tracer::construct_model_output(PyObject* cls, std::vector<ValuePtr>& ar
   if (others_none && !first->is_tensor() && !is_none(first) &&
       (!first->is_const() || PyTuple_Check(first->obj.get()) || PyList_Check(first->obj.get()) ||
        PyDict_Check(first->obj.get())))
-    graph_break("unsupported_value",
+    graph_break("model_output_construction",
                 std::string(type->tp_name) + " built from a container as its only field");
   for (auto& [name, v] : values) {
     dict_set(obj->attrs, name.get(), v);

@@ -128,14 +128,13 @@ std::vector<ValuePtr> Tracer::iterate(const ValuePtr& v) {
       PyObject* m = v->obj.get();
       PyRef modules = PyRef::steal(PyObject_GetAttrString(m, "_modules"));
       if (!modules) throw PythonError();
-      if (v->source)
-        ctx_.guards().add_dict_version(ir::Source::attr(v->source, "_modules"), modules.get());
+      if (v->source) ctx_.guard_module_registry(v, "_modules", modules.get());
       PyRef params = PyRef::steal(PyObject_GetAttrString(m, "_parameters"));
       if (!params || !PyDict_Check(params.get())) {
         clear_expected_error();
         params = PyRef();
       } else if (v->source) {
-        ctx_.guards().add_dict_version(ir::Source::attr(v->source, "_parameters"), params.get());
+        ctx_.guard_module_registry(v, "_parameters", params.get());
       }
       PyRef list = PyRef::steal(PySequence_List(m));
       if (!list)
@@ -646,7 +645,7 @@ ValuePtr Tracer::subscript(const ValuePtr& c, const ValuePtr& idx) {
     case VKind::Deque:
       // NOTE: an int only (a deque takes no slice: CPython raises its TypeError).
       if (!idx->is_const() || !PyLong_Check(idx->obj.get()))
-        graph_break("unsupported_value", "a deque index that is not an int known while tracing");
+        graph_break("non_constant_index", "a deque index that is not an int known while tracing");
       return c->items[normalize_index(idx->obj.get(), c->items.size(), "deque index out of range")];
     case VKind::Dict: {
       const ValuePtr key = key_value(ctx_, idx);

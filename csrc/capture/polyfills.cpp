@@ -23,6 +23,9 @@ constexpr const char* kTable[][3] = {
     {"functools", "reduce", "polyfills.reduce"},
     // collections.Counter's update() of an iterable (a Counter made in traced code)
     {"_collections", "_count_elements", "polyfills.count_elements"},
+    // Python functions over C heap helpers (heapify); Counter.most_common(n) calls nlargest
+    {"heapq", "nlargest", "polyfills.nlargest"},
+    {"heapq", "nsmallest", "polyfills.nsmallest"},
 };
 
 PyRef import_attr(const char* module, const char* name) {

@@ -443,6 +443,17 @@ ValuePtr scalar_expression_tensor(CaptureContext& ctx, const ValuePtr& v, PyObje
     // NOTE: arithmetic with a float result converts ints to doubles first, as CPython does.
     operands.push_back(to_int || int_result ? t : to(t, f64.get()));
   }
+  bool any_tensor = false;
+  for (const ValuePtr& o : operands) any_tensor = any_tensor || o->is_tensor();
+  if (!any_tensor) {
+    // NOTE: every number it was computed from was pinned since (guarded by value: another use
+    // read it as a constant), so this one is a constant too: its trace-time number.
+    PyRef fn = torch_attr("scalar_tensor");
+    PyRef dtype = torch_attr(PyFloat_CheckExact(v->obj.get()) ? "float64" : "int64");
+    return ctx.record_op(
+        fn.get(), "", {Value::constant(v->obj)},
+        {{"dtype", Value::constant(dtype)}, {"device", Value::constant(PyRef::borrow(device))}});
+  }
   if (to_int) {
     // int(s): truncated toward zero (the guard holds s finite and within int64)
     ValuePtr t = ctx.record_op(nullptr, "trunc", {operands[0]}, {});

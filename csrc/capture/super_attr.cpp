@@ -29,9 +29,9 @@ ValuePtr method(const ValuePtr& self, PyObject* fn) {
 
 ValuePtr Tracer::make_super(const ValuePtr& cls, const ValuePtr& self) {
   if (!cls || !cls->is_const() || !PyType_Check(cls->obj.get()))
-    graph_break("unsupported_value", "super() whose class is not known while tracing");
+    graph_break("unsupported_super", "super() whose class is not known while tracing");
   if (!self || (self->kind != VKind::Object && self->kind != VKind::Module))
-    graph_break("unsupported_value", "super() on a " + (self ? self->type_name() : "?"));
+    graph_break("unsupported_super", "super() on a " + (self ? self->type_name() : "?"));
   ValuePtr sup = Value::of_kind(VKind::Super);
   sup->self = self;
   sup->obj = cls->obj;

@@ -242,6 +242,7 @@ bool scalar_aware(int opcode) {
 #ifdef CALL_KW
     case CALL_KW:
 #endif
+    case STORE_ATTR:  // NOTE: decides itself (a counter written back, `self.step = n + 1`)
       return true;
     default:
       return false;
@@ -649,6 +650,12 @@ void Tracer::step(const bytecode::Instruction& inst) {
     case STORE_ATTR: {
       ValuePtr obj = pop();
       ValuePtr v = pop();
+      // NOTE: a scalar input (or a number computed from one) written to an attribute of the
+      // frame's own module or object stays per call: the write is replayed after the graph
+      // with this call's number (capture.cpp, build). Any other owner keeps the number.
+      if (ctx_.any_scalar &&
+          !(obj->source && (obj->kind == VKind::Module || obj->kind == VKind::Object)))
+        ctx_.specialise_scalars(v);
       store_attr(obj, name_at(arg), v);
       return;
     }
@@ -987,7 +994,9 @@ void Tracer::step(const bytecode::Instruction& inst) {
     case CALL_INTRINSIC_1: {
       if (arg == 3) {  // INTRINSIC_STOPITERATION_ERROR: PEP 479 in a generator's handler
         ValuePtr exc = pop();
-        if (!exc->is_const()) graph_break("unsupported_value", "exception in a generator");
+        if (!exc->is_const())
+          graph_break("unsupported_bytecode",
+                      "a traced exception reaching a generator's StopIteration handler");
         push(Value::constant(pep479_replacement(exc->obj.get())));
         return;
       }
@@ -1637,7 +1646,8 @@ void Tracer::set_function_attribute(const ValuePtr& fn, int flag, const ValuePtr
     case 0x04:  // annotations
       return;
     case 0x02:  // keyword-only defaults
-      if (attr->kind != VKind::Dict) graph_break("unsupported_value", "keyword defaults");
+      if (attr->kind != VKind::Dict)
+        graph_break("unsupported_function_object", "keyword-only defaults that are not a dict");
       fn->keys = attr->keys;
       fn->kwdefaults = attr->items;
       return;

@@ -37,7 +37,7 @@ class UserException : public GraphBreak {
 // Raises `exc_type(arg)` (borrowed arg), e.g. KeyError(key) as dict lookups do.
 [[noreturn]] void raise_user_arg(PyObject* exc_type, PyObject* arg, const std::string& reason);
 // Raises an exception value the traced program built: an instance, or a class
-// instantiated with no arguments. Anything else is an `unsupported_value` break.
+// instantiated with no arguments. Anything else is a `raise_of_non_exception` break.
 [[noreturn]] void raise_user_value(PyObject* exc_or_class);
 // Re-raises an exception the traced program caught (bare `raise`, RERAISE): no new context.
 [[noreturn]] void reraise_user(PyObject* exc);

@@ -54,6 +54,7 @@ void refresh(ExtraState& st) {
   std::vector<std::shared_ptr<CacheEntry>> old;
   old.swap(st.entries);
   st.skip = st.skip_known = st.warned_limit = st.fresh_objects = false;
+  st.dynamic_numbers.clear();
   st.chains.clear();
   st.epoch = g_epoch;
   st.version++;
@@ -92,7 +93,9 @@ void bump_epoch() {
   for (ExtraState* st : g_states) {
     std::move(st->entries.begin(), st->entries.end(), std::back_inserter(dropped));
     st->entries.clear();
-    st->skip = st->skip_known = st->warned_limit = false;
+    // NOTE: as refresh(): what the dropped entries saw (objects that died) is forgotten too.
+    st->skip = st->skip_known = st->warned_limit = st->fresh_objects = false;
+    st->dynamic_numbers.clear();
     st->epoch = g_epoch;
     st->version++;
   }

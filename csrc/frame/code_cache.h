@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "frame/compiled_frame.h"
@@ -23,6 +24,10 @@ struct ExtraState {
   // id_matched_local_freed): later captures guard the frame's modules by
   // structure instead (capture_frame's `structural_modules`).
   bool fresh_objects = false;
+  // Attributes and globals whose int or float changed between calls (GuardSet::
+  // changed_numbers, by source): later captures take them per call (capture's
+  // DynamicNumbersScope).
+  std::unordered_set<std::string> dynamic_numbers;
   // Resume functions and loop bodies: the user's code they continue (borrowed;
   // bytecode/ keeps both alive for the process), else null.
   PyCodeObject* root = nullptr;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "capture/context.h"
 #include "core/counters.h"
 #include "core/errors.h"
 #include "core/log.h"
@@ -241,6 +242,11 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
     }
     if (served) *served = Served();  // NOTE: what this entry's guards read is not the next's
     if (reason.empty()) reason = e->guards.failure_reason();
+    for (std::string& changed : e->guards.changed_numbers(view)) {
+      if (st.dynamic_numbers.insert(changed).second && log_enabled("recompiles"))
+        log_event("recompiles", utf8(fi.code->co_name) + ": " + changed +
+                                    " changed between calls: taken per call from now on");
+    }
   }
   int n = count_entries(st, config->id);
   // NOTE: the limit counts entries for this frame's ID-matched objects only
@@ -287,9 +293,10 @@ std::shared_ptr<CacheEntry> lookup_or_compile(ExtraState& st, const TlFrameInfo&
   // full collections they count towards: reference cycles made before the first call (an
   // FSDP2 model dropped before the next one's first step, with its parameters and gradients)
   // outlived that step (bench/distributed.py on 2 H100s: 19.5 GB more at its peak).
-  e = std::make_shared<CacheEntry>(
-      g_stub_compiler ? stub_compile(fi, config)
-                      : compile_frame(fi.code, fi.func, view, config, st.fresh_objects));
+  e = std::make_shared<CacheEntry>(g_stub_compiler ? stub_compile(fi, config) : [&] {
+    capture::DynamicNumbersScope numbers(st.dynamic_numbers);
+    return compile_frame(fi.code, fi.func, view, config, st.fresh_objects);
+  }());
   if (!e->config) e->config = config;
   watch_guarded_objects(fi.code, *e, view);
   insert_entry(st, e);

@@ -22,6 +22,7 @@ DictSnapshot::DictSnapshot(PyObject* dict) {
 }
 
 bool DictSnapshot::same_value(const Item& item, PyObject* v) {
+  if (item.type_only) return Py_TYPE(v) == item.type;
   if (v == item.address && Py_TYPE(v) == item.type) {
     // NOTE: the same address holds the same object only while the old one is alive: a
     // weakref says so; an address-only value (no weakrefs) is trusted, as DICT_VERSION
@@ -62,6 +63,23 @@ bool DictSnapshot::matches(PyObject* dict) const {
     if (!same_value(item, now)) return false;
   }
   return true;
+}
+
+}  // namespace tl::guards
+
+namespace tl::guards {
+
+DictSnapshot DictSnapshot::with_type_only(PyObject* key) const {
+  DictSnapshot out;
+  out.items_ = items_;
+  for (Item& item : out.items_) {
+    if (item.key.get() != key && !equals_exact(item.key.get(), key)) continue;
+    // NOTE: an exact int or float: its type is a builtin (immortal), nothing to keep alive.
+    item.type_only = true;
+    item.value = PyRef();
+    item.weak = false;
+  }
+  return out;
 }
 
 }  // namespace tl::guards

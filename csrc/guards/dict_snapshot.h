@@ -22,6 +22,8 @@ class DictSnapshot {
   // `dict` (borrowed) holds the same items now. Throws PythonError only if a
   // comparison raised.
   bool matches(PyObject* dict) const;
+  // A copy whose item `key` (borrowed) matches any value of its type now.
+  DictSnapshot with_type_only(PyObject* key) const;
 
  private:
   // One item. A constant value is kept (compared by value); another value is
@@ -34,9 +36,11 @@ class DictSnapshot {
     bool weak = false;
     const void* address = nullptr;
     PyTypeObject* type = nullptr;  // NOTE: types of address-only values are builtins (immortal)
+    bool type_only = false;        // with_type_only: any value of `type`
   };
   // `v` (borrowed) is the item's value: the same object, or an equal constant.
   static bool same_value(const Item& item, PyObject* v);
+  DictSnapshot() = default;
   std::vector<Item> items_;
 };
 

@@ -72,6 +72,7 @@ struct GuardSet::Impl {
   mutable bool failure_in_kept_object = false;  // see failed_in_kept_object()
   size_t n_inputs = 0;                          // bind_inputs
   mutable size_t first_root = 0;                // the root whose guards failed last (check())
+  std::vector<std::pair<ir::SourcePtr, PyRef>> number_reads;  // note_number_read
 
   Node& node_for(const ir::SourcePtr& s);
   Node* find_node(const ir::SourcePtr& s);  // null: no guard reads `s`
@@ -222,6 +223,31 @@ bool GuardSet::id_matched_local_freed() const {
   for (const IdMatchedLocal& m : impl_->id_locals)
     if (m.ref && PyWeakref_GET_OBJECT(m.ref.get()) == Py_None) return true;
   return false;
+}
+void GuardSet::relax_dict_item(const ir::SourcePtr& dict_src, PyObject* key) {
+  for (LeafGuard& g : impl_->node_for(dict_src).guards)
+    if (g.kind == GuardKind::DictVersion && g.snapshot) {
+      g.snapshot = std::make_shared<const DictSnapshot>(g.snapshot->with_type_only(key));
+      g.version = 0;  // NOTE: never a dict's version tag: the snapshot decides the next check
+    }
+}
+void GuardSet::note_number_read(ir::SourcePtr s, PyObject* value) {
+  impl_->number_reads.emplace_back(std::move(s), PyRef::borrow(value));
+}
+std::vector<std::string> GuardSet::changed_numbers(const ir::FrameView& frame) const {
+  std::vector<std::string> out;
+  for (const auto& [src, value] : impl_->number_reads) {
+    PyRef now = fetch(*src, frame);
+    if (!now) {
+      PyErr_Clear();
+      continue;
+    }
+    if (Py_TYPE(now.get()) != Py_TYPE(value.get())) continue;
+    int same = PyObject_RichCompareBool(now.get(), value.get(), Py_EQ);
+    if (same < 0) PyErr_Clear();
+    if (same == 0) out.push_back(src->str());
+  }
+  return out;
 }
 void GuardSet::add_equals_match(ir::SourcePtr s, PyObject* value) {
   impl_->add(s, LeafGuard::equals_match(value));

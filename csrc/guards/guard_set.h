@@ -52,6 +52,15 @@ class GuardSet {
   void add_dict_version(ir::SourcePtr s, PyObject* dict);
   // The dict (or dict subclass) at `s` has the keys it has now, in the same order. Borrows.
   void add_dict_keys(ir::SourcePtr s, PyObject* dict);
+  // The DICT_VERSION guard on the dict at `dict_src` (a module's __dict__) checks item `key` by
+  // type only: a number the trace reads per call (a counter made a scalar input).
+  void relax_dict_item(const ir::SourcePtr& dict_src, PyObject* key);
+  // A Python int or float the trace read as a constant from an attribute or a global (`s`):
+  // when a later call misses with another number there, changed_numbers names it, and the
+  // next capture takes it per call (a counter `self.step += 1`), not as a constant.
+  void note_number_read(ir::SourcePtr s, PyObject* value);
+  // The noted numbers (by source) that now hold another number of the same type.
+  std::vector<std::string> changed_numbers(const ir::FrameView& frame) const;
   // len(v) == n for a list/tuple/dict the trace iterated over.
   void add_length_match(ir::SourcePtr s, Py_ssize_t n);
   // `owner.<name>` (owner is the object at `s` now) is an empty dict: a

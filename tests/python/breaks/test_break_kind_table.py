@@ -4,6 +4,7 @@ sites re-kinded from the catch-all `unsupported_value` report their specific kin
 the user's file and line (found from a `# BREAK` marker), with eager's result.
 """
 
+import collections
 import math
 import os
 import pathlib
@@ -39,6 +40,15 @@ def _kinds_in_sources() -> dict[str, list[str]]:
 def _doc_rows() -> dict[str, str]:
     text = (ROOT / "docs" / "graph_breaks.md").read_text()
     return dict(_DOC_ROW.findall(text))
+
+
+def test_no_site_raises_the_catch_all_kind():
+    # NOTE: every site names what happened (issue 22): the catch-all kind is gone from the table.
+    found = _kinds_in_sources()
+    assert "unsupported_value" not in found, found.get("unsupported_value")
+    assert "unsupported_value" not in dict(torchlite._C.break_kinds())
+    for kind in ("unsupported_super", "module_hooks", "model_output_construction"):
+        assert kind in found and kind in _doc_rows()
 
 
 def test_the_source_scan_finds_the_kinds_it_should():
@@ -161,6 +171,37 @@ def _plain(x):
     return x * 2  # BREAK
 
 
+def _super_on_a_tensor(x):
+    return super(torch.Tensor, x).__repr__ and x * 2  # BREAK
+
+
+class _HooksAsList(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._forward_hooks = []  # an empty list where torch.nn keeps a dict: eager skips it
+
+    def forward(self, x):
+        return x + 1
+
+
+_HOOKS_AS_LIST = _HooksAsList()
+
+
+def _module_with_a_hook_list(x):
+    return _HOOKS_AS_LIST(x) * 2  # BREAK
+
+
+def _deque_rotated_by_a_tensor(x):
+    d = collections.deque([x, x * 2, x * 3])
+    d.rotate((x > 10).sum())  # BREAK
+    return d[0] + 1
+
+
+def _deque_indexed_by_a_tensor(x):
+    d = collections.deque([x, x * 2, x * 3])
+    return d[(x > 10).sum()] + 1  # BREAK
+
+
 class _Mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))
@@ -182,6 +223,10 @@ CASES = {
     "iterate_an_array": (_iterate_an_array, "unsupported_iteration", None),
     "return_a_method": (_return_a_method, "unsupported_return", None),
     "raise_of_none": (_raise_of_none, "raise_of_non_exception", _raise_none),
+    "super_on_a_tensor": (_super_on_a_tensor, "unsupported_super", None),
+    "module_with_a_hook_list": (_module_with_a_hook_list, "module_hooks", None),
+    "deque_rotated_by_a_tensor": (_deque_rotated_by_a_tensor, "non_constant_argument", None),
+    "deque_indexed_by_a_tensor": (_deque_indexed_by_a_tensor, "non_constant_index", None),
 }
 
 

@@ -77,3 +77,46 @@ def test_arguments_eager_rejects_raise_the_same_error(kwargs):
     with pytest.raises(ValueError) as compiled:
         torchlite.compile(fn)(torch.randn(5, 2))
     assert str(compiled.value) == str(eager.value)
+
+
+# heapq.nlargest / nsmallest (Python code over C heap helpers): Counter.most_common(n >= 2)
+
+
+def test_counter_most_common_two_or_more_is_one_graph():
+    import collections
+
+    def fn(x, words):
+        counts = collections.Counter(words)
+        top = counts.most_common(3)
+        return x * top[0][1] + top[1][1] - top[2][1], [w for w, _ in top]
+
+    words = ["a", "b", "a", "c", "b", "a", "d", "c", "c", "c"]
+    check(fn, torch.randn(4), words)
+    assert _graphs_and_breaks(fn, torch.randn(4), words) == (1, 0)
+
+
+@pytest.mark.parametrize("n", [-1, 0, 1, 2, 4, 9])
+def test_heapq_nlargest_nsmallest_with_and_without_key_keep_ties_order(n):
+    import heapq
+
+    def fn(x, pairs):
+        big = heapq.nlargest(n, pairs, key=lambda p: p[0])
+        small = heapq.nsmallest(n, pairs, key=lambda p: p[0])
+        plain = heapq.nlargest(n, [p[0] for p in pairs])
+        return x + len(big), big, small, plain, heapq.nsmallest(n, x.shape)
+
+    pairs = [(2, "a"), (1, "b"), (2, "c"), (0, "d"), (1, "e"), (2, "f")]
+    check(fn, torch.randn(3, 5), pairs)
+    assert _graphs_and_breaks(fn, torch.randn(3, 5), pairs) == (1, 0)
+
+
+def test_topk_of_sizes_with_heapq_over_traced_tensors():
+    import heapq
+
+    def fn(xs):
+        largest = heapq.nlargest(2, xs, key=lambda t: t.shape[0])
+        return torch.cat(largest).sum()
+
+    xs = [torch.randn(3), torch.randn(5), torch.randn(4)]
+    check(fn, xs)
+    assert _graphs_and_breaks(fn, xs) == (1, 0)

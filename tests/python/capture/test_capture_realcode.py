@@ -809,3 +809,97 @@ def test_xlm_style_asserts_on_lengths_stay_in_one_graph(causal):
         assert_same(compiled(ids, lengths), model(ids, lengths))
         with pytest.raises(AssertionError):
             compiled(ids, torch.tensor([3, 7]))  # a length past the sequence, as eager raises
+
+
+# Issue 22: modules built in forward across a break, counters, most_common(n).
+
+
+class _ClassInstantier(OrderedDict):
+    """transformers' ACT2CLS/ClassInstantier: `_ACT2CLS_PER_CALL["gelu"]` builds the activation anew."""
+
+    def __getitem__(self, key):
+        content = super().__getitem__(key)
+        cls, kwargs = content if isinstance(content, tuple) else (content, {})
+        return cls(**kwargs)
+
+
+_ACT2CLS_PER_CALL = _ClassInstantier(
+    {
+        "gelu": torch.nn.GELU,
+        "gelu_new": (torch.nn.GELU, {"approximate": "tanh"}),
+        "silu": torch.nn.SiLU,
+    }
+)
+
+
+@torchlite.disable
+def _report(*args):
+    """A helper compiled code cannot see into (a progress callback, a profiler marker)."""
+
+
+class _MlpWithActivationLookup(torch.nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.fc1, self.fc2, self.act_name = torch.nn.Linear(4, 8), torch.nn.Linear(8, 4), act
+
+    def forward(self, x):
+        act = _ACT2CLS_PER_CALL[self.act_name]
+        h = act(self.fc1(x))
+        _report("mlp", h.shape)
+        return self.fc2(act(h))
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_new", "silu"])
+def test_activation_looked_up_per_call_and_live_at_a_break_hits_the_cache(act):
+    model = _MlpWithActivationLookup(act)
+    compiled = torchlite.compile(model)
+    x = torch.randn(2, 4)
+    assert_same(compiled(x), model(x))
+    before = counters()
+    assert_same(compiled(x), model(x))
+    after = counters()
+    assert after["frames"] == before["frames"] and after["recompiles"] == before["recompiles"]
+
+
+class _StepScheduledDropPath(torch.nn.Module):
+    """timm/transformers-style step bookkeeping: a Python int step counter read into math."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+        self.num_steps = 0
+        self.ema = 0.0
+
+    def forward(self, x):
+        self.num_steps += 1
+        self.ema = 0.9 * self.ema + 0.1 * self.num_steps
+        return self.proj(x) * (0.1 * self.num_steps - 1) + self.ema
+
+
+def test_step_counter_and_running_average_do_not_recompile_every_call():
+    model, eager = _StepScheduledDropPath(), _StepScheduledDropPath()
+    eager.load_state_dict(model.state_dict())
+    compiled = torchlite.compile(model)
+    before = counters()
+    for _ in range(12):
+        x = torch.randn(3, 4)
+        assert_same(compiled(x), eager(x))
+    after = counters()
+    assert (
+        after["frames"] - before["frames"] <= 2
+        and after["eager_fallbacks"] == before["eager_fallbacks"]
+    )
+    assert model.num_steps == eager.num_steps == 12 and model.ema == pytest.approx(eager.ema)
+
+
+def test_counter_most_common_vocabulary_in_forward_is_one_graph():
+    import collections
+
+    def fn(x, tokens):
+        top = collections.Counter(tokens).most_common(2)
+        return x * top[0][1] - top[1][1], [t for t, _ in top]
+
+    tokens = ["the", "a", "the", "cat", "a", "the"]
+    check(fn, torch.randn(3), tokens)
+    report = torchlite.explain(fn)(torch.randn(3), tokens)
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
