@@ -32,10 +32,15 @@ int64_t space_value(const LoopSpace& s, int64_t site) {
 }  // namespace
 
 int64_t site_value(const ir::Kernel& k, const LoopSpace& s, int64_t site) {
-  if (site >> 20 != 4) return space_value(s, site);
+  const int64_t kind = site >> 20;
+  if (kind < 4) return space_value(s, site);
   const size_t i = static_cast<size_t>(site & ((int64_t{1} << 20) - 1));
   TL_CHECK(i < k.exprs.size()) << "dims site of no expr";
-  return k.exprs[i].ivalue;
+  if (kind == 4) return k.exprs[i].ivalue;
+  const Magic64 m = magic_u64(k.exprs[i].ivalue);
+  if (kind == 5) return static_cast<int64_t>(m.multiplier);
+  TL_CHECK(kind == 6) << "unknown dims site " << site;
+  return m.shift;
 }
 
 bool literal_site(const LoopSpace& s, int64_t site) {
