@@ -1,5 +1,6 @@
 #include "codegen/cpu/emission_key.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "codegen/common/runtime_constants.h"
@@ -30,6 +31,13 @@ int64_t space_value(const LoopSpace& s, int64_t site) {
   return 0;
 }
 }  // namespace
+
+namespace {
+std::atomic<bool> g_plain_division{false};
+}  // namespace
+
+void set_plain_runtime_division(bool on) { g_plain_division = on; }
+bool plain_runtime_division() { return g_plain_division; }
 
 int64_t site_value(const ir::Kernel& k, const LoopSpace& s, int64_t site) {
   const int64_t kind = site >> 20;
@@ -110,6 +118,7 @@ class KeyWriter {
 std::string emission_key(const ir::Kernel& k, const LoopSpace& s) {
   KeyWriter w(k.runtime_sizes);
   w.tag(k.runtime_sizes ? 'R' : 'S');
+  if (k.runtime_sizes && plain_runtime_division()) w.tag('P');
   w.raw(k.aliased_io);
   w.raw(k.grouped);
   w.raw(k.reduction_axes);

@@ -39,6 +39,11 @@ inline int64_t constant_site(size_t expr) {
 inline int64_t magic_site(size_t expr) { return (int64_t{5} << 20) + static_cast<int64_t>(expr); }
 inline int64_t shift_site(size_t expr) { return (int64_t{6} << 20) + static_cast<int64_t>(expr); }
 
+// Bench only (bench/runtime_divisors.py --device cpu): runtime divisors divided plainly (a
+// hardware divide by the loaded number) instead of by their magic numbers; in the emission key.
+void set_plain_runtime_division(bool on);
+bool plain_runtime_division();
+
 // The number at `site` of kernel `k` and its loop space `s`.
 int64_t site_value(const ir::Kernel& k, const LoopSpace& s, int64_t site);
 

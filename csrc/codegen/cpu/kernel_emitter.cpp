@@ -132,7 +132,8 @@ llvm::Value* Emitter::magic_divide(int i) {
                        e.op == ExprOp::FloorDiv || e.op == ExprOp::Remainder ||
                        e.op == ExprOp::Fmod;
   // NOTE: 64-bit only (index math): an I32 constant's dims number is truncated where it is read.
-  if (!divides || e.type != ST::I64 || e.operands.size() != 2) return nullptr;
+  if (!divides || e.type != ST::I64 || e.operands.size() != 2 || plain_runtime_division())
+    return nullptr;
   const int d = e.operands[1];
   if (!runtime_constants_[d] || k_.exprs[d].op != ExprOp::Constant || type(d) != ST::I64)
     return nullptr;
