@@ -78,6 +78,7 @@ CapturedFrame::CapturedFrame(std::shared_ptr<const ir::Graph> graph, ir::Residua
     input_fetchers_.emplace_back(*p->source);
   }
   rerun_devices_ = rerun_devices(*graph_);
+  for (const auto& n : graph_->nodes()) any_undoable_ = any_undoable_ || ir::undoable_effect(*n);
 }
 
 CapturedFrame::Made CapturedFrame::make_closures(const std::vector<PyRef>& outputs,
@@ -460,6 +461,22 @@ std::vector<PyRef> CapturedFrame::run_graph(const ir::FrameView& frame, Served* 
       if (plain && (check_first || failed_before_any_effect(graph, n))) {
         PyErr_Clear();
         throw RunEagerly{};
+      }
+      // NOTE: a graph without draws or grad-mode switches that failed before its first lasting
+      // write left no trace either, also where the failing node is not known (a training
+      // graph's forward run op by op without LLVM writes batch norm's running statistics after
+      // its last op, where eager's batch norm writes them before a later op raises): eager's
+      // rerun then raises the op's error with eager's state.
+      if (plain && !any_undoable_) {
+        // NOTE: with the run's error fetched: a training callable's mark is an attribute read.
+        PyObject *type, *value, *trace;
+        PyErr_Fetch(&type, &value, &trace);
+        PyRef error_type = PyRef::steal(type), error = PyRef::steal(value),
+              error_trace = PyRef::steal(trace);
+        if (instance ? instance->failed_before_lasting_effects()
+                     : executable_->failed_before_lasting_effects())
+          throw RunEagerly{};  // NOTE: the user's error is dropped: eager raises it
+        PyErr_Restore(error_type.release(), error.release(), error_trace.release());
       }
       // Raised after random draws or grad-mode switches but before anything lasting: with the
       // generators and the grad mode put back, the graph has left no trace (capture lets an op

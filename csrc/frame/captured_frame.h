@@ -82,6 +82,9 @@ class CapturedFrame : public CompiledFrame {
   // generators' states and the grad mode before the graph and restores them for an eager
   // rerun; null otherwise.
   PyRef rerun_devices_;
+  // Whether the graph holds an undoable effect (a draw, a grad-mode switch): without one, a run
+  // that failed before its first lasting effect left nothing behind.
+  bool any_undoable_ = false;
 };
 
 }  // namespace tl::frame

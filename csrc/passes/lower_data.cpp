@@ -439,7 +439,7 @@ bool adaptive_avg_pool2d(RuleCtx& c) {
     std::vector<int64_t> dims{static_cast<int64_t>(axes[0]), static_cast<int64_t>(axes[1])};
     if (!reduction::setup(c, in, dims)) return false;
     int sum = c.reduce(ExprOp::ReduceSum, c.value(in, ct));
-    return c.finish(c.binary(ExprOp::Div, sum, c.constant(double(s[axes[0]] * s[axes[1]]), ct)));
+    return c.finish(c.binary(ExprOp::Div, sum, c.count(s[axes[0]] * s[axes[1]], ct)));
   }
   // The largest window along an axis of input size n and output size m.
   auto widest = [](int64_t n, int64_t m) {

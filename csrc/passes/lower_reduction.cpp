@@ -107,7 +107,7 @@ bool reduce(RuleCtx& c) {
   if (!ok || !setup(c, x, dims) || t == ScalarType::Bool) return false;
   if (Mean && !ir::is_floating(t)) return false;
   int r = c.reduce(Op, c.value(x, t));
-  if (Mean) r = c.binary(ExprOp::Div, r, c.constant(double(reduced_numel(c.out)), t));
+  if (Mean) r = c.binary(ExprOp::Div, r, c.count(reduced_numel(c.out), t));
   return c.finish(r);
 }
 
@@ -197,7 +197,7 @@ bool rms_norm(RuleCtx& c) {
   if (!eps || !setup(c, x, dims)) return false;
   c.out.full_result = true;
   int v = c.value(x, t);
-  int n = c.constant(double(reduced_numel(c.out)), t);
+  int n = c.count(reduced_numel(c.out), t);
   int ms = c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Mul, v, v)), n);
   int rstd = c.unary(ExprOp::Rsqrt, c.binary(ExprOp::Add, ms, c.constant(*eps, t)));
   int r = c.binary(ExprOp::Mul, v, rstd);

@@ -43,24 +43,30 @@ bool var_args(RuleCtx& c, std::optional<std::vector<int64_t>>* dims, double* cor
 }
 
 Moments moments(RuleCtx& c, int v, double correction, ScalarType t) {
-  double n = double(reduced_numel(c.out));
-  int rough = c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, v), c.constant(n, t));
+  // NOTE: the counts as c.count (a dims number with runtime sizes): a variance over a dynamic
+  // length keeps one kernel text for every length.
+  const int64_t numel = reduced_numel(c.out);
+  double n = double(numel);
+  int rough = c.binary(ExprOp::Div, c.reduce(ExprOp::ReduceSum, v), c.count(numel, t));
   int d = c.binary(ExprOp::Sub, v, rough);
   int sd = c.reduce(ExprOp::ReduceSum, d);
   Moments m;
-  m.mean = c.binary(ExprOp::Add, rough, c.binary(ExprOp::Div, sd, c.constant(n, t)));
+  m.mean = c.binary(ExprOp::Add, rough, c.binary(ExprOp::Div, sd, c.count(numel, t)));
   double divisor = std::max(0.0, n - correction);
   if (divisor == 0) {  // inf or NaN, like eager
     int ss = c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Mul, d, d));
     m.var = c.binary(ExprOp::Div, ss, c.constant(0, t));
     return m;
   }
-  int k = c.constant(1 / std::sqrt(divisor), t);
+  // 1 / sqrt(n - correction), computed in the kernel from the count (row-invariant: hoisted).
+  int counted = c.count(numel, t);
+  if (correction != 0) counted = c.binary(ExprOp::Sub, counted, c.constant(correction, t));
+  int k = c.binary(ExprOp::Div, c.constant(1, t), c.unary(ExprOp::Sqrt, counted));
   int e = c.binary(ExprOp::Mul, d, k);
   int ss = c.reduce(ExprOp::ReduceSum, c.binary(ExprOp::Mul, e, e));
   int se = c.binary(ExprOp::Mul, sd, k);
   int var = c.binary(ExprOp::Sub, ss,
-                     c.binary(ExprOp::Div, c.binary(ExprOp::Mul, se, se), c.constant(n, t)));
+                     c.binary(ExprOp::Div, c.binary(ExprOp::Mul, se, se), c.count(numel, t)));
   // NOTE: rounding can take a zero variance below 0 (a NaN std); NaN stays NaN.
   m.var = c.binary(ExprOp::Maximum, var, c.constant(0, t));
   return m;

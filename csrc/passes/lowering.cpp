@@ -179,6 +179,15 @@ int RuleCtx::constant(double v, ScalarType t) {
   return push(e);
 }
 
+int RuleCtx::count(int64_t n, ScalarType t) {
+  if (n < 2 || !ir::is_floating(t)) return constant(static_cast<double>(n), t);
+  Expr e;
+  e.op = ExprOp::Constant;
+  e.type = ScalarType::I64;
+  e.ivalue = n;
+  return cast(push(e), t);
+}
+
 int RuleCtx::unary(ExprOp op, int a) {
   bool pred =
       op == ExprOp::IsNan || op == ExprOp::IsInf || op == ExprOp::IsFinite || op == ExprOp::Not;

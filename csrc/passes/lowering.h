@@ -86,6 +86,11 @@ class RuleCtx {
   // anything else makes finish() fail.
   int value(const ir::Arg* a, ir::ScalarType t);
   int constant(double v, ir::ScalarType t);
+  // A number of elements `n` (a mean's or variance's divisor) as type `t`: n >= 2 is an integer
+  // constant cast to `t`, so a kernel with runtime sizes reads it from its dims array
+  // (codegen/common/runtime_constants.h) and a mean over a dynamic length keeps one text for
+  // every length (a float literal was an LLVM or NVRTC compile per length).
+  int count(int64_t n, ir::ScalarType t);
   int unary(ir::ExprOp op, int a);          // same type; b8 for predicates
   int binary(ir::ExprOp op, int a, int b);  // type of a; b8 for comparisons
   int where(int c, int a, int b);

@@ -341,29 +341,14 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
     use_cuda_graphs(ex, ctx, trace);
     return ex;
   }
-  // NOTE: on the GPU every kernel takes its sizes at run time: a division by a
-  // number read from the (constant-bank) dims parameter costs some instructions,
-  // a kernel compiled per size costs an NVRTC compile (tens of ms) at every new
-  // size (an embedding's gather, a mask built from arange). On the CPU, kernels
-  // whose index math divides (coordinates of a reshaped transposed view, cat,
-  // pad: integer floordiv/remainder) keep their sizes in the code: their
-  // expressions hold size-derived divisors, and divisions by them ran ~3x slower
-  // as loaded numbers (docs/internals/dynamic-shapes.md). Index math without a
-  // division (GPT-2's `wte[ids] + wpe[arange(t)]`: a coordinate times a row
-  // stride) costs what a pointwise kernel's loaded numbers cost, and compiled
-  // per size it cost an LLVM compile at every new length.
-  auto index_math = [](const ir::Kernel& k) {
-    bool indexes = false, divides = false;
-    for (const ir::Expr& e : k.exprs) {
-      indexes |= e.op == ir::ExprOp::Gather || e.op == ir::ExprOp::Index;
-      divides |= (e.op == ir::ExprOp::FloorDiv || e.op == ir::ExprOp::TruncDiv ||
-                  e.op == ir::ExprOp::Remainder || e.op == ir::ExprOp::Fmod) &&
-                 !ir::is_floating(e.type);
-    }
-    return indexes && divides;
-  };
-  for (auto& fk : st.partition.kernels)
-    fk.kernel.runtime_sizes = ctx.runtime_sizes && (device->cuda || !index_math(fk.kernel));
+  // NOTE: every kernel takes its sizes at run time: a division by a number read from the dims
+  // costs some instructions, a kernel compiled per size costs an NVRTC or LLVM compile (tens of
+  // ms) at every new size (an embedding's gather, a mask built from arange, Llama's repeat_kv).
+  // Index math that divides by a size (coordinates of a reshaped transposed or expanded view,
+  // cat, pad) divides by its magic numbers from the dims array on both devices (CUDA
+  // tl_idiv_magic, CPU Emitter::magic_divide): as loaded numbers divided plainly, those CPU
+  // kernels ran ~3x slower than with literals (bench/runtime_divisors.py --device cpu).
+  for (auto& fk : st.partition.kernels) fk.kernel.runtime_sizes = ctx.runtime_sizes;
   if (ctx.settings.group_kernels) {
     size_t saved = passes::group_kernels(st.partition);
     counters().launches_grouped += static_cast<int64_t>(saved);

@@ -6,6 +6,7 @@
 #include "core/flags.h"
 #include "runtime/disk_cache.h"
 #ifdef TORCHLITE_HAVE_LLVM
+#include "codegen/cpu/emission_key.h"
 #include "runtime/cpu/jit.h"
 #endif
 
@@ -83,6 +84,16 @@ void bind_cache(py::module_& m) {
   m.def(
       "llvm_compiles", [] { return jit_counts().llvm_compiles; },
       "CPU kernels LLVM compiled in this process (not reused, not from the disk cache).");
+  m.def(
+      "_set_cpu_plain_division",
+      [](bool on) {
+#ifdef TORCHLITE_HAVE_LLVM
+        codegen::cpu::set_plain_runtime_division(on);
+#else
+        (void)on;
+#endif
+      },
+      "Bench only: CPU kernels divide by runtime divisors plainly (not by magic numbers).");
   m.def(
       "llvm_emits", [] { return jit_counts().kernel_emits; },
       "CPU kernels whose LLVM module was emitted in this process (a kernel whose lowered form "

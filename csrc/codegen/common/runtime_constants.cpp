@@ -1,5 +1,7 @@
 #include "codegen/common/runtime_constants.h"
 
+#include "core/errors.h"
+
 namespace tl::codegen {
 
 using ir::ExprOp;
@@ -26,6 +28,16 @@ std::vector<char> runtime_constants(const ir::Kernel& k) {
              (e.type == ir::ScalarType::I32 || e.type == ir::ScalarType::I64) && e.ivalue >= 2;
   }
   return out;
+}
+
+Magic64 magic_u64(int64_t d) {
+  TL_CHECK(d >= 2) << "magic division by " << d;
+  Magic64 m;
+  while ((uint64_t{1} << m.shift) < static_cast<uint64_t>(d)) ++m.shift;
+  using U128 = unsigned __int128;
+  const U128 excess = (uint64_t{1} << m.shift) - static_cast<uint64_t>(d);  // < d
+  m.multiplier = static_cast<uint64_t>((excess << 64) / static_cast<U128>(d)) + 1;
+  return m;
 }
 
 }  // namespace tl::codegen

@@ -5,6 +5,7 @@
 // `wpe[past + arange(1)]`, the strides and sizes a reshape of a non-contiguous value divides its
 // linear index by (Llama's repeat_kv: n_rep x length x head size). As literals, each new length
 // of a generate() loop gave those kernels a new text: a compile per token.
+#include <cstdint>
 #include <vector>
 
 #include "ir/loop_ir.h"
@@ -20,5 +21,15 @@ namespace tl::codegen {
 // of 64) makes another text at those sizes: one compile, never a wrong result (the literal is in
 // the text and in both emission keys).
 std::vector<char> runtime_constants(const ir::Kernel& k);
+
+// Granlund-Montgomery numbers for dividing a 64-bit 0 <= u < 2^63 by 2 <= d < 2^63 (the CPU
+// emitter's runtime divisors, passed in the dims array per size): with l = ceil(log2 d) and
+// m = floor(2^64 (2^l - d) / d) + 1 (< 2^64), u / d = (mulhi64(u, m) + u) >> l, exact because
+// mulhi64(u, m) < u keeps the sum below 2^64. The multiplier is returned as its bits.
+struct Magic64 {
+  uint64_t multiplier = 0;
+  int shift = 0;
+};
+Magic64 magic_u64(int64_t d);
 
 }  // namespace tl::codegen

@@ -1,5 +1,6 @@
 #include "codegen/cpu/emission_key.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "codegen/common/runtime_constants.h"
@@ -31,11 +32,23 @@ int64_t space_value(const LoopSpace& s, int64_t site) {
 }
 }  // namespace
 
+namespace {
+std::atomic<bool> g_plain_division{false};
+}  // namespace
+
+void set_plain_runtime_division(bool on) { g_plain_division = on; }
+bool plain_runtime_division() { return g_plain_division; }
+
 int64_t site_value(const ir::Kernel& k, const LoopSpace& s, int64_t site) {
-  if (site >> 20 != 4) return space_value(s, site);
+  const int64_t kind = site >> 20;
+  if (kind < 4) return space_value(s, site);
   const size_t i = static_cast<size_t>(site & ((int64_t{1} << 20) - 1));
   TL_CHECK(i < k.exprs.size()) << "dims site of no expr";
-  return k.exprs[i].ivalue;
+  if (kind == 4) return k.exprs[i].ivalue;
+  const Magic64 m = magic_u64(k.exprs[i].ivalue);
+  if (kind == 5) return static_cast<int64_t>(m.multiplier);
+  TL_CHECK(kind == 6) << "unknown dims site " << site;
+  return m.shift;
 }
 
 bool literal_site(const LoopSpace& s, int64_t site) {
@@ -105,6 +118,7 @@ class KeyWriter {
 std::string emission_key(const ir::Kernel& k, const LoopSpace& s) {
   KeyWriter w(k.runtime_sizes);
   w.tag(k.runtime_sizes ? 'R' : 'S');
+  if (k.runtime_sizes && plain_runtime_division()) w.tag('P');
   w.raw(k.aliased_io);
   w.raw(k.grouped);
   w.raw(k.reduction_axes);

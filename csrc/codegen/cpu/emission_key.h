@@ -33,6 +33,16 @@ inline int64_t offset_site(size_t buffer) {
 inline int64_t constant_site(size_t expr) {
   return (int64_t{4} << 20) + static_cast<int64_t>(expr);
 }
+// The magic multiplier (its bits) and shift (codegen/common/runtime_constants.h magic_u64) of a
+// runtime divisor, expr `expr`: computed per size from its value, always read from the dims
+// array (a multiplier or shift of 0 or 1 at one size is another number at the next).
+inline int64_t magic_site(size_t expr) { return (int64_t{5} << 20) + static_cast<int64_t>(expr); }
+inline int64_t shift_site(size_t expr) { return (int64_t{6} << 20) + static_cast<int64_t>(expr); }
+
+// Bench only (bench/runtime_divisors.py --device cpu): runtime divisors divided plainly (a
+// hardware divide by the loaded number) instead of by their magic numbers; in the emission key.
+void set_plain_runtime_division(bool on);
+bool plain_runtime_division();
 
 // The number at `site` of kernel `k` and its loop space `s`.
 int64_t site_value(const ir::Kernel& k, const LoopSpace& s, int64_t site);

@@ -54,6 +54,11 @@ class Emitter {
   // values other than 0 and 1) a number read from the dims array once, in the
   // entry block. `site` names where it is used, so each site has one slot.
   llvm::Value* num(int64_t site, int64_t v);
+  // A number read from the dims array whatever its value (a magic multiplier or shift).
+  llvm::Value* param(int64_t site, int64_t v);
+  // Integer division or remainder of expr i by a runtime divisor (runtime_constants.h) with its
+  // magic numbers, or null when expr i is no such division.
+  llvm::Value* magic_divide(int i);
   bool is_literal(int64_t site) const;
   llvm::Value* outer_size(size_t d) { return num(outer_site(d), s_.outer[d]); }
   llvm::Value* red_size(size_t d) { return num(red_site(d), s_.red[d]); }

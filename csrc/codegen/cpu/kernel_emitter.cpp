@@ -45,6 +45,10 @@ void Emitter::run() {
 
 llvm::Value* Emitter::num(int64_t site, int64_t v) {
   if (!k_.runtime_sizes || v == 0 || v == 1 || is_literal(site)) return b_.getInt64(v);
+  return param(site, v);
+}
+
+llvm::Value* Emitter::param(int64_t site, int64_t v) {
   auto [it, fresh] = params_.try_emplace(site, nullptr);
   if (!fresh) return it->second;
   int64_t slot = static_cast<int64_t>(params_.size()) - 1;
@@ -89,6 +93,8 @@ llvm::Value* Emitter::value(int i) {
     v = convert(b_, load_elem(b_, ptrs_[e.buffer], off, t), t, e.type);
   } else if (e.op == ExprOp::Index) {
     v = off_[s_.index_buffer.at(e.ivalue)];  // its pseudo-buffer's offset is the coordinate
+  } else if (llvm::Value* q = magic_divide(i)) {
+    v = q;
   } else if (e.op == ExprOp::Constant && runtime_constants_[i]) {
     v = b_.CreateTrunc(num(constant_site(static_cast<size_t>(i)), e.ivalue),
                        e.type == ST::I32 ? b_.getInt32Ty() : b_.getInt64Ty());
@@ -112,6 +118,53 @@ llvm::Value* Emitter::value(int i) {
     v = emit_binary(b_, e.op, e.type, operand(ops[0], e.type), operand(ops[1], e.type));
   }
   return cache_[i] = v;
+}
+
+// NOTE: a division by a number the compiler cannot see is a hardware divide (~25-40 cycles,
+// not vectorised): index math by runtime sizes (a reshape of a transposed or expanded view,
+// Llama's repeat_kv) ran ~3x slower than with literal divisors. The magic numbers make it a
+// multiply-high, an add and a shift, as LLVM emits for a literal. Signed operands: for x < 0,
+// floor(x / d) = ~(~x / d) with ~x >= 0 (branch-free, so the row loop still vectorises);
+// truncation and C's remainder are corrected from the floor's remainder.
+llvm::Value* Emitter::magic_divide(int i) {
+  const ir::Expr& e = k_.exprs[i];
+  const bool divides = e.op == ExprOp::Div || e.op == ExprOp::TruncDiv ||
+                       e.op == ExprOp::FloorDiv || e.op == ExprOp::Remainder ||
+                       e.op == ExprOp::Fmod;
+  // NOTE: 64-bit only (index math): an I32 constant's dims number is truncated where it is read.
+  if (!divides || e.type != ST::I64 || e.operands.size() != 2 || plain_runtime_division())
+    return nullptr;
+  const int d = e.operands[1];
+  if (!runtime_constants_[d] || k_.exprs[d].op != ExprOp::Constant || type(d) != ST::I64)
+    return nullptr;
+  llvm::Type* i64 = b_.getInt64Ty();
+  llvm::Type* i128 = b_.getInt128Ty();
+  const int64_t divisor = k_.exprs[d].ivalue;
+  const Magic64 magic = magic_u64(divisor);
+  llvm::Value* x = operand(e.operands[0], e.type);
+  llvm::Value* y = operand(d, e.type);
+  llvm::Value* m =
+      param(magic_site(static_cast<size_t>(d)), static_cast<int64_t>(magic.multiplier));
+  llvm::Value* l = param(shift_site(static_cast<size_t>(d)), magic.shift);
+  llvm::Value* sign = b_.CreateAShr(x, 63);  // 0 or -1
+  llvm::Value* u = b_.CreateXor(x, sign);    // 0 <= u < 2^63
+  llvm::Value* hi = b_.CreateTrunc(
+      b_.CreateLShr(b_.CreateMul(b_.CreateZExt(u, i128), b_.CreateZExt(m, i128)), 64), i64);
+  llvm::Value* q = b_.CreateXor(b_.CreateLShr(b_.CreateAdd(hi, u), l), sign);  // floor(x / y)
+  llvm::Value* r = b_.CreateSub(x, b_.CreateMul(q, y));                        // 0 <= r < y
+  llvm::Value* out = nullptr;
+  if (e.op == ExprOp::FloorDiv) {
+    out = q;
+  } else if (e.op == ExprOp::Remainder) {
+    out = r;
+  } else {
+    // Truncation: x < 0 with a remainder rounds up by one (C's remainder is then r - y).
+    llvm::Value* up =
+        b_.CreateAnd(b_.CreateICmpSLT(x, b_.getInt64(0)), b_.CreateICmpNE(r, b_.getInt64(0)));
+    out = e.op == ExprOp::Fmod ? b_.CreateSub(r, b_.CreateSelect(up, y, b_.getInt64(0)))
+                               : b_.CreateAdd(q, b_.CreateZExt(up, i64));
+  }
+  return out;
 }
 
 void Emitter::store_outputs(int pass) {

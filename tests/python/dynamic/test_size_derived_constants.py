@@ -1,9 +1,9 @@
 """Integer constants that lowering derives from sizes (a cat's part bound and clamp, the first
 position of a slice or an embedding read) are read by CPU kernels from their dims array
 (codegen/common/runtime_constants.h), so a decode loop compiles no kernel after its first lengths
-(before: a literal, an LLVM compile per token). CPU kernels whose index math divides keep their
-sizes in the code (pipeline/compile_graph.cpp: divisions by loaded numbers ran ~3x slower). Every
-result is checked against eager. The CUDA side, where divisors are dims numbers too:
+(before: a literal, an LLVM compile per token). CPU kernels whose index math divides read their
+divisors' magic numbers from the dims too (tests/python/dynamic/test_cpu_runtime_divisors.py).
+Every result is checked against eager. The CUDA side, where divisors are dims numbers too:
 tests/python/cuda/test_cuda_kernel_reuse.py and tests/python/passes/test_cuda_runtime_constants.py."""
 
 import pytest
