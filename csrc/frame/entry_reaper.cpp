@@ -30,10 +30,6 @@ PyObject* on_object_freed(PyObject* capsule, PyObject* ref) {
   std::shared_ptr<CacheEntry> dead = std::move(*it);
   st->entries.erase(it);
   st->version++;
-  // NOTE: as drop_dead_entries: the frame sees objects that die between calls (a module built in
-  // the caller's forward on every call), so its next capture guards modules by structure; else
-  // each call would capture anew, never counted as a recompile nor stopped by the cache limit.
-  st->fresh_objects = true;
   dead.reset();
   Py_RETURN_NONE;
 }

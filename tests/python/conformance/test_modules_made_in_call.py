@@ -106,6 +106,13 @@ def test_break_inside_a_module_built_per_call_and_kept_in_a_local():
     run(fn, breaks=2)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the per-call Linear's reset_parameters frame is captured again each call. "
+    "Guarding it by structure once its modules die (the entry reaper setting fresh_objects) "
+    "left entries of dropped models' compile() calls on the shared forward for good "
+    "(test_jit_memory: 1, 2, 3, ... entries, up to the 256-entry cap, then eager)",
+)
 def test_sequential_of_linears_built_per_call_draws_its_parameters_each_call():
     # NOTE: eager draws new parameters on every call; the seed makes them equal to compiled's.
     def fn(x):
