@@ -20,9 +20,19 @@ bool strictly_channels_last(const ir::TensorMeta& m) {
          m.strides != contiguous_strides(m.sizes);
 }
 
+// The same strides where they matter: an axis of size 1 is never stepped over.
+bool same_layout(const ir::TensorMeta& m, const std::vector<int64_t>& strides) {
+  for (size_t d = 0; d < m.sizes.size(); ++d)
+    if (m.sizes[d] > 1 && m.strides[d] != strides[d]) return false;
+  return true;
+}
+
+// NOTE: not also channels-last once size-1 axes are ignored (a depthwise weight, O x 1 x k x
+// k): torch calls that channels-last already and neither it nor contiguous() copies it.
 bool contiguous_kxk(const ir::TensorMeta& w) {
   return w.sizes.size() == 4 && w.sizes[2] * w.sizes[3] > 1 &&
-         w.strides == contiguous_strides(w.sizes) && w.strides != channels_last_strides(w.sizes);
+         w.strides == contiguous_strides(w.sizes) &&
+         !same_layout(w, channels_last_strides(w.sizes));
 }
 
 // A graph input the caller reads from an object (a module's parameter, a
@@ -149,9 +159,10 @@ int convert_conv_weights(ir::Graph& graph) {
       copy = insert_call(graph, first, {}, "contiguous", {ir::Arg::of_node(const_cast<Node*>(w))},
                          {{"memory_format", ir::Arg::constant(torch_fn("channels_last"))}},
                          w->meta->device);
-      // NOTE: the meta run gives channels-last strides; a weight whose meta run kept it (a 1x1
-      // weight is both layouts, excluded above) would make this a no-op view.
-      TL_CHECK(copy->meta->strides == channels_last_strides(copy->meta->sizes))
+      // NOTE: a weight torch already calls channels-last (excluded above) would come back as
+      // itself, a no-op.
+      TL_CHECK(same_layout(*copy->meta, channels_last_strides(copy->meta->sizes)) &&
+               !same_layout(*copy->meta, w->meta->strides))
           << "contiguous(memory_format=channels_last) of a conv weight is not channels-last";
     }
     replace_uses({conv}, w, copy);

@@ -30,8 +30,8 @@ def count(name):
 
 
 def net(dtype=torch.float32, k=3):
-    """Four k x k convolutions (strided, grouped, no bias), then a 1x1 (its weight is both
-    layouts: never converted)."""
+    """Four k x k convolutions (strided, grouped, no bias), then a depthwise one and a 1x1 (their
+    weights are both layouts to torch: never converted)."""
     m = nn.Sequential(
         nn.Conv2d(3, 8, k, padding=k // 2),
         nn.ReLU(),
@@ -40,6 +40,7 @@ def net(dtype=torch.float32, k=3):
         nn.SiLU(),
         nn.Conv2d(16, 16, k, padding=k // 2, groups=4),
         nn.Conv2d(16, 12, (1, k), padding=(0, k // 2)),
+        nn.Conv2d(12, 12, k, padding=k // 2, groups=12),
         nn.Conv2d(12, 8, 1),
     )
     return m.eval().to(dtype=dtype)
@@ -94,6 +95,7 @@ def test_writes_between_calls_are_seen_through_w_data_in_place_and_new_tensors()
         torch.testing.assert_close(f(x), m(x), **tol(torch.float32))
         m[2].weight.data = torch.randn(16, 8, 3, 3)
         m[6].weight = nn.Parameter(torch.randn(12, 16, 1, 3))
+        m[7].weight.data.mul_(-1)
         torch.testing.assert_close(f(x), m(x), **tol(torch.float32))
         m.load_state_dict(net().state_dict())
         torch.testing.assert_close(f(x), m(x), **tol(torch.float32))
