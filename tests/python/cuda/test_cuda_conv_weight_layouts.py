@@ -66,8 +66,10 @@ def test_weights_convert_in_one_launch(dtype):
         x = image(dtype=dtype)
         assert_follows(f(x), m(x))
         assert_follows(off(x), m(x))
-        assert count("conv_weights_converted") == 4
-        assert len(weight_copies_in_call(m, x, m.parameters())) >= 4
+        # Three k x k weights; the depthwise one (64 x 1 x 5 x 5) and the 1x1 are channels-last
+        # to torch already.
+        assert count("conv_weights_converted") == 3
+        assert len(weight_copies_in_call(m, x, m.parameters())) >= 3
         assert weight_copies_in_call(f, x, m.parameters()) == []
         assert launches(f, x) == launches(off, x) + 1
         x = image(n=2, px=20, dtype=dtype)
