@@ -1,12 +1,13 @@
-"""Channels-last convolution weights kept per parameter version (passes/conv_weights.h) against
-converted in every call: eager, torchlite with cache_conv_weights off and on, optionally
-torch.compile, sampled in turns (bench/gpu.py's method), one process, bf16 CUDA inference.
+"""Channels-last convolution weights: converted by torch inside every convolution, by the graph in
+one grouped launch at its start (the default, passes/conv_weights.h: convert_conv_weights), or
+kept per parameter version (the opt-in cache_conv_weights); eager and optionally torch.compile
+beside them, sampled in turns (bench/gpu.py's method), one process, bf16 CUDA inference.
 
     python bench/conv_weights.py [--models inception_v3,resnet50] [--batch 32] [--runs 5]
         [--torch-compile]
 
-Prints per model the ms per forward of each, the ratio off/on, and the weight copies torchlite
-made after the first call (counters()["conv_weight_copies"]; 0 with the cache on).
+Prints per model the ms per forward of each, and the CUDA kernels one call launches (torch
+profiler: every kernel, cuDNN's and the weight copies included).
 """
 
 from __future__ import annotations
@@ -30,6 +31,21 @@ from timing import cuda_ms
 
 PX = {"inception_v3": 299}
 
+VARIANTS = {
+    "tl_torch": {"convert_conv_weights": False, "cache_conv_weights": False},
+    "tl_grouped": {},
+    "tl_cache": {"cache_conv_weights": True},
+}
+
+
+def cuda_kernels_in_call(fn, x) -> int:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        fn(x)
+        torch.cuda.synchronize()
+    return sum(1 for e in p.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
 
 def row(name, batch, runs, with_torch_compile):
     import timm
@@ -37,11 +53,8 @@ def row(name, batch, runs, with_torch_compile):
     model = timm.create_model(name, pretrained=False).eval().to("cuda", torch.bfloat16)
     x = torch.randn(batch, 3, PX.get(name, 224), PX.get(name, 224), device="cuda")
     x = x.to(torch.bfloat16)
-    fns = {
-        "eager": model,
-        "tl_off": torchlite.compile(model, options={"cache_conv_weights": False}),
-        "tl_on": torchlite.compile(model, options={"cache_conv_weights": True}),
-    }
+    fns = {"eager": model}
+    fns.update({k: torchlite.compile(model, options=o) for k, o in VARIANTS.items()})
     if with_torch_compile:
         fns["torch.compile"] = torch.compile(model)
     times = {k: [] for k in fns}
@@ -51,16 +64,15 @@ def row(name, batch, runs, with_torch_compile):
             got = f(x).float()
             err = ((got - want).norm() / want.norm()).item()
             assert err < 2e-2, f"{name} {k}: relative error {err}"
-        copies = torchlite.counters()["conv_weight_copies"]
+        kernels = {k: cuda_kernels_in_call(f, x) for k, f in fns.items()}
         for _ in range(runs):
             for k, f in fns.items():
                 times[k].append(cuda_ms(f, (x,), iters=10))
-        copies = torchlite.counters()["conv_weight_copies"] - copies
     med = {k: statistics.median(v) for k, v in times.items()}
-    cols = "  ".join(f"{k} {v:.3f} ms" for k, v in med.items())
+    cols = "  ".join(f"{k} {v:.3f} ms ({kernels[k]} kernels)" for k, v in med.items())
     print(
-        f"{name:<16} b{batch}  {cols}  off/on {med['tl_off'] / med['tl_on']:.3f}x"
-        f"  weight copies in timed calls: {copies}",
+        f"{name:<18} b{batch}  {cols}  torch/grouped {med['tl_torch'] / med['tl_grouped']:.3f}x"
+        f"  grouped/cache {med['tl_grouped'] / med['tl_cache']:.3f}x",
         flush=True,
     )
 

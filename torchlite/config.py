@@ -22,6 +22,9 @@ channels_last: bool | None = _env["channels_last"]
 # converted every call (TORCHLITE_CACHE_CONV_WEIGHTS). Off by default: writes through w.data,
 # numpy or DLPack views bypass the version counter the cache checks.
 cache_conv_weights: bool = _env["cache_conv_weights"]
+# Otherwise each call converts all of a graph's channels-last convolution weights in one launch
+# at its start, not torch once per convolution (off: torch converts them).
+convert_conv_weights: bool = _env["convert_conv_weights"]
 # Check the graph after every compiler pass and name the pass that broke it (TORCHLITE_VERIFY).
 verify: bool = _env["verify"]
 # Graphs autograd records get a compiled backward (TORCHLITE_COMPILED_BACKWARD); False: op by op.

@@ -25,6 +25,8 @@ struct Counters {
   // and the weight copies that cache made (runtime/weight_layouts.h): one per parameter version.
   std::atomic<int64_t> conv_weights_cached{0};
   std::atomic<int64_t> conv_weight_copies{0};
+  // Convolutions reading a weight the graph converts at its start (the default path).
+  std::atomic<int64_t> conv_weights_converted{0};
   std::atomic<int64_t> matmuls_padded{0};     // products on padded operands (passes/pad_matmuls.h)
   std::atomic<int64_t> duplicates_merged{0};  // calls computed once (passes/merge_duplicates.h)
   std::atomic<int64_t> attentions_decomposed{0};  // passes/attention_products.h

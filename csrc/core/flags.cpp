@@ -33,6 +33,12 @@ const std::vector<SettingSpec> kSpecs = {
      "one) instead of converting it in every call. Opt-in (as torch.compile's freezing): writes "
      "through `w.data`, numpy or DLPack views bypass the version counter and would leave the "
      "copy stale."},
+    // NOTE: no environment variable (a README row the coordinator adds): options= or config.
+    {"convert_conv_weights", &S::convert_conv_weights, kCompile, nullptr, "on",
+     "A convolution that runs channels-last reads a channels-last copy of its contiguous k x k "
+     "weight made at the start of each call, all of a graph's weights in one launch "
+     "(passes/conv_weights.h), instead of torch converting it inside every convolution. Always "
+     "the weight's current values; off: torch converts them."},
     {"verify", &S::verify, kCompile, "TORCHLITE_VERIFY", "off",
      "Check the graph after every compiler pass and name the pass that broke it."},
     {"compiled_backward", &S::compiled_backward, kCompile, "TORCHLITE_COMPILED_BACKWARD", "on",

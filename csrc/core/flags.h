@@ -21,6 +21,7 @@ struct Settings {
   bool fold_batch_norm = false;
   std::optional<bool> channels_last;  // nullopt: the device's default (prefers_channels_last)
   bool cache_conv_weights = false;    // channels-last conv weights kept per parameter version
+  bool convert_conv_weights = true;   // else converted by the graph, one grouped launch
   bool verify = false;
   bool compiled_backward = true;
   bool recompute_in_backward = true;

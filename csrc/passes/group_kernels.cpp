@@ -64,13 +64,39 @@ bool meets(const NodeSet& a, const NodeSet& b) {
   return std::any_of(a.begin(), a.end(), [&](const ir::Node* n) { return b.count(n) > 0; });
 }
 
+void arg_nodes(const ir::Arg& a, NodeSet& out) {
+  if (a.kind == ir::Arg::Kind::Node && a.node) out.insert(a.node);
+  for (const ir::Arg& i : a.items) arg_nodes(i, out);
+}
+
+// The graph values a step never run (a view folded into a kernel's reads or allocation) names.
+NodeSet skipped_reads(const ir::Schedule& s, size_t step) {
+  NodeSet reads;
+  if (const ir::Node* n = s.order[step].extern_node) {
+    for (const ir::Arg& a : n->args) arg_nodes(a, reads);
+    for (const auto& kw : n->kwargs) arg_nodes(kw.second, reads);
+  }
+  return reads;
+}
+
 }  // namespace
 
-size_t group_kernels(ir::Schedule& s) {
+bool is_copy_kernel(const ir::Kernel& k) {
+  // NOTE: casts allowed: a half copy loads, computes in f32 and casts back (codegen folds it).
+  // Grouping needs no more than that: it runs each member's own body.
+  return k.reduction_axes == 0 && k.inputs.size() == 1 && k.outputs.size() == 1 &&
+         std::all_of(k.exprs.begin(), k.exprs.end(), [](const ir::Expr& e) {
+           return e.op == ir::ExprOp::Load || e.op == ir::ExprOp::Cast;
+         });
+}
+
+size_t group_kernels(ir::Schedule& s, bool copies_only) {
   size_t saved = 0;
   auto skipped = [&](size_t i) { return i < s.memory.size() && s.memory[i].skip; };
   auto kernel_step = [&](size_t i) {
-    return s.order[i].kernel >= 0 && !skipped(i) && groupable(s.kernels[s.order[i].kernel].kernel);
+    if (s.order[i].kernel < 0 || skipped(i)) return false;
+    const ir::Kernel& k = s.kernels[s.order[i].kernel].kernel;
+    return copies_only ? is_copy_kernel(k) : groupable(k);
   };
   const bool planned = s.memory.size() == s.order.size();
   for (size_t i = 0; i < s.order.size();) {
@@ -110,8 +136,14 @@ size_t group_kernels(ir::Schedule& s) {
         g->push_back(m);
     }
     if (groups.size() < members.size()) {
-      std::vector<size_t> sequence = skips;
+      // NOTE: a skipped view of a member's output goes after the members (the runtime names
+      // its operand's slot when it reaches it); the others before (a member may read them).
+      std::vector<size_t> sequence, after;
+      for (size_t k : skips)
+        (meets(skipped_reads(s, k), all.writes) ? after : sequence).push_back(k);
+      const size_t before = sequence.size();
       for (const auto& g : groups) sequence.insert(sequence.end(), g.begin(), g.end());
+      sequence.insert(sequence.end(), after.begin(), after.end());
       std::vector<ir::ScheduleStep> order;
       std::vector<ir::StepMemory> memory;
       std::vector<const ir::Node*> released;
@@ -125,12 +157,13 @@ size_t group_kernels(ir::Schedule& s) {
                         memory.back().release_after.end());
         memory.back().release_after.clear();
       }
-      if (planned) memory.back().release_after = std::move(released);
+      // NOTE: on the last member (the group's launch), not on a skipped step after it.
+      if (planned) memory[sequence.size() - after.size() - 1].release_after = std::move(released);
       for (size_t j = 0; j < sequence.size(); ++j) {
         s.order[i + j] = order[j];
         if (planned) s.memory[i + j] = std::move(memory[j]);
       }
-      size_t at = i + skips.size();
+      size_t at = i + before;
       for (const auto& g : groups) {
         for (size_t j = 0; j < g.size(); ++j, ++at) {
           ir::Kernel& k = s.kernels[s.order[at].kernel].kernel;

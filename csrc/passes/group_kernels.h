@@ -14,6 +14,11 @@
 namespace tl::passes {
 
 // Marks the groups; returns the number of launches it saved (kernels grouped minus groups).
-size_t group_kernels(ir::Schedule& schedule);
+// `copies_only`: only kernels that store one input as it is (a layout change: the graph's
+// channels-last weight copies, passes/conv_weights.h), which the pipeline groups by default.
+size_t group_kernels(ir::Schedule& schedule, bool copies_only = false);
+
+// One input stored as it is (through casts), in another layout or the same.
+bool is_copy_kernel(const ir::Kernel& k);
 
 }  // namespace tl::passes

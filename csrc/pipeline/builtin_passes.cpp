@@ -93,6 +93,12 @@ std::vector<Pass> builtin_passes() {
        kAnyDevice,
        [](const Settings& s) { return s.cache_conv_weights; },
        [](G& g, St&) { counters().conv_weights_cached += passes::cache_conv_weights(g); }},
+      // NOTE: after the cache (a weight it serves is no longer a graph input here).
+      {"torchlite.conv_weight_layouts",
+       {"convert_conv_weights"},
+       kAnyDevice,
+       [](const Settings& s) { return s.convert_conv_weights; },
+       [](G& g, St&) { counters().conv_weights_converted += passes::convert_conv_weights(g); }},
       {"torchlite.split_reductions",
        {},
        kAnyDevice,

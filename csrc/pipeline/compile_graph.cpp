@@ -349,10 +349,13 @@ CompileResult compile_graph(std::shared_ptr<ir::Graph> graph, const PassContext&
   // tl_idiv_magic, CPU Emitter::magic_divide): as loaded numbers divided plainly, those CPU
   // kernels ran ~3x slower than with literals (bench/runtime_divisors.py --device cpu).
   for (auto& fk : st.partition.kernels) fk.kernel.runtime_sizes = ctx.runtime_sizes;
-  if (ctx.settings.group_kernels) {
-    size_t saved = passes::group_kernels(st.partition);
+  {
+    // NOTE: neighbouring copies (the channels-last weight copies passes/conv_weights.h places
+    // at the graph's start) are grouped even with group_kernels off: one launch for all.
+    size_t saved = passes::group_kernels(st.partition, !ctx.settings.group_kernels);
     counters().launches_grouped += static_cast<int64_t>(saved);
-    trace.note("group_kernels: " + std::to_string(saved) + " launches saved");
+    if (saved || ctx.settings.group_kernels)
+      trace.note("group_kernels: " + std::to_string(saved) + " launches saved");
   }
   // NOTE: after group_kernels: the members of a group share one text over other sizes.
   for (auto& fk : st.partition.kernels) mark_static_axes(fk.kernel, ctx.static_sizes);

@@ -292,6 +292,7 @@ def test_counters_have_the_documented_keys():
         "conv_biases_split",
         "conv_weights_cached",
         "conv_weight_copies",
+        "conv_weights_converted",
         "matmuls_padded",
         "duplicates_merged",
         "attentions_decomposed",

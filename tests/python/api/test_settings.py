@@ -26,6 +26,7 @@ OTHER = {
     "fold_batch_norm": True,
     "channels_last": False,
     "cache_conv_weights": True,
+    "convert_conv_weights": False,
     "verify": True,
     "compiled_backward": False,
     "recompute_in_backward": False,

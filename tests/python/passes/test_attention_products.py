@@ -231,3 +231,19 @@ def test_the_softmax_kernel_compiles_for_cuda(dtype, on_every_device):
     assert any("__shfl_xor_sync" in source for _, source, _, _ in kernels)
     for name, _, ptx, _ in kernels:
         assert f".entry {name}(".encode() in ptx
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize("group_kernels", [False, True])
+def test_grouped_head_copies_before_views_of_them(on_every_device, group_kernels):
+    # NOTE: k's and v's per-head copies are neighbouring copy kernels, grouped into one launch
+    # (passes/group_kernels.h: copies are grouped by default); a view of the first one the memory
+    # plan never runs sat between them and was moved before both, ahead of the value it views.
+    q, k, v = heads(2, 3, 8, 12, 16, torch.float32)
+    mask = torch.randn(2, 3, 8, 12)
+    torchlite.reset()
+    f = torchlite.compile(sdpa, options={"group_kernels": group_kernels})
+    for _ in range(2):
+        torch.testing.assert_close(
+            f(q, k, v, mask).double(), exact(q, k, v, mask), atol=1e-4, rtol=1e-4
+        )

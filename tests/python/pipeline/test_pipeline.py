@@ -159,17 +159,18 @@ def test_trace_writes_one_file_per_pass_and_the_mode(monkeypatch, tmp_path):
         "03_torchlite.decompose_attention.txt",
         "06_torchlite.pad_matmuls.txt",
         "08_torchlite.channels_last.txt",
-        "10_torchlite.split_reductions.txt",
-        "12_torchlite.move_reshapes.txt",
-        "13_torchlite.small_products.txt",
-        "14_torchlite.matmul_operands.txt",
-        "15_torchlite.matmul_epilogues.txt",  # max-autotune: CUDA products (no-op on the CPU)
-        "16_torchlite.recompute_producers.txt",
-        "17_torchlite.partition.txt",
+        "10_torchlite.conv_weight_layouts.txt",
+        "11_torchlite.split_reductions.txt",
+        "13_torchlite.move_reshapes.txt",
+        "14_torchlite.small_products.txt",
+        "15_torchlite.matmul_operands.txt",
+        "16_torchlite.matmul_epilogues.txt",  # max-autotune: CUDA products (no-op on the CPU)
+        "17_torchlite.recompute_producers.txt",
+        "18_torchlite.partition.txt",
     ]
     written = sorted(p.name for p in pipeline.parent.glob("[0-9][0-9]_*.txt"))
     assert written == ["00_input.txt", *ran]
-    assert "kernel " in (pipeline.parent / "17_torchlite.partition.txt").read_text()
+    assert "kernel " in (pipeline.parent / "18_torchlite.partition.txt").read_text()
     # each pass and the kernel build carry their time (the cold-start breakdown)
     assert re.search(r"01_torchlite.functionalize.txt: ran \(\d+\.\d ms\)", text)
     assert re.search(r"kernels: 1 built in \d+\.\d ms", text)
