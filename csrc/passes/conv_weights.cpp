@@ -104,13 +104,8 @@ std::vector<std::pair<Node*, const Node*>> eligible_convs(ir::Graph& graph, bool
   std::vector<std::pair<Node*, const Node*>> convs;  // (conv, its weight), in graph order
   for (auto& n : graph.nodes()) {
     const Node* w = nullptr;
-    // NOTE: not the ATen forms of training graphs' halves (eligible_aten): with them, an H100
-    // training step's weight gradients came out wrong (test_cuda_conv_weight_layouts.py
-    // test_training_gradients_match_eager: relative error 1.2-1.8 in bf16 and fp32; right on the
-    // CPU). Training graphs keep torch's per-convolution conversion until that is understood.
-    constexpr bool kTrainingForms = false;
-    if (eligible(*n, &w, from_an_object) ||
-        (kTrainingForms && !from_an_object && eligible_aten(*n, &w, false)))
+    // NOTE: the ATen forms for the default path only: the cache serves inference graphs.
+    if (eligible(*n, &w, from_an_object) || (!from_an_object && eligible_aten(*n, &w, false)))
       convs.emplace_back(n.get(), w);
   }
   return convs;
