@@ -114,8 +114,13 @@ def test_training_gradients_match_eager(dtype):
         assert_follows(f(x), ref(x), 2e-2)
         f(x).float().square().mean().backward()
         ref(x).float().square().mean().backward()
+        # NOTE: the first convolution's bias feeds a training batch norm, which subtracts its
+        # mean: its gradient is 0 up to rounding in both runs, so its error is measured against
+        # the largest gradient's scale, not its own (relative to its own: 1.2-1.8, noise over noise).
+        scale = max(q.grad.float().norm().item() for q in ref.parameters())
         for p, q in zip(m.parameters(), ref.parameters()):
-            assert_follows(p.grad, q.grad, 3e-2)
+            err = (p.grad.float() - q.grad.float()).norm().item()
+            assert err < 3e-2 * max(q.grad.float().norm().item(), 1e-3 * scale), err
             p.grad = q.grad = None
     assert count("conv_weights_converted") >= 1
 

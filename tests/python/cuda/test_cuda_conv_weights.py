@@ -60,7 +60,9 @@ def test_half_net_copies_no_weight_after_the_first_call(dtype):
         x = image(dtype=dtype)
         torch.testing.assert_close(f(x), m(x), **TOL)
         assert weight_copies_in_call(f, x, m.parameters()) == []
-    assert torchlite.counters()["conv_weights_cached"] >= 3
+    # NOTE: the two dense 3x3 weights; the depthwise 64x1x5x5 one is channels-last to torch
+    # already (strides equal either way), so nothing is copied for it.
+    assert torchlite.counters()["conv_weights_cached"] == 2
     assert torchlite.counters()["conv_weight_copies"] == copies
 
 
