@@ -15,6 +15,7 @@
 #include "capture/made_in_call.h"
 #include "capture/meta_cache.h"
 #include "capture/meta_layout.h"
+#include "capture/module_tensors.h"
 #include "capture/scalar_inputs.h"
 #include "capture/torch_api.h"
 #include "capture/user_exception.h"
@@ -220,33 +221,6 @@ bool is_state_query(const std::string& method, const std::string& name,
          ends("_enabled");
 }
 
-// Whether `m` and the modules under it hold no parameter, buffer or tensor attribute.
-bool holds_no_tensors(PyObject* m) {
-  PyRef mods = PyRef::steal(PyObject_CallMethod(m, "modules", nullptr));
-  PyRef it = mods ? PyRef::steal(PyObject_GetIter(mods.get())) : PyRef();
-  if (!it) throw PythonError();
-  const TorchApi& api = torch_api();
-  while (PyRef sub = PyRef::steal(PyIter_Next(it.get()))) {
-    PyObject** dp = _PyObject_GetDictPtr(sub.get());
-    if (!dp || !*dp) continue;
-    for (const char* name : {"_parameters", "_buffers"}) {
-      PyObject* d = PyDict_GetItemString(*dp, name);
-      if (!d || !PyDict_Check(d)) continue;
-      PyObject *k, *val;
-      Py_ssize_t pos = 0;
-      while (PyDict_Next(d, &pos, &k, &val))
-        if (val != Py_None) return false;
-    }
-    PyObject *k, *val;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(*dp, &pos, &k, &val))
-      if (PyObject_TypeCheck(val, reinterpret_cast<PyTypeObject*>(api.tensor_type.get())))
-        return false;
-  }
-  if (PyErr_Occurred()) throw PythonError();
-  return true;
-}
-
 // A module built by traced code (Tracer::construct_module) that outlives the trace (live at a
 // graph break, returned): made anew on every call as a copy of the module the trace built
 // (torchlite/_fresh_modules.py), as eager builds one per call. Its state is the trace's: what
@@ -254,7 +228,7 @@ bool holds_no_tensors(PyObject* m) {
 // NOTE: only a module holding no tensors: a copy of a parameter would be another tensor than
 // eager's (a Sequential slice holds the frame's own modules and their parameters).
 ValuePtr lower_fresh_module(const ValuePtr& v) {
-  if (!holds_no_tensors(v->obj.get()))
+  if (!first_tensor_held(v->obj.get()).empty())
     graph_break("module_built_in_forward",
                 "a " + v->type_name() + " built in traced code holding tensors outlives the trace",
                 "Create the module once in `__init__` and call it in `forward`.");

@@ -17,6 +17,7 @@
 // The module has no source, so nothing about it is guarded (it is made anew every call);
 // returning it or keeping it live across a graph break breaks (as any object made here).
 #include "capture/graph_break.h"
+#include "capture/module_tensors.h"
 #include "capture/py_helpers.h"
 #include "capture/torch_api.h"
 #include "capture/tracer.h"
@@ -90,34 +91,10 @@ PyRef call_real_meta(PyObject* fn, const std::vector<ValuePtr>& args, const KwAr
 
 // Breaks unless `m` and its submodules hold no parameter, buffer or tensor attribute.
 void check_tensor_free(PyObject* m, const std::string& what) {
-  PyRef mods = PyRef::steal(PyObject_CallMethod(m, "modules", nullptr));
-  PyRef it = mods ? PyRef::steal(PyObject_GetIter(mods.get())) : PyRef();
-  if (!it) throw PythonError();
-  while (PyRef sub = PyRef::steal(PyIter_Next(it.get()))) {
-    PyObject** dp = _PyObject_GetDictPtr(sub.get());
-    if (!dp || !*dp) continue;
-    for (const char* name : {"_parameters", "_buffers"}) {
-      PyObject* d = PyDict_GetItemString(*dp, name);
-      if (!d || !PyDict_Check(d)) continue;
-      // NOTE: a None entry holds no tensor: CrossEntropyLoss() registers its absent class
-      // weight as the buffer None (BERT and other transformers models build one per forward).
-      PyObject *k, *val;
-      Py_ssize_t pos = 0;
-      while (PyDict_Next(d, &pos, &k, &val))
-        if (val != Py_None)
-          graph_break("module_built_in_forward",
-                      what + " holds " + (name[1] == 'p' ? "parameters" : "buffers") +
-                          ", which eager makes anew on every call",
-                      kHint);
-    }
-    PyObject *k, *val;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(*dp, &pos, &k, &val))
-      if (is_type(val, torch_api().tensor_type))
-        graph_break("module_built_in_forward", what + " holds a tensor attribute " + utf8(k),
-                    kHint);
-  }
-  if (PyErr_Occurred()) throw PythonError();
+  std::string held = first_tensor_held(m);
+  if (!held.empty())
+    graph_break("module_built_in_forward",
+                what + " holds " + held + ", which eager makes anew on every call", kHint);
 }
 
 // A real functools.partial for a Partial value of constants; null when a part is traced.
