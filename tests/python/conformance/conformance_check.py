@@ -22,6 +22,16 @@ import torch
 import torchlite
 
 
+@torchlite.disable
+def opaque(*args):
+    """A call the trace cannot see into: a graph break where the program calls it."""
+
+
+def t43():
+    """One fresh 4x3 input, the arguments of most programs."""
+    return (torch.randn(4, 3),)
+
+
 def _last_line(tb, filename: str | None) -> int | None:
     frames = traceback.extract_tb(tb)
     lines = [f.lineno for f in frames if filename is None or f.filename == filename]

@@ -11,18 +11,9 @@ import types
 
 import pytest
 import torch
-from conformance_check import check_captured_program
+from conformance_check import check_captured_program, opaque, t43
 
 import torchlite
-
-
-@torchlite.disable
-def opaque(*args):
-    """A call the trace cannot see into: a graph break where the program calls it."""
-
-
-def t43():
-    return (torch.randn(4, 3),)
 
 
 def run(fn, make_args=t43, **options):

@@ -10,19 +10,10 @@ PYTEST_DONT_REWRITE: the programs' own asserts keep their plain messages.
 
 import pytest
 import torch
-from conformance_check import check_captured_program
+from conformance_check import check_captured_program, opaque, t43
 from torch import nn
 
 import torchlite
-
-
-@torchlite.disable
-def opaque(*args):
-    """A call the trace cannot see into: a graph break where the program calls it."""
-
-
-def t43():
-    return (torch.randn(4, 3),)
 
 
 def run(fn, make_args=t43, **options):
