@@ -21,12 +21,6 @@ std::vector<char> runtime_constants(const ir::Kernel& k) {
     if (e.op == ExprOp::Pow) literal[e.operands.at(1)] = 1;
     if (divides && model_constant(static_cast<size_t>(e.operands.at(1))))
       literal[e.operands.at(1)] = 1;
-    // NOTE: a count (a mean's divisor, RuleCtx::count) equal to a model constant is the row
-    // length a static row schedule already holds as a literal: reading it from the dims would
-    // only add a load (and a dims slot) to a text that serves that length alone.
-    if (e.op == ExprOp::Cast && ir::is_floating(e.type) &&
-        model_constant(static_cast<size_t>(e.operands.at(0))))
-      literal[e.operands.at(0)] = 1;
   }
   for (size_t i = 0; i < k.exprs.size(); ++i) {
     const ir::Expr& e = k.exprs[i];
