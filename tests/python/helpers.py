@@ -471,3 +471,19 @@ def assert_training_step_matches(model, compiled, shape, dtype, steps=2):
             else:
                 err, eager_err = (g.double() - r).norm(), (e.double() - r).norm()
                 assert err <= 2 * eager_err + 4e-2 * r.norm(), (i, err, eager_err, r.norm())
+
+
+def tiny_llama_config(transformers, **overrides):
+    """The small Llama of the dynamic-shape tests: 2 layers, hidden 32 (4 heads of 8, 2 key/value
+    heads), MLP 64, vocabulary 100, 64 positions; `overrides` replace any field."""
+    fields = {
+        "num_hidden_layers": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 100,
+        "max_position_embeddings": 64,
+        **overrides,
+    }
+    return transformers.LlamaConfig(**fields)

@@ -8,6 +8,7 @@ the graph (capture/index_bounds.h). A second generate() of the same shapes captu
 
 import pytest
 import torch
+from helpers import tiny_llama_config
 
 import torchlite
 from torchlite import _C, config
@@ -37,16 +38,8 @@ def _gpt2():
 
 
 def _llama():
-    cfg = transformers.LlamaConfig(
-        num_hidden_layers=2,
-        hidden_size=32,
-        intermediate_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=128,
-        max_position_embeddings=128,
-        bos_token_id=0,
-        eos_token_id=0,
+    cfg = tiny_llama_config(
+        transformers, vocab_size=128, max_position_embeddings=128, bos_token_id=0, eos_token_id=0
     )
     return transformers.LlamaForCausalLM(cfg).eval()
 

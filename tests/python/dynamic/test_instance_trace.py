@@ -9,6 +9,7 @@ import re
 
 import pytest
 import torch
+from helpers import tiny_llama_config
 
 import torchlite
 from torchlite import _C, config
@@ -74,15 +75,7 @@ def test_a_length_equal_to_a_model_constant_lowers_to_another_program():
     # NOTE: 32 is the hidden size: an axis of that length is taken for a model constant
     # (pipeline::mark_static_axes), a kernel text of its own; 31 and 33 share one program.
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(
-        num_hidden_layers=2,
-        hidden_size=32,
-        intermediate_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=100,
-        max_position_embeddings=64,
-    )
+    cfg = tiny_llama_config(transformers)
     model = transformers.LlamaModel(cfg).eval()
     folders = _sweep(model, lambda n: (torch.randint(0, 100, (2, n)),), (5, 9, 31, 32, 33))
     assert len(folders) == 3, folders

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import flat_tensors as _flat
+from helpers import tiny_llama_config
 
 import torchlite
 from torchlite import _C, config
@@ -64,15 +65,7 @@ def test_gpt2_new_lengths_equal_eager_without_capture():
 
 def test_llama_new_lengths_equal_eager_without_capture():
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(
-        num_hidden_layers=2,
-        hidden_size=32,
-        intermediate_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=100,
-        max_position_embeddings=64,
-    )
+    cfg = tiny_llama_config(transformers)
     _check(transformers.LlamaModel(cfg).eval(), _ids)
 
 
